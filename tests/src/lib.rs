@@ -1,0 +1,1 @@
+//! Utilities for the end-to-end tests.

@@ -1,0 +1,172 @@
+//! The operator API (`plexctl` <-> `plexsphere`), authenticated with `Authorization: Bearer pxop_...`.
+
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::secret::TokenKind;
+
+/// `POST /v1/projects/{project_id}/bootstrap-tokens`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IssueTokenRequest {
+    pub kind: TokenKind,
+    /// 1-16 characters of `a-z0-9`; appears in the token's text (`pxbt_<env>_...`).
+    pub env_prefix: String,
+    /// Lifetime in seconds (at least 60, at most 30 days).
+    pub ttl_secs: u64,
+}
+
+/// The answer to issuing a token: the only time its text is ever shown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IssuedToken {
+    pub id: String,
+    pub token: String,
+    pub project_id: Uuid,
+    pub kind: TokenKind,
+    pub env_prefix: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub expires_at: OffsetDateTime,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenStatus {
+    Active,
+    Consumed,
+    Expired,
+    Revoked,
+}
+
+impl TokenStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TokenStatus::Active => "active",
+            TokenStatus::Consumed => "consumed",
+            TokenStatus::Expired => "expired",
+            TokenStatus::Revoked => "revoked",
+        }
+    }
+}
+
+/// One bootstrap token as `bootstrap-token list` shows it (never its secret).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenView {
+    pub id: String,
+    pub project_id: Uuid,
+    pub kind: TokenKind,
+    pub env_prefix: String,
+    pub status: TokenStatus,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub expires_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option", default)]
+    pub consumed_at: Option<OffsetDateTime>,
+    /// The node that consumed the token.
+    #[serde(default)]
+    pub consumed_by_node: Option<Uuid>,
+    #[serde(with = "time::serde::rfc3339::option", default)]
+    pub revoked_at: Option<OffsetDateTime>,
+    /// The resource the broker minted this token for, if any.
+    #[serde(default)]
+    pub resource_id: Option<Uuid>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeStatus {
+    /// Registered, never heard from since.
+    Registered,
+    Online,
+    Offline,
+    Revoked,
+}
+
+impl NodeStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeStatus::Registered => "registered",
+            NodeStatus::Online => "online",
+            NodeStatus::Offline => "offline",
+            NodeStatus::Revoked => "revoked",
+        }
+    }
+}
+
+/// One node as `node list` / `node get` show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeView {
+    pub id: Uuid,
+    pub domain_id: Uuid,
+    pub project_id: Uuid,
+    pub hostname: String,
+    pub arch: String,
+    pub plexd_version: String,
+    pub mesh_ip: IpAddr,
+    pub wireguard_public_key: String,
+    #[serde(default)]
+    pub resource_handle: Option<String>,
+    pub status: NodeStatus,
+    #[serde(with = "time::serde::rfc3339")]
+    pub registered_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339::option", default)]
+    pub last_seen_at: Option<OffsetDateTime>,
+    /// The endpoints the node reported plus the address the server observed, `ip:port`.
+    #[serde(default)]
+    pub endpoints: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DomainView {
+    pub id: Uuid,
+    pub slug: String,
+    pub mesh_cidr: IpNet,
+    /// The Domain's Ed25519 public key, standard base64.
+    pub signing_public_key: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProjectView {
+    pub id: Uuid,
+    pub domain_id: Uuid,
+    pub slug: String,
+    #[serde(default)]
+    pub display_name: Option<String>,
+    #[serde(default)]
+    pub sub_range_cidr: Option<IpNet>,
+}
+
+/// `GET /v1/version`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionInfo {
+    pub name: String,
+    pub version: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_view_json_is_pinned() {
+        let json = r#"{"id":"0123456789abcdef","project_id":"019a0816-0000-7000-8000-000000000002","kind":"node","env_prefix":"lab","status":"consumed","created_at":"2026-11-30T10:00:00Z","expires_at":"2026-11-30T11:00:00Z","consumed_at":"2026-11-30T10:05:00Z","consumed_by_node":"019a0816-0000-7000-8000-0000000000aa","revoked_at":null,"resource_id":null}"#;
+        let v: TokenView = serde_json::from_str(json).unwrap();
+        assert_eq!(v.status, TokenStatus::Consumed);
+        assert_eq!(serde_json::to_string(&v).unwrap(), json);
+    }
+
+    #[test]
+    fn issue_request_is_strict() {
+        let ok: IssueTokenRequest =
+            serde_json::from_str(r#"{"kind":"node","env_prefix":"lab","ttl_secs":3600}"#).unwrap();
+        assert_eq!(ok.kind, TokenKind::Node);
+        assert!(serde_json::from_str::<IssueTokenRequest>(r#"{"kind":"user","env_prefix":"lab","ttl_secs":1}"#).is_err());
+        assert!(serde_json::from_str::<IssueTokenRequest>(r#"{"kind":"node","env_prefix":"lab","ttl_secs":1,"x":1}"#).is_err());
+    }
+}

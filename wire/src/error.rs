@@ -1,0 +1,94 @@
+//! The one error body every plexsphere endpoint answers with, and its stable machine codes.
+
+use serde::{Deserialize, Serialize};
+
+/// The JSON body of every 4xx/5xx answer: a stable machine `code` and a human `message`.
+///
+/// ```json
+/// {"code":"token_consumed","message":"the bootstrap token was already used"}
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiError {
+    pub code: String,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(code: &str, message: impl Into<String>) -> Self {
+        Self {
+            code: code.to_owned(),
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.message, self.code)
+    }
+}
+
+/// Stable machine codes. Clients match on these strings; never rename one.
+pub mod codes {
+    /// 403: the bootstrap token was already used by another node key.
+    pub const TOKEN_CONSUMED: &str = "token_consumed";
+    /// 401: no bootstrap token with this text exists.
+    pub const TOKEN_UNKNOWN: &str = "token_unknown";
+    /// 401: the bootstrap token's lifetime has passed.
+    pub const TOKEN_EXPIRED: &str = "token_expired";
+    /// 403: an operator revoked the bootstrap token.
+    pub const TOKEN_REVOKED: &str = "token_revoked";
+    /// 403: the token is not of kind `node`.
+    pub const TOKEN_KIND_MISMATCH: &str = "token_kind_mismatch";
+    /// 403: the node's configured project differs from the token's project.
+    pub const PROJECT_MISMATCH: &str = "project_mismatch";
+    /// 409: no free mesh address is left in the range the node would get one from.
+    pub const MESH_RANGE_EXHAUSTED: &str = "mesh_range_exhausted";
+    /// 409: the request conflicts with existing state (a duplicate, a changed mesh CIDR...).
+    pub const CONFLICT: &str = "conflict";
+    /// 429: too many requests from this client; see `Retry-After`.
+    pub const RATE_LIMITED: &str = "rate_limited";
+    /// 400: the body is not valid JSON of the expected shape.
+    pub const INVALID_JSON: &str = "invalid_json";
+    /// 400/422: a field has a bad value (a bad UUID, CIDR, key, name...).
+    pub const INVALID_REQUEST: &str = "invalid_request";
+    /// 413: the body is larger than the endpoint accepts.
+    pub const BODY_TOO_LARGE: &str = "body_too_large";
+    /// 415: the body is not `application/json`.
+    pub const UNSUPPORTED_MEDIA_TYPE: &str = "unsupported_media_type";
+    /// 401: missing or bad credentials.
+    pub const UNAUTHORIZED: &str = "unauthorized";
+    /// 403: the credentials are valid but do not allow this.
+    pub const FORBIDDEN: &str = "forbidden";
+    /// 403: the node was revoked by an operator; its credential no longer works.
+    pub const NODE_REVOKED: &str = "node_revoked";
+    /// 404: the addressed object does not exist.
+    pub const NOT_FOUND: &str = "not_found";
+    /// 404: no plexd build for the requested platform.
+    pub const UNKNOWN_PLATFORM: &str = "unknown_platform";
+    /// 502: the upstream plexd mirror is unreachable and nothing is cached.
+    pub const PLEXD_DOWNLOAD_UPSTREAM_UNAVAILABLE: &str = "plexd_download_upstream_unavailable";
+    /// 500: an unexpected server fault; the server log has the detail.
+    pub const INTERNAL: &str = "internal";
+    /// 503: a dependency of the server (its database) is unavailable.
+    pub const UNAVAILABLE: &str = "unavailable";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_shape_is_pinned() {
+        let e = ApiError::new(codes::TOKEN_CONSUMED, "the bootstrap token was already used");
+        assert_eq!(
+            serde_json::to_string(&e).unwrap(),
+            r#"{"code":"token_consumed","message":"the bootstrap token was already used"}"#
+        );
+        let back: ApiError = serde_json::from_str(
+            r#"{"code":"plexd_download_upstream_unavailable","message":"upstream down"}"#,
+        )
+        .unwrap();
+        assert_eq!(back.code, codes::PLEXD_DOWNLOAD_UPSTREAM_UNAVAILABLE);
+    }
+}

@@ -1,0 +1,20 @@
+//! Wire types shared by `plexd` (the node agent) and `plexsphere` (the control plane).
+//!
+//! Everything that crosses the network between the two lives here, so that both sides agree
+//! on one definition and the JSON shapes are pinned by tests with literal JSON. This crate has
+//! no I/O and no server dependencies: the agent's dependency tree stays small.
+
+pub mod admin;
+pub mod error;
+pub mod register;
+pub mod secret;
+pub mod signed;
+
+pub use error::{ApiError, codes};
+pub use register::{Intervals, RegisterRequest, RegisterResponse};
+
+/// The HTTP path of node registration.
+pub const REGISTER_PATH: &str = "/v1/register";
+
+/// The UDP port WireGuard listens on unless configured otherwise.
+pub const WIREGUARD_PORT: u16 = 51820;
