@@ -149,6 +149,12 @@ pub struct VersionInfo {
     pub version: String,
 }
 
+/// Every list endpoint answers `{"items":[...]}`, so fields can be added beside the items later.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct List<T> {
+    pub items: Vec<T>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
