@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs what building and testing plexd/plexsphere needs on Debian 12 / Ubuntu, from Debian's
+# packages only. Idempotent: a machine that has everything gets no apt run at all.
+set -euo pipefail
+
+packages=(
+  build-essential pkg-config    # the C parts of ring and libsqlite3-sys
+  libsystemd-dev                # the systemd crate (sd_notify, journal) links libsystemd
+  ca-certificates curl
+  iproute2                      # ip netns / veth / tuntap in the end-to-end tests
+  systemd                       # systemd-analyze verify of the unit in the tests
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "deps: missing Debian packages: ${missing[*]}; run as root (sudo) or install them" >&2
+    exit 1
+  fi
+  echo "deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  # --no-install-recommends: wireguard-tools would otherwise pull a kernel image.
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if ! command -v cargo >/dev/null; then
+  echo "deps: cargo is not on PATH; install Rust 1.95 or later with rustup (https://rustup.rs)" >&2
+  exit 1
+fi
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
