@@ -1,0 +1,241 @@
+//! Enrolment end to end, across processes: `plexsphere dev` (real TLS from its generated lab CA,
+//! a real SQLite file), `plexctl` issuing tokens, and `plexd install` + `plexd join` in a
+//! temporary host root.
+
+use plexsphere_e2e::{ControlPlane, Host, LAB_NODES_PROJECT, OPENSTACK_PROJECT, mode};
+
+fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The two lines `plexd join` prints, as (node_id, mesh_ip).
+fn identity_lines(out: &str) -> (String, String) {
+    let mut node = None;
+    let mut ip = None;
+    for line in out.lines() {
+        if let Some(v) = line.strip_prefix("node_id: ") {
+            node = Some(v.to_owned());
+        }
+        if let Some(v) = line.strip_prefix("mesh_ip: ") {
+            ip = Some(v.to_owned());
+        }
+    }
+    (
+        node.expect("a node_id: line"),
+        ip.expect("a mesh_ip: line"),
+    )
+}
+
+#[test]
+fn install_join_rejoin_and_a_consumed_token() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cp = ControlPlane::start_dev(&tmp.path().join("cp")).unwrap();
+    let token = cp.issue_token(OPENSTACK_PROJECT).unwrap();
+    assert!(token.starts_with("pxbt_lab_node_"), "{token}");
+
+    // The runbook: token file, install, the operator's registration keys, then join.
+    let host = Host::new(&tmp.path().join("host-a")).unwrap();
+    host.write_token(&token).unwrap();
+    let ca = cp.ca_file();
+    let out = host
+        .plexd(&[
+            "install",
+            "--api-url",
+            &cp.url,
+            "--token-file",
+            host.token_file().to_str().unwrap(),
+            "--ca-file",
+            ca.to_str().unwrap(),
+        ])
+        .unwrap();
+    assert!(out.status.success(), "install: {}", stderr(&out));
+    assert_eq!(mode(&host.etc()).unwrap(), 0o700);
+    assert!(host.unit_dir().join("plexd.service").is_file());
+    let mut config = std::fs::read_to_string(host.config()).unwrap();
+    config.push_str(&format!(
+        "registration:\n  project_id: {OPENSTACK_PROJECT}\n  resource_handle: host-a\n"
+    ));
+    std::fs::write(host.config(), config).unwrap();
+
+    let out = host.plexd(&["join"]).unwrap();
+    assert!(out.status.success(), "join: {}", stderr(&out));
+    let (node_id, mesh_ip) = identity_lines(&stdout(&out));
+    assert!(mesh_ip.starts_with("10.64.1."), "the openstack sub-range: {mesh_ip}");
+
+    // The identity and the key are saved 0600 in a 0700 state dir; the token file is gone.
+    assert_eq!(mode(&host.state_dir()).unwrap() & 0o077, 0);
+    assert_eq!(mode(&host.state_dir().join("identity.json")).unwrap(), 0o600);
+    assert_eq!(mode(&host.state_dir().join("wireguard.key")).unwrap(), 0o600);
+    assert!(!host.token_file().exists(), "the consumed token file is removed");
+    let identity = std::fs::read_to_string(host.state_dir().join("identity.json")).unwrap();
+    assert!(!identity.contains(&token), "the token is not kept");
+
+    // A second join on the enrolled node prints the same identity without a token.
+    let again = host.plexd(&["join"]).unwrap();
+    assert!(again.status.success(), "second join: {}", stderr(&again));
+    assert_eq!(identity_lines(&stdout(&again)), (node_id.clone(), mesh_ip.clone()));
+
+    // The operator sees the node and the consumed token, with the node that consumed it.
+    let nodes = cp.plexctl_ok(&["node", "list", "--output", "json"]).unwrap();
+    assert!(nodes.contains(&node_id), "{nodes}");
+    let tokens = cp
+        .plexctl_ok(&["bootstrap-token", "list", "--project", OPENSTACK_PROJECT])
+        .unwrap();
+    let row = tokens
+        .lines()
+        .find(|l| l.contains("consumed"))
+        .unwrap_or_else(|| panic!("a consumed token row in:\n{tokens}"));
+    assert!(row.contains(&node_id), "{row}");
+
+    // Another host (another WireGuard key) with the same token is refused: token_consumed.
+    let other = Host::new(&tmp.path().join("host-b")).unwrap();
+    other.write_token(&token).unwrap();
+    let out = other
+        .plexd(&[
+            "install",
+            "--api-url",
+            &cp.url,
+            "--token-file",
+            other.token_file().to_str().unwrap(),
+            "--ca-file",
+            ca.to_str().unwrap(),
+        ])
+        .unwrap();
+    assert!(out.status.success(), "install b: {}", stderr(&out));
+    let out = other.plexd(&["join"]).unwrap();
+    assert_eq!(out.status.code(), Some(10), "{}", stderr(&out));
+    let path = other.token_file();
+    let expected = format!(
+        "the bootstrap token in {p} was already used (token_consumed, HTTP 403); write a fresh token to {p} and start plexd again",
+        p = path.display()
+    );
+    assert!(stderr(&out).contains(&expected), "{}", stderr(&out));
+    assert!(stdout(&out).is_empty(), "nothing on stdout: {}", stdout(&out));
+    assert!(path.exists(), "a refused token file is left for the operator");
+}
+
+#[test]
+fn an_untrusted_server_is_refused_until_its_ca_is_given() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cp = ControlPlane::start_dev(&tmp.path().join("cp")).unwrap();
+    let token = cp.issue_token(LAB_NODES_PROJECT).unwrap();
+    let host = Host::new(&tmp.path().join("host")).unwrap();
+    host.write_token(&token).unwrap();
+    let out = host
+        .plexd(&[
+            "install",
+            "--api-url",
+            &cp.url,
+            "--token-file",
+            host.token_file().to_str().unwrap(),
+        ])
+        .unwrap();
+    assert!(out.status.success(), "install: {}", stderr(&out));
+
+    let out = host.plexd(&["join"]).unwrap();
+    assert_eq!(out.status.code(), Some(13), "{}", stderr(&out));
+    assert!(stderr(&out).contains("not trusted"), "{}", stderr(&out));
+    assert!(host.token_file().exists(), "the token is kept for the next try");
+    // The key was generated and saved before the API was called.
+    assert_eq!(mode(&host.state_dir().join("wireguard.key")).unwrap(), 0o600);
+
+    // The same server, trusted through --ca-file, takes the same token.
+    let ca = cp.ca_file();
+    let out = host
+        .plexd(&[
+            "install",
+            "--api-url",
+            &cp.url,
+            "--token-file",
+            host.token_file().to_str().unwrap(),
+            "--ca-file",
+            ca.to_str().unwrap(),
+        ])
+        .unwrap();
+    assert!(out.status.success(), "install with ca: {}", stderr(&out));
+    let out = host.plexd(&["join"]).unwrap();
+    assert!(out.status.success(), "join: {}", stderr(&out));
+    let (_, mesh_ip) = identity_lines(&stdout(&out));
+    assert!(mesh_ip.starts_with("10.64."), "{mesh_ip}");
+    assert!(!mesh_ip.starts_with("10.64.1."), "outside the openstack sub-range: {mesh_ip}");
+}
+
+#[test]
+fn a_corrupt_config_names_the_file_and_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let host = Host::new(&tmp.path().join("host")).unwrap();
+    std::fs::create_dir_all(host.etc()).unwrap();
+    std::fs::write(
+        host.config(),
+        "api_url: https://plexsphere.example\nregistration:\n  project_id: 42\n  resource_handel: x\n",
+    )
+    .unwrap();
+    let out = host.plexd(&["join"]).unwrap();
+    assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains(host.config().to_str().unwrap()), "{err}");
+    assert!(err.contains(":3:") || err.contains(":4:"), "a line number: {err}");
+}
+
+#[test]
+fn revoked_tokens_are_refused_and_listed_as_revoked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cp = ControlPlane::start_dev(&tmp.path().join("cp")).unwrap();
+    let issued = cp
+        .plexctl_ok(&[
+            "bootstrap-token",
+            "issue",
+            "--project",
+            LAB_NODES_PROJECT,
+            "--kind",
+            "node",
+            "--env-prefix",
+            "lab",
+            "--ttl",
+            "1h",
+            "--output",
+            "json",
+        ])
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&issued).unwrap();
+    let id = v["id"].as_str().unwrap().to_owned();
+    let token = v["token"].as_str().unwrap().to_owned();
+    cp.plexctl_ok(&["bootstrap-token", "revoke", &id]).unwrap();
+
+    let list = cp
+        .plexctl_ok(&[
+            "bootstrap-token",
+            "list",
+            "--project",
+            LAB_NODES_PROJECT,
+            "--output",
+            "json",
+        ])
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&list).unwrap();
+    let items = v.as_array().or_else(|| v["items"].as_array()).unwrap();
+    let row = items.iter().find(|t| t["id"] == id.as_str()).unwrap();
+    assert_eq!(row["status"], "revoked");
+
+    let host = Host::new(&tmp.path().join("host")).unwrap();
+    host.write_token(&token).unwrap();
+    let ca = cp.ca_file();
+    let out = host
+        .plexd(&[
+            "install",
+            "--api-url",
+            &cp.url,
+            "--token-file",
+            host.token_file().to_str().unwrap(),
+            "--ca-file",
+            ca.to_str().unwrap(),
+        ])
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = host.plexd(&["join"]).unwrap();
+    assert_eq!(out.status.code(), Some(11), "{}", stderr(&out));
+    assert!(stderr(&out).contains("token_revoked"), "{}", stderr(&out));
+}
