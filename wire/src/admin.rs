@@ -172,7 +172,17 @@ mod tests {
         let ok: IssueTokenRequest =
             serde_json::from_str(r#"{"kind":"node","env_prefix":"lab","ttl_secs":3600}"#).unwrap();
         assert_eq!(ok.kind, TokenKind::Node);
-        assert!(serde_json::from_str::<IssueTokenRequest>(r#"{"kind":"user","env_prefix":"lab","ttl_secs":1}"#).is_err());
-        assert!(serde_json::from_str::<IssueTokenRequest>(r#"{"kind":"node","env_prefix":"lab","ttl_secs":1,"x":1}"#).is_err());
+        assert!(
+            serde_json::from_str::<IssueTokenRequest>(
+                r#"{"kind":"user","env_prefix":"lab","ttl_secs":1}"#
+            )
+            .is_err()
+        );
+        assert!(
+            serde_json::from_str::<IssueTokenRequest>(
+                r#"{"kind":"node","env_prefix":"lab","ttl_secs":1,"x":1}"#
+            )
+            .is_err()
+        );
     }
 }

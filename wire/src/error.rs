@@ -80,7 +80,10 @@ mod tests {
 
     #[test]
     fn json_shape_is_pinned() {
-        let e = ApiError::new(codes::TOKEN_CONSUMED, "the bootstrap token was already used");
+        let e = ApiError::new(
+            codes::TOKEN_CONSUMED,
+            "the bootstrap token was already used",
+        );
         assert_eq!(
             serde_json::to_string(&e).unwrap(),
             r#"{"code":"token_consumed","message":"the bootstrap token was already used"}"#

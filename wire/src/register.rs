@@ -80,7 +80,10 @@ mod tests {
         assert_eq!(r.project_id, None);
         let typo = r#"{"bootstrap_token":"t","wireguard_public_key":"k","hostname":"h","arch":"arm64","plexd_version":"1","projectid":"x"}"#;
         let err = serde_json::from_str::<RegisterRequest>(typo).unwrap_err();
-        assert!(err.to_string().contains("unknown field `projectid`"), "{err}");
+        assert!(
+            err.to_string().contains("unknown field `projectid`"),
+            "{err}"
+        );
     }
 
     #[test]

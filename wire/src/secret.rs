@@ -150,7 +150,11 @@ fn hex_lower(bytes: &[u8]) -> String {
 }
 
 fn check_id(id: &str) -> Result<(), SecretFormatError> {
-    if id.len() == ID_CHARS && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+    if id.len() == ID_CHARS
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
         Ok(())
     } else {
         Err(SecretFormatError::Id)
@@ -159,7 +163,10 @@ fn check_id(id: &str) -> Result<(), SecretFormatError> {
 
 /// Whether an environment prefix is acceptable: 1-16 of `a-z0-9`.
 pub fn valid_env_prefix(env: &str) -> bool {
-    (1..=16).contains(&env.len()) && env.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    (1..=16).contains(&env.len())
+        && env
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
 }
 
 /// A single-use bootstrap token: `pxbt_<env>_<kind>_<id>_<secret>`.
@@ -202,7 +209,8 @@ impl BootstrapToken {
         if !valid_env_prefix(env) {
             return Err(SecretFormatError::EnvPrefix);
         }
-        let kind = TokenKind::parse(kind).ok_or_else(|| SecretFormatError::Kind(kind.to_owned()))?;
+        let kind =
+            TokenKind::parse(kind).ok_or_else(|| SecretFormatError::Kind(kind.to_owned()))?;
         check_id(id)?;
         Ok(Self {
             env_prefix: env.to_owned(),
@@ -226,7 +234,11 @@ impl BootstrapToken {
 
 impl std::fmt::Debug for BootstrapToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "BootstrapToken(pxbt_{}_{}_{}_<redacted>)", self.env_prefix, self.kind, self.id)
+        write!(
+            f,
+            "BootstrapToken(pxbt_{}_{}_{}_<redacted>)",
+            self.env_prefix, self.kind, self.id
+        )
     }
 }
 
@@ -251,7 +263,11 @@ impl NodeCredential {
             .strip_prefix("pxnk_")
             .ok_or(SecretFormatError::Prefix("pxnk"))?;
         let (id, secret) = rest.split_once('_').ok_or(SecretFormatError::Parts)?;
-        if id.len() != 32 || !id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        if id.len() != 32
+            || !id
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
             return Err(SecretFormatError::NodeId);
         }
         let node_id = Uuid::parse_str(id).map_err(|_| SecretFormatError::NodeId)?;
@@ -268,7 +284,11 @@ impl NodeCredential {
 
 impl std::fmt::Debug for NodeCredential {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "NodeCredential(pxnk_{}_<redacted>)", self.node_id.simple())
+        write!(
+            f,
+            "NodeCredential(pxnk_{}_<redacted>)",
+            self.node_id.simple()
+        )
     }
 }
 
@@ -333,7 +353,10 @@ mod tests {
             BootstrapToken::parse("ghp_abc"),
             Err(SecretFormatError::Prefix("pxbt"))
         );
-        assert_eq!(BootstrapToken::parse("pxbt_lab_node"), Err(SecretFormatError::Parts));
+        assert_eq!(
+            BootstrapToken::parse("pxbt_lab_node"),
+            Err(SecretFormatError::Parts)
+        );
         let secret = "A".repeat(43);
         assert_eq!(
             BootstrapToken::parse(&format!("pxbt_LAB_node_0123456789abcdef_{secret}")),
@@ -353,7 +376,9 @@ mod tests {
         );
         // base64url may contain `_`: the secret is everything after the fourth separator.
         let underscored = format!("{}_{}", "B".repeat(20), "A".repeat(22));
-        assert!(BootstrapToken::parse(&format!("pxbt_lab_node_0123456789abcdef_{underscored}")).is_ok());
+        assert!(
+            BootstrapToken::parse(&format!("pxbt_lab_node_0123456789abcdef_{underscored}")).is_ok()
+        );
     }
 
     #[test]
@@ -361,7 +386,10 @@ mod tests {
         let id = Uuid::now_v7();
         let c = NodeCredential::generate(id).unwrap();
         assert_eq!(NodeCredential::parse(&c.expose()).unwrap(), c);
-        assert_eq!(NodeCredential::parse("pxnk_zz_x"), Err(SecretFormatError::NodeId));
+        assert_eq!(
+            NodeCredential::parse("pxnk_zz_x"),
+            Err(SecretFormatError::NodeId)
+        );
         let o = OperatorToken::generate().unwrap();
         assert_eq!(OperatorToken::parse(&o.expose()).unwrap(), o);
         assert!(!c.secret.matches(&o.secret.digest()));

@@ -78,7 +78,11 @@ impl DomainSigner {
         out
     }
 
-    pub fn sign<T: Serialize>(&self, ctx: SignContext, doc: &T) -> Result<SignedEnvelope, serde_json::Error> {
+    pub fn sign<T: Serialize>(
+        &self,
+        ctx: SignContext,
+        doc: &T,
+    ) -> Result<SignedEnvelope, serde_json::Error> {
         let payload = serde_json::to_vec(doc)?;
         let sig = self.sign_bytes(ctx, &payload);
         Ok(SignedEnvelope {
@@ -96,12 +100,19 @@ pub struct DomainVerifier {
 
 impl DomainVerifier {
     pub fn from_b64(public_key: &str) -> Result<Self, VerifyError> {
-        let bytes = STANDARD.decode(public_key.trim()).map_err(|_| VerifyError::BadKey)?;
+        let bytes = STANDARD
+            .decode(public_key.trim())
+            .map_err(|_| VerifyError::BadKey)?;
         let key: [u8; 32] = bytes.try_into().map_err(|_| VerifyError::BadKey)?;
         Ok(Self { key })
     }
 
-    pub fn verify_bytes(&self, ctx: SignContext, bytes: &[u8], signature: &[u8]) -> Result<(), VerifyError> {
+    pub fn verify_bytes(
+        &self,
+        ctx: SignContext,
+        bytes: &[u8],
+        signature: &[u8],
+    ) -> Result<(), VerifyError> {
         let mut msg = Vec::with_capacity(ctx.tag().len() + bytes.len());
         msg.extend_from_slice(ctx.tag());
         msg.extend_from_slice(bytes);
@@ -111,9 +122,17 @@ impl DomainVerifier {
     }
 
     /// Checks the signature, then parses the payload. Nothing is parsed before the check.
-    pub fn open<T: DeserializeOwned>(&self, ctx: SignContext, env: &SignedEnvelope) -> Result<T, VerifyError> {
-        let payload = STANDARD.decode(&env.payload).map_err(|_| VerifyError::Encoding)?;
-        let sig = STANDARD.decode(&env.signature).map_err(|_| VerifyError::Encoding)?;
+    pub fn open<T: DeserializeOwned>(
+        &self,
+        ctx: SignContext,
+        env: &SignedEnvelope,
+    ) -> Result<T, VerifyError> {
+        let payload = STANDARD
+            .decode(&env.payload)
+            .map_err(|_| VerifyError::Encoding)?;
+        let sig = STANDARD
+            .decode(&env.signature)
+            .map_err(|_| VerifyError::Encoding)?;
         self.verify_bytes(ctx, &payload, &sig)?;
         Ok(serde_json::from_slice(&payload)?)
     }
@@ -132,7 +151,9 @@ mod tests {
     fn sign_then_open_and_refuse_tampering() {
         let signer = DomainSigner::from_seed(&[7u8; 32]).unwrap();
         let verifier = DomainVerifier::from_b64(&signer.public_key_b64()).unwrap();
-        let env = signer.sign(SignContext::NodeState, &Doc { version: 3 }).unwrap();
+        let env = signer
+            .sign(SignContext::NodeState, &Doc { version: 3 })
+            .unwrap();
         let doc: Doc = verifier.open(SignContext::NodeState, &env).unwrap();
         assert_eq!(doc, Doc { version: 3 });
 
@@ -157,6 +178,10 @@ mod tests {
         // Another Domain's key is refused.
         let other = DomainSigner::from_seed(&[8u8; 32]).unwrap();
         let other_verifier = DomainVerifier::from_b64(&other.public_key_b64()).unwrap();
-        assert!(other_verifier.open::<Doc>(SignContext::NodeState, &env).is_err());
+        assert!(
+            other_verifier
+                .open::<Doc>(SignContext::NodeState, &env)
+                .is_err()
+        );
     }
 }

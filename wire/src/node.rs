@@ -1,0 +1,225 @@
+//! The node API: what an enrolled plexd sends and receives after registration, authenticated
+//! with `Authorization: Bearer pxnk_...` (the credential registration handed out).
+//!
+//! | call | path |
+//! |---|---|
+//! | heartbeat | `POST /v1/nodes/{id}/heartbeat` ([`Heartbeat`] -> [`HeartbeatAck`]) |
+//! | endpoint report | `POST /v1/nodes/{id}/endpoints` ([`EndpointReport`] -> [`EndpointAck`]) |
+//! | state pull | `GET /v1/nodes/{id}/state` (`If-None-Match: "<version>"` -> 304, or a [`crate::signed::SignedEnvelope`] of [`NodeState`] with an `ETag`) |
+//! | event stream | `GET /v1/nodes/{id}/events` (SSE; `id:` = [`Event::seq`], `data:` = a signed envelope of [`Event`]) |
+//! | ingest | `POST /v1/nodes/{id}/ingest` ([`IngestBatch`] -> 202) |
+//! | leave | `DELETE /v1/nodes/{id}` (-> 204) |
+
+use std::net::{IpAddr, SocketAddr};
+
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::register::Intervals;
+
+/// The largest body a node call accepts, in bytes.
+pub const MAX_NODE_BODY: usize = 256 * 1024;
+/// The persistent keepalive plexd sets towards a peer when a side is behind NAT, in seconds.
+pub const NAT_KEEPALIVE_SECS: u16 = 25;
+/// The server sends an SSE keep-alive comment this often, in seconds (inside a 15 s proxy idle timeout).
+pub const SSE_KEEPALIVE_SECS: u64 = 10;
+
+/// `POST /v1/nodes/{id}/heartbeat`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Heartbeat {
+    pub uptime_secs: u64,
+    pub plexd_version: String,
+    /// The version of the last signed state the node applied, if any.
+    #[serde(default)]
+    pub state_version: Option<u64>,
+    pub peers: PeerSummary,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PeerSummary {
+    /// Peers configured on the interface.
+    pub configured: u32,
+    /// Peers with a handshake in the last 3 minutes.
+    pub connected: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeartbeatAck {
+    /// The newest state version the server has for this node: pull when it differs.
+    pub state_version: u64,
+    /// The intervals the node should use from now on.
+    pub intervals: Intervals,
+}
+
+/// `POST /v1/nodes/{id}/endpoints`: the node's own view of where it can be reached.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EndpointReport {
+    pub listen_port: u16,
+    /// Local (interface) addresses, without loopback, link-local or the mesh address.
+    pub addresses: Vec<IpAddr>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndpointAck {
+    /// The reflexive candidate: the address the server saw the report come from, with the
+    /// node's listen port.
+    pub observed: SocketAddr,
+    /// Every endpoint the server now advertises for this node, best first.
+    pub endpoints: Vec<SocketAddr>,
+}
+
+/// One peer in a node's desired state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerSpec {
+    pub node_id: Uuid,
+    pub hostname: String,
+    /// WireGuard public key, standard base64.
+    pub public_key: String,
+    pub mesh_ip: IpAddr,
+    /// What the peer may send from (its mesh IP as a host route).
+    pub allowed_ips: Vec<IpNet>,
+    /// Candidate endpoints, best first (reported local addresses, then the reflexive one).
+    pub endpoints: Vec<SocketAddr>,
+    #[serde(default)]
+    pub persistent_keepalive_secs: Option<u16>,
+}
+
+/// A node's whole desired state, signed by the Domain (context `NodeState`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeState {
+    /// Increases with every change in the node's Domain; the `ETag` of the state call.
+    pub version: u64,
+    pub node_id: Uuid,
+    pub domain_id: Uuid,
+    pub mesh_ip: IpAddr,
+    pub mesh_cidr: IpNet,
+    pub listen_port: u16,
+    pub peers: Vec<PeerSpec>,
+    /// Unix seconds when the server produced this document.
+    pub issued_at: i64,
+}
+
+/// One event on a node's stream, signed by the Domain (context `Event`). The SSE `id:` equals
+/// `seq`; a client refuses an event whose signed `seq` differs from the frame's id, or whose
+/// `node_id` is not its own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    pub seq: u64,
+    /// The node this copy of the event is addressed to.
+    pub node_id: Uuid,
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EventKind {
+    PeerAdded {
+        peer: PeerSpec,
+    },
+    PeerUpdated {
+        peer: PeerSpec,
+    },
+    PeerRemoved {
+        peer_node_id: Uuid,
+        public_key: String,
+    },
+    EndpointChanged {
+        peer_node_id: Uuid,
+        endpoints: Vec<SocketAddr>,
+    },
+    /// This node was revoked: stop using peers; the credential no longer works.
+    NodeRevoked,
+    /// The stream cannot resume from where the node asked: pull the full state.
+    Resync {
+        reason: String,
+    },
+}
+
+impl EventKind {
+    /// The SSE `event:` name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            EventKind::PeerAdded { .. } => "peer_added",
+            EventKind::PeerUpdated { .. } => "peer_updated",
+            EventKind::PeerRemoved { .. } => "peer_removed",
+            EventKind::EndpointChanged { .. } => "endpoint_changed",
+            EventKind::NodeRevoked => "node_revoked",
+            EventKind::Resync { .. } => "resync",
+        }
+    }
+}
+
+/// `POST /v1/nodes/{id}/ingest`: observations batched by the node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IngestBatch {
+    pub observations: Vec<Observation>,
+    /// Observations the node dropped (oldest first) while the API was away.
+    #[serde(default)]
+    pub dropped: u64,
+}
+
+/// (No `deny_unknown_fields` here: serde does not support it together with `flatten`.)
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Observation {
+    /// Unix seconds.
+    pub at: i64,
+    #[serde(flatten)]
+    pub kind: ObservationKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ObservationKind {
+    Handshake {
+        peer_node_id: Uuid,
+        endpoint: Option<SocketAddr>,
+    },
+    Traffic {
+        peer_node_id: Uuid,
+        rx_bytes: u64,
+        tx_bytes: u64,
+    },
+    Error {
+        message: String,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_json_is_pinned() {
+        let json = r#"{"seq":42,"node_id":"019a0816-0000-7000-8000-0000000000aa","type":"peer_removed","peer_node_id":"019a0816-0000-7000-8000-0000000000bb","public_key":"k"}"#;
+        let e: Event = serde_json::from_str(json).unwrap();
+        assert_eq!(e.seq, 42);
+        assert_eq!(e.kind.name(), "peer_removed");
+        assert_eq!(serde_json::to_string(&e).unwrap(), json);
+        let revoked =
+            r#"{"seq":7,"node_id":"019a0816-0000-7000-8000-0000000000aa","type":"node_revoked"}"#;
+        let e: Event = serde_json::from_str(revoked).unwrap();
+        assert_eq!(e.kind, EventKind::NodeRevoked);
+    }
+
+    #[test]
+    fn heartbeat_is_strict() {
+        let ok = r#"{"uptime_secs":5,"plexd_version":"0.1.0","state_version":3,"peers":{"configured":2,"connected":1}}"#;
+        let h: Heartbeat = serde_json::from_str(ok).unwrap();
+        assert_eq!(serde_json::to_string(&h).unwrap(), ok);
+        assert!(serde_json::from_str::<Heartbeat>(r#"{"uptime_secs":5,"plexd_version":"x","peers":{"configured":0,"connected":0},"extra":1}"#).is_err());
+    }
+
+    #[test]
+    fn observation_json_is_pinned() {
+        let json = r#"{"observations":[{"at":1,"type":"traffic","peer_node_id":"019a0816-0000-7000-8000-0000000000bb","rx_bytes":10,"tx_bytes":20}],"dropped":3}"#;
+        let b: IngestBatch = serde_json::from_str(json).unwrap();
+        assert_eq!(b.dropped, 3);
+        assert_eq!(serde_json::to_string(&b).unwrap(), json);
+    }
+}
