@@ -1,0 +1,166 @@
+//! The command line: global connection flags and one subcommand per operator task.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::output::Format;
+
+/// The plexsphere operator CLI: bootstrap tokens, nodes, projects and domains.
+///
+/// The server and the operator token come from flags, then the environment (PLEXCTL_SERVER,
+/// PLEXCTL_TOKEN, PLEXCTL_TOKEN_FILE, PLEXCTL_CA_FILE, PLEXCTL_CONFIG), then the config file
+/// ($XDG_CONFIG_HOME/plexctl/config.yaml or ~/.config/plexctl/config.yaml).
+#[derive(Debug, Parser)]
+#[command(name = "plexctl", version, about, long_about)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args)]
+pub struct Global {
+    /// The plexsphere API, e.g. https://plexsphere.example.com [env: PLEXCTL_SERVER]
+    #[arg(long, global = true, value_name = "URL")]
+    pub server: Option<String>,
+    /// An operator token (pxop_...); prefer --token-file, a flag shows in `ps` [env: PLEXCTL_TOKEN]
+    #[arg(long, global = true, value_name = "TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// A file holding the operator token [env: PLEXCTL_TOKEN_FILE]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
+    /// A PEM file of a CA to trust besides the system store [env: PLEXCTL_CA_FILE]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub ca_file: Option<PathBuf>,
+    /// How to print results
+    #[arg(long, short = 'o', global = true, value_enum, default_value_t = Format::Table)]
+    pub output: Format,
+    /// The config file to read instead of the default one [env: PLEXCTL_CONFIG]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Issue, list and revoke the single-use tokens nodes register with
+    #[command(subcommand)]
+    BootstrapToken(TokenCommand),
+    /// List and show enrolled nodes
+    #[command(subcommand)]
+    Node(NodeCommand),
+    /// List projects
+    #[command(subcommand)]
+    Project(ListCommand),
+    /// List domains
+    #[command(subcommand)]
+    Domain(ListCommand),
+    /// Print plexctl's version and the server's
+    Version,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Issue a bootstrap token; its text is shown this once
+    Issue {
+        /// The project's id or slug
+        #[arg(long, value_name = "PROJECT")]
+        project: String,
+        /// The token's kind
+        #[arg(long, default_value = "node", value_name = "KIND")]
+        kind: String,
+        /// 1-16 characters of a-z0-9, shown in the token's text (pxbt_<env>_...)
+        #[arg(long, value_name = "ENV")]
+        env_prefix: String,
+        /// How long the token can be used: 90s, 30m, 1h, 2d, 1h30m (the server allows 60s to 30d)
+        #[arg(long, default_value = "1h", value_name = "DURATION")]
+        ttl: String,
+    },
+    /// List a project's bootstrap tokens: active, consumed (with the node), expired, revoked
+    List {
+        /// The project's id or slug
+        #[arg(long, value_name = "PROJECT")]
+        project: String,
+    },
+    /// Revoke a bootstrap token so that no node can register with it
+    Revoke {
+        /// The token's id (the ID column of `bootstrap-token list`)
+        #[arg(
+            value_name = "ID",
+            conflicts_with = "id_flag",
+            required_unless_present = "id_flag"
+        )]
+        id: Option<String>,
+        /// The token's id, as a flag
+        #[arg(long = "id", value_name = "ID")]
+        id_flag: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NodeCommand {
+    /// List nodes, optionally of one project
+    List {
+        /// The project's id or slug
+        #[arg(long, value_name = "PROJECT")]
+        project: Option<String>,
+    },
+    /// Show one node
+    Get {
+        /// The node's id
+        #[arg(value_name = "ID")]
+        id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ListCommand {
+    /// List them all
+    List,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        <Cli as clap::CommandFactory>::command().debug_assert();
+    }
+
+    #[test]
+    fn revoke_takes_a_positional_id_or_the_flag() {
+        let positional = Cli::try_parse_from(["plexctl", "bootstrap-token", "revoke", "abc"]);
+        assert!(matches!(
+            positional.map(|c| c.command),
+            Ok(Command::BootstrapToken(TokenCommand::Revoke { id: Some(id), id_flag: None })) if id == "abc"
+        ));
+        let flag = Cli::try_parse_from(["plexctl", "bootstrap-token", "revoke", "--id", "abc"]);
+        assert!(matches!(
+            flag.map(|c| c.command),
+            Ok(Command::BootstrapToken(TokenCommand::Revoke { id: None, id_flag: Some(id) })) if id == "abc"
+        ));
+        assert!(Cli::try_parse_from(["plexctl", "bootstrap-token", "revoke"]).is_err());
+        assert!(
+            Cli::try_parse_from(["plexctl", "bootstrap-token", "revoke", "a", "--id", "b"])
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn global_flags_go_before_or_after_the_subcommand() {
+        let cli = Cli::try_parse_from([
+            "plexctl",
+            "node",
+            "list",
+            "--server",
+            "https://x",
+            "--output",
+            "json",
+        ]);
+        let Ok(cli) = cli else { panic!("parse failed") };
+        assert_eq!(cli.global.server.as_deref(), Some("https://x"));
+        assert_eq!(cli.global.output, Format::Json);
+    }
+}

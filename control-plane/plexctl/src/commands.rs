@@ -1,0 +1,234 @@
+//! One function per subcommand: check the operator's input, call the API, render the answer.
+//! Each returns the exact text for stdout; `main` prints it and maps failures to exit codes.
+
+use plexsphere_wire::admin::{
+    DomainView, IssueTokenRequest, IssuedToken, List, NodeView, ProjectView, TokenView, VersionInfo,
+};
+use plexsphere_wire::secret::{TokenKind, valid_env_prefix};
+use uuid::Uuid;
+
+use crate::cli::{Command, ListCommand, NodeCommand, TokenCommand};
+use crate::client::{Api, ClientError};
+use crate::config::{ConfigError, Settings};
+use crate::output::{self, Format};
+use crate::ttl::parse_ttl;
+
+/// Why a command failed, and how plexctl exits for it.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// A bad argument value: exit 64.
+    #[error("{0}")]
+    Usage(String),
+    /// The server has no such object (found by plexctl itself, e.g. a project slug): exit 1.
+    #[error("{0}")]
+    NotFound(String),
+    #[error("cannot print the answer as JSON: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+impl Failure {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Failure::Config(_) | Failure::Usage(_) => 64,
+            Failure::Client(e) => e.exit_code(),
+            Failure::NotFound(_) | Failure::Json(_) => 1,
+        }
+    }
+}
+
+/// Runs one command and answers what to print on stdout.
+pub async fn run(
+    command: &Command,
+    format: Format,
+    settings: &Settings,
+) -> Result<String, Failure> {
+    match command {
+        Command::Version => version(format, settings).await,
+        Command::BootstrapToken(cmd) => tokens(cmd, format, settings).await,
+        Command::Node(cmd) => nodes(cmd, format, settings).await,
+        Command::Project(ListCommand::List) => {
+            let list: List<ProjectView> = operator_api(settings)?
+                .get(&["v1", "projects"], &[])
+                .await?;
+            render(format, list.items.as_slice(), output::projects)
+        }
+        Command::Domain(ListCommand::List) => {
+            let list: List<DomainView> =
+                operator_api(settings)?.get(&["v1", "domains"], &[]).await?;
+            render(format, list.items.as_slice(), output::domains)
+        }
+    }
+}
+
+fn operator_api(settings: &Settings) -> Result<Api, Failure> {
+    let server = settings.server_url()?;
+    let token = settings.operator_token()?;
+    let ca_file = settings.ca_file.as_ref().map(|(path, _)| path.as_path());
+    Ok(Api::new(server, Some(token), ca_file)?)
+}
+
+fn render<T: serde::Serialize + ?Sized>(
+    format: Format,
+    value: &T,
+    table: impl FnOnce(&T) -> String,
+) -> Result<String, Failure> {
+    match format {
+        Format::Table => Ok(table(value)),
+        Format::Json => Ok(output::json(value)?),
+    }
+}
+
+async fn version(format: Format, settings: &Settings) -> Result<String, Failure> {
+    let client = VersionInfo {
+        name: "plexctl".to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+    };
+    // `/v1/version` is public: no token needed, and no server configured is not an error.
+    let server = match settings.server {
+        None => None,
+        Some(_) => {
+            let ca_file = settings.ca_file.as_ref().map(|(path, _)| path.as_path());
+            let api = Api::new(settings.server_url()?, None, ca_file)?;
+            Some(api.get::<VersionInfo>(&["v1", "version"], &[]).await?)
+        }
+    };
+    render(
+        format,
+        &output::Versions { client, server },
+        output::versions,
+    )
+}
+
+/// Each arm checks the operator's arguments before it needs the server or the token.
+async fn tokens(
+    cmd: &TokenCommand,
+    format: Format,
+    settings: &Settings,
+) -> Result<String, Failure> {
+    match cmd {
+        TokenCommand::Issue {
+            project,
+            kind,
+            env_prefix,
+            ttl,
+        } => {
+            let request = issue_request(kind, env_prefix, ttl)?;
+            let api = &operator_api(settings)?;
+            let project = project_id(api, project).await?;
+            let path = ["v1", "projects", &project.to_string(), "bootstrap-tokens"];
+            let issued: IssuedToken = api.post(&path, Some(&request)).await?;
+            render(format, &issued, output::issued_token)
+        }
+        TokenCommand::List { project } => {
+            let api = &operator_api(settings)?;
+            let project = project_id(api, project).await?;
+            let path = ["v1", "projects", &project.to_string(), "bootstrap-tokens"];
+            let list: List<TokenView> = api.get(&path, &[]).await?;
+            render(format, list.items.as_slice(), output::tokens)
+        }
+        TokenCommand::Revoke { id, id_flag } => {
+            let id = token_id(id.as_deref().or(id_flag.as_deref()))?;
+            let view: TokenView = operator_api(settings)?
+                .post::<(), _>(&["v1", "bootstrap-tokens", id, "revoke"], None)
+                .await?;
+            render(format, &view, |v| output::tokens(std::slice::from_ref(v)))
+        }
+    }
+}
+
+async fn nodes(cmd: &NodeCommand, format: Format, settings: &Settings) -> Result<String, Failure> {
+    match cmd {
+        NodeCommand::List { project } => {
+            let api = &operator_api(settings)?;
+            let project = match project {
+                Some(p) => Some(project_id(api, p).await?.to_string()),
+                None => None,
+            };
+            let query: Vec<(&str, &str)> =
+                project.iter().map(|p| ("project_id", p.as_str())).collect();
+            let list: List<NodeView> = api.get(&["v1", "nodes"], &query).await?;
+            render(format, list.items.as_slice(), output::nodes)
+        }
+        NodeCommand::Get { id } => {
+            let id = Uuid::parse_str(id.trim()).map_err(|_| {
+                Failure::Usage(format!(
+                    "`{id}` is not a node id; node ids are UUIDs, see `plexctl node list`"
+                ))
+            })?;
+            let node: NodeView = operator_api(settings)?
+                .get(&["v1", "nodes", &id.to_string()], &[])
+                .await?;
+            render(format, &node, output::node)
+        }
+    }
+}
+
+/// Checks `bootstrap-token issue`'s arguments before anything is sent.
+pub fn issue_request(
+    kind: &str,
+    env_prefix: &str,
+    ttl: &str,
+) -> Result<IssueTokenRequest, Failure> {
+    let kind = TokenKind::parse(kind).ok_or_else(|| {
+        Failure::Usage(format!(
+            "--kind `{kind}` is not a token kind; the only kind is node"
+        ))
+    })?;
+    if !valid_env_prefix(env_prefix) {
+        return Err(Failure::Usage(format!(
+            "--env-prefix `{env_prefix}` must be 1-16 characters of a-z and 0-9, e.g. lab"
+        )));
+    }
+    let ttl_secs = parse_ttl(ttl).map_err(|e| Failure::Usage(format!("--ttl: {e}")))?;
+    Ok(IssueTokenRequest {
+        kind,
+        env_prefix: env_prefix.to_owned(),
+        ttl_secs,
+    })
+}
+
+/// A token id as `bootstrap-token list` shows it: letters and digits only.
+pub fn token_id(given: Option<&str>) -> Result<&str, Failure> {
+    let id = given.map(str::trim).unwrap_or_default();
+    if id.is_empty() || id.len() > 64 || !id.chars().all(|c| c.is_ascii_alphanumeric()) {
+        return Err(Failure::Usage(format!(
+            "`{id}` is not a bootstrap token id; give the ID column of `plexctl bootstrap-token list` (not the token text)"
+        )));
+    }
+    Ok(id)
+}
+
+/// A project given by id is used as is; a slug is looked up in `GET /v1/projects`.
+async fn project_id(api: &Api, given: &str) -> Result<Uuid, Failure> {
+    if let Ok(id) = Uuid::parse_str(given.trim()) {
+        return Ok(id);
+    }
+    let list: List<ProjectView> = api.get(&["v1", "projects"], &[]).await?;
+    project_by_slug(&list.items, given.trim())
+}
+
+/// Finds the one project with this slug.
+pub fn project_by_slug(projects: &[ProjectView], slug: &str) -> Result<Uuid, Failure> {
+    let found: Vec<&ProjectView> = projects.iter().filter(|p| p.slug == slug).collect();
+    match found.as_slice() {
+        [one] => Ok(one.id),
+        [] => Err(Failure::NotFound(format!(
+            "no project has the id or slug `{slug}`; see `plexctl project list`"
+        ))),
+        many => {
+            let ids: Vec<String> = many.iter().map(|p| p.id.to_string()).collect();
+            Err(Failure::Usage(format!(
+                "the slug `{slug}` names projects in several domains ({}); give the project's id",
+                ids.join(", ")
+            )))
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "commands_tests.rs"]
+mod tests;

@@ -1,0 +1,244 @@
+//! What plexctl prints: aligned tables for people, one JSON document for scripts.
+//!
+//! Every renderer is a pure function from the wire view to the text, so the exact output is
+//! pinned by tests. Times are RFC 3339 in UTC to the second (`2026-11-30T10:00:00Z`); an empty
+//! value is `-`. JSON lists are printed as a bare array of items (not the server's
+//! `{"items":[...]}`), which is what `jq '.[]'` wants.
+
+use plexsphere_wire::admin::{
+    DomainView, IssuedToken, NodeView, ProjectView, TokenView, VersionInfo,
+};
+use serde::Serialize;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+/// `--output`: `table` (the default) or `json`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+}
+
+/// One JSON document, pretty-printed, ending in a newline.
+pub fn json<T: Serialize + ?Sized>(value: &T) -> Result<String, serde_json::Error> {
+    let mut text = serde_json::to_string_pretty(value)?;
+    text.push('\n');
+    Ok(text)
+}
+
+/// Columns separated by two spaces, each as wide as its widest cell; no trailing spaces.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            if let Some(w) = widths.get_mut(i) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+    }
+    let mut out = String::new();
+    let header: Vec<String> = headers.iter().map(|h| (*h).to_owned()).collect();
+    for row in std::iter::once(&header).chain(rows) {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i > 0 {
+                line.push_str("  ");
+            }
+            line.push_str(cell);
+            let pad = widths
+                .get(i)
+                .copied()
+                .unwrap_or(0)
+                .saturating_sub(cell.chars().count());
+            line.extend(std::iter::repeat_n(' ', pad));
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// `label:` / value lines with the values aligned, for one object.
+pub fn details(pairs: &[(&str, String)]) -> String {
+    let width = pairs
+        .iter()
+        .map(|(k, _)| k.chars().count() + 1)
+        .max()
+        .unwrap_or(0);
+    let mut out = String::new();
+    for (key, value) in pairs {
+        let label = format!("{key}:");
+        out.push_str(&format!("{label:<width$}  {value}\n"));
+    }
+    out
+}
+
+/// RFC 3339 in UTC, to the second.
+pub fn time(t: OffsetDateTime) -> String {
+    let utc = t.to_offset(time::UtcOffset::UTC);
+    let utc = utc.replace_nanosecond(0).unwrap_or(utc);
+    utc.format(&Rfc3339).unwrap_or_else(|_| utc.to_string())
+}
+
+fn opt<T>(value: Option<T>, show: impl FnOnce(T) -> String) -> String {
+    value.map(show).unwrap_or_else(|| "-".to_owned())
+}
+
+fn text(value: &str) -> String {
+    if value.is_empty() {
+        "-".to_owned()
+    } else {
+        value.to_owned()
+    }
+}
+
+/// `bootstrap-token issue`: the bare token text first, alone on its line.
+pub fn issued_token(t: &IssuedToken) -> String {
+    let mut out = format!("{}\n", t.token);
+    out.push_str(&details(&[
+        ("id", t.id.clone()),
+        ("project", t.project_id.to_string()),
+        ("kind", t.kind.as_str().to_owned()),
+        ("env prefix", t.env_prefix.clone()),
+        ("expires at", time(t.expires_at)),
+    ]));
+    out.push_str(
+        "note: the token is shown only once; store it now (on the node: /etc/plexd/bootstrap-token, mode 0600)\n",
+    );
+    out
+}
+
+pub fn tokens(items: &[TokenView]) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|t| {
+            vec![
+                t.id.clone(),
+                t.kind.as_str().to_owned(),
+                text(&t.env_prefix),
+                t.status.as_str().to_owned(),
+                time(t.created_at),
+                time(t.expires_at),
+                opt(t.consumed_by_node, |n| n.to_string()),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "ID",
+            "KIND",
+            "ENV",
+            "STATUS",
+            "CREATED",
+            "EXPIRES",
+            "CONSUMED BY",
+        ],
+        &rows,
+    )
+}
+
+pub fn nodes(items: &[NodeView]) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|n| {
+            vec![
+                n.id.to_string(),
+                text(&n.hostname),
+                n.mesh_ip.to_string(),
+                n.status.as_str().to_owned(),
+                opt(n.last_seen_at, time),
+                text(&n.plexd_version),
+                n.project_id.to_string(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "ID",
+            "HOSTNAME",
+            "MESH IP",
+            "STATUS",
+            "LAST SEEN",
+            "VERSION",
+            "PROJECT",
+        ],
+        &rows,
+    )
+}
+
+/// `node get`: every field of one node, one per line.
+pub fn node(n: &NodeView) -> String {
+    let endpoints = if n.endpoints.is_empty() {
+        "-".to_owned()
+    } else {
+        n.endpoints.join(", ")
+    };
+    details(&[
+        ("id", n.id.to_string()),
+        ("hostname", text(&n.hostname)),
+        ("mesh ip", n.mesh_ip.to_string()),
+        ("status", n.status.as_str().to_owned()),
+        ("last seen", opt(n.last_seen_at, time)),
+        ("registered", time(n.registered_at)),
+        ("version", text(&n.plexd_version)),
+        ("arch", text(&n.arch)),
+        ("project", n.project_id.to_string()),
+        ("domain", n.domain_id.to_string()),
+        ("resource handle", opt(n.resource_handle.as_deref(), text)),
+        ("wireguard key", text(&n.wireguard_public_key)),
+        ("endpoints", endpoints),
+    ])
+}
+
+pub fn projects(items: &[ProjectView]) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|p| {
+            vec![
+                p.id.to_string(),
+                text(&p.slug),
+                opt(p.display_name.as_deref(), text),
+                opt(p.sub_range_cidr, |c| c.to_string()),
+                p.domain_id.to_string(),
+            ]
+        })
+        .collect();
+    table(&["ID", "SLUG", "NAME", "SUB-RANGE", "DOMAIN"], &rows)
+}
+
+pub fn domains(items: &[DomainView]) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|d| {
+            vec![
+                d.id.to_string(),
+                text(&d.slug),
+                d.mesh_cidr.to_string(),
+                text(&d.signing_public_key),
+            ]
+        })
+        .collect();
+    table(&["ID", "SLUG", "MESH CIDR", "SIGNING KEY"], &rows)
+}
+
+/// `plexctl version --output json`: `{"client":{...},"server":{...} or null}`.
+#[derive(Debug, Serialize)]
+pub struct Versions {
+    pub client: VersionInfo,
+    pub server: Option<VersionInfo>,
+}
+
+pub fn versions(v: &Versions) -> String {
+    let server = match &v.server {
+        Some(s) => format!("{} {}", s.name, s.version),
+        None => "- (no server configured)".to_owned(),
+    };
+    details(&[
+        ("client", format!("{} {}", v.client.name, v.client.version)),
+        ("server", server),
+    ])
+}
+
+#[cfg(test)]
+#[path = "output_tests.rs"]
+mod tests;

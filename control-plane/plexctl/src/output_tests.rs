@@ -1,0 +1,236 @@
+use plexsphere_wire::admin::{NodeStatus, TokenStatus};
+use plexsphere_wire::secret::TokenKind;
+use time::macros::datetime;
+use uuid::uuid;
+
+use super::*;
+
+const PROJECT: uuid::Uuid = uuid!("019a0816-0000-7000-8000-000000000002");
+const DOMAIN: uuid::Uuid = uuid!("019a0816-0000-7000-8000-000000000000");
+const NODE: uuid::Uuid = uuid!("019a0816-0000-7000-8000-0000000000aa");
+
+fn token(id: &str, status: TokenStatus, consumed_by: Option<uuid::Uuid>) -> TokenView {
+    TokenView {
+        id: id.to_owned(),
+        project_id: PROJECT,
+        kind: TokenKind::Node,
+        env_prefix: "lab".to_owned(),
+        status,
+        created_at: datetime!(2026-11-30 10:00:00 UTC),
+        expires_at: datetime!(2026-11-30 11:00:00 UTC),
+        consumed_at: consumed_by.map(|_| datetime!(2026-11-30 10:05:00 UTC)),
+        consumed_by_node: consumed_by,
+        revoked_at: None,
+        resource_id: None,
+    }
+}
+
+fn node_view() -> NodeView {
+    NodeView {
+        id: NODE,
+        domain_id: DOMAIN,
+        project_id: PROJECT,
+        hostname: "edge-1".to_owned(),
+        arch: "amd64".to_owned(),
+        plexd_version: "0.1.0".to_owned(),
+        mesh_ip: "10.64.1.1".parse().unwrap(),
+        wireguard_public_key: "x25519pubkeybase64xxxxxxxxxxxxxxxxxxxxxxxxx=".to_owned(),
+        resource_handle: None,
+        status: NodeStatus::Online,
+        registered_at: datetime!(2026-11-30 10:05:00 UTC),
+        // Not UTC and with a fraction: shown in UTC to the second.
+        last_seen_at: Some(datetime!(2026-11-30 12:06:07.89 +02:00)),
+        endpoints: vec![
+            "192.0.2.10:51820".to_owned(),
+            "198.51.100.7:40000".to_owned(),
+        ],
+    }
+}
+
+#[test]
+fn tables_align_columns_without_trailing_spaces() {
+    let text = table(
+        &["A", "LONGER"],
+        &[
+            vec!["wide-cell".into(), "x".into()],
+            vec!["y".into(), "-".into()],
+        ],
+    );
+    assert_eq!(text, "A          LONGER\nwide-cell  x\ny          -\n");
+    assert_eq!(table(&["ID", "NAME"], &[]), "ID  NAME\n");
+}
+
+#[test]
+fn issued_token_starts_with_the_bare_token() {
+    let issued = IssuedToken {
+        id: "0123456789abcdef".to_owned(),
+        token: "pxbt_lab_node_0123456789abcdef_c2VjcmV0".to_owned(),
+        project_id: PROJECT,
+        kind: TokenKind::Node,
+        env_prefix: "lab".to_owned(),
+        created_at: datetime!(2026-11-30 10:00:00 UTC),
+        expires_at: datetime!(2026-11-30 11:00:00 UTC),
+    };
+    assert_eq!(
+        issued_token(&issued),
+        "pxbt_lab_node_0123456789abcdef_c2VjcmV0
+id:          0123456789abcdef
+project:     019a0816-0000-7000-8000-000000000002
+kind:        node
+env prefix:  lab
+expires at:  2026-11-30T11:00:00Z
+note: the token is shown only once; store it now (on the node: /etc/plexd/bootstrap-token, mode 0600)
+"
+    );
+}
+
+#[test]
+fn token_list_shows_status_and_the_consuming_node() {
+    let items = [
+        token("0123456789abcdef", TokenStatus::Consumed, Some(NODE)),
+        token("fedcba9876543210", TokenStatus::Active, None),
+    ];
+    assert_eq!(
+        tokens(&items),
+        "\
+ID                KIND  ENV  STATUS    CREATED               EXPIRES               CONSUMED BY
+0123456789abcdef  node  lab  consumed  2026-11-30T10:00:00Z  2026-11-30T11:00:00Z  019a0816-0000-7000-8000-0000000000aa
+fedcba9876543210  node  lab  active    2026-11-30T10:00:00Z  2026-11-30T11:00:00Z  -
+"
+    );
+}
+
+#[test]
+fn node_list_and_node_get() {
+    let mut never_seen = node_view();
+    never_seen.id = uuid!("019a0816-0000-7000-8000-0000000000bb");
+    never_seen.hostname = "db".to_owned();
+    never_seen.mesh_ip = "10.64.1.2".parse().unwrap();
+    never_seen.status = NodeStatus::Registered;
+    never_seen.last_seen_at = None;
+    assert_eq!(
+        nodes(&[node_view(), never_seen]),
+        "\
+ID                                    HOSTNAME  MESH IP    STATUS      LAST SEEN             VERSION  PROJECT
+019a0816-0000-7000-8000-0000000000aa  edge-1    10.64.1.1  online      2026-11-30T10:06:07Z  0.1.0    019a0816-0000-7000-8000-000000000002
+019a0816-0000-7000-8000-0000000000bb  db        10.64.1.2  registered  -                     0.1.0    019a0816-0000-7000-8000-000000000002
+"
+    );
+    assert_eq!(
+        node(&node_view()),
+        "\
+id:               019a0816-0000-7000-8000-0000000000aa
+hostname:         edge-1
+mesh ip:          10.64.1.1
+status:           online
+last seen:        2026-11-30T10:06:07Z
+registered:       2026-11-30T10:05:00Z
+version:          0.1.0
+arch:             amd64
+project:          019a0816-0000-7000-8000-000000000002
+domain:           019a0816-0000-7000-8000-000000000000
+resource handle:  -
+wireguard key:    x25519pubkeybase64xxxxxxxxxxxxxxxxxxxxxxxxx=
+endpoints:        192.0.2.10:51820, 198.51.100.7:40000
+"
+    );
+}
+
+#[test]
+fn project_and_domain_lists() {
+    let p = [
+        ProjectView {
+            id: PROJECT,
+            domain_id: DOMAIN,
+            slug: "lab-nodes".to_owned(),
+            display_name: Some("Lab nodes".to_owned()),
+            sub_range_cidr: Some("10.64.1.0/24".parse().unwrap()),
+        },
+        ProjectView {
+            id: uuid!("019a0816-0000-7000-8000-000000000001"),
+            domain_id: DOMAIN,
+            slug: "openstack".to_owned(),
+            display_name: None,
+            sub_range_cidr: None,
+        },
+    ];
+    assert_eq!(
+        projects(&p),
+        "\
+ID                                    SLUG       NAME       SUB-RANGE     DOMAIN
+019a0816-0000-7000-8000-000000000002  lab-nodes  Lab nodes  10.64.1.0/24  019a0816-0000-7000-8000-000000000000
+019a0816-0000-7000-8000-000000000001  openstack  -          -             019a0816-0000-7000-8000-000000000000
+"
+    );
+    let d = [DomainView {
+        id: DOMAIN,
+        slug: "lab".to_owned(),
+        mesh_cidr: "10.64.0.0/16".parse().unwrap(),
+        signing_public_key: "MCowBQYDK2VwAyEA".to_owned(),
+    }];
+    assert_eq!(
+        domains(&d),
+        "\
+ID                                    SLUG  MESH CIDR     SIGNING KEY
+019a0816-0000-7000-8000-000000000000  lab   10.64.0.0/16  MCowBQYDK2VwAyEA
+"
+    );
+}
+
+#[test]
+fn versions_table_and_json() {
+    let client = VersionInfo {
+        name: "plexctl".into(),
+        version: "0.1.0".into(),
+    };
+    let server = VersionInfo {
+        name: "plexsphere".into(),
+        version: "0.1.0".into(),
+    };
+    let both = Versions {
+        client: client.clone(),
+        server: Some(server),
+    };
+    assert_eq!(
+        versions(&both),
+        "client:  plexctl 0.1.0\nserver:  plexsphere 0.1.0\n"
+    );
+    let only = Versions {
+        client,
+        server: None,
+    };
+    assert_eq!(
+        versions(&only),
+        "client:  plexctl 0.1.0\nserver:  - (no server configured)\n"
+    );
+    let v: serde_json::Value = serde_json::from_str(&json(&both).unwrap()).unwrap();
+    assert_eq!(
+        v,
+        serde_json::json!({"client":{"name":"plexctl","version":"0.1.0"},"server":{"name":"plexsphere","version":"0.1.0"}})
+    );
+}
+
+#[test]
+fn json_lists_are_bare_arrays_of_the_wire_objects() {
+    let items = vec![token("0123456789abcdef", TokenStatus::Consumed, Some(NODE))];
+    let text = json(items.as_slice()).unwrap();
+    assert!(text.ends_with("]\n"));
+    // Exactly one document, which reads back as the wire type.
+    let back: Vec<TokenView> = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, items);
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        v[0]["consumed_by_node"],
+        "019a0816-0000-7000-8000-0000000000aa"
+    );
+    assert_eq!(v[0]["status"], "consumed");
+    assert_eq!(v[0]["expires_at"], "2026-11-30T11:00:00Z");
+}
+
+#[test]
+fn times_are_utc_to_the_second() {
+    assert_eq!(
+        time(datetime!(2026-01-02 03:04:05.999 -01:30)),
+        "2026-01-02T04:34:05Z"
+    );
+}
