@@ -1,1 +1,5 @@
-fn main() {}
+//! The `plexsphere` binary: everything lives in the library's `cli` module.
+
+fn main() -> std::process::ExitCode {
+    plexsphere::cli::main()
+}

@@ -1,0 +1,54 @@
+//! The ONE mapping from [`Error`] to an HTTP status, a stable machine code and a message.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use plexsphere_wire::{ApiError, codes};
+
+use crate::error::Error;
+
+/// Status and code of an error; the message is its `Display` unless it is an internal fault.
+pub fn classify(e: &Error) -> (StatusCode, &'static str) {
+    match e {
+        Error::InvalidJson(_) => (StatusCode::BAD_REQUEST, codes::INVALID_JSON),
+        Error::UnsupportedMediaType => (StatusCode::UNSUPPORTED_MEDIA_TYPE, codes::UNSUPPORTED_MEDIA_TYPE),
+        Error::BodyTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, codes::BODY_TOO_LARGE),
+        Error::Invalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, codes::INVALID_REQUEST),
+        Error::BadRequest(_) => (StatusCode::BAD_REQUEST, codes::INVALID_REQUEST),
+        Error::TokenUnknown => (StatusCode::UNAUTHORIZED, codes::TOKEN_UNKNOWN),
+        Error::TokenExpired => (StatusCode::UNAUTHORIZED, codes::TOKEN_EXPIRED),
+        Error::TokenRevoked => (StatusCode::FORBIDDEN, codes::TOKEN_REVOKED),
+        Error::TokenKindMismatch => (StatusCode::FORBIDDEN, codes::TOKEN_KIND_MISMATCH),
+        Error::ProjectMismatch => (StatusCode::FORBIDDEN, codes::PROJECT_MISMATCH),
+        Error::TokenConsumed => (StatusCode::FORBIDDEN, codes::TOKEN_CONSUMED),
+        Error::MeshRangeExhausted(_) => (StatusCode::CONFLICT, codes::MESH_RANGE_EXHAUSTED),
+        Error::RateLimited(_) => (StatusCode::TOO_MANY_REQUESTS, codes::RATE_LIMITED),
+        Error::Unauthorized(_) => (StatusCode::UNAUTHORIZED, codes::UNAUTHORIZED),
+        Error::NotFound(_) => (StatusCode::NOT_FOUND, codes::NOT_FOUND),
+        Error::Conflict(_) => (StatusCode::CONFLICT, codes::CONFLICT),
+        Error::Store(s) if s.is_busy() => (StatusCode::SERVICE_UNAVAILABLE, codes::UNAVAILABLE),
+        Error::Store(_) | Error::Key(_) | Error::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, codes::INTERNAL),
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        let (status, code) = classify(&self);
+        let message = if status.is_server_error() {
+            tracing::error!(error = %self, code, "request failed");
+            match status {
+                StatusCode::SERVICE_UNAVAILABLE => "the database is busy; retry shortly".to_owned(),
+                _ => "an internal error occurred; the server log has the detail".to_owned(),
+            }
+        } else {
+            self.to_string()
+        };
+        let mut resp = (status, Json(ApiError::new(code, message))).into_response();
+        if let Error::RateLimited(secs) = self
+            && let Ok(v) = HeaderValue::from_str(&secs.to_string())
+        {
+            resp.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        resp
+    }
+}

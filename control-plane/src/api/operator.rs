@@ -1,0 +1,187 @@
+//! The operator endpoints (`Authorization: Bearer pxop_...`).
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use plexsphere_wire::admin::{DomainView, IssueTokenRequest, IssuedToken, List, NodeView, ProjectView, TokenView};
+use plexsphere_wire::secret::{BootstrapToken, valid_env_prefix};
+use serde::Deserialize;
+use uuid::Uuid;
+
+use super::AppState;
+use super::extract::{ApiJson, Operator, TokenIdPath, UuidPath};
+use super::views::{node_view, token_view};
+use crate::error::Error;
+use crate::store::tokens::TokenRow;
+use crate::store::{self, StoreError, domains, nodes, projects, tokens};
+
+const MIN_TTL_SECS: u64 = 60;
+const MAX_TTL_SECS: u64 = 30 * 24 * 3600;
+
+type Conn = sqlx::pool::PoolConnection<sqlx::Any>;
+
+async fn conn(st: &AppState) -> Result<Conn, Error> {
+    Ok(st.store.pool().acquire().await.map_err(StoreError::from)?)
+}
+
+pub async fn list_domains(State(st): State<Arc<AppState>>, _op: Operator) -> Result<Json<List<DomainView>>, Error> {
+    let rows = domains::list(&mut *conn(&st).await?).await?;
+    let mut items = Vec::with_capacity(rows.len());
+    for d in rows {
+        items.push(DomainView {
+            id: d.id,
+            signing_public_key: st.keys.signer(&d.slug)?.public_key_b64(),
+            slug: d.slug,
+            mesh_cidr: d.mesh_cidr,
+        });
+    }
+    Ok(Json(List { items }))
+}
+
+pub async fn list_projects(State(st): State<Arc<AppState>>, _op: Operator) -> Result<Json<List<ProjectView>>, Error> {
+    let rows = projects::list(&mut *conn(&st).await?).await?;
+    let items = rows
+        .into_iter()
+        .map(|p| ProjectView {
+            id: p.id,
+            domain_id: p.domain_id,
+            slug: p.slug,
+            display_name: p.display_name,
+            sub_range_cidr: p.sub_range_cidr,
+        })
+        .collect();
+    Ok(Json(List { items }))
+}
+
+async fn require_project(c: &mut Conn, id: Uuid) -> Result<(), Error> {
+    match projects::get(c, id).await? {
+        Some(_) => Ok(()),
+        None => Err(Error::NotFound(format!("no project with id {id}; `plexctl project list` shows them"))),
+    }
+}
+
+pub async fn issue_token(
+    State(st): State<Arc<AppState>>,
+    op: Operator,
+    UuidPath(project_id): UuidPath,
+    ApiJson(req): ApiJson<IssueTokenRequest>,
+) -> Result<(StatusCode, Json<IssuedToken>), Error> {
+    if !valid_env_prefix(&req.env_prefix) {
+        return Err(Error::Invalid("env_prefix must be 1-16 characters of a-z and 0-9".into()));
+    }
+    if !(MIN_TTL_SECS..=MAX_TTL_SECS).contains(&req.ttl_secs) {
+        return Err(Error::Invalid(format!(
+            "ttl_secs must be between {MIN_TTL_SECS} (1 minute) and {MAX_TTL_SECS} (30 days)"
+        )));
+    }
+    let mut c = conn(&st).await?;
+    require_project(&mut c, project_id).await?;
+    let token = BootstrapToken::generate(&req.env_prefix, req.kind).map_err(|e| Error::Internal(e.to_string()))?;
+    let now = st.now();
+    let ttl = i64::try_from(req.ttl_secs).unwrap_or(i64::MAX);
+    let row = TokenRow {
+        id: token.id.clone(),
+        project_id,
+        kind: req.kind.as_str().to_owned(),
+        env_prefix: req.env_prefix.clone(),
+        secret_sha256: hex::encode(token.secret.digest()),
+        created_at: store::unix(now),
+        expires_at: store::unix(now).saturating_add(ttl),
+        consumed_at: None,
+        consumed_by_node: None,
+        revoked_at: None,
+        resource_id: None,
+    };
+    tokens::insert(&mut c, &row).await?;
+    tracing::info!(token_id = %row.id, project_id = %project_id, operator = %op.id, "bootstrap token issued");
+    let view = token_view(&row, row.created_at)?;
+    Ok((
+        StatusCode::CREATED,
+        Json(IssuedToken {
+            id: row.id,
+            token: token.expose(),
+            project_id,
+            kind: req.kind,
+            env_prefix: req.env_prefix,
+            created_at: view.created_at,
+            expires_at: view.expires_at,
+        }),
+    ))
+}
+
+pub async fn list_tokens(
+    State(st): State<Arc<AppState>>,
+    _op: Operator,
+    UuidPath(project_id): UuidPath,
+) -> Result<Json<List<TokenView>>, Error> {
+    let mut c = conn(&st).await?;
+    require_project(&mut c, project_id).await?;
+    let now = store::unix(st.now());
+    let items = tokens::list_for_project(&mut c, project_id)
+        .await?
+        .iter()
+        .map(|r| token_view(r, now))
+        .collect::<Result<_, _>>()?;
+    Ok(Json(List { items }))
+}
+
+pub async fn revoke_token(
+    State(st): State<Arc<AppState>>,
+    op: Operator,
+    TokenIdPath(id): TokenIdPath,
+) -> Result<Json<TokenView>, Error> {
+    let mut c = conn(&st).await?;
+    let now = store::unix(st.now());
+    if !tokens::revoke(&mut c, &id, now).await? {
+        return match tokens::get(&mut c, &id).await? {
+            None => Err(Error::NotFound(format!("no bootstrap token with id {id}"))),
+            Some(_) => Err(Error::Conflict(format!(
+                "bootstrap token {id} was already consumed by a node; revoke the node instead"
+            ))),
+        };
+    }
+    let row = tokens::get(&mut c, &id)
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("no bootstrap token with id {id}")))?;
+    tracing::info!(token_id = %id, operator = %op.id, "bootstrap token revoked");
+    Ok(Json(token_view(&row, now)?))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct NodeQuery {
+    project_id: Option<String>,
+}
+
+pub async fn list_nodes(
+    State(st): State<Arc<AppState>>,
+    _op: Operator,
+    query: Result<Query<NodeQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<List<NodeView>>, Error> {
+    let Query(q) = query.map_err(|e| Error::BadRequest(format!("bad query string: {e}")))?;
+    let project_id = q
+        .project_id
+        .map(|p| Uuid::parse_str(&p).map_err(|_| Error::BadRequest(format!("project_id {p:?} is not a UUID"))))
+        .transpose()?;
+    let now = store::unix(st.now());
+    let hb = st.config.intervals.heartbeat_secs;
+    let items = nodes::list(&mut *conn(&st).await?, project_id)
+        .await?
+        .iter()
+        .map(|n| node_view(n, now, hb))
+        .collect::<Result<_, _>>()?;
+    Ok(Json(List { items }))
+}
+
+pub async fn get_node(
+    State(st): State<Arc<AppState>>,
+    _op: Operator,
+    UuidPath(id): UuidPath,
+) -> Result<Json<NodeView>, Error> {
+    let row = nodes::get(&mut *conn(&st).await?, id)
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("no node with id {id}")))?;
+    let now = store::unix(st.now());
+    Ok(Json(node_view(&row, now, st.config.intervals.heartbeat_secs)?))
+}

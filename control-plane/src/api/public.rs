@@ -1,0 +1,45 @@
+//! The unauthenticated endpoints: version, the CA, registration.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use plexsphere_wire::admin::VersionInfo;
+use plexsphere_wire::register::MAX_REGISTER_BODY;
+use plexsphere_wire::{RegisterRequest, RegisterResponse};
+
+use super::AppState;
+use super::extract::{ApiJson, RegisterBudget};
+use crate::error::Error;
+use crate::register::Registrar;
+
+pub async fn version() -> Json<VersionInfo> {
+    Json(VersionInfo {
+        name: "plexsphere".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+    })
+}
+
+pub async fn ca_cert(State(st): State<Arc<AppState>>) -> Result<Response, Error> {
+    let pem = st.config.ca_pem.clone().ok_or_else(|| {
+        Error::NotFound("this server was not started with a CA it knows (only `plexsphere dev` serves its lab CA)".into())
+    })?;
+    Ok(([(header::CONTENT_TYPE, "application/x-pem-file")], pem).into_response())
+}
+
+pub async fn register(
+    State(st): State<Arc<AppState>>,
+    _budget: RegisterBudget,
+    ApiJson(req): ApiJson<RegisterRequest, MAX_REGISTER_BODY>,
+) -> Result<(StatusCode, Json<RegisterResponse>), Error> {
+    let registrar = Registrar {
+        store: &st.store,
+        keys: &st.keys,
+        intervals: st.config.intervals,
+    };
+    let done = registrar.register(&req, st.now()).await?;
+    let status = if done.created { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(done.response)))
+}

@@ -1,0 +1,109 @@
+//! Stored rows -> the wire views operators see. Pure functions; time is a parameter.
+
+use plexsphere_wire::admin::{NodeStatus, NodeView, TokenStatus, TokenView};
+use plexsphere_wire::secret::TokenKind;
+
+use crate::store::nodes::NodeRow;
+use crate::store::tokens::TokenRow;
+use crate::store::{StoreError, from_unix};
+
+/// A token's status at `now`: revoked and consumed win over expired.
+pub fn token_status(row: &TokenRow, now: i64) -> TokenStatus {
+    if row.revoked_at.is_some() {
+        TokenStatus::Revoked
+    } else if row.consumed_at.is_some() {
+        TokenStatus::Consumed
+    } else if row.expires_at <= now {
+        TokenStatus::Expired
+    } else {
+        TokenStatus::Active
+    }
+}
+
+pub fn token_view(row: &TokenRow, now: i64) -> Result<TokenView, StoreError> {
+    Ok(TokenView {
+        id: row.id.clone(),
+        project_id: row.project_id,
+        kind: TokenKind::parse(&row.kind)
+            .ok_or_else(|| StoreError::corrupt("bootstrap_tokens.kind", &row.kind))?,
+        env_prefix: row.env_prefix.clone(),
+        status: token_status(row, now),
+        created_at: from_unix("bootstrap_tokens.created_at", row.created_at)?,
+        expires_at: from_unix("bootstrap_tokens.expires_at", row.expires_at)?,
+        consumed_at: row
+            .consumed_at
+            .map(|t| from_unix("bootstrap_tokens.consumed_at", t))
+            .transpose()?,
+        consumed_by_node: row.consumed_by_node,
+        revoked_at: row
+            .revoked_at
+            .map(|t| from_unix("bootstrap_tokens.revoked_at", t))
+            .transpose()?,
+        resource_id: row.resource_id,
+    })
+}
+
+/// A node is online while its last authenticated call is within three heartbeats.
+pub fn node_status(row: &NodeRow, now: i64, heartbeat_secs: u32) -> NodeStatus {
+    match (row.revoked_at, row.last_seen_at) {
+        (Some(_), _) => NodeStatus::Revoked,
+        (None, None) => NodeStatus::Registered,
+        (None, Some(seen)) if now - seen <= 3 * i64::from(heartbeat_secs) => NodeStatus::Online,
+        (None, Some(_)) => NodeStatus::Offline,
+    }
+}
+
+pub fn node_view(row: &NodeRow, now: i64, heartbeat_secs: u32) -> Result<NodeView, StoreError> {
+    Ok(NodeView {
+        id: row.id,
+        domain_id: row.domain_id,
+        project_id: row.project_id,
+        hostname: row.hostname.clone(),
+        arch: row.arch.clone(),
+        plexd_version: row.plexd_version.clone(),
+        mesh_ip: row.mesh_ip,
+        wireguard_public_key: row.wireguard_public_key.clone(),
+        resource_handle: row.resource_handle.clone(),
+        status: node_status(row, now, heartbeat_secs),
+        registered_at: from_unix("nodes.registered_at", row.registered_at)?,
+        last_seen_at: row
+            .last_seen_at
+            .map(|t| from_unix("nodes.last_seen_at", t))
+            .transpose()?,
+        endpoints: Vec::new(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use uuid::Uuid;
+
+    fn token() -> TokenRow {
+        TokenRow {
+            id: "0123456789abcdef".into(),
+            project_id: Uuid::from_u128(1),
+            kind: "node".into(),
+            env_prefix: "lab".into(),
+            secret_sha256: String::new(),
+            created_at: 100,
+            expires_at: 200,
+            consumed_at: None,
+            consumed_by_node: None,
+            revoked_at: None,
+            resource_id: None,
+        }
+    }
+
+    #[test]
+    fn token_statuses() {
+        let t = token();
+        assert_eq!(token_status(&t, 150), TokenStatus::Active);
+        assert_eq!(token_status(&t, 200), TokenStatus::Expired);
+        let used = TokenRow { consumed_at: Some(150), ..t.clone() };
+        assert_eq!(token_status(&used, 500), TokenStatus::Consumed);
+        let revoked = TokenRow { revoked_at: Some(150), ..t };
+        assert_eq!(token_status(&revoked, 500), TokenStatus::Revoked);
+        assert_eq!(token_view(&revoked, 500).unwrap().status, TokenStatus::Revoked);
+    }
+}

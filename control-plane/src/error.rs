@@ -1,0 +1,62 @@
+//! The error every API operation answers with. `api::error` is the ONE place that maps it to
+//! an HTTP status and a stable machine code.
+
+use ipnet::IpNet;
+
+use crate::keys::KeyError;
+use crate::store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// 400 `invalid_json`: not JSON, wrong shape, unknown field.
+    #[error("the body is not valid JSON for this endpoint: {0}")]
+    InvalidJson(String),
+    /// 415 `unsupported_media_type`.
+    #[error("the body must be sent with Content-Type: application/json")]
+    UnsupportedMediaType,
+    /// 413 `body_too_large`.
+    #[error("the body is larger than the {0} bytes this endpoint accepts")]
+    BodyTooLarge(usize),
+    /// 422 `invalid_request`: a field of a well-formed body has a bad value.
+    #[error("{0}")]
+    Invalid(String),
+    /// 400 `invalid_request`: a bad path or query parameter (a malformed UUID...).
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("the bootstrap token is not known to this control plane; ask an operator for a fresh token")]
+    TokenUnknown,
+    #[error("the bootstrap token has expired; ask an operator for a fresh token")]
+    TokenExpired,
+    #[error("the bootstrap token was revoked by an operator; ask an operator for a fresh token")]
+    TokenRevoked,
+    #[error("the bootstrap token is not a node token; issue one with --kind node")]
+    TokenKindMismatch,
+    #[error("the bootstrap token belongs to another project than registration.project_id; fix the config or use a token of that project")]
+    ProjectMismatch,
+    #[error("the bootstrap token was already used; a bootstrap token is single-use, issue a fresh token")]
+    TokenConsumed,
+    #[error("no free mesh address is left in {0}; free addresses by revoking nodes or widen the range")]
+    MeshRangeExhausted(IpNet),
+    /// 429 `rate_limited` with `Retry-After`.
+    #[error("too many registration attempts from this client; retry after {0} s")]
+    RateLimited(u64),
+    #[error("{0}")]
+    Unauthorized(&'static str),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// Whether a whole transaction that failed with this should simply be tried again.
+    pub fn is_lost_race(&self) -> bool {
+        matches!(self, Error::Store(e) if e.is_busy())
+    }
+}

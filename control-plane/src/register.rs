@@ -1,0 +1,339 @@
+//! `POST /v1/register`: trade a single-use bootstrap token for a node identity.
+//!
+//! The token is read and judged first (outside any transaction). The transaction that follows
+//! starts with a write, a conditional UPDATE, so the database settles a race: the one caller
+//! whose UPDATE changes the row owns the token; a loser re-reads and lands on the replay rule.
+//! A replay (same WireGuard key, node never authenticated) gets the same node and a fresh
+//! credential. A transaction lost to a concurrent writer is retried whole.
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use ipnet::IpNet;
+use plexsphere_wire::secret::{BootstrapToken, NodeCredential, TokenKind, constant_time_eq};
+use plexsphere_wire::{Intervals, RegisterRequest, RegisterResponse};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::error::Error;
+use crate::ipam;
+use crate::keys::Keyring;
+use crate::store::nodes::NodeRow;
+use crate::store::tokens::TokenRow;
+use crate::store::{self, Store, StoreError, domains, nodes, projects, tokens};
+
+/// What registration needs besides the request.
+pub struct Registrar<'a> {
+    pub store: &'a Store,
+    pub keys: &'a Keyring,
+    pub intervals: Intervals,
+}
+
+/// A successful registration: `created` is false for a replay (HTTP 200 instead of 201).
+#[derive(Debug)]
+pub struct Registered {
+    pub response: RegisterResponse,
+    pub created: bool,
+}
+
+/// Checks every field but the token. The WireGuard key is standard base64 of 32 bytes.
+pub fn validate(req: &RegisterRequest) -> Result<(), Error> {
+    let key_ok = req.wireguard_public_key.len() == 44
+        && STANDARD
+            .decode(&req.wireguard_public_key)
+            .is_ok_and(|k| k.len() == 32);
+    if !key_ok {
+        return Err(Error::Invalid(
+            "wireguard_public_key must be the standard base64 of 32 bytes, as `wg pubkey` prints it".into(),
+        ));
+    }
+    let host_ok = (1..=253).contains(&req.hostname.len())
+        && req
+            .hostname
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'));
+    if !host_ok {
+        return Err(Error::Invalid(
+            "hostname must be 1-253 characters of letters, digits, '-', '.' and '_'".into(),
+        ));
+    }
+    if !matches!(req.arch.as_str(), "amd64" | "arm64") {
+        return Err(Error::Invalid(format!("arch {:?} is not supported; use amd64 or arm64", req.arch)));
+    }
+    if let Some(handle) = &req.resource_handle {
+        let ok = (1..=63).contains(&handle.len())
+            && handle
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'.' | b'_'));
+        if !ok {
+            return Err(Error::Invalid(
+                "resource_handle must be 1-63 characters of a-z, 0-9, '-', '.' and '_'".into(),
+            ));
+        }
+    }
+    let v = &req.plexd_version;
+    if v.is_empty() || v.len() > 64 || v.chars().any(char::is_control) {
+        return Err(Error::Invalid("plexd_version must be 1-64 printable characters".into()));
+    }
+    Ok(())
+}
+
+/// What a stored token allows, judged at `now` (pure).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenVerdict {
+    /// Unused and valid: consume it for a new node.
+    Fresh,
+    /// Already consumed by this node: only a replay by the same key can succeed.
+    Consumed(Uuid),
+}
+
+pub fn judge(
+    row: &TokenRow,
+    token: &BootstrapToken,
+    project_id: Option<Uuid>,
+    now: i64,
+) -> Result<TokenVerdict, Error> {
+    let stored = hex::decode(&row.secret_sha256).unwrap_or_default();
+    if !constant_time_eq(&token.secret.digest(), &stored) {
+        return Err(Error::TokenUnknown);
+    }
+    if row.kind != TokenKind::Node.as_str() || token.kind != TokenKind::Node {
+        return Err(Error::TokenKindMismatch);
+    }
+    if project_id.is_some_and(|p| p != row.project_id) {
+        return Err(Error::ProjectMismatch);
+    }
+    if row.revoked_at.is_some() {
+        return Err(Error::TokenRevoked);
+    }
+    if let Some(node) = row.consumed_by_node {
+        return Ok(TokenVerdict::Consumed(node));
+    }
+    if row.consumed_at.is_some() {
+        return Err(Error::TokenConsumed);
+    }
+    if row.expires_at <= now {
+        return Err(Error::TokenExpired);
+    }
+    Ok(TokenVerdict::Fresh)
+}
+
+impl Registrar<'_> {
+    pub async fn register(&self, req: &RegisterRequest, now: OffsetDateTime) -> Result<Registered, Error> {
+        validate(req)?;
+        let token = BootstrapToken::parse(&req.bootstrap_token).map_err(|_| Error::TokenUnknown)?;
+        let now = store::unix(now);
+        // A lost consume race sends us back to re-read the token; twice is always enough
+        // (after a lost race the token is consumed or revoked for good).
+        for _ in 0..3 {
+            let row = {
+                let mut conn = self.store.pool().acquire().await.map_err(StoreError::from)?;
+                tokens::get(&mut conn, &token.id).await?
+            }
+            .ok_or(Error::TokenUnknown)?;
+            let outcome = match judge(&row, &token, req.project_id, now)? {
+                TokenVerdict::Fresh => {
+                    store::retry("register", Error::is_lost_race_or_ip_clash, || {
+                        self.create(&row, req, now)
+                    })
+                    .await?
+                }
+                TokenVerdict::Consumed(node_id) => {
+                    store::retry("register replay", Error::is_lost_race, || self.replay(node_id, req)).await?
+                }
+            };
+            if let Some(done) = outcome {
+                return Ok(done);
+            }
+        }
+        Err(Error::TokenConsumed)
+    }
+
+    /// One attempt at a new node. `None`: another caller consumed the token first.
+    async fn create(&self, row: &TokenRow, req: &RegisterRequest, now: i64) -> Result<Option<Registered>, Error> {
+        let node_id = Uuid::now_v7();
+        let mut tx = self.store.pool().begin().await.map_err(StoreError::from)?;
+        if !tokens::consume(&mut tx, &row.id, node_id, now).await? {
+            return Ok(None);
+        }
+        let project = projects::get(&mut tx, row.project_id)
+            .await?
+            .ok_or_else(|| Error::Internal(format!("token {} names a missing project", row.id)))?;
+        let domain = domains::get(&mut tx, project.domain_id)
+            .await?
+            .ok_or_else(|| Error::Internal(format!("project {} names a missing domain", project.id)))?;
+        let (range, reserved): (IpNet, Vec<IpNet>) = match project.sub_range_cidr {
+            Some(sub) => (sub, Vec::new()),
+            None => {
+                let others = projects::in_domain(&mut tx, domain.id).await?;
+                let reserved = others
+                    .iter()
+                    .filter(|p| p.id != project.id)
+                    .filter_map(|p| p.sub_range_cidr)
+                    .collect();
+                (domain.mesh_cidr, reserved)
+            }
+        };
+        let taken: HashSet<IpAddr> = nodes::live_mesh_ips(&mut tx, domain.id).await?.into_iter().collect();
+        let mesh_ip = ipam::allocate(range, &taken, &reserved).map_err(|_| Error::MeshRangeExhausted(range))?;
+        let credential = NodeCredential::generate(node_id).map_err(|e| Error::Internal(e.to_string()))?;
+        nodes::insert(
+            &mut tx,
+            &NodeRow {
+                id: node_id,
+                domain_id: domain.id,
+                project_id: project.id,
+                hostname: req.hostname.clone(),
+                arch: req.arch.clone(),
+                plexd_version: req.plexd_version.clone(),
+                mesh_ip,
+                wireguard_public_key: req.wireguard_public_key.clone(),
+                resource_handle: req.resource_handle.clone(),
+                credential_sha256: hex::encode(credential.secret.digest()),
+                registered_at: now,
+                last_seen_at: None,
+                revoked_at: None,
+            },
+        )
+        .await?;
+        let signer = self.keys.signer(&domain.slug)?;
+        tx.commit().await.map_err(StoreError::from)?;
+        tracing::info!(node_id = %node_id, mesh_ip = %mesh_ip, project_id = %project.id, "node registered");
+        Ok(Some(Registered {
+            response: RegisterResponse {
+                node_id,
+                domain_id: domain.id,
+                project_id: project.id,
+                mesh_ip,
+                mesh_cidr: domain.mesh_cidr,
+                node_credential: credential.expose(),
+                domain_signing_public_key: signer.public_key_b64(),
+                intervals: self.intervals,
+            },
+            created: true,
+        }))
+    }
+
+    /// One attempt at a replay: the same key, a node that never authenticated.
+    async fn replay(&self, node_id: Uuid, req: &RegisterRequest) -> Result<Option<Registered>, Error> {
+        let credential = NodeCredential::generate(node_id).map_err(|e| Error::Internal(e.to_string()))?;
+        let mut tx = self.store.pool().begin().await.map_err(StoreError::from)?;
+        let replaced = nodes::replace_unused_credential(
+            &mut tx,
+            node_id,
+            &req.wireguard_public_key,
+            &hex::encode(credential.secret.digest()),
+        )
+        .await?;
+        if !replaced {
+            return Err(Error::TokenConsumed);
+        }
+        let node = nodes::get(&mut tx, node_id)
+            .await?
+            .ok_or_else(|| Error::Internal(format!("node {node_id} vanished during a replay")))?;
+        let domain = domains::get(&mut tx, node.domain_id)
+            .await?
+            .ok_or_else(|| Error::Internal(format!("node {node_id} names a missing domain")))?;
+        let signer = self.keys.signer(&domain.slug)?;
+        tx.commit().await.map_err(StoreError::from)?;
+        tracing::info!(node_id = %node_id, mesh_ip = %node.mesh_ip, project_id = %node.project_id, "node registration replayed");
+        Ok(Some(Registered {
+            response: RegisterResponse {
+                node_id,
+                domain_id: domain.id,
+                project_id: node.project_id,
+                mesh_ip: node.mesh_ip,
+                mesh_cidr: domain.mesh_cidr,
+                node_credential: credential.expose(),
+                domain_signing_public_key: signer.public_key_b64(),
+                intervals: self.intervals,
+            },
+            created: false,
+        }))
+    }
+}
+
+impl Error {
+    /// A lost race, or two writers that picked the same mesh IP (the unique index refused one).
+    pub fn is_lost_race_or_ip_clash(&self) -> bool {
+        self.is_lost_race() || matches!(self, Error::Store(e) if e.is_unique_violation())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req() -> RegisterRequest {
+        RegisterRequest {
+            bootstrap_token: String::new(),
+            wireguard_public_key: STANDARD.encode([7u8; 32]),
+            hostname: "node-1.lab".into(),
+            arch: "amd64".into(),
+            plexd_version: "0.1.0".into(),
+            project_id: None,
+            resource_handle: Some("web-1".into()),
+        }
+    }
+
+    #[test]
+    fn validation_names_the_bad_field() {
+        assert!(validate(&req()).is_ok());
+        let bad = |f: fn(&mut RegisterRequest), word: &str| {
+            let mut r = req();
+            f(&mut r);
+            let e = validate(&r).unwrap_err().to_string();
+            assert!(e.contains(word), "{e}");
+        };
+        bad(|r| r.wireguard_public_key = STANDARD.encode([1u8; 31]), "wireguard_public_key");
+        bad(|r| r.wireguard_public_key = "not base64!".into(), "wireguard_public_key");
+        bad(|r| r.hostname = String::new(), "hostname");
+        bad(|r| r.hostname = "a".repeat(254), "hostname");
+        bad(|r| r.hostname = "bad host".into(), "hostname");
+        bad(|r| r.arch = "x86_64".into(), "arch");
+        bad(|r| r.resource_handle = Some("Web".into()), "resource_handle");
+        bad(|r| r.resource_handle = Some("a".repeat(64)), "resource_handle");
+        bad(|r| r.plexd_version = String::new(), "plexd_version");
+    }
+
+    fn row(token: &BootstrapToken) -> TokenRow {
+        TokenRow {
+            id: token.id.clone(),
+            project_id: Uuid::from_u128(1),
+            kind: "node".into(),
+            env_prefix: "lab".into(),
+            secret_sha256: hex::encode(token.secret.digest()),
+            created_at: 100,
+            expires_at: 200,
+            consumed_at: None,
+            consumed_by_node: None,
+            revoked_at: None,
+            resource_id: None,
+        }
+    }
+
+    #[test]
+    fn judging_a_token() {
+        let t = BootstrapToken::generate("lab", TokenKind::Node).unwrap();
+        let r = row(&t);
+        assert_eq!(judge(&r, &t, None, 150).unwrap(), TokenVerdict::Fresh);
+        assert_eq!(judge(&r, &t, Some(Uuid::from_u128(1)), 150).unwrap(), TokenVerdict::Fresh);
+        assert!(matches!(judge(&r, &t, Some(Uuid::from_u128(2)), 150), Err(Error::ProjectMismatch)));
+        assert!(matches!(judge(&r, &t, None, 200), Err(Error::TokenExpired)));
+        let other = BootstrapToken::generate("lab", TokenKind::Node).unwrap();
+        assert!(matches!(judge(&r, &other, None, 150), Err(Error::TokenUnknown)));
+        let revoked = TokenRow { revoked_at: Some(120), ..r.clone() };
+        assert!(matches!(judge(&revoked, &t, None, 150), Err(Error::TokenRevoked)));
+        let used = TokenRow {
+            consumed_at: Some(120),
+            consumed_by_node: Some(Uuid::from_u128(9)),
+            ..r.clone()
+        };
+        // A consumed token stays replayable after its expiry; the replay decides by key.
+        assert_eq!(judge(&used, &t, None, 500).unwrap(), TokenVerdict::Consumed(Uuid::from_u128(9)));
+        let odd_kind = TokenRow { kind: "user".into(), ..r };
+        assert!(matches!(judge(&odd_kind, &t, None, 150), Err(Error::TokenKindMismatch)));
+    }
+}

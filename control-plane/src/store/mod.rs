@@ -1,0 +1,184 @@
+//! The storage layer: one `sqlx::AnyPool` over SQLite (the embedded default) or Postgres.
+//!
+//! Only portable SQL lives here (`$1` placeholders, `ON CONFLICT`, TEXT ids, BIGINT unix
+//! seconds, hex digests). Nothing assumes a single writer: races are settled by constraints
+//! and conditional updates, and a transaction that loses to a concurrent writer (SQLite
+//! `SQLITE_BUSY`, Postgres `40001`/`40P01`, a unique violation on a mesh IP) is retried whole
+//! by [`retry`]. Each table has its own small module of repository functions.
+
+pub mod domains;
+pub mod nodes;
+pub mod operators;
+pub mod projects;
+pub mod tokens;
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::path::Path;
+use std::time::Duration;
+
+use sqlx::any::{AnyPoolOptions, install_default_drivers};
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::{AnyPool, Executor as _, SqlSafeStr as _};
+
+/// How many times a transaction that lost a race is tried again before the error surfaces.
+pub const MAX_ATTEMPTS: u32 = 12;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Sqlx(#[from] sqlx::Error),
+    #[error("schema migration failed: {0}; check the database URL and that it is not a newer plexsphere's database")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("the database holds a malformed value in {what}: {detail}")]
+    Corrupt { what: &'static str, detail: String },
+}
+
+impl StoreError {
+    pub fn corrupt(what: &'static str, detail: impl std::fmt::Display) -> Self {
+        StoreError::Corrupt {
+            what,
+            detail: detail.to_string(),
+        }
+    }
+
+    /// A lost race with another writer: SQLite busy/locked, a Postgres serialization failure
+    /// or deadlock. Retrying the whole transaction is the fix.
+    pub fn is_busy(&self) -> bool {
+        let StoreError::Sqlx(sqlx::Error::Database(db)) = self else {
+            return false;
+        };
+        let code = db.code().unwrap_or(Cow::Borrowed(""));
+        let msg = db.message();
+        // SQLite primary result codes: 5 BUSY (extended 261, 517, 773), 6 LOCKED (262, 518).
+        matches!(
+            code.as_ref(),
+            "5" | "6" | "261" | "262" | "517" | "518" | "773" | "40001" | "40P01"
+        ) || msg.contains("database is locked")
+            || msg.contains("database table is locked")
+    }
+
+    /// A unique constraint refused a row (two writers picked the same mesh IP, slug, id...).
+    pub fn is_unique_violation(&self) -> bool {
+        match self {
+            StoreError::Sqlx(sqlx::Error::Database(db)) => {
+                db.kind() == sqlx::error::ErrorKind::UniqueViolation
+                    || db.message().contains("UNIQUE constraint failed")
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Converts a row value that must parse (a UUID, an IP, a CIDR) or reports which column was bad.
+pub(crate) fn parse_col<T: std::str::FromStr>(what: &'static str, s: &str) -> Result<T, StoreError>
+where
+    T::Err: std::fmt::Display,
+{
+    s.parse::<T>().map_err(|e| StoreError::corrupt(what, format!("{s:?}: {e}")))
+}
+
+/// The one handle every subsystem uses.
+#[derive(Clone)]
+pub struct Store {
+    pool: AnyPool,
+}
+
+impl Store {
+    /// Connects to `database_url` (`sqlite://...` or `postgres://...`), creating a SQLite file
+    /// when missing; SQLite connections get WAL and a busy timeout.
+    pub async fn connect(database_url: &str) -> Result<Self, StoreError> {
+        install_default_drivers();
+        let pool = AnyPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(Duration::from_secs(30))
+            .after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    if conn.backend_name().eq_ignore_ascii_case("sqlite") {
+                        conn.execute("PRAGMA journal_mode = WAL").await?;
+                        // Wait up to 10 s for another writer before reporting SQLITE_BUSY.
+                        conn.execute("PRAGMA busy_timeout = 10000").await?;
+                        conn.execute("PRAGMA foreign_keys = ON").await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(database_url)
+            .await?;
+        Ok(Self { pool })
+    }
+
+    /// The default database of a data directory: `<dir>/plexsphere.db`, created if missing.
+    pub fn sqlite_url(data_dir: &Path) -> String {
+        format!("sqlite://{}?mode=rwc", data_dir.join("plexsphere.db").display())
+    }
+
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    /// Brings the schema up to date. Safe to run on every start and from several replicas.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        migrator().run(&self.pool).await?;
+        Ok(())
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// The embedded migrations, in order.
+pub fn migrator() -> Migrator {
+    let migrations = vec![Migration::new(
+        1,
+        Cow::Borrowed("init"),
+        MigrationType::Simple,
+        include_str!("../../migrations/0001_init.sql").into_sql_str(),
+        false,
+    )];
+    Migrator::with_migrations(migrations)
+}
+
+/// Runs `attempt` until it succeeds, fails for a reason other than a lost race, or has been
+/// tried [`MAX_ATTEMPTS`] times. Each attempt must open (and commit) its own transaction.
+/// Between attempts it waits a short, growing, jittered pause so racing writers spread out.
+pub async fn retry<T, E, F, Fut>(what: &'static str, is_retryable: impl Fn(&E) -> bool, mut attempt: F) -> Result<T, E>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, E>>,
+{
+    let mut n = 0;
+    loop {
+        n += 1;
+        match attempt().await {
+            Err(e) if n < MAX_ATTEMPTS && is_retryable(&e) => {
+                tracing::debug!(operation = what, attempt = n, "transaction lost a race; retrying");
+                tokio::time::sleep(backoff(n)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// 2, 4, 8 ... ms capped at 200 ms, plus up to the same again at random.
+fn backoff(attempt: u32) -> Duration {
+    use ring::rand::SecureRandom as _;
+    let base = 2u64.saturating_pow(attempt.min(8)).min(200);
+    let mut b = [0u8; 2];
+    let jitter = match ring::rand::SystemRandom::new().fill(&mut b) {
+        Ok(()) => u64::from(u16::from_le_bytes(b)) % (base + 1),
+        Err(_) => 0,
+    };
+    Duration::from_millis(base + jitter)
+}
+
+/// Current unix time in seconds from an `OffsetDateTime`.
+pub fn unix(t: time::OffsetDateTime) -> i64 {
+    t.unix_timestamp()
+}
+
+/// A stored unix time back into an `OffsetDateTime`.
+pub fn from_unix(what: &'static str, secs: i64) -> Result<time::OffsetDateTime, StoreError> {
+    time::OffsetDateTime::from_unix_timestamp(secs).map_err(|e| StoreError::corrupt(what, e))
+}

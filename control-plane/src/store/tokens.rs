@@ -1,0 +1,137 @@
+//! The `bootstrap_tokens` table: single-use tokens, stored as the SHA-256 of their secret.
+
+use sqlx::{AnyConnection, Row as _};
+use uuid::Uuid;
+
+use super::{StoreError, parse_col};
+
+#[derive(Clone, PartialEq, Eq)]
+pub struct TokenRow {
+    /// The public lookup id (16 hex characters).
+    pub id: String,
+    pub project_id: Uuid,
+    pub kind: String,
+    pub env_prefix: String,
+    /// Lowercase hex SHA-256 of the secret part.
+    pub secret_sha256: String,
+    pub created_at: i64,
+    pub expires_at: i64,
+    pub consumed_at: Option<i64>,
+    pub consumed_by_node: Option<Uuid>,
+    pub revoked_at: Option<i64>,
+    pub resource_id: Option<Uuid>,
+}
+
+impl std::fmt::Debug for TokenRow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenRow")
+            .field("id", &self.id)
+            .field("project_id", &self.project_id)
+            .field("kind", &self.kind)
+            .field("expires_at", &self.expires_at)
+            .field("consumed_at", &self.consumed_at)
+            .field("revoked_at", &self.revoked_at)
+            .finish_non_exhaustive()
+    }
+}
+
+fn opt_uuid(what: &'static str, v: Option<String>) -> Result<Option<Uuid>, StoreError> {
+    v.map(|s| parse_col(what, &s)).transpose()
+}
+
+fn from_row(row: &sqlx::any::AnyRow) -> Result<TokenRow, StoreError> {
+    Ok(TokenRow {
+        id: row.try_get("id")?,
+        project_id: parse_col("bootstrap_tokens.project_id", &row.try_get::<String, _>("project_id")?)?,
+        kind: row.try_get("kind")?,
+        env_prefix: row.try_get("env_prefix")?,
+        secret_sha256: row.try_get("secret_sha256")?,
+        created_at: row.try_get("created_at")?,
+        expires_at: row.try_get("expires_at")?,
+        consumed_at: row.try_get("consumed_at")?,
+        consumed_by_node: opt_uuid("bootstrap_tokens.consumed_by_node", row.try_get("consumed_by_node")?)?,
+        revoked_at: row.try_get("revoked_at")?,
+        resource_id: opt_uuid("bootstrap_tokens.resource_id", row.try_get("resource_id")?)?,
+    })
+}
+
+pub async fn insert(conn: &mut AnyConnection, t: &TokenRow) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO bootstrap_tokens (id, project_id, kind, env_prefix, secret_sha256, created_at, expires_at, consumed_at, consumed_by_node, revoked_at, resource_id) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+    )
+    .bind(t.id.clone())
+    .bind(t.project_id.to_string())
+    .bind(t.kind.clone())
+    .bind(t.env_prefix.clone())
+    .bind(t.secret_sha256.clone())
+    .bind(t.created_at)
+    .bind(t.expires_at)
+    .bind(t.consumed_at)
+    .bind(t.consumed_by_node.map(|u| u.to_string()))
+    .bind(t.revoked_at)
+    .bind(t.resource_id.map(|u| u.to_string()))
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+pub async fn get(conn: &mut AnyConnection, id: &str) -> Result<Option<TokenRow>, StoreError> {
+    let row = sqlx::query(
+        "SELECT id, project_id, kind, env_prefix, secret_sha256, created_at, expires_at, consumed_at, consumed_by_node, revoked_at, resource_id \
+         FROM bootstrap_tokens WHERE id = $1",
+    )
+    .bind(id.to_owned())
+    .fetch_optional(&mut *conn)
+    .await?;
+    row.as_ref().map(from_row).transpose()
+}
+
+pub async fn list_for_project(conn: &mut AnyConnection, project_id: Uuid) -> Result<Vec<TokenRow>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT id, project_id, kind, env_prefix, secret_sha256, created_at, expires_at, consumed_at, consumed_by_node, revoked_at, resource_id \
+         FROM bootstrap_tokens WHERE project_id = $1 ORDER BY created_at, id",
+    )
+    .bind(project_id.to_string())
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter().map(from_row).collect()
+}
+
+/// Consumes a token for `node_id` if, at this instant, it is still usable. Exactly one caller
+/// of many racing on one token sees `true`: the row changes only while `consumed_at` is NULL.
+pub async fn consume(conn: &mut AnyConnection, id: &str, node_id: Uuid, now: i64) -> Result<bool, StoreError> {
+    let done = sqlx::query(
+        "UPDATE bootstrap_tokens SET consumed_at = $1, consumed_by_node = $2 \
+         WHERE id = $3 AND consumed_at IS NULL AND revoked_at IS NULL AND expires_at > $1",
+    )
+    .bind(now)
+    .bind(node_id.to_string())
+    .bind(id.to_owned())
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Revokes a token unless it is consumed; revoking a revoked token keeps the first time.
+/// Answers whether the token is revoked afterwards.
+pub async fn revoke(conn: &mut AnyConnection, id: &str, now: i64) -> Result<bool, StoreError> {
+    let done = sqlx::query(
+        "UPDATE bootstrap_tokens SET revoked_at = COALESCE(revoked_at, $1) WHERE id = $2 AND consumed_at IS NULL",
+    )
+    .bind(now)
+    .bind(id.to_owned())
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Moves a token's expiry (operators' tooling and tests use it; the API never does).
+pub async fn set_expires_at(conn: &mut AnyConnection, id: &str, expires_at: i64) -> Result<bool, StoreError> {
+    let done = sqlx::query("UPDATE bootstrap_tokens SET expires_at = $1 WHERE id = $2")
+        .bind(expires_at)
+        .bind(id.to_owned())
+        .execute(&mut *conn)
+        .await?;
+    Ok(done.rows_affected() == 1)
+}
