@@ -31,16 +31,14 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error(
-        "the config file {path} is invalid at line {line}: {message}; the keys are server, token, token_file and ca_file"
-    )]
+    #[error("the config file {path} is invalid at line {line}: {message}")]
     ParseAt {
         path: PathBuf,
         line: usize,
         message: String,
     },
     #[error(
-        "the config file {path} is invalid: {message}; the keys are server, token, token_file and ca_file"
+        "the config file {path} is invalid: {message}; its keys are server, token, token_file and ca_file"
     )]
     Parse { path: PathBuf, message: String },
     #[error(
@@ -61,7 +59,9 @@ pub enum ConfigError {
         origin: Origin,
         reason: String,
     },
-    #[error("cannot read the operator token file {path} (from {origin}): {source}")]
+    #[error(
+        "cannot read the operator token file {path} (from {origin}): {source}; write the token from `plexsphere operator-token create` there or fix the path"
+    )]
     TokenFile {
         path: PathBuf,
         origin: Origin,
