@@ -1,1 +1,20 @@
-fn main() {}
+//! The `plexd` binary: parse the command line, hand it to the library, exit with its status.
+
+use clap::Parser as _;
+
+fn main() {
+    let cli = match plexd::cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help and --version are not errors; everything else is a usage error (64).
+            let status = if e.use_stderr() {
+                plexd::exit::ExitCode::Usage.as_i32()
+            } else {
+                0
+            };
+            let _ = e.print();
+            std::process::exit(status);
+        }
+    };
+    std::process::exit(plexd::app::main(cli));
+}

@@ -1,0 +1,397 @@
+//! The data plane's core: peers, routing and the packet path, with no sockets and no clock.
+//!
+//! Inputs are `handle_tun_packets` (plaintext from the host), `handle_udp_datagrams`
+//! (WireGuard messages from the network) and `handle_timer(now)`; outputs are written into
+//! caller-owned batches: datagrams for the network (each with its destination) and packets for
+//! the TUN. Time is always a parameter, so tests step it. The device is `Sync`: the runner
+//! drives the two directions from two threads; they share the routing table under a read lock
+//! and meet only on a peer's own lock, so one flow is never reordered.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Instant;
+
+use boringtun::noise::handshake::parse_handshake_anon;
+use boringtun::noise::rate_limiter::RateLimiter;
+use boringtun::noise::{Packet, Tunn, TunnResult};
+
+use crate::allowed_ips::AllowedIps;
+use crate::batch::{PacketBatch, WG_OVERHEAD};
+use crate::key::{Key, SecretKey};
+use crate::peer::Peer;
+
+/// Handshake messages per second the device takes before it asks for cookies (boringtun's
+/// device uses the same figure). Each initiation is verified twice (once to find its peer,
+/// once inside the peer's state machine), so the effective figure is about half.
+pub const HANDSHAKE_RATE_LIMIT: u64 = 100;
+
+/// The smallest output slot boringtun accepts (a handshake initiation).
+const MIN_SLOT: usize = 148;
+const COOKIE_REPLY: u8 = 3;
+
+/// Why packets were dropped, counted since the device started.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// A TUN packet for an address no peer's allowed IPs cover.
+    pub no_route: AtomicU64,
+    /// A TUN packet for a peer with no known endpoint.
+    pub no_endpoint: AtomicU64,
+    /// A TUN packet that is not IPv4/IPv6, or a datagram that is not a WireGuard message.
+    pub malformed: AtomicU64,
+    /// A datagram that failed authentication, replay or state checks.
+    pub rejected: AtomicU64,
+    /// A datagram for a peer we do not have (unknown key or index).
+    pub unknown_peer: AtomicU64,
+    /// A decrypted packet whose source address the sending peer may not use.
+    pub not_allowed: AtomicU64,
+    /// A packet while the device has no private key.
+    pub no_key: AtomicU64,
+}
+
+impl Counters {
+    fn bump(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Device-wide configuration and the peer tables; written only by configuration changes.
+pub(crate) struct State {
+    pub private_key: Option<SecretKey>,
+    pub public_key: Option<Key>,
+    pub listen_port: u16,
+    pub fwmark: u32,
+    pub rate_limiter: Arc<RateLimiter>,
+    pub peers: HashMap<Key, Arc<Peer>>,
+    pub by_index: HashMap<u32, Arc<Peer>>,
+    pub routes: AllowedIps<Arc<Peer>>,
+}
+
+/// A userspace WireGuard device; see the module docs.
+pub struct Device {
+    state: RwLock<State>,
+    counters: Counters,
+}
+
+impl Default for Device {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Device {
+    /// An empty device: no key, no peers, listen port 0. Configure it with `apply`.
+    pub fn new() -> Self {
+        let rate_limiter = Arc::new(RateLimiter::new(
+            &boringtun::x25519::PublicKey::from([0u8; 32]),
+            HANDSHAKE_RATE_LIMIT,
+        ));
+        Self {
+            state: RwLock::new(State {
+                private_key: None,
+                public_key: None,
+                listen_port: 0,
+                fwmark: 0,
+                rate_limiter,
+                peers: HashMap::new(),
+                by_index: HashMap::new(),
+                routes: AllowedIps::new(),
+            }),
+            counters: Counters::default(),
+        }
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, State> {
+        self.state
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, State> {
+        self.state
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The peer with this public key.
+    pub fn peer(&self, key: &Key) -> Option<Arc<Peer>> {
+        self.read().peers.get(key).cloned()
+    }
+
+    /// Encrypts packets read from the TUN into `to_network`.
+    pub fn handle_tun_packets(&self, now: Instant, packets: &PacketBatch, to_network: &mut PacketBatch) {
+        let state = self.read();
+        for i in 0..packets.len() {
+            self.tun_packet(&state, now, packets.get(i), to_network);
+        }
+    }
+
+    /// One packet from the TUN; see `handle_tun_packets`.
+    pub fn handle_tun_packet(&self, now: Instant, packet: &[u8], to_network: &mut PacketBatch) {
+        let state = self.read();
+        self.tun_packet(&state, now, packet, to_network);
+    }
+
+    fn tun_packet(&self, state: &State, now: Instant, packet: &[u8], out: &mut PacketBatch) {
+        let Some(dst) = Tunn::dst_address(packet) else {
+            Counters::bump(&self.counters.malformed);
+            return;
+        };
+        let Some(peer) = state.routes.get(dst) else {
+            tracing::trace!(%dst, "no peer's allowed IPs cover this destination; dropped");
+            Counters::bump(&self.counters.no_route);
+            return;
+        };
+        let mut p = peer.lock();
+        let Some(endpoint) = p.endpoint else {
+            Counters::bump(&self.counters.no_endpoint);
+            return;
+        };
+        let Some(tunn) = p.tunn.as_mut() else {
+            Counters::bump(&self.counters.no_key);
+            return;
+        };
+        let slot = out.next_slot();
+        if slot.len() < (packet.len() + WG_OVERHEAD).max(MIN_SLOT) {
+            Counters::bump(&self.counters.malformed);
+            return;
+        }
+        let sent = match tunn.encapsulate(packet, slot) {
+            TunnResult::WriteToNetwork(buf) => buf.len(),
+            TunnResult::Err(e) => {
+                tracing::debug!(peer = %peer.public_key(), error = ?e, "encapsulate failed");
+                return;
+            }
+            // Queued until the handshake it just started completes.
+            _ => return,
+        };
+        p.tx_bytes += sent as u64;
+        p.last_sent = Some(now);
+        out.commit(sent, endpoint);
+    }
+
+    /// Decrypts datagrams from the network: plaintext into `to_tun`, handshake answers and
+    /// queued packets into `to_network`.
+    pub fn handle_udp_datagrams(
+        &self,
+        now: Instant,
+        datagrams: &PacketBatch,
+        to_network: &mut PacketBatch,
+        to_tun: &mut PacketBatch,
+    ) {
+        let state = self.read();
+        for (datagram, from) in datagrams.iter() {
+            self.datagram(&state, now, from, datagram, to_network, to_tun);
+        }
+    }
+
+    /// One datagram from `from`; see `handle_udp_datagrams`.
+    pub fn handle_udp_datagram(
+        &self,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &[u8],
+        to_network: &mut PacketBatch,
+        to_tun: &mut PacketBatch,
+    ) {
+        let state = self.read();
+        self.datagram(&state, now, from, datagram, to_network, to_tun);
+    }
+
+    fn find_peer(
+        &self,
+        state: &State,
+        from: SocketAddr,
+        datagram: &[u8],
+        to_network: &mut PacketBatch,
+    ) -> Option<Arc<Peer>> {
+        let receiver = match Tunn::parse_incoming_packet(datagram) {
+            Ok(Packet::HandshakeInit(init)) => {
+                let (Some(sk), Some(pk)) = (&state.private_key, &state.public_key) else {
+                    Counters::bump(&self.counters.no_key);
+                    return None;
+                };
+                // MAC1 and the load check before any Diffie-Hellman, so a flood of forged
+                // initiations costs a hash each, and a loaded device answers with a cookie.
+                let slot = to_network.next_slot();
+                match state.rate_limiter.verify_packet(Some(from.ip()), datagram, slot) {
+                    Ok(_) => {}
+                    Err(TunnResult::WriteToNetwork(cookie)) => {
+                        let n = cookie.len();
+                        to_network.commit(n, from);
+                        return None;
+                    }
+                    Err(_) => {
+                        Counters::bump(&self.counters.rejected);
+                        return None;
+                    }
+                }
+                let found = parse_handshake_anon(&sk.static_secret(), &pk.x25519(), &init)
+                    .ok()
+                    .and_then(|half| state.peers.get(&Key(half.peer_static_public)).cloned());
+                if found.is_none() {
+                    Counters::bump(&self.counters.unknown_peer);
+                }
+                return found;
+            }
+            Ok(Packet::HandshakeResponse(p)) => p.receiver_idx,
+            Ok(Packet::PacketCookieReply(p)) => p.receiver_idx,
+            Ok(Packet::PacketData(p)) => p.receiver_idx,
+            Err(_) => {
+                Counters::bump(&self.counters.malformed);
+                return None;
+            }
+        };
+        let found = state.by_index.get(&(receiver >> 8)).cloned();
+        if found.is_none() {
+            Counters::bump(&self.counters.unknown_peer);
+        }
+        found
+    }
+
+    fn datagram(
+        &self,
+        state: &State,
+        now: Instant,
+        from: SocketAddr,
+        datagram: &[u8],
+        to_network: &mut PacketBatch,
+        to_tun: &mut PacketBatch,
+    ) {
+        let Some(peer) = self.find_peer(state, from, datagram, to_network) else {
+            return;
+        };
+        let kind = datagram.first().copied().unwrap_or(0);
+        let mut p = peer.lock();
+        let Some(tunn) = p.tunn.as_mut() else {
+            Counters::bump(&self.counters.no_key);
+            return;
+        };
+        // Plaintext lands straight in the TUN batch; handshake answers are copied out of it.
+        let slot = to_tun.next_slot();
+        if slot.len() < datagram.len().max(MIN_SLOT) {
+            Counters::bump(&self.counters.malformed);
+            return;
+        }
+        let mut answered = false;
+        match tunn.decapsulate(Some(from.ip()), datagram, slot) {
+            TunnResult::WriteToTunnelV4(buf, src) => {
+                let n = buf.len();
+                self.deliver(state, &peer, IpAddr::V4(src), n, from, to_tun);
+            }
+            TunnResult::WriteToTunnelV6(buf, src) => {
+                let n = buf.len();
+                self.deliver(state, &peer, IpAddr::V6(src), n, from, to_tun);
+            }
+            TunnResult::WriteToNetwork(buf) => {
+                if buf.first() == Some(&COOKIE_REPLY) {
+                    // We are under load and the sender has not proven its address yet:
+                    // answer it where it is, but do not trust the address for the peer.
+                    to_network.push(buf, from);
+                    return;
+                }
+                to_network.push(buf, from);
+                answered = true;
+            }
+            TunnResult::Done => {}
+            TunnResult::Err(e) => {
+                tracing::trace!(peer = %peer.public_key(), %from, error = ?e, "datagram rejected");
+                Counters::bump(&self.counters.rejected);
+                return;
+            }
+        }
+        // Authenticated: follow the peer to wherever it sends from (roaming).
+        if p.endpoint != Some(from) {
+            tracing::debug!(peer = %peer.public_key(), endpoint = %from, "peer endpoint updated");
+            p.endpoint = Some(from);
+        }
+        p.rx_bytes += datagram.len() as u64;
+        if answered {
+            // An initiation we answered, or a response we confirmed with a keepalive.
+            if kind == 1 || kind == 2 {
+                p.last_handshake = Some(now);
+            }
+            p.tx_bytes += to_network.get(to_network.len() - 1).len() as u64;
+            p.last_sent = Some(now);
+            self.flush_queue(&mut p, now, from, to_network);
+        }
+    }
+
+    /// Sends what boringtun queued while the handshake was in flight.
+    fn flush_queue(
+        &self,
+        p: &mut crate::peer::PeerState,
+        now: Instant,
+        to: SocketAddr,
+        to_network: &mut PacketBatch,
+    ) {
+        let Some(tunn) = p.tunn.as_mut() else { return };
+        loop {
+            let slot = to_network.next_slot();
+            let n = match tunn.decapsulate(None, &[], slot) {
+                TunnResult::WriteToNetwork(buf) => buf.len(),
+                _ => break,
+            };
+            to_network.commit(n, to);
+            p.tx_bytes += n as u64;
+            p.last_sent = Some(now);
+        }
+    }
+
+    /// A decrypted packet goes to the TUN only if its source is one the peer may use.
+    fn deliver(
+        &self,
+        state: &State,
+        peer: &Arc<Peer>,
+        src: IpAddr,
+        len: usize,
+        from: SocketAddr,
+        to_tun: &mut PacketBatch,
+    ) {
+        match state.routes.get(src) {
+            Some(owner) if Arc::ptr_eq(owner, peer) => to_tun.commit(len, from),
+            _ => {
+                tracing::trace!(peer = %peer.public_key(), %src, "source outside the peer's allowed IPs; dropped");
+                Counters::bump(&self.counters.not_allowed);
+            }
+        }
+    }
+
+    /// Drives every peer's timers: handshake retries, rekeys, keepalives. Call it at least
+    /// every 250 ms, and the rate limiter is reset from here too.
+    pub fn handle_timer(&self, now: Instant, to_network: &mut PacketBatch) {
+        let state = self.read();
+        state.rate_limiter.reset_count();
+        for peer in state.peers.values() {
+            let mut p = peer.lock();
+            let endpoint = p.endpoint;
+            let keepalive_due = match (p.keepalive, p.last_sent) {
+                (Some(every), Some(last)) => now.saturating_duration_since(last) >= every,
+                (Some(_), None) => true,
+                (None, _) => false,
+            };
+            let Some(tunn) = p.tunn.as_mut() else { continue };
+            let mut sent = 0;
+            let slot = to_network.next_slot();
+            if let TunnResult::WriteToNetwork(buf) = tunn.update_timers(slot) {
+                sent = buf.len();
+            }
+            if sent == 0 && keepalive_due && endpoint.is_some() {
+                // An empty packet is a keepalive; without a session it starts a handshake.
+                if let TunnResult::WriteToNetwork(buf) = tunn.encapsulate(&[], slot) {
+                    sent = buf.len();
+                }
+            }
+            if let (Some(to), true) = (endpoint, sent > 0) {
+                to_network.commit(sent, to);
+                p.tx_bytes += sent as u64;
+                p.last_sent = Some(now);
+            }
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! WireGuard keys: public keys as plain values, private and preshared keys as secrets that
+//! never show up in `Debug` output or logs.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use boringtun::x25519;
+use ring::rand::{SecureRandom, SystemRandom};
+
+/// Why a key's text was refused. The message never echoes the key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    #[error("a key must be 64 hexadecimal characters (UAPI form)")]
+    Hex,
+    #[error("a key must be 44 characters of base64 (wg form)")]
+    Base64,
+    #[error("the system random generator failed")]
+    Random,
+}
+
+fn decode_hex(s: &str) -> Result<[u8; 32], KeyError> {
+    let mut out = [0u8; 32];
+    hex::decode_to_slice(s, &mut out).map_err(|_| KeyError::Hex)?;
+    Ok(out)
+}
+
+fn decode_base64(s: &str) -> Result<[u8; 32], KeyError> {
+    let bytes = STANDARD.decode(s.trim()).map_err(|_| KeyError::Base64)?;
+    bytes.try_into().map_err(|_| KeyError::Base64)
+}
+
+/// A peer's (or our) Curve25519 public key.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key(pub [u8; 32]);
+
+impl Key {
+    pub fn from_hex(s: &str) -> Result<Self, KeyError> {
+        decode_hex(s).map(Self)
+    }
+
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    pub fn from_base64(s: &str) -> Result<Self, KeyError> {
+        decode_base64(s).map(Self)
+    }
+
+    pub fn to_base64(&self) -> String {
+        STANDARD.encode(self.0)
+    }
+
+    pub(crate) fn x25519(&self) -> x25519::PublicKey {
+        x25519::PublicKey::from(self.0)
+    }
+}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Key({})", self.to_base64())
+    }
+}
+
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.to_base64())
+    }
+}
+
+/// A private or preshared key. `Debug` prints `<redacted>`; the bytes are wiped on drop.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretKey([u8; 32]);
+
+impl SecretKey {
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    pub fn generate() -> Result<Self, KeyError> {
+        let mut bytes = [0u8; 32];
+        SystemRandom::new()
+            .fill(&mut bytes)
+            .map_err(|_| KeyError::Random)?;
+        Ok(Self(bytes))
+    }
+
+    pub fn from_hex(s: &str) -> Result<Self, KeyError> {
+        decode_hex(s).map(Self)
+    }
+
+    pub fn from_base64(s: &str) -> Result<Self, KeyError> {
+        decode_base64(s).map(Self)
+    }
+
+    /// The UAPI text form. Only the UAPI `get` answer prints it.
+    pub fn to_hex(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    pub fn is_zero(&self) -> bool {
+        self.0.iter().all(|b| *b == 0)
+    }
+
+    pub fn bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// The public key of this private key.
+    pub fn public_key(&self) -> Key {
+        Key(x25519::PublicKey::from(&self.static_secret()).to_bytes())
+    }
+
+    pub(crate) fn static_secret(&self) -> x25519::StaticSecret {
+        x25519::StaticSecret::from(self.0)
+    }
+}
+
+impl Drop for SecretKey {
+    fn drop(&mut self) {
+        self.0 = [0; 32];
+        // Keeps the wipe from being optimised away as a dead store.
+        std::hint::black_box(&self.0);
+    }
+}
+
+impl std::fmt::Debug for SecretKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SecretKey(<redacted>)")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn public_key_matches_wg_pubkey() {
+        // `echo yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk= | wg pubkey` (wireguard.com example)
+        let private =
+            SecretKey::from_base64("yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk=").expect("key");
+        assert_eq!(
+            private.public_key().to_base64(),
+            "HIgo9xNzJMWLKASShiTqIybxZ0U3wGLiUeJ1PKf8ykw="
+        );
+        let hex = private.to_hex();
+        assert_eq!(SecretKey::from_hex(&hex).expect("hex"), private);
+    }
+
+    #[test]
+    fn bad_text_is_refused_and_secrets_do_not_print() {
+        assert_eq!(Key::from_hex("zz"), Err(KeyError::Hex));
+        assert_eq!(Key::from_base64("AAAA"), Err(KeyError::Base64));
+        let s = SecretKey::generate().expect("random");
+        assert!(!format!("{s:?}").contains(&s.to_hex()));
+        assert!(!s.is_zero());
+    }
+}

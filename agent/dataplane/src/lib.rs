@@ -1,0 +1,26 @@
+//! plexd's embedded userspace WireGuard data plane.
+//!
+//! Built on boringtun's `noise::Tunn` state machine with our own I/O: the core (`Device`,
+//! `AllowedIps`, the UAPI text protocol) has no sockets and no clock; the runner feeds it from
+//! a TUN device and a UDP socket behind the small `Tun` and `Udp` traits, which have Linux and
+//! in-memory implementations. `plexd-wg <iface>` serves the WireGuard UAPI socket like
+//! `wireguard-go -f <iface>`, so `wg` and `wireguard-control` configure it like any userspace
+//! WireGuard.
+
+pub mod allowed_ips;
+pub mod batch;
+pub mod config;
+pub mod device;
+pub mod io;
+pub mod key;
+pub mod memory;
+pub mod peer;
+pub mod uapi;
+
+pub use allowed_ips::AllowedIps;
+pub use batch::PacketBatch;
+pub use config::{ConfigError, DeviceUpdate, PeerUpdate};
+pub use device::{Counters, Device};
+pub use io::{Tun, Udp, UdpBind};
+pub use key::{Key, KeyError, SecretKey};
+pub use peer::{DeviceSnapshot, PeerSnapshot};

@@ -1,0 +1,124 @@
+//! One WireGuard peer: its Noise state machine, endpoint, keepalive and counters, behind a
+//! lock of its own so the two packet directions and the timers only meet on the same peer.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
+
+use boringtun::noise::Tunn;
+use boringtun::noise::rate_limiter::RateLimiter;
+use ipnet::IpNet;
+
+use crate::key::{Key, SecretKey};
+
+/// A peer of the device. The public key and index never change; the rest is in `PeerState`.
+pub struct Peer {
+    public_key: Key,
+    /// The 24-bit index boringtun puts in the top bits of our session indices; a received
+    /// message's receiver index shifted right by 8 finds the peer.
+    index: u32,
+    state: Mutex<PeerState>,
+}
+
+/// The mutable part of a peer.
+pub(crate) struct PeerState {
+    /// None while the device has no private key.
+    pub tunn: Option<Tunn>,
+    pub endpoint: Option<SocketAddr>,
+    pub preshared_key: Option<SecretKey>,
+    /// Persistent keepalive interval; driven by the device's clock, not boringtun's.
+    pub keepalive: Option<Duration>,
+    /// When we last sent this peer anything (the keepalive timer counts from here).
+    pub last_sent: Option<Instant>,
+    pub last_handshake: Option<Instant>,
+    pub rx_bytes: u64,
+    pub tx_bytes: u64,
+}
+
+impl Peer {
+    pub(crate) fn new(public_key: Key, index: u32) -> Self {
+        Self {
+            public_key,
+            index,
+            state: Mutex::new(PeerState {
+                tunn: None,
+                endpoint: None,
+                preshared_key: None,
+                keepalive: None,
+                last_sent: None,
+                last_handshake: None,
+                rx_bytes: 0,
+                tx_bytes: 0,
+            }),
+        }
+    }
+
+    pub fn public_key(&self) -> Key {
+        self.public_key
+    }
+
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, PeerState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The current endpoint (for logs and tests).
+    pub fn endpoint(&self) -> Option<SocketAddr> {
+        self.lock().endpoint
+    }
+}
+
+impl PeerState {
+    /// (Re)creates the Noise state machine: after a key change, or a preshared-key change.
+    /// Sessions in flight are dropped; the next packet starts a handshake.
+    pub fn rebuild_tunn(
+        &mut self,
+        private_key: Option<&SecretKey>,
+        public_key: Key,
+        index: u32,
+        rate_limiter: &Arc<RateLimiter>,
+    ) {
+        self.tunn = private_key.map(|sk| {
+            Tunn::new(
+                sk.static_secret(),
+                public_key.x25519(),
+                self.preshared_key.as_ref().map(|k| *k.bytes()),
+                None,
+                index,
+                Some(rate_limiter.clone()),
+            )
+        });
+    }
+
+    /// The wall-clock time of the last handshake, given the device clock and the wall clock
+    /// read at the same moment.
+    pub fn last_handshake_wall(&self, now: Instant, wall: SystemTime) -> Option<SystemTime> {
+        let at = self.last_handshake?;
+        wall.checked_sub(now.saturating_duration_since(at))
+    }
+}
+
+/// What `get` reports about a peer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerSnapshot {
+    pub public_key: Key,
+    pub preshared_key: Option<SecretKey>,
+    pub endpoint: Option<SocketAddr>,
+    pub last_handshake: Option<SystemTime>,
+    pub rx_bytes: u64,
+    pub tx_bytes: u64,
+    pub persistent_keepalive: u16,
+    pub allowed_ips: Vec<IpNet>,
+}
+
+/// What `get` reports about the device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceSnapshot {
+    pub private_key: Option<SecretKey>,
+    pub listen_port: u16,
+    pub fwmark: u32,
+    pub peers: Vec<PeerSnapshot>,
+}

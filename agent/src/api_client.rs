@@ -1,0 +1,230 @@
+//! The HTTP client plexd talks to the control plane with, and how its failures read.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use plexsphere_wire::{ApiError, REGISTER_PATH, RegisterRequest, RegisterResponse};
+
+use crate::config::ApiUrl;
+use crate::tls::{self, TlsError, TrustSources};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How much of an unexpected body an error message quotes.
+const BODY_QUOTE: usize = 200;
+
+/// A client for one control plane.
+#[derive(Debug, Clone)]
+pub struct ApiClient {
+    base: ApiUrl,
+    http: reqwest::Client,
+    /// Named in the "not trusted" message (`/etc/plexd/ca.crt`).
+    dropped_ca: PathBuf,
+}
+
+/// What `POST /v1/register` answered.
+#[derive(Debug)]
+pub enum RegisterAnswer {
+    /// 201 (a new node) or 200 (a replay by the same key).
+    Registered {
+        status: u16,
+        response: RegisterResponse,
+    },
+    /// Any refusal, with the server's code and message.
+    Refused {
+        status: u16,
+        error: ApiError,
+        retry_after: Option<Duration>,
+    },
+}
+
+/// The API could not be asked at all.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiClientError {
+    #[error(
+        "the API at {url} is not trusted: {reason}; install its CA (see {dropped_ca} or --ca-file) or check tls.ca_sha256"
+    )]
+    NotTrusted {
+        url: String,
+        reason: String,
+        dropped_ca: String,
+    },
+    #[error(
+        "the API at {url} is not reachable: {reason}; check the address, DNS, and that outbound TCP to it is open"
+    )]
+    Unreachable { url: String, reason: String },
+    #[error(
+        "the API at {url} answered HTTP {status} with a body plexd does not understand: {reason}"
+    )]
+    BadAnswer {
+        url: String,
+        status: u16,
+        reason: String,
+    },
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error("cannot build the HTTP client: {0}")]
+    Build(String),
+}
+
+impl ApiClient {
+    pub fn new(
+        base: ApiUrl,
+        trust: &TrustSources,
+        dropped_ca: PathBuf,
+    ) -> Result<Self, ApiClientError> {
+        let tls = tls::client_config(trust)?;
+        let http = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(REQUEST_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("plexd/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| ApiClientError::Build(e.to_string()))?;
+        Ok(Self {
+            base,
+            http,
+            dropped_ca,
+        })
+    }
+
+    pub fn base(&self) -> &ApiUrl {
+        &self.base
+    }
+
+    /// `POST /v1/register`. A refusal is an answer, not an error.
+    pub async fn register(&self, req: &RegisterRequest) -> Result<RegisterAnswer, ApiClientError> {
+        let url = self.base.join(REGISTER_PATH);
+        let resp = self
+            .http
+            .post(url)
+            .json(req)
+            .send()
+            .await
+            .map_err(|e| self.classify(&e))?;
+        let status = resp.status().as_u16();
+        let retry_after = resp
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_retry_after);
+        let body = resp.bytes().await.map_err(|e| self.classify(&e))?;
+        if status == 200 || status == 201 {
+            let response =
+                serde_json::from_slice(&body).map_err(|e| ApiClientError::BadAnswer {
+                    url: self.base.to_string(),
+                    status,
+                    reason: e.to_string(),
+                })?;
+            return Ok(RegisterAnswer::Registered { status, response });
+        }
+        let error = serde_json::from_slice::<ApiError>(&body).unwrap_or_else(|_| {
+            ApiError::new(
+                "unexpected_answer",
+                format!("HTTP {status}: {}", quote(&body)),
+            )
+        });
+        Ok(RegisterAnswer::Refused {
+            status,
+            error,
+            retry_after,
+        })
+    }
+
+    fn classify(&self, e: &reqwest::Error) -> ApiClientError {
+        let url = self.base.to_string();
+        if let Some(tls) = find_rustls_error(e) {
+            return ApiClientError::NotTrusted {
+                url,
+                reason: tls.to_string(),
+                dropped_ca: self.dropped_ca.display().to_string(),
+            };
+        }
+        let reason = if e.is_timeout() {
+            "the connection timed out".to_owned()
+        } else {
+            innermost_message(e)
+        };
+        ApiClientError::Unreachable { url, reason }
+    }
+}
+
+/// The rustls error somewhere in an error's source chain (also inside an `io::Error`).
+pub fn find_rustls_error<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a rustls::Error> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(r) = err.downcast_ref::<rustls::Error>() {
+            return Some(r);
+        }
+        if let Some(inner) = err
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .and_then(|i| i.downcast_ref::<rustls::Error>())
+        {
+            return Some(inner);
+        }
+        cur = err.source();
+    }
+    None
+}
+
+/// The message of the deepest error in the chain ("Connection refused (os error 111)").
+fn innermost_message(e: &reqwest::Error) -> String {
+    let mut last: &(dyn std::error::Error + 'static) = e;
+    while let Some(next) = last.source() {
+        last = next;
+    }
+    let msg = last.to_string();
+    if msg.is_empty() { e.to_string() } else { msg }
+}
+
+/// `Retry-After` in seconds (the form plexsphere sends); an HTTP date is not parsed.
+pub fn parse_retry_after(v: &str) -> Option<Duration> {
+    v.trim().parse::<u64>().ok().map(Duration::from_secs)
+}
+
+/// A short, printable quote of a body.
+fn quote(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    let mut q: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(BODY_QUOTE)
+        .collect();
+    if text.chars().count() > BODY_QUOTE {
+        q.push('…');
+    }
+    q
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_seconds() {
+        assert_eq!(parse_retry_after("3"), Some(Duration::from_secs(3)));
+        assert_eq!(parse_retry_after(" 10 "), Some(Duration::from_secs(10)));
+        assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);
+    }
+
+    #[test]
+    fn quotes_are_short_and_single_line() {
+        let q = quote(b"line1\nline2");
+        assert_eq!(q, "line1 line2");
+        let long = vec![b'a'; 500];
+        assert_eq!(quote(&long).chars().count(), BODY_QUOTE + 1);
+    }
+
+    #[test]
+    fn rustls_errors_are_found_inside_io_errors() {
+        let tls = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
+        let io = std::io::Error::new(std::io::ErrorKind::InvalidData, tls.clone());
+        assert_eq!(find_rustls_error(&io), Some(&tls));
+        let plain = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        assert_eq!(find_rustls_error(&plain), None);
+    }
+}

@@ -1,0 +1,144 @@
+//! What each command does, from parsed flags to an exit status.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::cli::{Cli, Command, InstallArgs};
+use crate::config::{Config, LogLevel};
+use crate::exit::{ExitCode, Failure};
+use crate::install::{self, InstallSettings};
+use crate::join::{self, JoinSettings, Joined};
+use crate::logging::{self, LogTarget};
+use crate::paths::{self, ConfigPaths, StatePaths};
+use crate::tls::TrustSources;
+
+/// Runs a parsed command line; returns the process exit status.
+pub fn main(cli: Cli) -> i32 {
+    let result = match &cli.command {
+        Command::Version => {
+            println!("plexd {}", env!("CARGO_PKG_VERSION"));
+            return 0;
+        }
+        Command::Install(args) => install_cmd(&cli, args),
+        Command::Join(args) => with_settings(&cli, args.ca_file.clone(), args.max_wait, |s| {
+            let joined = block_on(join::join(&s))??;
+            if let Joined::AlreadyEnrolled(id) = &joined {
+                tracing::info!(node_id = %id.node_id, mesh_ip = %id.mesh_ip, "already enrolled; nothing to do");
+            }
+            print!("{}", join::stdout_lines(joined.identity()));
+            Ok(())
+        }),
+        Command::Run(args) => with_settings(&cli, args.ca_file.clone(), args.max_wait, |s| {
+            block_on(crate::daemon::run(&s))?
+        }),
+    };
+    match result {
+        Ok(()) => 0,
+        Err((target, f)) => {
+            report(target, &f);
+            f.code.as_i32()
+        }
+    }
+}
+
+type CmdResult = Result<(), (LogTarget, Failure)>;
+
+fn install_cmd(cli: &Cli, args: &InstallArgs) -> CmdResult {
+    let target =
+        init_logging(cli.log_level.as_deref(), None).map_err(|f| (LogTarget::Stderr, f))?;
+    let config = ConfigPaths::new(&cli.config);
+    let token_file = args
+        .token_file
+        .clone()
+        .unwrap_or_else(|| config.default_token_file());
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from(paths::DEFAULT_BINARY));
+    let reload = install::systemd_is_running() && install::is_systemd_unit_dir(&args.unit_dir);
+    let settings = InstallSettings {
+        config: config.clone(),
+        unit_dir: args.unit_dir.clone(),
+        api_url: args.api_url.clone(),
+        token_file,
+        ca_file: args.ca_file.clone(),
+        force: args.force,
+        exe,
+        reload_systemd: reload,
+    };
+    let report = install::install(&settings).map_err(|f| (target, f))?;
+    print!("{}", report.render(&config.config_file));
+    Ok(())
+}
+
+/// Loads the config, sets up logging and resolves the join settings, then runs `f`.
+fn with_settings(
+    cli: &Cli,
+    ca_flag: Option<PathBuf>,
+    max_wait: Duration,
+    f: impl FnOnce(JoinSettings) -> Result<(), Failure>,
+) -> CmdResult {
+    let config_paths = ConfigPaths::new(&cli.config);
+    let config = match Config::load(&config_paths.config_file) {
+        Ok(c) => c,
+        Err(e) => {
+            let target = init_logging(cli.log_level.as_deref(), None).unwrap_or(LogTarget::Stderr);
+            return Err((target, e.into()));
+        }
+    };
+    let target = init_logging(cli.log_level.as_deref(), config.log.level.as_ref())
+        .map_err(|f| (LogTarget::Stderr, f))?;
+    let state_dir = paths::resolve_state_dir(cli.state_dir.as_deref(), config.state_dir.as_deref());
+    let dropped_ca = config_paths.dropped_ca_file();
+    let mut ca_files = Vec::new();
+    if dropped_ca.exists() {
+        ca_files.push(dropped_ca.clone());
+    }
+    ca_files.extend(config.tls.ca_file.clone());
+    ca_files.extend(ca_flag);
+    let settings = JoinSettings {
+        config_file: config_paths.config_file.clone(),
+        token_file: config
+            .token_file
+            .clone()
+            .unwrap_or_else(|| config_paths.default_token_file()),
+        trust: TrustSources {
+            system_store: true,
+            ca_files,
+            pin: config.tls.ca_sha256,
+        },
+        config,
+        state: StatePaths::new(state_dir),
+        dropped_ca,
+        max_wait,
+    };
+    f(settings).map_err(|f| (target, f))
+}
+
+/// Level: flag/`PLEXD_LOG`, then `log.level`, then `info`.
+fn init_logging(flag: Option<&str>, from_config: Option<&LogLevel>) -> Result<LogTarget, Failure> {
+    let level = match flag {
+        Some(l) => LogLevel::parse(l)
+            .map_err(|e| Failure::new(ExitCode::Usage, format!("--log-level / PLEXD_LOG: {e}")))?
+            .as_str()
+            .to_owned(),
+        None => from_config.map_or("info", LogLevel::as_str).to_owned(),
+    };
+    Ok(logging::init(&level))
+}
+
+fn block_on<F: std::future::Future>(fut: F) -> Result<F::Output, Failure> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::new(ExitCode::Io, format!("cannot start the async runtime: {e}")))?;
+    Ok(rt.block_on(fut))
+}
+
+/// Reports a failure once: in the journal under systemd (whose stderr is the journal anyway),
+/// as one plain line on stderr otherwise.
+fn report(target: LogTarget, f: &Failure) {
+    match target {
+        LogTarget::Journald => {
+            tracing::error!(exit_code = f.code.as_i32(), "{}", f.message);
+        }
+        LogTarget::Stderr => eprintln!("{}", f.message),
+    }
+}

@@ -1,0 +1,203 @@
+//! The exit codes of `plexd`, in one place, and the pure mapping from a server refusal to one.
+//!
+//! | code | meaning | next step |
+//! |------|---------|-----------|
+//! | 0  | success | |
+//! | 10 | the bootstrap token was already used (`token_consumed`) | write a fresh token |
+//! | 11 | the bootstrap token is missing, malformed, unknown, expired, revoked, of the wrong kind, or for another project | write a fresh token / fix `registration.project_id` |
+//! | 12 | still rate-limited (HTTP 429) when `--max-wait` ran out | wait, then start again |
+//! | 13 | the API is not trusted (TLS) or not reachable (DNS, refused, timeout) | install the CA / check the network |
+//! | 14 | another server refusal (mesh range exhausted, 5xx, an unexpected answer) | see the message |
+//! | 64 | bad command line (usage) | see `plexd --help` |
+//! | 74 | a local file could not be read or written (state dir, unit dir) | check permissions and disk |
+//! | 78 | bad configuration or a state file plexd cannot use | fix the named file |
+//!
+//! The systemd unit lists 10, 11, 64 and 78 in `RestartPreventExitStatus=`: they do not fix
+//! themselves by restarting.
+
+use plexsphere_wire::codes;
+
+/// Why `plexd` stopped. `as_i32` is the process exit status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitCode {
+    Ok,
+    TokenConsumed,
+    TokenInvalid,
+    RateLimited,
+    ApiUnreachable,
+    ServerRefused,
+    Usage,
+    Io,
+    Config,
+}
+
+impl ExitCode {
+    pub fn as_i32(self) -> i32 {
+        match self {
+            ExitCode::Ok => 0,
+            ExitCode::TokenConsumed => 10,
+            ExitCode::TokenInvalid => 11,
+            ExitCode::RateLimited => 12,
+            ExitCode::ApiUnreachable => 13,
+            ExitCode::ServerRefused => 14,
+            ExitCode::Usage => 64,
+            ExitCode::Io => 74,
+            ExitCode::Config => 78,
+        }
+    }
+}
+
+/// The exit-code table as `plexd --help` shows it.
+pub const HELP: &str = "\
+Exit codes:
+  0   success
+  10  the bootstrap token was already used (token_consumed): write a fresh token
+  11  the bootstrap token is missing, malformed, unknown, expired, revoked, of the wrong kind,
+      or for another project
+  12  still rate-limited by the API when --max-wait ran out
+  13  the API is not trusted (TLS) or not reachable
+  14  another refusal by the server (mesh range exhausted, server error, unexpected answer)
+  64  bad command line
+  74  a local file could not be read or written
+  78  bad configuration or unusable state file";
+
+/// Maps a refusal of `POST /v1/register` (its HTTP status and machine code) to an exit code.
+pub fn for_register_refusal(status: u16, code: &str) -> ExitCode {
+    match code {
+        codes::TOKEN_CONSUMED => ExitCode::TokenConsumed,
+        codes::TOKEN_UNKNOWN
+        | codes::TOKEN_EXPIRED
+        | codes::TOKEN_REVOKED
+        | codes::TOKEN_KIND_MISMATCH
+        | codes::PROJECT_MISMATCH => ExitCode::TokenInvalid,
+        codes::RATE_LIMITED => ExitCode::RateLimited,
+        _ if status == 429 => ExitCode::RateLimited,
+        _ => ExitCode::ServerRefused,
+    }
+}
+
+/// A failed command: the exit code and the one-line message for the operator.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Failure {
+    pub code: ExitCode,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(code: ExitCode, message: impl std::fmt::Display) -> Self {
+        Self {
+            code,
+            message: message.to_string(),
+        }
+    }
+}
+
+// The one place where the library's errors become exit codes.
+
+impl From<crate::config::ConfigError> for Failure {
+    fn from(e: crate::config::ConfigError) -> Self {
+        Failure::new(ExitCode::Config, e)
+    }
+}
+
+impl From<crate::fsutil::FsError> for Failure {
+    fn from(e: crate::fsutil::FsError) -> Self {
+        Failure::new(ExitCode::Io, e)
+    }
+}
+
+impl From<crate::tls::TlsError> for Failure {
+    fn from(e: crate::tls::TlsError) -> Self {
+        Failure::new(ExitCode::Config, e)
+    }
+}
+
+impl From<crate::join::TokenFileError> for Failure {
+    fn from(e: crate::join::TokenFileError) -> Self {
+        Failure::new(ExitCode::TokenInvalid, e)
+    }
+}
+
+impl From<crate::identity::KeyError> for Failure {
+    fn from(e: crate::identity::KeyError) -> Self {
+        use crate::identity::KeyError;
+        match e {
+            KeyError::Fs(f) => f.into(),
+            e @ KeyError::Malformed { .. } => Failure::new(ExitCode::Config, e),
+        }
+    }
+}
+
+impl From<crate::identity::IdentityError> for Failure {
+    fn from(e: crate::identity::IdentityError) -> Self {
+        use crate::identity::IdentityError;
+        match e {
+            IdentityError::Fs(f) => f.into(),
+            e => Failure::new(ExitCode::Config, e),
+        }
+    }
+}
+
+impl From<crate::api_client::ApiClientError> for Failure {
+    fn from(e: crate::api_client::ApiClientError) -> Self {
+        use crate::api_client::ApiClientError as E;
+        let code = match &e {
+            E::NotTrusted { .. } | E::Unreachable { .. } => ExitCode::ApiUnreachable,
+            E::BadAnswer { .. } => ExitCode::ServerRefused,
+            E::Tls(_) | E::Build(_) => ExitCode::Config,
+        };
+        Failure::new(code, e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_map_to_their_exit_codes() {
+        assert_eq!(
+            for_register_refusal(403, codes::TOKEN_CONSUMED).as_i32(),
+            10
+        );
+        for code in [
+            codes::TOKEN_UNKNOWN,
+            codes::TOKEN_EXPIRED,
+            codes::TOKEN_REVOKED,
+            codes::TOKEN_KIND_MISMATCH,
+            codes::PROJECT_MISMATCH,
+        ] {
+            assert_eq!(for_register_refusal(403, code).as_i32(), 11, "{code}");
+        }
+        assert_eq!(for_register_refusal(429, codes::RATE_LIMITED).as_i32(), 12);
+        assert_eq!(for_register_refusal(429, "something_new").as_i32(), 12);
+        assert_eq!(
+            for_register_refusal(409, codes::MESH_RANGE_EXHAUSTED).as_i32(),
+            14
+        );
+        assert_eq!(for_register_refusal(500, codes::INTERNAL).as_i32(), 14);
+        assert_eq!(
+            for_register_refusal(422, codes::INVALID_REQUEST).as_i32(),
+            14
+        );
+    }
+
+    #[test]
+    fn help_lists_every_code() {
+        for c in [
+            ExitCode::Ok,
+            ExitCode::TokenConsumed,
+            ExitCode::TokenInvalid,
+            ExitCode::RateLimited,
+            ExitCode::ApiUnreachable,
+            ExitCode::ServerRefused,
+            ExitCode::Usage,
+            ExitCode::Io,
+            ExitCode::Config,
+        ] {
+            let needle = format!("\n  {:<3} ", c.as_i32());
+            assert!(HELP.contains(&needle), "{needle:?} missing from HELP");
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! What the node keeps in its state dir: the WireGuard key and the identity it registered.
+
+mod key;
+mod state;
+
+pub use key::{KeyError, NodeKey};
+pub use state::{IDENTITY_VERSION, Identity, IdentityError, SecretString};

@@ -1,0 +1,195 @@
+//! `identity.json`: the node's registered identity, versioned, 0600, written atomically.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use ipnet::IpNet;
+use plexsphere_wire::{Intervals, RegisterResponse};
+use serde::{Deserialize, Serialize};
+use time::OffsetDateTime;
+use uuid::Uuid;
+
+use crate::fsutil::{self, FsError};
+
+/// The version of the identity file this plexd writes and reads.
+pub const IDENTITY_VERSION: u32 = 1;
+
+/// A secret string: serialised as is (into a 0600 file), redacted in Debug.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SecretString(String);
+
+impl SecretString {
+    pub fn new(s: String) -> Self {
+        Self(s)
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for SecretString {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// The node's identity as the control plane registered it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    pub version: u32,
+    pub node_id: Uuid,
+    pub domain_id: Uuid,
+    pub project_id: Uuid,
+    pub mesh_ip: IpAddr,
+    pub mesh_cidr: IpNet,
+    /// `pxnk_...`, the key every later call authenticates with.
+    pub node_credential: SecretString,
+    pub domain_signing_public_key: String,
+    /// The API the node registered with.
+    pub api_url: String,
+    pub intervals: Intervals,
+    #[serde(with = "time::serde::rfc3339")]
+    pub registered_at: OffsetDateTime,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    #[error(transparent)]
+    Fs(#[from] FsError),
+    #[error(
+        "the identity file {path} has version {found}; this plexd reads version {IDENTITY_VERSION}; install a plexd that matches it, or move the file away to enrol the node again"
+    )]
+    UnknownVersion { path: PathBuf, found: String },
+    #[error(
+        "the identity file {path} is not valid: {reason}; restore it from a backup, or move it away to enrol the node again"
+    )]
+    Corrupt { path: PathBuf, reason: String },
+}
+
+impl Identity {
+    pub fn from_response(r: RegisterResponse, api_url: &str, now: OffsetDateTime) -> Self {
+        Self {
+            version: IDENTITY_VERSION,
+            node_id: r.node_id,
+            domain_id: r.domain_id,
+            project_id: r.project_id,
+            mesh_ip: r.mesh_ip,
+            mesh_cidr: r.mesh_cidr,
+            node_credential: SecretString::new(r.node_credential),
+            domain_signing_public_key: r.domain_signing_public_key,
+            api_url: api_url.to_owned(),
+            intervals: r.intervals,
+            registered_at: now,
+        }
+    }
+
+    /// Writes the identity atomically with mode 0600.
+    pub fn save(&self, path: &Path) -> Result<(), IdentityError> {
+        let mut json = serde_json::to_vec_pretty(self).map_err(|e| IdentityError::Corrupt {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        json.push(b'\n');
+        fsutil::write_atomic(path, &json, 0o600)?;
+        Ok(())
+    }
+
+    /// Reads the identity, or `None` when the node is not enrolled (no file). Refuses an
+    /// unknown version; forces 0600 on a looser file.
+    pub fn load(path: &Path) -> Result<Option<Self>, IdentityError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(FsError::new("cannot read", path, e).into()),
+        };
+        fsutil::enforce_private(path)?;
+        Self::parse(&text, path).map(Some)
+    }
+
+    fn parse(text: &str, path: &Path) -> Result<Self, IdentityError> {
+        let corrupt = |reason: String| IdentityError::Corrupt {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|e| corrupt(e.to_string()))?;
+        match value.get("version") {
+            Some(v) if v.as_u64() == Some(u64::from(IDENTITY_VERSION)) => {}
+            Some(v) => {
+                return Err(IdentityError::UnknownVersion {
+                    path: path.to_path_buf(),
+                    found: v.to_string(),
+                });
+            }
+            None => return Err(corrupt("it has no `version`".to_owned())),
+        }
+        serde_json::from_value(value).map_err(|e| corrupt(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs::Permissions;
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    fn sample() -> Identity {
+        let json = r#"{"node_id":"019a0816-0000-7000-8000-0000000000aa","domain_id":"019a0816-0000-7000-8000-000000000001","project_id":"019a0816-0000-7000-8000-000000000002","mesh_ip":"10.64.1.2","mesh_cidr":"10.64.0.0/16","node_credential":"pxnk_secretvalue","domain_signing_public_key":"AAAA","intervals":{"heartbeat_secs":30,"endpoint_report_secs":60,"state_poll_secs":300,"ingest_secs":60}}"#;
+        let r: RegisterResponse = serde_json::from_str(json).unwrap();
+        Identity::from_response(r, "https://a.example", OffsetDateTime::UNIX_EPOCH)
+    }
+
+    #[test]
+    fn save_and_load_round_trip_with_0600() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("identity.json");
+        assert_eq!(Identity::load(&p).unwrap(), None);
+        let id = sample();
+        id.save(&p).unwrap();
+        assert_eq!(fsutil::mode_of(&p).unwrap(), 0o600);
+        assert_eq!(Identity::load(&p).unwrap(), Some(id.clone()));
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(text.contains("\"version\": 1"), "{text}");
+        assert!(
+            text.contains("\"registered_at\": \"1970-01-01T00:00:00Z\""),
+            "{text}"
+        );
+        assert!(!format!("{id:?}").contains("secretvalue"));
+    }
+
+    #[test]
+    fn loose_mode_is_forced_to_0600() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("identity.json");
+        sample().save(&p).unwrap();
+        std::fs::set_permissions(&p, Permissions::from_mode(0o644)).unwrap();
+        assert!(Identity::load(&p).unwrap().is_some());
+        assert_eq!(fsutil::mode_of(&p).unwrap(), 0o600);
+    }
+
+    #[test]
+    fn unknown_version_is_refused_clearly() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("identity.json");
+        let mut v = serde_json::to_value(sample()).unwrap();
+        v["version"] = serde_json::json!(2);
+        std::fs::write(&p, v.to_string()).unwrap();
+        let e = Identity::load(&p).unwrap_err();
+        assert!(matches!(e, IdentityError::UnknownVersion { .. }), "{e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("version 2") && msg.contains("identity.json"),
+            "{msg}"
+        );
+
+        std::fs::write(&p, "{not json").unwrap();
+        let e = Identity::load(&p).unwrap_err().to_string();
+        assert!(e.contains("is not valid"), "{e}");
+        std::fs::write(&p, "{}").unwrap();
+        let e = Identity::load(&p).unwrap_err().to_string();
+        assert!(e.contains("no `version`"), "{e}");
+    }
+}

@@ -1,0 +1,175 @@
+//! Enrolment: trade the bootstrap token for an identity, exactly once.
+//!
+//! The order matters: the WireGuard key is saved before the API is called (so a crash after the
+//! server's commit can replay the token with the same key), the identity is saved before the
+//! token file is removed, and an enrolled node never needs a token again.
+
+mod decide;
+mod token;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use plexsphere_wire::RegisterRequest;
+use rand_core::{OsRng, RngCore};
+use time::OffsetDateTime;
+
+pub use decide::{
+    DEFAULT_RETRY_AFTER, RateLimitStep, rate_limit_delay, rate_limit_step, rate_limited_message,
+    refusal,
+};
+pub use token::{TokenFileError, read_token};
+
+use crate::api_client::{ApiClient, RegisterAnswer};
+use crate::config::Config;
+use crate::exit::{ExitCode, Failure};
+use crate::fsutil;
+use crate::identity::{Identity, NodeKey};
+use crate::paths::StatePaths;
+use crate::tls::TrustSources;
+
+/// The default bound on retrying 429 answers.
+pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(300);
+
+/// Everything `join` needs, resolved from flags, environment and config.
+#[derive(Debug, Clone)]
+pub struct JoinSettings {
+    pub config_file: PathBuf,
+    pub config: Config,
+    pub state: StatePaths,
+    pub token_file: PathBuf,
+    pub trust: TrustSources,
+    /// Named in the "not trusted" message.
+    pub dropped_ca: PathBuf,
+    pub max_wait: Duration,
+}
+
+/// How `join` ended well.
+#[derive(Debug, Clone)]
+pub enum Joined {
+    /// The node was enrolled already; nothing was sent.
+    AlreadyEnrolled(Identity),
+    /// The node registered now.
+    Registered(Identity),
+}
+
+impl Joined {
+    pub fn identity(&self) -> &Identity {
+        match self {
+            Joined::AlreadyEnrolled(i) | Joined::Registered(i) => i,
+        }
+    }
+}
+
+/// The two lines `plexd join` prints on stdout.
+pub fn stdout_lines(id: &Identity) -> String {
+    format!("node_id: {}\nmesh_ip: {}\n", id.node_id, id.mesh_ip)
+}
+
+/// Joins the mesh unless the node is enrolled already.
+pub async fn join(s: &JoinSettings) -> Result<Joined, Failure> {
+    let identity_file = s.state.identity_file();
+    if let Some(id) = Identity::load(&identity_file)? {
+        tracing::debug!(node_id = %id.node_id, mesh_ip = %id.mesh_ip, "already enrolled");
+        return Ok(Joined::AlreadyEnrolled(id));
+    }
+    let api_url = s.config.require_api_url(&s.config_file)?.clone();
+
+    fsutil::ensure_dir(&s.state.dir, 0o700)?;
+    let (key, _) = NodeKey::load_or_generate(&s.state.key_file())?;
+    let token = read_token(&s.token_file)?;
+
+    let client = ApiClient::new(api_url.clone(), &s.trust, s.dropped_ca.clone())?;
+    let request = RegisterRequest {
+        bootstrap_token: token.expose(),
+        wireguard_public_key: key.public_base64(),
+        hostname: hostname(),
+        arch: arch().to_owned(),
+        plexd_version: env!("CARGO_PKG_VERSION").to_owned(),
+        project_id: s.config.registration.project_id,
+        resource_handle: s
+            .config
+            .registration
+            .resource_handle
+            .as_ref()
+            .map(|h| h.as_str().to_owned()),
+    };
+
+    let started = Instant::now();
+    let mut attempts = 0u32;
+    let response = loop {
+        attempts += 1;
+        tracing::info!(api_url = %api_url, attempt = attempts, hostname = %request.hostname, "registering with the control plane");
+        match client.register(&request).await? {
+            RegisterAnswer::Registered { response, status } => {
+                tracing::debug!(status, "registration accepted");
+                break response;
+            }
+            RegisterAnswer::Refused {
+                status: 429,
+                error,
+                retry_after,
+            } => {
+                let delay = rate_limit_delay(retry_after, decide::unit_interval(OsRng.next_u64()));
+                match rate_limit_step(started.elapsed(), delay, s.max_wait) {
+                    RateLimitStep::RetryAfter(d) => {
+                        tracing::warn!(code = %error.code, wait_ms = d.as_millis() as u64, "the API is rate-limiting registrations; waiting");
+                        tokio::time::sleep(d).await;
+                    }
+                    RateLimitStep::GiveUp => {
+                        return Err(Failure::new(
+                            ExitCode::RateLimited,
+                            rate_limited_message(api_url.as_str(), s.max_wait, attempts),
+                        ));
+                    }
+                }
+            }
+            RegisterAnswer::Refused { status, error, .. } => {
+                let (code, message) = refusal(
+                    status,
+                    &error,
+                    &s.token_file,
+                    &s.config_file,
+                    api_url.as_str(),
+                );
+                return Err(Failure::new(code, message));
+            }
+        }
+    };
+
+    let id = Identity::from_response(response, api_url.as_str(), OffsetDateTime::now_utc());
+    id.save(&identity_file).map_err(|e| {
+        Failure::new(
+            ExitCode::Io,
+            format!(
+                "registered as node {} but could not save the identity: {e}; fix the state dir and run plexd again (the same key replays the token)",
+                id.node_id
+            ),
+        )
+    })?;
+    if let Err(e) = std::fs::remove_file(&s.token_file) {
+        tracing::warn!(path = %s.token_file.display(), error = %e, "could not remove the used bootstrap token file; remove it by hand");
+    }
+    tracing::info!(node_id = %id.node_id, mesh_ip = %id.mesh_ip, mesh_cidr = %id.mesh_cidr, project_id = %id.project_id, "registered");
+    Ok(Joined::Registered(id))
+}
+
+/// The kernel's host name.
+fn hostname() -> String {
+    match nix::unistd::gethostname() {
+        Ok(h) => h.to_string_lossy().into_owned(),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the host name; registering as `localhost`");
+            "localhost".to_owned()
+        }
+    }
+}
+
+/// The Debian name of this machine's architecture.
+pub fn arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}

@@ -1,0 +1,20 @@
+//! plexd, the plexsphere node agent: enrols a Linux host and keeps it in the WireGuard mesh.
+//!
+//! The binary (`main.rs`) only parses the command line and calls [`app::main`]. Each subsystem
+//! owns a module: [`config`] (config.yaml), [`tls`] (trust), [`api_client`] (HTTP),
+//! [`identity`] (key and state files), [`join`] (enrolment), [`install`], [`daemon`] (`run`),
+//! [`logging`], and [`exit`] (the exit codes and the one place errors map to them).
+
+pub mod api_client;
+pub mod app;
+pub mod cli;
+pub mod config;
+pub mod daemon;
+pub mod exit;
+pub mod fsutil;
+pub mod identity;
+pub mod install;
+pub mod join;
+pub mod logging;
+pub mod paths;
+pub mod tls;

@@ -1,0 +1,82 @@
+//! Logging: journald when stderr is the journal (plexd under systemd), a compact stderr
+//! format otherwise. Tokens, keys and credentials are never logged.
+
+use std::io::IsTerminal;
+
+use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+
+/// Where log lines go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogTarget {
+    Journald,
+    Stderr,
+}
+
+/// Whether `JOURNAL_STREAM` (`<device>:<inode>`) names the stream stderr is connected to.
+pub fn journal_stream_matches(journal_stream: &str, dev: u64, ino: u64) -> bool {
+    let Some((d, i)) = journal_stream.trim().split_once(':') else {
+        return false;
+    };
+    d.parse::<u64>().ok() == Some(dev) && i.parse::<u64>().ok() == Some(ino)
+}
+
+fn stderr_is_journal() -> bool {
+    let Ok(js) = std::env::var("JOURNAL_STREAM") else {
+        return false;
+    };
+    match nix::sys::stat::fstat(std::io::stderr()) {
+        Ok(st) => journal_stream_matches(&js, st.st_dev, st.st_ino),
+        Err(_) => false,
+    }
+}
+
+/// Installs the global subscriber. `level` is a tracing filter (`info`, `plexd=debug`).
+/// Returns where the logs go; a journald socket that cannot be opened falls back to stderr.
+pub fn init(level: &str) -> LogTarget {
+    let filter = || EnvFilter::try_new(level).unwrap_or_else(|_| EnvFilter::new("info"));
+    if stderr_is_journal() {
+        match tracing_journald::layer() {
+            Ok(layer) => {
+                let layer = layer
+                    .with_field_prefix(None)
+                    .with_syslog_identifier("plexd".to_owned());
+                if tracing_subscriber::registry()
+                    .with(filter())
+                    .with(layer)
+                    .try_init()
+                    .is_ok()
+                {
+                    return LogTarget::Journald;
+                }
+            }
+            Err(e) => {
+                eprintln!("plexd: cannot open the journald socket ({e}); logging to stderr");
+            }
+        }
+    }
+    let fmt = tracing_subscriber::fmt::layer()
+        .compact()
+        .with_target(false)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    let _ = tracing_subscriber::registry()
+        .with(filter())
+        .with(fmt)
+        .try_init();
+    LogTarget::Stderr
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn journal_stream_parsing() {
+        assert!(journal_stream_matches("8:12345", 8, 12345));
+        assert!(!journal_stream_matches("8:12345", 8, 1));
+        assert!(!journal_stream_matches("garbage", 8, 12345));
+        assert!(!journal_stream_matches("", 0, 0));
+    }
+}
