@@ -159,8 +159,7 @@ mod tests {
         );
         assert_eq!(code.as_i32(), 14);
         assert!(msg.contains("server's log"), "{msg}");
-        assert!(!msg.contains('
-'));
+        assert!(!msg.contains('\n'));
     }
 
     #[test]
