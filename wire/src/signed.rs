@@ -27,7 +27,9 @@ impl SignContext {
         match self {
             SignContext::NodeState => b"plexsphere/v1/node-state\0",
             SignContext::Event => b"plexsphere/v1/event\0",
-            SignContext::Checksums => b"plexsphere/v1/checksums\0",
+            // Empty on purpose: the detached signature of checksums.sha256 is a plain Ed25519
+            // signature of the file's bytes, so `openssl pkeyutl -verify -rawin` checks it.
+            SignContext::Checksums => b"",
         }
     }
 }
