@@ -272,7 +272,10 @@ mod tests {
         assert_eq!(t.get(ip("2001:db8::1")), Some(&3));
         assert_eq!(t.get(ip("10.0.0.1")), None);
         let nets: Vec<IpNet> = t.iter().map(|(n, _)| n).collect();
-        assert!(nets.contains(&net("fd00::/64")), "stored truncated: {nets:?}");
+        assert!(
+            nets.contains(&net("fd00::/64")),
+            "stored truncated: {nets:?}"
+        );
     }
 
     #[test]

@@ -211,12 +211,8 @@ fn apply_peer(state: &mut State, change: PeerUpdate) -> Result<(), ConfigError> 
         Entry::Vacant(e) => {
             let index = random_index(&state.by_index)?;
             let peer = Arc::new(Peer::new(key, index));
-            peer.lock().rebuild_tunn(
-                state.private_key.as_ref(),
-                key,
-                index,
-                &state.rate_limiter,
-            );
+            peer.lock()
+                .rebuild_tunn(state.private_key.as_ref(), key, index, &state.rate_limiter);
             state.by_index.insert(index, peer.clone());
             e.insert(peer.clone());
             peer

@@ -124,7 +124,12 @@ impl Device {
     }
 
     /// Encrypts packets read from the TUN into `to_network`.
-    pub fn handle_tun_packets(&self, now: Instant, packets: &PacketBatch, to_network: &mut PacketBatch) {
+    pub fn handle_tun_packets(
+        &self,
+        now: Instant,
+        packets: &PacketBatch,
+        to_network: &mut PacketBatch,
+    ) {
         let state = self.read();
         for i in 0..packets.len() {
             self.tun_packet(&state, now, packets.get(i), to_network);
@@ -219,7 +224,10 @@ impl Device {
                 // MAC1 and the load check before any Diffie-Hellman, so a flood of forged
                 // initiations costs a hash each, and a loaded device answers with a cookie.
                 let slot = to_network.next_slot();
-                match state.rate_limiter.verify_packet(Some(from.ip()), datagram, slot) {
+                match state
+                    .rate_limiter
+                    .verify_packet(Some(from.ip()), datagram, slot)
+                {
                     Ok(_) => {}
                     Err(TunnResult::WriteToNetwork(cookie)) => {
                         let n = cookie.len();
@@ -375,7 +383,9 @@ impl Device {
                 (Some(_), None) => true,
                 (None, _) => false,
             };
-            let Some(tunn) = p.tunn.as_mut() else { continue };
+            let Some(tunn) = p.tunn.as_mut() else {
+                continue;
+            };
             let mut sent = 0;
             let slot = to_network.next_slot();
             if let TunnResult::WriteToNetwork(buf) = tunn.update_timers(slot) {

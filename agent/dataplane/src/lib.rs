@@ -14,6 +14,7 @@ pub mod device;
 pub mod io;
 pub mod key;
 pub mod memory;
+pub mod packet;
 pub mod peer;
 pub mod uapi;
 

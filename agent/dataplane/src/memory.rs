@@ -262,8 +262,12 @@ mod tests {
     #[test]
     fn datagrams_reach_bound_sockets_with_their_source_and_unbound_ones_are_dropped() {
         let net = MemoryNetwork::new();
-        let a = net.bind("10.0.0.1:51820".parse().expect("addr")).expect("bind a");
-        let b = net.bind("10.0.0.2:0".parse().expect("addr")).expect("bind b");
+        let a = net
+            .bind("10.0.0.1:51820".parse().expect("addr"))
+            .expect("bind a");
+        let b = net
+            .bind("10.0.0.2:0".parse().expect("addr"))
+            .expect("bind b");
         assert!(net.bind(a.addr()).is_err(), "double bind is refused");
         let mut out = PacketBatch::new(64, 4);
         out.push(b"hello", b.addr());

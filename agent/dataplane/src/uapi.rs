@@ -192,7 +192,11 @@ fn write_get(out: &mut String, s: &DeviceSnapshot) -> std::fmt::Result {
         writeln!(out, "last_handshake_time_nsec={}", since.subsec_nanos())?;
         writeln!(out, "tx_bytes={}", p.tx_bytes)?;
         writeln!(out, "rx_bytes={}", p.rx_bytes)?;
-        writeln!(out, "persistent_keepalive_interval={}", p.persistent_keepalive)?;
+        writeln!(
+            out,
+            "persistent_keepalive_interval={}",
+            p.persistent_keepalive
+        )?;
         for net in &p.allowed_ips {
             writeln!(out, "allowed_ip={net}")?;
         }

@@ -11,12 +11,10 @@ const PSK: &str = "188515093e952f5f22e865cef3012e72f8b5f0b598ac0309d5dacce3b70fc
 
 fn set(device: &Device, text: &str) -> Result<(), UapiError> {
     match parse_request(text.lines())? {
-        Request::Set(update) => {
-            device.apply(update).map_err(|e| UapiError::Invalid {
-                line: 0,
-                what: e.to_string(),
-            })
-        }
+        Request::Set(update) => device.apply(update).map_err(|e| UapiError::Invalid {
+            line: 0,
+            what: e.to_string(),
+        }),
         Request::Get => panic!("expected a set request"),
     }
 }
@@ -98,8 +96,14 @@ fn last_handshake_is_reported_in_wall_clock_time() {
     let wall = UNIX_EPOCH + Duration::from_secs(1_700_000_100);
     let snap = device.snapshot(t0 + Duration::from_millis(100_250), wall);
     let answer = format_get(&snap);
-    assert!(answer.contains("last_handshake_time_sec=1699999999\n"), "{answer}");
-    assert!(answer.contains("last_handshake_time_nsec=750000000\n"), "{answer}");
+    assert!(
+        answer.contains("last_handshake_time_sec=1699999999\n"),
+        "{answer}"
+    );
+    assert!(
+        answer.contains("last_handshake_time_nsec=750000000\n"),
+        "{answer}"
+    );
 }
 
 #[test]
@@ -116,8 +120,14 @@ fn malformed_requests_answer_the_errno_wireguard_go_answers() {
             &format!("set=1\npublic_key={PEER}\nprotocol_version=2"),
             -EINVAL,
         ),
-        (&format!("set=1\npublic_key={PEER}\nallowed_ip=10.0.0.1"), -EINVAL),
-        (&format!("set=1\npublic_key={PEER}\nendpoint=host:1"), -EINVAL),
+        (
+            &format!("set=1\npublic_key={PEER}\nallowed_ip=10.0.0.1"),
+            -EINVAL,
+        ),
+        (
+            &format!("set=1\npublic_key={PEER}\nendpoint=host:1"),
+            -EINVAL,
+        ),
         (&format!("set=1\npublic_key={PEER}\nlisten_port=1"), -EINVAL),
         ("set=1\npublic_key=abcd", -EINVAL),
         ("set=1\nreplace_peers=yes", -EINVAL),

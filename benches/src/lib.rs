@@ -1,0 +1,1 @@
+//! Shared set-up for the benches: two configured in-memory devices.
