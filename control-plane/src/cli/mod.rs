@@ -1,1 +1,225 @@
-pub fn main() -> std::process::ExitCode { std::process::ExitCode::SUCCESS }
+//! The `plexsphere` command line. Config is validated before anything binds; bad config
+//! exits 64 with a one-line error; runtime failures exit 1.
+
+mod admin;
+mod serve;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use ipnet::IpNet;
+
+use crate::ratelimit::RateLimit;
+
+/// Exit code for a usage or configuration error (EX_USAGE).
+pub const EXIT_CONFIG: u8 = 64;
+
+#[derive(Debug, Parser)]
+#[command(name = "plexsphere", version, about = "The lean plexsphere control plane")]
+pub struct Cli {
+    /// Log filter (`info`, `debug`, `plexsphere=debug,sqlx=warn`...); logs go to stderr.
+    #[arg(long, env = "PLEXSPHERE_LOG", default_value = "info", global = true)]
+    pub log_level: String,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the API (HTTPS from a cert/key pair, or HTTP behind a TLS-terminating proxy).
+    Serve(ServeArgs),
+    /// One-command local start: lab CA, lab seed, an operator token, a plexctl config.
+    Dev(DevArgs),
+    /// Seed manifests (Domains and Projects).
+    #[command(subcommand)]
+    Seed(SeedCommand),
+    /// Operator API tokens.
+    #[command(subcommand)]
+    OperatorToken(OperatorTokenCommand),
+    /// Bring the database schema up to date and exit.
+    Migrate(DataArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DataArgs {
+    /// Where the database, Domain keys and dev certificates live.
+    #[arg(long, env = "PLEXSPHERE_DATA_DIR", default_value = "/var/lib/plexsphere")]
+    pub data_dir: PathBuf,
+    /// `sqlite://...` or `postgres://...`; default: `<data-dir>/plexsphere.db`.
+    #[arg(long, env = "PLEXSPHERE_DATABASE_URL")]
+    pub database_url: Option<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LimitArgs {
+    /// Registration requests a client may send at once.
+    #[arg(long, env = "PLEXSPHERE_REGISTER_BURST", default_value_t = 10)]
+    pub register_burst: u32,
+    /// Seconds until a client gets one more registration request.
+    #[arg(long, env = "PLEXSPHERE_REGISTER_REFILL_SECS", default_value_t = 3)]
+    pub register_refill_secs: u64,
+    /// A reverse proxy's address range whose X-Forwarded-For is believed (repeatable).
+    #[arg(long = "trusted-proxy", env = "PLEXSPHERE_TRUSTED_PROXIES", value_delimiter = ',')]
+    pub trusted_proxies: Vec<IpNet>,
+}
+
+impl LimitArgs {
+    fn rate_limit(&self) -> Result<RateLimit, String> {
+        if self.register_burst == 0 {
+            return Err("--register-burst must be at least 1".into());
+        }
+        if self.register_refill_secs == 0 {
+            return Err("--register-refill-secs must be at least 1".into());
+        }
+        Ok(RateLimit {
+            burst: self.register_burst,
+            refill: Duration::from_secs(self.register_refill_secs),
+        })
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub data: DataArgs,
+    /// Address to listen on; port 0 picks a free port (the `listening on` line shows it).
+    #[arg(long, env = "PLEXSPHERE_LISTEN", default_value = "0.0.0.0:8443")]
+    pub listen: String,
+    /// PEM certificate chain (leaf first).
+    #[arg(long, env = "PLEXSPHERE_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of the leaf certificate.
+    #[arg(long, env = "PLEXSPHERE_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// Serve plain HTTP because a reverse proxy in front terminates TLS.
+    #[arg(long, env = "PLEXSPHERE_TLS_TERMINATED_BY_PROXY")]
+    pub tls_terminated_by_proxy: bool,
+    /// A seed manifest to apply before serving.
+    #[arg(long, env = "PLEXSPHERE_SEED")]
+    pub seed: Option<PathBuf>,
+    /// The URL nodes reach this server at (used in documents the server writes).
+    #[arg(long, env = "PLEXSPHERE_PUBLIC_URL")]
+    pub public_url: Option<String>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct DevArgs {
+    #[command(flatten)]
+    pub data: DataArgs,
+    /// Address to listen on; port 0 picks a free port.
+    #[arg(long, env = "PLEXSPHERE_LISTEN", default_value = "127.0.0.1:8443")]
+    pub listen: String,
+    /// Extra DNS name or IP for the server certificate (repeatable).
+    #[arg(long = "san")]
+    pub sans: Vec<String>,
+    /// A seed manifest to apply instead of the built-in lab seed.
+    #[arg(long, env = "PLEXSPHERE_SEED")]
+    pub seed: Option<PathBuf>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SeedCommand {
+    /// Apply a seed manifest (idempotent; refused changes apply nothing).
+    Apply {
+        #[command(flatten)]
+        data: DataArgs,
+        #[arg(long)]
+        file: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OperatorTokenCommand {
+    /// Create a token and print it once on stdout.
+    Create {
+        #[command(flatten)]
+        data: DataArgs,
+        #[arg(long)]
+        name: String,
+    },
+    /// List tokens (never their secrets).
+    List {
+        #[command(flatten)]
+        data: DataArgs,
+    },
+    /// Revoke a token by id.
+    Revoke {
+        #[command(flatten)]
+        data: DataArgs,
+        id: String,
+    },
+}
+
+/// A failure and how the process should exit.
+pub enum Failure {
+    Config(String),
+    Runtime(anyhow::Error),
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(e: anyhow::Error) -> Self {
+        Failure::Runtime(e)
+    }
+}
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { EXIT_CONFIG } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    if let Err(e) = init_logging(&cli.log_level) {
+        eprintln!("plexsphere: {e}");
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("plexsphere: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(dispatch(cli.command)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Config(msg)) => {
+            eprintln!("plexsphere: {msg}");
+            ExitCode::from(EXIT_CONFIG)
+        }
+        Err(Failure::Runtime(e)) => {
+            eprintln!("plexsphere: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(filter: &str) -> Result<(), String> {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .map_err(|e| format!("--log-level {filter:?} is not a valid filter: {e}"))?;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init()
+        .map_err(|e| format!("cannot set up logging: {e}"))
+}
+
+async fn dispatch(cmd: Command) -> Result<(), Failure> {
+    match cmd {
+        Command::Serve(args) => serve::serve(args).await,
+        Command::Dev(args) => serve::dev(args).await,
+        Command::Seed(SeedCommand::Apply { data, file }) => admin::seed_apply(&data, &file).await,
+        Command::OperatorToken(OperatorTokenCommand::Create { data, name }) => admin::token_create(&data, &name).await,
+        Command::OperatorToken(OperatorTokenCommand::List { data }) => admin::token_list(&data).await,
+        Command::OperatorToken(OperatorTokenCommand::Revoke { data, id }) => admin::token_revoke(&data, &id).await,
+        Command::Migrate(data) => admin::migrate(&data).await,
+    }
+}

@@ -1,0 +1,223 @@
+//! The in-process test server: the real router over real TLS (a lab CA from our own `tls`
+//! module) on 127.0.0.1:0, with a real SQLite file in a temp dir.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use ipnet::IpNet;
+use plexsphere::api::{self, ApiConfig, AppState};
+use plexsphere::ratelimit::RateLimit;
+use plexsphere::server::{self, Transport};
+use plexsphere::store::Store;
+use plexsphere::{operator_tokens, seed, tls};
+use plexsphere_wire::admin::{IssuedToken, List, TokenView};
+use reqwest::StatusCode;
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+pub const LAB_NODES: &str = "019a0816-0000-7000-8000-000000000002";
+pub const OPENSTACK: &str = "019a0816-0000-7000-8000-000000000001";
+
+pub struct Options {
+    pub rate_limit: RateLimit,
+    pub trusted_proxies: Vec<IpNet>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            // Tests that do not test the limit must not trip over it.
+            rate_limit: RateLimit {
+                burst: 100_000,
+                refill: Duration::from_secs(1),
+            },
+            trusted_proxies: Vec::new(),
+        }
+    }
+}
+
+pub struct TestServer {
+    pub dir: tempfile::TempDir,
+    pub base: String,
+    pub client: reqwest::Client,
+    pub store: Store,
+    pub operator_token: String,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+pub fn client_for(ca_pem: &str) -> reqwest::Client {
+    tls::install_ring_provider();
+    let mut roots = rustls::RootCertStore::empty();
+    let (added, _) = roots.add_parsable_certificates(
+        rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()).map(|c| c.unwrap()),
+    );
+    assert_eq!(added, 1);
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(config)
+        .build()
+        .unwrap()
+}
+
+use rustls::pki_types::pem::PemObject as _;
+
+impl TestServer {
+    pub async fn start() -> Self {
+        Self::start_with(Options::default()).await
+    }
+
+    pub async fn start_with(opts: Options) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let certs = tls::ensure_dev_certs(&dir.path().join("tls"), &[]).unwrap();
+        tls::install_ring_provider();
+        let tls_config = tls::server_config(&certs.server_cert, &certs.server_key).unwrap();
+        let store = Store::connect(&Store::sqlite_url(dir.path())).await.unwrap();
+        store.migrate().await.unwrap();
+        let manifest = seed::parse(seed::LAB_SEED, "lab").unwrap();
+        seed::apply(&store, &manifest, "lab", time::OffsetDateTime::now_utc())
+            .await
+            .unwrap();
+        let operator_token = operator_tokens::create(&store, "test", time::OffsetDateTime::now_utc())
+            .await
+            .unwrap()
+            .expose();
+        let config = ApiConfig {
+            register_rate_limit: opts.rate_limit,
+            trusted_proxies: opts.trusted_proxies,
+            ca_pem: Some(certs.ca_pem.clone()),
+            ..ApiConfig::default()
+        };
+        let state = AppState::new(store.clone(), dir.path(), config);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(server::run(
+            listener,
+            Transport::Tls(tls_config),
+            api::router(Arc::new(state)),
+            async move {
+                let _ = rx.await;
+            },
+        ));
+        Self {
+            base: format!("https://localhost:{port}"),
+            client: client_for(&certs.ca_pem),
+            dir,
+            store,
+            operator_token,
+            shutdown: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Stops the server and waits until it has drained.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.unwrap().unwrap();
+        }
+    }
+
+    pub async fn op_get(&self, path: &str) -> (StatusCode, Value) {
+        let r = self
+            .client
+            .get(self.url(path))
+            .bearer_auth(&self.operator_token)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        (status, r.json().await.unwrap())
+    }
+
+    pub async fn op_post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        let r = self
+            .client
+            .post(self.url(path))
+            .bearer_auth(&self.operator_token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        (status, r.json().await.unwrap())
+    }
+
+    pub async fn issue_token(&self, project: &str) -> IssuedToken {
+        let (status, body) = self
+            .op_post(
+                &format!("/v1/projects/{project}/bootstrap-tokens"),
+                serde_json::json!({"kind": "node", "env_prefix": "lab", "ttl_secs": 3600}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        serde_json::from_value(body).unwrap()
+    }
+
+    pub async fn tokens(&self, project: &str) -> Vec<TokenView> {
+        let (status, body) = self.op_get(&format!("/v1/projects/{project}/bootstrap-tokens")).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        serde_json::from_value::<List<TokenView>>(body).unwrap().items
+    }
+
+    /// POSTs a registration body; answers status, Retry-After and the JSON body.
+    pub async fn register_raw(&self, body: &Value, xff: Option<&str>) -> (StatusCode, Option<String>, Value) {
+        let mut req = self.client.post(self.url("/v1/register")).json(body);
+        if let Some(x) = xff {
+            req = req.header("x-forwarded-for", x);
+        }
+        let r = req.send().await.unwrap();
+        let status = r.status();
+        let retry = r
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_owned());
+        (status, retry, r.json().await.unwrap())
+    }
+
+    pub async fn register(&self, body: &Value) -> (StatusCode, Value) {
+        let (s, _, b) = self.register_raw(body, None).await;
+        (s, b)
+    }
+}
+
+/// A distinct, valid WireGuard public key per number.
+pub fn wg_key(n: u32) -> String {
+    let mut k = [0u8; 32];
+    k[..4].copy_from_slice(&n.to_be_bytes());
+    k[31] = 0x5a;
+    STANDARD.encode(k)
+}
+
+pub fn register_body(token: &str, key: &str) -> Value {
+    serde_json::json!({
+        "bootstrap_token": token,
+        "wireguard_public_key": key,
+        "hostname": "node-1",
+        "arch": "amd64",
+        "plexd_version": "0.1.0",
+    })
+}
+
+pub fn assert_code(status: StatusCode, body: &Value, want_status: u16, want_code: &str) {
+    assert_eq!(status.as_u16(), want_status, "{body}");
+    assert_eq!(body["code"], want_code, "{body}");
+    assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+}
