@@ -159,14 +159,15 @@ pub fn find_rustls_error<'a>(
         if let Some(r) = err.downcast_ref::<rustls::Error>() {
             return Some(r);
         }
-        if let Some(inner) = err
+        // `io::Error::source` skips the error it wraps; descend into it explicitly
+        // (hyper-util wraps tokio-rustls' io::Error in another io::Error).
+        cur = match err
             .downcast_ref::<std::io::Error>()
             .and_then(|io| io.get_ref())
-            .and_then(|i| i.downcast_ref::<rustls::Error>())
         {
-            return Some(inner);
-        }
-        cur = err.source();
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => err.source(),
+        };
     }
     None
 }
@@ -224,6 +225,8 @@ mod tests {
         let tls = rustls::Error::InvalidCertificate(rustls::CertificateError::UnknownIssuer);
         let io = std::io::Error::new(std::io::ErrorKind::InvalidData, tls.clone());
         assert_eq!(find_rustls_error(&io), Some(&tls));
+        let nested = std::io::Error::other(io);
+        assert_eq!(find_rustls_error(&nested), Some(&tls));
         let plain = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
         assert_eq!(find_rustls_error(&plain), None);
     }

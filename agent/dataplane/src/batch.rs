@@ -17,7 +17,8 @@ pub const MAX_DATAGRAM: usize = MAX_PACKET + WG_OVERHEAD;
 /// How many packets one system call moves when batching is on.
 pub const DEFAULT_BATCH: usize = 64;
 
-const UNSPECIFIED: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
+/// The address of a packet that has none (TUN packets).
+pub const NO_ADDR: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
 
 /// Equal-size packet slots in one buffer; see the module docs.
 #[derive(Debug, Clone)]
@@ -90,7 +91,7 @@ impl PacketBatch {
 
     /// The address of packet `i`: where it came from or where it goes.
     pub fn addr(&self, i: usize) -> SocketAddr {
-        self.addrs.get(i).copied().unwrap_or(UNSPECIFIED)
+        self.addrs.get(i).copied().unwrap_or(NO_ADDR)
     }
 
     /// Every packet with its address.
@@ -140,7 +141,7 @@ mod tests {
         let a: SocketAddr = "192.0.2.1:51820".parse().expect("addr");
         let mut b = PacketBatch::new(16, 2);
         b.push(b"one", a);
-        b.push(b"two", UNSPECIFIED);
+        b.push(b"two", NO_ADDR);
         assert!(b.is_full());
         b.push(b"a packet longer than sixteen", a);
         assert_eq!(b.len(), 3);

@@ -13,6 +13,8 @@ pub mod config;
 pub mod device;
 pub mod io;
 pub mod key;
+#[cfg(target_os = "linux")]
+pub mod linux;
 pub mod memory;
 pub mod packet;
 pub mod peer;

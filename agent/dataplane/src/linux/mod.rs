@@ -1,0 +1,7 @@
+//! Linux devices: the TUN interface and the UDP socket.
+
+pub mod tun;
+pub mod udp;
+
+pub use tun::{LinuxTun, TunError};
+pub use udp::{LinuxUdp, LinuxUdpBinder};

@@ -1,0 +1,180 @@
+//! A Linux TUN device through /dev/net/tun (`TUNSETIFF` with `IFF_TUN | IFF_NO_PI`).
+//!
+//! The two ioctls (create the interface, set its MTU) are the only unsafe code; reads and
+//! writes go through `std::fs::File` on the non-blocking descriptor, waits through `poll`.
+#![allow(unsafe_code)]
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::time::Duration;
+
+use nix::fcntl::{FcntlArg, OFlag, fcntl};
+use nix::libc;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::socket::{AddressFamily, SockFlag, SockType, socket};
+
+use crate::batch::PacketBatch;
+use crate::io::Tun;
+
+nix::ioctl_write_ptr_bad!(tunsetiff, libc::TUNSETIFF, libc::ifreq);
+nix::ioctl_write_ptr_bad!(siocsifmtu, libc::SIOCSIFMTU, libc::ifreq);
+
+/// Why the TUN device could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TunError {
+    #[error(
+        "interface name `{0}` is not 1-15 characters without `/`, spaces or `%`; pick a shorter name"
+    )]
+    Name(String),
+    #[error(
+        "cannot open /dev/net/tun ({0}); load the tun module (modprobe tun) and run as root or with CAP_NET_ADMIN"
+    )]
+    Open(io::Error),
+    #[error(
+        "cannot create TUN interface `{name}` ({source}); is the name taken by a non-TUN interface, and is CAP_NET_ADMIN there?"
+    )]
+    Create { name: String, source: nix::Error },
+    #[error("cannot set the MTU of `{name}` to {mtu} ({source})")]
+    Mtu {
+        name: String,
+        mtu: u32,
+        source: nix::Error,
+    },
+    #[error("cannot make the TUN descriptor non-blocking ({0})")]
+    NonBlocking(nix::Error),
+}
+
+/// A TUN interface this process created; the kernel removes it when the descriptor closes.
+pub struct LinuxTun {
+    file: File,
+    name: String,
+}
+
+fn ifreq(name: &str) -> Result<libc::ifreq, TunError> {
+    let bytes = name.as_bytes();
+    if bytes.is_empty()
+        || bytes.len() >= libc::IFNAMSIZ
+        || bytes.iter().any(|b| matches!(b, b'/' | b' ' | b'%' | 0))
+    {
+        return Err(TunError::Name(name.to_owned()));
+    }
+    let mut ifr_name = [0 as libc::c_char; libc::IFNAMSIZ];
+    for (dst, src) in ifr_name.iter_mut().zip(bytes) {
+        *dst = *src as libc::c_char;
+    }
+    Ok(libc::ifreq {
+        ifr_name,
+        ifr_ifru: libc::__c_anonymous_ifr_ifru { ifru_ifindex: 0 },
+    })
+}
+
+impl LinuxTun {
+    /// Creates (or attaches to an existing, unused) TUN interface `name` with MTU `mtu`.
+    pub fn create(name: &str, mtu: u32) -> Result<Self, TunError> {
+        let mut req = ifreq(name)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/net/tun")
+            .map_err(TunError::Open)?;
+        // Both flags fit in a c_short (0x0001 | 0x1000).
+        req.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
+        // SAFETY: the descriptor is an open /dev/net/tun; `req` is a fully initialised ifreq
+        // that lives across the call, and TUNSETIFF reads (and may write back) only that struct.
+        unsafe { tunsetiff(file.as_raw_fd(), &req) }.map_err(|source| TunError::Create {
+            name: name.to_owned(),
+            source,
+        })?;
+        fcntl(file.as_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).map_err(TunError::NonBlocking)?;
+        let tun = Self {
+            file,
+            name: name.to_owned(),
+        };
+        tun.set_mtu(mtu)?;
+        Ok(tun)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn set_mtu(&self, mtu: u32) -> Result<(), TunError> {
+        let err = |source| TunError::Mtu {
+            name: self.name.clone(),
+            mtu,
+            source,
+        };
+        let mut req = ifreq(&self.name)?;
+        req.ifr_ifru.ifru_mtu = libc::c_int::try_from(mtu).map_err(|_| err(nix::Error::EINVAL))?;
+        let sock: OwnedFd = socket(
+            AddressFamily::Inet,
+            SockType::Datagram,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .map_err(err)?;
+        // SAFETY: `sock` is an open socket; `req` is a fully initialised ifreq naming our
+        // interface, alive across the call; SIOCSIFMTU only reads it.
+        unsafe { siocsifmtu(sock.as_raw_fd(), &req) }.map_err(err)?;
+        Ok(())
+    }
+
+    fn wait(&self, flags: PollFlags, timeout: Duration) -> io::Result<bool> {
+        let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+        let mut fds = [PollFd::new(self.file.as_fd(), flags)];
+        match poll(&mut fds, PollTimeout::from(ms)) {
+            Ok(n) => Ok(n > 0),
+            Err(nix::Error::EINTR) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+impl Tun for LinuxTun {
+    fn recv(&self, batch: &mut PacketBatch, timeout: Duration) -> io::Result<usize> {
+        batch.clear();
+        let mut waited = false;
+        while !batch.is_full() {
+            let slot = batch.next_slot();
+            match (&self.file).read(slot) {
+                Ok(n) => batch.commit(n, crate::batch::NO_ADDR),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if !batch.is_empty() || waited {
+                        break;
+                    }
+                    waited = true;
+                    if !self.wait(PollFlags::POLLIN, timeout)? {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(batch.len())
+    }
+
+    fn send(&self, batch: &PacketBatch) -> io::Result<usize> {
+        let mut sent = 0;
+        for (packet, _) in batch.iter() {
+            match (&self.file).write(packet) {
+                Ok(_) => sent += 1,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    // The host's queue is full; wait a moment once, then drop like a full queue.
+                    if self.wait(PollFlags::POLLOUT, Duration::from_millis(10))?
+                        && (&self.file).write(packet).is_ok()
+                    {
+                        sent += 1;
+                    }
+                }
+                // EINVAL/EIO: the host refused this packet (malformed); the rest go on.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::EIO)) => {
+                    tracing::trace!(error = %e, "TUN refused a packet");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(sent)
+    }
+}
