@@ -23,7 +23,9 @@ pub enum Error {
     /// 400 `invalid_request`: a bad path or query parameter (a malformed UUID...).
     #[error("{0}")]
     BadRequest(String),
-    #[error("the bootstrap token is not known to this control plane; ask an operator for a fresh token")]
+    #[error(
+        "the bootstrap token is not known to this control plane; ask an operator for a fresh token"
+    )]
     TokenUnknown,
     #[error("the bootstrap token has expired; ask an operator for a fresh token")]
     TokenExpired,
@@ -31,11 +33,17 @@ pub enum Error {
     TokenRevoked,
     #[error("the bootstrap token is not a node token; issue one with --kind node")]
     TokenKindMismatch,
-    #[error("the bootstrap token belongs to another project than registration.project_id; fix the config or use a token of that project")]
+    #[error(
+        "the bootstrap token belongs to another project than registration.project_id; fix the config or use a token of that project"
+    )]
     ProjectMismatch,
-    #[error("the bootstrap token was already used; a bootstrap token is single-use, issue a fresh token")]
+    #[error(
+        "the bootstrap token was already used; a bootstrap token is single-use, issue a fresh token"
+    )]
     TokenConsumed,
-    #[error("no free mesh address is left in {0}; free addresses by revoking nodes or widen the range")]
+    #[error(
+        "no free mesh address is left in {0}; free addresses by revoking nodes or widen the range"
+    )]
     MeshRangeExhausted(IpNet),
     /// 429 `rate_limited` with `Retry-After`.
     #[error("too many registration attempts from this client; retry after {0} s")]

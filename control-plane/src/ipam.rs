@@ -15,7 +15,11 @@ pub enum IpamError {
 /// The lowest host address of `range` that no live node holds and that lies in none of the
 /// `reserved` sub-ranges. The network and broadcast (last) addresses are never handed out, so
 /// a /31, /32 (or IPv6 /127, /128) range has no usable host.
-pub fn allocate(range: IpNet, taken: &HashSet<IpAddr>, reserved: &[IpNet]) -> Result<IpAddr, IpamError> {
+pub fn allocate(
+    range: IpNet,
+    taken: &HashSet<IpAddr>,
+    reserved: &[IpNet],
+) -> Result<IpAddr, IpamError> {
     let range = range.trunc();
     let (first, last) = (to_u128(range.network()), to_u128(range.broadcast()));
     if last - first < 2 {
@@ -97,11 +101,20 @@ mod tests {
     #[test]
     fn lowest_free_host_skips_network_and_taken() {
         let none = HashSet::new();
-        assert_eq!(allocate(net("10.64.0.0/16"), &none, &[]), Ok(ip("10.64.0.1")));
+        assert_eq!(
+            allocate(net("10.64.0.0/16"), &none, &[]),
+            Ok(ip("10.64.0.1"))
+        );
         let taken: HashSet<_> = [ip("10.64.0.1"), ip("10.64.0.3")].into();
-        assert_eq!(allocate(net("10.64.0.0/16"), &taken, &[]), Ok(ip("10.64.0.2")));
+        assert_eq!(
+            allocate(net("10.64.0.0/16"), &taken, &[]),
+            Ok(ip("10.64.0.2"))
+        );
         // A range written with host bits set is treated as its network.
-        assert_eq!(allocate(net("10.64.0.9/30"), &none, &[]), Ok(ip("10.64.0.9")));
+        assert_eq!(
+            allocate(net("10.64.0.9/30"), &none, &[]),
+            Ok(ip("10.64.0.9"))
+        );
     }
 
     #[test]
@@ -151,7 +164,10 @@ mod tests {
         let small = net("10.9.0.0/29");
         assert!(allocate(small, &none, &[net("10.9.0.0/28")]).is_err());
         // Reservations of the other family do not matter.
-        assert_eq!(allocate(small, &none, &[net("fd00::/8")]), Ok(ip("10.9.0.1")));
+        assert_eq!(
+            allocate(small, &none, &[net("fd00::/8")]),
+            Ok(ip("10.9.0.1"))
+        );
     }
 
     #[test]

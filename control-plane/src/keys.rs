@@ -13,13 +13,17 @@ use ring::rand::{SecureRandom as _, SystemRandom};
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
-    #[error("cannot {action} {path}: {source}; check that the data directory exists and is writable by plexsphere")]
+    #[error(
+        "cannot {action} {path}: {source}; check that the data directory exists and is writable by plexsphere"
+    )]
     Io {
         action: &'static str,
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("the Domain key seed {path} is {len} bytes, not 32; restore the original file (nodes trust its key) or move it away to make a new one")]
+    #[error(
+        "the Domain key seed {path} is {len} bytes, not 32; restore the original file (nodes trust its key) or move it away to make a new one"
+    )]
     BadLength { path: PathBuf, len: usize },
     #[error("the system random generator failed while creating {0}")]
     Random(PathBuf),
@@ -29,12 +33,18 @@ pub enum KeyError {
 
 fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> KeyError {
     let path = path.to_owned();
-    move |source| KeyError::Io { action, path, source }
+    move |source| KeyError::Io {
+        action,
+        path,
+        source,
+    }
 }
 
 /// Where a Domain's seed lives.
 pub fn seed_path(data_dir: &Path, domain_slug: &str) -> PathBuf {
-    data_dir.join("domain-keys").join(format!("{domain_slug}.seed"))
+    data_dir
+        .join("domain-keys")
+        .join(format!("{domain_slug}.seed"))
 }
 
 /// Loads the Domain's signer, generating and saving a fresh seed when none exists yet.
@@ -59,14 +69,20 @@ fn to_seed(path: &Path, bytes: Vec<u8>) -> Result<[u8; 32], KeyError> {
 fn create(path: &Path) -> Result<[u8; 32], KeyError> {
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir).map_err(io("create", dir))?;
-        fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(io("set the mode of", dir))?;
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+            .map_err(io("set the mode of", dir))?;
     }
     let mut seed = [0u8; 32];
     SystemRandom::new()
         .fill(&mut seed)
         .map_err(|_| KeyError::Random(path.to_owned()))?;
     // create_new: two processes starting at once never overwrite each other's key.
-    match fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
+    match fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
         Ok(mut f) => {
             f.write_all(&seed).map_err(io("write", path))?;
             f.sync_all().map_err(io("sync", path))?;
@@ -97,7 +113,10 @@ impl Keyring {
 
     /// The signer of the Domain `slug`, creating its seed on first need.
     pub fn signer(&self, slug: &str) -> Result<Arc<DomainSigner>, KeyError> {
-        let mut cache = self.cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut cache = self
+            .cache
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(s) = cache.get(slug) {
             return Ok(s.clone());
         }
@@ -118,8 +137,15 @@ mod tests {
         let b = load_or_create(dir.path(), "lab").unwrap();
         assert_eq!(a.public_key_b64(), b.public_key_b64());
         let path = seed_path(dir.path(), "lab");
-        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
-        let dmode = fs::metadata(path.parent().unwrap()).unwrap().permissions().mode() & 0o777;
+        assert_eq!(
+            fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let dmode = fs::metadata(path.parent().unwrap())
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777;
         assert_eq!(dmode, 0o700);
         let other = load_or_create(dir.path(), "prod").unwrap();
         assert_ne!(other.public_key_b64(), a.public_key_b64());

@@ -17,7 +17,11 @@ pub enum OperatorTokenError {
 }
 
 /// Creates a token named `name`; the returned text is the only copy that will ever exist.
-pub async fn create(store: &Store, name: &str, now: OffsetDateTime) -> Result<OperatorToken, OperatorTokenError> {
+pub async fn create(
+    store: &Store,
+    name: &str,
+    now: OffsetDateTime,
+) -> Result<OperatorToken, OperatorTokenError> {
     if name.is_empty() || name.len() > 64 || name.chars().any(char::is_control) {
         return Err(OperatorTokenError::BadName);
     }

@@ -46,7 +46,9 @@ pub struct RateLimiter {
 pub enum Decision {
     Allow,
     /// Refused; a token is back after this long.
-    Limited { retry_after: Duration },
+    Limited {
+        retry_after: Duration,
+    },
 }
 
 impl Decision {
@@ -75,7 +77,10 @@ impl RateLimiter {
         self.prune(now);
         let burst = f64::from(self.limit.burst.max(1));
         let refill = self.limit.refill.as_secs_f64().max(f64::MIN_POSITIVE);
-        let bucket = self.buckets.entry(client).or_insert(Bucket { tokens: burst, at: now });
+        let bucket = self.buckets.entry(client).or_insert(Bucket {
+            tokens: burst,
+            at: now,
+        });
         let elapsed = now.saturating_duration_since(bucket.at).as_secs_f64();
         bucket.tokens = (bucket.tokens + elapsed / refill).min(burst);
         bucket.at = now;
@@ -129,7 +134,10 @@ pub fn client_addr(peer: IpAddr, forwarded_for: Option<&str>, trusted_proxies: &
             Err(_) => return peer,
         }
     }
-    hops.into_iter().rev().find(|ip| !trusted(ip)).unwrap_or(peer)
+    hops.into_iter()
+        .rev()
+        .find(|ip| !trusted(ip))
+        .unwrap_or(peer)
 }
 
 /// `::ffff:a.b.c.d` is the IPv4 client it carries.
@@ -166,7 +174,10 @@ mod tests {
         };
         assert_eq!(Decision::retry_after_secs(retry_after), 2);
         assert_eq!(rl.check(a, t0 + Duration::from_secs(3)), Decision::Allow);
-        assert!(matches!(rl.check(a, t0 + Duration::from_secs(3)), Decision::Limited { .. }));
+        assert!(matches!(
+            rl.check(a, t0 + Duration::from_secs(3)),
+            Decision::Limited { .. }
+        ));
         // Another client has its own budget.
         assert_eq!(rl.check(ip("192.0.2.2"), t0), Decision::Allow);
     }
@@ -197,20 +208,39 @@ mod tests {
     fn client_is_the_peer_unless_the_peer_is_a_trusted_proxy() {
         let proxies: Vec<IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
         // An untrusted peer's header is ignored.
-        assert_eq!(client_addr(ip("203.0.113.9"), Some("198.51.100.1"), &proxies), ip("203.0.113.9"));
+        assert_eq!(
+            client_addr(ip("203.0.113.9"), Some("198.51.100.1"), &proxies),
+            ip("203.0.113.9")
+        );
         // A trusted peer: the rightmost hop that is not a proxy.
         assert_eq!(
-            client_addr(ip("10.1.1.1"), Some("198.51.100.7, 203.0.113.5, 10.2.2.2"), &proxies),
+            client_addr(
+                ip("10.1.1.1"),
+                Some("198.51.100.7, 203.0.113.5, 10.2.2.2"),
+                &proxies
+            ),
             ip("203.0.113.5")
         );
         // Malformed header or no header: the peer.
-        assert_eq!(client_addr(ip("10.1.1.1"), Some("nonsense, 1.2.3.4"), &proxies), ip("10.1.1.1"));
+        assert_eq!(
+            client_addr(ip("10.1.1.1"), Some("nonsense, 1.2.3.4"), &proxies),
+            ip("10.1.1.1")
+        );
         assert_eq!(client_addr(ip("10.1.1.1"), None, &proxies), ip("10.1.1.1"));
         // Only proxies in the header: the peer.
-        assert_eq!(client_addr(ip("10.1.1.1"), Some("10.3.3.3"), &proxies), ip("10.1.1.1"));
+        assert_eq!(
+            client_addr(ip("10.1.1.1"), Some("10.3.3.3"), &proxies),
+            ip("10.1.1.1")
+        );
         // IPv4-mapped IPv6 peers are their IPv4 address.
-        assert_eq!(client_addr(ip("::ffff:10.1.1.1"), Some("192.0.2.4"), &proxies), ip("192.0.2.4"));
+        assert_eq!(
+            client_addr(ip("::ffff:10.1.1.1"), Some("192.0.2.4"), &proxies),
+            ip("192.0.2.4")
+        );
         // No proxies configured: always the peer.
-        assert_eq!(client_addr(ip("10.1.1.1"), Some("192.0.2.4"), &[]), ip("10.1.1.1"));
+        assert_eq!(
+            client_addr(ip("10.1.1.1"), Some("192.0.2.4"), &[]),
+            ip("10.1.1.1")
+        );
     }
 }

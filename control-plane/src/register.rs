@@ -60,13 +60,16 @@ pub fn validate(req: &RegisterRequest) -> Result<(), Error> {
         ));
     }
     if !matches!(req.arch.as_str(), "amd64" | "arm64") {
-        return Err(Error::Invalid(format!("arch {:?} is not supported; use amd64 or arm64", req.arch)));
+        return Err(Error::Invalid(format!(
+            "arch {:?} is not supported; use amd64 or arm64",
+            req.arch
+        )));
     }
     if let Some(handle) = &req.resource_handle {
         let ok = (1..=63).contains(&handle.len())
-            && handle
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'.' | b'_'));
+            && handle.bytes().all(|b| {
+                b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'.' | b'_')
+            });
         if !ok {
             return Err(Error::Invalid(
                 "resource_handle must be 1-63 characters of a-z, 0-9, '-', '.' and '_'".into(),
@@ -75,7 +78,9 @@ pub fn validate(req: &RegisterRequest) -> Result<(), Error> {
     }
     let v = &req.plexd_version;
     if v.is_empty() || v.len() > 64 || v.chars().any(char::is_control) {
-        return Err(Error::Invalid("plexd_version must be 1-64 printable characters".into()));
+        return Err(Error::Invalid(
+            "plexd_version must be 1-64 printable characters".into(),
+        ));
     }
     Ok(())
 }
@@ -121,7 +126,11 @@ pub fn judge(
 }
 
 impl Registrar<'_> {
-    pub async fn register(&self, req: &RegisterRequest, now: OffsetDateTime) -> Result<Registered, Error> {
+    pub async fn register(
+        &self,
+        req: &RegisterRequest,
+        now: OffsetDateTime,
+    ) -> Result<Registered, Error> {
         validate(req)?;
         let token = BootstrapToken::parse(&req.bootstrap_token).map_err(|_| Error::TokenUnknown)?;
         let now = store::unix(now);
@@ -129,7 +138,12 @@ impl Registrar<'_> {
         // (after a lost race the token is consumed or revoked for good).
         for _ in 0..3 {
             let row = {
-                let mut conn = self.store.pool().acquire().await.map_err(StoreError::from)?;
+                let mut conn = self
+                    .store
+                    .pool()
+                    .acquire()
+                    .await
+                    .map_err(StoreError::from)?;
                 tokens::get(&mut conn, &token.id).await?
             }
             .ok_or(Error::TokenUnknown)?;
@@ -141,7 +155,10 @@ impl Registrar<'_> {
                     .await?
                 }
                 TokenVerdict::Consumed(node_id) => {
-                    store::retry("register replay", Error::is_lost_race, || self.replay(node_id, req)).await?
+                    store::retry("register replay", Error::is_lost_race, || {
+                        self.replay(node_id, req)
+                    })
+                    .await?
                 }
             };
             if let Some(done) = outcome {
@@ -152,7 +169,12 @@ impl Registrar<'_> {
     }
 
     /// One attempt at a new node. `None`: another caller consumed the token first.
-    async fn create(&self, row: &TokenRow, req: &RegisterRequest, now: i64) -> Result<Option<Registered>, Error> {
+    async fn create(
+        &self,
+        row: &TokenRow,
+        req: &RegisterRequest,
+        now: i64,
+    ) -> Result<Option<Registered>, Error> {
         let node_id = Uuid::now_v7();
         let mut tx = self.store.pool().begin().await.map_err(StoreError::from)?;
         if !tokens::consume(&mut tx, &row.id, node_id, now).await? {
@@ -163,7 +185,9 @@ impl Registrar<'_> {
             .ok_or_else(|| Error::Internal(format!("token {} names a missing project", row.id)))?;
         let domain = domains::get(&mut tx, project.domain_id)
             .await?
-            .ok_or_else(|| Error::Internal(format!("project {} names a missing domain", project.id)))?;
+            .ok_or_else(|| {
+                Error::Internal(format!("project {} names a missing domain", project.id))
+            })?;
         let (range, reserved): (IpNet, Vec<IpNet>) = match project.sub_range_cidr {
             Some(sub) => (sub, Vec::new()),
             None => {
@@ -176,9 +200,14 @@ impl Registrar<'_> {
                 (domain.mesh_cidr, reserved)
             }
         };
-        let taken: HashSet<IpAddr> = nodes::live_mesh_ips(&mut tx, domain.id).await?.into_iter().collect();
-        let mesh_ip = ipam::allocate(range, &taken, &reserved).map_err(|_| Error::MeshRangeExhausted(range))?;
-        let credential = NodeCredential::generate(node_id).map_err(|e| Error::Internal(e.to_string()))?;
+        let taken: HashSet<IpAddr> = nodes::live_mesh_ips(&mut tx, domain.id)
+            .await?
+            .into_iter()
+            .collect();
+        let mesh_ip = ipam::allocate(range, &taken, &reserved)
+            .map_err(|_| Error::MeshRangeExhausted(range))?;
+        let credential =
+            NodeCredential::generate(node_id).map_err(|e| Error::Internal(e.to_string()))?;
         nodes::insert(
             &mut tx,
             &NodeRow {
@@ -217,8 +246,13 @@ impl Registrar<'_> {
     }
 
     /// One attempt at a replay: the same key, a node that never authenticated.
-    async fn replay(&self, node_id: Uuid, req: &RegisterRequest) -> Result<Option<Registered>, Error> {
-        let credential = NodeCredential::generate(node_id).map_err(|e| Error::Internal(e.to_string()))?;
+    async fn replay(
+        &self,
+        node_id: Uuid,
+        req: &RegisterRequest,
+    ) -> Result<Option<Registered>, Error> {
+        let credential =
+            NodeCredential::generate(node_id).map_err(|e| Error::Internal(e.to_string()))?;
         let mut tx = self.store.pool().begin().await.map_err(StoreError::from)?;
         let replaced = nodes::replace_unused_credential(
             &mut tx,
@@ -287,14 +321,26 @@ mod tests {
             let e = validate(&r).unwrap_err().to_string();
             assert!(e.contains(word), "{e}");
         };
-        bad(|r| r.wireguard_public_key = STANDARD.encode([1u8; 31]), "wireguard_public_key");
-        bad(|r| r.wireguard_public_key = "not base64!".into(), "wireguard_public_key");
+        bad(
+            |r| r.wireguard_public_key = STANDARD.encode([1u8; 31]),
+            "wireguard_public_key",
+        );
+        bad(
+            |r| r.wireguard_public_key = "not base64!".into(),
+            "wireguard_public_key",
+        );
         bad(|r| r.hostname = String::new(), "hostname");
         bad(|r| r.hostname = "a".repeat(254), "hostname");
         bad(|r| r.hostname = "bad host".into(), "hostname");
         bad(|r| r.arch = "x86_64".into(), "arch");
-        bad(|r| r.resource_handle = Some("Web".into()), "resource_handle");
-        bad(|r| r.resource_handle = Some("a".repeat(64)), "resource_handle");
+        bad(
+            |r| r.resource_handle = Some("Web".into()),
+            "resource_handle",
+        );
+        bad(
+            |r| r.resource_handle = Some("a".repeat(64)),
+            "resource_handle",
+        );
         bad(|r| r.plexd_version = String::new(), "plexd_version");
     }
 
@@ -319,21 +365,45 @@ mod tests {
         let t = BootstrapToken::generate("lab", TokenKind::Node).unwrap();
         let r = row(&t);
         assert_eq!(judge(&r, &t, None, 150).unwrap(), TokenVerdict::Fresh);
-        assert_eq!(judge(&r, &t, Some(Uuid::from_u128(1)), 150).unwrap(), TokenVerdict::Fresh);
-        assert!(matches!(judge(&r, &t, Some(Uuid::from_u128(2)), 150), Err(Error::ProjectMismatch)));
+        assert_eq!(
+            judge(&r, &t, Some(Uuid::from_u128(1)), 150).unwrap(),
+            TokenVerdict::Fresh
+        );
+        assert!(matches!(
+            judge(&r, &t, Some(Uuid::from_u128(2)), 150),
+            Err(Error::ProjectMismatch)
+        ));
         assert!(matches!(judge(&r, &t, None, 200), Err(Error::TokenExpired)));
         let other = BootstrapToken::generate("lab", TokenKind::Node).unwrap();
-        assert!(matches!(judge(&r, &other, None, 150), Err(Error::TokenUnknown)));
-        let revoked = TokenRow { revoked_at: Some(120), ..r.clone() };
-        assert!(matches!(judge(&revoked, &t, None, 150), Err(Error::TokenRevoked)));
+        assert!(matches!(
+            judge(&r, &other, None, 150),
+            Err(Error::TokenUnknown)
+        ));
+        let revoked = TokenRow {
+            revoked_at: Some(120),
+            ..r.clone()
+        };
+        assert!(matches!(
+            judge(&revoked, &t, None, 150),
+            Err(Error::TokenRevoked)
+        ));
         let used = TokenRow {
             consumed_at: Some(120),
             consumed_by_node: Some(Uuid::from_u128(9)),
             ..r.clone()
         };
         // A consumed token stays replayable after its expiry; the replay decides by key.
-        assert_eq!(judge(&used, &t, None, 500).unwrap(), TokenVerdict::Consumed(Uuid::from_u128(9)));
-        let odd_kind = TokenRow { kind: "user".into(), ..r };
-        assert!(matches!(judge(&odd_kind, &t, None, 150), Err(Error::TokenKindMismatch)));
+        assert_eq!(
+            judge(&used, &t, None, 500).unwrap(),
+            TokenVerdict::Consumed(Uuid::from_u128(9))
+        );
+        let odd_kind = TokenRow {
+            kind: "user".into(),
+            ..r
+        };
+        assert!(matches!(
+            judge(&odd_kind, &t, None, 150),
+            Err(Error::TokenKindMismatch)
+        ));
     }
 }

@@ -51,7 +51,10 @@ pub struct ProjectSeed {
 #[derive(Debug, thiserror::Error)]
 pub enum SeedError {
     #[error("cannot read the seed manifest {path}: {source}")]
-    Read { path: String, source: std::io::Error },
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("the seed manifest {origin} is not valid: {message}")]
     Parse { origin: String, message: String },
     #[error("the seed manifest {origin} is not valid: {message}; nothing was applied")]
@@ -74,13 +77,16 @@ pub struct SeedReport {
 
 impl SeedReport {
     pub fn changed(&self) -> bool {
-        !(self.domains_created.is_empty() && self.projects_created.is_empty() && self.projects_updated.is_empty())
+        !(self.domains_created.is_empty()
+            && self.projects_created.is_empty()
+            && self.projects_updated.is_empty())
     }
 }
 
 fn valid_slug(s: &str) -> bool {
     (1..=63).contains(&s.len())
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
         && !s.ends_with('-')
 }
@@ -111,7 +117,10 @@ fn check(m: &Manifest) -> Result<(), String> {
     let mut slugs = std::collections::HashSet::new();
     for d in &m.domains {
         if !valid_slug(&d.slug) {
-            return Err(format!("domain slug {:?} must be 1-63 characters of a-z, 0-9 and '-'", d.slug));
+            return Err(format!(
+                "domain slug {:?} must be 1-63 characters of a-z, 0-9 and '-'",
+                d.slug
+            ));
         }
         if !slugs.insert(d.slug.clone()) {
             return Err(format!("domain {:?} is declared twice", d.slug));
@@ -127,14 +136,26 @@ fn check(m: &Manifest) -> Result<(), String> {
         let mut project_slugs = std::collections::HashSet::new();
         for (i, p) in d.projects.iter().enumerate() {
             if !valid_slug(&p.slug) {
-                return Err(format!("project slug {:?} must be 1-63 characters of a-z, 0-9 and '-'", p.slug));
+                return Err(format!(
+                    "project slug {:?} must be 1-63 characters of a-z, 0-9 and '-'",
+                    p.slug
+                ));
             }
             if !project_slugs.insert(p.slug.clone()) {
-                return Err(format!("project {:?} is declared twice in domain {:?}", p.slug, d.slug));
+                return Err(format!(
+                    "project {:?} is declared twice in domain {:?}",
+                    p.slug, d.slug
+                ));
             }
-            let Some(sub) = p.sub_range_cidr else { continue };
+            let Some(sub) = p.sub_range_cidr else {
+                continue;
+            };
             if sub != sub.trunc() {
-                return Err(format!("project {:?}: sub_range_cidr {sub} has host bits set; write {}", p.slug, sub.trunc()));
+                return Err(format!(
+                    "project {:?}: sub_range_cidr {sub} has host bits set; write {}",
+                    p.slug,
+                    sub.trunc()
+                ));
             }
             if !contains_net(&d.mesh_cidr, &sub) {
                 return Err(format!(
@@ -158,7 +179,12 @@ fn check(m: &Manifest) -> Result<(), String> {
 }
 
 /// Applies a checked manifest in one transaction (retried whole if it loses a race).
-pub async fn apply(store: &Store, m: &Manifest, origin: &str, now: time::OffsetDateTime) -> Result<SeedReport, SeedError> {
+pub async fn apply(
+    store: &Store,
+    m: &Manifest,
+    origin: &str,
+    now: time::OffsetDateTime,
+) -> Result<SeedReport, SeedError> {
     let now = store::unix(now);
     let result = store::retry("seed apply", |e: &ApplyError| matches!(e, ApplyError::Store(s) if s.is_busy() || s.is_unique_violation()), || {
         apply_once(store, m, now)
@@ -206,7 +232,10 @@ async fn apply_once(store: &Store, m: &Manifest, now: i64) -> Result<SeedReport,
                     )));
                 }
                 if d.id.is_some_and(|id| id != existing.id) {
-                    return Err(ApplyError::Refused(format!("domain {:?} already exists with id {}", d.slug, existing.id)));
+                    return Err(ApplyError::Refused(format!(
+                        "domain {:?} already exists with id {}",
+                        d.slug, existing.id
+                    )));
                 }
                 existing
             }
@@ -294,7 +323,9 @@ async fn apply_project(
     if project.display_name == p.display_name && project.sub_range_cidr == p.sub_range_cidr {
         return Ok(project.id);
     }
-    if project.sub_range_cidr != p.sub_range_cidr && nodes::count_live_in_project(tx, project.id).await? > 0 {
+    if project.sub_range_cidr != p.sub_range_cidr
+        && nodes::count_live_in_project(tx, project.id).await? > 0
+    {
         return Err(ApplyError::Refused(format!(
             "project {:?} has nodes, so its sub_range_cidr cannot change from {} to {}",
             p.slug,
@@ -328,12 +359,19 @@ mod tests {
     fn refusals_name_the_problem() {
         let err = |text: &str| parse(text, "t.yaml").unwrap_err().to_string();
         let e = err("domains:\n  - slug: lab\n    mesh_cidr: 10.64.0.0/16\n    colour: red\n");
-        assert!(e.contains("unknown field `colour`") && e.contains("line 4"), "{e}");
+        assert!(
+            e.contains("unknown field `colour`") && e.contains("line 4"),
+            "{e}"
+        );
         let e = err("domains:\n  - slug: lab\n    mesh_cidr: 10.64.0.0/99\n");
         assert!(e.contains("line 3"), "{e}");
-        let e = err("domains:\n  - slug: lab\n    mesh_cidr: 10.64.0.0/16\n    projects:\n      - slug: a\n        sub_range_cidr: 10.65.0.0/24\n");
+        let e = err(
+            "domains:\n  - slug: lab\n    mesh_cidr: 10.64.0.0/16\n    projects:\n      - slug: a\n        sub_range_cidr: 10.65.0.0/24\n",
+        );
         assert!(e.contains("not inside"), "{e}");
-        let e = err("domains:\n  - slug: lab\n    mesh_cidr: 10.64.0.0/16\n    projects:\n      - slug: a\n        sub_range_cidr: 10.64.0.0/23\n      - slug: b\n        sub_range_cidr: 10.64.1.0/24\n");
+        let e = err(
+            "domains:\n  - slug: lab\n    mesh_cidr: 10.64.0.0/16\n    projects:\n      - slug: a\n        sub_range_cidr: 10.64.0.0/23\n      - slug: b\n        sub_range_cidr: 10.64.1.0/24\n",
+        );
         assert!(e.contains("overlaps"), "{e}");
         let e = err("domains:\n  - slug: lab\n    mesh_cidr: 10.64.0.1/16\n");
         assert!(e.contains("host bits"), "{e}");

@@ -52,7 +52,12 @@ pub async fn run(
                 .serve(service)
                 .await
         }
-        Transport::PlainBehindProxy => axum_server::from_tcp(listener)?.handle(handle).serve(service).await,
+        Transport::PlainBehindProxy => {
+            axum_server::from_tcp(listener)?
+                .handle(handle)
+                .serve(service)
+                .await
+        }
     }
 }
 

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
 };
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -25,7 +26,9 @@ pub enum TlsError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("{path} holds no usable PEM {what}: {detail}; pass a PEM file (e.g. the output of certbot or openssl)")]
+    #[error(
+        "{path} holds no usable PEM {what}: {detail}; pass a PEM file (e.g. the output of certbot or openssl)"
+    )]
     Pem {
         path: PathBuf,
         what: &'static str,
@@ -39,7 +42,11 @@ pub enum TlsError {
 
 fn io(action: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> TlsError {
     let path = path.to_owned();
-    move |source| TlsError::Io { action, path, source }
+    move |source| TlsError::Io {
+        action,
+        path,
+        source,
+    }
 }
 
 /// Makes ring the process-wide rustls provider (a no-op when one is installed already).
@@ -48,7 +55,10 @@ pub fn install_ring_provider() {
 }
 
 /// A rustls server config (ring, TLS 1.2 + 1.3, ALPN h2 and http/1.1) from PEM files.
-pub fn server_config(cert_path: &Path, key_path: &Path) -> Result<Arc<rustls::ServerConfig>, TlsError> {
+pub fn server_config(
+    cert_path: &Path,
+    key_path: &Path,
+) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert_path)
         .and_then(|it| it.collect::<Result<Vec<_>, _>>())
         .map_err(|e| TlsError::Pem {
@@ -68,10 +78,12 @@ pub fn server_config(cert_path: &Path, key_path: &Path) -> Result<Arc<rustls::Se
         what: "private key",
         detail: e.to_string(),
     })?;
-    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)?;
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_no_client_auth()
+    .with_single_cert(certs, key)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
@@ -92,7 +104,8 @@ const CA_NAME: &str = "plexsphere lab CA";
 fn ca_params() -> Result<CertificateParams, TlsError> {
     let mut p = CertificateParams::new(Vec::<String>::new())?;
     p.distinguished_name.push(DnType::CommonName, CA_NAME);
-    p.distinguished_name.push(DnType::OrganizationName, "plexsphere");
+    p.distinguished_name
+        .push(DnType::OrganizationName, "plexsphere");
     p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     p.key_usages = vec![
         KeyUsagePurpose::KeyCertSign,
@@ -109,7 +122,8 @@ fn ca_params() -> Result<CertificateParams, TlsError> {
 /// `::1` and `extra_sans` in `dir`.
 pub fn ensure_dev_certs(dir: &Path, extra_sans: &[String]) -> Result<DevCerts, TlsError> {
     fs::create_dir_all(dir).map_err(io("create", dir))?;
-    fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(io("set the mode of", dir))?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+        .map_err(io("set the mode of", dir))?;
     let (ca_cert, ca_key) = (dir.join("ca.crt"), dir.join("ca.key"));
     let (server_cert, server_key) = (dir.join("server.crt"), dir.join("server.key"));
 
@@ -130,7 +144,11 @@ pub fn ensure_dev_certs(dir: &Path, extra_sans: &[String]) -> Result<DevCerts, T
     };
 
     if !(server_cert.exists() && server_key.exists()) {
-        let mut sans = vec!["localhost".to_owned(), "127.0.0.1".to_owned(), "::1".to_owned()];
+        let mut sans = vec![
+            "localhost".to_owned(),
+            "127.0.0.1".to_owned(),
+            "::1".to_owned(),
+        ];
         for s in extra_sans {
             if !sans.contains(s) {
                 sans.push(s.clone());
@@ -139,7 +157,10 @@ pub fn ensure_dev_certs(dir: &Path, extra_sans: &[String]) -> Result<DevCerts, T
         let mut p = CertificateParams::new(sans)?;
         p.distinguished_name.push(DnType::CommonName, "plexsphere");
         p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-        p.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
+        p.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
         let now = OffsetDateTime::now_utc();
         p.not_before = now - Duration::days(1);
         p.not_after = now + Duration::days(825);
@@ -189,5 +210,6 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), TlsError> {
 
 fn write_public(path: &Path, bytes: &[u8]) -> Result<(), TlsError> {
     fs::write(path, bytes).map_err(io("write", path))?;
-    fs::set_permissions(path, fs::Permissions::from_mode(0o644)).map_err(io("set the mode of", path))
+    fs::set_permissions(path, fs::Permissions::from_mode(0o644))
+        .map_err(io("set the mode of", path))
 }

@@ -1,4 +1,5 @@
 //! Operator authentication and the operator endpoints' edges.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 mod common;
 
@@ -35,7 +36,11 @@ async fn operator_auth_refuses_missing_bad_and_revoked_tokens() {
     assert_eq!(s, StatusCode::OK, "{b}");
     assert_eq!(b["items"].as_array().unwrap().len(), 2);
     // Revoked.
-    assert!(plexsphere::operator_tokens::revoke(&srv.store, id, time::OffsetDateTime::now_utc()).await.unwrap());
+    assert!(
+        plexsphere::operator_tokens::revoke(&srv.store, id, time::OffsetDateTime::now_utc())
+            .await
+            .unwrap()
+    );
     let (s, b) = get_with(&srv, "/v1/projects", Some(&good)).await;
     assert_code(s, &b, 401, "unauthorized");
     srv.stop().await;
@@ -50,12 +55,19 @@ async fn paths_queries_and_public_endpoints() {
     assert_code(s, &b, 400, "invalid_request");
     let (s, b) = srv.op_get("/v1/nodes?project_id=zzz").await;
     assert_code(s, &b, 400, "invalid_request");
-    let (s, b) = srv.op_get("/v1/nodes/019a0816-0000-7000-8000-0000000000ff").await;
-    assert_code(s, &b, 404, "not_found");
-    let (s, b) = srv.op_get("/v1/projects/019a0816-0000-7000-8000-0000000000ff/bootstrap-tokens").await;
+    let (s, b) = srv
+        .op_get("/v1/nodes/019a0816-0000-7000-8000-0000000000ff")
+        .await;
     assert_code(s, &b, 404, "not_found");
     let (s, b) = srv
-        .op_post("/v1/bootstrap-tokens/0123456789abcdef/revoke", serde_json::json!({}))
+        .op_get("/v1/projects/019a0816-0000-7000-8000-0000000000ff/bootstrap-tokens")
+        .await;
+    assert_code(s, &b, 404, "not_found");
+    let (s, b) = srv
+        .op_post(
+            "/v1/bootstrap-tokens/0123456789abcdef/revoke",
+            serde_json::json!({}),
+        )
         .await;
     assert_code(s, &b, 404, "not_found");
     let (s, b) = srv
@@ -78,29 +90,42 @@ async fn paths_queries_and_public_endpoints() {
     let (s, _) = srv.register(&register_body(&used.token, &wg_key(9))).await;
     assert_eq!(s, StatusCode::CREATED);
     let (s, b) = srv
-        .op_post(&format!("/v1/bootstrap-tokens/{}/revoke", used.id), serde_json::json!({}))
+        .op_post(
+            &format!("/v1/bootstrap-tokens/{}/revoke", used.id),
+            serde_json::json!({}),
+        )
         .await;
     assert_code(s, &b, 409, "conflict");
     let fresh = srv.issue_token(LAB_NODES).await;
     for _ in 0..2 {
         let (s, b) = srv
-            .op_post(&format!("/v1/bootstrap-tokens/{}/revoke", fresh.id), serde_json::json!({}))
+            .op_post(
+                &format!("/v1/bootstrap-tokens/{}/revoke", fresh.id),
+                serde_json::json!({}),
+            )
             .await;
         assert_eq!(s, StatusCode::OK, "{b}");
         assert_eq!(b["status"], "revoked");
     }
 
     // Node listing by project.
-    let (s, b) = srv.op_get(&format!("/v1/nodes?project_id={LAB_NODES}")).await;
+    let (s, b) = srv
+        .op_get(&format!("/v1/nodes?project_id={LAB_NODES}"))
+        .await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(b["items"].as_array().unwrap().len(), 1);
-    let (s, b) = srv.op_get(&format!("/v1/nodes?project_id={OPENSTACK}")).await;
+    let (s, b) = srv
+        .op_get(&format!("/v1/nodes?project_id={OPENSTACK}"))
+        .await;
     assert_eq!(s, StatusCode::OK);
     assert!(b["items"].as_array().unwrap().is_empty());
     let (s, b) = srv.op_get("/v1/domains").await;
     assert_eq!(s, StatusCode::OK);
     assert_eq!(b["items"][0]["slug"], "lab");
-    assert_eq!(b["items"][0]["signing_public_key"].as_str().unwrap().len(), 44);
+    assert_eq!(
+        b["items"][0]["signing_public_key"].as_str().unwrap().len(),
+        44
+    );
 
     // Public endpoints.
     let r = srv.client.get(srv.url("/v1/version")).send().await.unwrap();
@@ -109,7 +134,12 @@ async fn paths_queries_and_public_endpoints() {
     assert_eq!(v["name"], "plexsphere");
     let r = srv.client.get(srv.url("/v1/ca.crt")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::OK);
-    assert!(r.text().await.unwrap().starts_with("-----BEGIN CERTIFICATE-----"));
+    assert!(
+        r.text()
+            .await
+            .unwrap()
+            .starts_with("-----BEGIN CERTIFICATE-----")
+    );
     let r = srv.client.get(srv.url("/v1/nope")).send().await.unwrap();
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
     let b: Value = r.json().await.unwrap();

@@ -1,4 +1,5 @@
 //! The registration rate limit over the real server: burst, Retry-After, trusted proxies.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 mod common;
 
@@ -59,11 +60,18 @@ async fn behind_a_trusted_proxy_each_forwarded_client_has_its_own_budget() {
     })
     .await;
     let a = burst(&srv, 11, Some("198.51.100.1")).await;
-    assert!(a[..10].iter().all(|(s, _)| *s != StatusCode::TOO_MANY_REQUESTS));
+    assert!(
+        a[..10]
+            .iter()
+            .all(|(s, _)| *s != StatusCode::TOO_MANY_REQUESTS)
+    );
     assert_eq!(a[10].0, StatusCode::TOO_MANY_REQUESTS);
     // A second client behind the same proxy still has its full budget.
     let b = burst(&srv, 10, Some("203.0.113.5, 198.51.100.2")).await;
-    assert!(b.iter().all(|(s, _)| *s != StatusCode::TOO_MANY_REQUESTS), "{b:?}");
+    assert!(
+        b.iter().all(|(s, _)| *s != StatusCode::TOO_MANY_REQUESTS),
+        "{b:?}"
+    );
     // The rightmost untrusted hop is the client: a forged left part changes nothing.
     let forged = burst(&srv, 1, Some("192.0.2.99, 198.51.100.1")).await;
     assert_eq!(forged[0].0, StatusCode::TOO_MANY_REQUESTS);

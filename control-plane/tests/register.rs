@@ -1,4 +1,5 @@
 //! `POST /v1/register` against the real server: happy path, replay, races, IPAM, refusals.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 mod common;
 
@@ -28,9 +29,17 @@ async fn happy_path_stores_only_a_digest_and_consumes_the_token() {
     assert_eq!(r.mesh_cidr.to_string(), "10.64.0.0/16");
     assert!(r.mesh_cidr.contains(&r.mesh_ip));
     // Domain-range Projects stay out of the openstack sub-range.
-    assert!(!"10.64.1.0/24".parse::<IpNet>().unwrap().contains(&r.mesh_ip));
+    assert!(
+        !"10.64.1.0/24"
+            .parse::<IpNet>()
+            .unwrap()
+            .contains(&r.mesh_ip)
+    );
     assert_eq!(r.mesh_ip.to_string(), "10.64.0.1");
-    assert!(r.node_credential.starts_with(&format!("pxnk_{}_", r.node_id.simple())));
+    assert!(
+        r.node_credential
+            .starts_with(&format!("pxnk_{}_", r.node_id.simple()))
+    );
     assert_eq!(r.intervals, plexsphere_wire::Intervals::default());
     assert_eq!(r.domain_signing_public_key.len(), 44);
 
@@ -45,7 +54,10 @@ async fn happy_path_stores_only_a_digest_and_consumes_the_token() {
     assert_eq!(cred_digest.len(), 64);
     for i in 0..row.len() {
         if let Ok(Some(v)) = row.try_get::<Option<String>, _>(i) {
-            assert!(!v.contains(&secret) && !v.contains(&r.node_credential), "column {i} holds the credential");
+            assert!(
+                !v.contains(&secret) && !v.contains(&r.node_credential),
+                "column {i} holds the credential"
+            );
         }
     }
 
@@ -66,23 +78,36 @@ async fn happy_path_stores_only_a_digest_and_consumes_the_token() {
 async fn replay_by_the_same_key_gets_the_same_node_and_another_key_is_refused() {
     let srv = TestServer::start().await;
     let issued = srv.issue_token(OPENSTACK).await;
-    let (s1, first) = srv.register(&register_body(&issued.token, &wg_key(1))).await;
+    let (s1, first) = srv
+        .register(&register_body(&issued.token, &wg_key(1)))
+        .await;
     assert_eq!(s1, StatusCode::CREATED);
     assert_eq!(first["mesh_ip"], "10.64.1.1");
-    let (s2, again) = srv.register(&register_body(&issued.token, &wg_key(1))).await;
+    let (s2, again) = srv
+        .register(&register_body(&issued.token, &wg_key(1)))
+        .await;
     assert_eq!(s2, StatusCode::OK, "{again}");
     assert_eq!(again["node_id"], first["node_id"]);
     assert_eq!(again["mesh_ip"], first["mesh_ip"]);
-    assert_ne!(again["node_credential"], first["node_credential"], "a replay issues a fresh credential");
-    let (s3, other) = srv.register(&register_body(&issued.token, &wg_key(2))).await;
+    assert_ne!(
+        again["node_credential"], first["node_credential"],
+        "a replay issues a fresh credential"
+    );
+    let (s3, other) = srv
+        .register(&register_body(&issued.token, &wg_key(2)))
+        .await;
     assert_code(s3, &other, 403, "token_consumed");
 
     // Once the node has authenticated, even the same key is refused.
     let id: uuid::Uuid = first["node_id"].as_str().unwrap().parse().unwrap();
     let mut conn = srv.store.pool().acquire().await.unwrap();
-    plexsphere::store::nodes::touch_last_seen(&mut conn, id, 1).await.unwrap();
+    plexsphere::store::nodes::touch_last_seen(&mut conn, id, 1)
+        .await
+        .unwrap();
     drop(conn);
-    let (s4, late) = srv.register(&register_body(&issued.token, &wg_key(1))).await;
+    let (s4, late) = srv
+        .register(&register_body(&issued.token, &wg_key(1)))
+        .await;
     assert_code(s4, &late, 403, "token_consumed");
     srv.stop().await;
 }
@@ -161,7 +186,10 @@ async fn three_hundred_nodes_get_unique_addresses_until_the_sub_range_is_exhaust
         if project == OPENSTACK {
             assert!(sub.contains(&ip), "{ip} outside {sub}");
         } else {
-            assert!(domain.contains(&ip) && !sub.contains(&ip), "{ip} must be in {domain} and outside {sub}");
+            assert!(
+                domain.contains(&ip) && !sub.contains(&ip),
+                "{ip} must be in {domain} and outside {sub}"
+            );
             assert_ne!(ip, "10.64.0.0".parse::<IpAddr>().unwrap());
         }
     }
@@ -169,15 +197,27 @@ async fn three_hundred_nodes_get_unique_addresses_until_the_sub_range_is_exhaust
     // 250 of 254 hosts are taken: four more fit, the fifth finds the range exhausted.
     for i in 0..4u32 {
         let token = srv.issue_token(OPENSTACK).await.token;
-        let (s, b) = srv.register(&register_body(&token, &wg_key(5000 + i))).await;
+        let (s, b) = srv
+            .register(&register_body(&token, &wg_key(5000 + i)))
+            .await;
         assert_eq!(s, StatusCode::CREATED, "{b}");
     }
     let token = srv.issue_token(OPENSTACK).await;
-    let (s, b) = srv.register(&register_body(&token.token, &wg_key(6000))).await;
+    let (s, b) = srv
+        .register(&register_body(&token.token, &wg_key(6000)))
+        .await;
     assert_code(s, &b, 409, "mesh_range_exhausted");
-    assert!(b["message"].as_str().unwrap().contains("10.64.1.0/24"), "{b}");
+    assert!(
+        b["message"].as_str().unwrap().contains("10.64.1.0/24"),
+        "{b}"
+    );
     // The refused registration consumed nothing.
-    let t = srv.tokens(OPENSTACK).await.into_iter().find(|t| t.id == token.id).unwrap();
+    let t = srv
+        .tokens(OPENSTACK)
+        .await
+        .into_iter()
+        .find(|t| t.id == token.id)
+        .unwrap();
     assert_eq!(t.status, TokenStatus::Active);
 }
 
@@ -188,19 +228,30 @@ async fn refusals_carry_exact_statuses_and_codes() {
     // Expired: move the token's expiry into the past through the store.
     let expired = srv.issue_token(LAB_NODES).await;
     let mut conn = srv.store.pool().acquire().await.unwrap();
-    assert!(tokens::set_expires_at(&mut conn, &expired.id, 1).await.unwrap());
+    assert!(
+        tokens::set_expires_at(&mut conn, &expired.id, 1)
+            .await
+            .unwrap()
+    );
     drop(conn);
-    let (s, b) = srv.register(&register_body(&expired.token, &wg_key(1))).await;
+    let (s, b) = srv
+        .register(&register_body(&expired.token, &wg_key(1)))
+        .await;
     assert_code(s, &b, 401, "token_expired");
 
     // Revoked.
     let revoked = srv.issue_token(LAB_NODES).await;
     let (s, b) = srv
-        .op_post(&format!("/v1/bootstrap-tokens/{}/revoke", revoked.id), serde_json::json!({}))
+        .op_post(
+            &format!("/v1/bootstrap-tokens/{}/revoke", revoked.id),
+            serde_json::json!({}),
+        )
         .await;
     assert_eq!(s, StatusCode::OK, "{b}");
     assert_eq!(b["status"], "revoked");
-    let (s, b) = srv.register(&register_body(&revoked.token, &wg_key(1))).await;
+    let (s, b) = srv
+        .register(&register_body(&revoked.token, &wg_key(1)))
+        .await;
     assert_code(s, &b, 403, "token_revoked");
 
     // Wrong project.
@@ -242,18 +293,33 @@ async fn refusals_carry_exact_statuses_and_codes() {
         (s, body)
     };
     // Malformed JSON.
-    let (s, b) = json(post(b"{not json".to_vec(), Some("application/json")).await.unwrap()).await;
+    let (s, b) = json(
+        post(b"{not json".to_vec(), Some("application/json"))
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_code(s, &b, 400, "invalid_json");
     // Unknown field.
     let mut body = register_body(&t.token, &wg_key(1));
     body["projectid"] = "x".into();
-    let (s, b) = json(post(body.to_string().into_bytes(), Some("application/json")).await.unwrap()).await;
+    let (s, b) = json(
+        post(body.to_string().into_bytes(), Some("application/json"))
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_code(s, &b, 400, "invalid_json");
     assert!(b["message"].as_str().unwrap().contains("projectid"), "{b}");
     // Wrong type.
     let mut body = register_body(&t.token, &wg_key(1));
     body["hostname"] = 7.into();
-    let (s, b) = json(post(body.to_string().into_bytes(), Some("application/json")).await.unwrap()).await;
+    let (s, b) = json(
+        post(body.to_string().into_bytes(), Some("application/json"))
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_code(s, &b, 400, "invalid_json");
     // Missing content type.
     let body = register_body(&t.token, &wg_key(1)).to_string().into_bytes();
@@ -264,7 +330,12 @@ async fn refusals_carry_exact_statuses_and_codes() {
     // Oversized body.
     let mut big = register_body(&t.token, &wg_key(1));
     big["hostname"] = "a".repeat(20 * 1024).into();
-    let (s, b) = json(post(big.to_string().into_bytes(), Some("application/json")).await.unwrap()).await;
+    let (s, b) = json(
+        post(big.to_string().into_bytes(), Some("application/json"))
+            .await
+            .unwrap(),
+    )
+    .await;
     assert_code(s, &b, 413, "body_too_large");
 
     // None of the refusals consumed the token: it still registers.

@@ -11,7 +11,10 @@ use crate::error::Error;
 pub fn classify(e: &Error) -> (StatusCode, &'static str) {
     match e {
         Error::InvalidJson(_) => (StatusCode::BAD_REQUEST, codes::INVALID_JSON),
-        Error::UnsupportedMediaType => (StatusCode::UNSUPPORTED_MEDIA_TYPE, codes::UNSUPPORTED_MEDIA_TYPE),
+        Error::UnsupportedMediaType => (
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            codes::UNSUPPORTED_MEDIA_TYPE,
+        ),
         Error::BodyTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, codes::BODY_TOO_LARGE),
         Error::Invalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, codes::INVALID_REQUEST),
         Error::BadRequest(_) => (StatusCode::BAD_REQUEST, codes::INVALID_REQUEST),
@@ -27,7 +30,9 @@ pub fn classify(e: &Error) -> (StatusCode, &'static str) {
         Error::NotFound(_) => (StatusCode::NOT_FOUND, codes::NOT_FOUND),
         Error::Conflict(_) => (StatusCode::CONFLICT, codes::CONFLICT),
         Error::Store(s) if s.is_busy() => (StatusCode::SERVICE_UNAVAILABLE, codes::UNAVAILABLE),
-        Error::Store(_) | Error::Key(_) | Error::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, codes::INTERNAL),
+        Error::Store(_) | Error::Key(_) | Error::Internal(_) => {
+            (StatusCode::INTERNAL_SERVER_ERROR, codes::INTERNAL)
+        }
     }
 }
 

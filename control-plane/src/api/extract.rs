@@ -78,11 +78,16 @@ impl<S: Send + Sync> FromRequestParts<S> for TokenIdPath {
         let Path(raw) = Path::<String>::from_request_parts(parts, state)
             .await
             .map_err(|e| Error::BadRequest(format!("bad path parameter: {e}")))?;
-        let ok = raw.len() == 16 && raw.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        let ok = raw.len() == 16
+            && raw
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
         if ok {
             Ok(TokenIdPath(raw))
         } else {
-            Err(Error::BadRequest(format!("{raw:?} is not a bootstrap token id (16 hex characters)")))
+            Err(Error::BadRequest(format!(
+                "{raw:?} is not a bootstrap token id (16 hex characters)"
+            )))
         }
     }
 }
@@ -109,7 +114,12 @@ impl FromRequestParts<Arc<AppState>> for Operator {
             .strip_prefix("Bearer ")
             .ok_or(Error::Unauthorized(NO_OPERATOR))?;
         let token = OperatorToken::parse(text).map_err(|_| Error::Unauthorized(BAD_OPERATOR))?;
-        let mut conn = state.store.pool().acquire().await.map_err(StoreError::from)?;
+        let mut conn = state
+            .store
+            .pool()
+            .acquire()
+            .await
+            .map_err(StoreError::from)?;
         let row = operators::get(&mut conn, &token.id)
             .await?
             .ok_or(Error::Unauthorized(BAD_OPERATOR))?;

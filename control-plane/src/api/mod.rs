@@ -22,7 +22,7 @@ use crate::ratelimit::{RateLimit, RateLimiter};
 use crate::store::Store;
 
 /// The knobs of the API.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ApiConfig {
     pub intervals: Intervals,
     pub register_rate_limit: RateLimit,
@@ -30,17 +30,6 @@ pub struct ApiConfig {
     pub trusted_proxies: Vec<IpNet>,
     /// The PEM of the CA the server's chain ends in, served at `/v1/ca.crt` (dev mode).
     pub ca_pem: Option<String>,
-}
-
-impl Default for ApiConfig {
-    fn default() -> Self {
-        Self {
-            intervals: Intervals::default(),
-            register_rate_limit: RateLimit::default(),
-            trusted_proxies: Vec::new(),
-            ca_pem: None,
-        }
-    }
 }
 
 /// A source of "now", so tests can move time.
@@ -82,7 +71,10 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/v1/projects/{project_id}/bootstrap-tokens",
             post(operator::issue_token).get(operator::list_tokens),
         )
-        .route("/v1/bootstrap-tokens/{token_id}/revoke", post(operator::revoke_token))
+        .route(
+            "/v1/bootstrap-tokens/{token_id}/revoke",
+            post(operator::revoke_token),
+        )
         .route("/v1/nodes", get(operator::list_nodes))
         .route("/v1/nodes/{node_id}", get(operator::get_node))
         .fallback(|| async { Error::NotFound("no such endpoint; see docs/api.md".into()) })

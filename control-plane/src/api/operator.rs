@@ -5,7 +5,9 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
-use plexsphere_wire::admin::{DomainView, IssueTokenRequest, IssuedToken, List, NodeView, ProjectView, TokenView};
+use plexsphere_wire::admin::{
+    DomainView, IssueTokenRequest, IssuedToken, List, NodeView, ProjectView, TokenView,
+};
 use plexsphere_wire::secret::{BootstrapToken, valid_env_prefix};
 use serde::Deserialize;
 use uuid::Uuid;
@@ -26,7 +28,10 @@ async fn conn(st: &AppState) -> Result<Conn, Error> {
     Ok(st.store.pool().acquire().await.map_err(StoreError::from)?)
 }
 
-pub async fn list_domains(State(st): State<Arc<AppState>>, _op: Operator) -> Result<Json<List<DomainView>>, Error> {
+pub async fn list_domains(
+    State(st): State<Arc<AppState>>,
+    _op: Operator,
+) -> Result<Json<List<DomainView>>, Error> {
     let rows = domains::list(&mut *conn(&st).await?).await?;
     let mut items = Vec::with_capacity(rows.len());
     for d in rows {
@@ -40,7 +45,10 @@ pub async fn list_domains(State(st): State<Arc<AppState>>, _op: Operator) -> Res
     Ok(Json(List { items }))
 }
 
-pub async fn list_projects(State(st): State<Arc<AppState>>, _op: Operator) -> Result<Json<List<ProjectView>>, Error> {
+pub async fn list_projects(
+    State(st): State<Arc<AppState>>,
+    _op: Operator,
+) -> Result<Json<List<ProjectView>>, Error> {
     let rows = projects::list(&mut *conn(&st).await?).await?;
     let items = rows
         .into_iter()
@@ -58,7 +66,9 @@ pub async fn list_projects(State(st): State<Arc<AppState>>, _op: Operator) -> Re
 async fn require_project(c: &mut Conn, id: Uuid) -> Result<(), Error> {
     match projects::get(c, id).await? {
         Some(_) => Ok(()),
-        None => Err(Error::NotFound(format!("no project with id {id}; `plexctl project list` shows them"))),
+        None => Err(Error::NotFound(format!(
+            "no project with id {id}; `plexctl project list` shows them"
+        ))),
     }
 }
 
@@ -69,7 +79,9 @@ pub async fn issue_token(
     ApiJson(req): ApiJson<IssueTokenRequest>,
 ) -> Result<(StatusCode, Json<IssuedToken>), Error> {
     if !valid_env_prefix(&req.env_prefix) {
-        return Err(Error::Invalid("env_prefix must be 1-16 characters of a-z and 0-9".into()));
+        return Err(Error::Invalid(
+            "env_prefix must be 1-16 characters of a-z and 0-9".into(),
+        ));
     }
     if !(MIN_TTL_SECS..=MAX_TTL_SECS).contains(&req.ttl_secs) {
         return Err(Error::Invalid(format!(
@@ -78,7 +90,8 @@ pub async fn issue_token(
     }
     let mut c = conn(&st).await?;
     require_project(&mut c, project_id).await?;
-    let token = BootstrapToken::generate(&req.env_prefix, req.kind).map_err(|e| Error::Internal(e.to_string()))?;
+    let token = BootstrapToken::generate(&req.env_prefix, req.kind)
+        .map_err(|e| Error::Internal(e.to_string()))?;
     let now = st.now();
     let ttl = i64::try_from(req.ttl_secs).unwrap_or(i64::MAX);
     let row = TokenRow {
@@ -162,7 +175,10 @@ pub async fn list_nodes(
     let Query(q) = query.map_err(|e| Error::BadRequest(format!("bad query string: {e}")))?;
     let project_id = q
         .project_id
-        .map(|p| Uuid::parse_str(&p).map_err(|_| Error::BadRequest(format!("project_id {p:?} is not a UUID"))))
+        .map(|p| {
+            Uuid::parse_str(&p)
+                .map_err(|_| Error::BadRequest(format!("project_id {p:?} is not a UUID")))
+        })
         .transpose()?;
     let now = store::unix(st.now());
     let hb = st.config.intervals.heartbeat_secs;
@@ -183,5 +199,9 @@ pub async fn get_node(
         .await?
         .ok_or_else(|| Error::NotFound(format!("no node with id {id}")))?;
     let now = store::unix(st.now());
-    Ok(Json(node_view(&row, now, st.config.intervals.heartbeat_secs)?))
+    Ok(Json(node_view(
+        &row,
+        now,
+        st.config.intervals.heartbeat_secs,
+    )?))
 }

@@ -40,6 +40,10 @@ pub async fn register(
         intervals: st.config.intervals,
     };
     let done = registrar.register(&req, st.now()).await?;
-    let status = if done.created { StatusCode::CREATED } else { StatusCode::OK };
+    let status = if done.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
     Ok((status, Json(done.response)))
 }

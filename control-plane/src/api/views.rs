@@ -100,10 +100,19 @@ mod tests {
         let t = token();
         assert_eq!(token_status(&t, 150), TokenStatus::Active);
         assert_eq!(token_status(&t, 200), TokenStatus::Expired);
-        let used = TokenRow { consumed_at: Some(150), ..t.clone() };
+        let used = TokenRow {
+            consumed_at: Some(150),
+            ..t.clone()
+        };
         assert_eq!(token_status(&used, 500), TokenStatus::Consumed);
-        let revoked = TokenRow { revoked_at: Some(150), ..t };
+        let revoked = TokenRow {
+            revoked_at: Some(150),
+            ..t
+        };
         assert_eq!(token_status(&revoked, 500), TokenStatus::Revoked);
-        assert_eq!(token_view(&revoked, 500).unwrap().status, TokenStatus::Revoked);
+        assert_eq!(
+            token_view(&revoked, 500).unwrap().status,
+            TokenStatus::Revoked
+        );
     }
 }

@@ -21,7 +21,10 @@ pub async fn open_store(data: &DataArgs) -> Result<Store, Failure> {
     let store = Store::connect(&url)
         .await
         .with_context(|| format!("cannot open the database of {}", data.data_dir.display()))?;
-    store.migrate().await.context("cannot migrate the database")?;
+    store
+        .migrate()
+        .await
+        .context("cannot migrate the database")?;
     Ok(store)
 }
 
@@ -36,7 +39,10 @@ pub fn ensure_data_dir(dir: &Path) -> Result<(), Failure> {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
             .with_context(|| format!("cannot set the mode of {}", dir.display()))?;
     } else if !dir.is_dir() {
-        return Err(Failure::Config(format!("--data-dir {} is not a directory", dir.display())));
+        return Err(Failure::Config(format!(
+            "--data-dir {} is not a directory",
+            dir.display()
+        )));
     }
     Ok(())
 }
@@ -60,9 +66,14 @@ pub fn print_seed_report(report: &SeedReport) {
 pub async fn seed_apply(data: &DataArgs, file: &Path) -> Result<(), Failure> {
     let manifest = seed::load(file).map_err(|e| Failure::Config(e.to_string()))?;
     let store = open_store(data).await?;
-    let report = seed::apply(&store, &manifest, &file.display().to_string(), OffsetDateTime::now_utc())
-        .await
-        .map_err(|e| Failure::Runtime(e.into()))?;
+    let report = seed::apply(
+        &store,
+        &manifest,
+        &file.display().to_string(),
+        OffsetDateTime::now_utc(),
+    )
+    .await
+    .map_err(|e| Failure::Runtime(e.into()))?;
     print_seed_report(&report);
     for (what, id) in &report.ids {
         println!("{what}: {id}");
@@ -83,14 +94,23 @@ pub async fn token_create(data: &DataArgs, name: &str) -> Result<(), Failure> {
 
 pub async fn token_list(data: &DataArgs) -> Result<(), Failure> {
     let store = open_store(data).await?;
-    let rows = operator_tokens::list(&store).await.context("cannot list operator tokens")?;
+    let rows = operator_tokens::list(&store)
+        .await
+        .context("cannot list operator tokens")?;
     println!("{:<16}  {:<24}  {:<20}  STATUS", "ID", "NAME", "CREATED");
     for r in rows {
         let created = OffsetDateTime::from_unix_timestamp(r.created_at)
             .ok()
-            .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+            .and_then(|t| {
+                t.format(&time::format_description::well_known::Rfc3339)
+                    .ok()
+            })
             .unwrap_or_else(|| "-".into());
-        let status = if r.revoked_at.is_some() { "revoked" } else { "active" };
+        let status = if r.revoked_at.is_some() {
+            "revoked"
+        } else {
+            "active"
+        };
         println!("{:<16}  {:<24}  {:<20}  {status}", r.id, r.name, created);
     }
     store.close().await;

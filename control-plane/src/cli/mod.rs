@@ -17,7 +17,11 @@ use crate::ratelimit::RateLimit;
 pub const EXIT_CONFIG: u8 = 64;
 
 #[derive(Debug, Parser)]
-#[command(name = "plexsphere", version, about = "The lean plexsphere control plane")]
+#[command(
+    name = "plexsphere",
+    version,
+    about = "The lean plexsphere control plane"
+)]
 pub struct Cli {
     /// Log filter (`info`, `debug`, `plexsphere=debug,sqlx=warn`...); logs go to stderr.
     #[arg(long, env = "PLEXSPHERE_LOG", default_value = "info", global = true)]
@@ -45,7 +49,11 @@ pub enum Command {
 #[derive(Debug, Clone, Args)]
 pub struct DataArgs {
     /// Where the database, Domain keys and dev certificates live.
-    #[arg(long, env = "PLEXSPHERE_DATA_DIR", default_value = "/var/lib/plexsphere")]
+    #[arg(
+        long,
+        env = "PLEXSPHERE_DATA_DIR",
+        default_value = "/var/lib/plexsphere"
+    )]
     pub data_dir: PathBuf,
     /// `sqlite://...` or `postgres://...`; default: `<data-dir>/plexsphere.db`.
     #[arg(long, env = "PLEXSPHERE_DATABASE_URL")]
@@ -61,7 +69,11 @@ pub struct LimitArgs {
     #[arg(long, env = "PLEXSPHERE_REGISTER_REFILL_SECS", default_value_t = 3)]
     pub register_refill_secs: u64,
     /// A reverse proxy's address range whose X-Forwarded-For is believed (repeatable).
-    #[arg(long = "trusted-proxy", env = "PLEXSPHERE_TRUSTED_PROXIES", value_delimiter = ',')]
+    #[arg(
+        long = "trusted-proxy",
+        env = "PLEXSPHERE_TRUSTED_PROXIES",
+        value_delimiter = ','
+    )]
     pub trusted_proxies: Vec<IpNet>,
 }
 
@@ -181,7 +193,10 @@ pub fn main() -> ExitCode {
         eprintln!("plexsphere: {e}");
         return ExitCode::from(EXIT_CONFIG);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("plexsphere: cannot start the async runtime: {e}");
@@ -217,9 +232,15 @@ async fn dispatch(cmd: Command) -> Result<(), Failure> {
         Command::Serve(args) => serve::serve(args).await,
         Command::Dev(args) => serve::dev(args).await,
         Command::Seed(SeedCommand::Apply { data, file }) => admin::seed_apply(&data, &file).await,
-        Command::OperatorToken(OperatorTokenCommand::Create { data, name }) => admin::token_create(&data, &name).await,
-        Command::OperatorToken(OperatorTokenCommand::List { data }) => admin::token_list(&data).await,
-        Command::OperatorToken(OperatorTokenCommand::Revoke { data, id }) => admin::token_revoke(&data, &id).await,
+        Command::OperatorToken(OperatorTokenCommand::Create { data, name }) => {
+            admin::token_create(&data, &name).await
+        }
+        Command::OperatorToken(OperatorTokenCommand::List { data }) => {
+            admin::token_list(&data).await
+        }
+        Command::OperatorToken(OperatorTokenCommand::Revoke { data, id }) => {
+            admin::token_revoke(&data, &id).await
+        }
         Command::Migrate(data) => admin::migrate(&data).await,
     }
 }

@@ -36,13 +36,21 @@ fn api_config(limits: &LimitArgs, ca_pem: Option<String>) -> Result<ApiConfig, F
 fn bind(addr: SocketAddr) -> Result<std::net::TcpListener, Failure> {
     let listener = std::net::TcpListener::bind(addr)
         .with_context(|| format!("cannot listen on {addr}; is another process using it?"))?;
-    listener.set_nonblocking(true).context("cannot make the listener non-blocking")?;
+    listener
+        .set_nonblocking(true)
+        .context("cannot make the listener non-blocking")?;
     Ok(listener)
 }
 
 /// Serves until SIGTERM/SIGINT, after printing the machine-readable `listening on` line.
-async fn run(listener: std::net::TcpListener, transport: Transport, state: AppState) -> Result<(), Failure> {
-    let addr = listener.local_addr().context("cannot read the bound address")?;
+async fn run(
+    listener: std::net::TcpListener,
+    transport: Transport,
+    state: AppState,
+) -> Result<(), Failure> {
+    let addr = listener
+        .local_addr()
+        .context("cannot read the bound address")?;
     println!("listening on {}://{addr}", transport.scheme());
     let _ = std::io::stdout().flush();
     tracing::info!(address = %addr, scheme = transport.scheme(), "serving the plexsphere API");
@@ -56,7 +64,11 @@ async fn run(listener: std::net::TcpListener, transport: Transport, state: AppSt
     Ok(())
 }
 
-async fn apply_seed(store: &Store, manifest: &Manifest, origin: &str) -> Result<SeedReport, Failure> {
+async fn apply_seed(
+    store: &Store,
+    manifest: &Manifest,
+    origin: &str,
+) -> Result<SeedReport, Failure> {
     let report = seed::apply(store, manifest, origin, OffsetDateTime::now_utc())
         .await
         .map_err(|e| Failure::Runtime(e.into()))?;
@@ -69,7 +81,9 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
     let transport = match (&args.tls_cert, &args.tls_key, args.tls_terminated_by_proxy) {
         (Some(cert), Some(key), false) => {
             tls::install_ring_provider();
-            Transport::Tls(tls::server_config(cert, key).map_err(|e| Failure::Config(e.to_string()))?)
+            Transport::Tls(
+                tls::server_config(cert, key).map_err(|e| Failure::Config(e.to_string()))?,
+            )
         }
         (None, None, true) => Transport::PlainBehindProxy,
         (_, _, true) => {
@@ -90,13 +104,19 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
     if let Some(url) = &args.public_url
         && !(url.starts_with("https://") || url.starts_with("http://"))
     {
-        return Err(Failure::Config(format!("--public-url {url:?} must start with https:// or http://")));
+        return Err(Failure::Config(format!(
+            "--public-url {url:?} must start with https:// or http://"
+        )));
     }
     let config = api_config(&args.limits, None)?;
     if matches!(transport, Transport::PlainBehindProxy) {
-        tracing::warn!("serving plain HTTP: a reverse proxy must terminate TLS in front of this server");
+        tracing::warn!(
+            "serving plain HTTP: a reverse proxy must terminate TLS in front of this server"
+        );
         if config.trusted_proxies.is_empty() {
-            tracing::warn!("no --trusted-proxy is set: every request is rate-limited as the proxy's own address");
+            tracing::warn!(
+                "no --trusted-proxy is set: every request is rate-limited as the proxy's own address"
+            );
         }
     }
 
@@ -113,8 +133,12 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
 /// The address to put in URLs for a bound address (a wildcard becomes loopback).
 fn reachable(addr: SocketAddr) -> SocketAddr {
     match addr.ip() {
-        IpAddr::V4(v4) if v4.is_unspecified() => SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), addr.port()),
-        IpAddr::V6(v6) if v6.is_unspecified() => SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), addr.port()),
+        IpAddr::V4(v4) if v4.is_unspecified() => {
+            SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), addr.port())
+        }
+        IpAddr::V6(v6) if v6.is_unspecified() => {
+            SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), addr.port())
+        }
         _ => addr,
     }
 }
@@ -127,15 +151,18 @@ pub async fn dev(args: DevArgs) -> Result<(), Failure> {
             path.display().to_string(),
         ),
         None => (
-            seed::parse(seed::LAB_SEED, "built-in lab seed").map_err(|e| Failure::Config(e.to_string()))?,
+            seed::parse(seed::LAB_SEED, "built-in lab seed")
+                .map_err(|e| Failure::Config(e.to_string()))?,
             "built-in lab seed".to_owned(),
         ),
     };
     ensure_data_dir(&args.data.data_dir)?;
     let data_dir = std::path::absolute(&args.data.data_dir).context("cannot resolve --data-dir")?;
-    let certs = tls::ensure_dev_certs(&data_dir.join("tls"), &args.sans).context("cannot prepare the lab CA")?;
+    let certs = tls::ensure_dev_certs(&data_dir.join("tls"), &args.sans)
+        .context("cannot prepare the lab CA")?;
     tls::install_ring_provider();
-    let tls_config = tls::server_config(&certs.server_cert, &certs.server_key).context("cannot load the lab certificate")?;
+    let tls_config = tls::server_config(&certs.server_cert, &certs.server_key)
+        .context("cannot load the lab certificate")?;
     let config = api_config(&args.limits, Some(certs.ca_pem.clone()))?;
 
     let store = open_store(&args.data).await?;
@@ -150,7 +177,11 @@ pub async fn dev(args: DevArgs) -> Result<(), Failure> {
     }
 
     let listener = bind(addr)?;
-    let bound = reachable(listener.local_addr().context("cannot read the bound address")?);
+    let bound = reachable(
+        listener
+            .local_addr()
+            .context("cannot read the bound address")?,
+    );
     let api_url = format!("https://{bound}");
     let plexctl_config = data_dir.join("plexctl.yaml");
     write_plexctl_config(&plexctl_config, &api_url, &token_file, &certs.ca_cert)?;
@@ -169,7 +200,12 @@ pub async fn dev(args: DevArgs) -> Result<(), Failure> {
     run(listener, Transport::Tls(tls_config), state).await
 }
 
-fn write_plexctl_config(path: &Path, server: &str, token_file: &Path, ca_file: &Path) -> Result<(), Failure> {
+fn write_plexctl_config(
+    path: &Path,
+    server: &str,
+    token_file: &Path,
+    ca_file: &Path,
+) -> Result<(), Failure> {
     let abs = |p: &Path| -> PathBuf { std::path::absolute(p).unwrap_or_else(|_| p.to_owned()) };
     let text = format!(
         "# written by `plexsphere dev`; use it with: export PLEXCTL_CONFIG={}\nserver: {server}\ntoken_file: {}\nca_file: {}\n",

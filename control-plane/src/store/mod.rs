@@ -28,7 +28,9 @@ pub const MAX_ATTEMPTS: u32 = 12;
 pub enum StoreError {
     #[error("database error: {0}")]
     Sqlx(#[from] sqlx::Error),
-    #[error("schema migration failed: {0}; check the database URL and that it is not a newer plexsphere's database")]
+    #[error(
+        "schema migration failed: {0}; check the database URL and that it is not a newer plexsphere's database"
+    )]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("the database holds a malformed value in {what}: {detail}")]
     Corrupt { what: &'static str, detail: String },
@@ -75,7 +77,8 @@ pub(crate) fn parse_col<T: std::str::FromStr>(what: &'static str, s: &str) -> Re
 where
     T::Err: std::fmt::Display,
 {
-    s.parse::<T>().map_err(|e| StoreError::corrupt(what, format!("{s:?}: {e}")))
+    s.parse::<T>()
+        .map_err(|e| StoreError::corrupt(what, format!("{s:?}: {e}")))
 }
 
 /// The one handle every subsystem uses.
@@ -110,7 +113,10 @@ impl Store {
 
     /// The default database of a data directory: `<dir>/plexsphere.db`, created if missing.
     pub fn sqlite_url(data_dir: &Path) -> String {
-        format!("sqlite://{}?mode=rwc", data_dir.join("plexsphere.db").display())
+        format!(
+            "sqlite://{}?mode=rwc",
+            data_dir.join("plexsphere.db").display()
+        )
     }
 
     pub fn pool(&self) -> &AnyPool {
@@ -143,7 +149,11 @@ pub fn migrator() -> Migrator {
 /// Runs `attempt` until it succeeds, fails for a reason other than a lost race, or has been
 /// tried [`MAX_ATTEMPTS`] times. Each attempt must open (and commit) its own transaction.
 /// Between attempts it waits a short, growing, jittered pause so racing writers spread out.
-pub async fn retry<T, E, F, Fut>(what: &'static str, is_retryable: impl Fn(&E) -> bool, mut attempt: F) -> Result<T, E>
+pub async fn retry<T, E, F, Fut>(
+    what: &'static str,
+    is_retryable: impl Fn(&E) -> bool,
+    mut attempt: F,
+) -> Result<T, E>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, E>>,
@@ -153,7 +163,11 @@ where
         n += 1;
         match attempt().await {
             Err(e) if n < MAX_ATTEMPTS && is_retryable(&e) => {
-                tracing::debug!(operation = what, attempt = n, "transaction lost a race; retrying");
+                tracing::debug!(
+                    operation = what,
+                    attempt = n,
+                    "transaction lost a race; retrying"
+                );
                 tokio::time::sleep(backoff(n)).await;
             }
             other => return other,

@@ -92,7 +92,10 @@ pub async fn get(conn: &mut AnyConnection, id: Uuid) -> Result<Option<NodeRow>, 
 }
 
 /// Every node, or those of one Project, oldest first.
-pub async fn list(conn: &mut AnyConnection, project_id: Option<Uuid>) -> Result<Vec<NodeRow>, StoreError> {
+pub async fn list(
+    conn: &mut AnyConnection,
+    project_id: Option<Uuid>,
+) -> Result<Vec<NodeRow>, StoreError> {
     let rows = match project_id {
         Some(p) => {
             sqlx::query(
@@ -116,7 +119,10 @@ pub async fn list(conn: &mut AnyConnection, project_id: Option<Uuid>) -> Result<
 }
 
 /// The mesh IPs live (not revoked) nodes of a Domain hold.
-pub async fn live_mesh_ips(conn: &mut AnyConnection, domain_id: Uuid) -> Result<Vec<IpAddr>, StoreError> {
+pub async fn live_mesh_ips(
+    conn: &mut AnyConnection,
+    domain_id: Uuid,
+) -> Result<Vec<IpAddr>, StoreError> {
     let rows = sqlx::query("SELECT mesh_ip FROM nodes WHERE domain_id = $1 AND revoked_at IS NULL")
         .bind(domain_id.to_string())
         .fetch_all(&mut *conn)
@@ -127,11 +133,15 @@ pub async fn live_mesh_ips(conn: &mut AnyConnection, domain_id: Uuid) -> Result<
 }
 
 /// How many live nodes a Project has.
-pub async fn count_live_in_project(conn: &mut AnyConnection, project_id: Uuid) -> Result<i64, StoreError> {
-    let row = sqlx::query("SELECT COUNT(*) AS n FROM nodes WHERE project_id = $1 AND revoked_at IS NULL")
-        .bind(project_id.to_string())
-        .fetch_one(&mut *conn)
-        .await?;
+pub async fn count_live_in_project(
+    conn: &mut AnyConnection,
+    project_id: Uuid,
+) -> Result<i64, StoreError> {
+    let row =
+        sqlx::query("SELECT COUNT(*) AS n FROM nodes WHERE project_id = $1 AND revoked_at IS NULL")
+            .bind(project_id.to_string())
+            .fetch_one(&mut *conn)
+            .await?;
     Ok(row.try_get("n")?)
 }
 
@@ -156,7 +166,11 @@ pub async fn replace_unused_credential(
 }
 
 /// Records that the node authenticated with its credential (ends the replay window).
-pub async fn touch_last_seen(conn: &mut AnyConnection, id: Uuid, now: i64) -> Result<(), StoreError> {
+pub async fn touch_last_seen(
+    conn: &mut AnyConnection,
+    id: Uuid,
+    now: i64,
+) -> Result<(), StoreError> {
     sqlx::query("UPDATE nodes SET last_seen_at = $1 WHERE id = $2")
         .bind(now)
         .bind(id.to_string())

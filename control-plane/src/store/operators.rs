@@ -47,10 +47,12 @@ pub async fn insert(conn: &mut AnyConnection, o: &OperatorRow) -> Result<(), Sto
 }
 
 pub async fn get(conn: &mut AnyConnection, id: &str) -> Result<Option<OperatorRow>, StoreError> {
-    let row = sqlx::query("SELECT id, name, secret_sha256, created_at, revoked_at FROM operator_tokens WHERE id = $1")
-        .bind(id.to_owned())
-        .fetch_optional(&mut *conn)
-        .await?;
+    let row = sqlx::query(
+        "SELECT id, name, secret_sha256, created_at, revoked_at FROM operator_tokens WHERE id = $1",
+    )
+    .bind(id.to_owned())
+    .fetch_optional(&mut *conn)
+    .await?;
     row.as_ref().map(from_row).transpose()
 }
 
@@ -63,10 +65,12 @@ pub async fn list(conn: &mut AnyConnection) -> Result<Vec<OperatorRow>, StoreErr
 
 /// Revokes an operator token; answers whether a token with that id exists.
 pub async fn revoke(conn: &mut AnyConnection, id: &str, now: i64) -> Result<bool, StoreError> {
-    let done = sqlx::query("UPDATE operator_tokens SET revoked_at = COALESCE(revoked_at, $1) WHERE id = $2")
-        .bind(now)
-        .bind(id.to_owned())
-        .execute(&mut *conn)
-        .await?;
+    let done = sqlx::query(
+        "UPDATE operator_tokens SET revoked_at = COALESCE(revoked_at, $1) WHERE id = $2",
+    )
+    .bind(now)
+    .bind(id.to_owned())
+    .execute(&mut *conn)
+    .await?;
     Ok(done.rows_affected() == 1)
 }

@@ -16,13 +16,14 @@ pub struct Project {
     pub created_at: i64,
 }
 
-
-
 fn from_row(row: &sqlx::any::AnyRow) -> Result<Project, StoreError> {
     let sub: Option<String> = row.try_get("sub_range_cidr")?;
     Ok(Project {
         id: parse_col("projects.id", &row.try_get::<String, _>("id")?)?,
-        domain_id: parse_col("projects.domain_id", &row.try_get::<String, _>("domain_id")?)?,
+        domain_id: parse_col(
+            "projects.domain_id",
+            &row.try_get::<String, _>("domain_id")?,
+        )?,
         slug: row.try_get("slug")?,
         display_name: row.try_get("display_name")?,
         sub_range_cidr: sub
@@ -33,7 +34,6 @@ fn from_row(row: &sqlx::any::AnyRow) -> Result<Project, StoreError> {
 }
 
 pub async fn list(conn: &mut AnyConnection) -> Result<Vec<Project>, StoreError> {
-
     let rows = sqlx::query(
         "SELECT id, domain_id, slug, display_name, sub_range_cidr, created_at FROM projects ORDER BY slug, id",
     )
@@ -42,7 +42,10 @@ pub async fn list(conn: &mut AnyConnection) -> Result<Vec<Project>, StoreError> 
     rows.iter().map(from_row).collect()
 }
 
-pub async fn in_domain(conn: &mut AnyConnection, domain_id: Uuid) -> Result<Vec<Project>, StoreError> {
+pub async fn in_domain(
+    conn: &mut AnyConnection,
+    domain_id: Uuid,
+) -> Result<Vec<Project>, StoreError> {
     let rows = sqlx::query(
         "SELECT id, domain_id, slug, display_name, sub_range_cidr, created_at FROM projects WHERE domain_id = $1 ORDER BY slug",
     )

@@ -42,14 +42,20 @@ fn opt_uuid(what: &'static str, v: Option<String>) -> Result<Option<Uuid>, Store
 fn from_row(row: &sqlx::any::AnyRow) -> Result<TokenRow, StoreError> {
     Ok(TokenRow {
         id: row.try_get("id")?,
-        project_id: parse_col("bootstrap_tokens.project_id", &row.try_get::<String, _>("project_id")?)?,
+        project_id: parse_col(
+            "bootstrap_tokens.project_id",
+            &row.try_get::<String, _>("project_id")?,
+        )?,
         kind: row.try_get("kind")?,
         env_prefix: row.try_get("env_prefix")?,
         secret_sha256: row.try_get("secret_sha256")?,
         created_at: row.try_get("created_at")?,
         expires_at: row.try_get("expires_at")?,
         consumed_at: row.try_get("consumed_at")?,
-        consumed_by_node: opt_uuid("bootstrap_tokens.consumed_by_node", row.try_get("consumed_by_node")?)?,
+        consumed_by_node: opt_uuid(
+            "bootstrap_tokens.consumed_by_node",
+            row.try_get("consumed_by_node")?,
+        )?,
         revoked_at: row.try_get("revoked_at")?,
         resource_id: opt_uuid("bootstrap_tokens.resource_id", row.try_get("resource_id")?)?,
     })
@@ -87,7 +93,10 @@ pub async fn get(conn: &mut AnyConnection, id: &str) -> Result<Option<TokenRow>,
     row.as_ref().map(from_row).transpose()
 }
 
-pub async fn list_for_project(conn: &mut AnyConnection, project_id: Uuid) -> Result<Vec<TokenRow>, StoreError> {
+pub async fn list_for_project(
+    conn: &mut AnyConnection,
+    project_id: Uuid,
+) -> Result<Vec<TokenRow>, StoreError> {
     let rows = sqlx::query(
         "SELECT id, project_id, kind, env_prefix, secret_sha256, created_at, expires_at, consumed_at, consumed_by_node, revoked_at, resource_id \
          FROM bootstrap_tokens WHERE project_id = $1 ORDER BY created_at, id",
@@ -100,7 +109,12 @@ pub async fn list_for_project(conn: &mut AnyConnection, project_id: Uuid) -> Res
 
 /// Consumes a token for `node_id` if, at this instant, it is still usable. Exactly one caller
 /// of many racing on one token sees `true`: the row changes only while `consumed_at` is NULL.
-pub async fn consume(conn: &mut AnyConnection, id: &str, node_id: Uuid, now: i64) -> Result<bool, StoreError> {
+pub async fn consume(
+    conn: &mut AnyConnection,
+    id: &str,
+    node_id: Uuid,
+    now: i64,
+) -> Result<bool, StoreError> {
     let done = sqlx::query(
         "UPDATE bootstrap_tokens SET consumed_at = $1, consumed_by_node = $2 \
          WHERE id = $3 AND consumed_at IS NULL AND revoked_at IS NULL AND expires_at > $1",
@@ -127,7 +141,11 @@ pub async fn revoke(conn: &mut AnyConnection, id: &str, now: i64) -> Result<bool
 }
 
 /// Moves a token's expiry (operators' tooling and tests use it; the API never does).
-pub async fn set_expires_at(conn: &mut AnyConnection, id: &str, expires_at: i64) -> Result<bool, StoreError> {
+pub async fn set_expires_at(
+    conn: &mut AnyConnection,
+    id: &str,
+    expires_at: i64,
+) -> Result<bool, StoreError> {
     let done = sqlx::query("UPDATE bootstrap_tokens SET expires_at = $1 WHERE id = $2")
         .bind(expires_at)
         .bind(id.to_owned())

@@ -1,6 +1,6 @@
 //! The in-process test server: the real router over real TLS (a lab CA from our own `tls`
 //! module) on 127.0.0.1:0, with a real SQLite file in a temp dir.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used)]
 
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -57,11 +57,13 @@ pub fn client_for(ca_pem: &str) -> reqwest::Client {
         rustls::pki_types::CertificateDer::pem_slice_iter(ca_pem.as_bytes()).map(|c| c.unwrap()),
     );
     assert_eq!(added, 1);
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     reqwest::Client::builder()
         .tls_backend_preconfigured(config)
@@ -81,16 +83,19 @@ impl TestServer {
         let certs = tls::ensure_dev_certs(&dir.path().join("tls"), &[]).unwrap();
         tls::install_ring_provider();
         let tls_config = tls::server_config(&certs.server_cert, &certs.server_key).unwrap();
-        let store = Store::connect(&Store::sqlite_url(dir.path())).await.unwrap();
+        let store = Store::connect(&Store::sqlite_url(dir.path()))
+            .await
+            .unwrap();
         store.migrate().await.unwrap();
         let manifest = seed::parse(seed::LAB_SEED, "lab").unwrap();
         seed::apply(&store, &manifest, "lab", time::OffsetDateTime::now_utc())
             .await
             .unwrap();
-        let operator_token = operator_tokens::create(&store, "test", time::OffsetDateTime::now_utc())
-            .await
-            .unwrap()
-            .expose();
+        let operator_token =
+            operator_tokens::create(&store, "test", time::OffsetDateTime::now_utc())
+                .await
+                .unwrap()
+                .expose();
         let config = ApiConfig {
             register_rate_limit: opts.rate_limit,
             trusted_proxies: opts.trusted_proxies,
@@ -172,13 +177,21 @@ impl TestServer {
     }
 
     pub async fn tokens(&self, project: &str) -> Vec<TokenView> {
-        let (status, body) = self.op_get(&format!("/v1/projects/{project}/bootstrap-tokens")).await;
+        let (status, body) = self
+            .op_get(&format!("/v1/projects/{project}/bootstrap-tokens"))
+            .await;
         assert_eq!(status, StatusCode::OK, "{body}");
-        serde_json::from_value::<List<TokenView>>(body).unwrap().items
+        serde_json::from_value::<List<TokenView>>(body)
+            .unwrap()
+            .items
     }
 
     /// POSTs a registration body; answers status, Retry-After and the JSON body.
-    pub async fn register_raw(&self, body: &Value, xff: Option<&str>) -> (StatusCode, Option<String>, Value) {
+    pub async fn register_raw(
+        &self,
+        body: &Value,
+        xff: Option<&str>,
+    ) -> (StatusCode, Option<String>, Value) {
         let mut req = self.client.post(self.url("/v1/register")).json(body);
         if let Some(x) = xff {
             req = req.header("x-forwarded-for", x);
@@ -219,5 +232,8 @@ pub fn register_body(token: &str, key: &str) -> Value {
 pub fn assert_code(status: StatusCode, body: &Value, want_status: u16, want_code: &str) {
     assert_eq!(status.as_u16(), want_status, "{body}");
     assert_eq!(body["code"], want_code, "{body}");
-    assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+    assert!(
+        body["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
 }
