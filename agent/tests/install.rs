@@ -1,4 +1,5 @@
 //! `plexd install` as a real process into a temp root.
+#![allow(clippy::unwrap_used)] // helpers outside #[test] fns
 
 mod support;
 

@@ -207,10 +207,10 @@ fn read_request(stream: &mut impl Read) -> Option<String> {
         if line.is_empty() {
             break;
         }
-        if let Some((k, v)) = line.split_once(':') {
-            if k.eq_ignore_ascii_case("content-length") {
-                content_length = v.trim().parse().ok()?;
-            }
+        if let Some((k, v)) = line.split_once(':')
+            && k.eq_ignore_ascii_case("content-length")
+        {
+            content_length = v.trim().parse().ok()?;
         }
     }
     let mut body = vec![0u8; content_length];

@@ -1,0 +1,264 @@
+//! The thin loop around the core: a TUN, a UDP socket and a clock feeding one `Device`.
+//!
+//! Three threads, so both cores work without reordering a flow: one reads the TUN and
+//! encrypts to the network, one reads the network and decrypts to the TUN, one drives timers
+//! every `tick`. A fourth serves the UAPI socket when one is configured. Each direction keeps
+//! its own batches, so nothing is allocated per packet. `run` returns when `shutdown` fires or
+//! a device fails (the TUN interface removed, say), after stopping every thread.
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::batch::{DEFAULT_BATCH, PacketBatch};
+use crate::config::DeviceUpdate;
+use crate::device::Device;
+use crate::io::{Tun, Udp, UdpBind};
+use crate::uapi::{self, EADDRINUSE, EINVAL, Request};
+
+/// How the runner runs.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// Where to serve the UAPI socket (`/var/run/wireguard/<iface>.sock`), if anywhere.
+    pub uapi_socket: Option<PathBuf>,
+    /// Packets per system call batch.
+    pub batch: usize,
+    /// How often timers run; boringtun needs at least every 250 ms.
+    pub tick: Duration,
+    /// How long a read waits before the thread looks at `shutdown` again.
+    pub poll: Duration,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        Self {
+            uapi_socket: None,
+            batch: DEFAULT_BATCH,
+            tick: Duration::from_millis(100),
+            poll: Duration::from_millis(100),
+        }
+    }
+}
+
+/// Why the runner stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(
+        "cannot bind the WireGuard UDP port {port} ({source}); free the port or configure another listen_port"
+    )]
+    Bind { port: u16, source: io::Error },
+    #[error("the TUN device failed ({0}); was the interface deleted?")]
+    Tun(io::Error),
+    #[error("the UDP socket failed ({0})")]
+    Udp(io::Error),
+    #[error(transparent)]
+    Uapi(#[from] crate::uapi_server::UapiServerError),
+    #[error("a data-plane thread could not start or panicked ({0})")]
+    Thread(String),
+}
+
+/// A shutdown signal shared by every thread; cloning shares it.
+#[derive(Clone, Default)]
+pub struct Shutdown(Arc<(Mutex<bool>, Condvar)>);
+
+impl Shutdown {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn trigger(&self) {
+        *self.0.0.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        self.0.1.notify_all();
+    }
+
+    pub fn is_triggered(&self) -> bool {
+        *self.0.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits up to `timeout`; answers whether shutdown was triggered.
+    pub fn wait_timeout(&self, timeout: Duration) -> bool {
+        let guard = self.0.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let (guard, _) = self
+            .0
+            .1
+            .wait_timeout_while(guard, timeout, |stop| !*stop)
+            .unwrap_or_else(PoisonError::into_inner);
+        *guard
+    }
+}
+
+/// What the threads share.
+pub(crate) struct Shared<T, B: UdpBind> {
+    pub device: Arc<Device>,
+    tun: T,
+    binder: B,
+    udp: RwLock<Arc<B::Socket>>,
+    config: RunConfig,
+    shutdown: Shutdown,
+}
+
+impl<T: Tun, B: UdpBind> Shared<T, B> {
+    fn udp(&self) -> Arc<B::Socket> {
+        self.udp
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Answers one UAPI request; a listen-port change rebinds before anything is applied.
+    pub fn handle_uapi(&self, request: Request) -> String {
+        match request {
+            Request::Get => uapi::format_get(&self.device.snapshot(Instant::now(), SystemTime::now())),
+            Request::Set(update) => match self.reconfigure(update) {
+                Ok(()) => uapi::errno_answer(0),
+                Err(errno) => uapi::errno_answer(-errno),
+            },
+        }
+    }
+
+    fn reconfigure(&self, mut update: DeviceUpdate) -> Result<(), i32> {
+        if let Some(port) = update.listen_port.take() {
+            if port != self.device.listen_port() || port == 0 {
+                let socket = self.binder.bind(port).map_err(|e| {
+                    tracing::warn!(port, error = %e, "cannot bind the new listen port; keeping the old one");
+                    EADDRINUSE
+                })?;
+                let bound = socket.local_addr().map(|a| a.port()).unwrap_or(port);
+                *self.udp.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(socket);
+                self.device.set_listen_port(bound);
+                tracing::info!(port = bound, "listening");
+            }
+        }
+        self.device.apply(update).map_err(|e| {
+            tracing::warn!(error = %e, "configuration refused");
+            EINVAL
+        })
+    }
+}
+
+/// Runs the data plane until `shutdown` fires or a device fails; see the module docs.
+pub fn run<T, B>(
+    device: Arc<Device>,
+    tun: T,
+    binder: B,
+    config: RunConfig,
+    shutdown: Shutdown,
+) -> Result<(), RunError>
+where
+    T: Tun + 'static,
+    B: UdpBind + 'static,
+{
+    let port = device.listen_port();
+    let socket = binder.bind(port).map_err(|source| RunError::Bind { port, source })?;
+    if let Ok(addr) = socket.local_addr() {
+        device.set_listen_port(addr.port());
+        tracing::info!(port = addr.port(), "listening");
+    }
+    let uapi_listener = match &config.uapi_socket {
+        Some(path) => Some(crate::uapi_server::UapiListener::bind(path)?),
+        None => None,
+    };
+    let shared = Arc::new(Shared {
+        device,
+        tun,
+        binder,
+        udp: RwLock::new(Arc::new(socket)),
+        config,
+        shutdown: shutdown.clone(),
+    });
+
+    type Job<T, B> = fn(&Shared<T, B>) -> Result<(), RunError>;
+    let jobs: [(&str, Job<T, B>); 3] = [
+        ("wg-tun-rx", tun_to_network),
+        ("wg-udp-rx", network_to_tun),
+        ("wg-timers", timers),
+    ];
+    let mut handles = Vec::new();
+    for (name, job) in jobs {
+        let s = shared.clone();
+        let h = thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                let result = job(&s);
+                // One direction failing stops them all.
+                s.shutdown.trigger();
+                result
+            })
+            .map_err(|e| RunError::Thread(e.to_string()))?;
+        handles.push(h);
+    }
+    let uapi_result = match uapi_listener {
+        Some(listener) => {
+            let s = shared.clone();
+            listener.serve(&shutdown, move |req| s.handle_uapi(req))
+        }
+        None => {
+            while !shutdown.wait_timeout(Duration::from_secs(3600)) {}
+            Ok(())
+        }
+    };
+    shutdown.trigger();
+    let mut first_error = uapi_result.err().map(RunError::from);
+    for h in handles {
+        let result = h
+            .join()
+            .unwrap_or_else(|_| Err(RunError::Thread("a data-plane thread panicked".into())));
+        if let Err(e) = result {
+            first_error.get_or_insert(e);
+        }
+    }
+    first_error.map_or(Ok(()), Err)
+}
+
+fn tun_to_network<T: Tun, B: UdpBind>(s: &Shared<T, B>) -> Result<(), RunError> {
+    let mut packets = PacketBatch::for_packets(s.config.batch);
+    let mut out = PacketBatch::for_datagrams(s.config.batch);
+    while !s.shutdown.is_triggered() {
+        if s.tun.recv(&mut packets, s.config.poll).map_err(RunError::Tun)? == 0 {
+            continue;
+        }
+        out.clear();
+        s.device.handle_tun_packets(Instant::now(), &packets, &mut out);
+        if !out.is_empty() {
+            s.udp().send(&out).map_err(RunError::Udp)?;
+        }
+    }
+    Ok(())
+}
+
+fn network_to_tun<T: Tun, B: UdpBind>(s: &Shared<T, B>) -> Result<(), RunError> {
+    let mut datagrams = PacketBatch::for_datagrams(s.config.batch);
+    let mut to_network = PacketBatch::for_datagrams(8);
+    let mut to_tun = PacketBatch::for_packets(s.config.batch);
+    while !s.shutdown.is_triggered() {
+        let udp = s.udp();
+        if udp.recv(&mut datagrams, s.config.poll).map_err(RunError::Udp)? == 0 {
+            continue;
+        }
+        to_network.clear();
+        to_tun.clear();
+        s.device
+            .handle_udp_datagrams(Instant::now(), &datagrams, &mut to_network, &mut to_tun);
+        if !to_tun.is_empty() {
+            s.tun.send(&to_tun).map_err(RunError::Tun)?;
+        }
+        if !to_network.is_empty() {
+            udp.send(&to_network).map_err(RunError::Udp)?;
+        }
+    }
+    Ok(())
+}
+
+fn timers<T: Tun, B: UdpBind>(s: &Shared<T, B>) -> Result<(), RunError> {
+    let mut out = PacketBatch::for_datagrams(8);
+    while !s.shutdown.wait_timeout(s.config.tick) {
+        out.clear();
+        s.device.handle_timer(Instant::now(), &mut out);
+        if !out.is_empty() {
+            s.udp().send(&out).map_err(RunError::Udp)?;
+        }
+    }
+    Ok(())
+}
