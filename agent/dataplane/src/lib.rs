@@ -18,7 +18,10 @@ pub mod linux;
 pub mod memory;
 pub mod packet;
 pub mod peer;
+pub mod runner;
 pub mod uapi;
+#[cfg(unix)]
+pub mod uapi_server;
 
 pub use allowed_ips::AllowedIps;
 pub use batch::PacketBatch;

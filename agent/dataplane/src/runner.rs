@@ -119,17 +119,17 @@ impl<T: Tun, B: UdpBind> Shared<T, B> {
     }
 
     fn reconfigure(&self, mut update: DeviceUpdate) -> Result<(), i32> {
-        if let Some(port) = update.listen_port.take() {
-            if port != self.device.listen_port() || port == 0 {
-                let socket = self.binder.bind(port).map_err(|e| {
-                    tracing::warn!(port, error = %e, "cannot bind the new listen port; keeping the old one");
-                    EADDRINUSE
-                })?;
-                let bound = socket.local_addr().map(|a| a.port()).unwrap_or(port);
-                *self.udp.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(socket);
-                self.device.set_listen_port(bound);
-                tracing::info!(port = bound, "listening");
-            }
+        if let Some(port) = update.listen_port.take()
+            && (port != self.device.listen_port() || port == 0)
+        {
+            let socket = self.binder.bind(port).map_err(|e| {
+                tracing::warn!(port, error = %e, "cannot bind the new listen port; keeping the old one");
+                EADDRINUSE
+            })?;
+            let bound = socket.local_addr().map(|a| a.port()).unwrap_or(port);
+            *self.udp.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(socket);
+            self.device.set_listen_port(bound);
+            tracing::info!(port = bound, "listening");
         }
         self.device.apply(update).map_err(|e| {
             tracing::warn!(error = %e, "configuration refused");

@@ -1,1 +1,145 @@
-fn main() {}
+//! `plexd-wg [-f|--foreground] <iface>`: plexd's userspace WireGuard as a drop-in for
+//! `wireguard-go`. It creates the TUN interface `<iface>` and serves the UAPI socket
+//! /var/run/wireguard/<iface>.sock, so `wg`, `wg-quick` and `wireguard-control` configure it
+//! (`WG_USERSPACE_IMPLEMENTATION=plexd-wg`). Without `-f` (or `WG_PROCESS_FOREGROUND=1`) it
+//! starts itself in the background and exits once the socket is up, as wireguard-go does.
+//! SIGTERM/SIGINT stop it cleanly; the interface and the socket go away with it.
+//!
+//! Exit codes: 0 clean stop, 1 runtime failure, 64 bad usage.
+
+use std::path::Path;
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use nix::sys::signal::{SigSet, Signal};
+use plexd_dataplane::Device;
+use plexd_dataplane::linux::{LinuxTun, LinuxUdpBinder};
+use plexd_dataplane::runner::{RunConfig, Shutdown, run};
+use plexd_dataplane::uapi_server::socket_path;
+
+const USAGE: &str = "usage: plexd-wg [-f|--foreground] <interface>";
+const DEFAULT_MTU: u32 = 1420;
+const FOREGROUND_ENV: &str = "WG_PROCESS_FOREGROUND";
+
+fn main() -> ExitCode {
+    let mut foreground = std::env::var(FOREGROUND_ENV).is_ok_and(|v| v == "1");
+    let mut iface = None;
+    for arg in std::env::args().skip(1) {
+        match arg.as_str() {
+            "-f" | "--foreground" => foreground = true,
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
+            _ if iface.is_none() && !arg.starts_with('-') => iface = Some(arg),
+            _ => {
+                eprintln!("plexd-wg: unexpected argument `{arg}`\n{USAGE}");
+                return ExitCode::from(64);
+            }
+        }
+    }
+    let Some(iface) = iface else {
+        eprintln!("plexd-wg: missing the interface name\n{USAGE}");
+        return ExitCode::from(64);
+    };
+    let result = if foreground {
+        run_foreground(&iface)
+    } else {
+        start_background(&iface)
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("plexd-wg: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Starts this program again in the foreground, detached, and waits for its UAPI socket.
+fn start_background(iface: &str) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("cannot find this program's path to restart it")?;
+    let mut child = Command::new(exe)
+        .arg(iface)
+        .env(FOREGROUND_ENV, "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .context("cannot start plexd-wg in the background")?;
+    let path = socket_path(iface);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait().context("cannot watch the background plexd-wg")? {
+            bail!(
+                "the background plexd-wg exited ({status}) before serving {}; run `plexd-wg -f {iface}` to see why",
+                path.display()
+            );
+        }
+        if std::os::unix::net::UnixStream::connect(&path).is_ok() {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!(
+        "the background plexd-wg did not serve {} within 10 s; run `plexd-wg -f {iface}` to see why",
+        path.display()
+    )
+}
+
+fn run_foreground(iface: &str) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("LOG_LEVEL")
+                .or_else(|_| tracing_subscriber::EnvFilter::try_from_default_env())
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+
+    // Block the stop signals before any thread starts, so they all inherit the mask and only
+    // the waiter below receives them.
+    let mut signals = SigSet::empty();
+    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        signals.add(s);
+    }
+    signals
+        .thread_block()
+        .context("cannot block SIGTERM/SIGINT for a clean shutdown")?;
+
+    let tun = LinuxTun::create(iface, DEFAULT_MTU)?;
+    tracing::info!(interface = iface, mtu = DEFAULT_MTU, "TUN interface created");
+    let shutdown = Shutdown::new();
+    {
+        let shutdown = shutdown.clone();
+        std::thread::Builder::new()
+            .name("signals".into())
+            .spawn(move || {
+                if let Ok(sig) = signals.wait() {
+                    tracing::info!(signal = %sig, "stopping");
+                }
+                shutdown.trigger();
+            })
+            .context("cannot start the signal thread")?;
+    }
+    let config = RunConfig {
+        uapi_socket: Some(socket_path(iface)),
+        ..RunConfig::default()
+    };
+    run(
+        std::sync::Arc::new(Device::new()),
+        tun,
+        LinuxUdpBinder,
+        config,
+        shutdown,
+    )
+    .with_context(|| format!("the data plane of {iface} stopped"))?;
+    tracing::info!(
+        interface = iface,
+        socket = %Path::new(&socket_path(iface)).display(),
+        "stopped; socket removed"
+    );
+    Ok(())
+}

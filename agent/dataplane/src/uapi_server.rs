@@ -1,0 +1,156 @@
+//! The UAPI unix socket (`/var/run/wireguard/<iface>.sock`): accepts connections, reads
+//! requests up to their empty line, and writes the answers `uapi` formats. The socket file is
+//! removed when the listener is dropped.
+
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+
+use crate::runner::Shutdown;
+use crate::uapi::{self, Request, UapiError};
+
+/// The directory wg and wireguard-go use for UAPI sockets.
+pub const SOCKET_DIR: &str = "/var/run/wireguard";
+
+/// A request longer than this is refused (a set with ~10k peers fits easily).
+const MAX_REQUEST: usize = 64 << 20;
+
+/// The socket path for an interface.
+pub fn socket_path(iface: &str) -> PathBuf {
+    Path::new(SOCKET_DIR).join(format!("{iface}.sock"))
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum UapiServerError {
+    #[error(
+        "cannot create the UAPI socket {path} ({source}); is /var/run/wireguard writable (run as root)?"
+    )]
+    Bind { path: PathBuf, source: io::Error },
+    #[error(
+        "another process already serves {0}; stop it (or pick another interface name) first"
+    )]
+    InUse(PathBuf),
+    #[error("the UAPI socket {path} failed ({source})")]
+    Accept { path: PathBuf, source: io::Error },
+}
+
+/// A bound UAPI socket; the file goes away with it.
+pub struct UapiListener {
+    listener: UnixListener,
+    path: PathBuf,
+}
+
+impl UapiListener {
+    pub fn bind(path: &Path) -> Result<Self, UapiServerError> {
+        let err = |source| UapiServerError::Bind {
+            path: path.to_owned(),
+            source,
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(dir)
+                .map_err(err)?;
+        }
+        if path.exists() {
+            if UnixStream::connect(path).is_ok() {
+                return Err(UapiServerError::InUse(path.to_owned()));
+            }
+            // A stale socket from a process that died.
+            std::fs::remove_file(path).map_err(err)?;
+        }
+        let listener = UnixListener::bind(path).map_err(err)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
+        listener.set_nonblocking(true).map_err(err)?;
+        Ok(Self {
+            listener,
+            path: path.to_owned(),
+        })
+    }
+
+    /// Serves until `shutdown` fires, one connection at a time (requests are short).
+    pub fn serve(
+        self,
+        shutdown: &Shutdown,
+        handle: impl Fn(Request) -> String,
+    ) -> Result<(), UapiServerError> {
+        while !shutdown.is_triggered() {
+            let mut fds = [PollFd::new(self.listener.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, PollTimeout::from(100u16)) {
+                Ok(0) | Err(nix::Error::EINTR) => continue,
+                Ok(_) => {}
+                Err(e) => {
+                    return Err(UapiServerError::Accept {
+                        path: self.path.clone(),
+                        source: e.into(),
+                    });
+                }
+            }
+            match self.listener.accept() {
+                Ok((stream, _)) => {
+                    if let Err(e) = serve_connection(stream, &handle) {
+                        tracing::debug!(error = %e, "UAPI connection ended with an error");
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => tracing::warn!(error = %e, "UAPI accept failed"),
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for UapiListener {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// Reads requests until the client closes; answers each.
+fn serve_connection(stream: UnixStream, handle: &impl Fn(Request) -> String) -> io::Result<()> {
+    stream.set_nonblocking(false)?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut writer = stream;
+    loop {
+        let mut lines: Vec<String> = Vec::new();
+        let mut size = 0;
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line)? == 0 {
+                // EOF: a request without its empty line is still answered (wg does this).
+                if lines.is_empty() {
+                    return Ok(());
+                }
+                break;
+            }
+            size += line.len();
+            if size > MAX_REQUEST {
+                writer.write_all(uapi::errno_answer(-uapi::EINVAL).as_bytes())?;
+                return Ok(());
+            }
+            let line = line.trim_end_matches('\n');
+            if line.is_empty() {
+                break;
+            }
+            lines.push(line.to_owned());
+        }
+        let answer = match uapi::parse_request(lines.iter().map(String::as_str)) {
+            Ok(request) => handle(request),
+            // wireguard-go hangs up on an unknown operation.
+            Err(UapiError::UnknownOperation) => return Ok(()),
+            Err(e) => {
+                tracing::debug!(error = %e, "UAPI request refused");
+                uapi::errno_answer(e.errno())
+            }
+        };
+        writer.write_all(answer.as_bytes())?;
+    }
+}
