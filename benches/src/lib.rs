@@ -1,1 +1,143 @@
-//! Shared set-up for the benches: two configured in-memory devices.
+//! Set-up shared by the benches: two in-memory data-plane devices with a session between them,
+//! and a raw ring ChaCha20-Poly1305 key for the crypto-only baselines.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Instant;
+
+use plexd_dataplane::packet::ipv4_udp;
+use plexd_dataplane::{Device, DeviceUpdate, PacketBatch, PeerUpdate, SecretKey};
+use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, Nonce, UnboundKey};
+
+pub const A_MESH: Ipv4Addr = Ipv4Addr::new(10, 64, 0, 1);
+pub const B_MESH: Ipv4Addr = Ipv4Addr::new(10, 64, 0, 2);
+pub const A_ADDR: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)), 51820);
+pub const B_ADDR: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::new(192, 0, 2, 2)), 51820);
+
+/// Two devices that are each other's only peer, with an established session.
+pub struct Pair {
+    pub a: Device,
+    pub b: Device,
+}
+
+fn device(sk: &SecretKey, port: u16) -> Device {
+    let d = Device::new();
+    d.apply(DeviceUpdate {
+        private_key: Some(Some(sk.clone())),
+        listen_port: Some(port),
+        ..Default::default()
+    })
+    .expect("a fresh device takes a key");
+    d
+}
+
+fn peer(to: &SecretKey, mesh: Ipv4Addr, endpoint: SocketAddr) -> DeviceUpdate {
+    let mut p = PeerUpdate::new(to.public_key());
+    p.allowed_ips
+        .push(format!("{mesh}/32").parse().expect("a /32"));
+    p.endpoint = Some(endpoint);
+    DeviceUpdate {
+        peers: vec![p],
+        ..Default::default()
+    }
+}
+
+impl Pair {
+    /// Configures both devices and runs the handshake through them.
+    pub fn connected() -> Self {
+        let (ka, kb) = (
+            SecretKey::generate().expect("random"),
+            SecretKey::generate().expect("random"),
+        );
+        let a = device(&ka, A_ADDR.port());
+        let b = device(&kb, B_ADDR.port());
+        a.apply(peer(&kb, B_MESH, B_ADDR)).expect("peer b");
+        b.apply(peer(&ka, A_MESH, A_ADDR)).expect("peer a");
+        let pair = Pair { a, b };
+        let now = Instant::now();
+        let mut out = PacketBatch::for_datagrams(8);
+        pair.a
+            .handle_tun_packet(now, &ipv4_udp(A_MESH, B_MESH, b"hello"), &mut out);
+        // Bounce messages until both sides are quiet: initiation, response, keepalive/data.
+        let mut from_a = true;
+        for _ in 0..8 {
+            if out.is_empty() {
+                break;
+            }
+            let (dev, from) = if from_a {
+                (&pair.b, A_ADDR)
+            } else {
+                (&pair.a, B_ADDR)
+            };
+            let mut next = PacketBatch::for_datagrams(8);
+            let mut tun = PacketBatch::for_packets(8);
+            for (d, _) in out.iter() {
+                dev.handle_udp_datagram(now, from, d, &mut next, &mut tun);
+            }
+            out = next;
+            from_a = !from_a;
+        }
+        pair
+    }
+
+    /// One datagram a would send b for `packet`.
+    pub fn encrypt_a(&self, packet: &[u8], out: &mut PacketBatch) {
+        out.clear();
+        self.a.handle_tun_packet(Instant::now(), packet, out);
+    }
+}
+
+/// An IPv4/UDP packet of exactly `size` bytes from a to b.
+pub fn packet(size: usize) -> Vec<u8> {
+    let payload = vec![0x5a; size.saturating_sub(28)];
+    ipv4_udp(A_MESH, B_MESH, &payload)
+}
+
+/// A raw ChaCha20-Poly1305 key with a counter nonce, as WireGuard uses it.
+pub struct RawAead {
+    key: LessSafeKey,
+    counter: u64,
+}
+
+impl Default for RawAead {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RawAead {
+    pub fn new() -> Self {
+        let key = UnboundKey::new(&CHACHA20_POLY1305, &[7u8; 32]).expect("a 32-byte key");
+        Self {
+            key: LessSafeKey::new(key),
+            counter: 0,
+        }
+    }
+
+    fn nonce(counter: u64) -> Nonce {
+        let mut n = [0u8; 12];
+        n[4..].copy_from_slice(&counter.to_le_bytes());
+        Nonce::assume_unique_for_key(n)
+    }
+
+    /// Seals `buf` in place (a fresh nonce each time) and appends the tag.
+    pub fn seal(&mut self, buf: &mut Vec<u8>) {
+        self.counter += 1;
+        self.key
+            .seal_in_place_append_tag(Self::nonce(self.counter), Aad::empty(), buf)
+            .expect("sealing never fails for these sizes");
+    }
+
+    /// Opens `buf` (sealed with `counter`) in place; answers the plaintext length.
+    pub fn open(&self, counter: u64, buf: &mut [u8]) -> usize {
+        self.key
+            .open_in_place(Self::nonce(counter), Aad::empty(), buf)
+            .map(|p| p.len())
+            .unwrap_or(0)
+    }
+
+    pub fn counter(&self) -> u64 {
+        self.counter
+    }
+}

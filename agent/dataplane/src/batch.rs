@@ -123,6 +123,17 @@ impl PacketBatch {
         self.addrs.push(addr);
     }
 
+    /// The first `n` slots (at most `max`), whole and in order, for a vectored read into an
+    /// empty batch; `commit` each filled one afterwards, in order.
+    pub fn free_slots(&mut self, n: usize) -> std::slice::ChunksExactMut<'_, u8> {
+        let n = n.min(self.max);
+        let need = n * self.slot_size;
+        if self.buf.len() < need {
+            self.buf.resize(need, 0);
+        }
+        self.buf[..need].chunks_exact_mut(self.slot_size.max(1))
+    }
+
     /// Copies `packet` into the next slot (for tests, the in-memory devices, and benches).
     pub fn push(&mut self, packet: &[u8], addr: SocketAddr) {
         let slot = self.next_slot();

@@ -110,7 +110,9 @@ impl<T: Tun, B: UdpBind> Shared<T, B> {
     /// Answers one UAPI request; a listen-port change rebinds before anything is applied.
     pub fn handle_uapi(&self, request: Request) -> String {
         match request {
-            Request::Get => uapi::format_get(&self.device.snapshot(Instant::now(), SystemTime::now())),
+            Request::Get => {
+                uapi::format_get(&self.device.snapshot(Instant::now(), SystemTime::now()))
+            }
             Request::Set(update) => match self.reconfigure(update) {
                 Ok(()) => uapi::errno_answer(0),
                 Err(errno) => uapi::errno_answer(-errno),
@@ -151,7 +153,9 @@ where
     B: UdpBind + 'static,
 {
     let port = device.listen_port();
-    let socket = binder.bind(port).map_err(|source| RunError::Bind { port, source })?;
+    let socket = binder
+        .bind(port)
+        .map_err(|source| RunError::Bind { port, source })?;
     if let Ok(addr) = socket.local_addr() {
         device.set_listen_port(addr.port());
         tracing::info!(port = addr.port(), "listening");
@@ -216,11 +220,16 @@ fn tun_to_network<T: Tun, B: UdpBind>(s: &Shared<T, B>) -> Result<(), RunError> 
     let mut packets = PacketBatch::for_packets(s.config.batch);
     let mut out = PacketBatch::for_datagrams(s.config.batch);
     while !s.shutdown.is_triggered() {
-        if s.tun.recv(&mut packets, s.config.poll).map_err(RunError::Tun)? == 0 {
+        if s.tun
+            .recv(&mut packets, s.config.poll)
+            .map_err(RunError::Tun)?
+            == 0
+        {
             continue;
         }
         out.clear();
-        s.device.handle_tun_packets(Instant::now(), &packets, &mut out);
+        s.device
+            .handle_tun_packets(Instant::now(), &packets, &mut out);
         if !out.is_empty() {
             s.udp().send(&out).map_err(RunError::Udp)?;
         }
@@ -234,7 +243,11 @@ fn network_to_tun<T: Tun, B: UdpBind>(s: &Shared<T, B>) -> Result<(), RunError> 
     let mut to_tun = PacketBatch::for_packets(s.config.batch);
     while !s.shutdown.is_triggered() {
         let udp = s.udp();
-        if udp.recv(&mut datagrams, s.config.poll).map_err(RunError::Udp)? == 0 {
+        if udp
+            .recv(&mut datagrams, s.config.poll)
+            .map_err(RunError::Udp)?
+            == 0
+        {
             continue;
         }
         to_network.clear();

@@ -31,9 +31,7 @@ pub enum UapiServerError {
         "cannot create the UAPI socket {path} ({source}); is /var/run/wireguard writable (run as root)?"
     )]
     Bind { path: PathBuf, source: io::Error },
-    #[error(
-        "another process already serves {0}; stop it (or pick another interface name) first"
-    )]
+    #[error("another process already serves {0}; stop it (or pick another interface name) first")]
     InUse(PathBuf),
     #[error("the UAPI socket {path} failed ({source})")]
     Accept { path: PathBuf, source: io::Error },

@@ -5,8 +5,12 @@
 //! starts itself in the background and exits once the socket is up, as wireguard-go does.
 //! SIGTERM/SIGINT stop it cleanly; the interface and the socket go away with it.
 //!
+//! Each performance technique has a switch, so it can be measured on its own:
+//! `PLEXD_WG_MMSG=0` sends and receives one datagram per system call instead of a batch.
+//!
 //! Exit codes: 0 clean stop, 1 runtime failure, 64 bad usage.
 
+use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -72,7 +76,10 @@ fn start_background(iface: &str) -> anyhow::Result<()> {
     let path = socket_path(iface);
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
-        if let Some(status) = child.try_wait().context("cannot watch the background plexd-wg")? {
+        if let Some(status) = child
+            .try_wait()
+            .context("cannot watch the background plexd-wg")?
+        {
             bail!(
                 "the background plexd-wg exited ({status}) before serving {}; run `plexd-wg -f {iface}` to see why",
                 path.display()
@@ -110,7 +117,11 @@ fn run_foreground(iface: &str) -> anyhow::Result<()> {
         .context("cannot block SIGTERM/SIGINT for a clean shutdown")?;
 
     let tun = LinuxTun::create(iface, DEFAULT_MTU)?;
-    tracing::info!(interface = iface, mtu = DEFAULT_MTU, "TUN interface created");
+    tracing::info!(
+        interface = iface,
+        mtu = DEFAULT_MTU,
+        "TUN interface created"
+    );
     let shutdown = Shutdown::new();
     {
         let shutdown = shutdown.clone();
@@ -131,7 +142,9 @@ fn run_foreground(iface: &str) -> anyhow::Result<()> {
     run(
         std::sync::Arc::new(Device::new()),
         tun,
-        LinuxUdpBinder,
+        LinuxUdpBinder {
+            mmsg: std::env::var("PLEXD_WG_MMSG").map_or(true, |v| v != "0"),
+        },
         config,
         shutdown,
     )

@@ -1,5 +1,6 @@
 //! Linux devices: the TUN interface and the UDP socket.
 
+mod mmsg;
 pub mod tun;
 pub mod udp;
 

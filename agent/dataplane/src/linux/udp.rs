@@ -22,17 +22,30 @@ pub const SOCKET_BUFFER: usize = 7 << 20;
 pub struct LinuxUdp {
     socket: UdpSocket,
     dual_stack: bool,
+    /// A batch per system call (recvmmsg/sendmmsg) instead of one datagram per call.
+    mmsg: bool,
 }
 
 /// Binds `LinuxUdp` sockets for the runner.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct LinuxUdpBinder;
+#[derive(Debug, Clone, Copy)]
+pub struct LinuxUdpBinder {
+    /// Use recvmmsg/sendmmsg (on by default; off measures the per-datagram baseline).
+    pub mmsg: bool,
+}
+
+impl Default for LinuxUdpBinder {
+    fn default() -> Self {
+        Self { mmsg: true }
+    }
+}
 
 impl UdpBind for LinuxUdpBinder {
     type Socket = LinuxUdp;
 
     fn bind(&self, port: u16) -> io::Result<LinuxUdp> {
-        LinuxUdp::bind(port)
+        let mut socket = LinuxUdp::bind(port)?;
+        socket.mmsg = self.mmsg;
+        Ok(socket)
     }
 }
 
@@ -68,10 +81,14 @@ impl LinuxUdp {
         setsockopt(&fd, sockopt::Ipv6V6Only, &false)?;
         buffers(&fd);
         let addr = SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, port, 0, 0);
-        bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrIn6::from(addr))?;
+        bind(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            &SockaddrIn6::from(addr),
+        )?;
         Ok(Self {
             socket: UdpSocket::from(fd),
             dual_stack: true,
+            mmsg: true,
         })
     }
 
@@ -84,10 +101,14 @@ impl LinuxUdp {
         )?;
         buffers(&fd);
         let addr = std::net::SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, port);
-        bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrIn::from(addr))?;
+        bind(
+            std::os::fd::AsRawFd::as_raw_fd(&fd),
+            &SockaddrIn::from(addr),
+        )?;
         Ok(Self {
             socket: UdpSocket::from(fd),
             dual_stack: false,
+            mmsg: true,
         })
     }
 
@@ -123,8 +144,58 @@ impl LinuxUdp {
     }
 }
 
-impl Udp for LinuxUdp {
-    fn recv(&self, batch: &mut PacketBatch, timeout: Duration) -> io::Result<usize> {
+impl LinuxUdp {
+    fn recv_batched(&self, batch: &mut PacketBatch, timeout: Duration) -> io::Result<usize> {
+        batch.clear();
+        let mut waited = false;
+        loop {
+            match super::mmsg::recv(&self.socket, batch, Self::canonical) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if waited || !self.wait(PollFlags::POLLIN, timeout)? {
+                        return Ok(0);
+                    }
+                    waited = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // ICMP errors from earlier sends surface here; they are not fatal.
+                Err(e) => {
+                    tracing::trace!(error = %e, "UDP receive error");
+                    if waited {
+                        return Ok(0);
+                    }
+                }
+            }
+        }
+    }
+
+    fn send_batched(&self, batch: &PacketBatch) -> usize {
+        let mut next = 0;
+        let mut sent = 0;
+        let mut retried = false;
+        while next < batch.len() {
+            match super::mmsg::send(&self.socket, batch, next, |a| self.outgoing(a)) {
+                Ok(n) => {
+                    next += n.max(1);
+                    sent += n;
+                    retried = false;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && !retried => {
+                    retried = true;
+                    let _ = self.wait(PollFlags::POLLOUT, Duration::from_millis(50));
+                }
+                Err(e) => {
+                    // The first datagram of the rest was refused (no route, too big): skip it.
+                    tracing::trace!(to = %batch.addr(next), error = %e, "UDP send failed; datagram dropped");
+                    next += 1;
+                    retried = false;
+                }
+            }
+        }
+        sent
+    }
+
+    fn recv_each(&self, batch: &mut PacketBatch, timeout: Duration) -> io::Result<usize> {
         batch.clear();
         let mut waited = false;
         while !batch.is_full() {
@@ -153,7 +224,7 @@ impl Udp for LinuxUdp {
         Ok(batch.len())
     }
 
-    fn send(&self, batch: &PacketBatch) -> io::Result<usize> {
+    fn send_each(&self, batch: &PacketBatch) -> io::Result<usize> {
         let mut sent = 0;
         for (datagram, to) in batch.iter() {
             let to = self.outgoing(to);
@@ -170,6 +241,24 @@ impl Udp for LinuxUdp {
         }
         Ok(sent)
     }
+}
+
+impl Udp for LinuxUdp {
+    fn recv(&self, batch: &mut PacketBatch, timeout: Duration) -> io::Result<usize> {
+        if self.mmsg {
+            self.recv_batched(batch, timeout)
+        } else {
+            self.recv_each(batch, timeout)
+        }
+    }
+
+    fn send(&self, batch: &PacketBatch) -> io::Result<usize> {
+        if self.mmsg {
+            Ok(self.send_batched(batch))
+        } else {
+            self.send_each(batch)
+        }
+    }
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
         self.socket.local_addr().map(Self::canonical)
@@ -182,8 +271,15 @@ mod tests {
 
     #[test]
     fn datagrams_round_trip_over_loopback_with_plain_ipv4_addresses() {
-        let a = LinuxUdp::bind(0).expect("bind a");
-        let b = LinuxUdp::bind(0).expect("bind b");
+        for mmsg in [false, true] {
+            round_trip(mmsg);
+        }
+    }
+
+    fn round_trip(mmsg: bool) {
+        let binder = LinuxUdpBinder { mmsg };
+        let a = binder.bind(0).expect("bind a");
+        let b = binder.bind(0).expect("bind b");
         let b_addr = SocketAddr::from(([127, 0, 0, 1], b.local_addr().expect("addr").port()));
         let mut out = PacketBatch::new(64, 4);
         for i in 0..3u8 {
