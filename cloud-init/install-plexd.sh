@@ -14,8 +14,8 @@ dest=${PLEXD_INSTALL_PATH:-/usr/local/bin/plexd}
 signing_key=${PLEXD_SIGNING_KEY:-/etc/plexd/domain-signing.pub.pem}
 
 fail() {
-	echo "install-plexd: $*" >&2
-	exit 1
+    echo "install-plexd: $*" >&2
+    exit 1
 }
 
 case "$api_url" in
@@ -39,30 +39,30 @@ trap 'rm -rf "$work"' EXIT
 cd "$work" || fail "cannot enter the temporary directory $work"
 
 fetch() {
-	curl -fsS --retry 10 --retry-connrefused -o "$2" "$1"
+    curl -fsS --retry 10 --retry-connrefused -o "$2" "$1"
 }
 
 fetch "$base/linux-$arch" "plexd-linux-$arch" ||
-	fail "downloading $base/linux-$arch failed (curl exit $?); check that this machine reaches the API"
+    fail "downloading $base/linux-$arch failed (curl exit $?); check that this machine reaches the API"
 fetch "$base/checksums.sha256" checksums.sha256 ||
-	fail "downloading $base/checksums.sha256 failed (curl exit $?); check that this machine reaches the API"
+    fail "downloading $base/checksums.sha256 failed (curl exit $?); check that this machine reaches the API"
 
 grep " plexd-linux-$arch\$" checksums.sha256 >expected.sha256 ||
-	fail "checksums.sha256 from $base lists no plexd-linux-$arch"
+    fail "checksums.sha256 from $base lists no plexd-linux-$arch"
 sha256sum -c - <expected.sha256 >/dev/null 2>&1 ||
-	fail "plexd-linux-$arch does not match its checksum in checksums.sha256; the download is corrupt or tampered with"
+    fail "plexd-linux-$arch does not match its checksum in checksums.sha256; the download is corrupt or tampered with"
 
 if [ ! -f "$signing_key" ]; then
-	echo "install-plexd: no Domain signing key at $signing_key; relying on checksums.sha256 alone"
+    echo "install-plexd: no Domain signing key at $signing_key; relying on checksums.sha256 alone"
 elif ! command -v openssl >/dev/null 2>&1; then
-	echo "install-plexd: openssl is not installed; the signature of checksums.sha256 is not checked"
+    echo "install-plexd: openssl is not installed; the signature of checksums.sha256 is not checked"
 elif ! curl -fsS --retry 3 -o checksums.sha256.sig "$base/checksums.sha256.sig" 2>/dev/null; then
-	echo "install-plexd: the server serves no checksums.sha256.sig; relying on checksums.sha256 alone"
+    echo "install-plexd: the server serves no checksums.sha256.sig; relying on checksums.sha256 alone"
 else
-	openssl pkeyutl -verify -pubin -inkey "$signing_key" -rawin -in checksums.sha256 \
-		-sigfile checksums.sha256.sig >/dev/null 2>&1 ||
-		fail "the signature of checksums.sha256 does not verify with the Domain key in $signing_key; refusing to install"
-	echo "install-plexd: checksums.sha256 is signed by the Domain key"
+    openssl pkeyutl -verify -pubin -inkey "$signing_key" -rawin -in checksums.sha256 \
+        -sigfile checksums.sha256.sig >/dev/null 2>&1 ||
+        fail "the signature of checksums.sha256 does not verify with the Domain key in $signing_key; refusing to install"
+    echo "install-plexd: checksums.sha256 is signed by the Domain key"
 fi
 
 dest_dir=$(dirname "$dest")

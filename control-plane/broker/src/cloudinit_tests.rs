@@ -89,6 +89,10 @@ fn the_document_has_every_piece_in_order() {
             .contains("api_url=${1:-'https://plexsphere.10-0-0-1.nip.io'}")
     );
     assert!(!f[4].2.contains("@PLEXD_API_URL@"));
+    // Readable in the console and in the golden file: the script is a literal block, which
+    // the YAML emitter only chooses for text without tabs.
+    assert!(!INSTALL_SCRIPT_TEMPLATE.contains('\t'));
+    assert!(doc.as_str().contains("  content: |\n    #!/bin/sh\n"));
 
     let runcmd: Vec<String> = v["runcmd"]
         .as_sequence()
