@@ -54,3 +54,47 @@ fn cloud_init_schema_does_refuse_a_broken_document() {
     let (ok, text) = schema_check(&path);
     assert!(!ok, "cloud-init schema accepted a broken document:\n{text}");
 }
+
+#[test]
+fn runcmd_stops_at_the_first_failing_command() {
+    // cloud-init's own shellify (the code that writes /var/lib/cloud/instance/scripts/runcmd)
+    // turns our runcmd into a script; run it where /etc/plexd/install-plexd.sh does not exist:
+    // it must stop there (127), never reaching `plexd join` or `systemctl`.
+    if !common::require("cloud-init", HINT) {
+        return;
+    }
+    let v: serde_yaml::Value = serde_yaml::from_str(common::document().as_str()).unwrap();
+    let runcmd = serde_json::to_string(&v["runcmd"]).unwrap();
+    let py = format!(
+        "import json, sys\nfrom cloudinit import util\nsys.stdout.write(util.shellify(json.loads({runcmd:?})))"
+    );
+    let out = Command::new("/usr/bin/python3")
+        .args(["-c", &py])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let script = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        script.starts_with("#!/bin/sh\nset -e\n'/etc/plexd/install-plexd.sh'\n'plexd' 'join'\n"),
+        "{script}"
+    );
+    if std::path::Path::new("/etc/plexd/install-plexd.sh").exists() {
+        eprintln!("SKIPPED the run: this host has /etc/plexd/install-plexd.sh");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("reached");
+    // `plexd` and `systemctl` leave a marker if anything after the failure runs.
+    let script = script.replace("'plexd'", &format!("touch {} && echo", marker.display()));
+    let script = script.replace(
+        "'systemctl'",
+        &format!("touch {} && echo", marker.display()),
+    );
+    let out = Command::new("sh").args(["-c", &script]).output().unwrap();
+    assert_eq!(out.status.code(), Some(127), "{out:?}");
+    assert!(!marker.exists(), "a command after the failing one ran");
+}
