@@ -2,7 +2,7 @@
 //! the reconcile loop's I/O) and the substrates (local machines, local directories, Crossplane).
 //!
 //! - [`catalog`] / [`blueprint`]: versioned blueprints with stable ids, built-ins plus files;
-//! - [`params`]: a request's parameters checked against its blueprint, failing closed;
+//! - [`admit`] / [`params`]: a create request checked against the catalog, failing closed;
 //! - [`phase`] / [`resource`]: the phase machine driven by observations, and the resource JSON;
 //! - [`cloudinit`]: the `#cloud-config` document a machine boots with;
 //! - [`composite`] / [`crossplane`]: the object handed to a substrate, and its Crossplane form;
@@ -10,6 +10,7 @@
 //!
 //! Nothing here does network I/O, reads the clock or spawns tasks: time is a parameter.
 
+pub mod admit;
 pub mod blueprint;
 pub mod catalog;
 pub mod cloudinit;
@@ -20,6 +21,7 @@ pub mod params;
 pub mod phase;
 pub mod resource;
 
+pub use admit::{AdmitError, Admitted, admit};
 pub use blueprint::{Blueprint, BlueprintError, Class, Substrate};
 pub use catalog::Catalog;
 pub use params::{ParameterError, ParameterErrors, resolve};
