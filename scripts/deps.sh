@@ -9,6 +9,12 @@ packages=(
   ca-certificates curl
   iproute2                      # ip netns / veth / tuntap in the end-to-end tests
   systemd                       # systemd-analyze verify of the unit in the tests
+  wireguard-tools wireguard-go  # the reference WireGuard peers of the interop tests (`wg`, userspace)
+  iperf3                        # the whole-system benchmark
+  openssl                       # the install script verifies the checksums signature with it
+  shellcheck                    # lints cloud-init/install-plexd.sh
+  cloud-init                    # `cloud-init schema` validates the broker's documents
+  debootstrap systemd-container # local machines: the Debian base image and systemd-nspawn
 )
 
 missing=()
@@ -23,6 +29,9 @@ if ((${#missing[@]})); then
   fi
   echo "deps: installing ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
+  # cloud-init is installed for its schema validator only: this marker keeps it from ever
+  # configuring the host itself.
+  mkdir -p /etc/cloud && touch /etc/cloud/cloud-init.disabled
   apt-get update -qq
   # --no-install-recommends: wireguard-tools would otherwise pull a kernel image.
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
