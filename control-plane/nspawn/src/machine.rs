@@ -56,6 +56,9 @@ pub(crate) struct Record {
     pub bridge: String,
     pub address: Ipv4Net,
     pub nspawn: Option<ProcId>,
+    /// The machine's PID 1, so a machine whose nspawn died can still be stopped.
+    #[serde(default)]
+    pub leader: Option<ProcId>,
 }
 
 /// A machine created by this process or found again in the state dir.
@@ -76,7 +79,12 @@ impl Machine {
         if !bridge::exists(&spec.bridge) {
             return Err(Error::BridgeMissing(spec.bridge.clone()));
         }
-        let dir = machine_dir(state_dir, &spec.name);
+        let machines = state_dir.join("machines");
+        std::fs::create_dir_all(&machines)
+            .map_err(|e| Error::io("creating the machines directory", &machines, e))?;
+        // The kernel lists mounts by their canonical path: use that one throughout.
+        let state_dir = canonical(state_dir)?;
+        let dir = machine_dir(&state_dir, &spec.name);
         let rootfs = spec.image.rootfs();
         for p in [&dir, &rootfs] {
             if p.to_string_lossy()
@@ -91,9 +99,6 @@ impl Machine {
                 dir,
             });
         }
-        let parent = dir.parent().unwrap_or(state_dir);
-        std::fs::create_dir_all(parent)
-            .map_err(|e| Error::io("creating the machines directory", parent, e))?;
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&dir)
@@ -106,6 +111,7 @@ impl Machine {
                 bridge: spec.bridge.clone(),
                 address: spec.address,
                 nspawn: None,
+                leader: None,
             },
             child: Mutex::new(None),
             leader: Mutex::new(None),
@@ -218,6 +224,8 @@ impl Machine {
             },
         )?;
         *self.leader.lock().unwrap_or_else(|p| p.into_inner()) = Some(leader);
+        self.record.leader = Some(leader);
+        self.write_record(&self.record)?;
         tracing::info!(machine = %spec.name, address = %spec.address, nspawn = nspawn.pid, leader = leader.pid, "machine started");
         Ok(())
     }
@@ -245,7 +253,8 @@ impl Machine {
     /// Finds a machine of a previous run in `state_dir` (to observe or destroy it).
     pub fn reattach(state_dir: &Path, name: &str) -> Result<Machine> {
         validate_name(name)?;
-        let dir = machine_dir(state_dir, name);
+        let base = canonical(state_dir).unwrap_or_else(|_| state_dir.to_path_buf());
+        let dir = machine_dir(&base, name);
         if !dir.is_dir() {
             return Err(Error::MachineNotFound {
                 name: name.to_string(),
@@ -267,14 +276,15 @@ impl Machine {
                 bridge: String::new(),
                 address: Ipv4Net::default(),
                 nspawn: None,
+                leader: None,
             },
             Err(e) => return Err(Error::io("reading the machine's state", &path, e)),
         };
         Ok(Machine {
             dir,
+            leader: Mutex::new(record.leader),
             record,
             child: Mutex::new(None),
-            leader: Mutex::new(None),
         })
     }
 
@@ -309,6 +319,9 @@ impl Machine {
     /// Powers the machine off (SIGTERM to systemd-nspawn, which shuts the container down;
     /// SIGKILL past a bound), unmounts its overlay and removes its directory. Idempotent.
     pub fn destroy(&self) -> Result<()> {
+        if !self.dir.exists() && self.gone() {
+            return Ok(());
+        }
         teardown::stop(self)?;
         teardown::unmount(&self.merged())?;
         remove_tree(&self.dir)?;
@@ -371,6 +384,11 @@ impl Machine {
             .map_err(|e| Error::io("writing the machine's state", &tmp, e))?;
         std::fs::rename(&tmp, &path).map_err(|e| Error::io("writing the machine's state", &path, e))
     }
+}
+
+fn canonical(state_dir: &Path) -> Result<PathBuf> {
+    std::fs::canonicalize(state_dir)
+        .map_err(|e| Error::io("resolving the state directory", state_dir, e))
 }
 
 /// `<state_dir>/machines/<name>`.
