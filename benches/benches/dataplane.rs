@@ -74,12 +74,13 @@ fn decapsulate(c: &mut Criterion) {
         let mut sealed = p.clone();
         aead.seal(&mut sealed);
         let counter = aead.counter();
-        let mut buf = sealed.clone();
+        // The same cold-buffer set-up as above, so only the work differs.
         g.bench_function(format!("ring-open/{size}"), |b| {
-            b.iter(|| {
-                buf.copy_from_slice(&sealed);
-                black_box(aead.open(counter, &mut buf))
-            })
+            b.iter_batched_ref(
+                || sealed.clone(),
+                |buf| black_box(aead.open(counter, buf)),
+                BatchSize::SmallInput,
+            )
         });
     }
     g.finish();
@@ -156,7 +157,7 @@ fn allowed_ips(c: &mut Criterion) {
             let a = if i % 2 == 0 {
                 0x0a40_0000 + (i * 9) % 10_000
             } else {
-                0x0b00_0000 + ((i * 10) << 8) + 7
+                0x0b00_0000 + (((i * 10) % 10_000) << 8) + 7
             };
             IpAddr::V4(Ipv4Addr::from(a))
         })

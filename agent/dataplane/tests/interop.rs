@@ -17,6 +17,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use plexd_dataplane::SecretKey;
 
+const PLEXD_WG: &str = env!("CARGO_BIN_EXE_plexd-wg");
 const UNDERLAY_A: &str = "10.200.0.1";
 const UNDERLAY_B: &str = "10.200.0.2";
 const MESH_A: &str = "10.201.0.1";
@@ -45,7 +46,8 @@ struct Lab {
 }
 
 impl Lab {
-    fn new() -> Self {
+    /// `tag` tells apart the labs of tests running at the same time in this process.
+    fn new(tag: char) -> Self {
         assert!(
             nix::unistd::geteuid().is_root(),
             "the interop test needs root (network namespaces, TUN devices); run it as root"
@@ -55,18 +57,18 @@ impl Lab {
         std::fs::create_dir_all(&dir).expect("temp dir");
         let lab = Lab {
             pid,
-            ns: [format!("pxwg-{pid}-a"), format!("pxwg-{pid}-b")],
+            ns: [format!("pxwg-{pid}-{tag}a"), format!("pxwg-{pid}-{tag}b")],
             // plexd-wg in a, wireguard-go in b; at most 15 characters.
             ifaces: [
-                format!("pxw{}a", pid % 1_000_000),
-                format!("pxg{}b", pid % 1_000_000),
+                format!("pxw{}{tag}a", pid % 1_000_000),
+                format!("pxg{}{tag}b", pid % 1_000_000),
             ],
             children: Vec::new(),
             dir,
         };
         let (va, vb) = (
-            format!("pxv{}a", pid % 1_000_000),
-            format!("pxv{}b", pid % 1_000_000),
+            format!("pxv{}{tag}a", pid % 1_000_000),
+            format!("pxv{}{tag}b", pid % 1_000_000),
         );
         for ns in &lab.ns {
             sh(&["ip", "netns", "add", ns]);
@@ -199,6 +201,30 @@ impl Drop for Lab {
         for c in &mut self.children {
             let _ = c.wait();
         }
+        // Daemons started in the background are not our children: stop what runs in our
+        // namespaces (only this test starts anything there), with a bound.
+        for ns in &self.ns {
+            let out = Command::new("ip").args(["netns", "pids", ns]).output();
+            let pids: Vec<i32> = out
+                .map(|o| {
+                    String::from_utf8_lossy(&o.stdout)
+                        .split_whitespace()
+                        .filter_map(|p| p.parse().ok())
+                        .collect()
+                })
+                .unwrap_or_default();
+            for pid in &pids {
+                let _ = kill(Pid::from_raw(*pid), Signal::SIGTERM);
+            }
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while pids
+                .iter()
+                .any(|p| Path::new(&format!("/proc/{p}")).exists())
+                && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         for ns in &self.ns {
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
         }
@@ -280,8 +306,8 @@ fn latest_handshake(lab: &Lab, side: usize) -> u64 {
 
 #[test]
 fn plexd_wg_and_wireguard_go_carry_tcp_each_side_initiating_once() {
-    let mut lab = Lab::new();
-    let plexd = lab.start(0, env!("CARGO_BIN_EXE_plexd-wg"));
+    let mut lab = Lab::new('i');
+    let plexd = lab.start(0, PLEXD_WG);
     lab.start(1, "wireguard-go");
     let (ka, kb) = (
         SecretKey::generate().expect("key"),
@@ -382,5 +408,74 @@ fn plexd_wg_and_wireguard_go_carry_tcp_each_side_initiating_once() {
     assert!(
         !lab.socket(0).exists(),
         "the UAPI socket is removed on exit"
+    );
+}
+
+#[test]
+fn wireguard_control_drives_plexd_wg_started_in_the_background() {
+    use wireguard_control::{
+        Backend, Device, DeviceUpdate, InterfaceName, Key, KeyPair, PeerConfigBuilder,
+    };
+    let mut lab = Lab::new('c');
+    // Started the way wireguard-control and wg-quick start a userspace implementation: the
+    // command returns once the daemon serves its socket.
+    let out = Command::new("ip")
+        .args(["netns", "exec", &lab.ns[0], PLEXD_WG, &lab.ifaces[0]])
+        .output()
+        .expect("run plexd-wg");
+    assert!(
+        out.status.success(),
+        "background start failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(std::os::unix::net::UnixStream::connect(lab.socket(0)).is_ok());
+    lab.start(1, "wireguard-go");
+    let (ka, kb) = (
+        SecretKey::generate().expect("key"),
+        SecretKey::generate().expect("key"),
+    );
+    lab.configure(1, &kb, &ka);
+
+    let iface: InterfaceName = lab.ifaces[0].parse().expect("interface name");
+    let peer = PeerConfigBuilder::new(&Key(kb.public_key().0))
+        .set_endpoint(format!("{UNDERLAY_B}:51820").parse().expect("endpoint"))
+        .add_allowed_ip(MESH_B.parse().expect("ip"), 32);
+    DeviceUpdate::new()
+        .set_keypair(KeyPair::from_private(Key(*ka.bytes())))
+        .set_listen_port(51820)
+        .replace_peers()
+        .add_peer(peer)
+        .apply(&iface, Backend::Userspace)
+        .expect("wireguard-control applies the configuration");
+    let ns = &lab.ns[0];
+    sh(&[
+        "ip",
+        "-n",
+        ns,
+        "addr",
+        "add",
+        &format!("{MESH_A}/24"),
+        "dev",
+        &lab.ifaces[0],
+    ]);
+    sh(&["ip", "-n", ns, "link", "set", &lab.ifaces[0], "up"]);
+
+    let len = 256 << 10;
+    let back = tcp_echo(&lab.ns[0], &lab.ns[1], MESH_B, len);
+    assert_eq!(back.len(), len);
+
+    let device = Device::get(&iface, Backend::Userspace).expect("wireguard-control reads it back");
+    assert_eq!(device.listen_port, Some(51820));
+    assert_eq!(device.peers.len(), 1);
+    let p = &device.peers[0];
+    assert_eq!(p.config.public_key, Key(kb.public_key().0));
+    assert_eq!(
+        p.config.endpoint,
+        format!("{UNDERLAY_B}:51820").parse().ok()
+    );
+    assert!(p.stats.last_handshake_time.is_some(), "{p:?}");
+    assert!(
+        p.stats.rx_bytes > len as u64 && p.stats.tx_bytes > len as u64,
+        "{p:?}"
     );
 }
