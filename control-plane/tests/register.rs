@@ -138,23 +138,36 @@ async fn fifty_racing_registrations_on_one_token_make_one_node() {
         .try_get("n")
         .unwrap();
     assert_eq!(count, 1, "exactly one node exists");
-    let node_id: String = sqlx::query("SELECT id FROM nodes")
+    let row = sqlx::query("SELECT id, wireguard_public_key FROM nodes")
         .fetch_one(srv.store.pool())
         .await
-        .unwrap()
-        .try_get("id")
         .unwrap();
+    let node_id: String = row.try_get("id").unwrap();
+    let winner_key: String = row.try_get("wireguard_public_key").unwrap();
+    // Whoever won the race owns the token: every request with the winner's key answers that
+    // node (one 201, the rest 200 replays); every other key gets 403 token_consumed. Half
+    // the requests carry key A, so when A won, all 25 of them succeed.
+    let a_won = winner_key == wg_key(1);
     let mut created = 0;
+    let mut succeeded = 0;
     for (key_a, status, body) in &results {
-        if *key_a {
-            assert!(status.is_success(), "{status} {body}");
-            assert_eq!(body["node_id"], node_id.as_str());
+        if status.is_success() {
+            assert_eq!(body["node_id"], node_id.as_str(), "{body}");
             created += usize::from(*status == StatusCode::CREATED);
+            succeeded += 1;
+            if a_won {
+                assert!(*key_a, "a key other than the winner's succeeded: {body}");
+            }
         } else {
             assert_code(*status, body, 403, "token_consumed");
+            assert!(
+                !(a_won && *key_a),
+                "a replay by the winner's key was refused: {body}"
+            );
         }
     }
-    assert_eq!(created, 1, "one answer is the creation, the others replays");
+    assert_eq!(created, 1, "exactly one answer is the creation");
+    assert_eq!(succeeded, if a_won { 25 } else { 1 });
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
