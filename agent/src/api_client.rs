@@ -18,6 +18,8 @@ const BODY_QUOTE: usize = 200;
 pub struct ApiClient {
     base: ApiUrl,
     http: reqwest::Client,
+    /// The same trust, without the whole-request timeout: the event stream stays open.
+    stream_http: reqwest::Client,
     /// Named in the "not trusted" message (`/etc/plexd/ca.crt`).
     dropped_ca: PathBuf,
 }
@@ -74,23 +76,40 @@ impl ApiClient {
         dropped_ca: PathBuf,
     ) -> Result<Self, ApiClientError> {
         let tls = tls::client_config(trust)?;
-        let http = reqwest::Client::builder()
-            .tls_backend_preconfigured(tls)
-            .connect_timeout(CONNECT_TIMEOUT)
+        let builder = || {
+            reqwest::Client::builder()
+                .tls_backend_preconfigured(tls.clone())
+                .connect_timeout(CONNECT_TIMEOUT)
+                .redirect(reqwest::redirect::Policy::none())
+                .user_agent(concat!("plexd/", env!("CARGO_PKG_VERSION")))
+        };
+        let http = builder()
             .timeout(REQUEST_TIMEOUT)
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("plexd/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| ApiClientError::Build(e.to_string()))?;
+        let stream_http = builder()
             .build()
             .map_err(|e| ApiClientError::Build(e.to_string()))?;
         Ok(Self {
             base,
             http,
+            stream_http,
             dropped_ca,
         })
     }
 
     pub fn base(&self) -> &ApiUrl {
         &self.base
+    }
+
+    /// The client for bounded calls (30 s per request).
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    /// The client for the event stream (no whole-request timeout).
+    pub fn stream_http(&self) -> &reqwest::Client {
+        &self.stream_http
     }
 
     /// `POST /v1/register`. A refusal is an answer, not an error.
@@ -132,7 +151,7 @@ impl ApiClient {
         })
     }
 
-    fn classify(&self, e: &reqwest::Error) -> ApiClientError {
+    pub fn classify(&self, e: &reqwest::Error) -> ApiClientError {
         let url = self.base.to_string();
         if let Some(tls) = find_rustls_error(e) {
             return ApiClientError::NotTrusted {
@@ -188,7 +207,7 @@ pub fn parse_retry_after(v: &str) -> Option<Duration> {
 }
 
 /// A short, printable quote of a body.
-fn quote(body: &[u8]) -> String {
+pub fn quote(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(body);
     let mut q: String = text
         .chars()

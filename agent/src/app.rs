@@ -3,8 +3,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::{Cli, Command, InstallArgs};
+use crate::cli::{Cli, Command, InstallArgs, Output, StatusArgs};
 use crate::config::{Config, LogLevel};
+use crate::daemon::input::{Answer, Request};
+use crate::daemon::{leave, socket, status};
 use crate::exit::{ExitCode, Failure};
 use crate::install::{self, InstallSettings};
 use crate::join::{self, JoinSettings, Joined};
@@ -29,8 +31,10 @@ pub fn main(cli: Cli) -> i32 {
             Ok(())
         }),
         Command::Run(args) => with_settings(&cli, args.ca_file.clone(), args.max_wait, |s| {
-            block_on(crate::daemon::run(&s))?
+            block_on(crate::daemon::run(&s, cli.run_dir.clone()))?
         }),
+        Command::Status(args) => status_cmd(&cli, args),
+        Command::Leave(args) => leave_cmd(&cli, args.ca_file.clone()),
     };
     match result {
         Ok(()) => 0,
@@ -42,6 +46,68 @@ pub fn main(cli: Cli) -> i32 {
 }
 
 type CmdResult = Result<(), (LogTarget, Failure)>;
+
+/// `plexd status`: asks the daemon over its socket; exit 3 when none answers.
+fn status_cmd(cli: &Cli, args: &StatusArgs) -> CmdResult {
+    let fail = |f: Failure| (LogTarget::Stderr, f);
+    let answer = block_on(socket::ask(&cli.run_dir, Request::Status))
+        .map_err(fail)?
+        .map_err(|e| fail(socket_failure(e)))?;
+    match answer {
+        Answer::Status(report) => {
+            match args.output {
+                Output::Json => {
+                    let json = serde_json::to_string_pretty(&report).map_err(|e| {
+                        fail(Failure::new(
+                            ExitCode::Io,
+                            format!("cannot encode the status: {e}"),
+                        ))
+                    })?;
+                    println!("{json}");
+                }
+                Output::Table => print!("{}", status::render(&report)),
+            }
+            Ok(())
+        }
+        Answer::Error { message } | Answer::Left { message } => {
+            Err(fail(Failure::new(ExitCode::ServerRefused, message)))
+        }
+    }
+}
+
+fn socket_failure(e: socket::ClientError) -> Failure {
+    let code = match e {
+        socket::ClientError::NotRunning { .. } => ExitCode::NotRunning,
+        socket::ClientError::Broken { .. } => ExitCode::Io,
+    };
+    Failure::new(code, e)
+}
+
+/// `plexd leave`: through the daemon when it runs, directly otherwise.
+fn leave_cmd(cli: &Cli, ca_flag: Option<PathBuf>) -> CmdResult {
+    match block_on(socket::ask(&cli.run_dir, Request::Leave)).map_err(|f| (LogTarget::Stderr, f))? {
+        Ok(Answer::Left { message }) => {
+            println!("{message}");
+            Ok(())
+        }
+        Ok(Answer::Error { message }) => Err((
+            LogTarget::Stderr,
+            Failure::new(ExitCode::ServerRefused, message),
+        )),
+        Ok(Answer::Status(_)) => Err((
+            LogTarget::Stderr,
+            Failure::new(ExitCode::Io, "the daemon answered a leave with a status"),
+        )),
+        Err(socket::ClientError::NotRunning { .. }) => {
+            with_settings(cli, ca_flag, join::DEFAULT_MAX_WAIT, |s| {
+                let message = block_on(leave::leave_direct(&s))??;
+                println!("{message}");
+                Ok(())
+            })
+        }
+        Err(e) => Err((LogTarget::Stderr, socket_failure(e))),
+    }
+}
 
 fn install_cmd(cli: &Cli, args: &InstallArgs) -> CmdResult {
     let target =

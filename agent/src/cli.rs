@@ -21,6 +21,9 @@ pub struct Cli {
     /// The state dir (key and identity); overrides the config's `state_dir`.
     #[arg(long, env = "PLEXD_STATE_DIR", global = true)]
     pub state_dir: Option<PathBuf>,
+    /// The run dir holding the status socket plexd.sock.
+    #[arg(long, env = "PLEXD_RUN_DIR", default_value = crate::daemon::socket::DEFAULT_RUN_DIR, global = true)]
+    pub run_dir: PathBuf,
     /// The log level or filter (error, warn, info, debug, trace); overrides `log.level`.
     #[arg(long, env = "PLEXD_LOG", global = true)]
     pub log_level: Option<String>,
@@ -36,6 +39,10 @@ pub enum Command {
     Join(JoinArgs),
     /// Run the agent (what the systemd unit starts): join if needed, then stay up.
     Run(RunArgs),
+    /// Show what the running daemon is doing (identity, API, event stream, peers).
+    Status(StatusArgs),
+    /// Deregister this node, tear the mesh down and remove its identity and key.
+    Leave(LeaveArgs),
     /// Print the version.
     Version,
 }
@@ -77,6 +84,26 @@ pub struct RunArgs {
     /// How long to keep retrying while the API answers 429 (e.g. 300s, 5m).
     #[arg(long, default_value = "300s", value_parser = parse_duration)]
     pub max_wait: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// `table` for people, `json` for scripts.
+    #[arg(long, short = 'o', value_enum, default_value = "table")]
+    pub output: Output,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    Table,
+    Json,
+}
+
+#[derive(Debug, Args)]
+pub struct LeaveArgs {
+    /// An extra CA (PEM) to trust when plexd deregisters without a running daemon.
+    #[arg(long)]
+    pub ca_file: Option<PathBuf>,
 }
 
 /// `300`, `300s`, `5m`, `1h`.

@@ -3,16 +3,18 @@
 //! | code | meaning | next step |
 //! |------|---------|-----------|
 //! | 0  | success | |
+//! | 3  | `plexd status`: no daemon answers on the status socket | `systemctl start plexd` |
 //! | 10 | the bootstrap token was already used (`token_consumed`) | write a fresh token |
 //! | 11 | the bootstrap token is missing, malformed, unknown, expired, revoked, of the wrong kind, or for another project | write a fresh token / fix `registration.project_id` |
 //! | 12 | still rate-limited (HTTP 429) when `--max-wait` ran out | wait, then start again |
 //! | 13 | the API is not trusted (TLS) or not reachable (DNS, refused, timeout) | install the CA / check the network |
 //! | 14 | another server refusal (mesh range exhausted, 5xx, an unexpected answer) | see the message |
+//! | 15 | the node was revoked (`node_revoked`) or deleted on the control plane (401) | `plexd leave`, then enrol again |
 //! | 64 | bad command line (usage) | see `plexd --help` |
 //! | 74 | a local file could not be read or written (state dir, unit dir) | check permissions and disk |
 //! | 78 | bad configuration or a state file plexd cannot use | fix the named file |
 //!
-//! The systemd unit lists 10, 11, 64 and 78 in `RestartPreventExitStatus=`: they do not fix
+//! The systemd unit lists 10, 11, 15, 64 and 78 in `RestartPreventExitStatus=`: they do not fix
 //! themselves by restarting.
 
 use plexsphere_wire::codes;
@@ -21,11 +23,13 @@ use plexsphere_wire::codes;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitCode {
     Ok,
+    NotRunning,
     TokenConsumed,
     TokenInvalid,
     RateLimited,
     ApiUnreachable,
     ServerRefused,
+    NodeGone,
     Usage,
     Io,
     Config,
@@ -35,11 +39,13 @@ impl ExitCode {
     pub fn as_i32(self) -> i32 {
         match self {
             ExitCode::Ok => 0,
+            ExitCode::NotRunning => 3,
             ExitCode::TokenConsumed => 10,
             ExitCode::TokenInvalid => 11,
             ExitCode::RateLimited => 12,
             ExitCode::ApiUnreachable => 13,
             ExitCode::ServerRefused => 14,
+            ExitCode::NodeGone => 15,
             ExitCode::Usage => 64,
             ExitCode::Io => 74,
             ExitCode::Config => 78,
@@ -51,12 +57,14 @@ impl ExitCode {
 pub const HELP: &str = "\
 Exit codes:
   0   success
+  3   plexd status: the daemon is not running (no answer on its socket)
   10  the bootstrap token was already used (token_consumed): write a fresh token
   11  the bootstrap token is missing, malformed, unknown, expired, revoked, of the wrong kind,
       or for another project
   12  still rate-limited by the API when --max-wait ran out
   13  the API is not trusted (TLS) or not reachable
   14  another refusal by the server (mesh range exhausted, server error, unexpected answer)
+  15  the node was revoked or deleted on the control plane: run plexd leave and enrol again
   64  bad command line
   74  a local file could not be read or written
   78  bad configuration or unusable state file";
@@ -187,6 +195,8 @@ mod tests {
     fn help_lists_every_code() {
         for c in [
             ExitCode::Ok,
+            ExitCode::NotRunning,
+            ExitCode::NodeGone,
             ExitCode::TokenConsumed,
             ExitCode::TokenInvalid,
             ExitCode::RateLimited,

@@ -2,10 +2,11 @@
 //! format otherwise. Tokens, keys and credentials are never logged.
 
 use std::io::IsTerminal;
+use std::sync::Mutex;
 
-use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Registry, reload};
 
 /// Where log lines go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,10 +33,32 @@ fn stderr_is_journal() -> bool {
     }
 }
 
+/// The handle that changes the level of the installed subscriber (SIGHUP).
+static RELOAD: Mutex<Option<reload::Handle<EnvFilter, Registry>>> = Mutex::new(None);
+
+/// Changes the log level of the running process (`plexd run` on SIGHUP).
+pub fn set_level(level: &str) -> Result<(), String> {
+    let filter = EnvFilter::try_new(level).map_err(|e| e.to_string())?;
+    let guard = RELOAD
+        .lock()
+        .map_err(|_| "the log level lock is poisoned".to_owned())?;
+    match guard.as_ref() {
+        Some(handle) => handle.reload(filter).map_err(|e| e.to_string()),
+        None => Err("logging is not initialised".to_owned()),
+    }
+}
+
 /// Installs the global subscriber. `level` is a tracing filter (`info`, `plexd=debug`).
 /// Returns where the logs go; a journald socket that cannot be opened falls back to stderr.
 pub fn init(level: &str) -> LogTarget {
-    let filter = || EnvFilter::try_new(level).unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = || {
+        let f = EnvFilter::try_new(level).unwrap_or_else(|_| EnvFilter::new("info"));
+        let (layer, handle) = reload::Layer::new(f);
+        if let Ok(mut slot) = RELOAD.lock() {
+            *slot = Some(handle);
+        }
+        layer
+    };
     if stderr_is_journal() {
         match tracing_journald::layer() {
             Ok(layer) => {

@@ -1,6 +1,7 @@
 //! `/etc/plexd/config.yaml`: its shape, strict parsing, and errors that name the key, the file
 //! and the line.
 
+mod daemon;
 mod locate;
 pub mod values;
 
@@ -9,6 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+pub use daemon::{Backend, DaemonConfig, IntervalOverrides, WireguardConfig};
 pub use values::{ApiUrl, LogLevel, ResourceHandle, Sha256Pin};
 
 /// The node agent's configuration. Every section refuses unknown keys.
@@ -33,8 +35,11 @@ pub struct Config {
     pub registration: Registration,
     #[serde(default, skip_serializing_if = "LogConfig::is_empty")]
     pub log: LogConfig,
-    // ---- Later sections go below this line (issue 3 onwards): `wireguard:` (interface name,
-    // ---- listen port, backend) and local overrides of the server's `intervals`.
+    #[serde(default, skip_serializing_if = "WireguardConfig::is_default")]
+    pub wireguard: WireguardConfig,
+    /// Tuning and test knobs of `plexd run`; the defaults suit production.
+    #[serde(default, skip_serializing_if = "DaemonConfig::is_default")]
+    pub daemon: DaemonConfig,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -130,6 +135,7 @@ impl Config {
         }
         let config: Config = serde_yaml::from_str(text).map_err(|e| yaml_error(&e, path))?;
         config.check_api_url(text, path)?;
+        config.check_daemon(text, path)?;
         Ok(config)
     }
 
@@ -140,6 +146,58 @@ impl Config {
             at: None,
             what: "`api_url` is not set; add `api_url: https://<host>` or run `plexd install --api-url https://<host>`".to_owned(),
         })
+    }
+
+    fn check_daemon(&self, text: &str, path: &Path) -> Result<(), ConfigError> {
+        let invalid = |keys: &[&str], what: String| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            at: locate::key(text, keys),
+            what,
+        };
+        let d = &self.daemon;
+        if d.stall_timeout_secs == 0 {
+            return Err(invalid(
+                &["daemon", "stall_timeout_secs"],
+                "daemon.stall_timeout_secs: must be at least 1 (the default is 30)".to_owned(),
+            ));
+        }
+        if d.backoff_initial_ms == 0
+            || d.backoff_cap_secs.saturating_mul(1000) < d.backoff_initial_ms
+        {
+            return Err(invalid(
+                &["daemon", "backoff_initial_ms"],
+                "daemon.backoff_initial_ms: must be at least 1 and at most daemon.backoff_cap_secs"
+                    .to_owned(),
+            ));
+        }
+        if d.ingest_capacity == 0 {
+            return Err(invalid(
+                &["daemon", "ingest_capacity"],
+                "daemon.ingest_capacity: must be at least 1 (the default is 1024)".to_owned(),
+            ));
+        }
+        let wg = &self.wireguard;
+        let name_ok = (1..=15).contains(&wg.interface.len())
+            && wg
+                .interface
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        if !name_ok {
+            return Err(invalid(
+                &["wireguard", "interface"],
+                format!(
+                    "wireguard.interface: `{}` is not an interface name (1-15 characters of a-z, A-Z, 0-9, `-`, `_`, `.`)",
+                    wg.interface
+                ),
+            ));
+        }
+        if !(1280..=9000).contains(&wg.mtu) {
+            return Err(invalid(
+                &["wireguard", "mtu"],
+                format!("wireguard.mtu: {} is outside 1280..=9000", wg.mtu),
+            ));
+        }
+        Ok(())
     }
 
     fn check_api_url(&self, text: &str, path: &Path) -> Result<(), ConfigError> {

@@ -135,3 +135,82 @@ fn read_error_names_the_file() {
     assert!(e.contains("/nonexistent/plexd/config.yaml"), "{e}");
     assert!(e.contains("plexd install"), "{e}");
 }
+
+#[test]
+fn wireguard_and_daemon_sections_default_and_parse() {
+    let c = parse("api_url: https://a.example\n").unwrap();
+    assert_eq!(c.wireguard.backend, Backend::Auto);
+    assert_eq!(c.wireguard.interface, "plexd0");
+    assert_eq!(c.wireguard.listen_port, 51820);
+    assert_eq!(c.wireguard.mtu, 1420);
+    assert_eq!(c.daemon.stall_timeout_secs, 30);
+    assert_eq!(c.daemon.ingest_capacity, 1024);
+    let out = serde_yaml::to_string(&c).unwrap();
+    assert!(
+        !out.contains("wireguard") && !out.contains("daemon"),
+        "{out}"
+    );
+
+    let text = "api_url: https://a.example\nwireguard:\n  backend: none\n  interface: wg-mesh\n  listen_port: 51999\n  mtu: 1380\ndaemon:\n  stall_timeout_secs: 3\n  min_interval_secs: 1\n  intervals:\n    heartbeat_secs: 2\n  backoff_initial_ms: 100\n  backoff_cap_secs: 2\n";
+    let c = parse(text).unwrap();
+    assert_eq!(c.wireguard.backend, Backend::None);
+    assert_eq!(c.wireguard.interface, "wg-mesh");
+    assert_eq!(c.wireguard.listen_port, 51999);
+    assert_eq!(c.daemon.stall_timeout_secs, 3);
+    let merged = c
+        .daemon
+        .intervals
+        .apply(plexsphere_wire::Intervals::default());
+    assert_eq!(merged.heartbeat_secs, 2);
+    assert_eq!(merged.state_poll_secs, 300);
+    assert_eq!(parse(&serde_yaml::to_string(&c).unwrap()).unwrap(), c);
+}
+
+#[test]
+fn bad_wireguard_and_daemon_values_name_the_key() {
+    let e = err("wireguard:\n  backend: fast\n");
+    assert!(
+        e.contains("wireguard.backend") && e.contains("unknown variant"),
+        "{e}"
+    );
+    let e = err("wireguard:\n  interface: \"way-too-long-interface\"\n");
+    assert!(
+        e.starts_with("/etc/plexd/config.yaml:2:3: wireguard.interface"),
+        "{e}"
+    );
+    let e = err("wireguard:\n  mtu: 100\n");
+    assert!(e.contains("wireguard.mtu"), "{e}");
+    let e = err("daemon:\n  stall_timeout_secs: 0\n");
+    assert!(
+        e.starts_with("/etc/plexd/config.yaml:2:3: daemon.stall_timeout_secs"),
+        "{e}"
+    );
+    let e = err("daemon:\n  stall_timeout: 5\n");
+    assert!(e.contains("unknown field `stall_timeout`"), "{e}");
+    let e = err("daemon:\n  backoff_initial_ms: 5000\n  backoff_cap_secs: 1\n");
+    assert!(e.contains("daemon.backoff_initial_ms"), "{e}");
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    /// Arbitrary text never panics the parser: it is a config or a one-line error.
+    #[test]
+    fn config_parser_never_panics(text in "\\PC{0,200}") {
+        if let Err(e) = parse(&text) {
+            proptest::prop_assert!(!e.to_string().is_empty());
+        }
+    }
+
+    /// YAML-ish text built from real keys never panics either.
+    #[test]
+    fn config_parser_never_panics_on_keyish_text(
+        parts in proptest::collection::vec(
+            proptest::sample::select(vec!["api_url: ", "wireguard:\n", "  backend: ", "daemon:\n",
+                "  stall_timeout_secs: ", "none", "0", "-1", "https://a.example", "\n", "  ", "[", "{", "\"", "tls:\n", "  mtu: ", "99999999999999999999"]),
+            0..24)
+    ) {
+        let text: String = parts.concat();
+        let _ = parse(&text);
+    }
+}

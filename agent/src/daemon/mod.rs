@@ -1,99 +1,142 @@
-//! `plexd run`, what the systemd unit starts: enrol if needed, tell systemd we are ready,
-//! and run until SIGTERM/SIGINT.
+//! `plexd run`, what the systemd unit starts: enrol if needed, apply the cached state, then
+//! one event loop over [`input::Input`] that keeps the node in the mesh.
 //!
-//! The loop is one `select!` over the node's inputs; today they are only the shutdown signals.
-//! The heartbeat, state pull and event stream (next issue) join it as further arms.
+//! The decisions live in pure modules with time as a parameter ([`schedule`], [`backoff`],
+//! [`ingest`], [`accept`], [`peers`], [`status`]); [`node::Daemon`] wires them to the mesh,
+//! the cache and systemd; this file is the thin loop: one `select!` over the input channel
+//! and the next deadline. HTTP calls and the event stream run as spawned tasks that post
+//! their results back, so the loop never waits on the network.
+
+pub mod accept;
+pub mod backoff;
+pub mod cache;
+pub mod calls;
+pub mod endpoints;
+pub mod ingest;
+pub mod input;
+pub mod leave;
+pub mod mesh;
+pub mod node;
+pub mod notify;
+pub mod peers;
+pub mod schedule;
+pub mod socket;
+pub mod sse;
+pub mod status;
 
 use std::ops::ControlFlow;
+use std::path::PathBuf;
+use std::time::Instant;
 
+use plexsphere_wire::signed::DomainVerifier;
+use tokio::sync::mpsc;
+use tracing::Instrument as _;
+
+use crate::api_client::ApiClient;
+use crate::config::ApiUrl;
 use crate::exit::{ExitCode, Failure};
-use crate::identity::Identity;
 use crate::join::{self, JoinSettings, Joined};
+use input::{Input, Signal};
+use node::{Daemon, Outcome};
 
-/// Why the loop woke up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Input {
-    Shutdown(&'static str),
-}
-
-/// What the daemon does with an input: a pure decision.
-pub fn handle(input: Input) -> ControlFlow<&'static str> {
-    match input {
-        Input::Shutdown(signal) => ControlFlow::Break(signal),
-    }
-}
-
-/// Runs the daemon: join (once), notify systemd, wait for a signal.
-pub async fn run(settings: &JoinSettings) -> Result<(), Failure> {
-    let mut signals = Signals::new()?;
+/// Runs the daemon until a signal, a leave, or the node is revoked/deleted (exit 15).
+pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failure> {
+    let (tx, mut rx) = mpsc::channel::<Input>(256);
+    spawn_signals(tx.clone())?;
     let identity = match join::join(settings).await? {
         Joined::Registered(id) | Joined::AlreadyEnrolled(id) => id,
     };
-    announce(&identity);
-    loop {
-        let input = signals.next().await;
-        if let ControlFlow::Break(signal) = handle(input) {
-            tracing::info!(signal, node_id = %identity.node_id, "stopping");
-            notify(&[("STOPPING", "1")]);
-            return Ok(());
-        }
-    }
-}
-
-fn announce(id: &Identity) {
-    tracing::info!(node_id = %id.node_id, mesh_ip = %id.mesh_ip, project_id = %id.project_id, api_url = %id.api_url, "enrolled; waiting for the mesh (the heartbeat and event stream come next)");
-    let status = format!("enrolled as {} ({})", id.node_id, id.mesh_ip);
-    notify(&[("READY", "1"), ("STATUS", status.as_str())]);
-}
-
-/// Notifies systemd when it asked for it (`NOTIFY_SOCKET` set).
-fn notify(state: &[(&str, &str)]) {
-    if std::env::var_os("NOTIFY_SOCKET").is_none() {
-        return;
-    }
-    match systemd::daemon::notify(state.iter()) {
-        Ok(_) => {}
-        Err(e) => tracing::warn!(error = %e, "cannot notify systemd"),
-    }
-}
-
-struct Signals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn new() -> Result<Self, Failure> {
-        use tokio::signal::unix::{SignalKind, signal};
-        let err = |e: std::io::Error| {
+    let span =
+        tracing::info_span!("plexd", node_id = %identity.node_id, mesh_ip = %identity.mesh_ip);
+    async move {
+        let bad_identity = |what: String| {
             Failure::new(
-                ExitCode::Io,
-                format!("cannot install the signal handlers: {e}"),
+                ExitCode::Config,
+                format!(
+                    "{}: {what}; move it away and enrol the node again",
+                    settings.state.identity_file().display()
+                ),
             )
         };
-        Ok(Self {
-            term: signal(SignalKind::terminate()).map_err(err)?,
-            int: signal(SignalKind::interrupt()).map_err(err)?,
-        })
-    }
+        let verifier = DomainVerifier::from_b64(&identity.domain_signing_public_key)
+            .map_err(|e| bad_identity(format!("domain_signing_public_key: {e}")))?;
+        let url = ApiUrl::parse(&identity.api_url).map_err(|e| bad_identity(format!("api_url: {e}")))?;
+        let client = ApiClient::new(url, &settings.trust, settings.dropped_ca.clone())?;
+        let api = calls::NodeApi::new(client, identity.node_id, identity.node_credential.clone());
+        let acceptor = accept::Acceptor::new(verifier, identity.node_id);
+        let mesh = mesh::open(&settings.config.wireguard);
+        tracing::info!(api_url = %identity.api_url, backend = mesh.backend(), interface = %settings.config.wireguard.interface, "starting");
 
-    async fn next(&mut self) -> Input {
-        tokio::select! {
-            _ = self.term.recv() => Input::Shutdown("SIGTERM"),
-            _ = self.int.recv() => Input::Shutdown("SIGINT"),
+        match socket::bind(&run_dir) {
+            Ok(listener) => {
+                tokio::spawn(socket::serve(listener, tx.clone()));
+            }
+            Err(e) => tracing::warn!("the status socket is not available: {e}; plexd status and plexd leave will not reach this daemon (set PLEXD_RUN_DIR)"),
+        }
+
+        let mut daemon = Daemon::new(
+            identity,
+            settings.state.clone(),
+            settings.config_file.clone(),
+            settings.config.clone(),
+            api,
+            acceptor,
+            mesh,
+            tx,
+            Instant::now(),
+        );
+        daemon.load_cache();
+        let outcome = loop {
+            let deadline = tokio::time::Instant::from_std(daemon.next_wake(Instant::now()));
+            let input = tokio::select! {
+                Some(i) = rx.recv() => i,
+                () = tokio::time::sleep_until(deadline) => Input::Tick,
+            };
+            if let ControlFlow::Break(o) = daemon.handle(input, Instant::now()) {
+                break o;
+            }
+        };
+        daemon.stop();
+        let _ = std::fs::remove_file(socket::socket_path(&run_dir));
+        match outcome {
+            Outcome::Stopped(signal) => {
+                tracing::info!(signal, "stopping; the interface stays as it is");
+                notify::notify(&[("STOPPING", "1")]);
+                Ok(())
+            }
+            Outcome::Left => {
+                notify::notify(&[("STOPPING", "1")]);
+                Ok(())
+            }
+            Outcome::Gone(message) => Err(Failure::new(ExitCode::NodeGone, message)),
         }
     }
+    .instrument(span)
+    .await
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shutdown_breaks_the_loop() {
-        assert_eq!(
-            handle(Input::Shutdown("SIGTERM")),
-            ControlFlow::Break("SIGTERM")
-        );
-    }
+fn spawn_signals(tx: mpsc::Sender<Input>) -> Result<(), Failure> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let err = |e: std::io::Error| {
+        Failure::new(
+            ExitCode::Io,
+            format!("cannot install the signal handlers: {e}"),
+        )
+    };
+    let mut term = signal(SignalKind::terminate()).map_err(err)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(err)?;
+    let mut hup = signal(SignalKind::hangup()).map_err(err)?;
+    tokio::spawn(async move {
+        loop {
+            let s = tokio::select! {
+                _ = term.recv() => Signal::Term,
+                _ = int.recv() => Signal::Int,
+                _ = hup.recv() => Signal::Hup,
+            };
+            if tx.send(Input::Signal(s)).await.is_err() {
+                return;
+            }
+        }
+    });
+    Ok(())
 }

@@ -1,0 +1,90 @@
+//! The node's own addresses for the endpoint report: every interface address except
+//! loopback, link-local, multicast/unspecified and the mesh range (the mesh IP itself).
+
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+/// Keeps the addresses a peer could reach this node on, sorted and without duplicates.
+pub fn reportable(
+    addrs: impl IntoIterator<Item = IpAddr>,
+    mesh_ip: IpAddr,
+    mesh_cidr: &IpNet,
+) -> Vec<IpAddr> {
+    let mut out: Vec<IpAddr> = addrs
+        .into_iter()
+        .filter(|a| {
+            !(a.is_loopback()
+                || a.is_unspecified()
+                || a.is_multicast()
+                || is_link_local(a)
+                || *a == mesh_ip
+                || mesh_cidr.contains(a))
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn is_link_local(a: &IpAddr) -> bool {
+    match a {
+        IpAddr::V4(v4) => v4.is_link_local(),
+        IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+    }
+}
+
+/// The host's interface addresses (getifaddrs), unfiltered.
+pub fn host_addresses() -> Result<Vec<IpAddr>, String> {
+    let addrs = nix::ifaddrs::getifaddrs().map_err(|e| format!("getifaddrs failed: {e}"))?;
+    Ok(addrs
+        .filter_map(|ifa| {
+            let sa = ifa.address?;
+            if let Some(v4) = sa.as_sockaddr_in() {
+                Some(IpAddr::V4(v4.ip()))
+            } else {
+                sa.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip()))
+            }
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_what_no_peer_can_reach() {
+        let ips: Vec<IpAddr> = [
+            "127.0.0.1",
+            "::1",
+            "169.254.3.4",
+            "fe80::1",
+            "10.64.1.2",
+            "10.64.9.9",
+            "0.0.0.0",
+            "224.0.0.1",
+            "192.0.2.10",
+            "2001:db8::5",
+            "192.0.2.10",
+            "10.0.0.5",
+        ]
+        .iter()
+        .map(|s| s.parse().unwrap())
+        .collect();
+        let out = reportable(
+            ips,
+            "10.64.1.2".parse().unwrap(),
+            &"10.64.0.0/16".parse().unwrap(),
+        );
+        let text: Vec<String> = out.iter().map(ToString::to_string).collect();
+        assert_eq!(text, vec!["10.0.0.5", "192.0.2.10", "2001:db8::5"]);
+    }
+
+    #[test]
+    fn reads_the_hosts_addresses() {
+        // Every Linux host (and network namespace) has at least loopback.
+        let all = host_addresses().unwrap();
+        assert!(all.iter().any(IpAddr::is_loopback), "{all:?}");
+    }
+}

@@ -1,0 +1,90 @@
+//! Everything that wakes the daemon's loop, as one enum.
+
+use plexsphere_wire::node::{EndpointAck, HeartbeatAck};
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+
+use super::calls::{CallError, LeaveAnswer, StateAnswer};
+use super::sse::StreamMsg;
+use super::status::StatusReport;
+
+#[derive(Debug)]
+pub enum Input {
+    /// A deadline passed (a task is due, the stream may reconnect or has stalled, the watchdog).
+    Tick,
+    Signal(Signal),
+    /// A message of event-stream connection `conn` (stale connections are ignored).
+    Stream {
+        conn: u64,
+        msg: StreamMsg,
+    },
+    /// A spawned call finished.
+    Call(CallResult),
+    /// A request on the status socket and where to answer it.
+    Control(Request, oneshot::Sender<Answer>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    Term,
+    Int,
+    Hup,
+}
+
+impl Signal {
+    pub fn name(self) -> &'static str {
+        match self {
+            Signal::Term => "SIGTERM",
+            Signal::Int => "SIGINT",
+            Signal::Hup => "SIGHUP",
+        }
+    }
+}
+
+#[derive(Debug)]
+pub enum CallResult {
+    Heartbeat(Result<HeartbeatAck, CallError>),
+    Endpoints(Result<EndpointAck, CallError>),
+    State(Result<StateAnswer, CallError>),
+    Ingest(Result<(), CallError>),
+    Leave(Result<LeaveAnswer, CallError>),
+}
+
+/// One request per connection on `<run_dir>/plexd.sock`, as one JSON line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "command", rename_all = "snake_case")]
+pub enum Request {
+    Status,
+    Leave,
+}
+
+/// The answer, as one JSON document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Answer {
+    Status(Box<StatusReport>),
+    Left { message: String },
+    Error { message: String },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn socket_json_is_pinned() {
+        assert_eq!(
+            serde_json::to_string(&Request::Status).unwrap(),
+            r#"{"command":"status"}"#
+        );
+        let r: Request = serde_json::from_str(r#"{"command":"leave"}"#).unwrap();
+        assert_eq!(r, Request::Leave);
+        let a = Answer::Left {
+            message: "bye".into(),
+        };
+        assert_eq!(
+            serde_json::to_string(&a).unwrap(),
+            r#"{"left":{"message":"bye"}}"#
+        );
+    }
+}

@@ -1,0 +1,127 @@
+//! `plexd leave`: deregister (`DELETE /v1/nodes/{id}`), tear the mesh down, remove the
+//! identity, the cached state and the key. Through the daemon when it runs, directly otherwise.
+
+use std::path::PathBuf;
+
+use super::cache::STATE_FILE_NAME;
+use super::calls::{CallError, LeaveAnswer, NodeApi};
+use super::mesh::Mesh;
+use crate::api_client::ApiClient;
+use crate::exit::{ExitCode, Failure};
+use crate::identity::Identity;
+use crate::join::JoinSettings;
+use crate::paths::StatePaths;
+
+/// Removes what makes this host a node; returns the files removed.
+pub fn cleanup(paths: &StatePaths, mesh: &mut dyn Mesh) -> Vec<PathBuf> {
+    if let Err(e) = mesh.teardown() {
+        tracing::warn!(error = %e, "could not tear the mesh down; remove the interface by hand");
+    }
+    let mut removed = vec![];
+    for f in [
+        paths.identity_file(),
+        paths.dir.join(STATE_FILE_NAME),
+        paths.key_file(),
+    ] {
+        match std::fs::remove_file(&f) {
+            Ok(()) => removed.push(f),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::warn!(path = %f.display(), error = %e, "could not remove; remove it by hand")
+            }
+        }
+    }
+    removed
+}
+
+fn files_text(files: &[PathBuf]) -> String {
+    if files.is_empty() {
+        return "nothing (no local files were left)".to_owned();
+    }
+    files
+        .iter()
+        .map(|f| f.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// What a leave answered, for the operator; `Err` when nothing was removed.
+pub fn finish(
+    id: &Identity,
+    answer: Result<LeaveAnswer, CallError>,
+    paths: &StatePaths,
+    mesh: &mut dyn Mesh,
+) -> Result<String, Failure> {
+    let note = match answer {
+        Ok(LeaveAnswer::Deleted) => format!("deregistered from {}", id.api_url),
+        Ok(LeaveAnswer::AlreadyGone(status)) => {
+            format!("the control plane no longer knew it (HTTP {status}, already gone)")
+        }
+        Err(CallError::Revoked) => {
+            "it was revoked on the control plane (an operator deletes it there)".to_owned()
+        }
+        Err(CallError::Unauthorized) => {
+            "the control plane no longer knew it (HTTP 401, already gone)".to_owned()
+        }
+        Err(e) => {
+            let code = match e {
+                CallError::Unreachable(_) => ExitCode::ApiUnreachable,
+                _ => ExitCode::ServerRefused,
+            };
+            return Err(Failure::new(
+                code,
+                format!(
+                    "cannot deregister node {} from {}: {e}; nothing was removed; run plexd leave again when the API answers",
+                    id.node_id, id.api_url
+                ),
+            ));
+        }
+    };
+    let removed = cleanup(paths, mesh);
+    Ok(format!(
+        "node {} left the mesh: {note}; removed {}",
+        id.node_id,
+        files_text(&removed)
+    ))
+}
+
+/// `plexd leave` when no daemon answers.
+pub async fn leave_direct(s: &JoinSettings) -> Result<String, Failure> {
+    let Some(id) = Identity::load(&s.state.identity_file())? else {
+        return Ok(format!(
+            "this host is not enrolled (no {}); nothing to leave",
+            s.state.identity_file().display()
+        ));
+    };
+    let url = crate::config::ApiUrl::parse(&id.api_url).map_err(|e| {
+        Failure::new(
+            ExitCode::Config,
+            format!("{}: api_url {e}", s.state.identity_file().display()),
+        )
+    })?;
+    let client = ApiClient::new(url, &s.trust, s.dropped_ca.clone())?;
+    let api = NodeApi::new(client, id.node_id, id.node_credential.clone());
+    let answer = api.leave().await;
+    let mut mesh = super::mesh::open(&s.config.wireguard);
+    finish(&id, answer, &s.state, mesh.as_mut())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::mesh::NoneMesh;
+    use super::*;
+
+    #[test]
+    fn cleanup_removes_the_node_files_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = StatePaths::new(dir.path());
+        for f in ["identity.json", "state.json", "wireguard.key", "other"] {
+            std::fs::write(dir.path().join(f), "x").unwrap();
+        }
+        let removed = cleanup(&paths, &mut NoneMesh::default());
+        assert_eq!(removed.len(), 3);
+        assert!(dir.path().join("other").exists());
+        assert!(cleanup(&paths, &mut NoneMesh::default()).is_empty());
+        assert_eq!(files_text(&[]), "nothing (no local files were left)");
+    }
+}

@@ -1,0 +1,238 @@
+//! What `plexd status` shows: the report the daemon builds (JSON for `--output json`) and the
+//! table for humans. Ages are in whole seconds at the moment the daemon answered.
+
+use std::fmt::Write as _;
+use std::net::{IpAddr, SocketAddr};
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusReport {
+    pub node_id: Uuid,
+    pub mesh_ip: IpAddr,
+    pub mesh_cidr: String,
+    pub domain_id: Uuid,
+    pub project_id: Uuid,
+    pub plexd_version: String,
+    pub uptime_secs: u64,
+    pub api: ApiStatus,
+    pub last_heartbeat_age_secs: Option<u64>,
+    pub last_event_age_secs: Option<u64>,
+    pub event_stream_connected: bool,
+    /// The last event seq applied (the stream resumes after it).
+    pub last_event_id: u64,
+    pub state_version: Option<u64>,
+    pub backend: String,
+    pub interface: String,
+    pub peers: Vec<PeerStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApiStatus {
+    pub url: String,
+    /// Whether the last call reached the API and was answered.
+    pub reachable: bool,
+    pub last_success_age_secs: Option<u64>,
+    pub last_error: Option<String>,
+    pub last_error_age_secs: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PeerStatus {
+    pub node_id: Uuid,
+    pub hostname: String,
+    pub mesh_ip: IpAddr,
+    pub endpoint: Option<SocketAddr>,
+    pub last_handshake_age_secs: Option<u64>,
+    pub rx_bytes: u64,
+    pub tx_bytes: u64,
+}
+
+fn age(secs: Option<u64>) -> String {
+    match secs {
+        None => "never".to_owned(),
+        Some(s) if s < 120 => format!("{s} s ago"),
+        Some(s) if s < 7200 => format!("{} min ago", s / 60),
+        Some(s) => format!("{} h ago", s / 3600),
+    }
+}
+
+/// The human table.
+pub fn render(r: &StatusReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "node        {} (mesh ip {}, range {})",
+        r.node_id, r.mesh_ip, r.mesh_cidr
+    );
+    let _ = writeln!(out, "domain      {}  project {}", r.domain_id, r.project_id);
+    let _ = writeln!(
+        out,
+        "plexd       {} up {} s",
+        r.plexd_version, r.uptime_secs
+    );
+    let reach = if r.api.reachable {
+        "reachable"
+    } else {
+        "NOT reachable"
+    };
+    let _ = writeln!(
+        out,
+        "api         {} {reach}, last success {}",
+        r.api.url,
+        age(r.api.last_success_age_secs)
+    );
+    if let Some(e) = &r.api.last_error {
+        let _ = writeln!(
+            out,
+            "last error  {} ({})",
+            e,
+            age(r.api.last_error_age_secs)
+        );
+    }
+    let _ = writeln!(out, "heartbeat   {}", age(r.last_heartbeat_age_secs));
+    let stream = if r.event_stream_connected {
+        "connected"
+    } else {
+        "disconnected"
+    };
+    let _ = writeln!(
+        out,
+        "events      stream {stream}, last event {}, last id {}",
+        age(r.last_event_age_secs),
+        r.last_event_id
+    );
+    let version = r
+        .state_version
+        .map_or_else(|| "none applied".to_owned(), |v| v.to_string());
+    let _ = writeln!(out, "state       version {version}");
+    let _ = writeln!(out, "backend     {} (interface {})", r.backend, r.interface);
+    let _ = writeln!(out, "peers       {}", r.peers.len());
+    if r.peers.is_empty() {
+        return out;
+    }
+    let rows: Vec<[String; 7]> = r
+        .peers
+        .iter()
+        .map(|p| {
+            [
+                p.node_id.to_string(),
+                p.hostname.clone(),
+                p.mesh_ip.to_string(),
+                p.endpoint.map_or_else(|| "-".to_owned(), |e| e.to_string()),
+                age(p.last_handshake_age_secs),
+                p.rx_bytes.to_string(),
+                p.tx_bytes.to_string(),
+            ]
+        })
+        .collect();
+    let head = [
+        "PEER",
+        "HOSTNAME",
+        "MESH IP",
+        "ENDPOINT",
+        "HANDSHAKE",
+        "RX",
+        "TX",
+    ];
+    let mut widths = head.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    out.push('\n');
+    let line = |cells: Vec<&str>| {
+        let mut l = String::new();
+        for (i, (c, w)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == cells.len() {
+                l.push_str(c);
+            } else {
+                let _ = write!(l, "{c:<w$}  ");
+            }
+        }
+        l.trim_end().to_owned() + "\n"
+    };
+    out.push_str(&line(head.to_vec()));
+    for row in &rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report() -> StatusReport {
+        StatusReport {
+            node_id: Uuid::parse_str("019a0816-0000-7000-8000-0000000000aa").unwrap(),
+            mesh_ip: "10.64.1.2".parse().unwrap(),
+            mesh_cidr: "10.64.0.0/16".into(),
+            domain_id: Uuid::parse_str("019a0816-0000-7000-8000-000000000001").unwrap(),
+            project_id: Uuid::parse_str("019a0816-0000-7000-8000-000000000002").unwrap(),
+            plexd_version: "0.1.0".into(),
+            uptime_secs: 75,
+            api: ApiStatus {
+                url: "https://cp.example".into(),
+                reachable: false,
+                last_success_age_secs: Some(300),
+                last_error: Some("connection refused".into()),
+                last_error_age_secs: Some(4),
+            },
+            last_heartbeat_age_secs: Some(300),
+            last_event_age_secs: None,
+            event_stream_connected: false,
+            last_event_id: 9,
+            state_version: Some(7),
+            backend: "none".into(),
+            interface: "plexd0".into(),
+            peers: vec![PeerStatus {
+                node_id: Uuid::parse_str("019a0816-0000-7000-8000-000000000003").unwrap(),
+                hostname: "web-3".into(),
+                mesh_ip: "10.64.1.3".parse().unwrap(),
+                endpoint: Some("192.0.2.3:51820".parse().unwrap()),
+                last_handshake_age_secs: None,
+                rx_bytes: 0,
+                tx_bytes: 1200,
+            }],
+        }
+    }
+
+    #[test]
+    fn table_is_pinned() {
+        let expected = "\
+node        019a0816-0000-7000-8000-0000000000aa (mesh ip 10.64.1.2, range 10.64.0.0/16)
+domain      019a0816-0000-7000-8000-000000000001  project 019a0816-0000-7000-8000-000000000002
+plexd       0.1.0 up 75 s
+api         https://cp.example NOT reachable, last success 5 min ago
+last error  connection refused (4 s ago)
+heartbeat   5 min ago
+events      stream disconnected, last event never, last id 9
+state       version 7
+backend     none (interface plexd0)
+peers       1
+
+PEER                                  HOSTNAME  MESH IP    ENDPOINT         HANDSHAKE  RX  TX
+019a0816-0000-7000-8000-000000000003  web-3     10.64.1.3  192.0.2.3:51820  never      0   1200
+";
+        assert_eq!(render(&report()), expected);
+    }
+
+    #[test]
+    fn no_peers_no_table_and_json_round_trips() {
+        let mut r = report();
+        r.peers.clear();
+        r.api.last_error = None;
+        r.api.reachable = true;
+        let t = render(&r);
+        assert!(t.ends_with("peers       0\n"), "{t}");
+        assert!(!t.contains("last error"), "{t}");
+        assert!(t.contains("https://cp.example reachable"), "{t}");
+        let json = serde_json::to_string(&r).unwrap();
+        assert_eq!(serde_json::from_str::<StatusReport>(&json).unwrap(), r);
+        assert!(json.contains(r#""event_stream_connected":false"#), "{json}");
+        assert_eq!(age(Some(7300)), "2 h ago");
+    }
+}
