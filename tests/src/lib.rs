@@ -48,13 +48,18 @@ pub struct Proc {
 
 impl Proc {
     pub fn spawn(mut cmd: Command) -> Result<Self> {
-        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null());
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .stdin(Stdio::null());
         let mut child = cmd.spawn().with_context(|| format!("spawning {cmd:?}"))?;
         let lines = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = mpsc::channel();
         let out = child.stdout.take().context("child stdout")?;
         let err = child.stderr.take().context("child stderr")?;
-        for stream in [Box::new(out) as Box<dyn std::io::Read + Send>, Box::new(err)] {
+        for stream in [
+            Box::new(out) as Box<dyn std::io::Read + Send>,
+            Box::new(err),
+        ] {
             let lines = Arc::clone(&lines);
             let tx = tx.clone();
             std::thread::spawn(move || {
@@ -274,10 +279,7 @@ impl Host {
 
     /// Runs `plexd <args>` to completion.
     pub fn plexd(&self, args: &[&str]) -> Result<Output> {
-        self.command()?
-            .args(args)
-            .output()
-            .context("running plexd")
+        self.command()?.args(args).output().context("running plexd")
     }
 }
 

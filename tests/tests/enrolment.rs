@@ -23,10 +23,7 @@ fn identity_lines(out: &str) -> (String, String) {
             ip = Some(v.to_owned());
         }
     }
-    (
-        node.expect("a node_id: line"),
-        ip.expect("a mesh_ip: line"),
-    )
+    (node.expect("a node_id: line"), ip.expect("a mesh_ip: line"))
 }
 
 #[test]
@@ -63,23 +60,40 @@ fn install_join_rejoin_and_a_consumed_token() {
     let out = host.plexd(&["join"]).unwrap();
     assert!(out.status.success(), "join: {}", stderr(&out));
     let (node_id, mesh_ip) = identity_lines(&stdout(&out));
-    assert!(mesh_ip.starts_with("10.64.1."), "the openstack sub-range: {mesh_ip}");
+    assert!(
+        mesh_ip.starts_with("10.64.1."),
+        "the openstack sub-range: {mesh_ip}"
+    );
 
     // The identity and the key are saved 0600 in a 0700 state dir; the token file is gone.
     assert_eq!(mode(&host.state_dir()).unwrap() & 0o077, 0);
-    assert_eq!(mode(&host.state_dir().join("identity.json")).unwrap(), 0o600);
-    assert_eq!(mode(&host.state_dir().join("wireguard.key")).unwrap(), 0o600);
-    assert!(!host.token_file().exists(), "the consumed token file is removed");
+    assert_eq!(
+        mode(&host.state_dir().join("identity.json")).unwrap(),
+        0o600
+    );
+    assert_eq!(
+        mode(&host.state_dir().join("wireguard.key")).unwrap(),
+        0o600
+    );
+    assert!(
+        !host.token_file().exists(),
+        "the consumed token file is removed"
+    );
     let identity = std::fs::read_to_string(host.state_dir().join("identity.json")).unwrap();
     assert!(!identity.contains(&token), "the token is not kept");
 
     // A second join on the enrolled node prints the same identity without a token.
     let again = host.plexd(&["join"]).unwrap();
     assert!(again.status.success(), "second join: {}", stderr(&again));
-    assert_eq!(identity_lines(&stdout(&again)), (node_id.clone(), mesh_ip.clone()));
+    assert_eq!(
+        identity_lines(&stdout(&again)),
+        (node_id.clone(), mesh_ip.clone())
+    );
 
     // The operator sees the node and the consumed token, with the node that consumed it.
-    let nodes = cp.plexctl_ok(&["node", "list", "--output", "json"]).unwrap();
+    let nodes = cp
+        .plexctl_ok(&["node", "list", "--output", "json"])
+        .unwrap();
     assert!(nodes.contains(&node_id), "{nodes}");
     let tokens = cp
         .plexctl_ok(&["bootstrap-token", "list", "--project", OPENSTACK_PROJECT])
@@ -113,8 +127,15 @@ fn install_join_rejoin_and_a_consumed_token() {
         p = path.display()
     );
     assert!(stderr(&out).contains(&expected), "{}", stderr(&out));
-    assert!(stdout(&out).is_empty(), "nothing on stdout: {}", stdout(&out));
-    assert!(path.exists(), "a refused token file is left for the operator");
+    assert!(
+        stdout(&out).is_empty(),
+        "nothing on stdout: {}",
+        stdout(&out)
+    );
+    assert!(
+        path.exists(),
+        "a refused token file is left for the operator"
+    );
 }
 
 #[test]
@@ -138,9 +159,15 @@ fn an_untrusted_server_is_refused_until_its_ca_is_given() {
     let out = host.plexd(&["join"]).unwrap();
     assert_eq!(out.status.code(), Some(13), "{}", stderr(&out));
     assert!(stderr(&out).contains("not trusted"), "{}", stderr(&out));
-    assert!(host.token_file().exists(), "the token is kept for the next try");
+    assert!(
+        host.token_file().exists(),
+        "the token is kept for the next try"
+    );
     // The key was generated and saved before the API was called.
-    assert_eq!(mode(&host.state_dir().join("wireguard.key")).unwrap(), 0o600);
+    assert_eq!(
+        mode(&host.state_dir().join("wireguard.key")).unwrap(),
+        0o600
+    );
 
     // The same server, trusted through --ca-file, takes the same token.
     let ca = cp.ca_file();
@@ -160,7 +187,10 @@ fn an_untrusted_server_is_refused_until_its_ca_is_given() {
     assert!(out.status.success(), "join: {}", stderr(&out));
     let (_, mesh_ip) = identity_lines(&stdout(&out));
     assert!(mesh_ip.starts_with("10.64."), "{mesh_ip}");
-    assert!(!mesh_ip.starts_with("10.64.1."), "outside the openstack sub-range: {mesh_ip}");
+    assert!(
+        !mesh_ip.starts_with("10.64.1."),
+        "outside the openstack sub-range: {mesh_ip}"
+    );
 }
 
 #[test]
@@ -177,7 +207,10 @@ fn a_corrupt_config_names_the_file_and_line() {
     assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(err.contains(host.config().to_str().unwrap()), "{err}");
-    assert!(err.contains(":3:") || err.contains(":4:"), "a line number: {err}");
+    assert!(
+        err.contains(":3:") || err.contains(":4:"),
+        "a line number: {err}"
+    );
 }
 
 #[test]
