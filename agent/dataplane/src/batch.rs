@@ -105,9 +105,22 @@ impl PacketBatch {
         let i = self.lens.len();
         let start = i * self.slot_size;
         if self.buf.len() < start + self.slot_size {
-            self.buf.resize(start + self.slot_size, 0);
+            self.grow(i + 1);
         }
         &mut self.buf[start..start + self.slot_size]
+    }
+
+    /// Doubles the slots (at least to `slots`) in a fresh zeroed allocation, which the OS
+    /// maps lazily, copying only the bytes of filled packets: growing never touches memory
+    /// that no packet uses.
+    fn grow(&mut self, slots: usize) {
+        let have = self.buf.len() / self.slot_size.max(1);
+        let mut buf = vec![0u8; slots.max(have * 2) * self.slot_size];
+        for (k, &len) in self.lens.iter().enumerate() {
+            let at = k * self.slot_size;
+            buf[at..at + len].copy_from_slice(&self.buf[at..at + len]);
+        }
+        self.buf = buf;
     }
 
     /// Records that the next free slot now holds `len` bytes for or from `addr`.
@@ -129,7 +142,7 @@ impl PacketBatch {
         let n = n.min(self.max);
         let need = n * self.slot_size;
         if self.buf.len() < need {
-            self.buf.resize(need, 0);
+            self.grow(n);
         }
         self.buf[..need].chunks_exact_mut(self.slot_size.max(1))
     }

@@ -388,6 +388,11 @@ impl Device {
             };
             let mut sent = 0;
             let slot = to_network.next_slot();
+            if slot.len() < MIN_SLOT {
+                // boringtun would panic writing an initiation into it: the caller's batch is wrong.
+                Counters::bump(&self.counters.malformed);
+                return;
+            }
             if let TunnResult::WriteToNetwork(buf) = tunn.update_timers(slot) {
                 sent = buf.len();
             }

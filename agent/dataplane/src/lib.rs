@@ -9,6 +9,7 @@
 
 pub mod allowed_ips;
 pub mod batch;
+pub mod coalesce;
 pub mod config;
 pub mod device;
 pub mod io;
@@ -16,6 +17,7 @@ pub mod key;
 #[cfg(target_os = "linux")]
 pub mod linux;
 pub mod memory;
+pub mod offload;
 pub mod packet;
 pub mod peer;
 pub mod runner;

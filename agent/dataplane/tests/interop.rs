@@ -308,6 +308,11 @@ fn latest_handshake(lab: &Lab, side: usize) -> u64 {
 fn plexd_wg_and_wireguard_go_carry_tcp_each_side_initiating_once() {
     let mut lab = Lab::new('i');
     let plexd = lab.start(0, PLEXD_WG);
+    let log = std::fs::read_to_string(lab.log(0)).unwrap_or_default();
+    assert!(
+        log.contains("offloads=true"),
+        "the TCP below runs through TSO/GRO: {log}"
+    );
     lab.start(1, "wireguard-go");
     let (ka, kb) = (
         SecretKey::generate().expect("key"),

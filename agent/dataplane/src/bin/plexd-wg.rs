@@ -6,7 +6,8 @@
 //! SIGTERM/SIGINT stop it cleanly; the interface and the socket go away with it.
 //!
 //! Each performance technique has a switch, so it can be measured on its own:
-//! `PLEXD_WG_MMSG=0` sends and receives one datagram per system call instead of a batch.
+//! `PLEXD_WG_MMSG=0` sends and receives one datagram per system call instead of a batch;
+//! `PLEXD_WG_OFFLOAD=0` reads and writes the TUN one MTU-sized packet at a time (no TSO/GRO).
 //!
 //! Exit codes: 0 clean stop, 1 runtime failure, 64 bad usage.
 
@@ -104,6 +105,7 @@ fn run_foreground(iface: &str) -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
 
     // Block the stop signals before any thread starts, so they all inherit the mask and only
@@ -116,10 +118,11 @@ fn run_foreground(iface: &str) -> anyhow::Result<()> {
         .thread_block()
         .context("cannot block SIGTERM/SIGINT for a clean shutdown")?;
 
-    let tun = LinuxTun::create(iface, DEFAULT_MTU)?;
+    let tun = LinuxTun::create(iface, DEFAULT_MTU, switch("PLEXD_WG_OFFLOAD"))?;
     tracing::info!(
         interface = iface,
         mtu = DEFAULT_MTU,
+        offloads = tun.offloads(),
         "TUN interface created"
     );
     let shutdown = Shutdown::new();
@@ -143,7 +146,7 @@ fn run_foreground(iface: &str) -> anyhow::Result<()> {
         std::sync::Arc::new(Device::new()),
         tun,
         LinuxUdpBinder {
-            mmsg: std::env::var("PLEXD_WG_MMSG").map_or(true, |v| v != "0"),
+            mmsg: switch("PLEXD_WG_MMSG"),
         },
         config,
         shutdown,
@@ -155,4 +158,9 @@ fn run_foreground(iface: &str) -> anyhow::Result<()> {
         "stopped; socket removed"
     );
     Ok(())
+}
+
+/// A performance technique's switch: on unless the variable is `0`.
+fn switch(name: &str) -> bool {
+    std::env::var(name).map_or(true, |v| v != "0")
 }

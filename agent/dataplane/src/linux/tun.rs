@@ -1,12 +1,16 @@
 //! A Linux TUN device through /dev/net/tun (`TUNSETIFF` with `IFF_TUN | IFF_NO_PI`).
 //!
-//! The two ioctls (create the interface, set its MTU) are the only unsafe code; reads and
-//! writes go through `std::fs::File` on the non-blocking descriptor, waits through `poll`.
+//! With offloads on (`IFF_VNET_HDR` + `TUNSETOFFLOAD` TSO4/TSO6/CSUM), every read and write
+//! carries a virtio-net header: the host's TCP hands us up to 64 KiB per read, which
+//! `offload::split` cuts into packets, and `Coalescer` merges what we write back (see
+//! `crate::offload`). The three ioctls are the only unsafe code; reads and writes go through
+//! `std::fs::File` on the non-blocking descriptor, waits through `poll`.
 #![allow(unsafe_code)]
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
@@ -14,11 +18,14 @@ use nix::libc;
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{AddressFamily, SockFlag, SockType, socket};
 
-use crate::batch::PacketBatch;
+use crate::batch::{MAX_PACKET, PacketBatch};
+use crate::coalesce::Coalescer;
 use crate::io::Tun;
+use crate::offload::{self, VNET_HDR_LEN, VnetHdr};
 
 nix::ioctl_write_ptr_bad!(tunsetiff, libc::TUNSETIFF, libc::ifreq);
 nix::ioctl_write_ptr_bad!(siocsifmtu, libc::SIOCSIFMTU, libc::ifreq);
+nix::ioctl_write_int_bad!(tunsetoffload, libc::TUNSETOFFLOAD);
 
 /// Why the TUN device could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +56,14 @@ pub enum TunError {
 pub struct LinuxTun {
     file: File,
     name: String,
+    /// Present when the TUN carries virtio-net headers (offloads on).
+    offload: Option<Offload>,
+}
+
+/// The read scratch buffer and the coalescer; each is used by one thread only.
+struct Offload {
+    read: Mutex<Vec<u8>>,
+    coalescer: Mutex<Coalescer>,
 }
 
 fn ifreq(name: &str) -> Result<libc::ifreq, TunError> {
@@ -70,26 +85,55 @@ fn ifreq(name: &str) -> Result<libc::ifreq, TunError> {
 }
 
 impl LinuxTun {
-    /// Creates (or attaches to an existing, unused) TUN interface `name` with MTU `mtu`.
-    pub fn create(name: &str, mtu: u32) -> Result<Self, TunError> {
+    /// Creates (or attaches to an existing, unused) TUN interface `name` with MTU `mtu`;
+    /// `offload` asks for TSO/GRO through virtio-net headers (falls back without them).
+    pub fn create(name: &str, mtu: u32, offload: bool) -> Result<Self, TunError> {
+        if offload {
+            match Self::open(name, mtu, true) {
+                Ok(tun) => return Ok(tun),
+                Err(e) => {
+                    tracing::warn!(interface = name, error = %e, "TUN offloads unavailable; continuing without them");
+                }
+            }
+        }
+        Self::open(name, mtu, false)
+    }
+
+    fn open(name: &str, mtu: u32, offload: bool) -> Result<Self, TunError> {
         let mut req = ifreq(name)?;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .open("/dev/net/tun")
             .map_err(TunError::Open)?;
-        // Both flags fit in a c_short (0x0001 | 0x1000).
-        req.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
+        let vnet = if offload { libc::IFF_VNET_HDR } else { 0 };
+        // The flags fit in a c_short (0x0001 | 0x1000 | 0x4000).
+        req.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI | vnet) as libc::c_short;
         // SAFETY: the descriptor is an open /dev/net/tun; `req` is a fully initialised ifreq
         // that lives across the call, and TUNSETIFF reads (and may write back) only that struct.
         unsafe { tunsetiff(file.as_raw_fd(), &req) }.map_err(|source| TunError::Create {
             name: name.to_owned(),
             source,
         })?;
+        if offload {
+            let flags = libc::TUN_F_CSUM | libc::TUN_F_TSO4 | libc::TUN_F_TSO6;
+            // SAFETY: the descriptor is our TUN with IFF_VNET_HDR; TUNSETOFFLOAD takes the
+            // flags by value and touches no memory of ours.
+            unsafe { tunsetoffload(file.as_raw_fd(), flags as libc::c_int) }.map_err(|source| {
+                TunError::Create {
+                    name: name.to_owned(),
+                    source,
+                }
+            })?;
+        }
         fcntl(file.as_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).map_err(TunError::NonBlocking)?;
         let tun = Self {
             file,
             name: name.to_owned(),
+            offload: offload.then(|| Offload {
+                read: Mutex::new(vec![0; VNET_HDR_LEN + MAX_PACKET]),
+                coalescer: Mutex::new(Coalescer::new()),
+            }),
         };
         tun.set_mtu(mtu)?;
         Ok(tun)
@@ -97,6 +141,11 @@ impl LinuxTun {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// True when reads and writes carry virtio-net headers (TSO/GRO on).
+    pub fn offloads(&self) -> bool {
+        self.offload.is_some()
     }
 
     fn set_mtu(&self, mtu: u32) -> Result<(), TunError> {
@@ -131,8 +180,67 @@ impl LinuxTun {
     }
 }
 
-impl Tun for LinuxTun {
-    fn recv(&self, batch: &mut PacketBatch, timeout: Duration) -> io::Result<usize> {
+impl LinuxTun {
+    /// Reads whole GSO segments and splits them into the batch.
+    fn recv_offload(
+        &self,
+        o: &Offload,
+        batch: &mut PacketBatch,
+        timeout: Duration,
+    ) -> io::Result<usize> {
+        batch.clear();
+        let mut buf = o.read.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut waited = false;
+        while batch.len() < batch.max() {
+            match (&self.file).read(&mut buf[..]) {
+                Ok(n) if n > VNET_HDR_LEN => {
+                    let (head, packet) = buf[..n].split_at_mut(VNET_HDR_LEN);
+                    let split = VnetHdr::parse(head).and_then(|h| offload::split(h, packet, batch));
+                    if let Err(e) = split {
+                        tracing::debug!(error = %e, "dropped a packet the host handed us");
+                    }
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if !batch.is_empty() || waited {
+                        break;
+                    }
+                    waited = true;
+                    if !self.wait(PollFlags::POLLIN, timeout)? {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(batch.len())
+    }
+
+    fn write_one(&self, parts: &[IoSlice<'_>]) -> io::Result<bool> {
+        let mut result = (&self.file).write_vectored(parts);
+        if matches!(&result, Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+            && self.wait(PollFlags::POLLOUT, Duration::from_millis(10))?
+        {
+            result = (&self.file).write_vectored(parts);
+        }
+        match result {
+            Ok(_) => Ok(true),
+            // The host refused this packet (malformed, queue full): the rest go on.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINVAL | libc::EIO | libc::EAGAIN)
+                ) =>
+            {
+                tracing::trace!(error = %e, "TUN refused a packet");
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn recv_plain(&self, batch: &mut PacketBatch, timeout: Duration) -> io::Result<usize> {
         batch.clear();
         let mut waited = false;
         while !batch.is_full() {
@@ -155,7 +263,7 @@ impl Tun for LinuxTun {
         Ok(batch.len())
     }
 
-    fn send(&self, batch: &PacketBatch) -> io::Result<usize> {
+    fn send_plain(&self, batch: &PacketBatch) -> io::Result<usize> {
         let mut sent = 0;
         for (packet, _) in batch.iter() {
             match (&self.file).write(packet) {
@@ -175,6 +283,28 @@ impl Tun for LinuxTun {
                 Err(e) => return Err(e),
             }
         }
+        Ok(sent)
+    }
+}
+
+impl Tun for LinuxTun {
+    fn recv(&self, batch: &mut PacketBatch, timeout: Duration) -> io::Result<usize> {
+        match &self.offload {
+            Some(o) => self.recv_offload(o, batch, timeout),
+            None => self.recv_plain(batch, timeout),
+        }
+    }
+
+    fn send(&self, batch: &PacketBatch) -> io::Result<usize> {
+        let Some(o) = &self.offload else {
+            return self.send_plain(batch);
+        };
+        let mut coalescer = o.coalescer.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut sent = 0;
+        coalescer.writes(batch, |hdr, packet| {
+            sent += usize::from(self.write_one(&[IoSlice::new(hdr), IoSlice::new(packet)])?);
+            Ok::<(), io::Error>(())
+        })?;
         Ok(sent)
     }
 }
