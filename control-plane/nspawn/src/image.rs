@@ -70,6 +70,7 @@ impl BaseImage {
         std::fs::rename(&tmp, &image.dir)
             .map_err(|e| Error::io("moving the finished image into place", &image.dir, e))?;
         tracing::info!(image = %image.dir.display(), "base image built");
+        prune_unused(cache_dir, recipe, &image);
         Ok(image)
     }
 
@@ -153,6 +154,53 @@ fn remove_stale_builds(cache_dir: &Path, name: &str) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Removes the images of other recipes of the same suite that no mounted machine uses (their
+/// root is no overlay's `lowerdir`): a changed recipe would otherwise leave ~260 MB behind.
+fn prune_unused(cache_dir: &Path, recipe: &Recipe, keep: &BaseImage) {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let Ok(entries) = std::fs::read_dir(cache_dir) else {
+        return;
+    };
+    for entry in entries.filter_map(|e| e.ok()) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = entry.path();
+        if !is_other_image(&name, recipe, keep) || !path.is_dir() {
+            continue;
+        }
+        if in_use(&mountinfo, &path.join("rootfs")) {
+            tracing::info!(image = %path.display(), "an older image is still used by a machine; keeping it");
+            continue;
+        }
+        match remove_tree(&path) {
+            Ok(()) => {
+                tracing::info!(image = %path.display(), "removed an image of an older recipe")
+            }
+            Err(e) => {
+                tracing::warn!(image = %path.display(), error = %e, "could not remove an older image")
+            }
+        }
+    }
+}
+
+/// `<suite>-<16 hex digits>` other than `keep`'s own name.
+fn is_other_image(name: &str, recipe: &Recipe, keep: &BaseImage) -> bool {
+    let Some(hash) = name.strip_prefix(&format!("{}-", recipe.suite)) else {
+        return false;
+    };
+    hash.len() == 16
+        && hash.bytes().all(|b| b.is_ascii_hexdigit())
+        && keep.dir.file_name().is_none_or(|k| k != name)
+}
+
+/// Whether an overlay in `mountinfo` has `rootfs` as a lower layer.
+fn in_use(mountinfo: &str, rootfs: &Path) -> bool {
+    let needle = rootfs.to_string_lossy();
+    mountinfo.lines().any(|l| {
+        l.split([',', ' ', ':'])
+            .any(|opt| opt.strip_prefix("lowerdir=").unwrap_or(opt) == needle)
+    })
 }
 
 /// Removes a directory tree, refusing when anything below it is still mounted (removing
@@ -304,6 +352,37 @@ mod tests {
         assert!(!cache.path().join(".build-bookworm-abc-123").exists());
         assert!(cache.path().join(".build-bookworm-other-1").exists());
         assert!(cache.path().join("bookworm-abc").exists());
+    }
+
+    #[test]
+    fn only_other_images_of_the_suite_are_pruned() {
+        let recipe = Recipe::bookworm();
+        let keep = BaseImage {
+            dir: PathBuf::from("/c").join(recipe.dir_name()),
+        };
+        assert!(is_other_image("bookworm-0123456789abcdef", &recipe, &keep));
+        assert!(!is_other_image(&recipe.dir_name(), &recipe, &keep));
+        assert!(!is_other_image(
+            "bookworm-0123456789abcdef.lock",
+            &recipe,
+            &keep
+        ));
+        assert!(!is_other_image(
+            ".build-bookworm-0123456789abcdef-1",
+            &recipe,
+            &keep
+        ));
+        assert!(!is_other_image("trixie-0123456789abcdef", &recipe, &keep));
+        assert!(!is_other_image("bookworm-mine", &recipe, &keep));
+    }
+
+    #[test]
+    fn an_image_under_an_overlay_is_in_use() {
+        let info = "95 22 0:50 / /s/machines/a/merged rw,relatime - overlay plexsphere-a \
+                    rw,lowerdir=/c/bookworm-1/rootfs,upperdir=/s/machines/a/upper,workdir=/s/machines/a/work\n";
+        assert!(in_use(info, Path::new("/c/bookworm-1/rootfs")));
+        assert!(!in_use(info, Path::new("/c/bookworm-2/rootfs")));
+        assert!(!in_use(info, Path::new("/c/bookworm-1")));
     }
 
     #[test]

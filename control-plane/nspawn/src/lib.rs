@@ -20,6 +20,7 @@ mod error;
 mod image;
 mod layer;
 mod machine;
+mod nspawn;
 mod observe;
 mod procfs;
 mod recipe;
@@ -34,7 +35,8 @@ pub use error::{Error, Result};
 pub use image::BaseImage;
 pub use layer::{ExtraFile, NoCloudSeed, SEED_DIR, validate_name};
 pub use machine::{Machine, MachineSpec, machine_dir};
-pub use observe::{EXEC_TIMEOUT, booted_state};
+pub use nspawn::nspawn_args;
+pub use observe::{EXEC_TIMEOUT, Life, booted_state};
 pub use procfs::ProcId;
 pub use recipe::{CLOUD_CFG, DEFAULT_MIRROR, Recipe, host_mirror, mirror_in};
 

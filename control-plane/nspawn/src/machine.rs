@@ -23,6 +23,7 @@ use crate::cmd::{Tool, last_words};
 use crate::error::{Error, Result};
 use crate::image::{BaseImage, remove_tree};
 use crate::layer::{ExtraFile, NoCloudSeed, machine_files, validate_name};
+use crate::nspawn::nspawn_args;
 use crate::procfs::{ProcId, find_ns_init};
 use crate::rootfs;
 use crate::teardown;
@@ -99,10 +100,17 @@ impl Machine {
                 dir,
             });
         }
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|e| Error::io("creating the machine's directory", &dir, e))?;
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => {}
+            // Another caller created the same machine just now.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(Error::MachineExists {
+                    name: spec.name.clone(),
+                    dir,
+                });
+            }
+            Err(e) => return Err(Error::io("creating the machine's directory", &dir, e)),
+        }
         let mut machine = Machine {
             dir,
             record: Record {
@@ -173,22 +181,7 @@ impl Machine {
             .try_clone()
             .map_err(|e| Error::io("opening the console log", &console, e))?;
         let mut cmd = Tool::SystemdNspawn.command()?;
-        cmd.arg("-D")
-            .arg(&merged)
-            .args([
-                "--boot",
-                "--register=no",
-                "--keep-unit",
-                "--console=read-only",
-                "--link-journal=no",
-            ])
-            .arg("-M")
-            .arg(&spec.name)
-            .arg(format!("--network-bridge={}", spec.bridge))
-            .args([
-                "--bind=/dev/net/tun",
-                "--property=DeviceAllow=/dev/net/tun rwm",
-            ])
+        cmd.args(nspawn_args(&merged, &spec.name, &spec.bridge))
             // A plain console: no colours or spinners in console.log.
             .env("TERM", "dumb")
             .env("SYSTEMD_COLORS", "0")

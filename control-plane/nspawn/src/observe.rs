@@ -17,7 +17,57 @@ pub const EXEC_TIMEOUT: Duration = Duration::from_secs(60);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
+/// One look at a machine, for the substrate's report of its life.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Life {
+    /// systemd-nspawn runs; systemd inside has not finished booting (its state is given).
+    Starting { system_state: String },
+    /// systemd finished booting (`running` or `degraded`); cloud-init's verdict so far.
+    Booted {
+        system_state: String,
+        cloud_init: CloudInitStatus,
+    },
+    /// systemd-nspawn has exited but the machine was not destroyed (it crashed, or powered
+    /// itself off); its files and console log are still there.
+    Stopped,
+    /// No process and no mount is left.
+    Gone,
+}
+
 impl Machine {
+    /// Where the machine is in its life, now. Cheap enough to poll every second or so.
+    pub fn observe(&self) -> Result<Life> {
+        if !self.is_running() {
+            return Ok(if self.gone() && !self.dir.exists() {
+                Life::Gone
+            } else {
+                Life::Stopped
+            });
+        }
+        let system_state = match self.system_state() {
+            Ok(s) => s,
+            // The machine's systemd may not answer yet, or the machine stopped meanwhile.
+            Err(Error::Timeout { .. }) | Err(Error::Command { .. }) | Err(Error::NotRunning(_)) => {
+                return Ok(if self.is_running() {
+                    Life::Starting {
+                        system_state: String::new(),
+                    }
+                } else {
+                    Life::Stopped
+                });
+            }
+            Err(e) => return Err(e),
+        };
+        if !booted_state(&system_state) {
+            return Ok(Life::Starting { system_state });
+        }
+        let cloud_init = self.cloud_init_status()?;
+        Ok(Life::Booted {
+            system_state,
+            cloud_init,
+        })
+    }
+
     /// True while systemd-nspawn runs.
     pub fn is_running(&self) -> bool {
         crate::teardown::reap(self);

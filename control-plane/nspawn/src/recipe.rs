@@ -16,12 +16,18 @@ pub const CLOUD_CFG_PATH: &str = "/etc/cloud/cloud.cfg.d/90-plexsphere.cfg";
 /// The settings cloud-init 22.4 needs in a minimal root: the NoCloud seed, no `update-locale`
 /// (the root has no `locales`), and no network rendering (systemd-networkd gets the machine's
 /// static address from `/etc/systemd/network/host0.network`; cloud-init would otherwise write a
-/// DHCP fallback for host0 that takes precedence and never gets a lease).
+/// DHCP fallback for host0 that takes precedence and never gets a lease), and no SSH host keys
+/// (the image has no SSH server; generating them only logs warnings).
+///
+/// cloud-init 22.4's schema wants a string for `locale` and logs one "Invalid cloud-config"
+/// warning about this base config at boot; `false` is still what skips the module, and the
+/// user-data's own schema check (`cloud-init schema --system`) is unaffected.
 pub const CLOUD_CFG: &str = "\
 # Written by plexsphere-nspawn. The seed comes from /var/lib/cloud/seed/nocloud/; the network is
 # systemd-networkd's (/etc/systemd/network/host0.network), not cloud-init's.
 datasource_list: [ NoCloud, None ]
 locale: false
+ssh_genkeytypes: []
 network:
   config: disabled
 ";
@@ -228,6 +234,7 @@ mod tests {
         assert_eq!(r.extra, ["cloud-init"]);
         assert!(CLOUD_CFG.contains("datasource_list: [ NoCloud, None ]"));
         assert!(CLOUD_CFG.contains("locale: false"));
+        assert!(CLOUD_CFG.contains("ssh_genkeytypes: []"));
         assert!(CLOUD_CFG.contains("network:\n  config: disabled"));
         assert!(r.dir_name().starts_with("bookworm-"));
         assert_eq!(r.hash().len(), 16);

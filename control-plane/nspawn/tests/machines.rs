@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use ipnet::Ipv4Net;
 use plexsphere_nspawn::{
-    BaseImage, Bridge, CloudInitStatus, Error, ExtraFile, Machine, MachineSpec, NoCloudSeed,
+    BaseImage, Bridge, CloudInitStatus, Error, ExtraFile, Life, Machine, MachineSpec, NoCloudSeed,
 };
 
 use common::{
@@ -124,6 +124,11 @@ fn two_machines_boot_run_cloud_init_reach_the_host_and_each_other_and_leave_noth
     assert_eq!(Machine::list(cleanup.dir()).unwrap(), ["nspt-a", "nspt-b"]);
 
     for m in [&a, &b] {
+        let life = m.observe().unwrap();
+        assert!(
+            matches!(life, Life::Starting { .. } | Life::Booted { .. }),
+            "{life:?}"
+        );
         m.wait_booted(BOOT)
             .unwrap_or_else(|e| panic!("{e}\n{}", m.console_log().unwrap_or_default()));
         assert!(m.is_booted().unwrap());
@@ -140,6 +145,19 @@ fn two_machines_boot_run_cloud_init_reach_the_host_and_each_other_and_leave_noth
             "{}",
             m.journal("cloud-final.service").unwrap_or_default()
         );
+        match m.observe().unwrap() {
+            Life::Booted {
+                system_state,
+                cloud_init,
+            } => {
+                assert!(
+                    system_state == "running" || system_state == "degraded",
+                    "{system_state}"
+                );
+                assert_eq!(cloud_init, CloudInitStatus::Done);
+            }
+            other => panic!("{} booted but observed as {other:?}", m.name()),
+        }
     }
 
     // cloud-init's work, inside: write_files, the extra file, runcmd's curl to the host.
@@ -219,6 +237,7 @@ fn two_machines_boot_run_cloud_init_reach_the_host_and_each_other_and_leave_noth
     a.destroy().expect("destroy a");
     a.destroy().expect("destroying twice is fine");
     assert_left_nothing(&a, cleanup.dir(), a_leader);
+    assert_eq!(a.observe().unwrap(), Life::Gone);
     assert!(matches!(a.exec(&["true"]), Err(Error::NotRunning(_))));
 
     // b: its nspawn dies (a crashed server's machine); a restarted server finds and removes it.
@@ -234,6 +253,8 @@ fn two_machines_boot_run_cloud_init_reach_the_host_and_each_other_and_leave_noth
         Path::new(&format!("/proc/{b_leader}")).exists(),
         "the orphaned machine still runs"
     );
+    assert_eq!(b.observe().unwrap(), Life::Stopped);
+    assert!(!b.gone(), "its PID 1 and its mount are still there");
     drop(b);
     assert_eq!(Machine::list(cleanup.dir()).unwrap(), ["nspt-b"]);
     let found = Machine::reattach(cleanup.dir(), "nspt-b").unwrap();
