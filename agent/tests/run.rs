@@ -1,55 +1,118 @@
-//! `plexd run` as a real process: joins, tells systemd READY=1 over a real notify socket,
-//! and stops cleanly on SIGTERM.
+//! `plexd run` as a real process: joins, applies the signed state, tells systemd READY=1 over
+//! a real notify socket, answers `plexd status` on its socket, and stops cleanly on SIGTERM.
+
+#![allow(clippy::unwrap_used)] // test helpers: a failure here is a test failure
 
 mod support;
 
 use std::os::unix::net::UnixDatagram;
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
+use plexsphere_wire::node::EventKind;
+use support::node_api::{self, NODE};
 use support::*;
 
-#[test]
-fn run_joins_notifies_ready_and_exits_0_on_sigterm() {
-    let pki = TestPki::new();
-    let server = TlsServer::start(&pki, Answer::json(201, REGISTERED));
-    let node = Node::new();
-    node.write_config(&format!("api_url: {}\n", server.url()));
-    std::fs::write(node.config_dir().join("ca.crt"), pki.ca_pem()).unwrap();
-    node.write_token();
-
+fn notify_socket(node: &Node) -> (UnixDatagram, std::path::PathBuf) {
     let sock_path = node.root.path().join("notify.sock");
     let sock = UnixDatagram::bind(&sock_path).unwrap();
     // Bounded wait on the observable condition (the notification), not a sleep.
     sock.set_read_timeout(Some(Duration::from_secs(60)))
         .unwrap();
+    (sock, sock_path)
+}
 
-    let child = Command::new(env!("CARGO_BIN_EXE_plexd"))
+fn run_dir(node: &Node) -> std::path::PathBuf {
+    node.root.path().join("run/plexd")
+}
+
+fn spawn_run(node: &Node, notify: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_plexd"))
         .arg("run")
         .env("PLEXD_CONFIG", node.config_file())
         .env("PLEXD_STATE_DIR", node.state_dir())
+        .env("PLEXD_RUN_DIR", run_dir(node))
         .env("PLEXD_LOG", "info")
-        .env("NOTIFY_SOCKET", &sock_path)
+        .env("NOTIFY_SOCKET", notify)
         .env_remove("JOURNAL_STREAM")
+        .env_remove("WATCHDOG_USEC")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
 
+/// Reads notifications until one contains `needle`.
+fn wait_for(sock: &UnixDatagram, needle: &str) -> String {
     let mut buf = [0u8; 4096];
-    let n = sock.recv(&mut buf).expect("plexd run sends READY=1");
-    let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
-    assert!(msg.contains("READY=1"), "{msg}");
+    loop {
+        let n = sock
+            .recv(&mut buf)
+            .expect("plexd run notifies systemd in time");
+        let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+        if msg.contains(needle) {
+            return msg;
+        }
+    }
+}
+
+fn status_json(node: &Node) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_plexd"))
+        .args(["status", "--output", "json"])
+        .env("PLEXD_RUN_DIR", run_dir(node))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn term(child: Child) -> Output {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn run_joins_applies_the_state_notifies_ready_and_exits_0_on_sigterm() {
+    let pki = TestPki::new();
+    let server = TlsServer::start_with(
+        &pki,
+        node_api::control_plane(
+            node_api::state(5, vec![node_api::peer(3)]),
+            ": keep-alive\n\n".into(),
+        ),
+    );
+    let node = Node::new();
+    node.write_config(&format!(
+        "api_url: {}\nwireguard:\n  backend: none\n",
+        server.url()
+    ));
+    std::fs::write(node.config_dir().join("ca.crt"), pki.ca_pem()).unwrap();
+    node.write_token();
+    let (sock, sock_path) = notify_socket(&node);
+    let child = spawn_run(&node, &sock_path);
+
+    let msg = wait_for(&sock, "READY=1");
     assert!(
-        msg.contains("STATUS=enrolled as 019a0816-0000-7000-8000-0000000000aa (10.64.1.2)"),
+        msg.contains(&format!(
+            "STATUS=node {NODE} mesh_ip 10.64.1.2: 1 peer, event stream"
+        )),
         "{msg}"
     );
     assert!(node.identity_file().exists());
     assert!(!node.token_file().exists());
+    assert_eq!(mode(&node.state_dir().join("state.json")), 0o600);
+    assert_eq!(mode(&run_dir(&node).join("plexd.sock")), 0o600);
 
-    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
-    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-    let out = child.wait_with_output().unwrap();
+    let status = status_json(&node);
+    assert_eq!(status["node_id"], NODE);
+    assert_eq!(status["state_version"], 5);
+    assert_eq!(status["backend"], "none");
+    assert_eq!(status["peers"][0]["hostname"], "node-3");
+    assert_eq!(status["peers"][0]["endpoint"], "192.0.2.3:51820");
+
+    let out = term(child);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let log = stderr(&out);
     assert_eq!(log.matches("registered").count(), 1, "{log}");
@@ -58,14 +121,110 @@ fn run_joins_notifies_ready_and_exits_0_on_sigterm() {
         "{log}"
     );
     assert!(log.contains("mesh_ip=10.64.1.2"), "{log}");
-    assert!(stdout(&out).is_empty(), "run prints nothing on stdout");
-    let token_secret = "pxbt_";
     assert!(
-        !log.contains(token_secret),
-        "tokens are never logged: {log}"
+        log.contains("peer added") && log.contains("peer=019a0816-0000-7000-8000-000000000003"),
+        "{log}"
     );
+    assert!(stdout(&out).is_empty(), "run prints nothing on stdout");
+    assert!(!log.contains("pxbt_"), "tokens are never logged: {log}");
     assert!(
         !log.contains("pxnk_"),
         "credentials are never logged: {log}"
+    );
+    let lines = server.lines.lock().unwrap().clone();
+    assert!(lines.iter().any(|l| l.ends_with("/heartbeat")), "{lines:?}");
+    assert!(
+        !run_dir(&node).join("plexd.sock").exists(),
+        "the socket is removed on exit"
+    );
+}
+
+#[test]
+fn cached_state_with_the_api_down_is_applied_and_served() {
+    let node = Node::new();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    node.write_config(&format!(
+        "api_url: https://127.0.0.1:{port}\nwireguard:\n  backend: none\ndaemon:\n  backoff_initial_ms: 100\n  backoff_cap_secs: 1\n"
+    ));
+    // An enrolled node with a cached state, as a restart finds it.
+    std::fs::create_dir_all(node.state_dir()).unwrap();
+    let r: plexsphere_wire::RegisterResponse =
+        serde_json::from_str(&node_api::registered()).unwrap();
+    let id = plexd::identity::Identity::from_response(
+        r,
+        &format!("https://127.0.0.1:{port}"),
+        time::OffsetDateTime::UNIX_EPOCH,
+    );
+    id.save(&node.identity_file()).unwrap();
+    let env = node_api::state(7, vec![node_api::peer(3), node_api::peer(4)]);
+    plexd::daemon::cache::save(&node.state_dir().join("state.json"), &env, &[], 7).unwrap();
+
+    let (sock, sock_path) = notify_socket(&node);
+    let child = spawn_run(&node, &sock_path);
+    let msg = wait_for(&sock, "READY=1");
+    assert!(msg.contains("2 peers, event stream disconnected"), "{msg}");
+
+    let status = status_json(&node);
+    assert_eq!(status["state_version"], 7);
+    assert_eq!(status["event_stream_connected"], false);
+    assert_eq!(status["peers"].as_array().unwrap().len(), 2);
+    assert_eq!(status["peers"][1]["mesh_ip"], "10.64.1.4");
+
+    let out = term(child);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let log = stderr(&out);
+    assert!(log.contains("applying the cached state"), "{log}");
+}
+
+#[test]
+fn a_revocation_event_exits_15_and_keeps_the_identity() {
+    let pki = TestPki::new();
+    let events = format!(": hi\n\n{}", node_api::frame(9, EventKind::NodeRevoked));
+    let server = TlsServer::start_with(
+        &pki,
+        node_api::control_plane(node_api::state(5, vec![node_api::peer(3)]), events),
+    );
+    let node = Node::new();
+    node.write_config(&format!(
+        "api_url: {}\nwireguard:\n  backend: none\n",
+        server.url()
+    ));
+    std::fs::write(node.config_dir().join("ca.crt"), pki.ca_pem()).unwrap();
+    node.write_token();
+    let (_sock, sock_path) = notify_socket(&node);
+    let child = spawn_run(&node, &sock_path);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(15), "{}", stderr(&out));
+    let log = stderr(&out);
+    assert!(
+        log.contains("revoked by an operator (node_revoked)"),
+        "{log}"
+    );
+    assert!(log.contains("plexd leave"), "{log}");
+    assert!(
+        node.identity_file().exists(),
+        "a revocation removes nothing else"
+    );
+}
+
+#[test]
+fn status_without_a_daemon_exits_3() {
+    let node = Node::new();
+    let out = Command::new(env!("CARGO_BIN_EXE_plexd"))
+        .arg("status")
+        .env("PLEXD_RUN_DIR", run_dir(&node))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(
+        stderr(&out).trim(),
+        format!(
+            "plexd is not running (no answer on {}/plexd.sock); start it with systemctl start plexd",
+            run_dir(&node).display()
+        )
     );
 }

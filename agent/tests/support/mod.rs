@@ -10,6 +10,8 @@ use std::sync::{Arc, Mutex};
 use plexsphere_wire::secret::{BootstrapToken, TokenKind};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 
+pub mod node_api;
+
 /// A node's file-system root: config dir, state dir and unit dir under one temp dir.
 pub struct Node {
     pub root: tempfile::TempDir,
@@ -149,16 +151,44 @@ impl Answer {
     }
 }
 
+/// A request as the test server saw it.
+#[derive(Debug, Clone)]
+pub struct Req {
+    pub method: String,
+    pub path: String,
+    /// Header names lower-cased.
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Req {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+pub type Handler = Arc<dyn Fn(&Req) -> Answer + Send + Sync>;
+
 /// A real TLS server (rustls over std TcpStream) answering every request with `answer`.
 /// It sends the leaf and the CA, like plexsphere does.
 pub struct TlsServer {
     pub port: u16,
     /// The request bodies received, in order.
     pub requests: Arc<Mutex<Vec<String>>>,
+    /// `METHOD /path` of every request, in order.
+    pub lines: Arc<Mutex<Vec<String>>>,
 }
 
 impl TlsServer {
     pub fn start(pki: &TestPki, answer: Answer) -> Self {
+        Self::start_with(pki, Arc::new(move |_: &Req| answer.clone()))
+    }
+
+    /// A server that answers each request with what `handler` says (one thread per connection).
+    pub fn start_with(pki: &TestPki, handler: Handler) -> Self {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let config = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -173,21 +203,36 @@ impl TlsServer {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let requests = Arc::new(Mutex::new(Vec::new()));
+        let lines = Arc::new(Mutex::new(Vec::new()));
         let seen = requests.clone();
+        let seen_lines = lines.clone();
         std::thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(tcp) = stream else { continue };
                 let Ok(conn) = rustls::ServerConnection::new(config.clone()) else {
                     continue;
                 };
-                let mut tls = rustls::StreamOwned::new(conn, tcp);
-                if let Some(body) = read_request(&mut tls) {
-                    seen.lock().unwrap().push(body);
-                    let _ = write_answer(&mut tls, &answer);
-                }
+                let (seen, seen_lines, handler) =
+                    (seen.clone(), seen_lines.clone(), handler.clone());
+                std::thread::spawn(move || {
+                    let mut tls = rustls::StreamOwned::new(conn, tcp);
+                    if let Some(req) = read_request(&mut tls) {
+                        seen.lock().unwrap().push(req.body.clone());
+                        seen_lines
+                            .lock()
+                            .unwrap()
+                            .push(format!("{} {}", req.method, req.path));
+                        let answer = handler(&req);
+                        let _ = write_answer(&mut tls, &answer);
+                    }
+                });
             }
         });
-        Self { port, requests }
+        Self {
+            port,
+            requests,
+            lines,
+        }
     }
 
     pub fn url(&self) -> String {
@@ -195,9 +240,15 @@ impl TlsServer {
     }
 }
 
-fn read_request(stream: &mut impl Read) -> Option<String> {
+fn read_request(stream: &mut impl Read) -> Option<Req> {
     let mut reader = BufReader::new(stream);
     let mut content_length = 0usize;
+    let mut first = String::new();
+    reader.read_line(&mut first).ok()?;
+    let mut parts = first.split_whitespace();
+    let method = parts.next()?.to_owned();
+    let path = parts.next()?.to_owned();
+    let mut headers = vec![];
     loop {
         let mut line = String::new();
         if reader.read_line(&mut line).ok()? == 0 {
@@ -207,24 +258,39 @@ fn read_request(stream: &mut impl Read) -> Option<String> {
         if line.is_empty() {
             break;
         }
-        if let Some((k, v)) = line.split_once(':')
-            && k.eq_ignore_ascii_case("content-length")
-        {
-            content_length = v.trim().parse().ok()?;
+        if let Some((k, v)) = line.split_once(':') {
+            if k.eq_ignore_ascii_case("content-length") {
+                content_length = v.trim().parse().ok()?;
+            }
+            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
         }
     }
     let mut body = vec![0u8; content_length];
     reader.read_exact(&mut body).ok()?;
-    String::from_utf8(body).ok()
+    Some(Req {
+        method,
+        path,
+        headers,
+        body: String::from_utf8(body).ok()?,
+    })
 }
 
 fn write_answer(stream: &mut impl Write, a: &Answer) -> std::io::Result<()> {
+    let content_type = a
+        .headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+        .map_or("application/json", |(_, v)| v.as_str());
     let mut head = format!(
-        "HTTP/1.1 {} X\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
+        "HTTP/1.1 {} X\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n",
         a.status,
         a.body.len()
     );
-    for (k, v) in &a.headers {
+    for (k, v) in a
+        .headers
+        .iter()
+        .filter(|(k, _)| !k.eq_ignore_ascii_case("content-type"))
+    {
         head.push_str(&format!("{k}: {v}\r\n"));
     }
     head.push_str("\r\n");
