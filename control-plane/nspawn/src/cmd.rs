@@ -84,13 +84,16 @@ impl Tool {
     }
 }
 
-/// Checks what every operation of this crate needs: root and the host tools.
+/// Checks what every operation of this crate needs: root, the host tools and TUN.
 pub fn preflight() -> Result<()> {
     if !nix::unistd::geteuid().is_root() {
         return Err(Error::NotRoot);
     }
     for tool in Tool::ALL {
         tool.path()?;
+    }
+    if !std::path::Path::new("/dev/net/tun").exists() {
+        return Err(Error::NoTun);
     }
     Ok(())
 }

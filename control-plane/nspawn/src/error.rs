@@ -13,6 +13,11 @@ pub enum Error {
     )]
     NotRoot,
 
+    #[error(
+        "/dev/net/tun is missing on the host; load the tun module (modprobe tun) so machines get TUN for plexd"
+    )]
+    NoTun,
+
     #[error("`{tool}` is not installed; install the Debian package `{package}` (scripts/deps.sh)")]
     ToolMissing {
         tool: &'static str,

@@ -116,12 +116,18 @@ fn two_machines_boot_run_cloud_init_reach_the_host_and_each_other_and_leave_noth
         .expect("machine a");
     let b = Machine::create(cleanup.dir(), spec("nspt-b", &image, &bridge, 11, server))
         .expect("machine b");
-    let again = Machine::create(cleanup.dir(), spec("nspt-a", &image, &bridge, 12, server));
+    let mut failing = spec("nspt-c", &image, &bridge, 12, server);
+    failing.seed.user_data = "#cloud-config\nruncmd:\n  - exit 3\n".into();
+    let c = Machine::create(cleanup.dir(), failing).expect("machine c");
+    let again = Machine::create(cleanup.dir(), spec("nspt-a", &image, &bridge, 13, server));
     assert!(
         matches!(again, Err(Error::MachineExists { .. })),
         "{again:?}"
     );
-    assert_eq!(Machine::list(cleanup.dir()).unwrap(), ["nspt-a", "nspt-b"]);
+    assert_eq!(
+        Machine::list(cleanup.dir()).unwrap(),
+        ["nspt-a", "nspt-b", "nspt-c"]
+    );
 
     for m in [&a, &b] {
         let life = m.observe().unwrap();
@@ -159,6 +165,15 @@ fn two_machines_boot_run_cloud_init_reach_the_host_and_each_other_and_leave_noth
             other => panic!("{} booted but observed as {other:?}", m.name()),
         }
     }
+
+    // A failing runcmd is cloud-init's error, in cloud-init's own words.
+    match c.wait_cloud_init(CLOUD_INIT).unwrap() {
+        CloudInitStatus::Error { detail } => assert!(detail.contains("runcmd"), "{detail}"),
+        other => panic!("nspt-c: expected a cloud-init error, got {other:?}"),
+    }
+    let c_leader = c.leader_pid().unwrap();
+    c.destroy().unwrap();
+    assert_left_nothing(&c, cleanup.dir(), c_leader);
 
     // cloud-init's work, inside: write_files, the extra file, runcmd's curl to the host.
     for m in [&a, &b] {
