@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+pub mod proxy;
+
 /// How long a process may take to print an expected line before a test gives up.
 pub const STARTUP_BOUND: Duration = Duration::from_secs(60);
 
