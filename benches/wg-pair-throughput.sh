@@ -6,7 +6,8 @@
 #   sudo benches/wg-pair-throughput.sh [runs] [seconds]        (defaults: 3 runs of 5 s)
 #
 # Implementations: plexd-wg (built here, release), wireguard-go (Debian), and boringtun-cli
-# when it is on PATH. Extra plexd-wg variants come from PLEXD_WG_MMSG=0 (no recvmmsg/sendmmsg).
+# when it is on PATH. Extra plexd-wg variants switch techniques off one by one: PLEXD_WG_OFFLOAD=0
+# (no TUN TSO/GRO), PLEXD_WG_MMSG=0 (no recvmmsg/sendmmsg).
 # Needs root, iproute2, wireguard-tools, wireguard-go, iperf3. Everything it creates carries
 # this script's pid and is removed on exit. This is a developer's quick look; the full
 # benchmark (streams, reverse, UDP, CPU, drops) is the project's benchmark script.
@@ -21,8 +22,12 @@ target=${CARGO_TARGET_DIR:-$here/target}
 for tool in ip wg wireguard-go iperf3; do
   command -v "$tool" >/dev/null || { echo "missing $tool (apt-get install --no-install-recommends wireguard-tools wireguard-go iperf3 iproute2)" >&2; exit 1; }
 done
-(cd "$here" && cargo build --release -q -p plexd-dataplane --bin plexd-wg)
-plexd_wg=$target/release/plexd-wg
+# PLEXD_WG=<path> measures a binary built elsewhere instead of building one here.
+plexd_wg=${PLEXD_WG:-}
+if [[ -z $plexd_wg ]]; then
+  (cd "$here" && cargo build --release -q -p plexd-dataplane --bin plexd-wg)
+  plexd_wg=$target/release/plexd-wg
+fi
 
 id=$$
 na=wgbench-$id-a nb=wgbench-$id-b
@@ -92,8 +97,9 @@ measure() {
 }
 
 echo "iperf3 TCP, one stream, ${secs}s x ${runs} runs, $(nproc) CPUs, kernel $(uname -r)"
-measure "plexd-wg" env PLEXD_WG_MMSG=1 "$plexd_wg" -f
-measure "plexd-wg (no mmsg)" env PLEXD_WG_MMSG=0 "$plexd_wg" -f
+measure "plexd-wg" "$plexd_wg" -f
+measure "plexd-wg (no offload)" env PLEXD_WG_OFFLOAD=0 "$plexd_wg" -f
+measure "plexd-wg (no offload, no mmsg)" env PLEXD_WG_OFFLOAD=0 PLEXD_WG_MMSG=0 "$plexd_wg" -f
 measure "wireguard-go" wireguard-go -f
 if command -v boringtun-cli >/dev/null; then
   measure "boringtun-cli" boringtun-cli --disable-drop-privileges -f

@@ -26,6 +26,8 @@ pub struct PacketBatch {
     buf: Vec<u8>,
     lens: Vec<usize>,
     addrs: Vec<SocketAddr>,
+    /// Per slot: the size of each datagram in it when UDP GRO put several there, else 0.
+    segments: Vec<usize>,
     slot_size: usize,
     /// Receive calls fill at most this many slots; outputs may grow past it.
     max: usize,
@@ -39,6 +41,7 @@ impl PacketBatch {
             buf: vec![0; slot_size * max],
             lens: Vec::with_capacity(max),
             addrs: Vec::with_capacity(max),
+            segments: Vec::with_capacity(max),
             slot_size,
             max,
         }
@@ -75,6 +78,7 @@ impl PacketBatch {
     pub fn clear(&mut self) {
         self.lens.clear();
         self.addrs.clear();
+        self.segments.clear();
     }
 
     /// True when a receive call may not add another packet.
@@ -134,6 +138,29 @@ impl PacketBatch {
         };
         self.lens.push(len);
         self.addrs.push(addr);
+        self.segments.push(0);
+    }
+
+    /// Like `commit`, for a slot that holds back-to-back datagrams of `segment` bytes each
+    /// (the last may be shorter), as UDP GRO delivers them.
+    pub fn commit_segmented(&mut self, len: usize, addr: SocketAddr, segment: usize) {
+        self.commit(len, addr);
+        if let Some(s) = self.segments.last_mut() {
+            *s = if segment >= len { 0 } else { segment };
+        }
+    }
+
+    /// Every datagram with its address, GRO slots cut into their datagrams.
+    pub fn datagrams(&self) -> impl Iterator<Item = (&[u8], SocketAddr)> + '_ {
+        (0..self.len()).flat_map(move |i| {
+            let slot = self.get(i);
+            let seg = match self.segments.get(i) {
+                Some(&s) if s > 0 => s,
+                _ => slot.len().max(1),
+            };
+            let addr = self.addr(i);
+            slot.chunks(seg).map(move |d| (d, addr))
+        })
     }
 
     /// The first `n` slots (at most `max`), whole and in order, for a vectored read into an
@@ -173,6 +200,14 @@ mod tests {
         assert_eq!(b.addr(0), a);
         assert_eq!(b.get(2), b"a packet longer ", "truncated to the slot");
         assert_eq!(b.get(9), b"", "out of range is empty");
+        b.commit_segmented(0, a, 0);
+        b.clear();
+        let slot = b.next_slot();
+        slot[..10].copy_from_slice(b"aaaabbbbcc");
+        b.commit_segmented(10, a, 4);
+        b.push(b"d", a);
+        let all: Vec<&[u8]> = b.datagrams().map(|(d, _)| d).collect();
+        assert_eq!(all, vec![&b"aaaa"[..], b"bbbb", b"cc", b"d"]);
         b.clear();
         assert!(b.is_empty());
         assert_eq!(b.get(0), b"");

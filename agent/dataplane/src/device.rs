@@ -190,7 +190,7 @@ impl Device {
         to_tun: &mut PacketBatch,
     ) {
         let state = self.read();
-        for (datagram, from) in datagrams.iter() {
+        for (datagram, from) in datagrams.datagrams() {
             self.datagram(&state, now, from, datagram, to_network, to_tun);
         }
     }

@@ -7,7 +7,8 @@
 //!
 //! Each performance technique has a switch, so it can be measured on its own:
 //! `PLEXD_WG_MMSG=0` sends and receives one datagram per system call instead of a batch;
-//! `PLEXD_WG_OFFLOAD=0` reads and writes the TUN one MTU-sized packet at a time (no TSO/GRO).
+//! `PLEXD_WG_OFFLOAD=0` reads and writes the TUN one MTU-sized packet at a time (no TSO/GRO);
+//! `PLEXD_WG_GSO=0` / `PLEXD_WG_GRO=0` turn off UDP segmentation / receive coalescing.
 //!
 //! Exit codes: 0 clean stop, 1 runtime failure, 64 bad usage.
 
@@ -147,6 +148,8 @@ fn run_foreground(iface: &str) -> anyhow::Result<()> {
         tun,
         LinuxUdpBinder {
             mmsg: switch("PLEXD_WG_MMSG"),
+            gso: switch("PLEXD_WG_GSO"),
+            gro: switch("PLEXD_WG_GRO"),
         },
         config,
         shutdown,

@@ -1,13 +1,27 @@
-//! `recvmmsg`/`sendmmsg`: a whole batch of datagrams per system call, straight between the
-//! socket and the batch's slots (nix's safe wrappers; no copies, no unsafe here).
+//! Batched UDP system calls through nix's safe wrappers (no unsafe here):
+//! - `recvmmsg` straight into the batch's slots, reading UDP GRO's segment size when on;
+//! - `sendmmsg` of a range of datagrams;
+//! - UDP GSO: a run of equal-size datagrams to one address as one `sendmsg` with
+//!   `UDP_SEGMENT`, so the kernel handles up to 64 KiB as one packet until the last moment.
 
+use std::cell::RefCell;
 use std::io::{self, IoSlice, IoSliceMut};
 use std::net::{SocketAddr, UdpSocket};
+use std::ops::Range;
 use std::os::fd::AsRawFd;
 
-use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg, sendmmsg};
+use nix::libc;
+use nix::sys::socket::{
+    ControlMessage, ControlMessageOwned, MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg,
+    sendmmsg, sendmsg,
+};
 
 use crate::batch::PacketBatch;
+
+/// At most this many datagrams in one GSO send (the kernel's UDP_MAX_SEGMENTS is 64 or more).
+pub(super) const GSO_MAX_SEGMENTS: usize = 64;
+/// At most this many bytes in one GSO send (an IP packet's length field is 16 bits).
+const GSO_MAX_BYTES: usize = 65_000;
 
 fn to_socket_addr(s: &SockaddrStorage) -> Option<SocketAddr> {
     if let Some(v4) = s.as_sockaddr_in() {
@@ -17,15 +31,18 @@ fn to_socket_addr(s: &SockaddrStorage) -> Option<SocketAddr> {
         .map(|v6| SocketAddr::from(std::net::SocketAddrV6::from(*v6)))
 }
 
-/// Receives what is waiting (without blocking) into the empty `batch`; answers how many.
+/// Receives what is waiting (without blocking) into the empty `batch`; answers how many
+/// slots it filled. With `gro`, a slot may hold several datagrams (see `commit_segmented`).
 pub(super) fn recv(
     socket: &UdpSocket,
     batch: &mut PacketBatch,
+    gro: bool,
     canonical: fn(SocketAddr) -> SocketAddr,
 ) -> io::Result<usize> {
     let n = batch.max();
-    let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(n, None);
-    let mut filled: Vec<(usize, Option<SocketAddr>)> = Vec::with_capacity(n);
+    let cmsg = gro.then(|| nix::cmsg_space!(libc::c_int));
+    let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(n, cmsg);
+    let mut filled: Vec<(usize, Option<SocketAddr>, usize)> = Vec::with_capacity(n);
     {
         let mut iovs: Vec<[IoSliceMut<'_>; 1]> =
             batch.free_slots(n).map(|s| [IoSliceMut::new(s)]).collect();
@@ -38,36 +55,47 @@ pub(super) fn recv(
         )
         .map_err(io::Error::from)?;
         for r in results {
-            filled.push((r.bytes, r.address.as_ref().and_then(to_socket_addr)));
+            let mut segment = 0;
+            if let Ok(cmsgs) = r.cmsgs() {
+                for c in cmsgs {
+                    if let ControlMessageOwned::UdpGroSegments(size) = c {
+                        segment = usize::try_from(size).unwrap_or(0);
+                    }
+                }
+            }
+            filled.push((
+                r.bytes,
+                r.address.as_ref().and_then(to_socket_addr),
+                segment,
+            ));
         }
     }
-    for (len, from) in filled {
+    for (len, from, segment) in filled {
         match from {
-            Some(addr) => batch.commit(len, canonical(addr)),
-            // Not an IP source: keep the slot order, with an empty datagram the core drops.
+            Some(addr) => batch.commit_segmented(len, canonical(addr), segment),
+            // Not an IP source: keep the slot order, with an empty datagram the core skips.
             None => batch.commit(0, crate::batch::NO_ADDR),
         }
     }
     Ok(batch.len())
 }
 
-/// Sends `batch[start..]` in one call; answers how many the kernel took (at least one unless
-/// it failed).
+/// Sends `batch[range]` in one call; answers how many the kernel took.
 pub(super) fn send(
     socket: &UdpSocket,
     batch: &PacketBatch,
-    start: usize,
+    range: Range<usize>,
     outgoing: impl Fn(SocketAddr) -> SocketAddr,
 ) -> io::Result<usize> {
-    let count = batch.len().saturating_sub(start);
-    if count == 0 {
+    if range.is_empty() {
         return Ok(0);
     }
-    let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(count, None);
-    let iovs: Vec<[IoSlice<'_>; 1]> = (start..batch.len())
+    let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(range.len(), None);
+    let iovs: Vec<[IoSlice<'_>; 1]> = range
+        .clone()
         .map(|i| [IoSlice::new(batch.get(i))])
         .collect();
-    let addrs: Vec<Option<SockaddrStorage>> = (start..batch.len())
+    let addrs: Vec<Option<SockaddrStorage>> = range
         .map(|i| Some(SockaddrStorage::from(outgoing(batch.addr(i)))))
         .collect();
     let results = sendmmsg(
@@ -80,4 +108,57 @@ pub(super) fn send(
     )
     .map_err(io::Error::from)?;
     Ok(results.count())
+}
+
+/// How many datagrams from `start` one GSO send can carry: same address, same size (the
+/// last may be shorter), within the kernel's limits.
+pub(super) fn gso_run(batch: &PacketBatch, start: usize) -> usize {
+    let addr = batch.addr(start);
+    let size = batch.get(start).len();
+    let mut n = 1;
+    let mut bytes = size;
+    while start + n < batch.len() && n < GSO_MAX_SEGMENTS {
+        let len = batch.get(start + n).len();
+        if batch.addr(start + n) != addr || len > size || len == 0 || bytes + len > GSO_MAX_BYTES {
+            break;
+        }
+        n += 1;
+        bytes += len;
+        if len < size {
+            break;
+        }
+    }
+    n
+}
+
+thread_local! {
+    /// The contiguous buffer a GSO send needs; one per sending thread.
+    static GSO_BUF: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(GSO_MAX_BYTES));
+}
+
+/// Sends `batch[range]` (a `gso_run`) as one UDP GSO message.
+pub(super) fn send_gso(
+    socket: &UdpSocket,
+    batch: &PacketBatch,
+    range: Range<usize>,
+    to: SocketAddr,
+) -> io::Result<()> {
+    let segment = u16::try_from(batch.get(range.start).len())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    GSO_BUF.with_borrow_mut(|buf| {
+        buf.clear();
+        for i in range {
+            buf.extend_from_slice(batch.get(i));
+        }
+        let addr = SockaddrStorage::from(to);
+        sendmsg(
+            socket.as_raw_fd(),
+            &[IoSlice::new(buf)],
+            &[ControlMessage::UdpGsoSegments(&segment)],
+            MsgFlags::MSG_DONTWAIT,
+            Some(&addr),
+        )
+        .map(|_| ())
+        .map_err(io::Error::from)
+    })
 }
