@@ -50,6 +50,14 @@ pub enum Error {
     RateLimited(u64),
     #[error("{0}")]
     Unauthorized(&'static str),
+    /// 403 `forbidden`: valid credentials that do not allow this call.
+    #[error("{0}")]
+    Forbidden(String),
+    /// 403 `node_revoked`.
+    #[error(
+        "this node was revoked by an operator; its credential no longer works (register it again with a fresh bootstrap token)"
+    )]
+    NodeRevoked,
     #[error("{0}")]
     NotFound(String),
     #[error("{0}")]

@@ -1,13 +1,18 @@
 //! plexsphere, the lean control plane: registration with single-use bootstrap tokens, mesh IP
-//! allocation, operator tokens, the Domain signing keys, and the HTTPS API of docs/api.md.
+//! allocation, operator tokens, the Domain signing keys, the node API (heartbeat, endpoints,
+//! signed state, the event stream) and the HTTPS API of docs/api.md.
 //!
 //! The binary (`src/bin/plexsphere.rs`) is a thin shell over [`cli`].
 
 pub mod api;
+pub mod bus;
 pub mod cli;
 pub mod error;
 pub mod ipam;
 pub mod keys;
+pub mod maintenance;
+pub mod mesh;
+pub mod node_ops;
 pub mod operator_tokens;
 pub mod ratelimit;
 pub mod register;

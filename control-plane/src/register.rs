@@ -4,7 +4,8 @@
 //! starts with a write, a conditional UPDATE, so the database settles a race: the one caller
 //! whose UPDATE changes the row owns the token; a loser re-reads and lands on the replay rule.
 //! A replay (same WireGuard key, node never authenticated) gets the same node and a fresh
-//! credential. A transaction lost to a concurrent writer is retried whole.
+//! credential. A transaction lost to a concurrent writer is retried whole. A new node is
+//! announced to the others of its Domain (`peer_added`) in the same transaction.
 
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -17,17 +18,20 @@ use plexsphere_wire::{Intervals, RegisterRequest, RegisterResponse};
 use time::OffsetDateTime;
 use uuid::Uuid;
 
+use crate::bus::EventBus;
 use crate::error::Error;
-use crate::ipam;
 use crate::keys::Keyring;
 use crate::store::nodes::NodeRow;
 use crate::store::tokens::TokenRow;
-use crate::store::{self, Store, StoreError, domains, nodes, projects, tokens};
+use crate::store::{self, Store, StoreError, domains, events, nodes, projects, tokens};
+use crate::{ipam, mesh};
+use plexsphere_wire::node::EventKind;
 
 /// What registration needs besides the request.
 pub struct Registrar<'a> {
     pub store: &'a Store,
     pub keys: &'a Keyring,
+    pub bus: &'a dyn EventBus,
     pub intervals: Intervals,
 }
 
@@ -208,27 +212,31 @@ impl Registrar<'_> {
             .map_err(|_| Error::MeshRangeExhausted(range))?;
         let credential =
             NodeCredential::generate(node_id).map_err(|e| Error::Internal(e.to_string()))?;
-        nodes::insert(
-            &mut tx,
-            &NodeRow {
-                id: node_id,
-                domain_id: domain.id,
-                project_id: project.id,
-                hostname: req.hostname.clone(),
-                arch: req.arch.clone(),
-                plexd_version: req.plexd_version.clone(),
-                mesh_ip,
-                wireguard_public_key: req.wireguard_public_key.clone(),
-                resource_handle: req.resource_handle.clone(),
-                credential_sha256: hex::encode(credential.secret.digest()),
-                registered_at: now,
-                last_seen_at: None,
-                revoked_at: None,
-            },
-        )
-        .await?;
+        let node = NodeRow {
+            id: node_id,
+            domain_id: domain.id,
+            project_id: project.id,
+            hostname: req.hostname.clone(),
+            arch: req.arch.clone(),
+            plexd_version: req.plexd_version.clone(),
+            mesh_ip,
+            wireguard_public_key: req.wireguard_public_key.clone(),
+            resource_handle: req.resource_handle.clone(),
+            credential_sha256: hex::encode(credential.secret.digest()),
+            registered_at: now,
+            last_seen_at: None,
+            revoked_at: None,
+            listen_port: None,
+            endpoints: Vec::new(),
+        };
+        nodes::insert(&mut tx, &node).await?;
+        let added = EventKind::PeerAdded {
+            peer: mesh::peer_spec(&node),
+        };
+        let seq = events::append(&mut tx, domain.id, None, node_id, &added, now).await?;
         let signer = self.keys.signer(&domain.slug)?;
         tx.commit().await.map_err(StoreError::from)?;
+        self.bus.notify(domain.id, seq);
         tracing::info!(node_id = %node_id, mesh_ip = %mesh_ip, project_id = %project.id, "node registered");
         Ok(Some(Registered {
             response: RegisterResponse {

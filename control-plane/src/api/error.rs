@@ -27,6 +27,8 @@ pub fn classify(e: &Error) -> (StatusCode, &'static str) {
         Error::MeshRangeExhausted(_) => (StatusCode::CONFLICT, codes::MESH_RANGE_EXHAUSTED),
         Error::RateLimited(_) => (StatusCode::TOO_MANY_REQUESTS, codes::RATE_LIMITED),
         Error::Unauthorized(_) => (StatusCode::UNAUTHORIZED, codes::UNAUTHORIZED),
+        Error::Forbidden(_) => (StatusCode::FORBIDDEN, codes::FORBIDDEN),
+        Error::NodeRevoked => (StatusCode::FORBIDDEN, codes::NODE_REVOKED),
         Error::NotFound(_) => (StatusCode::NOT_FOUND, codes::NOT_FOUND),
         Error::Conflict(_) => (StatusCode::CONFLICT, codes::CONFLICT),
         Error::Store(s) if s.is_busy() => (StatusCode::SERVICE_UNAVAILABLE, codes::UNAVAILABLE),

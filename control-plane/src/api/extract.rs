@@ -7,14 +7,15 @@ use std::time::Instant;
 use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Request};
 use axum::http::header;
 use axum::http::request::Parts;
-use plexsphere_wire::secret::{OperatorToken, constant_time_eq};
+use plexsphere_wire::secret::{NodeCredential, OperatorToken, constant_time_eq};
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
 use super::AppState;
 use crate::error::Error;
 use crate::ratelimit::{Decision, client_addr};
-use crate::store::{StoreError, operators};
+use crate::store::nodes::NodeRow;
+use crate::store::{self, StoreError, nodes, operators};
 
 /// The body limit of every JSON endpoint but registration.
 pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
@@ -131,6 +132,58 @@ impl FromRequestParts<Arc<AppState>> for Operator {
     }
 }
 
+/// An authenticated node (`Authorization: Bearer pxnk_...`) calling about itself: the path's
+/// `{node_id}` must be the credential's node. Refusals: a bad path id 400; a missing,
+/// malformed, unknown (deleted) or wrong credential 401 `unauthorized`; a revoked node 403
+/// `node_revoked`; another node's path 403 `forbidden`. Success marks the node as seen (the
+/// first success ends its registration replay window).
+pub struct NodeAuth {
+    pub node: NodeRow,
+}
+
+const NO_NODE: &str = "a node credential is required: send `Authorization: Bearer pxnk_...` (the credential registration handed out)";
+const BAD_NODE: &str = "the node credential is not valid (unknown or deleted node, or a wrong secret); register the node again with a fresh bootstrap token";
+
+impl FromRequestParts<Arc<AppState>> for NodeAuth {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Self, Error> {
+        let UuidPath(path_id) = UuidPath::from_request_parts(parts, state).await?;
+        let text = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .ok_or(Error::Unauthorized(NO_NODE))?;
+        let credential =
+            NodeCredential::parse(text.trim()).map_err(|_| Error::Unauthorized(BAD_NODE))?;
+        let mut conn = state
+            .store
+            .pool()
+            .acquire()
+            .await
+            .map_err(StoreError::from)?;
+        let node = nodes::get(&mut conn, credential.node_id)
+            .await?
+            .ok_or(Error::Unauthorized(BAD_NODE))?;
+        let stored = hex::decode(&node.credential_sha256).unwrap_or_default();
+        if !constant_time_eq(&credential.secret.digest(), &stored) {
+            return Err(Error::Unauthorized(BAD_NODE));
+        }
+        if node.revoked_at.is_some() {
+            return Err(Error::NodeRevoked);
+        }
+        if node.id != path_id {
+            return Err(Error::Forbidden(format!(
+                "this credential belongs to node {}, not {path_id}; a node may only call about itself",
+                node.id
+            )));
+        }
+        nodes::touch_last_seen(&mut conn, node.id, store::unix(state.now())).await?;
+        Ok(NodeAuth { node })
+    }
+}
+
 /// The address a request is accounted to (see [`client_addr`]).
 pub fn request_client(parts: &Parts, state: &AppState) -> IpAddr {
     let peer = parts
@@ -142,6 +195,18 @@ pub fn request_client(parts: &Parts, state: &AppState) -> IpAddr {
         .get("x-forwarded-for")
         .and_then(|v| v.to_str().ok());
     client_addr(peer, xff, &state.config.trusted_proxies)
+}
+
+/// The client address of a request (the rate limiter's rule: a trusted proxy's
+/// `X-Forwarded-For` is believed).
+pub struct ClientAddr(pub IpAddr);
+
+impl FromRequestParts<Arc<AppState>> for ClientAddr {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Self, Error> {
+        Ok(ClientAddr(request_client(parts, state)))
+    }
 }
 
 /// Takes one request from the client's registration budget, or refuses with 429.

@@ -2,12 +2,15 @@
 
 pub mod error;
 pub mod extract;
+mod node;
 mod operator;
 mod public;
+pub mod sse;
 pub mod views;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::Router;
 use axum::http::StatusCode;
@@ -16,8 +19,10 @@ use ipnet::IpNet;
 use plexsphere_wire::Intervals;
 use time::OffsetDateTime;
 
+use crate::bus::{EventBus, InProcessBus};
 use crate::error::Error;
 use crate::keys::Keyring;
+use crate::node_ops::NodeOps;
 use crate::ratelimit::{RateLimit, RateLimiter};
 use crate::store::Store;
 
@@ -30,6 +35,47 @@ pub struct ApiConfig {
     pub trusted_proxies: Vec<IpNet>,
     /// The PEM of the CA the server's chain ends in, served at `/v1/ca.crt` (dev mode).
     pub ca_pem: Option<String>,
+    /// A node is offline once its last authenticated call is older than this; `None`: three
+    /// heartbeat intervals. Whole seconds.
+    pub offline_after: Option<Duration>,
+    pub events: EventConfig,
+}
+
+impl ApiConfig {
+    /// The offline threshold in seconds.
+    pub fn offline_after_secs(&self) -> i64 {
+        match self.offline_after {
+            Some(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+            None => 3 * i64::from(self.intervals.heartbeat_secs),
+        }
+    }
+}
+
+/// The knobs of the event log and the streams.
+#[derive(Debug, Clone)]
+pub struct EventConfig {
+    /// Events stay replayable at least this long (then a periodic task prunes them).
+    pub retention: Duration,
+    /// How often the periodic task prunes events and sweeps node status.
+    pub maintenance_every: Duration,
+    /// A keep-alive comment goes out after this long without an event.
+    pub keepalive: Duration,
+    /// A stream whose client accepts no frame for this long is dropped (it resumes later).
+    pub slow_reader_timeout: Duration,
+    /// Frames a stream may have waiting for its client.
+    pub stream_buffer: usize,
+}
+
+impl Default for EventConfig {
+    fn default() -> Self {
+        Self {
+            retention: Duration::from_secs(24 * 3600),
+            maintenance_every: Duration::from_secs(30),
+            keepalive: Duration::from_secs(plexsphere_wire::node::SSE_KEEPALIVE_SECS),
+            slow_reader_timeout: Duration::from_secs(30),
+            stream_buffer: 64,
+        }
+    }
 }
 
 /// A source of "now", so tests can move time.
@@ -41,6 +87,9 @@ pub struct AppState {
     pub config: ApiConfig,
     pub register_limiter: Mutex<RateLimiter>,
     pub clock: Clock,
+    pub bus: Arc<dyn EventBus>,
+    /// The event streams open in this process.
+    pub streams: sse::Streams,
 }
 
 impl AppState {
@@ -51,11 +100,28 @@ impl AppState {
             register_limiter: Mutex::new(RateLimiter::new(config.register_rate_limit)),
             config,
             clock: Arc::new(OffsetDateTime::now_utc),
+            bus: Arc::new(InProcessBus::new()),
+            streams: sse::Streams::default(),
         }
+    }
+
+    /// Uses another bus than the in-process one.
+    pub fn with_bus(mut self, bus: Arc<dyn EventBus>) -> Self {
+        self.bus = bus;
+        self
     }
 
     pub fn now(&self) -> OffsetDateTime {
         (self.clock)()
+    }
+
+    /// The node operations over this state's store, keys and bus.
+    pub fn node_ops(&self) -> NodeOps<'_> {
+        NodeOps {
+            store: &self.store,
+            keys: &self.keys,
+            bus: self.bus.as_ref(),
+        }
     }
 }
 
@@ -76,7 +142,16 @@ pub fn router(state: Arc<AppState>) -> Router {
             post(operator::revoke_token),
         )
         .route("/v1/nodes", get(operator::list_nodes))
-        .route("/v1/nodes/{node_id}", get(operator::get_node))
+        .route(
+            "/v1/nodes/{node_id}",
+            get(operator::get_node).delete(node::leave),
+        )
+        .route("/v1/nodes/{node_id}/revoke", post(operator::revoke_node))
+        .route("/v1/nodes/{node_id}/heartbeat", post(node::heartbeat))
+        .route("/v1/nodes/{node_id}/endpoints", post(node::endpoints))
+        .route("/v1/nodes/{node_id}/state", get(node::state))
+        .route("/v1/nodes/{node_id}/events", get(sse::events))
+        .route("/v1/nodes/{node_id}/ingest", post(node::ingest))
         .fallback(|| async { Error::NotFound("no such endpoint; see docs/api.md".into()) })
         .method_not_allowed_fallback(|| async {
             let mut resp = axum::response::IntoResponse::into_response(Error::BadRequest(

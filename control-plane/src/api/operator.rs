@@ -181,7 +181,7 @@ pub async fn list_nodes(
         })
         .transpose()?;
     let now = store::unix(st.now());
-    let hb = st.config.intervals.heartbeat_secs;
+    let hb = st.config.offline_after_secs();
     let items = nodes::list(&mut *conn(&st).await?, project_id)
         .await?
         .iter()
@@ -199,9 +199,22 @@ pub async fn get_node(
         .await?
         .ok_or_else(|| Error::NotFound(format!("no node with id {id}")))?;
     let now = store::unix(st.now());
-    Ok(Json(node_view(
-        &row,
-        now,
-        st.config.intervals.heartbeat_secs,
-    )?))
+    Ok(Json(node_view(&row, now, st.config.offline_after_secs())?))
+}
+
+/// `POST /v1/nodes/{id}/revoke`: idempotent; the node hears `node_revoked` on its stream and
+/// its peers `peer_removed`; its credential stops working.
+pub async fn revoke_node(
+    State(st): State<Arc<AppState>>,
+    op: Operator,
+    UuidPath(id): UuidPath,
+) -> Result<Json<NodeView>, Error> {
+    let now = store::unix(st.now());
+    let row = st.node_ops().revoke(id, now).await?.ok_or_else(|| {
+        Error::NotFound(format!(
+            "no node with id {id}; `plexctl node list` shows them"
+        ))
+    })?;
+    tracing::info!(node_id = %id, operator = %op.id, "node revocation requested by an operator");
+    Ok(Json(node_view(&row, now, st.config.offline_after_secs())?))
 }

@@ -37,6 +37,7 @@ pub async fn register(
     let registrar = Registrar {
         store: &st.store,
         keys: &st.keys,
+        bus: st.bus.as_ref(),
         intervals: st.config.intervals,
     };
     let done = registrar.register(&req, st.now()).await?;

@@ -43,17 +43,18 @@ pub fn token_view(row: &TokenRow, now: i64) -> Result<TokenView, StoreError> {
     })
 }
 
-/// A node is online while its last authenticated call is within three heartbeats.
-pub fn node_status(row: &NodeRow, now: i64, heartbeat_secs: u32) -> NodeStatus {
+/// A node is online while its last authenticated call is at most `offline_after` seconds old
+/// (three heartbeat intervals unless configured).
+pub fn node_status(row: &NodeRow, now: i64, offline_after: i64) -> NodeStatus {
     match (row.revoked_at, row.last_seen_at) {
         (Some(_), _) => NodeStatus::Revoked,
         (None, None) => NodeStatus::Registered,
-        (None, Some(seen)) if now - seen <= 3 * i64::from(heartbeat_secs) => NodeStatus::Online,
+        (None, Some(seen)) if now - seen <= offline_after => NodeStatus::Online,
         (None, Some(_)) => NodeStatus::Offline,
     }
 }
 
-pub fn node_view(row: &NodeRow, now: i64, heartbeat_secs: u32) -> Result<NodeView, StoreError> {
+pub fn node_view(row: &NodeRow, now: i64, offline_after: i64) -> Result<NodeView, StoreError> {
     Ok(NodeView {
         id: row.id,
         domain_id: row.domain_id,
@@ -64,13 +65,13 @@ pub fn node_view(row: &NodeRow, now: i64, heartbeat_secs: u32) -> Result<NodeVie
         mesh_ip: row.mesh_ip,
         wireguard_public_key: row.wireguard_public_key.clone(),
         resource_handle: row.resource_handle.clone(),
-        status: node_status(row, now, heartbeat_secs),
+        status: node_status(row, now, offline_after),
         registered_at: from_unix("nodes.registered_at", row.registered_at)?,
         last_seen_at: row
             .last_seen_at
             .map(|t| from_unix("nodes.last_seen_at", t))
             .transpose()?,
-        endpoints: Vec::new(),
+        endpoints: row.endpoints.iter().map(ToString::to_string).collect(),
     })
 }
 
@@ -93,6 +94,37 @@ mod tests {
             revoked_at: None,
             resource_id: None,
         }
+    }
+
+    #[test]
+    fn node_statuses() {
+        let mut n = NodeRow {
+            id: Uuid::from_u128(1),
+            domain_id: Uuid::from_u128(2),
+            project_id: Uuid::from_u128(3),
+            hostname: "h".into(),
+            arch: "amd64".into(),
+            plexd_version: "0.1.0".into(),
+            mesh_ip: "10.64.0.1".parse().unwrap(),
+            wireguard_public_key: "k".into(),
+            resource_handle: None,
+            credential_sha256: String::new(),
+            registered_at: 100,
+            last_seen_at: None,
+            revoked_at: None,
+            listen_port: Some(51820),
+            endpoints: vec!["192.0.2.1:51820".parse().unwrap()],
+        };
+        assert_eq!(node_status(&n, 500, 90), NodeStatus::Registered);
+        n.last_seen_at = Some(410);
+        assert_eq!(node_status(&n, 500, 90), NodeStatus::Online);
+        assert_eq!(node_status(&n, 501, 90), NodeStatus::Offline);
+        assert_eq!(
+            node_view(&n, 500, 90).unwrap().endpoints,
+            vec!["192.0.2.1:51820"]
+        );
+        n.revoked_at = Some(450);
+        assert_eq!(node_status(&n, 420, 90), NodeStatus::Revoked);
     }
 
     #[test]

@@ -92,6 +92,53 @@ impl LimitArgs {
     }
 }
 
+/// The node API's knobs.
+#[derive(Debug, Clone, Args)]
+pub struct NodeApiArgs {
+    /// Seconds between node heartbeats (nodes get it at registration and with every ack).
+    #[arg(long, env = "PLEXSPHERE_HEARTBEAT_SECS", default_value_t = 30)]
+    pub heartbeat_secs: u32,
+    /// A node is offline after this many seconds without a call; default: 3 heartbeats.
+    #[arg(long, env = "PLEXSPHERE_OFFLINE_AFTER_SECS")]
+    pub offline_after_secs: Option<u64>,
+    /// How long events stay replayable for a stream resuming with Last-Event-ID.
+    #[arg(
+        long,
+        env = "PLEXSPHERE_EVENT_RETENTION_SECS",
+        default_value_t = 86_400
+    )]
+    pub event_retention_secs: u64,
+    /// Seconds between keep-alive comments on an idle event stream.
+    #[arg(long, env = "PLEXSPHERE_SSE_KEEPALIVE_SECS", default_value_t = plexsphere_wire::node::SSE_KEEPALIVE_SECS)]
+    pub sse_keepalive_secs: u64,
+}
+
+impl NodeApiArgs {
+    /// Applies the knobs to an API config, or says which one is out of range.
+    fn apply(&self, config: &mut crate::api::ApiConfig) -> Result<(), String> {
+        if self.heartbeat_secs == 0 {
+            return Err("--heartbeat-secs must be at least 1".into());
+        }
+        if self.sse_keepalive_secs == 0 {
+            return Err("--sse-keepalive-secs must be at least 1".into());
+        }
+        if self.offline_after_secs == Some(0) {
+            return Err("--offline-after-secs must be at least 1".into());
+        }
+        config.intervals.heartbeat_secs = self.heartbeat_secs;
+        config.offline_after = self.offline_after_secs.map(Duration::from_secs);
+        config.events.retention = Duration::from_secs(self.event_retention_secs);
+        config.events.keepalive = Duration::from_secs(self.sse_keepalive_secs);
+        // Prune and sweep often enough for the shortest window configured.
+        let offline = u64::try_from(config.offline_after_secs()).unwrap_or(u64::MAX);
+        let every = (self.event_retention_secs / 2)
+            .min(offline / 2)
+            .clamp(1, 30);
+        config.events.maintenance_every = Duration::from_secs(every);
+        Ok(())
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     #[command(flatten)]
@@ -116,6 +163,8 @@ pub struct ServeArgs {
     pub public_url: Option<String>,
     #[command(flatten)]
     pub limits: LimitArgs,
+    #[command(flatten)]
+    pub node_api: NodeApiArgs,
 }
 
 #[derive(Debug, Args)]
@@ -133,6 +182,8 @@ pub struct DevArgs {
     pub seed: Option<PathBuf>,
     #[command(flatten)]
     pub limits: LimitArgs,
+    #[command(flatten)]
+    pub node_api: NodeApiArgs,
 }
 
 #[derive(Debug, Subcommand)]

@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use time::OffsetDateTime;
 
 use super::admin::{ensure_data_dir, open_store, print_seed_report};
-use super::{DevArgs, Failure, LimitArgs, ServeArgs};
+use super::{DevArgs, Failure, LimitArgs, NodeApiArgs, ServeArgs};
 use crate::api::{self, ApiConfig, AppState};
 use crate::seed::{self, Manifest, SeedReport};
 use crate::server::{self, Transport};
@@ -24,13 +24,19 @@ fn parse_listen(listen: &str) -> Result<SocketAddr, Failure> {
     })
 }
 
-fn api_config(limits: &LimitArgs, ca_pem: Option<String>) -> Result<ApiConfig, Failure> {
-    Ok(ApiConfig {
+fn api_config(
+    limits: &LimitArgs,
+    node_api: &NodeApiArgs,
+    ca_pem: Option<String>,
+) -> Result<ApiConfig, Failure> {
+    let mut config = ApiConfig {
         register_rate_limit: limits.rate_limit().map_err(Failure::Config)?,
         trusted_proxies: limits.trusted_proxies.clone(),
         ca_pem,
         ..ApiConfig::default()
-    })
+    };
+    node_api.apply(&mut config).map_err(Failure::Config)?;
+    Ok(config)
 }
 
 fn bind(addr: SocketAddr) -> Result<std::net::TcpListener, Failure> {
@@ -55,10 +61,13 @@ async fn run(
     let _ = std::io::stdout().flush();
     tracing::info!(address = %addr, scheme = transport.scheme(), "serving the plexsphere API");
     let store = state.store.clone();
-    let app = api::router(Arc::new(state));
+    let state = Arc::new(state);
+    let maintenance = crate::maintenance::spawn(&state);
+    let app = api::router(state);
     server::run(listener, transport, app, server::shutdown_signal())
         .await
         .context("the server stopped with an error")?;
+    maintenance.abort();
     store.close().await;
     tracing::info!("stopped");
     Ok(())
@@ -108,7 +117,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
             "--public-url {url:?} must start with https:// or http://"
         )));
     }
-    let config = api_config(&args.limits, None)?;
+    let config = api_config(&args.limits, &args.node_api, None)?;
     if matches!(transport, Transport::PlainBehindProxy) {
         tracing::warn!(
             "serving plain HTTP: a reverse proxy must terminate TLS in front of this server"
@@ -163,7 +172,7 @@ pub async fn dev(args: DevArgs) -> Result<(), Failure> {
     tls::install_ring_provider();
     let tls_config = tls::server_config(&certs.server_cert, &certs.server_key)
         .context("cannot load the lab certificate")?;
-    let config = api_config(&args.limits, Some(certs.ca_pem.clone()))?;
+    let config = api_config(&args.limits, &args.node_api, Some(certs.ca_pem.clone()))?;
 
     let store = open_store(&args.data).await?;
     let report = apply_seed(&store, &manifest, &origin).await?;

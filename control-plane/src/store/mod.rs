@@ -7,6 +7,7 @@
 //! by [`retry`]. Each table has its own small module of repository functions.
 
 pub mod domains;
+pub mod events;
 pub mod nodes;
 pub mod operators;
 pub mod projects;
@@ -136,13 +137,22 @@ impl Store {
 
 /// The embedded migrations, in order.
 pub fn migrator() -> Migrator {
-    let migrations = vec![Migration::new(
-        1,
-        Cow::Borrowed("init"),
-        MigrationType::Simple,
-        include_str!("../../migrations/0001_init.sql").into_sql_str(),
-        false,
-    )];
+    let migrations = vec![
+        Migration::new(
+            1,
+            Cow::Borrowed("init"),
+            MigrationType::Simple,
+            include_str!("../../migrations/0001_init.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
+            2,
+            Cow::Borrowed("node api"),
+            MigrationType::Simple,
+            include_str!("../../migrations/0002_node_api.sql").into_sql_str(),
+            false,
+        ),
+    ];
     Migrator::with_migrations(migrations)
 }
 

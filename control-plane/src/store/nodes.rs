@@ -1,6 +1,6 @@
 //! The `nodes` table: one row per registered node; its credential only as a SHA-256 digest.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use sqlx::{AnyConnection, Row as _};
 use uuid::Uuid;
@@ -24,6 +24,20 @@ pub struct NodeRow {
     /// Set by every call the node authenticates with its credential; NULL = never authenticated.
     pub last_seen_at: Option<i64>,
     pub revoked_at: Option<i64>,
+    /// The WireGuard listen port the node last reported.
+    pub listen_port: Option<u16>,
+    /// The endpoints the server advertises for the node, best first.
+    pub endpoints: Vec<SocketAddr>,
+}
+
+/// The columns every node SELECT reads, in `from_row`'s order.
+macro_rules! select_nodes {
+    ($tail:literal) => {
+        concat!(
+            "SELECT id, domain_id, project_id, hostname, arch, plexd_version, mesh_ip, wireguard_public_key, resource_handle, credential_sha256, registered_at, last_seen_at, revoked_at, listen_port, endpoints FROM nodes ",
+            $tail
+        )
+    };
 }
 
 impl std::fmt::Debug for NodeRow {
@@ -54,6 +68,15 @@ fn from_row(row: &sqlx::any::AnyRow) -> Result<NodeRow, StoreError> {
         registered_at: row.try_get("registered_at")?,
         last_seen_at: row.try_get("last_seen_at")?,
         revoked_at: row.try_get("revoked_at")?,
+        listen_port: row
+            .try_get::<Option<i64>, _>("listen_port")?
+            .map(|p| u16::try_from(p).map_err(|_| StoreError::corrupt("nodes.listen_port", p)))
+            .transpose()?,
+        endpoints: match row.try_get::<Option<String>, _>("endpoints")? {
+            None => Vec::new(),
+            Some(text) => serde_json::from_str(&text)
+                .map_err(|e| StoreError::corrupt("nodes.endpoints", e))?,
+        },
     })
 }
 
@@ -81,13 +104,10 @@ pub async fn insert(conn: &mut AnyConnection, n: &NodeRow) -> Result<(), StoreEr
 }
 
 pub async fn get(conn: &mut AnyConnection, id: Uuid) -> Result<Option<NodeRow>, StoreError> {
-    let row = sqlx::query(
-        "SELECT id, domain_id, project_id, hostname, arch, plexd_version, mesh_ip, wireguard_public_key, resource_handle, credential_sha256, registered_at, last_seen_at, revoked_at \
-         FROM nodes WHERE id = $1",
-    )
-    .bind(id.to_string())
-    .fetch_optional(&mut *conn)
-    .await?;
+    let row = sqlx::query(select_nodes!("WHERE id = $1"))
+        .bind(id.to_string())
+        .fetch_optional(&mut *conn)
+        .await?;
     row.as_ref().map(from_row).transpose()
 }
 
@@ -98,21 +118,17 @@ pub async fn list(
 ) -> Result<Vec<NodeRow>, StoreError> {
     let rows = match project_id {
         Some(p) => {
-            sqlx::query(
-                "SELECT id, domain_id, project_id, hostname, arch, plexd_version, mesh_ip, wireguard_public_key, resource_handle, credential_sha256, registered_at, last_seen_at, revoked_at \
-                 FROM nodes WHERE project_id = $1 ORDER BY registered_at, id",
-            )
+            sqlx::query(select_nodes!(
+                "WHERE project_id = $1 ORDER BY registered_at, id"
+            ))
             .bind(p.to_string())
             .fetch_all(&mut *conn)
             .await?
         }
         None => {
-            sqlx::query(
-                "SELECT id, domain_id, project_id, hostname, arch, plexd_version, mesh_ip, wireguard_public_key, resource_handle, credential_sha256, registered_at, last_seen_at, revoked_at \
-                 FROM nodes ORDER BY registered_at, id",
-            )
-            .fetch_all(&mut *conn)
-            .await?
+            sqlx::query(select_nodes!("ORDER BY registered_at, id"))
+                .fetch_all(&mut *conn)
+                .await?
         }
     };
     rows.iter().map(from_row).collect()
@@ -165,16 +181,108 @@ pub async fn replace_unused_credential(
     Ok(done.rows_affected() == 1)
 }
 
-/// Records that the node authenticated with its credential (ends the replay window).
+/// Records that the node authenticated with its credential (ends the replay window). Writes
+/// only when the stored time is older, so a burst of calls in one second costs one write.
 pub async fn touch_last_seen(
     conn: &mut AnyConnection,
     id: Uuid,
     now: i64,
 ) -> Result<(), StoreError> {
-    sqlx::query("UPDATE nodes SET last_seen_at = $1 WHERE id = $2")
+    sqlx::query(
+        "UPDATE nodes SET last_seen_at = $1 WHERE id = $2 AND (last_seen_at IS NULL OR last_seen_at < $1)",
+    )
         .bind(now)
         .bind(id.to_string())
         .execute(&mut *conn)
         .await?;
     Ok(())
+}
+
+/// The live (not revoked) nodes of a Domain, oldest first.
+pub async fn live_in_domain(
+    conn: &mut AnyConnection,
+    domain_id: Uuid,
+) -> Result<Vec<NodeRow>, StoreError> {
+    let rows = sqlx::query(select_nodes!(
+        "WHERE domain_id = $1 AND revoked_at IS NULL ORDER BY registered_at, id"
+    ))
+    .bind(domain_id.to_string())
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter().map(from_row).collect()
+}
+
+/// What a heartbeat records.
+#[derive(Debug, Clone)]
+pub struct HeartbeatRecord<'a> {
+    pub plexd_version: &'a str,
+    pub uptime_secs: u64,
+    pub applied_state_version: Option<u64>,
+    pub peers_configured: u32,
+    pub peers_connected: u32,
+    pub at: i64,
+}
+
+fn sat_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// Records a heartbeat (and that the node was seen). Answers whether the node still exists.
+pub async fn record_heartbeat(
+    conn: &mut AnyConnection,
+    id: Uuid,
+    hb: &HeartbeatRecord<'_>,
+) -> Result<bool, StoreError> {
+    let done = sqlx::query(
+        "UPDATE nodes SET plexd_version = $1, uptime_secs = $2, applied_state_version = $3, \
+         peers_configured = $4, peers_connected = $5, last_heartbeat_at = $6, last_seen_at = $6 \
+         WHERE id = $7",
+    )
+    .bind(hb.plexd_version.to_owned())
+    .bind(sat_i64(hb.uptime_secs))
+    .bind(hb.applied_state_version.map(sat_i64))
+    .bind(i64::from(hb.peers_configured))
+    .bind(i64::from(hb.peers_connected))
+    .bind(hb.at)
+    .bind(id.to_string())
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Stores the node's listen port and advertised endpoints.
+pub async fn set_endpoints(
+    conn: &mut AnyConnection,
+    id: Uuid,
+    listen_port: u16,
+    endpoints: &[SocketAddr],
+) -> Result<(), StoreError> {
+    let json = serde_json::to_string(endpoints)
+        .map_err(|e| StoreError::corrupt("nodes.endpoints (serializing)", e))?;
+    sqlx::query("UPDATE nodes SET listen_port = $1, endpoints = $2 WHERE id = $3")
+        .bind(i64::from(listen_port))
+        .bind(json)
+        .bind(id.to_string())
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// Marks a node revoked. Answers false when it was already revoked or does not exist.
+pub async fn revoke(conn: &mut AnyConnection, id: Uuid, now: i64) -> Result<bool, StoreError> {
+    let done = sqlx::query("UPDATE nodes SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL")
+        .bind(now)
+        .bind(id.to_string())
+        .execute(&mut *conn)
+        .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Deletes a node (its mesh IP is free again). Answers whether a row was deleted.
+pub async fn delete(conn: &mut AnyConnection, id: Uuid) -> Result<bool, StoreError> {
+    let done = sqlx::query("DELETE FROM nodes WHERE id = $1")
+        .bind(id.to_string())
+        .execute(&mut *conn)
+        .await?;
+    Ok(done.rows_affected() == 1)
 }

@@ -1,0 +1,121 @@
+//! The node endpoints (`Authorization: Bearer pxnk_...`, the path's id is the caller's own):
+//! heartbeat, endpoint report, state pull, ingest and leave. The event stream is in `sse`.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use plexsphere_wire::node::{
+    EndpointAck, EndpointReport, Heartbeat, HeartbeatAck, IngestBatch, MAX_NODE_BODY,
+    ObservationKind,
+};
+
+use super::AppState;
+use super::extract::{ApiJson, ClientAddr, NodeAuth};
+use crate::error::Error;
+use crate::mesh;
+use crate::store;
+
+/// At most this many observations in one ingest batch.
+pub const MAX_OBSERVATIONS: usize = 4096;
+
+pub async fn heartbeat(
+    State(st): State<Arc<AppState>>,
+    NodeAuth { node }: NodeAuth,
+    ApiJson(hb): ApiJson<Heartbeat, MAX_NODE_BODY>,
+) -> Result<Json<HeartbeatAck>, Error> {
+    let now = store::unix(st.now());
+    let threshold = st.config.offline_after_secs();
+    let state_version = st.node_ops().heartbeat(&node, &hb, now).await?;
+    // `node` was read before this call marked it seen: it tells whether it had gone quiet.
+    let was_quiet = node.last_seen_at.is_none_or(|seen| now - seen > threshold);
+    if was_quiet {
+        tracing::info!(node_id = %node.id, mesh_ip = %node.mesh_ip, plexd_version = %hb.plexd_version, "node online");
+    }
+    tracing::debug!(node_id = %node.id, uptime_secs = hb.uptime_secs, state_version = ?hb.state_version,
+        peers_configured = hb.peers.configured, peers_connected = hb.peers.connected, "heartbeat");
+    Ok(Json(HeartbeatAck {
+        state_version,
+        intervals: st.config.intervals,
+    }))
+}
+
+pub async fn endpoints(
+    State(st): State<Arc<AppState>>,
+    NodeAuth { node }: NodeAuth,
+    ClientAddr(observed): ClientAddr,
+    ApiJson(report): ApiJson<EndpointReport, MAX_NODE_BODY>,
+) -> Result<Json<EndpointAck>, Error> {
+    let now = store::unix(st.now());
+    let ack = st
+        .node_ops()
+        .report_endpoints(node.id, &report, observed, now)
+        .await?;
+    Ok(Json(ack))
+}
+
+pub async fn state(
+    State(st): State<Arc<AppState>>,
+    NodeAuth { node }: NodeAuth,
+    headers: HeaderMap,
+) -> Result<Response, Error> {
+    let now = store::unix(st.now());
+    let (version, env) = st.node_ops().signed_state(node.id, now).await?;
+    let etag = HeaderValue::from_str(&mesh::etag(version))
+        .map_err(|e| Error::Internal(format!("cannot build an ETag: {e}")))?;
+    let inm = headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok());
+    if mesh::not_modified(inm, version) {
+        return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response());
+    }
+    Ok(([(header::ETAG, etag)], Json(env)).into_response())
+}
+
+pub async fn ingest(
+    State(_st): State<Arc<AppState>>,
+    NodeAuth { node }: NodeAuth,
+    ApiJson(batch): ApiJson<IngestBatch, MAX_NODE_BODY>,
+) -> Result<StatusCode, Error> {
+    if batch.observations.len() > MAX_OBSERVATIONS {
+        return Err(Error::Invalid(format!(
+            "an ingest batch carries at most {MAX_OBSERVATIONS} observations, not {}; send smaller batches",
+            batch.observations.len()
+        )));
+    }
+    if batch.dropped > 0 {
+        tracing::info!(node_id = %node.id, dropped = batch.dropped, "node dropped observations while the API was away");
+    }
+    for o in &batch.observations {
+        match &o.kind {
+            ObservationKind::Handshake {
+                peer_node_id,
+                endpoint,
+            } => {
+                tracing::debug!(node_id = %node.id, at = o.at, peer = %peer_node_id, endpoint = ?endpoint, "observation: handshake");
+            }
+            ObservationKind::Traffic {
+                peer_node_id,
+                rx_bytes,
+                tx_bytes,
+            } => {
+                tracing::debug!(node_id = %node.id, at = o.at, peer = %peer_node_id, rx_bytes, tx_bytes, "observation: traffic");
+            }
+            ObservationKind::Error { message } => {
+                tracing::debug!(node_id = %node.id, at = o.at, message = %message.escape_debug(), "observation: error");
+            }
+        }
+    }
+    Ok(StatusCode::ACCEPTED)
+}
+
+pub async fn leave(
+    State(st): State<Arc<AppState>>,
+    NodeAuth { node }: NodeAuth,
+) -> Result<StatusCode, Error> {
+    let now = store::unix(st.now());
+    st.node_ops().leave(node.id, now).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

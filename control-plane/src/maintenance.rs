@@ -1,0 +1,152 @@
+//! The periodic task: prunes events older than the replay window and logs nodes going
+//! offline (or coming back) as the operator's journal should show them.
+//!
+//! Safe to run on several replicas at once: pruning is an idempotent transaction, and each
+//! replica only logs what it observes.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+
+use plexsphere_wire::admin::NodeStatus;
+use uuid::Uuid;
+
+use crate::api::AppState;
+use crate::api::views::node_status;
+use crate::error::Error;
+use crate::store::nodes::NodeRow;
+use crate::store::{self, StoreError, events, nodes};
+
+/// Starts the task; it stops by itself once the state is gone (the server stopped).
+pub fn spawn(state: &Arc<AppState>) -> tokio::task::JoinHandle<()> {
+    let weak: Weak<AppState> = Arc::downgrade(state);
+    let every = state.config.events.maintenance_every;
+    tokio::spawn(async move {
+        let mut known: HashMap<Uuid, NodeStatus> = HashMap::new();
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let Some(st) = weak.upgrade() else { return };
+            if let Err(e) = prune(&st).await {
+                tracing::warn!(error = %e, "cannot prune the event log; retrying at the next round");
+            }
+            if let Err(e) = sweep(&st, &mut known).await {
+                tracing::warn!(error = %e, "cannot sweep node status; retrying at the next round");
+            }
+        }
+    })
+}
+
+/// Deletes the events older than the configured retention.
+pub async fn prune(st: &AppState) -> Result<u64, Error> {
+    let retention = i64::try_from(st.config.events.retention.as_secs()).unwrap_or(i64::MAX);
+    let cutoff = store::unix(st.now()).saturating_sub(retention);
+    let deleted = store::retry("prune events", StoreError::is_busy, || {
+        prune_attempt(st, cutoff)
+    })
+    .await?;
+    if deleted > 0 {
+        tracing::debug!(
+            deleted,
+            cutoff,
+            "pruned events older than the replay window"
+        );
+    }
+    Ok(deleted)
+}
+
+async fn prune_attempt(st: &AppState, cutoff: i64) -> Result<u64, StoreError> {
+    let mut tx = st.store.pool().begin().await?;
+    let n = events::prune(&mut tx, cutoff).await?;
+    tx.commit().await?;
+    Ok(n)
+}
+
+async fn sweep(st: &AppState, known: &mut HashMap<Uuid, NodeStatus>) -> Result<(), Error> {
+    let mut conn = st.store.pool().acquire().await.map_err(StoreError::from)?;
+    let rows = nodes::list(&mut conn, None).await?;
+    let now = store::unix(st.now());
+    for (node, from, to) in transitions(known, &rows, now, st.config.offline_after_secs()) {
+        match to {
+            NodeStatus::Offline => tracing::info!(
+                node_id = %node.id, mesh_ip = %node.mesh_ip, last_seen_at = ?node.last_seen_at,
+                "node offline (no heartbeat within the offline threshold)"
+            ),
+            _ => {
+                tracing::info!(node_id = %node.id, mesh_ip = %node.mesh_ip, from = from.as_str(), to = to.as_str(), "node status changed")
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Updates `known` to the statuses at `now` and answers the nodes whose status changed since
+/// the last round (a node seen for the first time is not a change). Pure.
+pub fn transitions<'a>(
+    known: &mut HashMap<Uuid, NodeStatus>,
+    rows: &'a [NodeRow],
+    now: i64,
+    offline_after: i64,
+) -> Vec<(&'a NodeRow, NodeStatus, NodeStatus)> {
+    let mut changed = Vec::new();
+    let mut next = HashMap::with_capacity(rows.len());
+    for row in rows {
+        let status = node_status(row, now, offline_after);
+        if let Some(&before) = known.get(&row.id)
+            && before != status
+        {
+            changed.push((row, before, status));
+        }
+        next.insert(row.id, status);
+    }
+    *known = next;
+    changed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(n: u128, seen: Option<i64>) -> NodeRow {
+        NodeRow {
+            id: Uuid::from_u128(n),
+            domain_id: Uuid::from_u128(100),
+            project_id: Uuid::from_u128(200),
+            hostname: "h".into(),
+            arch: "amd64".into(),
+            plexd_version: "0.1.0".into(),
+            mesh_ip: "10.64.0.1".parse().unwrap(),
+            wireguard_public_key: "k".into(),
+            resource_handle: None,
+            credential_sha256: String::new(),
+            registered_at: 0,
+            last_seen_at: seen,
+            revoked_at: None,
+            listen_port: None,
+            endpoints: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn first_sight_is_no_change_then_offline_and_back() {
+        let mut known = HashMap::new();
+        let rows = vec![row(1, Some(100)), row(2, None)];
+        assert!(transitions(&mut known, &rows, 100, 90).is_empty());
+        let changed = transitions(&mut known, &rows, 191, 90);
+        assert_eq!(changed.len(), 1);
+        assert_eq!(changed[0].0.id, Uuid::from_u128(1));
+        assert_eq!(
+            (changed[0].1, changed[0].2),
+            (NodeStatus::Online, NodeStatus::Offline)
+        );
+        let back = vec![row(1, Some(200)), row(2, None)];
+        let changed = transitions(&mut known, &back, 200, 90);
+        assert_eq!(
+            (changed[0].1, changed[0].2),
+            (NodeStatus::Offline, NodeStatus::Online)
+        );
+        // A deleted node is forgotten.
+        assert!(transitions(&mut known, &back[1..], 200, 90).is_empty());
+        assert_eq!(known.len(), 1);
+    }
+}

@@ -1,0 +1,252 @@
+//! What an enrolled node (and an operator revoking one) changes, one transaction per call.
+//!
+//! Every change that concerns other nodes appends one small event (a delta) to the Domain's
+//! log in the same transaction as the change; the bus is told only after the commit, so a
+//! woken stream always finds the row. A transaction that loses a race is retried whole.
+
+use std::net::IpAddr;
+
+use plexsphere_wire::node::{EndpointAck, EndpointReport, EventKind, Heartbeat};
+use plexsphere_wire::signed::{SignContext, SignedEnvelope};
+use uuid::Uuid;
+
+use crate::bus::EventBus;
+use crate::error::Error;
+use crate::keys::Keyring;
+use crate::mesh;
+use crate::store::nodes::{HeartbeatRecord, NodeRow};
+use crate::store::{self, Store, StoreError, domains, events, nodes};
+
+const GONE: &str =
+    "this node no longer exists (deleted); register it again with a fresh bootstrap token";
+
+/// The node API's operations over one store, key ring and bus.
+pub struct NodeOps<'a> {
+    pub store: &'a Store,
+    pub keys: &'a Keyring,
+    pub bus: &'a dyn EventBus,
+}
+
+/// `plexd_version` as registration accepts it: 1-64 printable characters.
+pub fn valid_version(v: &str) -> bool {
+    !v.is_empty() && v.len() <= 64 && !v.chars().any(char::is_control)
+}
+
+impl NodeOps<'_> {
+    /// Records a heartbeat; answers the Domain's current state version.
+    pub async fn heartbeat(&self, node: &NodeRow, hb: &Heartbeat, now: i64) -> Result<u64, Error> {
+        if !valid_version(&hb.plexd_version) {
+            return Err(Error::Invalid(
+                "plexd_version must be 1-64 printable characters".into(),
+            ));
+        }
+        let record = HeartbeatRecord {
+            plexd_version: &hb.plexd_version,
+            uptime_secs: hb.uptime_secs,
+            applied_state_version: hb.state_version,
+            peers_configured: hb.peers.configured,
+            peers_connected: hb.peers.connected,
+            at: now,
+        };
+        let found = store::retry("heartbeat", StoreError::is_busy, || {
+            self.heartbeat_attempt(node.id, &record)
+        })
+        .await?;
+        if !found {
+            return Err(Error::Unauthorized(GONE));
+        }
+        let mut conn = self
+            .store
+            .pool()
+            .acquire()
+            .await
+            .map_err(StoreError::from)?;
+        Ok(events::head(&mut conn, node.domain_id).await?.seq)
+    }
+
+    /// Stores the node's endpoints (reported ones, then the reflexive `observed` address) and
+    /// tells its peers when the advertised set changed.
+    pub async fn report_endpoints(
+        &self,
+        node_id: Uuid,
+        report: &EndpointReport,
+        observed: IpAddr,
+        now: i64,
+    ) -> Result<EndpointAck, Error> {
+        let (reflexive, advertised) = mesh::advertise(report, observed).map_err(Error::Invalid)?;
+        let seq = store::retry("endpoint report", Error::is_lost_race, || {
+            self.endpoints_attempt(node_id, report.listen_port, &advertised, now)
+        })
+        .await?;
+        if let Some((domain, s)) = seq {
+            tracing::info!(node_id = %node_id, endpoints = ?advertised, seq = s, "node endpoints changed");
+            self.bus.notify(domain, s);
+        }
+        Ok(EndpointAck {
+            observed: reflexive,
+            endpoints: advertised,
+        })
+    }
+
+    /// The node's desired state, signed by its Domain; the version is read before the peers,
+    /// so the document is never older than its version (a newer one only repeats a delta).
+    pub async fn signed_state(
+        &self,
+        node_id: Uuid,
+        now: i64,
+    ) -> Result<(u64, SignedEnvelope), Error> {
+        let mut conn = self
+            .store
+            .pool()
+            .acquire()
+            .await
+            .map_err(StoreError::from)?;
+        let me = nodes::get(&mut conn, node_id)
+            .await?
+            .ok_or(Error::Unauthorized(GONE))?;
+        let version = events::head(&mut conn, me.domain_id).await?.seq;
+        let domain = domains::get(&mut conn, me.domain_id)
+            .await?
+            .ok_or_else(|| Error::Internal(format!("node {node_id} names a missing domain")))?;
+        let live = nodes::live_in_domain(&mut conn, me.domain_id).await?;
+        let doc = mesh::node_state(&me, &domain, &live, version, now);
+        let signer = self.keys.signer(&domain.slug)?;
+        let env = signer
+            .sign(SignContext::NodeState, &doc)
+            .map_err(|e| Error::Internal(format!("cannot encode a node state: {e}")))?;
+        Ok((version, env))
+    }
+
+    /// `DELETE /v1/nodes/{id}`: deletes the node; its peers get `peer_removed`, the node
+    /// `node_revoked` (which ends its open streams). Answers false when it was already gone.
+    pub async fn leave(&self, node_id: Uuid, now: i64) -> Result<bool, Error> {
+        let done = store::retry("leave", Error::is_lost_race, || {
+            self.leave_attempt(node_id, now)
+        })
+        .await?;
+        let Some((node, seq)) = done else {
+            return Ok(false);
+        };
+        tracing::info!(node_id = %node.id, mesh_ip = %node.mesh_ip, "node left the mesh (deleted)");
+        self.bus.notify(node.domain_id, seq);
+        Ok(true)
+    }
+
+    /// Revokes a node (idempotent): its peers get `peer_removed`, the node `node_revoked`,
+    /// its credential stops working. Answers the node as it is now, `None` when unknown.
+    pub async fn revoke(&self, node_id: Uuid, now: i64) -> Result<Option<NodeRow>, Error> {
+        let done = store::retry("revoke node", Error::is_lost_race, || {
+            self.revoke_attempt(node_id, now)
+        })
+        .await?;
+        let Some((node, seq)) = done else {
+            return Ok(None);
+        };
+        if let Some(seq) = seq {
+            tracing::info!(node_id = %node.id, mesh_ip = %node.mesh_ip, "node revoked");
+            self.bus.notify(node.domain_id, seq);
+        }
+        Ok(Some(node))
+    }
+
+    async fn heartbeat_attempt(
+        &self,
+        node_id: Uuid,
+        record: &HeartbeatRecord<'_>,
+    ) -> Result<bool, StoreError> {
+        let mut conn = self.store.pool().acquire().await?;
+        nodes::record_heartbeat(&mut conn, node_id, record).await
+    }
+
+    /// One attempt: `Some((domain, seq))` when an `endpoint_changed` was appended.
+    async fn endpoints_attempt(
+        &self,
+        node_id: Uuid,
+        listen_port: u16,
+        advertised: &[std::net::SocketAddr],
+        now: i64,
+    ) -> Result<Option<(Uuid, u64)>, Error> {
+        let mut tx = self.store.pool().begin().await.map_err(StoreError::from)?;
+        let node = nodes::get(&mut tx, node_id)
+            .await?
+            .ok_or(Error::Unauthorized(GONE))?;
+        let same_set = node.endpoints == advertised;
+        if same_set && node.listen_port == Some(listen_port) {
+            return Ok(None);
+        }
+        nodes::set_endpoints(&mut tx, node_id, listen_port, advertised).await?;
+        let mut seq = None;
+        if !same_set {
+            let kind = EventKind::EndpointChanged {
+                peer_node_id: node_id,
+                endpoints: advertised.to_vec(),
+            };
+            seq = Some(events::append(&mut tx, node.domain_id, None, node_id, &kind, now).await?);
+        }
+        tx.commit().await.map_err(StoreError::from)?;
+        Ok(seq.map(|s| (node.domain_id, s)))
+    }
+
+    async fn leave_attempt(
+        &self,
+        node_id: Uuid,
+        now: i64,
+    ) -> Result<Option<(NodeRow, u64)>, Error> {
+        let mut tx = self.store.pool().begin().await.map_err(StoreError::from)?;
+        let Some(node) = nodes::get(&mut tx, node_id).await? else {
+            return Ok(None);
+        };
+        if !nodes::delete(&mut tx, node_id).await? {
+            return Ok(None);
+        }
+        // A revoked node's peers were told already.
+        let seq = if node.revoked_at.is_none() {
+            removal_events(&mut tx, &node, now).await?
+        } else {
+            events::head(&mut tx, node.domain_id).await?.seq
+        };
+        tx.commit().await.map_err(StoreError::from)?;
+        Ok(Some((node, seq)))
+    }
+
+    async fn revoke_attempt(
+        &self,
+        node_id: Uuid,
+        now: i64,
+    ) -> Result<Option<(NodeRow, Option<u64>)>, Error> {
+        let mut tx = self.store.pool().begin().await.map_err(StoreError::from)?;
+        let changed = nodes::revoke(&mut tx, node_id, now).await?;
+        let Some(node) = nodes::get(&mut tx, node_id).await? else {
+            return Ok(None);
+        };
+        let seq = if changed {
+            Some(removal_events(&mut tx, &node, now).await?)
+        } else {
+            None
+        };
+        tx.commit().await.map_err(StoreError::from)?;
+        Ok(Some((node, seq)))
+    }
+}
+
+/// `peer_removed` to every other node, then `node_revoked` to the node; answers the last seq.
+async fn removal_events(
+    tx: &mut sqlx::AnyConnection,
+    node: &NodeRow,
+    now: i64,
+) -> Result<u64, StoreError> {
+    let removed = EventKind::PeerRemoved {
+        peer_node_id: node.id,
+        public_key: node.wireguard_public_key.clone(),
+    };
+    events::append(tx, node.domain_id, None, node.id, &removed, now).await?;
+    events::append(
+        tx,
+        node.domain_id,
+        Some(node.id),
+        node.id,
+        &EventKind::NodeRevoked,
+        now,
+    )
+    .await
+}
