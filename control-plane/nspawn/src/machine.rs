@@ -388,3 +388,57 @@ fn canonical(state_dir: &Path) -> Result<PathBuf> {
 pub fn machine_dir(state_dir: &Path, name: &str) -> PathBuf {
     state_dir.join("machines").join(name)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn machines_are_send_and_sync_for_spawn_blocking() {
+        fn check<T: Send + Sync>() {}
+        check::<Machine>();
+        check::<BaseImage>();
+        check::<crate::Bridge>();
+    }
+
+    #[test]
+    fn list_names_only_machine_directories() {
+        let state = tempfile::tempdir().unwrap();
+        assert!(Machine::list(state.path()).unwrap().is_empty());
+        let machines = state.path().join("machines");
+        for d in ["b", "a", "Not_A_Name"] {
+            std::fs::create_dir_all(machines.join(d)).unwrap();
+        }
+        std::fs::write(machines.join("c"), b"a file").unwrap();
+        assert_eq!(Machine::list(state.path()).unwrap(), ["a", "b"]);
+    }
+
+    #[test]
+    fn leftovers_without_a_record_or_a_process_are_removed() {
+        // A crash between creating the directory and writing machine.json.
+        let state = tempfile::tempdir().unwrap();
+        let dir = machine_dir(state.path(), "half");
+        std::fs::create_dir_all(dir.join("upper/etc")).unwrap();
+        std::fs::write(dir.join("upper/etc/hostname"), b"half\n").unwrap();
+        let m = Machine::reattach(state.path(), "half").unwrap();
+        assert!(m.gone());
+        assert_eq!(Machine::destroy_leftovers(state.path()).unwrap(), ["half"]);
+        assert!(!dir.exists());
+        m.destroy().unwrap();
+        assert!(matches!(
+            Machine::reattach(state.path(), "half"),
+            Err(Error::MachineNotFound { .. })
+        ));
+    }
+
+    #[test]
+    fn a_corrupt_record_is_reported_with_its_path() {
+        let state = tempfile::tempdir().unwrap();
+        let dir = machine_dir(state.path(), "bad");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("machine.json"), b"{not json").unwrap();
+        let err = Machine::reattach(state.path(), "bad").unwrap_err();
+        assert!(matches!(err, Error::BadStateFile { .. }), "{err}");
+        assert!(err.to_string().contains("machine.json"), "{err}");
+    }
+}
