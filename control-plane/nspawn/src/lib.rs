@@ -25,6 +25,7 @@ mod observe;
 mod procfs;
 mod recipe;
 mod rootfs;
+mod state;
 mod teardown;
 mod wait;
 
