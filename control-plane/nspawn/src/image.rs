@@ -70,7 +70,6 @@ impl BaseImage {
         std::fs::rename(&tmp, &image.dir)
             .map_err(|e| Error::io("moving the finished image into place", &image.dir, e))?;
         tracing::info!(image = %image.dir.display(), "base image built");
-        prune_unused(cache_dir, recipe, &image);
         Ok(image)
     }
 
@@ -156,9 +155,11 @@ fn remove_stale_builds(cache_dir: &Path, name: &str) -> Result<()> {
     Ok(())
 }
 
-/// Removes the images of other recipes of the same suite that no mounted machine uses (their
-/// root is no overlay's `lowerdir`): a changed recipe would otherwise leave ~260 MB behind.
-fn prune_unused(cache_dir: &Path, recipe: &Recipe, keep: &BaseImage) {
+/// Removes the images of other recipes of `recipe`'s suite that no mounted machine uses (their
+/// root is no overlay's `lowerdir`); a changed recipe otherwise leaves ~260 MB behind. Not
+/// called by `ensure`: another version of this code may share the cache and be about to boot
+/// from one of them, so call it when this process is the cache's only user.
+pub fn prune_unused(cache_dir: &Path, recipe: &Recipe, keep: &BaseImage) {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let Ok(entries) = std::fs::read_dir(cache_dir) else {
         return;

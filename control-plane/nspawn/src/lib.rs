@@ -33,7 +33,7 @@ pub use bridge::{Bridge, DEFAULT_BRIDGE, DEFAULT_BRIDGE_ADDRESS, machine_address
 pub use cloud_init::{CloudInitStatus, parse_status};
 pub use cmd::{Tool, preflight};
 pub use error::{Error, Result};
-pub use image::BaseImage;
+pub use image::{BaseImage, prune_unused};
 pub use layer::{ExtraFile, NoCloudSeed, SEED_DIR, validate_name};
 pub use machine::{Machine, MachineSpec, machine_dir};
 pub use nspawn::nspawn_args;
