@@ -101,6 +101,11 @@ impl Proc {
         self.child.id()
     }
 
+    /// The exit status if the process has ended.
+    pub fn try_exit(&mut self) -> Result<Option<std::process::ExitStatus>> {
+        Ok(self.child.try_wait()?)
+    }
+
     /// Sends SIGTERM and waits for the exit, within a bound.
     pub fn terminate(&mut self, bound: Duration) -> Result<std::process::ExitStatus> {
         let pid = i32::try_from(self.child.id()).context("pid out of range")?;
@@ -159,6 +164,21 @@ impl ControlPlane {
             url,
             data_dir: data_dir.to_path_buf(),
         })
+    }
+
+    /// The socket address the control plane listens on.
+    pub fn addr(&self) -> Result<std::net::SocketAddr> {
+        self.url
+            .trim_start_matches("https://")
+            .trim_end_matches('/')
+            .parse()
+            .with_context(|| format!("parsing the address of {}", self.url))
+    }
+
+    /// The node as `plexctl node get <id> --output json` shows it.
+    pub fn node(&self, id: &str) -> Result<serde_json::Value> {
+        let out = self.plexctl_ok(&["node", "get", id, "--output", "json"])?;
+        Ok(serde_json::from_str(&out)?)
     }
 
     pub fn ca_file(&self) -> PathBuf {
@@ -251,6 +271,67 @@ impl Host {
     pub fn unit_dir(&self) -> PathBuf {
         self.root.join("etc/systemd/system")
     }
+    pub fn run_dir(&self) -> PathBuf {
+        self.root.join("run/plexd")
+    }
+
+    /// Writes config.yaml for a node of `project` against `api_url`, trusting `ca`, plus any
+    /// `extra` YAML (e.g. a `daemon:` section).
+    pub fn write_config(
+        &self,
+        api_url: &str,
+        ca: &Path,
+        project: &str,
+        handle: &str,
+        extra: &str,
+    ) -> Result<()> {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(self.etc())?;
+        let text = format!(
+            "api_url: {api_url}\ntoken_file: {token}\nstate_dir: {state}\ntls:\n  ca_file: {ca}\nregistration:\n  project_id: {project}\n  resource_handle: {handle}\n{extra}",
+            token = self.token_file().display(),
+            state = self.state_dir().display(),
+            ca = ca.display(),
+        );
+        std::fs::write(self.config(), text)?;
+        Ok(())
+    }
+
+    /// Starts `plexd run` in the background.
+    pub fn start_daemon(&self) -> Result<Proc> {
+        let mut cmd = self.command()?;
+        cmd.arg("run");
+        Proc::spawn(cmd)
+    }
+
+    /// `plexd status --output json`, or None when no daemon answers.
+    pub fn status(&self) -> Result<Option<serde_json::Value>> {
+        let out = self.plexd(&["status", "--output", "json"])?;
+        if out.status.code() == Some(3) {
+            return Ok(None);
+        }
+        if !out.status.success() {
+            bail!(
+                "plexd status failed with {}: {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(Some(serde_json::from_slice(&out.stdout)?))
+    }
+
+    /// The node's identity as saved by join: (node id, mesh ip).
+    pub fn identity(&self) -> Result<(String, String)> {
+        let text = std::fs::read_to_string(self.state_dir().join("identity.json"))?;
+        let v: serde_json::Value = serde_json::from_str(&text)?;
+        Ok((
+            v["node_id"].as_str().context("node_id")?.to_owned(),
+            v["mesh_ip"].as_str().context("mesh_ip")?.to_owned(),
+        ))
+    }
 
     /// Writes the token file the way the runbook does: directory 0700, file 0600.
     pub fn write_token(&self, token: &str) -> Result<()> {
@@ -274,6 +355,7 @@ impl Host {
         cmd.env("PLEXD_CONFIG", self.config())
             .env("PLEXD_STATE_DIR", self.state_dir())
             .env("PLEXD_UNIT_DIR", self.unit_dir())
+            .env("PLEXD_RUN_DIR", self.run_dir())
             .env_remove("NOTIFY_SOCKET")
             .env_remove("JOURNAL_STREAM");
         Ok(cmd)
@@ -293,4 +375,25 @@ pub fn mode(path: &Path) -> Result<u32> {
         .permissions()
         .mode()
         & 0o7777)
+}
+
+/// Polls `check` every 100 ms until it yields a value, for at most `bound`; the error names
+/// `what` and the last reason `check` gave.
+pub fn wait_until<T>(
+    bound: Duration,
+    what: &str,
+    mut check: impl FnMut() -> Result<Option<T>>,
+) -> Result<T> {
+    let deadline = Instant::now() + bound;
+    loop {
+        let last = match check() {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => "not yet".to_owned(),
+            Err(e) => format!("{e:#}"),
+        };
+        if Instant::now() > deadline {
+            bail!("{what}: not within {bound:?} (last: {last})");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

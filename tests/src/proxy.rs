@@ -1,13 +1,18 @@
-//! A TCP proxy for fault injection between plexd and plexsphere: it can pass bytes through,
-//! hold connections open while forwarding nothing (a proxy that went silent), or flip one
-//! byte after every `"signature":"` it sees in the server's answers (a tampering middlebox).
+//! A TCP proxy for fault injection between plexd and plexsphere. It can pass bytes through,
+//! refuse new connections (a server that is down), hold connections open while forwarding
+//! nothing (a proxy that went silent), or flip one byte after every `"signature":"` in the
+//! server's answers (a tampering middlebox). With TLS termination it presents the lab server
+//! certificate to plexd and speaks TLS to plexsphere, so it sees the plaintext.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::path::Path;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,6 +23,8 @@ pub enum Mode {
     Silent = 1,
     /// The byte after each `"signature":"` from the server is changed.
     FlipSignatures = 2,
+    /// New connections are closed at once; open ones are cut.
+    Refuse = 3,
 }
 
 impl Mode {
@@ -25,132 +32,229 @@ impl Mode {
         match v {
             1 => Mode::Silent,
             2 => Mode::FlipSignatures,
+            3 => Mode::Refuse,
             _ => Mode::Pass,
         }
     }
 }
 
+struct Tls {
+    acceptor: tokio_rustls::TlsAcceptor,
+    connector: tokio_rustls::TlsConnector,
+}
+
+#[derive(Clone)]
+struct Shared {
+    mode: Arc<AtomicU8>,
+    upstream: Arc<Mutex<SocketAddr>>,
+    connections: Arc<AtomicUsize>,
+    flips: Arc<AtomicUsize>,
+    tls: Option<Arc<Tls>>,
+}
+
 /// A running proxy on 127.0.0.1; stops with its runtime when dropped.
 pub struct Proxy {
     pub addr: SocketAddr,
-    mode: Arc<AtomicU8>,
-    connections: Arc<AtomicUsize>,
-    flips: Arc<AtomicUsize>,
+    shared: Shared,
     _rt: tokio::runtime::Runtime,
 }
 
 const PATTERN: &[u8] = br#""signature":""#;
 
 impl Proxy {
+    /// A byte-for-byte TCP proxy.
     pub fn start(upstream: SocketAddr) -> Result<Self> {
+        Self::start_inner(upstream, None)
+    }
+
+    /// A TLS-terminating proxy: serves `cert_chain`/`key` (PEM files) to clients and connects
+    /// to the upstream over TLS trusting `ca` for the name `127.0.0.1`.
+    pub fn start_tls(
+        upstream: SocketAddr,
+        cert_chain: &Path,
+        key: &Path,
+        ca: &Path,
+    ) -> Result<Self> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let certs = CertificateDer::pem_file_iter(cert_chain)
+            .context("reading the proxy's certificate chain")?
+            .collect::<Result<Vec<_>, _>>()?;
+        let key = PrivateKeyDer::from_pem_file(key).context("reading the proxy's key")?;
+        let server = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_single_cert(certs, key)?;
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_file_iter(ca)? {
+            roots.add(c?)?;
+        }
+        let client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let tls = Tls {
+            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(server)),
+            connector: tokio_rustls::TlsConnector::from(Arc::new(client)),
+        };
+        Self::start_inner(upstream, Some(Arc::new(tls)))
+    }
+
+    fn start_inner(upstream: SocketAddr, tls: Option<Arc<Tls>>) -> Result<Self> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .context("building the proxy runtime")?;
-        let mode = Arc::new(AtomicU8::new(Mode::Pass as u8));
-        let connections = Arc::new(AtomicUsize::new(0));
-        let flips = Arc::new(AtomicUsize::new(0));
+        let shared = Shared {
+            mode: Arc::new(AtomicU8::new(Mode::Pass as u8)),
+            upstream: Arc::new(Mutex::new(upstream)),
+            connections: Arc::new(AtomicUsize::new(0)),
+            flips: Arc::new(AtomicUsize::new(0)),
+            tls,
+        };
         let listener = rt.block_on(TcpListener::bind("127.0.0.1:0"))?;
         let addr = listener.local_addr()?;
-        let (m, c, f) = (mode.clone(), connections.clone(), flips.clone());
+        let s = shared.clone();
         rt.spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                c.fetch_add(1, Ordering::SeqCst);
-                let (m, f) = (m.clone(), f.clone());
+                s.connections.fetch_add(1, Ordering::SeqCst);
+                if Mode::from_u8(s.mode.load(Ordering::SeqCst)) == Mode::Refuse {
+                    drop(client);
+                    continue;
+                }
+                let s = s.clone();
                 tokio::spawn(async move {
-                    if let Ok(server) = TcpStream::connect(upstream).await {
-                        let _ = relay(client, server, m, f).await;
-                    }
+                    let _ = s.connect(client).await;
                 });
             }
         });
         Ok(Self {
             addr,
-            mode,
-            connections,
-            flips,
+            shared,
             _rt: rt,
         })
     }
 
     pub fn set_mode(&self, mode: Mode) {
-        self.mode.store(mode as u8, Ordering::SeqCst);
+        self.shared.mode.store(mode as u8, Ordering::SeqCst);
+    }
+
+    /// Points new connections at another upstream (a restarted server on a new port).
+    pub fn set_upstream(&self, upstream: SocketAddr) {
+        if let Ok(mut u) = self.shared.upstream.lock() {
+            *u = upstream;
+        }
     }
 
     /// Connections accepted so far.
     pub fn connections(&self) -> usize {
-        self.connections.load(Ordering::SeqCst)
+        self.shared.connections.load(Ordering::SeqCst)
     }
 
     /// Signature bytes flipped so far.
     pub fn flips(&self) -> usize {
-        self.flips.load(Ordering::SeqCst)
+        self.shared.flips.load(Ordering::SeqCst)
+    }
+
+    /// The URL plexd should use to reach the upstream through this proxy.
+    pub fn url(&self) -> String {
+        format!("https://{}", self.addr)
     }
 }
 
-async fn relay(
-    client: TcpStream,
-    server: TcpStream,
-    mode: Arc<AtomicU8>,
-    flips: Arc<AtomicUsize>,
-) -> std::io::Result<()> {
-    let (mut cr, mut cw) = client.into_split();
-    let (mut sr, mut sw) = server.into_split();
-    let m_up = mode.clone();
-    let up = async move {
-        let mut buf = vec![0u8; 16 * 1024];
-        loop {
-            let n = cr.read(&mut buf).await?;
-            if n == 0 {
-                return sw.shutdown().await;
+impl Shared {
+    async fn connect(&self, client: TcpStream) -> std::io::Result<()> {
+        let upstream = *self
+            .upstream
+            .lock()
+            .map_err(|_| std::io::Error::other("poisoned"))?;
+        let server = TcpStream::connect(upstream).await?;
+        match &self.tls {
+            None => self.relay(client, server).await,
+            Some(tls) => {
+                let client = tls.acceptor.accept(client).await?;
+                let name = ServerName::try_from("127.0.0.1")
+                    .map_err(|e| std::io::Error::other(e.to_string()))?;
+                let server = tls.connector.connect(name, server).await?;
+                self.relay(client, server).await
             }
-            wait_unless_silent(&m_up).await;
-            sw.write_all(&buf[..n]).await?;
         }
-    };
-    let down = async move {
-        let mut buf = vec![0u8; 16 * 1024];
-        let mut matched = 0usize;
-        let mut flip_next = false;
-        loop {
-            let n = sr.read(&mut buf).await?;
-            if n == 0 {
-                return cw.shutdown().await;
+    }
+
+    async fn relay<C, S>(&self, client: C, server: S) -> std::io::Result<()>
+    where
+        C: AsyncRead + AsyncWrite + Send + 'static,
+        S: AsyncRead + AsyncWrite + Send + 'static,
+    {
+        let (mut cr, mut cw) = tokio::io::split(client);
+        let (mut sr, mut sw) = tokio::io::split(server);
+        let m_up = self.mode.clone();
+        let up = async move {
+            let mut buf = vec![0u8; 16 * 1024];
+            loop {
+                let n = cr.read(&mut buf).await?;
+                if n == 0 {
+                    return sw.shutdown().await;
+                }
+                if !gate(&m_up).await {
+                    return Ok(());
+                }
+                sw.write_all(&buf[..n]).await?;
+                sw.flush().await?;
             }
-            wait_unless_silent(&mode).await;
-            if Mode::from_u8(mode.load(Ordering::SeqCst)) == Mode::FlipSignatures {
-                for b in &mut buf[..n] {
-                    if flip_next {
-                        // Another base64 character, so only the signature check can catch it.
-                        *b = if *b == b'A' { b'B' } else { b'A' };
-                        flip_next = false;
-                        flips.fetch_add(1, Ordering::SeqCst);
-                        continue;
-                    }
-                    if *b == PATTERN[matched] {
-                        matched += 1;
-                        if matched == PATTERN.len() {
-                            matched = 0;
-                            flip_next = true;
+        };
+        let mode = self.mode.clone();
+        let flips = self.flips.clone();
+        let down = async move {
+            let mut buf = vec![0u8; 16 * 1024];
+            let mut matched = 0usize;
+            let mut flip_next = false;
+            loop {
+                let n = sr.read(&mut buf).await?;
+                if n == 0 {
+                    return cw.shutdown().await;
+                }
+                if !gate(&mode).await {
+                    return Ok(());
+                }
+                if Mode::from_u8(mode.load(Ordering::SeqCst)) == Mode::FlipSignatures {
+                    for b in &mut buf[..n] {
+                        if flip_next {
+                            // Another base64 character, so only the signature check catches it.
+                            *b = if *b == b'A' { b'B' } else { b'A' };
+                            flip_next = false;
+                            flips.fetch_add(1, Ordering::SeqCst);
+                            continue;
                         }
-                    } else {
-                        matched = usize::from(*b == PATTERN[0]);
+                        if *b == PATTERN[matched] {
+                            matched += 1;
+                            if matched == PATTERN.len() {
+                                matched = 0;
+                                flip_next = true;
+                            }
+                        } else {
+                            matched = usize::from(*b == PATTERN[0]);
+                        }
                     }
                 }
+                cw.write_all(&buf[..n]).await?;
+                cw.flush().await?;
             }
-            cw.write_all(&buf[..n]).await?;
+        };
+        tokio::select! {
+            r = up => r,
+            r = down => r,
         }
-    };
-    tokio::select! {
-        r = up => r,
-        r = down => r,
     }
 }
 
-/// While the proxy is silent, hold the bytes (and the connection) without forwarding them.
-async fn wait_unless_silent(mode: &AtomicU8) {
-    while Mode::from_u8(mode.load(Ordering::SeqCst)) == Mode::Silent {
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+/// Holds the bytes while the proxy is silent; false when the connection must be cut.
+async fn gate(mode: &AtomicU8) -> bool {
+    loop {
+        match Mode::from_u8(mode.load(Ordering::SeqCst)) {
+            Mode::Silent => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+            Mode::Refuse => return false,
+            Mode::Pass | Mode::FlipSignatures => return true,
+        }
     }
 }

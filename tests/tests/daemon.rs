@@ -1,0 +1,346 @@
+//! The plexd daemon against the real control plane, across processes: heartbeats and
+//! online/offline, the event stream through server restarts, silent proxies and tampering,
+//! the offline cold start, revocation and leave.
+//!
+//! The nodes run with `wireguard.backend: none` (control plane only): these tests are about
+//! what crosses the API. The mesh itself is tested in mesh.rs.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::time::Duration;
+
+use plexsphere_e2e::proxy::{Mode, Proxy};
+use plexsphere_e2e::{ControlPlane, Host, LAB_NODES_PROJECT, Proc, wait_until};
+
+const BOUND: Duration = Duration::from_secs(60);
+
+/// Fast daemon timings for tests: heartbeats every second, stalls noticed after 3 s.
+const FAST: &str = "wireguard:\n  backend: none\ndaemon:\n  stall_timeout_secs: 3\n  backoff_initial_ms: 200\n  backoff_cap_secs: 2\n  intervals:\n    heartbeat_secs: 1\n    state_poll_secs: 2\n";
+
+/// A node of the lab-nodes Project, configured against `api_url` with a fresh token.
+fn node(cp: &ControlPlane, root: &std::path::Path, name: &str, api_url: &str) -> Host {
+    let host = Host::new(&root.join(name)).unwrap();
+    host.write_config(api_url, &cp.ca_file(), LAB_NODES_PROJECT, name, FAST)
+        .unwrap();
+    host.write_token(&cp.issue_token(LAB_NODES_PROJECT).unwrap())
+        .unwrap();
+    host
+}
+
+/// Starts the daemon and waits until it is enrolled and its event stream is connected.
+fn start(host: &Host) -> (Proc, serde_json::Value) {
+    let proc = host.start_daemon().unwrap();
+    let status = wait_until(BOUND, "the daemon's event stream connects", || {
+        Ok(host
+            .status()?
+            .filter(|s| s["event_stream_connected"] == true && !s["state_version"].is_null()))
+    })
+    .unwrap_or_else(|e| panic!("{e}\n--- plexd output:\n{}", proc.output()));
+    (proc, status)
+}
+
+fn peer_ips(status: &serde_json::Value) -> Vec<String> {
+    status["peers"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|p| p["mesh_ip"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn heartbeats_mark_the_node_online_and_a_stopped_daemon_goes_offline() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cp = ControlPlane::start_dev_with(
+        &tmp.path().join("cp"),
+        &["--heartbeat-secs", "1", "--offline-after-secs", "3"],
+    )
+    .unwrap();
+    let a = node(&cp, tmp.path(), "a", &cp.url);
+    let (mut proc, status) = start(&a);
+    let id = status["node_id"].as_str().unwrap().to_owned();
+    assert!(
+        proc.output().contains(&id),
+        "the registration is logged with the node id"
+    );
+
+    wait_until(BOUND, "the node is online", || {
+        Ok(Some(cp.node(&id)?).filter(|n| n["status"] == "online"))
+    })
+    .unwrap();
+    let hb = wait_until(BOUND, "a heartbeat is seen by the daemon", || {
+        Ok(a.status()?
+            .filter(|s| !s["last_heartbeat_age_secs"].is_null()))
+    })
+    .unwrap();
+    assert_eq!(hb["api"]["reachable"], true);
+
+    let exit = proc.terminate(Duration::from_secs(15)).unwrap();
+    assert!(exit.success(), "SIGTERM exits 0: {exit}");
+    wait_until(BOUND, "the stopped node turns offline", || {
+        Ok(Some(cp.node(&id)?).filter(|n| n["status"] == "offline"))
+    })
+    .unwrap();
+    assert!(
+        a.status().unwrap().is_none(),
+        "no daemon answers after SIGTERM"
+    );
+}
+
+#[test]
+fn the_stream_resumes_after_a_server_restart_without_missing_events() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cp_dir = tmp.path().join("cp");
+    let mut cp = ControlPlane::start_dev(&cp_dir).unwrap();
+    let proxy = Proxy::start(cp.addr().unwrap()).unwrap();
+    let a = node(&cp, tmp.path(), "a", &proxy.url());
+    let (_proc, before) = start(&a);
+    let last_before = before["last_event_id"].as_u64().unwrap();
+
+    // The server goes away while the node is connected, and comes back on another port.
+    proxy.set_mode(Mode::Refuse);
+    cp.proc.terminate(Duration::from_secs(15)).unwrap();
+    let cp2 = ControlPlane::start_dev(&cp_dir).unwrap();
+    proxy.set_upstream(cp2.addr().unwrap());
+    drop(cp);
+
+    // Two nodes register while the node cannot reach the server: two events it has not seen.
+    let mut ips = Vec::new();
+    for name in ["b", "c"] {
+        let h = node(&cp2, tmp.path(), name, &cp2.url);
+        let out = h.plexd(&["join"]).unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ips.push(h.identity().unwrap().1);
+    }
+    proxy.set_mode(Mode::Pass);
+
+    let after = wait_until(BOUND, "the node applies both missed peers", || {
+        Ok(a.status()?.filter(|s| {
+            let peers = peer_ips(s);
+            s["event_stream_connected"] == true && ips.iter().all(|ip| peers.contains(ip))
+        }))
+    })
+    .unwrap();
+    assert!(after["last_event_id"].as_u64().unwrap() >= last_before + 2);
+    // The stream was resumed from where the node was, not restarted from scratch.
+    let opened = cp2
+        .proc
+        .wait_for_line(BOUND, |l| {
+            l.contains("sse: stream opened") && l.contains(&format!("Some({last_before})"))
+        })
+        .unwrap();
+    assert!(!cp2.proc.output().contains("sse: resync"), "{opened}");
+}
+
+#[test]
+fn a_resume_from_before_the_replay_window_gets_a_resync_and_a_full_pull() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cp_dir = tmp.path().join("cp");
+    let cp = ControlPlane::start_dev_with(&cp_dir, &["--event-retention-secs", "1"]).unwrap();
+    let proxy = Proxy::start(cp.addr().unwrap()).unwrap();
+    let a = node(&cp, tmp.path(), "a", &proxy.url());
+    let (proc, before) = start(&a);
+    let last_before = before["last_event_id"].as_u64().unwrap();
+
+    proxy.set_mode(Mode::Refuse);
+    let b = node(&cp, tmp.path(), "b", &cp.url);
+    assert!(b.plexd(&["join"]).unwrap().status.success());
+    let b_ip = b.identity().unwrap().1;
+    // Wait until the server pruned the event the node missed out of its replay window.
+    let db = cp_dir.join("plexsphere.db");
+    wait_until(BOUND, "the missed event is pruned", || {
+        let out = std::process::Command::new("sqlite3")
+            .arg(&db)
+            .arg("SELECT max(pruned_through) FROM domain_events")
+            .output()?;
+        let pruned: u64 = String::from_utf8_lossy(&out.stdout)
+            .trim()
+            .parse()
+            .unwrap_or(0);
+        Ok((pruned > last_before).then_some(()))
+    })
+    .unwrap();
+    proxy.set_mode(Mode::Pass);
+
+    wait_until(
+        BOUND,
+        "the node pulls the full state with the new peer",
+        || Ok(a.status()?.filter(|s| peer_ips(s).contains(&b_ip))),
+    )
+    .unwrap();
+    cp.proc
+        .wait_for_line(BOUND, |l| l.contains("sse: resync"))
+        .unwrap();
+    proc.wait_for_line(BOUND, |l| l.contains("resync")).unwrap();
+}
+
+#[test]
+fn a_silent_proxy_is_noticed_and_the_stream_reopened() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cp = ControlPlane::start_dev(&tmp.path().join("cp")).unwrap();
+    let proxy = Proxy::start(cp.addr().unwrap()).unwrap();
+    let a = node(&cp, tmp.path(), "a", &proxy.url());
+    let (proc, _) = start(&a);
+
+    let before = proxy.connections();
+    proxy.set_mode(Mode::Silent);
+    // The node tears the silent stream down after its stall timeout (3 s here) and dials again.
+    proc.wait_for_line(BOUND, |l| l.contains("event stream disconnected"))
+        .unwrap();
+    wait_until(BOUND, "the node dials again", || {
+        Ok((proxy.connections() > before).then_some(()))
+    })
+    .unwrap();
+    proxy.set_mode(Mode::Pass);
+    let b = node(&cp, tmp.path(), "b", &cp.url);
+    assert!(b.plexd(&["join"]).unwrap().status.success());
+    let b_ip = b.identity().unwrap().1;
+    wait_until(BOUND, "the reopened stream delivers the new peer", || {
+        Ok(a.status()?
+            .filter(|s| s["event_stream_connected"] == true && peer_ips(s).contains(&b_ip)))
+    })
+    .unwrap();
+}
+
+#[test]
+fn tampered_state_and_events_are_refused_and_the_last_good_state_kept() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cp_dir = tmp.path().join("cp");
+    let cp = ControlPlane::start_dev(&cp_dir).unwrap();
+    let tls = cp_dir.join("tls");
+    let proxy = Proxy::start_tls(
+        cp.addr().unwrap(),
+        &tls.join("server.crt"),
+        &tls.join("server.key"),
+        &tls.join("ca.crt"),
+    )
+    .unwrap();
+    let a = node(&cp, tmp.path(), "a", &proxy.url());
+    let (proc, before) = start(&a);
+    let version = before["state_version"].as_u64().unwrap();
+
+    proxy.set_mode(Mode::FlipSignatures);
+    let b = node(&cp, tmp.path(), "b", &cp.url);
+    assert!(b.plexd(&["join"]).unwrap().status.success());
+    let b_ip = b.identity().unwrap().1;
+    wait_until(BOUND, "a tampered document reaches the node", || {
+        Ok((proxy.flips() > 0).then_some(()))
+    })
+    .unwrap();
+    proc.wait_for_line(BOUND, |l| l.contains("signature"))
+        .unwrap();
+    let during = a.status().unwrap().unwrap();
+    assert_eq!(
+        during["state_version"].as_u64().unwrap(),
+        version,
+        "the last good state is kept"
+    );
+    assert!(
+        !peer_ips(&during).contains(&b_ip),
+        "nothing from a tampered document is applied"
+    );
+
+    proxy.set_mode(Mode::Pass);
+    wait_until(BOUND, "the untampered state arrives", || {
+        Ok(a.status()?.filter(|s| peer_ips(s).contains(&b_ip)))
+    })
+    .unwrap();
+}
+
+#[test]
+fn a_cold_start_without_the_control_plane_applies_the_cached_state() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cp = ControlPlane::start_dev(&tmp.path().join("cp")).unwrap();
+    let a = node(&cp, tmp.path(), "a", &cp.url);
+    let b = node(&cp, tmp.path(), "b", &cp.url);
+    assert!(b.plexd(&["join"]).unwrap().status.success());
+    let b_ip = b.identity().unwrap().1;
+    let (mut proc, _) = start(&a);
+    wait_until(BOUND, "the node has its peer", || {
+        Ok(a.status()?.filter(|s| peer_ips(s).contains(&b_ip)))
+    })
+    .unwrap();
+    proc.terminate(Duration::from_secs(15)).unwrap();
+    cp.proc.terminate(Duration::from_secs(15)).unwrap();
+
+    // The control plane is down; the restarted node comes up on its cached state.
+    let proc = a.start_daemon().unwrap();
+    let status = wait_until(BOUND, "the daemon answers with its cached peers", || {
+        Ok(a.status()?.filter(|s| peer_ips(s).contains(&b_ip)))
+    })
+    .unwrap_or_else(|e| panic!("{e}\n--- plexd output:\n{}", proc.output()));
+    assert_eq!(status["api"]["reachable"], false);
+    assert_eq!(status["event_stream_connected"], false);
+}
+
+#[test]
+fn revocation_and_leave_end_to_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cp = ControlPlane::start_dev(&tmp.path().join("cp")).unwrap();
+    let hosts: Vec<Host> = ["a", "b", "c"]
+        .iter()
+        .map(|n| node(&cp, tmp.path(), n, &cp.url))
+        .collect();
+    let mut procs = Vec::new();
+    for h in &hosts {
+        procs.push(start(h).0);
+    }
+    let ids: Vec<(String, String)> = hosts.iter().map(|h| h.identity().unwrap()).collect();
+    wait_until(BOUND, "every node sees the two others", || {
+        for h in &hosts {
+            let Some(s) = h.status()? else {
+                return Ok(None);
+            };
+            if peer_ips(&s).len() != 2 {
+                return Ok(None);
+            }
+        }
+        Ok(Some(()))
+    })
+    .unwrap();
+
+    // Revoke a: it stops (exit 15), and the others drop it as a peer.
+    cp.plexctl_ok(&["node", "revoke", &ids[0].0, "--yes"])
+        .unwrap();
+    let exit = wait_until(BOUND, "the revoked daemon exits", || procs[0].try_exit()).unwrap();
+    assert_eq!(exit.code(), Some(15), "{}", procs[0].output());
+    wait_until(BOUND, "b and c drop the revoked node", || {
+        for h in &hosts[1..] {
+            let Some(s) = h.status()? else {
+                return Ok(None);
+            };
+            if peer_ips(&s).contains(&ids[0].1) {
+                return Ok(None);
+            }
+        }
+        Ok(Some(()))
+    })
+    .unwrap();
+    assert_eq!(cp.node(&ids[0].0).unwrap()["status"], "revoked");
+
+    // b leaves through its running daemon: the server forgets it, c drops it, b's identity is gone.
+    let out = hosts[1].plexd(&["leave"]).unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!hosts[1].state_dir().join("identity.json").exists());
+    assert!(
+        cp.plexctl(&["node", "get", &ids[1].0])
+            .unwrap()
+            .status
+            .code()
+            != Some(0)
+    );
+    wait_until(BOUND, "c drops the node that left", || {
+        Ok(hosts[2].status()?.filter(|s| peer_ips(s).is_empty()))
+    })
+    .unwrap();
+}
