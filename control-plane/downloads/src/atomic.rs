@@ -46,10 +46,7 @@ impl TempFile {
     /// Flushes, syncs and renames the file to `target`, then syncs the directory.
     pub async fn persist(mut self, target: &Path) -> Result<(), DownloadError> {
         let io = |what, e: std::io::Error| DownloadError::io(what, &self.path, &e);
-        self.file
-            .flush()
-            .await
-            .map_err(|e| io("cannot flush", e))?;
+        self.file.flush().await.map_err(|e| io("cannot flush", e))?;
         self.file
             .sync_all()
             .await

@@ -18,9 +18,7 @@ pub struct Checksums(BTreeMap<Platform, Digest>);
 /// A checksum list that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ChecksumsError {
-    #[error(
-        "line {line} is not `<64 hex digits>  <file name>` (the sha256sum format): {text:?}"
-    )]
+    #[error("line {line} is not `<64 hex digits>  <file name>` (the sha256sum format): {text:?}")]
     Malformed { line: usize, text: String },
     #[error("{file} is listed twice with different digests (lines {first} and {second})")]
     Conflict {
@@ -82,7 +80,9 @@ impl Checksums {
                 line,
                 text: raw.chars().take(120).collect(),
             };
-            let (hex_part, rest) = trimmed.split_once(char::is_whitespace).ok_or_else(malformed)?;
+            let (hex_part, rest) = trimmed
+                .split_once(char::is_whitespace)
+                .ok_or_else(malformed)?;
             let digest = parse_digest(hex_part).ok_or_else(malformed)?;
             let name = rest.trim_start();
             let name = name.strip_prefix('*').unwrap_or(name);

@@ -72,9 +72,13 @@ pub enum ConfigError {
     },
     #[error("the pinned checksums given in the configuration are unusable: {0}")]
     Checksums(#[from] ChecksumsError),
-    #[error("cannot read the CA file {path} for the plexd mirror: {reason}; fix the path or the PEM")]
+    #[error(
+        "cannot read the CA file {path} for the plexd mirror: {reason}; fix the path or the PEM"
+    )]
     CaFile { path: PathBuf, reason: String },
-    #[error("cannot use the cache directory {path} for plexd downloads: {source}; create it and make it writable by the server")]
+    #[error(
+        "cannot use the cache directory {path} for plexd downloads: {source}; create it and make it writable by the server"
+    )]
     CacheDir {
         path: PathBuf,
         source: std::io::Error,
@@ -150,14 +154,18 @@ pub fn expand(
     while let Some(open) = rest.find('{') {
         out.push_str(&rest[..open]);
         let after = &rest[open + 1..];
-        let close = after.find('}').ok_or_else(|| err("has a `{` without `}`"))?;
+        let close = after
+            .find('}')
+            .ok_or_else(|| err("has a `{` without `}`"))?;
         let value = match (&after[..close], platform) {
             ("version", _) => version,
             ("arch", Some(p)) => p.arch(),
             ("platform", Some(p)) => p.slug(),
             ("file", Some(p)) => p.file_name(),
             ("arch" | "platform" | "file", None) => {
-                return Err(err("names a platform, but a checksums URL serves all of them"));
+                return Err(err(
+                    "names a platform, but a checksums URL serves all of them",
+                ));
             }
             _ => {
                 return Err(err(
@@ -222,7 +230,16 @@ mod tests {
         for ok in ["1.4.2", "v1.4.2", "0.1.0-rc.1+abc", "nightly_2026"] {
             assert!(check_version(ok).is_ok(), "{ok}");
         }
-        for bad in ["", ".", "..", "../etc", "1.0/x", "-v", "1 0", &"9".repeat(65)] {
+        for bad in [
+            "",
+            ".",
+            "..",
+            "../etc",
+            "1.0/x",
+            "-v",
+            "1 0",
+            &"9".repeat(65),
+        ] {
             assert!(check_version(bad).is_err(), "{bad}");
         }
     }
@@ -235,7 +252,12 @@ mod tests {
             "https://mirror.example/plexd/1.2.3/plexd-linux-arm64"
         );
         assert_eq!(
-            expand("http://m/{platform}/{file}", "1", Some(Platform::LinuxAmd64)).unwrap(),
+            expand(
+                "http://m/{platform}/{file}",
+                "1",
+                Some(Platform::LinuxAmd64)
+            )
+            .unwrap(),
             "http://m/linux-amd64/plexd-linux-amd64"
         );
         assert_eq!(
@@ -290,10 +312,7 @@ mod tests {
 
     #[test]
     fn redact_drops_credentials() {
-        assert_eq!(
-            redact("https://user:pw@m.example/a"),
-            "https://m.example/a"
-        );
+        assert_eq!(redact("https://user:pw@m.example/a"), "https://m.example/a");
         assert_eq!(redact("https://m.example/a"), "https://m.example/a");
     }
 }

@@ -29,8 +29,8 @@ pub struct Downloads {
 }
 
 enum SourceImpl {
-    Local(LocalSource),
-    Mirror(MirrorSource),
+    Local(Box<LocalSource>),
+    Mirror(Box<MirrorSource>),
 }
 
 /// `checksums.sha256` as served: the text, its digest (for the `ETag`) and, when the server
@@ -86,10 +86,12 @@ impl Downloads {
     ) -> Result<Self, ConfigError> {
         let inline = validate(&config)?;
         let source = match config.source {
-            Source::Local { dir } => SourceImpl::Local(LocalSource::open(&config.version, &dir).await),
-            Source::Mirror(m) => {
-                SourceImpl::Mirror(MirrorSource::open(&config.version, m, inline).await?)
+            Source::Local { dir } => {
+                SourceImpl::Local(Box::new(LocalSource::open(&config.version, &dir).await))
             }
+            Source::Mirror(m) => SourceImpl::Mirror(Box::new(
+                MirrorSource::open(&config.version, m, inline).await?,
+            )),
         };
         if signer.is_none() {
             tracing::info!("checksums.sha256 is served unsigned: no Domain signing key was given");

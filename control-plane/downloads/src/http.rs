@@ -144,7 +144,11 @@ async fn signing_key(State(d): Shared, headers: HeaderMap) -> Response {
 }
 
 fn conditions(headers: &HeaderMap) -> Conditions<'_> {
-    let text = |name| headers.get(name).and_then(|v: &HeaderValue| v.to_str().ok());
+    let text = |name| {
+        headers
+            .get(name)
+            .and_then(|v: &HeaderValue| v.to_str().ok())
+    };
     Conditions {
         range: text(header::RANGE),
         if_range: text(header::IF_RANGE),
@@ -224,8 +228,14 @@ fn file_response(
         Plan::Full => (StatusCode::OK, 0, file.len),
         Plan::Partial { start, end } => (StatusCode::PARTIAL_CONTENT, start, end - start + 1),
     };
-    let mut b = head(status, &etag, "application/octet-stream", Some(name), version)
-        .header(header::CONTENT_LENGTH, count);
+    let mut b = head(
+        status,
+        &etag,
+        "application/octet-stream",
+        Some(name),
+        version,
+    )
+    .header(header::CONTENT_LENGTH, count);
     if status == StatusCode::PARTIAL_CONTENT {
         b = b.header(
             header::CONTENT_RANGE,
@@ -240,7 +250,9 @@ fn file_response(
         return DownloadError::io("cannot seek in", name, &e).into_response();
     }
     let reader = tokio::fs::File::from_std(std_file).take(count);
-    built(b.body(Body::from_stream(ReaderStream::with_capacity(reader, CHUNK))))
+    built(b.body(Body::from_stream(ReaderStream::with_capacity(
+        reader, CHUNK,
+    ))))
 }
 
 /// A small file held in memory (checksums, signature, key), with the same range rules.
@@ -255,9 +267,9 @@ fn bytes_response(
     let etag = format!("\"{}\"", hex::encode(digest));
     let len = bytes.len() as u64;
     match plan(len, &etag, conditions(headers)) {
-        Plan::NotModified => built(
-            head(StatusCode::NOT_MODIFIED, &etag, "", None, version).body(Body::empty()),
-        ),
+        Plan::NotModified => {
+            built(head(StatusCode::NOT_MODIFIED, &etag, "", None, version).body(Body::empty()))
+        }
         Plan::Unsatisfiable => unsatisfiable(len, "the file"),
         Plan::Full => built(
             head(StatusCode::OK, &etag, content_type, attachment, version)

@@ -158,12 +158,13 @@ impl MirrorSource {
         expected: &Digest,
         path: &Path,
     ) -> Result<(), DownloadError> {
-        let url = expand(&self.config.url_template, &self.version, Some(platform)).map_err(
-            |e| DownloadError::UpstreamUnavailable {
-                url: redact_template(&self.config.url_template),
-                reason: e.to_string(),
-            },
-        )?;
+        let url =
+            expand(&self.config.url_template, &self.version, Some(platform)).map_err(|e| {
+                DownloadError::UpstreamUnavailable {
+                    url: redact_template(&self.config.url_template),
+                    reason: e.to_string(),
+                }
+            })?;
         let shown = redact(&url);
         tracing::info!(platform = %platform, url = %shown, "fetching plexd from the mirror");
         let mut tmp = TempFile::create(&self.dir, platform.file_name()).await?;
@@ -311,7 +312,11 @@ async fn cached(
     match tokio::fs::remove_file(path).await {
         Ok(()) => Ok(None),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(DownloadError::io("cannot remove the stale cached file", path, &e)),
+        Err(e) => Err(DownloadError::io(
+            "cannot remove the stale cached file",
+            path,
+            &e,
+        )),
     }
 }
 

@@ -51,7 +51,10 @@ pub fn plan(len: u64, etag: &str, c: Conditions<'_>) -> Plan {
 /// `If-None-Match: *` or a list containing our tag (weak comparison).
 fn none_match_hits(header: &str, etag: &str) -> bool {
     let ours = etag.trim_start_matches("W/");
-    header.split(',').map(str::trim).any(|t| t == "*" || t.trim_start_matches("W/") == ours)
+    header
+        .split(',')
+        .map(str::trim)
+        .any(|t| t == "*" || t.trim_start_matches("W/") == ours)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -130,10 +130,9 @@ mod tests {
     #[test]
     fn a_mismatched_key_is_refused_at_construction() {
         let domain = Arc::new(DomainSigner::from_seed(&[3u8; 32]).unwrap());
-        let other = ChecksumSigner::from_domain(Arc::new(
-            DomainSigner::from_seed(&[4u8; 32]).unwrap(),
-        ))
-        .unwrap();
+        let other =
+            ChecksumSigner::from_domain(Arc::new(DomainSigner::from_seed(&[4u8; 32]).unwrap()))
+                .unwrap();
         let wrong = ChecksumSigner::new(*other.public_key(), move |b| {
             domain.sign_bytes(SignContext::Checksums, b)
         });

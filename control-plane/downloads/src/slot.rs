@@ -57,7 +57,8 @@ pub fn shared_failure(
     last: Option<&(Instant, DownloadError)>,
     arrived: Instant,
 ) -> Option<DownloadError> {
-    last.filter(|(at, _)| *at >= arrived).map(|(_, e)| e.clone())
+    last.filter(|(at, _)| *at >= arrived)
+        .map(|(_, e)| e.clone())
 }
 
 /// An opened file version ready to stream: the handle, its length and its digest.
@@ -191,7 +192,12 @@ mod tests {
         let v = hash_file(&file, &path).await.unwrap();
         assert_eq!(v.stamp, st);
         assert_eq!(v.digest, crate::checksums::sha256(b"hello"));
-        assert!(open_stamped(&dir.path().join("missing")).await.unwrap().is_none());
+        assert!(
+            open_stamped(&dir.path().join("missing"))
+                .await
+                .unwrap()
+                .is_none()
+        );
         assert!(open_stamped(dir.path()).await.is_err());
     }
 }

@@ -1,6 +1,8 @@
 //! The local artifacts source over a real socket, checked with the tools operators use:
 //! sha256sum, curl (resume) and openssl (the signature).
 
+#![allow(clippy::unwrap_used)] // helpers outside #[test] fns
+
 mod support;
 
 use std::path::Path;
@@ -58,7 +60,10 @@ async fn both_binaries_and_checksums_that_sha256sum_accepts() {
             h[header::CONTENT_DISPOSITION],
             format!("attachment; filename=\"plexd-linux-{arch}\"").as_str()
         );
-        assert_eq!(h[header::ETAG], format!("\"{}\"", sha256_hex(bytes)).as_str());
+        assert_eq!(
+            h[header::ETAG],
+            format!("\"{}\"", sha256_hex(bytes)).as_str()
+        );
         assert_eq!(h[header::ACCEPT_RANGES], "bytes");
         assert_eq!(h["x-plexd-version"], VERSION);
         assert_eq!(h[header::CONTENT_LENGTH], bytes.len().to_string().as_str());
@@ -234,13 +239,21 @@ async fn curl_resumes_a_partial_download_to_the_exact_bytes() {
     let work = tempfile::tempdir().unwrap();
     let target = work.path().join("plexd-linux-amd64");
     std::fs::write(&target, &f.amd64[..123_457]).unwrap();
-    let out = sh(work.path(), &format!("curl -fsS -C - -o plexd-linux-amd64 {url}")).await;
+    let out = sh(
+        work.path(),
+        &format!("curl -fsS -C - -o plexd-linux-amd64 {url}"),
+    )
+    .await;
     assert!(out.status.success(), "{}", show(&out));
     assert_eq!(std::fs::read(&target).unwrap(), f.amd64);
 
     // Resuming a complete file: the server answers 416, which curl (without -f, which fails
     // on any 4xx) takes as "already complete", leaving the file as it is.
-    let out = sh(work.path(), &format!("curl -sS -C - -o plexd-linux-amd64 {url}")).await;
+    let out = sh(
+        work.path(),
+        &format!("curl -sS -C - -o plexd-linux-amd64 {url}"),
+    )
+    .await;
     assert!(out.status.success(), "{}", show(&out));
     assert_eq!(std::fs::read(&target).unwrap(), f.amd64);
 }
@@ -266,7 +279,10 @@ async fn unknown_and_missing_platforms_are_404_unknown_platform() {
         .text()
         .await
         .unwrap();
-    assert_eq!(text, format!("{}  plexd-linux-amd64\n", sha256_hex(&f.amd64)));
+    assert_eq!(
+        text,
+        format!("{}  plexd-linux-amd64\n", sha256_hex(&f.amd64))
+    );
 
     // Writing is refused with a JSON 405.
     let resp = client()

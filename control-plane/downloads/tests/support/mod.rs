@@ -1,6 +1,6 @@
 //! Test helpers: servers on 127.0.0.1:0 with graceful stop, fake release bytes, an HTTP client,
 //! and running the real command-line tools.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used)] // test-only helpers: a failure here is a test failure
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -69,10 +69,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 pub fn client() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .unwrap()
+    reqwest::Client::builder().no_proxy().build().unwrap()
 }
 
 /// Runs a shell command in `dir` (blocking, off the runtime's workers).

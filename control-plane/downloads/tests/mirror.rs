@@ -1,0 +1,484 @@
+//! The mirror source against a real upstream: a small axum server on 127.0.0.1:0 serving a
+//! fake release, which counts its hits and can be held, corrupted or stopped.
+
+#![allow(clippy::unwrap_used)] // helpers outside #[test] fns
+
+mod support;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, Uri};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use plexsphere_downloads::{Downloads, DownloadsConfig, MirrorConfig, PinnedChecksums, router};
+use reqwest::header;
+use support::{Server, api_error, client, fake_binary, sh, sha256_hex, show, wait_until};
+use tokio::sync::watch;
+
+const VERSION: &str = "1.2.3";
+
+/// A fake upstream release server.
+struct Upstream {
+    files: Mutex<HashMap<String, Vec<u8>>>,
+    hits: Mutex<HashMap<String, usize>>,
+    /// Answers wait until this is true.
+    open: watch::Receiver<bool>,
+}
+
+impl Upstream {
+    fn hits(&self, file: &str) -> usize {
+        let path = format!("/plexd/{VERSION}/{file}");
+        self.hits.lock().unwrap().get(&path).copied().unwrap_or(0)
+    }
+
+    fn put(&self, file: &str, bytes: Vec<u8>) {
+        let path = format!("/plexd/{VERSION}/{file}");
+        self.files.lock().unwrap().insert(path, bytes);
+    }
+}
+
+async fn upstream_handler(State(u): State<Arc<Upstream>>, uri: Uri) -> Response {
+    let path = uri.path().to_owned();
+    *u.hits.lock().unwrap().entry(path.clone()).or_default() += 1;
+    let mut open = u.open.clone();
+    let _ = open.wait_for(|o| *o).await;
+    let body = u.files.lock().unwrap().get(&path).cloned();
+    match body {
+        Some(b) => b.into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
+struct Release {
+    amd64: Vec<u8>,
+    arm64: Vec<u8>,
+    checksums: String,
+}
+
+fn release() -> Release {
+    let amd64 = fake_binary(11, 400_000);
+    let arm64 = fake_binary(12, 150_001);
+    let checksums = format!(
+        "{}  plexd-linux-amd64\n{}  plexd-linux-arm64\n",
+        sha256_hex(&amd64),
+        sha256_hex(&arm64)
+    );
+    Release {
+        amd64,
+        arm64,
+        checksums,
+    }
+}
+
+/// Starts an upstream serving `r`; the sender holds answers while it is false.
+async fn upstream(r: &Release, open: bool) -> (Server, Arc<Upstream>, watch::Sender<bool>) {
+    let (tx, rx) = watch::channel(open);
+    let u = Arc::new(Upstream {
+        files: Mutex::new(HashMap::new()),
+        hits: Mutex::new(HashMap::new()),
+        open: rx,
+    });
+    u.put("plexd-linux-amd64", r.amd64.clone());
+    u.put("plexd-linux-arm64", r.arm64.clone());
+    u.put("checksums.sha256", r.checksums.clone().into_bytes());
+    let app = Router::new()
+        .fallback(upstream_handler)
+        .with_state(u.clone());
+    (Server::start(app).await, u, tx)
+}
+
+fn mirror_config(upstream: SocketAddr, pinned: PinnedChecksums, cache: &Path) -> DownloadsConfig {
+    DownloadsConfig::mirror(
+        VERSION,
+        MirrorConfig::new(
+            format!("http://{upstream}/plexd/{{version}}/plexd-linux-{{arch}}"),
+            pinned,
+            cache,
+        ),
+    )
+}
+
+/// The downloads server, with a count of requests that reached it.
+async fn downloads(config: DownloadsConfig) -> (Server, Arc<AtomicUsize>) {
+    let d = Downloads::open(config, None).await.unwrap();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = seen.clone();
+    let app = router(Arc::new(d)).layer(middleware::from_fn(move |req: Request, next: Next| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        next.run(req)
+    }));
+    (Server::start(app).await, seen)
+}
+
+fn cached_names(cache: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(cache.join(VERSION))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+async fn get(url: &str) -> reqwest::Response {
+    client().get(url).send().await.unwrap()
+}
+
+#[tokio::test]
+async fn first_request_fetches_then_the_cache_serves_also_with_the_upstream_stopped() {
+    let r = release();
+    let (up, u, _open) = upstream(&r, true).await;
+    let cache = tempfile::tempdir().unwrap();
+    let config = mirror_config(
+        up.addr,
+        PinnedChecksums::Inline(r.checksums.clone()),
+        cache.path(),
+    );
+    let (server, _) = downloads(config.clone()).await;
+    let url = server.url("/downloads/plexd/linux-amd64");
+
+    let resp = get(&url).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        resp.headers()[header::ETAG],
+        format!("\"{}\"", sha256_hex(&r.amd64)).as_str()
+    );
+    assert_eq!(resp.bytes().await.unwrap().as_ref(), r.amd64.as_slice());
+    assert_eq!(u.hits("plexd-linux-amd64"), 1);
+    assert_eq!(cached_names(cache.path()), vec!["plexd-linux-amd64"]);
+
+    let resp = get(&url).await;
+    assert_eq!(resp.bytes().await.unwrap().as_ref(), r.amd64.as_slice());
+    assert_eq!(u.hits("plexd-linux-amd64"), 1);
+
+    up.stop().await;
+    let resp = get(&url).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.bytes().await.unwrap().as_ref(), r.amd64.as_slice());
+    // Ranges and the checksums work from the cache too.
+    let resp = client()
+        .get(&url)
+        .header(header::RANGE, "bytes=1000-1999")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 206);
+    assert_eq!(resp.bytes().await.unwrap().as_ref(), &r.amd64[1000..2000]);
+    let text = get(&server.url("/downloads/plexd/checksums.sha256"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(text, r.checksums);
+    // The platform never fetched: 502 with the code, while the upstream is down.
+    let (status, code, _) = api_error(get(&server.url("/downloads/plexd/linux-arm64")).await).await;
+    assert_eq!(
+        (status, code.as_str()),
+        (502, "plexd_download_upstream_unavailable")
+    );
+    assert_eq!(u.hits("plexd-linux-amd64"), 1);
+
+    // A restarted server finds the verified cache on disk.
+    let (restarted, _) = downloads(config).await;
+    let resp = get(&restarted.url("/downloads/plexd/linux-amd64")).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.bytes().await.unwrap().as_ref(), r.amd64.as_slice());
+}
+
+#[tokio::test]
+async fn an_unreachable_upstream_and_an_empty_cache_is_502_with_the_code() {
+    let r = release();
+    let (up, u, _open) = upstream(&r, true).await;
+    let addr = up.addr;
+    up.stop().await;
+    let cache = tempfile::tempdir().unwrap();
+    let (server, _) = downloads(mirror_config(
+        addr,
+        PinnedChecksums::Inline(r.checksums.clone()),
+        cache.path(),
+    ))
+    .await;
+    for arch in ["amd64", "arm64"] {
+        let resp = get(&server.url(&format!("/downloads/plexd/linux-{arch}"))).await;
+        assert_eq!(resp.headers()[header::CONTENT_TYPE], "application/json");
+        let (status, code, message) = api_error(resp).await;
+        assert_eq!(
+            (status, code.as_str()),
+            (502, "plexd_download_upstream_unavailable")
+        );
+        assert!(!message.contains("127.0.0.1"), "{message}");
+    }
+    // What curl shows an operator following the runbook.
+    let work = tempfile::tempdir().unwrap();
+    let out = sh(
+        work.path(),
+        &format!(
+            "curl -fsSLo plexd {}",
+            server.url("/downloads/plexd/linux-amd64")
+        ),
+    )
+    .await;
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("502"),
+        "{}",
+        show(&out)
+    );
+    assert_eq!(cached_names(cache.path()), Vec::<String>::new());
+    assert_eq!(u.hits("plexd-linux-amd64"), 0);
+    // The pinned checksums are still served: they are configuration.
+    let text = get(&server.url("/downloads/plexd/checksums.sha256"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(text, r.checksums);
+}
+
+#[tokio::test]
+async fn a_corrupted_upstream_binary_is_502_and_never_cached() {
+    let r = release();
+    let (up, u, _open) = upstream(&r, true).await;
+    let mut corrupt = r.amd64.clone();
+    corrupt[12_345] ^= 0x40;
+    u.put("plexd-linux-amd64", corrupt);
+    let cache = tempfile::tempdir().unwrap();
+    let (server, _) = downloads(mirror_config(
+        up.addr,
+        PinnedChecksums::Inline(r.checksums.clone()),
+        cache.path(),
+    ))
+    .await;
+    let url = server.url("/downloads/plexd/linux-amd64");
+
+    let (status, code, message) = api_error(get(&url).await).await;
+    assert_eq!(
+        (status, code.as_str()),
+        (502, "plexd_download_checksum_mismatch")
+    );
+    assert!(message.contains("plexd-linux-amd64"), "{message}");
+    assert_eq!(u.hits("plexd-linux-amd64"), 1);
+    // Nothing kept: no binary, no temporary file.
+    assert_eq!(cached_names(cache.path()), Vec::<String>::new());
+
+    // Not cached: the next request asks the upstream again.
+    let (status, code, _) = api_error(get(&url).await).await;
+    assert_eq!(
+        (status, code.as_str()),
+        (502, "plexd_download_checksum_mismatch")
+    );
+    assert_eq!(u.hits("plexd-linux-amd64"), 2);
+
+    // Once the mirror is fixed, the right binary is served and cached.
+    u.put("plexd-linux-amd64", r.amd64.clone());
+    let resp = get(&url).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.bytes().await.unwrap().as_ref(), r.amd64.as_slice());
+    assert_eq!(u.hits("plexd-linux-amd64"), 3);
+    assert_eq!(cached_names(cache.path()), vec!["plexd-linux-amd64"]);
+}
+
+#[tokio::test]
+async fn ten_concurrent_first_requests_fetch_once() {
+    let r = release();
+    let (up, u, open) = upstream(&r, false).await;
+    let cache = tempfile::tempdir().unwrap();
+    let (server, seen) = downloads(mirror_config(
+        up.addr,
+        PinnedChecksums::Inline(r.checksums.clone()),
+        cache.path(),
+    ))
+    .await;
+    let url = server.url("/downloads/plexd/linux-arm64");
+    let requests: Vec<_> = (0..10)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let resp = get(&url).await;
+                (resp.status().as_u16(), resp.bytes().await.unwrap().to_vec())
+            })
+        })
+        .collect();
+    // All ten are inside the server while the one upstream fetch is held open.
+    wait_until(
+        "ten requests reached the server and one reached the upstream",
+        || seen.load(Ordering::SeqCst) == 10 && u.hits("plexd-linux-arm64") == 1,
+    )
+    .await;
+    open.send(true).unwrap();
+    for r2 in requests {
+        let (status, body) = r2.await.unwrap();
+        assert_eq!(status, 200);
+        assert_eq!(body, r.arm64);
+    }
+    assert_eq!(u.hits("plexd-linux-arm64"), 1);
+}
+
+#[tokio::test]
+async fn concurrent_requests_share_one_failed_fetch() {
+    let r = release();
+    let (up, u, open) = upstream(&r, false).await;
+    u.put("plexd-linux-arm64", b"not plexd".to_vec());
+    let cache = tempfile::tempdir().unwrap();
+    let (server, seen) = downloads(mirror_config(
+        up.addr,
+        PinnedChecksums::Inline(r.checksums.clone()),
+        cache.path(),
+    ))
+    .await;
+    let url = server.url("/downloads/plexd/linux-arm64");
+    let requests: Vec<_> = (0..5)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { api_error(get(&url).await).await })
+        })
+        .collect();
+    wait_until("five requests reached the server", || {
+        seen.load(Ordering::SeqCst) == 5 && u.hits("plexd-linux-arm64") == 1
+    })
+    .await;
+    open.send(true).unwrap();
+    for r2 in requests {
+        let (status, code, _) = r2.await.unwrap();
+        assert_eq!(
+            (status, code.as_str()),
+            (502, "plexd_download_checksum_mismatch")
+        );
+    }
+    // The four that queued behind the failed fetch did not each retry it.
+    assert_eq!(u.hits("plexd-linux-arm64"), 1);
+}
+
+#[tokio::test]
+async fn checksums_from_a_url_are_fetched_once_and_kept_on_disk() {
+    let r = release();
+    let (up, u, _open) = upstream(&r, true).await;
+    let cache = tempfile::tempdir().unwrap();
+    let config = mirror_config(
+        up.addr,
+        PinnedChecksums::Url(format!(
+            "http://{}/plexd/{{version}}/checksums.sha256",
+            up.addr
+        )),
+        cache.path(),
+    );
+    let (server, _) = downloads(config.clone()).await;
+    for _ in 0..2 {
+        let text = get(&server.url("/downloads/plexd/checksums.sha256"))
+            .await
+            .text()
+            .await
+            .unwrap();
+        assert_eq!(text, r.checksums);
+    }
+    assert_eq!(u.hits("checksums.sha256"), 1);
+    let resp = get(&server.url("/downloads/plexd/linux-amd64")).await;
+    assert_eq!(resp.bytes().await.unwrap().as_ref(), r.amd64.as_slice());
+    assert_eq!(
+        cached_names(cache.path()),
+        vec!["checksums.sha256", "plexd-linux-amd64"]
+    );
+
+    // Restarted with the upstream gone: the kept checksums and binary are served.
+    up.stop().await;
+    let (restarted, _) = downloads(config).await;
+    let text = get(&restarted.url("/downloads/plexd/checksums.sha256"))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(text, r.checksums);
+    let resp = get(&restarted.url("/downloads/plexd/linux-amd64")).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.bytes().await.unwrap().as_ref(), r.amd64.as_slice());
+    let index: serde_json::Value = get(&restarted.url("/downloads/plexd"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(index["source"], "mirror");
+    assert_eq!(index["version"], VERSION);
+    assert_eq!(index["platforms"].as_array().map(Vec::len), Some(2));
+}
+
+#[tokio::test]
+async fn without_checksums_the_index_still_offers_the_version() {
+    let r = release();
+    let (up, _u, _open) = upstream(&r, true).await;
+    let addr = up.addr;
+    up.stop().await;
+    let cache = tempfile::tempdir().unwrap();
+    let (server, _) = downloads(mirror_config(
+        addr,
+        PinnedChecksums::Url(format!("http://{addr}/plexd/{{version}}/checksums.sha256")),
+        cache.path(),
+    ))
+    .await;
+    let (status, code, _) =
+        api_error(get(&server.url("/downloads/plexd/checksums.sha256")).await).await;
+    assert_eq!(
+        (status, code.as_str()),
+        (502, "plexd_download_upstream_unavailable")
+    );
+    let index: serde_json::Value = get(&server.url("/downloads/plexd"))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(index["version"], VERSION);
+    assert_eq!(index["platforms"], serde_json::json!([]));
+    assert_eq!(
+        index["problem"]["code"],
+        "plexd_download_upstream_unavailable"
+    );
+}
+
+#[tokio::test]
+async fn a_platform_the_pinned_checksums_lack_is_404_without_asking_the_upstream() {
+    let r = release();
+    let (up, u, _open) = upstream(&r, true).await;
+    let only_amd64 = format!("{}  plexd-linux-amd64\n", sha256_hex(&r.amd64));
+    let cache = tempfile::tempdir().unwrap();
+    let (server, _) = downloads(mirror_config(
+        up.addr,
+        PinnedChecksums::Inline(only_amd64),
+        cache.path(),
+    ))
+    .await;
+    let (status, code, _) = api_error(get(&server.url("/downloads/plexd/linux-arm64")).await).await;
+    assert_eq!((status, code.as_str()), (404, "unknown_platform"));
+    assert_eq!(u.hits("plexd-linux-arm64"), 0);
+}
+
+#[tokio::test]
+async fn a_tampered_cache_file_is_discarded_and_fetched_again() {
+    let r = release();
+    let (up, u, _open) = upstream(&r, true).await;
+    let cache = tempfile::tempdir().unwrap();
+    let config = mirror_config(
+        up.addr,
+        PinnedChecksums::Inline(r.checksums.clone()),
+        cache.path(),
+    );
+    let (server, _) = downloads(config).await;
+    let url = server.url("/downloads/plexd/linux-amd64");
+    assert_eq!(get(&url).await.status(), 200);
+    let cached = cache.path().join(VERSION).join("plexd-linux-amd64");
+    let mut bytes = std::fs::read(&cached).unwrap();
+    bytes[0] ^= 0xff;
+    // Replaced (a new inode), as a restore or a tampering tool would; an in-place rewrite
+    // within the file system's timestamp tick would keep the same fstat.
+    let staged = cache.path().join(VERSION).join("tampered");
+    std::fs::write(&staged, bytes).unwrap();
+    std::fs::rename(&staged, &cached).unwrap();
+
+    let resp = get(&url).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.bytes().await.unwrap().as_ref(), r.amd64.as_slice());
+    assert_eq!(u.hits("plexd-linux-amd64"), 2);
+    assert_eq!(std::fs::read(&cached).unwrap(), r.amd64);
+}
