@@ -35,6 +35,7 @@ async fn fifteen_in_a_burst_get_ten_through_then_429_with_retry_after() {
     let srv = TestServer::start_with(Options {
         rate_limit: lab_limit(),
         trusted_proxies: Vec::new(),
+        ..Options::default()
     })
     .await;
     let answers = burst(&srv, 15, None).await;
@@ -57,6 +58,7 @@ async fn behind_a_trusted_proxy_each_forwarded_client_has_its_own_budget() {
     let srv = TestServer::start_with(Options {
         rate_limit: lab_limit(),
         trusted_proxies: vec!["127.0.0.1/32".parse().unwrap()],
+        ..Options::default()
     })
     .await;
     let a = burst(&srv, 11, Some("198.51.100.1")).await;

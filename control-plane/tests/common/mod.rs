@@ -2,6 +2,8 @@
 //! module) on 127.0.0.1:0, with a real SQLite file in a temp dir.
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod nodes;
+
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +11,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use ipnet::IpNet;
-use plexsphere::api::{self, ApiConfig, AppState};
+use plexsphere::api::{self, ApiConfig, AppState, EventConfig};
 use plexsphere::ratelimit::RateLimit;
 use plexsphere::server::{self, Transport};
 use plexsphere::store::Store;
@@ -25,6 +27,8 @@ pub const OPENSTACK: &str = "019a0816-0000-7000-8000-000000000001";
 pub struct Options {
     pub rate_limit: RateLimit,
     pub trusted_proxies: Vec<IpNet>,
+    pub offline_after: Option<Duration>,
+    pub events: EventConfig,
 }
 
 impl Default for Options {
@@ -36,6 +40,8 @@ impl Default for Options {
                 refill: Duration::from_secs(1),
             },
             trusted_proxies: Vec::new(),
+            offline_after: None,
+            events: EventConfig::default(),
         }
     }
 }
@@ -46,11 +52,23 @@ pub struct TestServer {
     pub client: reqwest::Client,
     pub store: Store,
     pub operator_token: String,
+    pub state: Arc<AppState>,
+    pub ca_pem: String,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
 }
 
 pub fn client_for(ca_pem: &str) -> reqwest::Client {
+    client_with_alpn(ca_pem, &[b"h2", b"http/1.1"])
+}
+
+/// A client that speaks HTTP/1.1 only (its connection reads a body only as fast as the
+/// caller consumes it, unlike HTTP/2's connection-wide buffering).
+pub fn client_h1(ca_pem: &str) -> reqwest::Client {
+    client_with_alpn(ca_pem, &[b"http/1.1"])
+}
+
+fn client_with_alpn(ca_pem: &str, alpn: &[&[u8]]) -> reqwest::Client {
     tls::install_ring_provider();
     let mut roots = rustls::RootCertStore::empty();
     let (added, _) = roots.add_parsable_certificates(
@@ -64,7 +82,7 @@ pub fn client_for(ca_pem: &str) -> reqwest::Client {
     .unwrap()
     .with_root_certificates(roots)
     .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     reqwest::Client::builder()
         .tls_backend_preconfigured(config)
         .build()
@@ -100,9 +118,12 @@ impl TestServer {
             register_rate_limit: opts.rate_limit,
             trusted_proxies: opts.trusted_proxies,
             ca_pem: Some(certs.ca_pem.clone()),
+            offline_after: opts.offline_after,
+            events: opts.events,
             ..ApiConfig::default()
         };
-        let state = AppState::new(store.clone(), dir.path(), config);
+        let state = Arc::new(AppState::new(store.clone(), dir.path(), config));
+        plexsphere::maintenance::spawn(&state);
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -110,7 +131,7 @@ impl TestServer {
         let task = tokio::spawn(server::run(
             listener,
             Transport::Tls(tls_config),
-            api::router(Arc::new(state)),
+            api::router(state.clone()),
             async move {
                 let _ = rx.await;
             },
@@ -118,6 +139,8 @@ impl TestServer {
         Self {
             base: format!("https://localhost:{port}"),
             client: client_for(&certs.ca_pem),
+            ca_pem: certs.ca_pem.clone(),
+            state,
             dir,
             store,
             operator_token,
