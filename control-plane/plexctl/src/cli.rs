@@ -47,7 +47,7 @@ pub enum Command {
     /// Issue, list and revoke the single-use tokens nodes register with
     #[command(subcommand)]
     BootstrapToken(TokenCommand),
-    /// List and show enrolled nodes
+    /// List, show and revoke enrolled nodes
     #[command(subcommand)]
     Node(NodeCommand),
     /// List projects
@@ -112,6 +112,15 @@ pub enum NodeCommand {
         #[arg(value_name = "ID")]
         id: String,
     },
+    /// Revoke a node: its credential stops working, its peers drop it, it leaves the mesh
+    Revoke {
+        /// The node's id
+        #[arg(value_name = "ID")]
+        id: String,
+        /// Do not ask for confirmation (needed when stdin is not a terminal)
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -146,6 +155,21 @@ mod tests {
             Cli::try_parse_from(["plexctl", "bootstrap-token", "revoke", "a", "--id", "b"])
                 .is_err()
         );
+    }
+
+    #[test]
+    fn node_revoke_takes_an_id_and_yes() {
+        let cli = Cli::try_parse_from(["plexctl", "node", "revoke", "abc", "--yes"]);
+        assert!(matches!(
+            cli.map(|c| c.command),
+            Ok(Command::Node(NodeCommand::Revoke { id, yes: true })) if id == "abc"
+        ));
+        let cli = Cli::try_parse_from(["plexctl", "node", "revoke", "abc"]);
+        assert!(matches!(
+            cli.map(|c| c.command),
+            Ok(Command::Node(NodeCommand::Revoke { yes: false, .. }))
+        ));
+        assert!(Cli::try_parse_from(["plexctl", "node", "revoke"]).is_err());
     }
 
     #[test]

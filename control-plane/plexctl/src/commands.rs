@@ -154,17 +154,70 @@ async fn nodes(cmd: &NodeCommand, format: Format, settings: &Settings) -> Result
             render(format, list.items.as_slice(), output::nodes)
         }
         NodeCommand::Get { id } => {
-            let id = Uuid::parse_str(id.trim()).map_err(|_| {
-                Failure::Usage(format!(
-                    "`{id}` is not a node id; node ids are UUIDs, see `plexctl node list`"
-                ))
-            })?;
+            let id = node_id(id)?;
             let node: NodeView = operator_api(settings)?
                 .get(&["v1", "nodes", &id.to_string()], &[])
                 .await?;
             render(format, &node, output::node)
         }
+        NodeCommand::Revoke { id, yes } => {
+            let id = node_id(id)?;
+            let api = &operator_api(settings)?;
+            let path = ["v1", "nodes", &id.to_string()];
+            if !yes {
+                let node: NodeView = api.get(&path, &[]).await?;
+                confirm_revoke(&node)?;
+            }
+            let node: NodeView = api
+                .post::<(), _>(&["v1", "nodes", &id.to_string(), "revoke"], None)
+                .await?;
+            render(format, &node, output::node)
+        }
     }
+}
+
+fn node_id(given: &str) -> Result<Uuid, Failure> {
+    Uuid::parse_str(given.trim()).map_err(|_| {
+        Failure::Usage(format!(
+            "`{given}` is not a node id; node ids are UUIDs, see `plexctl node list`"
+        ))
+    })
+}
+
+/// Asks on the terminal before revoking; without a terminal, `--yes` is required.
+fn confirm_revoke(node: &NodeView) -> Result<(), Failure> {
+    use std::io::{BufRead as _, IsTerminal as _, Write as _};
+    if !std::io::stdin().is_terminal() {
+        return Err(Failure::Usage(format!(
+            "refusing to revoke node {} without confirmation: stdin is not a terminal; pass --yes",
+            node.id
+        )));
+    }
+    let mut err = std::io::stderr().lock();
+    let _ = write!(
+        err,
+        "revoke node {} ({}, {})? Its credential stops working and its peers drop it. [y/N] ",
+        node.id, node.hostname, node.mesh_ip
+    );
+    let _ = err.flush();
+    let mut answer = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .map_err(|e| Failure::Usage(format!("cannot read the confirmation: {e}")))?;
+    if confirmed(&answer) {
+        Ok(())
+    } else {
+        Err(Failure::Usage(format!(
+            "not revoked: node {} is unchanged",
+            node.id
+        )))
+    }
+}
+
+/// Whether a confirmation answer says yes (`y` or `yes`, any case).
+pub fn confirmed(answer: &str) -> bool {
+    matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
 }
 
 /// Checks `bootstrap-token issue`'s arguments before anything is sent.

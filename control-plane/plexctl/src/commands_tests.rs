@@ -118,3 +118,17 @@ fn exit_codes_per_failure_kind() {
     assert_eq!(Failure::from(ca).exit_code(), 64);
     assert_eq!(Failure::NotFound("x".into()).exit_code(), 1);
 }
+
+#[test]
+fn revoke_confirmation_and_node_ids() {
+    for yes in ["y", "Y\n", " yes \n", "YES"] {
+        assert!(confirmed(yes), "{yes:?}");
+    }
+    for no in ["", "\n", "n", "no", "yess", "sure"] {
+        assert!(!confirmed(no), "{no:?}");
+    }
+    let (code, text) = msg(node_id("not-a-uuid"));
+    assert_eq!(code, 64);
+    assert!(text.contains("plexctl node list"), "{text}");
+    assert!(node_id(" 019a0816-0000-7000-8000-0000000000aa ").is_ok());
+}

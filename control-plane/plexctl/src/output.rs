@@ -147,6 +147,7 @@ pub fn nodes(items: &[NodeView]) -> String {
                 n.mesh_ip.to_string(),
                 n.status.as_str().to_owned(),
                 opt(n.last_seen_at, time),
+                endpoints(&n.endpoints, ","),
                 text(&n.plexd_version),
                 n.project_id.to_string(),
             ]
@@ -159,6 +160,7 @@ pub fn nodes(items: &[NodeView]) -> String {
             "MESH IP",
             "STATUS",
             "LAST SEEN",
+            "ENDPOINTS",
             "VERSION",
             "PROJECT",
         ],
@@ -166,13 +168,21 @@ pub fn nodes(items: &[NodeView]) -> String {
     )
 }
 
-/// `node get`: every field of one node, one per line.
-pub fn node(n: &NodeView) -> String {
-    let endpoints = if n.endpoints.is_empty() {
+/// A node's endpoints, best first, or `-`.
+fn endpoints(list: &[String], separator: &str) -> String {
+    if list.is_empty() {
         "-".to_owned()
     } else {
-        n.endpoints.join(", ")
-    };
+        list.iter()
+            .map(|e| text(e))
+            .collect::<Vec<_>>()
+            .join(separator)
+    }
+}
+
+/// `node get`: every field of one node, one per line.
+pub fn node(n: &NodeView) -> String {
+    let endpoints = endpoints(&n.endpoints, ", ");
     details(&[
         ("id", n.id.to_string()),
         ("hostname", text(&n.hostname)),

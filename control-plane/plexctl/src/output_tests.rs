@@ -108,12 +108,13 @@ fn node_list_and_node_get() {
     never_seen.mesh_ip = "10.64.1.2".parse().unwrap();
     never_seen.status = NodeStatus::Registered;
     never_seen.last_seen_at = None;
+    never_seen.endpoints = Vec::new();
     assert_eq!(
         nodes(&[node_view(), never_seen]),
         "\
-ID                                    HOSTNAME  MESH IP    STATUS      LAST SEEN             VERSION  PROJECT
-019a0816-0000-7000-8000-0000000000aa  edge-1    10.64.1.1  online      2026-11-30T10:06:07Z  0.1.0    019a0816-0000-7000-8000-000000000002
-019a0816-0000-7000-8000-0000000000bb  db        10.64.1.2  registered  -                     0.1.0    019a0816-0000-7000-8000-000000000002
+ID                                    HOSTNAME  MESH IP    STATUS      LAST SEEN             ENDPOINTS                            VERSION  PROJECT
+019a0816-0000-7000-8000-0000000000aa  edge-1    10.64.1.1  online      2026-11-30T10:06:07Z  192.0.2.10:51820,198.51.100.7:40000  0.1.0    019a0816-0000-7000-8000-000000000002
+019a0816-0000-7000-8000-0000000000bb  db        10.64.1.2  registered  -                     -                                    0.1.0    019a0816-0000-7000-8000-000000000002
 "
     );
     assert_eq!(
