@@ -32,13 +32,30 @@ use crate::store::{StoreError, domains, events};
 const BATCH: u32 = 256;
 
 /// The event streams open in this process (observable by operators and tests).
-#[derive(Default)]
 pub struct Streams {
     open: Mutex<HashMap<Uuid, usize>>,
     slow_dropped: AtomicU64,
+    closing: watch::Sender<bool>,
+}
+
+impl Default for Streams {
+    fn default() -> Self {
+        Self {
+            open: Mutex::new(HashMap::new()),
+            slow_dropped: AtomicU64::new(0),
+            closing: watch::channel(false).0,
+        }
+    }
 }
 
 impl Streams {
+    /// Ends every open stream (and refuses to keep new ones open): call it when the server
+    /// starts shutting down, so draining connections do not wait for streams that never end.
+    /// The nodes resume elsewhere or later with `Last-Event-ID`.
+    pub fn close_all(&self) {
+        self.closing.send_replace(true);
+    }
+
     /// How many streams of this node are open here.
     pub fn open_for(&self, node_id: Uuid) -> usize {
         self.lock().get(&node_id).copied().unwrap_or(0)
@@ -98,6 +115,7 @@ enum End {
     SlowReader,
     Revoked,
     Failed,
+    Shutdown,
 }
 
 impl End {
@@ -107,6 +125,7 @@ impl End {
             End::SlowReader => "the client did not keep up; it resumes with Last-Event-ID",
             End::Revoked => "the node was revoked or deleted",
             End::Failed => "a server fault (logged above); the client resumes with Last-Event-ID",
+            End::Shutdown => "the server is shutting down; the client resumes with Last-Event-ID",
         }
     }
 }
@@ -164,7 +183,11 @@ struct StreamTask {
 
 impl StreamTask {
     async fn run(mut self, resume: Resume, mut notices: watch::Receiver<u64>, mut opened: Opened) {
-        opened.end = self.serve(resume, &mut notices).await;
+        let mut closing = self.st.streams.closing.subscribe();
+        opened.end = tokio::select! {
+            end = self.serve(resume, &mut notices) => end,
+            _ = closing.wait_for(|closing| *closing) => End::Shutdown,
+        };
     }
 
     async fn serve(&mut self, resume: Resume, notices: &mut watch::Receiver<u64>) -> End {

@@ -63,8 +63,13 @@ async fn run(
     let store = state.store.clone();
     let state = Arc::new(state);
     let maintenance = crate::maintenance::spawn(&state);
-    let app = api::router(state);
-    server::run(listener, transport, app, server::shutdown_signal())
+    let app = api::router(state.clone());
+    let shutdown = async move {
+        server::shutdown_signal().await;
+        // Event streams never end by themselves: end them so the drain finishes promptly.
+        state.streams.close_all();
+    };
+    server::run(listener, transport, app, shutdown)
         .await
         .context("the server stopped with an error")?;
     maintenance.abort();

@@ -155,6 +155,7 @@ impl TestServer {
 
     /// Stops the server and waits until it has drained.
     pub async fn stop(mut self) {
+        self.state.streams.close_all();
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
