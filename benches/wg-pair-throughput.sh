@@ -6,8 +6,8 @@
 #   sudo benches/wg-pair-throughput.sh [runs] [seconds]        (defaults: 3 runs of 5 s)
 #
 # Implementations: plexd-wg (built here, release), wireguard-go (Debian), and boringtun-cli
-# when it is on PATH. Extra plexd-wg variants switch techniques off one by one: PLEXD_WG_OFFLOAD=0
-# (no TUN TSO/GRO), PLEXD_WG_MMSG=0 (no recvmmsg/sendmmsg).
+# when it is on PATH. Extra plexd-wg variants switch techniques off one by one: PLEXD_WG_GRO=0,
+# PLEXD_WG_GSO=0 (UDP), PLEXD_WG_OFFLOAD=0 (TUN TSO/GRO), PLEXD_WG_MMSG=0 (recvmmsg/sendmmsg).
 # Needs root, iproute2, wireguard-tools, wireguard-go, iperf3. Everything it creates carries
 # this script's pid and is removed on exit. This is a developer's quick look; the full
 # benchmark (streams, reverse, UDP, CPU, drops) is the project's benchmark script.
@@ -93,13 +93,16 @@ measure() {
   for _ in $(seq "$runs"); do results+=("$(one_run "$label" "$@")"); done
   local median
   median=$(printf '%s\n' "${results[@]}" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
-  printf '%-28s median %6s Gbit/s  (runs: %s)\n' "$label" "$median" "${results[*]}"
+  printf '%-34s median %6s Gbit/s  (runs: %s)\n' "$label" "$median" "${results[*]}"
 }
 
 echo "iperf3 TCP, one stream, ${secs}s x ${runs} runs, $(nproc) CPUs, kernel $(uname -r)"
+# Techniques switched off one at a time, from the last added to the first.
 measure "plexd-wg" "$plexd_wg" -f
-measure "plexd-wg (no offload)" env PLEXD_WG_OFFLOAD=0 "$plexd_wg" -f
-measure "plexd-wg (no offload, no mmsg)" env PLEXD_WG_OFFLOAD=0 PLEXD_WG_MMSG=0 "$plexd_wg" -f
+measure "  - UDP GRO" env PLEXD_WG_GRO=0 "$plexd_wg" -f
+measure "  - UDP GSO/GRO" env PLEXD_WG_GRO=0 PLEXD_WG_GSO=0 "$plexd_wg" -f
+measure "  - UDP GSO/GRO, TUN TSO/GRO" env PLEXD_WG_GRO=0 PLEXD_WG_GSO=0 PLEXD_WG_OFFLOAD=0 "$plexd_wg" -f
+measure "  - all, mmsg too" env PLEXD_WG_GRO=0 PLEXD_WG_GSO=0 PLEXD_WG_OFFLOAD=0 PLEXD_WG_MMSG=0 "$plexd_wg" -f
 measure "wireguard-go" wireguard-go -f
 if command -v boringtun-cli >/dev/null; then
   measure "boringtun-cli" boringtun-cli --disable-drop-privileges -f

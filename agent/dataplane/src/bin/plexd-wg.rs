@@ -3,7 +3,8 @@
 //! /var/run/wireguard/<iface>.sock, so `wg`, `wg-quick` and `wireguard-control` configure it
 //! (`WG_USERSPACE_IMPLEMENTATION=plexd-wg`). Without `-f` (or `WG_PROCESS_FOREGROUND=1`) it
 //! starts itself in the background and exits once the socket is up, as wireguard-go does.
-//! SIGTERM/SIGINT stop it cleanly; the interface and the socket go away with it.
+//! SIGTERM/SIGINT stop it cleanly (SIGHUP is ignored); the interface and the socket go away
+//! with it.
 //!
 //! Each performance technique has a switch, so it can be measured on its own:
 //! `PLEXD_WG_MMSG=0` sends and receives one datagram per system call instead of a batch;
@@ -132,8 +133,16 @@ fn run_foreground(iface: &str) -> anyhow::Result<()> {
         std::thread::Builder::new()
             .name("signals".into())
             .spawn(move || {
-                if let Ok(sig) = signals.wait() {
-                    tracing::info!(signal = %sig, "stopping");
+                // SIGHUP stays blocked and is ignored (a closed terminal must not stop us).
+                loop {
+                    match signals.wait() {
+                        Ok(Signal::SIGHUP) => continue,
+                        Ok(sig) => tracing::info!(signal = %sig, "stopping"),
+                        Err(e) => {
+                            tracing::warn!(error = %e, "waiting for signals failed; stopping")
+                        }
+                    }
+                    break;
                 }
                 shutdown.trigger();
             })
