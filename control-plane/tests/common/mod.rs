@@ -29,6 +29,8 @@ pub struct Options {
     pub trusted_proxies: Vec<IpNet>,
     pub offline_after: Option<Duration>,
     pub events: EventConfig,
+    /// Another database than a fresh SQLite file (e.g. a scratch Postgres database).
+    pub database_url: Option<String>,
 }
 
 impl Default for Options {
@@ -42,6 +44,7 @@ impl Default for Options {
             trusted_proxies: Vec::new(),
             offline_after: None,
             events: EventConfig::default(),
+            database_url: None,
         }
     }
 }
@@ -101,9 +104,11 @@ impl TestServer {
         let certs = tls::ensure_dev_certs(&dir.path().join("tls"), &[]).unwrap();
         tls::install_ring_provider();
         let tls_config = tls::server_config(&certs.server_cert, &certs.server_key).unwrap();
-        let store = Store::connect(&Store::sqlite_url(dir.path()))
-            .await
-            .unwrap();
+        let url = opts
+            .database_url
+            .clone()
+            .unwrap_or_else(|| Store::sqlite_url(dir.path()));
+        let store = Store::connect(&url).await.unwrap();
         store.migrate().await.unwrap();
         let manifest = seed::parse(seed::LAB_SEED, "lab").unwrap();
         seed::apply(&store, &manifest, "lab", time::OffsetDateTime::now_utc())
