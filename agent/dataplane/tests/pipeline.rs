@@ -259,3 +259,72 @@ fn packets_without_an_endpoint_are_dropped_and_counted() {
     assert!(wire.is_empty());
     assert_eq!(a.device.counters().no_endpoint.load(Ordering::Relaxed), 1);
 }
+
+#[test]
+fn a_loaded_device_answers_with_cookies_and_accepts_initiations_that_carry_one() {
+    use boringtun::noise::{Tunn, TunnResult};
+    use boringtun::x25519::{PublicKey, StaticSecret};
+
+    let (b, kb) = node(2);
+    let ka = SecretKey::generate().expect("key");
+    let mut peer = PeerUpdate::new(ka.public_key());
+    peer.allowed_ips.push("10.64.0.1/32".parse().expect("net"));
+    b.device
+        .apply(DeviceUpdate {
+            peers: vec![peer],
+            ..Default::default()
+        })
+        .expect("peer");
+    // The initiator is a bare boringtun state machine, so the test controls every message.
+    let mut a = Tunn::new(
+        StaticSecret::from(*ka.bytes()),
+        PublicKey::from(kb.public_key().0),
+        None,
+        None,
+        7,
+        None,
+    );
+    let from = SocketAddr::from(([198, 51, 100, 1], 40000));
+    let now = Instant::now();
+    let mut buf = vec![0u8; 256];
+    let mut cookie = None;
+    // More initiations than the device takes per second: it starts asking for cookies.
+    for _ in 0..2 * plexd_dataplane::device::HANDSHAKE_RATE_LIMIT {
+        let TunnResult::WriteToNetwork(init) = a.format_handshake_initiation(&mut buf, true) else {
+            panic!("no initiation");
+        };
+        let init = init.to_vec();
+        let mut net = PacketBatch::for_datagrams(4);
+        let mut tun = PacketBatch::for_packets(4);
+        b.device
+            .handle_udp_datagram(now, from, &init, &mut net, &mut tun);
+        if let Some((reply, to)) = net.iter().next()
+            && reply[0] == 3
+        {
+            assert_eq!(to, from, "the cookie goes back to the sender's address");
+            cookie = Some(reply.to_vec());
+            break;
+        }
+    }
+    let cookie = cookie.expect("a loaded device answers initiations with a cookie reply");
+    // With the cookie, the next initiation carries a valid MAC2 and is answered.
+    let mut out = vec![0u8; 256];
+    assert!(matches!(
+        a.decapsulate(Some(from.ip()), &cookie, &mut out),
+        TunnResult::Done
+    ));
+    let TunnResult::WriteToNetwork(init) = a.format_handshake_initiation(&mut buf, true) else {
+        panic!("no initiation");
+    };
+    let init = init.to_vec();
+    let mut net = PacketBatch::for_datagrams(4);
+    let mut tun = PacketBatch::for_packets(4);
+    b.device
+        .handle_udp_datagram(now, from, &init, &mut net, &mut tun);
+    assert_eq!(net.len(), 1);
+    assert_eq!(net.get(0)[0], 2, "a handshake response, despite the load");
+    assert_eq!(
+        b.device.peer(&ka.public_key()).expect("peer").endpoint(),
+        Some(from)
+    );
+}
