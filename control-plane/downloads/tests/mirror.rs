@@ -129,6 +129,15 @@ async fn get(url: &str) -> reqwest::Response {
     client().get(url).send().await.unwrap()
 }
 
+/// The body of a 200 answer; anything else fails with the answer in the message.
+async fn ok_text(url: &str) -> String {
+    let resp = get(url).await;
+    let status = resp.status();
+    let text = resp.text().await.unwrap();
+    assert_eq!(status, 200, "GET {url}: {text}");
+    text
+}
+
 #[tokio::test]
 async fn first_request_fetches_then_the_cache_serves_also_with_the_upstream_stopped() {
     let r = release();
@@ -169,11 +178,7 @@ async fn first_request_fetches_then_the_cache_serves_also_with_the_upstream_stop
         .unwrap();
     assert_eq!(resp.status(), 206);
     assert_eq!(resp.bytes().await.unwrap().as_ref(), &r.amd64[1000..2000]);
-    let text = get(&server.url("/downloads/plexd/checksums.sha256"))
-        .await
-        .text()
-        .await
-        .unwrap();
+    let text = ok_text(&server.url("/downloads/plexd/checksums.sha256")).await;
     assert_eq!(text, r.checksums);
     // The platform never fetched: 502 with the code, while the upstream is down.
     let (status, code, _) = api_error(get(&server.url("/downloads/plexd/linux-arm64")).await).await;
@@ -231,11 +236,7 @@ async fn an_unreachable_upstream_and_an_empty_cache_is_502_with_the_code() {
     assert_eq!(cached_names(cache.path()), Vec::<String>::new());
     assert_eq!(u.hits("plexd-linux-amd64"), 0);
     // The pinned checksums are still served: they are configuration.
-    let text = get(&server.url("/downloads/plexd/checksums.sha256"))
-        .await
-        .text()
-        .await
-        .unwrap();
+    let text = ok_text(&server.url("/downloads/plexd/checksums.sha256")).await;
     assert_eq!(text, r.checksums);
 }
 
@@ -368,11 +369,7 @@ async fn checksums_from_a_url_are_fetched_once_and_kept_on_disk() {
     );
     let (server, _) = downloads(config.clone()).await;
     for _ in 0..2 {
-        let text = get(&server.url("/downloads/plexd/checksums.sha256"))
-            .await
-            .text()
-            .await
-            .unwrap();
+        let text = ok_text(&server.url("/downloads/plexd/checksums.sha256")).await;
         assert_eq!(text, r.checksums);
     }
     assert_eq!(u.hits("checksums.sha256"), 1);
@@ -386,11 +383,7 @@ async fn checksums_from_a_url_are_fetched_once_and_kept_on_disk() {
     // Restarted with the upstream gone: the kept checksums and binary are served.
     up.stop().await;
     let (restarted, _) = downloads(config).await;
-    let text = get(&restarted.url("/downloads/plexd/checksums.sha256"))
-        .await
-        .text()
-        .await
-        .unwrap();
+    let text = ok_text(&restarted.url("/downloads/plexd/checksums.sha256")).await;
     assert_eq!(text, r.checksums);
     let resp = get(&restarted.url("/downloads/plexd/linux-amd64")).await;
     assert_eq!(resp.status(), 200);
