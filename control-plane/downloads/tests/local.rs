@@ -416,3 +416,49 @@ async fn the_index_offers_the_version_and_paths() {
         })
     );
 }
+
+#[tokio::test]
+async fn merges_into_a_server_router_that_has_its_own_fallbacks() {
+    use axum::Router;
+    use axum::http::StatusCode;
+
+    let artifacts = tempfile::tempdir().unwrap();
+    let amd64 = fake_binary(5, 10_000);
+    std::fs::write(artifacts.path().join("plexd-linux-amd64"), &amd64).unwrap();
+    let downloads = Arc::new(
+        Downloads::open(DownloadsConfig::local(VERSION, artifacts.path()), None)
+            .await
+            .unwrap(),
+    );
+    // The shape of the plexsphere API router: its own routes, fallback and 405 fallback.
+    let api = Router::new()
+        .route("/v1/version", axum::routing::get(|| async { "api" }))
+        .fallback(|| async { (StatusCode::NOT_FOUND, "api fallback") })
+        .method_not_allowed_fallback(|| async { (StatusCode::METHOD_NOT_ALLOWED, "api 405") });
+    let server = Server::start(api.merge(router(downloads))).await;
+
+    let resp = get(&server.url("/downloads/plexd/linux-amd64")).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.bytes().await.unwrap().as_ref(), amd64.as_slice());
+    assert_eq!(
+        get(&server.url("/v1/version")).await.text().await.unwrap(),
+        "api"
+    );
+    assert_eq!(
+        get(&server.url("/downloads/other"))
+            .await
+            .text()
+            .await
+            .unwrap(),
+        "api fallback"
+    );
+    let (status, code, _) = api_error(
+        client()
+            .delete(server.url("/downloads/plexd/checksums.sha256"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!((status, code.as_str()), (405, "invalid_request"));
+}
