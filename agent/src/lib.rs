@@ -3,7 +3,7 @@
 //! The binary (`main.rs`) only parses the command line and calls [`app::main`]. Each subsystem
 //! owns a module: [`config`] (config.yaml), [`tls`] (trust), [`api_client`] (HTTP),
 //! [`identity`] (key and state files), [`join`] (enrolment), [`install`], [`daemon`] (`run`),
-//! [`logging`], and [`exit`] (the exit codes and the one place errors map to them).
+//! [`mesh`] (WireGuard backends and the peer reconcile), [`logging`], and [`exit`] (the exit codes and the one place errors map to them).
 
 pub mod api_client;
 pub mod app;
@@ -16,5 +16,6 @@ pub mod identity;
 pub mod install;
 pub mod join;
 pub mod logging;
+pub mod mesh;
 pub mod paths;
 pub mod tls;

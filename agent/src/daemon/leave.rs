@@ -102,7 +102,7 @@ pub async fn leave_direct(s: &JoinSettings) -> Result<String, Failure> {
     let client = ApiClient::new(url, &s.trust, s.dropped_ca.clone())?;
     let api = NodeApi::new(client, id.node_id, id.node_credential.clone());
     let answer = api.leave().await;
-    let mut mesh = super::mesh::open(&s.config.wireguard);
+    let mut mesh = super::mesh::for_leave(&s.config.wireguard);
     finish(&id, answer, &s.state, mesh.as_mut())
 }
 

@@ -1,7 +1,6 @@
 //! The data plane behind a small trait: apply the desired peers, read the live ones, tear
-//! down. Issue 4 adds the WireGuard backends (kernel through wireguard-control, and the
-//! embedded userspace data plane); today the honest implementation is `none`: control plane
-//! only, no traffic carried.
+//! down. The WireGuard backends (kernel through wireguard-control, and the embedded userspace
+//! data plane) live in `crate::mesh`; `none` (control plane only, no traffic) lives here.
 
 use std::net::SocketAddr;
 use std::time::SystemTime;
@@ -9,7 +8,7 @@ use std::time::SystemTime;
 use plexsphere_wire::node::PeerSpec;
 
 use super::peers::{self, PeerChange};
-use crate::config::{Backend, WireguardConfig};
+use crate::config::WireguardConfig;
 
 /// A peer as the interface sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,27 +77,18 @@ impl Mesh for NoneMesh {
     }
 }
 
-/// The data plane the config asks for. Until issue 4 lands every choice ends at `none`;
-/// `auto` says so at warn, an explicit `kernel`/`userspace` at error (traffic was asked for).
-pub fn open(cfg: &WireguardConfig) -> Box<dyn Mesh> {
-    match cfg.backend {
-        Backend::None => {}
-        Backend::Auto => tracing::warn!(
-            interface = %cfg.interface,
-            "wireguard.backend auto: no WireGuard backend is built into this plexd yet; running control-plane only (backend none)"
-        ),
-        b @ (Backend::Kernel | Backend::Userspace) => tracing::error!(
-            interface = %cfg.interface,
-            backend = b.as_str(),
-            "wireguard.backend {} is not built into this plexd yet; running control-plane only (backend none)",
-            b.as_str()
-        ),
-    }
-    tracing::info!(
-        backend = "none",
-        "control-plane only: plexd tracks and reports the desired peers but carries no mesh traffic"
-    );
-    Box::new(NoneMesh::default())
+/// The data plane the config asks for (see `crate::mesh::open`): `kernel`, `userspace`,
+/// `auto` (the kernel module when present, else userspace) or `none`.
+pub fn open(
+    cfg: &WireguardConfig,
+    node: &crate::mesh::NodeSetup,
+) -> Result<Box<dyn Mesh>, crate::mesh::OpenError> {
+    crate::mesh::open(cfg, node)
+}
+
+/// What `plexd leave` tears down when no daemon runs: a leftover interface, nothing started.
+pub fn for_leave(cfg: &WireguardConfig) -> Box<dyn Mesh> {
+    Box::new(crate::mesh::Leftover::new(cfg))
 }
 
 #[cfg(test)]
@@ -123,6 +113,12 @@ mod tests {
         assert!(matches!(removed[0], PeerChange::Removed(_)));
         m.teardown().unwrap();
         assert!(m.live_peers().unwrap().is_empty());
-        assert_eq!(open(&WireguardConfig::default()).backend(), "none");
+        let none = WireguardConfig {
+            backend: crate::config::Backend::None,
+            ..WireguardConfig::default()
+        };
+        let node = crate::mesh::NodeSetup::new([1; 32], "10.64.0.2".parse().unwrap(), 16);
+        assert_eq!(open(&none, &node).unwrap().backend(), "none");
+        assert_eq!(for_leave(&none).backend(), "none");
     }
 }

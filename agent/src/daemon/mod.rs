@@ -64,7 +64,7 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
         let client = ApiClient::new(url, &settings.trust, settings.dropped_ca.clone())?;
         let api = calls::NodeApi::new(client, identity.node_id, identity.node_credential.clone());
         let acceptor = accept::Acceptor::new(verifier, identity.node_id);
-        let mesh = mesh::open(&settings.config.wireguard);
+        let mesh = open_mesh(settings, &identity)?;
         tracing::info!(api_url = %identity.api_url, backend = mesh.backend(), interface = %settings.config.wireguard.interface, "starting");
 
         match socket::bind(&run_dir) {
@@ -113,6 +113,38 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
     }
     .instrument(span)
     .await
+}
+
+/// The data plane for this node: its key, mesh IP and prefix on the configured backend.
+fn open_mesh(
+    settings: &JoinSettings,
+    identity: &crate::identity::Identity,
+) -> Result<Box<dyn mesh::Mesh>, Failure> {
+    let key_file = settings.state.key_file();
+    let (key, generated) = crate::identity::NodeKey::load_or_generate(&key_file)
+        .map_err(|e| Failure::new(ExitCode::Config, e.to_string()))?;
+    if generated {
+        return Err(Failure::new(
+            ExitCode::Config,
+            format!(
+                "{} was missing, so this node's registered WireGuard key is lost; run plexd leave and enrol again",
+                key_file.display()
+            ),
+        ));
+    }
+    let node = crate::mesh::NodeSetup::new(
+        key.secret().to_bytes(),
+        identity.mesh_ip,
+        identity.mesh_cidr.prefix_len(),
+    );
+    mesh::open(&settings.config.wireguard, &node).map_err(|e| {
+        let code = if e.is_config() {
+            ExitCode::Config
+        } else {
+            ExitCode::Io
+        };
+        Failure::new(code, format!("the WireGuard data plane: {e}"))
+    })
 }
 
 fn spawn_signals(tx: mpsc::Sender<Input>) -> Result<(), Failure> {

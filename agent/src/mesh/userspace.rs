@@ -1,0 +1,153 @@
+//! The userspace backend: plexd's embedded data plane (`plexd-dataplane`) runs in this
+//! process on its own threads, over a TUN named after `wireguard.interface`, serving the UAPI
+//! socket /var/run/wireguard/<iface>.sock. plexd then configures it with the same
+//! wireguard-control code as the kernel backend (`Backend::Userspace`), so `wg show <iface>`
+//! works for operators.
+//!
+//! The data plane lives and dies with plexd: on SIGTERM its threads stop with the process and
+//! the TUN interface goes away (the kernel removes a TUN when its last descriptor closes); a
+//! restarted plexd creates it again and re-applies the cached state.
+
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::{Arc, mpsc};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use plexd_dataplane::Device;
+use plexd_dataplane::linux::{LinuxTun, LinuxUdpBinder};
+use plexd_dataplane::runner::{self, RunConfig, Shutdown};
+use plexd_dataplane::uapi_server::socket_path;
+use wireguard_control::Backend;
+
+use super::wg::{WgControl, iface_name};
+use super::worker::{Plane, WgMesh};
+use super::{NodeSetup, OpenError, netlink, setup_link};
+use crate::config::WireguardConfig;
+
+/// How long the data plane may take to serve its UAPI socket.
+const START_BOUND: Duration = Duration::from_secs(10);
+
+struct UserspacePlane {
+    iface: String,
+    shutdown: Shutdown,
+    done: mpsc::Receiver<Result<(), String>>,
+    thread: Option<JoinHandle<()>>,
+    stopped: Option<String>,
+}
+
+impl UserspacePlane {
+    fn stop(&mut self) {
+        self.shutdown.trigger();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Plane for UserspacePlane {
+    fn check(&mut self) -> Result<(), String> {
+        if self.stopped.is_none()
+            && let Ok(r) = self.done.try_recv()
+        {
+            let why = match r {
+                Ok(()) => "it stopped".to_owned(),
+                Err(e) => e,
+            };
+            tracing::error!(interface = %self.iface, "the embedded WireGuard data plane stopped: {why}; restart plexd");
+            self.stopped = Some(why);
+        }
+        match &self.stopped {
+            Some(why) => Err(format!(
+                "the embedded data plane stopped ({why}); restart plexd"
+            )),
+            None => Ok(()),
+        }
+    }
+
+    fn teardown(&mut self) -> Result<(), String> {
+        self.stop();
+        // A TUN goes away with its descriptor; a persistent one someone left is removed too.
+        match netlink::delete_link(&self.iface) {
+            Ok(_) => {
+                tracing::info!(interface = %self.iface, "removed the WireGuard interface");
+                Ok(())
+            }
+            Err(e) => Err(format!(
+                "cannot delete the interface ({e}); run `ip link del {}`",
+                self.iface
+            )),
+        }
+    }
+}
+
+impl Drop for UserspacePlane {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn runtime(what: &str, iface: &str, e: impl std::fmt::Display) -> OpenError {
+    OpenError::Runtime(format!("cannot {what} for {iface}: {e}"))
+}
+
+/// Starts the embedded data plane and configures it.
+pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError> {
+    let name = cfg.interface.clone();
+    let iface = iface_name(&name).map_err(|e| OpenError::Config(e.to_string()))?;
+    let tun = LinuxTun::create(&name, u32::from(cfg.mtu), true).map_err(|e| {
+        runtime(
+            "create the TUN interface (is /dev/net/tun available and plexd root?)",
+            &name,
+            e,
+        )
+    })?;
+    let device = Arc::new(Device::new());
+    device.set_listen_port(cfg.listen_port);
+    let shutdown = Shutdown::new();
+    let socket: PathBuf = socket_path(&name);
+    let (done_tx, done) = mpsc::channel();
+    let thread = {
+        let (shutdown, socket) = (shutdown.clone(), socket.clone());
+        let config = RunConfig {
+            uapi_socket: Some(socket),
+            ..RunConfig::default()
+        };
+        thread::Builder::new()
+            .name("wg-dataplane".into())
+            .spawn(move || {
+                let r = runner::run(device, tun, LinuxUdpBinder::default(), config, shutdown);
+                let _ = done_tx.send(r.map_err(|e| e.to_string()));
+            })
+            .map_err(|e| runtime("start the data-plane thread", &name, e))?
+    };
+    let mut plane = UserspacePlane {
+        iface: name.clone(),
+        shutdown,
+        done,
+        thread: Some(thread),
+        stopped: None,
+    };
+    // Ready when the UAPI socket answers; a bind failure ends the runner first.
+    let deadline = Instant::now() + START_BOUND;
+    while UnixStream::connect(&socket).is_err() {
+        plane.check().map_err(OpenError::Runtime)?;
+        if Instant::now() > deadline {
+            return Err(OpenError::Runtime(format!(
+                "the embedded data plane of {name} did not serve {} within {} s",
+                socket.display(),
+                START_BOUND.as_secs()
+            )));
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    let ctl = WgControl {
+        iface,
+        backend: Backend::Userspace,
+    };
+    ctl.set_identity(node.private_key(), cfg.listen_port)
+        .map_err(|e| runtime("set the private key and listen port", &name, e))?;
+    setup_link(cfg, node).map_err(OpenError::Runtime)?;
+    tracing::info!(interface = %name, socket = %socket.display(), listen_port = cfg.listen_port, "the embedded userspace WireGuard data plane is running");
+    WgMesh::start("userspace", &name, ctl, plane).map_err(|e| OpenError::Runtime(e.to_string()))
+}

@@ -1,0 +1,253 @@
+//! The [`Mesh`] both WireGuard backends share: one worker thread owns every blocking
+//! `wireguard-control` call, so the daemon's event loop only waits (with a bound) for an
+//! answer. The worker also reconciles on its own every [`RECONCILE_EVERY`]: that drives the
+//! endpoint rotation (a candidate that completes no handshake in 15 s gives way to the next)
+//! and puts back what someone changed by hand on the interface.
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant, SystemTime};
+
+use plexsphere_wire::node::PeerSpec;
+
+use super::diff::{self, LiveConfig, MeshChange};
+use super::endpoints::EndpointBook;
+use super::wg::WgControl;
+use crate::daemon::mesh::{LivePeer, Mesh, MeshError};
+use crate::daemon::peers::{self, PeerChange};
+
+/// How often the worker reconciles without being asked.
+pub const RECONCILE_EVERY: Duration = Duration::from_secs(5);
+/// How long the daemon waits for the worker's answer.
+pub const CALL_BOUND: Duration = Duration::from_secs(15);
+
+/// What a backend adds to the shared code: is its data plane alive, and how it goes away.
+pub trait Plane: Send + 'static {
+    /// Why the interface cannot be configured right now (the embedded data plane stopped).
+    fn check(&mut self) -> Result<(), String>;
+    /// Removes the interface (leave).
+    fn teardown(&mut self) -> Result<(), String>;
+}
+
+type Reply<T> = mpsc::Sender<Result<T, String>>;
+
+enum Job {
+    Apply(Vec<PeerSpec>, Reply<Vec<MeshChange>>),
+    Live(Reply<Vec<LiveConfig>>),
+    Teardown(Reply<()>),
+}
+
+/// A WireGuard interface driven through wireguard-control by a worker thread.
+pub struct WgMesh {
+    backend: &'static str,
+    iface: String,
+    jobs: mpsc::Sender<Job>,
+    last_desired: Vec<PeerSpec>,
+}
+
+struct Worker<P: Plane> {
+    ctl: WgControl,
+    plane: P,
+    iface: String,
+    desired: Option<Vec<PeerSpec>>,
+    book: EndpointBook,
+    last_error: Option<String>,
+}
+
+impl WgMesh {
+    pub fn start<P: Plane>(
+        backend: &'static str,
+        iface: &str,
+        ctl: WgControl,
+        plane: P,
+    ) -> Result<Self, MeshError> {
+        let (tx, rx) = mpsc::channel();
+        let worker = Worker {
+            ctl,
+            plane,
+            iface: iface.to_owned(),
+            desired: None,
+            book: EndpointBook::new(),
+            last_error: None,
+        };
+        thread::Builder::new()
+            .name("wg-control".into())
+            .spawn(move || worker.run(&rx))
+            .map_err(|e| MeshError {
+                backend,
+                interface: iface.to_owned(),
+                what: format!("cannot start the wireguard control thread: {e}"),
+            })?;
+        Ok(Self {
+            backend,
+            iface: iface.to_owned(),
+            jobs: tx,
+            last_desired: Vec::new(),
+        })
+    }
+
+    fn error(&self, what: String) -> MeshError {
+        MeshError {
+            backend: self.backend,
+            interface: self.iface.clone(),
+            what,
+        }
+    }
+
+    fn call<T>(&self, job: impl FnOnce(Reply<T>) -> Job) -> Result<T, MeshError> {
+        let (tx, rx) = mpsc::channel();
+        self.jobs
+            .send(job(tx))
+            .map_err(|_| self.error("the interface was torn down (plexd leave)".to_owned()))?;
+        match rx.recv_timeout(CALL_BOUND) {
+            Ok(r) => r.map_err(|e| self.error(e)),
+            Err(mpsc::RecvTimeoutError::Timeout) => Err(self.error(format!(
+                "no answer from the wireguard control thread within {} s; the interface may be wedged",
+                CALL_BOUND.as_secs()
+            ))),
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(self.error(
+                "the wireguard control thread stopped; restart plexd".to_owned(),
+            )),
+        }
+    }
+}
+
+impl Mesh for WgMesh {
+    fn backend(&self) -> &'static str {
+        self.backend
+    }
+
+    fn apply(&mut self, desired: &[PeerSpec]) -> Result<Vec<PeerChange>, MeshError> {
+        self.call(|tx| Job::Apply(desired.to_vec(), tx))?;
+        let changes = peers::diff(&self.last_desired, desired);
+        self.last_desired = desired.to_vec();
+        Ok(changes)
+    }
+
+    fn live_peers(&self) -> Result<Vec<LivePeer>, MeshError> {
+        let live = self.call(Job::Live)?;
+        Ok(live
+            .into_iter()
+            .map(|l| LivePeer {
+                public_key: l.key.to_base64(),
+                endpoint: l.endpoint,
+                last_handshake: l.last_handshake,
+                rx_bytes: l.rx_bytes,
+                tx_bytes: l.tx_bytes,
+            })
+            .collect())
+    }
+
+    fn teardown(&mut self) -> Result<(), MeshError> {
+        self.call(Job::Teardown)?;
+        self.last_desired.clear();
+        Ok(())
+    }
+}
+
+impl<P: Plane> Worker<P> {
+    fn run(mut self, jobs: &mpsc::Receiver<Job>) {
+        loop {
+            match jobs.recv_timeout(RECONCILE_EVERY) {
+                Ok(Job::Apply(desired, reply)) => {
+                    self.desired = Some(desired);
+                    let r = self.reconcile(false);
+                    let _ = reply.send(r);
+                }
+                Ok(Job::Live(reply)) => {
+                    let r = self.plane.check().and_then(|()| {
+                        self.ctl
+                            .live()
+                            .map_err(|e| format!("cannot read the peers: {e}"))
+                    });
+                    let _ = reply.send(r);
+                }
+                Ok(Job::Teardown(reply)) => {
+                    let _ = reply.send(self.plane.teardown());
+                    return;
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if self.desired.is_none() {
+                        continue;
+                    }
+                    match self.reconcile(true) {
+                        Ok(_) => self.last_error = None,
+                        Err(e) => {
+                            if self.last_error.as_ref() != Some(&e) {
+                                tracing::warn!(interface = %self.iface, "wireguard reconcile failed: {e}; retrying every {} s", RECONCILE_EVERY.as_secs());
+                            }
+                            self.last_error = Some(e);
+                        }
+                    }
+                }
+                // The daemon stopped (SIGTERM): the interface stays as it is.
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+        }
+    }
+
+    fn reconcile(&mut self, periodic: bool) -> Result<Vec<MeshChange>, String> {
+        let Some(desired) = &self.desired else {
+            return Ok(vec![]);
+        };
+        self.plane.check()?;
+        let live = self
+            .ctl
+            .live()
+            .map_err(|e| format!("cannot read the peers: {e}"))?;
+        let d = diff::diff(
+            desired,
+            &live,
+            &mut self.book,
+            Instant::now(),
+            SystemTime::now(),
+        );
+        self.ctl
+            .apply(&d.update)
+            .map_err(|e| format!("cannot apply {} peer operation(s): {e}", d.update.ops.len()))?;
+        log_changes(&self.iface, &d.changes, periodic);
+        Ok(d.changes)
+    }
+}
+
+/// Journal lines for the interface's changes. Additions and removals the daemon asked for are
+/// already logged by it ("peer added"), so here they are debug unless the periodic pass
+/// found them (someone changed the interface by hand).
+fn log_changes(iface: &str, changes: &[MeshChange], periodic: bool) {
+    for c in changes {
+        match c {
+            MeshChange::Added {
+                key,
+                node_id,
+                endpoint,
+            } if periodic => {
+                tracing::info!(interface = iface, peer = %node_id, peer_key = %key, endpoint = ?endpoint, "wireguard: a desired peer was missing from the interface; configured it again");
+            }
+            MeshChange::Added {
+                key,
+                node_id,
+                endpoint,
+            } => {
+                tracing::debug!(interface = iface, peer = %node_id, peer_key = %key, endpoint = ?endpoint, "wireguard: peer configured");
+            }
+            MeshChange::Removed { key } if periodic => {
+                tracing::info!(interface = iface, peer_key = %key, "wireguard: removed a peer nobody wants from the interface");
+            }
+            MeshChange::Removed { key } => {
+                tracing::debug!(interface = iface, peer_key = %key, "wireguard: peer removed");
+            }
+            MeshChange::EndpointChanged { key, from, to } => {
+                tracing::info!(interface = iface, peer_key = %key, from = ?from, to = %to, "wireguard: endpoint set");
+            }
+            MeshChange::AllowedIpsChanged { key, from, to } => {
+                tracing::info!(interface = iface, peer_key = %key, from = ?from, to = ?to, "wireguard: allowed IPs replaced");
+            }
+            MeshChange::KeepaliveChanged { key, from, to } => {
+                tracing::info!(interface = iface, peer_key = %key, from, to, "wireguard: persistent keepalive changed");
+            }
+            MeshChange::Skipped { node_id, reason } => {
+                tracing::warn!(interface = iface, peer = %node_id, "wireguard: peer not configured: {reason}");
+            }
+        }
+    }
+}
