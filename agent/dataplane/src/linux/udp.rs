@@ -349,6 +349,30 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_dual_stack_socket_carries_ipv6_too() {
+        let binder = LinuxUdpBinder::default();
+        let a = binder.bind(0).expect("bind a");
+        let b = binder.bind(0).expect("bind b");
+        assert!(
+            b.dual_stack,
+            "this host has IPv6; the socket should be dual-stack"
+        );
+        let to = SocketAddr::from((Ipv6Addr::LOCALHOST, b.local_addr().expect("addr").port()));
+        let mut out = PacketBatch::new(64, 1);
+        out.push(b"six", to);
+        assert_eq!(a.send(&out).expect("send"), 1);
+        let mut got = PacketBatch::new(64, 4);
+        for _ in 0..50 {
+            if b.recv(&mut got, Duration::from_millis(100)).expect("recv") > 0 {
+                break;
+            }
+        }
+        let (d, from) = got.datagrams().next().expect("a datagram over ::1");
+        assert_eq!(d, b"six");
+        assert_eq!(from.ip(), IpAddr::V6(Ipv6Addr::LOCALHOST));
+    }
+
     fn round_trip(binder: LinuxUdpBinder) {
         let a = binder.bind(0).expect("bind a");
         let b = binder.bind(0).expect("bind b");
