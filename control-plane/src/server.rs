@@ -61,27 +61,25 @@ pub async fn run(
     }
 }
 
-/// Resolves on SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        if let Err(e) = tokio::signal::ctrl_c().await {
-            tracing::error!(error = %e, "cannot listen for SIGINT");
-            std::future::pending::<()>().await;
-        }
-    };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+/// Resolves on SIGTERM or SIGINT. The handlers are installed when this is called (not when
+/// the future is first polled), so call it before announcing readiness: a signal sent right
+/// after the `listening on` line must not meet the default action.
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{SignalKind, signal};
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    async move {
+        match (term, int) {
+            (Ok(mut term), Ok(mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {},
+                    _ = int.recv() => {},
+                }
             }
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for SIGTERM");
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM/SIGINT; stop the server with SIGKILL");
                 std::future::pending::<()>().await;
             }
         }
-    };
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
     }
 }

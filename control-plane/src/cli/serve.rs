@@ -57,6 +57,8 @@ async fn run(
     let addr = listener
         .local_addr()
         .context("cannot read the bound address")?;
+    // Install the signal handlers before the line that tells supervisors we are up.
+    let signal = server::shutdown_signal();
     println!("listening on {}://{addr}", transport.scheme());
     let _ = std::io::stdout().flush();
     tracing::info!(address = %addr, scheme = transport.scheme(), "serving the plexsphere API");
@@ -65,7 +67,7 @@ async fn run(
     let maintenance = crate::maintenance::spawn(&state);
     let app = api::router(state.clone());
     let shutdown = async move {
-        server::shutdown_signal().await;
+        signal.await;
         // Event streams never end by themselves: end them so the drain finishes promptly.
         state.streams.close_all();
     };
