@@ -40,6 +40,7 @@ pub mod error;
 mod http;
 mod local;
 mod mirror;
+mod mirror_client;
 pub mod platform;
 pub mod range;
 pub mod signing;
