@@ -10,6 +10,8 @@ use crate::tls::{self, TlsError, TrustSources};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+const H2_PING_INTERVAL: Duration = Duration::from_secs(10);
+const H2_PING_TIMEOUT: Duration = Duration::from_secs(10);
 /// How much of an unexpected body an error message quotes.
 const BODY_QUOTE: usize = 200;
 
@@ -76,18 +78,31 @@ impl ApiClient {
         dropped_ca: PathBuf,
     ) -> Result<Self, ApiClientError> {
         let tls = tls::client_config(trust)?;
-        let builder = || {
+        let builder = |tls: rustls::ClientConfig| {
             reqwest::Client::builder()
-                .tls_backend_preconfigured(tls.clone())
+                .tls_backend_preconfigured(tls)
                 .connect_timeout(CONNECT_TIMEOUT)
                 .redirect(reqwest::redirect::Policy::none())
                 .user_agent(concat!("plexd/", env!("CARGO_PKG_VERSION")))
         };
-        let http = builder()
+        // Calls share one connection (HTTP/2 when offered). Pings find a connection that went
+        // silent (a proxy that holds it open without forwarding), so it is dropped instead of
+        // stalling every later call until its timeout.
+        let http = builder(tls.clone())
             .timeout(REQUEST_TIMEOUT)
+            .http2_keep_alive_interval(Some(H2_PING_INTERVAL))
+            .http2_keep_alive_timeout(H2_PING_TIMEOUT)
+            .http2_keep_alive_while_idle(true)
             .build()
             .map_err(|e| ApiClientError::Build(e.to_string()))?;
-        let stream_http = builder()
+        // The event stream gets a connection of its own for every attempt (HTTP/1.1, no idle
+        // pool): after a stall the next attempt dials afresh instead of reusing a dead
+        // connection.
+        let mut stream_tls = tls;
+        stream_tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let stream_http = builder(stream_tls)
+            .http1_only()
+            .pool_max_idle_per_host(0)
             .build()
             .map_err(|e| ApiClientError::Build(e.to_string()))?;
         Ok(Self {

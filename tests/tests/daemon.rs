@@ -12,6 +12,9 @@ use std::time::Duration;
 use plexsphere_e2e::proxy::{Mode, Proxy};
 use plexsphere_e2e::{ControlPlane, Host, LAB_NODES_PROJECT, Proc, wait_until};
 
+/// The control planes of these tests send a keep-alive every second.
+const KEEPALIVE: &[&str] = &["--sse-keepalive-secs", "1"];
+
 const BOUND: Duration = Duration::from_secs(60);
 
 /// Fast daemon timings for tests: heartbeats every second, stalls noticed after 3 s.
@@ -55,7 +58,14 @@ fn heartbeats_mark_the_node_online_and_a_stopped_daemon_goes_offline() {
     let tmp = tempfile::tempdir().unwrap();
     let cp = ControlPlane::start_dev_with(
         &tmp.path().join("cp"),
-        &["--heartbeat-secs", "1", "--offline-after-secs", "3"],
+        &[
+            "--sse-keepalive-secs",
+            "1",
+            "--heartbeat-secs",
+            "1",
+            "--offline-after-secs",
+            "3",
+        ],
     )
     .unwrap();
     let a = node(&cp, tmp.path(), "a", &cp.url);
@@ -93,16 +103,16 @@ fn heartbeats_mark_the_node_online_and_a_stopped_daemon_goes_offline() {
 fn the_stream_resumes_after_a_server_restart_without_missing_events() {
     let tmp = tempfile::tempdir().unwrap();
     let cp_dir = tmp.path().join("cp");
-    let mut cp = ControlPlane::start_dev(&cp_dir).unwrap();
+    let mut cp = ControlPlane::start_dev_with(&cp_dir, KEEPALIVE).unwrap();
     let proxy = Proxy::start(cp.addr().unwrap()).unwrap();
     let a = node(&cp, tmp.path(), "a", &proxy.url());
-    let (_proc, before) = start(&a);
+    let (proc, before) = start(&a);
     let last_before = before["last_event_id"].as_u64().unwrap();
 
     // The server goes away while the node is connected, and comes back on another port.
     proxy.set_mode(Mode::Refuse);
     cp.proc.terminate(Duration::from_secs(15)).unwrap();
-    let cp2 = ControlPlane::start_dev(&cp_dir).unwrap();
+    let cp2 = ControlPlane::start_dev_with(&cp_dir, KEEPALIVE).unwrap();
     proxy.set_upstream(cp2.addr().unwrap());
     drop(cp);
 
@@ -126,13 +136,20 @@ fn the_stream_resumes_after_a_server_restart_without_missing_events() {
             s["event_stream_connected"] == true && ips.iter().all(|ip| peers.contains(ip))
         }))
     })
-    .unwrap();
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}\n--- plexd:\n{}\n--- plexsphere:\n{}",
+            proc.output(),
+            cp2.proc.output()
+        )
+    });
     assert!(after["last_event_id"].as_u64().unwrap() >= last_before + 2);
     // The stream was resumed from where the node was, not restarted from scratch.
     let opened = cp2
         .proc
         .wait_for_line(BOUND, |l| {
-            l.contains("sse: stream opened") && l.contains(&format!("Some({last_before})"))
+            l.contains("sse: stream opened")
+                && l.contains(&format!("last_event_id=Some(\"{last_before}\")"))
         })
         .unwrap();
     assert!(!cp2.proc.output().contains("sse: resync"), "{opened}");
@@ -142,9 +159,22 @@ fn the_stream_resumes_after_a_server_restart_without_missing_events() {
 fn a_resume_from_before_the_replay_window_gets_a_resync_and_a_full_pull() {
     let tmp = tempfile::tempdir().unwrap();
     let cp_dir = tmp.path().join("cp");
-    let cp = ControlPlane::start_dev_with(&cp_dir, &["--event-retention-secs", "1"]).unwrap();
+    let cp = ControlPlane::start_dev_with(
+        &cp_dir,
+        &["--sse-keepalive-secs", "1", "--event-retention-secs", "1"],
+    )
+    .unwrap();
     let proxy = Proxy::start(cp.addr().unwrap()).unwrap();
-    let a = node(&cp, tmp.path(), "a", &proxy.url());
+    // No heartbeat or state poll for an hour: after the outage the stream is the node's only
+    // way back, so the resume itself must lead to the full pull.
+    let a = Host::new(&tmp.path().join("a")).unwrap();
+    let slow = FAST
+        .replace("heartbeat_secs: 1", "heartbeat_secs: 3600")
+        .replace("state_poll_secs: 2", "state_poll_secs: 3600");
+    a.write_config(&proxy.url(), &cp.ca_file(), LAB_NODES_PROJECT, "a", &slow)
+        .unwrap();
+    a.write_token(&cp.issue_token(LAB_NODES_PROJECT).unwrap())
+        .unwrap();
     let (proc, before) = start(&a);
     let last_before = before["last_event_id"].as_u64().unwrap();
 
@@ -183,7 +213,7 @@ fn a_resume_from_before_the_replay_window_gets_a_resync_and_a_full_pull() {
 #[test]
 fn a_silent_proxy_is_noticed_and_the_stream_reopened() {
     let tmp = tempfile::tempdir().unwrap();
-    let cp = ControlPlane::start_dev(&tmp.path().join("cp")).unwrap();
+    let cp = ControlPlane::start_dev_with(&tmp.path().join("cp"), KEEPALIVE).unwrap();
     let proxy = Proxy::start(cp.addr().unwrap()).unwrap();
     let a = node(&cp, tmp.path(), "a", &proxy.url());
     let (proc, _) = start(&a);
@@ -212,7 +242,7 @@ fn a_silent_proxy_is_noticed_and_the_stream_reopened() {
 fn tampered_state_and_events_are_refused_and_the_last_good_state_kept() {
     let tmp = tempfile::tempdir().unwrap();
     let cp_dir = tmp.path().join("cp");
-    let cp = ControlPlane::start_dev(&cp_dir).unwrap();
+    let cp = ControlPlane::start_dev_with(&cp_dir, KEEPALIVE).unwrap();
     let tls = cp_dir.join("tls");
     let proxy = Proxy::start_tls(
         cp.addr().unwrap(),
@@ -256,7 +286,7 @@ fn tampered_state_and_events_are_refused_and_the_last_good_state_kept() {
 #[test]
 fn a_cold_start_without_the_control_plane_applies_the_cached_state() {
     let tmp = tempfile::tempdir().unwrap();
-    let mut cp = ControlPlane::start_dev(&tmp.path().join("cp")).unwrap();
+    let mut cp = ControlPlane::start_dev_with(&tmp.path().join("cp"), KEEPALIVE).unwrap();
     let a = node(&cp, tmp.path(), "a", &cp.url);
     let b = node(&cp, tmp.path(), "b", &cp.url);
     assert!(b.plexd(&["join"]).unwrap().status.success());
@@ -282,7 +312,7 @@ fn a_cold_start_without_the_control_plane_applies_the_cached_state() {
 #[test]
 fn revocation_and_leave_end_to_end() {
     let tmp = tempfile::tempdir().unwrap();
-    let cp = ControlPlane::start_dev(&tmp.path().join("cp")).unwrap();
+    let cp = ControlPlane::start_dev_with(&tmp.path().join("cp"), KEEPALIVE).unwrap();
     let hosts: Vec<Host> = ["a", "b", "c"]
         .iter()
         .map(|n| node(&cp, tmp.path(), n, &cp.url))
