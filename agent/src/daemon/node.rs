@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use plexsphere_wire::Intervals;
 use plexsphere_wire::node::{
-    EndpointReport, Heartbeat, NodeState, Observation, ObservationKind, PeerSummary,
+    EndpointReport, EventKind, Heartbeat, NodeState, Observation, ObservationKind, PeerSummary,
 };
 use plexsphere_wire::signed::SignedEnvelope;
 use rand_core::{OsRng, RngCore as _};
@@ -675,6 +675,20 @@ impl Daemon {
                 return ControlFlow::Continue(());
             }
         };
+        if let EventKind::Resync { reason } = &ev.kind {
+            // A resync always wins, even with a seq at or below ours: the server's log may have
+            // been reset behind our position. Forget the applied version so the next pull is a
+            // full one and may carry a lower version than the one we had.
+            tracing::info!(
+                seq = ev.seq,
+                last_event_id = self.last_seq,
+                "the control plane asked for a resync ({reason}); pulling the full state"
+            );
+            self.last_seq = ev.seq;
+            self.state_version = None;
+            self.schedule.run_soon(Task::StatePoll, now);
+            return ControlFlow::Continue(());
+        }
         if ev.seq <= self.last_seq {
             tracing::debug!(
                 seq = ev.seq,
