@@ -26,7 +26,7 @@ pub mod status;
 
 use std::ops::ControlFlow;
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use plexsphere_wire::signed::DomainVerifier;
 use tokio::sync::mpsc;
@@ -38,6 +38,9 @@ use crate::exit::{ExitCode, Failure};
 use crate::join::{self, JoinSettings, Joined};
 use input::{Input, Signal};
 use node::{Daemon, Outcome};
+
+/// How long a stopping daemon waits for answers still being written on its socket.
+const ANSWER_GRACE: Duration = Duration::from_secs(2);
 
 /// Runs the daemon until a signal, a leave, or the node is revoked/deleted (exit 15).
 pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failure> {
@@ -67,12 +70,15 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
         let mesh = open_mesh(settings, &identity)?;
         tracing::info!(api_url = %identity.api_url, backend = mesh.backend(), interface = %settings.config.wireguard.interface, "starting");
 
-        match socket::bind(&run_dir) {
-            Ok(listener) => {
-                tokio::spawn(socket::serve(listener, tx.clone()));
+        let (alive_tx, mut alive_rx) = mpsc::channel::<()>(1);
+        let server = match socket::bind(&run_dir) {
+            Ok(listener) => Some(tokio::spawn(socket::serve(listener, tx.clone(), alive_tx))),
+            Err(e) => {
+                drop(alive_tx);
+                tracing::warn!("the status socket is not available: {e}; plexd status and plexd leave will not reach this daemon (set PLEXD_RUN_DIR)");
+                None
             }
-            Err(e) => tracing::warn!("the status socket is not available: {e}; plexd status and plexd leave will not reach this daemon (set PLEXD_RUN_DIR)"),
-        }
+        };
 
         let mut daemon = Daemon::new(
             identity,
@@ -97,6 +103,12 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
             }
         };
         daemon.stop();
+        if let Some(server) = server {
+            server.abort();
+            let _ = server.await;
+        }
+        // Answers still being written (the one to `plexd leave`) reach their clients first.
+        let _ = tokio::time::timeout(ANSWER_GRACE, alive_rx.recv()).await;
         let _ = std::fs::remove_file(socket::socket_path(&run_dir));
         match outcome {
             Outcome::Stopped(signal) => {

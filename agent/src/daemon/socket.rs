@@ -44,14 +44,17 @@ pub fn bind(run_dir: &Path) -> Result<UnixListener, String> {
     Ok(listener)
 }
 
-/// Accepts connections until the loop goes away.
-pub async fn serve(listener: UnixListener, tx: mpsc::Sender<Input>) {
+/// Accepts connections until the task is aborted. Every connection's task holds a clone of
+/// `alive`, so the daemon can wait for answers in flight (a leave's) before it exits.
+pub async fn serve(listener: UnixListener, tx: mpsc::Sender<Input>, alive: mpsc::Sender<()>) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
         let tx = tx.clone();
+        let alive = alive.clone();
         tokio::spawn(async move {
+            let _alive = alive;
             if let Err(e) = handle(stream, tx).await {
                 tracing::debug!(error = %e, "status socket client");
             }
@@ -138,7 +141,8 @@ mod tests {
         assert_eq!(fsutil::mode_of(&run).unwrap(), 0o700);
         assert_eq!(fsutil::mode_of(&socket_path(&run)).unwrap(), 0o600);
         let (tx, mut rx) = mpsc::channel(4);
-        tokio::spawn(serve(listener, tx));
+        let (alive, _alive_rx) = mpsc::channel(1);
+        tokio::spawn(serve(listener, tx, alive));
         tokio::spawn(async move {
             while let Some(Input::Control(req, answer)) = rx.recv().await {
                 let _ = answer.send(Answer::Left {
