@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+pub mod machines;
+pub mod netns;
 pub mod proxy;
 
 /// How long a process may take to print an expected line before a test gives up.
@@ -146,11 +148,16 @@ impl ControlPlane {
     }
 
     pub fn start_dev_with(data_dir: &Path, extra: &[&str]) -> Result<Self> {
+        Self::start_dev_on(data_dir, "127.0.0.1:0", extra)
+    }
+
+    /// `plexsphere dev` listening on `listen` (port 0 picks one).
+    pub fn start_dev_on(data_dir: &Path, listen: &str, extra: &[&str]) -> Result<Self> {
         let mut cmd = Command::new(bin("plexsphere")?);
         cmd.arg("dev")
             .arg("--data-dir")
             .arg(data_dir)
-            .args(["--listen", "127.0.0.1:0"])
+            .args(["--listen", listen])
             .args(extra);
         let proc = Proc::spawn(cmd)?;
         let line = proc.wait_for_line(STARTUP_BOUND, |l| l.contains("listening on https://"))?;

@@ -1,0 +1,204 @@
+//! Network namespaces for the mesh tests: a "hub" namespace holding a bridge, one namespace
+//! per node with a veth (`eth0`) on that bridge, and a veth from the host into the bridge so a
+//! control plane on the host (bound to the host side's address) is reachable from every node.
+//! Names carry the pid and a counter, so concurrent test processes do not collide; everything
+//! is removed on drop (deleting a namespace deletes its veths).
+//!
+//! The bridge lives in the hub namespace rather than on the host so the host's bridge
+//! netfilter settings never see the test traffic. Needs root and `ip` from iproute2.
+
+use std::net::Ipv4Addr;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use anyhow::{Context, Result, bail};
+
+use crate::{Host, Proc, bin};
+
+static NEXT: AtomicU8 = AtomicU8::new(0);
+
+/// Runs `ip <args>` and insists it succeeded.
+pub fn ip(args: &[&str]) -> Result<()> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .context("running ip (iproute2)")?;
+    if !out.status.success() {
+        bail!(
+            "ip {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// A bridge in a hub namespace, the host's leg into it, and the node namespaces.
+pub struct Lab {
+    tag: String,
+    hub: String,
+    subnet: u8,
+    host_leg: String,
+    nodes: Vec<String>,
+}
+
+impl Lab {
+    /// Creates the hub, its bridge and the host's leg (address `.1` of a /24 of 10.123/16).
+    pub fn new() -> Result<Self> {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let pid = std::process::id();
+        // The host leg adds a /24 route on the host: spread test processes over the range.
+        let subnet = u8::try_from((pid + u32::from(n) * 37) % 250 + 1).unwrap_or(1);
+        let tag = format!("{}{}", pid % 100_000, n);
+        let lab = Self {
+            hub: format!("pxhub{tag}"),
+            host_leg: format!("pxh{tag}"),
+            tag,
+            subnet,
+            nodes: Vec::new(),
+        };
+        ip(&["netns", "add", &lab.hub])?;
+        lab.in_hub(&["link", "set", "lo", "up"])?;
+        lab.in_hub(&["link", "add", "br0", "type", "bridge"])?;
+        lab.in_hub(&["link", "set", "br0", "up"])?;
+        ip(&[
+            "link",
+            "add",
+            &lab.host_leg,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "host",
+            "netns",
+            &lab.hub,
+        ])?;
+        lab.in_hub(&["link", "set", "host", "master", "br0", "up"])?;
+        let host_addr = format!("{}/24", lab.host_addr());
+        ip(&["addr", "add", &host_addr, "dev", &lab.host_leg])?;
+        ip(&["link", "set", &lab.host_leg, "up"])?;
+        Ok(lab)
+    }
+
+    fn in_hub(&self, args: &[&str]) -> Result<()> {
+        let mut a = vec!["-n", self.hub.as_str()];
+        a.extend_from_slice(args);
+        ip(&a)
+    }
+
+    /// The host's address on the bridge: bind the control plane here.
+    pub fn host_addr(&self) -> Ipv4Addr {
+        Ipv4Addr::new(10, 123, self.subnet, 1)
+    }
+
+    /// Adds a node namespace with `eth0` on the bridge; returns its name. Its address is
+    /// [`Lab::node_addr`] of its index.
+    pub fn add_node(&mut self) -> Result<String> {
+        let i = self.nodes.len();
+        let ns = format!("pxn{}x{i}", self.tag);
+        let hub_leg = format!("n{i}");
+        ip(&["netns", "add", &ns])?;
+        self.nodes.push(ns.clone());
+        ip(&["-n", &ns, "link", "set", "lo", "up"])?;
+        self.in_hub(&[
+            "link", "add", &hub_leg, "type", "veth", "peer", "name", "eth0", "netns", &ns,
+        ])?;
+        self.in_hub(&["link", "set", &hub_leg, "master", "br0", "up"])?;
+        let addr = format!("{}/24", self.node_addr(i));
+        ip(&["-n", &ns, "addr", "add", &addr, "dev", "eth0"])?;
+        ip(&["-n", &ns, "link", "set", "eth0", "up"])?;
+        Ok(ns)
+    }
+
+    /// How many node namespaces exist.
+    pub fn nodes_len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn node_addr(&self, i: usize) -> Ipv4Addr {
+        Ipv4Addr::new(10, 123, self.subnet, 10 + u8::try_from(i).unwrap_or(200))
+    }
+
+    /// A unique interface name for node `i`'s WireGuard interface (UAPI sockets in
+    /// /var/run/wireguard are shared by every namespace, so names must differ).
+    pub fn wg_iface(&self, i: usize) -> String {
+        format!("pxw{}x{i}", self.tag)
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for ns in self.nodes.iter().chain(std::iter::once(&self.hub)) {
+            let _ = Command::new("ip").args(["netns", "del", ns]).output();
+        }
+        // Deleting the hub deleted the host leg's peer, and with it the host leg.
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.host_leg])
+            .output();
+    }
+}
+
+/// `cmd` run inside namespace `ns` (through `ip netns exec`), keeping its environment.
+pub fn in_netns(ns: &str, cmd: &Command) -> Command {
+    let mut out = Command::new("ip");
+    out.args(["netns", "exec", ns]).arg(cmd.get_program());
+    out.args(cmd.get_args());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => out.env(k, v),
+            None => out.env_remove(k),
+        };
+    }
+    out
+}
+
+/// A program run to completion inside `ns`.
+pub fn exec(ns: &str, program: &str, args: &[&str]) -> Result<Output> {
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    in_netns(ns, &cmd)
+        .output()
+        .with_context(|| format!("running {program} in {ns}"))
+}
+
+/// `plexd <args>` of `host`, inside `ns`, to completion.
+pub fn plexd(ns: &str, host: &Host, args: &[&str]) -> Result<Output> {
+    let mut cmd = host.command()?;
+    cmd.args(args);
+    in_netns(ns, &cmd).output().context("running plexd")
+}
+
+/// `plexd run` of `host` inside `ns`, in the background.
+pub fn start_daemon(ns: &str, host: &Host) -> Result<Proc> {
+    let mut cmd = host.command()?;
+    cmd.arg("run");
+    Proc::spawn(in_netns(ns, &cmd))
+}
+
+/// `plexsphere dev` on the host, bound to `addr` and with it in its certificate.
+pub fn start_control_plane(
+    data_dir: &std::path::Path,
+    addr: Ipv4Addr,
+    extra: &[&str],
+) -> Result<crate::ControlPlane> {
+    let mut cmd = Command::new(bin("plexsphere")?);
+    cmd.arg("dev")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["--listen", &format!("{addr}:0"), "--san", &addr.to_string()])
+        .args(extra);
+    let proc = Proc::spawn(cmd)?;
+    let line = proc.wait_for_line(crate::STARTUP_BOUND, |l| {
+        l.contains("listening on https://")
+    })?;
+    let url = line
+        .split("listening on ")
+        .nth(1)
+        .map(|s| s.trim().to_owned())
+        .context("parsing the listening line")?;
+    Ok(crate::ControlPlane {
+        proc,
+        url,
+        data_dir: data_dir.to_path_buf(),
+    })
+}

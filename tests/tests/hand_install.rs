@@ -1,0 +1,150 @@
+//! The README's hand install, followed verbatim in a fresh machine (systemd-nspawn, real
+//! systemd and journald): the code blocks between `<!-- hand-install:begin -->` and
+//! `<!-- hand-install:end -->` are run as written, with only the placeholders filled in and
+//! `sudo ` dropped (the machine's shell is root). The token is "pasted" on stdin.
+//!
+//! Root only; it fails (never skips) without root or the machine tools.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::time::Duration;
+
+use plexsphere_e2e::machines::{TestBridge, TestMachine, preflight};
+use plexsphere_e2e::{ControlPlane, LAB_NODES_PROJECT, wait_until};
+
+const BOUND: Duration = Duration::from_secs(120);
+
+/// The README's hand-install blocks: (language, text) in order.
+fn readme_blocks() -> Vec<(String, String)> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md");
+    let start = readme
+        .find("<!-- hand-install:begin -->")
+        .expect("the hand-install begin marker");
+    let end = readme
+        .find("<!-- hand-install:end -->")
+        .expect("the hand-install end marker");
+    let mut blocks = Vec::new();
+    let mut lines = readme[start..end].lines();
+    while let Some(line) = lines.next() {
+        if let Some(lang) = line.strip_prefix("```") {
+            let body: Vec<&str> = lines
+                .by_ref()
+                .take_while(|l| !l.starts_with("```"))
+                .collect();
+            blocks.push((lang.to_owned(), body.join("\n") + "\n"));
+        }
+    }
+    blocks
+}
+
+#[test]
+fn the_readme_hand_install_enrols_a_machine_and_a_reused_token_is_refused() {
+    preflight().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let net = TestBridge::new(
+        &format!("plxhi{}", std::process::id() % 10000),
+        "172.30.241.1/24",
+    )
+    .unwrap();
+    let host_ip = net.bridge.host_address().to_string();
+    let cp = ControlPlane::start_dev_on(
+        &tmp.path().join("cp"),
+        &format!("{host_ip}:0"),
+        &["--san", &host_ip],
+    )
+    .unwrap();
+    let api = cp.url.trim_start_matches("https://").to_owned();
+    let token = cp.issue_token(LAB_NODES_PROJECT).unwrap();
+
+    let m = TestMachine::boot(
+        &tmp.path().join("machines"),
+        &net.bridge,
+        &format!("hi{}", std::process::id() % 100000),
+        10,
+        "#cloud-config\n{}\n",
+    )
+    .unwrap();
+    m.write("/root/pasted-token", &format!("{token}\n"))
+        .unwrap();
+
+    let blocks = readme_blocks();
+    assert!(
+        blocks.len() >= 5,
+        "the README's hand-install blocks: {blocks:?}"
+    );
+    for (lang, text) in &blocks {
+        let text = text
+            .replace("<api>", &api)
+            .replace("<project-id>", LAB_NODES_PROJECT)
+            .replace("<name>", "hand-installed");
+        match lang.as_str() {
+            "sh" => {
+                let script = format!(
+                    "cd /root\nexec </root/pasted-token\n{}",
+                    text.replace("sudo ", "")
+                );
+                let out = m.sh(&script).unwrap();
+                eprintln!("--- README block ran:\n{text}--- output:\n{out}");
+            }
+            "yaml" => {
+                let path = m.machine.merged().join("etc/plexd/config.yaml");
+                let mut config = std::fs::read_to_string(&path).unwrap();
+                config.push_str(&text);
+                std::fs::write(&path, config).unwrap();
+            }
+            other => panic!("a README hand-install block of an unexpected kind: {other}"),
+        }
+    }
+
+    // The journal shows the registration with the node's ID and mesh IP, then the stream.
+    let journal = wait_until(BOUND, "the journal shows the stream connected", || {
+        let j = m.machine.journal("plexd")?;
+        Ok(j.contains("event stream connected").then_some(j))
+    })
+    .unwrap();
+    let identity = m.sh("cat /var/lib/plexd/identity.json").unwrap();
+    let v: serde_json::Value = serde_json::from_str(&identity).unwrap();
+    let node_id = v["node_id"].as_str().unwrap().to_owned();
+    let mesh_ip = v["mesh_ip"].as_str().unwrap().to_owned();
+    let registered = journal
+        .lines()
+        .find(|l| l.contains("registered") && l.contains(&node_id))
+        .unwrap_or_else(|| panic!("a registration line with the node id in:\n{journal}"));
+    assert!(registered.contains(&mesh_ip), "{registered}");
+    assert!(!journal.contains(&token), "the token is never logged");
+    assert_eq!(
+        m.sh("test -e /etc/plexd/bootstrap-token || echo gone")
+            .unwrap()
+            .trim(),
+        "gone"
+    );
+    wait_until(BOUND, "the control plane shows the node online", || {
+        Ok(Some(cp.node(&node_id)?).filter(|n| n["status"] == "online"))
+    })
+    .unwrap();
+    let status = m.sh("plexd status --output json").unwrap();
+    eprintln!("--- journalctl -u plexd:\n{journal}\n--- plexd status --output json:\n{status}");
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["node_id"], node_id.as_str());
+
+    // A rebuilt host (new key) restarted with the same, consumed token file is refused.
+    m.sh(&format!(
+        "systemctl stop plexd\nrm -rf /var/lib/plexd\n(umask 077; printf '%s\\n' '{token}' >/etc/plexd/bootstrap-token)\nsystemctl start plexd || true"
+    ))
+    .unwrap();
+    let expected = "the bootstrap token in /etc/plexd/bootstrap-token was already used (token_consumed, HTTP 403); write a fresh token to /etc/plexd/bootstrap-token and start plexd again";
+    wait_until(BOUND, "the journal shows token_consumed", || {
+        Ok(m.machine.journal("plexd")?.contains(expected).then_some(()))
+    })
+    .unwrap();
+    // Exit 10 is in RestartPreventExitStatus: systemd does not restart it in a loop.
+    let result = wait_until(BOUND, "the unit settles as failed", || {
+        let r = m
+            .sh("systemctl show -p Result -p ExecMainStatus -p NRestarts plexd")
+            .unwrap();
+        Ok(r.contains("ExecMainStatus=10").then_some(r))
+    })
+    .unwrap();
+    assert!(result.contains("NRestarts=0"), "{result}");
+}
