@@ -4,9 +4,11 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::cli_broker::{CredentialCommand, ResourceCommand};
 use crate::output::Format;
 
-/// The plexsphere operator CLI: bootstrap tokens, nodes, projects and domains.
+/// The plexsphere operator CLI: bootstrap tokens, nodes, projects, domains and the broker's
+/// resources, cloud credentials and blueprints.
 ///
 /// The server and the operator token come from flags, then the environment (PLEXCTL_SERVER,
 /// PLEXCTL_TOKEN, PLEXCTL_TOKEN_FILE, PLEXCTL_CA_FILE, PLEXCTL_CONFIG), then the config file
@@ -56,6 +58,15 @@ pub enum Command {
     /// List domains
     #[command(subcommand)]
     Domain(ListCommand),
+    /// Create, show, list and delete resources the broker provisions
+    #[command(subcommand)]
+    Resource(ResourceCommand),
+    /// Create, list and revoke the cloud credentials resources are provisioned with
+    #[command(subcommand)]
+    CloudCredential(CredentialCommand),
+    /// List the blueprint catalog
+    #[command(subcommand)]
+    Blueprint(ListCommand),
     /// Print plexctl's version and the server's
     Version,
 }

@@ -121,6 +121,12 @@ impl Api {
         self.call(Method::POST, segments, &[], body).await
     }
 
+    /// `DELETE <base>/<segments...>`, answering a `T`.
+    pub async fn delete<T: DeserializeOwned>(&self, segments: &[&str]) -> Result<T, ClientError> {
+        self.call::<(), T>(Method::DELETE, segments, &[], None)
+            .await
+    }
+
     async fn call<B: Serialize, T: DeserializeOwned>(
         &self,
         method: Method,
@@ -321,4 +327,4 @@ fn chain(err: &(dyn std::error::Error + 'static)) -> String {
 
 #[cfg(test)]
 #[path = "client_tests.rs"]
-mod tests;
+pub(crate) mod tests;

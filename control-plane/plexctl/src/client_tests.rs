@@ -12,7 +12,7 @@ use rustls_pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 
 use super::*;
 
-struct Lab {
+pub(crate) struct Lab {
     dir: tempfile::TempDir,
     ca_pem: String,
     cert: CertificateDer<'static>,
@@ -20,7 +20,7 @@ struct Lab {
 }
 
 /// A CA and a server certificate for `names`.
-fn lab(names: &[&str]) -> Lab {
+pub(crate) fn lab(names: &[&str]) -> Lab {
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
@@ -37,7 +37,7 @@ fn lab(names: &[&str]) -> Lab {
 }
 
 impl Lab {
-    fn ca_file(&self) -> PathBuf {
+    pub(crate) fn ca_file(&self) -> PathBuf {
         let path = self.dir.path().join("ca.crt");
         std::fs::write(&path, &self.ca_pem).unwrap();
         path
@@ -46,6 +46,15 @@ impl Lab {
     /// Serves `connections` connections, each answered with `response`; request heads come
     /// back through the receiver (a failed handshake sends nothing).
     fn serve(&self, response: String, connections: usize) -> (SocketAddr, mpsc::Receiver<String>) {
+        self.serve_each(vec![response; connections])
+    }
+
+    /// Serves one connection per response, in order; each request (head and body) comes back
+    /// through the receiver.
+    pub(crate) fn serve_each(
+        &self,
+        responses: Vec<String>,
+    ) -> (SocketAddr, mpsc::Receiver<String>) {
         let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key.clone()));
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let config = rustls::ServerConfig::builder_with_provider(provider)
@@ -59,15 +68,16 @@ impl Lab {
         let addr = listener.local_addr().unwrap();
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
-            for _ in 0..connections {
+            for response in responses {
                 let Ok((tcp, _)) = listener.accept() else {
                     return;
                 };
                 let conn = rustls::ServerConnection::new(config.clone()).unwrap();
                 let mut tls = rustls::StreamOwned::new(conn, tcp);
-                let Some(head) = read_head(&mut tls) else {
+                let Some(mut head) = read_head(&mut tls) else {
                     continue;
                 };
+                head.push_str(&read_body(&mut tls, &head));
                 let _ = tx.send(head);
                 let _ = tls.write_all(response.as_bytes());
                 let _ = tls.flush();
@@ -76,6 +86,23 @@ impl Lab {
             }
         });
         (addr, rx)
+    }
+}
+
+/// The body a request head announces with content-length (none without one).
+fn read_body(stream: &mut impl Read, head: &str) -> String {
+    let length = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse::<usize>().ok())?
+        })
+        .unwrap_or(0);
+    let mut body = vec![0u8; length];
+    match stream.read_exact(&mut body) {
+        Ok(()) => String::from_utf8_lossy(&body).into_owned(),
+        Err(_) => String::new(),
     }
 }
 
@@ -91,18 +118,18 @@ fn read_head(stream: &mut impl Read) -> Option<String> {
     String::from_utf8(head).ok()
 }
 
-fn http(status: &str, body: &str) -> String {
+pub(crate) fn http(status: &str, body: &str) -> String {
     format!(
         "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     )
 }
 
-fn base(addr: SocketAddr) -> Url {
+pub(crate) fn base(addr: SocketAddr) -> Url {
     Url::parse(&format!("https://{addr}")).unwrap()
 }
 
-fn runtime() -> tokio::runtime::Runtime {
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -7,6 +7,7 @@ use plexsphere_wire::admin::{
 use plexsphere_wire::secret::{TokenKind, valid_env_prefix};
 use uuid::Uuid;
 
+use crate::broker;
 use crate::cli::{Command, ListCommand, NodeCommand, TokenCommand};
 use crate::client::{Api, ClientError};
 use crate::config::{ConfigError, Settings};
@@ -28,6 +29,12 @@ pub enum Failure {
     NotFound(String),
     #[error("cannot print the answer as JSON: {0}")]
     Json(#[from] serde_json::Error),
+    /// `--wait` saw the resource settle in Failed (or vanish): exit 1.
+    #[error("{0}")]
+    ResourceFailed(String),
+    /// `--wait` gave up at `--timeout`: exit 2.
+    #[error("{0}")]
+    WaitTimedOut(String),
 }
 
 impl Failure {
@@ -35,7 +42,8 @@ impl Failure {
         match self {
             Failure::Config(_) | Failure::Usage(_) => 64,
             Failure::Client(e) => e.exit_code(),
-            Failure::NotFound(_) | Failure::Json(_) => 1,
+            Failure::NotFound(_) | Failure::Json(_) | Failure::ResourceFailed(_) => 1,
+            Failure::WaitTimedOut(_) => 2,
         }
     }
 }
@@ -56,6 +64,9 @@ pub async fn run(
                 .await?;
             render(format, list.items.as_slice(), output::projects)
         }
+        Command::Resource(cmd) => broker::resources(cmd, format, settings).await,
+        Command::CloudCredential(cmd) => broker::credentials(cmd, format, settings).await,
+        Command::Blueprint(ListCommand::List) => broker::blueprints(format, settings).await,
         Command::Domain(ListCommand::List) => {
             let list: List<DomainView> =
                 operator_api(settings)?.get(&["v1", "domains"], &[]).await?;
@@ -64,14 +75,14 @@ pub async fn run(
     }
 }
 
-fn operator_api(settings: &Settings) -> Result<Api, Failure> {
+pub fn operator_api(settings: &Settings) -> Result<Api, Failure> {
     let server = settings.server_url()?;
     let token = settings.operator_token()?;
     let ca_file = settings.ca_file.as_ref().map(|(path, _)| path.as_path());
     Ok(Api::new(server, Some(token), ca_file)?)
 }
 
-fn render<T: serde::Serialize + ?Sized>(
+pub fn render<T: serde::Serialize + ?Sized>(
     format: Format,
     value: &T,
     table: impl FnOnce(&T) -> String,

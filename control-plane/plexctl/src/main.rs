@@ -1,16 +1,21 @@
 //! plexctl, the plexsphere operator CLI.
 //!
 //! Exit codes: 0 success; 1 the server refused (an `ApiError`, printed as
-//! `plexctl: <message> (<code>, HTTP <status>)`) or answered something unreadable; 2 the server
-//! is not trusted or not reachable; 64 a usage or configuration error.
+//! `plexctl: <message> (<code>, HTTP <status>)`) or answered something unreadable, or `--wait`
+//! saw the resource fail; 2 the server is not trusted or not reachable, or `--wait` timed out;
+//! 64 a usage or configuration error.
 
+mod broker;
+mod broker_output;
 mod cli;
+mod cli_broker;
 mod client;
 mod commands;
 mod config;
 mod output;
 mod secret;
 mod ttl;
+mod wait;
 
 use std::io::Write as _;
 use std::path::PathBuf;
