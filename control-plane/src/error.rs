@@ -20,6 +20,12 @@ pub enum Error {
     /// 422 `invalid_request`: a field of a well-formed body has a bad value.
     #[error("{0}")]
     Invalid(String),
+    /// 422 `invalid_parameters`: a resource's parameters do not fit its blueprint.
+    #[error("{0}")]
+    InvalidParameters(String),
+    /// 503 `unavailable`: a substrate this server cannot use now (not root, tools missing...).
+    #[error("{0}")]
+    Unavailable(String),
     /// 400 `invalid_request`: a bad path or query parameter (a malformed UUID...).
     #[error("{0}")]
     BadRequest(String),

@@ -5,6 +5,7 @@
 //! The binary (`src/bin/plexsphere.rs`) is a thin shell over [`cli`].
 
 pub mod api;
+pub mod broker;
 pub mod bus;
 pub mod cli;
 pub mod error;

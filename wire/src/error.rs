@@ -48,6 +48,9 @@ pub mod codes {
     pub const CONFLICT: &str = "conflict";
     /// 429: too many requests from this client; see `Retry-After`.
     pub const RATE_LIMITED: &str = "rate_limited";
+    /// 422: a resource's parameters do not fit its blueprint (unknown, missing, mistyped or
+    /// pattern-violating); the message names each parameter.
+    pub const INVALID_PARAMETERS: &str = "invalid_parameters";
     /// 400: the body is not valid JSON of the expected shape.
     pub const INVALID_JSON: &str = "invalid_json";
     /// 400/422: a field has a bad value (a bad UUID, CIDR, key, name...).

@@ -17,6 +17,10 @@ pub fn classify(e: &Error) -> (StatusCode, &'static str) {
         ),
         Error::BodyTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, codes::BODY_TOO_LARGE),
         Error::Invalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, codes::INVALID_REQUEST),
+        Error::InvalidParameters(_) => {
+            (StatusCode::UNPROCESSABLE_ENTITY, codes::INVALID_PARAMETERS)
+        }
+        Error::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, codes::UNAVAILABLE),
         Error::BadRequest(_) => (StatusCode::BAD_REQUEST, codes::INVALID_REQUEST),
         Error::TokenUnknown => (StatusCode::UNAUTHORIZED, codes::TOKEN_UNKNOWN),
         Error::TokenExpired => (StatusCode::UNAUTHORIZED, codes::TOKEN_EXPIRED),
@@ -44,6 +48,9 @@ impl IntoResponse for Error {
         let message = if status.is_server_error() {
             tracing::error!(error = %self, code, "request failed");
             match status {
+                StatusCode::SERVICE_UNAVAILABLE if matches!(self, Error::Unavailable(_)) => {
+                    self.to_string()
+                }
                 StatusCode::SERVICE_UNAVAILABLE => "the database is busy; retry shortly".to_owned(),
                 _ => "an internal error occurred; the server log has the detail".to_owned(),
             }

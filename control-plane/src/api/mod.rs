@@ -1,5 +1,6 @@
 //! The HTTP API of docs/api.md: an axum router over shared [`AppState`].
 
+mod broker;
 pub mod error;
 pub mod extract;
 mod node;
@@ -19,6 +20,7 @@ use ipnet::IpNet;
 use plexsphere_wire::Intervals;
 use time::OffsetDateTime;
 
+use crate::broker::{Broker, BrokerConfig};
 use crate::bus::{EventBus, InProcessBus};
 use crate::error::Error;
 use crate::keys::Keyring;
@@ -90,11 +92,28 @@ pub struct AppState {
     pub bus: Arc<dyn EventBus>,
     /// The event streams open in this process.
     pub streams: sse::Streams,
+    /// The provisioning broker (catalog, sealing key, substrates, the reconcile loop's wake).
+    pub broker: Broker,
 }
 
 impl AppState {
+    /// The state with the default broker (built-in catalog, no local machines, the API's CA).
     pub fn new(store: Store, data_dir: &Path, config: ApiConfig) -> Self {
+        let broker = BrokerConfig {
+            ca_pem: config.ca_pem.clone(),
+            ..BrokerConfig::default()
+        };
+        Self::with_broker_config(store, data_dir, config, broker)
+    }
+
+    pub fn with_broker_config(
+        store: Store,
+        data_dir: &Path,
+        config: ApiConfig,
+        broker: BrokerConfig,
+    ) -> Self {
         Self {
+            broker: Broker::new(data_dir, broker),
             store,
             keys: Keyring::new(data_dir),
             register_limiter: Mutex::new(RateLimiter::new(config.register_rate_limit)),
@@ -152,6 +171,23 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/nodes/{node_id}/state", get(node::state))
         .route("/v1/nodes/{node_id}/events", get(sse::events))
         .route("/v1/nodes/{node_id}/ingest", post(node::ingest))
+        .route("/v1/blueprints", get(broker::list_blueprints))
+        .route(
+            "/v1/cloud-credentials",
+            post(broker::create_credential).get(broker::list_credentials),
+        )
+        .route(
+            "/v1/cloud-credentials/{id}/revoke",
+            post(broker::revoke_credential),
+        )
+        .route(
+            "/v1/projects/{project_id}/resources",
+            post(broker::create_resource).get(broker::list_resources),
+        )
+        .route(
+            "/v1/resources/{id}",
+            get(broker::get_resource).delete(broker::delete_resource),
+        )
         .fallback(|| async { Error::NotFound("no such endpoint; see docs/api.md".into()) })
         .method_not_allowed_fallback(|| async {
             let mut resp = axum::response::IntoResponse::into_response(Error::BadRequest(

@@ -41,6 +41,10 @@ pub async fn register(
         intervals: st.config.intervals,
     };
     let done = registrar.register(&req, st.now()).await?;
+    if done.created && req.resource_handle.is_some() {
+        // A broker machine may have registered: let the reconcile loop look now.
+        st.broker.wake();
+    }
     let status = if done.created {
         StatusCode::CREATED
     } else {

@@ -2,7 +2,10 @@
 //! exits 64 with a one-line error; runtime failures exit 1.
 
 mod admin;
+mod downloads;
 mod serve;
+
+pub use downloads::DownloadArgs;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -165,6 +168,25 @@ pub struct ServeArgs {
     pub limits: LimitArgs,
     #[command(flatten)]
     pub node_api: NodeApiArgs,
+    #[command(flatten)]
+    pub downloads: DownloadArgs,
+    #[command(flatten)]
+    pub broker: BrokerArgs,
+}
+
+/// The broker's knobs.
+#[derive(Debug, Clone, Args)]
+pub struct BrokerArgs {
+    /// A blueprint file or a directory of them, added to the built-in catalog (repeatable).
+    #[arg(
+        long = "blueprints",
+        env = "PLEXSPHERE_BLUEPRINTS",
+        value_delimiter = ','
+    )]
+    pub blueprints: Vec<PathBuf>,
+    /// Seconds between the broker's periodic re-checks of every resource.
+    #[arg(long, env = "PLEXSPHERE_RECONCILE_SECS", default_value_t = 3)]
+    pub reconcile_secs: u64,
 }
 
 #[derive(Debug, Args)]
@@ -180,10 +202,19 @@ pub struct DevArgs {
     /// A seed manifest to apply instead of the built-in lab seed.
     #[arg(long, env = "PLEXSPHERE_SEED")]
     pub seed: Option<PathBuf>,
+    /// The URL machines reach this server at (cloud-init documents); default: the listen
+    /// address. Local machines need `--listen 172.30.231.1:8443` (or 0.0.0.0 with
+    /// `--san 172.30.231.1`) and this URL on the bridge address.
+    #[arg(long, env = "PLEXSPHERE_PUBLIC_URL")]
+    pub public_url: Option<String>,
     #[command(flatten)]
     pub limits: LimitArgs,
     #[command(flatten)]
     pub node_api: NodeApiArgs,
+    #[command(flatten)]
+    pub downloads: DownloadArgs,
+    #[command(flatten)]
+    pub broker: BrokerArgs,
 }
 
 #[derive(Debug, Subcommand)]

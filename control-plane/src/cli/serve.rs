@@ -9,8 +9,10 @@ use anyhow::Context as _;
 use time::OffsetDateTime;
 
 use super::admin::{ensure_data_dir, open_store, print_seed_report};
-use super::{DevArgs, Failure, LimitArgs, NodeApiArgs, ServeArgs};
+use super::downloads::{self as dl, DownloadArgs};
+use super::{BrokerArgs, DevArgs, Failure, LimitArgs, NodeApiArgs, ServeArgs};
 use crate::api::{self, ApiConfig, AppState};
+use crate::broker::BrokerConfig;
 use crate::seed::{self, Manifest, SeedReport};
 use crate::server::{self, Transport};
 use crate::store::Store;
@@ -53,6 +55,7 @@ async fn run(
     listener: std::net::TcpListener,
     transport: Transport,
     state: AppState,
+    downloads: Arc<plexsphere_downloads::Downloads>,
 ) -> Result<(), Failure> {
     let addr = listener
         .local_addr()
@@ -65,7 +68,8 @@ async fn run(
     let store = state.store.clone();
     let state = Arc::new(state);
     let maintenance = crate::maintenance::spawn(&state);
-    let app = api::router(state.clone());
+    let reconcile = crate::broker::reconcile::spawn(&state);
+    let app = api::router(state.clone()).merge(plexsphere_downloads::router(downloads));
     let shutdown = async move {
         signal.await;
         // Event streams never end by themselves: end them so the drain finishes promptly.
@@ -75,6 +79,7 @@ async fn run(
         .await
         .context("the server stopped with an error")?;
     maintenance.abort();
+    reconcile.abort();
     store.close().await;
     tracing::info!("stopped");
     Ok(())
@@ -125,6 +130,8 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
         )));
     }
     let config = api_config(&args.limits, &args.node_api, None)?;
+    let downloads_config = args.downloads.config(&args.data.data_dir)?;
+    let catalog = load_catalog(&args.broker)?;
     if matches!(transport, Transport::PlainBehindProxy) {
         tracing::warn!(
             "serving plain HTTP: a reverse proxy must terminate TLS in front of this server"
@@ -142,8 +149,62 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
         tracing::info!(changed = report.changed(), file = %path.display(), "seed applied");
     }
     let listener = bind(addr)?;
-    let state = AppState::new(store, &args.data.data_dir, config);
-    run(listener, transport, state).await
+    let bound = reachable(
+        listener
+            .local_addr()
+            .context("cannot read the bound address")?,
+    );
+    let public_url = args
+        .public_url
+        .clone()
+        .unwrap_or_else(|| format!("{}://{bound}", transport.scheme()));
+    let ca_file = args.data.data_dir.join("tls").join("ca.crt");
+    let ca_pem = std::fs::read_to_string(&ca_file).ok();
+    let broker = broker_config(&args.broker, catalog, public_url, ca_pem);
+    let state = AppState::with_broker_config(store, &args.data.data_dir, config, broker);
+    let downloads = open_downloads(&args.downloads, downloads_config, &state, None).await?;
+    run(listener, transport, state, downloads).await
+}
+
+/// The built-in blueprints plus the operator's files.
+fn load_catalog(args: &BrokerArgs) -> Result<plexsphere_broker::Catalog, Failure> {
+    let mut catalog =
+        plexsphere_broker::Catalog::builtin().map_err(|e| Failure::Config(e.to_string()))?;
+    for path in &args.blueprints {
+        catalog
+            .add_path(path)
+            .map_err(|e| Failure::Config(format!("--blueprints {}: {e}", path.display())))?;
+    }
+    if args.reconcile_secs == 0 {
+        return Err(Failure::Config(
+            "--reconcile-secs must be at least 1".into(),
+        ));
+    }
+    Ok(catalog)
+}
+
+fn broker_config(
+    args: &BrokerArgs,
+    catalog: plexsphere_broker::Catalog,
+    public_url: String,
+    ca_pem: Option<String>,
+) -> BrokerConfig {
+    BrokerConfig {
+        public_url: Some(public_url),
+        ca_pem,
+        reconcile_every: std::time::Duration::from_secs(args.reconcile_secs),
+        ..BrokerConfig::new(catalog)
+    }
+}
+
+async fn open_downloads(
+    args: &DownloadArgs,
+    config: plexsphere_downloads::DownloadsConfig,
+    state: &AppState,
+    default_domain: Option<&str>,
+) -> Result<Arc<plexsphere_downloads::Downloads>, Failure> {
+    let slug = args.plexd_signing_domain.as_deref().or(default_domain);
+    dl::open(config, &state.store, &state.keys, slug).await
 }
 
 /// The address to put in URLs for a bound address (a wildcard becomes loopback).
@@ -180,6 +241,15 @@ pub async fn dev(args: DevArgs) -> Result<(), Failure> {
     let tls_config = tls::server_config(&certs.server_cert, &certs.server_key)
         .context("cannot load the lab certificate")?;
     let config = api_config(&args.limits, &args.node_api, Some(certs.ca_pem.clone()))?;
+    let downloads_config = args.downloads.config(&data_dir)?;
+    let catalog = load_catalog(&args.broker)?;
+    if let Some(url) = &args.public_url
+        && !url.starts_with("https://")
+    {
+        return Err(Failure::Config(format!(
+            "--public-url {url:?} must start with https:// (dev serves HTTPS)"
+        )));
+    }
 
     let store = open_store(&args.data).await?;
     let report = apply_seed(&store, &manifest, &origin).await?;
@@ -212,8 +282,33 @@ pub async fn dev(args: DevArgs) -> Result<(), Failure> {
     }
     println!("operator token file: {}", token_file.display());
     println!("export PLEXCTL_CONFIG={}", plexctl_config.display());
-    let state = AppState::new(store, &data_dir, config);
-    run(listener, Transport::Tls(tls_config), state).await
+    // The embedded default serves the plexd built beside this binary.
+    if args.downloads.plexd_mirror.is_none()
+        && args.downloads.plexd_artifacts.is_none()
+        && let Some(file) = dl::stage_sibling_plexd(&data_dir.join("artifacts"))?
+    {
+        println!(
+            "plexd artifact: {} (copied from this build's plexd)",
+            file.display()
+        );
+    }
+    let public_url = args.public_url.clone().unwrap_or_else(|| api_url.clone());
+    println!("public url (cloud-init): {public_url}");
+    let broker = broker_config(
+        &args.broker,
+        catalog,
+        public_url,
+        Some(certs.ca_pem.clone()),
+    );
+    let state = AppState::with_broker_config(store, &data_dir, config, broker);
+    let lab = manifest.domains.first().map(|d| d.slug.clone());
+    let downloads =
+        open_downloads(&args.downloads, downloads_config, &state, lab.as_deref()).await?;
+    println!(
+        "plexd downloads: {api_url}/downloads/plexd (version {})",
+        downloads.version()
+    );
+    run(listener, Transport::Tls(tls_config), state, downloads).await
 }
 
 fn write_plexctl_config(

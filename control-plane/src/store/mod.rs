@@ -6,11 +6,13 @@
 //! `SQLITE_BUSY`, Postgres `40001`/`40P01`, a unique violation on a mesh IP) is retried whole
 //! by [`retry`]. Each table has its own small module of repository functions.
 
+pub mod credentials;
 pub mod domains;
 pub mod events;
 pub mod nodes;
 pub mod operators;
 pub mod projects;
+pub mod resources;
 pub mod tokens;
 
 use std::borrow::Cow;
@@ -150,6 +152,13 @@ pub fn migrator() -> Migrator {
             Cow::Borrowed("node api"),
             MigrationType::Simple,
             include_str!("../../migrations/0002_node_api.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
+            3,
+            Cow::Borrowed("broker"),
+            MigrationType::Simple,
+            include_str!("../../migrations/0003_broker.sql").into_sql_str(),
             false,
         ),
     ];

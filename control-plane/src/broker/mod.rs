@@ -1,0 +1,155 @@
+//! The broker's I/O shell around the pure `plexsphere-broker` core: the catalog and sealing key
+//! the server holds, the substrates behind one trait, the reconcile loop that drives every
+//! resource's phase from observations, and the wake-up other parts of the server ring.
+//!
+//! - [`substrate`]: the `Substrate` trait and its `local-directory` and `crossplane` forms;
+//! - `local_machine`: the `local-machine` substrate over `plexsphere-nspawn` (root only);
+//! - [`reconcile`]: the loop (one task) and one pass over the active resources;
+//! - [`provision`]: what provisioning a resource starts with (the machine's bootstrap token,
+//!   its cloud-init document, the composite).
+
+pub mod provision;
+pub mod reconcile;
+pub mod substrate;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use plexsphere_broker::credentials::{CredentialKey, KEY_LEN};
+use plexsphere_broker::{Blueprint, Catalog, Substrate as SubstrateKind};
+use tokio::sync::Notify;
+
+use crate::error::Error;
+use substrate::{Crossplane, LocalDirectory, Substrate};
+
+/// The broker's knobs.
+#[derive(Clone)]
+pub struct BrokerConfig {
+    pub catalog: Arc<Catalog>,
+    /// The URL machines reach the API at (`https://host:port`), put in cloud-init documents.
+    pub public_url: Option<String>,
+    /// The lab CA machines must trust (PEM).
+    pub ca_pem: Option<String>,
+    /// How often the reconcile loop re-checks without being woken.
+    pub reconcile_every: Duration,
+    /// The lifetime of a machine's bootstrap token.
+    pub token_ttl: Duration,
+    /// The env prefix of a machine's bootstrap token.
+    pub token_env_prefix: String,
+    /// The `local-machine` substrate, or why this server cannot offer it.
+    pub local_machine: Result<Arc<dyn Substrate>, String>,
+}
+
+impl BrokerConfig {
+    /// The built-in catalog, a 3 s re-check, 1 h tokens, and no local machines.
+    pub fn new(catalog: Catalog) -> Self {
+        Self {
+            catalog: Arc::new(catalog),
+            public_url: None,
+            ca_pem: None,
+            reconcile_every: Duration::from_secs(3),
+            token_ttl: Duration::from_secs(3600),
+            token_env_prefix: "lab".to_owned(),
+            local_machine: Err(
+                "the local-machine substrate is not enabled on this server (it needs root and systemd-nspawn; start `plexsphere dev` as root)".to_owned(),
+            ),
+        }
+    }
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        let catalog = Catalog::builtin().unwrap_or_else(|e| {
+            tracing::error!(error = %e, "the built-in blueprints do not load; the catalog is empty");
+            Catalog::empty()
+        });
+        Self::new(catalog)
+    }
+}
+
+/// The broker's state, shared by the API and the reconcile loop.
+pub struct Broker {
+    pub config: BrokerConfig,
+    data_dir: PathBuf,
+    key: Mutex<Option<Arc<CredentialKey>>>,
+    wake: Notify,
+    local_directory: Arc<dyn Substrate>,
+    crossplane: Arc<dyn Substrate>,
+}
+
+impl Broker {
+    pub fn new(data_dir: &Path, config: BrokerConfig) -> Self {
+        Self {
+            config,
+            data_dir: data_dir.to_owned(),
+            key: Mutex::new(None),
+            wake: Notify::new(),
+            local_directory: Arc::new(LocalDirectory::new(data_dir.join("buckets"))),
+            crossplane: Arc::new(Crossplane),
+        }
+    }
+
+    /// Wakes the reconcile loop (a resource was created or deleted, a node registered).
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    pub(crate) fn woken(&self) -> tokio::sync::futures::Notified<'_> {
+        self.wake.notified()
+    }
+
+    /// The substrate of a blueprint, or why this server cannot offer it (503).
+    pub fn substrate(&self, blueprint: &Blueprint) -> Result<Arc<dyn Substrate>, Error> {
+        match blueprint.substrate {
+            SubstrateKind::LocalDirectory => Ok(self.local_directory.clone()),
+            SubstrateKind::Crossplane => Ok(self.crossplane.clone()),
+            SubstrateKind::LocalMachine => match &self.config.local_machine {
+                Ok(s) => Ok(s.clone()),
+                Err(why) => Err(Error::Unavailable(format!(
+                    "blueprint {} needs the local-machine substrate, which this server cannot offer: {why}",
+                    blueprint.label()
+                ))),
+            },
+        }
+    }
+
+    /// The sealing key in `<data-dir>/credentials.key` (0600), generated when absent.
+    pub fn credential_key(&self) -> Result<Arc<CredentialKey>, Error> {
+        let mut slot = self.key.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(k) = slot.as_ref() {
+            return Ok(k.clone());
+        }
+        let key = Arc::new(load_or_create_key(&self.data_dir.join("credentials.key"))?);
+        *slot = Some(key.clone());
+        Ok(key)
+    }
+}
+
+/// The provider a blueprint's substrate takes credentials of.
+pub fn provider_for(substrate: SubstrateKind) -> &'static str {
+    match substrate {
+        SubstrateKind::LocalDirectory | SubstrateKind::LocalMachine => "local",
+        SubstrateKind::Crossplane => "openstack",
+    }
+}
+
+fn load_or_create_key(path: &Path) -> Result<CredentialKey, Error> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        Error::Internal(format!(
+            "cannot {what} the credential key {}: {e}; check the data directory's permissions",
+            path.display()
+        ))
+    };
+    match std::fs::read(path) {
+        Ok(bytes) => CredentialKey::from_bytes(&bytes).map_err(|e| fail("use", &e)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let bytes = CredentialKey::generate_bytes().map_err(|e| fail("generate", &e))?;
+            debug_assert_eq!(bytes.len(), KEY_LEN);
+            crate::tls::write_private(path, &bytes).map_err(|e| fail("write", &e))?;
+            tracing::info!(path = %path.display(), "generated the cloud credential sealing key");
+            CredentialKey::from_bytes(&bytes).map_err(|e| fail("use", &e))
+        }
+        Err(e) => Err(fail("read", &e)),
+    }
+}

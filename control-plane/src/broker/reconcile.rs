@@ -1,0 +1,213 @@
+//! The reconcile loop: one task that wakes when a resource is created or deleted or a node
+//! registers, and every few seconds anyway. Each pass gathers, for every resource still
+//! driven (all but Failed and Deleted), what is true now — the substrate's view and whether a
+//! node registered with the resource's token — and offers it all to the phase machine, which
+//! ignores what does not apply. Each transition is persisted with what was observed and when.
+
+use std::sync::{Arc, Weak};
+
+use plexsphere_broker::{Blueprint, Class, Observation, Outcome, Phase};
+
+use super::provision;
+use super::substrate::{Substrate, SubstrateError};
+use crate::api::AppState;
+use crate::error::Error;
+use crate::store::resources::{self, ResourceRow};
+use crate::store::{self, StoreError, tokens};
+
+/// Starts the loop; it ends by itself once the state is gone (the server stopped).
+pub fn spawn(state: &Arc<AppState>) -> tokio::task::JoinHandle<()> {
+    let weak: Weak<AppState> = Arc::downgrade(state);
+    let every = state.broker.config.reconcile_every;
+    tokio::spawn(async move {
+        loop {
+            let Some(st) = weak.upgrade() else { return };
+            let woken = st.broker.woken();
+            if let Err(e) = pass(&st).await {
+                tracing::warn!(error = %e, "the broker's reconcile pass failed; retrying at the next round");
+            }
+            tokio::select! {
+                _ = woken => {},
+                _ = tokio::time::sleep(every) => {},
+            }
+        }
+    })
+}
+
+/// One pass over every resource still driven.
+pub async fn pass(st: &AppState) -> Result<(), Error> {
+    let rows = {
+        let mut conn = st.store.pool().acquire().await.map_err(StoreError::from)?;
+        resources::list_active(&mut conn).await?
+    };
+    for row in rows {
+        let id = row.resource.id;
+        if let Err(e) = reconcile_one(st, row).await {
+            tracing::warn!(resource_id = %id, error = %e, "cannot reconcile the resource; retrying at the next round");
+        }
+    }
+    Ok(())
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, SubstrateError> + Send + 'static,
+) -> Result<T, SubstrateError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(SubstrateError(format!("the substrate call panicked: {e}"))))
+}
+
+/// Drives one resource as far as the current facts take it.
+pub async fn reconcile_one(st: &AppState, mut row: ResourceRow) -> Result<(), Error> {
+    let broker = &st.broker;
+    let Some(entry) = broker
+        .config
+        .catalog
+        .get(&row.resource.blueprint_version_id)
+    else {
+        let reason = format!(
+            "blueprint version {} is no longer in this server's catalog",
+            row.resource.blueprint_version_id
+        );
+        return apply(
+            st,
+            &mut row,
+            Class::Standalone,
+            vec![Observation::SubstrateFailed { reason }],
+        )
+        .await;
+    };
+    let blueprint: &Blueprint = &entry.blueprint;
+    let class = blueprint.class;
+    let substrate: Arc<dyn Substrate> = match broker.substrate(blueprint) {
+        Ok(s) => s,
+        Err(e) => {
+            let reason = e.to_string();
+            return apply(
+                st,
+                &mut row,
+                class,
+                vec![Observation::SubstrateFailed { reason }],
+            )
+            .await;
+        }
+    };
+    let mut facts = Vec::new();
+    let phase = row.resource.provisioning.phase;
+
+    if phase == Phase::Pending {
+        if row.composite.is_none() {
+            let now = st.now();
+            match provision::prepare(st, blueprint, &row.resource, now).await {
+                Ok(p) => {
+                    row.token_id = p.token_id.clone();
+                    row.composite = Some(p.composite_yaml);
+                    row.provisioned_at = Some(store::unix(now));
+                    let mut conn = st.store.pool().acquire().await.map_err(StoreError::from)?;
+                    if !resources::update(&mut conn, &mut row, store::unix(now)).await? {
+                        // Someone else moved it (a delete): the token must not outlive this.
+                        if let Some(t) = &p.token_id {
+                            tokens::revoke(&mut conn, t, store::unix(now)).await?;
+                        }
+                        return Ok(());
+                    }
+                }
+                Err(e @ (Error::Invalid(_) | Error::Unavailable(_))) => {
+                    let reason = e.to_string();
+                    return apply(
+                        st,
+                        &mut row,
+                        class,
+                        vec![Observation::SubstrateFailed { reason }],
+                    )
+                    .await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let composite = provision::parse_composite(row.composite.as_deref().unwrap_or_default())?;
+        let (s, r) = (substrate.clone(), row.resource.clone());
+        if let Err(e) = blocking(move || s.provision(&r, &composite)).await {
+            facts.push(Observation::SubstrateFailed { reason: e.0 });
+        }
+    }
+    if phase == Phase::Deprovisioning {
+        deprovision_extras(st, &row).await?;
+        let (s, r) = (substrate.clone(), row.resource.clone());
+        if let Err(e) = blocking(move || s.deprovision(&r)).await {
+            facts.push(Observation::SubstrateFailed { reason: e.0 });
+        }
+    }
+
+    let (s, r) = (substrate.clone(), row.resource.clone());
+    match blocking(move || {
+        let mut seen = s.observe(&r)?;
+        if s.gone(&r)? {
+            seen.push(Observation::SubstrateGone);
+        }
+        Ok(seen)
+    })
+    .await
+    {
+        Ok(seen) => facts.extend(seen),
+        Err(e) => facts.push(Observation::SubstrateFailed { reason: e.0 }),
+    }
+    if class == Class::Machine
+        && let Some(token_id) = &row.token_id
+    {
+        let mut conn = st.store.pool().acquire().await.map_err(StoreError::from)?;
+        if let Some(node_id) = tokens::get(&mut conn, token_id)
+            .await?
+            .and_then(|t| t.consumed_by_node)
+        {
+            facts.push(Observation::NodeRegistered { node_id });
+        }
+    }
+    apply(st, &mut row, class, facts).await
+}
+
+/// A machine being deleted: its unused token is revoked and its node removed (peers hear
+/// `peer_removed`). Both are idempotent.
+async fn deprovision_extras(st: &AppState, row: &ResourceRow) -> Result<(), Error> {
+    let now = store::unix(st.now());
+    if let Some(t) = &row.token_id {
+        let mut conn = st.store.pool().acquire().await.map_err(StoreError::from)?;
+        tokens::revoke(&mut conn, t, now).await?;
+    }
+    if let Some(node_id) = row.resource.node_id
+        && st.node_ops().leave(node_id, now).await?
+    {
+        tracing::info!(resource_id = %row.resource.id, node_id = %node_id, "the resource's node was removed");
+    }
+    Ok(())
+}
+
+/// Offers `facts` in order and persists the resource when its phase moved.
+async fn apply(
+    st: &AppState,
+    row: &mut ResourceRow,
+    class: Class,
+    facts: Vec<Observation>,
+) -> Result<(), Error> {
+    let now = st.now();
+    let mut moved = false;
+    for obs in &facts {
+        if let Outcome::Moved { .. } = row.resource.observe(class, obs, now) {
+            moved = true;
+            tracing::info!(
+                resource_id = %row.resource.id,
+                phase = %row.resource.provisioning.phase,
+                observed = %obs.describe(),
+                "resource phase changed"
+            );
+        }
+    }
+    if !moved {
+        return Ok(());
+    }
+    let mut conn = st.store.pool().acquire().await.map_err(StoreError::from)?;
+    if !resources::update(&mut conn, row, store::unix(now)).await? {
+        tracing::debug!(resource_id = %row.resource.id, "resource changed meanwhile; the next pass decides again");
+    }
+    Ok(())
+}
