@@ -12,6 +12,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use ipnet::IpNet;
 use plexsphere::api::{self, ApiConfig, AppState, EventConfig};
+use plexsphere::broker::BrokerConfig;
 use plexsphere::ratelimit::RateLimit;
 use plexsphere::server::{self, Transport};
 use plexsphere::store::Store;
@@ -127,11 +128,23 @@ impl TestServer {
             events: opts.events,
             ..ApiConfig::default()
         };
-        let state = Arc::new(AppState::new(store.clone(), dir.path(), config));
-        plexsphere::maintenance::spawn(&state);
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let port = listener.local_addr().unwrap().port();
+        let broker = BrokerConfig {
+            public_url: Some(format!("https://localhost:{port}")),
+            ca_pem: Some(certs.ca_pem.clone()),
+            reconcile_every: Duration::from_millis(200),
+            ..BrokerConfig::default()
+        };
+        let state = Arc::new(AppState::with_broker_config(
+            store.clone(),
+            dir.path(),
+            config,
+            broker,
+        ));
+        plexsphere::maintenance::spawn(&state);
+        plexsphere::broker::reconcile::spawn(&state);
         let (tx, rx) = oneshot::channel::<()>();
         let task = tokio::spawn(server::run(
             listener,
@@ -173,6 +186,18 @@ impl TestServer {
         let r = self
             .client
             .get(self.url(path))
+            .bearer_auth(&self.operator_token)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        (status, r.json().await.unwrap())
+    }
+
+    pub async fn op_delete(&self, path: &str) -> (StatusCode, Value) {
+        let r = self
+            .client
+            .delete(self.url(path))
             .bearer_auth(&self.operator_token)
             .send()
             .await
