@@ -128,6 +128,11 @@ impl Lab {
 
 impl Drop for Lab {
     fn drop(&mut self) {
+        // Daemons killed by the tests leave their UAPI sockets behind.
+        for i in 0..self.nodes.len() {
+            let sock = format!("/var/run/wireguard/{}.sock", self.wg_iface(i));
+            let _ = std::fs::remove_file(sock);
+        }
         for ns in self.nodes.iter().chain(std::iter::once(&self.hub)) {
             let _ = Command::new("ip").args(["netns", "del", ns]).output();
         }
@@ -201,4 +206,87 @@ pub fn start_control_plane(
         url,
         data_dir: data_dir.to_path_buf(),
     })
+}
+
+/// Runs `f` on a thread that has entered network namespace `ns` (setns acts on the calling
+/// thread only).
+pub fn on_thread_in<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> Result<T> + Send + 'static,
+) -> std::thread::JoinHandle<Result<T>> {
+    let path = std::path::Path::new("/run/netns").join(ns);
+    std::thread::spawn(move || {
+        let file =
+            std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+        nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET)
+            .with_context(|| format!("entering {}", path.display()))?;
+        f()
+    })
+}
+
+/// Sends `bytes` over TCP from a thread in `client_ns` to a sink on `server_ip` in
+/// `server_ns`; the sink answers how many bytes it read before EOF, which is returned. Every
+/// step is bounded by `bound`.
+pub fn tcp_transfer(
+    server_ns: &str,
+    server_ip: Ipv4Addr,
+    client_ns: &str,
+    bytes: u64,
+    bound: std::time::Duration,
+) -> Result<u64> {
+    use std::io::{Read, Write};
+    use std::net::{SocketAddr, TcpListener, TcpStream};
+
+    let (tx, rx) = std::sync::mpsc::channel();
+    let sink = on_thread_in(server_ns, move || {
+        let listener = TcpListener::bind(SocketAddr::from((server_ip, 0)))?;
+        tx.send(listener.local_addr()?.port())?;
+        // The client connects right after it learns the port; accept cannot hang past that
+        // unless the client failed, and then the client's error ends the test first.
+        let (mut s, _) = listener.accept()?;
+        s.set_read_timeout(Some(bound))?;
+        let mut buf = vec![0u8; 64 << 10];
+        let mut total = 0u64;
+        loop {
+            let n = s.read(&mut buf).context("the sink's read")?;
+            if n == 0 {
+                break;
+            }
+            total += n as u64;
+        }
+        s.write_all(&total.to_be_bytes())?;
+        Ok(total)
+    });
+    let port: u16 = rx
+        .recv_timeout(bound)
+        .context("the sink did not start listening")?;
+    let client = on_thread_in(client_ns, move || {
+        let addr = SocketAddr::from((server_ip, port));
+        let mut s = TcpStream::connect_timeout(&addr, bound)
+            .with_context(|| format!("connecting to {addr}"))?;
+        s.set_write_timeout(Some(bound))?;
+        s.set_read_timeout(Some(bound))?;
+        let chunk = vec![0x5au8; 64 << 10];
+        let mut left = bytes;
+        while left > 0 {
+            let n = usize::try_from(left.min(chunk.len() as u64)).unwrap_or(chunk.len());
+            s.write_all(&chunk[..n]).context("the client's write")?;
+            left -= n as u64;
+        }
+        s.shutdown(std::net::Shutdown::Write)?;
+        let mut answer = [0u8; 8];
+        s.read_exact(&mut answer)
+            .context("reading the sink's byte count")?;
+        Ok(u64::from_be_bytes(answer))
+    });
+    let counted = client
+        .join()
+        .map_err(|_| anyhow::anyhow!("the client thread panicked"))??;
+    let received = sink
+        .join()
+        .map_err(|_| anyhow::anyhow!("the sink thread panicked"))??;
+    if counted != received {
+        bail!("the sink read {received} bytes but answered {counted}");
+    }
+    Ok(received)
 }

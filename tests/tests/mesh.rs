@@ -90,10 +90,13 @@ impl Node {
 }
 
 fn ping(from: &Node, ip: &str) -> bool {
-    netns::exec(&from.ns, "ping", &["-c", "1", "-W", "1", ip])
-        .unwrap()
-        .status
-        .success()
+    let out = netns::exec(&from.ns, "ping", &["-c", "1", "-W", "1", ip]).unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !err.contains("exec of"),
+        "ping is not installed: apt-get install iputils-ping ({err})"
+    );
+    out.status.success()
 }
 
 fn wait_ping(from: &Node, to: &Node) {
@@ -114,29 +117,11 @@ fn wait_ping(from: &Node, to: &Node) {
     });
 }
 
-/// 4 MiB from `client` to `server` over the mesh with iperf3; returns the bytes received.
+/// 4 MiB from `client` to a TCP sink on `server`'s mesh IP; returns the bytes it read.
 fn tcp_transfer(client: &Node, server: &Node) -> u64 {
-    let ip = server.mesh_ip();
-    let mut srv = std::process::Command::new("iperf3");
-    srv.args(["-s", "-1", "-B", &ip]);
-    let srv = Proc::spawn(netns::in_netns(&server.ns, &srv)).unwrap();
-    srv.wait_for_line(BOUND, |l| l.contains("Server listening"))
-        .unwrap();
-    let out = netns::exec(
-        &client.ns,
-        "timeout",
-        &["60", "iperf3", "-c", &ip, "-n", "4M", "-J"],
-    )
-    .unwrap();
-    assert!(
-        out.status.success(),
-        "iperf3 {} -> {ip}: {}{}",
-        client.ns,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["end"]["sum_received"]["bytes"].as_u64().unwrap_or(0)
+    let ip = server.mesh_ip().parse().unwrap();
+    netns::tcp_transfer(&server.ns, ip, &client.ns, 4 << 20, BOUND)
+        .unwrap_or_else(|e| panic!("TCP {} -> {ip}: {e:#}", client.ns))
 }
 
 #[test]

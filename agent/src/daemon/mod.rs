@@ -68,7 +68,8 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
         let api = calls::NodeApi::new(client, identity.node_id, identity.node_credential.clone());
         let acceptor = accept::Acceptor::new(verifier, identity.node_id);
         let mesh = open_mesh(settings, &identity)?;
-        tracing::info!(api_url = %identity.api_url, backend = mesh.backend(), interface = %settings.config.wireguard.interface, "starting");
+        let backend = mesh.backend();
+        tracing::info!(api_url = %identity.api_url, backend, interface = %settings.config.wireguard.interface, "starting");
 
         let (alive_tx, mut alive_rx) = mpsc::channel::<()>(1);
         let server = match socket::bind(&run_dir) {
@@ -112,7 +113,11 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
         let _ = std::fs::remove_file(socket::socket_path(&run_dir));
         match outcome {
             Outcome::Stopped(signal) => {
-                tracing::info!(signal, "stopping; the interface stays as it is");
+                if backend == "userspace" {
+                    tracing::info!(signal, "stopping; the embedded data plane and its interface stop with plexd, a restart sets them up again");
+                } else {
+                    tracing::info!(signal, "stopping; the interface stays as it is");
+                }
                 notify::notify(&[("STOPPING", "1")]);
                 Ok(())
             }

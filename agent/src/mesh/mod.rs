@@ -95,16 +95,16 @@ impl OpenError {
 #[cfg(target_os = "linux")]
 pub(crate) fn setup_link(cfg: &WireguardConfig, node: &NodeSetup) -> Result<(), String> {
     let name = &cfg.interface;
-    let link = netlink::link(name)
+    let index = netlink::index(name)
         .map_err(|e| format!("cannot look up {name} ({e})"))?
         .ok_or_else(|| format!("the interface {name} vanished while it was being set up"))?;
-    netlink::set_address(link.index, node.mesh_ip, node.prefix).map_err(|e| {
+    netlink::set_address(index, node.mesh_ip, node.prefix).map_err(|e| {
         format!(
             "cannot set the address {}/{} on {name} ({e})",
             node.mesh_ip, node.prefix
         )
     })?;
-    netlink::set_mtu_up(link.index, u32::from(cfg.mtu))
+    netlink::set_mtu_up(index, u32::from(cfg.mtu))
         .map_err(|e| format!("cannot set MTU {} and bring {name} up ({e})", cfg.mtu))?;
     tracing::info!(interface = %name, address = %format!("{}/{}", node.mesh_ip, node.prefix), mtu = cfg.mtu, "interface up");
     Ok(())

@@ -47,8 +47,22 @@ fn request(msg: RouteNetlinkMessage, flags: u16) -> io::Result<Vec<RouteNetlinkM
         .collect())
 }
 
+/// The index of the link named `name`, or `None` when there is none. (An ioctl in the calling
+/// thread's namespace; unlike [`link`] it parses no link attributes, whose newer kernels' IPv6
+/// extensions make netlink-packet-route log warnings.)
+pub fn index(name: &str) -> io::Result<Option<u32>> {
+    match nix::net::if_::if_nametoindex(name) {
+        Ok(i) => Ok(Some(i)),
+        Err(nix::Error::ENODEV) => Ok(None),
+        Err(e) => Err(io::Error::from(e)),
+    }
+}
+
 /// The link named `name`, or `None` when there is none.
 pub fn link(name: &str) -> io::Result<Option<Link>> {
+    if index(name)?.is_none() {
+        return Ok(None);
+    }
     let mut msg = LinkMessage::default();
     msg.attributes.push(LinkAttribute::IfName(name.to_owned()));
     let answer = match request(RouteNetlinkMessage::GetLink(msg), NLM_F_REQUEST | NLM_F_ACK) {
@@ -151,11 +165,11 @@ pub fn set_address(index: u32, ip: IpAddr, prefix: u8) -> io::Result<()> {
 
 /// Deletes the link named `name`; `Ok(false)` when there was none.
 pub fn delete_link(name: &str) -> io::Result<bool> {
-    let Some(l) = link(name)? else {
+    let Some(index) = index(name)? else {
         return Ok(false);
     };
     let mut msg = LinkMessage::default();
-    msg.header.index = l.index;
+    msg.header.index = index;
     match request(RouteNetlinkMessage::DelLink(msg), NLM_F_REQUEST | NLM_F_ACK) {
         Ok(_) => Ok(true),
         Err(e) if e.raw_os_error() == Some(ENODEV) => Ok(false),

@@ -37,7 +37,7 @@ struct UserspacePlane {
 }
 
 impl UserspacePlane {
-    fn stop(&mut self) {
+    fn halt(&mut self) {
         self.shutdown.trigger();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -65,8 +65,13 @@ impl Plane for UserspacePlane {
         }
     }
 
+    fn stop(&mut self) {
+        self.halt();
+        tracing::info!(interface = %self.iface, "the embedded data plane stopped; its interface goes with plexd");
+    }
+
     fn teardown(&mut self) -> Result<(), String> {
-        self.stop();
+        self.halt();
         // A TUN goes away with its descriptor; a persistent one someone left is removed too.
         match netlink::delete_link(&self.iface) {
             Ok(_) => {
@@ -83,7 +88,7 @@ impl Plane for UserspacePlane {
 
 impl Drop for UserspacePlane {
     fn drop(&mut self) {
-        self.stop();
+        self.halt();
     }
 }
 

@@ -27,6 +27,8 @@ pub trait Plane: Send + 'static {
     fn check(&mut self) -> Result<(), String>;
     /// Removes the interface (leave).
     fn teardown(&mut self) -> Result<(), String>;
+    /// plexd stops (SIGTERM): release what this process holds, leave the interface.
+    fn stop(&mut self) {}
 }
 
 type Reply<T> = mpsc::Sender<Result<T, String>>;
@@ -35,6 +37,7 @@ enum Job {
     Apply(Vec<PeerSpec>, Reply<Vec<MeshChange>>),
     Live(Reply<Vec<LiveConfig>>),
     Teardown(Reply<()>),
+    Stop(Reply<()>),
 }
 
 /// A WireGuard interface driven through wireguard-control by a worker thread.
@@ -112,6 +115,14 @@ impl WgMesh {
     }
 }
 
+/// plexd stops: the worker releases the data plane (the embedded one stops its threads and
+/// removes its UAPI socket) before the process exits; a kernel interface stays.
+impl Drop for WgMesh {
+    fn drop(&mut self) {
+        let _ = self.call(Job::Stop);
+    }
+}
+
 impl Mesh for WgMesh {
     fn backend(&self) -> &'static str {
         self.backend
@@ -164,6 +175,11 @@ impl<P: Plane> Worker<P> {
                 }
                 Ok(Job::Teardown(reply)) => {
                     let _ = reply.send(self.plane.teardown());
+                    return;
+                }
+                Ok(Job::Stop(reply)) => {
+                    self.plane.stop();
+                    let _ = reply.send(Ok(()));
                     return;
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {
