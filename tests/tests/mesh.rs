@@ -154,6 +154,15 @@ fn three_nodes_mesh_a_fourth_joins_a_restart_keeps_identity_and_a_leave_disappea
             nodes[s].ns
         );
     }
+    // plexd status reads the handshakes and byte counters from the interface.
+    let status = nodes[0].host.status().unwrap().unwrap();
+    let peers = status["peers"].as_array().unwrap();
+    assert_eq!(peers.len(), 2, "{status}");
+    for p in peers {
+        assert!(p["last_handshake_age_secs"].is_u64(), "{p}");
+        assert!(p["rx_bytes"].as_u64().unwrap() > 0, "{p}");
+        assert!(p["tx_bytes"].as_u64().unwrap() > 0, "{p}");
+    }
     // wg show works for operators and lists the two peers with a handshake.
     let dump = nodes[0].wg(&["latest-handshakes"]);
     assert_eq!(dump.lines().count(), 2, "{dump}");
