@@ -137,6 +137,14 @@ fn open_mesh(
     settings: &JoinSettings,
     identity: &crate::identity::Identity,
 ) -> Result<Box<dyn mesh::Mesh>, Failure> {
+    let wg = &settings.config.wireguard;
+    if wg.backend == crate::config::Backend::None {
+        // Control plane only: no interface, so no key is needed.
+        let node =
+            crate::mesh::NodeSetup::new([0; 32], identity.mesh_ip, identity.mesh_cidr.prefix_len());
+        return mesh::open(wg, &node)
+            .map_err(|e| Failure::new(ExitCode::Config, format!("the WireGuard data plane: {e}")));
+    }
     let key_file = settings.state.key_file();
     let (key, generated) = crate::identity::NodeKey::load_or_generate(&key_file)
         .map_err(|e| Failure::new(ExitCode::Config, e.to_string()))?;
@@ -154,7 +162,7 @@ fn open_mesh(
         identity.mesh_ip,
         identity.mesh_cidr.prefix_len(),
     );
-    mesh::open(&settings.config.wireguard, &node).map_err(|e| {
+    mesh::open(wg, &node).map_err(|e| {
         let code = if e.is_config() {
             ExitCode::Config
         } else {
