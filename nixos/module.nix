@@ -140,13 +140,20 @@ in
         ExecStart = "${cfg.package}/bin/plexd run";
         Restart = "on-failure";
         RestartSec = "5s";
-        # 10 token consumed, 11 token invalid, 64 usage, 78 bad config: a restart fixes none.
-        RestartPreventExitStatus = "10 11 64 78";
+        # 10 token consumed, 11 token invalid, 15 node revoked or deleted, 64 usage,
+        # 78 bad config: a restart fixes none.
+        RestartPreventExitStatus = "10 11 15 64 78";
+        # The event loop sends WATCHDOG=1 every 30 s; SIGTERM stops it at once.
+        WatchdogSec = "60s";
+        TimeoutStopSec = "15s";
 
         StateDirectory = "plexd";
         StateDirectoryMode = "0700";
         ConfigurationDirectory = "plexd";
         ConfigurationDirectoryMode = "0700";
+        # /run/plexd: the status socket; /run/wireguard: the userspace data plane's UAPI socket.
+        RuntimeDirectory = [ "plexd" "wireguard" ];
+        RuntimeDirectoryMode = "0700";
 
         # Hardening, the same as systemd/plexd.service.
         CapabilityBoundingSet = [ "CAP_NET_ADMIN" "CAP_NET_RAW" ];

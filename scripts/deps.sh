@@ -7,7 +7,8 @@ packages=(
   build-essential pkg-config    # the C parts of ring and libsqlite3-sys
   libsystemd-dev                # the systemd crate (sd_notify, journal) links libsystemd
   ca-certificates curl
-  iproute2                      # ip netns / veth / tuntap in the end-to-end tests
+  iproute2 iputils-ping         # ip netns / veth / tuntap and ping in the end-to-end tests
+  sqlite3                       # the daemon tests read the replay window from the database
   systemd                       # systemd-analyze verify of the unit in the tests
   wireguard-tools wireguard-go  # the reference WireGuard peers of the interop tests (`wg`, userspace)
   iperf3                        # the whole-system benchmark

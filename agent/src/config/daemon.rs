@@ -6,8 +6,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Backend {
-    /// The kernel module when present, else the embedded userspace data plane (issue 4); until
-    /// those exist, `none` with a warning.
+    /// The kernel module when present, else the embedded userspace data plane.
     #[default]
     Auto,
     Kernel,
