@@ -8,6 +8,7 @@
 //! - [`provision`]: what provisioning a resource starts with (the machine's bootstrap token,
 //!   its cloud-init document, the composite).
 
+pub mod local_machine;
 pub mod provision;
 pub mod reconcile;
 pub mod substrate;

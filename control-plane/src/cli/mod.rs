@@ -187,6 +187,21 @@ pub struct BrokerArgs {
     /// Seconds between the broker's periodic re-checks of every resource.
     #[arg(long, env = "PLEXSPHERE_RECONCILE_SECS", default_value_t = 3)]
     pub reconcile_secs: u64,
+    /// Turn the local-machine substrate off (by default it is on when running as root with
+    /// systemd-nspawn, debootstrap and /dev/net/tun). Machines reach the server on the bridge
+    /// address: listen there (`--listen 172.30.231.1:8443`, or 0.0.0.0 with `--san
+    /// 172.30.231.1` and `--public-url https://172.30.231.1:8443`).
+    #[arg(long, env = "PLEXSPHERE_NO_LOCAL_MACHINES")]
+    pub no_local_machines: bool,
+    /// Where the local machines' Debian base image is cached.
+    #[arg(long, env = "PLEXSPHERE_MACHINE_IMAGE_CACHE", default_value = plexsphere_nspawn::DEFAULT_IMAGE_CACHE)]
+    pub machine_image_cache: PathBuf,
+    /// The host bridge local machines sit on.
+    #[arg(long, env = "PLEXSPHERE_MACHINE_BRIDGE", default_value = plexsphere_nspawn::DEFAULT_BRIDGE)]
+    pub machine_bridge: String,
+    /// The bridge's host address with the machines' prefix.
+    #[arg(long, env = "PLEXSPHERE_MACHINE_BRIDGE_ADDRESS", default_value = plexsphere_nspawn::DEFAULT_BRIDGE_ADDRESS)]
+    pub machine_bridge_address: ipnet::Ipv4Net,
 }
 
 #[derive(Debug, Args)]

@@ -13,6 +13,7 @@ use super::downloads::{self as dl, DownloadArgs};
 use super::{BrokerArgs, DevArgs, Failure, LimitArgs, NodeApiArgs, ServeArgs};
 use crate::api::{self, ApiConfig, AppState};
 use crate::broker::BrokerConfig;
+use crate::broker::local_machine::{LocalMachine, LocalMachineConfig};
 use crate::seed::{self, Manifest, SeedReport};
 use crate::server::{self, Transport};
 use crate::store::Store;
@@ -160,7 +161,13 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
         .unwrap_or_else(|| format!("{}://{bound}", transport.scheme()));
     let ca_file = args.data.data_dir.join("tls").join("ca.crt");
     let ca_pem = std::fs::read_to_string(&ca_file).ok();
-    let broker = broker_config(&args.broker, catalog, public_url, ca_pem);
+    let broker = broker_config(
+        &args.broker,
+        &args.data.data_dir,
+        catalog,
+        public_url,
+        ca_pem,
+    );
     let state = AppState::with_broker_config(store, &args.data.data_dir, config, broker);
     let downloads = open_downloads(&args.downloads, downloads_config, &state, None).await?;
     run(listener, transport, state, downloads).await
@@ -185,16 +192,42 @@ fn load_catalog(args: &BrokerArgs) -> Result<plexsphere_broker::Catalog, Failure
 
 fn broker_config(
     args: &BrokerArgs,
+    data_dir: &Path,
     catalog: plexsphere_broker::Catalog,
     public_url: String,
     ca_pem: Option<String>,
 ) -> BrokerConfig {
-    BrokerConfig {
-        public_url: Some(public_url),
+    let mut config = BrokerConfig {
+        public_url: Some(public_url.clone()),
         ca_pem,
         reconcile_every: std::time::Duration::from_secs(args.reconcile_secs),
         ..BrokerConfig::new(catalog)
+    };
+    if args.no_local_machines {
+        config.local_machine = Err("local machines are turned off (--no-local-machines)".into());
+        return config;
     }
+    let machines = LocalMachine::new(LocalMachineConfig {
+        state_dir: data_dir.join("nspawn"),
+        image_cache: args.machine_image_cache.clone(),
+        bridge: args.machine_bridge.clone(),
+        bridge_address: args.machine_bridge_address,
+    });
+    match machines {
+        Ok(m) => {
+            tracing::info!(bridge = %args.machine_bridge, address = %args.machine_bridge_address, "local machines are available (systemd-nspawn)");
+            let host = args.machine_bridge_address.addr().to_string();
+            if !public_url.contains(&host) {
+                tracing::warn!(public_url = %public_url, "local machines reach this server at {host}, and the public URL names another host: listen on {host} (or 0.0.0.0 with --san {host}) and pass --public-url https://{host}:<port>");
+            }
+            config.local_machine = Ok(Arc::new(m));
+        }
+        Err(why) => {
+            tracing::info!(reason = %why, "local machines are not available on this host");
+            config.local_machine = Err(why);
+        }
+    }
+    config
 }
 
 async fn open_downloads(
@@ -296,6 +329,7 @@ pub async fn dev(args: DevArgs) -> Result<(), Failure> {
     println!("public url (cloud-init): {public_url}");
     let broker = broker_config(
         &args.broker,
+        &data_dir,
         catalog,
         public_url,
         Some(certs.ca_pem.clone()),

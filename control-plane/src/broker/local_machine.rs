@@ -1,0 +1,230 @@
+//! `local-machine`: systemd-nspawn machines on the control plane's own host, over
+//! `plexsphere-nspawn` (root only). A machine is named `pr-<first 8 of the resource id>`, sits
+//! on the host bridge (default `plexbr0`, 172.30.231.1/24) and boots with the resource's
+//! cloud-init document as its NoCloud user-data. The machine reaches the control plane on the
+//! bridge address, so the server must listen there: `plexsphere dev --listen
+//! 172.30.231.1:8443`, or `--listen 0.0.0.0:8443 --san 172.30.231.1 --public-url
+//! https://172.30.231.1:8443`.
+//!
+//! Facts: started -> SubstrateAccepted; booted -> MachineBooted; cloud-init error ->
+//! CloudInitFailed; gone -> SubstrateGone. The base image is built once (debootstrap, about a
+//! minute) on the first machine and cached.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use ipnet::Ipv4Net;
+use plexsphere_broker::composite::Composite;
+use plexsphere_broker::{Observation, Phase, Resource};
+use plexsphere_nspawn::{
+    BaseImage, Bridge, CloudInitStatus, Error as NspawnError, Life, Machine, MachineSpec,
+    NoCloudSeed,
+};
+
+use super::substrate::{Substrate, SubstrateError};
+
+/// The local machines' knobs.
+#[derive(Debug, Clone)]
+pub struct LocalMachineConfig {
+    /// Machines live in `<state_dir>/machines/<name>/`.
+    pub state_dir: PathBuf,
+    /// Where the Debian base image is cached.
+    pub image_cache: PathBuf,
+    pub bridge: String,
+    /// The bridge's host address with the machines' prefix.
+    pub bridge_address: Ipv4Net,
+}
+
+pub struct LocalMachine {
+    config: LocalMachineConfig,
+    image: Mutex<Option<BaseImage>>,
+}
+
+fn err(e: impl std::fmt::Display) -> SubstrateError {
+    SubstrateError(e.to_string())
+}
+
+/// The host's architecture as plexd names it.
+pub fn host_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "aarch64" => "arm64",
+        "x86_64" => "amd64",
+        other => other,
+    }
+}
+
+/// `pr-<first 8 of the resource id>` (a machine and host name must stay short).
+pub fn machine_name(resource: &Resource) -> String {
+    let id = resource.id.simple().to_string();
+    format!("pr-{}", &id[..8.min(id.len())])
+}
+
+/// The lowest host number from 10 up that no machine uses.
+pub fn free_host(used: &BTreeSet<u32>, bridge: Ipv4Net) -> Option<u32> {
+    let hosts = 1u64 << (32 - u32::from(bridge.prefix_len()));
+    (10..u32::try_from(hosts.saturating_sub(1)).unwrap_or(u32::MAX))
+        .find(|h| !used.contains(h) && plexsphere_nspawn::machine_address(bridge, *h).is_some())
+}
+
+impl LocalMachine {
+    /// Checks that this host can run machines (root, the tools, TUN); says why not.
+    pub fn new(config: LocalMachineConfig) -> Result<Self, String> {
+        plexsphere_nspawn::preflight().map_err(|e| e.to_string())?;
+        Ok(Self {
+            config,
+            image: Mutex::new(None),
+        })
+    }
+
+    fn find(&self, name: &str) -> Result<Option<Machine>, SubstrateError> {
+        match Machine::reattach(&self.config.state_dir, name) {
+            Ok(m) => Ok(Some(m)),
+            Err(NspawnError::MachineNotFound { .. }) => Ok(None),
+            Err(e) => Err(err(e)),
+        }
+    }
+
+    fn image(&self) -> Result<BaseImage, SubstrateError> {
+        let mut slot = self.image.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = slot.as_ref() {
+            return Ok(i.clone());
+        }
+        tracing::info!(cache = %self.config.image_cache.display(), "preparing the machines' base image (built once, about a minute)");
+        let image = BaseImage::ensure(&self.config.image_cache).map_err(err)?;
+        *slot = Some(image.clone());
+        Ok(image)
+    }
+
+    fn used_hosts(&self) -> Result<BTreeSet<u32>, SubstrateError> {
+        let net = u32::from(self.config.bridge_address.network());
+        let mut used = BTreeSet::new();
+        for name in Machine::list(&self.config.state_dir).map_err(err)? {
+            if let Some(m) = self.find(&name)? {
+                used.insert(u32::from(m.address().addr()).wrapping_sub(net));
+            }
+        }
+        Ok(used)
+    }
+}
+
+impl Substrate for LocalMachine {
+    fn name(&self) -> &'static str {
+        "local-machine"
+    }
+
+    fn provision(&self, resource: &Resource, composite: &Composite) -> Result<(), SubstrateError> {
+        let name = machine_name(resource);
+        if self.find(&name)?.is_some() {
+            return Ok(());
+        }
+        let arch = resource
+            .parameters
+            .get("arch")
+            .and_then(|v| v.as_str())
+            .unwrap_or(host_arch());
+        if arch != host_arch() {
+            return Err(SubstrateError(format!(
+                "a local machine runs the host's architecture ({}), not {arch}",
+                host_arch()
+            )));
+        }
+        let user_data = composite
+            .spec
+            .user_data
+            .as_ref()
+            .ok_or_else(|| SubstrateError("the composite carries no cloud-init document".into()))?
+            .as_str()
+            .to_owned();
+        let bridge =
+            Bridge::ensure(&self.config.bridge, self.config.bridge_address).map_err(err)?;
+        let image = self.image()?;
+        let host = free_host(&self.used_hosts()?, bridge.address()).ok_or_else(|| {
+            SubstrateError(format!(
+                "no free address is left on bridge {}",
+                bridge.name()
+            ))
+        })?;
+        let address = bridge.machine_address(host).ok_or_else(|| {
+            SubstrateError(format!("no address {host} on bridge {}", bridge.name()))
+        })?;
+        let machine = Machine::create(
+            &self.config.state_dir,
+            MachineSpec {
+                name: name.clone(),
+                image,
+                bridge: bridge.name().to_owned(),
+                address,
+                gateway: bridge.host_address(),
+                seed: NoCloudSeed {
+                    instance_id: resource.id.to_string(),
+                    user_data,
+                },
+                files: Vec::new(),
+            },
+        )
+        .map_err(err)?;
+        tracing::info!(resource_id = %resource.id, machine = %name, address = %machine.address(), "local machine started");
+        Ok(())
+    }
+
+    fn observe(&self, resource: &Resource) -> Result<Vec<Observation>, SubstrateError> {
+        let Some(machine) = self.find(&machine_name(resource))? else {
+            return Ok(Vec::new());
+        };
+        let deleting = resource.provisioning.phase == Phase::Deprovisioning;
+        Ok(match machine.observe().map_err(err)? {
+            Life::Starting { .. } => vec![Observation::SubstrateAccepted],
+            Life::Booted { cloud_init, .. } => {
+                let mut facts = vec![Observation::SubstrateAccepted, Observation::MachineBooted];
+                if let CloudInitStatus::Error { detail } = cloud_init {
+                    facts.push(Observation::CloudInitFailed { detail });
+                }
+                facts
+            }
+            Life::Stopped if !deleting => vec![Observation::SubstrateFailed {
+                reason: format!(
+                    "machine {} stopped (its console log is {})",
+                    machine.name(),
+                    machine.console_path().display()
+                ),
+            }],
+            Life::Stopped | Life::Gone => Vec::new(),
+        })
+    }
+
+    fn deprovision(&self, resource: &Resource) -> Result<(), SubstrateError> {
+        if let Some(machine) = self.find(&machine_name(resource))? {
+            machine.destroy().map_err(err)?;
+        }
+        Ok(())
+    }
+
+    fn gone(&self, resource: &Resource) -> Result<bool, SubstrateError> {
+        Ok(self.find(&machine_name(resource))?.is_none())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_addresses() {
+        let r = Resource::new(
+            uuid::Uuid::from_u128(0x019fb9d7_fb6c_7681_a082_07407e041cc0),
+            uuid::Uuid::from_u128(1),
+            "node".into(),
+            uuid::Uuid::from_u128(2),
+            uuid::Uuid::from_u128(3),
+            serde_json::Map::new(),
+            time::OffsetDateTime::UNIX_EPOCH,
+        );
+        assert_eq!(machine_name(&r), "pr-019fb9d7");
+        let net: Ipv4Net = "172.30.231.1/24".parse().unwrap();
+        assert_eq!(free_host(&BTreeSet::new(), net), Some(10));
+        assert_eq!(free_host(&BTreeSet::from([10, 11, 13]), net), Some(12));
+        let all: BTreeSet<u32> = (10..255).collect();
+        assert_eq!(free_host(&all, net), None);
+    }
+}
