@@ -8,6 +8,9 @@
       writes a `wg addconf` file of COUNT peers (random keys, a /32 each, an endpoint each).
   wg_bench_report.py report RAW
       prints the Markdown tables (medians over runs) for docs/benchmarks.md.
+  wg_bench_report.py criterion DIR
+      prints the criterion results under DIR (<target dir>/criterion) as a Markdown table, each
+      of our paths beside its crypto-only floor.
 """
 
 import base64
@@ -233,6 +236,50 @@ def report(raw):
     print("\n".join(out))
 
 
+CRITERION_PAIRS = [
+    (f"{op}/plexd/{n}", f"{op}/{base}/{n}")
+    for op, base in (("encapsulate", "ring-seal"), ("decapsulate", "ring-open"))
+    for n in (64, 512, 1420)
+] + [
+    ("batch-64x1420/plexd-in-memory-pipeline", "batch-64x1420/ring-seal+open-only"),
+    ("allowed-ips/lookup-10k-prefixes/1024-probes", None),
+    ("device/apply-one-peer-change-at-10k-peers", None),
+    ("handshake/initiation+response+confirm", None),
+]
+
+
+def criterion(root):
+    found = {}
+    for dirpath, _, files in os.walk(root):
+        if os.path.basename(dirpath) == "new" and "estimates.json" in files and "benchmark.json" in files:
+            with open(os.path.join(dirpath, "benchmark.json"), encoding="utf-8") as f:
+                bench = json.load(f)
+            with open(os.path.join(dirpath, "estimates.json"), encoding="utf-8") as f:
+                est = json.load(f)
+            found[bench["full_id"]] = (est["median"]["point_estimate"], bench.get("throughput") or {})
+
+    def show(ns, tp):
+        t = f"{ns / 1000:.2f} µs" if ns >= 1000 else f"{ns:.0f} ns"
+        if "Bytes" in tp:
+            t += f" ({tp['Bytes'] / ns * 1e9 / 2**20:.0f} MiB/s)"
+        if "Elements" in tp:
+            t += f" ({ns / tp['Elements']:.1f} ns each)"
+        return t
+
+    print("| criterion bench (median) | ours | crypto-only floor | ours / floor |")
+    print("|---|---|---|---|")
+    for ours, floor in CRITERION_PAIRS:
+        if ours not in found:
+            print(f"| {ours} | not run | | |")
+            continue
+        ns, tp = found[ours]
+        if floor and floor in found:
+            fns, ftp = found[floor]
+            print(f"| {ours} | {show(ns, tp)} | {floor.split('/', 1)[1]}: {show(fns, ftp)} | {ns / fns:.2f} |")
+        else:
+            print(f"| {ours} | {show(ns, tp)} | | |")
+
+
 def main(argv):
     if len(argv) >= 3 and argv[1] == "record":
         record(argv[2], argv[3:])
@@ -240,6 +287,8 @@ def main(argv):
         peers(int(argv[2]), argv[3])
     elif len(argv) == 3 and argv[1] == "report":
         report(argv[2])
+    elif len(argv) == 3 and argv[1] == "criterion":
+        criterion(argv[2])
     else:
         print(__doc__, file=sys.stderr)
         return 64
