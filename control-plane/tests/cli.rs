@@ -44,6 +44,7 @@ fn bad_config_exits_64_with_one_line() {
     ];
     for args in cases {
         let out = Command::new(BIN)
+            .env("PLEXSPHERE_NO_LOCAL_MACHINES", "1")
             .args(&args)
             .arg("--data-dir")
             .arg(dir.path())
@@ -73,6 +74,7 @@ fn seed_apply_and_operator_tokens_from_the_command_line() {
     .unwrap();
     let run = |args: &[&str]| {
         Command::new(BIN)
+            .env("PLEXSPHERE_NO_LOCAL_MACHINES", "1")
             .args(args)
             .arg("--data-dir")
             .arg(dir.path())
@@ -115,6 +117,7 @@ fn seed_apply_and_operator_tokens_from_the_command_line() {
 fn dev_prints_the_listening_line_and_writes_its_files() {
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(BIN)
+        .env("PLEXSPHERE_NO_LOCAL_MACHINES", "1")
         .args(["dev", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(dir.path())
         .stdout(Stdio::piped())

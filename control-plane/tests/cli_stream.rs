@@ -36,6 +36,7 @@ async fn dev_logs_stream_open_and_close_and_sigterm_ends_open_streams() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("stderr.log");
     let mut child = Command::new(BIN)
+        .env("PLEXSPHERE_NO_LOCAL_MACHINES", "1")
         .args([
             "dev",
             "--listen",

@@ -15,6 +15,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_plexsphere");
 /// Starts `dev` and answers it with its stdout lines up to the listening line.
 fn start_dev(args: &[&str], data_dir: &std::path::Path) -> (Child, Vec<String>) {
     let mut child = Command::new(BIN)
+        .env("PLEXSPHERE_NO_LOCAL_MACHINES", "1")
         .args(["dev", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir)
         .args(args)

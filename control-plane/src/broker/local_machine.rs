@@ -68,9 +68,11 @@ pub fn free_host(used: &BTreeSet<u32>, bridge: Ipv4Net) -> Option<u32> {
 }
 
 impl LocalMachine {
-    /// Checks that this host can run machines (root, the tools, TUN); says why not.
+    /// Checks that this host can run machines (root, the tools, TUN) and makes the bridge
+    /// (so the server can listen on its address); says why not.
     pub fn new(config: LocalMachineConfig) -> Result<Self, String> {
         plexsphere_nspawn::preflight().map_err(|e| e.to_string())?;
+        Bridge::ensure(&config.bridge, config.bridge_address).map_err(|e| e.to_string())?;
         Ok(Self {
             config,
             image: Mutex::new(None),

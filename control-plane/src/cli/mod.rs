@@ -191,7 +191,12 @@ pub struct BrokerArgs {
     /// systemd-nspawn, debootstrap and /dev/net/tun). Machines reach the server on the bridge
     /// address: listen there (`--listen 172.30.231.1:8443`, or 0.0.0.0 with `--san
     /// 172.30.231.1` and `--public-url https://172.30.231.1:8443`).
-    #[arg(long, env = "PLEXSPHERE_NO_LOCAL_MACHINES")]
+    #[arg(
+        long,
+        env = "PLEXSPHERE_NO_LOCAL_MACHINES",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
     pub no_local_machines: bool,
     /// Where the local machines' Debian base image is cached.
     #[arg(long, env = "PLEXSPHERE_MACHINE_IMAGE_CACHE", default_value = plexsphere_nspawn::DEFAULT_IMAGE_CACHE)]

@@ -14,6 +14,7 @@ use super::{BrokerArgs, DevArgs, Failure, LimitArgs, NodeApiArgs, ServeArgs};
 use crate::api::{self, ApiConfig, AppState};
 use crate::broker::BrokerConfig;
 use crate::broker::local_machine::{LocalMachine, LocalMachineConfig};
+use crate::broker::substrate::Substrate;
 use crate::seed::{self, Manifest, SeedReport};
 use crate::server::{self, Transport};
 use crate::store::Store;
@@ -149,6 +150,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
         let report = apply_seed(&store, m, &path.display().to_string()).await?;
         tracing::info!(changed = report.changed(), file = %path.display(), "seed applied");
     }
+    let machines = local_machines(&args.broker, &args.data.data_dir);
     let listener = bind(addr)?;
     let bound = reachable(
         listener
@@ -161,13 +163,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
         .unwrap_or_else(|| format!("{}://{bound}", transport.scheme()));
     let ca_file = args.data.data_dir.join("tls").join("ca.crt");
     let ca_pem = std::fs::read_to_string(&ca_file).ok();
-    let broker = broker_config(
-        &args.broker,
-        &args.data.data_dir,
-        catalog,
-        public_url,
-        ca_pem,
-    );
+    let broker = broker_config(&args.broker, catalog, public_url, ca_pem, machines);
     let state = AppState::with_broker_config(store, &args.data.data_dir, config, broker);
     let downloads = open_downloads(&args.downloads, downloads_config, &state, None).await?;
     run(listener, transport, state, downloads).await
@@ -192,20 +188,31 @@ fn load_catalog(args: &BrokerArgs) -> Result<plexsphere_broker::Catalog, Failure
 
 fn broker_config(
     args: &BrokerArgs,
-    data_dir: &Path,
     catalog: plexsphere_broker::Catalog,
     public_url: String,
     ca_pem: Option<String>,
+    local_machine: Result<Arc<dyn Substrate>, String>,
 ) -> BrokerConfig {
-    let mut config = BrokerConfig {
-        public_url: Some(public_url.clone()),
+    if local_machine.is_ok() {
+        let host = args.machine_bridge_address.addr().to_string();
+        if !public_url.contains(&host) {
+            tracing::warn!(public_url = %public_url, "local machines reach this server at {host}, and the public URL names another host: listen on {host} (or 0.0.0.0 with --san {host}) and pass --public-url https://{host}:<port>");
+        }
+    }
+    BrokerConfig {
+        public_url: Some(public_url),
         ca_pem,
         reconcile_every: std::time::Duration::from_secs(args.reconcile_secs),
+        local_machine,
         ..BrokerConfig::new(catalog)
-    };
+    }
+}
+
+/// The local-machine substrate when this host can run machines (its bridge is made now, so
+/// the server can listen on the bridge address), or why not.
+fn local_machines(args: &BrokerArgs, data_dir: &Path) -> Result<Arc<dyn Substrate>, String> {
     if args.no_local_machines {
-        config.local_machine = Err("local machines are turned off (--no-local-machines)".into());
-        return config;
+        return Err("local machines are turned off (--no-local-machines)".into());
     }
     let machines = LocalMachine::new(LocalMachineConfig {
         state_dir: data_dir.join("nspawn"),
@@ -216,18 +223,13 @@ fn broker_config(
     match machines {
         Ok(m) => {
             tracing::info!(bridge = %args.machine_bridge, address = %args.machine_bridge_address, "local machines are available (systemd-nspawn)");
-            let host = args.machine_bridge_address.addr().to_string();
-            if !public_url.contains(&host) {
-                tracing::warn!(public_url = %public_url, "local machines reach this server at {host}, and the public URL names another host: listen on {host} (or 0.0.0.0 with --san {host}) and pass --public-url https://{host}:<port>");
-            }
-            config.local_machine = Ok(Arc::new(m));
+            Ok(Arc::new(m))
         }
         Err(why) => {
             tracing::info!(reason = %why, "local machines are not available on this host");
-            config.local_machine = Err(why);
+            Err(why)
         }
     }
-    config
 }
 
 async fn open_downloads(
@@ -295,6 +297,7 @@ pub async fn dev(args: DevArgs) -> Result<(), Failure> {
             .context("cannot write the operator token file")?;
     }
 
+    let machines = local_machines(&args.broker, &data_dir);
     let listener = bind(addr)?;
     let bound = reachable(
         listener
@@ -327,12 +330,19 @@ pub async fn dev(args: DevArgs) -> Result<(), Failure> {
     }
     let public_url = args.public_url.clone().unwrap_or_else(|| api_url.clone());
     println!("public url (cloud-init): {public_url}");
+    match &machines {
+        Ok(_) => println!(
+            "local machines: on (bridge {} {})",
+            args.broker.machine_bridge, args.broker.machine_bridge_address
+        ),
+        Err(why) => println!("local machines: off ({why})"),
+    }
     let broker = broker_config(
         &args.broker,
-        &data_dir,
         catalog,
         public_url,
         Some(certs.ca_pem.clone()),
+        machines,
     );
     let state = AppState::with_broker_config(store, &data_dir, config, broker);
     let lab = manifest.domains.first().map(|d| d.slug.clone());
