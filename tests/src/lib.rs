@@ -151,9 +151,22 @@ impl ControlPlane {
         Self::start_dev_on(data_dir, "127.0.0.1:0", extra)
     }
 
-    /// `plexsphere dev` listening on `listen` (port 0 picks one).
+    /// `plexsphere dev` listening on `listen` (port 0 picks one), without local machines (as
+    /// root, dev would otherwise set up the machine bridge).
     pub fn start_dev_on(data_dir: &Path, listen: &str, extra: &[&str]) -> Result<Self> {
         let mut cmd = Command::new(bin("plexsphere")?);
+        cmd.env("PLEXSPHERE_NO_LOCAL_MACHINES", "1");
+        Self::start(cmd, data_dir, listen, extra)
+    }
+
+    /// `plexsphere dev` with its local-machine substrate on (root): machines on its bridge.
+    pub fn start_dev_with_machines(data_dir: &Path, listen: &str, extra: &[&str]) -> Result<Self> {
+        let mut cmd = Command::new(bin("plexsphere")?);
+        cmd.env_remove("PLEXSPHERE_NO_LOCAL_MACHINES");
+        Self::start(cmd, data_dir, listen, extra)
+    }
+
+    fn start(mut cmd: Command, data_dir: &Path, listen: &str, extra: &[&str]) -> Result<Self> {
         cmd.arg("dev")
             .arg("--data-dir")
             .arg(data_dir)

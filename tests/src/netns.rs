@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use anyhow::{Context, Result, bail};
 
-use crate::{Host, Proc, bin};
+use crate::{Host, Proc};
 
 static NEXT: AtomicU8 = AtomicU8::new(0);
 
@@ -186,26 +186,10 @@ pub fn start_control_plane(
     addr: Ipv4Addr,
     extra: &[&str],
 ) -> Result<crate::ControlPlane> {
-    let mut cmd = Command::new(bin("plexsphere")?);
-    cmd.arg("dev")
-        .arg("--data-dir")
-        .arg(data_dir)
-        .args(["--listen", &format!("{addr}:0"), "--san", &addr.to_string()])
-        .args(extra);
-    let proc = Proc::spawn(cmd)?;
-    let line = proc.wait_for_line(crate::STARTUP_BOUND, |l| {
-        l.contains("listening on https://")
-    })?;
-    let url = line
-        .split("listening on ")
-        .nth(1)
-        .map(|s| s.trim().to_owned())
-        .context("parsing the listening line")?;
-    Ok(crate::ControlPlane {
-        proc,
-        url,
-        data_dir: data_dir.to_path_buf(),
-    })
+    let san = addr.to_string();
+    let mut args = vec!["--san", san.as_str()];
+    args.extend_from_slice(extra);
+    crate::ControlPlane::start_dev_on(data_dir, &format!("{addr}:0"), &args)
 }
 
 /// Runs `f` on a thread that has entered network namespace `ns` (setns acts on the calling
