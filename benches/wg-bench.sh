@@ -338,6 +338,7 @@ EOF
       pa=$!; pids+=("$pa")
       sleep 3 # settle
       how="registered identity, unreachable API, 3 s after start"
+      [[ $backend == none ]] && how+=", no interface"
       [[ $backend == userspace ]] && ! ip -n "$na" link show "$ia" >/dev/null 2>&1 &&
         how+=", interface not up"
       [[ $backend == userspace ]] && ip -n "$na" link show "$ia" >/dev/null 2>&1 && how+=", interface up"

@@ -183,6 +183,9 @@ def report(raw):
         vals = [m(i, test, "cpu_s_per_gb") for i in impls]
         p(f"| {label} | " + " | ".join(fmt(v) for v in vals) + f" | {ratio(vals[0], vals[1:], False)} |")
     p("")
+    p("Bytes are those iperf3 received; in the UDP flood the daemons also carried what the iperf3 "
+      "receiver then dropped, so that row overstates the cost per GB for all three.")
+    p("")
     p("| Receiver UDP drops per run (median): nstat UdpRcvbufErrors / UdpInErrors; daemon sockets on :51820 | "
       + " | ".join(impls) + " |")
     p("|---|" + "---|" * len(impls))
@@ -192,6 +195,9 @@ def report(raw):
             a, b, c = (m(i, test, k) for k in ("rcvbuf_errors", "in_errors", "sock_drops"))
             cells.append("n/a" if a is None else f"{a:.0f} / {b:.0f}; {c:.0f}")
         p(f"| {label} | " + " | ".join(cells) + " |")
+    p("")
+    p("nstat counts every UDP socket in the receiving namespace, the iperf3 receiver's own included "
+      "(in the UDP flood that is most of it); the last figure is the daemons' sockets alone (`ss -m`, d).")
     p("")
     p("| ping through the tunnel, ms (median of runs) | " + " | ".join(impls) + " | best reference / plexd-wg |")
     p("|---|" + "---|" * (len(impls) + 1))
