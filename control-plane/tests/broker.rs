@@ -186,7 +186,7 @@ async fn every_refusal_comes_before_anything_is_stored() {
             "`local` cloud credential",
         ),
         (
-            json!({"kind": "node", "blueprint_version_id": version_id("local-machine", "v1"), "cloud_credential_id": local, "parameters": {}}),
+            json!({"kind": "node", "blueprint_version_id": version_id("local-machine", "v1"), "cloud_credential_id": local, "parameters": {"release": "bookworm"}}),
             503,
             "unavailable",
             "local-machine substrate",
@@ -337,6 +337,135 @@ async fn a_machine_gets_a_bound_token_and_a_rendered_composite_and_delete_revoke
     let tokens = srv.tokens(OPENSTACK).await;
     let t = tokens.iter().find(|t| t.id == token_id).unwrap();
     assert!(t.revoked_at.is_some(), "{t:?}");
+    srv.stop().await;
+}
+
+/// Every `table.column` of the SQLite file where some row holds `needle` (text, blob or number).
+async fn cells_holding(pool: &sqlx::AnyPool, needle: &str) -> Vec<String> {
+    let mut conn = pool.acquire().await.unwrap();
+    let tables: Vec<String> =
+        sqlx::query("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get("name"))
+            .collect();
+    assert!(
+        tables.iter().any(|t| t == "resources") && tables.iter().any(|t| t == "bootstrap_tokens"),
+        "{tables:?}"
+    );
+    let mut found = Vec::new();
+    for t in tables {
+        let sql = format!("SELECT name FROM pragma_table_info('{t}')");
+        let columns: Vec<String> = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get("name"))
+            .collect();
+        assert!(!columns.is_empty(), "{t} has no columns");
+        for c in columns {
+            // hex() reads every storage class (text, blob, number) as its bytes.
+            let sql = format!("SELECT hex(\"{c}\") AS v FROM \"{t}\"");
+            for row in sqlx::query(sqlx::AssertSqlSafe(sql))
+                .fetch_all(&mut *conn)
+                .await
+                .unwrap()
+            {
+                let bytes = hex::decode(row.get::<String, _>("v")).unwrap();
+                if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                    found.push(format!("{t}.{c}"));
+                }
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn no_table_holds_a_machine_token_in_clear() {
+    let srv = TestServer::start().await;
+    let cred = credential(&srv, "openstack").await;
+    let (status, created) = srv
+        .op_post(
+            &format!("/v1/projects/{OPENSTACK}/resources"),
+            json!({
+                "kind": "node",
+                "blueprint_version_id": version_id("openstack-instance", "v1alpha2"),
+                "cloud_credential_id": cred,
+                "parameters": {"imageName": "debian-12", "flavorName": "m1.small", "networkName": "lab"},
+            }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    wait_for(&srv, &id, "Provisioning", |r| phase(r) == "Provisioning").await;
+    let tokens = srv.tokens(OPENSTACK).await;
+    let bound: Vec<_> = tokens
+        .iter()
+        .filter(|t| t.resource_id.map(|u| u.to_string()) == Some(id.clone()))
+        .collect();
+    assert_eq!(bound.len(), 1, "{tokens:?}");
+    let token_id = bound[0].id.clone();
+
+    let pool = srv.store.pool();
+    // The scan sees the token's public id where it belongs (it would see the text too).
+    let with_id = cells_holding(pool, &token_id).await;
+    assert!(
+        with_id.contains(&"bootstrap_tokens.id".to_owned())
+            && with_id.contains(&"resources.token_id".to_owned()),
+        "{with_id:?}"
+    );
+    // The token's text is pxbt_lab_node_<id>_<secret>: neither it nor any token text is stored.
+    assert_eq!(
+        cells_holding(pool, &format!("_{token_id}_")).await,
+        Vec::<String>::new()
+    );
+    assert_eq!(cells_holding(pool, "pxbt_").await, Vec::<String>::new());
+    // The stored composite holds the document with the marker where the token was.
+    assert_eq!(
+        cells_holding(pool, "<bootstrap token: redacted>").await,
+        ["resources.composite"]
+    );
+    assert_eq!(
+        cells_holding(pool, "resource_handle: pr-").await,
+        ["resources.composite"]
+    );
+
+    // A pass that finds it Pending with its composite stored (as after a restart) sees the
+    // substrate holding it: nothing is handed over again and no second token is minted.
+    let mut conn = srv.store.pool().acquire().await.unwrap();
+    let row = sqlx::query("SELECT provisioning FROM resources WHERE id = $1")
+        .bind(id.clone())
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    let mut provisioning: Value = serde_json::from_str(row.get("provisioning")).unwrap();
+    provisioning["phase"] = json!("Pending");
+    sqlx::query("UPDATE resources SET provisioning = $1, phase = 'Pending' WHERE id = $2")
+        .bind(provisioning.to_string())
+        .bind(id.clone())
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+    plexsphere::broker::reconcile::pass(&srv.state)
+        .await
+        .unwrap();
+    wait_for(&srv, &id, "Provisioning again", |r| {
+        phase(r) == "Provisioning"
+    })
+    .await;
+    let again: Vec<_> = srv
+        .tokens(OPENSTACK)
+        .await
+        .into_iter()
+        .filter(|t| t.resource_id.map(|u| u.to_string()) == Some(id.clone()))
+        .collect();
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert!(again[0].revoked_at.is_none(), "{again:?}");
     srv.stop().await;
 }
 

@@ -154,7 +154,7 @@ async fn a_local_machine_enrols_and_is_deleted() {
             "kind": "node",
             "blueprint_version_id": plexsphere_broker::blueprint::version_id("local-machine", "v1"),
             "cloud_credential_id": cred["id"],
-            "parameters": {},
+            "parameters": {"release": "bookworm"},
         }),
     )
     .await;

@@ -192,6 +192,10 @@ mod tests {
             (Class::Machine, Substrate::LocalMachine)
         );
         assert_eq!(lm.resource_kind, "node");
+        let names: Vec<_> = lm.parameters.keys().map(String::as_str).collect();
+        assert_eq!(names, ["arch", "release"]);
+        assert!(lm.parameters["release"].required);
+        assert!(!lm.parameters["arch"].required);
         let lb = &c.find("local-bucket", "v1").unwrap().blueprint;
         assert_eq!(
             (lb.class, lb.substrate),

@@ -7,7 +7,9 @@
 //! starts the plexd unit so the node keeps heartbeating and meshes. `runcmd` stops at the first
 //! failing command, so a failed install or join is cloud-init's result, not hidden by later steps.
 //!
-//! The document carries a bootstrap token: [`CloudInitDocument`] never shows it in `Debug`.
+//! The document carries a bootstrap token: [`CloudInitDocument`] never shows it in `Debug`, and
+//! [`CloudInitDocument::redacted`] is the copy that may be stored (the token replaced by
+//! [`REDACTED_TOKEN`]).
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -22,6 +24,9 @@ pub const INSTALL_SCRIPT_TEMPLATE: &str = include_str!("../../../cloud-init/inst
 
 pub const CONFIG_DIR: &str = "/etc/plexd";
 pub const CA_PATH: &str = "/etc/plexd/ca.crt";
+/// What a stored copy of a document holds where the machine's document has its token.
+pub const REDACTED_TOKEN: &str = "<bootstrap token: redacted>";
+
 pub const TOKEN_PATH: &str = "/etc/plexd/bootstrap-token";
 pub const CONFIG_PATH: &str = "/etc/plexd/config.yaml";
 pub const INSTALL_SCRIPT_PATH: &str = "/etc/plexd/install-plexd.sh";
@@ -53,6 +58,13 @@ impl CloudInitDocument {
 
     pub fn into_string(self) -> String {
         self.0
+    }
+
+    /// The document with every occurrence of `token`'s text replaced by [`REDACTED_TOKEN`]:
+    /// the copy that may be stored. Only the machine's own copy, handed over in memory,
+    /// carries the token.
+    pub fn redacted(&self, token: &BootstrapToken) -> CloudInitDocument {
+        CloudInitDocument(self.0.replace(&token.expose(), REDACTED_TOKEN))
     }
 }
 

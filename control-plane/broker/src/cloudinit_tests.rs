@@ -146,6 +146,32 @@ fn debug_never_shows_the_token() {
 }
 
 #[test]
+fn the_redacted_copy_holds_the_marker_and_not_the_token() {
+    let t = token();
+    let doc = render(&input(&t)).unwrap();
+    assert!(doc.as_str().contains(&t.expose()));
+    let stored = doc.redacted(&t);
+    assert!(
+        !stored.as_str().contains(&t.expose()),
+        "{}",
+        stored.as_str()
+    );
+    assert!(!stored.as_str().contains(t.secret.expose()));
+    // Still a document, with the marker where the token file's content was.
+    let v = parsed(&stored);
+    let token_file = files(&v)
+        .into_iter()
+        .find(|(path, _, _)| path == TOKEN_PATH)
+        .unwrap();
+    assert_eq!(token_file.2, format!("{REDACTED_TOKEN}\n"));
+    // Everything else is unchanged.
+    assert_eq!(
+        stored.as_str().replace(REDACTED_TOKEN, &t.expose()),
+        doc.as_str()
+    );
+}
+
+#[test]
 fn bad_api_urls_are_refused() {
     let t = token();
     for url in [

@@ -17,14 +17,31 @@ fn errs(name: &str, given: serde_json::Value) -> Vec<ParameterError> {
     resolve(&bp(name), &given).unwrap_err().errors
 }
 
+/// A blueprint with an integer parameter (no built-in one declares one).
+fn sized() -> Blueprint {
+    Blueprint::parse(
+        "sized.yaml",
+        "name: sized\nversion: v1\nresource_kind: node\nclass: standalone\nsubstrate: crossplane\ncomposite: {api_version: a/v1, kind: K}\nparameters:\n  diskGiB: {type: integer, minimum: 1, maximum: 1024, default: 10}\n",
+    )
+    .unwrap()
+}
+
+fn sized_errs(given: serde_json::Value) -> Vec<ParameterError> {
+    resolve(&sized(), &given).unwrap_err().errors
+}
+
 #[test]
 fn defaults_are_applied_and_given_values_kept() {
-    let r = resolve(&bp("local-machine"), &json!({})).unwrap();
-    assert_eq!(json!(r), json!({"arch": "amd64", "memoryMiB": 1024}));
-    let r = resolve(&bp("local-machine"), &json!({"arch": "arm64"})).unwrap();
-    assert_eq!(json!(r), json!({"arch": "arm64", "memoryMiB": 1024}));
-    let r = resolve(&bp("local-machine"), &serde_json::Value::Null).unwrap();
-    assert_eq!(r.len(), 2);
+    let r = resolve(&bp("local-machine"), &json!({"release": "bookworm"})).unwrap();
+    assert_eq!(json!(r), json!({"arch": "amd64", "release": "bookworm"}));
+    let r = resolve(
+        &bp("local-machine"),
+        &json!({"arch": "arm64", "release": "bookworm"}),
+    )
+    .unwrap();
+    assert_eq!(json!(r), json!({"arch": "arm64", "release": "bookworm"}));
+    let r = resolve(&sized(), &serde_json::Value::Null).unwrap();
+    assert_eq!(json!(r), json!({"diskGiB": 10}));
     // An optional parameter without a default stays out.
     let r = resolve(
         &bp("openstack-instance"),
@@ -53,6 +70,36 @@ fn a_missing_required_parameter_is_named() {
 }
 
 #[test]
+fn a_local_machine_needs_its_release_and_only_bookworm_is_built() {
+    let e = errs("local-machine", json!({}));
+    assert_eq!(
+        e,
+        [ParameterError::Missing {
+            name: "release".into(),
+            blueprint: "local-machine@v1".into()
+        }]
+    );
+    assert_eq!(errs("local-machine", serde_json::Value::Null).len(), 1);
+    let e = errs("local-machine", json!({"release": "trixie"}));
+    assert_eq!(
+        e[0].to_string(),
+        "parameter `release` = \"trixie\" does not match the pattern `bookworm`"
+    );
+    // The memory limit it never applied is no longer accepted.
+    let e = errs(
+        "local-machine",
+        json!({"release": "bookworm", "memoryMiB": 1024}),
+    );
+    assert_eq!(e[0].parameter(), Some("memoryMiB"));
+    assert!(
+        e[0].to_string()
+            .contains("is not declared by local-machine@v1"),
+        "{}",
+        e[0]
+    );
+}
+
+#[test]
 fn an_unknown_parameter_is_named_with_what_is_accepted() {
     let e = errs(
         "local-bucket",
@@ -67,15 +114,15 @@ fn an_unknown_parameter_is_named_with_what_is_accepted() {
 
 #[test]
 fn a_wrong_type_names_the_expectation() {
-    let e = errs("local-machine", json!({"memoryMiB": "1024"}));
+    let e = sized_errs(json!({"diskGiB": "10"}));
     assert_eq!(
         e[0].to_string(),
-        "parameter `memoryMiB` must be an integer, not a string"
+        "parameter `diskGiB` must be an integer, not a string"
     );
-    let e = errs("local-machine", json!({"memoryMiB": 1024.5}));
+    let e = sized_errs(json!({"diskGiB": 10.5}));
     assert_eq!(
         e[0].to_string(),
-        "parameter `memoryMiB` must be an integer, not a number with a fraction"
+        "parameter `diskGiB` must be an integer, not a number with a fraction"
     );
     let e = errs("local-bucket", json!({"region": 1}));
     assert_eq!(
@@ -86,14 +133,27 @@ fn a_wrong_type_names_the_expectation() {
 
 #[test]
 fn a_pattern_mismatch_names_the_pattern_and_matches_whole() {
-    let e = errs("local-machine", json!({"arch": "x86_64"}));
+    let e = errs(
+        "local-machine",
+        json!({"arch": "x86_64", "release": "bookworm"}),
+    );
     assert_eq!(
         e[0].to_string(),
         "parameter `arch` = \"x86_64\" does not match the pattern `amd64|arm64`"
     );
     // Anchored: a value that merely contains a match is refused.
-    assert_eq!(errs("local-machine", json!({"arch": "xamd64"})).len(), 1);
-    assert_eq!(errs("local-machine", json!({"arch": "amd64\n"})).len(), 1);
+    let lm = |arch: &str| {
+        errs(
+            "local-machine",
+            json!({"arch": arch, "release": "bookworm"}),
+        )
+    };
+    assert_eq!(lm("xamd64").len(), 1);
+    assert_eq!(lm("amd64\n").len(), 1);
+    assert_eq!(
+        errs("local-machine", json!({"release": "bookworm\n"})).len(),
+        1
+    );
     let e = errs(
         "openstack-instance",
         json!({"imageName": "a\nb", "flavorName": "f", "networkName": "n"}),
@@ -103,11 +163,12 @@ fn a_pattern_mismatch_names_the_pattern_and_matches_whole() {
 
 #[test]
 fn bounds_and_length_are_checked() {
-    let e = errs("local-machine", json!({"memoryMiB": 64}));
+    let e = sized_errs(json!({"diskGiB": 0}));
     assert_eq!(
         e[0].to_string(),
-        "parameter `memoryMiB` = 64 is outside 256..=65536"
+        "parameter `diskGiB` = 0 is outside 1..=1024"
     );
+    assert_eq!(sized_errs(json!({"diskGiB": 1025})).len(), 1);
     let long = "a".repeat(MAX_STRING_BYTES + 1);
     let e = errs(
         "openstack-instance",

@@ -6,6 +6,10 @@
 //! 172.30.231.1:8443`, or `--listen 0.0.0.0:8443 --san 172.30.231.1 --public-url
 //! https://172.30.231.1:8443`.
 //!
+//! Parameters: `arch` must be the host's; `release` must be the base image's suite (bookworm,
+//! the only image built). The machine has no memory limit: the host has no systemd to set one,
+//! so the blueprint declares none.
+//!
 //! Facts: started -> SubstrateAccepted; booted -> MachineBooted; cloud-init error ->
 //! CloudInitFailed; gone -> SubstrateGone. The base image is built once (debootstrap, about a
 //! minute) on the first machine and cached.
@@ -19,7 +23,7 @@ use plexsphere_broker::composite::Composite;
 use plexsphere_broker::{Observation, Phase, Resource};
 use plexsphere_nspawn::{
     BaseImage, Bridge, CloudInitStatus, Error as NspawnError, Life, Machine, MachineSpec,
-    NoCloudSeed,
+    NoCloudSeed, Recipe,
 };
 
 use super::substrate::{Substrate, SubstrateError};
@@ -51,6 +55,29 @@ pub fn host_arch() -> &'static str {
         "aarch64" => "arm64",
         "x86_64" => "amd64",
         other => other,
+    }
+}
+
+/// Refuses parameters this host cannot honour: an architecture other than the host's, a
+/// release other than the base image's (`image_suite`).
+pub fn check_parameters(
+    resource: &Resource,
+    host_arch: &str,
+    image_suite: &str,
+) -> Result<(), SubstrateError> {
+    let param = |name: &str| resource.parameters.get(name).and_then(|v| v.as_str());
+    let arch = param("arch").unwrap_or(host_arch);
+    if arch != host_arch {
+        return Err(SubstrateError(format!(
+            "a local machine runs the host's architecture ({host_arch}), not {arch}"
+        )));
+    }
+    match param("release") {
+        Some(release) if release == image_suite => Ok(()),
+        other => Err(SubstrateError(format!(
+            "a local machine boots the Debian {image_suite} base image, not {}; create the resource with release {image_suite}",
+            other.unwrap_or("a missing release")
+        ))),
     }
 }
 
@@ -120,17 +147,7 @@ impl Substrate for LocalMachine {
         if self.find(&name)?.is_some() {
             return Ok(());
         }
-        let arch = resource
-            .parameters
-            .get("arch")
-            .and_then(|v| v.as_str())
-            .unwrap_or(host_arch());
-        if arch != host_arch() {
-            return Err(SubstrateError(format!(
-                "a local machine runs the host's architecture ({}), not {arch}",
-                host_arch()
-            )));
-        }
+        check_parameters(resource, host_arch(), &Recipe::bookworm().suite)?;
         let user_data = composite
             .spec
             .user_data
@@ -228,5 +245,40 @@ mod tests {
         assert_eq!(free_host(&BTreeSet::from([10, 11, 13]), net), Some(12));
         let all: BTreeSet<u32> = (10..255).collect();
         assert_eq!(free_host(&all, net), None);
+    }
+
+    fn with(params: serde_json::Value) -> Resource {
+        let serde_json::Value::Object(map) = params else {
+            panic!("parameters must be an object");
+        };
+        Resource::new(
+            uuid::Uuid::from_u128(1),
+            uuid::Uuid::from_u128(1),
+            "node".into(),
+            uuid::Uuid::from_u128(2),
+            uuid::Uuid::from_u128(3),
+            map,
+            time::OffsetDateTime::UNIX_EPOCH,
+        )
+    }
+
+    #[test]
+    fn parameters_must_fit_the_host_and_the_image() {
+        let ok = with(serde_json::json!({"arch": "amd64", "release": "bookworm"}));
+        assert_eq!(check_parameters(&ok, "amd64", "bookworm"), Ok(()));
+        let e = check_parameters(&ok, "arm64", "bookworm").unwrap_err();
+        assert_eq!(
+            e.0,
+            "a local machine runs the host's architecture (arm64), not amd64"
+        );
+        let e = check_parameters(&ok, "amd64", "trixie").unwrap_err();
+        assert!(
+            e.0.contains("boots the Debian trixie base image, not bookworm"),
+            "{e}"
+        );
+        let missing = with(serde_json::json!({"arch": "amd64"}));
+        let e = check_parameters(&missing, "amd64", "bookworm").unwrap_err();
+        assert!(e.0.contains("not a missing release"), "{e}");
+        assert_eq!(Recipe::bookworm().suite, "bookworm");
     }
 }

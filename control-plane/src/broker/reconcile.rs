@@ -8,7 +8,9 @@ use std::sync::{Arc, Weak};
 
 use plexsphere_broker::{Blueprint, Class, Observation, Outcome, Phase};
 
-use super::provision;
+use plexsphere_broker::composite::Composite;
+
+use super::provision::{self, PendingStep};
 use super::substrate::{Substrate, SubstrateError};
 use crate::api::AppState;
 use crate::error::Error;
@@ -96,39 +98,25 @@ pub async fn reconcile_one(st: &AppState, mut row: ResourceRow) -> Result<(), Er
     let phase = row.resource.provisioning.phase;
 
     if phase == Phase::Pending {
-        if row.composite.is_none() {
-            let now = st.now();
-            match provision::prepare(st, blueprint, &row.resource, now).await {
-                Ok(p) => {
-                    row.token_id = p.token_id.clone();
-                    row.composite = Some(p.composite_yaml);
-                    row.provisioned_at = Some(store::unix(now));
-                    let mut conn = st.store.pool().acquire().await.map_err(StoreError::from)?;
-                    if !resources::update(&mut conn, &mut row, store::unix(now)).await? {
-                        // Someone else moved it (a delete): the token must not outlive this.
-                        if let Some(t) = &p.token_id {
-                            tokens::revoke(&mut conn, t, store::unix(now)).await?;
-                        }
-                        return Ok(());
-                    }
+        match pending(st, blueprint, &substrate, &mut row).await {
+            Ok(Some(composite)) => {
+                let (s, r) = (substrate.clone(), row.resource.clone());
+                if let Err(e) = blocking(move || s.provision(&r, &composite)).await {
+                    facts.push(Observation::SubstrateFailed { reason: e.0 });
                 }
-                Err(e @ (Error::Invalid(_) | Error::Unavailable(_))) => {
-                    let reason = e.to_string();
-                    return apply(
-                        st,
-                        &mut row,
-                        class,
-                        vec![Observation::SubstrateFailed { reason }],
-                    )
-                    .await;
-                }
-                Err(e) => return Err(e),
             }
-        }
-        let composite = provision::parse_composite(row.composite.as_deref().unwrap_or_default())?;
-        let (s, r) = (substrate.clone(), row.resource.clone());
-        if let Err(e) = blocking(move || s.provision(&r, &composite)).await {
-            facts.push(Observation::SubstrateFailed { reason: e.0 });
+            Ok(None) => {}
+            Err(Pending::Stop) => return Ok(()),
+            Err(Pending::Fail(reason)) => {
+                return apply(
+                    st,
+                    &mut row,
+                    class,
+                    vec![Observation::SubstrateFailed { reason }],
+                )
+                .await;
+            }
+            Err(Pending::Error(e)) => return Err(e),
         }
     }
     if phase == Phase::Deprovisioning {
@@ -164,6 +152,81 @@ pub async fn reconcile_one(st: &AppState, mut row: ResourceRow) -> Result<(), Er
         }
     }
     apply(st, &mut row, class, facts).await
+}
+
+/// Why a `Pending` pass hands the substrate nothing.
+enum Pending {
+    /// Another writer moved the resource (a delete): the next pass decides.
+    Stop,
+    /// Provisioning cannot start: the resource fails with this reason.
+    Fail(String),
+    Error(Error),
+}
+
+impl From<Error> for Pending {
+    fn from(e: Error) -> Self {
+        Pending::Error(e)
+    }
+}
+
+impl From<StoreError> for Pending {
+    fn from(e: StoreError) -> Self {
+        Pending::Error(e.into())
+    }
+}
+
+/// The composite to hand the substrate this pass, if any (see `provision::pending_step`).
+/// A freshly prepared composite is stored redacted before the real one is handed over.
+async fn pending(
+    st: &AppState,
+    blueprint: &Blueprint,
+    substrate: &Arc<dyn Substrate>,
+    row: &mut ResourceRow,
+) -> Result<Option<Composite>, Pending> {
+    let mut holds = Ok(true);
+    if blueprint.class == Class::Machine && row.composite.is_some() {
+        let (s, r) = (substrate.clone(), row.resource.clone());
+        holds = blocking(move || s.gone(&r).map(|gone| !gone)).await;
+    }
+    let step = match holds {
+        Ok(h) => provision::pending_step(blueprint.class, row.composite.is_some(), || h),
+        Err(e) => return Err(Pending::Fail(e.0)),
+    };
+    let now = st.now();
+    match step {
+        PendingStep::AlreadyHanded => return Ok(None),
+        PendingStep::HandStored => {
+            let yaml = row.composite.as_deref().unwrap_or_default();
+            return Ok(Some(provision::parse_composite(yaml)?));
+        }
+        PendingStep::Remint => {
+            if let Some(t) = &row.token_id {
+                let mut conn = st.store.pool().acquire().await.map_err(StoreError::from)?;
+                tokens::revoke(&mut conn, t, store::unix(now)).await?;
+                tracing::info!(resource_id = %row.resource.id, token_id = %t, "the resource's machine was never handed its document; its token is revoked and a new one minted");
+            }
+        }
+        PendingStep::Prepare => {}
+    }
+    let p = match provision::prepare(st, blueprint, &row.resource, now).await {
+        Ok(p) => p,
+        Err(e @ (Error::Invalid(_) | Error::Unavailable(_))) => {
+            return Err(Pending::Fail(e.to_string()));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    row.token_id = p.token_id.clone();
+    row.composite = Some(p.composite_yaml);
+    row.provisioned_at = Some(store::unix(now));
+    let mut conn = st.store.pool().acquire().await.map_err(StoreError::from)?;
+    if !resources::update(&mut conn, row, store::unix(now)).await? {
+        // Someone else moved it (a delete): the token must not outlive this.
+        if let Some(t) = &p.token_id {
+            tokens::revoke(&mut conn, t, store::unix(now)).await?;
+        }
+        return Err(Pending::Stop);
+    }
+    Ok(Some(p.delivered))
 }
 
 /// A machine being deleted: its unused token is revoked and its node removed (peers hear
