@@ -2,7 +2,7 @@
 //! on its own bridge creates a `local-machine` resource, the machine boots with the broker's
 //! cloud-init document, installs the plexd this workspace built from the server's downloads,
 //! registers with the resource's token, and the resource reaches Ready; deleting it destroys
-//! the machine and removes its node. Skipped (with a line saying why) where machines cannot
+//! the machine and removes its node. The token the machine was handed is in no table. Skipped (with a line saying why) where machines cannot
 //! run, unless CI is set.
 #![allow(clippy::unwrap_used)]
 
@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
+use sqlx::Row as _;
 
 const BIN: &str = env!("CARGO_BIN_EXE_plexsphere");
 const BRIDGE: &str = "plexbrb0";
@@ -60,6 +61,50 @@ fn phase(r: &Value) -> String {
         .as_str()
         .unwrap_or_default()
         .to_owned()
+}
+
+/// Every `table.column` of the SQLite file where some row holds `needle` (text, blob or number).
+async fn cells_holding(pool: &sqlx::AnyPool, needle: &str) -> Vec<String> {
+    let mut conn = pool.acquire().await.unwrap();
+    let tables: Vec<String> =
+        sqlx::query("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get("name"))
+            .collect();
+    assert!(
+        tables.iter().any(|t| t == "resources") && tables.iter().any(|t| t == "bootstrap_tokens"),
+        "{tables:?}"
+    );
+    let mut found = Vec::new();
+    for t in tables {
+        let sql = format!("SELECT name FROM pragma_table_info('{t}')");
+        let columns: Vec<String> = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get("name"))
+            .collect();
+        assert!(!columns.is_empty(), "{t} has no columns");
+        for c in columns {
+            // hex() reads every storage class (text, blob, number) as its bytes.
+            let sql = format!("SELECT hex(\"{c}\") AS v FROM \"{t}\"");
+            for row in sqlx::query(sqlx::AssertSqlSafe(sql))
+                .fetch_all(&mut *conn)
+                .await
+                .unwrap()
+            {
+                let bytes = hex::decode(row.get::<String, _>("v")).unwrap();
+                if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                    found.push(format!("{t}.{c}"));
+                }
+            }
+        }
+    }
+    found
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -211,6 +256,37 @@ async fn a_local_machine_enrols_and_is_deleted() {
     assert_eq!(status, StatusCode::OK, "{node}");
     assert_eq!(node["resource_handle"], format!("pr-{id}"), "{node}");
     assert!(machine_dir.is_dir());
+
+    // The machine was handed the real token (in its NoCloud seed); no table holds it.
+    let user_data =
+        std::fs::read_to_string(machine_dir.join("upper/var/lib/cloud/seed/nocloud/user-data"))
+            .unwrap();
+    let handed = user_data
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("pxbt_"))
+        .expect("the machine's document holds its token");
+    let handed = plexsphere_wire::secret::BootstrapToken::parse(handed).unwrap();
+    let store = plexsphere::store::Store::connect(&plexsphere::store::Store::sqlite_url(data))
+        .await
+        .unwrap();
+    assert_eq!(
+        cells_holding(store.pool(), &handed.expose()).await,
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        cells_holding(store.pool(), handed.secret.expose()).await,
+        Vec::<String>::new()
+    );
+    let with_id = cells_holding(store.pool(), &handed.id).await;
+    assert!(
+        with_id.contains(&"resources.token_id".to_owned()),
+        "{with_id:?}"
+    );
+    assert_eq!(
+        cells_holding(store.pool(), "<bootstrap token: redacted>").await,
+        ["resources.composite"]
+    );
 
     let r = client
         .delete(format!("{base}/v1/resources/{id}"))

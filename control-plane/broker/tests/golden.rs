@@ -73,6 +73,32 @@ fn openstack_instance_composite_matches_golden() {
 }
 
 #[test]
+fn the_stored_composite_matches_golden_and_holds_no_token() {
+    let (bp, r) = openstack_resource(json!({
+        "imageName": "Ubuntu 24.04 Noble Numbat x86_64",
+        "flavorName": "1C-2GB-20GB",
+        "networkName": "plexsphere-project-019a0816-0000-7000-8000-000000000001",
+        "availabilityZone": "nova"
+    }));
+    let token = common::token();
+    let stored = common::document().redacted(&token);
+    let c = crossplane::composite(&bp, &r, Some(stored.clone())).unwrap();
+    let yaml = crossplane::to_yaml(&c).unwrap();
+    common::golden(
+        &common::repo_dir().join("cloud-init/examples/openstack-instance-composite.stored.yaml"),
+        &yaml,
+    );
+    assert!(!yaml.contains(&token.expose()), "{yaml}");
+    assert!(!yaml.contains(token.secret.expose()), "{yaml}");
+    assert!(
+        yaml.contains(plexsphere_broker::cloudinit::REDACTED_TOKEN),
+        "{yaml}"
+    );
+    let v: serde_yaml::Value = serde_yaml::from_str(&yaml).unwrap();
+    assert_eq!(v["spec"]["userData"].as_str(), Some(stored.as_str()));
+}
+
+#[test]
 fn availability_zone_is_left_out_when_not_given() {
     let (bp, r) = openstack_resource(json!({
         "imageName": "ubuntu-24.04",
