@@ -134,7 +134,7 @@ impl<T: Tun, B: UdpBind> Shared<T, B> {
             let bound = socket.local_addr().map(|a| a.port()).unwrap_or(port);
             *self.udp.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(socket);
             self.device.set_listen_port(bound);
-            tracing::info!(port = bound, "listening");
+            tracing::info!(port = bound, "listening on UDP port {bound}");
         }
         self.device.apply(update).map_err(|e| {
             tracing::warn!(error = %e, "configuration refused");
@@ -161,7 +161,7 @@ where
         .map_err(|source| RunError::Bind { port, source })?;
     if let Ok(addr) = socket.local_addr() {
         device.set_listen_port(addr.port());
-        tracing::info!(port = addr.port(), "listening");
+        tracing::info!(port = addr.port(), "listening on UDP port {}", addr.port());
     }
     let uapi_listener = match &config.uapi_socket {
         Some(path) => Some(crate::uapi_server::UapiListener::bind(path)?),

@@ -509,7 +509,8 @@ impl Daemon {
         tracing::info!(
             state_version = version,
             peers = self.desired.len(),
-            "applied the signed state"
+            "applied the signed state version {version} with {} peers",
+            self.desired.len()
         );
         self.apply_mesh();
         if save {
@@ -546,7 +547,7 @@ impl Daemon {
         }
         self.ready = true;
         self.status_line = self.current_status_line();
-        tracing::info!(peers = self.desired.len(), state_version = ?self.state_version, "ready");
+        tracing::info!(peers = self.desired.len(), state_version = ?self.state_version, "ready: {} peers, state version {:?}", self.desired.len(), self.state_version);
         notify::notify(&[("READY", "1"), ("STATUS", self.status_line.as_str())]);
     }
 
@@ -633,7 +634,11 @@ impl Daemon {
                 }
                 self.reachable = true;
                 self.last_ok = Some(now);
-                tracing::info!(last_event_id = self.last_seq, "event stream connected");
+                tracing::info!(
+                    last_event_id = self.last_seq,
+                    "event stream connected (resuming after event {})",
+                    self.last_seq
+                );
                 self.update_status();
             }
             StreamMsg::Activity => {}

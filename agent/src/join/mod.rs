@@ -150,7 +150,7 @@ pub async fn join(s: &JoinSettings) -> Result<Joined, Failure> {
     if let Err(e) = std::fs::remove_file(&s.token_file) {
         tracing::warn!(path = %s.token_file.display(), error = %e, "could not remove the used bootstrap token file; remove it by hand");
     }
-    tracing::info!(node_id = %id.node_id, mesh_ip = %id.mesh_ip, mesh_cidr = %id.mesh_cidr, project_id = %id.project_id, "registered");
+    tracing::info!(node_id = %id.node_id, mesh_ip = %id.mesh_ip, mesh_cidr = %id.mesh_cidr, project_id = %id.project_id, "registered as node {} with mesh IP {} (mesh {}, project {})", id.node_id, id.mesh_ip, id.mesh_cidr, id.project_id);
     Ok(Joined::Registered(id))
 }
 

@@ -106,7 +106,7 @@ pub(crate) fn setup_link(cfg: &WireguardConfig, node: &NodeSetup) -> Result<(), 
     })?;
     netlink::set_mtu_up(index, u32::from(cfg.mtu))
         .map_err(|e| format!("cannot set MTU {} and bring {name} up ({e})", cfg.mtu))?;
-    tracing::info!(interface = %name, address = %format!("{}/{}", node.mesh_ip, node.prefix), mtu = cfg.mtu, "interface up");
+    tracing::info!(interface = %name, address = %format!("{}/{}", node.mesh_ip, node.prefix), mtu = cfg.mtu, "interface {name} up with {}/{}, MTU {}", node.mesh_ip, node.prefix, cfg.mtu);
     Ok(())
 }
 

@@ -153,6 +153,6 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError
     ctl.set_identity(node.private_key(), cfg.listen_port)
         .map_err(|e| runtime("set the private key and listen port", &name, e))?;
     setup_link(cfg, node).map_err(OpenError::Runtime)?;
-    tracing::info!(interface = %name, socket = %socket.display(), listen_port = cfg.listen_port, "the embedded userspace WireGuard data plane is running");
+    tracing::info!(interface = %name, socket = %socket.display(), listen_port = cfg.listen_port, "the embedded userspace WireGuard data plane is running on {name}, UDP port {}", cfg.listen_port);
     WgMesh::start("userspace", &name, ctl, plane).map_err(|e| OpenError::Runtime(e.to_string()))
 }
