@@ -16,6 +16,7 @@ packages=(
   shellcheck                    # lints cloud-init/install-plexd.sh
   cloud-init                    # `cloud-init schema` validates the broker's documents
   debootstrap systemd-container # local machines: the Debian base image and systemd-nspawn
+  postgresql                    # the store's Postgres backend is tested on a throwaway cluster
 )
 
 missing=()

@@ -1,7 +1,8 @@
 //! The node API and the event log on Postgres (the multi-replica store): the same portable
 //! SQL as SQLite. Needs a server: `PLEXSPHERE_TEST_POSTGRES_URL=postgres://user@host/db`
 //! (a role that may create databases); each run creates and uses a fresh database.
-//! Run with `cargo test -p plexsphere --test postgres -- --ignored`.
+//! `scripts/test` starts a throwaway cluster and sets it; without it the test says so and
+//! passes nothing off as tested, and under `CI` it fails.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 mod common;
@@ -12,10 +13,18 @@ use reqwest::{Method, StatusCode};
 use serde_json::json;
 use sqlx::Executor as _;
 
-/// A fresh database on the server named by the environment.
-async fn scratch_database() -> String {
-    let admin = std::env::var("PLEXSPHERE_TEST_POSTGRES_URL")
-        .expect("set PLEXSPHERE_TEST_POSTGRES_URL to run the Postgres tests");
+/// A fresh database on the server named by the environment, or None (outside CI) without one.
+async fn scratch_database() -> Option<String> {
+    let Ok(admin) = std::env::var("PLEXSPHERE_TEST_POSTGRES_URL") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI is set but PLEXSPHERE_TEST_POSTGRES_URL is not: scripts/test starts a Postgres for this test"
+        );
+        eprintln!(
+            "skipping: set PLEXSPHERE_TEST_POSTGRES_URL (scripts/test does) to run the Postgres tests"
+        );
+        return None;
+    };
     sqlx::any::install_default_drivers();
     let name = format!("plexsphere_test_{}", uuid::Uuid::new_v4().simple());
     let pool = sqlx::AnyPool::connect(&admin).await.unwrap();
@@ -27,17 +36,19 @@ async fn scratch_database() -> String {
         .split_once('?')
         .map_or((admin.as_str(), None), |(b, q)| (b, Some(q)));
     let (server, _db) = base.rsplit_once('/').unwrap();
-    match query {
+    Some(match query {
         Some(q) => format!("{server}/{name}?{q}"),
         None => format!("{server}/{name}"),
-    }
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a Postgres server: PLEXSPHERE_TEST_POSTGRES_URL"]
 async fn the_node_api_and_the_event_log_work_on_postgres() {
+    let Some(database_url) = scratch_database().await else {
+        return;
+    };
     let srv = TestServer::start_with(Options {
-        database_url: Some(scratch_database().await),
+        database_url: Some(database_url),
         ..Options::default()
     })
     .await;
