@@ -486,3 +486,145 @@ async fn the_catalog_lists_the_builtin_blueprints() {
     assert_eq!(items.len(), 3, "{body}");
     srv.stop().await;
 }
+
+/// A machine-class blueprint on the local-directory substrate: the directory stands in for the
+/// machine, so a test can take the "machine" away as a server that stopped before handing the
+/// document over would have left it.
+const DIR_MACHINE: &str = "name: dir-machine\nversion: v1\nresource_kind: node\nclass: machine\nsubstrate: local-directory\ncomposite: {api_version: test.plexsphere.com/v1, kind: DirMachine}\nparameters: {}\n";
+
+#[tokio::test]
+async fn a_token_is_reminted_only_when_no_machine_was_handed_its_document() {
+    use plexsphere::api::{ApiConfig, AppState};
+    use plexsphere::broker::BrokerConfig;
+    use plexsphere::broker::reconcile::reconcile_one;
+    use plexsphere::store::{Store, credentials, resources, tokens};
+
+    let dir = tempfile::tempdir().unwrap();
+    let certs = plexsphere::tls::ensure_dev_certs(&dir.path().join("tls"), &[]).unwrap();
+    let store = Store::connect(&Store::sqlite_url(dir.path()))
+        .await
+        .unwrap();
+    store.migrate().await.unwrap();
+    let now = time::OffsetDateTime::now_utc();
+    let manifest = plexsphere::seed::parse(plexsphere::seed::LAB_SEED, "lab").unwrap();
+    plexsphere::seed::apply(&store, &manifest, "lab", now)
+        .await
+        .unwrap();
+    let mut catalog = plexsphere_broker::Catalog::builtin().unwrap();
+    let version = catalog
+        .add_text("test:dir-machine.yaml", DIR_MACHINE)
+        .unwrap();
+    let mut broker = BrokerConfig::new(catalog);
+    broker.public_url = Some("https://localhost:8443".into());
+    broker.ca_pem = Some(certs.ca_pem.clone());
+    let st = AppState::with_broker_config(store.clone(), dir.path(), ApiConfig::default(), broker);
+
+    let project: Uuid = LAB_NODES.parse().unwrap();
+    let cred = Uuid::now_v7();
+    let resource = plexsphere_broker::Resource::new(
+        Uuid::now_v7(),
+        project,
+        "node".into(),
+        version,
+        cred,
+        serde_json::Map::new(),
+        now,
+    );
+    let id = resource.id;
+    let machine = dir.path().join("buckets").join(resource.composed_name());
+    {
+        let mut conn = store.pool().acquire().await.unwrap();
+        let c = credentials::CredentialRow {
+            id: cred,
+            name: "local-cred".into(),
+            provider: "local".into(),
+            sealed_payload: String::new(),
+            created_at: plexsphere::store::unix(now),
+            revoked_at: None,
+        };
+        credentials::insert(&mut conn, &c).await.unwrap();
+        let row = resources::ResourceRow {
+            resource,
+            token_id: None,
+            composite: None,
+            provisioned_at: None,
+            version: 1,
+            updated_at: plexsphere::store::unix(now),
+        };
+        resources::insert(&mut conn, &row).await.unwrap();
+    }
+    let row = async || {
+        let mut conn = store.pool().acquire().await.unwrap();
+        resources::get(&mut conn, id).await.unwrap().unwrap()
+    };
+    let bound = async || {
+        let mut conn = store.pool().acquire().await.unwrap();
+        let mut v: Vec<_> = tokens::list_for_project(&mut conn, project)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|t| t.resource_id == Some(id))
+            .collect();
+        v.sort_by_key(|t| t.created_at);
+        v
+    };
+    // Back to Pending with everything else kept, as a server that stopped before observing.
+    let back_to_pending = async || {
+        let mut conn = store.pool().acquire().await.unwrap();
+        let mut r = resources::get(&mut conn, id).await.unwrap().unwrap();
+        r.resource.provisioning.phase = plexsphere_broker::Phase::Pending;
+        assert!(
+            resources::update(&mut conn, &mut r, plexsphere::store::unix(now))
+                .await
+                .unwrap()
+        );
+    };
+
+    // First pass: one token, stored redacted, the "machine" made.
+    reconcile_one(&st, row().await).await.unwrap();
+    let first = bound().await;
+    assert_eq!(first.len(), 1);
+    assert!(machine.is_dir());
+    let r = row().await;
+    assert_eq!(r.resource.provisioning.phase.as_str(), "Provisioning");
+    assert_eq!(r.token_id.as_deref(), Some(first[0].id.as_str()));
+    assert!(
+        r.composite
+            .as_deref()
+            .unwrap()
+            .contains("<bootstrap token: redacted>")
+    );
+
+    // Pending again while the machine exists: it was handed its document; nothing is minted.
+    back_to_pending().await;
+    reconcile_one(&st, row().await).await.unwrap();
+    let same = bound().await;
+    assert_eq!(same.len(), 1, "{same:?}");
+    assert!(same[0].revoked_at.is_none());
+    assert_eq!(
+        row().await.resource.provisioning.phase.as_str(),
+        "Provisioning"
+    );
+
+    // Pending again and no machine: the old token is revoked, a new one minted and handed over.
+    back_to_pending().await;
+    std::fs::remove_dir(&machine).unwrap();
+    reconcile_one(&st, row().await).await.unwrap();
+    let after = bound().await;
+    assert_eq!(after.len(), 2, "{after:?}");
+    assert_eq!(after[0].id, first[0].id);
+    assert!(after[0].revoked_at.is_some(), "{after:?}");
+    assert!(after[1].revoked_at.is_none(), "{after:?}");
+    assert!(machine.is_dir());
+    let r = row().await;
+    assert_eq!(r.token_id.as_deref(), Some(after[1].id.as_str()));
+    assert_eq!(r.resource.provisioning.phase.as_str(), "Provisioning");
+    assert_eq!(
+        cells_holding(store.pool(), "pxbt_").await,
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        cells_holding(store.pool(), &format!("_{}_", after[1].id)).await,
+        Vec::<String>::new()
+    );
+}
