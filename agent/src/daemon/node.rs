@@ -547,7 +547,7 @@ impl Daemon {
         }
         self.ready = true;
         self.status_line = self.current_status_line();
-        tracing::info!(peers = self.desired.len(), state_version = ?self.state_version, "ready: {} peers, state version {:?}", self.desired.len(), self.state_version);
+        tracing::info!(peers = self.desired.len(), state_version = ?self.state_version, "ready: {} peers, state version {}", self.desired.len(), self.state_version.map_or_else(|| "none".to_owned(), |v| v.to_string()));
         notify::notify(&[("READY", "1"), ("STATUS", self.status_line.as_str())]);
     }
 
