@@ -6,9 +6,8 @@
 
 use std::sync::{Arc, Weak};
 
-use plexsphere_broker::{Blueprint, Class, Observation, Outcome, Phase};
-
 use plexsphere_broker::composite::Composite;
+use plexsphere_broker::{Blueprint, Class, Observation, Outcome, Phase};
 
 use super::provision::{self, PendingStep};
 use super::substrate::{Substrate, SubstrateError};
