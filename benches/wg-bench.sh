@@ -54,7 +54,9 @@ for t in ip:iproute2 ss:iproute2 nstat:iproute2 wg:wireguard-tools wireguard-go:
 done
 if ((${#need[@]})); then
   say "installing ${need[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need[@]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q --no-install-recommends "${need[@]}" >&2 ||
+    { apt-get update -q >&2 && apt-get install -y -q --no-install-recommends "${need[@]}" >&2; }
 fi
 command -v cargo >/dev/null || [[ -n ${PLEXD_WG:-} ]] ||
   { echo "wg-bench.sh: cargo is not on PATH (sudo may drop it: sudo env PATH=\"\$PATH\" ...)" >&2; exit 1; }

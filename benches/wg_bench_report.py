@@ -144,6 +144,7 @@ def report(raw):
     end = next((r for r in recs if r.get("kind") == "end"), {})
     runs = [r for r in recs if r.get("kind") == "test"]
     impls = [OURS] + [i for i in REFERENCES if any(r["impl"] == i for r in runs)]
+    tests = [(t, label) for t, label in TESTS if any(r["test"] == t for r in runs)]
 
     def pick(impl, test, variant="all-on"):
         return [r for r in runs if r["impl"] == impl and r["test"] == test and r.get("variant", "all-on") == variant]
@@ -163,7 +164,7 @@ def report(raw):
     p("")
     p("| Gbit/s (median) | " + " | ".join(impls) + " | plexd-wg / best reference |")
     p("|---|" + "---|" * (len(impls) + 1))
-    for test, label in TESTS:
+    for test, label in tests:
         cells = []
         for i in impls:
             v = m(i, test, "gbps")
@@ -179,7 +180,7 @@ def report(raw):
     p("")
     p("| CPU-seconds per GB moved, both daemons (median) | " + " | ".join(impls) + " | best reference / plexd-wg |")
     p("|---|" + "---|" * (len(impls) + 1))
-    for test, label in TESTS:
+    for test, label in tests:
         vals = [m(i, test, "cpu_s_per_gb") for i in impls]
         p(f"| {label} | " + " | ".join(fmt(v) for v in vals) + f" | {ratio(vals[0], vals[1:], False)} |")
     p("")
@@ -189,7 +190,7 @@ def report(raw):
     p("| Receiver UDP drops per run (median): nstat UdpRcvbufErrors / UdpInErrors; daemon sockets on :51820 | "
       + " | ".join(impls) + " |")
     p("|---|" + "---|" * len(impls))
-    for test, label in TESTS:
+    for test, label in tests:
         cells = []
         for i in impls:
             a, b, c = (m(i, test, k) for k in ("rcvbuf_errors", "in_errors", "sock_drops"))
@@ -198,14 +199,16 @@ def report(raw):
     p("")
     p("nstat counts every UDP socket in the receiving namespace, the iperf3 receiver's own included "
       "(in the UDP flood that is most of it); the last figure is the daemons' sockets alone (`ss -m`, d).")
-    p("")
-    p("| ping through the tunnel, ms (median of runs) | " + " | ".join(impls) + " | best reference / plexd-wg |")
-    p("|---|" + "---|" * (len(impls) + 1))
-    for key, label in (("idle_avg_ms", "idle, avg"), ("ping_avg_ms", "under a TCP stream, avg"),
-                       ("ping_max_ms", "under a TCP stream, max"), ("ping_loss_pct", "under a TCP stream, loss %")):
-        vals = [m(i, "load", key) for i in impls]
-        r = ratio(vals[0], vals[1:], False) if key != "ping_loss_pct" else ""
-        p(f"| {label} | " + " | ".join(fmt(v, 3) for v in vals) + f" | {r} |")
+    if any(t == "load" for t, _ in tests):
+        p("")
+        p("| ping through the tunnel, ms (median of runs) | " + " | ".join(impls) + " | best reference / plexd-wg |")
+        p("|---|" + "---|" * (len(impls) + 1))
+        for key, label in (("idle_avg_ms", "idle, avg"), ("ping_avg_ms", "under a TCP stream, avg"),
+                           ("ping_max_ms", "under a TCP stream, max"),
+                           ("ping_loss_pct", "under a TCP stream, loss %")):
+            vals = [m(i, "load", key) for i in impls]
+            r = ratio(vals[0], vals[1:], False) if key != "ping_loss_pct" else ""
+            p(f"| {label} | " + " | ".join(fmt(v, 3) for v in vals) + f" | {r} |")
     variants = []
     for r in runs:
         if r["impl"] == OURS and r.get("variant", "all-on") not in variants:
