@@ -343,7 +343,7 @@ EOF
       [[ $backend == none ]] && how+=", no interface"
       [[ $backend == userspace ]] && ! ip -n "$na" link show "$ia" >/dev/null 2>&1 &&
         how+=", interface not up"
-      [[ $backend == userspace ]] && ip -n "$na" link show "$ia" >/dev/null 2>&1 && how+=", interface up"
+      [[ $backend == userspace ]] && ip -n "$na" link show "$ia" >/dev/null 2>&1 && how+=", interface created"
       kill -0 "$pa" 2>/dev/null || { how="exited: $(tail -n 1 "$root/log")"; }
       $report record "$raw" kind=daemon backend="$backend" how="$how" rss_kb="$(status_kb "$pa" VmRSS)"
       netns_down
