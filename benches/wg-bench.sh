@@ -29,9 +29,9 @@ RUNS=${RUNS:-3} SECS=${SECS:-5} PEERS=${PEERS:-10000}
 quick=0 memory=1
 while (($#)); do
   case $1 in
-    --runs) RUNS=$2; shift 2 ;;
-    --secs) SECS=$2; shift 2 ;;
-    --peers) PEERS=$2; shift 2 ;;
+    --runs) RUNS=${2:-}; shift $(($# > 1 ? 2 : 1)) ;;
+    --secs) SECS=${2:-}; shift $(($# > 1 ? 2 : 1)) ;;
+    --peers) PEERS=${2:-}; shift $(($# > 1 ? 2 : 1)) ;;
     --quick) quick=1 memory=0; shift ;;
     --no-memory) memory=0; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
