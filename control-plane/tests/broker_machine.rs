@@ -229,7 +229,8 @@ async fn a_local_machine_enrols_and_is_deleted() {
         assert!(Instant::now() < deadline, "no Ready in time: {r}");
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    let machine = format!("pr-{}", &id.replace('-', "")[..8]);
+    let hex = id.replace('-', "");
+    let machine = format!("pr-{}", &hex[hex.len() - 9..]);
     let machine_dir = data.join("nspawn/machines").join(&machine);
     if phase(&ready) != "Ready" {
         let console = std::fs::read_to_string(machine_dir.join("console.log")).unwrap_or_default();

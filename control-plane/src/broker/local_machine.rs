@@ -1,5 +1,5 @@
 //! `local-machine`: systemd-nspawn machines on the control plane's own host, over
-//! `plexsphere-nspawn` (root only). A machine is named `pr-<first 8 of the resource id>`, sits
+//! `plexsphere-nspawn` (root only). A machine is named `pr-<last 9 of the resource id>`, sits
 //! on the host bridge (default `plexbr0`, 172.30.231.1/24) and boots with the resource's
 //! cloud-init document as its NoCloud user-data. The machine reaches the control plane on the
 //! bridge address, so the server must listen there: `plexsphere dev --listen
@@ -81,10 +81,13 @@ pub fn check_parameters(
     }
 }
 
-/// `pr-<first 8 of the resource id>` (a machine and host name must stay short).
+/// `pr-<last 9 hex digits of the resource id>`. The name must stay short (nspawn names the
+/// host side of the machine's veth `vb-<name>`, cut to 15 characters), and it must come from
+/// the id's random tail: resource ids are UUIDv7, whose leading digits are a timestamp shared
+/// by every resource created within about a minute.
 pub fn machine_name(resource: &Resource) -> String {
     let id = resource.id.simple().to_string();
-    format!("pr-{}", &id[..8.min(id.len())])
+    format!("pr-{}", &id[id.len().saturating_sub(9)..])
 }
 
 /// The lowest host number from 10 up that no machine uses.
@@ -239,7 +242,12 @@ mod tests {
             serde_json::Map::new(),
             time::OffsetDateTime::UNIX_EPOCH,
         );
-        assert_eq!(machine_name(&r), "pr-019fb9d7");
+        assert_eq!(machine_name(&r), "pr-07e041cc0");
+        assert!(format!("vb-{}", machine_name(&r)).len() <= 15);
+        // Two ids minted in the same millisecond share their leading digits, never the name.
+        let mut other = r.clone();
+        other.id = uuid::Uuid::from_u128(0x019fb9d7_fb6c_7681_a082_17407e041cc1);
+        assert_ne!(machine_name(&r), machine_name(&other));
         let net: Ipv4Net = "172.30.231.1/24".parse().unwrap();
         assert_eq!(free_host(&BTreeSet::new(), net), Some(10));
         assert_eq!(free_host(&BTreeSet::from([10, 11, 13]), net), Some(12));
