@@ -69,7 +69,7 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
         let acceptor = accept::Acceptor::new(verifier, identity.node_id);
         let mesh = open_mesh(settings, &identity)?;
         let backend = mesh.backend();
-        tracing::info!(api_url = %identity.api_url, backend, interface = %settings.config.wireguard.interface, "starting against {} with the {backend} data plane on {}", identity.api_url, settings.config.wireguard.interface);
+        tracing::info!(api_url = %identity.api_url, backend, interface = %settings.config.wireguard.interface, "starting as node {} with mesh IP {}, against {} with the {backend} data plane on {}", identity.node_id, identity.mesh_ip, identity.api_url, settings.config.wireguard.interface);
 
         let (alive_tx, mut alive_rx) = mpsc::channel::<()>(1);
         let server = match socket::bind(&run_dir) {

@@ -858,7 +858,19 @@ impl Daemon {
 fn log_changes(changes: &[PeerChange]) {
     for c in changes {
         let p = c.peer();
-        tracing::info!(peer = %p.node_id, hostname = %p.hostname, peer_mesh_ip = %p.mesh_ip, endpoint = ?peers::first_endpoint(p), "{}", c.verb());
+        let endpoint = peers::first_endpoint(p);
+        tracing::info!(
+            peer = %p.node_id,
+            hostname = %p.hostname,
+            peer_mesh_ip = %p.mesh_ip,
+            endpoint = ?endpoint,
+            "{} {} ({}, mesh IP {}, endpoint {})",
+            c.verb(),
+            p.node_id,
+            p.hostname,
+            p.mesh_ip,
+            endpoint.map_or_else(|| "none yet".to_owned(), |e| e.to_string())
+        );
     }
 }
 

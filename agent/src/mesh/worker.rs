@@ -253,7 +253,7 @@ fn log_changes(iface: &str, changes: &[MeshChange], periodic: bool) {
                 tracing::debug!(interface = iface, peer_key = %key, "wireguard: peer removed");
             }
             MeshChange::EndpointChanged { key, from, to } => {
-                tracing::info!(interface = iface, peer_key = %key, from = ?from, to = %to, "wireguard: endpoint set");
+                tracing::info!(interface = iface, peer_key = %key, from = ?from, to = %to, "wireguard: endpoint of peer {key} set to {to}");
             }
             MeshChange::AllowedIpsChanged { key, from, to } => {
                 tracing::info!(interface = iface, peer_key = %key, from = ?from, to = ?to, "wireguard: allowed IPs replaced");
