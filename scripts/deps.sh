@@ -7,6 +7,7 @@ packages=(
   build-essential pkg-config    # the C parts of ring and libsqlite3-sys
   libsystemd-dev                # the systemd crate (sd_notify, journal) links libsystemd
   ca-certificates curl
+  jq procps util-linux          # scripts/lab: JSON from plexctl, pgrep, nsenter
   iproute2 iputils-ping         # ip netns / veth / tuntap and ping in the end-to-end tests
   sqlite3                       # the daemon tests read the replay window from the database
   systemd                       # systemd-analyze verify of the unit in the tests

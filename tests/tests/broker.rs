@@ -15,11 +15,16 @@ use plexsphere_e2e::{ControlPlane, OPENSTACK_PROJECT, wait_until};
 
 const BOUND: Duration = Duration::from_secs(180);
 
-/// Removes the broker's bridge when the test ends.
-struct BridgeGuard(String);
-impl Drop for BridgeGuard {
+/// When the test ends, however it ends: the machines the broker left (the control plane is
+/// killed, not asked to deprovision) are destroyed, then the bridge is removed.
+struct Cleanup {
+    bridge: String,
+    machines: std::path::PathBuf,
+}
+impl Drop for Cleanup {
     fn drop(&mut self) {
-        let _ = plexsphere_nspawn::Bridge::remove(&self.0);
+        let _ = plexsphere_nspawn::Machine::destroy_leftovers(&self.machines);
+        let _ = plexsphere_nspawn::Bridge::remove(&self.bridge);
     }
 }
 
@@ -52,7 +57,10 @@ fn broker_machines_enrol_mesh_and_are_deleted() {
     preflight().unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let bridge = format!("plxbk{}", std::process::id() % 10000);
-    let _guard = BridgeGuard(bridge.clone());
+    let _cleanup = Cleanup {
+        bridge: bridge.clone(),
+        machines: tmp.path().join("cp/nspawn"),
+    };
     let host_ip = "172.30.242.1";
     let cp = ControlPlane::start_dev_with_machines(
         &tmp.path().join("cp"),
