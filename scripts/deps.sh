@@ -45,3 +45,15 @@ if ! command -v cargo >/dev/null; then
   exit 1
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+# boringtun-cli, the second reference WireGuard peer (interop tests, benchmarks), from crates.io,
+# built once into a cache outside the clone.
+bt_root=/var/cache/plexsphere/cargo-bin
+if ! command -v boringtun-cli >/dev/null && [[ ! -x $bt_root/bin/boringtun-cli ]]; then
+  if [[ $(id -u) -eq 0 ]]; then
+    echo "deps: building boringtun-cli into $bt_root (cargo install --locked, once)"
+    cargo install --locked -q boringtun-cli --root "$bt_root"
+  else
+    echo "deps: boringtun-cli is missing; run as root or: cargo install --locked boringtun-cli --root $bt_root" >&2
+  fi
+fi

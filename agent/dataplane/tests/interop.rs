@@ -1,8 +1,10 @@
-//! Root: plexd-wg and Debian's wireguard-go in two network namespaces joined by a veth, both
-//! configured with `wg set`, carry TCP both ways, each side initiating the handshake once.
+//! Root: plexd-wg and a reference implementation — Debian's wireguard-go, and boringtun-cli
+//! (crates.io) — in two network namespaces joined by a veth, both configured with `wg set`,
+//! carry TCP both ways, each side initiating the handshake once.
 //!
-//! Needs root, `ip` (iproute2), `wg` (wireguard-tools) and `wireguard-go`; it fails (never
-//! skips) without them. Every name includes the test's pid; the namespaces, processes and
+//! Needs root, `ip` (iproute2), `wg` (wireguard-tools), `wireguard-go` and `boringtun-cli`
+//! (on PATH or in /var/cache/plexsphere/cargo-bin/bin, where scripts/deps.sh installs it); it
+//! fails (never skips) without them. Every name includes the test's pid; the namespaces, processes and
 //! sockets are removed on drop. Traffic stays inside the namespaces.
 
 use std::fs::File;
@@ -53,12 +55,12 @@ impl Lab {
             "the interop test needs root (network namespaces, TUN devices); run it as root"
         );
         let pid = std::process::id();
-        let dir = std::env::temp_dir().join(format!("plexd-wg-interop-{pid}"));
+        let dir = std::env::temp_dir().join(format!("plexd-wg-interop-{pid}-{tag}"));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let lab = Lab {
             pid,
             ns: [format!("pxwg-{pid}-{tag}a"), format!("pxwg-{pid}-{tag}b")],
-            // plexd-wg in a, wireguard-go in b; at most 15 characters.
+            // plexd-wg in a, the reference in b; at most 15 characters.
             ifaces: [
                 format!("pxw{}{tag}a", pid % 1_000_000),
                 format!("pxg{}{tag}b", pid % 1_000_000),
@@ -104,16 +106,16 @@ impl Lab {
 
     /// Starts `program -f <iface>` inside namespace `side` and waits for its UAPI socket.
     fn start(&mut self, side: usize, program: &str) -> u32 {
+        self.start_args(side, program, &[])
+    }
+
+    /// Starts `program -f <extra...> <iface>` inside namespace `side`.
+    fn start_args(&mut self, side: usize, program: &str, extra: &[&str]) -> u32 {
         let log = File::create(self.log(side)).expect("log file");
         let child = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &self.ns[side],
-                program,
-                "-f",
-                &self.ifaces[side],
-            ])
+            .args(["netns", "exec", &self.ns[side], program, "-f"])
+            .args(extra)
+            .arg(&self.ifaces[side])
             .env("WG_PROCESS_FOREGROUND", "1")
             .env("LOG_LEVEL", "debug")
             .stdin(Stdio::null())
@@ -306,14 +308,37 @@ fn latest_handshake(lab: &Lab, side: usize) -> u64 {
 
 #[test]
 fn plexd_wg_and_wireguard_go_carry_tcp_each_side_initiating_once() {
-    let mut lab = Lab::new('i');
+    carries_tcp_each_side_initiating_once('i', "wireguard-go", &[]);
+}
+
+#[test]
+fn plexd_wg_and_boringtun_cli_carry_tcp_each_side_initiating_once() {
+    let boringtun = ["boringtun-cli", "/var/cache/plexsphere/cargo-bin/bin/boringtun-cli"]
+        .into_iter()
+        .find(|p| {
+            Command::new(p)
+                .arg("--version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .expect(
+            "boringtun-cli is missing: cargo install --locked boringtun-cli --root /var/cache/plexsphere/cargo-bin (scripts/deps.sh does)",
+        );
+    // As root it would otherwise drop to nobody and lose the UAPI socket's directory.
+    carries_tcp_each_side_initiating_once('b', boringtun, &["--disable-drop-privileges"]);
+}
+
+/// plexd-wg on side a, `reference` on side b: 1 MiB echoed over TCP with plexd-wg initiating
+/// the handshake, then again after both forgot their sessions with the reference initiating.
+fn carries_tcp_each_side_initiating_once(tag: char, reference: &str, extra: &[&str]) {
+    let mut lab = Lab::new(tag);
     let plexd = lab.start(0, PLEXD_WG);
     let log = std::fs::read_to_string(lab.log(0)).unwrap_or_default();
     assert!(
         log.contains("offloads=true"),
         "the TCP below runs through TSO/GRO: {log}"
     );
-    lab.start(1, "wireguard-go");
+    lab.start_args(1, reference, extra);
     let (ka, kb) = (
         SecretKey::generate().expect("key"),
         SecretKey::generate().expect("key"),
@@ -336,7 +361,7 @@ fn plexd_wg_and_wireguard_go_carry_tcp_each_side_initiating_once() {
         "wg show reads plexd-wg's handshake time"
     );
 
-    // Forget the sessions on both sides, then wireguard-go initiates.
+    // Forget the sessions on both sides, then the reference initiates.
     for side in 0..2 {
         let peer = if side == 0 { &kb } else { &ka };
         let pk = peer.public_key().to_base64();
