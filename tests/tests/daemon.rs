@@ -30,6 +30,20 @@ fn node(cp: &ControlPlane, root: &std::path::Path, name: &str, api_url: &str) ->
     host
 }
 
+/// A node whose only way back after an outage is its event stream: no heartbeat or state poll
+/// for an hour, so what it learns after the outage it learns by resuming the stream.
+fn stream_only_node(cp: &ControlPlane, root: &std::path::Path, name: &str, api_url: &str) -> Host {
+    let host = Host::new(&root.join(name)).unwrap();
+    let slow = FAST
+        .replace("heartbeat_secs: 1", "heartbeat_secs: 3600")
+        .replace("state_poll_secs: 2", "state_poll_secs: 3600");
+    host.write_config(api_url, &cp.ca_file(), LAB_NODES_PROJECT, name, &slow)
+        .unwrap();
+    host.write_token(&cp.issue_token(LAB_NODES_PROJECT).unwrap())
+        .unwrap();
+    host
+}
+
 /// Starts the daemon and waits until it is enrolled and its event stream is connected.
 fn start(host: &Host) -> (Proc, serde_json::Value) {
     let proc = host.start_daemon().unwrap();
@@ -105,7 +119,8 @@ fn the_stream_resumes_after_a_server_restart_without_missing_events() {
     let cp_dir = tmp.path().join("cp");
     let mut cp = ControlPlane::start_dev_with(&cp_dir, KEEPALIVE).unwrap();
     let proxy = Proxy::start(cp.addr().unwrap()).unwrap();
-    let a = node(&cp, tmp.path(), "a", &proxy.url());
+    // Only the stream brings it back, so the missed events must come from the resume.
+    let a = stream_only_node(&cp, tmp.path(), "a", &proxy.url());
     let (proc, before) = start(&a);
     let last_before = before["last_event_id"].as_u64().unwrap();
 
@@ -165,16 +180,8 @@ fn a_resume_from_before_the_replay_window_gets_a_resync_and_a_full_pull() {
     )
     .unwrap();
     let proxy = Proxy::start(cp.addr().unwrap()).unwrap();
-    // No heartbeat or state poll for an hour: after the outage the stream is the node's only
-    // way back, so the resume itself must lead to the full pull.
-    let a = Host::new(&tmp.path().join("a")).unwrap();
-    let slow = FAST
-        .replace("heartbeat_secs: 1", "heartbeat_secs: 3600")
-        .replace("state_poll_secs: 2", "state_poll_secs: 3600");
-    a.write_config(&proxy.url(), &cp.ca_file(), LAB_NODES_PROJECT, "a", &slow)
-        .unwrap();
-    a.write_token(&cp.issue_token(LAB_NODES_PROJECT).unwrap())
-        .unwrap();
+    // The resume itself must lead to the full pull.
+    let a = stream_only_node(&cp, tmp.path(), "a", &proxy.url());
     let (proc, before) = start(&a);
     let last_before = before["last_event_id"].as_u64().unwrap();
 
@@ -358,8 +365,10 @@ fn revocation_and_leave_end_to_end() {
     let out = hosts[1].plexd(&["leave"]).unwrap();
     assert!(
         out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        "plexd leave: {}\n{}\n--- b's daemon:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        procs[1].output()
     );
     assert!(!hosts[1].state_dir().join("identity.json").exists());
     assert!(

@@ -40,7 +40,7 @@ use input::{Input, Signal};
 use node::{Daemon, Outcome};
 
 /// How long a stopping daemon waits for answers still being written on its socket.
-const ANSWER_GRACE: Duration = Duration::from_secs(2);
+const ANSWER_GRACE: Duration = Duration::from_secs(10);
 
 /// Runs the daemon until a signal, a leave, or the node is revoked/deleted (exit 15).
 pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failure> {
