@@ -140,6 +140,25 @@ impl DomainVerifier {
     }
 }
 
+/// The SubjectPublicKeyInfo PEM of a raw Ed25519 public key (what `openssl pkeyutl -pubin`
+/// reads): the fixed 12-byte DER prefix of id-Ed25519 (1.3.101.112), then the key, in
+/// 64-column base64.
+pub fn ed25519_spki_pem(key: &[u8; 32]) -> String {
+    const PREFIX: [u8; 12] = [
+        0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00,
+    ];
+    let mut der = PREFIX.to_vec();
+    der.extend_from_slice(key);
+    let b64 = STANDARD.encode(&der);
+    let mut pem = String::from("-----BEGIN PUBLIC KEY-----\n");
+    for chunk in b64.as_bytes().chunks(64) {
+        pem.push_str(&String::from_utf8_lossy(chunk));
+        pem.push('\n');
+    }
+    pem.push_str("-----END PUBLIC KEY-----\n");
+    pem
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -271,16 +271,7 @@ fn pem_block(label: &str, der: &[u8]) -> String {
     s
 }
 
-/// The SubjectPublicKeyInfo PEM of a raw Ed25519 public key (what `openssl pkeyutl -pubin`
-/// reads): the fixed 12-byte DER prefix for id-Ed25519 (1.3.101.112), then the key.
-pub fn ed25519_spki_pem(key: &[u8; 32]) -> String {
-    const PREFIX: [u8; 12] = [
-        0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00,
-    ];
-    let mut der = PREFIX.to_vec();
-    der.extend_from_slice(key);
-    pem_block("PUBLIC KEY", &der)
-}
+pub use plexsphere_wire::signed::ed25519_spki_pem;
 
 #[cfg(test)]
 #[path = "cloudinit_tests.rs"]
