@@ -381,6 +381,26 @@ impl Host {
         Ok(cmd)
     }
 
+    /// `plexd install --api-url <api_url> --token-file <this host's> [--ca-file <ca>]`.
+    pub fn install(&self, api_url: &str, ca: Option<&Path>) -> Result<Output> {
+        let token_file = self.token_file();
+        let mut args = vec![
+            "install".to_owned(),
+            "--api-url".to_owned(),
+            api_url.to_owned(),
+            "--token-file".to_owned(),
+            token_file.display().to_string(),
+        ];
+        if let Some(ca) = ca {
+            args.push("--ca-file".to_owned());
+            args.push(ca.display().to_string());
+        }
+        self.command()?
+            .args(&args)
+            .output()
+            .context("running plexd install")
+    }
+
     /// Runs `plexd <args>` to completion.
     pub fn plexd(&self, args: &[&str]) -> Result<Output> {
         self.command()?.args(args).output().context("running plexd")

@@ -37,17 +37,7 @@ fn install_join_rejoin_and_a_consumed_token() {
     let host = Host::new(&tmp.path().join("host-a")).unwrap();
     host.write_token(&token).unwrap();
     let ca = cp.ca_file();
-    let out = host
-        .plexd(&[
-            "install",
-            "--api-url",
-            &cp.url,
-            "--token-file",
-            host.token_file().to_str().unwrap(),
-            "--ca-file",
-            ca.to_str().unwrap(),
-        ])
-        .unwrap();
+    let out = host.install(&cp.url, Some(&ca)).unwrap();
     assert!(out.status.success(), "install: {}", stderr(&out));
     assert_eq!(mode(&host.etc()).unwrap(), 0o700);
     assert!(host.unit_dir().join("plexd.service").is_file());
@@ -107,17 +97,7 @@ fn install_join_rejoin_and_a_consumed_token() {
     // Another host (another WireGuard key) with the same token is refused: token_consumed.
     let other = Host::new(&tmp.path().join("host-b")).unwrap();
     other.write_token(&token).unwrap();
-    let out = other
-        .plexd(&[
-            "install",
-            "--api-url",
-            &cp.url,
-            "--token-file",
-            other.token_file().to_str().unwrap(),
-            "--ca-file",
-            ca.to_str().unwrap(),
-        ])
-        .unwrap();
+    let out = other.install(&cp.url, Some(&ca)).unwrap();
     assert!(out.status.success(), "install b: {}", stderr(&out));
     let out = other.plexd(&["join"]).unwrap();
     assert_eq!(out.status.code(), Some(10), "{}", stderr(&out));
@@ -145,15 +125,7 @@ fn an_untrusted_server_is_refused_until_its_ca_is_given() {
     let token = cp.issue_token(LAB_NODES_PROJECT).unwrap();
     let host = Host::new(&tmp.path().join("host")).unwrap();
     host.write_token(&token).unwrap();
-    let out = host
-        .plexd(&[
-            "install",
-            "--api-url",
-            &cp.url,
-            "--token-file",
-            host.token_file().to_str().unwrap(),
-        ])
-        .unwrap();
+    let out = host.install(&cp.url, None).unwrap();
     assert!(out.status.success(), "install: {}", stderr(&out));
 
     let out = host.plexd(&["join"]).unwrap();
@@ -171,17 +143,7 @@ fn an_untrusted_server_is_refused_until_its_ca_is_given() {
 
     // The same server, trusted through --ca-file, takes the same token.
     let ca = cp.ca_file();
-    let out = host
-        .plexd(&[
-            "install",
-            "--api-url",
-            &cp.url,
-            "--token-file",
-            host.token_file().to_str().unwrap(),
-            "--ca-file",
-            ca.to_str().unwrap(),
-        ])
-        .unwrap();
+    let out = host.install(&cp.url, Some(&ca)).unwrap();
     assert!(out.status.success(), "install with ca: {}", stderr(&out));
     let out = host.plexd(&["join"]).unwrap();
     assert!(out.status.success(), "join: {}", stderr(&out));
@@ -256,17 +218,7 @@ fn revoked_tokens_are_refused_and_listed_as_revoked() {
     let host = Host::new(&tmp.path().join("host")).unwrap();
     host.write_token(&token).unwrap();
     let ca = cp.ca_file();
-    let out = host
-        .plexd(&[
-            "install",
-            "--api-url",
-            &cp.url,
-            "--token-file",
-            host.token_file().to_str().unwrap(),
-            "--ca-file",
-            ca.to_str().unwrap(),
-        ])
-        .unwrap();
+    let out = host.install(&cp.url, Some(&ca)).unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let out = host.plexd(&["join"]).unwrap();
     assert_eq!(out.status.code(), Some(11), "{}", stderr(&out));
