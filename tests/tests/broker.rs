@@ -230,6 +230,17 @@ fn broker_machines_enrol_mesh_and_are_deleted() {
         .unwrap();
     }
 
+    let status = in_machine(
+        &cp,
+        &machines[0].0,
+        &["plexd", "status", "--output", "json"],
+    );
+    eprintln!("--- plexd status --output json in the first machine:\n{status}");
+    let v: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let peer = &v["peers"][0];
+    assert_eq!(peer["mesh_ip"], mesh_ips[1].as_str());
+    assert!(peer["rx_bytes"].as_u64().unwrap() > 0, "{status}");
+
     // Delete the first: Deleted, the machine is gone, the second no longer lists it.
     let (gone_rid, gone_node) = &machines[0];
     let out = cp
