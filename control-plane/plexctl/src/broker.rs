@@ -11,7 +11,7 @@ use uuid::Uuid;
 
 use crate::broker_output::{self as out, CredentialView, Items, Resource};
 use crate::cli_broker::{CredentialCommand, ResourceCommand, WaitArgs};
-use crate::commands::{Failure, confirmed, operator_api, render};
+use crate::commands::{Failure, confirm, operator_api, render};
 use crate::config::Settings;
 use crate::output::{self, Format};
 use crate::ttl::{TtlError, parse_ttl};
@@ -340,34 +340,15 @@ pub fn wait_settings(args: &WaitArgs) -> Result<Option<(Duration, Duration)>, Fa
 
 /// Asks on the terminal before deleting; without a terminal, `--yes` is required.
 fn confirm_delete(r: &Resource) -> Result<(), Failure> {
-    use std::io::{BufRead as _, IsTerminal as _};
     let v = &r.view;
-    if !std::io::stdin().is_terminal() {
-        return Err(Failure::Usage(format!(
-            "refusing to delete resource {} without confirmation: stdin is not a terminal; pass --yes",
-            v.id
-        )));
-    }
-    let mut err = std::io::stderr().lock();
-    let _ = write!(
-        err,
-        "delete resource {} ({}, {})? The substrate tears it down. [y/N] ",
-        v.id, v.kind, v.provisioning.phase
-    );
-    let _ = err.flush();
-    let mut answer = String::new();
-    std::io::stdin()
-        .lock()
-        .read_line(&mut answer)
-        .map_err(|e| Failure::Usage(format!("cannot read the confirmation: {e}")))?;
-    if confirmed(&answer) {
-        Ok(())
-    } else {
-        Err(Failure::Usage(format!(
-            "not deleted: resource {} is unchanged",
-            v.id
-        )))
-    }
+    confirm(
+        &format!("delete resource {}", v.id),
+        &format!(
+            "delete resource {} ({}, {})? The substrate tears it down.",
+            v.id, v.kind, v.provisioning.phase
+        ),
+        &format!("not deleted: resource {} is unchanged", v.id),
+    )
 }
 
 #[cfg(test)]

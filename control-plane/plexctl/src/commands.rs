@@ -197,19 +197,27 @@ fn node_id(given: &str) -> Result<Uuid, Failure> {
 
 /// Asks on the terminal before revoking; without a terminal, `--yes` is required.
 fn confirm_revoke(node: &NodeView) -> Result<(), Failure> {
+    confirm(
+        &format!("revoke node {}", node.id),
+        &format!(
+            "revoke node {} ({}, {})? Its credential stops working and its peers drop it.",
+            node.id, node.hostname, node.mesh_ip
+        ),
+        &format!("not revoked: node {} is unchanged", node.id),
+    )
+}
+
+/// Asks `question` on the terminal and succeeds on yes; `what` names the action in the
+/// refusal without a terminal (then `--yes` is required), `declined` is the answer to a no.
+pub fn confirm(what: &str, question: &str, declined: &str) -> Result<(), Failure> {
     use std::io::{BufRead as _, IsTerminal as _, Write as _};
     if !std::io::stdin().is_terminal() {
         return Err(Failure::Usage(format!(
-            "refusing to revoke node {} without confirmation: stdin is not a terminal; pass --yes",
-            node.id
+            "refusing to {what} without confirmation: stdin is not a terminal; pass --yes"
         )));
     }
     let mut err = std::io::stderr().lock();
-    let _ = write!(
-        err,
-        "revoke node {} ({}, {})? Its credential stops working and its peers drop it. [y/N] ",
-        node.id, node.hostname, node.mesh_ip
-    );
+    let _ = write!(err, "{question} [y/N] ");
     let _ = err.flush();
     let mut answer = String::new();
     std::io::stdin()
@@ -219,10 +227,7 @@ fn confirm_revoke(node: &NodeView) -> Result<(), Failure> {
     if confirmed(&answer) {
         Ok(())
     } else {
-        Err(Failure::Usage(format!(
-            "not revoked: node {} is unchanged",
-            node.id
-        )))
+        Err(Failure::Usage(declined.to_owned()))
     }
 }
 
