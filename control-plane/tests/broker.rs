@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use common::{LAB_NODES, OPENSTACK, TestServer};
+use common::{LAB_NODES, OPENSTACK, TestServer, cells_holding};
 use plexsphere_broker::blueprint::version_id;
 use plexsphere_broker::credentials::{self, CredentialKey};
 use reqwest::StatusCode;
@@ -338,50 +338,6 @@ async fn a_machine_gets_a_bound_token_and_a_rendered_composite_and_delete_revoke
     let t = tokens.iter().find(|t| t.id == token_id).unwrap();
     assert!(t.revoked_at.is_some(), "{t:?}");
     srv.stop().await;
-}
-
-/// Every `table.column` of the SQLite file where some row holds `needle` (text, blob or number).
-async fn cells_holding(pool: &sqlx::AnyPool, needle: &str) -> Vec<String> {
-    let mut conn = pool.acquire().await.unwrap();
-    let tables: Vec<String> =
-        sqlx::query("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-            .fetch_all(&mut *conn)
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| r.get("name"))
-            .collect();
-    assert!(
-        tables.iter().any(|t| t == "resources") && tables.iter().any(|t| t == "bootstrap_tokens"),
-        "{tables:?}"
-    );
-    let mut found = Vec::new();
-    for t in tables {
-        let sql = format!("SELECT name FROM pragma_table_info('{t}')");
-        let columns: Vec<String> = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .fetch_all(&mut *conn)
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| r.get("name"))
-            .collect();
-        assert!(!columns.is_empty(), "{t} has no columns");
-        for c in columns {
-            // hex() reads every storage class (text, blob, number) as its bytes.
-            let sql = format!("SELECT hex(\"{c}\") AS v FROM \"{t}\"");
-            for row in sqlx::query(sqlx::AssertSqlSafe(sql))
-                .fetch_all(&mut *conn)
-                .await
-                .unwrap()
-            {
-                let bytes = hex::decode(row.get::<String, _>("v")).unwrap();
-                if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
-                    found.push(format!("{t}.{c}"));
-                }
-            }
-        }
-    }
-    found
 }
 
 #[tokio::test]

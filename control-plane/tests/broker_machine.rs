@@ -15,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use sqlx::Row as _;
 
 const BIN: &str = env!("CARGO_BIN_EXE_plexsphere");
 const BRIDGE: &str = "plexbrb0";
@@ -61,50 +60,6 @@ fn phase(r: &Value) -> String {
         .as_str()
         .unwrap_or_default()
         .to_owned()
-}
-
-/// Every `table.column` of the SQLite file where some row holds `needle` (text, blob or number).
-async fn cells_holding(pool: &sqlx::AnyPool, needle: &str) -> Vec<String> {
-    let mut conn = pool.acquire().await.unwrap();
-    let tables: Vec<String> =
-        sqlx::query("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-            .fetch_all(&mut *conn)
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| r.get("name"))
-            .collect();
-    assert!(
-        tables.iter().any(|t| t == "resources") && tables.iter().any(|t| t == "bootstrap_tokens"),
-        "{tables:?}"
-    );
-    let mut found = Vec::new();
-    for t in tables {
-        let sql = format!("SELECT name FROM pragma_table_info('{t}')");
-        let columns: Vec<String> = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .fetch_all(&mut *conn)
-            .await
-            .unwrap()
-            .iter()
-            .map(|r| r.get("name"))
-            .collect();
-        assert!(!columns.is_empty(), "{t} has no columns");
-        for c in columns {
-            // hex() reads every storage class (text, blob, number) as its bytes.
-            let sql = format!("SELECT hex(\"{c}\") AS v FROM \"{t}\"");
-            for row in sqlx::query(sqlx::AssertSqlSafe(sql))
-                .fetch_all(&mut *conn)
-                .await
-                .unwrap()
-            {
-                let bytes = hex::decode(row.get::<String, _>("v")).unwrap();
-                if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
-                    found.push(format!("{t}.{c}"));
-                }
-            }
-        }
-    }
-    found
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -272,20 +227,20 @@ async fn a_local_machine_enrols_and_is_deleted() {
         .await
         .unwrap();
     assert_eq!(
-        cells_holding(store.pool(), &handed.expose()).await,
+        common::cells_holding(store.pool(), &handed.expose()).await,
         Vec::<String>::new()
     );
     assert_eq!(
-        cells_holding(store.pool(), handed.secret.expose()).await,
+        common::cells_holding(store.pool(), handed.secret.expose()).await,
         Vec::<String>::new()
     );
-    let with_id = cells_holding(store.pool(), &handed.id).await;
+    let with_id = common::cells_holding(store.pool(), &handed.id).await;
     assert!(
         with_id.contains(&"resources.token_id".to_owned()),
         "{with_id:?}"
     );
     assert_eq!(
-        cells_holding(store.pool(), "<bootstrap token: redacted>").await,
+        common::cells_holding(store.pool(), "<bootstrap token: redacted>").await,
         ["resources.composite"]
     );
 

@@ -291,3 +291,47 @@ pub fn assert_code(status: StatusCode, body: &Value, want_status: u16, want_code
         "{body}"
     );
 }
+
+/// Every `table.column` of the SQLite file where some row holds `needle` (text, blob or number).
+pub async fn cells_holding(pool: &sqlx::AnyPool, needle: &str) -> Vec<String> {
+    let mut conn = pool.acquire().await.unwrap();
+    let tables: Vec<String> =
+        sqlx::query("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| sqlx::Row::get(r, "name"))
+            .collect();
+    assert!(
+        tables.iter().any(|t| t == "resources") && tables.iter().any(|t| t == "bootstrap_tokens"),
+        "{tables:?}"
+    );
+    let mut found = Vec::new();
+    for t in tables {
+        let sql = format!("SELECT name FROM pragma_table_info('{t}')");
+        let columns: Vec<String> = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .fetch_all(&mut *conn)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| sqlx::Row::get(r, "name"))
+            .collect();
+        assert!(!columns.is_empty(), "{t} has no columns");
+        for c in columns {
+            // hex() reads every storage class (text, blob, number) as its bytes.
+            let sql = format!("SELECT hex(\"{c}\") AS v FROM \"{t}\"");
+            for row in sqlx::query(sqlx::AssertSqlSafe(sql))
+                .fetch_all(&mut *conn)
+                .await
+                .unwrap()
+            {
+                let bytes = hex::decode(sqlx::Row::get::<String, _>(&row, "v")).unwrap();
+                if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                    found.push(format!("{t}.{c}"));
+                }
+            }
+        }
+    }
+    found
+}
