@@ -2,7 +2,8 @@
 //! refuse new connections (a server that is down), hold connections open while forwarding
 //! nothing (a proxy that went silent), or flip one byte after every `"signature":"` in the
 //! server's answers (a tampering middlebox). With TLS termination it presents the lab server
-//! certificate to plexd and speaks TLS to plexsphere, so it sees the plaintext.
+//! certificate to plexd and speaks TLS to plexsphere, so it sees the plaintext and can also cut
+//! only the connections that pull the signed state.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -25,6 +26,9 @@ pub enum Mode {
     FlipSignatures = 2,
     /// New connections are closed at once; open ones are cut.
     Refuse = 3,
+    /// A connection is cut when it sends a state pull (`GET .../state`); everything else
+    /// passes. Only a TLS-terminating proxy sees the request line.
+    RefuseStatePulls = 4,
 }
 
 impl Mode {
@@ -33,6 +37,7 @@ impl Mode {
             1 => Mode::Silent,
             2 => Mode::FlipSignatures,
             3 => Mode::Refuse,
+            4 => Mode::RefuseStatePulls,
             _ => Mode::Pass,
         }
     }
@@ -199,6 +204,11 @@ impl Shared {
                 if !gate(&m_up).await {
                     return Ok(());
                 }
+                if Mode::from_u8(m_up.load(Ordering::SeqCst)) == Mode::RefuseStatePulls
+                    && is_state_pull(&buf[..n])
+                {
+                    return Ok(());
+                }
                 sw.write_all(&buf[..n]).await?;
                 sw.flush().await?;
             }
@@ -254,7 +264,35 @@ async fn gate(mode: &AtomicU8) -> bool {
         match Mode::from_u8(mode.load(Ordering::SeqCst)) {
             Mode::Silent => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
             Mode::Refuse => return false,
-            Mode::Pass | Mode::FlipSignatures => return true,
+            Mode::Pass | Mode::FlipSignatures | Mode::RefuseStatePulls => return true,
         }
+    }
+}
+
+/// Whether a chunk from plexd holds the request line of a state pull. hyper writes a request's
+/// head in one piece, so the line is not split across chunks.
+fn is_state_pull(chunk: &[u8]) -> bool {
+    chunk.starts_with(b"GET /v1/nodes/")
+        && chunk
+            .split(|&b| b == b'\n')
+            .next()
+            .is_some_and(|line| line.windows(7).any(|w| w == b"/state "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_state_pull;
+
+    #[test]
+    fn only_the_state_pull_request_line_matches() {
+        assert!(is_state_pull(
+            b"GET /v1/nodes/0192/state HTTP/1.1\r\nhost: x\r\n\r\n"
+        ));
+        assert!(!is_state_pull(
+            b"GET /v1/nodes/0192/events HTTP/1.1\r\nx-state: /state \r\n\r\n"
+        ));
+        assert!(!is_state_pull(
+            b"POST /v1/nodes/0192/heartbeat HTTP/1.1\r\n\r\n"
+        ));
     }
 }

@@ -113,12 +113,46 @@ fn heartbeats_mark_the_node_online_and_a_stopped_daemon_goes_offline() {
     );
 }
 
+/// A proxy in front of `cp` that terminates TLS with the lab certificate, so it can refuse
+/// state pulls alone.
+fn tls_proxy(cp: &ControlPlane, cp_dir: &std::path::Path) -> Proxy {
+    let tls = cp_dir.join("tls");
+    Proxy::start_tls(
+        cp.addr().unwrap(),
+        &tls.join("server.crt"),
+        &tls.join("server.key"),
+        &tls.join("ca.crt"),
+    )
+    .unwrap()
+}
+
+/// One value from the control plane's SQLite database.
+fn db_value(cp_dir: &std::path::Path, sql: &str) -> anyhow::Result<u64> {
+    let out = std::process::Command::new("sqlite3")
+        .arg(cp_dir.join("plexsphere.db"))
+        .arg(sql)
+        .output()?;
+    anyhow::ensure!(
+        out.status.success(),
+        "sqlite3 {sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    Ok(text.trim().parse().unwrap_or(0))
+}
+
+/// The Last-Event-ID of the newest `sse: stream opened` line in a server's output.
+fn resumed_from(opened: &str) -> Option<u64> {
+    let rest = opened.split("last_event_id=Some(\"").nth(1)?;
+    rest.split('"').next()?.parse().ok()
+}
+
 #[test]
 fn the_stream_resumes_after_a_server_restart_without_missing_events() {
     let tmp = tempfile::tempdir().unwrap();
     let cp_dir = tmp.path().join("cp");
     let mut cp = ControlPlane::start_dev_with(&cp_dir, KEEPALIVE).unwrap();
-    let proxy = Proxy::start(cp.addr().unwrap()).unwrap();
+    let proxy = tls_proxy(&cp, &cp_dir);
     // Only the stream brings it back, so the missed events must come from the resume.
     let a = stream_only_node(&cp, tmp.path(), "a", &proxy.url());
     let (proc, before) = start(&a);
@@ -132,6 +166,7 @@ fn the_stream_resumes_after_a_server_restart_without_missing_events() {
     drop(cp);
 
     // Two nodes register while the node cannot reach the server: two events it has not seen.
+    let first_missed = db_value(&cp_dir, "SELECT max(seq) FROM events").unwrap() + 1;
     let mut ips = Vec::new();
     for name in ["b", "c"] {
         let h = node(&cp2, tmp.path(), name, &cp2.url);
@@ -143,7 +178,9 @@ fn the_stream_resumes_after_a_server_restart_without_missing_events() {
         );
         ips.push(h.identity().unwrap().1);
     }
-    proxy.set_mode(Mode::Pass);
+    // State pulls stay refused (a pull the node had pending at the outage would otherwise race
+    // the stream), so the peers can only come from the resumed stream.
+    proxy.set_mode(Mode::RefuseStatePulls);
 
     let after = wait_until(BOUND, "the node applies both missed peers", || {
         Ok(a.status()?.filter(|s| {
@@ -158,15 +195,19 @@ fn the_stream_resumes_after_a_server_restart_without_missing_events() {
             cp2.proc.output()
         )
     });
+    proxy.set_mode(Mode::Pass);
     assert!(after["last_event_id"].as_u64().unwrap() >= last_before + 2);
-    // The stream was resumed from where the node was, not restarted from scratch.
+    // The stream was resumed from where the node was, before the missed events, not restarted
+    // from scratch and not answered with a resync.
     let opened = cp2
         .proc
-        .wait_for_line(BOUND, |l| {
-            l.contains("sse: stream opened")
-                && l.contains(&format!("last_event_id=Some(\"{last_before}\")"))
-        })
+        .wait_for_line(BOUND, |l| l.contains("sse: stream opened"))
         .unwrap();
+    let resumed = resumed_from(&opened).unwrap_or_else(|| panic!("not a resume: {opened}"));
+    assert!(
+        resumed >= last_before && resumed < first_missed,
+        "resumed after {resumed}; the node had {last_before}, the first missed event is {first_missed}"
+    );
     assert!(!cp2.proc.output().contains("sse: resync"), "{opened}");
 }
 
@@ -179,42 +220,41 @@ fn a_resume_from_before_the_replay_window_gets_a_resync_and_a_full_pull() {
         &["--sse-keepalive-secs", "1", "--event-retention-secs", "1"],
     )
     .unwrap();
-    let proxy = Proxy::start(cp.addr().unwrap()).unwrap();
+    let proxy = tls_proxy(&cp, &cp_dir);
     // The resume itself must lead to the full pull.
     let a = stream_only_node(&cp, tmp.path(), "a", &proxy.url());
-    let (proc, before) = start(&a);
-    let last_before = before["last_event_id"].as_u64().unwrap();
+    let (proc, _) = start(&a);
 
     proxy.set_mode(Mode::Refuse);
     let b = node(&cp, tmp.path(), "b", &cp.url);
     assert!(b.plexd(&["join"]).unwrap().status.success());
     let b_ip = b.identity().unwrap().1;
-    // Wait until the server pruned the event the node missed out of its replay window.
-    let db = cp_dir.join("plexsphere.db");
+    // Wait until the server pruned every event up to b's arrival out of its replay window.
+    let head = db_value(&cp_dir, "SELECT max(seq) FROM events").unwrap();
     wait_until(BOUND, "the missed event is pruned", || {
-        let out = std::process::Command::new("sqlite3")
-            .arg(&db)
-            .arg("SELECT max(pruned_through) FROM domain_events")
-            .output()?;
-        let pruned: u64 = String::from_utf8_lossy(&out.stdout)
-            .trim()
-            .parse()
-            .unwrap_or(0);
-        Ok((pruned > last_before).then_some(()))
+        let pruned = db_value(&cp_dir, "SELECT max(pruned_through) FROM domain_events")?;
+        Ok((pruned >= head).then_some(()))
     })
     .unwrap();
-    proxy.set_mode(Mode::Pass);
+    // The stream may reconnect, state pulls may not: the node learns of the gap from the
+    // resync alone.
+    proxy.set_mode(Mode::RefuseStatePulls);
+    cp.proc
+        .wait_for_line(BOUND, |l| l.contains("sse: resync"))
+        .unwrap();
+    proc.wait_for_line(BOUND, |l| l.contains("resync")).unwrap();
+    assert!(
+        !peer_ips(&a.status().unwrap().unwrap()).contains(&b_ip),
+        "no pull went through yet, so the node cannot know b"
+    );
 
+    proxy.set_mode(Mode::Pass);
     wait_until(
         BOUND,
         "the node pulls the full state with the new peer",
         || Ok(a.status()?.filter(|s| peer_ips(s).contains(&b_ip))),
     )
-    .unwrap();
-    cp.proc
-        .wait_for_line(BOUND, |l| l.contains("sse: resync"))
-        .unwrap();
-    proc.wait_for_line(BOUND, |l| l.contains("resync")).unwrap();
+    .unwrap_or_else(|e| panic!("{e}\n--- plexd:\n{}", proc.output()));
 }
 
 #[test]
@@ -250,14 +290,7 @@ fn tampered_state_and_events_are_refused_and_the_last_good_state_kept() {
     let tmp = tempfile::tempdir().unwrap();
     let cp_dir = tmp.path().join("cp");
     let cp = ControlPlane::start_dev_with(&cp_dir, KEEPALIVE).unwrap();
-    let tls = cp_dir.join("tls");
-    let proxy = Proxy::start_tls(
-        cp.addr().unwrap(),
-        &tls.join("server.crt"),
-        &tls.join("server.key"),
-        &tls.join("ca.crt"),
-    )
-    .unwrap();
+    let proxy = tls_proxy(&cp, &cp_dir);
     let a = node(&cp, tmp.path(), "a", &proxy.url());
     let (proc, before) = start(&a);
     let version = before["state_version"].as_u64().unwrap();
