@@ -53,6 +53,8 @@ pub const REVOKED: &str = "this node was revoked by an operator (node_revoked); 
 const CONNECTED_WINDOW: Duration = Duration::from_secs(180);
 /// Past this many cached events, pull the full state (which folds them in).
 const MAX_CACHED_EVENTS: usize = 512;
+/// While a leave is in flight, other calls that find the node gone wait this long to retry.
+const LEAVING_RETRY: Duration = Duration::from_secs(30);
 
 enum Stream {
     Waiting {
@@ -404,6 +406,15 @@ impl Daemon {
                 self.api_backoff.reset();
                 self.schedule.done(task, now, jitter());
             }
+            Err(CallError::Unauthorized | CallError::Revoked) if self.leaving() => {
+                // The server forgot this node because it is leaving: the leave's own answer
+                // ends the daemon (and answers `plexd leave`), not this call.
+                tracing::debug!(
+                    task = task.name(),
+                    "the control plane no longer knows this node; waiting for the leave to finish"
+                );
+                self.schedule.failed(task, now, LEAVING_RETRY, jitter());
+            }
             Err(CallError::Unauthorized) => {
                 return ControlFlow::Break(Outcome::Gone(DELETED.to_owned()));
             }
@@ -567,6 +578,11 @@ impl Daemon {
         )
     }
 
+    /// Whether `plexd leave` asked this daemon to deregister and the answer is outstanding.
+    fn leaving(&self) -> bool {
+        self.leave_waiter.is_some()
+    }
+
     fn update_status(&mut self) {
         let line = self.current_status_line();
         if self.ready && line != self.status_line {
@@ -649,10 +665,12 @@ impl Daemon {
             StreamMsg::Ended {
                 fatal: Some(CallError::Revoked),
                 ..
-            } => return ControlFlow::Break(self.revoked()),
-            StreamMsg::Ended { fatal: Some(_), .. } => {
+            } if !self.leaving() => return ControlFlow::Break(self.revoked()),
+            StreamMsg::Ended { fatal: Some(_), .. } if !self.leaving() => {
                 return ControlFlow::Break(Outcome::Gone(DELETED.to_owned()));
             }
+            // While leaving, a stream the server ends for good is expected: the leave's own
+            // answer ends the daemon.
             StreamMsg::Ended {
                 reason,
                 retry_after,
@@ -707,6 +725,11 @@ impl Daemon {
         self.last_seq = ev.seq;
         let frame = CachedEvent { id: ev.seq, data };
         match delta {
+            Delta::Revoked if self.leaving() => {
+                // The server ends a leaving node's stream this way; the leave's answer ends the
+                // daemon.
+                tracing::debug!("the control plane closed this node's stream for its leave");
+            }
             Delta::Revoked => return ControlFlow::Break(self.revoked()),
             Delta::Resync(reason) => {
                 tracing::info!(
