@@ -142,6 +142,29 @@ pub struct ProjectView {
     pub sub_range_cidr: Option<IpNet>,
 }
 
+/// `GET /v1/nodes/{node_id}/observations`: what the node reported through ingest, newest
+/// first (the server keeps the newest 500 per node).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObservationList {
+    pub node_id: Uuid,
+    /// Observations the node dropped before it could send them (its queue was full while the
+    /// API was away), summed over every batch it sent.
+    pub dropped: u64,
+    pub items: Vec<ObservationView>,
+}
+
+/// One stored observation: when the server received it, the node's own time, and what it saw
+/// (`type` is `handshake`, `traffic` or `error`, with that kind's fields).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObservationView {
+    #[serde(with = "time::serde::rfc3339")]
+    pub received_at: OffsetDateTime,
+    /// The node's clock, unix seconds, as the node reported it.
+    pub at: i64,
+    #[serde(flatten)]
+    pub kind: crate::node::ObservationKind,
+}
+
 /// `GET /v1/version`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VersionInfo {
@@ -164,6 +187,20 @@ mod tests {
         let json = r#"{"id":"0123456789abcdef","project_id":"019a0816-0000-7000-8000-000000000002","kind":"node","env_prefix":"lab","status":"consumed","created_at":"2026-11-30T10:00:00Z","expires_at":"2026-11-30T11:00:00Z","consumed_at":"2026-11-30T10:05:00Z","consumed_by_node":"019a0816-0000-7000-8000-0000000000aa","revoked_at":null,"resource_id":null}"#;
         let v: TokenView = serde_json::from_str(json).unwrap();
         assert_eq!(v.status, TokenStatus::Consumed);
+        assert_eq!(serde_json::to_string(&v).unwrap(), json);
+    }
+
+    #[test]
+    fn observation_list_json_is_pinned() {
+        let json = r#"{"node_id":"019a0816-0000-7000-8000-0000000000aa","dropped":2,"items":[{"received_at":"2026-11-30T10:00:05Z","at":1796032800,"type":"handshake","peer_node_id":"019a0816-0000-7000-8000-0000000000bb","endpoint":"192.0.2.7:51820"},{"received_at":"2026-11-30T10:00:05Z","at":1796032799,"type":"traffic","peer_node_id":"019a0816-0000-7000-8000-0000000000bb","rx_bytes":10,"tx_bytes":20},{"received_at":"2026-11-30T10:00:05Z","at":1796032798,"type":"error","message":"no route"}]}"#;
+        let v: ObservationList = serde_json::from_str(json).unwrap();
+        assert_eq!(v.dropped, 2);
+        assert_eq!(
+            v.items[2].kind,
+            crate::node::ObservationKind::Error {
+                message: "no route".into()
+            }
+        );
         assert_eq!(serde_json::to_string(&v).unwrap(), json);
     }
 
