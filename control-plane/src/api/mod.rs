@@ -4,6 +4,7 @@ mod broker;
 pub mod error;
 pub mod extract;
 mod node;
+mod observations;
 mod operator;
 mod public;
 pub mod sse;
@@ -171,6 +172,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/nodes/{node_id}/state", get(node::state))
         .route("/v1/nodes/{node_id}/events", get(sse::events))
         .route("/v1/nodes/{node_id}/ingest", post(node::ingest))
+        .route("/v1/nodes/{node_id}/observations", get(observations::list))
         .route("/v1/blueprints", get(broker::list_blueprints))
         .route(
             "/v1/cloud-credentials",

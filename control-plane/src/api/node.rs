@@ -9,14 +9,17 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use plexsphere_wire::node::{
     EndpointAck, EndpointReport, Heartbeat, HeartbeatAck, IngestBatch, MAX_NODE_BODY,
-    ObservationKind,
 };
 
 use super::AppState;
 use super::extract::{ApiJson, ClientAddr, NodeAuth};
 use crate::error::Error;
 use crate::mesh;
-use crate::store;
+use crate::store::{self, observations};
+
+/// A node deleted between authentication and its ingest batch.
+const GONE: &str =
+    "this node no longer exists (deleted); register it again with a fresh bootstrap token";
 
 /// At most this many observations in one ingest batch.
 pub const MAX_OBSERVATIONS: usize = 4096;
@@ -75,7 +78,7 @@ pub async fn state(
 }
 
 pub async fn ingest(
-    State(_st): State<Arc<AppState>>,
+    State(st): State<Arc<AppState>>,
     NodeAuth { node }: NodeAuth,
     ApiJson(batch): ApiJson<IngestBatch, MAX_NODE_BODY>,
 ) -> Result<StatusCode, Error> {
@@ -88,26 +91,11 @@ pub async fn ingest(
     if batch.dropped > 0 {
         tracing::info!(node_id = %node.id, dropped = batch.dropped, "node dropped observations while the API was away");
     }
-    for o in &batch.observations {
-        match &o.kind {
-            ObservationKind::Handshake {
-                peer_node_id,
-                endpoint,
-            } => {
-                tracing::debug!(node_id = %node.id, at = o.at, peer = %peer_node_id, endpoint = ?endpoint, "observation: handshake");
-            }
-            ObservationKind::Traffic {
-                peer_node_id,
-                rx_bytes,
-                tx_bytes,
-            } => {
-                tracing::debug!(node_id = %node.id, at = o.at, peer = %peer_node_id, rx_bytes, tx_bytes, "observation: traffic");
-            }
-            ObservationKind::Error { message } => {
-                tracing::debug!(node_id = %node.id, at = o.at, message = %message.escape_debug(), "observation: error");
-            }
-        }
+    let now = store::unix(st.now());
+    if !observations::record(&st.store, node.id, &batch, now).await? {
+        return Err(Error::Unauthorized(GONE));
     }
+    tracing::debug!(node_id = %node.id, observations = batch.observations.len(), "ingest batch stored");
     Ok(StatusCode::ACCEPTED)
 }
 

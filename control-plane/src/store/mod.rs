@@ -10,6 +10,7 @@ pub mod credentials;
 pub mod domains;
 pub mod events;
 pub mod nodes;
+pub mod observations;
 pub mod operators;
 pub mod projects;
 pub mod resources;
@@ -159,6 +160,13 @@ pub fn migrator() -> Migrator {
             Cow::Borrowed("broker"),
             MigrationType::Simple,
             include_str!("../../migrations/0003_broker.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
+            4,
+            Cow::Borrowed("observations"),
+            MigrationType::Simple,
+            include_str!("../../migrations/0004_observations.sql").into_sql_str(),
             false,
         ),
     ];

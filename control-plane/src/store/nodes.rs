@@ -278,8 +278,10 @@ pub async fn revoke(conn: &mut AnyConnection, id: Uuid, now: i64) -> Result<bool
     Ok(done.rows_affected() == 1)
 }
 
-/// Deletes a node (its mesh IP is free again). Answers whether a row was deleted.
+/// Deletes a node and the rows it owns (its observations); its mesh IP is free again.
+/// Answers whether a node row was deleted.
 pub async fn delete(conn: &mut AnyConnection, id: Uuid) -> Result<bool, StoreError> {
+    super::observations::delete_for_node(conn, id).await?;
     let done = sqlx::query("DELETE FROM nodes WHERE id = $1")
         .bind(id.to_string())
         .execute(&mut *conn)

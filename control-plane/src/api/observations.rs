@@ -1,0 +1,112 @@
+//! `GET /v1/nodes/{node_id}/observations` (operator): what a node reported through ingest,
+//! newest first, with the count of observations the node dropped before sending.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use plexsphere_wire::admin::{ObservationList, ObservationView};
+use serde::Deserialize;
+
+use super::AppState;
+use super::extract::{Operator, UuidPath};
+use crate::error::Error;
+use crate::store::observations::{self, KEEP_PER_NODE, Kind};
+use crate::store::{StoreError, from_unix};
+
+/// Observations answered when `?limit=` is not given.
+pub const DEFAULT_LIMIT: u32 = 50;
+/// The largest `?limit=`: everything the server keeps for a node.
+pub const MAX_LIMIT: u32 = KEEP_PER_NODE as u32;
+
+#[derive(Debug, Deserialize)]
+pub struct ObservationQuery {
+    limit: Option<String>,
+    kind: Option<String>,
+}
+
+/// Pure: the checked `limit` and `kind` query parameters.
+pub fn parse_query(limit: Option<&str>, kind: Option<&str>) -> Result<(u32, Option<Kind>), Error> {
+    let limit = match limit {
+        None => DEFAULT_LIMIT,
+        Some(raw) => match raw.parse::<u32>() {
+            Ok(n) if (1..=MAX_LIMIT).contains(&n) => n,
+            _ => {
+                return Err(Error::BadRequest(format!(
+                    "the query parameter limit must be a whole number from 1 to {MAX_LIMIT}, not {raw:?}"
+                )));
+            }
+        },
+    };
+    let kind = kind
+        .map(|raw| {
+            Kind::parse(raw).ok_or_else(|| {
+                Error::BadRequest(format!(
+                    "the query parameter kind must be handshake, traffic or error, not {raw:?}"
+                ))
+            })
+        })
+        .transpose()?;
+    Ok((limit, kind))
+}
+
+pub async fn list(
+    State(st): State<Arc<AppState>>,
+    _op: Operator,
+    UuidPath(id): UuidPath,
+    query: Result<Query<ObservationQuery>, QueryRejection>,
+) -> Result<Json<ObservationList>, Error> {
+    let Query(q) = query.map_err(|e| Error::BadRequest(format!("bad query string: {e}")))?;
+    let (limit, kind) = parse_query(q.limit.as_deref(), q.kind.as_deref())?;
+    let mut conn = st.store.pool().acquire().await.map_err(StoreError::from)?;
+    let dropped = observations::dropped(&mut conn, id).await?.ok_or_else(|| {
+        Error::NotFound(format!(
+            "no node with id {id}; `plexctl node list` shows them"
+        ))
+    })?;
+    let items = observations::list(&mut conn, id, kind, limit)
+        .await?
+        .into_iter()
+        .map(|r| {
+            Ok(ObservationView {
+                received_at: from_unix("observations.received_at", r.received_at)?,
+                at: r.observation.at,
+                kind: r.observation.kind,
+            })
+        })
+        .collect::<Result<_, StoreError>>()?;
+    Ok(Json(ObservationList {
+        node_id: id,
+        dropped,
+        items,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(limit: Option<&str>, kind: Option<&str>) -> String {
+        match parse_query(limit, kind) {
+            Err(Error::BadRequest(m)) => m,
+            other => panic!("expected a 400, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_query_has_defaults_and_bounds() {
+        assert_eq!(parse_query(None, None).unwrap(), (50, None));
+        assert_eq!(
+            parse_query(Some("500"), Some("traffic")).unwrap(),
+            (500, Some(Kind::Traffic))
+        );
+        assert_eq!(parse_query(Some("1"), None).unwrap().0, 1);
+        for bad in ["0", "501", "-1", "ten", ""] {
+            let m = refusal(Some(bad), None);
+            assert!(m.contains("limit") && m.contains("1 to 500"), "{m}");
+        }
+        let m = refusal(None, Some("Handshake"));
+        assert!(m.contains("kind") && m.contains("\"Handshake\""), "{m}");
+    }
+}
