@@ -108,6 +108,21 @@ impl Proc {
         Ok(self.child.try_wait()?)
     }
 
+    /// Sends a signal by its kill(1) name (`HUP` for a config reload) without waiting for
+    /// anything; the caller observes the effect.
+    pub fn signal(&self, name: &str) -> Result<()> {
+        let pid = self.child.id().to_string();
+        let status = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(&pid)
+            .status()
+            .context("running kill")?;
+        if !status.success() {
+            bail!("kill -{name} {pid} failed with {status}");
+        }
+        Ok(())
+    }
+
     /// Sends SIGTERM and waits for the exit, within a bound.
     pub fn terminate(&mut self, bound: Duration) -> Result<std::process::ExitStatus> {
         let pid = i32::try_from(self.child.id()).context("pid out of range")?;

@@ -757,9 +757,12 @@ impl Daemon {
     }
 
     /// SIGHUP: re-read the config; apply what can change at run time, name what cannot.
+    /// What waits for a restart keeps its running value in `self.config`, so nothing reads a
+    /// value the data plane does not use yet (the endpoint report's port, the status's
+    /// interface), and the next SIGHUP names it again while it is still pending.
     fn reload(&mut self, now: Instant) {
         let path = self.config_path();
-        let new = match Config::load(&path) {
+        let mut new = match Config::load(&path) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(
@@ -768,7 +771,7 @@ impl Daemon {
                 return;
             }
         };
-        let old = std::mem::replace(&mut self.config, new.clone());
+        let old = self.config.clone();
         let mut changed = vec![];
         if old.log.level != new.log.level {
             let level = new
@@ -791,8 +794,17 @@ impl Daemon {
             self.schedule.set_intervals(merged, now, jitter());
             changed.push("daemon (intervals and stall timeout apply now; the backoff and ingest sizes after a restart)".to_owned());
         }
+        if old.api_url != new.api_url {
+            // An enrolled node keeps the origin saved in its identity, also across restarts.
+            let to = new.api_url.as_ref().map_or("(none)", |u| u.as_str());
+            tracing::warn!(
+                "SIGHUP: api_url changed to {to}, but this node stays with {} where it registered (saved in {}), also after a restart; a new api_url is used when the node enrols again (plexd leave, then start plexd with a fresh bootstrap token)",
+                self.id.api_url,
+                self.paths.identity_file().display()
+            );
+            changed.push("api_url (used when the node enrols again)".to_owned());
+        }
         for (key, differs) in [
-            ("api_url", old.api_url != new.api_url),
             ("tls", old.tls != new.tls),
             ("wireguard", old.wireguard != new.wireguard),
             ("state_dir", old.state_dir != new.state_dir),
@@ -802,6 +814,11 @@ impl Daemon {
                 changed.push(format!("{key} (after a restart)"));
             }
         }
+        new.api_url = old.api_url;
+        new.tls = old.tls;
+        new.wireguard = old.wireguard;
+        new.state_dir = old.state_dir;
+        self.config = new;
         if changed.is_empty() {
             tracing::info!(config = %path.display(), "SIGHUP: config reloaded; nothing changed");
         } else {
