@@ -123,6 +123,19 @@ pub enum NodeCommand {
         #[arg(value_name = "ID")]
         id: String,
     },
+    /// Show what a node reported: handshakes, traffic and errors, newest first, and how many
+    /// observations it dropped before sending (the server keeps the newest 500 per node)
+    Observations {
+        /// The node's id
+        #[arg(value_name = "ID")]
+        id: String,
+        /// How many to show, 1-500 (the server's default: 50)
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=500))]
+        limit: Option<u32>,
+        /// Only observations of this kind
+        #[arg(long, value_name = "KIND", value_parser = ["handshake", "traffic", "error"])]
+        kind: Option<String>,
+    },
     /// Revoke a node: its credential stops working, its peers drop it, it leaves the mesh
     Revoke {
         /// The node's id
@@ -181,6 +194,44 @@ mod tests {
             Ok(Command::Node(NodeCommand::Revoke { yes: false, .. }))
         ));
         assert!(Cli::try_parse_from(["plexctl", "node", "revoke"]).is_err());
+    }
+
+    #[test]
+    fn node_observations_checks_limit_and_kind() {
+        let cli = Cli::try_parse_from([
+            "plexctl",
+            "node",
+            "observations",
+            "abc",
+            "--limit",
+            "500",
+            "--kind",
+            "handshake",
+        ]);
+        assert!(matches!(
+            cli.map(|c| c.command),
+            Ok(Command::Node(NodeCommand::Observations { id, limit: Some(500), kind: Some(k) }))
+                if id == "abc" && k == "handshake"
+        ));
+        let cli = Cli::try_parse_from(["plexctl", "node", "observations", "abc"]);
+        assert!(matches!(
+            cli.map(|c| c.command),
+            Ok(Command::Node(NodeCommand::Observations {
+                limit: None,
+                kind: None,
+                ..
+            }))
+        ));
+        for bad in [
+            &["--limit", "0"][..],
+            &["--limit", "501"],
+            &["--kind", "peer"],
+            &["--limit", "x"],
+        ] {
+            let mut args = vec!["plexctl", "node", "observations", "abc"];
+            args.extend_from_slice(bad);
+            assert!(Cli::try_parse_from(args).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

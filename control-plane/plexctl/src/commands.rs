@@ -2,7 +2,8 @@
 //! Each returns the exact text for stdout; `main` prints it and maps failures to exit codes.
 
 use plexsphere_wire::admin::{
-    DomainView, IssueTokenRequest, IssuedToken, List, NodeView, ProjectView, TokenView, VersionInfo,
+    DomainView, IssueTokenRequest, IssuedToken, List, NodeView, ObservationList, ProjectView,
+    TokenView, VersionInfo,
 };
 use plexsphere_wire::secret::{TokenKind, valid_env_prefix};
 use uuid::Uuid;
@@ -11,6 +12,7 @@ use crate::broker;
 use crate::cli::{Command, ListCommand, NodeCommand, TokenCommand};
 use crate::client::{Api, ClientError};
 use crate::config::{ConfigError, Settings};
+use crate::observations;
 use crate::output::{self, Format};
 use crate::ttl::parse_ttl;
 
@@ -170,6 +172,21 @@ async fn nodes(cmd: &NodeCommand, format: Format, settings: &Settings) -> Result
                 .get(&["v1", "nodes", &id.to_string()], &[])
                 .await?;
             render(format, &node, output::node)
+        }
+        NodeCommand::Observations { id, limit, kind } => {
+            let id = node_id(id)?.to_string();
+            let limit = limit.map(|n| n.to_string());
+            let mut query: Vec<(&str, &str)> = Vec::new();
+            if let Some(n) = &limit {
+                query.push(("limit", n));
+            }
+            if let Some(k) = kind {
+                query.push(("kind", k));
+            }
+            let list: ObservationList = operator_api(settings)?
+                .get(&["v1", "nodes", &id, "observations"], &query)
+                .await?;
+            render(format, &list, observations::render)
         }
         NodeCommand::Revoke { id, yes } => {
             let id = node_id(id)?;

@@ -12,6 +12,7 @@ mod cli_broker;
 mod client;
 mod commands;
 mod config;
+mod observations;
 mod output;
 mod secret;
 mod ttl;
