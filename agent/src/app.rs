@@ -181,10 +181,15 @@ fn with_settings(
 /// Level: flag/`PLEXD_LOG`, then `log.level`, then `info`.
 fn init_logging(flag: Option<&str>, from_config: Option<&LogLevel>) -> Result<LogTarget, Failure> {
     let level = match flag {
-        Some(l) => LogLevel::parse(l)
-            .map_err(|e| Failure::new(ExitCode::Usage, format!("--log-level / PLEXD_LOG: {e}")))?
-            .as_str()
-            .to_owned(),
+        Some(l) => {
+            logging::pin_level();
+            LogLevel::parse(l)
+                .map_err(|e| {
+                    Failure::new(ExitCode::Usage, format!("--log-level / PLEXD_LOG: {e}"))
+                })?
+                .as_str()
+                .to_owned()
+        }
         None => from_config.map_or("info", LogLevel::as_str).to_owned(),
     };
     Ok(logging::init(&level))

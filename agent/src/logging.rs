@@ -3,6 +3,7 @@
 
 use std::io::IsTerminal;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -35,6 +36,19 @@ fn stderr_is_journal() -> bool {
 
 /// The handle that changes the level of the installed subscriber (SIGHUP).
 static RELOAD: Mutex<Option<reload::Handle<EnvFilter, Registry>>> = Mutex::new(None);
+
+/// Set when `--log-level`/`PLEXD_LOG` chose the level: `log.level` in the config then yields.
+static LEVEL_FROM_FLAG: AtomicBool = AtomicBool::new(false);
+
+/// Records that the level came from `--log-level` or `PLEXD_LOG`.
+pub fn pin_level() {
+    LEVEL_FROM_FLAG.store(true, Ordering::Relaxed);
+}
+
+/// Whether `--log-level` or `PLEXD_LOG` chose the level (a reloaded `log.level` must not win).
+pub fn level_pinned() -> bool {
+    LEVEL_FROM_FLAG.load(Ordering::Relaxed)
+}
 
 /// Changes the log level of the running process (`plexd run` on SIGHUP).
 pub fn set_level(level: &str) -> Result<(), String> {

@@ -28,10 +28,11 @@ fn yaml(heartbeat: u32, state_poll: u32, endpoints: u32, extra: &str) -> String 
     )
 }
 
-/// `plexd run` without PLEXD_LOG from the test's environment, so `log.level` decides.
-fn spawn_daemon(host: &Host) -> Proc {
+/// `plexd run` (with `flags`) without PLEXD_LOG from the test's environment, so `log.level`
+/// decides unless a flag says otherwise.
+fn spawn_daemon(host: &Host, flags: &[&str]) -> Proc {
     let mut cmd = host.command().unwrap();
-    cmd.arg("run").env_remove("PLEXD_LOG");
+    cmd.arg("run").args(flags).env_remove("PLEXD_LOG");
     Proc::spawn(cmd).unwrap()
 }
 
@@ -48,6 +49,11 @@ impl Node {
     /// Starts the node and waits until it is enrolled, its stream is connected and its first
     /// heartbeat was acknowledged.
     fn start(config: &str) -> Self {
+        Self::start_with(config, &[])
+    }
+
+    /// [`Node::start`] with extra `plexd run` flags.
+    fn start_with(config: &str, flags: &[&str]) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         let cp = ControlPlane::start_dev_with(&tmp.path().join("cp"), KEEPALIVE).unwrap();
         let host = Host::new(&tmp.path().join("a")).unwrap();
@@ -56,7 +62,7 @@ impl Node {
         host.write_token(&cp.issue_token(LAB_NODES_PROJECT).unwrap())
             .unwrap();
         let mut node = Self {
-            proc: spawn_daemon(&host),
+            proc: spawn_daemon(&host, flags),
             cp,
             host,
             id: String::new(),
@@ -170,6 +176,21 @@ fn sighup_applies_a_new_heartbeat_interval_and_log_level() {
 }
 
 #[test]
+fn a_log_level_from_the_command_line_outlasts_a_reload() {
+    let n = Node::start_with(&yaml(1, 1, 3600, ""), &["--log-level", "info"]);
+
+    n.configure(&n.cp.url, &yaml(1, 1, 3600, "log:\n  level: debug\n"));
+    n.sighup();
+    n.line(|l| {
+        l.contains("SIGHUP: log.level changed to debug, but PLEXD_LOG/--log-level overrides it")
+    });
+    n.line(|l| l.contains("SIGHUP: config reloaded: log.level -> debug"));
+    // A second's state pulls (304, debug only) and heartbeats pass, still at info.
+    n.still_heartbeating();
+    assert!(!n.proc.output().contains("DEBUG"), "{}", n.proc.output());
+}
+
+#[test]
 fn an_unusable_config_is_refused_and_a_fixed_one_reloads() {
     let n = Node::start(&yaml(1, 1, 3600, ""));
     let file = n.host.config().display().to_string();
@@ -226,7 +247,7 @@ fn a_changed_api_url_is_named_and_the_node_stays_with_its_control_plane() {
     // A restart keeps the control plane the node registered with, as the warning says.
     let stopped = n.proc.terminate(Duration::from_secs(15));
     n.check(stopped);
-    n.proc = spawn_daemon(&n.host);
+    n.proc = spawn_daemon(&n.host, &[]);
     assert_eq!(n.running(), n.id);
     let status = n.check(n.host.status()).unwrap();
     assert_eq!(status["api"]["url"], n.cp.url.as_str(), "{status}");

@@ -780,7 +780,7 @@ impl Daemon {
                 .as_ref()
                 .map_or("info", |l| l.as_str())
                 .to_owned();
-            if std::env::var_os("PLEXD_LOG").is_some() {
+            if crate::logging::level_pinned() {
                 tracing::info!(
                     "SIGHUP: log.level changed to {level}, but PLEXD_LOG/--log-level overrides it"
                 );
