@@ -23,7 +23,7 @@ struct Node {
 
 fn config_extra(backend: &str, iface: &str) -> String {
     format!(
-        "wireguard:\n  backend: {backend}\n  interface: {iface}\ndaemon:\n  backoff_initial_ms: 200\n  backoff_cap_secs: 2\n  intervals:\n    heartbeat_secs: 1\n    endpoint_report_secs: 1\n    state_poll_secs: 2\n"
+        "wireguard:\n  backend: {backend}\n  interface: {iface}\ndaemon:\n  backoff_initial_ms: 200\n  backoff_cap_secs: 2\n  intervals:\n    heartbeat_secs: 1\n    endpoint_report_secs: 1\n    state_poll_secs: 2\n    ingest_secs: 1\n"
     )
 }
 
@@ -167,6 +167,36 @@ fn three_nodes_mesh_a_fourth_joins_a_restart_keeps_identity_and_a_leave_disappea
     let dump = nodes[0].wg(&["latest-handshakes"]);
     assert_eq!(dump.lines().count(), 2, "{dump}");
     assert!(dump.lines().all(|l| !l.ends_with("\t0")), "{dump}");
+
+    // The control plane keeps what nodes observe: `plexctl node observations` lists node 0's
+    // handshake with each of its peers (the daemon flushes ingest every second here).
+    let id0 = nodes[0].host.identity().unwrap().0;
+    for peer in &nodes[1..] {
+        let peer_id = peer.host.identity().unwrap().0;
+        wait_until(
+            BOUND,
+            &format!("plexctl lists a handshake of {id0} with {peer_id}"),
+            || {
+                let out = cp.plexctl_ok(&[
+                    "node",
+                    "observations",
+                    &id0,
+                    "--kind",
+                    "handshake",
+                    "--output",
+                    "json",
+                ])?;
+                let list: serde_json::Value = serde_json::from_str(&out)?;
+                let seen = list["items"].as_array().is_some_and(|items| {
+                    items
+                        .iter()
+                        .any(|o| o["type"] == "handshake" && o["peer_node_id"] == peer_id.as_str())
+                });
+                Ok(seen.then_some(()))
+            },
+        )
+        .unwrap();
+    }
 
     // A fourth node: reachable by all after its peer event, nobody restarted.
     let mut d = node(&mut lab, &cp, tmp.path(), "userspace");
