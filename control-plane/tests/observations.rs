@@ -11,36 +11,6 @@ use plexsphere_wire::admin::ObservationList;
 use plexsphere_wire::node::ObservationKind;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
-use sqlx::Executor as _;
-
-/// A fresh database on the server named by the environment, or None (outside CI) without one.
-async fn scratch_database() -> Option<String> {
-    let Ok(admin) = std::env::var("PLEXSPHERE_TEST_POSTGRES_URL") else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI is set but PLEXSPHERE_TEST_POSTGRES_URL is not: scripts/test starts a Postgres for this test"
-        );
-        eprintln!(
-            "skipping: set PLEXSPHERE_TEST_POSTGRES_URL (scripts/test does) to run the Postgres tests"
-        );
-        return None;
-    };
-    sqlx::any::install_default_drivers();
-    let name = format!("plexsphere_test_{}", uuid::Uuid::new_v4().simple());
-    let pool = sqlx::AnyPool::connect(&admin).await.unwrap();
-    pool.execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .await
-        .unwrap();
-    pool.close().await;
-    let (base, query) = admin
-        .split_once('?')
-        .map_or((admin.as_str(), None), |(b, q)| (b, Some(q)));
-    let (server, _db) = base.rsplit_once('/').unwrap();
-    Some(match query {
-        Some(q) => format!("{server}/{name}?{q}"),
-        None => format!("{server}/{name}"),
-    })
-}
 
 async fn ingest(srv: &TestServer, node: &RegisterResponse, body: Value) {
     let r = srv
@@ -208,7 +178,7 @@ async fn observations_are_stored_bounded_and_listed_on_sqlite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observations_are_stored_bounded_and_listed_on_postgres() {
-    let Some(database_url) = scratch_database().await else {
+    let Some(database_url) = postgres::scratch_database().await else {
         return;
     };
     let srv = TestServer::start_with(Options {

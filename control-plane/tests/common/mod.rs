@@ -3,6 +3,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod nodes;
+pub mod postgres;
 
 use std::net::TcpListener;
 use std::sync::Arc;
