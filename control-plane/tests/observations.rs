@@ -178,14 +178,9 @@ async fn observations_are_stored_bounded_and_listed_on_sqlite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observations_are_stored_bounded_and_listed_on_postgres() {
-    let Some(database_url) = postgres::scratch_database().await else {
+    let Some(srv) = postgres::server().await else {
         return;
     };
-    let srv = TestServer::start_with(Options {
-        database_url: Some(database_url),
-        ..Options::default()
-    })
-    .await;
     scenario(&srv).await;
     srv.stop().await;
 }

@@ -14,14 +14,9 @@ use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_node_api_and_the_event_log_work_on_postgres() {
-    let Some(database_url) = postgres::scratch_database().await else {
+    let Some(srv) = postgres::server().await else {
         return;
     };
-    let srv = TestServer::start_with(Options {
-        database_url: Some(database_url),
-        ..Options::default()
-    })
-    .await;
     let a = srv.enrol(LAB_NODES).await;
     let mut stream = srv.open_events(&a, None).await;
     srv.wait_for("the stream to open", async || {

@@ -5,6 +5,18 @@
 
 use sqlx::Executor as _;
 
+use super::{Options, TestServer};
+
+/// The in-process test server on a fresh Postgres database, or None (outside CI) without one.
+pub async fn server() -> Option<TestServer> {
+    let database_url = scratch_database().await?;
+    let options = Options {
+        database_url: Some(database_url),
+        ..Options::default()
+    };
+    Some(TestServer::start_with(options).await)
+}
+
 /// A fresh database on the server named by the environment, or None (outside CI) without one.
 pub async fn scratch_database() -> Option<String> {
     let Ok(admin) = std::env::var("PLEXSPHERE_TEST_POSTGRES_URL") else {
