@@ -22,14 +22,21 @@ pub fn main(cli: Cli) -> i32 {
             return 0;
         }
         Command::Install(args) => install_cmd(&cli, args),
-        Command::Join(args) => with_settings(&cli, args.ca_file.clone(), args.max_wait, |s| {
-            let joined = block_on(join::join(&s))??;
-            if let Joined::AlreadyEnrolled(id) = &joined {
-                tracing::info!(node_id = %id.node_id, mesh_ip = %id.mesh_ip, "already enrolled; nothing to do");
-            }
-            print!("{}", join::stdout_lines(joined.identity()));
-            Ok(())
-        }),
+        Command::Join(args) => {
+            let r = with_settings(&cli, args.ca_file.clone(), args.max_wait, |s| {
+                let joined = block_on(join::join(&s))??;
+                if let Joined::AlreadyEnrolled(id) = &joined {
+                    tracing::info!(node_id = %id.node_id, mesh_ip = %id.mesh_ip, "already enrolled; nothing to do");
+                }
+                print!("{}", join::stdout_lines(joined.identity()));
+                Ok(())
+            });
+            join::result::record(
+                args.result_file.as_deref(),
+                r.as_ref().map(|_| ()).map_err(|(_, f)| f),
+            );
+            r
+        }
         Command::Run(args) => with_settings(&cli, args.ca_file.clone(), args.max_wait, |s| {
             block_on(crate::daemon::run(&s, cli.run_dir.clone()))?
         }),

@@ -74,6 +74,10 @@ pub struct JoinArgs {
     /// An extra CA (PEM) to trust besides the system store, ca.crt and tls.ca_file.
     #[arg(long)]
     pub ca_file: Option<PathBuf>,
+    /// On failure, write `{"exit_code": N, "message": "..."}` here (0644, atomically); on
+    /// success, remove a stale one. Cloud-init's runcmd uses /run/plexd/join-result.json.
+    #[arg(long, value_name = "PATH")]
+    pub result_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -141,6 +145,32 @@ mod tests {
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
         assert!(parse_duration("5d").is_err());
         assert!(parse_duration("s").is_err());
+    }
+
+    #[test]
+    fn join_takes_a_result_file() {
+        let cli = Cli::try_parse_from([
+            "plexd",
+            "join",
+            "--result-file",
+            "/run/plexd/join-result.json",
+        ])
+        .unwrap();
+        let Command::Join(args) = cli.command else {
+            panic!("not join: {:?}", cli.command);
+        };
+        assert_eq!(
+            args.result_file,
+            Some(PathBuf::from("/run/plexd/join-result.json"))
+        );
+        let cli = Cli::try_parse_from(["plexd", "join"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Join(JoinArgs {
+                result_file: None,
+                ..
+            })
+        ));
     }
 
     #[test]

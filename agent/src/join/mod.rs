@@ -5,6 +5,7 @@
 //! token file is removed, and an enrolled node never needs a token again.
 
 mod decide;
+pub mod result;
 mod token;
 
 use std::path::PathBuf;
