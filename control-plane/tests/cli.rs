@@ -2,12 +2,12 @@
 //! lines and writes the files the cross-process tests and plexctl rely on.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-use std::io::{BufRead as _, BufReader};
 use std::os::unix::fs::PermissionsExt as _;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_plexsphere");
+mod common;
+
+use common::dev::BIN;
 
 #[test]
 fn bad_config_exits_64_with_one_line() {
@@ -116,25 +116,7 @@ fn seed_apply_and_operator_tokens_from_the_command_line() {
 #[test]
 fn dev_prints_the_listening_line_and_writes_its_files() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(BIN)
-        .env("PLEXSPHERE_NO_LOCAL_MACHINES", "1")
-        .args(["dev", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    for line in BufReader::new(stdout).lines() {
-        let line = line.unwrap();
-        let done = line.starts_with("listening on ");
-        lines.push(line);
-        if done || Instant::now() > deadline {
-            break;
-        }
-    }
+    let (child, lines) = common::dev::start_dev(&[], dir.path());
     let last = lines.last().cloned().unwrap_or_default();
     let port: u16 = last
         .strip_prefix("listening on https://127.0.0.1:")
@@ -183,17 +165,5 @@ fn dev_prints_the_listening_line_and_writes_its_files() {
     assert!(token.starts_with("pxop_") && token.ends_with('\n'));
 
     // SIGTERM stops it cleanly.
-    let sent = send_sigterm(child.id());
-    assert!(sent);
-    let status = child.wait().unwrap();
-    assert!(status.success(), "{status:?}");
-}
-
-/// Sends SIGTERM to the child we started, by its pid.
-fn send_sigterm(pid: u32) -> bool {
-    Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status()
-        .unwrap()
-        .success()
+    common::dev::stop(child);
 }

@@ -4,48 +4,9 @@
 
 mod common;
 
-use std::io::{BufRead as _, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use common::dev;
 
 use reqwest::StatusCode;
-
-const BIN: &str = env!("CARGO_BIN_EXE_plexsphere");
-
-/// Starts `dev` and answers it with its stdout lines up to the listening line.
-fn start_dev(args: &[&str], data_dir: &std::path::Path) -> (Child, Vec<String>) {
-    let mut child = Command::new(BIN)
-        .env("PLEXSPHERE_NO_LOCAL_MACHINES", "1")
-        .args(["dev", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data_dir)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    for line in BufReader::new(stdout).lines() {
-        let line = line.unwrap();
-        let done = line.starts_with("listening on ");
-        lines.push(line);
-        if done || Instant::now() > deadline {
-            break;
-        }
-    }
-    (child, lines)
-}
-
-fn stop(mut child: Child) {
-    let ok = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
-    assert!(child.wait().unwrap().success());
-}
 
 #[tokio::test]
 async fn dev_serves_checksums_of_its_artifacts_signed_by_the_lab_domain() {
@@ -55,7 +16,7 @@ async fn dev_serves_checksums_of_its_artifacts_signed_by_the_lab_domain() {
     let binary = b"#!/bin/sh\necho plexd stand-in\n".to_vec();
     std::fs::write(artifacts.join("plexd-linux-amd64"), &binary).unwrap();
     let data = dir.path().join("data");
-    let (child, lines) = start_dev(
+    let (child, lines) = dev::start_dev(
         &[
             "--plexd-artifacts",
             artifacts.to_str().unwrap(),
@@ -124,14 +85,17 @@ async fn dev_serves_checksums_of_its_artifacts_signed_by_the_lab_domain() {
     // The API's own fallback still answers unknown paths.
     let missing = client.get(format!("{base}/v1/nope")).send().await.unwrap();
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
-    stop(child);
+    dev::stop(child);
 }
 
 #[test]
 fn dev_stages_the_sibling_plexd_when_it_exists() {
-    let sibling = std::path::Path::new(BIN).parent().unwrap().join("plexd");
+    let sibling = std::path::Path::new(dev::BIN)
+        .parent()
+        .unwrap()
+        .join("plexd");
     let dir = tempfile::tempdir().unwrap();
-    let (child, lines) = start_dev(&[], dir.path());
+    let (child, lines) = dev::start_dev(&[], dir.path());
     let text = lines.join("\n");
     let staged = dir.path().join("artifacts").join(format!(
         "plexd-linux-{}",
@@ -150,5 +114,5 @@ fn dev_stages_the_sibling_plexd_when_it_exists() {
         assert!(!text.contains("plexd artifact: "), "{text}");
         assert!(!staged.exists());
     }
-    stop(child);
+    dev::stop(child);
 }
