@@ -3,7 +3,8 @@
 //! It makes the machine trust the lab CA (cloud-init's `ca_certs` module, and
 //! `/etc/plexd/ca.crt`), writes the single-use bootstrap token and `/etc/plexd/config.yaml`,
 //! installs plexd with `/etc/plexd/install-plexd.sh` (the template in `cloud-init/`), registers
-//! with `plexd join` (its `node_id:`/`mesh_ip:` lines land in the console log), then installs and
+//! with `plexd join` (its `node_id:`/`mesh_ip:` lines land in the console log; a refusal is
+//! recorded in [`JOIN_RESULT_PATH`] for the substrate to read), then installs and
 //! starts the plexd unit so the node keeps heartbeating and meshes. `runcmd` stops at the first
 //! failing command, so a failed install or join is cloud-init's result, not hidden by later steps.
 //!
@@ -31,6 +32,9 @@ pub const TOKEN_PATH: &str = "/etc/plexd/bootstrap-token";
 pub const CONFIG_PATH: &str = "/etc/plexd/config.yaml";
 pub const INSTALL_SCRIPT_PATH: &str = "/etc/plexd/install-plexd.sh";
 pub const SIGNING_KEY_PATH: &str = "/etc/plexd/domain-signing.pub.pem";
+/// Where `plexd join --result-file` records a failed join (`{"exit_code": N, "message": ...}`);
+/// the substrate reads it when cloud-init reports an error, to say why the machine failed.
+pub const JOIN_RESULT_PATH: &str = "/run/plexd/join-result.json";
 
 /// What the document is rendered from.
 pub struct MachineBootstrap<'a> {
@@ -192,7 +196,7 @@ pub fn render(input: &MachineBootstrap<'_>) -> Result<CloudInitDocument, CloudIn
         runcmd: vec![
             RunCmd::Shell("set -e"),
             argv(&[INSTALL_SCRIPT_PATH]),
-            argv(&["plexd", "join"]),
+            argv(&["plexd", "join", "--result-file", JOIN_RESULT_PATH]),
             argv(&[
                 "plexd",
                 "install",

@@ -113,7 +113,7 @@ fn the_document_has_every_piece_in_order() {
         [
             "set -e",
             "/etc/plexd/install-plexd.sh",
-            "plexd join",
+            "plexd join --result-file /run/plexd/join-result.json",
             "plexd install --api-url https://plexsphere.10-0-0-1.nip.io --token-file /etc/plexd/bootstrap-token",
             "systemctl enable --now plexd",
         ]

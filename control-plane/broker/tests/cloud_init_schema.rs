@@ -79,7 +79,7 @@ fn runcmd_stops_at_the_first_failing_command() {
     );
     let script = String::from_utf8(out.stdout).unwrap();
     assert!(
-        script.starts_with("#!/bin/sh\nset -e\n'/etc/plexd/install-plexd.sh'\n'plexd' 'join'\n"),
+        script.starts_with("#!/bin/sh\nset -e\n'/etc/plexd/install-plexd.sh'\n'plexd' 'join' '--result-file' '/run/plexd/join-result.json'\n"),
         "{script}"
     );
     if std::path::Path::new("/etc/plexd/install-plexd.sh").exists() {
@@ -97,4 +97,21 @@ fn runcmd_stops_at_the_first_failing_command() {
     let out = Command::new("sh").args(["-c", &script]).output().unwrap();
     assert_eq!(out.status.code(), Some(127), "{out:?}");
     assert!(!marker.exists(), "a command after the failing one ran");
+
+    // A failing `plexd join` (exit 11, a refused token) stops it too, with join's status:
+    // neither `plexd install` nor `systemctl` runs.
+    let join_fails = script
+        .replace("'/etc/plexd/install-plexd.sh'", "true")
+        .replacen(
+            &format!("touch {} && echo 'join'", marker.display()),
+            "sh -c 'exit 11' join",
+            1,
+        );
+    assert!(join_fails.contains("sh -c 'exit 11' join"), "{join_fails}");
+    let out = Command::new("sh")
+        .args(["-c", &join_fails])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(11), "{out:?}");
+    assert!(!marker.exists(), "a command after the failed join ran");
 }
