@@ -202,6 +202,24 @@ impl Machine {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// The first `max_bytes` of the file at `path` inside the machine, or `None` when it
+    /// cannot be read there (missing, a directory, no permission: `head` failed). Bounded by
+    /// `timeout`; an error means the machine could not be asked at all.
+    pub fn read_file(
+        &self,
+        path: &str,
+        max_bytes: usize,
+        timeout: Duration,
+    ) -> Result<Option<Vec<u8>>> {
+        let limit = max_bytes.to_string();
+        let out = self.exec_timeout(&["head", "-c", &limit, "--", path], timeout)?;
+        if !out.status.success() {
+            tracing::debug!(machine = self.name(), path, status = %out.status, detail = %last_words(&out.stderr, &out.stdout), "file not readable in the machine");
+            return Ok(None);
+        }
+        Ok(Some(out.stdout))
+    }
+
     /// Everything the machine printed on its console so far.
     pub fn console_log(&self) -> Result<String> {
         let path = self.console_path();

@@ -10,15 +10,18 @@
 //! the only image built). The machine has no memory limit: the host has no systemd to set one,
 //! so the blueprint declares none.
 //!
-//! Facts: started -> SubstrateAccepted; booted -> MachineBooted; cloud-init error ->
-//! CloudInitFailed; gone -> SubstrateGone. The base image is built once (debootstrap, about a
-//! minute) on the first machine and cached.
+//! Facts: started -> SubstrateAccepted; booted -> MachineBooted; cloud-init error -> JoinFailed
+//! when `plexd join` left its result file (`cloudinit::JOIN_RESULT_PATH`, read inside the
+//! machine), else CloudInitFailed; gone -> SubstrateGone. The base image is built once
+//! (debootstrap, about a minute) on the first machine and cached.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use ipnet::Ipv4Net;
+use plexsphere_broker::cloudinit::JOIN_RESULT_PATH;
 use plexsphere_broker::composite::Composite;
 use plexsphere_broker::{Observation, Phase, Resource};
 use plexsphere_nspawn::{
@@ -88,6 +91,71 @@ pub fn check_parameters(
 pub fn machine_name(resource: &Resource) -> String {
     let id = resource.id.simple().to_string();
     format!("pr-{}", &id[id.len().saturating_sub(9)..])
+}
+
+/// The most of the join result file read from a machine; plexd writes well under 1 KiB.
+pub const JOIN_RESULT_MAX_BYTES: usize = 8 * 1024;
+/// The longest join message carried into a resource's reason (in characters).
+pub const JOIN_MESSAGE_MAX_CHARS: usize = 512;
+/// The bound on reading the join result inside a machine.
+const JOIN_RESULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[derive(serde::Deserialize)]
+struct JoinResultFile {
+    exit_code: i32,
+    message: String,
+}
+
+/// What `plexd join --result-file` left, as the observation it stands for: `None` unless the
+/// bytes are its JSON with a non-zero `exit_code` and a `message`. The message is made one line
+/// and cut to [`JOIN_MESSAGE_MAX_CHARS`] (marked with `...`), since it lands in the resource's
+/// reason and history.
+pub fn parse_join_result(bytes: &[u8]) -> Option<Observation> {
+    // An object only: serde would also take a `[code, message]` array for the struct.
+    let value: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    if !value.is_object() {
+        return None;
+    }
+    let file: JoinResultFile = serde_json::from_value(value).ok()?;
+    if file.exit_code == 0 {
+        return None;
+    }
+    let one_line = file
+        .message
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let detail = match one_line.char_indices().nth(JOIN_MESSAGE_MAX_CHARS) {
+        Some((cut, _)) => format!("{}...", &one_line[..cut]),
+        None if one_line.is_empty() => "(plexd printed no message)".to_owned(),
+        None => one_line,
+    };
+    Some(Observation::JoinFailed {
+        exit_code: file.exit_code,
+        detail,
+    })
+}
+
+/// Why cloud-init failed, as precisely as the machine tells: `plexd join`'s exit and message
+/// when its result file is there and parses, else cloud-init's own detail.
+fn cloud_init_failure(machine: &Machine, detail: String) -> Observation {
+    match machine.read_file(JOIN_RESULT_PATH, JOIN_RESULT_MAX_BYTES, JOIN_RESULT_TIMEOUT) {
+        Ok(Some(bytes)) => match parse_join_result(&bytes) {
+            Some(obs) => return obs,
+            None => {
+                tracing::warn!(
+                    machine = machine.name(),
+                    path = JOIN_RESULT_PATH,
+                    "the join result file in the machine is not plexd's JSON; reporting cloud-init's error"
+                )
+            }
+        },
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(machine = machine.name(), path = JOIN_RESULT_PATH, error = %e, "cannot read the join result in the machine; reporting cloud-init's error")
+        }
+    }
+    Observation::CloudInitFailed { detail }
 }
 
 /// The lowest host number from 10 up that no machine uses.
@@ -200,7 +268,7 @@ impl Substrate for LocalMachine {
             Life::Booted { cloud_init, .. } => {
                 let mut facts = vec![Observation::SubstrateAccepted, Observation::MachineBooted];
                 if let CloudInitStatus::Error { detail } = cloud_init {
-                    facts.push(Observation::CloudInitFailed { detail });
+                    facts.push(cloud_init_failure(&machine, detail));
                 }
                 facts
             }
@@ -268,6 +336,92 @@ mod tests {
             map,
             time::OffsetDateTime::UNIX_EPOCH,
         )
+    }
+
+    #[test]
+    fn a_join_result_becomes_join_failed() {
+        let obs = parse_join_result(
+            br#"{"exit_code": 11, "message": "the bootstrap token in /etc/plexd/bootstrap-token was refused: revoked (token_revoked, HTTP 401); write a fresh token"}"#,
+        );
+        assert_eq!(
+            obs,
+            Some(Observation::JoinFailed {
+                exit_code: 11,
+                detail: "the bootstrap token in /etc/plexd/bootstrap-token was refused: revoked (token_revoked, HTTP 401); write a fresh token".into(),
+            })
+        );
+        // The reason the phase machine records names plexd join and its exit.
+        let reason = obs.unwrap().describe();
+        assert!(
+            reason.starts_with("plexd join exited with 11: the bootstrap token"),
+            "{reason}"
+        );
+        // A trailing newline (plexd writes one) and unknown fields are fine.
+        let obs = parse_join_result(b"{\"exit_code\":10,\"message\":\"used\",\"extra\":1}\n");
+        assert_eq!(
+            obs,
+            Some(Observation::JoinFailed {
+                exit_code: 10,
+                detail: "used".into()
+            })
+        );
+    }
+
+    #[test]
+    fn garbage_or_incomplete_join_results_are_ignored() {
+        for bad in [
+            &b""[..],
+            b"not json",
+            b"{\"exit_code\": 11",
+            b"{\"message\": \"m\"}",
+            b"{\"exit_code\": 11}",
+            b"{\"exit_code\": \"11\", \"message\": \"m\"}",
+            b"{\"exit_code\": 0, \"message\": \"fine\"}",
+            b"[11, \"m\"]",
+            b"\xff\xfe",
+        ] {
+            assert_eq!(
+                parse_join_result(bad),
+                None,
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn an_overlong_or_multiline_message_is_cut_to_one_line() {
+        let long = format!(
+            "{}é{}",
+            "a".repeat(JOIN_MESSAGE_MAX_CHARS - 1),
+            "b".repeat(5000)
+        );
+        let json = serde_json::json!({"exit_code": 14, "message": long}).to_string();
+        let Some(Observation::JoinFailed { exit_code, detail }) =
+            parse_join_result(json.as_bytes())
+        else {
+            panic!("not parsed");
+        };
+        assert_eq!(exit_code, 14);
+        assert_eq!(detail.chars().count(), JOIN_MESSAGE_MAX_CHARS + 3);
+        assert!(detail.ends_with("é..."), "cut on a character boundary");
+        let json =
+            serde_json::json!({"exit_code": 13, "message": "line one\n  line two\r\n"}).to_string();
+        assert_eq!(
+            parse_join_result(json.as_bytes()),
+            Some(Observation::JoinFailed {
+                exit_code: 13,
+                detail: "line one line two".into()
+            })
+        );
+        let json = serde_json::json!({"exit_code": 13, "message": " "}).to_string();
+        assert_eq!(
+            parse_join_result(json.as_bytes()),
+            Some(Observation::JoinFailed {
+                exit_code: 13,
+                detail: "(plexd printed no message)".into()
+            })
+        );
     }
 
     #[test]

@@ -1,0 +1,215 @@
+//! A machine whose `plexd join` is refused ends `Failed`, and its reason is plexd join's own
+//! exit status and message (read from the result file join leaves in the machine), not
+//! cloud-init's generic error. Delete still walks it to `Deleted` and the machine is gone.
+//!
+//! The refusal is made deterministic by revoking the resource's bootstrap token (bound to it
+//! by `resource_id` in `bootstrap-token list`) as soon as the broker mints it: the revoke is
+//! answered before the test goes on, while the machine still has to boot (about 10 s), run
+//! cloud-init and download plexd before it joins. Had join won the race, the revoke would be
+//! refused (409, the token consumed) and the test would say so.
+//!
+//! Root only; it fails (never skips) without root or the machine tools.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::time::Duration;
+
+use plexsphere_e2e::machines::preflight;
+use plexsphere_e2e::{ControlPlane, OPENSTACK_PROJECT, wait_until};
+
+const BOUND: Duration = Duration::from_secs(300);
+
+/// When the test ends, however it ends: the machines the broker left are destroyed, then the
+/// bridge is removed.
+struct Cleanup {
+    bridge: String,
+    machines: std::path::PathBuf,
+}
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = plexsphere_nspawn::Machine::destroy_leftovers(&self.machines);
+        let _ = plexsphere_nspawn::Bridge::remove(&self.bridge);
+    }
+}
+
+fn json(out: &str) -> serde_json::Value {
+    serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// The machine of a resource: `pr-<last 9 hex digits of its id>`.
+fn machine_name(resource_id: &str) -> String {
+    let hex: String = resource_id.chars().filter(|c| *c != '-').collect();
+    format!("pr-{}", &hex[hex.len() - 9..])
+}
+
+#[test]
+fn a_refused_join_fails_the_resource_with_joins_exit_and_message() {
+    preflight().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let bridge = format!("plxbf{}", std::process::id() % 10000);
+    let _cleanup = Cleanup {
+        bridge: bridge.clone(),
+        machines: tmp.path().join("cp/nspawn"),
+    };
+    let host_ip = "172.30.243.1";
+    let cp = ControlPlane::start_dev_with_machines(
+        &tmp.path().join("cp"),
+        &format!("{host_ip}:0"),
+        &[
+            "--san",
+            host_ip,
+            "--machine-bridge",
+            &bridge,
+            "--machine-bridge-address",
+            "172.30.243.1/24",
+            "--reconcile-secs",
+            "1",
+        ],
+    )
+    .unwrap();
+
+    let cred = json(
+        &cp.plexctl_ok(&[
+            "cloud-credential",
+            "create",
+            "--name",
+            "local",
+            "--provider",
+            "local",
+            "--output",
+            "json",
+        ])
+        .unwrap(),
+    );
+    let cred = cred["id"].as_str().unwrap().to_owned();
+    let blueprints = json(
+        &cp.plexctl_ok(&["blueprint", "list", "--output", "json"])
+            .unwrap(),
+    );
+    let version = blueprints
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == "local-machine")
+        .unwrap()["version_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let created = json(
+        &cp.plexctl_ok(&[
+            "resource",
+            "create",
+            "--project-id",
+            OPENSTACK_PROJECT,
+            "--kind",
+            "node",
+            "--blueprint-version-id",
+            &version,
+            "--cloud-credential-id",
+            &cred,
+            "--parameters",
+            r#"{"release":"bookworm"}"#,
+            "--output",
+            "json",
+        ])
+        .unwrap(),
+    );
+    let rid = created["id"].as_str().unwrap().to_owned();
+
+    // The broker mints the resource's token in its next pass; revoke it as soon as it shows.
+    let token_id = wait_until(BOUND, "the broker mints the resource's token", || {
+        let list = json(&cp.plexctl_ok(&[
+            "bootstrap-token",
+            "list",
+            "--project",
+            OPENSTACK_PROJECT,
+            "--output",
+            "json",
+        ])?);
+        Ok(list.as_array().and_then(|l| {
+            l.iter()
+                .find(|t| t["resource_id"] == rid.as_str())
+                .and_then(|t| t["id"].as_str().map(str::to_owned))
+        }))
+    })
+    .unwrap();
+    let revoked = json(
+        &cp.plexctl_ok(&["bootstrap-token", "revoke", &token_id, "--output", "json"])
+            .unwrap(),
+    );
+    assert_eq!(revoked["status"], "revoked", "{revoked}");
+
+    // The machine boots, cloud-init runs plexd join, the server refuses the revoked token:
+    // join exits 11 and the resource fails with that, not with cloud-init's generic error.
+    let r = wait_until(BOUND, "the resource reaches Failed", || {
+        let r = json(&cp.plexctl_ok(&["resource", "get", &rid, "--output", "json"])?);
+        Ok((r["provisioning"]["phase"] == "Failed").then_some(r))
+    })
+    .unwrap();
+    eprintln!("--- plexctl resource get --output json:\n{r:#}");
+    let reason = r["provisioning"]["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("plexd join exited with 11: the bootstrap token in /etc/plexd/bootstrap-token was refused:"),
+        "{reason}"
+    );
+    assert!(reason.contains("token_revoked, HTTP 401"), "{reason}");
+    assert!(reason.contains("write a fresh token"), "{reason}");
+    assert!(!reason.contains("cloud-init"), "{reason}");
+    let history = r["provisioning"]["history"].as_array().unwrap();
+    assert_eq!(history.last().unwrap()["observed"], reason, "{r:#}");
+    assert!(r["node_id"].is_null(), "{r:#}");
+    let nodes = json(
+        &cp.plexctl_ok(&[
+            "node",
+            "list",
+            "--project",
+            OPENSTACK_PROJECT,
+            "--output",
+            "json",
+        ])
+        .unwrap(),
+    );
+    assert_eq!(nodes.as_array().map(Vec::len), Some(0), "{nodes:#}");
+
+    // The result file in the machine is what the reason came from.
+    let name = machine_name(&rid);
+    let m = plexsphere_nspawn::Machine::reattach(&cp.data_dir.join("nspawn"), &name).unwrap();
+    let file = m
+        .read_file("/run/plexd/join-result.json", 8192, Duration::from_secs(20))
+        .unwrap()
+        .unwrap_or_else(|| panic!("no join result file in machine {name}"));
+    let file = json(&String::from_utf8_lossy(&file));
+    assert_eq!(file["exit_code"], 11, "{file}");
+    assert!(
+        reason.ends_with(file["message"].as_str().unwrap()),
+        "{file}"
+    );
+
+    // Failed is left only by a delete, which still walks to Deleted and removes the machine.
+    let out = cp
+        .plexctl(&[
+            "resource",
+            "delete",
+            &rid,
+            "--yes",
+            "--wait",
+            "--timeout",
+            "5m",
+        ])
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = json(
+        &cp.plexctl_ok(&["resource", "get", &rid, "--output", "json"])
+            .unwrap(),
+    );
+    assert_eq!(r["provisioning"]["phase"], "Deleted", "{r:#}");
+    assert!(
+        !cp.data_dir.join("nspawn/machines").join(&name).exists(),
+        "the machine's directory is gone"
+    );
+    assert!(!m.is_running(), "the machine no longer runs");
+}
