@@ -152,7 +152,7 @@ fn a_refused_join_fails_the_resource_with_joins_exit_and_message() {
         reason.starts_with("plexd join exited with 11: the bootstrap token in /etc/plexd/bootstrap-token was refused:"),
         "{reason}"
     );
-    assert!(reason.contains("token_revoked, HTTP 401"), "{reason}");
+    assert!(reason.contains("token_revoked, HTTP 403"), "{reason}");
     assert!(reason.contains("write a fresh token"), "{reason}");
     assert!(!reason.contains("cloud-init"), "{reason}");
     let history = r["provisioning"]["history"].as_array().unwrap();

@@ -90,14 +90,14 @@ mod tests {
         let path = tmp.path().join("run/plexd/join-result.json");
         let f = Failure::new(
             ExitCode::TokenInvalid,
-            "the bootstrap token in /etc/plexd/bootstrap-token was refused: revoked (token_revoked, HTTP 401); write a fresh token",
+            "the bootstrap token in /etc/plexd/bootstrap-token was refused: revoked (token_revoked, HTTP 403); write a fresh token",
         );
         record(Some(&path), Err(&f));
         assert_eq!(
             read(&path),
             serde_json::json!({
                 "exit_code": 11,
-                "message": "the bootstrap token in /etc/plexd/bootstrap-token was refused: revoked (token_revoked, HTTP 401); write a fresh token"
+                "message": "the bootstrap token in /etc/plexd/bootstrap-token was refused: revoked (token_revoked, HTTP 403); write a fresh token"
             })
         );
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;

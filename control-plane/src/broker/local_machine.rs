@@ -341,13 +341,13 @@ mod tests {
     #[test]
     fn a_join_result_becomes_join_failed() {
         let obs = parse_join_result(
-            br#"{"exit_code": 11, "message": "the bootstrap token in /etc/plexd/bootstrap-token was refused: revoked (token_revoked, HTTP 401); write a fresh token"}"#,
+            br#"{"exit_code": 11, "message": "the bootstrap token in /etc/plexd/bootstrap-token was refused: revoked (token_revoked, HTTP 403); write a fresh token"}"#,
         );
         assert_eq!(
             obs,
             Some(Observation::JoinFailed {
                 exit_code: 11,
-                detail: "the bootstrap token in /etc/plexd/bootstrap-token was refused: revoked (token_revoked, HTTP 401); write a fresh token".into(),
+                detail: "the bootstrap token in /etc/plexd/bootstrap-token was refused: revoked (token_revoked, HTTP 403); write a fresh token".into(),
             })
         );
         // The reason the phase machine records names plexd join and its exit.
