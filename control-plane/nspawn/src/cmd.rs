@@ -121,12 +121,16 @@ pub(crate) fn run_bounded(mut cmd: Command, what: &str, timeout: Duration) -> Re
         POLL_FAST,
         "the host may be overloaded; retry",
         || {
-            child.try_wait().map_err(|e| Error::Command {
+            let done = child.try_wait().map_err(|e| Error::Command {
                 what: what.to_string(),
                 program: program.clone(),
                 status: "could not be waited for".into(),
                 detail: e.to_string(),
-            })
+            })?;
+            if done.is_none() {
+                resume_if_stopped(&child);
+            }
+            Ok(done)
         },
     );
     let status = match waited {
@@ -178,6 +182,24 @@ fn drain<R: Read + Send + 'static>(pipe: Option<R>) -> Option<JoinHandle<Vec<u8>
 
 fn join(handle: Option<JoinHandle<Vec<u8>>>) -> Vec<u8> {
     handle.and_then(|h| h.join().ok()).unwrap_or_default()
+}
+
+/// Continues the command's process group when the command is stopped. A machine that powers
+/// off stops every process of its PID namespace (systemd's last kill round starts with
+/// SIGSTOP); `nsenter` then stops itself too, waiting for a SIGCONT that nobody in the machine
+/// sends, and would hold the machine's network namespace until the timeout.
+fn resume_if_stopped(child: &Child) {
+    let Ok(pid) = i32::try_from(child.id()) else {
+        return;
+    };
+    let stopped = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| crate::procfs::parse_stat(&stat))
+        .is_some_and(|(state, _)| state == 'T');
+    if stopped {
+        tracing::debug!(pid, "the command was stopped; continuing it");
+        let _ = killpg(Pid::from_raw(pid), Signal::SIGCONT);
+    }
 }
 
 fn kill_group(child: &mut Child) {
@@ -232,6 +254,16 @@ mod tests {
         let words = last_words(long.as_bytes(), b"");
         assert!(words.starts_with("..."));
         assert_eq!(words.chars().count(), 403);
+    }
+
+    #[test]
+    fn a_stopped_command_is_continued_not_left_to_time_out() {
+        // What nsenter does when the machine's systemd stops its child: it stops itself.
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "kill -STOP $$; echo continued"]);
+        let out = run_bounded(cmd, "testing", Duration::from_secs(30)).unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(out.stdout, b"continued\n");
     }
 
     #[test]
