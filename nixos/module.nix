@@ -138,6 +138,7 @@ in
         Type = "notify";
         NotifyAccess = "main";
         ExecStart = "${cfg.package}/bin/plexd run";
+        ExecReload = "${pkgs.coreutils}/bin/kill -HUP $MAINPID";
         Restart = "on-failure";
         RestartSec = "5s";
         # 10 token consumed, 11 token invalid, 15 node revoked or deleted, 64 usage,

@@ -127,6 +127,16 @@ fn the_readme_hand_install_enrols_a_machine_and_a_reused_token_is_refused() {
     eprintln!("--- journalctl -u plexd:\n{journal}\n--- plexd status --output json:\n{status}");
     let status: serde_json::Value = serde_json::from_str(&status).unwrap();
     assert_eq!(status["node_id"], node_id.as_str());
+    // `systemctl reload` reaches the daemon (ExecReload sends SIGHUP) and it stays up.
+    m.sh("systemctl reload plexd").unwrap();
+    wait_until(BOUND, "the journal shows the reload", || {
+        Ok(m.machine
+            .journal("plexd")?
+            .contains("SIGHUP: config reloaded")
+            .then_some(()))
+    })
+    .unwrap();
+    assert_eq!(m.sh("systemctl is-active plexd").unwrap().trim(), "active");
 
     // A rebuilt host (new key) restarted with the same, consumed token file is refused.
     m.sh(&format!(
