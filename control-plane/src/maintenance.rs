@@ -124,6 +124,7 @@ mod tests {
             revoked_at: None,
             listen_port: None,
             endpoints: Vec::new(),
+            report: crate::store::nodes::NodeReport::default(),
         }
     }
 

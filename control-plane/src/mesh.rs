@@ -163,6 +163,7 @@ mod tests {
             revoked_at: None,
             listen_port: None,
             endpoints: vec!["192.0.2.1:51820".parse().unwrap()],
+            report: crate::store::nodes::NodeReport::default(),
         }
     }
 

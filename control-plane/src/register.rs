@@ -228,6 +228,7 @@ impl Registrar<'_> {
             revoked_at: None,
             listen_port: None,
             endpoints: Vec::new(),
+            report: crate::store::nodes::NodeReport::default(),
         };
         nodes::insert(&mut tx, &node).await?;
         let added = EventKind::PeerAdded {

@@ -332,3 +332,78 @@ async fn leave_deletes_the_node_and_frees_its_mesh_ip() {
     assert_eq!(c.mesh_ip, a.mesh_ip);
     srv.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_view_shows_what_the_last_heartbeat_reported() {
+    let srv = TestServer::start().await;
+    let a = srv.enrol(LAB_NODES).await;
+    let path = format!("/v1/nodes/{}", a.node_id);
+
+    // Before any heartbeat: null figures and nothing dropped.
+    let (s, before) = srv.op_get(&path).await;
+    assert_eq!(s, StatusCode::OK, "{before}");
+    for field in [
+        "last_heartbeat_at",
+        "uptime_secs",
+        "applied_state_version",
+        "peers_configured",
+        "peers_connected",
+    ] {
+        assert_eq!(before[field], Value::Null, "{field} in {before}");
+    }
+    assert_eq!(before["observations_dropped"], 0, "{before}");
+
+    // Another authenticated call moves last_seen_at but not the heartbeat.
+    let r = srv
+        .node_req(Method::GET, &a, "/state")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let seen = srv.node_view(a.node_id).await;
+    assert!(seen["last_seen_at"].is_string(), "{seen}");
+    assert_eq!(seen["last_heartbeat_at"], Value::Null, "{seen}");
+
+    let r = srv
+        .node_req(Method::POST, &a, "/heartbeat")
+        .json(&json!({
+            "uptime_secs": 3723,
+            "plexd_version": "0.3.0",
+            "state_version": 1,
+            "peers": {"configured": 3, "connected": 2},
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = srv
+        .node_req(Method::POST, &a, "/ingest")
+        .json(&json!({"observations": [], "dropped": 4}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+
+    let after = srv.node_view(a.node_id).await;
+    let at = after["last_heartbeat_at"].as_str().unwrap();
+    time::OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339).unwrap();
+    assert_eq!(after["uptime_secs"], 3723, "{after}");
+    assert_eq!(after["applied_state_version"], 1, "{after}");
+    assert_eq!(after["peers_configured"], 3, "{after}");
+    assert_eq!(after["peers_connected"], 2, "{after}");
+    assert_eq!(after["plexd_version"], "0.3.0", "{after}");
+    assert_eq!(after["observations_dropped"], 4, "{after}");
+
+    // The list shows the same figures.
+    let (s, list) = srv.op_get("/v1/nodes").await;
+    assert_eq!(s, StatusCode::OK, "{list}");
+    let item = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["id"] == a.node_id.to_string())
+        .unwrap();
+    assert_eq!(item["peers_connected"], 2, "{item}");
+    assert_eq!(item["last_heartbeat_at"], at, "{item}");
+    srv.stop().await;
+}

@@ -120,6 +120,24 @@ pub struct NodeView {
     /// The endpoints the node reported plus the address the server observed, `ip:port`.
     #[serde(default)]
     pub endpoints: Vec<String>,
+    /// When the node last heartbeated (only heartbeats move it, unlike `last_seen_at`).
+    #[serde(with = "time::serde::rfc3339::option", default)]
+    pub last_heartbeat_at: Option<OffsetDateTime>,
+    /// The plexd process's uptime as of the last heartbeat, in seconds.
+    #[serde(default)]
+    pub uptime_secs: Option<u64>,
+    /// The signed state version the node last applied, as of the last heartbeat.
+    #[serde(default)]
+    pub applied_state_version: Option<u64>,
+    /// WireGuard peers configured on the node, as of the last heartbeat.
+    #[serde(default)]
+    pub peers_configured: Option<u32>,
+    /// Of those, peers with a recent handshake, as of the last heartbeat.
+    #[serde(default)]
+    pub peers_connected: Option<u32>,
+    /// Observations the node dropped before it could send them, summed over every batch.
+    #[serde(default)]
+    pub observations_dropped: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -188,6 +206,43 @@ mod tests {
         let v: TokenView = serde_json::from_str(json).unwrap();
         assert_eq!(v.status, TokenStatus::Consumed);
         assert_eq!(serde_json::to_string(&v).unwrap(), json);
+    }
+
+    #[test]
+    fn node_view_json_is_pinned() {
+        let json = r#"{"id":"019a0816-0000-7000-8000-0000000000aa","domain_id":"019a0816-0000-7000-8000-000000000000","project_id":"019a0816-0000-7000-8000-000000000002","hostname":"edge-1","arch":"amd64","plexd_version":"0.2.0","mesh_ip":"10.64.1.1","wireguard_public_key":"k","resource_handle":null,"status":"online","registered_at":"2026-11-30T10:00:00Z","last_seen_at":"2026-11-30T10:05:00Z","endpoints":["192.0.2.10:51820"],"last_heartbeat_at":"2026-11-30T10:04:30Z","uptime_secs":3600,"applied_state_version":7,"peers_configured":3,"peers_connected":2,"observations_dropped":5}"#;
+        let v: NodeView = serde_json::from_str(json).unwrap();
+        assert_eq!(v.status, NodeStatus::Online);
+        assert_eq!(
+            (
+                v.uptime_secs,
+                v.applied_state_version,
+                v.peers_configured,
+                v.peers_connected
+            ),
+            (Some(3600), Some(7), Some(3), Some(2))
+        );
+        assert_eq!(serde_json::to_string(&v).unwrap(), json);
+    }
+
+    #[test]
+    fn node_view_from_an_older_server_reads_without_the_heartbeat_fields() {
+        let json = r#"{"id":"019a0816-0000-7000-8000-0000000000aa","domain_id":"019a0816-0000-7000-8000-000000000000","project_id":"019a0816-0000-7000-8000-000000000002","hostname":"edge-1","arch":"amd64","plexd_version":"0.1.0","mesh_ip":"10.64.1.1","wireguard_public_key":"k","status":"registered","registered_at":"2026-11-30T10:00:00Z"}"#;
+        let v: NodeView = serde_json::from_str(json).unwrap();
+        assert_eq!(v.last_heartbeat_at, None);
+        assert_eq!(
+            (
+                v.uptime_secs,
+                v.applied_state_version,
+                v.peers_configured,
+                v.peers_connected
+            ),
+            (None, None, None, None)
+        );
+        assert_eq!(v.observations_dropped, 0);
+        let back: serde_json::Value = serde_json::to_value(&v).unwrap();
+        assert_eq!(back["last_heartbeat_at"], serde_json::Value::Null);
+        assert_eq!(back["observations_dropped"], 0);
     }
 
     #[test]

@@ -180,15 +180,31 @@ fn endpoints(list: &[String], separator: &str) -> String {
     }
 }
 
-/// `node get`: every field of one node, one per line.
+/// `node get`: every field of one node, one per line; the heartbeat's figures are `-` until
+/// the node heartbeats, and `observations dropped` appears only when the node dropped some.
 pub fn node(n: &NodeView) -> String {
-    let endpoints = endpoints(&n.endpoints, ", ");
-    details(&[
+    let peers = match (n.peers_connected, n.peers_configured) {
+        (Some(connected), Some(configured)) => format!("{connected} of {configured} connected"),
+        _ => "-".to_owned(),
+    };
+    let mut pairs = vec![
         ("id", n.id.to_string()),
         ("hostname", text(&n.hostname)),
         ("mesh ip", n.mesh_ip.to_string()),
         ("status", n.status.as_str().to_owned()),
         ("last seen", opt(n.last_seen_at, time)),
+        ("last heartbeat", opt(n.last_heartbeat_at, time)),
+        ("uptime", opt(n.uptime_secs, uptime)),
+        (
+            "state applied",
+            opt(n.applied_state_version, |v| v.to_string()),
+        ),
+        ("peers", peers),
+    ];
+    if n.observations_dropped > 0 {
+        pairs.push(("observations dropped", n.observations_dropped.to_string()));
+    }
+    pairs.extend([
         ("registered", time(n.registered_at)),
         ("version", text(&n.plexd_version)),
         ("arch", text(&n.arch)),
@@ -196,8 +212,30 @@ pub fn node(n: &NodeView) -> String {
         ("domain", n.domain_id.to_string()),
         ("resource handle", opt(n.resource_handle.as_deref(), text)),
         ("wireguard key", text(&n.wireguard_public_key)),
-        ("endpoints", endpoints),
-    ])
+        ("endpoints", endpoints(&n.endpoints, ", ")),
+    ]);
+    details(&pairs)
+}
+
+/// A duration in seconds as days, hours, minutes and seconds, skipping zero parts:
+/// `3d 4h 0m 5s` is shown as `3d 4h 5s`; zero is `0s`.
+pub fn uptime(secs: u64) -> String {
+    let parts = [
+        (secs / 86_400, 'd'),
+        (secs / 3_600 % 24, 'h'),
+        (secs / 60 % 60, 'm'),
+        (secs % 60, 's'),
+    ];
+    let shown: Vec<String> = parts
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, unit)| format!("{n}{unit}"))
+        .collect();
+    if shown.is_empty() {
+        "0s".to_owned()
+    } else {
+        shown.join(" ")
+    }
 }
 
 pub fn projects(items: &[ProjectView]) -> String {

@@ -44,6 +44,12 @@ fn node_view() -> NodeView {
             "192.0.2.10:51820".to_owned(),
             "198.51.100.7:40000".to_owned(),
         ],
+        last_heartbeat_at: Some(datetime!(2026-11-30 10:05:30 UTC)),
+        uptime_secs: Some(93_784),
+        applied_state_version: Some(7),
+        peers_configured: Some(3),
+        peers_connected: Some(2),
+        observations_dropped: 0,
     }
 }
 
@@ -125,6 +131,10 @@ hostname:         edge-1
 mesh ip:          10.64.1.1
 status:           online
 last seen:        2026-11-30T10:06:07Z
+last heartbeat:   2026-11-30T10:05:30Z
+uptime:           1d 2h 3m 4s
+state applied:    7
+peers:            2 of 3 connected
 registered:       2026-11-30T10:05:00Z
 version:          0.1.0
 arch:             amd64
@@ -135,6 +145,53 @@ wireguard key:    x25519pubkeybase64xxxxxxxxxxxxxxxxxxxxxxxxx=
 endpoints:        192.0.2.10:51820, 198.51.100.7:40000
 "
     );
+}
+
+#[test]
+fn node_get_before_a_heartbeat_and_with_dropped_observations() {
+    let mut quiet = node_view();
+    quiet.status = NodeStatus::Registered;
+    quiet.last_seen_at = None;
+    quiet.last_heartbeat_at = None;
+    quiet.uptime_secs = None;
+    quiet.applied_state_version = None;
+    quiet.peers_configured = None;
+    quiet.peers_connected = None;
+    let text = node(&quiet);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[3..9],
+        [
+            "status:           registered",
+            "last seen:        -",
+            "last heartbeat:   -",
+            "uptime:           -",
+            "state applied:    -",
+            "peers:            -",
+        ]
+    );
+    assert!(!text.contains("observations dropped"), "{text}");
+
+    let mut dropping = node_view();
+    dropping.observations_dropped = 12;
+    dropping.peers_connected = Some(0);
+    let text = node(&dropping);
+    assert!(
+        text.contains(
+            "\npeers:                 0 of 3 connected\nobservations dropped:  12\nregistered:  "
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn uptimes_skip_zero_parts() {
+    assert_eq!(uptime(0), "0s");
+    assert_eq!(uptime(59), "59s");
+    assert_eq!(uptime(3_600), "1h");
+    assert_eq!(uptime(3_723), "1h 2m 3s");
+    assert_eq!(uptime(86_400 * 3 + 5), "3d 5s");
+    assert_eq!(uptime(u64::MAX), "213503982334601d 7h 15s");
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! `plexctl node observations` against a real plexsphere: the server's router, store (a SQLite
 //! file) and TLS (its dev CA) in this process on 127.0.0.1:0; the plexctl binary in a child
-//! process; a node registered and its ingest batch sent over HTTPS as plexd would.
+//! process; a node registered and its ingest batch sent over HTTPS as plexd would. Also
+//! `plexctl node get`, which shows the node's last heartbeat and its dropped-observation count.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 use std::path::PathBuf;
@@ -165,6 +166,18 @@ impl Server {
         assert_eq!(r.status(), reqwest::StatusCode::ACCEPTED);
     }
 
+    async fn heartbeat(&self, node: &RegisterResponse, body: Value) {
+        let r = self
+            .client
+            .post(format!("{}/v1/nodes/{}/heartbeat", self.base, node.node_id))
+            .bearer_auth(&node.node_credential)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), reqwest::StatusCode::OK);
+    }
+
     async fn stop(self) {
         let _ = self.stop.send(());
         self.task.await.unwrap().unwrap();
@@ -282,5 +295,53 @@ async fn node_observations_prints_a_table_and_json() {
         .plexctl(&["node", "observations", &a_id, "--limit", "501"])
         .await;
     assert_eq!(code, 64, "{stderr}");
+    srv.stop().await;
+}
+
+/// The value of a `label:  value` line of `node get`.
+fn field<'a>(text: &'a str, label: &str) -> Option<&'a str> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(label)?.strip_prefix(':'))
+        .map(str::trim)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_get_shows_the_last_heartbeat_and_dropped_observations() {
+    let srv = start().await;
+    let a = srv.enrol(3).await;
+    let id = a.node_id.to_string();
+
+    let before = srv.plexctl_ok(&["node", "get", &id]).await;
+    for label in ["last heartbeat", "uptime", "state applied", "peers"] {
+        assert_eq!(field(&before, label), Some("-"), "{label}: {before}");
+    }
+    assert_eq!(field(&before, "observations dropped"), None, "{before}");
+
+    srv.heartbeat(
+        &a,
+        json!({"uptime_secs": 3723, "plexd_version": "0.3.0", "state_version": 1,
+               "peers": {"configured": 3, "connected": 2}}),
+    )
+    .await;
+    srv.ingest(&a, json!({"dropped": 9, "observations": []}))
+        .await;
+
+    let after = srv.plexctl_ok(&["node", "get", &id]).await;
+    let at = field(&after, "last heartbeat").unwrap();
+    time::OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339).unwrap();
+    assert_eq!(field(&after, "uptime"), Some("1h 2m 3s"), "{after}");
+    assert_eq!(field(&after, "state applied"), Some("1"), "{after}");
+    assert_eq!(field(&after, "peers"), Some("2 of 3 connected"), "{after}");
+    assert_eq!(field(&after, "observations dropped"), Some("9"), "{after}");
+    assert_eq!(field(&after, "version"), Some("0.3.0"), "{after}");
+
+    let json: Value =
+        serde_json::from_str(&srv.plexctl_ok(&["node", "get", &id, "-o", "json"]).await).unwrap();
+    assert_eq!(json["last_heartbeat_at"], at);
+    assert_eq!(json["uptime_secs"], 3723);
+    assert_eq!(json["applied_state_version"], 1);
+    assert_eq!(json["peers_configured"], 3);
+    assert_eq!(json["peers_connected"], 2);
+    assert_eq!(json["observations_dropped"], 9);
     srv.stop().await;
 }

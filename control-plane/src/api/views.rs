@@ -72,12 +72,23 @@ pub fn node_view(row: &NodeRow, now: i64, offline_after: i64) -> Result<NodeView
             .map(|t| from_unix("nodes.last_seen_at", t))
             .transpose()?,
         endpoints: row.endpoints.iter().map(ToString::to_string).collect(),
+        last_heartbeat_at: row
+            .report
+            .last_heartbeat_at
+            .map(|t| from_unix("nodes.last_heartbeat_at", t))
+            .transpose()?,
+        uptime_secs: row.report.uptime_secs,
+        applied_state_version: row.report.applied_state_version,
+        peers_configured: row.report.peers_configured,
+        peers_connected: row.report.peers_connected,
+        observations_dropped: row.report.observations_dropped,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::nodes::NodeReport;
     use uuid::Uuid;
 
     fn token() -> TokenRow {
@@ -114,8 +125,13 @@ mod tests {
             revoked_at: None,
             listen_port: Some(51820),
             endpoints: vec!["192.0.2.1:51820".parse().unwrap()],
+            report: NodeReport::default(),
         };
         assert_eq!(node_status(&n, 500, 90), NodeStatus::Registered);
+        let fresh = node_view(&n, 500, 90).unwrap();
+        assert_eq!(fresh.last_heartbeat_at, None);
+        assert_eq!((fresh.uptime_secs, fresh.peers_connected), (None, None));
+        assert_eq!(fresh.observations_dropped, 0);
         n.last_seen_at = Some(410);
         assert_eq!(node_status(&n, 500, 90), NodeStatus::Online);
         assert_eq!(node_status(&n, 501, 90), NodeStatus::Offline);
@@ -125,6 +141,45 @@ mod tests {
         );
         n.revoked_at = Some(450);
         assert_eq!(node_status(&n, 420, 90), NodeStatus::Revoked);
+    }
+
+    #[test]
+    fn node_view_shows_the_last_heartbeat_and_dropped_observations() {
+        let n = NodeRow {
+            id: Uuid::from_u128(1),
+            domain_id: Uuid::from_u128(2),
+            project_id: Uuid::from_u128(3),
+            hostname: "h".into(),
+            arch: "amd64".into(),
+            plexd_version: "0.2.0".into(),
+            mesh_ip: "10.64.0.1".parse().unwrap(),
+            wireguard_public_key: "k".into(),
+            resource_handle: None,
+            credential_sha256: String::new(),
+            registered_at: 100,
+            // Any authenticated call moves last_seen_at; only a heartbeat moves the report.
+            last_seen_at: Some(480),
+            revoked_at: None,
+            listen_port: None,
+            endpoints: Vec::new(),
+            report: NodeReport {
+                last_heartbeat_at: Some(450),
+                uptime_secs: Some(3600),
+                applied_state_version: Some(7),
+                peers_configured: Some(3),
+                peers_connected: Some(2),
+                observations_dropped: 5,
+            },
+        };
+        let v = node_view(&n, 500, 90).unwrap();
+        assert_eq!(v.last_seen_at.map(|t| t.unix_timestamp()), Some(480));
+        assert_eq!(v.last_heartbeat_at.map(|t| t.unix_timestamp()), Some(450));
+        assert_eq!(v.uptime_secs, Some(3600));
+        assert_eq!(v.applied_state_version, Some(7));
+        assert_eq!((v.peers_configured, v.peers_connected), (Some(3), Some(2)));
+        assert_eq!(v.observations_dropped, 5);
+        // Node status still follows last_seen_at, not the heartbeat.
+        assert_eq!(v.status, NodeStatus::Online);
     }
 
     #[test]

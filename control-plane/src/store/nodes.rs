@@ -28,13 +28,28 @@ pub struct NodeRow {
     pub listen_port: Option<u16>,
     /// The endpoints the server advertises for the node, best first.
     pub endpoints: Vec<SocketAddr>,
+    /// What the node reported about itself (heartbeats and ingest).
+    pub report: NodeReport,
+}
+
+/// What a node reported about itself: its last heartbeat's figures (all `None` until it
+/// heartbeats) and the observations it dropped before sending (ingest, summed).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeReport {
+    pub last_heartbeat_at: Option<i64>,
+    pub uptime_secs: Option<u64>,
+    pub applied_state_version: Option<u64>,
+    pub peers_configured: Option<u32>,
+    pub peers_connected: Option<u32>,
+    pub observations_dropped: u64,
 }
 
 /// The columns every node SELECT reads, in `from_row`'s order.
 macro_rules! select_nodes {
     ($tail:literal) => {
         concat!(
-            "SELECT id, domain_id, project_id, hostname, arch, plexd_version, mesh_ip, wireguard_public_key, resource_handle, credential_sha256, registered_at, last_seen_at, revoked_at, listen_port, endpoints FROM nodes ",
+            "SELECT id, domain_id, project_id, hostname, arch, plexd_version, mesh_ip, wireguard_public_key, resource_handle, credential_sha256, registered_at, last_seen_at, revoked_at, listen_port, endpoints, \
+             last_heartbeat_at, uptime_secs, applied_state_version, peers_configured, peers_connected, observations_dropped FROM nodes ",
             $tail
         )
     };
@@ -77,7 +92,34 @@ fn from_row(row: &sqlx::any::AnyRow) -> Result<NodeRow, StoreError> {
             Some(text) => serde_json::from_str(&text)
                 .map_err(|e| StoreError::corrupt("nodes.endpoints", e))?,
         },
+        report: NodeReport {
+            last_heartbeat_at: row.try_get("last_heartbeat_at")?,
+            uptime_secs: opt_col(row, "uptime_secs", "nodes.uptime_secs")?,
+            applied_state_version: opt_col(
+                row,
+                "applied_state_version",
+                "nodes.applied_state_version",
+            )?,
+            peers_configured: opt_col(row, "peers_configured", "nodes.peers_configured")?,
+            peers_connected: opt_col(row, "peers_connected", "nodes.peers_connected")?,
+            observations_dropped: {
+                let n: i64 = row.try_get("observations_dropped")?;
+                u64::try_from(n)
+                    .map_err(|_| StoreError::corrupt("nodes.observations_dropped", n))?
+            },
+        },
     })
+}
+
+/// A nullable BIGINT column as an unsigned integer; out of range is a corrupt row.
+fn opt_col<T: TryFrom<i64>>(
+    row: &sqlx::any::AnyRow,
+    column: &str,
+    what: &'static str,
+) -> Result<Option<T>, StoreError> {
+    row.try_get::<Option<i64>, _>(column)?
+        .map(|v| T::try_from(v).map_err(|_| StoreError::corrupt(what, v)))
+        .transpose()
 }
 
 pub async fn insert(conn: &mut AnyConnection, n: &NodeRow) -> Result<(), StoreError> {
