@@ -334,8 +334,24 @@ async fn leave_deletes_the_node_and_frees_its_mesh_ip() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn node_view_shows_what_the_last_heartbeat_reported() {
+async fn node_view_shows_what_the_last_heartbeat_reported_on_sqlite() {
     let srv = TestServer::start().await;
+    heartbeat_in_node_view(&srv).await;
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_view_shows_what_the_last_heartbeat_reported_on_postgres() {
+    let Some(srv) = postgres::server().await else {
+        return;
+    };
+    heartbeat_in_node_view(&srv).await;
+    srv.stop().await;
+}
+
+/// Null heartbeat figures before the first heartbeat; then the operator's node view (one node
+/// and the list) shows exactly what the heartbeat and ingest reported.
+async fn heartbeat_in_node_view(srv: &TestServer) {
     let a = srv.enrol(LAB_NODES).await;
     let path = format!("/v1/nodes/{}", a.node_id);
 
@@ -405,5 +421,4 @@ async fn node_view_shows_what_the_last_heartbeat_reported() {
         .unwrap();
     assert_eq!(item["peers_connected"], 2, "{item}");
     assert_eq!(item["last_heartbeat_at"], at, "{item}");
-    srv.stop().await;
 }
