@@ -21,15 +21,18 @@ pub enum Tool {
     Debootstrap,
     SystemdNspawn,
     Nsenter,
+    /// Runs nsenter with a parent-death signal (util-linux, like nsenter).
+    Setpriv,
     Ip,
     Systemctl,
 }
 
 impl Tool {
-    pub const ALL: [Tool; 5] = [
+    pub const ALL: [Tool; 6] = [
         Tool::Debootstrap,
         Tool::SystemdNspawn,
         Tool::Nsenter,
+        Tool::Setpriv,
         Tool::Ip,
         Tool::Systemctl,
     ];
@@ -39,6 +42,7 @@ impl Tool {
             Tool::Debootstrap => "debootstrap",
             Tool::SystemdNspawn => "systemd-nspawn",
             Tool::Nsenter => "nsenter",
+            Tool::Setpriv => "setpriv",
             Tool::Ip => "ip",
             Tool::Systemctl => "systemctl",
         }
@@ -48,7 +52,7 @@ impl Tool {
         match self {
             Tool::Debootstrap => "debootstrap",
             Tool::SystemdNspawn => "systemd-container",
-            Tool::Nsenter => "util-linux",
+            Tool::Nsenter | Tool::Setpriv => "util-linux",
             Tool::Ip => "iproute2",
             Tool::Systemctl => "systemd",
         }
@@ -254,6 +258,43 @@ mod tests {
         let words = last_words(long.as_bytes(), b"");
         assert!(words.starts_with("..."));
         assert_eq!(words.chars().count(), 403);
+    }
+
+    #[test]
+    fn setpriv_pdeathsig_kills_the_command_when_its_parent_thread_is_gone() {
+        // How exec_timeout starts nsenter: the thread that spawns it goes away (as plexsphere
+        // does when it is killed) and the command must not outlive it, even when stopped.
+        let child = std::thread::spawn(|| {
+            let mut cmd = Tool::Setpriv.command().unwrap();
+            cmd.args([
+                "--pdeathsig",
+                "KILL",
+                "--",
+                "sh",
+                "-c",
+                "kill -STOP $$; sleep 60",
+            ]);
+            let child = cmd.spawn().unwrap();
+            // Stopped means setpriv has set the signal and exec'd sh; only then may this
+            // thread go (a parent gone before the prctl would not count).
+            let pid = i32::try_from(child.id()).unwrap();
+            let stat = || std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+            poll_until(
+                "the command stops",
+                Duration::from_secs(30),
+                POLL_FAST,
+                "",
+                || Ok(crate::procfs::parse_stat(&stat()).filter(|(s, _)| *s == 'T')),
+            )
+            .unwrap();
+            child
+        })
+        .join()
+        .unwrap();
+        let mut child = child;
+        let status = child.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt as _;
+        assert_eq!(status.signal(), Some(9), "{status:?}");
     }
 
     #[test]

@@ -98,8 +98,13 @@ impl Machine {
 
     pub fn exec_timeout(&self, argv: &[&str], timeout: Duration) -> Result<Output> {
         let leader = self.leader_pid()?;
-        let mut cmd = Tool::Nsenter.command()?;
-        cmd.arg("-t")
+        // The parent-death signal kills nsenter with plexsphere: nsenter lives in the machine's
+        // namespaces, and one stopped by a powering-off machine would otherwise outlive us
+        // holding its network namespace.
+        let mut cmd = Tool::Setpriv.command()?;
+        cmd.args(["--pdeathsig", "KILL", "--"])
+            .arg(Tool::Nsenter.path()?)
+            .arg("-t")
             .arg(leader.to_string())
             .arg("-a")
             .arg("--")
