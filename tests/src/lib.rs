@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+pub mod broker;
 pub mod machines;
 pub mod netns;
 pub mod proxy;

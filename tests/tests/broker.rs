@@ -10,33 +10,11 @@
 
 use std::time::Duration;
 
+use plexsphere_e2e::broker::{BrokerLab, json, machine_name};
 use plexsphere_e2e::machines::preflight;
 use plexsphere_e2e::{ControlPlane, OPENSTACK_PROJECT, wait_until};
 
 const BOUND: Duration = Duration::from_secs(180);
-
-/// When the test ends, however it ends: the machines the broker left (the control plane is
-/// killed, not asked to deprovision) are destroyed, then the bridge is removed.
-struct Cleanup {
-    bridge: String,
-    machines: std::path::PathBuf,
-}
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = plexsphere_nspawn::Machine::destroy_leftovers(&self.machines);
-        let _ = plexsphere_nspawn::Bridge::remove(&self.bridge);
-    }
-}
-
-fn json(out: &str) -> serde_json::Value {
-    serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}: {out}"))
-}
-
-/// The machine of a resource: `pr-<last 9 hex digits of its id>`.
-fn machine_name(resource_id: &str) -> String {
-    let hex: String = resource_id.chars().filter(|c| *c != '-').collect();
-    format!("pr-{}", &hex[hex.len() - 9..])
-}
 
 /// Runs a command inside the machine of a resource.
 fn in_machine(cp: &ControlPlane, resource_id: &str, argv: &[&str]) -> String {
@@ -57,54 +35,8 @@ fn broker_machines_enrol_mesh_and_are_deleted() {
     preflight().unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let bridge = format!("plxbk{}", std::process::id() % 10000);
-    let _cleanup = Cleanup {
-        bridge: bridge.clone(),
-        machines: tmp.path().join("cp/nspawn"),
-    };
-    let host_ip = "172.30.242.1";
-    let cp = ControlPlane::start_dev_with_machines(
-        &tmp.path().join("cp"),
-        &format!("{host_ip}:0"),
-        &[
-            "--san",
-            host_ip,
-            "--machine-bridge",
-            &bridge,
-            "--machine-bridge-address",
-            "172.30.242.1/24",
-            "--reconcile-secs",
-            "1",
-        ],
-    )
-    .unwrap();
-
-    let cred = json(
-        &cp.plexctl_ok(&[
-            "cloud-credential",
-            "create",
-            "--name",
-            "local",
-            "--provider",
-            "local",
-            "--output",
-            "json",
-        ])
-        .unwrap(),
-    );
-    let cred = cred["id"].as_str().unwrap().to_owned();
-    let blueprints = json(
-        &cp.plexctl_ok(&["blueprint", "list", "--output", "json"])
-            .unwrap(),
-    );
-    let version = blueprints
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|b| b["name"] == "local-machine")
-        .unwrap()["version_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let lab = BrokerLab::start(&tmp.path().join("cp"), &bridge, "172.30.242.1").unwrap();
+    let (cp, cred, version) = (&lab.cp, &lab.cred, &lab.version);
     let create = |params: &str| {
         cp.plexctl(&[
             "resource",
@@ -114,9 +46,9 @@ fn broker_machines_enrol_mesh_and_are_deleted() {
             "--kind",
             "node",
             "--blueprint-version-id",
-            &version,
+            version,
             "--cloud-credential-id",
-            &cred,
+            cred,
             "--parameters",
             params,
             "--output",
@@ -146,7 +78,8 @@ fn broker_machines_enrol_mesh_and_are_deleted() {
             "json",
         ])
         .unwrap(),
-    );
+    )
+    .unwrap();
     assert_eq!(list.as_array().unwrap().len(), 0, "no resource was stored");
     assert!(
         plexsphere_nspawn::Machine::list(&cp.data_dir.join("nspawn"))
@@ -167,7 +100,7 @@ fn broker_machines_enrol_mesh_and_are_deleted() {
             .map(|p| phases.find(p).unwrap_or_else(|| panic!("{p} in {phases}")))
             .collect();
         assert!(order.windows(2).all(|w| w[0] < w[1]), "in order: {phases}");
-        let r = json(&String::from_utf8_lossy(&out.stdout));
+        let r = json(&String::from_utf8_lossy(&out.stdout)).unwrap();
         assert_eq!(r["provisioning"]["phase"], "Ready");
         machines.push((
             r["id"].as_str().unwrap().to_owned(),
@@ -262,7 +195,8 @@ fn broker_machines_enrol_mesh_and_are_deleted() {
     let r = json(
         &cp.plexctl_ok(&["resource", "get", gone_rid, "--output", "json"])
             .unwrap(),
-    );
+    )
+    .unwrap();
     assert_eq!(r["provisioning"]["phase"], "Deleted");
     let name = machine_name(gone_rid);
     assert!(

@@ -14,87 +14,19 @@
 
 use std::time::Duration;
 
+use plexsphere_e2e::broker::{BrokerLab, json, machine_name};
 use plexsphere_e2e::machines::preflight;
-use plexsphere_e2e::{ControlPlane, OPENSTACK_PROJECT, wait_until};
+use plexsphere_e2e::{OPENSTACK_PROJECT, wait_until};
 
 const BOUND: Duration = Duration::from_secs(300);
-
-/// When the test ends, however it ends: the machines the broker left are destroyed, then the
-/// bridge is removed.
-struct Cleanup {
-    bridge: String,
-    machines: std::path::PathBuf,
-}
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = plexsphere_nspawn::Machine::destroy_leftovers(&self.machines);
-        let _ = plexsphere_nspawn::Bridge::remove(&self.bridge);
-    }
-}
-
-fn json(out: &str) -> serde_json::Value {
-    serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}: {out}"))
-}
-
-/// The machine of a resource: `pr-<last 9 hex digits of its id>`.
-fn machine_name(resource_id: &str) -> String {
-    let hex: String = resource_id.chars().filter(|c| *c != '-').collect();
-    format!("pr-{}", &hex[hex.len() - 9..])
-}
 
 #[test]
 fn a_refused_join_fails_the_resource_with_joins_exit_and_message() {
     preflight().unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let bridge = format!("plxbf{}", std::process::id() % 10000);
-    let _cleanup = Cleanup {
-        bridge: bridge.clone(),
-        machines: tmp.path().join("cp/nspawn"),
-    };
-    let host_ip = "172.30.243.1";
-    let cp = ControlPlane::start_dev_with_machines(
-        &tmp.path().join("cp"),
-        &format!("{host_ip}:0"),
-        &[
-            "--san",
-            host_ip,
-            "--machine-bridge",
-            &bridge,
-            "--machine-bridge-address",
-            "172.30.243.1/24",
-            "--reconcile-secs",
-            "1",
-        ],
-    )
-    .unwrap();
-
-    let cred = json(
-        &cp.plexctl_ok(&[
-            "cloud-credential",
-            "create",
-            "--name",
-            "local",
-            "--provider",
-            "local",
-            "--output",
-            "json",
-        ])
-        .unwrap(),
-    );
-    let cred = cred["id"].as_str().unwrap().to_owned();
-    let blueprints = json(
-        &cp.plexctl_ok(&["blueprint", "list", "--output", "json"])
-            .unwrap(),
-    );
-    let version = blueprints
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|b| b["name"] == "local-machine")
-        .unwrap()["version_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let lab = BrokerLab::start(&tmp.path().join("cp"), &bridge, "172.30.243.1").unwrap();
+    let (cp, cred, version) = (&lab.cp, &lab.cred, &lab.version);
     let created = json(
         &cp.plexctl_ok(&[
             "resource",
@@ -104,16 +36,17 @@ fn a_refused_join_fails_the_resource_with_joins_exit_and_message() {
             "--kind",
             "node",
             "--blueprint-version-id",
-            &version,
+            version,
             "--cloud-credential-id",
-            &cred,
+            cred,
             "--parameters",
             r#"{"release":"bookworm"}"#,
             "--output",
             "json",
         ])
         .unwrap(),
-    );
+    )
+    .unwrap();
     let rid = created["id"].as_str().unwrap().to_owned();
 
     // The broker mints the resource's token in its next pass; revoke it as soon as it shows.
@@ -125,7 +58,7 @@ fn a_refused_join_fails_the_resource_with_joins_exit_and_message() {
             OPENSTACK_PROJECT,
             "--output",
             "json",
-        ])?);
+        ])?)?;
         Ok(list.as_array().and_then(|l| {
             l.iter()
                 .find(|t| t["resource_id"] == rid.as_str())
@@ -136,13 +69,14 @@ fn a_refused_join_fails_the_resource_with_joins_exit_and_message() {
     let revoked = json(
         &cp.plexctl_ok(&["bootstrap-token", "revoke", &token_id, "--output", "json"])
             .unwrap(),
-    );
+    )
+    .unwrap();
     assert_eq!(revoked["status"], "revoked", "{revoked}");
 
     // The machine boots, cloud-init runs plexd join, the server refuses the revoked token:
     // join exits 11 and the resource fails with that, not with cloud-init's generic error.
     let r = wait_until(BOUND, "the resource reaches Failed", || {
-        let r = json(&cp.plexctl_ok(&["resource", "get", &rid, "--output", "json"])?);
+        let r = json(&cp.plexctl_ok(&["resource", "get", &rid, "--output", "json"])?)?;
         Ok((r["provisioning"]["phase"] == "Failed").then_some(r))
     })
     .unwrap();
@@ -168,7 +102,8 @@ fn a_refused_join_fails_the_resource_with_joins_exit_and_message() {
             "json",
         ])
         .unwrap(),
-    );
+    )
+    .unwrap();
     assert_eq!(nodes.as_array().map(Vec::len), Some(0), "{nodes:#}");
 
     // The result file in the machine is what the reason came from.
@@ -178,7 +113,7 @@ fn a_refused_join_fails_the_resource_with_joins_exit_and_message() {
         .read_file("/run/plexd/join-result.json", 8192, Duration::from_secs(20))
         .unwrap()
         .unwrap_or_else(|| panic!("no join result file in machine {name}"));
-    let file = json(&String::from_utf8_lossy(&file));
+    let file = json(&String::from_utf8_lossy(&file)).unwrap();
     assert_eq!(file["exit_code"], 11, "{file}");
     assert!(
         reason.ends_with(file["message"].as_str().unwrap()),
@@ -205,7 +140,8 @@ fn a_refused_join_fails_the_resource_with_joins_exit_and_message() {
     let r = json(
         &cp.plexctl_ok(&["resource", "get", &rid, "--output", "json"])
             .unwrap(),
-    );
+    )
+    .unwrap();
     assert_eq!(r["provisioning"]["phase"], "Deleted", "{r:#}");
     assert!(
         !cp.data_dir.join("nspawn/machines").join(&name).exists(),

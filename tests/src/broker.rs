@@ -1,0 +1,95 @@
+//! A control plane with local machines, as the broker tests need it: `plexsphere dev` on a
+//! host address of its own machine bridge, a `local` cloud credential and the `local-machine`
+//! blueprint's version. Dropping it stops the control plane, then destroys the machines it
+//! left (it is killed, not asked to deprovision) and removes the bridge, however the test ends.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::ControlPlane;
+
+/// Removes what the broker left on the host; runs after the control plane is dropped.
+struct Cleanup {
+    bridge: String,
+    machines: PathBuf,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = plexsphere_nspawn::Machine::destroy_leftovers(&self.machines);
+        let _ = plexsphere_nspawn::Bridge::remove(&self.bridge);
+    }
+}
+
+pub struct BrokerLab {
+    /// Declared before the cleanup: fields drop in order, so the server stops first.
+    pub cp: ControlPlane,
+    /// The id of the `local` cloud credential.
+    pub cred: String,
+    /// The `local-machine` blueprint's version id.
+    pub version: String,
+    _cleanup: Cleanup,
+}
+
+impl BrokerLab {
+    /// Starts `plexsphere dev` in `data_dir` on `host_ip` (a /24 of its own on `bridge`).
+    pub fn start(data_dir: &Path, bridge: &str, host_ip: &str) -> Result<Self> {
+        let cleanup = Cleanup {
+            bridge: bridge.to_owned(),
+            machines: data_dir.join("nspawn"),
+        };
+        let cp = ControlPlane::start_dev_with_machines(
+            data_dir,
+            &format!("{host_ip}:0"),
+            &[
+                "--san",
+                host_ip,
+                "--machine-bridge",
+                bridge,
+                "--machine-bridge-address",
+                &format!("{host_ip}/24"),
+                "--reconcile-secs",
+                "1",
+            ],
+        )?;
+        let cred = json(&cp.plexctl_ok(&[
+            "cloud-credential",
+            "create",
+            "--name",
+            "local",
+            "--provider",
+            "local",
+            "--output",
+            "json",
+        ])?)?;
+        let cred = cred["id"]
+            .as_str()
+            .context("the created credential has no id")?
+            .to_owned();
+        let blueprints = json(&cp.plexctl_ok(&["blueprint", "list", "--output", "json"])?)?;
+        let version = blueprints
+            .as_array()
+            .and_then(|a| a.iter().find(|b| b["name"] == "local-machine"))
+            .and_then(|b| b["version_id"].as_str())
+            .context("no local-machine blueprint in `blueprint list`")?
+            .to_owned();
+        Ok(Self {
+            cp,
+            cred,
+            version,
+            _cleanup: cleanup,
+        })
+    }
+}
+
+/// plexctl's `--output json`, parsed; the error quotes what it could not parse.
+pub fn json(out: &str) -> Result<serde_json::Value> {
+    serde_json::from_str(out).with_context(|| format!("not JSON: {out}"))
+}
+
+/// The machine of a resource: `pr-<last 9 hex digits of its id>`.
+pub fn machine_name(resource_id: &str) -> String {
+    let hex: String = resource_id.chars().filter(|c| *c != '-').collect();
+    format!("pr-{}", &hex[hex.len().saturating_sub(9)..])
+}
