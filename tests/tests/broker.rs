@@ -110,18 +110,18 @@ fn broker_machines_enrol_mesh_and_are_deleted() {
 
     let mut mesh_ips = Vec::new();
     for (rid, node_id) in &machines {
-        let status = in_machine(&cp, rid, &["cloud-init", "status", "--long"]);
+        let status = in_machine(cp, rid, &["cloud-init", "status", "--long"]);
         assert!(status.contains("status: done"), "{status}");
         assert!(!status.to_lowercase().contains("error"), "{status}");
         // The lab CA is in the machine's system store.
         let ca = std::fs::read_to_string(cp.ca_file()).unwrap();
         let body: String = ca.lines().filter(|l| !l.starts_with("-----")).collect();
-        let bundle = in_machine(&cp, rid, &["cat", "/etc/ssl/certs/ca-certificates.crt"]);
+        let bundle = in_machine(cp, rid, &["cat", "/etc/ssl/certs/ca-certificates.crt"]);
         let bundle: String = bundle.lines().filter(|l| !l.starts_with("-----")).collect();
         assert!(bundle.contains(&body), "the lab CA is in the system bundle");
         let journal = wait_until(BOUND, "plexd's journal shows the event stream", || {
             let j = in_machine(
-                &cp,
+                cp,
                 rid,
                 &["journalctl", "-u", "plexd", "--no-pager", "-o", "cat"],
             );
@@ -163,11 +163,7 @@ fn broker_machines_enrol_mesh_and_are_deleted() {
         .unwrap();
     }
 
-    let status = in_machine(
-        &cp,
-        &machines[0].0,
-        &["plexd", "status", "--output", "json"],
-    );
+    let status = in_machine(cp, &machines[0].0, &["plexd", "status", "--output", "json"]);
     eprintln!("--- plexd status --output json in the first machine:\n{status}");
     let v: serde_json::Value = serde_json::from_str(&status).unwrap();
     let peer = &v["peers"][0];
@@ -205,7 +201,7 @@ fn broker_machines_enrol_mesh_and_are_deleted() {
     );
     let (keep_rid, _) = &machines[1];
     wait_until(BOUND, "the other machine drops the deleted node", || {
-        let s = in_machine(&cp, keep_rid, &["plexd", "status", "--output", "json"]);
+        let s = in_machine(cp, keep_rid, &["plexd", "status", "--output", "json"]);
         let v: serde_json::Value = serde_json::from_str(&s)?;
         let listed = v["peers"]
             .as_array()
