@@ -56,14 +56,14 @@ pub async fn prune(st: &AppState) -> Result<u64, Error> {
 }
 
 async fn prune_attempt(st: &AppState, cutoff: i64) -> Result<u64, StoreError> {
-    let mut tx = st.store.pool().begin().await?;
+    let mut tx = st.store.begin().await?;
     let n = events::prune(&mut tx, cutoff).await?;
     tx.commit().await?;
     Ok(n)
 }
 
 async fn sweep(st: &AppState, known: &mut HashMap<Uuid, NodeStatus>) -> Result<(), Error> {
-    let mut conn = st.store.pool().acquire().await.map_err(StoreError::from)?;
+    let mut conn = st.store.acquire().await?;
     let rows = nodes::list(&mut conn, None).await?;
     let now = store::unix(st.now());
     for (node, from, to) in transitions(known, &rows, now, st.config.offline_after_secs()) {

@@ -55,12 +55,7 @@ impl NodeOps<'_> {
         if !found {
             return Err(Error::Unauthorized(GONE));
         }
-        let mut conn = self
-            .store
-            .pool()
-            .acquire()
-            .await
-            .map_err(StoreError::from)?;
+        let mut conn = self.store.acquire().await?;
         Ok(events::head(&mut conn, node.domain_id).await?.seq)
     }
 
@@ -95,12 +90,7 @@ impl NodeOps<'_> {
         node_id: Uuid,
         now: i64,
     ) -> Result<(u64, SignedEnvelope), Error> {
-        let mut conn = self
-            .store
-            .pool()
-            .acquire()
-            .await
-            .map_err(StoreError::from)?;
+        let mut conn = self.store.acquire().await?;
         let me = nodes::get(&mut conn, node_id)
             .await?
             .ok_or(Error::Unauthorized(GONE))?;
@@ -154,7 +144,7 @@ impl NodeOps<'_> {
         node_id: Uuid,
         record: &HeartbeatRecord<'_>,
     ) -> Result<bool, StoreError> {
-        let mut conn = self.store.pool().acquire().await?;
+        let mut conn = self.store.acquire().await?;
         nodes::record_heartbeat(&mut conn, node_id, record).await
     }
 
@@ -166,7 +156,7 @@ impl NodeOps<'_> {
         advertised: &[std::net::SocketAddr],
         now: i64,
     ) -> Result<Option<(Uuid, u64)>, Error> {
-        let mut tx = self.store.pool().begin().await.map_err(StoreError::from)?;
+        let mut tx = self.store.begin().await?;
         let node = nodes::get(&mut tx, node_id)
             .await?
             .ok_or(Error::Unauthorized(GONE))?;
@@ -192,7 +182,7 @@ impl NodeOps<'_> {
         node_id: Uuid,
         now: i64,
     ) -> Result<Option<(NodeRow, u64)>, Error> {
-        let mut tx = self.store.pool().begin().await.map_err(StoreError::from)?;
+        let mut tx = self.store.begin().await?;
         let Some(node) = nodes::get(&mut tx, node_id).await? else {
             return Ok(None);
         };
@@ -214,7 +204,7 @@ impl NodeOps<'_> {
         node_id: Uuid,
         now: i64,
     ) -> Result<Option<(NodeRow, Option<u64>)>, Error> {
-        let mut tx = self.store.pool().begin().await.map_err(StoreError::from)?;
+        let mut tx = self.store.begin().await?;
         let changed = nodes::revoke(&mut tx, node_id, now).await?;
         let Some(node) = nodes::get(&mut tx, node_id).await? else {
             return Ok(None);

@@ -26,7 +26,7 @@ pub async fn create(
         return Err(OperatorTokenError::BadName);
     }
     let token = OperatorToken::generate().map_err(|_| OperatorTokenError::Random)?;
-    let mut conn = store.pool().acquire().await.map_err(StoreError::from)?;
+    let mut conn = store.acquire().await?;
     operators::insert(
         &mut conn,
         &OperatorRow {
@@ -43,12 +43,12 @@ pub async fn create(
 }
 
 pub async fn list(store: &Store) -> Result<Vec<OperatorRow>, StoreError> {
-    let mut conn = store.pool().acquire().await?;
+    let mut conn = store.acquire().await?;
     operators::list(&mut conn).await
 }
 
 /// Revokes a token; `false` when no token has that id.
 pub async fn revoke(store: &Store, id: &str, now: OffsetDateTime) -> Result<bool, StoreError> {
-    let mut conn = store.pool().acquire().await?;
+    let mut conn = store.acquire().await?;
     operators::revoke(&mut conn, id, store::unix(now)).await
 }

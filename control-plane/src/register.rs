@@ -142,12 +142,7 @@ impl Registrar<'_> {
         // (after a lost race the token is consumed or revoked for good).
         for _ in 0..3 {
             let row = {
-                let mut conn = self
-                    .store
-                    .pool()
-                    .acquire()
-                    .await
-                    .map_err(StoreError::from)?;
+                let mut conn = self.store.acquire().await?;
                 tokens::get(&mut conn, &token.id).await?
             }
             .ok_or(Error::TokenUnknown)?;
@@ -180,7 +175,7 @@ impl Registrar<'_> {
         now: i64,
     ) -> Result<Option<Registered>, Error> {
         let node_id = Uuid::now_v7();
-        let mut tx = self.store.pool().begin().await.map_err(StoreError::from)?;
+        let mut tx = self.store.begin().await?;
         if !tokens::consume(&mut tx, &row.id, node_id, now).await? {
             return Ok(None);
         }
@@ -262,7 +257,7 @@ impl Registrar<'_> {
     ) -> Result<Option<Registered>, Error> {
         let credential =
             NodeCredential::generate(node_id).map_err(|e| Error::Internal(e.to_string()))?;
-        let mut tx = self.store.pool().begin().await.map_err(StoreError::from)?;
+        let mut tx = self.store.begin().await?;
         let replaced = nodes::replace_unused_credential(
             &mut tx,
             node_id,

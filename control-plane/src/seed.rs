@@ -221,7 +221,7 @@ impl From<sqlx::Error> for ApplyError {
 
 async fn apply_once(store: &Store, m: &Manifest, now: i64) -> Result<SeedReport, ApplyError> {
     let mut report = SeedReport::default();
-    let mut tx = store.pool().begin().await?;
+    let mut tx = store.begin().await?;
     for d in &m.domains {
         let domain = match domains::by_slug(&mut tx, &d.slug).await? {
             Some(existing) => {

@@ -20,17 +20,12 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::extract::{ApiJson, Operator, UuidPath};
+use super::operator::require_project;
 use crate::broker::provider_for;
 use crate::error::Error;
 use crate::store::credentials::CredentialRow;
 use crate::store::resources::{self, ResourceRow};
-use crate::store::{self, StoreError, credentials as cred_store, projects};
-
-type Conn = sqlx::pool::PoolConnection<sqlx::Any>;
-
-async fn conn(st: &AppState) -> Result<Conn, Error> {
-    Ok(st.store.pool().acquire().await.map_err(StoreError::from)?)
-}
+use crate::store::{self, credentials as cred_store};
 
 /// One catalog entry as `GET /v1/blueprints` lists it.
 #[derive(Debug, Serialize)]
@@ -137,7 +132,7 @@ pub async fn create_credential(
         created_at: store::unix(st.now()),
         revoked_at: None,
     };
-    cred_store::insert(&mut *conn(&st).await?, &row).await?;
+    cred_store::insert(&mut *st.store.acquire().await?, &row).await?;
     tracing::info!(credential_id = %id, provider = %row.provider, operator = %op.id, "cloud credential created");
     Ok((StatusCode::CREATED, Json(credential_view(&row)?)))
 }
@@ -146,7 +141,7 @@ pub async fn list_credentials(
     State(st): State<Arc<AppState>>,
     _op: Operator,
 ) -> Result<Json<List<CredentialView>>, Error> {
-    let rows = cred_store::list(&mut *conn(&st).await?).await?;
+    let rows = cred_store::list(&mut *st.store.acquire().await?).await?;
     let items = rows.iter().map(credential_view).collect::<Result<_, _>>()?;
     Ok(Json(List { items }))
 }
@@ -156,7 +151,7 @@ pub async fn revoke_credential(
     op: Operator,
     UuidPath(id): UuidPath,
 ) -> Result<Json<CredentialView>, Error> {
-    let mut c = conn(&st).await?;
+    let mut c = st.store.acquire().await?;
     let not_found = || Error::NotFound(format!("no cloud credential with id {id}"));
     if !cred_store::revoke(&mut c, id, store::unix(st.now())).await? {
         return Err(not_found());
@@ -176,15 +171,6 @@ pub struct CreateResource {
     parameters: Value,
 }
 
-async fn require_project(c: &mut Conn, id: Uuid) -> Result<(), Error> {
-    match projects::get(c, id).await? {
-        Some(_) => Ok(()),
-        None => Err(Error::NotFound(format!(
-            "no project with id {id}; `plexctl project list` shows them"
-        ))),
-    }
-}
-
 fn admit_error(e: AdmitError) -> Error {
     match e {
         AdmitError::Parameters(p) => Error::InvalidParameters(p.to_string()),
@@ -199,7 +185,7 @@ pub async fn create_resource(
     UuidPath(project_id): UuidPath,
     ApiJson(req): ApiJson<CreateResource>,
 ) -> Result<(StatusCode, Json<Resource>), Error> {
-    let mut c = conn(&st).await?;
+    let mut c = st.store.acquire().await?;
     require_project(&mut c, project_id).await?;
     let broker = &st.broker;
     let admitted = admit(
@@ -272,7 +258,7 @@ pub async fn list_resources(
     _op: Operator,
     UuidPath(project_id): UuidPath,
 ) -> Result<Json<List<Resource>>, Error> {
-    let mut c = conn(&st).await?;
+    let mut c = st.store.acquire().await?;
     require_project(&mut c, project_id).await?;
     let items = resources::list_for_project(&mut c, project_id)
         .await?
@@ -291,7 +277,7 @@ pub async fn get_resource(
     _op: Operator,
     UuidPath(id): UuidPath,
 ) -> Result<Json<Resource>, Error> {
-    let row = resources::get(&mut *conn(&st).await?, id)
+    let row = resources::get(&mut *st.store.acquire().await?, id)
         .await?
         .ok_or_else(|| no_resource(id))?;
     Ok(Json(row.resource))
@@ -304,7 +290,7 @@ pub async fn delete_resource(
     op: Operator,
     UuidPath(id): UuidPath,
 ) -> Result<(StatusCode, Json<Resource>), Error> {
-    let mut c = conn(&st).await?;
+    let mut c = st.store.acquire().await?;
     for _ in 0..store::MAX_ATTEMPTS {
         let mut row = resources::get(&mut c, id)
             .await?

@@ -15,7 +15,7 @@ use super::AppState;
 use crate::error::Error;
 use crate::ratelimit::{Decision, client_addr};
 use crate::store::nodes::NodeRow;
-use crate::store::{self, StoreError, nodes, operators};
+use crate::store::{self, nodes, operators};
 
 /// The body limit of every JSON endpoint but registration.
 pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
@@ -115,12 +115,7 @@ impl FromRequestParts<Arc<AppState>> for Operator {
             .strip_prefix("Bearer ")
             .ok_or(Error::Unauthorized(NO_OPERATOR))?;
         let token = OperatorToken::parse(text).map_err(|_| Error::Unauthorized(BAD_OPERATOR))?;
-        let mut conn = state
-            .store
-            .pool()
-            .acquire()
-            .await
-            .map_err(StoreError::from)?;
+        let mut conn = state.store.acquire().await?;
         let row = operators::get(&mut conn, &token.id)
             .await?
             .ok_or(Error::Unauthorized(BAD_OPERATOR))?;
@@ -157,12 +152,7 @@ impl FromRequestParts<Arc<AppState>> for NodeAuth {
             .ok_or(Error::Unauthorized(NO_NODE))?;
         let credential =
             NodeCredential::parse(text.trim()).map_err(|_| Error::Unauthorized(BAD_NODE))?;
-        let mut conn = state
-            .store
-            .pool()
-            .acquire()
-            .await
-            .map_err(StoreError::from)?;
+        let mut conn = state.store.acquire().await?;
         let node = nodes::get(&mut conn, credential.node_id)
             .await?
             .ok_or(Error::Unauthorized(BAD_NODE))?;

@@ -59,7 +59,7 @@ pub async fn list(
 ) -> Result<Json<ObservationList>, Error> {
     let Query(q) = query.map_err(|e| Error::BadRequest(format!("bad query string: {e}")))?;
     let (limit, kind) = parse_query(q.limit.as_deref(), q.kind.as_deref())?;
-    let mut conn = st.store.pool().acquire().await.map_err(StoreError::from)?;
+    let mut conn = st.store.acquire().await?;
     let dropped = observations::dropped(&mut conn, id).await?.ok_or_else(|| {
         Error::NotFound(format!(
             "no node with id {id}; `plexctl node list` shows them"

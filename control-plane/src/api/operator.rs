@@ -17,22 +17,16 @@ use super::extract::{ApiJson, Operator, TokenIdPath, UuidPath};
 use super::views::{node_view, token_view};
 use crate::error::Error;
 use crate::store::tokens::TokenRow;
-use crate::store::{self, StoreError, domains, nodes, projects, tokens};
+use crate::store::{self, Conn, domains, nodes, projects, tokens};
 
 const MIN_TTL_SECS: u64 = 60;
 const MAX_TTL_SECS: u64 = 30 * 24 * 3600;
-
-type Conn = sqlx::pool::PoolConnection<sqlx::Any>;
-
-async fn conn(st: &AppState) -> Result<Conn, Error> {
-    Ok(st.store.pool().acquire().await.map_err(StoreError::from)?)
-}
 
 pub async fn list_domains(
     State(st): State<Arc<AppState>>,
     _op: Operator,
 ) -> Result<Json<List<DomainView>>, Error> {
-    let rows = domains::list(&mut *conn(&st).await?).await?;
+    let rows = domains::list(&mut *st.store.acquire().await?).await?;
     let mut items = Vec::with_capacity(rows.len());
     for d in rows {
         items.push(DomainView {
@@ -49,7 +43,7 @@ pub async fn list_projects(
     State(st): State<Arc<AppState>>,
     _op: Operator,
 ) -> Result<Json<List<ProjectView>>, Error> {
-    let rows = projects::list(&mut *conn(&st).await?).await?;
+    let rows = projects::list(&mut *st.store.acquire().await?).await?;
     let items = rows
         .into_iter()
         .map(|p| ProjectView {
@@ -63,7 +57,8 @@ pub async fn list_projects(
     Ok(Json(List { items }))
 }
 
-async fn require_project(c: &mut Conn, id: Uuid) -> Result<(), Error> {
+/// Not found (404) unless the Project exists.
+pub(super) async fn require_project(c: &mut Conn, id: Uuid) -> Result<(), Error> {
     match projects::get(c, id).await? {
         Some(_) => Ok(()),
         None => Err(Error::NotFound(format!(
@@ -88,7 +83,7 @@ pub async fn issue_token(
             "ttl_secs must be between {MIN_TTL_SECS} (1 minute) and {MAX_TTL_SECS} (30 days)"
         )));
     }
-    let mut c = conn(&st).await?;
+    let mut c = st.store.acquire().await?;
     require_project(&mut c, project_id).await?;
     let token = BootstrapToken::generate(&req.env_prefix, req.kind)
         .map_err(|e| Error::Internal(e.to_string()))?;
@@ -129,7 +124,7 @@ pub async fn list_tokens(
     _op: Operator,
     UuidPath(project_id): UuidPath,
 ) -> Result<Json<List<TokenView>>, Error> {
-    let mut c = conn(&st).await?;
+    let mut c = st.store.acquire().await?;
     require_project(&mut c, project_id).await?;
     let now = store::unix(st.now());
     let items = tokens::list_for_project(&mut c, project_id)
@@ -145,7 +140,7 @@ pub async fn revoke_token(
     op: Operator,
     TokenIdPath(id): TokenIdPath,
 ) -> Result<Json<TokenView>, Error> {
-    let mut c = conn(&st).await?;
+    let mut c = st.store.acquire().await?;
     let now = store::unix(st.now());
     if !tokens::revoke(&mut c, &id, now).await? {
         return match tokens::get(&mut c, &id).await? {
@@ -182,7 +177,7 @@ pub async fn list_nodes(
         .transpose()?;
     let now = store::unix(st.now());
     let hb = st.config.offline_after_secs();
-    let items = nodes::list(&mut *conn(&st).await?, project_id)
+    let items = nodes::list(&mut *st.store.acquire().await?, project_id)
         .await?
         .iter()
         .map(|n| node_view(n, now, hb))
@@ -195,7 +190,7 @@ pub async fn get_node(
     _op: Operator,
     UuidPath(id): UuidPath,
 ) -> Result<Json<NodeView>, Error> {
-    let row = nodes::get(&mut *conn(&st).await?, id)
+    let row = nodes::get(&mut *st.store.acquire().await?, id)
         .await?
         .ok_or_else(|| Error::NotFound(format!("no node with id {id}")))?;
     let now = store::unix(st.now());

@@ -137,7 +137,7 @@ pub async fn events(
     NodeAuth { node }: NodeAuth,
     headers: HeaderMap,
 ) -> Result<Response, Error> {
-    let mut conn = st.store.pool().acquire().await.map_err(StoreError::from)?;
+    let mut conn = st.store.acquire().await?;
     let domain = domains::get(&mut conn, node.domain_id)
         .await?
         .ok_or_else(|| Error::Internal(format!("node {} names a missing domain", node.id)))?;
@@ -250,7 +250,7 @@ impl StreamTask {
     async fn read(
         &self,
     ) -> Result<(events::Head, Vec<events::EventRow>, events::Head), StoreError> {
-        let mut conn = self.st.store.pool().acquire().await?;
+        let mut conn = self.st.store.acquire().await?;
         let domain = self.node.domain_id;
         let before = events::head(&mut conn, domain).await?;
         let batch = events::for_node(&mut conn, domain, self.node.id, self.cursor, BATCH).await?;

@@ -19,7 +19,7 @@ use time::OffsetDateTime;
 use crate::api::AppState;
 use crate::error::Error;
 use crate::store::tokens::TokenRow;
-use crate::store::{self, StoreError, domains, projects, tokens};
+use crate::store::{self, domains, projects, tokens};
 
 /// A resource's provisioning inputs: what to persist, and what to hand the substrate.
 pub struct Prepared {
@@ -143,7 +143,7 @@ async fn machine_document(
             "this server knows no lab CA for machines to trust (<data-dir>/tls/ca.crt is missing)",
         )
     })?;
-    let mut conn = st.store.pool().acquire().await.map_err(StoreError::from)?;
+    let mut conn = st.store.acquire().await?;
     let project = projects::get(&mut conn, resource.project_id)
         .await?
         .ok_or_else(|| failed(format!("project {} no longer exists", resource.project_id)))?;

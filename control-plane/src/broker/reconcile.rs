@@ -38,7 +38,7 @@ pub fn spawn(state: &Arc<AppState>) -> tokio::task::JoinHandle<()> {
 /// One pass over every resource still driven.
 pub async fn pass(st: &AppState) -> Result<(), Error> {
     let rows = {
-        let mut conn = st.store.pool().acquire().await.map_err(StoreError::from)?;
+        let mut conn = st.store.acquire().await?;
         resources::list_active(&mut conn).await?
     };
     for row in rows {
@@ -142,7 +142,7 @@ pub async fn reconcile_one(st: &AppState, mut row: ResourceRow) -> Result<(), Er
     if class == Class::Machine
         && let Some(token_id) = &row.token_id
     {
-        let mut conn = st.store.pool().acquire().await.map_err(StoreError::from)?;
+        let mut conn = st.store.acquire().await?;
         if let Some(node_id) = tokens::get(&mut conn, token_id)
             .await?
             .and_then(|t| t.consumed_by_node)
@@ -200,7 +200,7 @@ async fn pending(
         }
         PendingStep::Remint => {
             if let Some(t) = &row.token_id {
-                let mut conn = st.store.pool().acquire().await.map_err(StoreError::from)?;
+                let mut conn = st.store.acquire().await?;
                 tokens::revoke(&mut conn, t, store::unix(now)).await?;
                 tracing::info!(resource_id = %row.resource.id, token_id = %t, "the resource's machine was never handed its document; its token is revoked and a new one minted");
             }
@@ -217,7 +217,7 @@ async fn pending(
     row.token_id = p.token_id.clone();
     row.composite = Some(p.composite_yaml);
     row.provisioned_at = Some(store::unix(now));
-    let mut conn = st.store.pool().acquire().await.map_err(StoreError::from)?;
+    let mut conn = st.store.acquire().await?;
     if !resources::update(&mut conn, row, store::unix(now)).await? {
         // Someone else moved it (a delete): the token must not outlive this.
         if let Some(t) = &p.token_id {
@@ -233,7 +233,7 @@ async fn pending(
 async fn deprovision_extras(st: &AppState, row: &ResourceRow) -> Result<(), Error> {
     let now = store::unix(st.now());
     if let Some(t) = &row.token_id {
-        let mut conn = st.store.pool().acquire().await.map_err(StoreError::from)?;
+        let mut conn = st.store.acquire().await?;
         tokens::revoke(&mut conn, t, now).await?;
     }
     if let Some(node_id) = row.resource.node_id
@@ -267,7 +267,7 @@ async fn apply(
     if !moved {
         return Ok(());
     }
-    let mut conn = st.store.pool().acquire().await.map_err(StoreError::from)?;
+    let mut conn = st.store.acquire().await?;
     if !resources::update(&mut conn, row, store::unix(now)).await? {
         tracing::debug!(resource_id = %row.resource.id, "resource changed meanwhile; the next pass decides again");
     }

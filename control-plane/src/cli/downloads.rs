@@ -11,7 +11,7 @@ use plexsphere_downloads::{
 
 use super::Failure;
 use crate::keys::Keyring;
-use crate::store::{Store, StoreError, domains};
+use crate::store::{Store, domains};
 
 #[derive(Debug, Clone, Args)]
 pub struct DownloadArgs {
@@ -112,10 +112,9 @@ pub async fn open(
 /// The Domain whose key signs the checksums: the one named, or the only Domain there is.
 async fn signing_domain(store: &Store, slug: Option<&str>) -> Result<Option<String>, Failure> {
     let mut conn = store
-        .pool()
         .acquire()
         .await
-        .map_err(|e| Failure::Runtime(StoreError::from(e).into()))?;
+        .map_err(|e| Failure::Runtime(e.into()))?;
     let all = domains::list(&mut conn)
         .await
         .map_err(|e| Failure::Runtime(e.into()))?;

@@ -25,6 +25,9 @@ use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::{AnyPool, Executor as _, SqlSafeStr as _};
 
+/// A connection from the store's pool.
+pub type Conn = sqlx::pool::PoolConnection<sqlx::Any>;
+
 /// How many times a transaction that lost a race is tried again before the error surfaces.
 pub const MAX_ATTEMPTS: u32 = 12;
 
@@ -125,6 +128,16 @@ impl Store {
 
     pub fn pool(&self) -> &AnyPool {
         &self.pool
+    }
+
+    /// A connection from the pool.
+    pub async fn acquire(&self) -> Result<Conn, StoreError> {
+        Ok(self.pool.acquire().await?)
+    }
+
+    /// A transaction on a connection from the pool.
+    pub async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, StoreError> {
+        Ok(self.pool.begin().await?)
     }
 
     /// Brings the schema up to date. Safe to run on every start and from several replicas.

@@ -103,7 +103,7 @@ async fn record_attempt(
     batch: &IngestBatch,
     received_at: i64,
 ) -> Result<bool, StoreError> {
-    let mut tx = store.pool().begin().await?;
+    let mut tx = store.begin().await?;
     let n = batch.observations.len();
     let n_i64 = i64::try_from(n).unwrap_or(i64::MAX);
     // The write comes first: it locks the node's row, so two batches of one node serialize.
