@@ -87,21 +87,13 @@ pub async fn issue_token(
     require_project(&mut c, project_id).await?;
     let token = BootstrapToken::generate(&req.env_prefix, req.kind)
         .map_err(|e| Error::Internal(e.to_string()))?;
-    let now = st.now();
-    let ttl = i64::try_from(req.ttl_secs).unwrap_or(i64::MAX);
-    let row = TokenRow {
-        id: token.id.clone(),
+    let row = TokenRow::issued(
+        &token,
         project_id,
-        kind: req.kind.as_str().to_owned(),
-        env_prefix: req.env_prefix.clone(),
-        secret_sha256: hex::encode(token.secret.digest()),
-        created_at: store::unix(now),
-        expires_at: store::unix(now).saturating_add(ttl),
-        consumed_at: None,
-        consumed_by_node: None,
-        revoked_at: None,
-        resource_id: None,
-    };
+        store::unix(st.now()),
+        req.ttl_secs,
+        None,
+    );
     tokens::insert(&mut c, &row).await?;
     tracing::info!(token_id = %row.id, project_id = %project_id, operator = %op.id, "bootstrap token issued");
     let view = token_view(&row, row.created_at)?;

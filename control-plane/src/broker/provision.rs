@@ -168,20 +168,13 @@ async fn machine_document(
         domain_signing_public_key: signing_key,
     })
     .map_err(failed)?;
-    let ttl = i64::try_from(cfg.token_ttl.as_secs()).unwrap_or(i64::MAX);
-    let row = TokenRow {
-        id: token.id.clone(),
-        project_id: resource.project_id,
-        kind: TokenKind::Node.as_str().to_owned(),
-        env_prefix: cfg.token_env_prefix.clone(),
-        secret_sha256: hex::encode(token.secret.digest()),
-        created_at: store::unix(now),
-        expires_at: store::unix(now).saturating_add(ttl),
-        consumed_at: None,
-        consumed_by_node: None,
-        revoked_at: None,
-        resource_id: Some(resource.id),
-    };
+    let row = TokenRow::issued(
+        &token,
+        resource.project_id,
+        store::unix(now),
+        cfg.token_ttl.as_secs(),
+        Some(resource.id),
+    );
     tokens::insert(&mut conn, &row).await?;
     tracing::info!(resource_id = %resource.id, token_id = %row.id, "bootstrap token minted for the resource's machine");
     let stored = doc.redacted(&token);

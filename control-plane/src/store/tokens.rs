@@ -1,5 +1,6 @@
 //! The `bootstrap_tokens` table: single-use tokens, stored as the SHA-256 of their secret.
 
+use plexsphere_wire::secret::BootstrapToken;
 use sqlx::{AnyConnection, Row as _};
 use uuid::Uuid;
 
@@ -20,6 +21,33 @@ pub struct TokenRow {
     pub consumed_by_node: Option<Uuid>,
     pub revoked_at: Option<i64>,
     pub resource_id: Option<Uuid>,
+}
+
+impl TokenRow {
+    /// The row of a freshly generated token: unused, valid for `ttl_secs` from `now` (unix
+    /// seconds), and only its secret's digest stored.
+    pub fn issued(
+        token: &BootstrapToken,
+        project_id: Uuid,
+        now: i64,
+        ttl_secs: u64,
+        resource_id: Option<Uuid>,
+    ) -> Self {
+        let ttl = i64::try_from(ttl_secs).unwrap_or(i64::MAX);
+        TokenRow {
+            id: token.id.clone(),
+            project_id,
+            kind: token.kind.as_str().to_owned(),
+            env_prefix: token.env_prefix.clone(),
+            secret_sha256: hex::encode(token.secret.digest()),
+            created_at: now,
+            expires_at: now.saturating_add(ttl),
+            consumed_at: None,
+            consumed_by_node: None,
+            revoked_at: None,
+            resource_id,
+        }
+    }
 }
 
 impl std::fmt::Debug for TokenRow {
