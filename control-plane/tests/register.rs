@@ -44,7 +44,12 @@ async fn happy_path_stores_only_a_digest_and_consumes_the_token() {
     assert_eq!(r.domain_signing_public_key.len(), 44);
 
     // No column of any row holds the credential's text or its secret.
-    let secret = r.node_credential.rsplit_once('_').unwrap().1.to_owned();
+    // The whole secret part, as the server parses it: its base64url text may itself hold '_'.
+    let secret = plexsphere_wire::secret::NodeCredential::parse(&r.node_credential)
+        .unwrap()
+        .secret
+        .expose()
+        .to_owned();
     let row = sqlx::query("SELECT * FROM nodes WHERE id = $1")
         .bind(r.node_id.to_string())
         .fetch_one(srv.store.pool())
