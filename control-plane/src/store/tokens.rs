@@ -110,14 +110,17 @@ pub async fn insert(conn: &mut AnyConnection, t: &TokenRow) -> Result<(), StoreE
     Ok(())
 }
 
+/// What `from_row` reads, in the order the table declares it.
+const COLUMNS: &str = "id, project_id, kind, env_prefix, secret_sha256, created_at, expires_at, consumed_at, consumed_by_node, revoked_at, resource_id";
+
 pub async fn get(conn: &mut AnyConnection, id: &str) -> Result<Option<TokenRow>, StoreError> {
-    let row = sqlx::query(
-        "SELECT id, project_id, kind, env_prefix, secret_sha256, created_at, expires_at, consumed_at, consumed_by_node, revoked_at, resource_id \
-         FROM bootstrap_tokens WHERE id = $1",
-    )
-    .bind(id.to_owned())
-    .fetch_optional(&mut *conn)
-    .await?;
+    let sql = sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM bootstrap_tokens WHERE id = $1"
+    ));
+    let row = sqlx::query(sql)
+        .bind(id.to_owned())
+        .fetch_optional(&mut *conn)
+        .await?;
     row.as_ref().map(from_row).transpose()
 }
 
@@ -125,13 +128,13 @@ pub async fn list_for_project(
     conn: &mut AnyConnection,
     project_id: Uuid,
 ) -> Result<Vec<TokenRow>, StoreError> {
-    let rows = sqlx::query(
-        "SELECT id, project_id, kind, env_prefix, secret_sha256, created_at, expires_at, consumed_at, consumed_by_node, revoked_at, resource_id \
-         FROM bootstrap_tokens WHERE project_id = $1 ORDER BY created_at, id",
-    )
-    .bind(project_id.to_string())
-    .fetch_all(&mut *conn)
-    .await?;
+    let sql = sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM bootstrap_tokens WHERE project_id = $1 ORDER BY created_at, id"
+    ));
+    let rows = sqlx::query(sql)
+        .bind(project_id.to_string())
+        .fetch_all(&mut *conn)
+        .await?;
     rows.iter().map(from_row).collect()
 }
 
