@@ -83,13 +83,53 @@ impl BrokerLab {
     }
 }
 
+impl BrokerLab {
+    /// `plexctl resource delete --yes --wait`, then the resource as `resource get` shows it.
+    pub fn delete(&self, resource_id: &str) -> Result<serde_json::Value> {
+        let out = self.cp.plexctl(&[
+            "resource",
+            "delete",
+            resource_id,
+            "--yes",
+            "--wait",
+            "--timeout",
+            "5m",
+        ])?;
+        anyhow::ensure!(
+            out.status.success(),
+            "plexctl resource delete {resource_id}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        json(
+            &self
+                .cp
+                .plexctl_ok(&["resource", "get", resource_id, "--output", "json"])?,
+        )
+    }
+
+    /// The running machine of a resource.
+    pub fn machine(&self, resource_id: &str) -> Result<plexsphere_nspawn::Machine> {
+        let name = machine_name(resource_id);
+        plexsphere_nspawn::Machine::reattach(&self.cp.data_dir.join("nspawn"), &name)
+            .with_context(|| format!("machine {name} of resource {resource_id}"))
+    }
+
+    /// Where the local substrate keeps the machine of a resource.
+    pub fn machine_dir(&self, resource_id: &str) -> PathBuf {
+        self.cp
+            .data_dir
+            .join("nspawn/machines")
+            .join(machine_name(resource_id))
+    }
+}
+
 /// plexctl's `--output json`, parsed; the error quotes what it could not parse.
 pub fn json(out: &str) -> Result<serde_json::Value> {
     serde_json::from_str(out).with_context(|| format!("not JSON: {out}"))
 }
 
 /// The machine of a resource: `pr-<last 9 hex digits of its id>`.
-pub fn machine_name(resource_id: &str) -> String {
+fn machine_name(resource_id: &str) -> String {
     let hex: String = resource_id.chars().filter(|c| *c != '-').collect();
     format!("pr-{}", &hex[hex.len().saturating_sub(9)..])
 }

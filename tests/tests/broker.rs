@@ -10,21 +10,20 @@
 
 use std::time::Duration;
 
-use plexsphere_e2e::broker::{BrokerLab, json, machine_name};
+use plexsphere_e2e::broker::{BrokerLab, json};
 use plexsphere_e2e::machines::preflight;
-use plexsphere_e2e::{ControlPlane, OPENSTACK_PROJECT, wait_until};
+use plexsphere_e2e::{OPENSTACK_PROJECT, wait_until};
 
 const BOUND: Duration = Duration::from_secs(180);
 
 /// Runs a command inside the machine of a resource.
-fn in_machine(cp: &ControlPlane, resource_id: &str, argv: &[&str]) -> String {
-    let name = machine_name(resource_id);
-    let m = plexsphere_nspawn::Machine::reattach(&cp.data_dir.join("nspawn"), &name)
-        .unwrap_or_else(|e| panic!("machine {name}: {e}"));
+fn in_machine(lab: &BrokerLab, resource_id: &str, argv: &[&str]) -> String {
+    let m = lab.machine(resource_id).unwrap();
     let out = m.exec(argv).unwrap();
     assert!(
         out.status.success(),
-        "{argv:?} in {name}: {}",
+        "{argv:?} in {}: {}",
+        m.name(),
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
@@ -110,18 +109,18 @@ fn broker_machines_enrol_mesh_and_are_deleted() {
 
     let mut mesh_ips = Vec::new();
     for (rid, node_id) in &machines {
-        let status = in_machine(cp, rid, &["cloud-init", "status", "--long"]);
+        let status = in_machine(&lab, rid, &["cloud-init", "status", "--long"]);
         assert!(status.contains("status: done"), "{status}");
         assert!(!status.to_lowercase().contains("error"), "{status}");
         // The lab CA is in the machine's system store.
         let ca = std::fs::read_to_string(cp.ca_file()).unwrap();
         let body: String = ca.lines().filter(|l| !l.starts_with("-----")).collect();
-        let bundle = in_machine(cp, rid, &["cat", "/etc/ssl/certs/ca-certificates.crt"]);
+        let bundle = in_machine(&lab, rid, &["cat", "/etc/ssl/certs/ca-certificates.crt"]);
         let bundle: String = bundle.lines().filter(|l| !l.starts_with("-----")).collect();
         assert!(bundle.contains(&body), "the lab CA is in the system bundle");
         let journal = wait_until(BOUND, "plexd's journal shows the event stream", || {
             let j = in_machine(
-                cp,
+                &lab,
                 rid,
                 &["journalctl", "-u", "plexd", "--no-pager", "-o", "cat"],
             );
@@ -130,13 +129,7 @@ fn broker_machines_enrol_mesh_and_are_deleted() {
         .unwrap();
         assert!(journal.contains(node_id.as_str()), "{journal}");
         // plexd join ran from cloud-init: its two lines are in the machine's console log.
-        let console = std::fs::read_to_string(
-            cp.data_dir
-                .join("nspawn/machines")
-                .join(machine_name(rid))
-                .join("console.log"),
-        )
-        .unwrap();
+        let console = std::fs::read_to_string(lab.machine_dir(rid).join("console.log")).unwrap();
         assert!(
             console.contains(&format!("node_id: {node_id}")),
             "{console}"
@@ -155,15 +148,19 @@ fn broker_machines_enrol_mesh_and_are_deleted() {
     for (i, (rid, _)) in machines.iter().enumerate() {
         let other = &mesh_ips[1 - i];
         wait_until(BOUND, "a ping over the mesh", || {
-            let name = machine_name(rid);
-            let m = plexsphere_nspawn::Machine::reattach(&cp.data_dir.join("nspawn"), &name)?;
-            let out = m.exec(&["ping", "-c", "1", "-W", "2", other])?;
+            let out = lab
+                .machine(rid)?
+                .exec(&["ping", "-c", "1", "-W", "2", other])?;
             Ok(out.status.success().then_some(()))
         })
         .unwrap();
     }
 
-    let status = in_machine(cp, &machines[0].0, &["plexd", "status", "--output", "json"]);
+    let status = in_machine(
+        &lab,
+        &machines[0].0,
+        &["plexd", "status", "--output", "json"],
+    );
     eprintln!("--- plexd status --output json in the first machine:\n{status}");
     let v: serde_json::Value = serde_json::from_str(&status).unwrap();
     let peer = &v["peers"][0];
@@ -172,36 +169,15 @@ fn broker_machines_enrol_mesh_and_are_deleted() {
 
     // Delete the first: Deleted, the machine is gone, the second no longer lists it.
     let (gone_rid, gone_node) = &machines[0];
-    let out = cp
-        .plexctl(&[
-            "resource",
-            "delete",
-            gone_rid,
-            "--yes",
-            "--wait",
-            "--timeout",
-            "5m",
-        ])
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r = json(
-        &cp.plexctl_ok(&["resource", "get", gone_rid, "--output", "json"])
-            .unwrap(),
-    )
-    .unwrap();
+    let r = lab.delete(gone_rid).unwrap();
     assert_eq!(r["provisioning"]["phase"], "Deleted");
-    let name = machine_name(gone_rid);
     assert!(
-        !cp.data_dir.join("nspawn/machines").join(&name).exists(),
+        !lab.machine_dir(gone_rid).exists(),
         "the machine's directory is gone"
     );
     let (keep_rid, _) = &machines[1];
     wait_until(BOUND, "the other machine drops the deleted node", || {
-        let s = in_machine(cp, keep_rid, &["plexd", "status", "--output", "json"]);
+        let s = in_machine(&lab, keep_rid, &["plexd", "status", "--output", "json"]);
         let v: serde_json::Value = serde_json::from_str(&s)?;
         let listed = v["peers"]
             .as_array()

@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use plexsphere_e2e::broker::{BrokerLab, json, machine_name};
+use plexsphere_e2e::broker::{BrokerLab, json};
 use plexsphere_e2e::machines::preflight;
 use plexsphere_e2e::{OPENSTACK_PROJECT, wait_until};
 
@@ -107,12 +107,11 @@ fn a_refused_join_fails_the_resource_with_joins_exit_and_message() {
     assert_eq!(nodes.as_array().map(Vec::len), Some(0), "{nodes:#}");
 
     // The result file in the machine is what the reason came from.
-    let name = machine_name(&rid);
-    let m = plexsphere_nspawn::Machine::reattach(&cp.data_dir.join("nspawn"), &name).unwrap();
+    let m = lab.machine(&rid).unwrap();
     let file = m
         .read_file("/run/plexd/join-result.json", 8192, Duration::from_secs(20))
         .unwrap()
-        .unwrap_or_else(|| panic!("no join result file in machine {name}"));
+        .unwrap_or_else(|| panic!("no join result file in machine {}", m.name()));
     let file = json(&String::from_utf8_lossy(&file)).unwrap();
     assert_eq!(file["exit_code"], 11, "{file}");
     assert!(
@@ -121,30 +120,10 @@ fn a_refused_join_fails_the_resource_with_joins_exit_and_message() {
     );
 
     // Failed is left only by a delete, which still walks to Deleted and removes the machine.
-    let out = cp
-        .plexctl(&[
-            "resource",
-            "delete",
-            &rid,
-            "--yes",
-            "--wait",
-            "--timeout",
-            "5m",
-        ])
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r = json(
-        &cp.plexctl_ok(&["resource", "get", &rid, "--output", "json"])
-            .unwrap(),
-    )
-    .unwrap();
+    let r = lab.delete(&rid).unwrap();
     assert_eq!(r["provisioning"]["phase"], "Deleted", "{r:#}");
     assert!(
-        !cp.data_dir.join("nspawn/machines").join(&name).exists(),
+        !lab.machine_dir(&rid).exists(),
         "the machine's directory is gone"
     );
     assert!(!m.is_running(), "the machine no longer runs");
