@@ -32,7 +32,7 @@ pub async fn create(
         &OperatorRow {
             id: token.id.clone(),
             name: name.to_owned(),
-            secret_sha256: hex::encode(token.secret.digest()),
+            secret_sha256: store::secret_digest(&token.secret),
             created_at: store::unix(now),
             revoked_at: None,
         },

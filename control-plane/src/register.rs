@@ -13,7 +13,7 @@ use std::net::IpAddr;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use ipnet::IpNet;
-use plexsphere_wire::secret::{BootstrapToken, NodeCredential, TokenKind, constant_time_eq};
+use plexsphere_wire::secret::{BootstrapToken, NodeCredential, TokenKind};
 use plexsphere_wire::{Intervals, RegisterRequest, RegisterResponse};
 use time::OffsetDateTime;
 use uuid::Uuid;
@@ -104,8 +104,7 @@ pub fn judge(
     project_id: Option<Uuid>,
     now: i64,
 ) -> Result<TokenVerdict, Error> {
-    let stored = hex::decode(&row.secret_sha256).unwrap_or_default();
-    if !constant_time_eq(&token.secret.digest(), &stored) {
+    if !store::secret_matches(&token.secret, &row.secret_sha256) {
         return Err(Error::TokenUnknown);
     }
     if row.kind != TokenKind::Node.as_str() || token.kind != TokenKind::Node {
@@ -217,7 +216,7 @@ impl Registrar<'_> {
             mesh_ip,
             wireguard_public_key: req.wireguard_public_key.clone(),
             resource_handle: req.resource_handle.clone(),
-            credential_sha256: hex::encode(credential.secret.digest()),
+            credential_sha256: store::secret_digest(&credential.secret),
             registered_at: now,
             last_seen_at: None,
             revoked_at: None,
@@ -262,7 +261,7 @@ impl Registrar<'_> {
             &mut tx,
             node_id,
             &req.wireguard_public_key,
-            &hex::encode(credential.secret.digest()),
+            &store::secret_digest(&credential.secret),
         )
         .await?;
         if !replaced {
@@ -354,7 +353,7 @@ mod tests {
             project_id: Uuid::from_u128(1),
             kind: "node".into(),
             env_prefix: "lab".into(),
-            secret_sha256: hex::encode(token.secret.digest()),
+            secret_sha256: store::secret_digest(&token.secret),
             created_at: 100,
             expires_at: 200,
             consumed_at: None,

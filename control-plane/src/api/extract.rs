@@ -7,7 +7,7 @@ use std::time::Instant;
 use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Request};
 use axum::http::header;
 use axum::http::request::Parts;
-use plexsphere_wire::secret::{NodeCredential, OperatorToken, constant_time_eq};
+use plexsphere_wire::secret::{NodeCredential, OperatorToken};
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
@@ -119,8 +119,7 @@ impl FromRequestParts<Arc<AppState>> for Operator {
         let row = operators::get(&mut conn, &token.id)
             .await?
             .ok_or(Error::Unauthorized(BAD_OPERATOR))?;
-        let stored = hex::decode(&row.secret_sha256).unwrap_or_default();
-        if !constant_time_eq(&token.secret.digest(), &stored) || row.revoked_at.is_some() {
+        if !store::secret_matches(&token.secret, &row.secret_sha256) || row.revoked_at.is_some() {
             return Err(Error::Unauthorized(BAD_OPERATOR));
         }
         Ok(Operator { id: row.id })
@@ -156,8 +155,7 @@ impl FromRequestParts<Arc<AppState>> for NodeAuth {
         let node = nodes::get(&mut conn, credential.node_id)
             .await?
             .ok_or(Error::Unauthorized(BAD_NODE))?;
-        let stored = hex::decode(&node.credential_sha256).unwrap_or_default();
-        if !constant_time_eq(&credential.secret.digest(), &stored) {
+        if !store::secret_matches(&credential.secret, &node.credential_sha256) {
             return Err(Error::Unauthorized(BAD_NODE));
         }
         if node.revoked_at.is_some() {

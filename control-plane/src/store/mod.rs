@@ -228,6 +228,17 @@ fn backoff(attempt: u32) -> Duration {
 }
 
 /// Current unix time in seconds from an `OffsetDateTime`.
+/// How a secret is stored: the lowercase hex of its SHA-256, never the secret itself.
+pub fn secret_digest(secret: &plexsphere_wire::secret::SecretPart) -> String {
+    hex::encode(secret.digest())
+}
+
+/// Whether `secret` is the one whose [`secret_digest`] is `stored` (in constant time; a
+/// malformed stored digest matches nothing).
+pub fn secret_matches(secret: &plexsphere_wire::secret::SecretPart, stored: &str) -> bool {
+    secret.matches(&hex::decode(stored).unwrap_or_default())
+}
+
 pub fn unix(t: time::OffsetDateTime) -> i64 {
     t.unix_timestamp()
 }

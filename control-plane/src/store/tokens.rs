@@ -39,7 +39,7 @@ impl TokenRow {
             project_id,
             kind: token.kind.as_str().to_owned(),
             env_prefix: token.env_prefix.clone(),
-            secret_sha256: hex::encode(token.secret.digest()),
+            secret_sha256: super::secret_digest(&token.secret),
             created_at: now,
             expires_at: now.saturating_add(ttl),
             consumed_at: None,
