@@ -99,6 +99,15 @@ pub struct Operator {
     pub id: String,
 }
 
+/// The token of an `Authorization: Bearer <token>` header, if the request carries one.
+fn bearer(parts: &Parts) -> Option<&str> {
+    parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+}
+
 const NO_OPERATOR: &str = "an operator token is required: send `Authorization: Bearer pxop_...` (create one with `plexsphere operator-token create`)";
 const BAD_OPERATOR: &str = "the operator token is not valid (unknown, wrong or revoked); create a new one with `plexsphere operator-token create`";
 
@@ -106,14 +115,7 @@ impl FromRequestParts<Arc<AppState>> for Operator {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Self, Error> {
-        let header = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .ok_or(Error::Unauthorized(NO_OPERATOR))?;
-        let text = header
-            .strip_prefix("Bearer ")
-            .ok_or(Error::Unauthorized(NO_OPERATOR))?;
+        let text = bearer(parts).ok_or(Error::Unauthorized(NO_OPERATOR))?;
         let token = OperatorToken::parse(text).map_err(|_| Error::Unauthorized(BAD_OPERATOR))?;
         let mut conn = state.store.acquire().await?;
         let row = operators::get(&mut conn, &token.id)
@@ -143,12 +145,7 @@ impl FromRequestParts<Arc<AppState>> for NodeAuth {
 
     async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Self, Error> {
         let UuidPath(path_id) = UuidPath::from_request_parts(parts, state).await?;
-        let text = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .ok_or(Error::Unauthorized(NO_NODE))?;
+        let text = bearer(parts).ok_or(Error::Unauthorized(NO_NODE))?;
         let credential =
             NodeCredential::parse(text.trim()).map_err(|_| Error::Unauthorized(BAD_NODE))?;
         let mut conn = state.store.acquire().await?;
