@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use nix::fcntl::{FcntlArg, OFlag, fcntl};
 use nix::libc;
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::poll::PollFlags;
 use nix::sys::socket::{AddressFamily, SockFlag, SockType, socket};
 
 use crate::batch::{MAX_PACKET, PacketBatch};
@@ -170,13 +170,7 @@ impl LinuxTun {
     }
 
     fn wait(&self, flags: PollFlags, timeout: Duration) -> io::Result<bool> {
-        let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
-        let mut fds = [PollFd::new(self.file.as_fd(), flags)];
-        match poll(&mut fds, PollTimeout::from(ms)) {
-            Ok(n) => Ok(n > 0),
-            Err(nix::Error::EINTR) => Ok(false),
-            Err(e) => Err(e.into()),
-        }
+        super::wait_fd(self.file.as_fd(), flags, timeout)
     }
 }
 
@@ -188,33 +182,23 @@ impl LinuxTun {
         batch: &mut PacketBatch,
         timeout: Duration,
     ) -> io::Result<usize> {
-        batch.clear();
         let mut buf = o.read.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut waited = false;
-        while batch.len() < batch.max() {
-            match (&self.file).read(&mut buf[..]) {
-                Ok(n) if n > VNET_HDR_LEN => {
+        super::fill(
+            batch,
+            timeout,
+            |batch| {
+                let n = (&self.file).read(&mut buf[..])?;
+                if n > VNET_HDR_LEN {
                     let (head, packet) = buf[..n].split_at_mut(VNET_HDR_LEN);
                     let split = VnetHdr::parse(head).and_then(|h| offload::split(h, packet, batch));
                     if let Err(e) = split {
                         tracing::debug!(error = %e, "dropped a packet the host handed us");
                     }
                 }
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if !batch.is_empty() || waited {
-                        break;
-                    }
-                    waited = true;
-                    if !self.wait(PollFlags::POLLIN, timeout)? {
-                        break;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(batch.len())
+                Ok(super::Read::Done)
+            },
+            |t| self.wait(PollFlags::POLLIN, t),
+        )
     }
 
     fn write_one(&self, parts: &[IoSlice<'_>]) -> io::Result<bool> {
@@ -241,26 +225,16 @@ impl LinuxTun {
     }
 
     fn recv_plain(&self, batch: &mut PacketBatch, timeout: Duration) -> io::Result<usize> {
-        batch.clear();
-        let mut waited = false;
-        while !batch.is_full() {
-            let slot = batch.next_slot();
-            match (&self.file).read(slot) {
-                Ok(n) => batch.commit(n, crate::batch::NO_ADDR),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if !batch.is_empty() || waited {
-                        break;
-                    }
-                    waited = true;
-                    if !self.wait(PollFlags::POLLIN, timeout)? {
-                        break;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(batch.len())
+        super::fill(
+            batch,
+            timeout,
+            |batch| {
+                let n = (&self.file).read(batch.next_slot())?;
+                batch.commit(n, crate::batch::NO_ADDR);
+                Ok(super::Read::Done)
+            },
+            |t| self.wait(PollFlags::POLLIN, t),
+        )
     }
 
     fn send_plain(&self, batch: &PacketBatch) -> io::Result<usize> {

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use nix::libc;
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::poll::PollFlags;
 use nix::sys::socket::{
     AddressFamily, SockFlag, SockType, SockaddrIn, SockaddrIn6, bind, setsockopt, socket, sockopt,
 };
@@ -137,13 +137,7 @@ impl LinuxUdp {
     }
 
     fn wait(&self, flags: PollFlags, timeout: Duration) -> io::Result<bool> {
-        let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
-        let mut fds = [PollFd::new(self.socket.as_fd(), flags)];
-        match poll(&mut fds, PollTimeout::from(ms)) {
-            Ok(n) => Ok(n > 0),
-            Err(nix::Error::EINTR) => Ok(false),
-            Err(e) => Err(e.into()),
-        }
+        super::wait_fd(self.socket.as_fd(), flags, timeout)
     }
 
     /// The address as peers see it: IPv4-mapped IPv6 becomes plain IPv4.
@@ -265,32 +259,30 @@ impl LinuxUdp {
     }
 
     fn recv_each(&self, batch: &mut PacketBatch, timeout: Duration) -> io::Result<usize> {
-        batch.clear();
-        let mut waited = false;
-        while !batch.is_full() {
-            let slot = batch.next_slot();
-            match self.socket.recv_from(slot) {
-                Ok((n, from)) => batch.commit(n, Self::canonical(from)),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    if !batch.is_empty() || waited {
-                        break;
-                    }
-                    waited = true;
-                    if !self.wait(PollFlags::POLLIN, timeout)? {
-                        break;
-                    }
+        super::fill(
+            batch,
+            timeout,
+            |batch| match self.socket.recv_from(batch.next_slot()) {
+                Ok((n, from)) => {
+                    batch.commit(n, Self::canonical(from));
+                    Ok(super::Read::Done)
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+                    ) =>
+                {
+                    Err(e)
                 }
                 // ICMP errors from earlier sends surface here; they are not fatal.
-                Err(e) if e.kind() != io::ErrorKind::Interrupted => {
+                Err(e) => {
                     tracing::trace!(error = %e, "UDP receive error");
-                    if waited {
-                        break;
-                    }
+                    Ok(super::Read::Skipped)
                 }
-                Err(_) => {}
-            }
-        }
-        Ok(batch.len())
+            },
+            |t| self.wait(PollFlags::POLLIN, t),
+        )
     }
 
     fn send_each(&self, batch: &PacketBatch) -> io::Result<usize> {
