@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::ControlPlane;
+use std::process::Output;
+
+use crate::{ControlPlane, OPENSTACK_PROJECT};
 
 /// Removes what the broker left on the host; runs after the control plane is dropped.
 struct Cleanup {
@@ -26,9 +28,9 @@ pub struct BrokerLab {
     /// Declared before the cleanup: fields drop in order, so the server stops first.
     pub cp: ControlPlane,
     /// The id of the `local` cloud credential.
-    pub cred: String,
+    cred: String,
     /// The `local-machine` blueprint's version id.
-    pub version: String,
+    version: String,
     _cleanup: Cleanup,
 }
 
@@ -84,6 +86,29 @@ impl BrokerLab {
 }
 
 impl BrokerLab {
+    /// `plexctl resource create --output json` of a `local-machine` node in the `openstack`
+    /// Project with these parameters (JSON) and `extra` flags (e.g. `--wait`).
+    pub fn create(&self, parameters: &str, extra: &[&str]) -> Result<Output> {
+        let mut args = vec![
+            "resource",
+            "create",
+            "--project-id",
+            OPENSTACK_PROJECT,
+            "--kind",
+            "node",
+            "--blueprint-version-id",
+            &self.version,
+            "--cloud-credential-id",
+            &self.cred,
+            "--parameters",
+            parameters,
+            "--output",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        self.cp.plexctl(&args)
+    }
+
     /// `plexctl resource delete --yes --wait`, then the resource as `resource get` shows it.
     pub fn delete(&self, resource_id: &str) -> Result<serde_json::Value> {
         let out = self.cp.plexctl(&[

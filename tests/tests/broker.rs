@@ -35,29 +35,8 @@ fn broker_machines_enrol_mesh_and_are_deleted() {
     let tmp = tempfile::tempdir().unwrap();
     let bridge = format!("plxbk{}", std::process::id() % 10000);
     let lab = BrokerLab::start(&tmp.path().join("cp"), &bridge, "172.30.242.1").unwrap();
-    let (cp, cred, version) = (&lab.cp, &lab.cred, &lab.version);
-    let create = |params: &str| {
-        cp.plexctl(&[
-            "resource",
-            "create",
-            "--project-id",
-            OPENSTACK_PROJECT,
-            "--kind",
-            "node",
-            "--blueprint-version-id",
-            version,
-            "--cloud-credential-id",
-            cred,
-            "--parameters",
-            params,
-            "--output",
-            "json",
-            "--wait",
-            "--timeout",
-            "10m",
-        ])
-        .unwrap()
-    };
+    let cp = &lab.cp;
+    let create = |params: &str| lab.create(params, &["--wait", "--timeout", "10m"]).unwrap();
 
     // A required parameter left out fails closed: a 4xx naming it, and nothing is created.
     let refused = create("{}");

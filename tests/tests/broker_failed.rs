@@ -26,27 +26,14 @@ fn a_refused_join_fails_the_resource_with_joins_exit_and_message() {
     let tmp = tempfile::tempdir().unwrap();
     let bridge = format!("plxbf{}", std::process::id() % 10000);
     let lab = BrokerLab::start(&tmp.path().join("cp"), &bridge, "172.30.243.1").unwrap();
-    let (cp, cred, version) = (&lab.cp, &lab.cred, &lab.version);
-    let created = json(
-        &cp.plexctl_ok(&[
-            "resource",
-            "create",
-            "--project-id",
-            OPENSTACK_PROJECT,
-            "--kind",
-            "node",
-            "--blueprint-version-id",
-            version,
-            "--cloud-credential-id",
-            cred,
-            "--parameters",
-            r#"{"release":"bookworm"}"#,
-            "--output",
-            "json",
-        ])
-        .unwrap(),
-    )
-    .unwrap();
+    let cp = &lab.cp;
+    let out = lab.create(r#"{"release":"bookworm"}"#, &[]).unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let created = json(&String::from_utf8_lossy(&out.stdout)).unwrap();
     let rid = created["id"].as_str().unwrap().to_owned();
 
     // The broker mints the resource's token in its next pass; revoke it as soon as it shows.
