@@ -184,41 +184,24 @@ impl TestServer {
         }
     }
 
-    pub async fn op_get(&self, path: &str) -> (StatusCode, Value) {
-        let r = self
-            .client
-            .get(self.url(path))
-            .bearer_auth(&self.operator_token)
-            .send()
-            .await
-            .unwrap();
+    /// An operator request (with the operator token): its status and JSON body.
+    async fn op_send(&self, req: reqwest::RequestBuilder) -> (StatusCode, Value) {
+        let r = req.bearer_auth(&self.operator_token).send().await.unwrap();
         let status = r.status();
         (status, r.json().await.unwrap())
+    }
+
+    pub async fn op_get(&self, path: &str) -> (StatusCode, Value) {
+        self.op_send(self.client.get(self.url(path))).await
     }
 
     pub async fn op_delete(&self, path: &str) -> (StatusCode, Value) {
-        let r = self
-            .client
-            .delete(self.url(path))
-            .bearer_auth(&self.operator_token)
-            .send()
-            .await
-            .unwrap();
-        let status = r.status();
-        (status, r.json().await.unwrap())
+        self.op_send(self.client.delete(self.url(path))).await
     }
 
     pub async fn op_post(&self, path: &str, body: Value) -> (StatusCode, Value) {
-        let r = self
-            .client
-            .post(self.url(path))
-            .bearer_auth(&self.operator_token)
-            .json(&body)
-            .send()
+        self.op_send(self.client.post(self.url(path)).json(&body))
             .await
-            .unwrap();
-        let status = r.status();
-        (status, r.json().await.unwrap())
     }
 
     pub async fn issue_token(&self, project: &str) -> IssuedToken {
