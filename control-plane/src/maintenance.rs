@@ -109,22 +109,8 @@ mod tests {
 
     fn row(n: u128, seen: Option<i64>) -> NodeRow {
         NodeRow {
-            id: Uuid::from_u128(n),
-            domain_id: Uuid::from_u128(100),
-            project_id: Uuid::from_u128(200),
-            hostname: "h".into(),
-            arch: "amd64".into(),
-            plexd_version: "0.1.0".into(),
-            mesh_ip: "10.64.0.1".parse().unwrap(),
-            wireguard_public_key: "k".into(),
-            resource_handle: None,
-            credential_sha256: String::new(),
-            registered_at: 0,
             last_seen_at: seen,
-            revoked_at: None,
-            listen_port: None,
-            endpoints: Vec::new(),
-            report: crate::store::nodes::NodeReport::default(),
+            ..NodeRow::for_test(n, "10.64.0.1")
         }
     }
 

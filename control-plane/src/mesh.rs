@@ -147,24 +147,7 @@ mod tests {
     use uuid::Uuid;
 
     fn node(n: u128, ip: &str) -> NodeRow {
-        NodeRow {
-            id: Uuid::from_u128(n),
-            domain_id: Uuid::from_u128(100),
-            project_id: Uuid::from_u128(200),
-            hostname: format!("node-{n}"),
-            arch: "amd64".into(),
-            plexd_version: "0.1.0".into(),
-            mesh_ip: ip.parse().unwrap(),
-            wireguard_public_key: format!("key-{n}"),
-            resource_handle: None,
-            credential_sha256: String::new(),
-            registered_at: 1,
-            last_seen_at: None,
-            revoked_at: None,
-            listen_port: None,
-            endpoints: vec!["192.0.2.1:51820".parse().unwrap()],
-            report: crate::store::nodes::NodeReport::default(),
-        }
+        NodeRow::for_test(n, ip)
     }
 
     #[test]

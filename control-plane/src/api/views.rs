@@ -110,22 +110,9 @@ mod tests {
     #[test]
     fn node_statuses() {
         let mut n = NodeRow {
-            id: Uuid::from_u128(1),
-            domain_id: Uuid::from_u128(2),
-            project_id: Uuid::from_u128(3),
-            hostname: "h".into(),
-            arch: "amd64".into(),
-            plexd_version: "0.1.0".into(),
-            mesh_ip: "10.64.0.1".parse().unwrap(),
-            wireguard_public_key: "k".into(),
-            resource_handle: None,
-            credential_sha256: String::new(),
             registered_at: 100,
-            last_seen_at: None,
-            revoked_at: None,
             listen_port: Some(51820),
-            endpoints: vec!["192.0.2.1:51820".parse().unwrap()],
-            report: NodeReport::default(),
+            ..NodeRow::for_test(1, "10.64.0.1")
         };
         assert_eq!(node_status(&n, 500, 90), NodeStatus::Registered);
         let fresh = node_view(&n, 500, 90).unwrap();
@@ -146,22 +133,8 @@ mod tests {
     #[test]
     fn node_view_shows_the_last_heartbeat_and_dropped_observations() {
         let n = NodeRow {
-            id: Uuid::from_u128(1),
-            domain_id: Uuid::from_u128(2),
-            project_id: Uuid::from_u128(3),
-            hostname: "h".into(),
-            arch: "amd64".into(),
-            plexd_version: "0.2.0".into(),
-            mesh_ip: "10.64.0.1".parse().unwrap(),
-            wireguard_public_key: "k".into(),
-            resource_handle: None,
-            credential_sha256: String::new(),
-            registered_at: 100,
             // Any authenticated call moves last_seen_at; only a heartbeat moves the report.
             last_seen_at: Some(480),
-            revoked_at: None,
-            listen_port: None,
-            endpoints: Vec::new(),
             report: NodeReport {
                 last_heartbeat_at: Some(450),
                 uptime_secs: Some(3600),
@@ -170,6 +143,7 @@ mod tests {
                 peers_connected: Some(2),
                 observations_dropped: 5,
             },
+            ..NodeRow::for_test(1, "10.64.0.1")
         };
         let v = node_view(&n, 500, 90).unwrap();
         assert_eq!(v.last_seen_at.map(|t| t.unix_timestamp()), Some(480));
