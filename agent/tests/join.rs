@@ -11,13 +11,8 @@ fn config_for(url: &str, extra: &str) -> String {
 #[test]
 fn key_is_saved_before_the_api_is_called_and_unreachable_is_13() {
     let node = Node::new();
-    // A port where nothing listens: bind, note the port, close.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    node.write_config(&config_for(&format!("https://127.0.0.1:{port}"), ""));
+    let origin = dead_origin();
+    node.write_config(&config_for(&origin, ""));
     node.write_token();
     let out = node.plexd(&["join"]);
     assert_eq!(out.status.code(), Some(13), "{}", stderr(&out));

@@ -142,23 +142,15 @@ fn run_joins_applies_the_state_notifies_ready_and_exits_0_on_sigterm() {
 #[test]
 fn cached_state_with_the_api_down_is_applied_and_served() {
     let node = Node::new();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let origin = dead_origin();
     node.write_config(&format!(
-        "api_url: https://127.0.0.1:{port}\nwireguard:\n  backend: none\ndaemon:\n  backoff_initial_ms: 100\n  backoff_cap_secs: 1\n"
+        "api_url: {origin}\nwireguard:\n  backend: none\ndaemon:\n  backoff_initial_ms: 100\n  backoff_cap_secs: 1\n"
     ));
     // An enrolled node with a cached state, as a restart finds it.
     std::fs::create_dir_all(node.state_dir()).unwrap();
     let r: plexsphere_wire::RegisterResponse =
         serde_json::from_str(&node_api::registered()).unwrap();
-    let id = plexd::identity::Identity::from_response(
-        r,
-        &format!("https://127.0.0.1:{port}"),
-        time::OffsetDateTime::UNIX_EPOCH,
-    );
+    let id = plexd::identity::Identity::from_response(r, &origin, time::OffsetDateTime::UNIX_EPOCH);
     id.save(&node.identity_file()).unwrap();
     let env = node_api::state(7, vec![node_api::peer(3), node_api::peer(4)]);
     plexd::daemon::cache::save(&node.state_dir().join("state.json"), &env, &[], 7).unwrap();

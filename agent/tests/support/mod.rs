@@ -79,6 +79,16 @@ impl Node {
     }
 }
 
+/// A `https://127.0.0.1:<port>` origin where nothing listens (bound, noted, closed).
+pub fn dead_origin() -> String {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    format!("https://127.0.0.1:{port}")
+}
+
 pub fn mode(p: &Path) -> u32 {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(p).unwrap().permissions().mode() & 0o777
