@@ -293,19 +293,28 @@ async fn ingest_accepts_batches_and_refuses_oversized_ones() {
     let a = srv.enrol(LAB_NODES).await;
     let obs = json!({"at": 1, "type": "traffic", "peer_node_id": a.node_id, "rx_bytes": 1, "tx_bytes": 2});
     let send = |body: Value| srv.node_req(Method::POST, &a, "/ingest").json(&body).send();
-    let r = send(json!({"observations": [obs], "dropped": 3}))
+    let r = send(json!({"batch_id": uuid::Uuid::new_v4(), "observations": [obs], "dropped": 3}))
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::ACCEPTED);
+    // Without its id a batch could not be told apart from its own retry.
+    let r = send(json!({"observations": [obs]})).await.unwrap();
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let b: Value = r.json().await.unwrap();
+    assert_eq!(b["code"], "invalid_json");
+    assert!(b["message"].as_str().unwrap().contains("batch_id"), "{b}");
     // Small enough to fit the body limit, too many to accept.
     let tiny = json!({"at": 1, "type": "error", "message": ""});
     let many: Vec<Value> = (0..5000).map(|_| tiny.clone()).collect();
-    let r = send(json!({"observations": many})).await.unwrap();
-    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
-    let big = "x".repeat(300 * 1024);
-    let r = send(json!({"observations": [{"at": 1, "type": "error", "message": big}]}))
+    let r = send(json!({"batch_id": uuid::Uuid::new_v4(), "observations": many}))
         .await
         .unwrap();
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let big = "x".repeat(300 * 1024);
+    let r = send(json!({"batch_id": uuid::Uuid::new_v4(),
+        "observations": [{"at": 1, "type": "error", "message": big}]}))
+    .await
+    .unwrap();
     assert_eq!(r.status(), StatusCode::PAYLOAD_TOO_LARGE);
     let b: Value = r.json().await.unwrap();
     assert_eq!(b["code"], "body_too_large");
@@ -394,7 +403,7 @@ async fn heartbeat_in_node_view(srv: &TestServer) {
     assert_eq!(r.status(), StatusCode::OK);
     let r = srv
         .node_req(Method::POST, &a, "/ingest")
-        .json(&json!({"observations": [], "dropped": 4}))
+        .json(&json!({"batch_id": uuid::Uuid::new_v4(), "observations": [], "dropped": 4}))
         .send()
         .await
         .unwrap();

@@ -12,7 +12,11 @@ use plexsphere_wire::node::ObservationKind;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
-async fn ingest(srv: &TestServer, node: &RegisterResponse, body: Value) {
+/// Sends `body` as an ingest batch; a body without a `batch_id` is a new batch and gets one.
+async fn ingest(srv: &TestServer, node: &RegisterResponse, mut body: Value) {
+    if body.get("batch_id").is_none() {
+        body["batch_id"] = json!(uuid::Uuid::new_v4());
+    }
     let r = srv
         .node_req(Method::POST, node, "/ingest")
         .json(&body)
@@ -90,6 +94,30 @@ async fn scenario(srv: &TestServer) {
         2
     );
     assert!(observations(srv, b.node_id, "").await.items.is_empty());
+
+    // A batch sent again because its answer was lost is stored once, also when the copies
+    // arrive together; the node's next batch is stored as usual.
+    let retried = json!({"batch_id": uuid::Uuid::new_v4(), "dropped": 1,
+        "observations": [traffic(700, b.node_id, 7)]});
+    ingest(srv, &a, retried.clone()).await;
+    tokio::join!(
+        ingest(srv, &a, retried.clone()),
+        ingest(srv, &a, retried.clone()),
+        ingest(srv, &a, retried.clone()),
+    );
+    ingest(
+        srv,
+        &a,
+        json!({"observations": [traffic(701, b.node_id, 8)]}),
+    )
+    .await;
+    let list = observations(srv, a.node_id, "").await;
+    let ats: Vec<i64> = list.items.iter().map(|o| o.at).collect();
+    assert_eq!(ats, [701, 700, 102, 101, 100]);
+    assert_eq!(
+        list.dropped, 6,
+        "the retried batch's dropped count is summed once"
+    );
 
     // The bound: at most 500 per node, the newest kept; another node's rows are untouched.
     ingest(srv, &b, json!({"observations": [traffic(1, a.node_id, 1)]})).await;

@@ -2,12 +2,13 @@
 //! refuse new connections (a server that is down), hold connections open while forwarding
 //! nothing (a proxy that went silent), or flip one byte after every `"signature":"` in the
 //! server's answers (a tampering middlebox). With TLS termination it presents the lab server
-//! certificate to plexd and speaks TLS to plexsphere, so it sees the plaintext and can also cut
-//! only the connections that pull the signed state.
+//! certificate to plexd and speaks TLS to plexsphere, so it sees the plaintext: it can cut only
+//! the connections that pull the signed state, lose the answers to ingest batches (after the
+//! server stored them) in any mode, and records every ingest batch it forwarded.
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
@@ -54,7 +55,19 @@ struct Shared {
     upstream: Arc<Mutex<SocketAddr>>,
     connections: Arc<AtomicUsize>,
     flips: Arc<AtomicUsize>,
+    /// Besides the mode: an ingest request reaches the server, but its connection is cut when
+    /// the answer comes back (the server stored the batch, the node never hears so).
+    lose_ingest_answers: Arc<AtomicBool>,
+    lost_answers: Arc<AtomicUsize>,
+    ingests: Arc<Mutex<Vec<IngestSeen>>>,
     tls: Option<Arc<Tls>>,
+}
+
+/// An ingest batch the proxy forwarded to the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IngestSeen {
+    pub batch_id: String,
+    pub observations: usize,
 }
 
 /// A running proxy on 127.0.0.1; stops with its runtime when dropped.
@@ -115,6 +128,9 @@ impl Proxy {
             upstream: Arc::new(Mutex::new(upstream)),
             connections: Arc::new(AtomicUsize::new(0)),
             flips: Arc::new(AtomicUsize::new(0)),
+            lose_ingest_answers: Arc::new(AtomicBool::new(false)),
+            lost_answers: Arc::new(AtomicUsize::new(0)),
+            ingests: Arc::new(Mutex::new(Vec::new())),
             tls,
         };
         let listener = rt.block_on(TcpListener::bind("127.0.0.1:0"))?;
@@ -161,6 +177,28 @@ impl Proxy {
         self.shared.flips.load(Ordering::SeqCst)
     }
 
+    /// Whether answers to ingest batches are lost from now on, whatever the mode (only a
+    /// TLS-terminating proxy sees which requests are ingest batches).
+    pub fn lose_ingest_answers(&self, lose: bool) {
+        self.shared
+            .lose_ingest_answers
+            .store(lose, Ordering::SeqCst);
+    }
+
+    /// Ingest answers cut so far.
+    pub fn lost_answers(&self) -> usize {
+        self.shared.lost_answers.load(Ordering::SeqCst)
+    }
+
+    /// Every ingest batch forwarded so far, in order (TLS termination only).
+    pub fn ingests(&self) -> Vec<IngestSeen> {
+        self.shared
+            .ingests
+            .lock()
+            .map(|v| v.clone())
+            .unwrap_or_default()
+    }
+
     /// The URL plexd should use to reach the upstream through this proxy.
     pub fn url(&self) -> String {
         format!("https://{}", self.addr)
@@ -194,8 +232,14 @@ impl Shared {
         let (mut cr, mut cw) = tokio::io::split(client);
         let (mut sr, mut sw) = tokio::io::split(server);
         let m_up = self.mode.clone();
+        let ingests = self.ingests.clone();
+        // Set when this connection carried an ingest request whose answer is to be lost.
+        let lose = Arc::new(AtomicBool::new(false));
+        let lose_up = lose.clone();
+        let losing = self.lose_ingest_answers.clone();
         let up = async move {
             let mut buf = vec![0u8; 16 * 1024];
+            let mut requests = Requests::default();
             loop {
                 let n = cr.read(&mut buf).await?;
                 if n == 0 {
@@ -204,10 +248,15 @@ impl Shared {
                 if !gate(&m_up).await {
                     return Ok(());
                 }
-                if Mode::from_u8(m_up.load(Ordering::SeqCst)) == Mode::RefuseStatePulls
-                    && is_state_pull(&buf[..n])
-                {
+                let mode = Mode::from_u8(m_up.load(Ordering::SeqCst));
+                if mode == Mode::RefuseStatePulls && is_state_pull(&buf[..n]) {
                     return Ok(());
+                }
+                if losing.load(Ordering::SeqCst) && is_ingest(&buf[..n]) {
+                    lose_up.store(true, Ordering::SeqCst);
+                }
+                if let Ok(mut seen) = ingests.lock() {
+                    seen.extend(requests.feed(&buf[..n]));
                 }
                 sw.write_all(&buf[..n]).await?;
                 sw.flush().await?;
@@ -215,6 +264,7 @@ impl Shared {
         };
         let mode = self.mode.clone();
         let flips = self.flips.clone();
+        let lost_answers = self.lost_answers.clone();
         let down = async move {
             let mut buf = vec![0u8; 16 * 1024];
             let mut matched = 0usize;
@@ -225,6 +275,10 @@ impl Shared {
                     return cw.shutdown().await;
                 }
                 if !gate(&mode).await {
+                    return Ok(());
+                }
+                if lose.load(Ordering::SeqCst) {
+                    lost_answers.fetch_add(1, Ordering::SeqCst);
                     return Ok(());
                 }
                 if Mode::from_u8(mode.load(Ordering::SeqCst)) == Mode::FlipSignatures {
@@ -279,9 +333,83 @@ fn is_state_pull(chunk: &[u8]) -> bool {
             .is_some_and(|line| line.windows(7).any(|w| w == b"/state "))
 }
 
+/// Whether a chunk from plexd holds the request line of an ingest batch.
+fn is_ingest(chunk: &[u8]) -> bool {
+    chunk.starts_with(b"POST /v1/nodes/")
+        && chunk
+            .split(|&b| b == b'\n')
+            .next()
+            .is_some_and(|line| line.windows(8).any(|w| w == b"/ingest "))
+}
+
+/// The HTTP/1.1 requests of one connection, reassembled from its chunks (heads end with an
+/// empty line, bodies are `Content-Length` long, as plexd's client sends them).
+#[derive(Default)]
+struct Requests {
+    buf: Vec<u8>,
+}
+
+impl Requests {
+    /// Adds a chunk; answers the ingest batches it completed.
+    fn feed(&mut self, chunk: &[u8]) -> Vec<IngestSeen> {
+        self.buf.extend_from_slice(chunk);
+        let mut seen = Vec::new();
+        while let Some(head_end) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&self.buf[..head_end]).into_owned();
+            let length = head
+                .lines()
+                .filter_map(|l| l.split_once(':'))
+                .find(|(k, _)| k.trim().eq_ignore_ascii_case("content-length"))
+                .and_then(|(_, v)| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            let end = head_end + 4 + length;
+            if self.buf.len() < end {
+                break;
+            }
+            if is_ingest(head.as_bytes()) {
+                let body: serde_json::Value =
+                    serde_json::from_slice(&self.buf[head_end + 4..end]).unwrap_or_default();
+                seen.push(IngestSeen {
+                    batch_id: body["batch_id"].as_str().unwrap_or_default().to_owned(),
+                    observations: body["observations"].as_array().map_or(0, Vec::len),
+                });
+            }
+            self.buf.drain(..end);
+        }
+        seen
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::is_state_pull;
+    use super::{IngestSeen, Requests, is_ingest, is_state_pull};
+
+    #[test]
+    fn ingest_batches_are_reassembled_across_chunks_and_requests() {
+        let body = br#"{"batch_id":"b1","observations":[{"at":1},{"at":2}],"dropped":0}"#;
+        let head = format!(
+            "POST /v1/nodes/0192/ingest HTTP/1.1\r\ncontent-type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        let mut r = Requests::default();
+        assert!(is_ingest(head.as_bytes()));
+        assert!(
+            r.feed(b"POST /v1/nodes/0192/heartbeat HTTP/1.1\r\ncontent-length: 2\r\n\r\n{}")
+                .is_empty()
+        );
+        assert!(
+            r.feed(head.as_bytes()).is_empty(),
+            "the body is still missing"
+        );
+        assert_eq!(
+            r.feed(body),
+            vec![IngestSeen {
+                batch_id: "b1".into(),
+                observations: 2
+            }]
+        );
+        assert!(r.buf.is_empty());
+    }
 
     #[test]
     fn only_the_state_pull_request_line_matches() {

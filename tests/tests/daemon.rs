@@ -1,6 +1,6 @@
 //! The plexd daemon against the real control plane, across processes: heartbeats and
 //! online/offline, the event stream through server restarts, silent proxies and tampering,
-//! the offline cold start, revocation and leave.
+//! the offline cold start, revocation and leave, an ingest batch whose answer was lost.
 //!
 //! The nodes run with `wireguard.backend: none` (control plane only): these tests are about
 //! what crosses the API. The mesh itself is tested in mesh.rs.
@@ -20,28 +20,35 @@ const BOUND: Duration = Duration::from_secs(60);
 /// Fast daemon timings for tests: heartbeats every second, stalls noticed after 3 s.
 const FAST: &str = "wireguard:\n  backend: none\ndaemon:\n  stall_timeout_secs: 3\n  backoff_initial_ms: 200\n  backoff_cap_secs: 2\n  intervals:\n    heartbeat_secs: 1\n    state_poll_secs: 2\n";
 
-/// A node of the lab-nodes Project, configured against `api_url` with a fresh token.
-fn node(cp: &ControlPlane, root: &std::path::Path, name: &str, api_url: &str) -> Host {
+/// A node of the lab-nodes Project with the config section `daemon`, against `api_url`, with a
+/// fresh token.
+fn node_with(
+    cp: &ControlPlane,
+    root: &std::path::Path,
+    name: &str,
+    api_url: &str,
+    daemon: &str,
+) -> Host {
     let host = Host::new(&root.join(name)).unwrap();
-    host.write_config(api_url, &cp.ca_file(), LAB_NODES_PROJECT, name, FAST)
+    host.write_config(api_url, &cp.ca_file(), LAB_NODES_PROJECT, name, daemon)
         .unwrap();
     host.write_token(&cp.issue_token(LAB_NODES_PROJECT).unwrap())
         .unwrap();
     host
 }
 
+/// A node with the [`FAST`] timings.
+fn node(cp: &ControlPlane, root: &std::path::Path, name: &str, api_url: &str) -> Host {
+    node_with(cp, root, name, api_url, FAST)
+}
+
 /// A node whose only way back after an outage is its event stream: no heartbeat or state poll
 /// for an hour, so what it learns after the outage it learns by resuming the stream.
 fn stream_only_node(cp: &ControlPlane, root: &std::path::Path, name: &str, api_url: &str) -> Host {
-    let host = Host::new(&root.join(name)).unwrap();
     let slow = FAST
         .replace("heartbeat_secs: 1", "heartbeat_secs: 3600")
         .replace("state_poll_secs: 2", "state_poll_secs: 3600");
-    host.write_config(api_url, &cp.ca_file(), LAB_NODES_PROJECT, name, &slow)
-        .unwrap();
-    host.write_token(&cp.issue_token(LAB_NODES_PROJECT).unwrap())
-        .unwrap();
-    host
+    node_with(cp, root, name, api_url, &slow)
 }
 
 /// Starts the daemon and waits until it is enrolled and its event stream is connected.
@@ -324,6 +331,76 @@ fn tampered_state_and_events_are_refused_and_the_last_good_state_kept() {
     proxy.set_mode(Mode::Pass);
     wait_until(BOUND, "the untampered state arrives", || {
         Ok(a.status()?.filter(|s| peer_ips(s).contains(&b_ip)))
+    })
+    .unwrap();
+}
+
+#[test]
+fn an_ingest_batch_whose_answer_was_lost_is_sent_again_and_stored_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cp_dir = tmp.path().join("cp");
+    let cp = ControlPlane::start_dev_with(&cp_dir, KEEPALIVE).unwrap();
+    let proxy = tls_proxy(&cp, &cp_dir);
+    let every_second = FAST.replace(
+        "state_poll_secs: 2\n",
+        "state_poll_secs: 2\n    ingest_secs: 1\n",
+    );
+    let a = node_with(&cp, tmp.path(), "a", &proxy.url(), &every_second);
+    let (proc, _) = start(&a);
+    let a_id = a.identity().unwrap().0;
+
+    // Tampered documents give the node errors to report; the server stores the batch, but the
+    // answers never reach the node.
+    proxy.lose_ingest_answers(true);
+    proxy.set_mode(Mode::FlipSignatures);
+    let b = node(&cp, tmp.path(), "b", &cp.url);
+    assert!(b.plexd(&["join"]).unwrap().status.success());
+    wait_until(BOUND, "two ingest answers are lost", || {
+        Ok((proxy.lost_answers() >= 2).then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{e}\n--- plexd:\n{}", proc.output()));
+    let lost = proxy.ingests();
+    let batch = lost[0].clone();
+    assert!(batch.observations > 0, "{lost:?}");
+    assert!(
+        lost.iter().all(|i| *i == batch),
+        "every try is the same batch: {lost:?}"
+    );
+
+    proxy.lose_ingest_answers(false);
+    proxy.set_mode(Mode::Pass);
+    let tries = wait_until(
+        BOUND,
+        "the batch is sent again with its answer let through",
+        || {
+            let tries = proxy.ingests().iter().filter(|i| **i == batch).count();
+            Ok((tries > lost.len()).then_some(tries))
+        },
+    )
+    .unwrap();
+    // Every try after the first reached the server and was recognised as a copy.
+    wait_until(BOUND, "the server recognises every copy", || {
+        let copies = cp
+            .proc
+            .output()
+            .lines()
+            .filter(|l| l.contains("not stored twice") && l.contains(&batch.batch_id))
+            .count();
+        Ok((copies == tries - 1).then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{e}\n--- plexsphere:\n{}", cp.proc.output()));
+    wait_until(BOUND, "every distinct batch is stored once", || {
+        let distinct: std::collections::HashMap<String, usize> = proxy
+            .ingests()
+            .into_iter()
+            .map(|i| (i.batch_id, i.observations))
+            .collect();
+        let expected = distinct.values().sum::<usize>() as u64;
+        let stored = db_value(
+            &cp_dir,
+            &format!("SELECT count(*) FROM observations WHERE node_id = '{a_id}'"),
+        )?;
+        Ok((stored == expected).then_some(()))
     })
     .unwrap();
 }

@@ -158,6 +158,9 @@ impl EventKind {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IngestBatch {
+    /// Chosen by the node for each new batch and kept when the same batch is sent again after
+    /// a failed call, so the server stores a batch once even when only its answer was lost.
+    pub batch_id: Uuid,
     pub observations: Vec<Observation>,
     /// Observations the node dropped (oldest first) while the API was away.
     #[serde(default)]
@@ -217,9 +220,14 @@ mod tests {
 
     #[test]
     fn observation_json_is_pinned() {
-        let json = r#"{"observations":[{"at":1,"type":"traffic","peer_node_id":"019a0816-0000-7000-8000-0000000000bb","rx_bytes":10,"tx_bytes":20}],"dropped":3}"#;
+        let json = r#"{"batch_id":"5f0c7a4e-2b1d-4c3e-9a8b-7d6e5f4a3b2c","observations":[{"at":1,"type":"traffic","peer_node_id":"019a0816-0000-7000-8000-0000000000bb","rx_bytes":10,"tx_bytes":20}],"dropped":3}"#;
         let b: IngestBatch = serde_json::from_str(json).unwrap();
         assert_eq!(b.dropped, 3);
         assert_eq!(serde_json::to_string(&b).unwrap(), json);
+        let unnamed = r#"{"observations":[],"dropped":0}"#;
+        assert!(
+            serde_json::from_str::<IngestBatch>(unnamed).is_err(),
+            "a batch without its id cannot be told apart from its retry"
+        );
     }
 }

@@ -40,6 +40,13 @@ impl CallError {
         }
     }
 
+    /// A refusal that sending the same request again cannot change: a 4xx other than 408
+    /// (timeout) and 429 (rate limited). 401 and `node_revoked` end the daemon elsewhere.
+    pub fn is_final(&self) -> bool {
+        matches!(self, CallError::Refused { status, .. }
+            if (400..500).contains(status) && !matches!(status, 408 | 429))
+    }
+
     /// Classifies a refusal by status and body.
     pub fn from_answer(status: u16, body: &[u8], retry_after: Option<Duration>) -> Self {
         let error = serde_json::from_slice::<ApiError>(body).unwrap_or_else(|_| {
@@ -271,5 +278,17 @@ mod tests {
             CallError::from_answer(403, forbidden, None),
             CallError::Refused { status: 403, .. }
         ));
+    }
+
+    #[test]
+    fn only_client_errors_other_than_timeout_and_rate_limit_are_final() {
+        let refused = |status| CallError::from_answer(status, b"", None);
+        for status in [400, 404, 413, 422] {
+            assert!(refused(status).is_final(), "{status}");
+        }
+        for status in [408, 429, 500, 502, 503] {
+            assert!(!refused(status).is_final(), "{status}");
+        }
+        assert!(!CallError::Unreachable("refused".into()).is_final());
     }
 }

@@ -1,10 +1,15 @@
 //! The observations waiting for `POST /v1/nodes/{id}/ingest`: a bounded queue that drops the
 //! oldest first while the API is away and counts what it dropped (sent as
 //! `IngestBatch.dropped`). One batch is in flight at a time.
+//!
+//! A batch is cut once and then kept whole until the server accepts or refuses it for good:
+//! after a failed call the very same batch (same `batch_id`, same observations) goes out again,
+//! so a retry after a lost answer is one the server recognises and does not store twice.
 
 use std::collections::VecDeque;
 
 use plexsphere_wire::node::{IngestBatch, Observation};
+use uuid::Uuid;
 
 /// The most observations one batch carries.
 pub const MAX_BATCH: usize = 256;
@@ -13,10 +18,17 @@ pub const MAX_BATCH: usize = 256;
 pub struct IngestQueue {
     queue: VecDeque<Observation>,
     capacity: usize,
-    /// Dropped since the last batch that was accepted.
+    /// Dropped and not yet reported in an accepted batch.
     dropped: u64,
-    /// The batch being sent, kept until it is acknowledged or put back.
-    in_flight: Option<IngestBatch>,
+    /// The batch cut last, kept until it is accepted or refused for good.
+    pending: Option<Pending>,
+}
+
+#[derive(Debug)]
+struct Pending {
+    batch: IngestBatch,
+    /// A call with it is running.
+    sending: bool,
 }
 
 impl IngestQueue {
@@ -25,26 +37,26 @@ impl IngestQueue {
             queue: VecDeque::new(),
             capacity: capacity.max(1),
             dropped: 0,
-            in_flight: None,
+            pending: None,
         }
     }
 
-    /// Adds an observation, dropping the oldest when full.
+    /// Adds an observation. When full, the oldest queued one is dropped; the pending batch is
+    /// kept whole (it may already be stored), so when it alone fills the queue the new one is.
     pub fn push(&mut self, obs: Observation) {
-        if self.queue.len() + self.in_flight_len() >= self.capacity {
-            if self.queue.pop_front().is_some() {
-                self.dropped += 1;
-            } else {
-                // The in-flight batch fills the queue: the new observation is the one dropped.
-                self.dropped += 1;
+        if self.queue.len() + self.pending_len() >= self.capacity {
+            self.dropped += 1;
+            if self.queue.pop_front().is_none() {
                 return;
             }
         }
         self.queue.push_back(obs);
     }
 
-    fn in_flight_len(&self) -> usize {
-        self.in_flight.as_ref().map_or(0, |b| b.observations.len())
+    fn pending_len(&self) -> usize {
+        self.pending
+            .as_ref()
+            .map_or(0, |p| p.batch.observations.len())
     }
 
     pub fn len(&self) -> usize {
@@ -59,41 +71,56 @@ impl IngestQueue {
         self.dropped
     }
 
-    /// The next batch to send (oldest first), or `None` when there is nothing to say or a
-    /// batch is still in flight.
+    /// The batch to send now: the pending one again after a failure, else a new one cut from
+    /// the oldest observations; `None` when a call is running or there is nothing to say.
     pub fn take_batch(&mut self) -> Option<IngestBatch> {
-        if self.in_flight.is_some() || (self.queue.is_empty() && self.dropped == 0) {
+        if let Some(p) = &mut self.pending {
+            if p.sending {
+                return None;
+            }
+            p.sending = true;
+            return Some(p.batch.clone());
+        }
+        if self.queue.is_empty() && self.dropped == 0 {
             return None;
         }
         let n = self.queue.len().min(MAX_BATCH);
         let batch = IngestBatch {
+            batch_id: Uuid::new_v4(),
             observations: self.queue.drain(..n).collect(),
             dropped: self.dropped,
         };
-        self.in_flight = Some(batch.clone());
+        self.pending = Some(Pending {
+            batch: batch.clone(),
+            sending: true,
+        });
         Some(batch)
     }
 
-    /// The server accepted the in-flight batch: its `dropped` count was reported.
+    /// The server accepted the pending batch: its `dropped` count was reported.
     pub fn acknowledge(&mut self) {
-        if let Some(b) = self.in_flight.take() {
-            self.dropped = self.dropped.saturating_sub(b.dropped);
+        if let Some(p) = self.pending.take() {
+            self.dropped = self.dropped.saturating_sub(p.batch.dropped);
         }
     }
 
-    /// The batch could not be sent: its observations go back to the front (oldest first),
-    /// dropping the oldest of them if newer ones filled the queue meanwhile.
-    pub fn put_back(&mut self) {
-        let Some(b) = self.in_flight.take() else {
-            return;
-        };
-        for obs in b.observations.into_iter().rev() {
-            if self.queue.len() >= self.capacity {
-                self.dropped += 1;
-            } else {
-                self.queue.push_front(obs);
-            }
+    /// The call failed in a way another try may mend: the same batch goes out next time.
+    pub fn retry_later(&mut self) {
+        if let Some(p) = &mut self.pending {
+            p.sending = false;
         }
+    }
+
+    /// The server refused the pending batch for good: its observations count as dropped (its
+    /// `dropped` was not reported either, so that stays owed) and the next batch is a new one.
+    /// Answers how many observations were given up.
+    pub fn discard(&mut self) -> usize {
+        let Some(p) = self.pending.take() else {
+            return 0;
+        };
+        let n = p.batch.observations.len();
+        self.dropped += n as u64;
+        n
     }
 }
 
@@ -134,20 +161,63 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_batch_goes_back_in_order() {
+    fn a_failed_batch_is_sent_again_unchanged_and_only_once_at_a_time() {
         let mut q = IngestQueue::new(4);
         for at in 1..=3 {
             q.push(obs(at));
         }
-        let b = q.take_batch().unwrap();
-        assert_eq!(ats(&b), vec![1, 2, 3]);
+        let first = q.take_batch().unwrap();
+        assert_eq!(ats(&first), vec![1, 2, 3]);
         q.push(obs(4));
-        q.push(obs(5)); // 3 in flight + 1 queued = full: drops 4
+        q.push(obs(5)); // 3 pending + 1 queued = full: the oldest queued, 4, is dropped
         assert_eq!(q.dropped(), 1);
-        q.put_back();
+        assert!(q.take_batch().is_none(), "the call is still running");
+        q.retry_later();
+        let again = q.take_batch().unwrap();
+        assert_eq!(again, first, "the retry is the same batch, id and all");
+        q.acknowledge();
+        let next = q.take_batch().unwrap();
+        assert_ne!(next.batch_id, first.batch_id);
+        assert_eq!(ats(&next), vec![5]);
+        assert_eq!(next.dropped, 1);
+    }
+
+    #[test]
+    fn a_pending_batch_that_fills_the_queue_drops_the_newcomer() {
+        let mut q = IngestQueue::new(2);
+        q.push(obs(1));
+        q.push(obs(2));
         let b = q.take_batch().unwrap();
-        assert_eq!(ats(&b), vec![1, 2, 3, 5]);
+        q.push(obs(3));
+        assert_eq!((q.len(), q.dropped()), (0, 1));
+        q.retry_later();
+        assert_eq!(q.take_batch().unwrap(), b);
+    }
+
+    #[test]
+    fn a_batch_refused_for_good_counts_as_dropped() {
+        let mut q = IngestQueue::new(8);
+        q.push(obs(1));
+        q.push(obs(2));
+        q.push(obs(3));
+        let mut small = IngestQueue::new(1);
+        small.push(obs(9));
+        small.push(obs(10)); // one dropped before the batch is cut
+        let b = small.take_batch().unwrap();
         assert_eq!(b.dropped, 1);
+        assert_eq!(small.discard(), 1);
+        let next = small.take_batch().unwrap();
+        assert!(next.observations.is_empty());
+        assert_eq!(
+            next.dropped, 2,
+            "the batch's own drop and its observation are owed"
+        );
+        assert_ne!(next.batch_id, b.batch_id);
+
+        let b = q.take_batch().unwrap();
+        assert_eq!(q.discard(), 3);
+        assert_eq!(q.dropped(), 3);
+        assert_ne!(q.take_batch().unwrap().batch_id, b.batch_id);
     }
 
     #[test]

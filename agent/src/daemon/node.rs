@@ -476,7 +476,13 @@ impl Daemon {
             CallResult::Ingest(res) => {
                 match &res {
                     Ok(()) => self.ingest.acknowledge(),
-                    Err(_) => self.ingest.put_back(),
+                    Err(e) if e.is_final() => {
+                        let n = self.ingest.discard();
+                        tracing::warn!(
+                            "the control plane refused an ingest batch of {n} observations: {e}; they are counted as dropped"
+                        );
+                    }
+                    Err(_) => self.ingest.retry_later(),
                 }
                 self.settle(Task::IngestFlush, &res, now)?;
             }

@@ -199,7 +199,7 @@ async fn node_observations_prints_a_table_and_json() {
     let (a_id, b_id) = (a.node_id.to_string(), b.node_id.to_string());
     srv.ingest(
         &a,
-        json!({"dropped": 7, "observations": [
+        json!({"batch_id": "5f0c7a4e-2b1d-4c3e-9a8b-7d6e5f4a3b2c", "dropped": 7, "observations": [
             {"at": 1796032800, "type": "handshake", "peer_node_id": b.node_id, "endpoint": "192.0.2.7:51820"},
             {"at": 1796032801, "type": "traffic", "peer_node_id": b.node_id, "rx_bytes": 2048, "tx_bytes": 10},
             {"at": 1796032802, "type": "error", "message": "\u{1b}[2Jboom\nfake"},
@@ -323,7 +323,7 @@ async fn node_get_shows_the_last_heartbeat_and_dropped_observations() {
                "peers": {"configured": 3, "connected": 2}}),
     )
     .await;
-    srv.ingest(&a, json!({"dropped": 9, "observations": []}))
+    srv.ingest(&a, json!({"batch_id": "6a1d8b5f-3c2e-4d4f-8b9c-8e7f6a5b4c3d", "dropped": 9, "observations": []}))
         .await;
 
     let after = srv.plexctl_ok(&["node", "get", &id]).await;

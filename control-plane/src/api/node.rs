@@ -15,7 +15,8 @@ use super::AppState;
 use super::extract::{ApiJson, ClientAddr, NodeAuth};
 use crate::error::Error;
 use crate::mesh;
-use crate::store::{self, observations};
+use crate::store;
+use crate::store::observations::{self, Recorded};
 
 /// A node deleted between authentication and its ingest batch.
 const GONE: &str =
@@ -88,14 +89,19 @@ pub async fn ingest(
             batch.observations.len()
         )));
     }
-    if batch.dropped > 0 {
-        tracing::info!(node_id = %node.id, dropped = batch.dropped, "node dropped observations while the API was away");
-    }
     let now = store::unix(st.now());
-    if !observations::record(&st.store, node.id, &batch, now).await? {
-        return Err(Error::Unauthorized(GONE));
+    match observations::record(&st.store, node.id, &batch, now).await? {
+        Recorded::Stored => {
+            if batch.dropped > 0 {
+                tracing::info!(node_id = %node.id, dropped = batch.dropped, "node dropped observations while the API was away");
+            }
+            tracing::debug!(node_id = %node.id, batch_id = %batch.batch_id, observations = batch.observations.len(), "ingest batch stored");
+        }
+        Recorded::Duplicate => {
+            tracing::info!(node_id = %node.id, batch_id = %batch.batch_id, "ingest batch already stored (the node sent it again after a lost answer); not stored twice");
+        }
+        Recorded::Gone => return Err(Error::Unauthorized(GONE)),
     }
-    tracing::debug!(node_id = %node.id, observations = batch.observations.len(), "ingest batch stored");
     Ok(StatusCode::ACCEPTED)
 }
 

@@ -182,6 +182,13 @@ pub fn migrator() -> Migrator {
             include_str!("../../migrations/0004_observations.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            5,
+            Cow::Borrowed("ingest batch"),
+            MigrationType::Simple,
+            include_str!("../../migrations/0005_ingest_batch.sql").into_sql_str(),
+            false,
+        ),
     ];
     Migrator::with_migrations(migrations)
 }

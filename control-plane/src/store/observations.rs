@@ -83,14 +83,24 @@ fn sat_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
+/// What became of an ingest batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recorded {
+    Stored,
+    /// The node's last stored batch, sent again because its answer was lost: not stored twice.
+    Duplicate,
+    /// The node no longer exists.
+    Gone,
+}
+
 /// Stores a batch in one transaction (retried whole when it loses a race): the observations,
-/// the node's dropped count, and the bound. Answers false when the node no longer exists.
+/// the node's dropped count, the bound, and the batch's id as the node's last.
 pub async fn record(
     store: &Store,
     node_id: Uuid,
     batch: &IngestBatch,
     received_at: i64,
-) -> Result<bool, StoreError> {
+) -> Result<Recorded, StoreError> {
     retry("ingest", StoreError::is_busy, || {
         record_attempt(store, node_id, batch, received_at)
     })
@@ -102,19 +112,32 @@ async fn record_attempt(
     node_id: Uuid,
     batch: &IngestBatch,
     received_at: i64,
-) -> Result<bool, StoreError> {
+) -> Result<Recorded, StoreError> {
     let mut tx = store.begin().await?;
     let n = batch.observations.len();
     let n_i64 = i64::try_from(n).unwrap_or(i64::MAX);
-    // The write comes first: it locks the node's row, so two batches of one node serialize.
-    let bumped =
-        sqlx::query("UPDATE nodes SET observations_seq = observations_seq + $1 WHERE id = $2")
-            .bind(n_i64)
-            .bind(node_id.to_string())
-            .execute(&mut *tx)
-            .await?;
+    // The write comes first: it locks the node's row, so two batches of one node serialize,
+    // and a copy of a batch still being stored waits for it and then finds its id.
+    let bumped = sqlx::query(
+        "UPDATE nodes SET observations_seq = observations_seq + $1, last_ingest_batch = $3 \
+         WHERE id = $2 AND (last_ingest_batch IS NULL OR last_ingest_batch <> $3)",
+    )
+    .bind(n_i64)
+    .bind(node_id.to_string())
+    .bind(batch.batch_id.to_string())
+    .execute(&mut *tx)
+    .await?;
     if bumped.rows_affected() != 1 {
-        return Ok(false);
+        let exists = sqlx::query("SELECT id FROM nodes WHERE id = $1")
+            .bind(node_id.to_string())
+            .fetch_optional(&mut *tx)
+            .await?
+            .is_some();
+        return Ok(if exists {
+            Recorded::Duplicate
+        } else {
+            Recorded::Gone
+        });
     }
     let row = sqlx::query("SELECT observations_seq, observations_dropped FROM nodes WHERE id = $1")
         .bind(node_id.to_string())
@@ -141,7 +164,7 @@ async fn record_attempt(
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;
-    Ok(true)
+    Ok(Recorded::Stored)
 }
 
 async fn insert(
