@@ -13,6 +13,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use plexsphere_nspawn::testing::host_ready;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -20,19 +21,6 @@ const BIN: &str = env!("CARGO_BIN_EXE_plexsphere");
 const BRIDGE: &str = "plexbrb0";
 const BRIDGE_CIDR: &str = "172.30.233.1/24";
 const HOST: &str = "172.30.233.1";
-
-fn host_ready() -> bool {
-    match plexsphere_nspawn::preflight() {
-        Ok(()) => true,
-        Err(e) if std::env::var_os("CI").is_some() => {
-            panic!("CI is set and this host cannot run local machines: {e}")
-        }
-        Err(e) => {
-            eprintln!("skipping (set CI=1 to make this a failure): {e}");
-            false
-        }
-    }
-}
 
 /// Stops dev, destroys what it left and removes the bridge, even when the test failed.
 struct Cleanup {

@@ -323,23 +323,22 @@ async fn gate(mode: &AtomicU8) -> bool {
     }
 }
 
-/// Whether a chunk from plexd holds the request line of a state pull. hyper writes a request's
-/// head in one piece, so the line is not split across chunks.
-fn is_state_pull(chunk: &[u8]) -> bool {
-    chunk.starts_with(b"GET /v1/nodes/")
-        && chunk
-            .split(|&b| b == b'\n')
-            .next()
-            .is_some_and(|line| line.windows(7).any(|w| w == b"/state "))
+/// Whether a chunk from plexd starts with the request line `<method> /v1/nodes/<id><suffix>`
+/// (`suffix` ends with the space before the HTTP version). hyper writes a request's head in one
+/// piece, so the line is not split across chunks.
+fn is_node_call(chunk: &[u8], method: &str, suffix: &str) -> bool {
+    let line = chunk.split(|&b| b == b'\n').next().unwrap_or_default();
+    let prefix = format!("{method} /v1/nodes/");
+    line.starts_with(prefix.as_bytes())
+        && line.windows(suffix.len()).any(|w| w == suffix.as_bytes())
 }
 
-/// Whether a chunk from plexd holds the request line of an ingest batch.
+fn is_state_pull(chunk: &[u8]) -> bool {
+    is_node_call(chunk, "GET", "/state ")
+}
+
 fn is_ingest(chunk: &[u8]) -> bool {
-    chunk.starts_with(b"POST /v1/nodes/")
-        && chunk
-            .split(|&b| b == b'\n')
-            .next()
-            .is_some_and(|line| line.windows(8).any(|w| w == b"/ingest "))
+    is_node_call(chunk, "POST", "/ingest ")
 }
 
 /// The HTTP/1.1 requests of one connection, reassembled from its chunks (heads end with an

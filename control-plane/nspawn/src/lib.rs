@@ -41,5 +41,24 @@ pub use observe::{EXEC_TIMEOUT, Life, booted_state};
 pub use procfs::ProcId;
 pub use recipe::{CLOUD_CFG, DEFAULT_MIRROR, Recipe, host_mirror, mirror_in};
 
+/// For the machine tests of this crate and of its users.
+pub mod testing {
+    /// True when this host can run machines. Under `CI` a host that cannot is a failure (a
+    /// panic naming the reason), not a skip: the tests must run there. Elsewhere the test says
+    /// why it skips.
+    pub fn host_ready() -> bool {
+        match super::preflight() {
+            Ok(()) => true,
+            Err(e) if std::env::var_os("CI").is_some() => {
+                panic!("CI is set and this host cannot run local machines: {e}")
+            }
+            Err(e) => {
+                eprintln!("skipping (set CI=1 to make this a failure): {e}");
+                false
+            }
+        }
+    }
+}
+
 /// Where the base image is cached by default (CI reuses it between runs).
 pub const DEFAULT_IMAGE_CACHE: &str = "/var/cache/plexsphere/images";

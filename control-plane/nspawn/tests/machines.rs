@@ -188,6 +188,19 @@ fn two_machines_boot_run_cloud_init_reach_the_host_and_each_other_and_leave_noth
         );
         assert_eq!(stdout(m, &["cat", "/var/tmp/reply"]), "pong");
         assert_eq!(stdout(m, &["hostname"]), name);
+        // read_file: whole, cut at the limit, and None for a file the machine does not have.
+        let greeting = format!("hello from {name}\n");
+        let t = Duration::from_secs(10);
+        let read = |path, max| m.read_file(path, max, t).unwrap();
+        assert_eq!(
+            read("/etc/plexsphere-test/greeting", 4096).as_deref(),
+            Some(greeting.as_bytes())
+        );
+        assert_eq!(
+            read("/etc/plexsphere-test/greeting", 5).as_deref(),
+            Some(&b"hello"[..])
+        );
+        assert_eq!(read("/etc/plexsphere-test/absent", 4096), None);
         assert!(
             stdout(m, &["ip", "-4", "-br", "addr", "show", "dev", "host0"])
                 .contains(&m.address().to_string())

@@ -14,20 +14,7 @@ use plexsphere_nspawn::{Bridge, Machine};
 /// The image cache CI keeps between runs.
 pub const IMAGE_CACHE: &str = plexsphere_nspawn::DEFAULT_IMAGE_CACHE;
 
-/// True when this host can run machines. Under `CI` a host that cannot is a failure, not a
-/// skip: the tests must run there.
-pub fn host_ready() -> bool {
-    match plexsphere_nspawn::preflight() {
-        Ok(()) => true,
-        Err(e) if std::env::var_os("CI").is_some() => {
-            panic!("CI is set and this host cannot run local machines: {e}")
-        }
-        Err(e) => {
-            eprintln!("skipping (set CI=1 to make this a failure): {e}");
-            false
-        }
-    }
-}
+pub use plexsphere_nspawn::testing::host_ready;
 
 pub fn init_tracing() {
     let _ = tracing_subscriber::fmt()
