@@ -3,11 +3,13 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::cli::{Cli, Command, InstallArgs, Output, StatusArgs};
+use crate::cli::{Cli, Command, InstallArgs, Output, StatusArgs, UninstallArgs};
 use crate::config::{Config, LogLevel};
 use crate::daemon::input::{Answer, Request};
 use crate::daemon::{leave, socket, status};
 use crate::exit::{ExitCode, Failure};
+use crate::identity::Identity;
+use crate::install::uninstall::{self, UninstallReport, UninstallSettings};
 use crate::install::{self, InstallSettings};
 use crate::join::{self, JoinSettings, Joined};
 use crate::logging::{self, LogTarget};
@@ -41,7 +43,24 @@ pub fn main(cli: Cli) -> i32 {
             block_on(crate::daemon::run(&s, cli.run_dir.clone()))?
         }),
         Command::Status(args) => status_cmd(&cli, args),
-        Command::Leave(args) => leave_cmd(&cli, args.ca_file.clone()),
+        Command::Leave(args) => match leave(&cli, args.ca_file.clone()) {
+            Ok(message) => {
+                println!("{message}");
+                Ok(())
+            }
+            Err((target, f)) if f.code.is_api_failure() => Err((
+                target,
+                Failure::new(
+                    f.code,
+                    format!(
+                        "{}; nothing was removed; run plexd leave again when the API answers",
+                        f.message
+                    ),
+                ),
+            )),
+            Err(e) => Err(e),
+        },
+        Command::Uninstall(args) => uninstall_cmd(&cli, args),
     };
     match result {
         Ok(()) => 0,
@@ -90,13 +109,10 @@ fn socket_failure(e: socket::ClientError) -> Failure {
     Failure::new(code, e)
 }
 
-/// `plexd leave`: through the daemon when it runs, directly otherwise.
-fn leave_cmd(cli: &Cli, ca_flag: Option<PathBuf>) -> CmdResult {
+/// `plexd leave`: through the daemon when it runs, directly otherwise; answers what it did.
+fn leave(cli: &Cli, ca_flag: Option<PathBuf>) -> Result<String, (LogTarget, Failure)> {
     match block_on(socket::ask(&cli.run_dir, Request::Leave)).map_err(|f| (LogTarget::Stderr, f))? {
-        Ok(Answer::Left { message }) => {
-            println!("{message}");
-            Ok(())
-        }
+        Ok(Answer::Left { message }) => Ok(message),
         Ok(Answer::Error { message }) => Err((
             LogTarget::Stderr,
             Failure::new(ExitCode::ServerRefused, message),
@@ -106,14 +122,111 @@ fn leave_cmd(cli: &Cli, ca_flag: Option<PathBuf>) -> CmdResult {
             Failure::new(ExitCode::Io, "the daemon answered a leave with a status"),
         )),
         Err(socket::ClientError::NotRunning { .. }) => {
+            let mut message = String::new();
             with_settings(cli, ca_flag, join::DEFAULT_MAX_WAIT, |s| {
-                let message = block_on(leave::leave_direct(&s))??;
-                println!("{message}");
+                message = block_on(leave::leave_direct(&s))??;
                 Ok(())
-            })
+            })?;
+            Ok(message)
         }
         Err(e) => Err((LogTarget::Stderr, socket_failure(e))),
     }
+}
+
+/// `plexd uninstall`: the node leaves (through the daemon when it runs), then the unit, the
+/// state dir and, with `--purge`, the config go. With `--force` a node that cannot leave is
+/// removed from this host anyway, and the message says how an operator removes it upstream.
+fn uninstall_cmd(cli: &Cli, args: &UninstallArgs) -> CmdResult {
+    let config_paths = ConfigPaths::new(&cli.config);
+    // Without a config (purged before) the defaults name the state dir and the token file.
+    let config = if config_paths.config_file.exists() {
+        let loaded = Config::load(&config_paths.config_file);
+        let level = loaded.as_ref().ok().and_then(|c| c.log.level.as_ref());
+        let target =
+            init_logging(cli.log_level.as_deref(), level).map_err(|f| (LogTarget::Stderr, f))?;
+        Some(loaded.map_err(|e| (target, e.into()))?)
+    } else {
+        init_logging(cli.log_level.as_deref(), None).map_err(|f| (LogTarget::Stderr, f))?;
+        None
+    };
+    let state = StatePaths::new(paths::resolve_state_dir(
+        cli.state_dir.as_deref(),
+        config.as_ref().and_then(|c| c.state_dir.as_deref()),
+    ));
+    let settings = UninstallSettings {
+        token_file: config
+            .as_ref()
+            .and_then(|c| c.token_file.clone())
+            .unwrap_or_else(|| config_paths.default_token_file()),
+        config: config_paths,
+        state,
+        unit_dir: args.unit_dir.clone(),
+        purge: args.purge,
+        systemd: install::systemd_is_running() && install::is_systemd_unit_dir(&args.unit_dir),
+    };
+    let mut report = UninstallReport::default();
+    let identity = Identity::load(&settings.state.identity_file())
+        .map_err(|e| (LogTarget::Stderr, e.into()))?;
+    let mut stranded = None;
+    match &identity {
+        None => report.push(format!(
+            "this host is not enrolled (no {}); nothing to leave",
+            settings.state.identity_file().display()
+        )),
+        Some(id) => match leave(cli, args.ca_file.clone()) {
+            Ok(message) => report.push(message),
+            Err((_, f)) if args.force => {
+                report.push(format!("warning: {}", f.message));
+                stranded = Some(id.clone());
+            }
+            Err((target, f)) if !f.code.is_api_failure() => return Err((target, f)),
+            Err((target, f)) => {
+                let message = format!(
+                    "{}; nothing was removed; run plexd uninstall again when the API answers, or plexd uninstall --force to remove plexd from this host and leave node {} registered for an operator to revoke",
+                    f.message, id.node_id
+                );
+                return Err((target, Failure::new(f.code, message)));
+            }
+        },
+    }
+    let fail = |f: Failure| (LogTarget::Stderr, f);
+    uninstall::stop_unit(&settings, &mut report).map_err(fail)?;
+    if let Some(id) = &stranded {
+        if block_on(socket::ask(&cli.run_dir, Request::Status))
+            .map_err(fail)?
+            .is_ok()
+        {
+            return Err(fail(Failure::new(
+                ExitCode::Io,
+                format!(
+                    "plexd is still running (not under a unit this command stops); stop it, then run plexd uninstall --force again; node {} is untouched",
+                    id.node_id
+                ),
+            )));
+        }
+        let wireguard = config
+            .as_ref()
+            .map(|c| c.wireguard.clone())
+            .unwrap_or_default();
+        let mut mesh = crate::daemon::mesh::for_leave(&wireguard);
+        let removed = leave::cleanup(&settings.state, mesh.as_mut());
+        report.push(format!(
+            "removed node {}'s files here ({}); it is still registered on {}: an operator removes it with plexctl node revoke {}",
+            id.node_id,
+            removed.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
+            id.api_url,
+            id.node_id
+        ));
+    }
+    uninstall::remove_files(&settings, &mut report).map_err(fail)?;
+    report.push(format!(
+        "kept {} (remove the binary by hand)",
+        std::env::current_exe()
+            .unwrap_or_else(|_| PathBuf::from(paths::DEFAULT_BINARY))
+            .display()
+    ));
+    print!("{}", report.render());
+    Ok(())
 }
 
 fn install_cmd(cli: &Cli, args: &InstallArgs) -> CmdResult {

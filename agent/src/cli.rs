@@ -43,6 +43,9 @@ pub enum Command {
     Status(StatusArgs),
     /// Deregister this node, tear the mesh down and remove its identity and key.
     Leave(LeaveArgs),
+    /// Leave, then stop and disable the unit and remove it and the state dir (and with
+    /// --purge the config and token).
+    Uninstall(UninstallArgs),
     /// Print the version.
     Version,
 }
@@ -108,6 +111,23 @@ pub struct LeaveArgs {
     /// An extra CA (PEM) to trust when plexd deregisters without a running daemon.
     #[arg(long)]
     pub ca_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct UninstallArgs {
+    /// Also remove the config file, the token file and the CA dropped beside them.
+    #[arg(long)]
+    pub purge: bool,
+    /// Remove plexd from this host even when the node cannot deregister (the control plane is
+    /// unreachable or refuses); the node then stays registered until an operator revokes it.
+    #[arg(long)]
+    pub force: bool,
+    /// An extra CA (PEM) to trust when plexd deregisters without a running daemon.
+    #[arg(long)]
+    pub ca_file: Option<PathBuf>,
+    /// Where the systemd unit is.
+    #[arg(long, env = "PLEXD_UNIT_DIR", default_value = DEFAULT_UNIT_DIR)]
+    pub unit_dir: PathBuf,
 }
 
 /// `300`, `300s`, `5m`, `1h`.

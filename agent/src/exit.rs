@@ -36,6 +36,11 @@ pub enum ExitCode {
 }
 
 impl ExitCode {
+    /// The control plane could not be reached or refused: trying again later may help.
+    pub fn is_api_failure(self) -> bool {
+        matches!(self, ExitCode::ApiUnreachable | ExitCode::ServerRefused)
+    }
+
     pub fn as_i32(self) -> i32 {
         match self {
             ExitCode::Ok => 0,

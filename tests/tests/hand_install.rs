@@ -14,16 +14,17 @@ use plexsphere_e2e::{ControlPlane, LAB_NODES_PROJECT, wait_until};
 
 const BOUND: Duration = Duration::from_secs(120);
 
-/// The README's hand-install blocks: (language, text) in order.
-fn readme_blocks() -> Vec<(String, String)> {
+/// The README's blocks between `<!-- {marker}:begin -->` and `<!-- {marker}:end -->`:
+/// (language, text) in order.
+fn readme_blocks(marker: &str) -> Vec<(String, String)> {
     let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
         .expect("README.md");
     let start = readme
-        .find("<!-- hand-install:begin -->")
-        .expect("the hand-install begin marker");
+        .find(&format!("<!-- {marker}:begin -->"))
+        .unwrap_or_else(|| panic!("the {marker} begin marker"));
     let end = readme
-        .find("<!-- hand-install:end -->")
-        .expect("the hand-install end marker");
+        .find(&format!("<!-- {marker}:end -->"))
+        .unwrap_or_else(|| panic!("the {marker} end marker"));
     let mut blocks = Vec::new();
     let mut lines = readme[start..end].lines();
     while let Some(line) = lines.next() {
@@ -68,7 +69,7 @@ fn the_readme_hand_install_enrols_a_machine_and_a_reused_token_is_refused() {
     m.write("/root/pasted-token", &format!("{token}\n"))
         .unwrap();
 
-    let blocks = readme_blocks();
+    let blocks = readme_blocks("hand-install");
     assert!(
         blocks.len() >= 5,
         "the README's hand-install blocks: {blocks:?}"
@@ -157,4 +158,61 @@ fn the_readme_hand_install_enrols_a_machine_and_a_reused_token_is_refused() {
     })
     .unwrap();
     assert!(result.contains("NRestarts=0"), "{result}");
+
+    // The fix the message names: a fresh token, and plexd starts again as a new node.
+    let fresh = cp.issue_token(LAB_NODES_PROJECT).unwrap();
+    m.sh(&format!(
+        "(umask 077; printf '%s\\n' '{fresh}' >/etc/plexd/bootstrap-token)\nsystemctl start plexd"
+    ))
+    .unwrap();
+    let second = wait_until(BOUND, "the node enrols again with the fresh token", || {
+        let id = m.sh("cat /var/lib/plexd/identity.json 2>/dev/null || true")?;
+        Ok(serde_json::from_str::<serde_json::Value>(&id)
+            .ok()
+            .and_then(|v| v["node_id"].as_str().map(str::to_owned))
+            .filter(|id| *id != node_id))
+    })
+    .unwrap();
+    wait_until(BOUND, "the new node is online", || {
+        Ok(Some(cp.node(&second)?).filter(|n| n["status"] == "online"))
+    })
+    .unwrap();
+
+    // The README's removal, verbatim: the node leaves through the daemon under systemd.
+    let blocks = readme_blocks("uninstall");
+    assert_eq!(blocks.len(), 1, "{blocks:?}");
+    let out = m.sh(&blocks[0].1.replace("sudo ", "")).unwrap();
+    eprintln!("--- {}{out}", blocks[0].1);
+    assert!(
+        out.contains(&format!("node {second} left the mesh: deregistered")),
+        "{out}"
+    );
+    assert!(out.contains("stopped and disabled plexd.service"), "{out}");
+    let after = m
+        .sh("for p in /etc/systemd/system/plexd.service /etc/plexd /var/lib/plexd; do \
+               if test -e $p; then echo \"present $p\"; else echo \"gone $p\"; fi; done
+             if ip link show plexd0 >/dev/null 2>&1; then echo 'present plexd0'; else echo 'gone plexd0'; fi
+             echo \"enabled: $(systemctl is-enabled plexd 2>&1 || true)\"
+             echo \"active: $(systemctl is-active plexd 2>&1 || true)\"
+             command -v plexd")
+        .unwrap();
+    for gone in [
+        "gone /etc/systemd/system/plexd.service",
+        "gone /etc/plexd",
+        "gone /var/lib/plexd",
+        "gone plexd0",
+    ] {
+        assert!(after.contains(gone), "{gone}:\n{after}");
+    }
+    assert!(!after.contains("enabled: enabled"), "{after}");
+    assert!(!after.contains("active: active"), "{after}");
+    assert!(
+        after.contains("/usr/local/bin/plexd"),
+        "the binary is kept:\n{after}"
+    );
+    let out = cp.plexctl(&["node", "get", &second]).unwrap();
+    assert!(
+        !out.status.success(),
+        "the control plane no longer has the node"
+    );
 }

@@ -45,7 +45,8 @@ fn files_text(files: &[PathBuf]) -> String {
         .join(", ")
 }
 
-/// What a leave answered, for the operator; `Err` when nothing was removed.
+/// What a leave answered, for the operator; `Err` (saying why the node could not deregister)
+/// when nothing was removed.
 pub fn finish(
     id: &Identity,
     answer: Result<LeaveAnswer, CallError>,
@@ -71,7 +72,7 @@ pub fn finish(
             return Err(Failure::new(
                 code,
                 format!(
-                    "cannot deregister node {} from {}: {e}; nothing was removed; run plexd leave again when the API answers",
+                    "cannot deregister node {} from {}: {e}",
                     id.node_id, id.api_url
                 ),
             ));

@@ -2,6 +2,7 @@
 //! start the service.
 
 mod merge;
+pub mod uninstall;
 mod unit;
 
 use std::path::PathBuf;

@@ -1,0 +1,239 @@
+//! The local half of `plexd uninstall`, after the node has left (or was let go with
+//! `--force`): stop and disable the unit, remove it, the emptied state dir and, with `--purge`,
+//! the config plexd reads. Each step says what it did; a step that fails stops the rest, so
+//! what is left is exactly what the message names.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::exit::{ExitCode, Failure};
+use crate::paths::{ConfigPaths, StatePaths, UNIT_FILE_NAME};
+
+/// What to remove.
+#[derive(Debug, Clone)]
+pub struct UninstallSettings {
+    pub config: ConfigPaths,
+    pub token_file: PathBuf,
+    pub state: StatePaths,
+    pub unit_dir: PathBuf,
+    /// Also remove the config file, the token file and the dropped CA.
+    pub purge: bool,
+    /// systemd runs and reads `unit_dir`: stop, disable and reload through `systemctl`.
+    pub systemd: bool,
+}
+
+/// The lines `plexd uninstall` prints, in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UninstallReport {
+    pub lines: Vec<String>,
+}
+
+impl UninstallReport {
+    pub fn push(&mut self, line: impl Into<String>) {
+        self.lines.push(line.into());
+    }
+
+    pub fn render(&self) -> String {
+        self.lines.iter().map(|l| format!("{l}\n")).collect()
+    }
+}
+
+/// Stops and disables the unit when systemd manages it. Runs before the node's local files go
+/// when the node could not leave (`--force`), so no daemon is left running on them.
+pub fn stop_unit(s: &UninstallSettings, report: &mut UninstallReport) -> Result<(), Failure> {
+    let unit_file = s.unit_dir.join(UNIT_FILE_NAME);
+    if !unit_file.exists() {
+        return Ok(());
+    }
+    if !s.systemd {
+        report.push(format!(
+            "systemd does not manage {} here (not running, or not a directory it reads); nothing to stop",
+            unit_file.display()
+        ));
+        return Ok(());
+    }
+    systemctl(&["disable", "--now", UNIT_FILE_NAME]).map_err(|e| {
+        Failure::new(
+            ExitCode::Io,
+            format!("{e}; the unit and the files are still in place; stop plexd by hand (systemctl stop plexd), then run plexd uninstall again"),
+        )
+    })?;
+    report.push(format!("stopped and disabled {UNIT_FILE_NAME}"));
+    Ok(())
+}
+
+/// Removes the unit, the state dir when nothing of anyone else's is left in it, and with
+/// `purge` the config; then names what was kept.
+pub fn remove_files(s: &UninstallSettings, report: &mut UninstallReport) -> Result<(), Failure> {
+    let unit_file = s.unit_dir.join(UNIT_FILE_NAME);
+    if remove_file(&unit_file)? {
+        report.push(format!("removed {}", unit_file.display()));
+        if s.systemd {
+            match systemctl(&["daemon-reload"]) {
+                Ok(()) => report.push("ran systemctl daemon-reload"),
+                Err(e) => report.push(format!("warning: {e}; run systemctl daemon-reload by hand")),
+            }
+        }
+    }
+    remove_dir_if_empty(&s.state.dir, report)?;
+    let config_files = [
+        s.config.config_file.clone(),
+        s.token_file.clone(),
+        s.config.dropped_ca_file(),
+    ];
+    if s.purge {
+        for f in &config_files {
+            if remove_file(f)? {
+                report.push(format!("removed {}", f.display()));
+            }
+        }
+        remove_dir_if_empty(&s.config.config_dir(), report)?;
+    } else {
+        for f in config_files.iter().filter(|f| f.exists()) {
+            report.push(format!(
+                "kept {} (plexd uninstall --purge removes it)",
+                f.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// True when the file was there and is gone now.
+fn remove_file(path: &Path) -> Result<bool, Failure> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(Failure::new(
+            ExitCode::Io,
+            format!(
+                "cannot remove {}: {e}; remove it by hand, then run plexd uninstall again",
+                path.display()
+            ),
+        )),
+    }
+}
+
+/// Removes `dir` when it is empty; names what kept it otherwise.
+fn remove_dir_if_empty(dir: &Path, report: &mut UninstallReport) -> Result<(), Failure> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(rd) => rd
+            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect::<Vec<_>>(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            return Err(Failure::new(
+                ExitCode::Io,
+                format!("cannot read {}: {e}", dir.display()),
+            ));
+        }
+    };
+    if entries.is_empty() {
+        std::fs::remove_dir(dir).map_err(|e| {
+            Failure::new(
+                ExitCode::Io,
+                format!("cannot remove the empty directory {}: {e}", dir.display()),
+            )
+        })?;
+        report.push(format!("removed {}", dir.display()));
+    } else {
+        let mut entries = entries;
+        entries.sort();
+        report.push(format!(
+            "kept {} (it holds files plexd did not write: {})",
+            dir.display(),
+            entries.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+fn systemctl(args: &[&str]) -> Result<(), String> {
+    let shown = format!("systemctl {}", args.join(" "));
+    let out = Command::new("systemctl")
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run {shown}: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "{shown} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr).trim()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(root: &Path, purge: bool) -> UninstallSettings {
+        let etc = root.join("etc");
+        UninstallSettings {
+            config: ConfigPaths::new(etc.join("config.yaml")),
+            token_file: etc.join("bootstrap-token"),
+            state: StatePaths::new(root.join("state")),
+            unit_dir: root.join("units"),
+            purge,
+            systemd: false,
+        }
+    }
+
+    fn populate(root: &Path) {
+        for d in ["etc", "state", "units"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        for f in [
+            "etc/config.yaml",
+            "etc/bootstrap-token",
+            "etc/ca.crt",
+            "units/plexd.service",
+        ] {
+            std::fs::write(root.join(f), "x").unwrap();
+        }
+    }
+
+    #[test]
+    fn without_purge_the_config_is_kept_and_named() {
+        let dir = tempfile::tempdir().unwrap();
+        populate(dir.path());
+        let s = settings(dir.path(), false);
+        let mut report = UninstallReport::default();
+        stop_unit(&s, &mut report).unwrap();
+        remove_files(&s, &mut report).unwrap();
+        let text = report.render();
+        assert!(!dir.path().join("units/plexd.service").exists());
+        assert!(!dir.path().join("state").exists());
+        assert!(text.contains("systemd does not manage"), "{text}");
+        for kept in ["config.yaml", "bootstrap-token", "ca.crt"] {
+            assert!(dir.path().join("etc").join(kept).exists());
+            assert!(
+                text.contains(&format!("/etc/{kept} (plexd uninstall --purge")),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn purge_removes_the_config_and_keeps_what_is_not_plexds() {
+        let dir = tempfile::tempdir().unwrap();
+        populate(dir.path());
+        std::fs::write(dir.path().join("state/notes.txt"), "mine").unwrap();
+        let s = settings(dir.path(), true);
+        let mut report = UninstallReport::default();
+        remove_files(&s, &mut report).unwrap();
+        assert!(!dir.path().join("etc").exists());
+        assert!(dir.path().join("state/notes.txt").exists());
+        let text = report.render();
+        assert!(
+            text.contains("it holds files plexd did not write: notes.txt"),
+            "{text}"
+        );
+
+        // Again: nothing left to do, and no error.
+        let mut again = UninstallReport::default();
+        remove_files(&s, &mut again).unwrap();
+        assert_eq!(again.lines.len(), 1, "{:?}", again.lines);
+    }
+}
