@@ -95,7 +95,7 @@ fn status_cmd(cli: &Cli, args: &StatusArgs) -> CmdResult {
             }
             Ok(())
         }
-        Answer::Error { message } | Answer::Left { message } => {
+        Answer::Error { message, .. } | Answer::Left { message } => {
             Err(fail(Failure::new(ExitCode::ServerRefused, message)))
         }
     }
@@ -113,10 +113,12 @@ fn socket_failure(e: socket::ClientError) -> Failure {
 fn leave(cli: &Cli, ca_flag: Option<PathBuf>) -> Result<String, (LogTarget, Failure)> {
     match block_on(socket::ask(&cli.run_dir, Request::Leave)).map_err(|f| (LogTarget::Stderr, f))? {
         Ok(Answer::Left { message }) => Ok(message),
-        Ok(Answer::Error { message }) => Err((
-            LogTarget::Stderr,
-            Failure::new(ExitCode::ServerRefused, message),
-        )),
+        Ok(Answer::Error { message, exit_code }) => {
+            let code = exit_code
+                .and_then(ExitCode::from_i32)
+                .unwrap_or(ExitCode::ServerRefused);
+            Err((LogTarget::Stderr, Failure::new(code, message)))
+        }
         Ok(Answer::Status(_)) => Err((
             LogTarget::Stderr,
             Failure::new(ExitCode::Io, "the daemon answered a leave with a status"),
@@ -136,9 +138,23 @@ fn leave(cli: &Cli, ca_flag: Option<PathBuf>) -> Result<String, (LogTarget, Fail
 /// `plexd uninstall`: the node leaves (through the daemon when it runs), then the unit, the
 /// state dir and, with `--purge`, the config go. With `--force` a node that cannot leave is
 /// removed from this host anyway, and the message says how an operator removes it upstream.
+/// What was done is printed also when a later step fails.
 fn uninstall_cmd(cli: &Cli, args: &UninstallArgs) -> CmdResult {
+    let (settings, config) = uninstall_settings(cli, args)?;
+    let mut report = UninstallReport::default();
+    let stranded = leave_before_uninstall(cli, args, &settings, &mut report)?;
+    let done = remove_plexd(cli, &settings, config.as_ref(), stranded, &mut report);
+    print!("{}", report.render());
+    done.map_err(|f| (LogTarget::Stderr, f))
+}
+
+/// What to remove, from the flags and the config (without one, purged before, the defaults
+/// name the state dir and the token file); sets up logging.
+fn uninstall_settings(
+    cli: &Cli,
+    args: &UninstallArgs,
+) -> Result<(UninstallSettings, Option<Config>), (LogTarget, Failure)> {
     let config_paths = ConfigPaths::new(&cli.config);
-    // Without a config (purged before) the defaults name the state dir and the token file.
     let config = if config_paths.config_file.exists() {
         let loaded = Config::load(&config_paths.config_file);
         let level = loaded.as_ref().ok().and_then(|c| c.log.level.as_ref());
@@ -164,68 +180,85 @@ fn uninstall_cmd(cli: &Cli, args: &UninstallArgs) -> CmdResult {
         purge: args.purge,
         systemd: install::systemd_is_running() && install::is_systemd_unit_dir(&args.unit_dir),
     };
-    let mut report = UninstallReport::default();
-    let identity = Identity::load(&settings.state.identity_file())
-        .map_err(|e| (LogTarget::Stderr, e.into()))?;
-    let mut stranded = None;
-    match &identity {
-        None => report.push(format!(
+    Ok((settings, config))
+}
+
+/// Deregisters an enrolled node. Answers the identity left behind when the node could not
+/// leave and `--force` lets the uninstall go on; without `--force` that is the failure.
+fn leave_before_uninstall(
+    cli: &Cli,
+    args: &UninstallArgs,
+    settings: &UninstallSettings,
+    report: &mut UninstallReport,
+) -> Result<Option<Identity>, (LogTarget, Failure)> {
+    let identity_file = settings.state.identity_file();
+    let Some(id) = Identity::load(&identity_file).map_err(|e| (LogTarget::Stderr, e.into()))?
+    else {
+        report.push(format!(
             "this host is not enrolled (no {}); nothing to leave",
-            settings.state.identity_file().display()
-        )),
-        Some(id) => match leave(cli, args.ca_file.clone()) {
-            Ok(message) => report.push(message),
-            Err((_, f)) if args.force => {
-                report.push(format!("warning: {}", f.message));
-                stranded = Some(id.clone());
-            }
-            Err((target, f)) if !f.code.is_api_failure() => return Err((target, f)),
-            Err((target, f)) => {
-                let message = format!(
-                    "{}; nothing was removed; run plexd uninstall again when the API answers, or plexd uninstall --force to remove plexd from this host and leave node {} registered for an operator to revoke",
-                    f.message, id.node_id
-                );
-                return Err((target, Failure::new(f.code, message)));
-            }
-        },
+            identity_file.display()
+        ));
+        return Ok(None);
+    };
+    match leave(cli, args.ca_file.clone()) {
+        Ok(message) => {
+            report.push(message);
+            Ok(None)
+        }
+        Err((_, f)) if args.force => {
+            report.push(format!("warning: {}", f.message));
+            Ok(Some(id))
+        }
+        Err((target, f)) if !f.code.is_api_failure() => Err((target, f)),
+        Err((target, f)) => {
+            let message = format!(
+                "{}; nothing was removed; run plexd uninstall again when the API answers, or plexd uninstall --force to remove plexd from this host and leave node {} registered for an operator to revoke",
+                f.message, id.node_id
+            );
+            Err((target, Failure::new(f.code, message)))
+        }
     }
-    let fail = |f: Failure| (LogTarget::Stderr, f);
-    uninstall::stop_unit(&settings, &mut report).map_err(fail)?;
-    if let Some(id) = &stranded {
-        if block_on(socket::ask(&cli.run_dir, Request::Status))
-            .map_err(fail)?
-            .is_ok()
-        {
-            return Err(fail(Failure::new(
+}
+
+/// After the leave: the unit stops; a node that could not leave has its local files removed
+/// (once no daemon runs on them); then the unit file, the state dir and with `--purge` the
+/// config go.
+fn remove_plexd(
+    cli: &Cli,
+    settings: &UninstallSettings,
+    config: Option<&Config>,
+    stranded: Option<Identity>,
+    report: &mut UninstallReport,
+) -> Result<(), Failure> {
+    uninstall::stop_unit(settings, report)?;
+    if let Some(id) = stranded {
+        if block_on(socket::ask(&cli.run_dir, Request::Status))?.is_ok() {
+            return Err(Failure::new(
                 ExitCode::Io,
                 format!(
-                    "plexd is still running (not under a unit this command stops); stop it, then run plexd uninstall --force again; node {} is untouched",
+                    "plexd is still running (not under a unit this command stops); stop it, then run plexd uninstall --force again; node {}'s files are untouched",
                     id.node_id
                 ),
-            )));
+            ));
         }
-        let wireguard = config
-            .as_ref()
-            .map(|c| c.wireguard.clone())
-            .unwrap_or_default();
+        let wireguard = config.map(|c| c.wireguard.clone()).unwrap_or_default();
         let mut mesh = crate::daemon::mesh::for_leave(&wireguard);
         let removed = leave::cleanup(&settings.state, mesh.as_mut());
+        let removed: Vec<String> = removed.iter().map(|p| p.display().to_string()).collect();
         report.push(format!(
             "removed node {}'s files here ({}); it is still registered on {}: an operator removes it with plexctl node revoke {}",
             id.node_id,
-            removed.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
+            removed.join(", "),
             id.api_url,
             id.node_id
         ));
     }
-    uninstall::remove_files(&settings, &mut report).map_err(fail)?;
+    uninstall::remove_files(settings, report)?;
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from(paths::DEFAULT_BINARY));
     report.push(format!(
         "kept {} (remove the binary by hand)",
-        std::env::current_exe()
-            .unwrap_or_else(|_| PathBuf::from(paths::DEFAULT_BINARY))
-            .display()
+        exe.display()
     ));
-    print!("{}", report.render());
     Ok(())
 }
 

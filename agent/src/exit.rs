@@ -36,6 +36,25 @@ pub enum ExitCode {
 }
 
 impl ExitCode {
+    pub const ALL: [ExitCode; 11] = [
+        ExitCode::Ok,
+        ExitCode::NotRunning,
+        ExitCode::TokenConsumed,
+        ExitCode::TokenInvalid,
+        ExitCode::RateLimited,
+        ExitCode::ApiUnreachable,
+        ExitCode::ServerRefused,
+        ExitCode::NodeGone,
+        ExitCode::Usage,
+        ExitCode::Io,
+        ExitCode::Config,
+    ];
+
+    /// The code with this exit status (as the daemon passes a failure over its socket).
+    pub fn from_i32(status: i32) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.as_i32() == status)
+    }
+
     /// The control plane could not be reached or refused: trying again later may help.
     pub fn is_api_failure(self) -> bool {
         matches!(self, ExitCode::ApiUnreachable | ExitCode::ServerRefused)
@@ -167,6 +186,14 @@ impl From<crate::api_client::ApiClientError> for Failure {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_exit_status_maps_back_to_its_code() {
+        for code in ExitCode::ALL {
+            assert_eq!(ExitCode::from_i32(code.as_i32()), Some(code));
+        }
+        assert_eq!(ExitCode::from_i32(1), None);
+    }
 
     #[test]
     fn refusals_map_to_their_exit_codes() {

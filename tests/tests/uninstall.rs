@@ -106,8 +106,13 @@ fn a_node_that_cannot_leave_is_refused_unless_forced() {
     let tmp = tempfile::tempdir().unwrap();
     let mut cp = ControlPlane::start_dev(&tmp.path().join("cp")).unwrap();
     let host = installed(&cp, &tmp.path().join("host"));
-    let out = host.plexd(&["join"]).unwrap();
-    assert!(out.status.success(), "join: {}", text(&out).1);
+    let mut proc = host.start_daemon().unwrap();
+    wait_until(BOUND, "the daemon's event stream connects", || {
+        Ok(host
+            .status()?
+            .filter(|s| s["event_stream_connected"] == true))
+    })
+    .unwrap();
     let node_id = host.identity().unwrap().0;
     cp.proc.terminate(Duration::from_secs(15)).unwrap();
 
@@ -115,14 +120,25 @@ fn a_node_that_cannot_leave_is_refused_unless_forced() {
     let out = host.plexd(&["uninstall", "--purge"]).unwrap();
     let (stdout, stderr) = text(&out);
     eprintln!("--- plexd uninstall --purge:\n{stdout}{stderr}");
-    assert_eq!(out.status.code(), Some(13), "{stdout}{stderr}");
+    assert_eq!(out.status.code(), Some(13), "unreachable: {stdout}{stderr}");
     assert!(stderr.contains("nothing was removed"), "{stderr}");
     assert!(stderr.contains("plexd uninstall --force"), "{stderr}");
     assert!(host.state_dir().join("identity.json").exists());
     assert!(host.unit_dir().join("plexd.service").exists());
     assert!(host.config().exists());
 
-    // --force removes plexd from the host and says the node is still registered.
+    // --force will not pull the files from under a daemon it cannot stop.
+    let out = host.plexd(&["uninstall", "--force"]).unwrap();
+    let (stdout, stderr) = text(&out);
+    eprintln!("--- plexd uninstall --force, the daemon running:\n{stdout}{stderr}");
+    assert_eq!(out.status.code(), Some(74), "{stdout}{stderr}");
+    assert!(stderr.contains("plexd is still running"), "{stderr}");
+    assert!(host.state_dir().join("identity.json").exists());
+    assert!(host.unit_dir().join("plexd.service").exists());
+
+    // Once it is stopped, --force removes plexd from the host and says the node is still
+    // registered.
+    proc.terminate(Duration::from_secs(15)).unwrap();
     let out = host.plexd(&["uninstall", "--force"]).unwrap();
     let (stdout, stderr) = text(&out);
     eprintln!("--- plexd uninstall --force:\n{stdout}{stderr}");

@@ -63,8 +63,24 @@ pub enum Request {
 #[serde(rename_all = "snake_case")]
 pub enum Answer {
     Status(Box<StatusReport>),
-    Left { message: String },
-    Error { message: String },
+    Left {
+        message: String,
+    },
+    Error {
+        message: String,
+        /// The exit status `plexd` ends with for this failure; absent: 14, a refusal.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        exit_code: Option<i32>,
+    },
+}
+
+impl Answer {
+    pub fn error(message: impl Into<String>, code: crate::exit::ExitCode) -> Self {
+        Answer::Error {
+            message: message.into(),
+            exit_code: Some(code.as_i32()),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -85,6 +101,19 @@ mod tests {
         assert_eq!(
             serde_json::to_string(&a).unwrap(),
             r#"{"left":{"message":"bye"}}"#
+        );
+        let e = Answer::error("down", crate::exit::ExitCode::ApiUnreachable);
+        assert_eq!(
+            serde_json::to_string(&e).unwrap(),
+            r#"{"error":{"message":"down","exit_code":13}}"#
+        );
+        let older: Answer = serde_json::from_str(r#"{"error":{"message":"x"}}"#).unwrap();
+        assert_eq!(
+            older,
+            Answer::Error {
+                message: "x".into(),
+                exit_code: None
+            }
         );
     }
 }

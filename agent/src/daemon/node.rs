@@ -31,6 +31,7 @@ use super::schedule::{Schedule, Task};
 use super::sse::{self, StreamMsg};
 use super::status::{ApiStatus, PeerStatus, StatusReport};
 use crate::config::Config;
+use crate::exit::ExitCode;
 use crate::identity::Identity;
 use crate::paths::StatePaths;
 
@@ -232,9 +233,10 @@ impl Daemon {
             }
             Input::Control(Request::Leave, answer) => {
                 if self.leave_waiter.is_some() {
-                    let _ = answer.send(Answer::Error {
-                        message: "a leave is already in progress".to_owned(),
-                    });
+                    let _ = answer.send(Answer::error(
+                        "a leave is already in progress",
+                        ExitCode::Io,
+                    ));
                 } else {
                     tracing::info!("leaving the mesh: deregistering from the control plane");
                     self.leave_waiter = Some(answer);
@@ -496,10 +498,7 @@ impl Daemon {
                         }
                         Err(f) => {
                             tracing::warn!("{}", f.message);
-                            (
-                                Answer::Error { message: f.message },
-                                ControlFlow::Continue(()),
-                            )
+                            (Answer::error(f.message, f.code), ControlFlow::Continue(()))
                         }
                     };
                 if let Some(w) = waiter {

@@ -9,6 +9,7 @@ use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 
 use super::input::{Answer, Input, Request};
+use crate::exit::ExitCode;
 use crate::fsutil;
 
 pub const SOCKET_NAME: &str = "plexd.sock";
@@ -69,9 +70,10 @@ async fn handle(stream: UnixStream, tx: mpsc::Sender<Input>) -> std::io::Result<
         .read_line(&mut line)
         .await?;
     let answer = match serde_json::from_str::<Request>(line.trim()) {
-        Err(e) => Answer::Error {
-            message: format!("not a request plexd understands: {e}"),
-        },
+        Err(e) => Answer::error(
+            format!("not a request plexd understands: {e}"),
+            ExitCode::Usage,
+        ),
         Ok(req) => {
             let (atx, arx) = oneshot::channel();
             if tx.send(Input::Control(req, atx)).await.is_err() {
@@ -79,9 +81,7 @@ async fn handle(stream: UnixStream, tx: mpsc::Sender<Input>) -> std::io::Result<
             }
             match arx.await {
                 Ok(a) => a,
-                Err(_) => Answer::Error {
-                    message: "plexd is stopping".to_owned(),
-                },
+                Err(_) => Answer::error("plexd is stopping", ExitCode::NotRunning),
             }
         }
     };
