@@ -362,6 +362,13 @@ fn an_ingest_batch_whose_answer_was_lost_is_sent_again_and_stored_once() {
     let lost = proxy.ingests();
     let batch = lost[0].clone();
     assert!(batch.observations > 0, "{lost:?}");
+    let waiting = a.status().unwrap().unwrap()["ingest"]["waiting"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        waiting >= batch.observations as u64,
+        "plexd status counts the unacknowledged batch as waiting: {waiting}"
+    );
     assert!(
         lost.iter().all(|i| *i == batch),
         "every try is the same batch: {lost:?}"

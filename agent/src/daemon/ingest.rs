@@ -63,6 +63,11 @@ impl IngestQueue {
         self.queue.len()
     }
 
+    /// Queued plus in the pending batch: what the control plane has not acknowledged.
+    pub fn waiting(&self) -> usize {
+        self.queue.len() + self.pending_len()
+    }
+
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty()
     }
@@ -172,6 +177,7 @@ mod tests {
         q.push(obs(5)); // 3 pending + 1 queued = full: the oldest queued, 4, is dropped
         assert_eq!(q.dropped(), 1);
         assert!(q.take_batch().is_none(), "the call is still running");
+        assert_eq!(q.waiting(), 4, "3 pending and 1 queued");
         q.retry_later();
         let again = q.take_batch().unwrap();
         assert_eq!(again, first, "the retry is the same batch, id and all");

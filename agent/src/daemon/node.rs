@@ -29,7 +29,7 @@ use super::notify;
 use super::peers::{self, Delta, DesiredPeers, PeerChange};
 use super::schedule::{Schedule, Task};
 use super::sse::{self, StreamMsg};
-use super::status::{ApiStatus, PeerStatus, StatusReport};
+use super::status::{ApiStatus, IngestStatus, PeerStatus, StatusReport};
 use crate::config::Config;
 use crate::exit::ExitCode;
 use crate::identity::Identity;
@@ -888,6 +888,10 @@ impl Daemon {
             state_version: self.state_version,
             backend: self.mesh.backend().to_owned(),
             interface: self.config.wireguard.interface.clone(),
+            ingest: IngestStatus {
+                waiting: self.ingest.waiting(),
+                dropped_unreported: self.ingest.dropped(),
+            },
             peers,
         }
     }

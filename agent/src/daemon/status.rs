@@ -25,7 +25,17 @@ pub struct StatusReport {
     pub state_version: Option<u64>,
     pub backend: String,
     pub interface: String,
+    pub ingest: IngestStatus,
     pub peers: Vec<PeerStatus>,
+}
+
+/// Observations on their way to `POST /ingest`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IngestStatus {
+    /// Queued or in the batch being sent (a batch whose call failed is sent again as it is).
+    pub waiting: usize,
+    /// Dropped (the queue was full) and not yet reported to the control plane.
+    pub dropped_unreported: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -108,6 +118,11 @@ pub fn render(r: &StatusReport) -> String {
         .map_or_else(|| "none applied".to_owned(), |v| v.to_string());
     let _ = writeln!(out, "state       version {version}");
     let _ = writeln!(out, "backend     {} (interface {})", r.backend, r.interface);
+    let _ = writeln!(
+        out,
+        "ingest      {} observations waiting, {} dropped and not yet reported",
+        r.ingest.waiting, r.ingest.dropped_unreported
+    );
     let _ = writeln!(out, "peers       {}", r.peers.len());
     if r.peers.is_empty() {
         return out;
@@ -188,6 +203,10 @@ mod tests {
             state_version: Some(7),
             backend: "none".into(),
             interface: "plexd0".into(),
+            ingest: IngestStatus {
+                waiting: 3,
+                dropped_unreported: 1,
+            },
             peers: vec![PeerStatus {
                 node_id: Uuid::parse_str("019a0816-0000-7000-8000-000000000003").unwrap(),
                 hostname: "web-3".into(),
@@ -212,6 +231,7 @@ heartbeat   5 min ago
 events      stream disconnected, last event never, last id 9
 state       version 7
 backend     none (interface plexd0)
+ingest      3 observations waiting, 1 dropped and not yet reported
 peers       1
 
 PEER                                  HOSTNAME  MESH IP    ENDPOINT         HANDSHAKE  RX  TX
