@@ -359,6 +359,18 @@ impl Host {
         Ok(Some(serde_json::from_slice(&out.stdout)?))
     }
 
+    /// The mesh IPs of the peers a `status` JSON lists.
+    pub fn peer_ips(status: &serde_json::Value) -> Vec<String> {
+        status["peers"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|p| p["mesh_ip"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// The node's identity as saved by join: (node id, mesh ip).
     pub fn identity(&self) -> Result<(String, String)> {
         let text = std::fs::read_to_string(self.state_dir().join("identity.json"))?;

@@ -63,17 +63,6 @@ fn start(host: &Host) -> (Proc, serde_json::Value) {
     (proc, status)
 }
 
-fn peer_ips(status: &serde_json::Value) -> Vec<String> {
-    status["peers"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|p| p["mesh_ip"].as_str().map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 #[test]
 fn heartbeats_mark_the_node_online_and_a_stopped_daemon_goes_offline() {
     let tmp = tempfile::tempdir().unwrap();
@@ -191,7 +180,7 @@ fn the_stream_resumes_after_a_server_restart_without_missing_events() {
 
     let after = wait_until(BOUND, "the node applies both missed peers", || {
         Ok(a.status()?.filter(|s| {
-            let peers = peer_ips(s);
+            let peers = Host::peer_ips(s);
             s["event_stream_connected"] == true && ips.iter().all(|ip| peers.contains(ip))
         }))
     })
@@ -251,7 +240,7 @@ fn a_resume_from_before_the_replay_window_gets_a_resync_and_a_full_pull() {
         .unwrap();
     proc.wait_for_line(BOUND, |l| l.contains("resync")).unwrap();
     assert!(
-        !peer_ips(&a.status().unwrap().unwrap()).contains(&b_ip),
+        !Host::peer_ips(&a.status().unwrap().unwrap()).contains(&b_ip),
         "no pull went through yet, so the node cannot know b"
     );
 
@@ -259,7 +248,7 @@ fn a_resume_from_before_the_replay_window_gets_a_resync_and_a_full_pull() {
     wait_until(
         BOUND,
         "the node pulls the full state with the new peer",
-        || Ok(a.status()?.filter(|s| peer_ips(s).contains(&b_ip))),
+        || Ok(a.status()?.filter(|s| Host::peer_ips(s).contains(&b_ip))),
     )
     .unwrap_or_else(|e| panic!("{e}\n--- plexd:\n{}", proc.output()));
 }
@@ -287,7 +276,7 @@ fn a_silent_proxy_is_noticed_and_the_stream_reopened() {
     let b_ip = b.identity().unwrap().1;
     wait_until(BOUND, "the reopened stream delivers the new peer", || {
         Ok(a.status()?
-            .filter(|s| s["event_stream_connected"] == true && peer_ips(s).contains(&b_ip)))
+            .filter(|s| s["event_stream_connected"] == true && Host::peer_ips(s).contains(&b_ip)))
     })
     .unwrap();
 }
@@ -324,13 +313,13 @@ fn tampered_state_and_events_are_refused_and_the_last_good_state_kept() {
         );
     }
     assert!(
-        !peer_ips(&during).contains(&b_ip),
+        !Host::peer_ips(&during).contains(&b_ip),
         "nothing from a tampered document is applied"
     );
 
     proxy.set_mode(Mode::Pass);
     wait_until(BOUND, "the untampered state arrives", || {
-        Ok(a.status()?.filter(|s| peer_ips(s).contains(&b_ip)))
+        Ok(a.status()?.filter(|s| Host::peer_ips(s).contains(&b_ip)))
     })
     .unwrap();
 }
@@ -422,7 +411,7 @@ fn a_cold_start_without_the_control_plane_applies_the_cached_state() {
     let b_ip = b.identity().unwrap().1;
     let (mut proc, _) = start(&a);
     wait_until(BOUND, "the node has its peer", || {
-        Ok(a.status()?.filter(|s| peer_ips(s).contains(&b_ip)))
+        Ok(a.status()?.filter(|s| Host::peer_ips(s).contains(&b_ip)))
     })
     .unwrap();
     proc.terminate(Duration::from_secs(15)).unwrap();
@@ -431,7 +420,7 @@ fn a_cold_start_without_the_control_plane_applies_the_cached_state() {
     // The control plane is down; the restarted node comes up on its cached state.
     let proc = a.start_daemon().unwrap();
     let status = wait_until(BOUND, "the daemon answers with its cached peers", || {
-        Ok(a.status()?.filter(|s| peer_ips(s).contains(&b_ip)))
+        Ok(a.status()?.filter(|s| Host::peer_ips(s).contains(&b_ip)))
     })
     .unwrap_or_else(|e| panic!("{e}\n--- plexd output:\n{}", proc.output()));
     assert_eq!(status["api"]["reachable"], false);
@@ -456,7 +445,7 @@ fn revocation_and_leave_end_to_end() {
             let Some(s) = h.status()? else {
                 return Ok(None);
             };
-            if peer_ips(&s).len() != 2 {
+            if Host::peer_ips(&s).len() != 2 {
                 return Ok(None);
             }
         }
@@ -474,7 +463,7 @@ fn revocation_and_leave_end_to_end() {
             let Some(s) = h.status()? else {
                 return Ok(None);
             };
-            if peer_ips(&s).contains(&ids[0].1) {
+            if Host::peer_ips(&s).contains(&ids[0].1) {
                 return Ok(None);
             }
         }
@@ -501,7 +490,7 @@ fn revocation_and_leave_end_to_end() {
             != Some(0)
     );
     wait_until(BOUND, "c drops the node that left", || {
-        Ok(hosts[2].status()?.filter(|s| peer_ips(s).is_empty()))
+        Ok(hosts[2].status()?.filter(|s| Host::peer_ips(s).is_empty()))
     })
     .unwrap();
 }

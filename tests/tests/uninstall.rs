@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use plexsphere_e2e::{ControlPlane, Host, LAB_NODES_PROJECT, wait_until};
+use plexsphere_e2e::{ControlPlane, Host, LAB_NODES_PROJECT, Proc, wait_until};
 
 const BOUND: Duration = Duration::from_secs(60);
 
@@ -33,6 +33,18 @@ fn installed(cp: &ControlPlane, root: &std::path::Path) -> Host {
     host
 }
 
+/// Starts the daemon and waits until its event stream is connected.
+fn start_connected(host: &Host) -> Proc {
+    let proc = host.start_daemon().unwrap();
+    wait_until(BOUND, "the daemon's event stream connects", || {
+        Ok(host
+            .status()?
+            .filter(|s| s["event_stream_connected"] == true))
+    })
+    .unwrap_or_else(|e| panic!("{e}\n--- plexd:\n{}", proc.output()));
+    proc
+}
+
 /// Whether the control plane still has the node.
 fn registered(cp: &ControlPlane, node_id: &str) -> bool {
     let out = cp
@@ -51,13 +63,7 @@ fn uninstall_leaves_through_the_running_daemon_and_purge_removes_the_config() {
     let tmp = tempfile::tempdir().unwrap();
     let cp = ControlPlane::start_dev(&tmp.path().join("cp")).unwrap();
     let host = installed(&cp, &tmp.path().join("host"));
-    let mut proc = host.start_daemon().unwrap();
-    wait_until(BOUND, "the daemon's event stream connects", || {
-        Ok(host
-            .status()?
-            .filter(|s| s["event_stream_connected"] == true))
-    })
-    .unwrap();
+    let mut proc = start_connected(&host);
     let node_id = host.identity().unwrap().0;
     assert!(registered(&cp, &node_id));
 
@@ -106,13 +112,7 @@ fn a_node_that_cannot_leave_is_refused_unless_forced() {
     let tmp = tempfile::tempdir().unwrap();
     let mut cp = ControlPlane::start_dev(&tmp.path().join("cp")).unwrap();
     let host = installed(&cp, &tmp.path().join("host"));
-    let mut proc = host.start_daemon().unwrap();
-    wait_until(BOUND, "the daemon's event stream connects", || {
-        Ok(host
-            .status()?
-            .filter(|s| s["event_stream_connected"] == true))
-    })
-    .unwrap();
+    let mut proc = start_connected(&host);
     let node_id = host.identity().unwrap().0;
     cp.proc.terminate(Duration::from_secs(15)).unwrap();
 
