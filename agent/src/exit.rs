@@ -11,7 +11,7 @@
 //! | 14 | another server refusal (mesh range exhausted, 5xx, an unexpected answer) | see the message |
 //! | 15 | the node was revoked (`node_revoked`) or deleted on the control plane (401) | `plexd leave`, then enrol again |
 //! | 64 | bad command line (usage) | see `plexd --help` |
-//! | 74 | a local file could not be read or written (state dir, unit dir) | check permissions and disk |
+//! | 74 | a local step failed: a file could not be read or written (state dir, unit dir), `systemctl` failed, or `uninstall --force` met a daemon it cannot stop | see the message |
 //! | 78 | bad configuration or a state file plexd cannot use | fix the named file |
 //!
 //! The systemd unit lists 10, 11, 15, 64 and 78 in `RestartPreventExitStatus=`: they do not fix
@@ -90,7 +90,8 @@ Exit codes:
   14  another refusal by the server (mesh range exhausted, server error, unexpected answer)
   15  the node was revoked or deleted on the control plane: run plexd leave and enrol again
   64  bad command line
-  74  a local file could not be read or written
+  74  a local step failed: a file could not be read or written, systemctl failed, or
+      plexd uninstall --force met a daemon it cannot stop
   78  bad configuration or unusable state file";
 
 /// Maps a refusal of `POST /v1/register` (its HTTP status and machine code) to an exit code.
