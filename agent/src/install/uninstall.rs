@@ -76,18 +76,22 @@ pub fn remove_files(s: &UninstallSettings, report: &mut UninstallReport) -> Resu
         }
     }
     remove_dir_if_empty(&s.state.dir, report)?;
-    let config_files = [
-        s.config.config_file.clone(),
-        s.token_file.clone(),
-        s.config.dropped_ca_file(),
-    ];
+    // `ca.crt` beside the config, and the directory itself, are plexd's only in a directory of
+    // its own (`/etc/plexd`); a config kept in a shared directory leaves its neighbours alone.
+    let own_dir = s.config.config_dir().file_name() == Some(std::ffi::OsStr::new("plexd"));
+    let mut config_files = vec![s.config.config_file.clone(), s.token_file.clone()];
+    if own_dir {
+        config_files.push(s.config.dropped_ca_file());
+    }
     if s.purge {
         for f in &config_files {
             if remove_file(f)? {
                 report.push(format!("removed {}", f.display()));
             }
         }
-        remove_dir_if_empty(&s.config.config_dir(), report)?;
+        if own_dir {
+            remove_dir_if_empty(&s.config.config_dir(), report)?;
+        }
     } else {
         for f in config_files.iter().filter(|f| f.exists()) {
             report.push(format!(
@@ -98,6 +102,9 @@ pub fn remove_files(s: &UninstallSettings, report: &mut UninstallReport) -> Resu
     }
     Ok(())
 }
+
+/// How many of the files that keep a directory are named.
+const NAMED: usize = 5;
 
 /// True when the file was there and is gone now.
 fn remove_file(path: &Path) -> Result<bool, Failure> {
@@ -139,10 +146,15 @@ fn remove_dir_if_empty(dir: &Path, report: &mut UninstallReport) -> Result<(), F
     } else {
         let mut entries = entries;
         entries.sort();
+        let more = entries.len().saturating_sub(NAMED);
+        entries.truncate(NAMED);
+        let mut names = entries.join(", ");
+        if more > 0 {
+            names.push_str(&format!(" and {more} more"));
+        }
         report.push(format!(
-            "kept {} (it holds files plexd did not write: {})",
-            dir.display(),
-            entries.join(", ")
+            "kept {} (it holds files plexd did not write: {names})",
+            dir.display()
         ));
     }
     Ok(())
@@ -168,8 +180,35 @@ fn systemctl(args: &[&str]) -> Result<(), String> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn purge_leaves_the_neighbours_of_a_config_in_a_shared_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = dir.path().join("etc");
+        std::fs::create_dir_all(&shared).unwrap();
+        for f in ["plexd.yaml", "ca.crt", "hosts"] {
+            std::fs::write(shared.join(f), "x").unwrap();
+        }
+        let s = UninstallSettings {
+            config: ConfigPaths::new(shared.join("plexd.yaml")),
+            token_file: shared.join("bootstrap-token"),
+            state: StatePaths::new(dir.path().join("state")),
+            unit_dir: dir.path().join("units"),
+            purge: true,
+            systemd: false,
+        };
+        let mut report = UninstallReport::default();
+        remove_files(&s, &mut report).unwrap();
+        assert!(!shared.join("plexd.yaml").exists());
+        assert!(shared.join("ca.crt").exists(), "not plexd's to remove");
+        assert!(shared.join("hosts").exists());
+        assert_eq!(
+            report.lines,
+            vec![format!("removed {}", shared.join("plexd.yaml").display())]
+        );
+    }
+
     fn settings(root: &Path, purge: bool) -> UninstallSettings {
-        let etc = root.join("etc");
+        let etc = root.join("etc/plexd");
         UninstallSettings {
             config: ConfigPaths::new(etc.join("config.yaml")),
             token_file: etc.join("bootstrap-token"),
@@ -181,13 +220,13 @@ mod tests {
     }
 
     fn populate(root: &Path) {
-        for d in ["etc", "state", "units"] {
+        for d in ["etc/plexd", "state", "units"] {
             std::fs::create_dir_all(root.join(d)).unwrap();
         }
         for f in [
-            "etc/config.yaml",
-            "etc/bootstrap-token",
-            "etc/ca.crt",
+            "etc/plexd/config.yaml",
+            "etc/plexd/bootstrap-token",
+            "etc/plexd/ca.crt",
             "units/plexd.service",
         ] {
             std::fs::write(root.join(f), "x").unwrap();
@@ -207,9 +246,9 @@ mod tests {
         assert!(!dir.path().join("state").exists());
         assert!(text.contains("systemd does not manage"), "{text}");
         for kept in ["config.yaml", "bootstrap-token", "ca.crt"] {
-            assert!(dir.path().join("etc").join(kept).exists());
+            assert!(dir.path().join("etc/plexd").join(kept).exists());
             assert!(
-                text.contains(&format!("/etc/{kept} (plexd uninstall --purge")),
+                text.contains(&format!("/etc/plexd/{kept} (plexd uninstall --purge")),
                 "{text}"
             );
         }
@@ -223,13 +262,29 @@ mod tests {
         let s = settings(dir.path(), true);
         let mut report = UninstallReport::default();
         remove_files(&s, &mut report).unwrap();
-        assert!(!dir.path().join("etc").exists());
+        assert!(!dir.path().join("etc/plexd").exists());
         assert!(dir.path().join("state/notes.txt").exists());
         let text = report.render();
         assert!(
             text.contains("it holds files plexd did not write: notes.txt"),
             "{text}"
         );
+
+        for i in 0..7 {
+            std::fs::write(dir.path().join(format!("state/f{i}")), "x").unwrap();
+        }
+        let mut listed = UninstallReport::default();
+        remove_dir_if_empty(&dir.path().join("state"), &mut listed).unwrap();
+        assert!(
+            listed
+                .render()
+                .ends_with("f0, f1, f2, f3, f4 and 3 more)\n"),
+            "{:?}",
+            listed.lines
+        );
+        for i in 0..7 {
+            std::fs::remove_file(dir.path().join(format!("state/f{i}"))).unwrap();
+        }
 
         // Again: nothing left to do, and no error.
         let mut again = UninstallReport::default();
