@@ -234,7 +234,6 @@ fn backoff(attempt: u32) -> Duration {
     Duration::from_millis(base + jitter)
 }
 
-/// Current unix time in seconds from an `OffsetDateTime`.
 /// How a secret is stored: the lowercase hex of its SHA-256, never the secret itself.
 pub fn secret_digest(secret: &plexsphere_wire::secret::SecretPart) -> String {
     hex::encode(secret.digest())
@@ -246,6 +245,7 @@ pub fn secret_matches(secret: &plexsphere_wire::secret::SecretPart, stored: &str
     secret.matches(&hex::decode(stored).unwrap_or_default())
 }
 
+/// Current unix time in seconds from an `OffsetDateTime`.
 pub fn unix(t: time::OffsetDateTime) -> i64 {
     t.unix_timestamp()
 }
