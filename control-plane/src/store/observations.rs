@@ -266,29 +266,18 @@ pub async fn list(
     kind: Option<Kind>,
     limit: u32,
 ) -> Result<Vec<ObservationRow>, StoreError> {
-    let rows = match kind {
-        Some(k) => {
-            sqlx::query(
-                "SELECT seq, received_at, at, kind, peer_node_id, endpoint, rx_bytes, tx_bytes, message \
-                 FROM observations WHERE node_id = $1 AND kind = $2 ORDER BY seq DESC LIMIT $3",
-            )
-            .bind(node_id.to_string())
-            .bind(k.as_str())
-            .bind(i64::from(limit))
-            .fetch_all(&mut *conn)
-            .await?
-        }
-        None => {
-            sqlx::query(
-                "SELECT seq, received_at, at, kind, peer_node_id, endpoint, rx_bytes, tx_bytes, message \
-                 FROM observations WHERE node_id = $1 ORDER BY seq DESC LIMIT $2",
-            )
-            .bind(node_id.to_string())
-            .bind(i64::from(limit))
-            .fetch_all(&mut *conn)
-            .await?
-        }
-    };
+    let of_kind = if kind.is_some() { " AND kind = $3" } else { "" };
+    let sql = format!(
+        "SELECT seq, received_at, at, kind, peer_node_id, endpoint, rx_bytes, tx_bytes, message \
+         FROM observations WHERE node_id = $1{of_kind} ORDER BY seq DESC LIMIT $2"
+    );
+    let mut query = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(node_id.to_string())
+        .bind(i64::from(limit));
+    if let Some(k) = kind {
+        query = query.bind(k.as_str());
+    }
+    let rows = query.fetch_all(&mut *conn).await?;
     rows.iter().map(from_row).collect()
 }
 
