@@ -167,6 +167,16 @@ pub struct IngestBatch {
     pub dropped: u64,
 }
 
+/// What `plexd join --result-file PATH` writes when a join fails, one JSON object:
+/// `{"exit_code": 11, "message": "..."}`, the exit status and the one-line message plexd
+/// printed. The broker reads it inside a machine whose cloud-init failed. Unknown fields are
+/// accepted, so a later plexd may add some.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinResult {
+    pub exit_code: i32,
+    pub message: String,
+}
+
 /// (No `deny_unknown_fields` here: serde does not support it together with `flatten`.)
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Observation {

@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
+pub use plexsphere_wire::node::JoinResult;
 
 use crate::exit::Failure;
 use crate::fsutil::{self, FsError};
@@ -17,19 +17,11 @@ use crate::fsutil::{self, FsError};
 /// The mode of the result file: it holds no secret (plexd's messages never quote a token).
 pub const RESULT_FILE_MODE: u32 = 0o644;
 
-/// The file's JSON shape.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JoinResult {
-    pub exit_code: i32,
-    pub message: String,
-}
-
-impl JoinResult {
-    pub fn from_failure(f: &Failure) -> Self {
-        Self {
-            exit_code: f.code.as_i32(),
-            message: f.message.clone(),
-        }
+/// The file's contents for a failed join.
+pub fn of_failure(f: &Failure) -> JoinResult {
+    JoinResult {
+        exit_code: f.code.as_i32(),
+        message: f.message.clone(),
     }
 }
 
@@ -66,7 +58,7 @@ pub fn record(path: Option<&Path>, outcome: Result<(), &Failure>) {
     };
     let done = match outcome {
         Ok(()) => clear(path),
-        Err(f) => write(path, &JoinResult::from_failure(f)),
+        Err(f) => write(path, &of_failure(f)),
     };
     if let Err(e) = done {
         tracing::warn!(path = %path.display(), error = %e, "could not record the join's result (--result-file); the exit status still tells it");
@@ -153,13 +145,7 @@ mod tests {
         let blocker = tmp.path().join("file");
         std::fs::write(&blocker, b"x").unwrap();
         let path = blocker.join("r.json");
-        assert!(
-            write(
-                &path,
-                &JoinResult::from_failure(&Failure::new(ExitCode::Io, "m"))
-            )
-            .is_err()
-        );
+        assert!(write(&path, &of_failure(&Failure::new(ExitCode::Io, "m"))).is_err());
         record(Some(&path), Err(&Failure::new(ExitCode::Io, "m")));
         assert!(!path.exists());
     }

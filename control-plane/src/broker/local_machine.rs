@@ -28,6 +28,7 @@ use plexsphere_nspawn::{
     BaseImage, Bridge, CloudInitStatus, Error as NspawnError, Life, Machine, MachineSpec,
     NoCloudSeed, Recipe,
 };
+use plexsphere_wire::node::JoinResult;
 
 use super::substrate::{Substrate, SubstrateError};
 
@@ -100,12 +101,6 @@ pub const JOIN_MESSAGE_MAX_CHARS: usize = 512;
 /// The bound on reading the join result inside a machine.
 const JOIN_RESULT_TIMEOUT: Duration = Duration::from_secs(10);
 
-#[derive(serde::Deserialize)]
-struct JoinResultFile {
-    exit_code: i32,
-    message: String,
-}
-
 /// What `plexd join --result-file` left, as the observation it stands for: `None` unless the
 /// bytes are its JSON with a non-zero `exit_code` and a `message`. The message is made one line
 /// and cut to [`JOIN_MESSAGE_MAX_CHARS`] (marked with `...`), since it lands in the resource's
@@ -116,7 +111,7 @@ pub fn parse_join_result(bytes: &[u8]) -> Option<Observation> {
     if !value.is_object() {
         return None;
     }
-    let file: JoinResultFile = serde_json::from_value(value).ok()?;
+    let file: JoinResult = serde_json::from_value(value).ok()?;
     if file.exit_code == 0 {
         return None;
     }
