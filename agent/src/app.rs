@@ -244,11 +244,10 @@ fn remove_plexd(
         let wireguard = config.map(|c| c.wireguard.clone()).unwrap_or_default();
         let mut mesh = crate::daemon::mesh::for_leave(&wireguard);
         let removed = leave::cleanup(&settings.state, mesh.as_mut());
-        let removed: Vec<String> = removed.iter().map(|p| p.display().to_string()).collect();
         report.push(format!(
             "removed node {}'s files here ({}); it is still registered on {}: an operator removes it with plexctl node revoke {}",
             id.node_id,
-            removed.join(", "),
+            leave::files_text(&removed),
             id.api_url,
             id.node_id
         ));

@@ -25,6 +25,15 @@ impl FsError {
     }
 }
 
+/// Removes the file at `path`; true when it was there, false when there was nothing to remove.
+pub fn remove_file_if_present(path: &Path) -> std::io::Result<bool> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Creates `dir` (and its parents) and sets its mode to `mode` when plexd creates it. An
 /// existing directory keeps its mode unless it is looser than `mode` for group/other.
 pub fn ensure_dir(dir: &Path, mode: u32) -> Result<(), FsError> {

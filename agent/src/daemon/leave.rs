@@ -23,9 +23,9 @@ pub fn cleanup(paths: &StatePaths, mesh: &mut dyn Mesh) -> Vec<PathBuf> {
         paths.dir.join(STATE_FILE_NAME),
         paths.key_file(),
     ] {
-        match std::fs::remove_file(&f) {
-            Ok(()) => removed.push(f),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        match crate::fsutil::remove_file_if_present(&f) {
+            Ok(true) => removed.push(f),
+            Ok(false) => {}
             Err(e) => {
                 tracing::warn!(path = %f.display(), error = %e, "could not remove; remove it by hand")
             }
@@ -34,7 +34,8 @@ pub fn cleanup(paths: &StatePaths, mesh: &mut dyn Mesh) -> Vec<PathBuf> {
     removed
 }
 
-fn files_text(files: &[PathBuf]) -> String {
+/// The files a leave removed, for the operator.
+pub fn files_text(files: &[PathBuf]) -> String {
     if files.is_empty() {
         return "nothing (no local files were left)".to_owned();
     }

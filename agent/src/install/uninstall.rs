@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::exit::{ExitCode, Failure};
+use crate::fsutil;
 use crate::paths::{ConfigPaths, StatePaths, UNIT_FILE_NAME};
 
 /// What to remove.
@@ -108,17 +109,15 @@ const NAMED: usize = 5;
 
 /// True when the file was there and is gone now.
 fn remove_file(path: &Path) -> Result<bool, Failure> {
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(Failure::new(
+    fsutil::remove_file_if_present(path).map_err(|e| {
+        Failure::new(
             ExitCode::Io,
             format!(
                 "cannot remove {}: {e}; remove it by hand, then run plexd uninstall again",
                 path.display()
             ),
-        )),
-    }
+        )
+    })
 }
 
 /// Removes `dir` when it is empty; names what kept it otherwise.

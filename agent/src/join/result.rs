@@ -43,11 +43,9 @@ pub fn write(path: &Path, result: &JoinResult) -> Result<(), FsError> {
 
 /// Removes a result file left by an earlier join; a missing file is fine.
 pub fn clear(path: &Path) -> Result<(), FsError> {
-    match std::fs::remove_file(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(FsError::new("cannot remove the stale join result", path, e)),
-    }
+    fsutil::remove_file_if_present(path)
+        .map(|_| ())
+        .map_err(|e| FsError::new("cannot remove the stale join result", path, e))
 }
 
 /// Records how a join ended at `path` (when `--result-file` was given). A file that cannot be
