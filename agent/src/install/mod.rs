@@ -148,17 +148,9 @@ fn install_unit(s: &InstallSettings, report: &mut InstallReport) -> Result<(), F
         s.exe.display()
     ));
     if s.reload_systemd {
-        match std::process::Command::new("systemctl")
-            .arg("daemon-reload")
-            .status()
-        {
-            Ok(st) if st.success() => report.done.push("ran systemctl daemon-reload".to_owned()),
-            Ok(st) => report.warnings.push(format!(
-                "systemctl daemon-reload failed ({st}); run it by hand"
-            )),
-            Err(e) => report.warnings.push(format!(
-                "cannot run systemctl daemon-reload ({e}); run it by hand"
-            )),
+        match unit::systemctl(&["daemon-reload"]) {
+            Ok(()) => report.done.push("ran systemctl daemon-reload".to_owned()),
+            Err(e) => report.warnings.push(format!("{e}; run it by hand")),
         }
     } else {
         report.done.push(

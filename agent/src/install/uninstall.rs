@@ -4,11 +4,12 @@
 //! what is left is exactly what the message names.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use crate::exit::{ExitCode, Failure};
 use crate::fsutil;
 use crate::paths::{ConfigPaths, StatePaths, UNIT_FILE_NAME};
+
+use super::unit::systemctl;
 
 /// What to remove.
 #[derive(Debug, Clone)]
@@ -157,22 +158,6 @@ fn remove_dir_if_empty(dir: &Path, report: &mut UninstallReport) -> Result<(), F
         ));
     }
     Ok(())
-}
-
-fn systemctl(args: &[&str]) -> Result<(), String> {
-    let shown = format!("systemctl {}", args.join(" "));
-    let out = Command::new("systemctl")
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run {shown}: {e}"))?;
-    if out.status.success() {
-        return Ok(());
-    }
-    Err(format!(
-        "{shown} failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr).trim()
-    ))
 }
 
 #[cfg(test)]

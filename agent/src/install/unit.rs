@@ -1,6 +1,7 @@
 //! The systemd unit `plexd install` writes: `systemd/plexd.service` with the binary's path.
 
 use std::path::Path;
+use std::process::Command;
 
 use crate::paths::DEFAULT_BINARY;
 
@@ -45,6 +46,23 @@ pub fn is_systemd_unit_dir(dir: &Path) -> bool {
 /// Whether systemd is the running init (`/run/systemd/system` exists).
 pub fn systemd_is_running() -> bool {
     Path::new("/run/systemd/system").is_dir()
+}
+
+/// Runs `systemctl <args>`; the error names the command, its status and what it printed.
+pub fn systemctl(args: &[&str]) -> Result<(), String> {
+    let shown = format!("systemctl {}", args.join(" "));
+    let out = Command::new("systemctl")
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run {shown}: {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "{shown} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr).trim()
+    ))
 }
 
 #[cfg(test)]
