@@ -156,11 +156,7 @@ fn uninstall_settings(
 ) -> Result<(UninstallSettings, Option<Config>), (LogTarget, Failure)> {
     let config_paths = ConfigPaths::new(&cli.config);
     let config = if config_paths.config_file.exists() {
-        let loaded = Config::load(&config_paths.config_file);
-        let level = loaded.as_ref().ok().and_then(|c| c.log.level.as_ref());
-        let target =
-            init_logging(cli.log_level.as_deref(), level).map_err(|f| (LogTarget::Stderr, f))?;
-        Some(loaded.map_err(|e| (target, e.into()))?)
+        Some(load_config(cli, &config_paths.config_file)?.0)
     } else {
         init_logging(cli.log_level.as_deref(), None).map_err(|f| (LogTarget::Stderr, f))?;
         None
@@ -294,15 +290,7 @@ fn with_settings(
     f: impl FnOnce(JoinSettings) -> Result<(), Failure>,
 ) -> CmdResult {
     let config_paths = ConfigPaths::new(&cli.config);
-    let config = match Config::load(&config_paths.config_file) {
-        Ok(c) => c,
-        Err(e) => {
-            let target = init_logging(cli.log_level.as_deref(), None).unwrap_or(LogTarget::Stderr);
-            return Err((target, e.into()));
-        }
-    };
-    let target = init_logging(cli.log_level.as_deref(), config.log.level.as_ref())
-        .map_err(|f| (LogTarget::Stderr, f))?;
+    let (config, target) = load_config(cli, &config_paths.config_file)?;
     let state_dir = paths::resolve_state_dir(cli.state_dir.as_deref(), config.state_dir.as_deref());
     let dropped_ca = config_paths.dropped_ca_file();
     let mut ca_files = Vec::new();
@@ -328,6 +316,24 @@ fn with_settings(
         max_wait,
     };
     f(settings).map_err(|f| (target, f))
+}
+
+/// Loads the config and sets up logging at its `log.level` (`--log-level`/`PLEXD_LOG` win); a
+/// config that cannot be loaded is the failure, reported where logging went.
+fn load_config(
+    cli: &Cli,
+    path: &std::path::Path,
+) -> Result<(Config, LogTarget), (LogTarget, Failure)> {
+    let config = match Config::load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            let target = init_logging(cli.log_level.as_deref(), None).unwrap_or(LogTarget::Stderr);
+            return Err((target, e.into()));
+        }
+    };
+    let target = init_logging(cli.log_level.as_deref(), config.log.level.as_ref())
+        .map_err(|f| (LogTarget::Stderr, f))?;
+    Ok((config, target))
 }
 
 /// Level: flag/`PLEXD_LOG`, then `log.level`, then `info`.
