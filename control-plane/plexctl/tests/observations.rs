@@ -154,28 +154,23 @@ impl Server {
         r.json().await.unwrap()
     }
 
-    async fn ingest(&self, node: &RegisterResponse, batch: Value) {
+    /// POSTs `body` to the node API call `call` (`ingest`, `heartbeat`) as `node`.
+    async fn node_post(
+        &self,
+        node: &RegisterResponse,
+        call: &str,
+        body: Value,
+        expected: reqwest::StatusCode,
+    ) {
         let r = self
             .client
-            .post(format!("{}/v1/nodes/{}/ingest", self.base, node.node_id))
-            .bearer_auth(&node.node_credential)
-            .json(&batch)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), reqwest::StatusCode::ACCEPTED);
-    }
-
-    async fn heartbeat(&self, node: &RegisterResponse, body: Value) {
-        let r = self
-            .client
-            .post(format!("{}/v1/nodes/{}/heartbeat", self.base, node.node_id))
+            .post(format!("{}/v1/nodes/{}/{call}", self.base, node.node_id))
             .bearer_auth(&node.node_credential)
             .json(&body)
             .send()
             .await
             .unwrap();
-        assert_eq!(r.status(), reqwest::StatusCode::OK);
+        assert_eq!(r.status(), expected, "POST {call}");
     }
 
     async fn stop(self) {
@@ -197,13 +192,15 @@ async fn node_observations_prints_a_table_and_json() {
     let a = srv.enrol(1).await;
     let b = srv.enrol(2).await;
     let (a_id, b_id) = (a.node_id.to_string(), b.node_id.to_string());
-    srv.ingest(
+    srv.node_post(
         &a,
+        "ingest",
         json!({"batch_id": "5f0c7a4e-2b1d-4c3e-9a8b-7d6e5f4a3b2c", "dropped": 7, "observations": [
             {"at": 1796032800, "type": "handshake", "peer_node_id": b.node_id, "endpoint": "192.0.2.7:51820"},
             {"at": 1796032801, "type": "traffic", "peer_node_id": b.node_id, "rx_bytes": 2048, "tx_bytes": 10},
             {"at": 1796032802, "type": "error", "message": "\u{1b}[2Jboom\nfake"},
         ]}),
+        reqwest::StatusCode::ACCEPTED,
     )
     .await;
 
@@ -317,14 +314,21 @@ async fn node_get_shows_the_last_heartbeat_and_dropped_observations() {
     }
     assert_eq!(field(&before, "observations dropped"), None, "{before}");
 
-    srv.heartbeat(
+    srv.node_post(
         &a,
+        "heartbeat",
         json!({"uptime_secs": 3723, "plexd_version": "0.3.0", "state_version": 1,
                "peers": {"configured": 3, "connected": 2}}),
+        reqwest::StatusCode::OK,
     )
     .await;
-    srv.ingest(&a, json!({"batch_id": "6a1d8b5f-3c2e-4d4f-8b9c-8e7f6a5b4c3d", "dropped": 9, "observations": []}))
-        .await;
+    srv.node_post(
+        &a,
+        "ingest",
+        json!({"batch_id": "6a1d8b5f-3c2e-4d4f-8b9c-8e7f6a5b4c3d", "dropped": 9, "observations": []}),
+        reqwest::StatusCode::ACCEPTED,
+    )
+    .await;
 
     let after = srv.plexctl_ok(&["node", "get", &id]).await;
     let at = field(&after, "last heartbeat").unwrap();
