@@ -75,6 +75,12 @@ pub mod codes {
     pub const INTERNAL: &str = "internal";
     /// 503: a dependency of the server (its database) is unavailable.
     pub const UNAVAILABLE: &str = "unavailable";
+    /// 507: the control plane's database has no space left; nothing of the request was
+    /// stored. Retryable (`Retry-After`) once an operator frees space.
+    pub const STORAGE_FULL: &str = "storage_full";
+    /// 503: the control plane's database cannot be written (read-only, I/O error) or reached;
+    /// nothing of the request was stored. Retryable (`Retry-After`).
+    pub const STORAGE_UNAVAILABLE: &str = "storage_unavailable";
 }
 
 #[cfg(test)]

@@ -6,6 +6,13 @@ use axum::response::{IntoResponse, Response};
 use plexsphere_wire::{ApiError, codes};
 
 use crate::error::Error;
+use crate::store::StorageFault;
+
+/// The `Retry-After` of an answer that a full or failing database gave: long enough for an
+/// operator's fix to matter, short enough that nodes come back soon after it.
+pub const STORAGE_RETRY_AFTER_SECS: u64 = 30;
+/// The `Retry-After` of a `503` for a database that is busy with other writers.
+pub const BUSY_RETRY_AFTER_SECS: u64 = 2;
 
 /// Status and code of an error; the message is its `Display` unless it is an internal fault.
 pub fn classify(e: &Error) -> (StatusCode, &'static str) {
@@ -35,6 +42,12 @@ pub fn classify(e: &Error) -> (StatusCode, &'static str) {
         Error::NodeRevoked => (StatusCode::FORBIDDEN, codes::NODE_REVOKED),
         Error::NotFound(_) => (StatusCode::NOT_FOUND, codes::NOT_FOUND),
         Error::Conflict(_) => (StatusCode::CONFLICT, codes::CONFLICT),
+        Error::Store(s) if s.fault() == Some(StorageFault::Full) => {
+            (StatusCode::INSUFFICIENT_STORAGE, codes::STORAGE_FULL)
+        }
+        Error::Store(s) if s.fault().is_some() => {
+            (StatusCode::SERVICE_UNAVAILABLE, codes::STORAGE_UNAVAILABLE)
+        }
         Error::Store(s) if s.is_busy() => (StatusCode::SERVICE_UNAVAILABLE, codes::UNAVAILABLE),
         Error::Store(_) | Error::Key(_) | Error::Internal(_) => {
             (StatusCode::INTERNAL_SERVER_ERROR, codes::INTERNAL)
@@ -45,20 +58,37 @@ pub fn classify(e: &Error) -> (StatusCode, &'static str) {
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let (status, code) = classify(&self);
+        let fault = match &self {
+            Error::Store(s) => s.fault(),
+            _ => None,
+        };
         let message = if status.is_server_error() {
             tracing::error!(error = %self, code, "request failed");
-            match status {
-                StatusCode::SERVICE_UNAVAILABLE if matches!(self, Error::Unavailable(_)) => {
+            match (status, fault) {
+                (_, Some(fault)) => format!(
+                    "the control plane could not store this request: {}; nothing of it was stored, retry after {STORAGE_RETRY_AFTER_SECS} s (an operator must {})",
+                    fault.describe(),
+                    fault.remedy()
+                ),
+                (StatusCode::SERVICE_UNAVAILABLE, _) if matches!(self, Error::Unavailable(_)) => {
                     self.to_string()
                 }
-                StatusCode::SERVICE_UNAVAILABLE => "the database is busy; retry shortly".to_owned(),
+                (StatusCode::SERVICE_UNAVAILABLE, _) => {
+                    "the database is busy; retry shortly".to_owned()
+                }
                 _ => "an internal error occurred; the server log has the detail".to_owned(),
             }
         } else {
             self.to_string()
         };
+        let retry_after = match (&self, fault) {
+            (Error::RateLimited(secs), _) => Some(*secs),
+            (_, Some(_)) => Some(STORAGE_RETRY_AFTER_SECS),
+            (Error::Store(s), None) if s.is_busy() => Some(BUSY_RETRY_AFTER_SECS),
+            _ => None,
+        };
         let mut resp = (status, Json(ApiError::new(code, message))).into_response();
-        if let Error::RateLimited(secs) = self
+        if let Some(secs) = retry_after
             && let Ok(v) = HeaderValue::from_str(&secs.to_string())
         {
             resp.headers_mut().insert(header::RETRY_AFTER, v);

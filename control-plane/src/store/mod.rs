@@ -9,8 +9,10 @@
 pub mod credentials;
 pub mod domains;
 pub mod events;
+pub mod fault;
 pub mod nodes;
 pub mod observations;
+mod open;
 pub mod operators;
 pub mod projects;
 pub mod resources;
@@ -21,9 +23,11 @@ use std::future::Future;
 use std::path::Path;
 use std::time::Duration;
 
-use sqlx::any::{AnyPoolOptions, install_default_drivers};
+use sqlx::AnyPool;
+use sqlx::SqlSafeStr as _;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
-use sqlx::{AnyPool, Executor as _, SqlSafeStr as _};
+
+pub use fault::StorageFault;
 
 /// A connection from the store's pool.
 pub type Conn = sqlx::pool::PoolConnection<sqlx::Any>;
@@ -41,6 +45,13 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("the database holds a malformed value in {what}: {detail}")]
     Corrupt { what: &'static str, detail: String },
+    /// The database could not be opened for writing at start-up.
+    #[error("the database {target} cannot be used: {} ({detail}); {}", fault.describe(), fault.remedy())]
+    Open {
+        target: String,
+        fault: StorageFault,
+        detail: String,
+    },
 }
 
 impl StoreError {
@@ -65,6 +76,18 @@ impl StoreError {
             "5" | "6" | "261" | "262" | "517" | "518" | "773" | "40001" | "40P01"
         ) || msg.contains("database is locked")
             || msg.contains("database table is locked")
+    }
+
+    /// The storage fault behind this error (a full disk, a read-only file, an I/O error), if
+    /// it is one: the request is answered at once with a retryable error that says so.
+    pub fn fault(&self) -> Option<StorageFault> {
+        match self {
+            StoreError::Sqlx(e) | StoreError::Migrate(sqlx::migrate::MigrateError::Execute(e)) => {
+                StorageFault::of_sqlx(e)
+            }
+            StoreError::Open { fault, .. } => Some(*fault),
+            _ => None,
+        }
     }
 
     /// A unique constraint refused a row (two writers picked the same mesh IP, slug, id...).
@@ -95,27 +118,14 @@ pub struct Store {
 }
 
 impl Store {
-    /// Connects to `database_url` (`sqlite://...` or `postgres://...`), creating a SQLite file
-    /// when missing; SQLite connections get WAL and a busy timeout.
+    /// Connects to `database_url` (`sqlite://...` or `postgres://...`). A SQLite file is
+    /// created when missing and checked first ([`open::prepare_sqlite`]): a full or read-only
+    /// disk fails here at once, naming the cause and the path. See [`open`] for the pool's
+    /// settings and why each connection is checked when it comes back.
     pub async fn connect(database_url: &str) -> Result<Self, StoreError> {
-        install_default_drivers();
-        let pool = AnyPoolOptions::new()
-            .max_connections(8)
-            .acquire_timeout(Duration::from_secs(30))
-            .after_connect(|conn, _meta| {
-                Box::pin(async move {
-                    if conn.backend_name().eq_ignore_ascii_case("sqlite") {
-                        conn.execute("PRAGMA journal_mode = WAL").await?;
-                        // Wait up to 10 s for another writer before reporting SQLITE_BUSY.
-                        conn.execute("PRAGMA busy_timeout = 10000").await?;
-                        conn.execute("PRAGMA foreign_keys = ON").await?;
-                    }
-                    Ok(())
-                })
-            })
-            .connect(database_url)
-            .await?;
-        Ok(Self { pool })
+        Ok(Self {
+            pool: open::pool(database_url).await?,
+        })
     }
 
     /// The default database of a data directory: `<dir>/plexsphere.db`, created if missing.

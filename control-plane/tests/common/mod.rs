@@ -5,6 +5,7 @@
 pub mod dev;
 pub mod nodes;
 pub mod postgres;
+pub mod process;
 
 use std::net::TcpListener;
 use std::sync::Arc;
