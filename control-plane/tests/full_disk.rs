@@ -10,7 +10,7 @@ use serde_json::Value;
 
 mod common;
 
-use common::process::{DevProcess, Tmpfs};
+use common::process::{DevProcess, Tmpfs, join_all, read_back};
 
 /// Longer than any answer may take, full disk or not: past it a registration counts as a hang.
 const ANSWER_WITHIN: Duration = Duration::from_secs(20);
@@ -39,52 +39,6 @@ async fn view(dev: &DevProcess) -> (BTreeSet<String>, usize) {
         .filter(|t| t["status"] == "consumed")
         .count();
     (ids, consumed)
-}
-
-/// What the database file holds after the server stopped: node ids, consumed tokens, and
-/// SQLite's own integrity verdict.
-async fn read_back(data_dir: &std::path::Path) -> (BTreeSet<String>, usize, String) {
-    use sqlx::Row as _;
-    let store = plexsphere::store::Store::connect(&plexsphere::store::Store::sqlite_url(data_dir))
-        .await
-        .unwrap();
-    let mut conn = store.acquire().await.unwrap();
-    let ids = sqlx::query("SELECT id FROM nodes")
-        .fetch_all(&mut *conn)
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get::<String, _>("id"))
-        .collect();
-    let consumed: i64 =
-        sqlx::query("SELECT COUNT(*) AS n FROM bootstrap_tokens WHERE consumed_at IS NOT NULL")
-            .fetch_one(&mut *conn)
-            .await
-            .unwrap()
-            .get("n");
-    let integrity: String = sqlx::query("PRAGMA integrity_check")
-        .fetch_one(&mut *conn)
-        .await
-        .unwrap()
-        .get(0);
-    drop(conn);
-    store.close().await;
-    (ids, usize::try_from(consumed).unwrap(), integrity)
-}
-
-/// Runs every call on its own task, so that they really are in flight together, and answers
-/// their outputs in order.
-async fn join_all<F>(futs: impl IntoIterator<Item = F>) -> Vec<F::Output>
-where
-    F: std::future::Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    let handles: Vec<_> = futs.into_iter().map(tokio::spawn).collect();
-    let mut out = Vec::with_capacity(handles.len());
-    for h in handles {
-        out.push(h.await.unwrap());
-    }
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -153,7 +107,8 @@ async fn a_full_disk_never_loses_an_acknowledged_registration() {
 
     let dev = std::sync::Arc::try_unwrap(dev).ok().unwrap();
     dev.stop();
-    let (stored, consumed, integrity) = read_back(&data).await;
+    let stored = read_back(&plexsphere::store::Store::sqlite_url(&data)).await;
+    let (stored, consumed, integrity) = (stored.nodes, stored.consumed_tokens, stored.integrity);
     assert_eq!(integrity, "ok");
     assert_eq!(
         stored, acknowledged,
@@ -189,4 +144,44 @@ async fn register_all(
         }
     }
     out
+}
+
+/// How long a start on a broken disk may take to give up: it must not wait out a pool timeout.
+const GIVE_UP_WITHIN: Duration = Duration::from_secs(10);
+
+/// The one line a failed start prints: exit code 1 and the cause, naming `path`.
+fn assert_one_clear_line(code: Option<i32>, stderr: &str, cause: &str, path: &std::path::Path) {
+    assert_eq!(code, Some(1), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("plexsphere: "))
+        .unwrap_or_else(|| panic!("no plexsphere: line in {stderr}"));
+    assert!(line.contains(cause), "{line}");
+    assert!(line.contains(&path.display().to_string()), "{line}");
+    assert_eq!(
+        stderr.matches(cause).count(),
+        1,
+        "the cause is said once, not retried: {stderr}"
+    );
+}
+
+#[tokio::test]
+async fn a_start_on_a_full_disk_fails_at_once_naming_the_cause_and_the_path() {
+    let Some(fs) = Tmpfs::mount("2m") else { return };
+    let data = fs.path().join("data");
+    DevProcess::start(&data, &[]).stop();
+    fs.fill();
+    let (code, stderr) = DevProcess::start_expecting_exit(&data, GIVE_UP_WITHIN);
+    assert_one_clear_line(code, &stderr, "the disk is full", &data);
+    assert!(stderr.contains("free space"), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_start_on_a_read_only_data_dir_fails_at_once_naming_the_cause_and_the_path() {
+    let Some(fs) = Tmpfs::mount("2m") else { return };
+    let data = fs.path().join("data");
+    DevProcess::start(&data, &[]).stop();
+    fs.remount_read_only();
+    let (code, stderr) = DevProcess::start_expecting_exit(&data, GIVE_UP_WITHIN);
+    assert_one_clear_line(code, &stderr, "read-only", &data);
 }

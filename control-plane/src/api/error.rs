@@ -66,7 +66,7 @@ impl IntoResponse for Error {
             tracing::error!(error = %self, code, "request failed");
             match (status, fault) {
                 (_, Some(fault)) => format!(
-                    "the control plane could not store this request: {}; nothing of it was stored, retry after {STORAGE_RETRY_AFTER_SECS} s (an operator must {})",
+                    "the control plane's database could not store this request: {}; nothing of it was stored, retry after {STORAGE_RETRY_AFTER_SECS} s (an operator must {})",
                     fault.describe(),
                     fault.remedy()
                 ),

@@ -44,6 +44,10 @@ pub fn ensure_data_dir(dir: &Path) -> Result<(), Failure> {
             dir.display()
         )));
     }
+    // Everything plexsphere keeps lives here: a full or read-only disk stops the start now,
+    // with its cause and path, not at the first write a node asks for.
+    crate::store::probe_writable(dir, "the data directory")
+        .map_err(|e| Failure::Runtime(e.into()))?;
     Ok(())
 }
 

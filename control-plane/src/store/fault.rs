@@ -33,7 +33,7 @@ impl StorageFault {
     /// What to do about it.
     pub fn remedy(self) -> &'static str {
         match self {
-            StorageFault::Full => "free space on the database's filesystem",
+            StorageFault::Full => "free space on that filesystem",
             StorageFault::ReadOnly => {
                 "make the data directory writable (remount it read-write, or pass --data-dir with a writable directory)"
             }

@@ -13,6 +13,8 @@ pub mod fault;
 pub mod nodes;
 pub mod observations;
 mod open;
+
+pub use open::probe_writable;
 pub mod operators;
 pub mod projects;
 pub mod resources;
@@ -45,8 +47,8 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("the database holds a malformed value in {what}: {detail}")]
     Corrupt { what: &'static str, detail: String },
-    /// The database could not be opened for writing at start-up.
-    #[error("the database {target} cannot be used: {} ({detail}); {}", fault.describe(), fault.remedy())]
+    /// The database, or the directory it lives in, cannot be written at start-up.
+    #[error("{target} cannot be used: {} ({detail}); {}, then start plexsphere again", fault.describe(), fault.remedy())]
     Open {
         target: String,
         fault: StorageFault,

@@ -126,11 +126,7 @@ pub async fn prepare_sqlite(url: &str, path: &Path) -> Result<(), StoreError> {
         Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
         _ => PathBuf::from("."),
     };
-    probe_dir(&dir).map_err(|e| StoreError::Open {
-        target: dir.display().to_string(),
-        fault: StorageFault::of_io(&e),
-        detail: e.to_string(),
-    })?;
+    probe_writable(&dir, "the database's directory")?;
     let mut conn = AnyConnection::connect(url)
         .await
         .map_err(|e| opening(path, e))?;
@@ -147,7 +143,7 @@ pub async fn prepare_sqlite(url: &str, path: &Path) -> Result<(), StoreError> {
     closed.map_err(|e| opening(path, e))?;
     if !mode.eq_ignore_ascii_case("wal") {
         return Err(StoreError::Open {
-            target: path.display().to_string(),
+            target: format!("the database {}", path.display()),
             fault: StorageFault::Io,
             detail: format!("SQLite kept the journal mode {mode:?} instead of WAL"),
         });
@@ -155,7 +151,17 @@ pub async fn prepare_sqlite(url: &str, path: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Writes, syncs and removes a probe file in `dir`.
+/// Whether `dir` takes a write of [`START_UP_PROBE_BYTES`]: a probe file is written, synced
+/// and removed. A full, read-only or failing filesystem is a [`StoreError::Open`] naming `dir`
+/// as `what` ("the data directory").
+pub fn probe_writable(dir: &Path, what: &str) -> Result<(), StoreError> {
+    probe_dir(dir).map_err(|e| StoreError::Open {
+        target: format!("{what} {}", dir.display()),
+        fault: StorageFault::of_io(&e),
+        detail: e.to_string(),
+    })
+}
+
 fn probe_dir(dir: &Path) -> std::io::Result<()> {
     let probe = dir.join(format!(".plexsphere-probe-{}", std::process::id()));
     let written = (|| {
@@ -176,7 +182,7 @@ fn probe_dir(dir: &Path) -> std::io::Result<()> {
 fn opening(path: &Path, e: sqlx::Error) -> StoreError {
     match StorageFault::of_sqlx(&e) {
         Some(fault) => StoreError::Open {
-            target: path.display().to_string(),
+            target: format!("the database {}", path.display()),
             fault,
             detail: e.to_string(),
         },

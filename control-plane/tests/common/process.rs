@@ -158,6 +158,40 @@ impl DevProcess {
         }
     }
 
+    /// Starts `dev` on `data_dir` expecting it to give up: answers its exit code and stderr,
+    /// or panics when it is still running after `limit` (it must fail at once).
+    pub fn start_expecting_exit(data_dir: &Path, limit: Duration) -> (Option<i32>, String) {
+        let artifacts = tempfile::tempdir().unwrap();
+        let mut child = Command::new(BIN)
+            .env("PLEXSPHERE_NO_LOCAL_MACHINES", "1")
+            .env("PLEXSPHERE_LOG", server_log_filter())
+            .args(["dev", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .arg("--plexd-artifacts")
+            .arg(artifacts.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                let mut stderr = String::new();
+                std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr)
+                    .unwrap();
+                return (status.code(), stderr);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!(
+                    "dev on {} was still running after {limit:?}",
+                    data_dir.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
@@ -223,10 +257,9 @@ impl DevProcess {
         assert!(status.success(), "{status:?}: {}", self.log());
     }
 
-    /// SIGKILL: no chance to flush or close anything.
-    pub fn kill(mut self) {
+    /// SIGKILL: no chance to flush or close anything (the process is reaped on drop).
+    pub fn kill(&self) {
         signal(&self.child, "KILL");
-        let _ = self.child.wait();
     }
 }
 
@@ -250,4 +283,79 @@ fn signal(child: &Child, sig: &str) {
         .unwrap()
         .success();
     assert!(ok, "kill -{sig} {}", child.id());
+}
+
+/// What a stopped server's database holds, read back through the store.
+pub struct Stored {
+    /// Every node's id.
+    pub nodes: std::collections::BTreeSet<String>,
+    /// Mesh IPs held by more than one live node of a Domain (must be empty).
+    pub duplicate_mesh_ips: Vec<String>,
+    /// Bootstrap tokens marked consumed.
+    pub consumed_tokens: usize,
+    /// SQLite's `PRAGMA integrity_check` (`ok`), or `postgres`.
+    pub integrity: String,
+}
+
+/// Reads `database_url` (SQLite or Postgres) back after the server stopped.
+pub async fn read_back(database_url: &str) -> Stored {
+    use sqlx::Row as _;
+    let store = plexsphere::store::Store::connect(database_url)
+        .await
+        .unwrap();
+    let mut conn = store.acquire().await.unwrap();
+    let nodes = sqlx::query("SELECT id FROM nodes")
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get::<String, _>("id"))
+        .collect();
+    let duplicate_mesh_ips = sqlx::query(
+        "SELECT mesh_ip FROM nodes WHERE revoked_at IS NULL GROUP BY domain_id, mesh_ip HAVING COUNT(*) > 1",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get::<String, _>("mesh_ip"))
+    .collect();
+    let consumed: i64 =
+        sqlx::query("SELECT COUNT(*) AS n FROM bootstrap_tokens WHERE consumed_at IS NOT NULL")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap()
+            .get("n");
+    let integrity = if database_url.starts_with("sqlite:") {
+        sqlx::query("PRAGMA integrity_check")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap()
+            .get::<String, _>(0)
+    } else {
+        "postgres".to_owned()
+    };
+    drop(conn);
+    store.close().await;
+    Stored {
+        nodes,
+        duplicate_mesh_ips,
+        consumed_tokens: usize::try_from(consumed).unwrap(),
+        integrity,
+    }
+}
+
+/// Runs every call on its own task, so that they really are in flight together, and answers
+/// their outputs in order.
+pub async fn join_all<F>(futs: impl IntoIterator<Item = F>) -> Vec<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futs.into_iter().map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for h in handles {
+        out.push(h.await.unwrap());
+    }
+    out
 }
