@@ -1,61 +1,93 @@
-//! Mesh IP allocation: pure, no I/O. The caller supplies the range, the addresses live nodes
-//! hold and the sub-ranges reserved by other Projects; the answer is the lowest free host.
+//! Mesh IP allocation: pure, no I/O. A range hands its host addresses out next-fit: after the
+//! address it gave last, on to the end of the range, then round from the start again, so an
+//! address a revoked node gave back is reused only once the rest of the range has been handed
+//! out. The caller (`register`) keeps "the address given last" per range in the store and asks
+//! the store which of the next few [`candidates`] live nodes hold: the cost of one allocation
+//! does not grow with the number of nodes while the range has room.
 
-use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use ipnet::IpNet;
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum IpamError {
-    #[error("no free address is left in {0}")]
-    Exhausted(IpNet),
-}
-
-/// The lowest host address of `range` that no live node holds and that lies in none of the
-/// `reserved` sub-ranges. The network and broadcast (last) addresses are never handed out, so
-/// a /31, /32 (or IPv6 /127, /128) range has no usable host.
-pub fn allocate(
-    range: IpNet,
-    taken: &HashSet<IpAddr>,
-    reserved: &[IpNet],
-) -> Result<IpAddr, IpamError> {
+/// The host addresses of `range` in the order the allocator tries them: from the one after
+/// `last` (the address handed out last; `None`: from the first host) to the end of the range,
+/// then from the first host up to `last` itself. The network and broadcast (last) addresses
+/// and every `reserved` sub-range of the same family are skipped, so a /31, /32 (or IPv6
+/// /127, /128) range yields nothing. Every host address comes at most once; when the iterator
+/// ends without a free one, the range is exhausted.
+pub fn candidates(range: IpNet, reserved: &[IpNet], last: Option<IpAddr>) -> Candidates {
     let range = range.trunc();
-    let (first, last) = (to_u128(range.network()), to_u128(range.broadcast()));
-    if last - first < 2 {
-        return Err(IpamError::Exhausted(range));
-    }
+    let (net, bcast) = (to_u128(range.network()), to_u128(range.broadcast()));
     let is_v4 = matches!(range, IpNet::V4(_));
-    // Reserved ranges of the same family, as [start, end] integers, sorted.
     let mut holes: Vec<(u128, u128)> = reserved
         .iter()
         .filter(|r| matches!(r, IpNet::V4(_)) == is_v4)
         .map(|r| (to_u128(r.network()), to_u128(r.broadcast())))
         .collect();
     holes.sort_unstable();
-
-    let mut candidate = first + 1;
-    let last_host = last - 1;
-    'search: while candidate <= last_host {
-        for &(start, end) in &holes {
-            if (start..=end).contains(&candidate) {
-                match end.checked_add(1) {
-                    Some(next) => candidate = next,
-                    None => break 'search,
-                }
-                continue 'search;
-            }
-        }
-        let ip = from_u128(candidate, is_v4);
-        if !taken.contains(&ip) {
-            return Ok(ip);
-        }
-        candidate += 1;
+    if bcast - net < 2 {
+        return Candidates {
+            is_v4,
+            holes,
+            segments: Vec::new(),
+        };
     }
-    Err(IpamError::Exhausted(range))
+    let (first, last_host) = (net + 1, bcast - 1);
+    let start = match last.map(to_u128) {
+        Some(l) if (first..last_host).contains(&l) => l + 1,
+        _ => first,
+    };
+    // Popped from the back: the tail of the range first, then the wrap-around.
+    let mut segments = vec![(start, last_host)];
+    if start > first {
+        segments.insert(0, (first, start - 1));
+    }
+    Candidates {
+        is_v4,
+        holes,
+        segments,
+    }
 }
 
-/// How many addresses `allocate` could ever hand out in `range` (ignoring reservations).
+/// See [`candidates`].
+#[derive(Debug, Clone)]
+pub struct Candidates {
+    is_v4: bool,
+    /// Reserved sub-ranges as `[start, end]` integers, sorted.
+    holes: Vec<(u128, u128)>,
+    /// What is left to walk, as `[next, end]`, the current one last.
+    segments: Vec<(u128, u128)>,
+}
+
+impl Iterator for Candidates {
+    type Item = IpAddr;
+
+    fn next(&mut self) -> Option<IpAddr> {
+        'walk: loop {
+            let (next, end) = self.segments.last_mut()?;
+            if *next > *end {
+                self.segments.pop();
+                continue;
+            }
+            for &(start, stop) in &self.holes {
+                if (start..=stop).contains(next) {
+                    match stop.checked_add(1) {
+                        Some(after) => *next = after,
+                        None => {
+                            self.segments.pop();
+                        }
+                    }
+                    continue 'walk;
+                }
+            }
+            let ip = from_u128(*next, self.is_v4);
+            *next += 1;
+            return Some(ip);
+        }
+    }
+}
+
+/// How many addresses [`candidates`] could ever hand out in `range` (ignoring reservations).
 pub fn usable_hosts(range: IpNet) -> u128 {
     let (first, last) = (to_u128(range.network()), to_u128(range.broadcast()));
     (last - first).saturating_sub(1)
@@ -89,6 +121,8 @@ fn from_u128(n: u128, v4: bool) -> IpAddr {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
+
     use super::*;
 
     fn net(s: &str) -> IpNet {
@@ -96,6 +130,65 @@ mod tests {
     }
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
+    }
+
+    #[derive(Debug, PartialEq, Eq)]
+    enum IpamError {
+        Exhausted(IpNet),
+    }
+
+    /// The first free candidate from the start of the range: what a fresh range hands out.
+    fn allocate(
+        range: IpNet,
+        taken: &HashSet<IpAddr>,
+        reserved: &[IpNet],
+    ) -> Result<IpAddr, IpamError> {
+        candidates(range, reserved, None)
+            .find(|c| !taken.contains(c))
+            .ok_or(IpamError::Exhausted(range.trunc()))
+    }
+
+    #[test]
+    fn next_fit_goes_on_after_the_last_address_then_wraps_around() {
+        let r = net("10.9.0.0/29"); // hosts .1 to .6
+        let after = |last: &str| -> Vec<IpAddr> { candidates(r, &[], Some(ip(last))).collect() };
+        let order: Vec<IpAddr> = [
+            "10.9.0.4", "10.9.0.5", "10.9.0.6", "10.9.0.1", "10.9.0.2", "10.9.0.3",
+        ]
+        .iter()
+        .map(|s| ip(s))
+        .collect();
+        assert_eq!(after("10.9.0.3"), order);
+        // After the last host, or from an address outside the range: from the first host.
+        assert_eq!(
+            after("10.9.0.6"),
+            candidates(r, &[], None).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            after("10.1.2.3"),
+            candidates(r, &[], None).collect::<Vec<_>>()
+        );
+        // Every host exactly once, wherever the walk starts; holes skipped on both laps.
+        for last in 1..=6u8 {
+            let got: Vec<IpAddr> = candidates(
+                r,
+                &[net("10.9.0.2/31")],
+                Some(ip(&format!("10.9.0.{last}"))),
+            )
+            .collect();
+            let set: HashSet<IpAddr> = got.iter().copied().collect();
+            assert_eq!(got.len(), 4, "{got:?}");
+            assert_eq!(set.len(), 4);
+            assert!(!set.contains(&ip("10.9.0.2")) && !set.contains(&ip("10.9.0.3")));
+        }
+    }
+
+    #[test]
+    fn the_candidates_cost_nothing_until_asked_for() {
+        // A /8 does not materialise 16 million addresses to hand out one.
+        let mut c = candidates(net("10.0.0.0/8"), &[], Some(ip("10.200.0.7")));
+        assert_eq!(c.next(), Some(ip("10.200.0.8")));
+        assert_eq!(usable_hosts(net("10.0.0.0/8")), 16_777_214);
     }
 
     #[test]

@@ -4,10 +4,11 @@
 //! starts with a write, a conditional UPDATE, so the database settles a race: the one caller
 //! whose UPDATE changes the row owns the token; a loser re-reads and lands on the replay rule.
 //! A replay (same WireGuard key, node never authenticated) gets the same node and a fresh
-//! credential. A transaction lost to a concurrent writer is retried whole. A new node is
-//! announced to the others of its Domain (`peer_added`) in the same transaction.
+//! credential. A transaction lost to a concurrent writer is retried whole. The mesh IP is
+//! picked under its range's cursor lock ([`allocate`]), so concurrent registrations take
+//! turns instead of colliding. A new node is announced to the others of its Domain
+//! (`peer_added`) in the same transaction.
 
-use std::collections::HashSet;
 use std::net::IpAddr;
 
 use base64::Engine as _;
@@ -23,7 +24,7 @@ use crate::error::Error;
 use crate::keys::Keyring;
 use crate::store::nodes::NodeRow;
 use crate::store::tokens::TokenRow;
-use crate::store::{self, Store, StoreError, domains, events, nodes, projects, tokens};
+use crate::store::{self, Store, StoreError, domains, events, mesh_ips, nodes, projects, tokens};
 use crate::{ipam, mesh};
 use plexsphere_wire::node::EventKind;
 
@@ -198,12 +199,7 @@ impl Registrar<'_> {
                 (domain.mesh_cidr, reserved)
             }
         };
-        let taken: HashSet<IpAddr> = nodes::live_mesh_ips(&mut tx, domain.id)
-            .await?
-            .into_iter()
-            .collect();
-        let mesh_ip = ipam::allocate(range, &taken, &reserved)
-            .map_err(|_| Error::MeshRangeExhausted(range))?;
+        let mesh_ip = allocate(&mut tx, domain.id, range, &reserved).await?;
         let credential =
             NodeCredential::generate(node_id).map_err(|e| Error::Internal(e.to_string()))?;
         let node = NodeRow {
@@ -290,6 +286,30 @@ impl Registrar<'_> {
             created: false,
         }))
     }
+}
+
+/// The next free address of `range` (next-fit from where the range's cursor stands), taken
+/// under the cursor's lock so that racing registrations of one range never pick the same one.
+/// Each look-up asks about [`mesh_ips::LOOKUP_WINDOW`] candidates at once; while the range has
+/// room the first window has a free one, so the cost does not grow with the number of nodes.
+/// `MeshRangeExhausted` only when every host address of the range is held.
+async fn allocate(
+    tx: &mut sqlx::AnyConnection,
+    domain_id: Uuid,
+    range: IpNet,
+    reserved: &[IpNet],
+) -> Result<IpAddr, Error> {
+    let last = mesh_ips::lock_cursor(tx, domain_id, range).await?;
+    let mut candidates = ipam::candidates(range, reserved, last).peekable();
+    while candidates.peek().is_some() {
+        let window: Vec<IpAddr> = candidates.by_ref().take(mesh_ips::LOOKUP_WINDOW).collect();
+        let held = mesh_ips::held_among(tx, domain_id, &window).await?;
+        if let Some(free) = window.into_iter().find(|ip| !held.contains(ip)) {
+            mesh_ips::advance_cursor(tx, domain_id, range, free).await?;
+            return Ok(free);
+        }
+    }
+    Err(Error::MeshRangeExhausted(range))
 }
 
 impl Error {

@@ -10,6 +10,7 @@ pub mod credentials;
 pub mod domains;
 pub mod events;
 pub mod fault;
+pub mod mesh_ips;
 pub mod nodes;
 pub mod observations;
 mod open;
@@ -199,6 +200,13 @@ pub fn migrator() -> Migrator {
             Cow::Borrowed("ingest batch"),
             MigrationType::Simple,
             include_str!("../../migrations/0005_ingest_batch.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
+            6,
+            Cow::Borrowed("mesh ip cursor"),
+            MigrationType::Simple,
+            include_str!("../../migrations/0006_mesh_ip_cursor.sql").into_sql_str(),
             false,
         ),
     ];

@@ -205,20 +205,6 @@ pub async fn list(
     rows.iter().map(from_row).collect()
 }
 
-/// The mesh IPs live (not revoked) nodes of a Domain hold.
-pub async fn live_mesh_ips(
-    conn: &mut AnyConnection,
-    domain_id: Uuid,
-) -> Result<Vec<IpAddr>, StoreError> {
-    let rows = sqlx::query("SELECT mesh_ip FROM nodes WHERE domain_id = $1 AND revoked_at IS NULL")
-        .bind(domain_id.to_string())
-        .fetch_all(&mut *conn)
-        .await?;
-    rows.iter()
-        .map(|r| parse_col("nodes.mesh_ip", &r.try_get::<String, _>("mesh_ip")?))
-        .collect()
-}
-
 /// How many live nodes a Project has.
 pub async fn count_live_in_project(
     conn: &mut AnyConnection,

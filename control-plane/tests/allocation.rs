@@ -1,0 +1,102 @@
+//! Mesh IP allocation under racing registrations, on SQLite and on Postgres: twenty clients
+//! register at once into a /24 until it is exhausted. No registration may fail with a 500 (the
+//! allocation race used to surface as `duplicate key value violates unique constraint
+//! "nodes_live_mesh_ip"`); every host address is handed out exactly once, and 409
+//! `mesh_range_exhausted` comes only once all 254 are taken.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
+
+mod common;
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use common::*;
+use ipnet::IpNet;
+use reqwest::StatusCode;
+
+/// Clients registering at once.
+const CLIENTS: u32 = 20;
+
+/// `CLIENTS` clients register `each` nodes apiece into `project` at once, with the WireGuard
+/// keys numbered from `first_key`; answers every status and body.
+async fn race(
+    srv: &Arc<TestServer>,
+    project: &'static str,
+    each: u32,
+    first_key: u32,
+) -> Vec<(StatusCode, serde_json::Value)> {
+    let mut tokens = Vec::new();
+    for _ in 0..CLIENTS * each {
+        tokens.push(srv.issue_token(project).await.token);
+    }
+    let mut clients = Vec::new();
+    for c in 0..CLIENTS {
+        let srv = srv.clone();
+        let mine: Vec<String> = tokens
+            .iter()
+            .skip(c as usize)
+            .step_by(CLIENTS as usize)
+            .cloned()
+            .collect();
+        clients.push(tokio::spawn(async move {
+            let mut answers = Vec::new();
+            for (i, token) in mine.iter().enumerate() {
+                let key = wg_key(first_key + c * each + u32::try_from(i).unwrap());
+                answers.push(srv.register(&register_body(token, &key)).await);
+            }
+            answers
+        }));
+    }
+    let mut answers = Vec::new();
+    for client in clients {
+        answers.extend(client.await.unwrap());
+    }
+    answers
+}
+
+/// Twenty clients register 400 nodes into the Domain's /16 at once, then exhaust the /24 of
+/// another Project (260 registrations for its 254 hosts).
+async fn twenty_clients_race_and_exhaust_a_sub_range(srv: TestServer) {
+    let srv = Arc::new(srv);
+    let mut handed_out = HashSet::<IpAddr>::new();
+    for (status, body) in race(&srv, LAB_NODES, 20, 0).await {
+        assert_eq!(status, StatusCode::CREATED, "{body}");
+        let ip: IpAddr = body["mesh_ip"].as_str().unwrap().parse().unwrap();
+        assert!(handed_out.insert(ip), "{ip} handed out twice");
+    }
+    assert_eq!(handed_out.len(), 400);
+
+    let sub: IpNet = "10.64.1.0/24".parse().unwrap();
+    let each = 13; // 20 x 13 = 260 for the 254 hosts of the /24
+    let (mut handed_out, mut exhausted) = (HashSet::<IpAddr>::new(), 0);
+    for (status, body) in race(&srv, OPENSTACK, each, 10_000).await {
+        match status {
+            StatusCode::CREATED => {
+                let ip: IpAddr = body["mesh_ip"].as_str().unwrap().parse().unwrap();
+                assert!(sub.contains(&ip), "{ip} outside {sub}");
+                assert!(handed_out.insert(ip), "{ip} handed out twice");
+            }
+            _ => {
+                assert_code(status, &body, 409, "mesh_range_exhausted");
+                exhausted += 1;
+            }
+        }
+    }
+    assert_eq!(handed_out.len(), 254, "every host of {sub} is handed out");
+    assert_eq!(exhausted, CLIENTS * each - 254);
+    Arc::into_inner(srv).unwrap().stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_registrations_never_collide_on_sqlite() {
+    twenty_clients_race_and_exhaust_a_sub_range(TestServer::start().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_registrations_never_collide_on_postgres() {
+    let Some(srv) = common::postgres::server().await else {
+        return;
+    };
+    twenty_clients_race_and_exhaust_a_sub_range(srv).await;
+}
