@@ -100,3 +100,61 @@ async fn racing_registrations_never_collide_on_postgres() {
     };
     twenty_clients_race_and_exhaust_a_sub_range(srv).await;
 }
+
+/// How long [`twenty_clients_register_continuously_on_postgres`] runs:
+/// `PLEXSPHERE_LOAD_SECS` (the two-minute run in docs/benchmarks.md sets 120), else 5 s.
+fn load_duration() -> std::time::Duration {
+    let secs = std::env::var("PLEXSPHERE_LOAD_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    std::time::Duration::from_secs(secs)
+}
+
+/// Twenty clients each issue a token and register with it, again and again, for the load
+/// duration: every registration must be created (the Domain's /16 has room for all of them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twenty_clients_register_continuously_on_postgres() {
+    let Some(srv) = common::postgres::server().await else {
+        return;
+    };
+    let srv = Arc::new(srv);
+    let until = std::time::Instant::now() + load_duration();
+    let mut clients = Vec::new();
+    for c in 0..CLIENTS {
+        let srv = srv.clone();
+        clients.push(tokio::spawn(async move {
+            let mut n = 0u32;
+            let mut refused = Vec::new();
+            while std::time::Instant::now() < until {
+                let token = srv.issue_token(LAB_NODES).await.token;
+                let (status, body) = srv
+                    .register(&register_body(&token, &wg_key(c * 1_000_000 + n)))
+                    .await;
+                if status != StatusCode::CREATED {
+                    refused.push((status, body));
+                }
+                n += 1;
+            }
+            (n, refused)
+        }));
+    }
+    let (mut total, mut refused) = (0, Vec::new());
+    for client in clients {
+        let (n, r) = client.await.unwrap();
+        total += n;
+        refused.extend(r);
+    }
+    eprintln!(
+        "{CLIENTS} clients, {:?}: {total} registrations, {} not created",
+        load_duration(),
+        refused.len()
+    );
+    assert!(
+        refused.is_empty(),
+        "{} of {total}: {:?}",
+        refused.len(),
+        refused.first()
+    );
+    Arc::into_inner(srv).unwrap().stop().await;
+}

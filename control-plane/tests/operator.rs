@@ -85,6 +85,31 @@ async fn paths_queries_and_public_endpoints() {
         .await;
     assert_code(s, &b, 422, "invalid_request");
 
+    // A token lives at least the TTL asked for, counted from when it was issued: its expiry is
+    // never cut down to the whole second before (a 60 s token used to live 59.26 s).
+    for _ in 0..3 {
+        let asked = time::OffsetDateTime::now_utc();
+        let (s, b) = srv
+            .op_post(
+                &format!("/v1/projects/{LAB_NODES}/bootstrap-tokens"),
+                serde_json::json!({"kind": "node", "env_prefix": "lab", "ttl_secs": 60}),
+            )
+            .await;
+        assert_eq!(s, StatusCode::CREATED, "{b}");
+        let answered = time::OffsetDateTime::now_utc();
+        let expires = time::OffsetDateTime::parse(
+            b["expires_at"].as_str().unwrap(),
+            &time::format_description::well_known::Rfc3339,
+        )
+        .unwrap();
+        let at_least = asked + time::Duration::seconds(60);
+        let at_most = answered + time::Duration::seconds(61);
+        assert!(
+            expires >= at_least && expires < at_most,
+            "asked at {asked}, expires at {expires}"
+        );
+    }
+
     // Revoking a consumed token is a conflict; revoking twice is fine.
     let used = srv.issue_token(LAB_NODES).await;
     let (s, _) = srv.register(&register_body(&used.token, &wg_key(9))).await;

@@ -87,13 +87,7 @@ pub async fn issue_token(
     require_project(&mut c, project_id).await?;
     let token = BootstrapToken::generate(&req.env_prefix, req.kind)
         .map_err(|e| Error::Internal(e.to_string()))?;
-    let row = TokenRow::issued(
-        &token,
-        project_id,
-        store::unix(st.now()),
-        req.ttl_secs,
-        None,
-    );
+    let row = TokenRow::issued(&token, project_id, st.now(), req.ttl_secs, None);
     tokens::insert(&mut c, &row).await?;
     tracing::info!(token_id = %row.id, project_id = %project_id, operator = %op.id, "bootstrap token issued");
     let view = token_view(&row, row.created_at)?;

@@ -19,7 +19,7 @@ use time::OffsetDateTime;
 use crate::api::AppState;
 use crate::error::Error;
 use crate::store::tokens::TokenRow;
-use crate::store::{self, domains, projects, tokens};
+use crate::store::{domains, projects, tokens};
 
 /// A resource's provisioning inputs: what to persist, and what to hand the substrate.
 pub struct Prepared {
@@ -171,7 +171,7 @@ async fn machine_document(
     let row = TokenRow::issued(
         &token,
         resource.project_id,
-        store::unix(now),
+        now,
         cfg.token_ttl.as_secs(),
         Some(resource.id),
     );

@@ -2,6 +2,7 @@
 //! exits 64 with a one-line error; runtime failures exit 1.
 
 mod admin;
+mod backup;
 mod downloads;
 mod serve;
 
@@ -47,6 +48,23 @@ pub enum Command {
     OperatorToken(OperatorTokenCommand),
     /// Bring the database schema up to date and exit.
     Migrate(DataArgs),
+    /// Copy the embedded database (online, while the server runs), the Domain keys and the
+    /// dev certificates into a new directory.
+    Backup {
+        #[command(flatten)]
+        data: DataArgs,
+        /// The directory to write the backup to (created 0700; must be new or empty).
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Bring a backup back into an empty data directory.
+    Restore {
+        /// The directory `plexsphere backup` wrote.
+        #[arg(long)]
+        from: PathBuf,
+        #[command(flatten)]
+        data: DataArgs,
+    },
 }
 
 #[derive(Debug, Clone, Args)]
@@ -344,5 +362,7 @@ async fn dispatch(cmd: Command) -> Result<(), Failure> {
             admin::token_revoke(&data, &id).await
         }
         Command::Migrate(data) => admin::migrate(&data).await,
+        Command::Backup { data, out } => backup::backup(&data, &out).await,
+        Command::Restore { from, data } => backup::restore(&from, &data).await,
     }
 }

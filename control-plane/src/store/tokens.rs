@@ -24,24 +24,30 @@ pub struct TokenRow {
 }
 
 impl TokenRow {
-    /// The row of a freshly generated token: unused, valid for `ttl_secs` from `now` (unix
-    /// seconds), and only its secret's digest stored.
+    /// The row of a freshly generated token: unused, valid for `ttl_secs` from `now`, and only
+    /// its secret's digest stored. Times are stored in whole unix seconds; the expiry is
+    /// rounded up, never down, so a token lives at least the `ttl_secs` asked for (and less
+    /// than a second more): a token is expired from the second `expires_at` on.
     pub fn issued(
         token: &BootstrapToken,
         project_id: Uuid,
-        now: i64,
+        now: time::OffsetDateTime,
         ttl_secs: u64,
         resource_id: Option<Uuid>,
     ) -> Self {
         let ttl = i64::try_from(ttl_secs).unwrap_or(i64::MAX);
+        let expires_at = now
+            .unix_timestamp()
+            .saturating_add(ttl)
+            .saturating_add(i64::from(now.nanosecond() > 0));
         TokenRow {
             id: token.id.clone(),
             project_id,
             kind: token.kind.as_str().to_owned(),
             env_prefix: token.env_prefix.clone(),
             secret_sha256: super::secret_digest(&token.secret),
-            created_at: now,
-            expires_at: now.saturating_add(ttl),
+            created_at: now.unix_timestamp(),
+            expires_at,
             consumed_at: None,
             consumed_by_node: None,
             revoked_at: None,
@@ -183,4 +189,29 @@ pub async fn set_expires_at(
         .execute(&mut *conn)
         .await?;
     Ok(done.rows_affected() == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plexsphere_wire::secret::TokenKind;
+
+    #[test]
+    fn a_token_lives_at_least_its_ttl_and_less_than_a_second_more() {
+        let token = BootstrapToken::generate("lab", TokenKind::Node).unwrap();
+        let project = Uuid::from_u128(1);
+        let at = |secs: i64, millis: i64| {
+            time::OffsetDateTime::from_unix_timestamp(secs).unwrap()
+                + time::Duration::milliseconds(millis)
+        };
+        // Issued at 100.26 s with a TTL of 60 s: valid up to 160.26 s, so expired from 161 on.
+        let row = TokenRow::issued(&token, project, at(100, 260), 60, None);
+        assert_eq!((row.created_at, row.expires_at), (100, 161));
+        // On a whole second, exactly the TTL.
+        let row = TokenRow::issued(&token, project, at(100, 0), 60, None);
+        assert_eq!(row.expires_at, 160);
+        // Never past the end of time.
+        let row = TokenRow::issued(&token, project, at(100, 1), u64::MAX, None);
+        assert_eq!(row.expires_at, i64::MAX);
+    }
 }

@@ -1,0 +1,295 @@
+//! `plexsphere backup` and `plexsphere restore`: the embedded default's data directory, copied
+//! while the server runs, and brought back on another machine or directory.
+//!
+//! A backup is a directory (0700) holding:
+//! - `plexsphere.db`: the database as of one instant, written by SQLite's `VACUUM INTO` from a
+//!   read transaction, so the server goes on serving (and writing) while it is made;
+//! - `domain-keys/<slug>.seed`: every Domain's signing key (enrolled nodes trust only it);
+//! - `tls/`: the lab CA and server certificate of `plexsphere dev`, when the data dir has them
+//!   (nodes trust that CA); `operator-token`, when present;
+//! - `BACKUP`: a manifest, the SHA-256 of every file above, checked by `restore`.
+//!
+//! Every file is written 0600: the keys and the database are secrets. `restore` refuses a
+//! data directory that already holds a database, a backup whose manifest does not match its
+//! files, and one that lacks the key of a Domain its database names.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail};
+use sqlx::Row as _;
+
+use super::admin::ensure_data_dir;
+use super::{DataArgs, Failure};
+use crate::store::Store;
+
+/// The database file in a data directory and in a backup.
+const DB_FILE: &str = "plexsphere.db";
+/// The manifest of a backup.
+const MANIFEST: &str = "BACKUP";
+/// The first line of a manifest (and its format's version).
+const MANIFEST_HEADER: &str = "plexsphere backup 1";
+/// What besides the database a backup carries, relative to the data directory.
+const CARRIED_DIRS: [&str; 2] = ["domain-keys", "tls"];
+const CARRIED_FILES: [&str; 1] = ["operator-token"];
+
+pub async fn backup(data: &DataArgs, out: &Path) -> Result<(), Failure> {
+    if data.database_url.is_some() {
+        return Err(Failure::Config(
+            "backup copies the embedded SQLite database; for Postgres use pg_dump and copy <data-dir>/domain-keys".into(),
+        ));
+    }
+    let db = data.data_dir.join(DB_FILE);
+    if !db.exists() {
+        return Err(Failure::Config(format!(
+            "{} holds no database ({DB_FILE}); pass the --data-dir plexsphere serves from",
+            data.data_dir.display()
+        )));
+    }
+    create_private_dir(out)?;
+    let store = Store::connect(&Store::sqlite_url(&data.data_dir))
+        .await
+        .with_context(|| format!("cannot open the database of {}", data.data_dir.display()))?;
+    let target = out.join(DB_FILE);
+    let mut conn = store.acquire().await.context("cannot open the database")?;
+    sqlx::query("VACUUM INTO $1")
+        .bind(target.display().to_string())
+        .execute(&mut *conn)
+        .await
+        .with_context(|| format!("cannot write the database copy {}", target.display()))?;
+    drop(conn);
+    store.close().await;
+    fs::set_permissions(&target, fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("cannot set the mode of {}", target.display()))?;
+
+    let mut files = vec![PathBuf::from(DB_FILE)];
+    files.extend(copy_carried(&data.data_dir, out)?);
+    let summary = check_keys(out).await?;
+    write_manifest(out, &files)?;
+    println!(
+        "backed up {} to {}: {} ({} files)",
+        data.data_dir.display(),
+        out.display(),
+        summary,
+        files.len()
+    );
+    Ok(())
+}
+
+pub async fn restore(from: &Path, data: &DataArgs) -> Result<(), Failure> {
+    if data.database_url.is_some() {
+        return Err(Failure::Config(
+            "restore writes the embedded SQLite database; drop --database-url".into(),
+        ));
+    }
+    let files = read_manifest(from)?;
+    ensure_data_dir(&data.data_dir)?;
+    let db = data.data_dir.join(DB_FILE);
+    if db.exists() {
+        return Err(Failure::Config(format!(
+            "{} already holds a database; restore into an empty data directory, or move {} away first",
+            data.data_dir.display(),
+            db.display()
+        )));
+    }
+    let summary = check_keys(from).await?;
+    for rel in &files {
+        let (src, dst) = (from.join(rel), data.data_dir.join(rel));
+        if let Some(parent) = dst.parent() {
+            create_private_dir_all(parent)?;
+        }
+        copy_private(&src, &dst)?;
+    }
+    let store = Store::connect(&Store::sqlite_url(&data.data_dir))
+        .await
+        .context("cannot open the restored database")?;
+    store
+        .migrate()
+        .await
+        .context("cannot bring the restored database's schema up to date")?;
+    store.close().await;
+    println!(
+        "restored {} into {}: {}; start plexsphere with --data-dir {}",
+        from.display(),
+        data.data_dir.display(),
+        summary,
+        data.data_dir.display()
+    );
+    Ok(())
+}
+
+/// Copies the carried directories and files that exist; answers their paths relative to the
+/// data directory.
+fn copy_carried(data_dir: &Path, out: &Path) -> Result<Vec<PathBuf>, Failure> {
+    let mut copied = Vec::new();
+    for dir in CARRIED_DIRS {
+        let src = data_dir.join(dir);
+        if !src.is_dir() {
+            continue;
+        }
+        create_private_dir(&out.join(dir))?;
+        let mut names: Vec<_> = fs::read_dir(&src)
+            .with_context(|| format!("cannot read {}", src.display()))?
+            .collect::<Result<_, _>>()
+            .with_context(|| format!("cannot read {}", src.display()))?;
+        names.sort_by_key(|e| e.file_name());
+        for entry in names {
+            if entry.file_type().map(|t| t.is_file()).unwrap_or(false) {
+                let rel = Path::new(dir).join(entry.file_name());
+                copy_private(&entry.path(), &out.join(&rel))?;
+                copied.push(rel);
+            }
+        }
+    }
+    for file in CARRIED_FILES {
+        let src = data_dir.join(file);
+        if src.is_file() {
+            copy_private(&src, &out.join(file))?;
+            copied.push(PathBuf::from(file));
+        }
+    }
+    Ok(copied)
+}
+
+/// Checks the database copy in `dir` (SQLite's integrity check) and that `dir` holds the key of
+/// every Domain it names; answers a summary ("2 Domains, 40 nodes").
+async fn check_keys(dir: &Path) -> anyhow::Result<String> {
+    let url = format!("sqlite://{}?mode=ro", dir.join(DB_FILE).display());
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(&url)
+        .await
+        .with_context(|| format!("cannot open {}", dir.join(DB_FILE).display()))?;
+    let integrity: String = sqlx::query("PRAGMA integrity_check")
+        .fetch_one(&pool)
+        .await
+        .context("cannot check the database copy")?
+        .try_get(0)
+        .context("cannot read the integrity check")?;
+    if integrity != "ok" {
+        bail!(
+            "the database copy {} is damaged ({integrity}); take a new backup",
+            dir.display()
+        );
+    }
+    let slugs: Vec<String> = sqlx::query("SELECT slug FROM domains ORDER BY slug")
+        .fetch_all(&pool)
+        .await
+        .context("cannot read the Domains of the database copy")?
+        .iter()
+        .map(|r| r.try_get::<String, _>("slug"))
+        .collect::<Result<_, _>>()
+        .context("cannot read the Domains of the database copy")?;
+    let nodes: i64 = sqlx::query("SELECT COUNT(*) AS n FROM nodes")
+        .fetch_one(&pool)
+        .await
+        .context("cannot count the nodes of the database copy")?
+        .try_get("n")
+        .context("cannot count the nodes of the database copy")?;
+    pool.close().await;
+    for slug in &slugs {
+        let seed = crate::keys::seed_path(dir, slug);
+        if !seed.is_file() {
+            bail!(
+                "{} has no signing key for Domain {slug} ({}); its nodes would refuse every document signed with another key, so a backup without it is no backup",
+                dir.display(),
+                seed.display()
+            );
+        }
+    }
+    Ok(format!("{} Domains, {nodes} nodes", slugs.len()))
+}
+
+fn write_manifest(out: &Path, files: &[PathBuf]) -> Result<(), Failure> {
+    let mut text = format!("{MANIFEST_HEADER}\n");
+    for rel in files {
+        text.push_str(&format!(
+            "{}  {}\n",
+            sha256_file(&out.join(rel))?,
+            rel.display()
+        ));
+    }
+    write_private(&out.join(MANIFEST), text.as_bytes())
+}
+
+/// The files a backup's manifest lists, each checked against its SHA-256.
+fn read_manifest(from: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let path = from.join(MANIFEST);
+    let text = fs::read_to_string(&path).with_context(|| {
+        format!(
+            "cannot read {}; pass --from the directory plexsphere backup wrote",
+            path.display()
+        )
+    })?;
+    let mut lines = text.lines();
+    if lines.next() != Some(MANIFEST_HEADER) {
+        bail!("{} is not a plexsphere backup manifest", path.display());
+    }
+    let mut files = Vec::new();
+    for line in lines {
+        let Some((digest, rel)) = line.split_once("  ") else {
+            bail!("{}: malformed line {line:?}", path.display());
+        };
+        let rel = PathBuf::from(rel);
+        if rel.is_absolute() || rel.components().any(|c| c.as_os_str() == "..") {
+            bail!(
+                "{}: {} leaves the backup directory",
+                path.display(),
+                rel.display()
+            );
+        }
+        let actual = sha256_file(&from.join(&rel))?;
+        if actual != digest {
+            bail!(
+                "{} does not match the backup's manifest (SHA-256 {actual}, manifest {digest}); the backup was changed or damaged",
+                from.join(&rel).display()
+            );
+        }
+        files.push(rel);
+    }
+    if !files.iter().any(|f| f == Path::new(DB_FILE)) {
+        bail!("{} lists no {DB_FILE}", path.display());
+    }
+    Ok(files)
+}
+
+fn sha256_file(path: &Path) -> anyhow::Result<String> {
+    let bytes = fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(hex::encode(
+        ring::digest::digest(&ring::digest::SHA256, &bytes).as_ref(),
+    ))
+}
+
+/// Creates `dir` (0700); it must not exist yet or be empty.
+fn create_private_dir(dir: &Path) -> Result<(), Failure> {
+    if dir.exists() {
+        let empty = fs::read_dir(dir)
+            .with_context(|| format!("cannot read {}", dir.display()))?
+            .next()
+            .is_none();
+        if !empty {
+            return Err(Failure::Config(format!(
+                "{} exists and is not empty; name a new directory for the backup",
+                dir.display()
+            )));
+        }
+    }
+    create_private_dir_all(dir)
+}
+
+fn create_private_dir_all(dir: &Path) -> Result<(), Failure> {
+    fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+        .with_context(|| format!("cannot set the mode of {}", dir.display()))?;
+    Ok(())
+}
+
+fn copy_private(src: &Path, dst: &Path) -> Result<(), Failure> {
+    let bytes = fs::read(src).with_context(|| format!("cannot read {}", src.display()))?;
+    write_private(dst, &bytes)
+}
+
+/// Writes `bytes` to `path` (0600, synced, renamed into place).
+fn write_private(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
+    crate::tls::write_private(path, bytes).map_err(|e| Failure::Runtime(e.into()))
+}
