@@ -21,5 +21,6 @@ pub mod seed;
 pub mod server;
 pub mod store;
 pub mod tls;
+pub mod views;
 
 pub use error::Error;

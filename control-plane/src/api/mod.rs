@@ -8,7 +8,6 @@ mod observations;
 mod operator;
 mod public;
 pub mod sse;
-pub mod views;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -21,10 +20,11 @@ use ipnet::IpNet;
 use plexsphere_wire::Intervals;
 use time::OffsetDateTime;
 
-use crate::broker::{Broker, BrokerConfig};
+use crate::broker::{Broker, BrokerConfig, BrokerHost};
 use crate::bus::{EventBus, InProcessBus};
 use crate::error::Error;
 use crate::keys::Keyring;
+use crate::maintenance::{MaintenanceHost, Schedule};
 use crate::node_ops::NodeOps;
 use crate::ratelimit::{RateLimit, RateLimiter};
 use crate::store::Store;
@@ -141,6 +141,42 @@ impl AppState {
             store: &self.store,
             keys: &self.keys,
             bus: self.bus.as_ref(),
+        }
+    }
+}
+
+/// The broker's reconcile loop sees the store, keys, node operations, broker and clock.
+impl BrokerHost for AppState {
+    fn store(&self) -> &Store {
+        &self.store
+    }
+    fn keys(&self) -> &Keyring {
+        &self.keys
+    }
+    fn node_ops(&self) -> NodeOps<'_> {
+        AppState::node_ops(self)
+    }
+    fn broker(&self) -> &Broker {
+        &self.broker
+    }
+    fn now(&self) -> OffsetDateTime {
+        AppState::now(self)
+    }
+}
+
+/// The maintenance task sees the store, the clock and its schedule from the API's knobs.
+impl MaintenanceHost for AppState {
+    fn store(&self) -> &Store {
+        &self.store
+    }
+    fn now(&self) -> OffsetDateTime {
+        AppState::now(self)
+    }
+    fn schedule(&self) -> Schedule {
+        Schedule {
+            every: self.config.events.maintenance_every,
+            retention: self.config.events.retention,
+            offline_after_secs: self.config.offline_after_secs(),
         }
     }
 }
