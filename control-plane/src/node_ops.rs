@@ -13,7 +13,7 @@ use uuid::Uuid;
 use crate::bus::EventBus;
 use crate::error::Error;
 use crate::keys::Keyring;
-use crate::mesh;
+use crate::node_decisions;
 use crate::store::nodes::{HeartbeatRecord, NodeRow};
 use crate::store::{self, Store, StoreError, domains, events, nodes};
 
@@ -68,7 +68,8 @@ impl NodeOps<'_> {
         observed: IpAddr,
         now: i64,
     ) -> Result<EndpointAck, Error> {
-        let (reflexive, advertised) = mesh::advertise(report, observed).map_err(Error::Invalid)?;
+        let (reflexive, advertised) =
+            node_decisions::advertise(report, observed).map_err(Error::Invalid)?;
         let seq = store::retry("endpoint report", Error::is_lost_race, || {
             self.endpoints_attempt(node_id, report.listen_port, &advertised, now)
         })
@@ -99,7 +100,7 @@ impl NodeOps<'_> {
             .await?
             .ok_or_else(|| Error::Internal(format!("node {node_id} names a missing domain")))?;
         let live = nodes::live_in_domain(&mut conn, me.domain_id).await?;
-        let doc = mesh::node_state(&me, &domain, &live, version, now);
+        let doc = node_decisions::node_state(&me, &domain, &live, version, now);
         let signer = self.keys.signer(&domain.slug)?;
         let env = signer
             .sign(SignContext::NodeState, &doc)

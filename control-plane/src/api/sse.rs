@@ -24,7 +24,7 @@ use uuid::Uuid;
 use super::AppState;
 use super::extract::NodeAuth;
 use crate::error::Error;
-use crate::mesh::{self, Resume};
+use crate::node_decisions::{self, Resume};
 use crate::store::nodes::NodeRow;
 use crate::store::{StoreError, domains, events};
 
@@ -148,7 +148,7 @@ pub async fn events(
     let head = events::head(&mut conn, node.domain_id).await?;
     drop(conn);
     let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok());
-    let resume = mesh::resume_point(last_event_id, head);
+    let resume = node_decisions::resume_point(last_event_id, head);
     tracing::info!(node_id = %node.id, last_event_id = ?last_event_id, head = head.seq, "sse: stream opened");
 
     let (tx, rx) = mpsc::channel::<Frame>(st.config.events.stream_buffer.max(1));
