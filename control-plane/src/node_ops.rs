@@ -27,18 +27,14 @@ pub struct NodeOps<'a> {
     pub bus: &'a dyn EventBus,
 }
 
-/// `plexd_version` as registration accepts it: 1-64 printable characters.
-pub fn valid_version(v: &str) -> bool {
-    !v.is_empty() && v.len() <= 64 && !v.chars().any(char::is_control)
-}
-
 impl NodeOps<'_> {
     /// Records a heartbeat; answers the Domain's current state version.
     pub async fn heartbeat(&self, node: &NodeRow, hb: &Heartbeat, now: i64) -> Result<u64, Error> {
-        if !valid_version(&hb.plexd_version) {
-            return Err(Error::Invalid(
-                "plexd_version must be 1-64 printable characters".into(),
-            ));
+        if !plexsphere_wire::version::valid(&hb.plexd_version) {
+            return Err(Error::Invalid(format!(
+                "plexd_version must be {}",
+                plexsphere_wire::version::RULE
+            )));
         }
         let record = HeartbeatRecord {
             plexd_version: &hb.plexd_version,
