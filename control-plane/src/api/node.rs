@@ -11,8 +11,8 @@ use plexsphere_wire::node::{
     EndpointAck, EndpointReport, Heartbeat, HeartbeatAck, IngestBatch, MAX_NODE_BODY,
 };
 
-use super::AppState;
 use super::extract::{ApiJson, ClientAddr, NodeAuth};
+use super::state::AppState;
 use crate::error::Error;
 use crate::node_decisions;
 use crate::store;

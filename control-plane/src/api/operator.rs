@@ -12,8 +12,8 @@ use plexsphere_wire::secret::{BootstrapToken, valid_env_prefix};
 use serde::Deserialize;
 use uuid::Uuid;
 
-use super::AppState;
 use super::extract::{ApiJson, Operator, TokenIdPath, UuidPath};
+use super::state::AppState;
 use crate::error::Error;
 use crate::store::tokens::TokenRow;
 use crate::store::{self, Conn, domains, nodes, projects, tokens};
