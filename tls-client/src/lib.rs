@@ -139,14 +139,19 @@ pub fn client_config(trust: &Trust, alpn: &[&[u8]]) -> Result<rustls::ClientConf
     };
     let verifier: Arc<dyn rustls::client::danger::ServerCertVerifier> =
         Arc::new(PinnedVerifier::new(trust.pin, normal, provider.clone()));
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+    let config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| TrustError::Setup(e.to_string()))?
         .dangerous()
         .with_custom_certificate_verifier(verifier)
         .with_no_client_auth();
+    Ok(with_alpn(config, alpn))
+}
+
+/// The same trust offering another ALPN (plexd's event stream: HTTP/1.1 only).
+pub fn with_alpn(mut config: rustls::ClientConfig, alpn: &[&[u8]]) -> rustls::ClientConfig {
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    Ok(config)
+    config
 }
 
 #[cfg(test)]
