@@ -98,8 +98,7 @@ impl ApiClient {
         // The event stream gets a connection of its own for every attempt (HTTP/1.1, no idle
         // pool): after a stall the next attempt dials afresh instead of reusing a dead
         // connection.
-        let mut stream_tls = tls;
-        stream_tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let stream_tls = plexsphere_tls_client::with_alpn(tls, plexsphere_tls_client::ALPN_HTTP1);
         let stream_http = builder(stream_tls)
             .http1_only()
             .pool_max_idle_per_host(0)

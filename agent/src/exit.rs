@@ -126,7 +126,9 @@ impl Failure {
     }
 }
 
-// The one place where the library's errors become exit codes.
+// Where the library's errors become exit codes. This file imports only the modules below the
+// commands (config, fsutil, tls, identity, api_client); a command's own error maps next to its
+// definition (the token file's in join/token.rs), so no command imports this file back.
 
 impl From<crate::config::ConfigError> for Failure {
     fn from(e: crate::config::ConfigError) -> Self {
@@ -143,12 +145,6 @@ impl From<crate::fsutil::FsError> for Failure {
 impl From<crate::tls::TlsError> for Failure {
     fn from(e: crate::tls::TlsError) -> Self {
         Failure::new(ExitCode::Config, e)
-    }
-}
-
-impl From<crate::join::TokenFileError> for Failure {
-    fn from(e: crate::join::TokenFileError) -> Self {
-        Failure::new(ExitCode::TokenInvalid, e)
     }
 }
 

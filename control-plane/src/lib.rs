@@ -12,7 +12,7 @@ pub mod error;
 pub mod ipam;
 pub mod keys;
 pub mod maintenance;
-pub mod mesh;
+pub mod node_decisions;
 pub mod node_ops;
 pub mod operator_tokens;
 pub mod ratelimit;
@@ -21,5 +21,6 @@ pub mod seed;
 pub mod server;
 pub mod store;
 pub mod tls;
+pub mod views;
 
 pub use error::Error;

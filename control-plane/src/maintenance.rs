@@ -6,20 +6,52 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use plexsphere_wire::admin::NodeStatus;
+use time::OffsetDateTime;
 use uuid::Uuid;
 
-use crate::api::AppState;
-use crate::api::views::node_status;
 use crate::error::Error;
 use crate::store::nodes::NodeRow;
-use crate::store::{self, StoreError, events, nodes};
+use crate::store::{self, Store, StoreError, events, nodes};
+use crate::views::node_status;
+
+/// When the task runs and what it keeps, in seconds as the store counts them.
+#[derive(Debug, Clone, Copy)]
+pub struct Schedule {
+    /// How often a round runs.
+    pub every: Duration,
+    /// Events stay replayable at least this long.
+    pub retention: Duration,
+    /// A node is offline once its last authenticated call is older than this.
+    pub offline_after_secs: i64,
+}
+
+/// What the task works with, from the server it runs in: the store, the clock and its
+/// schedule. The HTTP state implements it; this task never sees the HTTP state itself.
+pub trait MaintenanceHost: Send + Sync {
+    fn store(&self) -> &Store;
+    fn now(&self) -> OffsetDateTime;
+    fn schedule(&self) -> Schedule;
+}
+
+impl<T: MaintenanceHost + ?Sized> MaintenanceHost for Arc<T> {
+    fn store(&self) -> &Store {
+        (**self).store()
+    }
+    fn now(&self) -> OffsetDateTime {
+        (**self).now()
+    }
+    fn schedule(&self) -> Schedule {
+        (**self).schedule()
+    }
+}
 
 /// Starts the task; it stops by itself once the state is gone (the server stopped).
-pub fn spawn(state: &Arc<AppState>) -> tokio::task::JoinHandle<()> {
-    let weak: Weak<AppState> = Arc::downgrade(state);
-    let every = state.config.events.maintenance_every;
+pub fn spawn<S: MaintenanceHost + 'static>(state: &Arc<S>) -> tokio::task::JoinHandle<()> {
+    let weak: Weak<S> = Arc::downgrade(state);
+    let every = state.schedule().every;
     tokio::spawn(async move {
         let mut known: HashMap<Uuid, NodeStatus> = HashMap::new();
         let mut tick = tokio::time::interval(every);
@@ -27,10 +59,10 @@ pub fn spawn(state: &Arc<AppState>) -> tokio::task::JoinHandle<()> {
         loop {
             tick.tick().await;
             let Some(st) = weak.upgrade() else { return };
-            if let Err(e) = prune(&st).await {
+            if let Err(e) = prune(&*st).await {
                 tracing::warn!(error = %e, "cannot prune the event log; retrying at the next round");
             }
-            if let Err(e) = sweep(&st, &mut known).await {
+            if let Err(e) = sweep(&*st, &mut known).await {
                 tracing::warn!(error = %e, "cannot sweep node status; retrying at the next round");
             }
         }
@@ -38,11 +70,11 @@ pub fn spawn(state: &Arc<AppState>) -> tokio::task::JoinHandle<()> {
 }
 
 /// Deletes the events older than the configured retention.
-pub async fn prune(st: &AppState) -> Result<u64, Error> {
-    let retention = i64::try_from(st.config.events.retention.as_secs()).unwrap_or(i64::MAX);
+pub async fn prune(st: &(impl MaintenanceHost + ?Sized)) -> Result<u64, Error> {
+    let retention = i64::try_from(st.schedule().retention.as_secs()).unwrap_or(i64::MAX);
     let cutoff = store::unix(st.now()).saturating_sub(retention);
     let deleted = store::retry("prune events", StoreError::is_busy, || {
-        prune_attempt(st, cutoff)
+        prune_attempt(st.store(), cutoff)
     })
     .await?;
     if deleted > 0 {
@@ -55,18 +87,22 @@ pub async fn prune(st: &AppState) -> Result<u64, Error> {
     Ok(deleted)
 }
 
-async fn prune_attempt(st: &AppState, cutoff: i64) -> Result<u64, StoreError> {
-    let mut tx = st.store.begin().await?;
+async fn prune_attempt(store: &Store, cutoff: i64) -> Result<u64, StoreError> {
+    let mut tx = store.begin().await?;
     let n = events::prune(&mut tx, cutoff).await?;
     tx.commit().await?;
     Ok(n)
 }
 
-async fn sweep(st: &AppState, known: &mut HashMap<Uuid, NodeStatus>) -> Result<(), Error> {
-    let mut conn = st.store.acquire().await?;
+async fn sweep(
+    st: &(impl MaintenanceHost + ?Sized),
+    known: &mut HashMap<Uuid, NodeStatus>,
+) -> Result<(), Error> {
+    let mut conn = st.store().acquire().await?;
     let rows = nodes::list(&mut conn, None).await?;
     let now = store::unix(st.now());
-    for (node, from, to) in transitions(known, &rows, now, st.config.offline_after_secs()) {
+    let offline_after = st.schedule().offline_after_secs;
+    for (node, from, to) in transitions(known, &rows, now, offline_after) {
         match to {
             NodeStatus::Offline => tracing::info!(
                 node_id = %node.id, mesh_ip = %node.mesh_ip, last_seen_at = ?node.last_seen_at,

@@ -13,7 +13,7 @@ use uuid::Uuid;
 use crate::bus::EventBus;
 use crate::error::Error;
 use crate::keys::Keyring;
-use crate::mesh;
+use crate::node_decisions;
 use crate::store::nodes::{HeartbeatRecord, NodeRow};
 use crate::store::{self, Store, StoreError, domains, events, nodes};
 
@@ -27,18 +27,14 @@ pub struct NodeOps<'a> {
     pub bus: &'a dyn EventBus,
 }
 
-/// `plexd_version` as registration accepts it: 1-64 printable characters.
-pub fn valid_version(v: &str) -> bool {
-    !v.is_empty() && v.len() <= 64 && !v.chars().any(char::is_control)
-}
-
 impl NodeOps<'_> {
     /// Records a heartbeat; answers the Domain's current state version.
     pub async fn heartbeat(&self, node: &NodeRow, hb: &Heartbeat, now: i64) -> Result<u64, Error> {
-        if !valid_version(&hb.plexd_version) {
-            return Err(Error::Invalid(
-                "plexd_version must be 1-64 printable characters".into(),
-            ));
+        if !plexsphere_wire::version::valid(&hb.plexd_version) {
+            return Err(Error::Invalid(format!(
+                "plexd_version must be {}",
+                plexsphere_wire::version::RULE
+            )));
         }
         let record = HeartbeatRecord {
             plexd_version: &hb.plexd_version,
@@ -68,7 +64,8 @@ impl NodeOps<'_> {
         observed: IpAddr,
         now: i64,
     ) -> Result<EndpointAck, Error> {
-        let (reflexive, advertised) = mesh::advertise(report, observed).map_err(Error::Invalid)?;
+        let (reflexive, advertised) =
+            node_decisions::advertise(report, observed).map_err(Error::Invalid)?;
         let seq = store::retry("endpoint report", Error::is_lost_race, || {
             self.endpoints_attempt(node_id, report.listen_port, &advertised, now)
         })
@@ -99,7 +96,7 @@ impl NodeOps<'_> {
             .await?
             .ok_or_else(|| Error::Internal(format!("node {node_id} names a missing domain")))?;
         let live = nodes::live_in_domain(&mut conn, me.domain_id).await?;
-        let doc = mesh::node_state(&me, &domain, &live, version, now);
+        let doc = node_decisions::node_state(&me, &domain, &live, version, now);
         let signer = self.keys.signer(&domain.slug)?;
         let env = signer
             .sign(SignContext::NodeState, &doc)

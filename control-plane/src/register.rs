@@ -25,7 +25,7 @@ use crate::keys::Keyring;
 use crate::store::nodes::NodeRow;
 use crate::store::tokens::TokenRow;
 use crate::store::{self, Store, StoreError, domains, events, mesh_ips, nodes, projects, tokens};
-use crate::{ipam, mesh};
+use crate::{ipam, node_decisions};
 use plexsphere_wire::node::EventKind;
 
 /// What registration needs besides the request.
@@ -81,11 +81,11 @@ pub fn validate(req: &RegisterRequest) -> Result<(), Error> {
             ));
         }
     }
-    let v = &req.plexd_version;
-    if v.is_empty() || v.len() > 64 || v.chars().any(char::is_control) {
-        return Err(Error::Invalid(
-            "plexd_version must be 1-64 printable characters".into(),
-        ));
+    if !plexsphere_wire::version::valid(&req.plexd_version) {
+        return Err(Error::Invalid(format!(
+            "plexd_version must be {}",
+            plexsphere_wire::version::RULE
+        )));
     }
     Ok(())
 }
@@ -222,7 +222,7 @@ impl Registrar<'_> {
         };
         nodes::insert(&mut tx, &node).await?;
         let added = EventKind::PeerAdded {
-            peer: mesh::peer_spec(&node),
+            peer: node_decisions::peer_spec(&node),
         };
         let seq = events::append(&mut tx, domain.id, None, node_id, &added, now).await?;
         let signer = self.keys.signer(&domain.slug)?;

@@ -1,14 +1,15 @@
 //! The node API against the real server: authentication, heartbeat and online/offline, the
-//! signed state with its ETag, endpoint reports, ingest and leave.
+//! signed state with its ETag, ingest and leave. Endpoint reports are `node_endpoints.rs`'s.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 mod common;
 
 use std::time::Duration;
 
+use common::nodes::pull;
 use common::*;
-use plexsphere_wire::node::{EndpointAck, NodeState};
-use plexsphere_wire::signed::{DomainVerifier, SignContext, SignedEnvelope};
+use plexsphere_wire::node::NodeState;
+use plexsphere_wire::signed::{DomainVerifier, SignContext};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
@@ -127,29 +128,6 @@ async fn heartbeat_marks_online_and_silence_turns_offline() {
     srv.stop().await;
 }
 
-async fn pull(
-    srv: &TestServer,
-    reg: &plexsphere_wire::RegisterResponse,
-    etag: Option<&str>,
-) -> (StatusCode, Option<String>, Option<SignedEnvelope>) {
-    let mut req = srv.node_req(Method::GET, reg, "/state");
-    if let Some(t) = etag {
-        req = req.header("if-none-match", t);
-    }
-    let r = req.send().await.unwrap();
-    let status = r.status();
-    let tag = r
-        .headers()
-        .get("etag")
-        .map(|v| v.to_str().unwrap().to_owned());
-    let body = if status == StatusCode::OK {
-        Some(r.json().await.unwrap())
-    } else {
-        None
-    };
-    (status, tag, body)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn state_is_signed_lists_peers_and_answers_304_until_it_changes() {
     let srv = TestServer::start().await;
@@ -197,93 +175,6 @@ async fn state_is_signed_lists_peers_and_answers_304_until_it_changes() {
     assert_eq!(newer, Some(format!("\"{}\"", state2.version)));
     let ids: Vec<_> = state2.peers.iter().map(|p| p.node_id).collect();
     assert_eq!(ids, vec![b.node_id, c.node_id]);
-    srv.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn endpoint_report_adds_the_reflexive_address_and_peers_see_it() {
-    let srv = TestServer::start().await;
-    let (a, b) = srv.enrol_pair().await;
-    let report = json!({"listen_port": 51999, "addresses": ["192.0.2.10", "2001:db8::10"]});
-    let r = srv
-        .node_req(Method::POST, &a, "/endpoints")
-        .json(&report)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
-    let ack: EndpointAck = r.json().await.unwrap();
-    assert_eq!(ack.observed.to_string(), "127.0.0.1:51999");
-    let shown: Vec<String> = ack.endpoints.iter().map(ToString::to_string).collect();
-    assert_eq!(
-        shown,
-        vec![
-            "192.0.2.10:51999",
-            "[2001:db8::10]:51999",
-            "127.0.0.1:51999"
-        ]
-    );
-    let view = srv.node_view(a.node_id).await;
-    assert_eq!(view["endpoints"], json!(shown));
-
-    // b's state carries a's endpoints, best first.
-    let (_, etag, env) = pull(&srv, &b, None).await;
-    let verifier = DomainVerifier::from_b64(&b.domain_signing_public_key).unwrap();
-    let state: NodeState = verifier
-        .open(SignContext::NodeState, &env.unwrap())
-        .unwrap();
-    assert_eq!(state.peers[0].endpoints, ack.endpoints);
-    // a's own state carries its listen port.
-    let (_, _, env) = pull(&srv, &a, None).await;
-    let mine: NodeState = verifier
-        .open(SignContext::NodeState, &env.unwrap())
-        .unwrap();
-    assert_eq!(mine.listen_port, 51999);
-
-    // The same report again changes nothing: no new event, b's state is unchanged.
-    let r = srv
-        .node_req(Method::POST, &a, "/endpoints")
-        .json(&report)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::OK);
-    let (s, _, _) = pull(&srv, &b, etag.as_deref()).await;
-    assert_eq!(s, StatusCode::NOT_MODIFIED);
-
-    // Refusals.
-    for bad in [
-        json!({"listen_port": 0, "addresses": []}),
-        json!({"listen_port": 1, "addresses": ["0.0.0.0"]}),
-    ] {
-        let r = srv
-            .node_req(Method::POST, &a, "/endpoints")
-            .json(&bad)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
-    }
-    srv.stop().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn endpoint_report_behind_a_trusted_proxy_uses_x_forwarded_for() {
-    let srv = TestServer::start_with(Options {
-        trusted_proxies: vec!["127.0.0.0/8".parse().unwrap()],
-        ..Options::default()
-    })
-    .await;
-    let a = srv.enrol(LAB_NODES).await;
-    let r = srv
-        .node_req(Method::POST, &a, "/endpoints")
-        .header("x-forwarded-for", "198.51.100.7")
-        .json(&json!({"listen_port": 51820, "addresses": []}))
-        .send()
-        .await
-        .unwrap();
-    let ack: EndpointAck = r.json().await.unwrap();
-    assert_eq!(ack.observed.to_string(), "198.51.100.7:51820");
     srv.stop().await;
 }
 

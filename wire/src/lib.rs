@@ -10,6 +10,7 @@ pub mod node;
 pub mod register;
 pub mod secret;
 pub mod signed;
+pub mod version;
 
 pub use error::{ApiError, codes};
 pub use register::{Intervals, RegisterRequest, RegisterResponse};

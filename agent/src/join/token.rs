@@ -4,6 +4,8 @@ use std::path::{Path, PathBuf};
 
 use plexsphere_wire::secret::BootstrapToken;
 
+use crate::exit::{ExitCode, Failure};
+
 #[derive(Debug, thiserror::Error)]
 pub enum TokenFileError {
     #[error(
@@ -22,6 +24,13 @@ pub enum TokenFileError {
         "the file {path} does not hold a bootstrap token: {reason}; a token reads pxbt_<env>_node_<id>_<secret>; write a fresh one to {path} and start plexd again"
     )]
     Malformed { path: PathBuf, reason: String },
+}
+
+/// A token file plexd cannot use is fixed by writing a fresh token: exit 11.
+impl From<TokenFileError> for Failure {
+    fn from(e: TokenFileError) -> Self {
+        Failure::new(ExitCode::TokenInvalid, e)
+    }
 }
 
 /// Reads and parses the bootstrap token file.

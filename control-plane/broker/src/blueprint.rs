@@ -12,6 +12,8 @@ use regex::Regex;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+pub use crate::param::{Param, ParamType};
+
 /// The namespace of blueprint version ids: `version_id = UUIDv5(BLUEPRINT_NAMESPACE,
 /// "<name>@<version>")`, so two servers loading the same catalog agree on every id.
 /// (It is itself `UUIDv5(NAMESPACE_URL, "urn:plexsphere:blueprint")`; a test pins that.)
@@ -53,52 +55,6 @@ impl Substrate {
             Substrate::Crossplane => "crossplane",
         }
     }
-}
-
-/// The JSON type of a parameter's value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ParamType {
-    String,
-    Integer,
-    Boolean,
-}
-
-impl ParamType {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ParamType::String => "string",
-            ParamType::Integer => "integer",
-            ParamType::Boolean => "boolean",
-        }
-    }
-}
-
-/// One declared parameter.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Param {
-    #[serde(rename = "type")]
-    pub ty: ParamType,
-    #[serde(default)]
-    pub required: bool,
-    /// A regular expression a string value must match whole (it is anchored as `^(?:...)$`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pattern: Option<String>,
-    /// The smallest integer accepted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub minimum: Option<i64>,
-    /// The largest integer accepted.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub maximum: Option<i64>,
-    /// The value used when the request leaves the parameter out.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub default: Option<serde_json::Value>,
-    #[serde(default)]
-    pub description: String,
-    /// The compiled, anchored `pattern` (filled in by [`Blueprint::parse`]).
-    #[serde(skip)]
-    pub(crate) compiled: Option<Regex>,
 }
 
 /// The composite a blueprint renders: the object handed to its substrate.
@@ -273,7 +229,7 @@ fn check_param(name: &str, p: &mut Param) -> Result<(), String> {
                 "parameter `{name}` is required and has a default; drop one of them"
             ));
         }
-        crate::params::check_value(name, p, default).map_err(|e| format!("its default: {e}"))?;
+        crate::param::check_value(name, p, default).map_err(|e| format!("its default: {e}"))?;
     }
     Ok(())
 }

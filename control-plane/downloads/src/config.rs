@@ -60,7 +60,8 @@ pub enum PinnedChecksums {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error(
-        "the plexd version {0:?} is not 1-64 of letters, digits and `.+-_` starting with a letter or digit; set PLEXD_VERSION to a release such as 1.4.2"
+        "the plexd version {0:?} is not {rule}; set PLEXD_VERSION to a release such as 1.4.2",
+        rule = plexsphere_wire::version::RULE
     )]
     Version(String),
     #[error(
@@ -122,15 +123,10 @@ impl MirrorConfig {
     }
 }
 
-/// A version is safe in a URL and as a directory name: `[A-Za-z0-9][A-Za-z0-9.+_-]{0,63}`.
+/// The release must be a plexd version (`plexsphere_wire::version`): safe in a URL and as a
+/// directory name.
 pub fn check_version(version: &str) -> Result<(), ConfigError> {
-    let ok = !version.is_empty()
-        && version.len() <= 64
-        && version.as_bytes()[0].is_ascii_alphanumeric()
-        && version
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-' | b'_'));
-    if ok {
+    if plexsphere_wire::version::valid(version) {
         Ok(())
     } else {
         Err(ConfigError::Version(version.to_owned()))

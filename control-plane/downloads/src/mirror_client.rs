@@ -1,43 +1,20 @@
 //! The HTTP client the mirror is fetched with, and how its failures and URLs are shown.
 
-use std::sync::Arc;
-
-use rustls_pki_types::CertificateDer;
-use rustls_pki_types::pem::PemObject as _;
+use plexsphere_tls_client::{ALPN_H2_HTTP1, Trust, TrustError};
 
 use crate::config::{ConfigError, MirrorConfig};
 
-/// The mirror client: the system's roots plus the optional CA file, rustls with ring.
+/// The mirror client: the system's roots plus the optional CA file, rustls with ring
+/// (`plexsphere_tls_client`), ALPN h2 and http/1.1.
 pub(crate) fn http_client(config: &MirrorConfig) -> Result<reqwest::Client, ConfigError> {
-    let mut roots = rustls::RootCertStore::empty();
-    let native = rustls_native_certs::load_native_certs();
-    for e in &native.errors {
-        tracing::warn!(error = %e, "a certificate of the system store could not be loaded");
-    }
-    roots.add_parsable_certificates(native.certs);
-    if let Some(path) = &config.ca_file {
-        let ca_err = |reason: String| ConfigError::CaFile {
-            path: path.clone(),
-            reason,
-        };
-        let bytes = std::fs::read(path).map_err(|e| ca_err(e.to_string()))?;
-        let certs = CertificateDer::pem_slice_iter(&bytes)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| ca_err(e.to_string()))?;
-        if certs.is_empty() {
-            return Err(ca_err("it holds no CERTIFICATE block".to_owned()));
-        }
-        for cert in certs {
-            roots.add(cert).map_err(|e| ca_err(e.to_string()))?;
-        }
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| ConfigError::Client(e.to_string()))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let trust = Trust::system_and(config.ca_file.clone());
+    let tls = plexsphere_tls_client::client_config(&trust, ALPN_H2_HTTP1).map_err(|e| match e {
+        TrustError::CaFile { path, problem } => ConfigError::CaFile {
+            path,
+            reason: problem.to_string(),
+        },
+        TrustError::Setup(reason) => ConfigError::Client(reason),
+    })?;
     reqwest::Client::builder()
         .tls_backend_preconfigured(tls)
         .connect_timeout(config.connect_timeout)

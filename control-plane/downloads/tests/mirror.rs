@@ -5,138 +5,14 @@
 
 mod support;
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
 
-use axum::Router;
-use axum::extract::{Request, State};
-use axum::http::{StatusCode, Uri};
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
-use plexsphere_downloads::{Downloads, DownloadsConfig, MirrorConfig, PinnedChecksums, router};
+use plexsphere_downloads::PinnedChecksums;
 use reqwest::header;
-use support::{Server, api_error, client, fake_binary, sh, sha256_hex, show, wait_until};
-use tokio::sync::watch;
-
-const VERSION: &str = "1.2.3";
-
-/// A fake upstream release server.
-struct Upstream {
-    files: Mutex<HashMap<String, Vec<u8>>>,
-    hits: Mutex<HashMap<String, usize>>,
-    /// Answers wait until this is true.
-    open: watch::Receiver<bool>,
-}
-
-impl Upstream {
-    fn hits(&self, file: &str) -> usize {
-        let path = format!("/plexd/{VERSION}/{file}");
-        self.hits.lock().unwrap().get(&path).copied().unwrap_or(0)
-    }
-
-    fn put(&self, file: &str, bytes: Vec<u8>) {
-        let path = format!("/plexd/{VERSION}/{file}");
-        self.files.lock().unwrap().insert(path, bytes);
-    }
-}
-
-async fn upstream_handler(State(u): State<Arc<Upstream>>, uri: Uri) -> Response {
-    let path = uri.path().to_owned();
-    *u.hits.lock().unwrap().entry(path.clone()).or_default() += 1;
-    let mut open = u.open.clone();
-    let _ = open.wait_for(|o| *o).await;
-    let body = u.files.lock().unwrap().get(&path).cloned();
-    match body {
-        Some(b) => b.into_response(),
-        None => StatusCode::NOT_FOUND.into_response(),
-    }
-}
-
-struct Release {
-    amd64: Vec<u8>,
-    arm64: Vec<u8>,
-    checksums: String,
-}
-
-fn release() -> Release {
-    let amd64 = fake_binary(11, 400_000);
-    let arm64 = fake_binary(12, 150_001);
-    let checksums = format!(
-        "{}  plexd-linux-amd64\n{}  plexd-linux-arm64\n",
-        sha256_hex(&amd64),
-        sha256_hex(&arm64)
-    );
-    Release {
-        amd64,
-        arm64,
-        checksums,
-    }
-}
-
-/// Starts an upstream serving `r`; the sender holds answers while it is false.
-async fn upstream(r: &Release, open: bool) -> (Server, Arc<Upstream>, watch::Sender<bool>) {
-    let (tx, rx) = watch::channel(open);
-    let u = Arc::new(Upstream {
-        files: Mutex::new(HashMap::new()),
-        hits: Mutex::new(HashMap::new()),
-        open: rx,
-    });
-    u.put("plexd-linux-amd64", r.amd64.clone());
-    u.put("plexd-linux-arm64", r.arm64.clone());
-    u.put("checksums.sha256", r.checksums.clone().into_bytes());
-    let app = Router::new()
-        .fallback(upstream_handler)
-        .with_state(u.clone());
-    (Server::start(app).await, u, tx)
-}
-
-fn mirror_config(upstream: SocketAddr, pinned: PinnedChecksums, cache: &Path) -> DownloadsConfig {
-    DownloadsConfig::mirror(
-        VERSION,
-        MirrorConfig::new(
-            format!("http://{upstream}/plexd/{{version}}/plexd-linux-{{arch}}"),
-            pinned,
-            cache,
-        ),
-    )
-}
-
-/// The downloads server, with a count of requests that reached it.
-async fn downloads(config: DownloadsConfig) -> (Server, Arc<AtomicUsize>) {
-    let d = Downloads::open(config, None).await.unwrap();
-    let seen = Arc::new(AtomicUsize::new(0));
-    let counter = seen.clone();
-    let app = router(Arc::new(d)).layer(middleware::from_fn(move |req: Request, next: Next| {
-        counter.fetch_add(1, Ordering::SeqCst);
-        next.run(req)
-    }));
-    (Server::start(app).await, seen)
-}
-
-fn cached_names(cache: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(cache.join(VERSION))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
-}
-
-async fn get(url: &str) -> reqwest::Response {
-    client().get(url).send().await.unwrap()
-}
-
-/// The body of a 200 answer; anything else fails with the answer in the message.
-async fn ok_text(url: &str) -> String {
-    let resp = get(url).await;
-    let status = resp.status();
-    let text = resp.text().await.unwrap();
-    assert_eq!(status, 200, "GET {url}: {text}");
-    text
-}
+use support::upstream::{
+    VERSION, cached_names, downloads, mirror_config, ok_text, release, upstream,
+};
+use support::{api_error, client, get, sh, sha256_hex, show, wait_until};
 
 #[tokio::test]
 async fn first_request_fetches_then_the_cache_serves_also_with_the_upstream_stopped() {

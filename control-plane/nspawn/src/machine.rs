@@ -249,7 +249,12 @@ impl Machine {
         if !self.dir.exists() && self.gone() {
             return Ok(());
         }
-        teardown::stop(self)?;
+        teardown::stop(&teardown::Running {
+            name: self.name(),
+            nspawn: self.nspawn(),
+            leader: self.known_leader(),
+            child: &self.child,
+        })?;
         teardown::unmount(&self.merged())?;
         remove_tree(&self.dir)?;
         tracing::info!(machine = %self.record.name, "machine destroyed");
@@ -259,7 +264,7 @@ impl Machine {
     /// True when systemd-nspawn and the machine's PID 1 have exited and its overlay is
     /// unmounted.
     pub fn gone(&self) -> bool {
-        teardown::reap(self);
+        teardown::reap(&self.child);
         let nspawn_alive = self.record.nspawn.is_some_and(|p| p.alive());
         let leader_alive = self.known_leader().is_some_and(|p| p.alive());
         !nspawn_alive && !leader_alive && !teardown::is_mounted(&self.merged())

@@ -70,7 +70,7 @@ impl Machine {
 
     /// True while systemd-nspawn runs.
     pub fn is_running(&self) -> bool {
-        crate::teardown::reap(self);
+        crate::teardown::reap(&self.child);
         self.nspawn().is_some_and(|p| p.alive())
     }
 

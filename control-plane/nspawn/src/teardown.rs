@@ -2,6 +2,8 @@
 //! shows.
 
 use std::path::Path;
+use std::process::Child;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use nix::mount::{MntFlags, umount2};
@@ -9,7 +11,6 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use crate::error::{Error, Result};
-use crate::machine::Machine;
 use crate::procfs::{ProcId, find_ns_init, mount_points, mounts_under};
 use crate::wait::{POLL_FAST, poll_until};
 
@@ -18,9 +19,18 @@ const POWEROFF_TIMEOUT: Duration = Duration::from_secs(45);
 const KILL_TIMEOUT: Duration = Duration::from_secs(15);
 const UNMOUNT_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// What stopping a machine needs of it: its name, its processes as recorded, and
+/// systemd-nspawn's handle when this process started it (to reap it).
+pub(crate) struct Running<'a> {
+    pub name: &'a str,
+    pub nspawn: Option<ProcId>,
+    pub leader: Option<ProcId>,
+    pub child: &'a Mutex<Option<Child>>,
+}
+
 /// Reaps systemd-nspawn if this process started it and it has exited.
-pub(crate) fn reap(m: &Machine) {
-    if let Some(child) = m.child.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+pub(crate) fn reap(child: &Mutex<Option<Child>>) {
+    if let Some(child) = child.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
         let _ = child.try_wait();
     }
 }
@@ -33,14 +43,14 @@ fn signal(p: ProcId, sig: Signal) {
     }
 }
 
-fn wait_exit(m: &Machine, procs: &[ProcId], what: &str, timeout: Duration) -> Result<()> {
+fn wait_exit(m: &Running<'_>, procs: &[ProcId], what: &str, timeout: Duration) -> Result<()> {
     poll_until(
         what,
         timeout,
         POLL_FAST,
         "the machine's processes did not exit; check `ps` for them",
         || {
-            reap(m);
+            reap(m.child);
             Ok(procs.iter().all(|p| !p.alive()).then_some(()))
         },
     )
@@ -48,14 +58,14 @@ fn wait_exit(m: &Machine, procs: &[ProcId], what: &str, timeout: Duration) -> Re
 
 /// Stops the machine: SIGTERM to systemd-nspawn (it powers the container off), then SIGKILL
 /// to the container's PID 1 (which ends the whole container) and to nspawn past the bound.
-pub(crate) fn stop(m: &Machine) -> Result<()> {
-    reap(m);
-    let nspawn = m.nspawn().filter(ProcId::alive);
+pub(crate) fn stop(m: &Running<'_>) -> Result<()> {
+    reap(m.child);
+    let nspawn = m.nspawn.filter(ProcId::alive);
     let leader = m
-        .known_leader()
+        .leader
         .or_else(|| nspawn.and_then(|n| find_ns_init(n.pid)))
         .filter(ProcId::alive);
-    let name = m.name();
+    let name = m.name;
     if let Some(n) = nspawn {
         tracing::info!(machine = name, nspawn = n.pid, "powering the machine off");
         signal(n, Signal::SIGTERM);

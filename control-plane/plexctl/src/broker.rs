@@ -11,9 +11,10 @@ use uuid::Uuid;
 
 use crate::broker_output::{self as out, CredentialView, Items, Resource};
 use crate::cli_broker::{CredentialCommand, ResourceCommand, WaitArgs};
-use crate::commands::{Failure, confirm, operator_api, render};
 use crate::config::Settings;
-use crate::output::{self, Format};
+use crate::failure::Failure;
+use crate::output::{self, Format, render};
+use crate::session::{confirm, operator_api};
 use crate::ttl::{TtlError, parse_ttl};
 use crate::wait::{self, Ended, Goal};
 

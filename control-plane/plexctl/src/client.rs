@@ -3,14 +3,12 @@
 //! has to fix: the server's answer, the trust in its certificate, or the route to it.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
+use plexsphere_tls_client::{ALPN_H2_HTTP1, Trust, TrustError};
 use plexsphere_wire::ApiError;
 use reqwest::header::{AUTHORIZATION, HeaderValue};
 use reqwest::{Method, StatusCode, Url};
-use rustls_pki_types::CertificateDer;
-use rustls_pki_types::pem::PemObject;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -191,36 +189,17 @@ pub fn decode<T: DeserializeOwned>(
     }
 }
 
-/// The rustls client configuration: the system store, plus the CA file, ALPN h2 and http/1.1.
+/// The rustls client configuration (`plexsphere_tls_client`): the system store, plus the CA
+/// file, ALPN h2 and http/1.1.
 pub fn tls_config(ca_file: Option<&Path>) -> Result<rustls::ClientConfig, ClientError> {
-    let mut roots = rustls::RootCertStore::empty();
-    // Unreadable system certificates are skipped; the CA file can still make the server trusted.
-    let native = rustls_native_certs::load_native_certs();
-    roots.add_parsable_certificates(native.certs);
-    if let Some(path) = ca_file {
-        let ca_err = |detail: String| ClientError::CaFile {
-            path: path.to_path_buf(),
-            detail,
-        };
-        let certs = CertificateDer::pem_file_iter(path)
-            .map_err(|e| ca_err(e.to_string()))?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| ca_err(e.to_string()))?;
-        if certs.is_empty() {
-            return Err(ca_err("it holds no PEM certificate".into()));
-        }
-        for cert in certs {
-            roots.add(cert).map_err(|e| ca_err(e.to_string()))?;
-        }
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| ClientError::Setup(e.to_string()))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(config)
+    let trust = Trust::system_and(ca_file.map(Path::to_path_buf));
+    plexsphere_tls_client::client_config(&trust, ALPN_H2_HTTP1).map_err(|e| match e {
+        TrustError::CaFile { path, problem } => ClientError::CaFile {
+            path,
+            detail: problem.to_string(),
+        },
+        TrustError::Setup(detail) => ClientError::Setup(detail),
+    })
 }
 
 /// `scheme://host:port` of a URL, for messages.

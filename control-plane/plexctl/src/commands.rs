@@ -10,45 +10,13 @@ use uuid::Uuid;
 
 use crate::broker;
 use crate::cli::{Command, ListCommand, NodeCommand, TokenCommand};
-use crate::client::{Api, ClientError};
-use crate::config::{ConfigError, Settings};
+use crate::client::Api;
+use crate::config::Settings;
+use crate::failure::Failure;
 use crate::observations;
-use crate::output::{self, Format};
+use crate::output::{self, Format, render};
+use crate::session::{confirm, operator_api};
 use crate::ttl::parse_ttl;
-
-/// Why a command failed, and how plexctl exits for it.
-#[derive(Debug, thiserror::Error)]
-pub enum Failure {
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    #[error(transparent)]
-    Client(#[from] ClientError),
-    /// A bad argument value: exit 64.
-    #[error("{0}")]
-    Usage(String),
-    /// The server has no such object (found by plexctl itself, e.g. a project slug): exit 1.
-    #[error("{0}")]
-    NotFound(String),
-    #[error("cannot print the answer as JSON: {0}")]
-    Json(#[from] serde_json::Error),
-    /// `--wait` saw the resource settle in Failed (or vanish): exit 1.
-    #[error("{0}")]
-    ResourceFailed(String),
-    /// `--wait` gave up at `--timeout`: exit 2.
-    #[error("{0}")]
-    WaitTimedOut(String),
-}
-
-impl Failure {
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            Failure::Config(_) | Failure::Usage(_) => 64,
-            Failure::Client(e) => e.exit_code(),
-            Failure::NotFound(_) | Failure::Json(_) | Failure::ResourceFailed(_) => 1,
-            Failure::WaitTimedOut(_) => 2,
-        }
-    }
-}
 
 /// Runs one command and answers what to print on stdout.
 pub async fn run(
@@ -74,24 +42,6 @@ pub async fn run(
                 operator_api(settings)?.get(&["v1", "domains"], &[]).await?;
             render(format, list.items.as_slice(), output::domains)
         }
-    }
-}
-
-pub fn operator_api(settings: &Settings) -> Result<Api, Failure> {
-    let server = settings.server_url()?;
-    let token = settings.operator_token()?;
-    let ca_file = settings.ca_file.as_ref().map(|(path, _)| path.as_path());
-    Ok(Api::new(server, Some(token), ca_file)?)
-}
-
-pub fn render<T: serde::Serialize + ?Sized>(
-    format: Format,
-    value: &T,
-    table: impl FnOnce(&T) -> String,
-) -> Result<String, Failure> {
-    match format {
-        Format::Table => Ok(table(value)),
-        Format::Json => Ok(output::json(value)?),
     }
 }
 
@@ -222,35 +172,6 @@ fn confirm_revoke(node: &NodeView) -> Result<(), Failure> {
         ),
         &format!("not revoked: node {} is unchanged", node.id),
     )
-}
-
-/// Asks `question` on the terminal and succeeds on yes; `what` names the action in the
-/// refusal without a terminal (then `--yes` is required), `declined` is the answer to a no.
-pub fn confirm(what: &str, question: &str, declined: &str) -> Result<(), Failure> {
-    use std::io::{BufRead as _, IsTerminal as _, Write as _};
-    if !std::io::stdin().is_terminal() {
-        return Err(Failure::Usage(format!(
-            "refusing to {what} without confirmation: stdin is not a terminal; pass --yes"
-        )));
-    }
-    let mut err = std::io::stderr().lock();
-    let _ = write!(err, "{question} [y/N] ");
-    let _ = err.flush();
-    let mut answer = String::new();
-    std::io::stdin()
-        .lock()
-        .read_line(&mut answer)
-        .map_err(|e| Failure::Usage(format!("cannot read the confirmation: {e}")))?;
-    if confirmed(&answer) {
-        Ok(())
-    } else {
-        Err(Failure::Usage(declined.to_owned()))
-    }
-}
-
-/// Whether a confirmation answer says yes (`y` or `yes`, any case).
-pub fn confirmed(answer: &str) -> bool {
-    matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
 }
 
 /// Checks `bootstrap-token issue`'s arguments before anything is sent.

@@ -3,6 +3,9 @@ use reqwest::StatusCode;
 use uuid::uuid;
 
 use super::*;
+use crate::client::ClientError;
+use crate::config::ConfigError;
+use crate::session::confirmed;
 
 fn msg(r: Result<impl std::fmt::Debug, Failure>) -> (u8, String) {
     match r {

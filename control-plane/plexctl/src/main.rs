@@ -12,9 +12,11 @@ mod cli_broker;
 mod client;
 mod commands;
 mod config;
+mod failure;
 mod observations;
 mod output;
 mod secret;
+mod session;
 mod ttl;
 mod wait;
 
@@ -25,8 +27,8 @@ use std::process::ExitCode;
 use clap::Parser as _;
 
 use crate::cli::{Cli, Global};
-use crate::commands::Failure;
 use crate::config::{ConfigError, Layer, Settings};
+use crate::failure::Failure;
 use crate::secret::Secret;
 
 const EXIT_USAGE: u8 = 64;

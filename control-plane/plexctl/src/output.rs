@@ -12,11 +12,25 @@ use serde::Serialize;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
+use crate::failure::Failure;
+
 /// `--output`: `table` (the default) or `json`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     Table,
     Json,
+}
+
+/// A value as `--output` asks: the table `table` makes of it, or its JSON.
+pub fn render<T: Serialize + ?Sized>(
+    format: Format,
+    value: &T,
+    table: impl FnOnce(&T) -> String,
+) -> Result<String, Failure> {
+    match format {
+        Format::Table => Ok(table(value)),
+        Format::Json => Ok(json(value)?),
+    }
 }
 
 /// One JSON document, pretty-printed, ending in a newline.

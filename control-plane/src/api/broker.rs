@@ -18,9 +18,9 @@ use serde_json::Value;
 use time::OffsetDateTime;
 use uuid::Uuid;
 
-use super::AppState;
 use super::extract::{ApiJson, Operator, UuidPath};
 use super::operator::require_project;
+use super::state::AppState;
 use crate::broker::provider_for;
 use crate::error::Error;
 use crate::store::credentials::CredentialRow;

@@ -11,7 +11,7 @@ use plexsphere_wire::secret::{NodeCredential, OperatorToken};
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
-use super::AppState;
+use super::state::AppState;
 use crate::error::Error;
 use crate::ratelimit::{Decision, client_addr};
 use crate::store::nodes::NodeRow;

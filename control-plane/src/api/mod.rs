@@ -1,4 +1,6 @@
-//! The HTTP API of docs/api.md: an axum router over shared [`AppState`].
+//! The HTTP API of docs/api.md: an axum router over shared [`AppState`] (`state.rs`), one
+//! file of handlers per audience (`public`, `operator`, `node`, `sse`, `observations`,
+//! `broker`), the extractors in `extract.rs`.
 
 mod broker;
 pub mod error;
@@ -8,142 +10,17 @@ mod observations;
 mod operator;
 mod public;
 pub mod sse;
-pub mod views;
+mod state;
+mod streams;
 
-use std::path::Path;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
 use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
-use ipnet::IpNet;
-use plexsphere_wire::Intervals;
-use time::OffsetDateTime;
 
-use crate::broker::{Broker, BrokerConfig};
-use crate::bus::{EventBus, InProcessBus};
 use crate::error::Error;
-use crate::keys::Keyring;
-use crate::node_ops::NodeOps;
-use crate::ratelimit::{RateLimit, RateLimiter};
-use crate::store::Store;
-
-/// The knobs of the API.
-#[derive(Debug, Clone, Default)]
-pub struct ApiConfig {
-    pub intervals: Intervals,
-    pub register_rate_limit: RateLimit,
-    /// Peers in these ranges are reverse proxies whose `X-Forwarded-For` is believed.
-    pub trusted_proxies: Vec<IpNet>,
-    /// The PEM of the CA the server's chain ends in, served at `/v1/ca.crt` (dev mode).
-    pub ca_pem: Option<String>,
-    /// A node is offline once its last authenticated call is older than this; `None`: three
-    /// heartbeat intervals. Whole seconds.
-    pub offline_after: Option<Duration>,
-    pub events: EventConfig,
-}
-
-impl ApiConfig {
-    /// The offline threshold in seconds.
-    pub fn offline_after_secs(&self) -> i64 {
-        match self.offline_after {
-            Some(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-            None => 3 * i64::from(self.intervals.heartbeat_secs),
-        }
-    }
-}
-
-/// The knobs of the event log and the streams.
-#[derive(Debug, Clone)]
-pub struct EventConfig {
-    /// Events stay replayable at least this long (then a periodic task prunes them).
-    pub retention: Duration,
-    /// How often the periodic task prunes events and sweeps node status.
-    pub maintenance_every: Duration,
-    /// A keep-alive comment goes out after this long without an event.
-    pub keepalive: Duration,
-    /// A stream whose client accepts no frame for this long is dropped (it resumes later).
-    pub slow_reader_timeout: Duration,
-    /// Frames a stream may have waiting for its client.
-    pub stream_buffer: usize,
-}
-
-impl Default for EventConfig {
-    fn default() -> Self {
-        Self {
-            retention: Duration::from_secs(24 * 3600),
-            maintenance_every: Duration::from_secs(30),
-            keepalive: Duration::from_secs(plexsphere_wire::node::SSE_KEEPALIVE_SECS),
-            slow_reader_timeout: Duration::from_secs(30),
-            stream_buffer: 64,
-        }
-    }
-}
-
-/// A source of "now", so tests can move time.
-pub type Clock = Arc<dyn Fn() -> OffsetDateTime + Send + Sync>;
-
-pub struct AppState {
-    pub store: Store,
-    pub keys: Keyring,
-    pub config: ApiConfig,
-    pub register_limiter: Mutex<RateLimiter>,
-    pub clock: Clock,
-    pub bus: Arc<dyn EventBus>,
-    /// The event streams open in this process.
-    pub streams: sse::Streams,
-    /// The provisioning broker (catalog, sealing key, substrates, the reconcile loop's wake).
-    pub broker: Broker,
-}
-
-impl AppState {
-    /// The state with the default broker (built-in catalog, no local machines, the API's CA).
-    pub fn new(store: Store, data_dir: &Path, config: ApiConfig) -> Self {
-        let broker = BrokerConfig {
-            ca_pem: config.ca_pem.clone(),
-            ..BrokerConfig::default()
-        };
-        Self::with_broker_config(store, data_dir, config, broker)
-    }
-
-    pub fn with_broker_config(
-        store: Store,
-        data_dir: &Path,
-        config: ApiConfig,
-        broker: BrokerConfig,
-    ) -> Self {
-        Self {
-            broker: Broker::new(data_dir, broker),
-            store,
-            keys: Keyring::new(data_dir),
-            register_limiter: Mutex::new(RateLimiter::new(config.register_rate_limit)),
-            config,
-            clock: Arc::new(OffsetDateTime::now_utc),
-            bus: Arc::new(InProcessBus::new()),
-            streams: sse::Streams::default(),
-        }
-    }
-
-    /// Uses another bus than the in-process one.
-    pub fn with_bus(mut self, bus: Arc<dyn EventBus>) -> Self {
-        self.bus = bus;
-        self
-    }
-
-    pub fn now(&self) -> OffsetDateTime {
-        (self.clock)()
-    }
-
-    /// The node operations over this state's store, keys and bus.
-    pub fn node_ops(&self) -> NodeOps<'_> {
-        NodeOps {
-            store: &self.store,
-            keys: &self.keys,
-            bus: self.bus.as_ref(),
-        }
-    }
-}
+pub use state::{ApiConfig, AppState, Clock, EventConfig};
 
 /// Every route of docs/api.md.
 pub fn router(state: Arc<AppState>) -> Router {

@@ -9,8 +9,8 @@ use axum::extract::{Query, State};
 use plexsphere_wire::admin::{ObservationList, ObservationView};
 use serde::Deserialize;
 
-use super::AppState;
 use super::extract::{Operator, UuidPath};
+use super::state::AppState;
 use crate::error::Error;
 use crate::store::observations::{self, KEEP_PER_NODE, Kind};
 use crate::store::{StoreError, from_unix};

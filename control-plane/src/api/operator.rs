@@ -12,12 +12,12 @@ use plexsphere_wire::secret::{BootstrapToken, valid_env_prefix};
 use serde::Deserialize;
 use uuid::Uuid;
 
-use super::AppState;
 use super::extract::{ApiJson, Operator, TokenIdPath, UuidPath};
-use super::views::{node_view, token_view};
+use super::state::AppState;
 use crate::error::Error;
 use crate::store::tokens::TokenRow;
 use crate::store::{self, Conn, domains, nodes, projects, tokens};
+use crate::views::{node_view, token_view};
 
 const MIN_TTL_SECS: u64 = 60;
 const MAX_TTL_SECS: u64 = 30 * 24 * 3600;

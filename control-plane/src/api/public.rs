@@ -10,8 +10,8 @@ use plexsphere_wire::admin::VersionInfo;
 use plexsphere_wire::register::MAX_REGISTER_BODY;
 use plexsphere_wire::{RegisterRequest, RegisterResponse};
 
-use super::AppState;
 use super::extract::{ApiJson, RegisterBudget};
+use super::state::AppState;
 use crate::error::Error;
 use crate::register::Registrar;
 

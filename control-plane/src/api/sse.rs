@@ -6,10 +6,9 @@
 //! publisher never waits for a stream. A client that accepts no frame for
 //! `slow_reader_timeout` is dropped; it resumes later with `Last-Event-ID`.
 
-use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue};
@@ -21,57 +20,16 @@ use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use uuid::Uuid;
 
-use super::AppState;
 use super::extract::NodeAuth;
+use super::state::AppState;
+pub use super::streams::Streams;
 use crate::error::Error;
-use crate::mesh::{self, Resume};
+use crate::node_decisions::{self, Resume};
 use crate::store::nodes::NodeRow;
 use crate::store::{StoreError, domains, events};
 
 /// Events read from the store per query.
 const BATCH: u32 = 256;
-
-/// The event streams open in this process (observable by operators and tests).
-pub struct Streams {
-    open: Mutex<HashMap<Uuid, usize>>,
-    slow_dropped: AtomicU64,
-    closing: watch::Sender<bool>,
-}
-
-impl Default for Streams {
-    fn default() -> Self {
-        Self {
-            open: Mutex::new(HashMap::new()),
-            slow_dropped: AtomicU64::new(0),
-            closing: watch::channel(false).0,
-        }
-    }
-}
-
-impl Streams {
-    /// Ends every open stream (and refuses to keep new ones open): call it when the server
-    /// starts shutting down, so draining connections do not wait for streams that never end.
-    /// The nodes resume elsewhere or later with `Last-Event-ID`.
-    pub fn close_all(&self) {
-        self.closing.send_replace(true);
-    }
-
-    /// How many streams of this node are open here.
-    pub fn open_for(&self, node_id: Uuid) -> usize {
-        self.lock().get(&node_id).copied().unwrap_or(0)
-    }
-
-    /// How many streams were dropped because their client did not keep up.
-    pub fn slow_dropped(&self) -> u64 {
-        self.slow_dropped.load(Ordering::Relaxed)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, usize>> {
-        self.open
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
 
 /// Counts a stream as open until dropped; logs its end once.
 struct Opened {
@@ -148,7 +106,7 @@ pub async fn events(
     let head = events::head(&mut conn, node.domain_id).await?;
     drop(conn);
     let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok());
-    let resume = mesh::resume_point(last_event_id, head);
+    let resume = node_decisions::resume_point(last_event_id, head);
     tracing::info!(node_id = %node.id, last_event_id = ?last_event_id, head = head.seq, "sse: stream opened");
 
     let (tx, rx) = mpsc::channel::<Frame>(st.config.events.stream_buffer.max(1));

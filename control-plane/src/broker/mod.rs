@@ -19,10 +19,44 @@ use std::time::Duration;
 
 use plexsphere_broker::credentials::{CredentialKey, KEY_LEN};
 use plexsphere_broker::{Blueprint, Catalog, Substrate as SubstrateKind};
+use time::OffsetDateTime;
 use tokio::sync::Notify;
 
 use crate::error::Error;
+use crate::keys::Keyring;
+use crate::node_ops::NodeOps;
+use crate::store::Store;
 use substrate::{Crossplane, LocalDirectory, Substrate};
+
+/// What the reconcile loop works with, from the server it runs in: the store, the Domain keys
+/// (a machine's document carries its Domain's signing key), the node operations (a deleted
+/// machine's node leaves, its peers hear it), the broker and the clock. The HTTP state
+/// implements it; the broker never sees the HTTP state itself.
+pub trait BrokerHost: Send + Sync {
+    fn store(&self) -> &Store;
+    fn keys(&self) -> &Keyring;
+    fn node_ops(&self) -> NodeOps<'_>;
+    fn broker(&self) -> &Broker;
+    fn now(&self) -> OffsetDateTime;
+}
+
+impl<T: BrokerHost + ?Sized> BrokerHost for Arc<T> {
+    fn store(&self) -> &Store {
+        (**self).store()
+    }
+    fn keys(&self) -> &Keyring {
+        (**self).keys()
+    }
+    fn node_ops(&self) -> NodeOps<'_> {
+        (**self).node_ops()
+    }
+    fn broker(&self) -> &Broker {
+        (**self).broker()
+    }
+    fn now(&self) -> OffsetDateTime {
+        (**self).now()
+    }
+}
 
 /// The broker's knobs.
 #[derive(Clone)]

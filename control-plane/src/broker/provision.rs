@@ -16,7 +16,7 @@ use plexsphere_broker::{Blueprint, Class, Resource, Substrate as SubstrateKind, 
 use plexsphere_wire::secret::{BootstrapToken, TokenKind};
 use time::OffsetDateTime;
 
-use crate::api::AppState;
+use super::BrokerHost;
 use crate::error::Error;
 use crate::store::tokens::TokenRow;
 use crate::store::{domains, projects, tokens};
@@ -70,7 +70,7 @@ fn failed(what: impl std::fmt::Display) -> Error {
 /// Mints the machine's token (stored hashed, bound to the resource) and renders the composite
 /// twice: the one handed to the substrate and the one stored, with the token redacted.
 pub async fn prepare(
-    st: &AppState,
+    st: &(impl BrokerHost + ?Sized),
     blueprint: &Blueprint,
     resource: &Resource,
     now: OffsetDateTime,
@@ -130,11 +130,11 @@ struct MachineDocument {
 }
 
 async fn machine_document(
-    st: &AppState,
+    st: &(impl BrokerHost + ?Sized),
     resource: &Resource,
     now: OffsetDateTime,
 ) -> Result<MachineDocument, Error> {
-    let cfg = &st.broker.config;
+    let cfg = &st.broker().config;
     let api_url = cfg.public_url.as_deref().ok_or_else(|| {
         failed("this server has no public URL for machines to reach it; start it with --public-url")
     })?;
@@ -143,14 +143,14 @@ async fn machine_document(
             "this server knows no lab CA for machines to trust (<data-dir>/tls/ca.crt is missing)",
         )
     })?;
-    let mut conn = st.store.acquire().await?;
+    let mut conn = st.store().acquire().await?;
     let project = projects::get(&mut conn, resource.project_id)
         .await?
         .ok_or_else(|| failed(format!("project {} no longer exists", resource.project_id)))?;
     let domain = domains::get(&mut conn, project.domain_id)
         .await?
         .ok_or_else(|| Error::Internal(format!("project {} names a missing domain", project.id)))?;
-    let signer = st.keys.signer(&domain.slug)?;
+    let signer = st.keys().signer(&domain.slug)?;
     let signing_key: Option<[u8; 32]> = STANDARD
         .decode(signer.public_key_b64())
         .ok()

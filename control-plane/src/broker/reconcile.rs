@@ -9,22 +9,22 @@ use std::sync::{Arc, Weak};
 use plexsphere_broker::composite::Composite;
 use plexsphere_broker::{Blueprint, Class, Observation, Outcome, Phase};
 
+use super::BrokerHost;
 use super::provision::{self, PendingStep};
 use super::substrate::{Substrate, SubstrateError};
-use crate::api::AppState;
 use crate::error::Error;
 use crate::store::resources::{self, ResourceRow};
 use crate::store::{self, StoreError, tokens};
 
 /// Starts the loop; it ends by itself once the state is gone (the server stopped).
-pub fn spawn(state: &Arc<AppState>) -> tokio::task::JoinHandle<()> {
-    let weak: Weak<AppState> = Arc::downgrade(state);
-    let every = state.broker.config.reconcile_every;
+pub fn spawn<S: BrokerHost + 'static>(state: &Arc<S>) -> tokio::task::JoinHandle<()> {
+    let weak: Weak<S> = Arc::downgrade(state);
+    let every = state.broker().config.reconcile_every;
     tokio::spawn(async move {
         loop {
             let Some(st) = weak.upgrade() else { return };
-            let woken = st.broker.woken();
-            if let Err(e) = pass(&st).await {
+            let woken = st.broker().woken();
+            if let Err(e) = pass(&*st).await {
                 tracing::warn!(error = %e, "the broker's reconcile pass failed; retrying at the next round");
             }
             tokio::select! {
@@ -36,9 +36,9 @@ pub fn spawn(state: &Arc<AppState>) -> tokio::task::JoinHandle<()> {
 }
 
 /// One pass over every resource still driven.
-pub async fn pass(st: &AppState) -> Result<(), Error> {
+pub async fn pass(st: &(impl BrokerHost + ?Sized)) -> Result<(), Error> {
     let rows = {
-        let mut conn = st.store.acquire().await?;
+        let mut conn = st.store().acquire().await?;
         resources::list_active(&mut conn).await?
     };
     for row in rows {
@@ -59,8 +59,11 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// Drives one resource as far as the current facts take it.
-pub async fn reconcile_one(st: &AppState, mut row: ResourceRow) -> Result<(), Error> {
-    let broker = &st.broker;
+pub async fn reconcile_one(
+    st: &(impl BrokerHost + ?Sized),
+    mut row: ResourceRow,
+) -> Result<(), Error> {
+    let broker = st.broker();
     let Some(entry) = broker
         .config
         .catalog
@@ -142,7 +145,7 @@ pub async fn reconcile_one(st: &AppState, mut row: ResourceRow) -> Result<(), Er
     if class == Class::Machine
         && let Some(token_id) = &row.token_id
     {
-        let mut conn = st.store.acquire().await?;
+        let mut conn = st.store().acquire().await?;
         if let Some(node_id) = tokens::get(&mut conn, token_id)
             .await?
             .and_then(|t| t.consumed_by_node)
@@ -177,7 +180,7 @@ impl From<StoreError> for Pending {
 /// The composite to hand the substrate this pass, if any (see `provision::pending_step`).
 /// A freshly prepared composite is stored redacted before the real one is handed over.
 async fn pending(
-    st: &AppState,
+    st: &(impl BrokerHost + ?Sized),
     blueprint: &Blueprint,
     substrate: &Arc<dyn Substrate>,
     row: &mut ResourceRow,
@@ -200,7 +203,7 @@ async fn pending(
         }
         PendingStep::Remint => {
             if let Some(t) = &row.token_id {
-                let mut conn = st.store.acquire().await?;
+                let mut conn = st.store().acquire().await?;
                 tokens::revoke(&mut conn, t, store::unix(now)).await?;
                 tracing::info!(resource_id = %row.resource.id, token_id = %t, "the resource's machine was never handed its document; its token is revoked and a new one minted");
             }
@@ -217,7 +220,7 @@ async fn pending(
     row.token_id = p.token_id.clone();
     row.composite = Some(p.composite_yaml);
     row.provisioned_at = Some(store::unix(now));
-    let mut conn = st.store.acquire().await?;
+    let mut conn = st.store().acquire().await?;
     if !resources::update(&mut conn, row, store::unix(now)).await? {
         // Someone else moved it (a delete): the token must not outlive this.
         if let Some(t) = &p.token_id {
@@ -230,10 +233,13 @@ async fn pending(
 
 /// A machine being deleted: its unused token is revoked and its node removed (peers hear
 /// `peer_removed`). Both are idempotent.
-async fn deprovision_extras(st: &AppState, row: &ResourceRow) -> Result<(), Error> {
+async fn deprovision_extras(
+    st: &(impl BrokerHost + ?Sized),
+    row: &ResourceRow,
+) -> Result<(), Error> {
     let now = store::unix(st.now());
     if let Some(t) = &row.token_id {
-        let mut conn = st.store.acquire().await?;
+        let mut conn = st.store().acquire().await?;
         tokens::revoke(&mut conn, t, now).await?;
     }
     if let Some(node_id) = row.resource.node_id
@@ -246,7 +252,7 @@ async fn deprovision_extras(st: &AppState, row: &ResourceRow) -> Result<(), Erro
 
 /// Offers `facts` in order and persists the resource when its phase moved.
 async fn apply(
-    st: &AppState,
+    st: &(impl BrokerHost + ?Sized),
     row: &mut ResourceRow,
     class: Class,
     facts: Vec<Observation>,
@@ -267,7 +273,7 @@ async fn apply(
     if !moved {
         return Ok(());
     }
-    let mut conn = st.store.acquire().await?;
+    let mut conn = st.store().acquire().await?;
     if !resources::update(&mut conn, row, store::unix(now)).await? {
         tracing::debug!(resource_id = %row.resource.id, "resource changed meanwhile; the next pass decides again");
     }

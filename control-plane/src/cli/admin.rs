@@ -6,7 +6,8 @@ use std::path::Path;
 use anyhow::Context as _;
 use time::OffsetDateTime;
 
-use super::{DataArgs, Failure};
+use super::args::DataArgs;
+use super::failure::Failure;
 use crate::operator_tokens;
 use crate::seed::{self, SeedReport};
 use crate::store::Store;

@@ -9,7 +9,7 @@ use plexsphere_downloads::{
     ChecksumSigner, Downloads, DownloadsConfig, MirrorConfig, PinnedChecksums,
 };
 
-use super::Failure;
+use super::failure::Failure;
 use crate::keys::Keyring;
 use crate::store::{Store, domains};
 

@@ -9,8 +9,9 @@ use anyhow::Context as _;
 use time::OffsetDateTime;
 
 use super::admin::{ensure_data_dir, open_store, print_seed_report};
+use super::args::{BrokerArgs, DevArgs, LimitArgs, NodeApiArgs, ServeArgs};
 use super::downloads::{self as dl, DownloadArgs};
-use super::{BrokerArgs, DevArgs, Failure, LimitArgs, NodeApiArgs, ServeArgs};
+use super::failure::Failure;
 use crate::api::{self, ApiConfig, AppState};
 use crate::broker::BrokerConfig;
 use crate::broker::local_machine::{LocalMachine, LocalMachineConfig};

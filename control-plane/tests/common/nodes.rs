@@ -204,3 +204,28 @@ fn parse(block: &str) -> Frame {
         _ => panic!("an SSE frame without id/event: {block:?}"),
     }
 }
+
+/// `GET /state` as `reg`'s node, optionally with `If-None-Match`: the status, the `ETag` and
+/// the signed state (on 200).
+pub async fn pull(
+    srv: &TestServer,
+    reg: &plexsphere_wire::RegisterResponse,
+    etag: Option<&str>,
+) -> (StatusCode, Option<String>, Option<SignedEnvelope>) {
+    let mut req = srv.node_req(Method::GET, reg, "/state");
+    if let Some(t) = etag {
+        req = req.header("if-none-match", t);
+    }
+    let r = req.send().await.unwrap();
+    let status = r.status();
+    let tag = r
+        .headers()
+        .get("etag")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let body = if status == StatusCode::OK {
+        Some(r.json().await.unwrap())
+    } else {
+        None
+    };
+    (status, tag, body)
+}

@@ -2,6 +2,9 @@
 //! and running the real command-line tools.
 #![allow(dead_code, clippy::unwrap_used)] // test-only helpers: a failure here is a test failure
 
+pub mod local;
+pub mod upstream;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Output;
@@ -116,4 +119,9 @@ pub async fn api_error(resp: reqwest::Response) -> (u16, String, String) {
         body["code"].as_str().unwrap_or_default().to_owned(),
         body["message"].as_str().unwrap_or_default().to_owned(),
     )
+}
+
+/// `GET url` with the test client.
+pub async fn get(url: &str) -> reqwest::Response {
+    client().get(url).send().await.unwrap()
 }

@@ -13,12 +13,14 @@ use rustls::crypto::{CryptoProvider, verify_tls12_signature, verify_tls13_signat
 use rustls::{CertificateError, DigitallySignedStruct, Error, RootCertStore, SignatureScheme};
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
 
-use super::fingerprint;
-use crate::config::Sha256Pin;
+/// The SHA-256 of a certificate's DER, as a pin names it.
+pub fn fingerprint(cert: &CertificateDer<'_>) -> [u8; 32] {
+    plexsphere_wire::secret::sha256(cert.as_ref())
+}
 
 #[derive(Debug)]
 pub struct PinnedVerifier {
-    pin: Option<Sha256Pin>,
+    pin: Option<[u8; 32]>,
     /// The verifier over the system store and the CA files; `None` when there are no roots.
     normal: Option<Arc<WebPkiServerVerifier>>,
     provider: Arc<CryptoProvider>,
@@ -26,7 +28,7 @@ pub struct PinnedVerifier {
 
 impl PinnedVerifier {
     pub fn new(
-        pin: Option<Sha256Pin>,
+        pin: Option<[u8; 32]>,
         normal: Option<Arc<WebPkiServerVerifier>>,
         provider: Arc<CryptoProvider>,
     ) -> Self {
@@ -46,7 +48,7 @@ impl PinnedVerifier {
         let pin = self.pin?;
         std::iter::once(end_entity)
             .chain(intermediates.iter())
-            .find(|c| fingerprint(c) == pin.0)
+            .find(|c| fingerprint(c) == pin)
     }
 }
 

@@ -1,19 +1,14 @@
 //! Which servers plexd trusts: the system store, `/etc/plexd/ca.crt` when it exists,
-//! `tls.ca_file` / `--ca-file`, and optionally a pinned CA by SHA-256.
-
-mod pin;
+//! `tls.ca_file` / `--ca-file`, and optionally a pinned CA by SHA-256. The rustls setup itself
+//! is `plexsphere_tls_client`'s, shared with plexctl and the downloads mirror; this file says
+//! where plexd's trust comes from and words the errors for plexd's settings.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use rustls::RootCertStore;
-use rustls::client::WebPkiServerVerifier;
-use rustls::crypto::CryptoProvider;
+use plexsphere_tls_client::{ALPN_H2_HTTP1, CaFileProblem, Trust, TrustError};
 use rustls_pki_types::CertificateDer;
-use rustls_pki_types::pem::PemObject;
 
 use crate::config::Sha256Pin;
-pub use pin::PinnedVerifier;
 
 /// Where the trust comes from, besides the system store.
 #[derive(Debug, Clone, Default)]
@@ -23,6 +18,16 @@ pub struct TrustSources {
     /// PEM files of extra CAs; each must exist and hold at least one certificate.
     pub ca_files: Vec<PathBuf>,
     pub pin: Option<Sha256Pin>,
+}
+
+impl TrustSources {
+    fn trust(&self) -> Trust {
+        Trust {
+            system_store: self.system_store,
+            ca_files: self.ca_files.clone(),
+            pin: self.pin.map(|p| p.0),
+        }
+    }
 }
 
 /// Why the trust could not be set up. Names the file and the next step.
@@ -48,89 +53,32 @@ pub enum TlsError {
     Setup(String),
 }
 
-/// The ring provider plexd uses everywhere.
-pub fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+impl From<TrustError> for TlsError {
+    fn from(e: TrustError) -> Self {
+        match e {
+            TrustError::CaFile { path, problem } => match problem {
+                CaFileProblem::Unreadable(source) => TlsError::Read { path, source },
+                CaFileProblem::NotPem(reason) => TlsError::NotPem { path, reason },
+                CaFileProblem::NoCertificate => TlsError::NoCertificate { path },
+                CaFileProblem::BadRoot(reason) => TlsError::BadRoot { path, reason },
+            },
+            TrustError::Setup(reason) => TlsError::Setup(reason),
+        }
+    }
 }
 
 /// Reads every certificate of a PEM file.
 pub fn load_pem_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let bytes = std::fs::read(path).map_err(|source| TlsError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let certs = CertificateDer::pem_slice_iter(&bytes)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| TlsError::NotPem {
-            path: path.to_path_buf(),
-            reason: e.to_string(),
-        })?;
-    if certs.is_empty() {
-        return Err(TlsError::NoCertificate {
-            path: path.to_path_buf(),
-        });
-    }
-    Ok(certs)
-}
-
-/// The root store: the system's certificates (single bad ones are warnings) plus the files.
-pub fn root_store(sources: &TrustSources) -> Result<RootCertStore, TlsError> {
-    let mut roots = RootCertStore::empty();
-    if sources.system_store {
-        let native = rustls_native_certs::load_native_certs();
-        for e in &native.errors {
-            tracing::warn!(error = %e, "a certificate of the system store could not be loaded");
-        }
-        let (added, ignored) = roots.add_parsable_certificates(native.certs);
-        if ignored > 0 {
-            tracing::warn!(
-                ignored,
-                "system store certificates that rustls cannot use were skipped"
-            );
-        }
-        tracing::debug!(added, "loaded the system certificate store");
-    }
-    for path in &sources.ca_files {
-        for cert in load_pem_certs(path)? {
-            roots.add(cert).map_err(|e| TlsError::BadRoot {
-                path: path.clone(),
-                reason: e.to_string(),
-            })?;
-        }
-        tracing::debug!(path = %path.display(), "trusting the CA file");
-    }
-    Ok(roots)
+    Ok(plexsphere_tls_client::load_pem_certs(path)?)
 }
 
 /// A rustls client config with plexd's trust and ALPN h2 + http/1.1, ready for reqwest's
 /// `tls_backend_preconfigured`.
 pub fn client_config(sources: &TrustSources) -> Result<rustls::ClientConfig, TlsError> {
-    let provider = provider();
-    let roots = Arc::new(root_store(sources)?);
-    let normal = if roots.is_empty() {
-        None
-    } else {
-        Some(
-            WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
-                .build()
-                .map_err(|e| TlsError::Setup(e.to_string()))?,
-        )
-    };
-    let verifier: Arc<dyn rustls::client::danger::ServerCertVerifier> =
-        Arc::new(PinnedVerifier::new(sources.pin, normal, provider.clone()));
-    let mut config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| TlsError::Setup(e.to_string()))?
-        .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(config)
-}
-
-/// The SHA-256 of a certificate's DER, as `tls.ca_sha256` pins it.
-pub fn fingerprint(cert: &CertificateDer<'_>) -> [u8; 32] {
-    plexsphere_wire::secret::sha256(cert.as_ref())
+    Ok(plexsphere_tls_client::client_config(
+        &sources.trust(),
+        ALPN_H2_HTTP1,
+    )?)
 }
 
 #[cfg(test)]
@@ -171,12 +119,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("ca.pem");
         std::fs::write(&p, ca.cert.pem()).unwrap();
-        let roots = root_store(&TrustSources {
+        let sources = TrustSources {
             system_store: false,
             ca_files: vec![p],
             pin: None,
-        })
-        .unwrap();
+        };
+        let roots = plexsphere_tls_client::root_store(&sources.trust()).unwrap();
         assert_eq!(roots.len(), 1);
         assert!(client_config(&TrustSources::default()).is_ok());
     }

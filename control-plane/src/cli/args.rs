@@ -1,0 +1,279 @@
+//! The `plexsphere` command line's arguments, as clap parses them, and the checks of the
+//! knobs that need more than a type (`LimitArgs::rate_limit`, `NodeApiArgs::apply`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use ipnet::IpNet;
+
+use super::downloads::DownloadArgs;
+use crate::ratelimit::RateLimit;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "plexsphere",
+    version,
+    about = "The lean plexsphere control plane"
+)]
+pub struct Cli {
+    /// Log filter (`info`, `debug`, `plexsphere=debug,sqlx=warn`...); logs go to stderr.
+    #[arg(long, env = "PLEXSPHERE_LOG", default_value = "info", global = true)]
+    pub log_level: String,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the API (HTTPS from a cert/key pair, or HTTP behind a TLS-terminating proxy).
+    Serve(ServeArgs),
+    /// One-command local start: lab CA, lab seed, an operator token, a plexctl config.
+    Dev(DevArgs),
+    /// Seed manifests (Domains and Projects).
+    #[command(subcommand)]
+    Seed(SeedCommand),
+    /// Operator API tokens.
+    #[command(subcommand)]
+    OperatorToken(OperatorTokenCommand),
+    /// Bring the database schema up to date and exit.
+    Migrate(DataArgs),
+    /// Copy the embedded database (online, while the server runs), the Domain keys and the
+    /// dev certificates into a new directory.
+    Backup {
+        #[command(flatten)]
+        data: DataArgs,
+        /// The directory to write the backup to (created 0700; must be new or empty).
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Bring a backup back into an empty data directory.
+    Restore {
+        /// The directory `plexsphere backup` wrote.
+        #[arg(long)]
+        from: PathBuf,
+        #[command(flatten)]
+        data: DataArgs,
+    },
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DataArgs {
+    /// Where the database, Domain keys and dev certificates live.
+    #[arg(
+        long,
+        env = "PLEXSPHERE_DATA_DIR",
+        default_value = "/var/lib/plexsphere"
+    )]
+    pub data_dir: PathBuf,
+    /// `sqlite://...` or `postgres://...`; default: `<data-dir>/plexsphere.db`.
+    #[arg(long, env = "PLEXSPHERE_DATABASE_URL")]
+    pub database_url: Option<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct LimitArgs {
+    /// Registration requests a client may send at once.
+    #[arg(long, env = "PLEXSPHERE_REGISTER_BURST", default_value_t = 10)]
+    pub register_burst: u32,
+    /// Seconds until a client gets one more registration request.
+    #[arg(long, env = "PLEXSPHERE_REGISTER_REFILL_SECS", default_value_t = 3)]
+    pub register_refill_secs: u64,
+    /// A reverse proxy's address range whose X-Forwarded-For is believed (repeatable).
+    #[arg(
+        long = "trusted-proxy",
+        env = "PLEXSPHERE_TRUSTED_PROXIES",
+        value_delimiter = ','
+    )]
+    pub trusted_proxies: Vec<IpNet>,
+}
+
+impl LimitArgs {
+    pub(super) fn rate_limit(&self) -> Result<RateLimit, String> {
+        if self.register_burst == 0 {
+            return Err("--register-burst must be at least 1".into());
+        }
+        if self.register_refill_secs == 0 {
+            return Err("--register-refill-secs must be at least 1".into());
+        }
+        Ok(RateLimit {
+            burst: self.register_burst,
+            refill: Duration::from_secs(self.register_refill_secs),
+        })
+    }
+}
+
+/// The node API's knobs.
+#[derive(Debug, Clone, Args)]
+pub struct NodeApiArgs {
+    /// Seconds between node heartbeats (nodes get it at registration and with every ack).
+    #[arg(long, env = "PLEXSPHERE_HEARTBEAT_SECS", default_value_t = 30)]
+    pub heartbeat_secs: u32,
+    /// A node is offline after this many seconds without a call; default: 3 heartbeats.
+    #[arg(long, env = "PLEXSPHERE_OFFLINE_AFTER_SECS")]
+    pub offline_after_secs: Option<u64>,
+    /// How long events stay replayable for a stream resuming with Last-Event-ID.
+    #[arg(
+        long,
+        env = "PLEXSPHERE_EVENT_RETENTION_SECS",
+        default_value_t = 86_400
+    )]
+    pub event_retention_secs: u64,
+    /// Seconds between keep-alive comments on an idle event stream.
+    #[arg(long, env = "PLEXSPHERE_SSE_KEEPALIVE_SECS", default_value_t = plexsphere_wire::node::SSE_KEEPALIVE_SECS)]
+    pub sse_keepalive_secs: u64,
+}
+
+impl NodeApiArgs {
+    /// Applies the knobs to an API config, or says which one is out of range.
+    pub(super) fn apply(&self, config: &mut crate::api::ApiConfig) -> Result<(), String> {
+        if self.heartbeat_secs == 0 {
+            return Err("--heartbeat-secs must be at least 1".into());
+        }
+        if self.sse_keepalive_secs == 0 {
+            return Err("--sse-keepalive-secs must be at least 1".into());
+        }
+        if self.offline_after_secs == Some(0) {
+            return Err("--offline-after-secs must be at least 1".into());
+        }
+        config.intervals.heartbeat_secs = self.heartbeat_secs;
+        config.offline_after = self.offline_after_secs.map(Duration::from_secs);
+        config.events.retention = Duration::from_secs(self.event_retention_secs);
+        config.events.keepalive = Duration::from_secs(self.sse_keepalive_secs);
+        // Prune and sweep often enough for the shortest window configured.
+        let offline = u64::try_from(config.offline_after_secs()).unwrap_or(u64::MAX);
+        let every = (self.event_retention_secs / 2)
+            .min(offline / 2)
+            .clamp(1, 30);
+        config.events.maintenance_every = Duration::from_secs(every);
+        Ok(())
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub data: DataArgs,
+    /// Address to listen on; port 0 picks a free port (the `listening on` line shows it).
+    #[arg(long, env = "PLEXSPHERE_LISTEN", default_value = "0.0.0.0:8443")]
+    pub listen: String,
+    /// PEM certificate chain (leaf first).
+    #[arg(long, env = "PLEXSPHERE_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of the leaf certificate.
+    #[arg(long, env = "PLEXSPHERE_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// Serve plain HTTP because a reverse proxy in front terminates TLS.
+    #[arg(long, env = "PLEXSPHERE_TLS_TERMINATED_BY_PROXY")]
+    pub tls_terminated_by_proxy: bool,
+    /// A seed manifest to apply before serving.
+    #[arg(long, env = "PLEXSPHERE_SEED")]
+    pub seed: Option<PathBuf>,
+    /// The URL nodes reach this server at (used in documents the server writes).
+    #[arg(long, env = "PLEXSPHERE_PUBLIC_URL")]
+    pub public_url: Option<String>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    #[command(flatten)]
+    pub node_api: NodeApiArgs,
+    #[command(flatten)]
+    pub downloads: DownloadArgs,
+    #[command(flatten)]
+    pub broker: BrokerArgs,
+}
+
+/// The broker's knobs.
+#[derive(Debug, Clone, Args)]
+pub struct BrokerArgs {
+    /// A blueprint file or a directory of them, added to the built-in catalog (repeatable).
+    #[arg(
+        long = "blueprints",
+        env = "PLEXSPHERE_BLUEPRINTS",
+        value_delimiter = ','
+    )]
+    pub blueprints: Vec<PathBuf>,
+    /// Seconds between the broker's periodic re-checks of every resource.
+    #[arg(long, env = "PLEXSPHERE_RECONCILE_SECS", default_value_t = 3)]
+    pub reconcile_secs: u64,
+    /// Turn the local-machine substrate off (by default it is on when running as root with
+    /// systemd-nspawn, debootstrap and /dev/net/tun). Machines reach the server on the bridge
+    /// address: listen there (`--listen 172.30.231.1:8443`, or 0.0.0.0 with `--san
+    /// 172.30.231.1` and `--public-url https://172.30.231.1:8443`).
+    #[arg(
+        long,
+        env = "PLEXSPHERE_NO_LOCAL_MACHINES",
+        action = clap::ArgAction::SetTrue,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub no_local_machines: bool,
+    /// Where the local machines' Debian base image is cached.
+    #[arg(long, env = "PLEXSPHERE_MACHINE_IMAGE_CACHE", default_value = plexsphere_nspawn::DEFAULT_IMAGE_CACHE)]
+    pub machine_image_cache: PathBuf,
+    /// The host bridge local machines sit on.
+    #[arg(long, env = "PLEXSPHERE_MACHINE_BRIDGE", default_value = plexsphere_nspawn::DEFAULT_BRIDGE)]
+    pub machine_bridge: String,
+    /// The bridge's host address with the machines' prefix.
+    #[arg(long, env = "PLEXSPHERE_MACHINE_BRIDGE_ADDRESS", default_value = plexsphere_nspawn::DEFAULT_BRIDGE_ADDRESS)]
+    pub machine_bridge_address: ipnet::Ipv4Net,
+}
+
+#[derive(Debug, Args)]
+pub struct DevArgs {
+    #[command(flatten)]
+    pub data: DataArgs,
+    /// Address to listen on; port 0 picks a free port.
+    #[arg(long, env = "PLEXSPHERE_LISTEN", default_value = "127.0.0.1:8443")]
+    pub listen: String,
+    /// Extra DNS name or IP for the server certificate (repeatable).
+    #[arg(long = "san")]
+    pub sans: Vec<String>,
+    /// A seed manifest to apply instead of the built-in lab seed.
+    #[arg(long, env = "PLEXSPHERE_SEED")]
+    pub seed: Option<PathBuf>,
+    /// The URL machines reach this server at (cloud-init documents); default: the listen
+    /// address. Local machines need `--listen 172.30.231.1:8443` (or 0.0.0.0 with
+    /// `--san 172.30.231.1`) and this URL on the bridge address.
+    #[arg(long, env = "PLEXSPHERE_PUBLIC_URL")]
+    pub public_url: Option<String>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    #[command(flatten)]
+    pub node_api: NodeApiArgs,
+    #[command(flatten)]
+    pub downloads: DownloadArgs,
+    #[command(flatten)]
+    pub broker: BrokerArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SeedCommand {
+    /// Apply a seed manifest (idempotent; refused changes apply nothing).
+    Apply {
+        #[command(flatten)]
+        data: DataArgs,
+        #[arg(long)]
+        file: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum OperatorTokenCommand {
+    /// Create a token and print it once on stdout.
+    Create {
+        #[command(flatten)]
+        data: DataArgs,
+        #[arg(long)]
+        name: String,
+    },
+    /// List tokens (never their secrets).
+    List {
+        #[command(flatten)]
+        data: DataArgs,
+    },
+    /// Revoke a token by id.
+    Revoke {
+        #[command(flatten)]
+        data: DataArgs,
+        id: String,
+    },
+}

@@ -1,0 +1,13 @@
+//! How a `plexsphere` command failed: bad configuration (exit 64) or at run time (exit 1).
+
+/// A failure and how the process should exit.
+pub enum Failure {
+    Config(String),
+    Runtime(anyhow::Error),
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(e: anyhow::Error) -> Self {
+        Failure::Runtime(e)
+    }
+}

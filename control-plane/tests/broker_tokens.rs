@@ -1,0 +1,299 @@
+//! A machine's bootstrap token through the broker over the real router, real TLS and a real
+//! SQLite file: bound to its resource and revoked on delete, never stored in clear, and minted
+//! again only when no machine was handed its document.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::broker::{credential, history, phase, wait_for};
+use common::{LAB_NODES, OPENSTACK, TestServer, cells_holding};
+use plexsphere_broker::blueprint::version_id;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use sqlx::Row as _;
+use uuid::Uuid;
+
+#[tokio::test]
+async fn a_machine_gets_a_bound_token_and_a_rendered_composite_and_delete_revokes_it() {
+    let srv = TestServer::start().await;
+    let cred = credential(&srv, "openstack").await;
+    let (status, created) = srv
+        .op_post(
+            &format!("/v1/projects/{OPENSTACK}/resources"),
+            json!({
+                "kind": "node",
+                "blueprint_version_id": version_id("openstack-instance", "v1alpha2"),
+                "cloud_credential_id": cred,
+                "parameters": {"imageName": "debian-12", "flavorName": "m1.small", "networkName": "lab"},
+            }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    let r = wait_for(&srv, &id, "Provisioning", |r| phase(r) == "Provisioning").await;
+    assert_eq!(history(&r), ["Pending", "Provisioning"]);
+
+    let tokens = srv.tokens(OPENSTACK).await;
+    let bound: Vec<_> = tokens
+        .iter()
+        .filter(|t| t.resource_id.map(|u| u.to_string()) == Some(id.clone()))
+        .collect();
+    assert_eq!(bound.len(), 1, "{tokens:?}");
+    let token_id = bound[0].id.clone();
+
+    let mut conn = srv.store.pool().acquire().await.unwrap();
+    let composite: String = sqlx::query("SELECT composite FROM resources WHERE id = $1")
+        .bind(id.clone())
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap()
+        .get("composite");
+    drop(conn);
+    assert!(
+        composite.contains("kind: XOpenStackInstance"),
+        "{composite}"
+    );
+    assert!(composite.contains(&format!("name: pr-{id}")), "{composite}");
+    assert!(
+        composite.contains(&format!("namespace: plexsphere-project-{OPENSTACK}")),
+        "{composite}"
+    );
+    assert!(composite.contains(&format!("cloud-credential-{cred}")));
+    assert!(composite.contains("#cloud-config"), "{composite}");
+    assert!(composite.contains(&format!("resource_handle: pr-{id}")));
+
+    let (status, _) = srv.op_delete(&format!("/v1/resources/{id}")).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    wait_for(&srv, &id, "Deleted", |r| phase(r) == "Deleted").await;
+    let tokens = srv.tokens(OPENSTACK).await;
+    let t = tokens.iter().find(|t| t.id == token_id).unwrap();
+    assert!(t.revoked_at.is_some(), "{t:?}");
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn no_table_holds_a_machine_token_in_clear() {
+    let srv = TestServer::start().await;
+    let cred = credential(&srv, "openstack").await;
+    let (status, created) = srv
+        .op_post(
+            &format!("/v1/projects/{OPENSTACK}/resources"),
+            json!({
+                "kind": "node",
+                "blueprint_version_id": version_id("openstack-instance", "v1alpha2"),
+                "cloud_credential_id": cred,
+                "parameters": {"imageName": "debian-12", "flavorName": "m1.small", "networkName": "lab"},
+            }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    wait_for(&srv, &id, "Provisioning", |r| phase(r) == "Provisioning").await;
+    let tokens = srv.tokens(OPENSTACK).await;
+    let bound: Vec<_> = tokens
+        .iter()
+        .filter(|t| t.resource_id.map(|u| u.to_string()) == Some(id.clone()))
+        .collect();
+    assert_eq!(bound.len(), 1, "{tokens:?}");
+    let token_id = bound[0].id.clone();
+
+    let pool = srv.store.pool();
+    // The scan sees the token's public id where it belongs (it would see the text too).
+    let with_id = cells_holding(pool, &token_id).await;
+    assert!(
+        with_id.contains(&"bootstrap_tokens.id".to_owned())
+            && with_id.contains(&"resources.token_id".to_owned()),
+        "{with_id:?}"
+    );
+    // The token's text is pxbt_lab_node_<id>_<secret>: neither it nor any token text is stored.
+    assert_eq!(
+        cells_holding(pool, &format!("_{token_id}_")).await,
+        Vec::<String>::new()
+    );
+    assert_eq!(cells_holding(pool, "pxbt_").await, Vec::<String>::new());
+    // The stored composite holds the document with the marker where the token was.
+    assert_eq!(
+        cells_holding(pool, "<bootstrap token: redacted>").await,
+        ["resources.composite"]
+    );
+    assert_eq!(
+        cells_holding(pool, "resource_handle: pr-").await,
+        ["resources.composite"]
+    );
+
+    // A pass that finds it Pending with its composite stored (as after a restart) sees the
+    // substrate holding it: nothing is handed over again and no second token is minted.
+    let mut conn = srv.store.pool().acquire().await.unwrap();
+    let row = sqlx::query("SELECT provisioning FROM resources WHERE id = $1")
+        .bind(id.clone())
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    let mut provisioning: Value = serde_json::from_str(row.get("provisioning")).unwrap();
+    provisioning["phase"] = json!("Pending");
+    sqlx::query("UPDATE resources SET provisioning = $1, phase = 'Pending' WHERE id = $2")
+        .bind(provisioning.to_string())
+        .bind(id.clone())
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+    plexsphere::broker::reconcile::pass(&srv.state)
+        .await
+        .unwrap();
+    wait_for(&srv, &id, "Provisioning again", |r| {
+        phase(r) == "Provisioning"
+    })
+    .await;
+    let again: Vec<_> = srv
+        .tokens(OPENSTACK)
+        .await
+        .into_iter()
+        .filter(|t| t.resource_id.map(|u| u.to_string()) == Some(id.clone()))
+        .collect();
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert!(again[0].revoked_at.is_none(), "{again:?}");
+    srv.stop().await;
+}
+
+/// A machine-class blueprint on the local-directory substrate: the directory stands in for the
+/// machine, so a test can take the "machine" away as a server that stopped before handing the
+/// document over would have left it.
+const DIR_MACHINE: &str = "name: dir-machine\nversion: v1\nresource_kind: node\nclass: machine\nsubstrate: local-directory\ncomposite: {api_version: test.plexsphere.com/v1, kind: DirMachine}\nparameters: {}\n";
+
+#[tokio::test]
+async fn a_token_is_reminted_only_when_no_machine_was_handed_its_document() {
+    use plexsphere::api::{ApiConfig, AppState};
+    use plexsphere::broker::BrokerConfig;
+    use plexsphere::broker::reconcile::reconcile_one;
+    use plexsphere::store::{Store, credentials, resources, tokens};
+
+    let dir = tempfile::tempdir().unwrap();
+    let certs = plexsphere::tls::ensure_dev_certs(&dir.path().join("tls"), &[]).unwrap();
+    let store = Store::connect(&Store::sqlite_url(dir.path()))
+        .await
+        .unwrap();
+    store.migrate().await.unwrap();
+    let now = time::OffsetDateTime::now_utc();
+    let manifest = plexsphere::seed::parse(plexsphere::seed::LAB_SEED, "lab").unwrap();
+    plexsphere::seed::apply(&store, &manifest, "lab", now)
+        .await
+        .unwrap();
+    let mut catalog = plexsphere_broker::Catalog::builtin().unwrap();
+    let version = catalog
+        .add_text("test:dir-machine.yaml", DIR_MACHINE)
+        .unwrap();
+    let mut broker = BrokerConfig::new(catalog);
+    broker.public_url = Some("https://localhost:8443".into());
+    broker.ca_pem = Some(certs.ca_pem.clone());
+    let st = AppState::with_broker_config(store.clone(), dir.path(), ApiConfig::default(), broker);
+
+    let project: Uuid = LAB_NODES.parse().unwrap();
+    let cred = Uuid::now_v7();
+    let resource = plexsphere_broker::Resource::new(
+        Uuid::now_v7(),
+        project,
+        "node".into(),
+        version,
+        cred,
+        serde_json::Map::new(),
+        now,
+    );
+    let id = resource.id;
+    let machine = dir.path().join("buckets").join(resource.composed_name());
+    {
+        let mut conn = store.pool().acquire().await.unwrap();
+        let c = credentials::CredentialRow {
+            id: cred,
+            name: "local-cred".into(),
+            provider: "local".into(),
+            sealed_payload: String::new(),
+            created_at: plexsphere::store::unix(now),
+            revoked_at: None,
+        };
+        credentials::insert(&mut conn, &c).await.unwrap();
+        let row = resources::ResourceRow {
+            resource,
+            token_id: None,
+            composite: None,
+            provisioned_at: None,
+            version: 1,
+            updated_at: plexsphere::store::unix(now),
+        };
+        resources::insert(&mut conn, &row).await.unwrap();
+    }
+    let row = async || {
+        let mut conn = store.pool().acquire().await.unwrap();
+        resources::get(&mut conn, id).await.unwrap().unwrap()
+    };
+    let bound = async || {
+        let mut conn = store.pool().acquire().await.unwrap();
+        tokens::list_for_project(&mut conn, project)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|t| t.resource_id == Some(id))
+            .collect::<Vec<_>>()
+    };
+    // Back to Pending with everything else kept, as a server that stopped before observing.
+    let back_to_pending = async || {
+        let mut conn = store.pool().acquire().await.unwrap();
+        let mut r = resources::get(&mut conn, id).await.unwrap().unwrap();
+        r.resource.provisioning.phase = plexsphere_broker::Phase::Pending;
+        assert!(
+            resources::update(&mut conn, &mut r, plexsphere::store::unix(now))
+                .await
+                .unwrap()
+        );
+    };
+
+    // First pass: one token, stored redacted, the "machine" made.
+    reconcile_one(&st, row().await).await.unwrap();
+    let first = bound().await;
+    assert_eq!(first.len(), 1);
+    assert!(machine.is_dir());
+    let r = row().await;
+    assert_eq!(r.resource.provisioning.phase.as_str(), "Provisioning");
+    assert_eq!(r.token_id.as_deref(), Some(first[0].id.as_str()));
+    assert!(
+        r.composite
+            .as_deref()
+            .unwrap()
+            .contains("<bootstrap token: redacted>")
+    );
+
+    // Pending again while the machine exists: it was handed its document; nothing is minted.
+    back_to_pending().await;
+    reconcile_one(&st, row().await).await.unwrap();
+    let same = bound().await;
+    assert_eq!(same.len(), 1, "{same:?}");
+    assert!(same[0].revoked_at.is_none());
+    assert_eq!(
+        row().await.resource.provisioning.phase.as_str(),
+        "Provisioning"
+    );
+
+    // Pending again and no machine: the old token is revoked, a new one minted and handed over.
+    back_to_pending().await;
+    std::fs::remove_dir(&machine).unwrap();
+    reconcile_one(&st, row().await).await.unwrap();
+    let after = bound().await;
+    assert_eq!(after.len(), 2, "{after:?}");
+    // Both may be minted in the same second: tell them apart by id, not order.
+    let (old, new): (Vec<_>, Vec<_>) = after.iter().partition(|t| t.id == first[0].id);
+    assert_eq!((old.len(), new.len()), (1, 1), "{after:?}");
+    assert!(old[0].revoked_at.is_some(), "{after:?}");
+    assert!(new[0].revoked_at.is_none(), "{after:?}");
+    assert!(machine.is_dir());
+    let r = row().await;
+    assert_eq!(r.token_id.as_deref(), Some(new[0].id.as_str()));
+    assert_eq!(r.resource.provisioning.phase.as_str(), "Provisioning");
+    assert_eq!(
+        cells_holding(store.pool(), "pxbt_").await,
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        cells_holding(store.pool(), &format!("_{}_", new[0].id)).await,
+        Vec::<String>::new()
+    );
+}

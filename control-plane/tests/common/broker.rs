@@ -1,0 +1,62 @@
+//! What the broker's tests share: a cloud credential, a bucket request, waiting on a
+//! resource's phase, and its phase and history as the API shows them.
+
+use std::time::{Duration, Instant};
+
+use plexsphere_broker::blueprint::version_id;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use super::TestServer;
+
+pub async fn credential(srv: &TestServer, provider: &str) -> String {
+    let (status, body) = srv
+        .op_post(
+            "/v1/cloud-credentials",
+            json!({"name": format!("{provider}-cred"), "provider": provider, "payload": {"user": "u"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    body["id"].as_str().unwrap().to_owned()
+}
+
+pub fn bucket_request(cred: &str, parameters: Value) -> Value {
+    json!({
+        "kind": "bucket",
+        "blueprint_version_id": version_id("local-bucket", "v1"),
+        "cloud_credential_id": cred,
+        "parameters": parameters,
+    })
+}
+
+/// Polls the resource until `done` holds on it (bounded), answering it.
+pub async fn wait_for(
+    srv: &TestServer,
+    id: &str,
+    what: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, body) = srv.op_get(&format!("/v1/resources/{id}")).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        if done(&body) {
+            return body;
+        }
+        assert!(Instant::now() < deadline, "resource never {what}: {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub fn phase(r: &Value) -> &str {
+    r["provisioning"]["phase"].as_str().unwrap()
+}
+
+pub fn history(r: &Value) -> Vec<String> {
+    r["provisioning"]["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["phase"].as_str().unwrap().to_owned())
+        .collect()
+}
