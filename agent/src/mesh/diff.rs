@@ -8,44 +8,15 @@
 //! call at all.
 
 use std::collections::{BTreeMap, HashSet};
-use std::fmt;
 use std::net::SocketAddr;
 use std::time::{Instant, SystemTime};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use ipnet::IpNet;
 use plexsphere_wire::node::PeerSpec;
 use uuid::Uuid;
 
 use super::endpoints::EndpointBook;
-
-/// A WireGuard public key (public, so it may be logged).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PeerKey(pub [u8; 32]);
-
-impl PeerKey {
-    pub fn from_base64(text: &str) -> Option<Self> {
-        let bytes = STANDARD.decode(text.trim()).ok()?;
-        Some(Self(bytes.try_into().ok()?))
-    }
-
-    pub fn to_base64(self) -> String {
-        STANDARD.encode(self.0)
-    }
-}
-
-impl fmt::Display for PeerKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.to_base64())
-    }
-}
-
-impl fmt::Debug for PeerKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "PeerKey({self})")
-    }
-}
+pub use super::key::PeerKey;
 
 /// A peer as the live interface has it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,6 +90,20 @@ pub enum MeshChange {
         node_id: Uuid,
         reason: String,
     },
+}
+
+impl MeshChange {
+    /// The peer the change is about (`None` for a skipped one, which has no usable key).
+    pub fn key(&self) -> Option<PeerKey> {
+        match self {
+            MeshChange::Added { key, .. }
+            | MeshChange::Removed { key }
+            | MeshChange::EndpointChanged { key, .. }
+            | MeshChange::AllowedIpsChanged { key, .. }
+            | MeshChange::KeepaliveChanged { key, .. } => Some(*key),
+            MeshChange::Skipped { .. } => None,
+        }
+    }
 }
 
 /// The update and the changes it makes.

@@ -1,5 +1,7 @@
 //! The WireGuard mesh: the data plane behind the daemon's [`Mesh`] trait.
 //!
+//! - [`contract`]: what the daemon relies on ([`Mesh`], [`LivePeer`], [`MeshError`]) and the
+//!   `none` backend; [`key`]: the public key type the diff and the rotation share.
 //! - [`diff`]: the pure peer reconcile (desired peers vs the live interface -> the minimal
 //!   update and the journal's list of changes), with [`endpoints`] choosing each peer's
 //!   endpoint among its candidates.
@@ -13,10 +15,12 @@
 //! range to it), MTU `wireguard.mtu` (1420), link up. `plexd leave` removes it; SIGTERM leaves
 //! it as it is, and a starting plexd adopts an existing interface of that name.
 
+pub mod contract;
 pub mod diff;
 pub mod endpoints;
 #[cfg(target_os = "linux")]
 pub mod kernel;
+pub mod key;
 #[cfg(target_os = "linux")]
 pub mod netlink;
 #[cfg(target_os = "linux")]
@@ -34,8 +38,8 @@ use std::net::IpAddr;
 use plexsphere_wire::node::PeerSpec;
 
 use crate::config::{Backend, WireguardConfig};
-use crate::daemon::mesh::{LivePeer, Mesh, MeshError, NoneMesh};
-use crate::daemon::peers::PeerChange;
+pub use contract::{LivePeer, Mesh, MeshError, NoneMesh};
+use diff::MeshChange;
 
 /// What the interface needs from the node's identity and key.
 #[derive(Clone)]
@@ -140,6 +144,11 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<Box<dyn Mesh>, Op
     }
 }
 
+/// What `plexd leave` tears down when no daemon runs: a leftover interface, nothing started.
+pub fn for_leave(cfg: &WireguardConfig) -> Box<dyn Mesh> {
+    Box::new(Leftover::new(cfg))
+}
+
 /// What `plexd leave` tears down when no daemon runs: the interface, if one was left.
 #[derive(Debug)]
 pub struct Leftover {
@@ -157,7 +166,7 @@ impl Mesh for Leftover {
         self.cfg.backend.as_str()
     }
 
-    fn apply(&mut self, _desired: &[PeerSpec]) -> Result<Vec<PeerChange>, MeshError> {
+    fn apply(&mut self, _desired: &[PeerSpec]) -> Result<Vec<MeshChange>, MeshError> {
         Ok(vec![])
     }
 

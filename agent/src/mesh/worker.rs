@@ -10,11 +10,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use plexsphere_wire::node::PeerSpec;
 
+use super::contract::{LivePeer, Mesh, MeshError};
 use super::diff::{self, LiveConfig, MeshChange};
 use super::endpoints::EndpointBook;
 use super::wg::WgControl;
-use crate::daemon::mesh::{LivePeer, Mesh, MeshError};
-use crate::daemon::peers::{self, PeerChange};
 
 /// How often the worker reconciles without being asked.
 pub const RECONCILE_EVERY: Duration = Duration::from_secs(5);
@@ -45,7 +44,6 @@ pub struct WgMesh {
     backend: &'static str,
     iface: String,
     jobs: mpsc::Sender<Job>,
-    last_desired: Vec<PeerSpec>,
 }
 
 struct Worker<P: Plane> {
@@ -85,7 +83,6 @@ impl WgMesh {
             backend,
             iface: iface.to_owned(),
             jobs: tx,
-            last_desired: Vec::new(),
         })
     }
 
@@ -128,31 +125,18 @@ impl Mesh for WgMesh {
         self.backend
     }
 
-    fn apply(&mut self, desired: &[PeerSpec]) -> Result<Vec<PeerChange>, MeshError> {
-        self.call(|tx| Job::Apply(desired.to_vec(), tx))?;
-        let changes = peers::diff(&self.last_desired, desired);
-        self.last_desired = desired.to_vec();
-        Ok(changes)
+    /// The changes the worker's diff made on the interface.
+    fn apply(&mut self, desired: &[PeerSpec]) -> Result<Vec<MeshChange>, MeshError> {
+        self.call(|tx| Job::Apply(desired.to_vec(), tx))
     }
 
     fn live_peers(&self) -> Result<Vec<LivePeer>, MeshError> {
         let live = self.call(Job::Live)?;
-        Ok(live
-            .into_iter()
-            .map(|l| LivePeer {
-                public_key: l.key.to_base64(),
-                endpoint: l.endpoint,
-                last_handshake: l.last_handshake,
-                rx_bytes: l.rx_bytes,
-                tx_bytes: l.tx_bytes,
-            })
-            .collect())
+        Ok(live.iter().map(LivePeer::from).collect())
     }
 
     fn teardown(&mut self) -> Result<(), MeshError> {
-        self.call(Job::Teardown)?;
-        self.last_desired.clear();
-        Ok(())
+        self.call(Job::Teardown)
     }
 }
 
@@ -261,9 +245,11 @@ fn log_changes(iface: &str, changes: &[MeshChange], periodic: bool) {
             MeshChange::KeepaliveChanged { key, from, to } => {
                 tracing::info!(interface = iface, peer_key = %key, from, to, "wireguard: persistent keepalive changed");
             }
-            MeshChange::Skipped { node_id, reason } => {
+            // The daemon names the peers its apply skipped.
+            MeshChange::Skipped { node_id, reason } if periodic => {
                 tracing::warn!(interface = iface, peer = %node_id, "wireguard: peer not configured: {reason}");
             }
+            MeshChange::Skipped { .. } => {}
         }
     }
 }
