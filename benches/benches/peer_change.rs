@@ -11,12 +11,12 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use plexd::daemon::core::wanted::{DesiredPeers, change_lines};
 use plexd::mesh::Mesh as _;
-use plexd::mesh::wg::{WgControl, iface_name};
+use plexd::mesh::userspace::DirectControl;
 use plexd::mesh::worker::{Plane, WgMesh};
-use plexd_dataplane::Device;
 use plexd_dataplane::memory::{MemoryNetwork, tun_pair};
 use plexd_dataplane::runner::{self, RunConfig, Shutdown};
 use plexd_dataplane::uapi_server::socket_path;
+use plexd_dataplane::{Device, DeviceUpdate, SecretKey};
 use plexsphere_wire::node::{EventKind, NodeState, PeerSpec};
 
 const PEERS: u32 = 10_000;
@@ -94,11 +94,15 @@ fn bench(c: &mut Criterion) {
     while std::os::unix::net::UnixStream::connect(socket_path(IFACE)).is_err() {
         std::thread::sleep(Duration::from_millis(10));
     }
-    let ctl = WgControl {
-        iface: iface_name(IFACE).expect("name"),
-        backend: wireguard_control::Backend::Userspace,
-    };
-    ctl.set_identity([7; 32], 51820).expect("identity");
+    // As `plexd run` does it: the identity and every peer change go straight into the device;
+    // the UAPI socket is there for `wg show`.
+    device
+        .apply(DeviceUpdate {
+            private_key: Some(Some(SecretKey::from_bytes([7; 32]))),
+            ..DeviceUpdate::default()
+        })
+        .expect("identity");
+    let ctl = DirectControl::new(device.clone());
     let mut mesh = WgMesh::start("userspace", IFACE, ctl, Plain).expect("mesh");
     let mut desired = DesiredPeers::from_state(&state((0..PEERS).map(peer).collect()));
     let mut applied = desired.list();

@@ -11,14 +11,23 @@ use std::time::{Duration, Instant, SystemTime};
 use plexsphere_wire::node::PeerSpec;
 
 use super::contract::{LivePeer, Mesh, MeshError};
-use super::diff::{self, LiveConfig, MeshChange};
+use super::diff::{self, LiveConfig, MeshChange, MeshUpdate};
 use super::endpoints::EndpointBook;
-use super::wg::WgControl;
 
 /// How often the worker reconciles without being asked.
 pub const RECONCILE_EVERY: Duration = Duration::from_secs(5);
 /// How long the daemon waits for the worker's answer.
 pub const CALL_BOUND: Duration = Duration::from_secs(15);
+
+/// How the worker reads and writes the interface's peers: through wireguard-control for the
+/// kernel (`super::wg::WgControl`), straight into the embedded data plane for userspace
+/// (`super::userspace::DirectControl`).
+pub trait Control: Send + 'static {
+    /// The peers on the interface, with their counters.
+    fn live(&self) -> std::io::Result<Vec<LiveConfig>>;
+    /// Applies a peer update (nothing for an empty one).
+    fn apply(&self, update: &MeshUpdate) -> std::io::Result<()>;
+}
 
 /// What a backend adds to the shared code: is its data plane alive, and how it goes away.
 pub trait Plane: Send + 'static {
@@ -46,8 +55,8 @@ pub struct WgMesh {
     jobs: mpsc::Sender<Job>,
 }
 
-struct Worker<P: Plane> {
-    ctl: WgControl,
+struct Worker<P: Plane, C: Control> {
+    ctl: C,
     plane: P,
     iface: String,
     desired: Option<Vec<PeerSpec>>,
@@ -56,10 +65,10 @@ struct Worker<P: Plane> {
 }
 
 impl WgMesh {
-    pub fn start<P: Plane>(
+    pub fn start<P: Plane, C: Control>(
         backend: &'static str,
         iface: &str,
-        ctl: WgControl,
+        ctl: C,
         plane: P,
     ) -> Result<Self, MeshError> {
         let (tx, rx) = mpsc::channel();
@@ -140,7 +149,7 @@ impl Mesh for WgMesh {
     }
 }
 
-impl<P: Plane> Worker<P> {
+impl<P: Plane, C: Control> Worker<P, C> {
     fn run(mut self, jobs: &mpsc::Receiver<Job>) {
         loop {
             match jobs.recv_timeout(RECONCILE_EVERY) {
