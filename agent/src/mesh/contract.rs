@@ -131,7 +131,19 @@ impl Mesh for NoneMesh {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::accept::tests::peer;
+
+    fn peer(n: u8) -> PeerSpec {
+        use base64::Engine as _;
+        PeerSpec {
+            node_id: uuid::Uuid::from_u128(u128::from(n)),
+            hostname: format!("node-{n}"),
+            public_key: base64::engine::general_purpose::STANDARD.encode([n; 32]),
+            mesh_ip: std::net::IpAddr::from([10, 64, 1, n]),
+            allowed_ips: vec![format!("10.64.1.{n}/32").parse().unwrap()],
+            endpoints: vec![format!("192.0.2.{n}:51820").parse().unwrap()],
+            persistent_keepalive_secs: None,
+        }
+    }
 
     #[test]
     fn none_records_peers_and_reports_no_handshakes() {

@@ -22,7 +22,10 @@ pub mod endpoints;
 pub mod kernel;
 pub mod key;
 #[cfg(target_os = "linux")]
+pub mod link;
+#[cfg(target_os = "linux")]
 pub mod netlink;
+pub mod setup;
 #[cfg(target_os = "linux")]
 pub mod userspace;
 pub mod wg;
@@ -32,87 +35,12 @@ pub mod worker;
 #[cfg(target_os = "linux")]
 mod root_tests;
 
-use std::fmt;
-use std::net::IpAddr;
-
 use plexsphere_wire::node::PeerSpec;
 
 use crate::config::{Backend, WireguardConfig};
 pub use contract::{LivePeer, Mesh, MeshError, NoneMesh};
 use diff::MeshChange;
-
-/// What the interface needs from the node's identity and key.
-#[derive(Clone)]
-pub struct NodeSetup {
-    private_key: [u8; 32],
-    pub mesh_ip: IpAddr,
-    /// The mesh range's prefix length (from `mesh_cidr`).
-    pub prefix: u8,
-}
-
-impl fmt::Debug for NodeSetup {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "NodeSetup({}/{}, private key <redacted>)",
-            self.mesh_ip, self.prefix
-        )
-    }
-}
-
-impl NodeSetup {
-    pub fn new(private_key: [u8; 32], mesh_ip: IpAddr, prefix: u8) -> Self {
-        Self {
-            private_key,
-            mesh_ip,
-            prefix,
-        }
-    }
-
-    pub(crate) fn private_key(&self) -> [u8; 32] {
-        self.private_key
-    }
-}
-
-/// Why no data plane could be opened.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum OpenError {
-    /// The config asks for something this host cannot do (exit 78: restarting will not help).
-    #[error("{0}")]
-    Config(String),
-    /// `wireguard.backend: kernel` on a host without the module.
-    #[error("{0}")]
-    ModuleMissing(String),
-    /// The host refused (permissions, a port in use, no /dev/net/tun): worth a restart.
-    #[error("{0}")]
-    Runtime(String),
-}
-
-impl OpenError {
-    /// True when a restart with the same config cannot help.
-    pub fn is_config(&self) -> bool {
-        matches!(self, OpenError::Config(_) | OpenError::ModuleMissing(_))
-    }
-}
-
-/// Address, MTU and link up on the interface, for both backends.
-#[cfg(target_os = "linux")]
-pub(crate) fn setup_link(cfg: &WireguardConfig, node: &NodeSetup) -> Result<(), String> {
-    let name = &cfg.interface;
-    let index = netlink::index(name)
-        .map_err(|e| format!("cannot look up {name} ({e})"))?
-        .ok_or_else(|| format!("the interface {name} vanished while it was being set up"))?;
-    netlink::set_address(index, node.mesh_ip, node.prefix).map_err(|e| {
-        format!(
-            "cannot set the address {}/{} on {name} ({e})",
-            node.mesh_ip, node.prefix
-        )
-    })?;
-    netlink::set_mtu_up(index, u32::from(cfg.mtu))
-        .map_err(|e| format!("cannot set MTU {} and bring {name} up ({e})", cfg.mtu))?;
-    tracing::info!(interface = %name, address = %format!("{}/{}", node.mesh_ip, node.prefix), mtu = cfg.mtu, "interface {name} up with {}/{}, MTU {}", node.mesh_ip, node.prefix, cfg.mtu);
-    Ok(())
-}
+pub use setup::{NodeSetup, OpenError};
 
 /// The data plane `wireguard.backend` asks for. `auto` prefers the kernel module and falls
 /// back to the embedded userspace data plane, saying why.

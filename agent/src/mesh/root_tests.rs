@@ -10,6 +10,7 @@ use base64::engine::general_purpose::STANDARD;
 use nix::sched::{CloneFlags, unshare};
 use plexsphere_wire::node::PeerSpec;
 
+use super::link::setup_link;
 use super::*;
 use crate::config::WireguardConfig;
 

@@ -22,9 +22,11 @@ use plexd_dataplane::uapi_server::socket_path;
 use plexd_dataplane::{Device, DeviceUpdate, Key, PeerUpdate, SecretKey};
 
 use super::diff::{LiveConfig, MeshUpdate, PeerKey, PeerOp};
+use super::link::setup_link;
+use super::netlink;
+use super::setup::{NodeSetup, OpenError};
 use super::wg::iface_name;
 use super::worker::{Control, Plane, WgMesh};
-use super::{NodeSetup, OpenError, netlink, setup_link};
 use crate::config::WireguardConfig;
 
 /// How long the data plane may take to serve its UAPI socket.

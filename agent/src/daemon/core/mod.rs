@@ -20,13 +20,14 @@
 //! The parts: [`stream`] (the event stream's lifecycle and frames), [`answers`] (call and mesh
 //! answers, the state install, the leave), [`reload`] (SIGHUP), [`report`] (heartbeat, the
 //! observations, `plexd status`), [`watchdog`] (is the mesh answering), [`wanted`] (the peer
-//! set), [`io`] (the input and effect types).
+//! set), [`tick`] (what a deadline starts), [`io`] (the input and effect types).
 
 pub mod answers;
 pub mod io;
 pub mod reload;
 pub mod report;
 pub mod stream;
+pub mod tick;
 pub mod wanted;
 pub mod watchdog;
 
@@ -45,8 +46,7 @@ use super::accept::Acceptor;
 use super::backoff::Backoff;
 use super::cache::CachedEvent;
 use super::ingest::IngestQueue;
-use super::notify;
-use super::schedule::{Schedule, Task};
+use super::schedule::Schedule;
 use crate::config::Config;
 use crate::identity::Identity;
 use crate::jitter::Jitter;
@@ -305,61 +305,6 @@ impl Core {
         Duration::from_secs(self.config.daemon.stall_timeout_secs)
     }
 
-    fn on_tick(&mut self, now: Now) {
-        if self.watchdog.due(now.at) {
-            match self.watchdog.mesh_stuck(now.at) {
-                None => self.emit(Effect::Notify(vec![("WATCHDOG", "1".to_owned())])),
-                Some(age) => tracing::error!(
-                    "the mesh has not answered for {} s; not telling systemd the watchdog is fine, so it restarts plexd if this lasts",
-                    age.as_secs()
-                ),
-            }
-            if !self
-                .mesh_jobs
-                .values()
-                .any(|p| matches!(p, Pending::Live(LiveFor::Probe)))
-            {
-                self.read_live(LiveFor::Probe, now);
-            }
-        }
-        for task in self.schedule.take_due(now.at) {
-            self.start(task, now);
-        }
-        match self.stream {
-            Stream::Waiting { until } if until <= now.at => self.open_stream(now),
-            Stream::Open {
-                conn,
-                last_activity,
-                ..
-            } if last_activity + self.stall_timeout() <= now.at => {
-                let reason = format!(
-                    "no bytes for {} s, the stream stalled",
-                    self.stall_timeout().as_secs()
-                );
-                self.emit(Effect::CloseStream { conn });
-                self.stream_ended(reason, None, now);
-            }
-            _ => {}
-        }
-    }
-
-    fn start(&mut self, task: Task, now: Now) {
-        match task {
-            Task::Heartbeat => self.read_live(LiveFor::Heartbeat, now),
-            Task::EndpointReport => {
-                let report = plexsphere_wire::node::EndpointReport {
-                    listen_port: self.config.wireguard.listen_port,
-                    addresses: vec![],
-                };
-                self.emit(Effect::Call(Call::Endpoints(report)));
-            }
-            Task::StatePoll => self.emit(Effect::Call(Call::State {
-                applied: self.state_version,
-            })),
-            Task::IngestFlush => self.read_live(LiveFor::Observe, now),
-        }
-    }
-
     /// Asks the mesh thread for a job and remembers what for.
     fn ask_mesh(&mut self, op: MeshOp, pending: Pending, now: Now) {
         self.next_job += 1;
@@ -394,47 +339,6 @@ impl Core {
             at: now.unix(),
             kind: plexsphere_wire::node::ObservationKind::Error { message },
         });
-    }
-
-    fn become_ready(&mut self) {
-        if self.ready {
-            return;
-        }
-        self.ready = true;
-        self.status_line = self.current_status_line();
-        tracing::info!(peers = self.wanted.len(), state_version = ?self.state_version, "ready: {} peers, state version {}", self.wanted.len(), self.state_version.map_or_else(|| "none".to_owned(), |v| v.to_string()));
-        let line = self.status_line.clone();
-        self.emit(Effect::Notify(vec![
-            ("READY", "1".to_owned()),
-            ("STATUS", line),
-        ]));
-    }
-
-    fn stream_connected(&self) -> bool {
-        matches!(
-            self.stream,
-            Stream::Open {
-                connected_at: Some(_),
-                ..
-            }
-        )
-    }
-
-    fn current_status_line(&self) -> String {
-        notify::status_line(
-            &self.id.node_id.to_string(),
-            &self.id.mesh_ip.to_string(),
-            self.wanted.len(),
-            self.stream_connected(),
-        )
-    }
-
-    fn update_status(&mut self) {
-        let line = self.current_status_line();
-        if self.ready && line != self.status_line {
-            self.emit(Effect::Notify(vec![("STATUS", line.clone())]));
-        }
-        self.status_line = line;
     }
 
     /// Whether `plexd leave` asked this daemon to deregister and the answer is outstanding.

@@ -6,11 +6,12 @@ use std::time::{Duration, SystemTime};
 
 use plexsphere_wire::node::{Heartbeat, Observation, ObservationKind, PeerSummary};
 
+use super::super::notify;
 use super::super::protocol::Answer;
 use super::super::schedule::Task;
 use super::super::status::{ApiStatus, IngestStatus, PeerStatus, StatusReport};
 use super::wanted;
-use super::{Call, Core, Effect, LiveFor, Now};
+use super::{Call, Core, Effect, LiveFor, Now, Stream};
 use crate::mesh::LivePeer;
 
 /// A handshake counts as "connected" this long.
@@ -161,5 +162,46 @@ impl Core {
             },
             peers,
         }
+    }
+
+    pub(super) fn become_ready(&mut self) {
+        if self.ready {
+            return;
+        }
+        self.ready = true;
+        self.status_line = self.current_status_line();
+        tracing::info!(peers = self.wanted.len(), state_version = ?self.state_version, "ready: {} peers, state version {}", self.wanted.len(), self.state_version.map_or_else(|| "none".to_owned(), |v| v.to_string()));
+        let line = self.status_line.clone();
+        self.emit(Effect::Notify(vec![
+            ("READY", "1".to_owned()),
+            ("STATUS", line),
+        ]));
+    }
+
+    fn stream_connected(&self) -> bool {
+        matches!(
+            self.stream,
+            Stream::Open {
+                connected_at: Some(_),
+                ..
+            }
+        )
+    }
+
+    fn current_status_line(&self) -> String {
+        notify::status_line(
+            &self.id.node_id.to_string(),
+            &self.id.mesh_ip.to_string(),
+            self.wanted.len(),
+            self.stream_connected(),
+        )
+    }
+
+    pub(super) fn update_status(&mut self) {
+        let line = self.current_status_line();
+        if self.ready && line != self.status_line {
+            self.emit(Effect::Notify(vec![("STATUS", line.clone())]));
+        }
+        self.status_line = line;
     }
 }
