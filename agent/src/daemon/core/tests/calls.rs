@@ -149,6 +149,26 @@ fn heartbeat_answers_set_intervals_and_ask_for_newer_state() {
         );
         assert!(h.core.last_heartbeat.is_some());
     }
+    // After a resync forgot the applied version, any heartbeat asks for a pull.
+    let mut h = harness();
+    h.up(&one_state(4, 1));
+    h.frame(
+        1,
+        5,
+        EventKind::Resync {
+            reason: "trimmed".into(),
+        },
+    );
+    let e = h.step(Input::Tick);
+    assert!(calls(&e).contains(&&Call::State { applied: None }));
+    h.call(CallResult::State(Err(unreachable())));
+    assert!(
+        h.core.schedule.next_due() > Some(h.now.at),
+        "the retry waits"
+    );
+    h.call(CallResult::Heartbeat(Ok(ack(0))));
+    assert_eq!(h.core.schedule.next_due(), Some(h.now.at), "a pull at once");
+    assert_eq!(h.core.state_version, None);
 }
 
 #[test]
@@ -268,6 +288,11 @@ fn handshakes_and_traffic_become_observations_once() {
     h.call(CallResult::Ingest(Ok(())));
     h.core.on_live(LiveFor::Observe, &[live(10, 5)], h.now);
     assert!(calls(&h.drain()).is_empty(), "nothing new");
+    // A live peer no wanted set names is not observed.
+    let mut stranger = live(50, 50);
+    stranger.public_key = "c3RyYW5nZXI=".into();
+    h.core.on_live(LiveFor::Observe, &[stranger], h.now);
+    assert!(calls(&h.drain()).is_empty());
     h.core.on_live(LiveFor::Observe, &[live(11, 5)], h.now);
     let e = h.drain();
     let Some(Call::Ingest(b)) = calls(&e).into_iter().next() else {

@@ -301,3 +301,54 @@ fn a_signal_stops_and_status_answers_from_the_live_peers() {
     assert_eq!(exits(&e), vec![&Outcome::Stopped("SIGTERM")]);
     assert!(h.step(Input::Tick).is_empty(), "nothing after the exit");
 }
+
+#[test]
+fn cached_events_newer_than_the_state_are_applied_on_top() {
+    use crate::daemon::cache::CachedEvent;
+    use plexsphere_wire::node::Event;
+    let mut h = harness();
+    let s = one_state(7, 2);
+    let envelope = signer().sign(SignContext::NodeState, &s).unwrap();
+    let event = |seq: u64, n: u8| {
+        let kind = EventKind::PeerAdded {
+            peer: crate::daemon::accept::tests::peer(n),
+        };
+        let frame = CachedEvent {
+            id: seq,
+            data: event_data(seq, own(), kind.clone()),
+        };
+        (
+            Event {
+                seq,
+                node_id: own(),
+                kind,
+            },
+            frame,
+        )
+    };
+    let cached = Cached {
+        state: s,
+        envelope,
+        events: vec![event(6, 20), event(8, 21)],
+        last_seq: 8,
+    };
+    let e = h.step(Input::CacheLoaded(Ok(Some(Box::new(cached)))));
+    assert_eq!(
+        applies(&e),
+        vec![3],
+        "the state's 2 peers and the event after it"
+    );
+    assert_eq!(
+        h.core.events.len(),
+        1,
+        "the event the state already holds is dropped"
+    );
+    // Reload with nothing changed: nothing to do.
+    let same = h.core.config().clone();
+    let e = h.step(Input::Reload {
+        path: PathBuf::from("/c"),
+        config: Ok(Box::new(same)),
+        log_level_pinned: false,
+    });
+    assert!(e.is_empty());
+}
