@@ -142,6 +142,8 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
         let _ = tokio::time::timeout(ANSWER_GRACE, alive_rx.recv()).await;
         let _ = std::fs::remove_file(socket::socket_path(&run_dir));
         // The last cache write lands; the data plane is released (the embedded one stops).
+        // Nothing reads the inputs any more, so a thread's late answer cannot block it.
+        drop(rx);
         executor.disk.stop();
         executor.mesh.stop();
         match outcome {
