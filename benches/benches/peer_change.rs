@@ -105,8 +105,8 @@ fn bench(c: &mut Criterion) {
     let ctl = DirectControl::new(device.clone());
     let mut mesh = WgMesh::start("userspace", IFACE, ctl, Plain).expect("mesh");
     let mut desired = DesiredPeers::from_state(&state((0..PEERS).map(peer).collect()));
-    let mut applied = desired.list();
-    mesh.apply(&applied).expect("first apply");
+    let mut applied = Arc::new(desired.list());
+    mesh.apply(applied.clone()).expect("first apply");
 
     let target = peer(PEERS / 2);
     let mut flip = false;
@@ -121,8 +121,8 @@ fn bench(c: &mut Criterion) {
                 endpoints: vec![SocketAddr::from((Ipv4Addr::new(198, 51, 100, 9), port))],
             };
             desired.apply(&ev);
-            let set = desired.list();
-            let changes = mesh.apply(&set).expect("apply");
+            let set = Arc::new(desired.list());
+            let changes = mesh.apply(set.clone()).expect("apply");
             let lines = change_lines(&changes, &applied, &set);
             applied = set;
             lines

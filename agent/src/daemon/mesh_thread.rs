@@ -31,7 +31,7 @@ impl MeshThread {
             .spawn(move || {
                 for (id, op) in rx {
                     let answer = match op {
-                        MeshOp::Apply(set) => MeshAnswer::Applied(mesh.apply(&set)),
+                        MeshOp::Apply(set) => MeshAnswer::Applied(mesh.apply(set)),
                         MeshOp::ReadLive => MeshAnswer::Live(mesh.live_peers()),
                         MeshOp::Teardown => MeshAnswer::TornDown(mesh.teardown()),
                     };

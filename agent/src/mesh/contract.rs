@@ -7,6 +7,7 @@
 //! made on the interface, never a second diff of the wanted sets.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
 use plexsphere_wire::node::PeerSpec;
@@ -49,8 +50,9 @@ pub struct MeshError {
 pub trait Mesh: Send {
     /// `none`, `kernel` or `userspace`.
     fn backend(&self) -> &'static str;
-    /// Makes the interface's peers equal to `desired`; returns what changed on it.
-    fn apply(&mut self, desired: &[PeerSpec]) -> Result<Vec<MeshChange>, MeshError>;
+    /// Makes the interface's peers equal to `desired`; returns what changed on it. The set
+    /// is shared, not copied: a WireGuard backend hands it to its worker thread as it is.
+    fn apply(&mut self, desired: Arc<Vec<PeerSpec>>) -> Result<Vec<MeshChange>, MeshError>;
     /// The peers as configured on the interface, with their counters.
     fn live_peers(&self) -> Result<Vec<LivePeer>, MeshError>;
     /// Removes the interface (leave). SIGTERM never calls this: the mesh keeps working.
@@ -70,9 +72,9 @@ impl Mesh for NoneMesh {
         "none"
     }
 
-    fn apply(&mut self, desired: &[PeerSpec]) -> Result<Vec<MeshChange>, MeshError> {
+    fn apply(&mut self, desired: Arc<Vec<PeerSpec>>) -> Result<Vec<MeshChange>, MeshError> {
         let d = diff::diff(
-            desired,
+            &desired,
             &self.peers,
             &mut EndpointBook::new(),
             Instant::now(),
@@ -148,9 +150,13 @@ mod tests {
     #[test]
     fn none_records_peers_and_reports_no_handshakes() {
         let mut m = NoneMesh::default();
-        let changes = m.apply(&[peer(3), peer(4)]).unwrap();
+        let changes = m.apply(Arc::new(vec![peer(3), peer(4)])).unwrap();
         assert_eq!(changes.len(), 2);
-        assert!(m.apply(&[peer(3), peer(4)]).unwrap().is_empty());
+        assert!(
+            m.apply(Arc::new(vec![peer(3), peer(4)]))
+                .unwrap()
+                .is_empty()
+        );
         let live = m.live_peers().unwrap();
         assert_eq!(live.len(), 2);
         assert!(
@@ -161,7 +167,7 @@ mod tests {
             live.iter()
                 .any(|l| l.endpoint == peer(3).endpoints.first().copied())
         );
-        let removed = m.apply(&[]).unwrap();
+        let removed = m.apply(Arc::default()).unwrap();
         assert!(matches!(removed[0], MeshChange::Removed { .. }));
         m.teardown().unwrap();
         assert!(m.live_peers().unwrap().is_empty());

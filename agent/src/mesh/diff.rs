@@ -121,6 +121,18 @@ pub fn normalize(ips: &[IpNet]) -> Vec<IpNet> {
     v
 }
 
+/// Whether two allowed-IP lists are the same once normalized, without allocating when they
+/// are already in WireGuard's form (sorted, host bits clear: what the interface reports and
+/// what the control plane sends).
+fn same_allowed(a: &[IpNet], b: &[IpNet]) -> bool {
+    let plain =
+        |v: &[IpNet]| v.iter().all(|n| n.trunc() == *n) && v.windows(2).all(|w| w[0] < w[1]);
+    if plain(a) && plain(b) {
+        return a == b;
+    }
+    normalize(a) == normalize(b)
+}
+
 /// Desired vs live -> the minimal update; `book` tracks each peer's endpoint rotation.
 pub fn diff(
     desired: &[PeerSpec],
@@ -148,7 +160,6 @@ pub fn diff(
             });
             continue;
         }
-        let allowed = normalize(&spec.allowed_ips);
         let keepalive = spec.persistent_keepalive_secs.unwrap_or(0);
         let current = live_by_key.get(&key).copied();
         let endpoint = book.decide(
@@ -169,13 +180,14 @@ pub fn diff(
                 sets.push(PeerOp::Set {
                     key,
                     endpoint,
-                    allowed_ips: Some(allowed),
+                    allowed_ips: Some(normalize(&spec.allowed_ips)),
                     keepalive: (keepalive != 0).then_some(keepalive),
                 });
             }
             Some(l) => {
-                let live_allowed = normalize(&l.allowed_ips);
-                let allowed_ips = (live_allowed != allowed).then(|| {
+                let allowed_ips = (!same_allowed(&l.allowed_ips, &spec.allowed_ips)).then(|| {
+                    let live_allowed = normalize(&l.allowed_ips);
+                    let allowed = normalize(&spec.allowed_ips);
                     out.changes.push(MeshChange::AllowedIpsChanged {
                         key,
                         from: live_allowed,

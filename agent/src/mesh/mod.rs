@@ -35,6 +35,8 @@ pub mod worker;
 #[cfg(target_os = "linux")]
 mod root_tests;
 
+use std::sync::Arc;
+
 use plexsphere_wire::node::PeerSpec;
 
 use crate::config::{Backend, WireguardConfig};
@@ -94,7 +96,7 @@ impl Mesh for Leftover {
         self.cfg.backend.as_str()
     }
 
-    fn apply(&mut self, _desired: &[PeerSpec]) -> Result<Vec<MeshChange>, MeshError> {
+    fn apply(&mut self, _desired: Arc<Vec<PeerSpec>>) -> Result<Vec<MeshChange>, MeshError> {
         Ok(vec![])
     }
 

@@ -4,7 +4,7 @@
 //! endpoint rotation (a candidate that completes no handshake in 15 s gives way to the next)
 //! and puts back what someone changed by hand on the interface.
 
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -42,7 +42,7 @@ pub trait Plane: Send + 'static {
 type Reply<T> = mpsc::Sender<Result<T, String>>;
 
 enum Job {
-    Apply(Vec<PeerSpec>, Reply<Vec<MeshChange>>),
+    Apply(Arc<Vec<PeerSpec>>, Reply<Vec<MeshChange>>),
     Live(Reply<Vec<LiveConfig>>),
     Teardown(Reply<()>),
     Stop(Reply<()>),
@@ -59,7 +59,7 @@ struct Worker<P: Plane, C: Control> {
     ctl: C,
     plane: P,
     iface: String,
-    desired: Option<Vec<PeerSpec>>,
+    desired: Option<Arc<Vec<PeerSpec>>>,
     book: EndpointBook,
     last_error: Option<String>,
 }
@@ -135,8 +135,8 @@ impl Mesh for WgMesh {
     }
 
     /// The changes the worker's diff made on the interface.
-    fn apply(&mut self, desired: &[PeerSpec]) -> Result<Vec<MeshChange>, MeshError> {
-        self.call(|tx| Job::Apply(desired.to_vec(), tx))
+    fn apply(&mut self, desired: Arc<Vec<PeerSpec>>) -> Result<Vec<MeshChange>, MeshError> {
+        self.call(|tx| Job::Apply(desired, tx))
     }
 
     fn live_peers(&self) -> Result<Vec<LivePeer>, MeshError> {

@@ -132,14 +132,27 @@ pub fn change_lines(
         return vec![];
     }
     // One pass over each set, for the few keys that changed (not a map of every peer).
-    let named: HashMap<String, PeerKey> = changes
+    let named: Vec<(String, PeerKey)> = changes
         .iter()
         .filter_map(MeshChange::key)
         .map(|k| (k.to_base64(), k))
         .collect();
+    // A few keys are looked for by a scan, many (a first state) through a map.
+    let many: HashMap<&str, PeerKey> = if named.len() > 8 {
+        named.iter().map(|(t, k)| (t.as_str(), *k)).collect()
+    } else {
+        HashMap::new()
+    };
+    let lookup = |text: &str| -> Option<PeerKey> {
+        if named.len() > 8 {
+            many.get(text).copied()
+        } else {
+            named.iter().find(|(t, _)| t == text).map(|(_, k)| *k)
+        }
+    };
     let by_key = |set: &[PeerSpec]| -> HashMap<PeerKey, PeerSpec> {
         set.iter()
-            .filter_map(|p| Some((*named.get(&p.public_key)?, p.clone())))
+            .filter_map(|p| Some((lookup(&p.public_key)?, p.clone())))
             .collect()
     };
     let (before, after) = (by_key(before), by_key(after));
@@ -261,12 +274,12 @@ mod tests {
         use crate::mesh::contract::{Mesh as _, NoneMesh};
         let mut mesh = NoneMesh::default();
         let before = vec![peer(3), peer(4)];
-        mesh.apply(&before).unwrap();
+        mesh.apply(std::sync::Arc::new(before.clone())).unwrap();
         let mut moved = peer(4);
         moved.endpoints = vec!["198.51.100.4:51820".parse().unwrap()];
         moved.persistent_keepalive_secs = Some(25);
         let after = vec![moved.clone(), peer(5)];
-        let changes = mesh.apply(&after).unwrap();
+        let changes = mesh.apply(std::sync::Arc::new(after.clone())).unwrap();
         let lines = change_lines(&changes, &before, &after);
         assert_eq!(
             lines,

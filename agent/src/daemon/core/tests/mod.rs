@@ -111,7 +111,7 @@ impl Harness {
 
     pub fn run_mesh(&mut self, op: &MeshOp) -> MeshAnswer {
         match op {
-            MeshOp::Apply(set) => MeshAnswer::Applied(self.mesh.apply(set)),
+            MeshOp::Apply(set) => MeshAnswer::Applied(self.mesh.apply(set.clone())),
             MeshOp::ReadLive => MeshAnswer::Live(self.mesh.live_peers()),
             MeshOp::Teardown => MeshAnswer::TornDown(self.mesh.teardown()),
         }
