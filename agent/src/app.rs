@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::cli::{Cli, Command, InstallArgs, Output, StatusArgs, UninstallArgs};
 use crate::config::{Config, LogLevel};
-use crate::daemon::input::{Answer, Request};
+use crate::daemon::protocol::{Answer, Request};
 use crate::daemon::{leave, socket, status};
 use crate::exit::{ExitCode, Failure};
 use crate::identity::Identity;
@@ -238,7 +238,7 @@ fn remove_plexd(
             ));
         }
         let wireguard = config.map(|c| c.wireguard.clone()).unwrap_or_default();
-        let mut mesh = crate::daemon::mesh::for_leave(&wireguard);
+        let mut mesh = crate::mesh::for_leave(&wireguard);
         let removed = leave::cleanup(&settings.state, mesh.as_mut());
         report.push(format!(
             "removed node {}'s files here ({}); it is still registered on {}: an operator removes it with plexctl node revoke {}",

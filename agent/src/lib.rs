@@ -14,6 +14,7 @@ pub mod exit;
 pub mod fsutil;
 pub mod identity;
 pub mod install;
+pub mod jitter;
 pub mod join;
 pub mod logging;
 pub mod mesh;

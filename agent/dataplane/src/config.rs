@@ -1,7 +1,7 @@
 //! Configuration changes and the `get` view of a device.
 //!
-//! `DeviceUpdate` is what a UAPI `set=1` request says (and what plexd's peer manager builds
-//! directly); `Device::apply` carries it out with WireGuard's semantics: an allowed IP belongs
+//! `DeviceUpdate` is what a UAPI `set=1` request says, and what plexd's userspace backend
+//! builds directly from its peer diff (`plexd::mesh::userspace`, no UAPI text in between); `Device::apply` carries it out with WireGuard's semantics: an allowed IP belongs
 //! to one peer at a time, `replace_*` clears before adding, a new private key rekeys every peer.
 
 use std::collections::hash_map::Entry;

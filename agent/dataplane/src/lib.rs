@@ -21,6 +21,7 @@ pub mod offload;
 pub mod packet;
 pub mod peer;
 pub mod runner;
+pub mod shutdown;
 pub mod uapi;
 #[cfg(unix)]
 pub mod uapi_server;

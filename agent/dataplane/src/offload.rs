@@ -5,7 +5,7 @@
 //! TCP sends us segments of up to 64 KiB with a virtio-net header, and takes such segments
 //! from us: one read or write and one pass through the host's TCP stack per 64 KiB instead of
 //! per 1.4 KiB. Peers only ever see ordinary MTU-sized packets with complete checksums: `split`
-//! cuts a large segment (or completes a partial checksum) before encryption, `Coalescer`
+//! cuts a large segment (or completes a partial checksum) before encryption, `coalesce::Coalescer`
 //! merges consecutive segments of one TCP flow after decryption, checksums verified first.
 //! Pure functions over byte slices; the Linux TUN calls them.
 
@@ -223,5 +223,3 @@ fn set_tcp_checksum(packet: &mut [u8], v6: bool, ip_len: usize) {
 #[cfg(test)]
 #[path = "offload_tests.rs"]
 mod tests;
-
-pub use crate::coalesce::Coalescer;

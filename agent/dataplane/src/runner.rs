@@ -8,7 +8,7 @@
 
 use std::io;
 use std::path::PathBuf;
-use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -16,6 +16,7 @@ use crate::batch::{DEFAULT_BATCH, PacketBatch};
 use crate::config::DeviceUpdate;
 use crate::device::Device;
 use crate::io::{Tun, Udp, UdpBind};
+pub use crate::shutdown::Shutdown;
 use crate::uapi::{self, EADDRINUSE, EINVAL, Request};
 
 /// The slot size of the timer thread's output (any handshake or keepalive message fits).
@@ -60,36 +61,6 @@ pub enum RunError {
     Uapi(#[from] crate::uapi_server::UapiServerError),
     #[error("a data-plane thread could not start or panicked ({0})")]
     Thread(String),
-}
-
-/// A shutdown signal shared by every thread; cloning shares it.
-#[derive(Clone, Default)]
-pub struct Shutdown(Arc<(Mutex<bool>, Condvar)>);
-
-impl Shutdown {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    pub fn trigger(&self) {
-        *self.0.0.lock().unwrap_or_else(PoisonError::into_inner) = true;
-        self.0.1.notify_all();
-    }
-
-    pub fn is_triggered(&self) -> bool {
-        *self.0.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Waits up to `timeout`; answers whether shutdown was triggered.
-    pub fn wait_timeout(&self, timeout: Duration) -> bool {
-        let guard = self.0.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let (guard, _) = self
-            .0
-            .1
-            .wait_timeout_while(guard, timeout, |stop| !*stop)
-            .unwrap_or_else(PoisonError::into_inner);
-        *guard
-    }
 }
 
 /// What the threads share.

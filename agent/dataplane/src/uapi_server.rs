@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
-use crate::runner::Shutdown;
+use crate::shutdown::Shutdown;
 use crate::uapi::{self, Request, UapiError};
 
 /// The directory wg and wireguard-go use for UAPI sockets.

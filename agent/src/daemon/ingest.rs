@@ -78,7 +78,8 @@ impl IngestQueue {
 
     /// The batch to send now: the pending one again after a failure, else a new one cut from
     /// the oldest observations; `None` when a call is running or there is nothing to say.
-    pub fn take_batch(&mut self) -> Option<IngestBatch> {
+    /// `batch_id` names a new batch (the caller draws it, so the queue holds no randomness).
+    pub fn take_batch(&mut self, batch_id: Uuid) -> Option<IngestBatch> {
         if let Some(p) = &mut self.pending {
             if p.sending {
                 return None;
@@ -91,7 +92,7 @@ impl IngestQueue {
         }
         let n = self.queue.len().min(MAX_BATCH);
         let batch = IngestBatch {
-            batch_id: Uuid::new_v4(),
+            batch_id,
             observations: self.queue.drain(..n).collect(),
             dropped: self.dropped,
         };
@@ -156,13 +157,19 @@ mod tests {
         }
         assert_eq!(q.len(), 3);
         assert_eq!(q.dropped(), 2);
-        let b = q.take_batch().unwrap();
+        let b = q.take_batch(Uuid::new_v4()).unwrap();
         assert_eq!(ats(&b), vec![3, 4, 5]);
         assert_eq!(b.dropped, 2);
-        assert!(q.take_batch().is_none(), "one batch in flight");
+        assert!(
+            q.take_batch(Uuid::new_v4()).is_none(),
+            "one batch in flight"
+        );
         q.acknowledge();
         assert_eq!(q.dropped(), 0);
-        assert!(q.take_batch().is_none(), "nothing left to say");
+        assert!(
+            q.take_batch(Uuid::new_v4()).is_none(),
+            "nothing left to say"
+        );
     }
 
     #[test]
@@ -171,18 +178,21 @@ mod tests {
         for at in 1..=3 {
             q.push(obs(at));
         }
-        let first = q.take_batch().unwrap();
+        let first = q.take_batch(Uuid::new_v4()).unwrap();
         assert_eq!(ats(&first), vec![1, 2, 3]);
         q.push(obs(4));
         q.push(obs(5)); // 3 pending + 1 queued = full: the oldest queued, 4, is dropped
         assert_eq!(q.dropped(), 1);
-        assert!(q.take_batch().is_none(), "the call is still running");
+        assert!(
+            q.take_batch(Uuid::new_v4()).is_none(),
+            "the call is still running"
+        );
         assert_eq!(q.waiting(), 4, "3 pending and 1 queued");
         q.retry_later();
-        let again = q.take_batch().unwrap();
+        let again = q.take_batch(Uuid::new_v4()).unwrap();
         assert_eq!(again, first, "the retry is the same batch, id and all");
         q.acknowledge();
-        let next = q.take_batch().unwrap();
+        let next = q.take_batch(Uuid::new_v4()).unwrap();
         assert_ne!(next.batch_id, first.batch_id);
         assert_eq!(ats(&next), vec![5]);
         assert_eq!(next.dropped, 1);
@@ -193,11 +203,11 @@ mod tests {
         let mut q = IngestQueue::new(2);
         q.push(obs(1));
         q.push(obs(2));
-        let b = q.take_batch().unwrap();
+        let b = q.take_batch(Uuid::new_v4()).unwrap();
         q.push(obs(3));
         assert_eq!((q.len(), q.dropped()), (0, 1));
         q.retry_later();
-        assert_eq!(q.take_batch().unwrap(), b);
+        assert_eq!(q.take_batch(Uuid::new_v4()).unwrap(), b);
     }
 
     #[test]
@@ -209,10 +219,10 @@ mod tests {
         let mut small = IngestQueue::new(1);
         small.push(obs(9));
         small.push(obs(10)); // one dropped before the batch is cut
-        let b = small.take_batch().unwrap();
+        let b = small.take_batch(Uuid::new_v4()).unwrap();
         assert_eq!(b.dropped, 1);
         assert_eq!(small.discard(), 1);
-        let next = small.take_batch().unwrap();
+        let next = small.take_batch(Uuid::new_v4()).unwrap();
         assert!(next.observations.is_empty());
         assert_eq!(
             next.dropped, 2,
@@ -220,10 +230,10 @@ mod tests {
         );
         assert_ne!(next.batch_id, b.batch_id);
 
-        let b = q.take_batch().unwrap();
+        let b = q.take_batch(Uuid::new_v4()).unwrap();
         assert_eq!(q.discard(), 3);
         assert_eq!(q.dropped(), 3);
-        assert_ne!(q.take_batch().unwrap().batch_id, b.batch_id);
+        assert_ne!(q.take_batch(Uuid::new_v4()).unwrap().batch_id, b.batch_id);
     }
 
     #[test]
@@ -232,7 +242,7 @@ mod tests {
         q.push(obs(1));
         q.push(obs(2));
         q.push(obs(3)); // drops 1
-        let b = q.take_batch().unwrap();
+        let b = q.take_batch(Uuid::new_v4()).unwrap();
         assert_eq!(b.dropped, 1);
         q.push(obs(4)); // queue full with the in-flight batch: 4 is dropped
         q.acknowledge();
@@ -241,7 +251,7 @@ mod tests {
             1,
             "the drop after the batch was cut is still owed"
         );
-        let b = q.take_batch().unwrap();
+        let b = q.take_batch(Uuid::new_v4()).unwrap();
         assert!(b.observations.is_empty());
         assert_eq!(b.dropped, 1);
     }
@@ -252,7 +262,10 @@ mod tests {
         for at in 0..600 {
             q.push(obs(at));
         }
-        assert_eq!(q.take_batch().unwrap().observations.len(), MAX_BATCH);
+        assert_eq!(
+            q.take_batch(Uuid::new_v4()).unwrap().observations.len(),
+            MAX_BATCH
+        );
         q.acknowledge();
         assert_eq!(q.len(), 600 - MAX_BATCH);
     }

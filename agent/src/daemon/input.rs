@@ -1,25 +1,17 @@
-//! Everything that wakes the daemon's loop, as one enum.
+//! What wakes the executor's loop, as one enum: the core's own inputs, plus the two that
+//! carry something the core must not hold (a signal, and a socket request with the channel
+//! its answer goes back on).
 
-use plexsphere_wire::node::{EndpointAck, HeartbeatAck};
-use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-use super::calls::{CallError, LeaveAnswer, StateAnswer};
-use super::sse::StreamMsg;
-use super::status::StatusReport;
+use super::core::io;
+use super::protocol::{Answer, Request};
 
 #[derive(Debug)]
 pub enum Input {
-    /// A deadline passed (a task is due, the stream may reconnect or has stalled, the watchdog).
-    Tick,
+    /// An input for the core as it is (a call's answer, a stream message, a mesh answer).
+    Core(io::Input),
     Signal(Signal),
-    /// A message of event-stream connection `conn` (stale connections are ignored).
-    Stream {
-        conn: u64,
-        msg: StreamMsg,
-    },
-    /// A spawned call finished.
-    Call(CallResult),
     /// A request on the status socket and where to answer it.
     Control(Request, oneshot::Sender<Answer>),
 }
@@ -38,82 +30,5 @@ impl Signal {
             Signal::Int => "SIGINT",
             Signal::Hup => "SIGHUP",
         }
-    }
-}
-
-#[derive(Debug)]
-pub enum CallResult {
-    Heartbeat(Result<HeartbeatAck, CallError>),
-    Endpoints(Result<EndpointAck, CallError>),
-    State(Result<StateAnswer, CallError>),
-    Ingest(Result<(), CallError>),
-    Leave(Result<LeaveAnswer, CallError>),
-}
-
-/// One request per connection on `<run_dir>/plexd.sock`, as one JSON line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "command", rename_all = "snake_case")]
-pub enum Request {
-    Status,
-    Leave,
-}
-
-/// The answer, as one JSON document.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Answer {
-    Status(Box<StatusReport>),
-    Left {
-        message: String,
-    },
-    Error {
-        message: String,
-        /// The exit status `plexd` ends with for this failure; absent: 14, a refusal.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        exit_code: Option<i32>,
-    },
-}
-
-impl Answer {
-    pub fn error(message: impl Into<String>, code: crate::exit::ExitCode) -> Self {
-        Answer::Error {
-            message: message.into(),
-            exit_code: Some(code.as_i32()),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn socket_json_is_pinned() {
-        assert_eq!(
-            serde_json::to_string(&Request::Status).unwrap(),
-            r#"{"command":"status"}"#
-        );
-        let r: Request = serde_json::from_str(r#"{"command":"leave"}"#).unwrap();
-        assert_eq!(r, Request::Leave);
-        let a = Answer::Left {
-            message: "bye".into(),
-        };
-        assert_eq!(
-            serde_json::to_string(&a).unwrap(),
-            r#"{"left":{"message":"bye"}}"#
-        );
-        let e = Answer::error("down", crate::exit::ExitCode::ApiUnreachable);
-        assert_eq!(
-            serde_json::to_string(&e).unwrap(),
-            r#"{"error":{"message":"down","exit_code":13}}"#
-        );
-        let older: Answer = serde_json::from_str(r#"{"error":{"message":"x"}}"#).unwrap();
-        assert_eq!(
-            older,
-            Answer::Error {
-                message: "x".into(),
-                exit_code: None
-            }
-        );
     }
 }

@@ -5,11 +5,11 @@ use std::path::PathBuf;
 
 use super::cache::STATE_FILE_NAME;
 use super::calls::{CallError, LeaveAnswer, NodeApi};
-use super::mesh::Mesh;
 use crate::api_client::ApiClient;
 use crate::exit::{ExitCode, Failure};
 use crate::identity::Identity;
 use crate::join::JoinSettings;
+use crate::mesh::Mesh;
 use crate::paths::StatePaths;
 
 /// Removes what makes this host a node; returns the files removed.
@@ -17,6 +17,11 @@ pub fn cleanup(paths: &StatePaths, mesh: &mut dyn Mesh) -> Vec<PathBuf> {
     if let Err(e) = mesh.teardown() {
         tracing::warn!(error = %e, "could not tear the mesh down; remove the interface by hand");
     }
+    remove_files(paths)
+}
+
+/// Removes the identity, the cached state and the key; returns the files removed.
+pub fn remove_files(paths: &StatePaths) -> Vec<PathBuf> {
     let mut removed = vec![];
     for f in [
         paths.identity_file(),
@@ -46,6 +51,45 @@ pub fn files_text(files: &[PathBuf]) -> String {
         .join(", ")
 }
 
+/// What the control plane's answer to a leave means, for the operator: `Ok` with a note
+/// when the node may clean up, `Err` (saying why it could not deregister) when it must not.
+/// Pure: the daemon's core and `leave_direct` both decide with it.
+pub fn note(id: &Identity, answer: Result<LeaveAnswer, CallError>) -> Result<String, Failure> {
+    match answer {
+        Ok(LeaveAnswer::Deleted) => Ok(format!("deregistered from {}", id.api_url)),
+        Ok(LeaveAnswer::AlreadyGone(status)) => Ok(format!(
+            "the control plane no longer knew it (HTTP {status}, already gone)"
+        )),
+        Err(CallError::Revoked) => {
+            Ok("it was revoked on the control plane (an operator deletes it there)".to_owned())
+        }
+        Err(CallError::Unauthorized) => {
+            Ok("the control plane no longer knew it (HTTP 401, already gone)".to_owned())
+        }
+        Err(e) => {
+            let code = match e {
+                CallError::Unreachable(_) => ExitCode::ApiUnreachable,
+                _ => ExitCode::ServerRefused,
+            };
+            Err(Failure::new(
+                code,
+                format!(
+                    "cannot deregister node {} from {}: {e}",
+                    id.node_id, id.api_url
+                ),
+            ))
+        }
+    }
+}
+
+/// The line a finished leave prints.
+pub fn left_message(node_id: uuid::Uuid, note: &str, removed: &[PathBuf]) -> String {
+    format!(
+        "node {node_id} left the mesh: {note}; removed {}",
+        files_text(removed)
+    )
+}
+
 /// What a leave answered, for the operator; `Err` (saying why the node could not deregister)
 /// when nothing was removed.
 pub fn finish(
@@ -54,37 +98,9 @@ pub fn finish(
     paths: &StatePaths,
     mesh: &mut dyn Mesh,
 ) -> Result<String, Failure> {
-    let note = match answer {
-        Ok(LeaveAnswer::Deleted) => format!("deregistered from {}", id.api_url),
-        Ok(LeaveAnswer::AlreadyGone(status)) => {
-            format!("the control plane no longer knew it (HTTP {status}, already gone)")
-        }
-        Err(CallError::Revoked) => {
-            "it was revoked on the control plane (an operator deletes it there)".to_owned()
-        }
-        Err(CallError::Unauthorized) => {
-            "the control plane no longer knew it (HTTP 401, already gone)".to_owned()
-        }
-        Err(e) => {
-            let code = match e {
-                CallError::Unreachable(_) => ExitCode::ApiUnreachable,
-                _ => ExitCode::ServerRefused,
-            };
-            return Err(Failure::new(
-                code,
-                format!(
-                    "cannot deregister node {} from {}: {e}",
-                    id.node_id, id.api_url
-                ),
-            ));
-        }
-    };
+    let note = note(id, answer)?;
     let removed = cleanup(paths, mesh);
-    Ok(format!(
-        "node {} left the mesh: {note}; removed {}",
-        id.node_id,
-        files_text(&removed)
-    ))
+    Ok(left_message(id.node_id, &note, &removed))
 }
 
 /// `plexd leave` when no daemon answers.
@@ -104,14 +120,14 @@ pub async fn leave_direct(s: &JoinSettings) -> Result<String, Failure> {
     let client = ApiClient::new(url, &s.trust, s.dropped_ca.clone())?;
     let api = NodeApi::new(client, id.node_id, id.node_credential.clone());
     let answer = api.leave().await;
-    let mut mesh = super::mesh::for_leave(&s.config.wireguard);
+    let mut mesh = crate::mesh::for_leave(&s.config.wireguard);
     finish(&id, answer, &s.state, mesh.as_mut())
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::mesh::NoneMesh;
     use super::*;
+    use crate::mesh::NoneMesh;
 
     #[test]
     fn cleanup_removes_the_node_files_only() {

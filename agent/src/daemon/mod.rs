@@ -1,50 +1,68 @@
-//! `plexd run`, what the systemd unit starts: enrol if needed, apply the cached state, then
-//! one event loop over [`input::Input`] that keeps the node in the mesh.
+//! `plexd run`, what the systemd unit starts: enrol if needed, then keep the node in the mesh.
 //!
-//! The decisions live in pure modules with time as a parameter ([`schedule`], [`backoff`],
-//! [`ingest`], [`accept`], [`peers`], [`status`]); [`node::Daemon`] wires them to the mesh,
-//! the cache and systemd; this file is the thin loop: one `select!` over the input channel
-//! and the next deadline. HTTP calls and the event stream run as spawned tasks that post
-//! their results back, so the loop never waits on the network.
+//! The decisions live in [`core`] (sans-IO: inputs with the time in, effects out, tested by
+//! stepping time); [`executor`] is the one loop that feeds it and performs its effects, with
+//! HTTP calls and the event stream as tasks, the data plane on [`mesh_thread`] and writes on
+//! [`disk`], so the loop never waits on the network, the mesh or the disk. This file sets it
+//! up and tears it down.
+//!
+//! | file            | owns                                                        |
+//! |-----------------|-------------------------------------------------------------|
+//! | `core/`         | every decision (schedules, backoff, stream, state, leave, reload, watchdog) |
+//! | `executor.rs`   | the loop over [`input::Input`] performing effects           |
+//! | `mesh_thread.rs`| the thread that owns the data plane, behind a bounded queue |
+//! | `disk.rs`       | the thread that writes the cache and removes files on leave |
+//! | `calls.rs`, `sse.rs` | the node API calls and the event stream (HTTP)         |
+//! | `socket.rs`, `protocol.rs` | the status socket and its JSON                   |
+//! | `accept.rs`, `cache.rs` | verifying signed state and events; the cache file   |
+//! | `schedule.rs`, `backoff.rs`, `ingest.rs` | pure timing and queueing parts the core uses |
+//! | `host_addrs.rs` | the host addresses worth reporting as endpoints             |
 
 pub mod accept;
 pub mod backoff;
 pub mod cache;
 pub mod calls;
-pub mod endpoints;
+pub mod core;
+pub mod disk;
+pub mod executor;
+pub mod host_addrs;
 pub mod ingest;
 pub mod input;
 pub mod leave;
-pub mod mesh;
-pub mod node;
+pub mod mesh_thread;
 pub mod notify;
-pub mod peers;
+pub mod protocol;
 pub mod schedule;
 pub mod socket;
 pub mod sse;
 pub mod status;
 
-use std::ops::ControlFlow;
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use plexsphere_wire::signed::DomainVerifier;
 use tokio::sync::mpsc;
 use tracing::Instrument as _;
 
+use self::core::io::{self, Now, Outcome};
+use self::core::{Core, Setup};
 use crate::api_client::ApiClient;
 use crate::config::ApiUrl;
 use crate::exit::{ExitCode, Failure};
 use crate::join::{self, JoinSettings, Joined};
+use crate::mesh::Mesh;
+use disk::DiskThread;
+use executor::{Executor, INPUT_QUEUE};
 use input::{Input, Signal};
-use node::{Daemon, Outcome};
+use mesh_thread::MeshThread;
 
 /// How long a stopping daemon waits for answers still being written on its socket.
 const ANSWER_GRACE: Duration = Duration::from_secs(10);
 
 /// Runs the daemon until a signal, a leave, or the node is revoked/deleted (exit 15).
 pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failure> {
-    let (tx, mut rx) = mpsc::channel::<Input>(256);
+    let (tx, mut rx) = mpsc::channel::<Input>(INPUT_QUEUE);
     spawn_signals(tx.clone())?;
     let identity = match join::join(settings).await? {
         Joined::Registered(id) | Joined::AlreadyEnrolled(id) => id,
@@ -70,6 +88,9 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
         let mesh = open_mesh(settings, &identity)?;
         let backend = mesh.backend();
         tracing::info!(api_url = %identity.api_url, backend, interface = %settings.config.wireguard.interface, "starting as node {} with mesh IP {}, against {} with the {backend} data plane on {}", identity.node_id, identity.mesh_ip, identity.api_url, settings.config.wireguard.interface);
+        let threads = |e: std::io::Error| Failure::new(ExitCode::Io, format!("cannot start a thread of the daemon: {e}"));
+        let mesh = MeshThread::start(mesh, tx.clone()).map_err(threads)?;
+        let disk = DiskThread::start(settings.state.clone(), tx.clone()).map_err(threads)?;
 
         let (alive_tx, mut alive_rx) = mpsc::channel::<()>(1);
         let server = match socket::bind(&run_dir) {
@@ -81,29 +102,38 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
             }
         };
 
-        let mut daemon = Daemon::new(
-            identity,
-            settings.state.clone(),
-            settings.config_file.clone(),
-            settings.config.clone(),
-            api,
-            acceptor,
-            mesh,
-            tx,
-            Instant::now(),
+        // The cache is read (and verified) before the loop starts, so the mesh works before
+        // the API answers.
+        let cached = cache::load(&settings.state.dir.join(cache::STATE_FILE_NAME), &acceptor);
+        let (mesh_ip, mesh_cidr) = (identity.mesh_ip, identity.mesh_cidr);
+        let start = Now::new(Instant::now(), SystemTime::now());
+        let mut core = Core::new(
+            Setup {
+                identity,
+                paths: settings.state.clone(),
+                config: settings.config.clone(),
+                acceptor,
+                backend,
+                watchdog: notify::watchdog_interval(),
+                jitter: crate::jitter::Jitter::from_os(),
+            },
+            start,
         );
-        daemon.load_cache();
-        let outcome = loop {
-            let deadline = tokio::time::Instant::from_std(daemon.next_wake(Instant::now()));
-            let input = tokio::select! {
-                Some(i) = rx.recv() => i,
-                () = tokio::time::sleep_until(deadline) => Input::Tick,
-            };
-            if let ControlFlow::Break(o) = daemon.handle(input, Instant::now()) {
-                break o;
-            }
+        core.handle(io::Input::CacheLoaded(cached.map(|c| c.map(Box::new))), start);
+        let mut executor = Executor {
+            core,
+            api,
+            tx,
+            mesh,
+            disk,
+            config_file: settings.config_file.clone(),
+            mesh_ip,
+            mesh_cidr,
+            stream: None,
+            waiters: HashMap::new(),
+            next_control: 0,
         };
-        daemon.stop();
+        let outcome = executor.run(&mut rx).await;
         if let Some(server) = server {
             server.abort();
             let _ = server.await;
@@ -111,6 +141,11 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
         // Answers still being written (the one to `plexd leave`) reach their clients first.
         let _ = tokio::time::timeout(ANSWER_GRACE, alive_rx.recv()).await;
         let _ = std::fs::remove_file(socket::socket_path(&run_dir));
+        // The last cache write lands; the data plane is released (the embedded one stops).
+        // Nothing reads the inputs any more, so a thread's late answer cannot block it.
+        drop(rx);
+        executor.disk.stop();
+        executor.mesh.stop();
         match outcome {
             Outcome::Stopped(signal) => {
                 if backend == "userspace" {
@@ -136,13 +171,13 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
 fn open_mesh(
     settings: &JoinSettings,
     identity: &crate::identity::Identity,
-) -> Result<Box<dyn mesh::Mesh>, Failure> {
+) -> Result<Box<dyn Mesh>, Failure> {
     let wg = &settings.config.wireguard;
     if wg.backend == crate::config::Backend::None {
         // Control plane only: no interface, so no key is needed.
         let node =
             crate::mesh::NodeSetup::new([0; 32], identity.mesh_ip, identity.mesh_cidr.prefix_len());
-        return mesh::open(wg, &node)
+        return crate::mesh::open(wg, &node)
             .map_err(|e| Failure::new(ExitCode::Config, format!("the WireGuard data plane: {e}")));
     }
     let key_file = settings.state.key_file();
@@ -162,7 +197,7 @@ fn open_mesh(
         identity.mesh_ip,
         identity.mesh_cidr.prefix_len(),
     );
-    mesh::open(wg, &node).map_err(|e| {
+    crate::mesh::open(wg, &node).map_err(|e| {
         let code = if e.is_config() {
             ExitCode::Config
         } else {

@@ -5,7 +5,6 @@
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use bytes::Bytes;
 use eventsource_client::{self as es, Client as _, SSE};
@@ -14,28 +13,8 @@ use launchdarkly_sdk_transport::{ByteStream, HttpTransport, ResponseFuture, Tran
 use tokio::sync::{mpsc, oneshot};
 
 use super::calls::{CallError, NodeApi};
+use super::core::io::{self, StreamMsg};
 use super::input::Input;
-
-/// What one connection attempt reports to the loop.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StreamMsg {
-    /// The server answered 200 and the stream is open.
-    Connected,
-    /// One event frame (checked and applied by the daemon).
-    Frame {
-        id: Option<String>,
-        event: String,
-        data: String,
-    },
-    /// A comment (`: keep-alive`): proof the connection is alive.
-    Activity,
-    /// The attempt is over; `fatal` is a revocation or a deleted node.
-    Ended {
-        reason: String,
-        retry_after: Option<Duration>,
-        fatal: Option<CallError>,
-    },
-}
 
 /// The largest error body read from a refused stream request.
 const MAX_ERROR_BODY: usize = 16 * 1024;
@@ -47,7 +26,11 @@ pub async fn connect_once(
     conn: u64,
     tx: mpsc::Sender<Input>,
 ) {
-    let post = async |msg: StreamMsg| tx.send(Input::Stream { conn, msg }).await.is_ok();
+    let post = async |msg: StreamMsg| {
+        tx.send(Input::Core(io::Input::Stream { conn, msg }))
+            .await
+            .is_ok()
+    };
     let ended = |reason: String| StreamMsg::Ended {
         reason,
         retry_after: None,
@@ -263,7 +246,7 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(64);
         let task = tokio::spawn(connect_once(api(port), resume, 7, tx));
         let mut out = vec![];
-        while let Some(Input::Stream { conn, msg }) =
+        while let Some(Input::Core(io::Input::Stream { conn, msg })) =
             tokio::time::timeout(Duration::from_secs(20), rx.recv())
                 .await
                 .unwrap()

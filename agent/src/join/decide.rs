@@ -35,11 +35,6 @@ pub fn rate_limit_step(elapsed: Duration, delay: Duration, max_wait: Duration) -
     }
 }
 
-/// A jitter sample in `[0, 1)` from 64 random bits.
-pub fn unit_interval(bits: u64) -> f64 {
-    (bits >> 11) as f64 / (1u64 << 53) as f64
-}
-
 /// The exit code and the one-line message for a refusal of `POST /v1/register`.
 pub fn refusal(
     status: u16,
@@ -196,12 +191,5 @@ mod tests {
             rate_limit_step(Duration::ZERO, d, Duration::ZERO),
             RateLimitStep::GiveUp
         );
-    }
-
-    #[test]
-    fn unit_interval_stays_in_range() {
-        assert_eq!(unit_interval(0), 0.0);
-        assert!(unit_interval(u64::MAX) < 1.0);
-        assert!(unit_interval(u64::MAX / 2) > 0.49);
     }
 }

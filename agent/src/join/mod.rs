@@ -12,7 +12,6 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use plexsphere_wire::RegisterRequest;
-use rand_core::{OsRng, RngCore};
 use time::OffsetDateTime;
 
 pub use decide::{
@@ -111,7 +110,7 @@ pub async fn join(s: &JoinSettings) -> Result<Joined, Failure> {
                 error,
                 retry_after,
             } => {
-                let delay = rate_limit_delay(retry_after, decide::unit_interval(OsRng.next_u64()));
+                let delay = rate_limit_delay(retry_after, crate::jitter::Jitter::from_os().unit());
                 match rate_limit_step(started.elapsed(), delay, s.max_wait) {
                     RateLimitStep::RetryAfter(d) => {
                         tracing::warn!(code = %error.code, wait_ms = d.as_millis() as u64, "the API is rate-limiting registrations; waiting");

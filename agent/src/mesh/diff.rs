@@ -8,44 +8,15 @@
 //! call at all.
 
 use std::collections::{BTreeMap, HashSet};
-use std::fmt;
 use std::net::SocketAddr;
 use std::time::{Instant, SystemTime};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use ipnet::IpNet;
 use plexsphere_wire::node::PeerSpec;
 use uuid::Uuid;
 
 use super::endpoints::EndpointBook;
-
-/// A WireGuard public key (public, so it may be logged).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PeerKey(pub [u8; 32]);
-
-impl PeerKey {
-    pub fn from_base64(text: &str) -> Option<Self> {
-        let bytes = STANDARD.decode(text.trim()).ok()?;
-        Some(Self(bytes.try_into().ok()?))
-    }
-
-    pub fn to_base64(self) -> String {
-        STANDARD.encode(self.0)
-    }
-}
-
-impl fmt::Display for PeerKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.to_base64())
-    }
-}
-
-impl fmt::Debug for PeerKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "PeerKey({self})")
-    }
-}
+pub use super::key::PeerKey;
 
 /// A peer as the live interface has it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -121,6 +92,20 @@ pub enum MeshChange {
     },
 }
 
+impl MeshChange {
+    /// The peer the change is about (`None` for a skipped one, which has no usable key).
+    pub fn key(&self) -> Option<PeerKey> {
+        match self {
+            MeshChange::Added { key, .. }
+            | MeshChange::Removed { key }
+            | MeshChange::EndpointChanged { key, .. }
+            | MeshChange::AllowedIpsChanged { key, .. }
+            | MeshChange::KeepaliveChanged { key, .. } => Some(*key),
+            MeshChange::Skipped { .. } => None,
+        }
+    }
+}
+
 /// The update and the changes it makes.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PeerDiff {
@@ -134,6 +119,18 @@ pub fn normalize(ips: &[IpNet]) -> Vec<IpNet> {
     v.sort();
     v.dedup();
     v
+}
+
+/// Whether two allowed-IP lists are the same once normalized, without allocating when they
+/// are already in WireGuard's form (sorted, host bits clear: what the interface reports and
+/// what the control plane sends).
+fn same_allowed(a: &[IpNet], b: &[IpNet]) -> bool {
+    let plain =
+        |v: &[IpNet]| v.iter().all(|n| n.trunc() == *n) && v.windows(2).all(|w| w[0] < w[1]);
+    if plain(a) && plain(b) {
+        return a == b;
+    }
+    normalize(a) == normalize(b)
 }
 
 /// Desired vs live -> the minimal update; `book` tracks each peer's endpoint rotation.
@@ -163,7 +160,6 @@ pub fn diff(
             });
             continue;
         }
-        let allowed = normalize(&spec.allowed_ips);
         let keepalive = spec.persistent_keepalive_secs.unwrap_or(0);
         let current = live_by_key.get(&key).copied();
         let endpoint = book.decide(
@@ -184,13 +180,14 @@ pub fn diff(
                 sets.push(PeerOp::Set {
                     key,
                     endpoint,
-                    allowed_ips: Some(allowed),
+                    allowed_ips: Some(normalize(&spec.allowed_ips)),
                     keepalive: (keepalive != 0).then_some(keepalive),
                 });
             }
             Some(l) => {
-                let live_allowed = normalize(&l.allowed_ips);
-                let allowed_ips = (live_allowed != allowed).then(|| {
+                let allowed_ips = (!same_allowed(&l.allowed_ips, &spec.allowed_ips)).then(|| {
+                    let live_allowed = normalize(&l.allowed_ips);
+                    let allowed = normalize(&spec.allowed_ips);
                     out.changes.push(MeshChange::AllowedIpsChanged {
                         key,
                         from: live_allowed,

@@ -1,6 +1,9 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime};
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+
 use super::*;
 
 fn spec(n: u32) -> PeerSpec {

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::diff::PeerKey;
+use super::key::PeerKey;
 
 /// How long a candidate gets to complete a handshake before the next one is tried.
 pub const TRY_FOR: Duration = Duration::from_secs(15);

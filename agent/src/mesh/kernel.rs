@@ -6,9 +6,11 @@ use std::io;
 
 use wireguard_control::{Backend, DeviceUpdate};
 
+use super::link::setup_link;
+use super::netlink;
+use super::setup::{NodeSetup, OpenError};
 use super::wg::{WgControl, iface_name};
 use super::worker::{Plane, WgMesh};
-use super::{NodeSetup, OpenError, netlink, setup_link};
 use crate::config::WireguardConfig;
 
 /// EOPNOTSUPP: what RTM_NEWLINK answers for a link kind no module provides.

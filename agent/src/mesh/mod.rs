@@ -1,5 +1,7 @@
 //! The WireGuard mesh: the data plane behind the daemon's [`Mesh`] trait.
 //!
+//! - [`contract`]: what the daemon relies on ([`Mesh`], [`LivePeer`], [`MeshError`]) and the
+//!   `none` backend; [`key`]: the public key type the diff and the rotation share.
 //! - [`diff`]: the pure peer reconcile (desired peers vs the live interface -> the minimal
 //!   update and the journal's list of changes), with [`endpoints`] choosing each peer's
 //!   endpoint among its candidates.
@@ -13,12 +15,17 @@
 //! range to it), MTU `wireguard.mtu` (1420), link up. `plexd leave` removes it; SIGTERM leaves
 //! it as it is, and a starting plexd adopts an existing interface of that name.
 
+pub mod contract;
 pub mod diff;
 pub mod endpoints;
 #[cfg(target_os = "linux")]
 pub mod kernel;
+pub mod key;
+#[cfg(target_os = "linux")]
+pub mod link;
 #[cfg(target_os = "linux")]
 pub mod netlink;
+pub mod setup;
 #[cfg(target_os = "linux")]
 pub mod userspace;
 pub mod wg;
@@ -28,87 +35,14 @@ pub mod worker;
 #[cfg(target_os = "linux")]
 mod root_tests;
 
-use std::fmt;
-use std::net::IpAddr;
+use std::sync::Arc;
 
 use plexsphere_wire::node::PeerSpec;
 
 use crate::config::{Backend, WireguardConfig};
-use crate::daemon::mesh::{LivePeer, Mesh, MeshError, NoneMesh};
-use crate::daemon::peers::PeerChange;
-
-/// What the interface needs from the node's identity and key.
-#[derive(Clone)]
-pub struct NodeSetup {
-    private_key: [u8; 32],
-    pub mesh_ip: IpAddr,
-    /// The mesh range's prefix length (from `mesh_cidr`).
-    pub prefix: u8,
-}
-
-impl fmt::Debug for NodeSetup {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "NodeSetup({}/{}, private key <redacted>)",
-            self.mesh_ip, self.prefix
-        )
-    }
-}
-
-impl NodeSetup {
-    pub fn new(private_key: [u8; 32], mesh_ip: IpAddr, prefix: u8) -> Self {
-        Self {
-            private_key,
-            mesh_ip,
-            prefix,
-        }
-    }
-
-    pub(crate) fn private_key(&self) -> [u8; 32] {
-        self.private_key
-    }
-}
-
-/// Why no data plane could be opened.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum OpenError {
-    /// The config asks for something this host cannot do (exit 78: restarting will not help).
-    #[error("{0}")]
-    Config(String),
-    /// `wireguard.backend: kernel` on a host without the module.
-    #[error("{0}")]
-    ModuleMissing(String),
-    /// The host refused (permissions, a port in use, no /dev/net/tun): worth a restart.
-    #[error("{0}")]
-    Runtime(String),
-}
-
-impl OpenError {
-    /// True when a restart with the same config cannot help.
-    pub fn is_config(&self) -> bool {
-        matches!(self, OpenError::Config(_) | OpenError::ModuleMissing(_))
-    }
-}
-
-/// Address, MTU and link up on the interface, for both backends.
-#[cfg(target_os = "linux")]
-pub(crate) fn setup_link(cfg: &WireguardConfig, node: &NodeSetup) -> Result<(), String> {
-    let name = &cfg.interface;
-    let index = netlink::index(name)
-        .map_err(|e| format!("cannot look up {name} ({e})"))?
-        .ok_or_else(|| format!("the interface {name} vanished while it was being set up"))?;
-    netlink::set_address(index, node.mesh_ip, node.prefix).map_err(|e| {
-        format!(
-            "cannot set the address {}/{} on {name} ({e})",
-            node.mesh_ip, node.prefix
-        )
-    })?;
-    netlink::set_mtu_up(index, u32::from(cfg.mtu))
-        .map_err(|e| format!("cannot set MTU {} and bring {name} up ({e})", cfg.mtu))?;
-    tracing::info!(interface = %name, address = %format!("{}/{}", node.mesh_ip, node.prefix), mtu = cfg.mtu, "interface {name} up with {}/{}, MTU {}", node.mesh_ip, node.prefix, cfg.mtu);
-    Ok(())
-}
+pub use contract::{LivePeer, Mesh, MeshError, NoneMesh};
+use diff::MeshChange;
+pub use setup::{NodeSetup, OpenError};
 
 /// The data plane `wireguard.backend` asks for. `auto` prefers the kernel module and falls
 /// back to the embedded userspace data plane, saying why.
@@ -140,6 +74,11 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<Box<dyn Mesh>, Op
     }
 }
 
+/// What `plexd leave` tears down when no daemon runs: a leftover interface, nothing started.
+pub fn for_leave(cfg: &WireguardConfig) -> Box<dyn Mesh> {
+    Box::new(Leftover::new(cfg))
+}
+
 /// What `plexd leave` tears down when no daemon runs: the interface, if one was left.
 #[derive(Debug)]
 pub struct Leftover {
@@ -157,7 +96,7 @@ impl Mesh for Leftover {
         self.cfg.backend.as_str()
     }
 
-    fn apply(&mut self, _desired: &[PeerSpec]) -> Result<Vec<PeerChange>, MeshError> {
+    fn apply(&mut self, _desired: Arc<Vec<PeerSpec>>) -> Result<Vec<MeshChange>, MeshError> {
         Ok(vec![])
     }
 

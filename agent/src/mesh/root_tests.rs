@@ -10,6 +10,7 @@ use base64::engine::general_purpose::STANDARD;
 use nix::sched::{CloneFlags, unshare};
 use plexsphere_wire::node::PeerSpec;
 
+use super::link::setup_link;
 use super::*;
 use crate::config::WireguardConfig;
 
@@ -96,10 +97,12 @@ fn userspace_backend_configures_peers_and_the_interface_and_tears_down() {
     let (first, second, live, addrs, link_before, link_after, socket_left) =
         in_fresh_netns(move || {
             let mut m = open(&c, &node()).unwrap();
-            let first = m.apply(&[peer(3), peer(4)]).unwrap();
+            let first = m
+                .apply(std::sync::Arc::new(vec![peer(3), peer(4)]))
+                .unwrap();
             let mut moved = peer(4);
             moved.allowed_ips.push("10.99.0.0/16".parse().unwrap());
-            let second = m.apply(&[moved]).unwrap();
+            let second = m.apply(std::sync::Arc::new(vec![moved])).unwrap();
             let live = m.live_peers().unwrap();
             let link = netlink::link(&c.interface).unwrap().unwrap();
             let addrs = v4(link.index);

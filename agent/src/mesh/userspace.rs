@@ -1,28 +1,32 @@
 //! The userspace backend: plexd's embedded data plane (`plexd-dataplane`) runs in this
-//! process on its own threads, over a TUN named after `wireguard.interface`, serving the UAPI
-//! socket /var/run/wireguard/<iface>.sock. plexd then configures it with the same
-//! wireguard-control code as the kernel backend (`Backend::Userspace`), so `wg show <iface>`
-//! works for operators.
+//! process on its own threads, over a TUN named after `wireguard.interface`. plexd configures
+//! it directly ([`DirectControl`]: the peer diff's update becomes a `DeviceUpdate`, the live
+//! peers are the device's snapshot; no UAPI text is printed and parsed back in-process). The
+//! data plane still serves the UAPI socket /var/run/wireguard/<iface>.sock, so `wg show
+//! <iface>` and other tools work for operators.
 //!
 //! The data plane lives and dies with plexd: on SIGTERM its threads stop with the process and
 //! the TUN interface goes away (the kernel removes a TUN when its last descriptor closes); a
 //! restarted plexd creates it again and re-applies the cached state.
 
+use std::io;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::{Arc, mpsc};
 use std::thread::{self, JoinHandle};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
-use plexd_dataplane::Device;
 use plexd_dataplane::linux::{LinuxTun, LinuxUdpBinder};
 use plexd_dataplane::runner::{self, RunConfig, Shutdown};
 use plexd_dataplane::uapi_server::socket_path;
-use wireguard_control::Backend;
+use plexd_dataplane::{Device, DeviceUpdate, Key, PeerUpdate, SecretKey};
 
-use super::wg::{WgControl, iface_name};
-use super::worker::{Plane, WgMesh};
-use super::{NodeSetup, OpenError, netlink, setup_link};
+use super::diff::{LiveConfig, MeshUpdate, PeerKey, PeerOp};
+use super::link::setup_link;
+use super::netlink;
+use super::setup::{NodeSetup, OpenError};
+use super::wg::iface_name;
+use super::worker::{Control, Plane, WgMesh};
 use crate::config::WireguardConfig;
 
 /// How long the data plane may take to serve its UAPI socket.
@@ -92,6 +96,76 @@ impl Drop for UserspacePlane {
     }
 }
 
+/// Reads and writes the embedded data plane's peers in memory.
+pub struct DirectControl {
+    device: Arc<Device>,
+}
+
+impl DirectControl {
+    pub fn new(device: Arc<Device>) -> Self {
+        Self { device }
+    }
+}
+
+/// The diff's update as the data plane's: removals and per-peer changes, never
+/// `replace_peers` (that would drop every session for one change).
+pub fn to_device_update(update: &MeshUpdate) -> DeviceUpdate {
+    let peers = update
+        .ops
+        .iter()
+        .map(|op| match op {
+            PeerOp::Remove(key) => PeerUpdate {
+                remove: true,
+                ..PeerUpdate::new(Key(key.0))
+            },
+            PeerOp::Set {
+                key,
+                endpoint,
+                allowed_ips,
+                keepalive,
+            } => PeerUpdate {
+                endpoint: *endpoint,
+                persistent_keepalive: *keepalive,
+                replace_allowed_ips: allowed_ips.is_some(),
+                allowed_ips: allowed_ips.clone().unwrap_or_default(),
+                ..PeerUpdate::new(Key(key.0))
+            },
+        })
+        .collect();
+    DeviceUpdate {
+        peers,
+        ..DeviceUpdate::default()
+    }
+}
+
+impl Control for DirectControl {
+    fn live(&self) -> io::Result<Vec<LiveConfig>> {
+        let snapshot = self.device.snapshot(Instant::now(), SystemTime::now());
+        Ok(snapshot
+            .peers
+            .into_iter()
+            .map(|p| LiveConfig {
+                key: PeerKey(p.public_key.0),
+                endpoint: p.endpoint,
+                allowed_ips: p.allowed_ips,
+                keepalive: p.persistent_keepalive,
+                last_handshake: p.last_handshake,
+                rx_bytes: p.rx_bytes,
+                tx_bytes: p.tx_bytes,
+            })
+            .collect())
+    }
+
+    fn apply(&self, update: &MeshUpdate) -> io::Result<()> {
+        if update.is_empty() {
+            return Ok(());
+        }
+        self.device
+            .apply(to_device_update(update))
+            .map_err(io::Error::other)
+    }
+}
+
 fn runtime(what: &str, iface: &str, e: impl std::fmt::Display) -> OpenError {
     OpenError::Runtime(format!("cannot {what} for {iface}: {e}"))
 }
@@ -99,7 +173,7 @@ fn runtime(what: &str, iface: &str, e: impl std::fmt::Display) -> OpenError {
 /// Starts the embedded data plane and configures it.
 pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError> {
     let name = cfg.interface.clone();
-    let iface = iface_name(&name).map_err(|e| OpenError::Config(e.to_string()))?;
+    iface_name(&name).map_err(|e| OpenError::Config(e.to_string()))?;
     let tun = LinuxTun::create(&name, u32::from(cfg.mtu), true).map_err(|e| {
         runtime(
             "create the TUN interface (is /dev/net/tun available and plexd root?)",
@@ -108,12 +182,18 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError
         )
     })?;
     let device = Arc::new(Device::new());
+    device
+        .apply(DeviceUpdate {
+            private_key: Some(Some(SecretKey::from_bytes(node.private_key()))),
+            ..DeviceUpdate::default()
+        })
+        .map_err(|e| runtime("set the private key", &name, e))?;
     device.set_listen_port(cfg.listen_port);
     let shutdown = Shutdown::new();
     let socket: PathBuf = socket_path(&name);
     let (done_tx, done) = mpsc::channel();
     let thread = {
-        let (shutdown, socket) = (shutdown.clone(), socket.clone());
+        let (shutdown, socket, device) = (shutdown.clone(), socket.clone(), device.clone());
         let config = RunConfig {
             uapi_socket: Some(socket),
             ..RunConfig::default()
@@ -146,13 +226,8 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError
         }
         thread::sleep(Duration::from_millis(10));
     }
-    let ctl = WgControl {
-        iface,
-        backend: Backend::Userspace,
-    };
-    ctl.set_identity(node.private_key(), cfg.listen_port)
-        .map_err(|e| runtime("set the private key and listen port", &name, e))?;
     setup_link(cfg, node).map_err(OpenError::Runtime)?;
     tracing::info!(interface = %name, socket = %socket.display(), listen_port = cfg.listen_port, "the embedded userspace WireGuard data plane is running on {name}, UDP port {}", cfg.listen_port);
-    WgMesh::start("userspace", &name, ctl, plane).map_err(|e| OpenError::Runtime(e.to_string()))
+    WgMesh::start("userspace", &name, DirectControl::new(device), plane)
+        .map_err(|e| OpenError::Runtime(e.to_string()))
 }

@@ -1,7 +1,8 @@
-//! The one code path both backends share: read the live peers and apply a [`MeshUpdate`]
-//! through `wireguard-control` (`Backend::Kernel` over netlink, `Backend::Userspace` over the
-//! UAPI socket the embedded data plane serves). Every call here blocks; only the mesh worker
-//! thread makes them.
+//! The kernel backend's way to the interface: read the live peers and apply a [`MeshUpdate`]
+//! through `wireguard-control` (`Backend::Kernel` over netlink; `Backend::Userspace` over a
+//! UAPI socket works too, which the bench's "before" used). Every call here blocks; only the
+//! mesh worker thread makes them. The userspace backend writes into its data plane directly
+//! (`super::userspace::DirectControl`).
 
 use std::io;
 use std::str::FromStr as _;
@@ -65,6 +66,16 @@ pub fn to_device_update(update: &MeshUpdate) -> DeviceUpdate {
         };
     }
     out
+}
+
+impl super::worker::Control for WgControl {
+    fn live(&self) -> io::Result<Vec<LiveConfig>> {
+        WgControl::live(self)
+    }
+
+    fn apply(&self, update: &MeshUpdate) -> io::Result<()> {
+        WgControl::apply(self, update)
+    }
 }
 
 impl WgControl {

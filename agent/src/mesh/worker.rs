@@ -4,22 +4,30 @@
 //! endpoint rotation (a candidate that completes no handshake in 15 s gives way to the next)
 //! and puts back what someone changed by hand on the interface.
 
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
 use plexsphere_wire::node::PeerSpec;
 
-use super::diff::{self, LiveConfig, MeshChange};
+use super::contract::{LivePeer, Mesh, MeshError};
+use super::diff::{self, LiveConfig, MeshChange, MeshUpdate};
 use super::endpoints::EndpointBook;
-use super::wg::WgControl;
-use crate::daemon::mesh::{LivePeer, Mesh, MeshError};
-use crate::daemon::peers::{self, PeerChange};
 
 /// How often the worker reconciles without being asked.
 pub const RECONCILE_EVERY: Duration = Duration::from_secs(5);
 /// How long the daemon waits for the worker's answer.
 pub const CALL_BOUND: Duration = Duration::from_secs(15);
+
+/// How the worker reads and writes the interface's peers: through wireguard-control for the
+/// kernel (`super::wg::WgControl`), straight into the embedded data plane for userspace
+/// (`super::userspace::DirectControl`).
+pub trait Control: Send + 'static {
+    /// The peers on the interface, with their counters.
+    fn live(&self) -> std::io::Result<Vec<LiveConfig>>;
+    /// Applies a peer update (nothing for an empty one).
+    fn apply(&self, update: &MeshUpdate) -> std::io::Result<()>;
+}
 
 /// What a backend adds to the shared code: is its data plane alive, and how it goes away.
 pub trait Plane: Send + 'static {
@@ -34,7 +42,7 @@ pub trait Plane: Send + 'static {
 type Reply<T> = mpsc::Sender<Result<T, String>>;
 
 enum Job {
-    Apply(Vec<PeerSpec>, Reply<Vec<MeshChange>>),
+    Apply(Arc<Vec<PeerSpec>>, Reply<Vec<MeshChange>>),
     Live(Reply<Vec<LiveConfig>>),
     Teardown(Reply<()>),
     Stop(Reply<()>),
@@ -45,23 +53,22 @@ pub struct WgMesh {
     backend: &'static str,
     iface: String,
     jobs: mpsc::Sender<Job>,
-    last_desired: Vec<PeerSpec>,
 }
 
-struct Worker<P: Plane> {
-    ctl: WgControl,
+struct Worker<P: Plane, C: Control> {
+    ctl: C,
     plane: P,
     iface: String,
-    desired: Option<Vec<PeerSpec>>,
+    desired: Option<Arc<Vec<PeerSpec>>>,
     book: EndpointBook,
     last_error: Option<String>,
 }
 
 impl WgMesh {
-    pub fn start<P: Plane>(
+    pub fn start<P: Plane, C: Control>(
         backend: &'static str,
         iface: &str,
-        ctl: WgControl,
+        ctl: C,
         plane: P,
     ) -> Result<Self, MeshError> {
         let (tx, rx) = mpsc::channel();
@@ -85,7 +92,6 @@ impl WgMesh {
             backend,
             iface: iface.to_owned(),
             jobs: tx,
-            last_desired: Vec::new(),
         })
     }
 
@@ -128,35 +134,22 @@ impl Mesh for WgMesh {
         self.backend
     }
 
-    fn apply(&mut self, desired: &[PeerSpec]) -> Result<Vec<PeerChange>, MeshError> {
-        self.call(|tx| Job::Apply(desired.to_vec(), tx))?;
-        let changes = peers::diff(&self.last_desired, desired);
-        self.last_desired = desired.to_vec();
-        Ok(changes)
+    /// The changes the worker's diff made on the interface.
+    fn apply(&mut self, desired: Arc<Vec<PeerSpec>>) -> Result<Vec<MeshChange>, MeshError> {
+        self.call(|tx| Job::Apply(desired, tx))
     }
 
     fn live_peers(&self) -> Result<Vec<LivePeer>, MeshError> {
         let live = self.call(Job::Live)?;
-        Ok(live
-            .into_iter()
-            .map(|l| LivePeer {
-                public_key: l.key.to_base64(),
-                endpoint: l.endpoint,
-                last_handshake: l.last_handshake,
-                rx_bytes: l.rx_bytes,
-                tx_bytes: l.tx_bytes,
-            })
-            .collect())
+        Ok(live.iter().map(LivePeer::from).collect())
     }
 
     fn teardown(&mut self) -> Result<(), MeshError> {
-        self.call(Job::Teardown)?;
-        self.last_desired.clear();
-        Ok(())
+        self.call(Job::Teardown)
     }
 }
 
-impl<P: Plane> Worker<P> {
+impl<P: Plane, C: Control> Worker<P, C> {
     fn run(mut self, jobs: &mpsc::Receiver<Job>) {
         loop {
             match jobs.recv_timeout(RECONCILE_EVERY) {
@@ -261,9 +254,11 @@ fn log_changes(iface: &str, changes: &[MeshChange], periodic: bool) {
             MeshChange::KeepaliveChanged { key, from, to } => {
                 tracing::info!(interface = iface, peer_key = %key, from, to, "wireguard: persistent keepalive changed");
             }
-            MeshChange::Skipped { node_id, reason } => {
+            // The daemon names the peers its apply skipped.
+            MeshChange::Skipped { node_id, reason } if periodic => {
                 tracing::warn!(interface = iface, peer = %node_id, "wireguard: peer not configured: {reason}");
             }
+            MeshChange::Skipped { .. } => {}
         }
     }
 }

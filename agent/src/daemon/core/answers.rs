@@ -1,0 +1,324 @@
+//! What the core makes of answers: the node API calls', the mesh's, the socket's requests, and
+//! the leave from its call to the exit.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use plexsphere_wire::node::NodeState;
+use plexsphere_wire::signed::SignedEnvelope;
+
+use super::super::backoff;
+use super::super::cache::Cached;
+use super::super::calls::{CallError, StateAnswer};
+use super::super::leave;
+use super::super::protocol::{Answer, Request};
+use super::super::schedule::Task;
+use super::io::CacheWrite;
+use super::wanted::{self, ChangeLine, DesiredPeers};
+use super::{
+    Call, CallResult, ControlId, Core, DELETED, Effect, LEAVING_RETRY, Leaving, LiveFor,
+    MeshAnswer, MeshJobId, MeshOp, Now, Outcome, Pending,
+};
+use crate::exit::ExitCode;
+
+impl Core {
+    /// The common part of every call's answer. `false` when it ended the daemon (revoked or
+    /// deleted).
+    fn settle<T>(&mut self, task: Task, res: &Result<T, CallError>, now: Now) -> bool {
+        match res {
+            Ok(_) => {
+                self.reachable = true;
+                self.last_ok = Some(now.at);
+                self.api_backoff.reset();
+                let unit = self.jitter.unit();
+                self.schedule.done(task, now.at, unit);
+            }
+            Err(CallError::Unauthorized | CallError::Revoked) if self.is_leaving() => {
+                // The server forgot this node because it is leaving: the leave's own answer
+                // ends the daemon (and answers `plexd leave`), not this call.
+                tracing::debug!(
+                    task = task.name(),
+                    "the control plane no longer knows this node; waiting for the leave to finish"
+                );
+                let unit = self.jitter.unit();
+                self.schedule.failed(task, now.at, LEAVING_RETRY, unit);
+            }
+            Err(CallError::Unauthorized) => {
+                self.exit(Outcome::Gone(DELETED.to_owned()));
+                return false;
+            }
+            Err(CallError::Revoked) => {
+                self.revoked(now);
+                return false;
+            }
+            Err(e) => {
+                self.reachable = !matches!(e, CallError::Unreachable(_));
+                let unit = self.jitter.unit();
+                let delay = self.api_backoff.next_delay(unit, e.retry_after());
+                tracing::warn!(
+                    task = task.name(),
+                    "{} failed: {e}; retrying in {} s",
+                    task.name(),
+                    backoff::secs_text(delay)
+                );
+                self.last_error = Some((now.at, format!("{}: {e}", task.name())));
+                let unit = self.jitter.unit();
+                self.schedule.failed(task, now.at, delay, unit);
+            }
+        }
+        true
+    }
+
+    pub(super) fn on_call(&mut self, r: CallResult, now: Now) {
+        match r {
+            CallResult::Heartbeat(res) => {
+                if !self.settle(Task::Heartbeat, &res, now) {
+                    return;
+                }
+                if let Ok(ack) = res {
+                    self.last_heartbeat = Some(now.at);
+                    self.server_intervals = ack.intervals;
+                    let merged = self.config.daemon.intervals.apply(ack.intervals);
+                    let unit = self.jitter.unit();
+                    self.schedule.set_intervals(merged, now.at, unit);
+                    let known = self.state_version.unwrap_or(0).max(self.last_seq);
+                    if ack.state_version > known || self.state_version.is_none() {
+                        self.schedule.run_soon(Task::StatePoll, now.at);
+                    }
+                }
+            }
+            CallResult::Endpoints(res) => {
+                if !self.settle(Task::EndpointReport, &res, now) {
+                    return;
+                }
+                if let Ok(ack) = res {
+                    tracing::debug!(observed = %ack.observed, endpoints = ?ack.endpoints, "endpoints reported");
+                }
+            }
+            CallResult::State(res) => {
+                if !self.settle(Task::StatePoll, &res, now) {
+                    return;
+                }
+                match res {
+                    Ok(StateAnswer::Body(body)) => {
+                        match self.acceptor.state_json(&body, self.state_version) {
+                            Ok((state, env)) => self.install_state(state, env, true, now),
+                            Err(refusal) => {
+                                tracing::warn!(applied_version = ?self.state_version, "refused a state document from the control plane: {refusal}; keeping the last good state");
+                                self.error_observation(
+                                    format!("state document refused: {refusal}"),
+                                    now,
+                                );
+                            }
+                        }
+                    }
+                    Ok(StateAnswer::NotModified) => tracing::debug!("state unchanged (304)"),
+                    Err(_) => {}
+                }
+            }
+            CallResult::Ingest(res) => {
+                match &res {
+                    Ok(()) => self.ingest.acknowledge(),
+                    Err(e) if e.is_final() => {
+                        let n = self.ingest.discard();
+                        tracing::warn!(
+                            "the control plane refused an ingest batch of {n} observations: {e}; they are counted as dropped"
+                        );
+                    }
+                    Err(_) => self.ingest.retry_later(),
+                }
+                if !self.settle(Task::IngestFlush, &res, now) {
+                    return;
+                }
+            }
+            CallResult::Leave(res) => {
+                let Some(waiter) = self.leaving.as_ref().map(|l| l.waiter) else {
+                    return;
+                };
+                match leave::note(&self.id, res) {
+                    Ok(note) => {
+                        if let Some(l) = &mut self.leaving {
+                            l.note = Some(note);
+                        }
+                        self.ask_mesh(MeshOp::Teardown, Pending::Teardown, now);
+                    }
+                    Err(f) => {
+                        tracing::warn!("{}", f.message);
+                        self.leaving = None;
+                        self.emit(Effect::Answer {
+                            id: waiter,
+                            answer: Answer::error(f.message, f.code),
+                        });
+                    }
+                }
+                return;
+            }
+        }
+        self.update_status();
+    }
+
+    /// The leave's last step: the files are gone, answer `plexd leave` and end.
+    pub(super) fn on_files_removed(&mut self, files: &[PathBuf]) {
+        let Some(Leaving {
+            waiter,
+            note: Some(note),
+        }) = self.leaving.take()
+        else {
+            return;
+        };
+        let message = leave::left_message(self.id.node_id, &note, files);
+        tracing::info!("{message}");
+        self.emit(Effect::Answer {
+            id: waiter,
+            answer: Answer::Left { message },
+        });
+        self.exit(Outcome::Left);
+    }
+
+    pub(super) fn on_control(&mut self, id: ControlId, request: Request, now: Now) {
+        match request {
+            Request::Status => self.read_live(LiveFor::Status(id), now),
+            Request::Leave if self.is_leaving() => self.emit(Effect::Answer {
+                id,
+                answer: Answer::error("a leave is already in progress", ExitCode::Io),
+            }),
+            Request::Leave => {
+                tracing::info!("leaving the mesh: deregistering from the control plane");
+                self.leaving = Some(Leaving {
+                    waiter: id,
+                    note: None,
+                });
+                self.emit(Effect::Call(Call::Leave));
+            }
+        }
+    }
+
+    pub(super) fn on_mesh(&mut self, id: MeshJobId, answer: MeshAnswer, now: Now) {
+        self.watchdog.answered(id);
+        let Some(pending) = self.mesh_jobs.remove(&id) else {
+            return;
+        };
+        match (pending, answer) {
+            (Pending::Apply(sent), MeshAnswer::Applied(res)) => {
+                self.applied(sent, res.map_err(|e| e.to_string()), now)
+            }
+            (Pending::Apply(sent), _) => {
+                self.applied(sent, Err("the mesh thread is busy".to_owned()), now)
+            }
+            (Pending::Live(why), MeshAnswer::Live(res)) => {
+                let live = res.unwrap_or_default();
+                self.on_live(why, &live, now);
+            }
+            (Pending::Live(why), _) => self.on_live(why, &[], now),
+            (Pending::Teardown, answer) => {
+                if let MeshAnswer::TornDown(Err(e)) = &answer {
+                    tracing::warn!(error = %e, "could not tear the mesh down; remove the interface by hand");
+                }
+                self.emit(Effect::RemoveNodeFiles);
+            }
+        }
+    }
+
+    fn applied(
+        &mut self,
+        sent: Arc<Vec<plexsphere_wire::node::PeerSpec>>,
+        res: Result<Vec<crate::mesh::diff::MeshChange>, String>,
+        now: Now,
+    ) {
+        match res {
+            Ok(changes) => log_changes(&wanted::change_lines(&changes, &self.applied, &sent)),
+            Err(e) => {
+                tracing::error!("cannot apply the peers: {e}");
+                self.error_observation(e, now);
+            }
+        }
+        self.applied = sent;
+        if self.exited {
+            return;
+        }
+        if std::mem::take(&mut self.apply_again) {
+            self.apply_mesh(now);
+        } else if std::mem::take(&mut self.ready_after_apply) {
+            self.become_ready();
+        }
+    }
+
+    /// The cache read at start: apply it so the mesh works before the API answers.
+    pub(super) fn on_cache(&mut self, cached: Result<Option<Box<Cached>>, String>, now: Now) {
+        match cached {
+            Ok(None) => tracing::info!("no cached state yet; waiting for the control plane"),
+            Ok(Some(c)) => {
+                tracing::info!(
+                    state_version = c.state.version,
+                    last_event_id = c.last_seq,
+                    peers = c.state.peers.len(),
+                    "applying the cached state"
+                );
+                let c = *c;
+                self.events = c.events;
+                self.last_seq = c.last_seq;
+                self.install_state(c.state, c.envelope, false, now);
+            }
+            Err(e) => tracing::warn!("{e}; starting without it"),
+        }
+    }
+
+    /// A verified state: replaces the wanted set; events newer than it are applied again.
+    fn install_state(&mut self, state: NodeState, env: SignedEnvelope, save: bool, now: Now) {
+        let version = state.version;
+        self.wanted = DesiredPeers::from_state(&state);
+        self.events.retain(|(e, _)| e.seq > version);
+        for (e, _) in &self.events {
+            self.wanted.apply(&e.kind);
+        }
+        self.state_version = Some(version);
+        self.envelope = Some(env);
+        self.last_seq = self.last_seq.max(version);
+        tracing::info!(
+            state_version = version,
+            peers = self.wanted.len(),
+            "applied the signed state version {version} with {} peers",
+            self.wanted.len()
+        );
+        if !self.ready {
+            self.ready_after_apply = true;
+        }
+        self.apply_mesh(now);
+        if save {
+            self.save_cache();
+        }
+    }
+
+    pub(super) fn save_cache(&mut self) {
+        let Some(env) = &self.envelope else { return };
+        let write = CacheWrite {
+            envelope: env.clone(),
+            events: self.events.iter().map(|(_, f)| f.clone()).collect(),
+            last_seq: self.last_seq,
+        };
+        self.emit(Effect::SaveCache(write));
+    }
+}
+
+/// The journal's lines for what changed on the interface, each with the peer's fields.
+fn log_changes(lines: &[ChangeLine]) {
+    for line in lines {
+        match line {
+            ChangeLine::Peer { peer: p, .. } => {
+                let endpoint = wanted::first_endpoint(p);
+                tracing::info!(
+                    peer = %p.node_id,
+                    hostname = %p.hostname,
+                    peer_mesh_ip = %p.mesh_ip,
+                    endpoint = ?endpoint,
+                    "{}",
+                    line.text()
+                );
+            }
+            ChangeLine::Stranger(key) => tracing::info!(peer_key = %key, "{}", line.text()),
+            ChangeLine::Skipped { node_id, .. } => {
+                tracing::warn!(peer = %node_id, "{}", line.text());
+            }
+        }
+    }
+}

@@ -1,0 +1,200 @@
+//! What goes into the core and what comes out of it, as plain values.
+//!
+//! [`Input`] is everything that can happen to `plexd run` (a deadline, a signal's reload, a
+//! call's answer, a stream message, a mesh answer, a request on the socket); [`Effect`] is
+//! everything the core asks the executor to do. No channel, task or handle crosses this
+//! line: answers to socket requests and mesh jobs are matched by the ids the core hands out.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use plexsphere_wire::node::{
+    EndpointAck, EndpointReport, Heartbeat, HeartbeatAck, IngestBatch, PeerSpec,
+};
+use plexsphere_wire::signed::SignedEnvelope;
+
+use super::super::cache::{Cached, CachedEvent};
+use super::super::calls::{CallError, LeaveAnswer, StateAnswer};
+use super::super::protocol::{Answer, Request};
+use crate::config::Config;
+use crate::mesh::LivePeer;
+use crate::mesh::MeshError;
+use crate::mesh::diff::MeshChange;
+
+/// The two clocks an input arrives with: `at` for deadlines and ages, `wall` for what the
+/// interface reports (handshake times) and the observations' timestamps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Now {
+    pub at: Instant,
+    pub wall: SystemTime,
+}
+
+impl Now {
+    pub fn new(at: Instant, wall: SystemTime) -> Self {
+        Self { at, wall }
+    }
+
+    /// `d` later on both clocks (tests step time with it).
+    pub fn plus(self, d: Duration) -> Self {
+        Self {
+            at: self.at + d,
+            wall: self.wall + d,
+        }
+    }
+
+    /// Unix seconds of the wall clock.
+    pub fn unix(self) -> i64 {
+        self.wall
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+    }
+}
+
+/// Identifies a request on the status socket, so its answer finds its client.
+pub type ControlId = u64;
+/// Identifies a mesh job, so its answer finds what asked for it.
+pub type MeshJobId = u64;
+
+/// Everything that can happen to the daemon.
+#[derive(Debug)]
+pub enum Input {
+    /// A deadline may have passed (a task is due, the stream may reconnect or has stalled,
+    /// the watchdog).
+    Tick,
+    /// SIGTERM or SIGINT (named): stop, leaving the interface as it is.
+    Stop(&'static str),
+    /// What the cache file held at start (already verified), or why it could not be used.
+    CacheLoaded(Result<Option<Box<Cached>>, String>),
+    /// SIGHUP: the config file read again (or why it could not be), and whether
+    /// `PLEXD_LOG`/`--log-level` pins the log level.
+    Reload {
+        path: PathBuf,
+        config: Result<Box<Config>, String>,
+        log_level_pinned: bool,
+    },
+    /// A message of event-stream connection `conn` (stale connections are ignored).
+    Stream { conn: u64, msg: StreamMsg },
+    /// A call the core asked for finished.
+    Call(CallResult),
+    /// The mesh answered job `id`.
+    Mesh { id: MeshJobId, answer: MeshAnswer },
+    /// A request on the status socket.
+    Control { id: ControlId, request: Request },
+    /// The node's files were removed for a leave (the ones that existed).
+    NodeFilesRemoved(Vec<PathBuf>),
+}
+
+/// What one event-stream connection reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamMsg {
+    /// The server answered 200 and the stream is open.
+    Connected,
+    /// One event frame (checked and applied by the core).
+    Frame {
+        id: Option<String>,
+        event: String,
+        data: String,
+    },
+    /// A comment (`: keep-alive`): proof the connection is alive.
+    Activity,
+    /// The attempt is over; `fatal` is a revocation or a deleted node.
+    Ended {
+        reason: String,
+        retry_after: Option<Duration>,
+        fatal: Option<CallError>,
+    },
+}
+
+/// The answer of a node API call.
+#[derive(Debug)]
+pub enum CallResult {
+    Heartbeat(Result<HeartbeatAck, CallError>),
+    Endpoints(Result<EndpointAck, CallError>),
+    State(Result<StateAnswer, CallError>),
+    Ingest(Result<(), CallError>),
+    Leave(Result<LeaveAnswer, CallError>),
+}
+
+/// A node API call to make.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Call {
+    Heartbeat(Heartbeat),
+    /// The endpoint report: the executor adds the host's addresses, filtered by
+    /// `host_addrs::reportable` for this node's mesh IP and range.
+    Endpoints(EndpointReport),
+    /// `GET /state`, conditional on the applied version.
+    State {
+        applied: Option<u64>,
+    },
+    Ingest(IngestBatch),
+    Leave,
+}
+
+/// A job for the mesh thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MeshOp {
+    /// Make the interface's peers equal to these (shared: the core keeps the same list to
+    /// name what changed).
+    Apply(Arc<Vec<PeerSpec>>),
+    /// Read the live peers.
+    ReadLive,
+    /// Remove the interface (leave).
+    Teardown,
+}
+
+/// The mesh thread's answer to one [`MeshOp`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MeshAnswer {
+    Applied(Result<Vec<MeshChange>, MeshError>),
+    Live(Result<Vec<LivePeer>, MeshError>),
+    TornDown(Result<(), MeshError>),
+    /// The mesh thread's queue was full; the job was not run.
+    Busy,
+}
+
+/// The cache file's content: the last good signed state and the events on top of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheWrite {
+    pub envelope: SignedEnvelope,
+    pub events: Vec<CachedEvent>,
+    pub last_seq: u64,
+}
+
+/// Why the daemon ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// A signal: exit 0, the interface stays as it is.
+    Stopped(&'static str),
+    /// `plexd leave` through the socket finished.
+    Left,
+    /// Revoked or deleted on the control plane (exit 15); the message says what to do.
+    Gone(String),
+}
+
+/// What the core asks the executor to do, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// Make a node API call; its answer comes back as [`Input::Call`].
+    Call(Call),
+    /// Open event-stream connection `conn`, resuming after `resume`; its messages come back
+    /// as [`Input::Stream`].
+    OpenStream { conn: u64, resume: Option<u64> },
+    /// Stop event-stream connection `conn` (it stalled).
+    CloseStream { conn: u64 },
+    /// Give the mesh thread a job; its answer comes back as [`Input::Mesh`].
+    Mesh { id: MeshJobId, op: MeshOp },
+    /// Write the state cache (only the latest write matters).
+    SaveCache(CacheWrite),
+    /// Remove the identity, the cached state and the key (a leave); answered by
+    /// [`Input::NodeFilesRemoved`].
+    RemoveNodeFiles,
+    /// Tell systemd (`READY=1`, `STATUS=...`, `WATCHDOG=1`).
+    Notify(Vec<(&'static str, String)>),
+    /// Change the log level (SIGHUP).
+    SetLogLevel(String),
+    /// Answer the socket request `id`.
+    Answer { id: ControlId, answer: Answer },
+    /// End the daemon.
+    Exit(Outcome),
+}

@@ -1,0 +1,357 @@
+//! The daemon's core: every decision of `plexd run`, with no sockets, tasks, clocks or files.
+//!
+//! Like quinn-proto's connection and Firezone's `snownet::Node`: the executor hands it one
+//! [`Input`] at a time with the time it happened ([`Now`]) through [`Core::handle`], takes the
+//! [`Effect`]s it decided on through [`Core::poll_effect`], and sleeps until
+//! [`Core::next_wake`]. Jitter comes from the [`Jitter`] it was given, so a test with a fixed
+//! seed steps through exactly the delays production would pick. Logging goes through
+//! `tracing` (a facade: the subscriber the binary installs decides where lines go).
+//!
+//! | input                     | what the core decides                                         |
+//! |---------------------------|---------------------------------------------------------------|
+//! | `Tick`                    | watchdog (only while the mesh answers), due tasks, stream open/stall |
+//! | `CacheLoaded`             | apply the cached state before the API answers                 |
+//! | `Call(..)`                | success resets backoff; failure backs off; 401/403 end the node |
+//! | `Stream{..}`              | connected, frames (verified, applied, cached), ended, resync  |
+//! | `Mesh{..}`                | name the changes, READY=1, heartbeat/ingest/status that waited on the live peers |
+//! | `Control{..}`             | status (after a live read), leave (call, teardown, files, exit) |
+//! | `Reload{..}`              | what changes now, what waits for a restart                    |
+//!
+//! The parts: [`stream`] (the event stream's lifecycle and frames), [`answers`] (call and mesh
+//! answers, the state install, the leave), [`reload`] (SIGHUP), [`report`] (heartbeat, the
+//! observations, `plexd status`), [`watchdog`] (is the mesh answering), [`wanted`] (the peer
+//! set), [`tick`] (what a deadline starts), [`io`] (the input and effect types).
+
+pub mod answers;
+pub mod io;
+pub mod reload;
+pub mod report;
+pub mod stream;
+pub mod tick;
+pub mod wanted;
+pub mod watchdog;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use plexsphere_wire::Intervals;
+use plexsphere_wire::node::{Event, PeerSpec};
+use plexsphere_wire::signed::SignedEnvelope;
+
+use super::accept::Acceptor;
+use super::backoff::Backoff;
+use super::cache::CachedEvent;
+use super::ingest::IngestQueue;
+use super::schedule::Schedule;
+use crate::config::Config;
+use crate::identity::Identity;
+use crate::jitter::Jitter;
+use crate::paths::StatePaths;
+pub use io::{
+    Call, CallResult, ControlId, Effect, Input, MeshAnswer, MeshJobId, MeshOp, Now, Outcome,
+    StreamMsg,
+};
+use wanted::DesiredPeers;
+use watchdog::Watchdog;
+
+pub const DELETED: &str =
+    "the node no longer exists on the control plane; run plexd leave and enrol again";
+pub const REVOKED: &str = "this node was revoked by an operator (node_revoked); its peers were removed and its credential no longer works; run plexd leave and enrol again with a fresh bootstrap token";
+
+/// Past this many cached events, pull the full state (which folds them in).
+pub const MAX_CACHED_EVENTS: usize = 512;
+/// While a leave is in flight, other calls that find the node gone wait this long to retry.
+pub const LEAVING_RETRY: Duration = Duration::from_secs(30);
+/// With nothing due, the loop still wakes this often.
+const IDLE_WAKE: Duration = Duration::from_secs(3600);
+
+/// The event stream: waiting to (re)connect, or one connection open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stream {
+    Waiting {
+        until: Instant,
+    },
+    Open {
+        conn: u64,
+        connected_at: Option<Instant>,
+        last_activity: Instant,
+    },
+}
+
+/// What a live-peer read is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LiveFor {
+    Heartbeat,
+    Observe,
+    Status(ControlId),
+    Probe,
+}
+
+/// What a mesh job was for, kept until its answer comes.
+#[derive(Debug, Clone)]
+enum Pending {
+    Apply(Arc<Vec<PeerSpec>>),
+    Live(LiveFor),
+    Teardown,
+}
+
+/// A leave asked for on the socket: who waits for the answer, and the control plane's note
+/// once it deregistered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Leaving {
+    waiter: ControlId,
+    note: Option<String>,
+}
+
+/// Everything the core needs to start.
+pub struct Setup {
+    pub identity: Identity,
+    pub paths: StatePaths,
+    pub config: Config,
+    pub acceptor: Acceptor,
+    /// `none`, `kernel` or `userspace`.
+    pub backend: &'static str,
+    /// How often to send `WATCHDOG=1`, when systemd asked for it.
+    pub watchdog: Option<Duration>,
+    pub jitter: Jitter,
+}
+
+pub struct Core {
+    id: Identity,
+    paths: StatePaths,
+    config: Config,
+    acceptor: Acceptor,
+    backend: &'static str,
+    jitter: Jitter,
+    effects: VecDeque<Effect>,
+    exited: bool,
+
+    wanted: DesiredPeers,
+    envelope: Option<SignedEnvelope>,
+    state_version: Option<u64>,
+    /// Events applied on top of `envelope`, in order.
+    events: Vec<(Event, CachedEvent)>,
+    last_seq: u64,
+
+    server_intervals: Intervals,
+    schedule: Schedule,
+    api_backoff: Backoff,
+    stream_backoff: Backoff,
+    ingest: IngestQueue,
+    /// Per peer public key: last handshake and byte counters seen.
+    seen: HashMap<String, (Option<SystemTime>, u64, u64)>,
+    stream: Stream,
+    next_conn: u64,
+
+    /// Mesh jobs asked for and not answered yet, with what they were for.
+    mesh_jobs: BTreeMap<MeshJobId, Pending>,
+    next_job: MeshJobId,
+    /// The peer set last sent to the mesh (the "before" of the next change lines).
+    applied: Arc<Vec<PeerSpec>>,
+    /// An apply is running and the wanted set changed since: send it when the answer comes.
+    apply_again: bool,
+    /// READY=1 waits for the mesh to answer the apply of the first state.
+    ready_after_apply: bool,
+    watchdog: Watchdog,
+
+    started: Instant,
+    last_ok: Option<Instant>,
+    last_error: Option<(Instant, String)>,
+    reachable: bool,
+    last_heartbeat: Option<Instant>,
+    last_event: Option<Instant>,
+    ready: bool,
+    status_line: String,
+    leaving: Option<Leaving>,
+}
+
+impl Core {
+    pub fn new(s: Setup, now: Now) -> Self {
+        let d = &s.config.daemon;
+        let server_intervals = s.identity.intervals;
+        let schedule = Schedule::new(
+            d.intervals.apply(server_intervals),
+            Duration::from_secs(d.min_interval_secs),
+            now.at,
+        );
+        let backoff = || {
+            Backoff::new(
+                Duration::from_millis(d.backoff_initial_ms),
+                Duration::from_secs(d.backoff_cap_secs),
+                Duration::from_secs(d.healthy_after_secs),
+            )
+        };
+        Self {
+            api_backoff: backoff(),
+            stream_backoff: backoff(),
+            ingest: IngestQueue::new(d.ingest_capacity),
+            id: s.identity,
+            paths: s.paths,
+            acceptor: s.acceptor,
+            backend: s.backend,
+            jitter: s.jitter,
+            effects: VecDeque::new(),
+            exited: false,
+            wanted: DesiredPeers::default(),
+            envelope: None,
+            state_version: None,
+            events: vec![],
+            last_seq: 0,
+            server_intervals,
+            schedule,
+            seen: HashMap::new(),
+            stream: Stream::Waiting { until: now.at },
+            next_conn: 0,
+            mesh_jobs: BTreeMap::new(),
+            next_job: 0,
+            applied: Arc::new(vec![]),
+            apply_again: false,
+            ready_after_apply: false,
+            watchdog: Watchdog::new(s.watchdog, now.at),
+            started: now.at,
+            last_ok: None,
+            last_error: None,
+            reachable: false,
+            last_heartbeat: None,
+            last_event: None,
+            ready: false,
+            status_line: String::new(),
+            leaving: None,
+            config: s.config,
+        }
+    }
+
+    /// The next effect to perform, in the order the core decided them.
+    pub fn poll_effect(&mut self) -> Option<Effect> {
+        self.effects.pop_front()
+    }
+
+    /// Whether the core decided to end (an `Exit` was emitted); later inputs only finish
+    /// what is in flight (mesh answers are still named in the journal).
+    pub fn exited(&self) -> bool {
+        self.exited
+    }
+
+    /// Mesh jobs not answered yet (the executor waits for them, with a bound, at exit).
+    pub fn mesh_jobs_outstanding(&self) -> usize {
+        self.mesh_jobs.len()
+    }
+
+    /// The running config (what the last reload kept).
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The next instant the executor must wake the core at (with `Input::Tick`).
+    pub fn next_wake(&self, now: Instant) -> Instant {
+        let mut at = now + IDLE_WAKE;
+        if let Some(t) = self.schedule.next_due() {
+            at = at.min(t);
+        }
+        at = at.min(match &self.stream {
+            Stream::Waiting { until } => *until,
+            Stream::Open { last_activity, .. } => *last_activity + self.stall_timeout(),
+        });
+        if let Some(t) = self.watchdog.next_due() {
+            at = at.min(t);
+        }
+        at
+    }
+
+    pub fn handle(&mut self, input: Input, now: Now) {
+        if self.exited {
+            // Only what is already in flight: the revocation's peer removal is still named.
+            if let Input::Mesh { id, answer } = input {
+                self.on_mesh(id, answer, now);
+            }
+            return;
+        }
+        match input {
+            Input::Tick => self.on_tick(now),
+            Input::Stop(signal) => self.exit(Outcome::Stopped(signal)),
+            Input::CacheLoaded(cached) => self.on_cache(cached, now),
+            Input::Reload {
+                path,
+                config,
+                log_level_pinned,
+            } => self.reload(&path, config, log_level_pinned, now),
+            Input::Stream { conn, msg } => match &self.stream {
+                Stream::Open { conn: c, .. } if *c == conn => self.on_stream(msg, now),
+                _ => {}
+            },
+            Input::Call(r) => self.on_call(r, now),
+            Input::Mesh { id, answer } => self.on_mesh(id, answer, now),
+            Input::Control { id, request } => self.on_control(id, request, now),
+            Input::NodeFilesRemoved(files) => self.on_files_removed(&files),
+        }
+    }
+
+    fn emit(&mut self, e: Effect) {
+        if let Effect::Exit(_) = e {
+            self.exited = true;
+        }
+        self.effects.push_back(e);
+    }
+
+    fn exit(&mut self, o: Outcome) {
+        self.emit(Effect::Exit(o));
+    }
+
+    fn stall_timeout(&self) -> Duration {
+        Duration::from_secs(self.config.daemon.stall_timeout_secs)
+    }
+
+    /// Asks the mesh thread for a job and remembers what for.
+    fn ask_mesh(&mut self, op: MeshOp, pending: Pending, now: Now) {
+        self.next_job += 1;
+        let id = self.next_job;
+        self.mesh_jobs.insert(id, pending);
+        self.watchdog.asked(id, now.at);
+        self.emit(Effect::Mesh { id, op });
+    }
+
+    fn read_live(&mut self, why: LiveFor, now: Now) {
+        self.ask_mesh(MeshOp::ReadLive, Pending::Live(why), now);
+    }
+
+    /// Sends the wanted set to the mesh; with an apply still running, the latest set goes
+    /// when it answers (applies never queue up behind each other).
+    fn apply_mesh(&mut self, now: Now) {
+        if self
+            .mesh_jobs
+            .values()
+            .any(|p| matches!(p, Pending::Apply(_)))
+        {
+            self.apply_again = true;
+        } else {
+            let set = Arc::new(self.wanted.list());
+            self.ask_mesh(MeshOp::Apply(set.clone()), Pending::Apply(set), now);
+        }
+        self.update_status();
+    }
+
+    fn error_observation(&mut self, message: String, now: Now) {
+        self.ingest.push(plexsphere_wire::node::Observation {
+            at: now.unix(),
+            kind: plexsphere_wire::node::ObservationKind::Error { message },
+        });
+    }
+
+    /// Whether `plexd leave` asked this daemon to deregister and the answer is outstanding.
+    fn is_leaving(&self) -> bool {
+        self.leaving.is_some()
+    }
+
+    /// The revocation: remove every peer, then end (exit 15).
+    fn revoked(&mut self, now: Now) {
+        self.wanted = DesiredPeers::default();
+        self.apply_again = false;
+        let set = Arc::new(vec![]);
+        self.ask_mesh(MeshOp::Apply(set.clone()), Pending::Apply(set), now);
+        self.exit(Outcome::Gone(REVOKED.to_owned()));
+    }
+}

@@ -1,0 +1,162 @@
+//! The event stream's lifecycle: open (resuming after the last applied seq), connected,
+//! frames verified and applied, stalled or ended, then a backoff before the next attempt.
+
+use plexsphere_wire::node::EventKind;
+
+use super::super::backoff;
+use super::super::cache::CachedEvent;
+use super::super::calls::CallError;
+use super::super::schedule::Task;
+use super::wanted::Delta;
+use super::{Core, DELETED, Effect, MAX_CACHED_EVENTS, Now, Outcome, Stream, StreamMsg};
+
+impl Core {
+    pub(super) fn open_stream(&mut self, now: Now) {
+        self.next_conn += 1;
+        let conn = self.next_conn;
+        let resume = (self.last_seq > 0).then_some(self.last_seq);
+        tracing::debug!(conn, last_event_id = ?resume, "opening the event stream");
+        self.emit(Effect::OpenStream { conn, resume });
+        self.stream = Stream::Open {
+            conn,
+            connected_at: None,
+            last_activity: now.at,
+        };
+    }
+
+    pub(super) fn stream_ended(
+        &mut self,
+        reason: String,
+        retry_after: Option<std::time::Duration>,
+        now: Now,
+    ) {
+        if let Stream::Open {
+            connected_at: Some(t),
+            ..
+        } = self.stream
+        {
+            self.stream_backoff
+                .connection_lasted(now.at.duration_since(t));
+        }
+        let unit = self.jitter.unit();
+        let delay = self.stream_backoff.next_delay(unit, retry_after);
+        tracing::warn!(
+            "event stream disconnected ({reason}), retrying in {} s",
+            backoff::secs_text(delay)
+        );
+        self.last_error = Some((now.at, format!("event stream: {reason}")));
+        self.stream = Stream::Waiting {
+            until: now.at + delay,
+        };
+        self.update_status();
+    }
+
+    pub(super) fn on_stream(&mut self, msg: StreamMsg, now: Now) {
+        if let Stream::Open { last_activity, .. } = &mut self.stream {
+            *last_activity = now.at;
+        }
+        match msg {
+            StreamMsg::Connected => {
+                if let Stream::Open { connected_at, .. } = &mut self.stream {
+                    *connected_at = Some(now.at);
+                }
+                self.reachable = true;
+                self.last_ok = Some(now.at);
+                tracing::info!(
+                    last_event_id = self.last_seq,
+                    "event stream connected (resuming after event {})",
+                    self.last_seq
+                );
+                self.update_status();
+            }
+            StreamMsg::Activity => {}
+            StreamMsg::Frame { id, event, data } => {
+                self.last_event = Some(now.at);
+                self.on_frame(id, &event, data, now);
+            }
+            StreamMsg::Ended {
+                fatal: Some(CallError::Revoked),
+                ..
+            } if !self.is_leaving() => self.revoked(now),
+            StreamMsg::Ended { fatal: Some(_), .. } if !self.is_leaving() => {
+                self.exit(Outcome::Gone(DELETED.to_owned()));
+            }
+            // While leaving, a stream the server ends for good is expected: the leave's own
+            // answer ends the daemon.
+            StreamMsg::Ended {
+                reason,
+                retry_after,
+                ..
+            } => self.stream_ended(reason, retry_after, now),
+        }
+    }
+
+    fn on_frame(&mut self, id: Option<String>, event: &str, data: String, now: Now) {
+        let ev = match self.acceptor.event(id.as_deref(), &data) {
+            Ok(ev) => ev,
+            Err(refusal) => {
+                tracing::warn!(
+                    event,
+                    "refused an event from the stream: {refusal}; keeping the last good state"
+                );
+                self.error_observation(format!("event refused: {refusal}"), now);
+                return;
+            }
+        };
+        if let EventKind::Resync { reason } = &ev.kind {
+            // A resync always wins, even with a seq at or below ours: the server's log may have
+            // been reset behind our position. Forget the applied version so the next pull is a
+            // full one and may carry a lower version than the one we had.
+            tracing::info!(
+                seq = ev.seq,
+                last_event_id = self.last_seq,
+                "the control plane asked for a resync ({reason}); pulling the full state"
+            );
+            self.last_seq = ev.seq;
+            self.state_version = None;
+            self.schedule.run_soon(Task::StatePoll, now.at);
+            return;
+        }
+        if ev.seq <= self.last_seq {
+            tracing::debug!(
+                seq = ev.seq,
+                last_event_id = self.last_seq,
+                "event already applied"
+            );
+            return;
+        }
+        tracing::debug!(seq = ev.seq, event, "event");
+        let delta = self.wanted.apply(&ev.kind);
+        self.last_seq = ev.seq;
+        let frame = CachedEvent { id: ev.seq, data };
+        match delta {
+            Delta::Revoked if self.is_leaving() => {
+                // The server ends a leaving node's stream this way; the leave's answer ends the
+                // daemon.
+                tracing::debug!("the control plane closed this node's stream for its leave");
+            }
+            Delta::Revoked => return self.revoked(now),
+            Delta::Resync(reason) => {
+                tracing::info!(
+                    seq = ev.seq,
+                    "the control plane asked for a resync ({reason}); pulling the full state"
+                );
+                self.schedule.run_soon(Task::StatePoll, now.at);
+            }
+            Delta::UnknownPeer(peer) => {
+                tracing::info!(%peer, "an endpoint change for an unknown peer; pulling the full state");
+                self.events.push((ev, frame));
+                self.schedule.run_soon(Task::StatePoll, now.at);
+            }
+            Delta::Changed => {
+                self.events.push((ev, frame));
+                self.apply_mesh(now);
+            }
+            Delta::Unchanged => self.events.push((ev, frame)),
+        }
+        if self.events.len() > MAX_CACHED_EVENTS {
+            self.schedule.run_soon(Task::StatePoll, now.at);
+        }
+        self.save_cache();
+    }
+}

@@ -1,0 +1,223 @@
+//! The event stream: connect, frames and their refusals, stall then resume, ends.
+
+use super::*;
+use crate::daemon::accept::tests::{peer, peer_id};
+
+fn ended(reason: &str) -> StreamMsg {
+    StreamMsg::Ended {
+        reason: reason.into(),
+        retry_after: None,
+        fatal: None,
+    }
+}
+
+#[test]
+fn stream_stall_then_resume_after_the_last_applied_event() {
+    let mut h = harness();
+    h.up(&one_state(4, 1));
+    h.frame(1, 5, EventKind::PeerAdded { peer: peer(9) });
+    h.frame(
+        1,
+        6,
+        EventKind::PeerRemoved {
+            peer_node_id: peer_id(9),
+            public_key: "k".into(),
+        },
+    );
+    // Keep-alives keep it open...
+    h.after(Duration::from_secs(20));
+    h.stream(1, StreamMsg::Activity);
+    let e = h.after(Duration::from_secs(20));
+    assert!(!e.iter().any(|e| matches!(e, Effect::CloseStream { .. })));
+    // ...silence for the stall timeout (30 s) closes it, and the next attempt resumes after 6.
+    let e = h.after(Duration::from_secs(10));
+    assert!(e.contains(&Effect::CloseStream { conn: 1 }), "{e:?}");
+    assert!(notified(&e, "STATUS"), "the status line says disconnected");
+    let mut reopened = vec![];
+    for _ in 0..5 {
+        reopened = opens(&h.wake());
+        if !reopened.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(reopened, vec![(2, Some(6))]);
+    // Messages of the old connection are ignored.
+    assert!(
+        h.frame(1, 7, EventKind::PeerAdded { peer: peer(10) })
+            .is_empty()
+    );
+    let e = h.stream(2, StreamMsg::Connected);
+    assert!(notified(&e, "STATUS"));
+}
+
+#[test]
+fn frames_apply_as_deltas_and_refusals_keep_the_last_good_state() {
+    let mut h = harness();
+    h.up(&one_state(4, 2));
+    // Table: (seq, event) -> (peers applied or None, state pull soon)
+    let moved = vec!["198.51.100.1:51820".parse().unwrap()];
+    let rows: Vec<(u64, EventKind, Option<usize>, bool)> = vec![
+        (5, EventKind::PeerAdded { peer: peer(9) }, Some(3), false),
+        (5, EventKind::PeerAdded { peer: peer(10) }, None, false), // already applied
+        (6, EventKind::PeerAdded { peer: peer(9) }, None, false),  // unchanged
+        (
+            7,
+            EventKind::EndpointChanged {
+                peer_node_id: peer_id(3),
+                endpoints: moved,
+            },
+            Some(3),
+            false,
+        ),
+        (
+            8,
+            EventKind::EndpointChanged {
+                peer_node_id: peer_id(77),
+                endpoints: vec![],
+            },
+            None,
+            true,
+        ),
+        (
+            9,
+            EventKind::Resync {
+                reason: "log trimmed".into(),
+            },
+            None,
+            true,
+        ),
+    ];
+    for (seq, kind, applied, pull) in rows {
+        let label = format!("{seq} {kind:?}");
+        let e = h.frame(1, seq, kind);
+        assert_eq!(
+            applies(&e),
+            applied.into_iter().collect::<Vec<_>>(),
+            "{label}"
+        );
+        // A pull "soon" is due at once.
+        let due = h.core.schedule.next_due() == Some(h.now.at);
+        assert_eq!(due, pull, "{label}");
+        if pull {
+            let e = h.step(Input::Tick);
+            assert!(
+                calls(&e).iter().any(|c| matches!(c, Call::State { .. })),
+                "{label}"
+            );
+            h.state_answer(&one_state(4 + seq, 2));
+        }
+    }
+    // A resync with a seq at or below ours still wins and forgets the applied version.
+    h.frame(
+        1,
+        2,
+        EventKind::Resync {
+            reason: "reset".into(),
+        },
+    );
+    assert_eq!(h.core.state_version, None);
+    assert_eq!(h.core.last_seq, 2);
+    // A frame with a bad signature is refused and observed.
+    let before = h.core.ingest.waiting();
+    let e = h.stream(
+        1,
+        StreamMsg::Frame {
+            id: Some("3".into()),
+            event: "peer_added".into(),
+            data: "{}".into(),
+        },
+    );
+    assert!(e.is_empty());
+    assert_eq!(h.core.ingest.waiting(), before + 1);
+    // After the resync moved the position back, later seqs apply again.
+    let e = h.frame(1, 3, EventKind::PeerAdded { peer: peer(20) });
+    assert_eq!(applies(&e).len(), 1);
+}
+
+#[test]
+fn too_many_cached_events_pull_the_full_state() {
+    let mut h = harness();
+    h.up(&one_state(1, 1));
+    for seq in 2..(2 + MAX_CACHED_EVENTS as u64 + 1) {
+        h.frame(1, seq, EventKind::PeerAdded { peer: peer(9) });
+    }
+    assert_eq!(h.core.events.len(), MAX_CACHED_EVENTS + 1);
+    assert_eq!(
+        h.core.schedule.next_due(),
+        Some(h.now.at),
+        "a state pull folds them in"
+    );
+}
+
+#[test]
+fn stream_ends_table() {
+    // (fatal, leaving) -> outcome
+    let rows: Vec<(Option<CallError>, bool, Option<Outcome>)> = vec![
+        (None, false, None),
+        (
+            Some(CallError::Revoked),
+            false,
+            Some(Outcome::Gone(REVOKED.into())),
+        ),
+        (
+            Some(CallError::Unauthorized),
+            false,
+            Some(Outcome::Gone(DELETED.into())),
+        ),
+        (Some(CallError::Revoked), true, None),
+        (Some(CallError::Unauthorized), true, None),
+    ];
+    for (fatal, leaving, outcome) in rows {
+        let label = format!("{fatal:?} leaving={leaving}");
+        let mut h = harness();
+        h.up(&one_state(4, 2));
+        if leaving {
+            h.step(Input::Control {
+                id: 1,
+                request: crate::daemon::protocol::Request::Leave,
+            });
+        }
+        let e = h.stream(
+            1,
+            StreamMsg::Ended {
+                reason: "x".into(),
+                retry_after: Some(Duration::from_secs(9)),
+                fatal: fatal.clone(),
+            },
+        );
+        assert_eq!(
+            exits(&e).into_iter().cloned().collect::<Vec<_>>(),
+            outcome.clone().into_iter().collect::<Vec<_>>(),
+            "{label}"
+        );
+        if outcome == Some(Outcome::Gone(REVOKED.into())) {
+            assert_eq!(applies(&e), vec![0], "the revocation removes every peer");
+        }
+        if outcome.is_none() {
+            // Retry-After is a floor for the reconnect.
+            let Stream::Waiting { until } = h.core.stream else {
+                panic!("{label}")
+            };
+            assert!(until >= h.now.at + Duration::from_secs(9), "{label}");
+        }
+    }
+}
+
+#[test]
+fn a_revoked_event_ends_the_node_unless_it_is_leaving() {
+    let mut h = harness();
+    h.up(&one_state(4, 2));
+    let e = h.frame(1, 5, EventKind::NodeRevoked);
+    assert_eq!(exits(&e), vec![&Outcome::Gone(REVOKED.into())]);
+    assert_eq!(applies(&e), vec![0]);
+    let mut l = harness();
+    l.up(&one_state(4, 2));
+    l.step(Input::Control {
+        id: 1,
+        request: crate::daemon::protocol::Request::Leave,
+    });
+    let e = l.frame(1, 5, EventKind::NodeRevoked);
+    assert!(exits(&e).is_empty(), "the leave's answer ends it");
+    let e = l.stream(1, ended("the stream closed"));
+    assert!(exits(&e).is_empty());
+}

@@ -1,0 +1,62 @@
+//! What a deadline starts: the watchdog's turn (and its probe of the mesh), the periodic
+//! tasks that are due, the event stream's next attempt or the end of a stalled one.
+
+use super::super::schedule::Task;
+use super::{Call, Core, Effect, LiveFor, Now, Pending, Stream};
+
+impl Core {
+    pub(super) fn on_tick(&mut self, now: Now) {
+        if self.watchdog.due(now.at) {
+            match self.watchdog.mesh_stuck(now.at) {
+                None => self.emit(Effect::Notify(vec![("WATCHDOG", "1".to_owned())])),
+                Some(age) => tracing::error!(
+                    "the mesh has not answered for {} s; not telling systemd the watchdog is fine, so it restarts plexd if this lasts",
+                    age.as_secs()
+                ),
+            }
+            if !self
+                .mesh_jobs
+                .values()
+                .any(|p| matches!(p, Pending::Live(LiveFor::Probe)))
+            {
+                self.read_live(LiveFor::Probe, now);
+            }
+        }
+        for task in self.schedule.take_due(now.at) {
+            self.start(task, now);
+        }
+        match self.stream {
+            Stream::Waiting { until } if until <= now.at => self.open_stream(now),
+            Stream::Open {
+                conn,
+                last_activity,
+                ..
+            } if last_activity + self.stall_timeout() <= now.at => {
+                let reason = format!(
+                    "no bytes for {} s, the stream stalled",
+                    self.stall_timeout().as_secs()
+                );
+                self.emit(Effect::CloseStream { conn });
+                self.stream_ended(reason, None, now);
+            }
+            _ => {}
+        }
+    }
+
+    fn start(&mut self, task: Task, now: Now) {
+        match task {
+            Task::Heartbeat => self.read_live(LiveFor::Heartbeat, now),
+            Task::EndpointReport => {
+                let report = plexsphere_wire::node::EndpointReport {
+                    listen_port: self.config.wireguard.listen_port,
+                    addresses: vec![],
+                };
+                self.emit(Effect::Call(Call::Endpoints(report)));
+            }
+            Task::StatePoll => self.emit(Effect::Call(Call::State {
+                applied: self.state_version,
+            })),
+            Task::IngestFlush => self.read_live(LiveFor::Observe, now),
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! The executor: one loop over [`Input`], performing the core's effects. It never waits for
+//! the network (calls and the event stream are tasks that post their answers back), the mesh
+//! ([`MeshThread`], a queue of [`super::mesh_thread::MESH_QUEUE`]) or the disk
+//! ([`DiskThread`], a queue of one cache write plus the leave's removal); the input channel
+//! holds [`INPUT_QUEUE`] inputs.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use super::calls::NodeApi;
+use super::core::io::{self, Call, CallResult, Effect, Now, Outcome};
+use super::core::{ControlId, Core};
+use super::disk::DiskThread;
+use super::host_addrs;
+use super::input::{Input, Signal};
+use super::mesh_thread::MeshThread;
+use super::notify;
+use super::protocol::Answer;
+use super::sse;
+use crate::config::Config;
+
+/// Inputs waiting for the loop: answers of calls, stream messages, mesh answers, socket
+/// requests and signals. Senders wait when it is full (the loop drains it between effects).
+pub const INPUT_QUEUE: usize = 256;
+/// At exit, how long the loop waits for mesh jobs still running (the revocation's removal of
+/// every peer): the WireGuard worker's own bound plus a little.
+const MESH_DRAIN: Duration = Duration::from_secs(20);
+
+fn now() -> Now {
+    Now::new(Instant::now(), SystemTime::now())
+}
+
+pub struct Executor {
+    pub core: Core,
+    pub api: NodeApi,
+    pub tx: mpsc::Sender<Input>,
+    pub mesh: MeshThread,
+    pub disk: DiskThread,
+    pub config_file: PathBuf,
+    /// For the endpoint report: which host addresses are worth reporting.
+    pub mesh_ip: std::net::IpAddr,
+    pub mesh_cidr: ipnet::IpNet,
+    pub stream: Option<(u64, JoinHandle<()>)>,
+    pub waiters: HashMap<ControlId, oneshot::Sender<Answer>>,
+    pub next_control: ControlId,
+}
+
+impl Executor {
+    /// Runs until the core exits; returns why.
+    pub async fn run(&mut self, rx: &mut mpsc::Receiver<Input>) -> Outcome {
+        let outcome = loop {
+            if let Some(o) = self.perform_all() {
+                break o;
+            }
+            let deadline = tokio::time::Instant::from_std(self.core.next_wake(Instant::now()));
+            let input = tokio::select! {
+                Some(i) = rx.recv() => i,
+                () = tokio::time::sleep_until(deadline) => Input::Core(io::Input::Tick),
+            };
+            self.feed(input);
+        };
+        // What the mesh still does (the revocation's removal) is named in the journal.
+        let until = tokio::time::Instant::now() + MESH_DRAIN;
+        while self.core.mesh_jobs_outstanding() > 0 {
+            match tokio::time::timeout_at(until, rx.recv()).await {
+                Ok(Some(Input::Core(i @ io::Input::Mesh { .. }))) => {
+                    self.core.handle(i, now());
+                    self.perform_all();
+                }
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => break,
+            }
+        }
+        if let Some((_, task)) = self.stream.take() {
+            task.abort();
+        }
+        outcome
+    }
+
+    fn feed(&mut self, input: Input) {
+        match input {
+            Input::Core(i) => self.core.handle(i, now()),
+            Input::Signal(Signal::Hup) => {
+                let (path, tx) = (self.config_file.clone(), self.tx.clone());
+                tokio::spawn(async move {
+                    let p = path.clone();
+                    let config = tokio::task::spawn_blocking(move || Config::load(&p))
+                        .await
+                        .map_err(|e| e.to_string())
+                        .and_then(|r| r.map(Box::new).map_err(|e| e.to_string()));
+                    let _ = tx
+                        .send(Input::Core(io::Input::Reload {
+                            path,
+                            config,
+                            log_level_pinned: crate::logging::level_pinned(),
+                        }))
+                        .await;
+                });
+            }
+            Input::Signal(s) => self.core.handle(io::Input::Stop(s.name()), now()),
+            Input::Control(request, answer) => {
+                self.next_control += 1;
+                let id = self.next_control;
+                self.waiters.insert(id, answer);
+                self.core.handle(io::Input::Control { id, request }, now());
+            }
+        }
+    }
+
+    /// Performs every effect the core decided on; `Some` when one was the exit.
+    fn perform_all(&mut self) -> Option<Outcome> {
+        let mut exit = None;
+        while let Some(e) = self.core.poll_effect() {
+            if let Some(o) = self.perform(e) {
+                exit.get_or_insert(o);
+            }
+        }
+        exit
+    }
+
+    fn perform(&mut self, e: Effect) -> Option<Outcome> {
+        match e {
+            Effect::Call(call) => self.call(call),
+            Effect::OpenStream { conn, resume } => {
+                let task = tokio::spawn(sse::connect_once(
+                    self.api.clone(),
+                    resume,
+                    conn,
+                    self.tx.clone(),
+                ));
+                if let Some((_, old)) = self.stream.replace((conn, task)) {
+                    old.abort();
+                }
+            }
+            Effect::CloseStream { conn } => {
+                if let Some((c, task)) = self.stream.take() {
+                    if c == conn {
+                        task.abort();
+                    } else {
+                        self.stream = Some((c, task));
+                    }
+                }
+            }
+            Effect::Mesh { id, op } => {
+                if let Err(answer) = self.mesh.ask(id, op) {
+                    self.core.handle(io::Input::Mesh { id, answer }, now());
+                }
+            }
+            Effect::SaveCache(w) => self.disk.save(w),
+            Effect::RemoveNodeFiles => self.disk.remove_node_files(),
+            Effect::Notify(pairs) => {
+                let pairs: Vec<(&str, &str)> =
+                    pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                notify::notify(&pairs);
+            }
+            Effect::SetLogLevel(level) => {
+                if let Err(e) = crate::logging::set_level(&level) {
+                    tracing::warn!("SIGHUP: cannot change the log level: {e}");
+                }
+            }
+            Effect::Answer { id, answer } => {
+                if let Some(w) = self.waiters.remove(&id) {
+                    let _ = w.send(answer);
+                }
+            }
+            Effect::Exit(o) => return Some(o),
+        }
+        None
+    }
+
+    /// Runs a node API call as a task that posts its answer back.
+    fn call(&self, call: Call) {
+        let (api, tx) = (self.api.clone(), self.tx.clone());
+        let (mesh_ip, mesh_cidr) = (self.mesh_ip, self.mesh_cidr);
+        tokio::spawn(async move {
+            let result = match call {
+                Call::Heartbeat(hb) => CallResult::Heartbeat(api.heartbeat(&hb).await),
+                Call::Endpoints(mut report) => {
+                    report.addresses = match host_addrs::host_addresses() {
+                        Ok(a) => host_addrs::reportable(a, mesh_ip, &mesh_cidr),
+                        Err(e) => {
+                            tracing::warn!("cannot read the host's addresses: {e}; reporting none");
+                            vec![]
+                        }
+                    };
+                    CallResult::Endpoints(api.endpoints(&report).await)
+                }
+                Call::State { applied } => CallResult::State(api.state(applied).await),
+                Call::Ingest(batch) => CallResult::Ingest(api.ingest(&batch).await),
+                Call::Leave => CallResult::Leave(api.leave().await),
+            };
+            let _ = tx.send(Input::Core(io::Input::Call(result))).await;
+        });
+    }
+}

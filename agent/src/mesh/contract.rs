@@ -1,0 +1,175 @@
+//! The mesh contract the daemon drives: the [`Mesh`] trait (make the interface's peers equal
+//! to the wanted ones, read the live peers, tear down), [`LivePeer`], [`MeshError`], and the
+//! `none` backend ([`NoneMesh`]: control plane only, no traffic). The WireGuard backends
+//! implement it in [`super::worker`].
+//!
+//! What `apply` returns is what the one diff ([`super::diff::diff`]) found: the changes it
+//! made on the interface, never a second diff of the wanted sets.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use plexsphere_wire::node::PeerSpec;
+
+use super::diff::{self, LiveConfig, MeshChange, PeerOp};
+use super::endpoints::EndpointBook;
+
+/// A peer as the interface sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LivePeer {
+    pub public_key: String,
+    pub endpoint: Option<SocketAddr>,
+    pub last_handshake: Option<SystemTime>,
+    pub rx_bytes: u64,
+    pub tx_bytes: u64,
+}
+
+impl From<&LiveConfig> for LivePeer {
+    fn from(l: &LiveConfig) -> Self {
+        LivePeer {
+            public_key: l.key.to_base64(),
+            endpoint: l.endpoint,
+            last_handshake: l.last_handshake,
+            rx_bytes: l.rx_bytes,
+            tx_bytes: l.tx_bytes,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the {backend} data plane on {interface}: {what}")]
+pub struct MeshError {
+    pub backend: &'static str,
+    pub interface: String,
+    pub what: String,
+}
+
+/// A data plane. Calls may block (the WireGuard backends wait for their worker thread with a
+/// bound); the daemon makes them on its mesh thread, never on its event loop.
+pub trait Mesh: Send {
+    /// `none`, `kernel` or `userspace`.
+    fn backend(&self) -> &'static str;
+    /// Makes the interface's peers equal to `desired`; returns what changed on it. The set
+    /// is shared, not copied: a WireGuard backend hands it to its worker thread as it is.
+    fn apply(&mut self, desired: Arc<Vec<PeerSpec>>) -> Result<Vec<MeshChange>, MeshError>;
+    /// The peers as configured on the interface, with their counters.
+    fn live_peers(&self) -> Result<Vec<LivePeer>, MeshError>;
+    /// Removes the interface (leave). SIGTERM never calls this: the mesh keeps working.
+    fn teardown(&mut self) -> Result<(), MeshError>;
+}
+
+/// `wireguard.backend: none`: an interface in memory. It runs the same diff as the real
+/// backends (each peer at its first candidate endpoint: nothing ever completes a handshake
+/// here, so nothing rotates) and reports no handshakes.
+#[derive(Debug, Default)]
+pub struct NoneMesh {
+    peers: Vec<LiveConfig>,
+}
+
+impl Mesh for NoneMesh {
+    fn backend(&self) -> &'static str {
+        "none"
+    }
+
+    fn apply(&mut self, desired: Arc<Vec<PeerSpec>>) -> Result<Vec<MeshChange>, MeshError> {
+        let d = diff::diff(
+            &desired,
+            &self.peers,
+            &mut EndpointBook::new(),
+            Instant::now(),
+            SystemTime::UNIX_EPOCH,
+        );
+        for op in d.update.ops {
+            match op {
+                PeerOp::Remove(key) => self.peers.retain(|p| p.key != key),
+                PeerOp::Set {
+                    key,
+                    endpoint,
+                    allowed_ips,
+                    keepalive,
+                } => {
+                    let at = match self.peers.iter().position(|p| p.key == key) {
+                        Some(i) => i,
+                        None => {
+                            self.peers.push(LiveConfig {
+                                key,
+                                endpoint: None,
+                                allowed_ips: vec![],
+                                keepalive: 0,
+                                last_handshake: None,
+                                rx_bytes: 0,
+                                tx_bytes: 0,
+                            });
+                            self.peers.len() - 1
+                        }
+                    };
+                    let p = &mut self.peers[at];
+                    if endpoint.is_some() {
+                        p.endpoint = endpoint;
+                    }
+                    if let Some(ips) = allowed_ips {
+                        p.allowed_ips = ips;
+                    }
+                    if let Some(k) = keepalive {
+                        p.keepalive = k;
+                    }
+                }
+            }
+        }
+        Ok(d.changes)
+    }
+
+    fn live_peers(&self) -> Result<Vec<LivePeer>, MeshError> {
+        Ok(self.peers.iter().map(LivePeer::from).collect())
+    }
+
+    fn teardown(&mut self) -> Result<(), MeshError> {
+        self.peers.clear();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(n: u8) -> PeerSpec {
+        use base64::Engine as _;
+        PeerSpec {
+            node_id: uuid::Uuid::from_u128(u128::from(n)),
+            hostname: format!("node-{n}"),
+            public_key: base64::engine::general_purpose::STANDARD.encode([n; 32]),
+            mesh_ip: std::net::IpAddr::from([10, 64, 1, n]),
+            allowed_ips: vec![format!("10.64.1.{n}/32").parse().unwrap()],
+            endpoints: vec![format!("192.0.2.{n}:51820").parse().unwrap()],
+            persistent_keepalive_secs: None,
+        }
+    }
+
+    #[test]
+    fn none_records_peers_and_reports_no_handshakes() {
+        let mut m = NoneMesh::default();
+        let changes = m.apply(Arc::new(vec![peer(3), peer(4)])).unwrap();
+        assert_eq!(changes.len(), 2);
+        assert!(
+            m.apply(Arc::new(vec![peer(3), peer(4)]))
+                .unwrap()
+                .is_empty()
+        );
+        let live = m.live_peers().unwrap();
+        assert_eq!(live.len(), 2);
+        assert!(
+            live.iter()
+                .all(|p| p.last_handshake.is_none() && p.rx_bytes == 0)
+        );
+        assert!(
+            live.iter()
+                .any(|l| l.endpoint == peer(3).endpoints.first().copied())
+        );
+        let removed = m.apply(Arc::default()).unwrap();
+        assert!(matches!(removed[0], MeshChange::Removed { .. }));
+        m.teardown().unwrap();
+        assert!(m.live_peers().unwrap().is_empty());
+    }
+}

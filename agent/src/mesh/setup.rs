@@ -1,0 +1,60 @@
+//! What opening a data plane needs and how it can fail: the node's key, mesh IP and prefix
+//! ([`NodeSetup`]) and [`OpenError`]. Shared by the backends and `open`, so none of them
+//! imports another.
+
+use std::fmt;
+use std::net::IpAddr;
+
+/// What the interface needs from the node's identity and key.
+#[derive(Clone)]
+pub struct NodeSetup {
+    private_key: [u8; 32],
+    pub mesh_ip: IpAddr,
+    /// The mesh range's prefix length (from `mesh_cidr`).
+    pub prefix: u8,
+}
+
+impl fmt::Debug for NodeSetup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "NodeSetup({}/{}, private key <redacted>)",
+            self.mesh_ip, self.prefix
+        )
+    }
+}
+
+impl NodeSetup {
+    pub fn new(private_key: [u8; 32], mesh_ip: IpAddr, prefix: u8) -> Self {
+        Self {
+            private_key,
+            mesh_ip,
+            prefix,
+        }
+    }
+
+    pub(crate) fn private_key(&self) -> [u8; 32] {
+        self.private_key
+    }
+}
+
+/// Why no data plane could be opened.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OpenError {
+    /// The config asks for something this host cannot do (exit 78: restarting will not help).
+    #[error("{0}")]
+    Config(String),
+    /// `wireguard.backend: kernel` on a host without the module.
+    #[error("{0}")]
+    ModuleMissing(String),
+    /// The host refused (permissions, a port in use, no /dev/net/tun): worth a restart.
+    #[error("{0}")]
+    Runtime(String),
+}
+
+impl OpenError {
+    /// True when a restart with the same config cannot help.
+    pub fn is_config(&self) -> bool {
+        matches!(self, OpenError::Config(_) | OpenError::ModuleMissing(_))
+    }
+}
