@@ -1,7 +1,8 @@
 //! The thread that writes for the daemon: the state cache (only the latest write matters, so
 //! the queue holds one and a newer write replaces a waiting one) and the leave's removal of the
 //! node's files, in the order asked. After a removal, cache writes are ignored: the node is
-//! leaving and a late write must not bring `state.json` back. The loop never waits for it.
+//! leaving and a late write must not bring `state.json` back. The loop never waits for it; a
+//! finished cache write is answered with `CacheSaved` (READY=1 waits for the first one).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -99,6 +100,7 @@ fn work(shared: &Shared, paths: &StatePaths, answers: &Sender<Input>) {
                     "cannot save the state cache: {e}; a restart without the API would start without peers"
                 );
             }
+            let _ = answers.blocking_send(Input::Core(io::Input::CacheSaved(w.id)));
         }
         if remove {
             let files = leave::remove_files(paths);

@@ -239,7 +239,7 @@ impl Core {
         if std::mem::take(&mut self.apply_again) {
             self.apply_mesh(now);
         } else if std::mem::take(&mut self.ready_after_apply) {
-            self.become_ready();
+            self.become_ready_when_settled();
         }
     }
 
@@ -286,12 +286,24 @@ impl Core {
         self.apply_mesh(now);
         if save {
             self.save_cache();
+            if !self.ready {
+                self.ready_after_save = Some(self.last_save);
+            }
+        }
+    }
+
+    /// READY=1 once the first state is applied and, when it came from the API, cached.
+    pub(super) fn become_ready_when_settled(&mut self) {
+        if !self.ready_after_apply && self.ready_after_save.is_none() {
+            self.become_ready();
         }
     }
 
     pub(super) fn save_cache(&mut self) {
         let Some(env) = &self.envelope else { return };
+        self.last_save += 1;
         let write = CacheWrite {
+            id: self.last_save,
             envelope: env.clone(),
             events: self.events.iter().map(|(_, f)| f.clone()).collect(),
             last_seq: self.last_seq,

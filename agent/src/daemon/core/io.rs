@@ -83,6 +83,9 @@ pub enum Input {
     Control { id: ControlId, request: Request },
     /// The node's files were removed for a leave (the ones that existed).
     NodeFilesRemoved(Vec<PathBuf>),
+    /// The disk thread is done with cache write `id` (written, or failed with a warning), and
+    /// so with every earlier one.
+    CacheSaved(u64),
 }
 
 /// What one event-stream connection reports.
@@ -156,6 +159,8 @@ pub enum MeshAnswer {
 /// The cache file's content: the last good signed state and the events on top of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CacheWrite {
+    /// Increases with every write the core asks for; [`Input::CacheSaved`] names it.
+    pub id: u64,
     pub envelope: SignedEnvelope,
     pub events: Vec<CachedEvent>,
     pub last_seq: u64,
@@ -184,7 +189,8 @@ pub enum Effect {
     CloseStream { conn: u64 },
     /// Give the mesh thread a job; its answer comes back as [`Input::Mesh`].
     Mesh { id: MeshJobId, op: MeshOp },
-    /// Write the state cache (only the latest write matters).
+    /// Write the state cache (only the latest write matters); answered by
+    /// [`Input::CacheSaved`].
     SaveCache(CacheWrite),
     /// Remove the identity, the cached state and the key (a leave); answered by
     /// [`Input::NodeFilesRemoved`].

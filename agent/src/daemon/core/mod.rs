@@ -154,8 +154,14 @@ pub struct Core {
     applied: Arc<Vec<PeerSpec>>,
     /// An apply is running and the wanted set changed since: send it when the answer comes.
     apply_again: bool,
-    /// READY=1 waits for the mesh to answer the apply of the first state.
+    /// READY=1 waits for the mesh to answer the apply of the first state...
     ready_after_apply: bool,
+    /// ...and for that state's cache write, when it came from the API: a node that says it is
+    /// ready restarts into the same peers without the API.
+    ready_after_save: Option<u64>,
+    /// The id of the last cache write asked for, and of the last the disk thread finished.
+    last_save: u64,
+    saved: u64,
     watchdog: Watchdog,
 
     started: Instant,
@@ -211,6 +217,9 @@ impl Core {
             applied: Arc::new(vec![]),
             apply_again: false,
             ready_after_apply: false,
+            ready_after_save: None,
+            last_save: 0,
+            saved: 0,
             watchdog: Watchdog::new(s.watchdog, now.at),
             started: now.at,
             last_ok: None,
@@ -287,6 +296,13 @@ impl Core {
             Input::Mesh { id, answer } => self.on_mesh(id, answer, now),
             Input::Control { id, request } => self.on_control(id, request, now),
             Input::NodeFilesRemoved(files) => self.on_files_removed(&files),
+            Input::CacheSaved(id) => {
+                self.saved = self.saved.max(id);
+                if self.ready_after_save.is_some_and(|want| self.saved >= want) {
+                    self.ready_after_save = None;
+                    self.become_ready_when_settled();
+                }
+            }
         }
     }
 

@@ -51,6 +51,30 @@ fn ready_waits_for_the_mesh_to_take_the_first_state() {
 }
 
 #[test]
+fn ready_waits_for_the_first_state_to_be_cached_too() {
+    // A node that told systemd it is ready must come back into the same peers after a
+    // restart without the API: READY=1 waits for the disk thread to finish the cache write.
+    let mut h = harness();
+    h.auto_disk = false;
+    h.step(Input::Tick);
+    let e = h.state_answer(&one_state(4, 2));
+    assert_eq!(applies(&e), vec![2]);
+    let Some(Effect::SaveCache(w)) = e.iter().find(|e| matches!(e, Effect::SaveCache(_))) else {
+        panic!("{e:?}")
+    };
+    let first = w.id;
+    assert!(
+        !notified(&e, "READY"),
+        "the mesh took it, the disk did not yet"
+    );
+    let e = h.step(Input::CacheSaved(first));
+    assert!(notified(&e, "READY"), "{e:?}");
+    // A later state does not notify READY again.
+    let e = h.state_answer(&one_state(5, 3));
+    assert!(!notified(&e, "READY"));
+}
+
+#[test]
 fn outage_then_cold_start_from_the_cache_then_the_api_returns() {
     // plexd starts while the API is down, with a cached state: the mesh gets the cached
     // peers and systemd hears READY before any call succeeds.

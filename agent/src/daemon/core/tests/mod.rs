@@ -50,6 +50,9 @@ pub struct Harness {
     pub auto_mesh: bool,
     /// Mesh jobs not answered (with `auto_mesh` off).
     pub held: Vec<(MeshJobId, MeshOp)>,
+    /// Answer cache writes at once, as the disk thread does when it is done (off: tests of a
+    /// slow disk answer them by hand).
+    pub auto_disk: bool,
 }
 
 pub fn harness_with(config: Config, watchdog: Option<Duration>) -> Harness {
@@ -77,6 +80,7 @@ pub fn harness_with(config: Config, watchdog: Option<Duration>) -> Harness {
         mesh: NoneMesh::default(),
         auto_mesh: true,
         held: vec![],
+        auto_disk: true,
     }
 }
 
@@ -103,6 +107,14 @@ impl Harness {
                     continue;
                 }
                 self.held.push((*id, op.clone()));
+            }
+            if let Effect::SaveCache(w) = &e
+                && self.auto_disk
+            {
+                let id = w.id;
+                out.push(e);
+                self.core.handle(Input::CacheSaved(id), self.now);
+                continue;
             }
             out.push(e);
         }
