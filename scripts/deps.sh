@@ -18,6 +18,7 @@ packages=(
   cloud-init                    # `cloud-init schema` validates the broker's documents
   debootstrap systemd-container # local machines: the Debian base image and systemd-nspawn
   postgresql                    # the store's Postgres backend is tested on a throwaway cluster
+  python3                       # scripts/import-cycles (the import-cycle gate of scripts/test)
 )
 
 missing=()

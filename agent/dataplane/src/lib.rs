@@ -18,6 +18,8 @@ pub mod key;
 pub mod linux;
 pub mod memory;
 pub mod offload;
+#[cfg(test)]
+mod offload_tests;
 pub mod packet;
 pub mod peer;
 pub mod runner;

@@ -1,10 +1,12 @@
+//! Segmentation (`offload::split`) and its round trip through `coalesce::Coalescer`.
+
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 use proptest::prelude::*;
 
-use super::*;
 use crate::batch::PacketBatch;
 use crate::coalesce::Coalescer;
+use crate::offload::*;
 
 const ACK: u8 = 0x10;
 const PSH: u8 = 0x08;

@@ -21,7 +21,8 @@ use anyhow::{Context as _, bail};
 use sqlx::Row as _;
 
 use super::admin::ensure_data_dir;
-use super::{DataArgs, Failure};
+use super::args::DataArgs;
+use super::failure::Failure;
 use crate::store::Store;
 
 /// The database file in a data directory and in a backup.

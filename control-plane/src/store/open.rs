@@ -21,7 +21,8 @@ use std::time::Duration;
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::{AnyConnection, AnyPool, Connection as _, Executor as _, Row as _};
 
-use super::{StorageFault, StoreError};
+use super::error::StoreError;
+use super::fault::StorageFault;
 
 /// Connections in the pool.
 pub const MAX_CONNECTIONS: u32 = 8;
@@ -214,7 +215,10 @@ mod tests {
     async fn a_connection_out_of_step_with_sqlite_is_not_handed_out_again() {
         install_default_drivers();
         let dir = tempfile::tempdir().unwrap();
-        let url = super::super::Store::sqlite_url(dir.path());
+        let url = format!(
+            "sqlite://{}?mode=rwc",
+            dir.path().join("plexsphere.db").display()
+        );
         let mut conn = AnyConnection::connect(&url).await.unwrap();
         assert!(
             sqlite_is_idle(&mut conn).await,

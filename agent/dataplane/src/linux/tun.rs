@@ -170,7 +170,7 @@ impl LinuxTun {
     }
 
     fn wait(&self, flags: PollFlags, timeout: Duration) -> io::Result<bool> {
-        super::wait_fd(self.file.as_fd(), flags, timeout)
+        super::poll::wait_fd(self.file.as_fd(), flags, timeout)
     }
 }
 
@@ -183,7 +183,7 @@ impl LinuxTun {
         timeout: Duration,
     ) -> io::Result<usize> {
         let mut buf = o.read.lock().unwrap_or_else(PoisonError::into_inner);
-        super::fill(
+        super::poll::fill(
             batch,
             timeout,
             |batch| {
@@ -195,7 +195,7 @@ impl LinuxTun {
                         tracing::debug!(error = %e, "dropped a packet the host handed us");
                     }
                 }
-                Ok(super::Read::Done)
+                Ok(super::poll::Read::Done)
             },
             |t| self.wait(PollFlags::POLLIN, t),
         )
@@ -225,13 +225,13 @@ impl LinuxTun {
     }
 
     fn recv_plain(&self, batch: &mut PacketBatch, timeout: Duration) -> io::Result<usize> {
-        super::fill(
+        super::poll::fill(
             batch,
             timeout,
             |batch| {
                 let n = (&self.file).read(batch.next_slot())?;
                 batch.commit(n, crate::batch::NO_ADDR);
-                Ok(super::Read::Done)
+                Ok(super::poll::Read::Done)
             },
             |t| self.wait(PollFlags::POLLIN, t),
         )

@@ -137,7 +137,7 @@ impl LinuxUdp {
     }
 
     fn wait(&self, flags: PollFlags, timeout: Duration) -> io::Result<bool> {
-        super::wait_fd(self.socket.as_fd(), flags, timeout)
+        super::poll::wait_fd(self.socket.as_fd(), flags, timeout)
     }
 
     /// The address as peers see it: IPv4-mapped IPv6 becomes plain IPv4.
@@ -259,13 +259,13 @@ impl LinuxUdp {
     }
 
     fn recv_each(&self, batch: &mut PacketBatch, timeout: Duration) -> io::Result<usize> {
-        super::fill(
+        super::poll::fill(
             batch,
             timeout,
             |batch| match self.socket.recv_from(batch.next_slot()) {
                 Ok((n, from)) => {
                     batch.commit(n, Self::canonical(from));
-                    Ok(super::Read::Done)
+                    Ok(super::poll::Read::Done)
                 }
                 Err(e)
                     if matches!(
@@ -278,7 +278,7 @@ impl LinuxUdp {
                 // ICMP errors from earlier sends surface here; they are not fatal.
                 Err(e) => {
                     tracing::trace!(error = %e, "UDP receive error");
-                    Ok(super::Read::Skipped)
+                    Ok(super::poll::Read::Skipped)
                 }
             },
             |t| self.wait(PollFlags::POLLIN, t),
