@@ -5,11 +5,9 @@
 //! whose UPDATE changes the row owns the token; a loser re-reads and lands on the replay rule.
 //! A replay (same WireGuard key, node never authenticated) gets the same node and a fresh
 //! credential. A transaction lost to a concurrent writer is retried whole. The mesh IP is
-//! picked under its range's cursor lock ([`allocate`]), so concurrent registrations take
+//! picked under its range's cursor lock ([`mesh_ips::allocate`]), so concurrent registrations take
 //! turns instead of colliding. A new node is announced to the others of its Domain
 //! (`peer_added`) in the same transaction.
-
-use std::net::IpAddr;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -22,10 +20,10 @@ use uuid::Uuid;
 use crate::bus::EventBus;
 use crate::error::Error;
 use crate::keys::Keyring;
+use crate::node_decisions;
 use crate::store::nodes::NodeRow;
 use crate::store::tokens::TokenRow;
 use crate::store::{self, Store, StoreError, domains, events, mesh_ips, nodes, projects, tokens};
-use crate::{ipam, node_decisions};
 use plexsphere_wire::node::EventKind;
 
 /// What registration needs besides the request.
@@ -199,7 +197,9 @@ impl Registrar<'_> {
                 (domain.mesh_cidr, reserved)
             }
         };
-        let mesh_ip = allocate(&mut tx, domain.id, range, &reserved).await?;
+        let mesh_ip = mesh_ips::allocate(&mut tx, domain.id, range, &reserved)
+            .await?
+            .ok_or(Error::MeshRangeExhausted(range))?;
         let credential =
             NodeCredential::generate(node_id).map_err(|e| Error::Internal(e.to_string()))?;
         let node = NodeRow {
@@ -288,30 +288,6 @@ impl Registrar<'_> {
     }
 }
 
-/// The next free address of `range` (next-fit from where the range's cursor stands), taken
-/// under the cursor's lock so that racing registrations of one range never pick the same one.
-/// Each look-up asks about [`mesh_ips::LOOKUP_WINDOW`] candidates at once; while the range has
-/// room the first window has a free one, so the cost does not grow with the number of nodes.
-/// `MeshRangeExhausted` only when every host address of the range is held.
-async fn allocate(
-    tx: &mut sqlx::AnyConnection,
-    domain_id: Uuid,
-    range: IpNet,
-    reserved: &[IpNet],
-) -> Result<IpAddr, Error> {
-    let last = mesh_ips::lock_cursor(tx, domain_id, range).await?;
-    let mut candidates = ipam::candidates(range, reserved, last).peekable();
-    while candidates.peek().is_some() {
-        let window: Vec<IpAddr> = candidates.by_ref().take(mesh_ips::LOOKUP_WINDOW).collect();
-        let held = mesh_ips::held_among(tx, domain_id, &window).await?;
-        if let Some(free) = window.into_iter().find(|ip| !held.contains(ip)) {
-            mesh_ips::advance_cursor(tx, domain_id, range, free).await?;
-            return Ok(free);
-        }
-    }
-    Err(Error::MeshRangeExhausted(range))
-}
-
 impl Error {
     /// A lost race, or two writers that picked the same mesh IP (the unique index refused one).
     pub fn is_lost_race_or_ip_clash(&self) -> bool {
@@ -320,113 +296,5 @@ impl Error {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn req() -> RegisterRequest {
-        RegisterRequest {
-            bootstrap_token: String::new(),
-            wireguard_public_key: STANDARD.encode([7u8; 32]),
-            hostname: "node-1.lab".into(),
-            arch: "amd64".into(),
-            plexd_version: "0.1.0".into(),
-            project_id: None,
-            resource_handle: Some("web-1".into()),
-        }
-    }
-
-    #[test]
-    fn validation_names_the_bad_field() {
-        assert!(validate(&req()).is_ok());
-        let bad = |f: fn(&mut RegisterRequest), word: &str| {
-            let mut r = req();
-            f(&mut r);
-            let e = validate(&r).unwrap_err().to_string();
-            assert!(e.contains(word), "{e}");
-        };
-        bad(
-            |r| r.wireguard_public_key = STANDARD.encode([1u8; 31]),
-            "wireguard_public_key",
-        );
-        bad(
-            |r| r.wireguard_public_key = "not base64!".into(),
-            "wireguard_public_key",
-        );
-        bad(|r| r.hostname = String::new(), "hostname");
-        bad(|r| r.hostname = "a".repeat(254), "hostname");
-        bad(|r| r.hostname = "bad host".into(), "hostname");
-        bad(|r| r.arch = "x86_64".into(), "arch");
-        bad(
-            |r| r.resource_handle = Some("Web".into()),
-            "resource_handle",
-        );
-        bad(
-            |r| r.resource_handle = Some("a".repeat(64)),
-            "resource_handle",
-        );
-        bad(|r| r.plexd_version = String::new(), "plexd_version");
-    }
-
-    fn row(token: &BootstrapToken) -> TokenRow {
-        TokenRow {
-            id: token.id.clone(),
-            project_id: Uuid::from_u128(1),
-            kind: "node".into(),
-            env_prefix: "lab".into(),
-            secret_sha256: store::secret_digest(&token.secret),
-            created_at: 100,
-            expires_at: 200,
-            consumed_at: None,
-            consumed_by_node: None,
-            revoked_at: None,
-            resource_id: None,
-        }
-    }
-
-    #[test]
-    fn judging_a_token() {
-        let t = BootstrapToken::generate("lab", TokenKind::Node).unwrap();
-        let r = row(&t);
-        assert_eq!(judge(&r, &t, None, 150).unwrap(), TokenVerdict::Fresh);
-        assert_eq!(
-            judge(&r, &t, Some(Uuid::from_u128(1)), 150).unwrap(),
-            TokenVerdict::Fresh
-        );
-        assert!(matches!(
-            judge(&r, &t, Some(Uuid::from_u128(2)), 150),
-            Err(Error::ProjectMismatch)
-        ));
-        assert!(matches!(judge(&r, &t, None, 200), Err(Error::TokenExpired)));
-        let other = BootstrapToken::generate("lab", TokenKind::Node).unwrap();
-        assert!(matches!(
-            judge(&r, &other, None, 150),
-            Err(Error::TokenUnknown)
-        ));
-        let revoked = TokenRow {
-            revoked_at: Some(120),
-            ..r.clone()
-        };
-        assert!(matches!(
-            judge(&revoked, &t, None, 150),
-            Err(Error::TokenRevoked)
-        ));
-        let used = TokenRow {
-            consumed_at: Some(120),
-            consumed_by_node: Some(Uuid::from_u128(9)),
-            ..r.clone()
-        };
-        // A consumed token stays replayable after its expiry; the replay decides by key.
-        assert_eq!(
-            judge(&used, &t, None, 500).unwrap(),
-            TokenVerdict::Consumed(Uuid::from_u128(9))
-        );
-        let odd_kind = TokenRow {
-            kind: "user".into(),
-            ..r
-        };
-        assert!(matches!(
-            judge(&odd_kind, &t, None, 150),
-            Err(Error::TokenKindMismatch)
-        ));
-    }
-}
+#[path = "register_tests.rs"]
+mod tests;

@@ -1,6 +1,6 @@
-//! The `mesh_ip_cursors` table and the look-ups of mesh IP allocation (`register`): where each
-//! range's next-fit walk stands, locked for the length of the registering transaction, and
-//! which of a few candidate addresses live nodes hold.
+//! Mesh IP allocation in the store (`register` calls [`allocate`]): the `mesh_ip_cursors` table,
+//! where each range's next-fit walk ([`crate::ipam::candidates`]) stands, locked for the length
+//! of the registering transaction, and which of a few candidate addresses live nodes hold.
 
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -13,6 +13,30 @@ use super::{StoreError, parse_col};
 
 /// How many candidate addresses one look-up asks about.
 pub const LOOKUP_WINDOW: usize = 32;
+
+/// The next free address of `range` (next-fit from where the range's cursor stands), taken
+/// under the cursor's lock so that racing registrations of one range never pick the same one;
+/// `None` when every host address of the range is held. Each look-up asks about
+/// [`LOOKUP_WINDOW`] candidates at once; while the range has room the first window has a free
+/// one, so the cost does not grow with the number of nodes.
+pub async fn allocate(
+    conn: &mut AnyConnection,
+    domain_id: Uuid,
+    range: IpNet,
+    reserved: &[IpNet],
+) -> Result<Option<IpAddr>, StoreError> {
+    let last = lock_cursor(conn, domain_id, range).await?;
+    let mut candidates = crate::ipam::candidates(range, reserved, last).peekable();
+    while candidates.peek().is_some() {
+        let window: Vec<IpAddr> = candidates.by_ref().take(LOOKUP_WINDOW).collect();
+        let held = held_among(conn, domain_id, &window).await?;
+        if let Some(free) = window.into_iter().find(|ip| !held.contains(ip)) {
+            advance_cursor(conn, domain_id, range, free).await?;
+            return Ok(Some(free));
+        }
+    }
+    Ok(None)
+}
 
 /// Locks `range`'s cursor in `domain_id` for this transaction and answers the address handed
 /// out last (`None`: none yet). The row is created on first use. Racing registrations of one
