@@ -35,6 +35,7 @@ pub mod protocol;
 pub mod schedule;
 pub mod socket;
 pub mod sse;
+pub mod sse_bound;
 pub mod status;
 
 use std::collections::HashMap;
