@@ -97,6 +97,12 @@ pub enum TokenVerdict {
     Consumed(Uuid),
 }
 
+/// How long after a token was consumed its own node may register with it again (the replay
+/// rule): long enough for a plexd that crashed between the server's commit and saving its
+/// identity to come back, short enough that a consumed token and the node's public key (which
+/// every peer sees) do not mint a fresh credential for ever.
+pub const REPLAY_WINDOW_SECS: i64 = 600;
+
 pub fn judge(
     row: &TokenRow,
     token: &BootstrapToken,
@@ -116,7 +122,14 @@ pub fn judge(
         return Err(Error::TokenRevoked);
     }
     if let Some(node) = row.consumed_by_node {
-        return Ok(TokenVerdict::Consumed(node));
+        let replayable = row
+            .consumed_at
+            .is_some_and(|at| now < at.saturating_add(REPLAY_WINDOW_SECS));
+        return if replayable {
+            Ok(TokenVerdict::Consumed(node))
+        } else {
+            Err(Error::TokenConsumed)
+        };
     }
     if row.consumed_at.is_some() {
         return Err(Error::TokenConsumed);

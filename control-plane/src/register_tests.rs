@@ -92,11 +92,26 @@ fn judging_a_token() {
         consumed_by_node: Some(Uuid::from_u128(9)),
         ..r.clone()
     };
-    // A consumed token stays replayable after its expiry; the replay decides by key.
+    // A consumed token stays replayable after its expiry, within the replay window after it
+    // was consumed; the replay decides by key.
     assert_eq!(
         judge(&used, &t, None, 500).unwrap(),
         TokenVerdict::Consumed(Uuid::from_u128(9))
     );
+    assert_eq!(
+        judge(&used, &t, None, 120 + REPLAY_WINDOW_SECS - 1).unwrap(),
+        TokenVerdict::Consumed(Uuid::from_u128(9))
+    );
+    // Past the window, the token and the node's public key (every peer sees it) no longer
+    // mint a credential.
+    assert!(matches!(
+        judge(&used, &t, None, 120 + REPLAY_WINDOW_SECS),
+        Err(Error::TokenConsumed)
+    ));
+    assert!(matches!(
+        judge(&used, &t, None, i64::MAX),
+        Err(Error::TokenConsumed)
+    ));
     let odd_kind = TokenRow {
         kind: "user".into(),
         ..r
