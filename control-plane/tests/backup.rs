@@ -12,7 +12,6 @@ use std::time::Duration;
 use plexsphere_wire::RegisterResponse;
 use plexsphere_wire::node::NodeState;
 use plexsphere_wire::signed::{DomainVerifier, SignContext, SignedEnvelope};
-use serde_json::Value;
 
 mod common;
 
@@ -81,17 +80,6 @@ async fn node_works(dev: &DevProcess, reg: &RegisterResponse) {
     assert_eq!(state.mesh_ip, reg.mesh_ip);
 }
 
-async fn node_ids(dev: &DevProcess) -> BTreeSet<String> {
-    let (status, body): (u16, Value) = dev.op_get("/v1/nodes").await;
-    assert_eq!(status, 200, "{body}");
-    body["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["id"].as_str().unwrap().to_owned())
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_backup_under_load_restores_into_a_server_the_nodes_keep_working_with() {
     let dir = tempfile::tempdir().unwrap();
@@ -158,7 +146,7 @@ async fn a_backup_under_load_restores_into_a_server_the_nodes_keep_working_with(
     Arc::into_inner(dev).unwrap().stop();
 
     let back = DevProcess::start(&restored, &[]);
-    let nodes = node_ids(&back).await;
+    let nodes = back.node_ids().await;
     for reg in &before {
         assert!(nodes.contains(&reg.node_id.to_string()));
         node_works(&back, reg).await;

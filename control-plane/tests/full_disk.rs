@@ -17,14 +17,7 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(20);
 
 /// The node ids `GET /v1/nodes` lists, and how many tokens of the lab Project are consumed.
 async fn view(dev: &DevProcess) -> (BTreeSet<String>, usize) {
-    let (status, nodes) = dev.op_get("/v1/nodes").await;
-    assert_eq!(status, 200, "{nodes}");
-    let ids = nodes["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["id"].as_str().unwrap().to_owned())
-        .collect();
+    let ids = dev.node_ids().await;
     let (status, tokens) = dev
         .op_get(&format!(
             "/v1/projects/{}/bootstrap-tokens",

@@ -14,7 +14,8 @@
 //! files, and one that lacks the key of a Domain its database names.
 
 use std::fs;
-use std::os::unix::fs::PermissionsExt as _;
+use std::io::Read as _;
+use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
@@ -254,11 +255,21 @@ fn read_manifest(from: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
+/// The SHA-256 of a file, read in pieces (a database need not fit in memory).
 fn sha256_file(path: &Path) -> anyhow::Result<String> {
-    let bytes = fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    Ok(hex::encode(
-        ring::digest::digest(&ring::digest::SHA256, &bytes).as_ref(),
-    ))
+    let mut f = fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = f
+            .read(&mut buf)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        if n == 0 {
+            break;
+        }
+        ctx.update(&buf[..n]);
+    }
+    Ok(hex::encode(ctx.finish().as_ref()))
 }
 
 /// Creates `dir` (0700); it must not exist yet or be empty.
@@ -285,9 +296,27 @@ fn create_private_dir_all(dir: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Copies `src` to `dst` (0600, synced, renamed into place), streaming: a database need not fit
+/// in memory.
 fn copy_private(src: &Path, dst: &Path) -> Result<(), Failure> {
-    let bytes = fs::read(src).with_context(|| format!("cannot read {}", src.display()))?;
-    write_private(dst, &bytes)
+    let tmp = dst.with_extension("tmp");
+    let _ = fs::remove_file(&tmp);
+    let copied = (|| {
+        let mut from = fs::File::open(src)?;
+        let mut to = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        std::io::copy(&mut from, &mut to)?;
+        to.sync_all()?;
+        fs::rename(&tmp, dst)
+    })();
+    if copied.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    copied.with_context(|| format!("cannot copy {} to {}", src.display(), dst.display()))?;
+    Ok(())
 }
 
 /// Writes `bytes` to `path` (0600, synced, renamed into place).

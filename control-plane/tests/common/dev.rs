@@ -7,12 +7,19 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_plexsphere");
 
+/// `plexsphere dev` on 127.0.0.1:0 and `data_dir`, without local machines: what every test that
+/// runs `dev` as a process starts from.
+pub fn command(data_dir: &std::path::Path) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env("PLEXSPHERE_NO_LOCAL_MACHINES", "1")
+        .args(["dev", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data_dir);
+    cmd
+}
+
 /// Starts `dev` and answers it with its stdout lines up to the listening line.
 pub fn start_dev(args: &[&str], data_dir: &std::path::Path) -> (Child, Vec<String>) {
-    let mut child = Command::new(BIN)
-        .env("PLEXSPHERE_NO_LOCAL_MACHINES", "1")
-        .args(["dev", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data_dir)
+    let mut child = command(data_dir)
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use reqwest::StatusCode;
 use serde_json::Value;
 
-use super::dev::BIN;
 use super::{LAB_NODES, client_for, register_body, wg_key};
 
 /// A tmpfs of `size` mounted on a fresh temp dir, unmounted on drop. Root only: outside CI a
@@ -104,23 +103,7 @@ impl DevProcess {
     pub fn start(data_dir: &Path, extra: &[&str]) -> Self {
         let artifacts = tempfile::tempdir().unwrap();
         let stderr = artifacts.path().join("stderr.log");
-        let mut child = Command::new(BIN)
-            .env("PLEXSPHERE_NO_LOCAL_MACHINES", "1")
-            .env(
-                "PLEXSPHERE_LOG",
-                std::env::var("DEBUG_LOG").unwrap_or("info".into()),
-            )
-            .args([
-                "dev",
-                "--listen",
-                "127.0.0.1:0",
-                "--register-burst",
-                "1000000",
-            ])
-            .arg("--data-dir")
-            .arg(data_dir)
-            .arg("--plexd-artifacts")
-            .arg(artifacts.path())
+        let mut child = dev_command(data_dir, artifacts.path())
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&stderr).unwrap())
@@ -162,13 +145,7 @@ impl DevProcess {
     /// or panics when it is still running after `limit` (it must fail at once).
     pub fn start_expecting_exit(data_dir: &Path, limit: Duration) -> (Option<i32>, String) {
         let artifacts = tempfile::tempdir().unwrap();
-        let mut child = Command::new(BIN)
-            .env("PLEXSPHERE_NO_LOCAL_MACHINES", "1")
-            .env("PLEXSPHERE_LOG", server_log_filter())
-            .args(["dev", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data_dir)
-            .arg("--plexd-artifacts")
-            .arg(artifacts.path())
+        let mut child = dev_command(data_dir, artifacts.path())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -237,6 +214,18 @@ impl DevProcess {
         Some((status, body))
     }
 
+    /// The ids of the nodes `GET /v1/nodes` lists.
+    pub async fn node_ids(&self) -> std::collections::BTreeSet<String> {
+        let (status, nodes) = self.op_get("/v1/nodes").await;
+        assert_eq!(status, 200, "{nodes}");
+        nodes["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["id"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
     /// `GET path` as the operator: status and JSON body.
     pub async fn op_get(&self, path: &str) -> (u16, Value) {
         let r = self
@@ -268,6 +257,17 @@ impl Drop for DevProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// `dev` as these tests run it: the server's log at [`server_log_filter`], registration
+/// practically unlimited, and the plexd artifacts outside the data directory (a copy of plexd
+/// would not fit a small tmpfs).
+fn dev_command(data_dir: &Path, artifacts: &Path) -> Command {
+    let mut cmd = super::dev::command(data_dir);
+    cmd.env("PLEXSPHERE_LOG", server_log_filter())
+        .args(["--register-burst", "1000000", "--plexd-artifacts"])
+        .arg(artifacts);
+    cmd
 }
 
 /// The server's log filter: `PLEXSPHERE_TEST_SERVER_LOG` when set (e.g. `info,sqlx=debug` to
