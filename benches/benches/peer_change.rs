@@ -49,6 +49,7 @@ fn peer(i: u32) -> PeerSpec {
             51820,
         ))],
         persistent_keepalive_secs: None,
+        home_relay: None,
     }
 }
 
@@ -119,6 +120,7 @@ fn bench(c: &mut Criterion) {
             let ev = EventKind::EndpointChanged {
                 peer_node_id: target.node_id,
                 endpoints: vec![SocketAddr::from((Ipv4Addr::new(198, 51, 100, 9), port))],
+                home_relay: None,
             };
             desired.apply(&ev);
             let set = Arc::new(desired.list());

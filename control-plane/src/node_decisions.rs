@@ -26,6 +26,7 @@ pub fn peer_spec(n: &NodeRow) -> PeerSpec {
         allowed_ips: vec![IpNet::from(n.mesh_ip)],
         endpoints: n.endpoints.clone(),
         persistent_keepalive_secs: Some(NAT_KEEPALIVE_SECS),
+        home_relay: None,
     }
 }
 
@@ -50,6 +51,9 @@ pub fn node_state(
             .map(peer_spec)
             .collect(),
         issued_at: now,
+        relays: vec![],
+        relay_token: None,
+        stun: vec![],
     }
 }
 
@@ -179,6 +183,7 @@ mod tests {
         let report = EndpointReport {
             listen_port: 51999,
             addresses: vec!["192.0.2.7".parse().unwrap(), "203.0.113.5".parse().unwrap()],
+            ..Default::default()
         };
         let (obs, list) = advertise(&report, "203.0.113.5".parse().unwrap()).unwrap();
         assert_eq!(obs.to_string(), "203.0.113.5:51999");
@@ -191,16 +196,19 @@ mod tests {
         let zero = EndpointReport {
             listen_port: 0,
             addresses: vec![],
+            ..Default::default()
         };
         assert!(advertise(&zero, "1.2.3.4".parse().unwrap()).is_err());
         let bad = EndpointReport {
             listen_port: 1,
             addresses: vec!["0.0.0.0".parse().unwrap()],
+            ..Default::default()
         };
         assert!(advertise(&bad, "1.2.3.4".parse().unwrap()).is_err());
         let many = EndpointReport {
             listen_port: 1,
             addresses: vec!["192.0.2.1".parse().unwrap(); MAX_REPORTED_ADDRESSES + 1],
+            ..Default::default()
         };
         assert!(advertise(&many, "1.2.3.4".parse().unwrap()).is_err());
     }

@@ -167,6 +167,7 @@ impl NodeOps<'_> {
             let kind = EventKind::EndpointChanged {
                 peer_node_id: node_id,
                 endpoints: advertised.to_vec(),
+                home_relay: None,
             };
             seq = Some(events::append(&mut tx, node.domain_id, None, node_id, &kind, now).await?);
         }

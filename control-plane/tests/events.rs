@@ -48,6 +48,7 @@ async fn peers_arrive_as_signed_deltas_and_a_resume_replays_the_missed_ones() {
     let EventKind::EndpointChanged {
         peer_node_id,
         endpoints,
+        ..
     } = &ev3.kind
     else {
         panic!("{ev3:?}")
@@ -247,6 +248,7 @@ async fn a_slow_reader_blocks_no_publisher_and_is_dropped() {
             let kind = EventKind::EndpointChanged {
                 peer_node_id: c.node_id,
                 endpoints: endpoints.clone(),
+                home_relay: None,
             };
             seq = events::append(&mut tx, c.domain_id, None, c.node_id, &kind, 0)
                 .await

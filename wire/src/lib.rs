@@ -7,6 +7,7 @@
 pub mod admin;
 pub mod error;
 pub mod node;
+pub mod reach;
 pub mod register;
 pub mod secret;
 pub mod signed;

@@ -55,12 +55,69 @@ pub struct HeartbeatAck {
 }
 
 /// `POST /v1/nodes/{id}/endpoints`: the node's own view of where it can be reached.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EndpointReport {
     pub listen_port: u16,
     /// Local (interface) addresses, without loopback, link-local or the mesh address.
     pub addresses: Vec<IpAddr>,
+    /// Reflexive candidates: where STUN servers saw the WireGuard socket come from.
+    #[serde(default)]
+    pub reflexive: Vec<SocketAddr>,
+    /// The relay (by [`RelaySpec::name`]) this node keeps a connection to, if any.
+    #[serde(default)]
+    pub home_relay: Option<String>,
+    /// What the node's NAT does to its mappings, as the node measured it.
+    #[serde(default)]
+    pub nat: NatReport,
+}
+
+/// The most addresses (local plus reflexive) one endpoint report may carry.
+pub const MAX_CANDIDATES: usize = 16;
+
+/// What the node measured of its NAT with two STUN servers.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NatReport {
+    pub mapping: NatMapping,
+    /// No STUN server answered over UDP (the node's network may block UDP).
+    #[serde(default)]
+    pub udp_blocked: bool,
+}
+
+/// How the node's NAT maps its WireGuard socket.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NatMapping {
+    /// Not measured (fewer than two STUN servers answered).
+    #[default]
+    Unknown,
+    /// The reflexive address equals a local one: no NAT.
+    None,
+    /// One mapping for every destination: direct paths can be punched.
+    EndpointIndependent,
+    /// A new mapping per destination: peers reach this node through a relay, or directly
+    /// only when the other side has no NAT.
+    EndpointDependent,
+}
+
+/// One relay a node may use, as its signed state lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelaySpec {
+    /// Unique within the Domain; what `home_relay` names.
+    pub name: String,
+    /// The relay's X25519 public key, standard base64 (registration proofs are made with it).
+    pub public_key: String,
+    /// Where it takes relay frames (and STUN) over UDP.
+    #[serde(default)]
+    pub udp: Option<SocketAddr>,
+    /// Where it takes relay frames over TCP with TLS (normally port 443).
+    #[serde(default)]
+    pub tls: Option<SocketAddr>,
+    /// The name its TLS certificate is checked against (the node's CA settings apply).
+    #[serde(default)]
+    pub tls_server_name: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,6 +143,9 @@ pub struct PeerSpec {
     pub endpoints: Vec<SocketAddr>,
     #[serde(default)]
     pub persistent_keepalive_secs: Option<u16>,
+    /// The relay the peer keeps a connection to (a [`RelaySpec::name`] of this state).
+    #[serde(default)]
+    pub home_relay: Option<String>,
 }
 
 /// A node's whole desired state, signed by the Domain (context `NodeState`).
@@ -101,6 +161,16 @@ pub struct NodeState {
     pub peers: Vec<PeerSpec>,
     /// Unix seconds when the server produced this document.
     pub issued_at: i64,
+    /// The relays this node may use, home relay candidates first.
+    #[serde(default)]
+    pub relays: Vec<RelaySpec>,
+    /// This node's [`crate::reach::relay::RelayToken`], signed by the Domain (context
+    /// `RelayToken`); what relays accept.
+    #[serde(default)]
+    pub relay_token: Option<crate::signed::SignedEnvelope>,
+    /// STUN servers besides the relays' UDP ports (the control plane's own responder).
+    #[serde(default)]
+    pub stun: Vec<SocketAddr>,
 }
 
 /// One event on a node's stream, signed by the Domain (context `Event`). The SSE `id:` equals
@@ -131,6 +201,8 @@ pub enum EventKind {
     EndpointChanged {
         peer_node_id: Uuid,
         endpoints: Vec<SocketAddr>,
+        #[serde(default)]
+        home_relay: Option<String>,
     },
     /// This node was revoked: stop using peers; the credential no longer works.
     NodeRevoked,

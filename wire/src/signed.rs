@@ -20,6 +20,8 @@ pub enum SignContext {
     NodeState,
     Event,
     Checksums,
+    /// A relay token ([`crate::reach::relay::RelayToken`]).
+    RelayToken,
 }
 
 impl SignContext {
@@ -27,6 +29,7 @@ impl SignContext {
         match self {
             SignContext::NodeState => b"plexsphere/v1/node-state\0",
             SignContext::Event => b"plexsphere/v1/event\0",
+            SignContext::RelayToken => b"plexsphere/v1/relay-token\0",
             // Empty on purpose: the detached signature of checksums.sha256 is a plain Ed25519
             // signature of the file's bytes, so `openssl pkeyutl -verify -rawin` checks it.
             SignContext::Checksums => b"",

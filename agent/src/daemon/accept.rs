@@ -129,6 +129,7 @@ pub(crate) mod tests {
             allowed_ips: vec![format!("10.64.1.{n}/32").parse().unwrap()],
             endpoints: vec![format!("192.0.2.{n}:51820").parse().unwrap()],
             persistent_keepalive_secs: None,
+            home_relay: None,
         }
     }
     pub fn state(version: u64, peers: Vec<PeerSpec>) -> NodeState {
@@ -141,6 +142,9 @@ pub(crate) mod tests {
             listen_port: 51820,
             peers,
             issued_at: 1_700_000_000,
+            relays: vec![],
+            relay_token: None,
+            stun: vec![],
         }
     }
     pub fn event_data(seq: u64, node: Uuid, kind: EventKind) -> String {

@@ -144,6 +144,7 @@ mod tests {
             allowed_ips: vec![format!("10.64.1.{n}/32").parse().unwrap()],
             endpoints: vec![format!("192.0.2.{n}:51820").parse().unwrap()],
             persistent_keepalive_secs: None,
+            home_relay: None,
         }
     }
 

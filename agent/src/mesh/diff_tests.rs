@@ -19,6 +19,7 @@ fn spec(n: u32) -> PeerSpec {
         allowed_ips: vec![format!("10.64.{}.{}/32", b[2], b[3]).parse().unwrap()],
         endpoints: vec![SocketAddr::from(([192, 0, b[2], b[3]], 51820))],
         persistent_keepalive_secs: None,
+        home_relay: None,
     }
 }
 

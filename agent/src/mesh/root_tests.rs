@@ -52,6 +52,7 @@ fn peer(n: u8) -> PeerSpec {
         allowed_ips: vec![format!("10.77.0.{n}/32").parse().unwrap()],
         endpoints: vec![format!("192.0.2.{n}:51820").parse().unwrap()],
         persistent_keepalive_secs: Some(25),
+        home_relay: None,
     }
 }
 

@@ -35,6 +35,7 @@ pub fn peer(n: u8) -> PeerSpec {
         allowed_ips: vec![format!("10.64.1.{n}/32").parse().unwrap()],
         endpoints: vec![format!("192.0.2.{n}:51820").parse().unwrap()],
         persistent_keepalive_secs: None,
+        home_relay: None,
     }
 }
 
@@ -48,6 +49,9 @@ pub fn state(version: u64, peers: Vec<PeerSpec>) -> SignedEnvelope {
         listen_port: 51820,
         peers,
         issued_at: 1_700_000_000,
+        relays: vec![],
+        relay_token: None,
+        stun: vec![],
     };
     signer().sign(SignContext::NodeState, &s).unwrap()
 }

@@ -50,6 +50,9 @@ impl Core {
                 let report = plexsphere_wire::node::EndpointReport {
                     listen_port: self.config.wireguard.listen_port,
                     addresses: vec![],
+                    reflexive: vec![],
+                    home_relay: None,
+                    nat: Default::default(),
                 };
                 self.emit(Effect::Call(Call::Endpoints(report)));
             }

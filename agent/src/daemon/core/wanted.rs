@@ -75,10 +75,14 @@ impl DesiredPeers {
             EventKind::EndpointChanged {
                 peer_node_id,
                 endpoints,
+                home_relay,
             } => match self.peers.get_mut(peer_node_id) {
-                Some(p) if p.endpoints == *endpoints => Delta::Unchanged,
+                Some(p) if p.endpoints == *endpoints && p.home_relay == *home_relay => {
+                    Delta::Unchanged
+                }
                 Some(p) => {
                     p.endpoints.clone_from(endpoints);
+                    p.home_relay.clone_from(home_relay);
                     Delta::Changed
                 }
                 None => Delta::UnknownPeer(*peer_node_id),
@@ -241,6 +245,7 @@ mod tests {
         let ev = EventKind::EndpointChanged {
             peer_node_id: peer_id(3),
             endpoints: eps.clone(),
+            home_relay: None,
         };
         assert_eq!(d.apply(&ev), Delta::Changed);
         assert_eq!(d.apply(&ev), Delta::Unchanged);
@@ -248,6 +253,7 @@ mod tests {
         let unknown = EventKind::EndpointChanged {
             peer_node_id: peer_id(9),
             endpoints: eps,
+            home_relay: None,
         };
         assert_eq!(d.apply(&unknown), Delta::UnknownPeer(peer_id(9)));
 

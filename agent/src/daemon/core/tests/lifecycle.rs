@@ -15,7 +15,10 @@ fn the_first_tick_starts_every_task_but_ingest_and_opens_the_stream() {
         vec![
             &Call::Endpoints(plexsphere_wire::node::EndpointReport {
                 listen_port: 51820,
-                addresses: vec![]
+                addresses: vec![],
+                reflexive: vec![],
+                home_relay: None,
+                nat: Default::default(),
             }),
             &Call::State { applied: None },
             &Call::Heartbeat(plexsphere_wire::node::Heartbeat {

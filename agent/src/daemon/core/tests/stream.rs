@@ -65,6 +65,7 @@ fn frames_apply_as_deltas_and_refusals_keep_the_last_good_state() {
             EventKind::EndpointChanged {
                 peer_node_id: peer_id(3),
                 endpoints: moved,
+                home_relay: None,
             },
             Some(3),
             false,
@@ -74,6 +75,7 @@ fn frames_apply_as_deltas_and_refusals_keep_the_last_good_state() {
             EventKind::EndpointChanged {
                 peer_node_id: peer_id(77),
                 endpoints: vec![],
+                home_relay: None,
             },
             None,
             true,

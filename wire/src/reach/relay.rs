@@ -1,0 +1,327 @@
+//! The relay protocol: a node registers its WireGuard public key with a `plexsphere relay`, then
+//! sends WireGuard datagrams (and disco messages) to other registered keys through it.
+//!
+//! Over UDP every frame starts with [`RELAY_MAGIC`](super::RELAY_MAGIC); over TCP (with TLS) each
+//! frame is preceded by its length as a big-endian u16 and has no magic. The frames:
+//!
+//! ```text
+//! type (1) | fields
+//!   1 hello       node key (32)                                  node -> relay
+//!   2 challenge   cookie (32)                                    relay -> node
+//!   3 register    node key (32) | cookie (32) | proof (32) | token (rest, JSON)
+//!   4 registered  lease seconds (u16)                            relay -> node
+//!   5 send        destination key (32) | datagram (rest)         node -> relay
+//!   6 recv        source key (32) | datagram (rest)              relay -> node
+//!   7 refused     code (1) | reason (rest, UTF-8)                relay -> node
+//!   8 peer gone   destination key (32)                           relay -> node
+//!   9 ping        nonce (8)                                      either way
+//!  10 pong        nonce (8)                                      either way
+//! ```
+//!
+//! Registration is three messages so that the relay keeps no state for a stranger: the cookie
+//! is a MAC (under the relay's secret) of the sender's address, key and a 30-second epoch. The
+//! proof shows the node holds the private key of the key it registers ([`proof`], from the
+//! X25519 shared secret of the node key and the relay key), and the token (a [`RelayToken`]
+//! signed by the Domain) shows the Domain admitted that key until a time. The relay needs no
+//! database: the Domain's public key, its own key pair and a clock.
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::{DecodeError, MAX_DATAGRAM, RELAY_MAGIC, Reader};
+
+/// The largest WireGuard datagram a `send` or `recv` carries.
+pub const MAX_PAYLOAD: usize = MAX_DATAGRAM - 64;
+/// The largest token a `register` carries, in bytes.
+pub const MAX_TOKEN: usize = 4096;
+/// The largest reason a `refused` carries, in bytes.
+pub const MAX_REASON: usize = 512;
+
+pub type NodeKey = [u8; 32];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame {
+    Hello {
+        node: NodeKey,
+    },
+    Challenge {
+        cookie: [u8; 32],
+    },
+    Register {
+        node: NodeKey,
+        cookie: [u8; 32],
+        proof: [u8; 32],
+        token: Vec<u8>,
+    },
+    Registered {
+        lease_secs: u16,
+    },
+    Send {
+        dst: NodeKey,
+        payload: Vec<u8>,
+    },
+    Recv {
+        src: NodeKey,
+        payload: Vec<u8>,
+    },
+    Refused {
+        code: RefuseCode,
+        reason: String,
+    },
+    PeerGone {
+        dst: NodeKey,
+    },
+    Ping {
+        nonce: [u8; 8],
+    },
+    Pong {
+        nonce: [u8; 8],
+    },
+}
+
+/// Why a relay refused a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefuseCode {
+    /// The token's signature, Domain or key does not check out.
+    BadToken,
+    /// The token has expired: pull a fresh state.
+    Expired,
+    /// The proof or the cookie is wrong (or the cookie is older than a minute).
+    BadProof,
+    /// A `send` from an address or connection that is not registered.
+    NotRegistered,
+    /// The relay is at its limit of registered nodes or of frames per second for this node.
+    Busy,
+    Other(u8),
+}
+
+impl RefuseCode {
+    fn to_u8(self) -> u8 {
+        match self {
+            RefuseCode::BadToken => 1,
+            RefuseCode::Expired => 2,
+            RefuseCode::BadProof => 3,
+            RefuseCode::NotRegistered => 4,
+            RefuseCode::Busy => 5,
+            RefuseCode::Other(c) => c,
+        }
+    }
+
+    fn from_u8(c: u8) -> Self {
+        match c {
+            1 => RefuseCode::BadToken,
+            2 => RefuseCode::Expired,
+            3 => RefuseCode::BadProof,
+            4 => RefuseCode::NotRegistered,
+            5 => RefuseCode::Busy,
+            c => RefuseCode::Other(c),
+        }
+    }
+}
+
+impl Frame {
+    /// The frame's bytes without magic or length prefix.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64);
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// Appends the frame's bytes to `out`.
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        match self {
+            Frame::Hello { node } => {
+                out.push(1);
+                out.extend_from_slice(node);
+            }
+            Frame::Challenge { cookie } => {
+                out.push(2);
+                out.extend_from_slice(cookie);
+            }
+            Frame::Register {
+                node,
+                cookie,
+                proof,
+                token,
+            } => {
+                out.push(3);
+                out.extend_from_slice(node);
+                out.extend_from_slice(cookie);
+                out.extend_from_slice(proof);
+                out.extend_from_slice(&token[..token.len().min(MAX_TOKEN)]);
+            }
+            Frame::Registered { lease_secs } => {
+                out.push(4);
+                out.extend_from_slice(&lease_secs.to_be_bytes());
+            }
+            Frame::Send { dst, payload } => {
+                out.push(5);
+                out.extend_from_slice(dst);
+                out.extend_from_slice(payload);
+            }
+            Frame::Recv { src, payload } => {
+                out.push(6);
+                out.extend_from_slice(src);
+                out.extend_from_slice(payload);
+            }
+            Frame::Refused { code, reason } => {
+                out.push(7);
+                out.push(code.to_u8());
+                let mut end = reason.len().min(MAX_REASON);
+                while !reason.is_char_boundary(end) {
+                    end -= 1;
+                }
+                out.extend_from_slice(&reason.as_bytes()[..end]);
+            }
+            Frame::PeerGone { dst } => {
+                out.push(8);
+                out.extend_from_slice(dst);
+            }
+            Frame::Ping { nonce } => {
+                out.push(9);
+                out.extend_from_slice(nonce);
+            }
+            Frame::Pong { nonce } => {
+                out.push(10);
+                out.extend_from_slice(nonce);
+            }
+        }
+    }
+
+    /// Reads one frame (without magic or length prefix).
+    pub fn decode(bytes: &[u8]) -> Result<Frame, DecodeError> {
+        if bytes.len() > MAX_DATAGRAM {
+            return Err(DecodeError::Long(bytes.len()));
+        }
+        let mut r = Reader::new(bytes);
+        let frame = match r.u8()? {
+            1 => Frame::Hello { node: r.array()? },
+            2 => Frame::Challenge { cookie: r.array()? },
+            3 => {
+                let (node, cookie, proof) = (r.array()?, r.array()?, r.array()?);
+                let token = r.rest();
+                if token.len() > MAX_TOKEN {
+                    return Err(DecodeError::Field("token longer than 4096 bytes"));
+                }
+                Frame::Register {
+                    node,
+                    cookie,
+                    proof,
+                    token: token.to_vec(),
+                }
+            }
+            4 => Frame::Registered {
+                lease_secs: r.u16()?,
+            },
+            5 => Frame::Send {
+                dst: r.array()?,
+                payload: payload(r.rest())?,
+            },
+            6 => Frame::Recv {
+                src: r.array()?,
+                payload: payload(r.rest())?,
+            },
+            7 => {
+                let code = RefuseCode::from_u8(r.u8()?);
+                let rest = r.rest();
+                let rest = &rest[..rest.len().min(MAX_REASON)];
+                Frame::Refused {
+                    code,
+                    reason: String::from_utf8_lossy(rest).into_owned(),
+                }
+            }
+            8 => Frame::PeerGone { dst: r.array()? },
+            9 => Frame::Ping { nonce: r.array()? },
+            10 => Frame::Pong { nonce: r.array()? },
+            t => return Err(DecodeError::Type(t)),
+        };
+        if !r.is_empty() {
+            return Err(DecodeError::Field("trailing bytes"));
+        }
+        Ok(frame)
+    }
+
+    /// The frame as one UDP datagram: magic, then the frame.
+    pub fn to_datagram(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64);
+        out.extend_from_slice(&RELAY_MAGIC);
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// A UDP datagram's frame (checks the magic).
+    pub fn from_datagram(datagram: &[u8]) -> Result<Frame, DecodeError> {
+        match datagram.get(..4) {
+            Some(m) if m == RELAY_MAGIC => Frame::decode(&datagram[4..]),
+            Some(_) => Err(DecodeError::Magic),
+            None => Err(DecodeError::Short(datagram.len())),
+        }
+    }
+
+    /// The frame for a TCP stream: its length (big-endian u16), then the frame.
+    pub fn to_stream(&self) -> Vec<u8> {
+        let mut out = vec![0, 0];
+        self.encode_into(&mut out);
+        let len = (out.len() - 2).min(usize::from(u16::MAX)) as u16;
+        out[..2].copy_from_slice(&len.to_be_bytes());
+        out
+    }
+}
+
+fn payload(bytes: &[u8]) -> Result<Vec<u8>, DecodeError> {
+    if bytes.len() > MAX_PAYLOAD {
+        return Err(DecodeError::Long(bytes.len()));
+    }
+    Ok(bytes.to_vec())
+}
+
+/// The proof a node sends in `register`: shows it holds the private key of `node`. Both the
+/// node (with its private key and the relay's public key) and the relay (with its private key
+/// and the node's public key) compute the same shared secret; see [`super::shared_secret`].
+pub fn proof(shared: &[u8; 32], cookie: &[u8; 32], node: &NodeKey) -> [u8; 32] {
+    let key = super::derive(shared, b"plexd relay v1", b"register proof");
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &key);
+    let mut msg = Vec::with_capacity(64);
+    msg.extend_from_slice(cookie);
+    msg.extend_from_slice(node);
+    let tag = ring::hmac::sign(&key, &msg);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(tag.as_ref());
+    out
+}
+
+/// Whether `proof` is right, in constant time.
+pub fn proof_matches(
+    shared: &[u8; 32],
+    cookie: &[u8; 32],
+    node: &NodeKey,
+    given: &[u8; 32],
+) -> bool {
+    let want = proof(shared, cookie, node);
+    // Every byte is compared, whatever the first difference.
+    want.iter()
+        .zip(given)
+        .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+        == 0
+}
+
+/// What a relay accepts from a node: signed by the Domain (context `RelayToken`), carried in
+/// the node's signed state as an envelope, sent as JSON in `register`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelayToken {
+    pub domain_id: Uuid,
+    pub node_id: Uuid,
+    /// The node's WireGuard public key, standard base64.
+    pub public_key: String,
+    /// Unix seconds after which relays refuse it.
+    pub expires_at: i64,
+}
+
+/// How long a token the control plane issues lasts, in seconds (a node pulls a fresh state well
+/// before: every state carries a new one).
+pub const TOKEN_TTL_SECS: i64 = 24 * 3600;
+/// How long a relay keeps a registration without a new `register`, in seconds.
+pub const LEASE_SECS: u16 = 60;
+/// A node registers again this often, in seconds (also keeps NAT bindings alive).
+pub const REREGISTER_SECS: u64 = 20;

@@ -1,0 +1,158 @@
+#![allow(clippy::unwrap_used)] // test code
+
+use std::net::SocketAddr;
+
+use super::disco::{Message, PairKey, new_tx, sender};
+use super::relay::{Frame, RefuseCode, proof, proof_matches};
+use super::*;
+
+fn keypair(seed: u8) -> ([u8; 32], [u8; 32]) {
+    let secret = [seed; 32];
+    (secret, public_key(&secret))
+}
+
+#[test]
+fn kinds_are_told_apart_by_their_first_bytes() {
+    let mut wg = vec![1, 0, 0, 0];
+    wg.resize(148, 7);
+    assert_eq!(classify(&wg), Kind::WireGuard);
+    assert_eq!(classify(&[4, 0, 0, 0, 9, 9]), Kind::WireGuard);
+    let mut stun = vec![0x00, 0x01, 0x00, 0x00];
+    stun.extend_from_slice(&STUN_COOKIE);
+    stun.extend_from_slice(&[0; 12]);
+    assert_eq!(classify(&stun), Kind::Stun);
+    // A binding success response starts 0x01 0x01: not a WireGuard type-1 message.
+    stun[0] = 0x01;
+    stun[1] = 0x01;
+    assert_eq!(classify(&stun), Kind::Stun);
+    assert_eq!(classify(b"pxd\x01rest"), Kind::Disco);
+    assert_eq!(classify(b"pxr\x01rest"), Kind::Relay);
+    assert_eq!(classify(&[5, 0, 0, 0]), Kind::Unknown);
+    assert_eq!(classify(&[1, 0, 0]), Kind::Unknown);
+    assert_eq!(classify(&[]), Kind::Unknown);
+}
+
+#[test]
+fn both_sides_of_a_pair_derive_one_disco_key() {
+    let (a_sk, a_pk) = keypair(1);
+    let (b_sk, b_pk) = keypair(2);
+    assert_eq!(shared_secret(&a_sk, &b_pk), shared_secret(&b_sk, &a_pk));
+    let a = PairKey::new(&shared_secret(&a_sk, &b_pk));
+    let b = PairKey::new(&shared_secret(&b_sk, &a_pk));
+    let observed: SocketAddr = "[2001:db8::1]:51820".parse().unwrap();
+    for m in [
+        Message::Ping { tx: new_tx() },
+        Message::Pong {
+            tx: new_tx(),
+            observed,
+        },
+        Message::CallMeMaybe {
+            addrs: vec!["198.51.100.7:51820".parse().unwrap(), observed],
+        },
+    ] {
+        let sealed = a.seal(&a_pk, &m);
+        assert_eq!(classify(&sealed), Kind::Disco);
+        assert_eq!(sender(&sealed).unwrap(), a_pk);
+        assert_eq!(b.open(&sealed).unwrap(), m);
+    }
+}
+
+#[test]
+fn a_disco_message_from_outside_the_pair_or_altered_is_refused() {
+    let (a_sk, a_pk) = keypair(1);
+    let (_, b_pk) = keypair(2);
+    let (c_sk, _) = keypair(3);
+    let a = PairKey::new(&shared_secret(&a_sk, &b_pk));
+    let stranger = PairKey::new(&shared_secret(&c_sk, &b_pk));
+    let sealed = stranger.seal(&a_pk, &Message::Ping { tx: new_tx() });
+    // The stranger claims to be A, but cannot know A's pair key with B.
+    let b_view = PairKey::new(&shared_secret(&[2; 32], &a_pk));
+    assert_eq!(b_view.open(&sealed), Err(DecodeError::Unauthentic));
+    let mut good = a.seal(&a_pk, &Message::Ping { tx: new_tx() });
+    assert!(b_view.open(&good).is_ok());
+    let last = good.len() - 1;
+    good[last] ^= 1;
+    assert_eq!(b_view.open(&good), Err(DecodeError::Unauthentic));
+    // A changed sender key in the header is caught too (it is authenticated data).
+    let mut relabeled = a.seal(&a_pk, &Message::Ping { tx: new_tx() });
+    relabeled[5] ^= 1;
+    assert_eq!(b_view.open(&relabeled), Err(DecodeError::Unauthentic));
+    assert!(matches!(
+        b_view.open(&good[..20]),
+        Err(DecodeError::Short(_))
+    ));
+}
+
+#[test]
+fn relay_frames_round_trip_over_udp_and_tcp() {
+    let frames = [
+        Frame::Hello { node: [1; 32] },
+        Frame::Challenge { cookie: [2; 32] },
+        Frame::Register {
+            node: [1; 32],
+            cookie: [2; 32],
+            proof: [3; 32],
+            token: b"{\"payload\":\"x\"}".to_vec(),
+        },
+        Frame::Registered { lease_secs: 60 },
+        Frame::Send {
+            dst: [4; 32],
+            payload: vec![4, 0, 0, 0, 1, 2, 3],
+        },
+        Frame::Recv {
+            src: [5; 32],
+            payload: vec![],
+        },
+        Frame::Refused {
+            code: RefuseCode::Expired,
+            reason: "token expired".into(),
+        },
+        Frame::PeerGone { dst: [6; 32] },
+        Frame::Ping { nonce: [7; 8] },
+        Frame::Pong { nonce: [8; 8] },
+    ];
+    for f in frames {
+        let d = f.to_datagram();
+        assert_eq!(classify(&d), Kind::Relay);
+        assert_eq!(Frame::from_datagram(&d).unwrap(), f);
+        let s = f.to_stream();
+        let len = usize::from(u16::from_be_bytes([s[0], s[1]]));
+        assert_eq!(len, s.len() - 2);
+        assert_eq!(Frame::decode(&s[2..]).unwrap(), f);
+    }
+}
+
+#[test]
+fn malformed_relay_frames_are_errors_not_panics() {
+    assert!(Frame::decode(&[]).is_err());
+    assert_eq!(Frame::decode(&[99]), Err(DecodeError::Type(99)));
+    assert!(Frame::decode(&[1, 0, 0]).is_err());
+    let mut hello = Frame::Hello { node: [1; 32] }.encode();
+    hello.push(0);
+    assert_eq!(
+        Frame::decode(&hello),
+        Err(DecodeError::Field("trailing bytes"))
+    );
+    let mut big = vec![3];
+    big.extend_from_slice(&[0; 96]);
+    big.extend_from_slice(&[b'x'; 5000]);
+    assert!(Frame::decode(&big).is_err());
+    assert_eq!(
+        Frame::from_datagram(b"pxd\x01\x01"),
+        Err(DecodeError::Magic)
+    );
+}
+
+#[test]
+fn a_registration_proof_needs_the_node_private_key() {
+    let (node_sk, node_pk) = keypair(9);
+    let (relay_sk, relay_pk) = keypair(10);
+    let cookie = [42; 32];
+    let p = proof(&shared_secret(&node_sk, &relay_pk), &cookie, &node_pk);
+    let relay_side = shared_secret(&relay_sk, &node_pk);
+    assert!(proof_matches(&relay_side, &cookie, &node_pk, &p));
+    assert!(!proof_matches(&relay_side, &[43; 32], &node_pk, &p));
+    let (other_sk, _) = keypair(11);
+    let forged = proof(&shared_secret(&other_sk, &relay_pk), &cookie, &node_pk);
+    assert!(!proof_matches(&relay_side, &cookie, &node_pk, &forged));
+}
