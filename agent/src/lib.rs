@@ -19,4 +19,5 @@ pub mod join;
 pub mod logging;
 pub mod mesh;
 pub mod paths;
+pub mod reach;
 pub mod tls;

@@ -1,0 +1,128 @@
+//! The contract between the reach engine (sans-IO: `engine`, path choice and disco) and the
+//! reach runtime (sockets: the WireGuard socket's side channel, STUN, relay connections, the
+//! loopback forwarders). The engine takes [`Input`]s with the time in them and answers
+//! [`Effect`]s; the runtime performs the effects and feeds back what happened.
+//!
+//! Additive changes only: a new variant or field may be added by either side, nothing renamed.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant, SystemTime};
+
+use plexsphere_wire::node::{NatReport, RelaySpec};
+
+use crate::mesh::key::PeerKey;
+
+/// How a relay connection is carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Transport {
+    Udp,
+    /// TCP with TLS (for networks that drop UDP).
+    Tcp,
+}
+
+/// The path a peer's WireGuard traffic takes.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Path {
+    /// No path found yet (nothing answered).
+    None,
+    /// Straight to this address from the WireGuard socket.
+    Direct { endpoint: SocketAddr },
+    /// Through this relay (by name), over UDP or TCP.
+    Relay { relay: String, transport: Transport },
+}
+
+/// One peer as the engine sees it: from the signed state and the event stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerReach {
+    pub key: PeerKey,
+    pub node_id: uuid::Uuid,
+    pub hostname: String,
+    /// Direct candidates, best first (local addresses, then reflexive).
+    pub endpoints: Vec<SocketAddr>,
+    /// The relay the peer keeps a connection to, if it reported one.
+    pub home_relay: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// The wanted peers (the whole set, after every state or event that changed it).
+    Peers(Vec<PeerReach>),
+    /// The relays of the signed state, in its order.
+    Relays(Vec<RelaySpec>),
+    /// A disco datagram arrived on the WireGuard socket.
+    DiscoDirect { from: SocketAddr, datagram: Vec<u8> },
+    /// A disco datagram arrived through a relay, from the peer `src`.
+    DiscoRelayed {
+        relay: String,
+        src: PeerKey,
+        datagram: Vec<u8>,
+    },
+    /// A relay connection is registered and usable.
+    RelayUp {
+        relay: String,
+        transport: Transport,
+        rtt: Option<Duration>,
+    },
+    /// A relay connection is lost or was refused.
+    RelayDown { relay: String, why: String },
+    /// The relay says `dst` is not registered with it.
+    PeerGone { relay: String, dst: PeerKey },
+    /// The runtime's home relay (the one this node registers with and reports).
+    HomeRelay(Option<String>),
+    /// The data plane's last handshake per peer (read every few seconds).
+    Handshakes(Vec<(PeerKey, Option<SystemTime>)>),
+    /// A local address appeared or went away (roaming): probe everything again.
+    NetworkChanged,
+    /// What STUN measured: the reflexive addresses of the WireGuard socket and the NAT.
+    Reflexive {
+        addrs: Vec<SocketAddr>,
+        nat: NatReport,
+    },
+    /// Time passed; the runtime sends one at least every [`TICK`].
+    Tick,
+}
+
+/// How often the runtime ticks the engine at least.
+pub const TICK: Duration = Duration::from_millis(250);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    /// Send a datagram (disco) from the WireGuard socket.
+    SendDirect { to: SocketAddr, datagram: Vec<u8> },
+    /// Send a datagram (disco) to `dst` through `relay` (the runtime connects on demand).
+    SendRelayed {
+        relay: String,
+        dst: PeerKey,
+        datagram: Vec<u8>,
+    },
+    /// From now on, carry `peer`'s WireGuard traffic on `path`.
+    SetPath { peer: PeerKey, path: Path },
+    /// Our own candidates changed: the next endpoint report should carry them.
+    Candidates {
+        reflexive: Vec<SocketAddr>,
+        home_relay: Option<String>,
+        nat: NatReport,
+    },
+}
+
+/// What `plexd status` shows per peer.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct PeerPathView {
+    pub public_key: String,
+    pub hostname: String,
+    pub path: Path,
+    /// The round trip of the last disco ping on that path, in milliseconds.
+    pub rtt_ms: Option<u64>,
+    /// Why the path is what it is, for the journal and status ("direct 192.0.2.7:51820
+    /// answered in 3 ms", "no direct candidate answered; via relay r1 over udp").
+    pub reason: String,
+}
+
+/// The engine's clock inputs, so tests step time.
+#[derive(Debug, Clone, Copy)]
+pub struct Now {
+    pub mono: Instant,
+    pub wall: SystemTime,
+}
