@@ -52,6 +52,10 @@ pub struct HeartbeatAck {
     pub state_version: u64,
     /// The intervals the node should use from now on.
     pub intervals: Intervals,
+    /// A fresh relay token (see [`NodeState::relay_token`]); a node uses the newest it has,
+    /// so a token never runs out while the node heartbeats.
+    #[serde(default)]
+    pub relay_token: Option<crate::signed::SignedEnvelope>,
 }
 
 /// `POST /v1/nodes/{id}/endpoints`: the node's own view of where it can be reached.

@@ -43,6 +43,7 @@ pub async fn heartbeat(
     Ok(Json(HeartbeatAck {
         state_version,
         intervals: st.config.intervals,
+        relay_token: None,
     }))
 }
 
