@@ -6,6 +6,7 @@
 //! What `apply` returns is what the one diff ([`super::diff::diff`]) found: the changes it
 //! made on the interface, never a second diff of the wanted sets.
 
+use crate::reach::io::{NoReach, ReachHandle};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
@@ -57,6 +58,11 @@ pub trait Mesh: Send {
     fn live_peers(&self) -> Result<Vec<LivePeer>, MeshError>;
     /// Removes the interface (leave). SIGTERM never calls this: the mesh keeps working.
     fn teardown(&mut self) -> Result<(), MeshError>;
+    /// The reach runtime of this interface (paths, relays, STUN); the daemon takes it once at
+    /// start, before the mesh moves to its thread. Backends without one answer [`NoReach`].
+    fn reach(&self) -> Arc<dyn ReachHandle> {
+        Arc::new(NoReach)
+    }
 }
 
 /// `wireguard.backend: none`: an interface in memory. It runs the same diff as the real

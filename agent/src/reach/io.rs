@@ -47,6 +47,9 @@ pub struct PeerReach {
 
 #[derive(Debug, Clone)]
 pub enum Input {
+    /// This node's local candidates (interface addresses with the WireGuard port), sent in
+    /// call-me-maybe messages so a peer punches towards every one of them.
+    LocalAddrs(Vec<SocketAddr>),
     /// The wanted peers (the whole set, after every state or event that changed it).
     Peers(Vec<PeerReach>),
     /// The relays of the signed state, in its order.
@@ -125,4 +128,45 @@ pub struct PeerPathView {
 pub struct Now {
     pub mono: Instant,
     pub wall: SystemTime,
+}
+
+/// This node's own candidates, for the endpoint report.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OwnCandidates {
+    pub reflexive: Vec<SocketAddr>,
+    pub home_relay: Option<String>,
+    pub nat: NatReport,
+}
+
+/// What the daemon holds of the reach runtime: it feeds it the wanted peers and relays and
+/// reads paths and candidates back. Every call returns at once (the runtime runs on its own
+/// thread); none of them fails: a runtime that stopped answers empty views.
+pub trait ReachHandle: Send + Sync {
+    /// The wanted peers, the whole set, after every change.
+    fn set_peers(&self, peers: Vec<PeerReach>);
+    /// The relays and STUN servers of the newest signed state.
+    fn set_relays(&self, relays: Vec<RelaySpec>, stun: Vec<SocketAddr>);
+    /// The newest relay token (from the state or a heartbeat answer).
+    fn set_relay_token(&self, token: plexsphere_wire::signed::SignedEnvelope);
+    /// Every peer's path, for `plexd status`.
+    fn paths(&self) -> Vec<PeerPathView>;
+    /// This node's candidates, for the endpoint report.
+    fn own_candidates(&self) -> OwnCandidates;
+}
+
+/// No reach runtime (`wireguard.backend: none`, tests): peers keep the endpoints the diff
+/// gives them.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoReach;
+
+impl ReachHandle for NoReach {
+    fn set_peers(&self, _peers: Vec<PeerReach>) {}
+    fn set_relays(&self, _relays: Vec<RelaySpec>, _stun: Vec<SocketAddr>) {}
+    fn set_relay_token(&self, _token: plexsphere_wire::signed::SignedEnvelope) {}
+    fn paths(&self) -> Vec<PeerPathView> {
+        Vec::new()
+    }
+    fn own_candidates(&self) -> OwnCandidates {
+        OwnCandidates::default()
+    }
 }
