@@ -16,6 +16,10 @@
 //! | `Mesh{..}`                | name the changes, READY=1, heartbeat/ingest/status that waited on the live peers |
 //! | `Control{..}`             | status (after a live read), leave (call, teardown, files, exit) |
 //! | `Reload{..}`              | what changes now, what waits for a restart                    |
+//! | `ReachPaths(..)`          | kept for the next `plexd status`                              |
+//!
+//! The wanted peers, relays and relay tokens go to the reach runtime as `Effect::Reach`
+//! ([`reach`]).
 //!
 //! The parts: [`stream`] (the event stream's lifecycle and frames), [`answers`] (call and mesh
 //! answers, the state install, the leave), [`reload`] (SIGHUP), [`report`] (heartbeat, the
@@ -24,6 +28,7 @@
 
 pub mod answers;
 pub mod io;
+pub mod reach;
 pub mod reload;
 pub mod report;
 pub mod stream;
@@ -53,7 +58,7 @@ use crate::jitter::Jitter;
 use crate::paths::StatePaths;
 pub use io::{
     Call, CallResult, ControlId, Effect, Input, MeshAnswer, MeshJobId, MeshOp, Now, Outcome,
-    StreamMsg,
+    ReachOp, StreamMsg,
 };
 use wanted::DesiredPeers;
 use watchdog::Watchdog;
@@ -173,6 +178,16 @@ pub struct Core {
     ready: bool,
     status_line: String,
     leaving: Option<Leaving>,
+
+    /// What the reach runtime was told last (so it is told only changes).
+    reach_peers: Option<Vec<crate::reach::io::PeerReach>>,
+    reach_relays: Option<(
+        Vec<plexsphere_wire::node::RelaySpec>,
+        Vec<std::net::SocketAddr>,
+    )>,
+    relay_token: Option<SignedEnvelope>,
+    /// The runtime's paths as last read (empty without a runtime).
+    reach_paths: Vec<crate::reach::io::PeerPathView>,
 }
 
 impl Core {
@@ -230,6 +245,10 @@ impl Core {
             ready: false,
             status_line: String::new(),
             leaving: None,
+            reach_peers: None,
+            reach_relays: None,
+            relay_token: None,
+            reach_paths: Vec::new(),
             config: s.config,
         }
     }
@@ -303,6 +322,7 @@ impl Core {
                     self.become_ready_when_settled();
                 }
             }
+            Input::ReachPaths(paths) => self.reach_paths = paths,
         }
     }
 
@@ -337,6 +357,7 @@ impl Core {
     /// Sends the wanted set to the mesh; with an apply still running, the latest set goes
     /// when it answers (applies never queue up behind each other).
     fn apply_mesh(&mut self, now: Now) {
+        self.feed_reach_peers();
         if self
             .mesh_jobs
             .values()
@@ -365,6 +386,7 @@ impl Core {
     /// The revocation: remove every peer, then end (exit 15).
     fn revoked(&mut self, now: Now) {
         self.wanted = DesiredPeers::default();
+        self.feed_reach_peers();
         self.apply_again = false;
         let set = Arc::new(vec![]);
         self.ask_mesh(MeshOp::Apply(set.clone()), Pending::Apply(set), now);
