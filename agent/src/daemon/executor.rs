@@ -95,8 +95,8 @@ impl Executor {
                     ..
                 } = &i
                 {
-                    let paths = self.reach.paths();
-                    self.core.handle(io::Input::ReachPaths(paths), now());
+                    let (paths, own) = (self.reach.paths(), self.reach.own_candidates());
+                    self.core.handle(io::Input::ReachRead { paths, own }, now());
                 }
                 self.core.handle(i, now());
             }

@@ -23,7 +23,7 @@ use crate::config::Config;
 use crate::mesh::LivePeer;
 use crate::mesh::MeshError;
 use crate::mesh::diff::MeshChange;
-use crate::reach::io::{PeerPathView, PeerReach};
+use crate::reach::io::{OwnCandidates, PeerPathView, PeerReach};
 
 /// The two clocks an input arrives with: `at` for deadlines and ages, `wall` for what the
 /// interface reports (handshake times) and the observations' timestamps.
@@ -89,9 +89,13 @@ pub enum Input {
     /// The disk thread is done with cache write `id` (written, or failed with a warning), and
     /// so with every earlier one.
     CacheSaved(u64),
-    /// The reach runtime's paths, read by the executor right before it hands over each
-    /// live-peer answer (so `plexd status` shows them as they are).
-    ReachPaths(Vec<PeerPathView>),
+    /// What the reach runtime says now, read by the executor right before it hands over each
+    /// live-peer answer: the paths (so `plexd status` shows them as they are) and this node's
+    /// own candidates (a change brings the endpoint report forward).
+    ReachRead {
+        paths: Vec<PeerPathView>,
+        own: OwnCandidates,
+    },
 }
 
 /// What the reach runtime is told ([`crate::reach::io::ReachHandle`]); none of it waits.

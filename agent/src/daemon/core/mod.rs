@@ -16,7 +16,7 @@
 //! | `Mesh{..}`                | name the changes, READY=1, heartbeat/ingest/status that waited on the live peers |
 //! | `Control{..}`             | status (after a live read), leave (call, teardown, files, exit) |
 //! | `Reload{..}`              | what changes now, what waits for a restart                    |
-//! | `ReachPaths(..)`          | kept for the next `plexd status`                              |
+//! | `ReachRead{..}`           | paths kept for status; changed own candidates report soon     |
 //!
 //! The wanted peers, relays and relay tokens go to the reach runtime as `Effect::Reach`
 //! ([`reach`]).
@@ -188,6 +188,9 @@ pub struct Core {
     relay_token: Option<SignedEnvelope>,
     /// The runtime's paths as last read (empty without a runtime).
     reach_paths: Vec<crate::reach::io::PeerPathView>,
+    /// Our own candidates as last read, and as they were when the last report started.
+    own_seen: crate::reach::io::OwnCandidates,
+    own_reported: crate::reach::io::OwnCandidates,
 }
 
 impl Core {
@@ -249,6 +252,8 @@ impl Core {
             reach_relays: None,
             relay_token: None,
             reach_paths: Vec::new(),
+            own_seen: Default::default(),
+            own_reported: Default::default(),
             config: s.config,
         }
     }
@@ -322,7 +327,7 @@ impl Core {
                     self.become_ready_when_settled();
                 }
             }
-            Input::ReachPaths(paths) => self.reach_paths = paths,
+            Input::ReachRead { paths, own } => self.on_reach_read(paths, own, now),
         }
     }
 

@@ -7,6 +7,10 @@
 //! | a state was installed | `Relays` (when they differ), its `RelayToken` (when newer) |
 //! | a heartbeat answer carries a relay token | `RelayToken` (when it differs) |
 //!
+//! Back from the runtime (`ReachRead`, with every live-peer answer): the paths, and our own
+//! candidates; when those changed since the last endpoint report started, the next one is due
+//! now.
+//!
 //! A peer's path in status is the runtime's view of it; without a view (no runtime, the
 //! `none` or a kernel backend without one, or a peer the runtime has not taken yet) it is the
 //! data plane's own endpoint when a handshake happened, else none.
@@ -14,12 +18,13 @@
 use plexsphere_wire::node::{NodeState, PeerSpec};
 use plexsphere_wire::signed::SignedEnvelope;
 
+use super::super::schedule::Task;
 use super::super::status::PeerPath;
 use super::io::ReachOp;
-use super::{Core, Effect};
+use super::{Core, Effect, Now};
 use crate::mesh::LivePeer;
 use crate::mesh::key::PeerKey;
-use crate::reach::io::{PeerPathView, PeerReach};
+use crate::reach::io::{OwnCandidates, PeerPathView, PeerReach};
 
 /// A wanted peer as the reach runtime takes it; `None` for a key that is not base64 of 32
 /// bytes (the mesh diff refuses that peer too).
@@ -55,6 +60,17 @@ pub fn peer_path(
 }
 
 impl Core {
+    /// What the runtime said: paths for status; own candidates that changed since the last
+    /// report started bring the next report forward (peers learn a new reflexive address or
+    /// home relay within a heartbeat, not an endpoint-report interval).
+    pub(super) fn on_reach_read(&mut self, paths: Vec<PeerPathView>, own: OwnCandidates, now: Now) {
+        self.reach_paths = paths;
+        if own != self.own_reported {
+            self.schedule.run_soon(Task::EndpointReport, now.at);
+        }
+        self.own_seen = own;
+    }
+
     /// Sends the wanted set to the runtime when it differs from the last one sent.
     pub(super) fn feed_reach_peers(&mut self) {
         let peers: Vec<PeerReach> = self.wanted.iter().filter_map(peer_reach).collect();

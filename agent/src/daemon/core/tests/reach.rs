@@ -122,7 +122,10 @@ fn status_shows_the_runtimes_paths_and_falls_back_to_none() {
         rtt_ms: Some(31),
         reason: "3 pings unanswered".into(),
     };
-    h.step(Input::ReachPaths(vec![relayed]));
+    h.step(Input::ReachRead {
+        paths: vec![relayed],
+        own: Default::default(),
+    });
     let e = h.step(Input::Control {
         id: 9,
         request: Request::Status,
@@ -173,4 +176,45 @@ fn without_a_view_the_path_is_the_live_endpoint_after_a_handshake() {
         }
     );
     assert_eq!(peer_path("k", None, &[]).0, PeerPath::None);
+}
+
+#[test]
+fn changed_own_candidates_bring_the_endpoint_report_forward() {
+    use crate::reach::io::OwnCandidates;
+    let mut h = harness();
+    h.up(&relayed_state(4));
+    let report_ok = || {
+        CallResult::Endpoints(Ok(serde_json::from_value(serde_json::json!({
+            "observed": "198.51.100.7:51820", "endpoints": []
+        }))
+        .unwrap()))
+    };
+    h.call(report_ok());
+    let reports = |e: &[Effect]| {
+        calls(e)
+            .iter()
+            .filter(|c| matches!(c, Call::Endpoints(_)))
+            .count()
+    };
+    // Nothing changed: no early report.
+    h.step(Input::ReachRead {
+        paths: vec![],
+        own: OwnCandidates::default(),
+    });
+    assert_eq!(reports(&h.after(Duration::from_secs(1))), 0);
+    // STUN found a reflexive address: the report goes at the next tick.
+    let own = OwnCandidates {
+        reflexive: vec!["198.51.100.7:40001".parse().unwrap()],
+        home_relay: Some("r1".into()),
+        nat: Default::default(),
+    };
+    h.step(Input::ReachRead {
+        paths: vec![],
+        own: own.clone(),
+    });
+    assert_eq!(reports(&h.after(Duration::from_secs(1))), 1);
+    h.call(report_ok());
+    // The same candidates again: reported already, nothing early.
+    h.step(Input::ReachRead { paths: vec![], own });
+    assert_eq!(reports(&h.after(Duration::from_secs(1))), 0);
 }
