@@ -2,7 +2,7 @@
 //!
 //! | what holds | path |
 //! |---|---|
-//! | a direct candidate answered (fresh pong, not [`super::engine::MISSED_PINGS`] missed) | the fastest one; a working one is replaced only by one [`RTT_HYSTERESIS`] faster |
+//! | a direct candidate answered (fresh pong, not [`MISSED_PINGS`] missed) | the fastest one; a working one is replaced only by one [`RTT_HYSTERESIS`] faster |
 //! | no direct; the relay the peer is on is still usable | stays there |
 //! | else the peer's home relay is usable | the home relay |
 //! | else a relay of the state carried a pong within [`RELAY_FRESH`] | the first such, in the state's order |
@@ -15,7 +15,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::engine::{Engine, RELAY_FRESH, RTT_HYSTERESIS};
+use super::engine::{Engine, MISSED_PINGS, RELAY_FRESH, RTT_HYSTERESIS};
 use super::engine_peer::Peer;
 use super::io::{Effect, Path, Transport};
 use crate::mesh::key::PeerKey;
@@ -155,7 +155,7 @@ impl Engine {
             Path::None => None,
             Path::Direct { endpoint } => match peer.candidate(*endpoint) {
                 None => Some(format!("{endpoint} is no longer a candidate")),
-                Some(c) if c.dead(now) => Some(format!("{} pings unanswered", c.unanswered)),
+                Some(c) if c.dead(now) => Some(format!("{MISSED_PINGS} pings unanswered")),
                 Some(c) if !c.alive(now) => Some(match c.last_pong {
                     Some(p) => format!(
                         "no pong for {} s",

@@ -25,6 +25,9 @@ pub(super) struct Candidate {
     pub last_ping: Option<Instant>,
     /// Pings sent since the last pong.
     pub unanswered: u32,
+    /// When the [`MISSED_PINGS`]th of them went out (later pings do not move it, so probing
+    /// a dead candidate again does not bring it back; only a pong does).
+    pub missed_at: Option<Instant>,
 }
 
 impl Candidate {
@@ -36,19 +39,20 @@ impl Candidate {
             rtt: None,
             last_ping: None,
             unanswered: 0,
+            missed_at: None,
         }
     }
 
-    /// [`MISSED_PINGS`] pings unanswered, the last one [`PING_TIMEOUT`] old, and no pong for
-    /// [`DIRECT_DEAD_AFTER`].
+    /// [`MISSED_PINGS`] pings unanswered, the last of them [`PING_TIMEOUT`] old, and no pong
+    /// for [`DIRECT_DEAD_AFTER`].
     pub fn dead(&self, now: Instant) -> bool {
         let quiet = self
             .last_pong
             .is_none_or(|p| now.saturating_duration_since(p) >= DIRECT_DEAD_AFTER);
         let timed_out = self
-            .last_ping
+            .missed_at
             .is_some_and(|p| now.saturating_duration_since(p) >= PING_TIMEOUT);
-        self.unanswered >= MISSED_PINGS && quiet && timed_out
+        quiet && timed_out
     }
 
     /// Answered recently and not dead: a path WireGuard may take.
@@ -153,10 +157,11 @@ impl Peer {
         peer
     }
 
-    /// Takes the peer's newest spec; answers whether its direct endpoints changed. Known
+    /// Takes the peer's newest spec; answers whether its endpoints or home relay changed. Known
     /// candidates keep what they learned; learned ones the state now lists become state ones.
     pub fn set_reach(&mut self, reach: PeerReach) -> bool {
-        let changed = reach.endpoints != self.reach.endpoints || self.candidates.is_empty();
+        let changed =
+            reach.endpoints != self.reach.endpoints || reach.home_relay != self.reach.home_relay;
         let mut next: Vec<Candidate> = Vec::new();
         for addr in reach.endpoints.iter().take(MAX_STATE_CANDIDATES) {
             if next.iter().any(|c| c.addr == *addr) {
@@ -215,6 +220,9 @@ impl Peer {
         {
             c.last_ping = Some(now);
             c.unanswered = c.unanswered.saturating_add(1);
+            if c.unanswered == MISSED_PINGS {
+                c.missed_at = Some(now);
+            }
         }
         self.sent.push_back(Sent { tx, dest, at: now });
         while self.sent.len() > MAX_OUTSTANDING_TX {
@@ -236,6 +244,7 @@ impl Peer {
                     c.last_pong = Some(now);
                     c.rtt = Some(rtt);
                     c.unanswered = 0;
+                    c.missed_at = None;
                 }
             }
             Dest::Relay(relay) => {

@@ -77,6 +77,18 @@ fn a_dead_direct_path_falls_back_to_the_relay_within_the_bound() {
         let reason = &net.nodes[i].engine.paths()[0].reason;
         assert_eq!(reason, "3 pings unanswered");
     }
+    // Probing the dead candidate again does not bring it back: no flapping.
+    let sets = |net: &Net| {
+        net.nodes[0]
+            .log
+            .iter()
+            .filter(|(_, e)| matches!(e, Effect::SetPath { .. }))
+            .count()
+    };
+    let before = sets(&net);
+    net.run(40 * SECOND);
+    assert_eq!(sets(&net), before, "{:?}", net.nodes[0].path);
+    assert!(is_relay("r1")(&net.nodes[0].path));
 }
 
 #[test]
@@ -162,4 +174,57 @@ fn a_removed_peer_is_forgotten() {
         net.nodes[0].engine.counters().unknown_sender > 0,
         "its pings are dropped"
     );
+}
+
+/// Collects what the engine logs (a thread's own subscriber; nothing global).
+#[derive(Clone, Default)]
+struct Journal(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Journal {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if let Ok(mut b) = self.0.lock() {
+            b.extend_from_slice(buf);
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Journal {
+    type Writer = Journal;
+    fn make_writer(&'a self) -> Self::Writer {
+        self.clone()
+    }
+}
+
+#[test]
+fn the_journal_says_each_path_change_once_with_the_hostname_and_why() {
+    let journal = Journal::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(journal.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    tracing::subscriber::with_default(subscriber, || {
+        let mut net = Net::new([true, true]);
+        net.run(8 * SECOND);
+        net.drop_direct = [false, false];
+        net.run(8 * SECOND);
+        net.drop_direct = [true, true];
+        net.run(10 * SECOND);
+    });
+    let text = String::from_utf8(journal.0.lock().unwrap().clone()).unwrap();
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("node-1: ")).collect();
+    let want = [
+        "node-1: none -> relay r1 over udp: the peer's home relay; no direct candidate answered yet",
+        "node-1: relay r1 over udp -> direct 198.51.100.2:41641: pong in 4 ms",
+        "node-1: direct 198.51.100.2:41641 -> relay r1 over udp: 3 pings unanswered",
+    ];
+    assert_eq!(lines.len(), want.len(), "{text}");
+    for (line, want) in lines.iter().zip(want) {
+        assert!(line.contains(want), "{line}\nwanted: {want}");
+        assert!(line.contains(" INFO "), "{line}");
+    }
 }
