@@ -228,3 +228,40 @@ fn the_journal_says_each_path_change_once_with_the_hostname_and_why() {
         assert!(line.contains(" INFO "), "{line}");
     }
 }
+
+#[test]
+fn a_peer_listed_at_a_stale_address_is_found_where_its_pings_come_from() {
+    let mut net = Net::new([false, false]);
+    // Node 1's state lists node 0 only at an address that never answers.
+    let mut stale = net.spec(0, Some("r1"));
+    stale.endpoints = vec!["10.9.9.9:51820".parse().unwrap()];
+    net.deliver(1, Input::Peers(vec![stale]));
+    net.run_until(3 * SECOND, is_direct).expect("direct");
+    assert_eq!(
+        net.nodes[1].path,
+        net.direct_to(1),
+        "learned from node 0's ping"
+    );
+    assert_eq!(net.nodes[0].path, net.direct_to(0));
+}
+
+#[test]
+fn a_relay_over_tcp_is_shown_as_such() {
+    let mut net = Net::new([true, true]);
+    net.run(2 * SECOND);
+    let tcp = Input::RelayUp {
+        relay: "r1".into(),
+        transport: Transport::Tcp,
+        rtt: None,
+    };
+    net.deliver(0, tcp);
+    let want = Path::Relay {
+        relay: "r1".into(),
+        transport: Transport::Tcp,
+    };
+    assert_eq!(net.nodes[0].path, want);
+    assert_eq!(
+        net.nodes[0].engine.paths()[0].reason,
+        "relay r1 reconnected over tcp"
+    );
+}
