@@ -15,76 +15,50 @@ use super::engine_peer::{Dest, Peer};
 use super::io::{Effect, Path, PeerReach};
 use crate::mesh::key::PeerKey;
 
-/// Which budget a send spends.
-#[derive(Clone, Copy)]
-enum Spend {
-    Ping,
-    Pong,
+/// Where sends go while one input is handled: the sealer and tx ids, the drop counters, the
+/// effects being answered, and the time.
+struct Outbox<'a> {
+    sealer: &'a mut Sealer,
+    counters: &'a mut Counters,
+    effects: &'a mut Vec<Effect>,
+    now: Instant,
 }
 
-/// Seals `message` for `peer` and answers the effect that carries it to `dest`, if the budget
-/// allows. A ping's tx id is remembered for its pong.
-#[allow(clippy::too_many_arguments)]
-fn send(
-    sealer: &mut Sealer,
-    counters: &mut Counters,
-    key: PeerKey,
-    peer: &mut Peer,
-    dest: Dest,
-    message: Message,
-    now: Instant,
-    out: &mut Vec<Effect>,
-) {
-    let spend = match message {
-        Message::Pong { .. } => Spend::Pong,
-        Message::Ping { .. } | Message::CallMeMaybe { .. } => Spend::Ping,
-    };
-    let allowed = match spend {
-        Spend::Ping => peer.pings.take(now),
-        Spend::Pong => peer.pongs.take(now),
-    };
-    if !allowed {
-        counters.rate_limited += 1;
-        return;
+impl Outbox<'_> {
+    /// Seals `message` for `peer` and adds the effect that carries it to `dest`, if the
+    /// peer's budget allows. A ping's tx id is remembered for its pong.
+    fn send(&mut self, key: PeerKey, peer: &mut Peer, dest: Dest, message: Message) {
+        let allowed = match message {
+            Message::Pong { .. } => peer.pongs.take(self.now),
+            Message::Ping { .. } | Message::CallMeMaybe { .. } => peer.pings.take(self.now),
+        };
+        if !allowed {
+            self.counters.rate_limited += 1;
+            return;
+        }
+        let datagram = peer.pair.seal(&self.sealer.own, &message);
+        if datagram.is_empty() {
+            // The system random source failed to give a nonce; nothing safe to send.
+            return;
+        }
+        if let Message::Ping { tx } = message {
+            peer.sent_ping(tx, dest.clone(), self.now);
+        }
+        self.effects.push(match dest {
+            Dest::Direct(to) => Effect::SendDirect { to, datagram },
+            Dest::Relay(relay) => Effect::SendRelayed {
+                relay,
+                dst: key,
+                datagram,
+            },
+        });
     }
-    let datagram = peer.pair.seal(&sealer.own, &message);
-    if datagram.is_empty() {
-        // The system random source failed to give a nonce; nothing safe to send.
-        return;
-    }
-    if let Message::Ping { tx } = message {
-        peer.sent_ping(tx, dest.clone(), now);
-    }
-    out.push(match dest {
-        Dest::Direct(to) => Effect::SendDirect { to, datagram },
-        Dest::Relay(relay) => Effect::SendRelayed {
-            relay,
-            dst: key,
-            datagram,
-        },
-    });
-}
 
-fn ping(
-    sealer: &mut Sealer,
-    counters: &mut Counters,
-    key: PeerKey,
-    peer: &mut Peer,
-    dest: Dest,
-    now: Instant,
-    out: &mut Vec<Effect>,
-) {
-    let tx = (sealer.new_tx)();
-    send(
-        sealer,
-        counters,
-        key,
-        peer,
-        dest,
-        Message::Ping { tx },
-        now,
-        out,
-    );
+    /// A ping with a fresh tx id.
+    fn ping(&mut self, key: PeerKey, peer: &mut Peer, dest: Dest) {
+        let tx = (self.sealer.new_tx)();
+        self.send(key, peer, dest, Message::Ping { tx });
+    }
 }
 
 /// An address a peer may name that is worth a ping: not unspecified, multicast or port 0.
@@ -141,34 +115,22 @@ impl Engine {
         };
         peer.last_probe = Some(now);
         let addrs: Vec<SocketAddr> = peer.candidates.iter().map(|c| c.addr).collect();
-        let (sealer, counters) = (&mut self.sealer, &mut self.counters);
+        let mut post = Outbox {
+            sealer: &mut self.sealer,
+            counters: &mut self.counters,
+            effects: out,
+            now,
+        };
         for addr in addrs {
-            ping(sealer, counters, key, peer, Dest::Direct(addr), now, out);
+            post.ping(key, peer, Dest::Direct(addr));
         }
         for relay in relays {
-            ping(
-                sealer,
-                counters,
-                key,
-                peer,
-                Dest::Relay(relay.clone()),
-                now,
-                out,
-            );
+            post.ping(key, peer, Dest::Relay(relay.clone()));
             if !ours.is_empty() {
                 let cmm = Message::CallMeMaybe {
                     addrs: ours.clone(),
                 };
-                send(
-                    sealer,
-                    counters,
-                    key,
-                    peer,
-                    Dest::Relay(relay),
-                    cmm,
-                    now,
-                    out,
-                );
+                post.send(key, peer, Dest::Relay(relay), cmm);
             }
         }
     }
@@ -227,9 +189,14 @@ impl Engine {
                             .is_none_or(|p| now.saturating_duration_since(p) >= gap);
                         // A dead path gets no more heartbeats; `choose_all` leaves it.
                         if beat && !c.dead(now) {
-                            let (sealer, counters) = (&mut self.sealer, &mut self.counters);
+                            let mut post = Outbox {
+                                sealer: &mut self.sealer,
+                                counters: &mut self.counters,
+                                effects: out,
+                                now,
+                            };
                             let dest = Dest::Direct(*endpoint);
-                            ping(sealer, counters, key, peer, dest, now, out);
+                            post.ping(key, peer, dest);
                         }
                     }
                     since_probe.is_none_or(|s| s >= DIRECT_PROBE_INTERVAL)
@@ -256,31 +223,27 @@ impl Engine {
         let Some(peer) = self.peers.get_mut(&key) else {
             return;
         };
-        let (sealer, counters) = (&mut self.sealer, &mut self.counters);
+        let mut post = Outbox {
+            sealer: &mut self.sealer,
+            counters: &mut self.counters,
+            effects: out,
+            now,
+        };
         match message {
             Message::Ping { tx } => {
                 let pong = Message::Pong { tx, observed: from };
-                send(
-                    sealer,
-                    counters,
-                    key,
-                    peer,
-                    Dest::Direct(from),
-                    pong,
-                    now,
-                    out,
-                );
+                post.send(key, peer, Dest::Direct(from), pong);
                 // A new address is learned; one that does not answer us yet is pinged back at
                 // once, while the peer's NAT holds the mapping its ping just opened.
                 let known_alive = peer.candidate(from).is_some_and(|c| c.alive(now));
                 let new = probeable(&from) && peer.learn(from);
                 if new || (!known_alive && peer.candidate(from).is_some()) {
-                    ping(sealer, counters, key, peer, Dest::Direct(from), now, out);
+                    post.ping(key, peer, Dest::Direct(from));
                 }
             }
             Message::Pong { tx, .. } => {
                 if peer.take_pong(&tx, &Dest::Direct(from), now).is_none() {
-                    counters.stray_pongs += 1;
+                    post.counters.stray_pongs += 1;
                 }
             }
             Message::CallMeMaybe { addrs } => self.punch(key, addrs, now, out),
@@ -304,21 +267,26 @@ impl Engine {
         };
         // Whatever the relay carried from the peer proves the peer is registered there now.
         peer.gone.remove(relay);
-        let (sealer, counters) = (&mut self.sealer, &mut self.counters);
+        let mut post = Outbox {
+            sealer: &mut self.sealer,
+            counters: &mut self.counters,
+            effects: out,
+            now,
+        };
         let dest = Dest::Relay(relay.to_owned());
         match message {
             Message::Ping { tx } => {
                 let observed = SocketAddr::from(([0, 0, 0, 0], 0));
                 let pong = Message::Pong { tx, observed };
-                send(sealer, counters, key, peer, dest.clone(), pong, now, out);
+                post.send(key, peer, dest.clone(), pong);
                 // A peer with no path yet is pinged back through the relay that reached us.
                 if peer.path == Path::None {
-                    ping(sealer, counters, key, peer, dest, now, out);
+                    post.ping(key, peer, dest);
                 }
             }
             Message::Pong { tx, .. } => {
                 if peer.take_pong(&tx, &dest, now).is_none() {
-                    counters.stray_pongs += 1;
+                    post.counters.stray_pongs += 1;
                 }
             }
             Message::CallMeMaybe { addrs } => self.punch(key, addrs, now, out),
@@ -330,10 +298,15 @@ impl Engine {
         let Some(peer) = self.peers.get_mut(&key) else {
             return;
         };
-        let (sealer, counters) = (&mut self.sealer, &mut self.counters);
+        let mut post = Outbox {
+            sealer: &mut self.sealer,
+            counters: &mut self.counters,
+            effects: out,
+            now,
+        };
         for addr in addrs.into_iter().filter(probeable) {
             peer.learn(addr);
-            ping(sealer, counters, key, peer, Dest::Direct(addr), now, out);
+            post.ping(key, peer, Dest::Direct(addr));
         }
     }
 
