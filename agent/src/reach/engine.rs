@@ -138,6 +138,15 @@ impl Engine {
     pub fn handle(&mut self, now: Now, input: Input) -> Vec<Effect> {
         let mut out = Vec::new();
         let t = now.mono;
+        // A disco message or a relay's "not registered" concerns one peer: only its path is
+        // chosen again (the sender key is read unauthenticated, only to pick the peer).
+        let only: Option<Option<PeerKey>> = match &input {
+            Input::DiscoDirect { datagram, .. } | Input::DiscoRelayed { datagram, .. } => {
+                Some(disco::sender(datagram).ok().map(PeerKey))
+            }
+            Input::PeerGone { dst, .. } => Some(Some(*dst)),
+            _ => None,
+        };
         match input {
             Input::Peers(peers) => self.set_peers(peers, t, &mut out),
             Input::Relays(relays) => {
@@ -198,7 +207,11 @@ impl Engine {
             Input::Handshakes(_) => {}
             Input::Tick => self.tick(t, &mut out),
         }
-        self.choose_all(t, &mut out);
+        match only {
+            None => self.choose_all(t, &mut out),
+            Some(Some(key)) => self.choose_peer(key, t, &mut out),
+            Some(None) => {}
+        }
         out
     }
 

@@ -45,33 +45,38 @@ impl Engine {
     pub(super) fn choose_all(&mut self, now: Instant, out: &mut Vec<Effect>) {
         let keys: Vec<PeerKey> = self.peers.keys().copied().collect();
         for key in keys {
-            let Some(peer) = self.peers.get(&key) else {
-                continue;
-            };
-            let (path, rtt, why) = self.choose(peer, now);
-            let lost = self.lost(peer, now).is_some();
-            let Some(peer) = self.peers.get_mut(&key) else {
-                continue;
-            };
-            peer.rtt = rtt;
-            if path == peer.path {
-                continue;
-            }
-            tracing::info!(
-                peer = %peer.reach.hostname,
-                key = %key,
-                "{}: {} -> {}: {why}",
-                peer.reach.hostname,
-                describe(&peer.path),
-                describe(&path)
-            );
-            let direct = matches!(path, Path::Direct { .. });
-            peer.path = path.clone();
-            peer.reason = why;
-            out.push(Effect::SetPath { peer: key, path });
-            if lost && !direct {
-                self.probe(key, now, out);
-            }
+            self.choose_peer(key, now, out);
+        }
+    }
+
+    /// Chooses one peer's path (a disco message concerns only its sender).
+    pub(super) fn choose_peer(&mut self, key: PeerKey, now: Instant, out: &mut Vec<Effect>) {
+        let Some(peer) = self.peers.get(&key) else {
+            return;
+        };
+        let (path, rtt, why) = self.choose(peer, now);
+        let lost = self.lost(peer, now).is_some();
+        let Some(peer) = self.peers.get_mut(&key) else {
+            return;
+        };
+        peer.rtt = rtt;
+        if path == peer.path {
+            return;
+        }
+        tracing::info!(
+            peer = %peer.reach.hostname,
+            key = %key,
+            "{}: {} -> {}: {why}",
+            peer.reach.hostname,
+            describe(&peer.path),
+            describe(&path)
+        );
+        let direct = matches!(path, Path::Direct { .. });
+        peer.path = path.clone();
+        peer.reason = why;
+        out.push(Effect::SetPath { peer: key, path });
+        if lost && !direct {
+            self.probe(key, now, out);
         }
     }
 
