@@ -21,6 +21,10 @@ pub enum Refusal {
     SeqMismatch { signed: u64, frame_id: String },
     #[error("the frame has no usable `id:` (`{0}`)")]
     BadFrameId(String),
+    #[error(
+        "it was issued {age_secs} s ago, more than the {max_secs} s a fresh answer may be old (a replay, or this host's clock is wrong)"
+    )]
+    Stale { age_secs: u64, max_secs: u64 },
 }
 
 /// What a document is checked against.
@@ -54,6 +58,27 @@ impl Acceptor {
             });
         }
         Ok(state)
+    }
+
+    /// Whether a state from the API is fresh: issued at most `max_age` before `wall`.
+    pub fn fresh(
+        &self,
+        state: &NodeState,
+        wall: std::time::SystemTime,
+        max_age: std::time::Duration,
+    ) -> Result<(), Refusal> {
+        let now = wall
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let issued = u64::try_from(state.issued_at).unwrap_or(0);
+        let age = now.saturating_sub(issued);
+        if age > max_age.as_secs() {
+            return Err(Refusal::Stale {
+                age_secs: age,
+                max_secs: max_age.as_secs(),
+            });
+        }
+        Ok(())
     }
 
     /// A state body as JSON text.

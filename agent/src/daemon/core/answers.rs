@@ -85,7 +85,7 @@ impl Core {
                     let unit = self.jitter.unit();
                     self.schedule.set_intervals(merged, now.at, unit);
                     let known = self.state_version.unwrap_or(0).max(self.last_seq);
-                    if ack.state_version > known || self.state_version.is_none() {
+                    if ack.state_version > known || self.state_version.is_none() || self.full_pull {
                         self.schedule.run_soon(Task::StatePoll, now.at);
                     }
                 }
@@ -104,8 +104,17 @@ impl Core {
                 }
                 match res {
                     Ok(StateAnswer::Body(body)) => {
-                        match self.acceptor.state_json(&body, self.state_version) {
-                            Ok((state, env)) => self.install_state(state, env, true, now),
+                        let floor = Some(self.floor());
+                        let checked = self.acceptor.state_json(&body, floor).and_then(|(s, e)| {
+                            self.acceptor.fresh(&s, now.wall, super::MAX_STATE_AGE)?;
+                            Ok((s, e))
+                        });
+                        match checked {
+                            Ok((state, env)) => {
+                                self.full_pull = false;
+                                self.last_api_state = Some(now.at);
+                                self.install_state(state, env, true, now);
+                            }
                             Err(refusal) => {
                                 tracing::warn!(applied_version = ?self.state_version, "refused a state document from the control plane: {refusal}; keeping the last good state");
                                 self.error_observation(
@@ -244,6 +253,11 @@ impl Core {
         } else if std::mem::take(&mut self.ready_after_apply) {
             self.become_ready_when_settled();
         }
+    }
+
+    /// The highest state version or event seq this node applied: nothing older is accepted.
+    pub(super) fn floor(&self) -> u64 {
+        self.state_version.unwrap_or(0).max(self.last_seq)
     }
 
     /// The cache read at start: apply it so the mesh works before the API answers.

@@ -141,6 +141,11 @@ pub struct Core {
     /// Events applied on top of `envelope`, in order.
     events: Vec<(Event, CachedEvent)>,
     last_seq: u64,
+    /// The next state pull is unconditional (no `If-None-Match`): after a resync, and once a
+    /// state from the API is older than [`STATE_REFRESH`].
+    full_pull: bool,
+    /// When the last signed state from the API was applied.
+    last_api_state: Option<Instant>,
 
     server_intervals: Intervals,
     schedule: Schedule,
@@ -193,6 +198,13 @@ pub struct Core {
     own_reported: crate::reach::io::OwnCandidates,
 }
 
+/// An unchanged answer (`304`, unsigned) is trusted for this long after the last signed state:
+/// then the node pulls the whole signed state again, so a transport that answers `304` forever
+/// cannot freeze it for longer without being noticed.
+pub const STATE_REFRESH: Duration = Duration::from_secs(3600);
+/// A signed state from the API whose `issued_at` is older than this is refused as a replay.
+pub const MAX_STATE_AGE: Duration = Duration::from_secs(6 * 3600);
+
 impl Core {
     pub fn new(s: Setup, now: Now) -> Self {
         let d = &s.config.daemon;
@@ -225,6 +237,8 @@ impl Core {
             state_version: None,
             events: vec![],
             last_seq: 0,
+            full_pull: false,
+            last_api_state: None,
             server_intervals,
             schedule,
             seen: HashMap::new(),

@@ -104,16 +104,30 @@ impl Core {
             }
         };
         if let EventKind::Resync { reason } = &ev.kind {
-            // A resync always wins, even with a seq at or below ours: the server's log may have
-            // been reset behind our position. Forget the applied version so the next pull is a
-            // full one and may carry a lower version than the one we had.
+            // Signed state never goes backwards: a resync moves the position forward (the
+            // next pull is a full one) but never lowers what was applied, so a replayed resync
+            // cannot open the door to an older state or older events.
+            let floor = self.floor();
+            if ev.seq <= floor {
+                tracing::warn!(
+                    seq = ev.seq,
+                    applied = floor,
+                    "refused a resync at seq {} ({reason}): this node already applied seq {floor}; either the stream replays old messages or the control plane was restored from an older backup (then re-enrol this node: plexd leave, plexd join)",
+                    ev.seq
+                );
+                self.error_observation(
+                    format!("resync at seq {} refused: applied seq {floor}", ev.seq),
+                    now,
+                );
+                return;
+            }
             tracing::info!(
                 seq = ev.seq,
                 last_event_id = self.last_seq,
                 "the control plane asked for a resync ({reason}); pulling the full state"
             );
             self.last_seq = ev.seq;
-            self.state_version = None;
+            self.full_pull = true;
             self.schedule.run_soon(Task::StatePoll, now.at);
             return;
         }

@@ -58,9 +58,19 @@ impl Core {
                 };
                 self.emit(Effect::Call(Call::Endpoints(report)));
             }
-            Task::StatePoll => self.emit(Effect::Call(Call::State {
-                applied: self.state_version,
-            })),
+            Task::StatePoll => {
+                // Unconditional after a resync and when the last signed state is old: a `304`
+                // is unsigned, so it is trusted only for STATE_REFRESH.
+                let stale = self
+                    .last_api_state
+                    .is_none_or(|t| now.at.saturating_duration_since(t) >= super::STATE_REFRESH);
+                let applied = if self.full_pull || stale {
+                    None
+                } else {
+                    self.state_version
+                };
+                self.emit(Effect::Call(Call::State { applied }));
+            }
             Task::IngestFlush => self.read_live(LiveFor::Observe, now),
         }
     }

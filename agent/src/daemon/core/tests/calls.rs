@@ -149,7 +149,7 @@ fn heartbeat_answers_set_intervals_and_ask_for_newer_state() {
         );
         assert!(h.core.last_heartbeat.is_some());
     }
-    // After a resync forgot the applied version, any heartbeat asks for a pull.
+    // After a resync, any heartbeat asks for a pull, an unconditional one.
     let mut h = harness();
     h.up(&one_state(4, 1));
     h.frame(
@@ -168,7 +168,12 @@ fn heartbeat_answers_set_intervals_and_ask_for_newer_state() {
     );
     h.call(CallResult::Heartbeat(Ok(ack(0))));
     assert_eq!(h.core.schedule.next_due(), Some(h.now.at), "a pull at once");
-    assert_eq!(h.core.state_version, None);
+    assert_eq!(
+        h.core.state_version,
+        Some(4),
+        "a resync never forgets what was applied"
+    );
+    assert!(h.core.full_pull);
 }
 
 #[test]
@@ -299,4 +304,56 @@ fn handshakes_and_traffic_become_observations_once() {
         panic!("{e:?}")
     };
     assert_eq!(b.observations.len(), 1, "a new handshake only");
+}
+
+#[test]
+fn an_unsigned_304_is_trusted_only_for_a_while_and_a_stale_state_is_refused() {
+    let mut h = harness();
+    h.up(&one_state(4, 2));
+    // Right after a signed state, a pull may ask If-None-Match.
+    h.core.schedule.run_soon(Task::StatePoll, h.now.at);
+    let e = h.step(Input::Tick);
+    assert!(
+        calls(&e).contains(&&Call::State { applied: Some(4) }),
+        "{e:?}"
+    );
+    h.call(CallResult::State(Ok(StateAnswer::NotModified)));
+    // Past STATE_REFRESH the pull is unconditional, however many 304s came meanwhile.
+    let e = h.after(super::super::STATE_REFRESH + Duration::from_secs(1));
+    let mut pulled = calls(&e).into_iter().find_map(|c| match c {
+        Call::State { applied } => Some(*applied),
+        _ => None,
+    });
+    if pulled.is_none() {
+        h.core.schedule.run_soon(Task::StatePoll, h.now.at);
+        let e = h.step(Input::Tick);
+        pulled = calls(&e).into_iter().find_map(|c| match c {
+            Call::State { applied } => Some(*applied),
+            _ => None,
+        });
+    }
+    assert_eq!(
+        pulled,
+        Some(None),
+        "an unconditional pull after STATE_REFRESH"
+    );
+    // A newer version that was issued long ago is a replay: refused and observed.
+    let before = h.core.ingest.waiting();
+    let mut old = one_state(9, 3);
+    old.issued_at -= i64::try_from(super::super::MAX_STATE_AGE.as_secs()).unwrap() + 60;
+    let e = h.state_answer(&old);
+    assert!(applies(&e).is_empty(), "a stale state does not apply");
+    assert_eq!(h.core.state_version, Some(4));
+    assert_eq!(h.core.ingest.waiting(), before + 1);
+    // The same version issued now applies.
+    let mut fresh = one_state(9, 3);
+    let now_secs = h
+        .now
+        .wall
+        .duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .unwrap();
+    fresh.issued_at = i64::try_from(now_secs.as_secs()).unwrap();
+    let e = h.state_answer(&fresh);
+    assert!(!applies(&e).is_empty());
+    assert_eq!(h.core.state_version, Some(9));
 }

@@ -106,33 +106,63 @@ fn frames_apply_as_deltas_and_refusals_keep_the_last_good_state() {
                 calls(&e).iter().any(|c| matches!(c, Call::State { .. })),
                 "{label}"
             );
-            h.state_answer(&one_state(4 + seq, 2));
+            // The server's state version is its Domain's head: the seq just seen.
+            h.state_answer(&one_state(seq, 2));
         }
     }
     // A resync with a seq at or below ours still wins and forgets the applied version.
-    h.frame(
+    let (version, seq) = (h.core.state_version, h.core.last_seq);
+    assert_eq!(version, Some(9));
+    // A replayed resync (an older seq) is refused and observed: signed state never goes back.
+    let before = h.core.ingest.waiting();
+    let e = h.frame(
         1,
         2,
         EventKind::Resync {
             reason: "reset".into(),
         },
     );
-    assert_eq!(h.core.state_version, None);
-    assert_eq!(h.core.last_seq, 2);
+    assert!(calls(&e).is_empty(), "no pull for a replayed resync");
+    assert_eq!((h.core.state_version, h.core.last_seq), (version, seq));
+    assert_eq!(h.core.ingest.waiting(), before + 1);
+    assert_ne!(
+        h.core.schedule.next_due(),
+        Some(h.now.at),
+        "a replayed resync schedules no pull"
+    );
+    // Older events stay refused after it, and an older state is refused too.
+    assert!(
+        applies(&h.frame(1, 3, EventKind::PeerAdded { peer: peer(20) })).is_empty(),
+        "an event older than the applied position does not apply"
+    );
+    let e = h.state_answer(&one_state(3, 5));
+    assert!(applies(&e).is_empty(), "an older state does not apply");
+    assert_eq!(h.core.state_version, version);
     // A frame with a bad signature is refused and observed.
     let before = h.core.ingest.waiting();
     let e = h.stream(
         1,
         StreamMsg::Frame {
-            id: Some("3".into()),
+            id: Some("10".into()),
             event: "peer_added".into(),
             data: "{}".into(),
         },
     );
     assert!(e.is_empty());
     assert_eq!(h.core.ingest.waiting(), before + 1);
-    // After the resync moved the position back, later seqs apply again.
-    let e = h.frame(1, 3, EventKind::PeerAdded { peer: peer(20) });
+    // A resync ahead of the position is taken: the next pull is unconditional.
+    h.frame(
+        1,
+        20,
+        EventKind::Resync {
+            reason: "trimmed".into(),
+        },
+    );
+    assert_eq!(h.core.last_seq, 20);
+    assert_eq!(h.core.state_version, version, "the applied version stays");
+    let e = h.step(Input::Tick);
+    assert!(calls(&e).contains(&&Call::State { applied: None }));
+    let e = h.frame(1, 21, EventKind::PeerAdded { peer: peer(20) });
     assert_eq!(applies(&e).len(), 1);
 }
 
