@@ -53,7 +53,13 @@ impl CookieKey {
     }
 
     /// Whether `cookie` was made for this address and key in this epoch or the one before.
-    pub fn check(&self, from: SocketAddr, node: &NodeKey, cookie: &[u8; 32], now_unix: u64) -> bool {
+    pub fn check(
+        &self,
+        from: SocketAddr,
+        node: &NodeKey,
+        cookie: &[u8; 32],
+        now_unix: u64,
+    ) -> bool {
         let epoch = now_unix / COOKIE_EPOCH_SECS;
         // hmac::verify compares in constant time.
         [epoch, epoch.saturating_sub(1)]

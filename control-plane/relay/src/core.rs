@@ -209,7 +209,10 @@ impl Core {
     /// Logs a limit at most every [`LIMIT_LOG_EVERY`], with how often it was hit meanwhile.
     fn hit(&mut self, limit: Limit, now: Instant) {
         self.counters.limit_hits.inc();
-        let entry = self.logged.entry(limit).or_insert((now - LIMIT_LOG_EVERY * 2, 0));
+        let entry = self
+            .logged
+            .entry(limit)
+            .or_insert((now - LIMIT_LOG_EVERY * 2, 0));
         entry.1 += 1;
         if now.saturating_duration_since(entry.0) < LIMIT_LOG_EVERY {
             return;
@@ -218,10 +221,27 @@ impl Core {
         entry.0 = now;
         let l = &self.limits;
         match limit {
-            Limit::MaxNodes => tracing::warn!(times, max = l.max_nodes, "the relay is at its limit of registered nodes; new nodes are refused as busy (raise --max-nodes)"),
-            Limit::MaxTcp => tracing::warn!(times, max = l.max_tcp_connections, "the relay is at its limit of TCP connections; new ones are closed (raise --max-tcp-connections)"),
-            Limit::NodeBudget => tracing::warn!(times, frames = l.node_frames_per_sec, bytes = l.node_bytes_per_sec, "a node sent more than its budget; frames over it are dropped (--node-frames-per-sec, --node-bytes-per-sec)"),
-            Limit::Refusals => tracing::warn!(times, rate = l.refusals_per_sec, "more refusals than --refusals-per-sec are due; the rest go unanswered"),
+            Limit::MaxNodes => tracing::warn!(
+                times,
+                max = l.max_nodes,
+                "the relay is at its limit of registered nodes; new nodes are refused as busy (raise --max-nodes)"
+            ),
+            Limit::MaxTcp => tracing::warn!(
+                times,
+                max = l.max_tcp_connections,
+                "the relay is at its limit of TCP connections; new ones are closed (raise --max-tcp-connections)"
+            ),
+            Limit::NodeBudget => tracing::warn!(
+                times,
+                frames = l.node_frames_per_sec,
+                bytes = l.node_bytes_per_sec,
+                "a node sent more than its budget; frames over it are dropped (--node-frames-per-sec, --node-bytes-per-sec)"
+            ),
+            Limit::Refusals => tracing::warn!(
+                times,
+                rate = l.refusals_per_sec,
+                "more refusals than --refusals-per-sec are due; the rest go unanswered"
+            ),
         }
     }
 

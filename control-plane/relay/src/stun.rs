@@ -97,6 +97,24 @@ pub fn mapped_address(response: &[u8], transaction_id: [u8; 12]) -> Option<Socke
         .map(|a| a.address())
 }
 
+/// Answers Binding requests on `socket` until the future is dropped; everything else is
+/// ignored. What `plexsphere serve --stun-listen` runs.
+pub async fn serve(socket: tokio::net::UdpSocket) {
+    let mut buf = vec![0u8; 2048];
+    loop {
+        match socket.recv_from(&mut buf).await {
+            Ok((n, from)) => {
+                if let Some(reply) = answer(&buf[..n], from) {
+                    let _ = socket.send_to(&reply, from).await;
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "stun receive failed");
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,23 +176,5 @@ mod tests {
         assert_eq!(resp[0] & 0x01, 0x01, "an error response class");
         assert!(resp.windows(2).any(|w| w == [0x77, 0x77]));
         assert_eq!(mapped_address(&resp, [4; 12]), None);
-    }
-}
-
-/// Answers Binding requests on `socket` until the future is dropped; everything else is
-/// ignored. What `plexsphere serve --stun-listen` runs.
-pub async fn serve(socket: tokio::net::UdpSocket) {
-    let mut buf = vec![0u8; 2048];
-    loop {
-        match socket.recv_from(&mut buf).await {
-            Ok((n, from)) => {
-                if let Some(reply) = answer(&buf[..n], from) {
-                    let _ = socket.send_to(&reply, from).await;
-                }
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "stun receive failed");
-            }
-        }
     }
 }

@@ -72,10 +72,7 @@ async fn connection(
     shared.counters.tcp_accepted.inc();
     let (tx, rx) = mpsc::channel::<Vec<u8>>(TCP_QUEUE_FRAMES);
     // Counted before the handshake, so a flood of connections costs no TLS work past the limit.
-    let Some(id) = shared
-        .core()
-        .open_tcp(tx, addr, std::time::Instant::now())
-    else {
+    let Some(id) = shared.core().open_tcp(tx, addr, std::time::Instant::now()) else {
         return;
     };
     let result = tokio::select! {

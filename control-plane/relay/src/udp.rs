@@ -84,7 +84,9 @@ fn send(socket: &UdpSocket, shared: &Shared, buf: &mut [u8], from: SocketAddr) {
     }
     let mut dst = [0u8; 32];
     dst.copy_from_slice(&buf[5..HEAD]);
-    let verdict = shared.core().forward(Peer::Udp(from), &dst, len, Now::system());
+    let verdict = shared
+        .core()
+        .forward(Peer::Udp(from), &dst, len, Now::system());
     match verdict {
         Forward::Deliver { to, src } => {
             buf[4] = RECV;
