@@ -1,5 +1,6 @@
 //! `plexsphere relay keygen`, `plexsphere domain-key`, `plexsphere relay` and dev's STUN and
 //! relay, as processes.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 use std::io::{BufRead as _, BufReader};
 use std::os::unix::fs::PermissionsExt as _;
