@@ -394,7 +394,19 @@ async fn dev_reach(
                 "cannot listen for STUN on UDP {stun_addr}; pass --stun-listen with a free address"
             )
         })?;
-    let stun_bound = reachable(
+    // A wildcard address is announced as the public URL's IP when it has one (machines on
+    // the bridge), else as loopback.
+    let public_ip = args
+        .public_url
+        .as_deref()
+        .and_then(|u| u.strip_prefix("https://"))
+        .and_then(|rest| rest.parse::<SocketAddr>().ok())
+        .map(|a| a.ip());
+    let announce = |a: SocketAddr| match public_ip {
+        Some(ip) if a.ip().is_unspecified() => SocketAddr::new(ip, a.port()),
+        _ => reachable(a),
+    };
+    let stun_bound = announce(
         stun_socket
             .local_addr()
             .context("cannot read the STUN address")?,
@@ -411,8 +423,8 @@ async fn dev_reach(
     )
     .await?;
     let mut spec = relay.spec(None);
-    spec.udp = spec.udp.map(reachable);
-    spec.tls = spec.tls.map(reachable);
+    spec.udp = spec.udp.map(announce);
+    spec.tls = spec.tls.map(announce);
     spec.tls_server_name = spec.tls.map(|a| a.ip().to_string());
     config.relays.push(spec);
     config.stun_advertise.push(stun_bound);
