@@ -15,6 +15,7 @@ pub mod bucket;
 pub mod cookie;
 pub mod core;
 pub mod limits;
+mod mmsg;
 pub mod relay;
 pub mod stats;
 pub mod stun;

@@ -1,6 +1,8 @@
 //! The UDP side: one blocking thread owns the receive loop (no per-datagram task wake-up), and
-//! answers STUN, registers and forwards. A `send` to a UDP node is rewritten in place into the
-//! `recv` (same length: the type byte and the key change), so forwarding copies nothing.
+//! answers STUN, registers and forwards. It takes up to [`BATCH`] datagrams per `recvmmsg`, and
+//! sends the forwards of a batch with one `sendmmsg`. A `send` to a UDP node is rewritten in
+//! place into the `recv` (same length: the type byte and the key change), so forwarding copies
+//! nothing.
 
 use std::io::ErrorKind;
 use std::net::{SocketAddr, UdpSocket};
@@ -21,7 +23,9 @@ const POLL: Duration = Duration::from_millis(200);
 const SEND: u8 = 5;
 const RECV: u8 = 6;
 /// Magic, type, key.
-const HEAD: usize = 4 + 1 + 32;
+pub(crate) const HEAD: usize = 4 + 1 + 32;
+/// Datagrams per `recvmmsg` / `sendmmsg`.
+pub(crate) const BATCH: usize = 32;
 
 pub(crate) fn spawn(
     socket: Arc<UdpSocket>,
@@ -35,15 +39,29 @@ pub(crate) fn spawn(
 }
 
 fn run(socket: &UdpSocket, shared: &Shared, stop: &AtomicBool) {
-    let mut buf = vec![0u8; MAX_DATAGRAM];
+    let mut slots = vec![vec![0u8; MAX_DATAGRAM]; BATCH];
+    let mut received: Vec<(usize, SocketAddr)> = Vec::with_capacity(BATCH);
+    let mut forwards: Vec<(usize, usize, SocketAddr)> = Vec::with_capacity(BATCH);
     let mut last_sweep = Instant::now();
     while !stop.load(Ordering::Relaxed) {
-        match socket.recv_from(&mut buf) {
-            Ok((n, from)) => datagram(socket, shared, &mut buf[..n], from),
+        received.clear();
+        forwards.clear();
+        match crate::mmsg::recv(socket, &mut slots, &mut received) {
+            Ok(()) => {}
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
             Err(e) => {
                 tracing::debug!(error = %e, "udp receive failed");
             }
+        }
+        for (i, &(len, from)) in received.iter().enumerate() {
+            if let Some(to) = datagram(socket, shared, &mut slots[i][..len], from) {
+                forwards.push((i, len, to));
+            }
+        }
+        if !forwards.is_empty() {
+            let sent = crate::mmsg::send(socket, &slots, &forwards);
+            shared.counters.forwarded_frames.add(sent.frames);
+            shared.counters.forwarded_bytes.add(sent.payload);
         }
         if last_sweep.elapsed() >= POLL {
             last_sweep = Instant::now();
@@ -52,7 +70,13 @@ fn run(socket: &UdpSocket, shared: &Shared, stop: &AtomicBool) {
     }
 }
 
-fn datagram(socket: &UdpSocket, shared: &Shared, buf: &mut [u8], from: SocketAddr) {
+/// Handles one datagram; answers where to send it on when it became a `recv` in place.
+fn datagram(
+    socket: &UdpSocket,
+    shared: &Shared,
+    buf: &mut [u8],
+    from: SocketAddr,
+) -> Option<SocketAddr> {
     match classify(buf) {
         Kind::Stun => match crate::stun::answer(buf, from) {
             Some(answer) => {
@@ -61,7 +85,7 @@ fn datagram(socket: &UdpSocket, shared: &Shared, buf: &mut [u8], from: SocketAdd
             }
             None => shared.counters.dropped_unknown.inc(),
         },
-        Kind::Relay if buf.len() >= HEAD && buf[4] == SEND => send(socket, shared, buf, from),
+        Kind::Relay if buf.len() >= HEAD && buf[4] == SEND => return send(shared, buf, from),
         Kind::Relay => match Frame::from_datagram(buf) {
             Ok(frame) => {
                 let out = shared.core().handle(Peer::Udp(from), frame, Now::system());
@@ -73,14 +97,16 @@ fn datagram(socket: &UdpSocket, shared: &Shared, buf: &mut [u8], from: SocketAdd
         },
         Kind::WireGuard | Kind::Disco | Kind::Unknown => shared.counters.dropped_unknown.inc(),
     }
+    None
 }
 
-/// The fast path: `send{dst, payload}` becomes `recv{src, payload}` without decoding.
-fn send(socket: &UdpSocket, shared: &Shared, buf: &mut [u8], from: SocketAddr) {
+/// The fast path: `send{dst, payload}` becomes `recv{src, payload}` without decoding; answers
+/// the UDP address to send the rewritten datagram to.
+fn send(shared: &Shared, buf: &mut [u8], from: SocketAddr) -> Option<SocketAddr> {
     let len = buf.len() - HEAD;
     if len > MAX_PAYLOAD {
         shared.counters.dropped_unknown.inc();
-        return;
+        return None;
     }
     let mut dst = [0u8; 32];
     dst.copy_from_slice(&buf[5..HEAD]);
@@ -92,12 +118,7 @@ fn send(socket: &UdpSocket, shared: &Shared, buf: &mut [u8], from: SocketAddr) {
             buf[4] = RECV;
             buf[5..HEAD].copy_from_slice(&src);
             match to {
-                To::Udp(addr) => {
-                    if socket.send_to(buf, addr).is_ok() {
-                        shared.counters.forwarded_frames.inc();
-                        shared.counters.forwarded_bytes.add(len as u64);
-                    }
-                }
+                To::Udp(addr) => return Some(addr),
                 To::Tcp(tx) => {
                     // The stream frame has no magic and a length in front.
                     let frame = &buf[4..];
@@ -111,6 +132,7 @@ fn send(socket: &UdpSocket, shared: &Shared, buf: &mut [u8], from: SocketAddr) {
         Forward::Answer(out) => deliver(shared, out),
         Forward::Drop => {}
     }
+    None
 }
 
 /// Puts a stream frame (length prefix included) on a TCP connection's queue, or counts why not.
