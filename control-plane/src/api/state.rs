@@ -33,6 +33,10 @@ pub struct ApiConfig {
     /// heartbeat intervals. Whole seconds.
     pub offline_after: Option<Duration>,
     pub events: EventConfig,
+    /// The relays the control plane puts into every node's signed state (`--relay`).
+    pub relays: Vec<plexsphere_wire::node::RelaySpec>,
+    /// The STUN servers the control plane puts into every node's state (`--stun-advertise`).
+    pub stun_advertise: Vec<std::net::SocketAddr>,
 }
 
 impl ApiConfig {

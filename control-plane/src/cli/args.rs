@@ -55,6 +55,10 @@ pub enum Command {
         #[command(flatten)]
         data: DataArgs,
     },
+    /// Run a relay for nodes that cannot reach each other directly (or `relay keygen`).
+    Relay(super::relay::RelayCommand),
+    /// Print a Domain's signing public key (what `plexsphere relay --domain-key` takes).
+    DomainKey(super::relay::DomainKeyArgs),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -172,6 +176,9 @@ pub struct ServeArgs {
     /// The URL nodes reach this server at (used in documents the server writes).
     #[arg(long, env = "PLEXSPHERE_PUBLIC_URL")]
     pub public_url: Option<String>,
+    /// Answer STUN Binding requests on this UDP address (e.g. 0.0.0.0:3478).
+    #[arg(long, env = "PLEXSPHERE_STUN_LISTEN")]
+    pub stun_listen: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub limits: LimitArgs,
     #[command(flatten)]
@@ -235,6 +242,15 @@ pub struct DevArgs {
     /// `--san 172.30.231.1`) and this URL on the bridge address.
     #[arg(long, env = "PLEXSPHERE_PUBLIC_URL")]
     pub public_url: Option<String>,
+    /// STUN on UDP; default: the listen IP, port 3478 (port 0 when --listen has port 0).
+    #[arg(long, env = "PLEXSPHERE_STUN_LISTEN")]
+    pub stun_listen: Option<std::net::SocketAddr>,
+    /// The embedded relay's UDP address; default: the listen IP, port 3479 (0 likewise).
+    #[arg(long, env = "PLEXSPHERE_DEV_RELAY_UDP")]
+    pub relay_udp: Option<std::net::SocketAddr>,
+    /// The embedded relay's TLS address; default: the listen IP, port 8444 (0 likewise).
+    #[arg(long, env = "PLEXSPHERE_DEV_RELAY_TLS")]
+    pub relay_tls: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub limits: LimitArgs,
     #[command(flatten)]

@@ -3,13 +3,15 @@
 //!
 //! `args.rs` is what clap parses, `failure.rs` how a command fails; `admin.rs` (seed, operator
 //! tokens, migrate), `backup.rs` (backup, restore), `serve.rs` (serve, dev) and `downloads.rs`
-//! run the commands.
+//! run the commands; `relay.rs` runs `relay` and `domain-key` and holds the STUN and dev-relay
+//! pieces `serve.rs` starts.
 
 mod admin;
 mod args;
 mod backup;
 mod downloads;
 mod failure;
+mod relay;
 mod serve;
 
 pub use args::{
@@ -90,5 +92,7 @@ async fn dispatch(cmd: Command) -> Result<(), Failure> {
         Command::Migrate(data) => admin::migrate(&data).await,
         Command::Backup { data, out } => backup::backup(&data, &out).await,
         Command::Restore { from, data } => backup::restore(&from, &data).await,
+        Command::Relay(cmd) => relay::relay(cmd).await,
+        Command::DomainKey(args) => relay::domain_key(&args),
     }
 }

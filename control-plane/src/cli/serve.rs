@@ -167,7 +167,15 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
     let broker = broker_config(&args.broker, catalog, public_url, ca_pem, machines);
     let state = AppState::with_broker_config(store, &args.data.data_dir, config, broker);
     let downloads = open_downloads(&args.downloads, downloads_config, &state, None).await?;
-    run(listener, transport, state, downloads).await
+    let stun = match args.stun_listen {
+        Some(a) => Some(super::relay::start_stun(a).await?),
+        None => None,
+    };
+    let result = run(listener, transport, state, downloads).await;
+    if let Some(task) = stun {
+        task.abort();
+    }
+    result
 }
 
 /// The built-in blueprints plus the operator's files.
@@ -276,7 +284,7 @@ pub async fn dev(args: DevArgs) -> Result<(), Failure> {
     tls::install_ring_provider();
     let tls_config = tls::server_config(&certs.server_cert, &certs.server_key)
         .context("cannot load the lab certificate")?;
-    let config = api_config(&args.limits, &args.node_api, Some(certs.ca_pem.clone()))?;
+    let mut config = api_config(&args.limits, &args.node_api, Some(certs.ca_pem.clone()))?;
     let downloads_config = args.downloads.config(&data_dir)?;
     let catalog = load_catalog(&args.broker)?;
     if let Some(url) = &args.public_url
@@ -305,6 +313,8 @@ pub async fn dev(args: DevArgs) -> Result<(), Failure> {
             .local_addr()
             .context("cannot read the bound address")?,
     );
+    let lab = manifest.domains.first().map(|d| d.slug.clone());
+    let reach = dev_reach(&args, addr, &data_dir, &certs, lab.as_deref(), &mut config).await?;
     let api_url = format!("https://{bound}");
     let plexctl_config = data_dir.join("plexctl.yaml");
     write_plexctl_config(&plexctl_config, &api_url, &token_file, &certs.ca_cert)?;
@@ -346,14 +356,79 @@ pub async fn dev(args: DevArgs) -> Result<(), Failure> {
         machines,
     );
     let state = AppState::with_broker_config(store, &data_dir, config, broker);
-    let lab = manifest.domains.first().map(|d| d.slug.clone());
     let downloads =
         open_downloads(&args.downloads, downloads_config, &state, lab.as_deref()).await?;
     println!(
         "plexd downloads: {api_url}/downloads/plexd (version {})",
         downloads.version()
     );
-    run(listener, Transport::Tls(tls_config), state, downloads).await
+    let result = run(listener, Transport::Tls(tls_config), state, downloads).await;
+    let (stun, relay) = reach;
+    stun.abort();
+    relay.shutdown().await;
+    result
+}
+
+/// `dev`'s STUN responder and embedded relay, on the listen IP (ports 3478, 3479 and 8444, or
+/// free ports when `--listen` asks for port 0), announced in every node's state.
+async fn dev_reach(
+    args: &DevArgs,
+    listen: SocketAddr,
+    data_dir: &Path,
+    certs: &tls::DevCerts,
+    lab: Option<&str>,
+    config: &mut ApiConfig,
+) -> Result<(tokio::task::JoinHandle<()>, plexsphere_relay::RelayHandle), Failure> {
+    let at = |port: u16| SocketAddr::new(listen.ip(), if listen.port() == 0 { 0 } else { port });
+    let slug = lab.ok_or_else(|| {
+        Failure::Config("the seed has no Domain for the dev relay to trust".into())
+    })?;
+    let domain_key = crate::keys::load_or_create(data_dir, slug)
+        .context("cannot load the lab Domain key")?
+        .public_key_b64();
+    let stun_addr = args.stun_listen.unwrap_or_else(|| at(3478));
+    let stun_socket = tokio::net::UdpSocket::bind(stun_addr)
+        .await
+        .with_context(|| {
+            format!(
+                "cannot listen for STUN on UDP {stun_addr}; pass --stun-listen with a free address"
+            )
+        })?;
+    // A wildcard address is announced as the public URL's IP when it has one (machines on
+    // the bridge), else as loopback.
+    let public_ip = args
+        .public_url
+        .as_deref()
+        .and_then(|u| u.strip_prefix("https://"))
+        .and_then(|rest| rest.parse::<SocketAddr>().ok())
+        .map(|a| a.ip());
+    let announce = |a: SocketAddr| match public_ip {
+        Some(ip) if a.ip().is_unspecified() => SocketAddr::new(ip, a.port()),
+        _ => reachable(a),
+    };
+    let stun_bound = announce(
+        stun_socket
+            .local_addr()
+            .context("cannot read the STUN address")?,
+    );
+    println!("stun: udp {stun_bound}");
+    let stun = tokio::spawn(plexsphere_relay::stun::serve(stun_socket));
+    let relay = super::relay::start_dev_relay(
+        data_dir,
+        args.relay_udp.unwrap_or_else(|| at(3479)),
+        args.relay_tls.unwrap_or_else(|| at(8444)),
+        &certs.server_cert,
+        &certs.server_key,
+        domain_key,
+    )
+    .await?;
+    let mut spec = relay.spec(None);
+    spec.udp = spec.udp.map(announce);
+    spec.tls = spec.tls.map(announce);
+    spec.tls_server_name = spec.tls.map(|a| a.ip().to_string());
+    config.relays.push(spec);
+    config.stun_advertise.push(stun_bound);
+    Ok((stun, relay))
 }
 
 fn write_plexctl_config(

@@ -1,0 +1,481 @@
+//! The relay's decisions, with no sockets and the time passed in: who is registered where,
+//! what a frame from a peer is answered with, where a `send` goes. The UDP thread and the TCP
+//! tasks share one [`Core`] behind a mutex and perform what it answers.
+//!
+//! | frame from a peer | answer |
+//! |---|---|
+//! | `hello{node}` | `challenge{cookie(peer address, node, epoch)}` |
+//! | `register` with a stale or foreign cookie, or a wrong proof | `refused{bad_proof}` |
+//! | `register` with a token no trusted Domain signed, or for another key | `refused{bad_token}` |
+//! | `register` with an expired token | `refused{expired}` |
+//! | `register` of a new key at `max_nodes` | `refused{busy}` |
+//! | `register` that checks out | `registered{LEASE_SECS}`; the key is bound to this peer |
+//! | `send{dst}` from a peer with no registration | `refused{not_registered}` (global rate) |
+//! | `send{dst}` over the node's frame or byte budget | `refused{busy}` (node's answer rate) |
+//! | `send{dst}` to a key with no live registration | `peer_gone{dst}` (node's answer rate) |
+//! | `send{dst}` otherwise | `recv{src, payload}` to `dst`'s peer |
+//! | `ping{nonce}` | `pong{nonce}` |
+//! | anything else | nothing (counted) |
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use plexsphere_wire::reach::relay::{Frame, LEASE_SECS, NodeKey, RefuseCode, RelayToken};
+use plexsphere_wire::signed::{DomainVerifier, SignContext, SignedEnvelope};
+use tokio::sync::mpsc;
+
+use crate::bucket::TokenBucket;
+use crate::cookie::CookieKey;
+use crate::limits::{LIMIT_LOG_EVERY, Limits};
+use crate::stats::Counters;
+
+/// One TCP connection's number, unique for the relay's life.
+pub type ConnId = u64;
+
+/// Where a frame came from or goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Peer {
+    Udp(SocketAddr),
+    Tcp(ConnId),
+}
+
+/// Where to put an answer: a UDP address, or a TCP connection's writer queue.
+#[derive(Debug, Clone)]
+pub enum To {
+    Udp(SocketAddr),
+    Tcp(mpsc::Sender<Vec<u8>>),
+}
+
+/// A frame to send.
+#[derive(Debug)]
+pub struct Out {
+    pub to: To,
+    pub frame: Frame,
+}
+
+/// What to do with a `send` (the I/O layer builds the `recv` from the bytes it holds).
+#[derive(Debug)]
+pub enum Forward {
+    /// Deliver `recv{src, payload}` there.
+    Deliver { to: To, src: NodeKey },
+    /// Answer the sender instead.
+    Answer(Out),
+    /// Drop it (counted).
+    Drop,
+}
+
+/// The time, both ways: the monotonic clock for leases and budgets, Unix seconds for cookies
+/// and tokens.
+#[derive(Debug, Clone, Copy)]
+pub struct Now {
+    pub mono: Instant,
+    pub unix: u64,
+}
+
+impl Now {
+    pub fn system() -> Self {
+        let unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0);
+        Self {
+            mono: Instant::now(),
+            unix,
+        }
+    }
+}
+
+struct Registration {
+    peer: Peer,
+    expires: Instant,
+    frames: TokenBucket,
+    bytes: TokenBucket,
+    answers: TokenBucket,
+}
+
+struct TcpConn {
+    tx: mpsc::Sender<Vec<u8>>,
+    addr: SocketAddr,
+}
+
+/// Which limit a log line is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Limit {
+    MaxNodes,
+    MaxTcp,
+    NodeBudget,
+    Refusals,
+}
+
+pub struct Core {
+    secret: [u8; 32],
+    cookies: CookieKey,
+    domains: Vec<DomainVerifier>,
+    limits: Limits,
+    nodes: HashMap<NodeKey, Registration>,
+    by_peer: HashMap<Peer, NodeKey>,
+    conns: HashMap<ConnId, TcpConn>,
+    next_conn: ConnId,
+    refusals: TokenBucket,
+    logged: HashMap<Limit, (Instant, u64)>,
+    counters: std::sync::Arc<Counters>,
+}
+
+impl Core {
+    pub fn new(
+        secret: [u8; 32],
+        cookie_secret: [u8; 32],
+        domains: Vec<DomainVerifier>,
+        limits: Limits,
+        counters: std::sync::Arc<Counters>,
+        now: Instant,
+    ) -> Self {
+        let refusals = TokenBucket::new(limits.refusals_per_sec, limits.refusals_per_sec, now);
+        Self {
+            secret,
+            cookies: CookieKey::new(&cookie_secret),
+            domains,
+            limits,
+            nodes: HashMap::new(),
+            by_peer: HashMap::new(),
+            conns: HashMap::new(),
+            next_conn: 1,
+            refusals,
+            logged: HashMap::new(),
+            counters,
+        }
+    }
+
+    /// Nodes with a registration (live or not yet swept).
+    pub fn registered(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// A new TCP connection's writer queue, or `None` at `max_tcp_connections`.
+    pub fn open_tcp(
+        &mut self,
+        tx: mpsc::Sender<Vec<u8>>,
+        addr: SocketAddr,
+        now: Instant,
+    ) -> Option<ConnId> {
+        if self.conns.len() >= self.limits.max_tcp_connections {
+            self.hit(Limit::MaxTcp, now);
+            return None;
+        }
+        let id = self.next_conn;
+        self.next_conn += 1;
+        self.conns.insert(id, TcpConn { tx, addr });
+        Some(id)
+    }
+
+    /// Forgets a closed TCP connection and the registration bound to it.
+    pub fn close_tcp(&mut self, id: ConnId) {
+        self.conns.remove(&id);
+        if let Some(node) = self.by_peer.remove(&Peer::Tcp(id)) {
+            self.nodes.remove(&node);
+        }
+    }
+
+    /// Drops every registration whose lease ended.
+    pub fn sweep(&mut self, now: Instant) {
+        let by_peer = &mut self.by_peer;
+        self.nodes.retain(|_, r| {
+            let live = r.expires > now;
+            if !live {
+                by_peer.remove(&r.peer);
+            }
+            live
+        });
+    }
+
+    fn to(&self, peer: Peer) -> Option<To> {
+        match peer {
+            Peer::Udp(a) => Some(To::Udp(a)),
+            Peer::Tcp(id) => self.conns.get(&id).map(|c| To::Tcp(c.tx.clone())),
+        }
+    }
+
+    /// The address a cookie is bound to: the UDP source, or the TCP connection's remote end.
+    fn address(&self, peer: Peer) -> Option<SocketAddr> {
+        match peer {
+            Peer::Udp(a) => Some(a),
+            Peer::Tcp(id) => self.conns.get(&id).map(|c| c.addr),
+        }
+    }
+
+    /// Logs a limit at most every [`LIMIT_LOG_EVERY`], with how often it was hit meanwhile.
+    fn hit(&mut self, limit: Limit, now: Instant) {
+        self.counters.limit_hits.inc();
+        let entry = self
+            .logged
+            .entry(limit)
+            .or_insert((now - LIMIT_LOG_EVERY * 2, 0));
+        entry.1 += 1;
+        if now.saturating_duration_since(entry.0) < LIMIT_LOG_EVERY {
+            return;
+        }
+        let times = std::mem::take(&mut entry.1);
+        entry.0 = now;
+        let l = &self.limits;
+        match limit {
+            Limit::MaxNodes => tracing::warn!(
+                times,
+                max = l.max_nodes,
+                "the relay is at its limit of registered nodes; new nodes are refused as busy (raise --max-nodes)"
+            ),
+            Limit::MaxTcp => tracing::warn!(
+                times,
+                max = l.max_tcp_connections,
+                "the relay is at its limit of TCP connections; new ones are closed (raise --max-tcp-connections)"
+            ),
+            Limit::NodeBudget => tracing::warn!(
+                times,
+                frames = l.node_frames_per_sec,
+                bytes = l.node_bytes_per_sec,
+                "a node sent more than its budget; frames over it are dropped (--node-frames-per-sec, --node-bytes-per-sec)"
+            ),
+            Limit::Refusals => tracing::warn!(
+                times,
+                rate = l.refusals_per_sec,
+                "more refusals than --refusals-per-sec are due; the rest go unanswered"
+            ),
+        }
+    }
+
+    /// A `refused` for a peer, if the global refusal rate allows one now.
+    fn refuse(&mut self, peer: Peer, code: RefuseCode, reason: &str, now: Instant) -> Option<Out> {
+        self.counters.refused.inc();
+        if !self.refusals.take(1, now) {
+            self.hit(Limit::Refusals, now);
+            return None;
+        }
+        let to = self.to(peer)?;
+        Some(Out {
+            to,
+            frame: Frame::Refused {
+                code,
+                reason: reason.to_owned(),
+            },
+        })
+    }
+
+    /// The answer to one frame from `peer` (a `send` goes through [`Core::forward`]).
+    pub fn handle(&mut self, peer: Peer, frame: Frame, now: Now) -> Option<Out> {
+        match frame {
+            Frame::Hello { node } => {
+                let cookie = self.cookies.make(self.address(peer)?, &node, now.unix);
+                Some(Out {
+                    to: self.to(peer)?,
+                    frame: Frame::Challenge { cookie },
+                })
+            }
+            Frame::Register {
+                node,
+                cookie,
+                proof,
+                token,
+            } => self.register(peer, node, &cookie, &proof, &token, now),
+            Frame::Ping { nonce } => Some(Out {
+                to: self.to(peer)?,
+                frame: Frame::Pong { nonce },
+            }),
+            Frame::Send { dst, payload } => match self.forward(peer, &dst, payload.len(), now) {
+                Forward::Deliver { to, src } => Some(Out {
+                    to,
+                    frame: Frame::Recv { src, payload },
+                }),
+                Forward::Answer(out) => Some(out),
+                Forward::Drop => None,
+            },
+            Frame::Pong { .. } => None,
+            Frame::Challenge { .. }
+            | Frame::Registered { .. }
+            | Frame::Recv { .. }
+            | Frame::Refused { .. }
+            | Frame::PeerGone { .. } => {
+                self.counters.dropped_unexpected.inc();
+                None
+            }
+        }
+    }
+
+    fn register(
+        &mut self,
+        peer: Peer,
+        node: NodeKey,
+        cookie: &[u8; 32],
+        proof: &[u8; 32],
+        token: &[u8],
+        now: Now,
+    ) -> Option<Out> {
+        let addr = self.address(peer)?;
+        if !self.cookies.check(addr, &node, cookie, now.unix) {
+            return self.refuse(peer, RefuseCode::BadProof, "the cookie is not from this relay for this address and key, or older than a minute: send hello again", now.mono);
+        }
+        let shared = plexsphere_wire::reach::shared_secret(&self.secret, &node);
+        if !plexsphere_wire::reach::relay::proof_matches(&shared, cookie, &node, proof) {
+            return self.refuse(peer, RefuseCode::BadProof, "the proof does not match this key and this relay's public key: check the relay key in the node's state", now.mono);
+        }
+        if let Err((code, reason)) = self.check_token(&node, token, now.unix) {
+            return self.refuse(peer, code, reason, now.mono);
+        }
+        if !self.nodes.contains_key(&node) && self.nodes.len() >= self.limits.max_nodes {
+            self.sweep(now.mono);
+            if self.nodes.len() >= self.limits.max_nodes {
+                self.hit(Limit::MaxNodes, now.mono);
+                return self.refuse(peer, RefuseCode::Busy, "this relay has as many nodes registered as it takes (--max-nodes): use another relay", now.mono);
+            }
+        }
+        self.bind(peer, node, now.mono);
+        self.counters.registrations.inc();
+        tracing::debug!(node = %STANDARD.encode(node), ?peer, "registered");
+        Some(Out {
+            to: self.to(peer)?,
+            frame: Frame::Registered {
+                lease_secs: LEASE_SECS,
+            },
+        })
+    }
+
+    fn check_token(
+        &self,
+        node: &NodeKey,
+        token: &[u8],
+        now_unix: u64,
+    ) -> Result<(), (RefuseCode, &'static str)> {
+        let env: SignedEnvelope = serde_json::from_slice(token).map_err(|_| {
+            (
+                RefuseCode::BadToken,
+                "the token is not a signed envelope (JSON): send the relay_token of the node's state",
+            )
+        })?;
+        let token: RelayToken = self
+            .domains
+            .iter()
+            .find_map(|d| d.open(SignContext::RelayToken, &env).ok())
+            .ok_or((
+                RefuseCode::BadToken,
+                "the token is not signed by a Domain this relay trusts (--domain-key)",
+            ))?;
+        if token.public_key != STANDARD.encode(node) {
+            return Err((
+                RefuseCode::BadToken,
+                "the token was issued for another WireGuard key",
+            ));
+        }
+        if token.expires_at <= i64::try_from(now_unix).unwrap_or(i64::MAX) {
+            return Err((
+                RefuseCode::Expired,
+                "the token has expired: pull a fresh state from the control plane",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Binds `node` to `peer` (replacing its older binding, and whatever key `peer` had).
+    fn bind(&mut self, peer: Peer, node: NodeKey, now: Instant) {
+        if let Some(old) = self.nodes.get(&node)
+            && old.peer != peer
+        {
+            self.by_peer.remove(&old.peer);
+        }
+        if let Some(other) = self.by_peer.insert(peer, node)
+            && other != node
+        {
+            self.nodes.remove(&other);
+        }
+        let lease = now + Duration::from_secs(u64::from(LEASE_SECS));
+        let l = &self.limits;
+        match self.nodes.get_mut(&node) {
+            Some(r) => {
+                r.peer = peer;
+                r.expires = lease;
+            }
+            None => {
+                self.nodes.insert(
+                    node,
+                    Registration {
+                        peer,
+                        expires: lease,
+                        frames: TokenBucket::new(l.node_frames_per_sec, l.node_frames_per_sec, now),
+                        bytes: TokenBucket::new(l.node_bytes_per_sec, l.node_bytes_per_sec, now),
+                        answers: TokenBucket::new(
+                            l.node_answers_per_sec,
+                            l.node_answers_per_sec,
+                            now,
+                        ),
+                    },
+                );
+            }
+        }
+    }
+
+    /// Where a `send` of `len` payload bytes to `dst` from `peer` goes.
+    pub fn forward(&mut self, peer: Peer, dst: &NodeKey, len: usize, now: Now) -> Forward {
+        let Some(src) = self.by_peer.get(&peer).copied() else {
+            return self.not_registered(peer, now.mono);
+        };
+        let Some(reg) = self.nodes.get_mut(&src) else {
+            return self.not_registered(peer, now.mono);
+        };
+        if reg.expires <= now.mono {
+            return self.not_registered(peer, now.mono);
+        }
+        if !reg.frames.take(1, now.mono) || !reg.bytes.take(len as u64, now.mono) {
+            self.counters.dropped_budget.inc();
+            let answer = reg.answers.take(1, now.mono);
+            self.hit(Limit::NodeBudget, now.mono);
+            return match (answer, self.to(peer)) {
+                (true, Some(to)) => Forward::Answer(Out {
+                    to,
+                    frame: Frame::Refused {
+                        code: RefuseCode::Busy,
+                        reason: "over this node's budget at this relay; frames are dropped".into(),
+                    },
+                }),
+                _ => Forward::Drop,
+            };
+        }
+        let target = self
+            .nodes
+            .get(dst)
+            .filter(|r| r.expires > now.mono)
+            .map(|r| r.peer);
+        match target.and_then(|p| self.to(p)) {
+            Some(to) => Forward::Deliver { to, src },
+            None => {
+                self.counters.peer_gone.inc();
+                let answer = self
+                    .nodes
+                    .get_mut(&src)
+                    .is_some_and(|r| r.answers.take(1, now.mono));
+                match (answer, self.to(peer)) {
+                    (true, Some(to)) => Forward::Answer(Out {
+                        to,
+                        frame: Frame::PeerGone { dst: *dst },
+                    }),
+                    _ => Forward::Drop,
+                }
+            }
+        }
+    }
+
+    fn not_registered(&mut self, peer: Peer, now: Instant) -> Forward {
+        match self.refuse(
+            peer,
+            RefuseCode::NotRegistered,
+            "send from an address or connection with no registration: register first",
+            now,
+        ) {
+            Some(out) => Forward::Answer(out),
+            None => Forward::Drop,
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "core_tests.rs"]
+mod tests;

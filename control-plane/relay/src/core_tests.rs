@@ -1,0 +1,211 @@
+use std::sync::Arc;
+
+use plexsphere_wire::signed::DomainSigner;
+
+use super::*;
+
+const RELAY_SK: [u8; 32] = [11; 32];
+
+fn signer() -> DomainSigner {
+    DomainSigner::from_seed(&[3; 32]).unwrap()
+}
+
+fn core(limits: Limits, t0: Instant) -> Core {
+    let verifier = DomainVerifier::from_b64(&signer().public_key_b64()).unwrap();
+    Core::new(
+        RELAY_SK,
+        [9; 32],
+        vec![verifier],
+        limits,
+        Arc::new(Counters::default()),
+        t0,
+    )
+}
+
+fn token(node: &NodeKey, expires_at: i64) -> Vec<u8> {
+    let t = RelayToken {
+        domain_id: uuid::Uuid::nil(),
+        node_id: uuid::Uuid::nil(),
+        public_key: STANDARD.encode(node),
+        expires_at,
+    };
+    serde_json::to_vec(&signer().sign(SignContext::RelayToken, &t).unwrap()).unwrap()
+}
+
+/// Runs hello + register for node secret `sk` from `peer`; the answer's frame.
+fn register(core: &mut Core, peer: Peer, sk: [u8; 32], now: Now) -> Frame {
+    let node = plexsphere_wire::reach::public_key(&sk);
+    let cookie = match core.handle(peer, Frame::Hello { node }, now).unwrap().frame {
+        Frame::Challenge { cookie } => cookie,
+        f => panic!("want a challenge, got {f:?}"),
+    };
+    let relay_pk = plexsphere_wire::reach::public_key(&RELAY_SK);
+    let shared = plexsphere_wire::reach::shared_secret(&sk, &relay_pk);
+    let proof = plexsphere_wire::reach::relay::proof(&shared, &cookie, &node);
+    let frame = Frame::Register {
+        node,
+        cookie,
+        proof,
+        token: token(&node, now.unix as i64 + 600),
+    };
+    core.handle(peer, frame, now).unwrap().frame
+}
+
+fn at(t0: Instant, secs: u64) -> Now {
+    Now {
+        mono: t0 + Duration::from_secs(secs),
+        unix: 1_800_000_000 + secs,
+    }
+}
+
+fn udp(port: u16) -> Peer {
+    Peer::Udp(SocketAddr::from(([192, 0, 2, 1], port)))
+}
+
+#[test]
+fn max_nodes_refuses_busy_until_a_lease_ends() {
+    let t0 = Instant::now();
+    let mut c = core(
+        Limits {
+            max_nodes: 2,
+            ..Limits::default()
+        },
+        t0,
+    );
+    assert!(matches!(
+        register(&mut c, udp(1), [1; 32], at(t0, 0)),
+        Frame::Registered { .. }
+    ));
+    assert!(matches!(
+        register(&mut c, udp(2), [2; 32], at(t0, 0)),
+        Frame::Registered { .. }
+    ));
+    match register(&mut c, udp(3), [3; 32], at(t0, 1)) {
+        Frame::Refused { code, .. } => assert_eq!(code, RefuseCode::Busy),
+        f => panic!("want busy, got {f:?}"),
+    }
+    // A registered node renews at the limit.
+    assert!(matches!(
+        register(&mut c, udp(1), [1; 32], at(t0, 30)),
+        Frame::Registered { .. }
+    ));
+    // Node 2's lease has ended by now (it did not renew): room for node 3.
+    let later = at(t0, u64::from(LEASE_SECS) + 1);
+    assert!(matches!(
+        register(&mut c, udp(3), [3; 32], later),
+        Frame::Registered { .. }
+    ));
+    assert_eq!(c.registered(), 2);
+}
+
+#[test]
+fn budget_cuts_a_flood_and_refills_with_time() {
+    let t0 = Instant::now();
+    let mut c = core(
+        Limits {
+            node_frames_per_sec: 10,
+            ..Limits::default()
+        },
+        t0,
+    );
+    let now = at(t0, 0);
+    register(&mut c, udp(1), [1; 32], now);
+    register(&mut c, udp(2), [2; 32], now);
+    let dst = plexsphere_wire::reach::public_key(&[2; 32]);
+    let delivered = (0..100)
+        .filter(|_| matches!(c.forward(udp(1), &dst, 100, now), Forward::Deliver { .. }))
+        .count();
+    assert_eq!(delivered, 10);
+    assert_eq!(c.counters.dropped_budget.get(), 90);
+    // Half a second later, five more.
+    let half = Now {
+        mono: t0 + Duration::from_millis(500),
+        ..now
+    };
+    let delivered = (0..100)
+        .filter(|_| matches!(c.forward(udp(1), &dst, 100, half), Forward::Deliver { .. }))
+        .count();
+    assert_eq!(delivered, 5);
+}
+
+#[test]
+fn a_new_registration_moves_the_key_and_the_old_address_is_unregistered() {
+    let t0 = Instant::now();
+    let mut c = core(Limits::default(), t0);
+    let now = at(t0, 0);
+    register(&mut c, udp(1), [1; 32], now);
+    register(&mut c, udp(2), [2; 32], now);
+    let dst = plexsphere_wire::reach::public_key(&[2; 32]);
+    // Node 1 roams to port 9.
+    register(&mut c, udp(9), [1; 32], now);
+    assert!(matches!(
+        c.forward(udp(9), &dst, 10, now),
+        Forward::Deliver { .. }
+    ));
+    match c.forward(udp(1), &dst, 10, now) {
+        Forward::Answer(Out {
+            frame: Frame::Refused { code, .. },
+            ..
+        }) => assert_eq!(code, RefuseCode::NotRegistered),
+        f => panic!("want not registered, got {f:?}"),
+    }
+    // Node 2 sees node 1 at its new address.
+    let src = plexsphere_wire::reach::public_key(&[1; 32]);
+    match c.forward(udp(2), &src, 10, now) {
+        Forward::Deliver { to: To::Udp(a), .. } => assert_eq!(Peer::Udp(a), udp(9)),
+        f => panic!("want delivery, got {f:?}"),
+    }
+}
+
+#[test]
+fn peer_gone_and_refusals_are_rate_limited() {
+    let t0 = Instant::now();
+    let mut c = core(
+        Limits {
+            node_answers_per_sec: 3,
+            refusals_per_sec: 4,
+            ..Limits::default()
+        },
+        t0,
+    );
+    let now = at(t0, 0);
+    register(&mut c, udp(1), [1; 32], now);
+    let nobody = [0xEE; 32];
+    let gone = (0..50)
+        .filter(|_| matches!(c.forward(udp(1), &nobody, 10, now), Forward::Answer(_)))
+        .count();
+    assert_eq!(gone, 3);
+    assert_eq!(c.counters.peer_gone.get(), 50);
+    // A stranger's sends: at most the global refusal rate is answered.
+    let refused = (0..50)
+        .filter(|_| matches!(c.forward(udp(77), &nobody, 10, now), Forward::Answer(_)))
+        .count();
+    assert_eq!(refused, 4);
+}
+
+#[test]
+fn a_closed_tcp_connection_takes_its_registration_along() {
+    let t0 = Instant::now();
+    let mut c = core(
+        Limits {
+            max_tcp_connections: 1,
+            ..Limits::default()
+        },
+        t0,
+    );
+    let (tx, _rx) = mpsc::channel(4);
+    let addr = SocketAddr::from(([192, 0, 2, 5], 443));
+    let id = c.open_tcp(tx.clone(), addr, t0).unwrap();
+    assert!(
+        c.open_tcp(tx, addr, t0).is_none(),
+        "over max_tcp_connections"
+    );
+    let now = at(t0, 0);
+    assert!(matches!(
+        register(&mut c, Peer::Tcp(id), [1; 32], now),
+        Frame::Registered { .. }
+    ));
+    assert_eq!(c.registered(), 1);
+    c.close_tcp(id);
+    assert_eq!(c.registered(), 0);
+}

@@ -1,0 +1,180 @@
+//! The STUN responder (RFC 8489, Binding only): a Binding request gets a success response with
+//! the sender's address as XOR-MAPPED-ADDRESS, the only thing a node asks a STUN server for
+//! (its reflexive address, and with two servers how its NAT maps). Pure: bytes in, bytes out,
+//! so the relay's UDP socket and the control plane's `--stun-listen` share it.
+//!
+//! A request with a comprehension-required attribute this responder does not know gets the
+//! 420 (Unknown Attribute) error response that RFC 8489 §6.3.1 asks for. Anything else
+//! (responses, indications, other methods, malformed bytes) gets no answer at all: a STUN
+//! server never answers what it cannot read, so it is no reflector.
+
+use std::net::{IpAddr, SocketAddr};
+
+use bytecodec::{DecodeExt as _, EncodeExt as _};
+use stun_codec::rfc5389::attributes::{ErrorCode, Software, UnknownAttributes, XorMappedAddress};
+use stun_codec::rfc5389::errors::UnknownAttribute;
+use stun_codec::rfc5389::{Attribute, methods::BINDING};
+use stun_codec::{Attribute as _, Message, MessageClass, MessageDecoder, MessageEncoder};
+
+/// What the responder names itself in the SOFTWARE attribute of its answers.
+pub const SOFTWARE: &str = "plexsphere";
+
+/// The answer to a STUN datagram from `from`, or `None` when it gets none.
+pub fn answer(request: &[u8], from: SocketAddr) -> Option<Vec<u8>> {
+    if plexsphere_wire::reach::classify(request) != plexsphere_wire::reach::Kind::Stun {
+        return None;
+    }
+    let mut decoder = MessageDecoder::<Attribute>::new();
+    let message = decoder.decode_from_bytes(request).ok()?.ok()?;
+    if message.class() != MessageClass::Request || message.method() != BINDING {
+        return None;
+    }
+    let unknown: Vec<_> = message
+        .unknown_attributes()
+        .map(|a| a.get_type())
+        .filter(|t| t.is_comprehension_required())
+        .collect();
+    let mut response = if unknown.is_empty() {
+        let mut ok = Message::<Attribute>::new(
+            MessageClass::SuccessResponse,
+            BINDING,
+            message.transaction_id(),
+        );
+        ok.add_attribute(XorMappedAddress::new(unmapped(from)));
+        ok
+    } else {
+        let mut err = Message::<Attribute>::new(
+            MessageClass::ErrorResponse,
+            BINDING,
+            message.transaction_id(),
+        );
+        err.add_attribute(ErrorCode::from(UnknownAttribute));
+        err.add_attribute(UnknownAttributes::new(unknown));
+        err
+    };
+    if let Ok(software) = Software::new(SOFTWARE.to_owned()) {
+        response.add_attribute(software);
+    }
+    MessageEncoder::new().encode_into_bytes(response).ok()
+}
+
+/// An IPv4 sender seen on a dual-stack socket (`::ffff:a.b.c.d`) is reported as IPv4: that is
+/// the address its NAT gave it.
+fn unmapped(addr: SocketAddr) -> SocketAddr {
+    match addr.ip() {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(IpAddr::V4(v4), addr.port()),
+            None => addr,
+        },
+        IpAddr::V4(_) => addr,
+    }
+}
+
+/// A Binding request with a transaction id (what a node sends); for tests and clients.
+pub fn binding_request(transaction_id: [u8; 12]) -> Vec<u8> {
+    let message = Message::<Attribute>::new(
+        MessageClass::Request,
+        BINDING,
+        stun_codec::TransactionId::new(transaction_id),
+    );
+    MessageEncoder::new()
+        .encode_into_bytes(message)
+        .unwrap_or_default()
+}
+
+/// The XOR-MAPPED-ADDRESS of a Binding success response with that transaction id.
+pub fn mapped_address(response: &[u8], transaction_id: [u8; 12]) -> Option<SocketAddr> {
+    let mut decoder = MessageDecoder::<Attribute>::new();
+    let message = decoder.decode_from_bytes(response).ok()?.ok()?;
+    if message.class() != MessageClass::SuccessResponse
+        || message.method() != BINDING
+        || message.transaction_id().as_bytes() != &transaction_id
+    {
+        return None;
+    }
+    message
+        .get_attribute::<XorMappedAddress>()
+        .map(|a| a.address())
+}
+
+/// Answers Binding requests on `socket` until the future is dropped; everything else is
+/// ignored. What `plexsphere serve --stun-listen` runs.
+pub async fn serve(socket: tokio::net::UdpSocket) {
+    let mut buf = vec![0u8; 2048];
+    loop {
+        match socket.recv_from(&mut buf).await {
+            Ok((n, from)) => {
+                if let Some(reply) = answer(&buf[..n], from) {
+                    let _ = socket.send_to(&reply, from).await;
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "stun receive failed");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binding_request_answers_the_sender_v4_and_v6() {
+        for from in ["198.51.100.7:40000", "[2001:db8::1]:51820"] {
+            let from: SocketAddr = from.parse().unwrap();
+            let req = binding_request([9; 12]);
+            let resp = answer(&req, from).unwrap();
+            assert_eq!(mapped_address(&resp, [9; 12]), Some(from));
+            assert_eq!(mapped_address(&resp, [8; 12]), None);
+        }
+    }
+
+    #[test]
+    fn mapped_v4_is_reported_as_v4() {
+        let from: SocketAddr = "[::ffff:192.0.2.1]:1234".parse().unwrap();
+        let resp = answer(&binding_request([1; 12]), from).unwrap();
+        assert_eq!(
+            mapped_address(&resp, [1; 12]),
+            Some("192.0.2.1:1234".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn the_xor_is_on_the_wire() {
+        // RFC 8489 §14.2: the port is XORed with the cookie's top 16 bits.
+        let from: SocketAddr = "192.0.2.1:32853".parse().unwrap();
+        let resp = answer(&binding_request([2; 12]), from).unwrap();
+        let port = 32853u16 ^ 0x2112;
+        assert!(resp.windows(2).any(|w| w == port.to_be_bytes()));
+        assert!(!resp.windows(2).any(|w| w == 32853u16.to_be_bytes()));
+    }
+
+    #[test]
+    fn no_answer_to_what_is_not_a_binding_request() {
+        let from: SocketAddr = "192.0.2.1:1".parse().unwrap();
+        assert_eq!(answer(b"", from), None);
+        assert_eq!(answer(&[0u8; 19], from), None);
+        let mut resp = answer(&binding_request([3; 12]), from).unwrap();
+        // A response is never answered.
+        assert_eq!(answer(&resp, from), None);
+        // Garbage with a STUN header shape.
+        resp.truncate(20);
+        resp[2] = 0;
+        resp[3] = 7;
+        assert_eq!(answer(&resp, from), None);
+    }
+
+    #[test]
+    fn unknown_required_attribute_gets_420() {
+        let mut req = binding_request([4; 12]);
+        // Attribute 0x7777 (comprehension-required), 4 bytes of value.
+        req.extend_from_slice(&[0x77, 0x77, 0, 4, 1, 2, 3, 4]);
+        req[3] = 8;
+        let from: SocketAddr = "192.0.2.1:1".parse().unwrap();
+        let resp = answer(&req, from).unwrap();
+        assert_eq!(resp[0] & 0x01, 0x01, "an error response class");
+        assert!(resp.windows(2).any(|w| w == [0x77, 0x77]));
+        assert_eq!(mapped_address(&resp, [4; 12]), None);
+    }
+}
