@@ -33,6 +33,11 @@ pub struct ApiConfig {
     /// heartbeat intervals. Whole seconds.
     pub offline_after: Option<Duration>,
     pub events: EventConfig,
+    /// The relays every node's signed state lists (`--relay`), home relay candidates first.
+    pub relays: Vec<plexsphere_wire::node::RelaySpec>,
+    /// STUN servers every node's state lists besides the relays' UDP ports
+    /// (`--stun-advertise`).
+    pub stun_advertise: Vec<std::net::SocketAddr>,
 }
 
 impl ApiConfig {
@@ -132,6 +137,8 @@ impl AppState {
             store: &self.store,
             keys: &self.keys,
             bus: self.bus.as_ref(),
+            relays: &self.config.relays,
+            stun: &self.config.stun_advertise,
         }
     }
 }

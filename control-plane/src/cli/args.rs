@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use ipnet::IpNet;
 
 use super::downloads::DownloadArgs;
+use super::reach::ReachArgs;
 use crate::ratelimit::RateLimit;
 
 #[derive(Debug, Parser)]
@@ -177,6 +178,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub node_api: NodeApiArgs,
     #[command(flatten)]
+    pub reach: ReachArgs,
+    #[command(flatten)]
     pub downloads: DownloadArgs,
     #[command(flatten)]
     pub broker: BrokerArgs,
@@ -239,6 +242,8 @@ pub struct DevArgs {
     pub limits: LimitArgs,
     #[command(flatten)]
     pub node_api: NodeApiArgs,
+    #[command(flatten)]
+    pub reach: ReachArgs,
     #[command(flatten)]
     pub downloads: DownloadArgs,
     #[command(flatten)]

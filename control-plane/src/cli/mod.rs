@@ -3,13 +3,14 @@
 //!
 //! `args.rs` is what clap parses, `failure.rs` how a command fails; `admin.rs` (seed, operator
 //! tokens, migrate), `backup.rs` (backup, restore), `serve.rs` (serve, dev) and `downloads.rs`
-//! run the commands.
+//! run the commands; `reach.rs` parses the relays and STUN servers nodes are told of.
 
 mod admin;
 mod args;
 mod backup;
 mod downloads;
 mod failure;
+mod reach;
 mod serve;
 
 pub use args::{
@@ -18,6 +19,7 @@ pub use args::{
 };
 pub use downloads::DownloadArgs;
 pub use failure::Failure;
+pub use reach::{ReachArgs, parse_relay};
 
 use std::process::ExitCode;
 

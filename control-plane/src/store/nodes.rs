@@ -2,10 +2,12 @@
 
 use std::net::{IpAddr, SocketAddr};
 
+use plexsphere_wire::node::{NatMapping, NatReport};
 use sqlx::{AnyConnection, Row as _};
 use uuid::Uuid;
 
 use super::{StoreError, parse_col};
+use crate::candidates::Candidates;
 
 #[derive(Clone, PartialEq, Eq)]
 pub struct NodeRow {
@@ -30,6 +32,17 @@ pub struct NodeRow {
     pub endpoints: Vec<SocketAddr>,
     /// What the node reported about itself (heartbeats and ingest).
     pub report: NodeReport,
+    /// What the node's last endpoint report said of its reach.
+    pub reach: NodeReach,
+}
+
+/// What a node's last endpoint report said of its reach (all empty until it reports).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeReach {
+    pub candidates: Candidates,
+    pub home_relay: Option<String>,
+    /// `None` until the node reports (or from before schema version 7).
+    pub nat: Option<NatReport>,
 }
 
 /// What a node reported about itself: its last heartbeat's figures (all `None` until it
@@ -49,7 +62,8 @@ macro_rules! select_nodes {
     ($tail:literal) => {
         concat!(
             "SELECT id, domain_id, project_id, hostname, arch, plexd_version, mesh_ip, wireguard_public_key, resource_handle, credential_sha256, registered_at, last_seen_at, revoked_at, listen_port, endpoints, \
-             last_heartbeat_at, uptime_secs, applied_state_version, peers_configured, peers_connected, observations_dropped FROM nodes ",
+             last_heartbeat_at, uptime_secs, applied_state_version, peers_configured, peers_connected, observations_dropped, \
+             local_endpoints, reflexive_endpoints, observed_endpoint, home_relay, nat_mapping, udp_blocked FROM nodes ",
             $tail
         )
     };
@@ -80,6 +94,7 @@ impl NodeRow {
             listen_port: None,
             endpoints: vec![SocketAddr::from(([192, 0, 2, 1], 51820))],
             report: NodeReport::default(),
+            reach: NodeReach::default(),
         }
     }
 }
@@ -116,11 +131,7 @@ fn from_row(row: &sqlx::any::AnyRow) -> Result<NodeRow, StoreError> {
             .try_get::<Option<i64>, _>("listen_port")?
             .map(|p| u16::try_from(p).map_err(|_| StoreError::corrupt("nodes.listen_port", p)))
             .transpose()?,
-        endpoints: match row.try_get::<Option<String>, _>("endpoints")? {
-            None => Vec::new(),
-            Some(text) => serde_json::from_str(&text)
-                .map_err(|e| StoreError::corrupt("nodes.endpoints", e))?,
-        },
+        endpoints: json_list(row, "endpoints", "nodes.endpoints")?,
         report: NodeReport {
             last_heartbeat_at: row.try_get("last_heartbeat_at")?,
             uptime_secs: opt_col(row, "uptime_secs", "nodes.uptime_secs")?,
@@ -137,7 +148,69 @@ fn from_row(row: &sqlx::any::AnyRow) -> Result<NodeRow, StoreError> {
                     .map_err(|_| StoreError::corrupt("nodes.observations_dropped", n))?
             },
         },
+        reach: reach_from_row(row)?,
     })
+}
+
+fn reach_from_row(row: &sqlx::any::AnyRow) -> Result<NodeReach, StoreError> {
+    let observed = row
+        .try_get::<Option<String>, _>("observed_endpoint")?
+        .map(|t| parse_col("nodes.observed_endpoint", &t))
+        .transpose()?;
+    let nat = match row.try_get::<Option<String>, _>("nat_mapping")? {
+        None => None,
+        Some(text) => Some(NatReport {
+            mapping: nat_mapping_from(&text)
+                .ok_or_else(|| StoreError::corrupt("nodes.nat_mapping", &text))?,
+            udp_blocked: row.try_get::<Option<i64>, _>("udp_blocked")?.unwrap_or(0) != 0,
+        }),
+    };
+    Ok(NodeReach {
+        candidates: Candidates {
+            local: json_list(row, "local_endpoints", "nodes.local_endpoints")?,
+            reflexive: json_list(row, "reflexive_endpoints", "nodes.reflexive_endpoints")?,
+            observed,
+        },
+        home_relay: row.try_get("home_relay")?,
+        nat,
+    })
+}
+
+/// A nullable JSON array of `ip:port` (NULL is empty).
+fn json_list(
+    row: &sqlx::any::AnyRow,
+    column: &str,
+    what: &'static str,
+) -> Result<Vec<SocketAddr>, StoreError> {
+    match row.try_get::<Option<String>, _>(column)? {
+        None => Ok(Vec::new()),
+        Some(text) => serde_json::from_str(&text).map_err(|e| StoreError::corrupt(what, e)),
+    }
+}
+
+fn json_text(list: &[SocketAddr], what: &'static str) -> Result<String, StoreError> {
+    serde_json::to_string(list).map_err(|e| StoreError::corrupt(what, e))
+}
+
+/// The stored text of a NAT mapping (the wire's snake_case name).
+fn nat_mapping_text(m: NatMapping) -> &'static str {
+    match m {
+        NatMapping::Unknown => "unknown",
+        NatMapping::None => "none",
+        NatMapping::EndpointIndependent => "endpoint_independent",
+        NatMapping::EndpointDependent => "endpoint_dependent",
+    }
+}
+
+fn nat_mapping_from(text: &str) -> Option<NatMapping> {
+    [
+        NatMapping::Unknown,
+        NatMapping::None,
+        NatMapping::EndpointIndependent,
+        NatMapping::EndpointDependent,
+    ]
+    .into_iter()
+    .find(|m| nat_mapping_text(*m) == text)
 }
 
 /// A nullable BIGINT column as an unsigned integer; out of range is a corrupt row.
@@ -307,21 +380,30 @@ pub async fn record_heartbeat(
     Ok(done.rows_affected() == 1)
 }
 
-/// Stores the node's listen port and advertised endpoints.
+/// Stores the node's listen port, advertised endpoints and what it reported of its reach.
 pub async fn set_endpoints(
     conn: &mut AnyConnection,
     id: Uuid,
     listen_port: u16,
     endpoints: &[SocketAddr],
+    reach: &NodeReach,
 ) -> Result<(), StoreError> {
-    let json = serde_json::to_string(endpoints)
-        .map_err(|e| StoreError::corrupt("nodes.endpoints (serializing)", e))?;
-    sqlx::query("UPDATE nodes SET listen_port = $1, endpoints = $2 WHERE id = $3")
-        .bind(i64::from(listen_port))
-        .bind(json)
-        .bind(id.to_string())
-        .execute(&mut *conn)
-        .await?;
+    let c = &reach.candidates;
+    sqlx::query(
+        "UPDATE nodes SET listen_port = $1, endpoints = $2, local_endpoints = $3, reflexive_endpoints = $4, \
+         observed_endpoint = $5, home_relay = $6, nat_mapping = $7, udp_blocked = $8 WHERE id = $9",
+    )
+    .bind(i64::from(listen_port))
+    .bind(json_text(endpoints, "nodes.endpoints (serializing)")?)
+    .bind(json_text(&c.local, "nodes.local_endpoints (serializing)")?)
+    .bind(json_text(&c.reflexive, "nodes.reflexive_endpoints (serializing)")?)
+    .bind(c.observed.map(|a| a.to_string()))
+    .bind(reach.home_relay.clone())
+    .bind(reach.nat.as_ref().map(|n| nat_mapping_text(n.mapping).to_owned()))
+    .bind(reach.nat.as_ref().map(|n| i64::from(n.udp_blocked)))
+    .bind(id.to_string())
+    .execute(&mut *conn)
+    .await?;
     Ok(())
 }
 
