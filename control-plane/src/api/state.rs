@@ -33,10 +33,9 @@ pub struct ApiConfig {
     /// heartbeat intervals. Whole seconds.
     pub offline_after: Option<Duration>,
     pub events: EventConfig,
-    /// The relays every node's signed state lists (`--relay`), home relay candidates first.
+    /// The relays the control plane puts into every node's signed state (`--relay`).
     pub relays: Vec<plexsphere_wire::node::RelaySpec>,
-    /// STUN servers every node's state lists besides the relays' UDP ports
-    /// (`--stun-advertise`).
+    /// The STUN servers the control plane puts into every node's state (`--stun-advertise`).
     pub stun_advertise: Vec<std::net::SocketAddr>,
 }
 

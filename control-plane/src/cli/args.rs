@@ -123,6 +123,9 @@ pub struct NodeApiArgs {
     /// Seconds between keep-alive comments on an idle event stream.
     #[arg(long, env = "PLEXSPHERE_SSE_KEEPALIVE_SECS", default_value_t = plexsphere_wire::node::SSE_KEEPALIVE_SECS)]
     pub sse_keepalive_secs: u64,
+    /// The relays and STUN servers every node's state lists (`--relay`, `--stun-advertise`).
+    #[command(flatten)]
+    pub reach: ReachArgs,
 }
 
 impl NodeApiArgs {
@@ -137,6 +140,9 @@ impl NodeApiArgs {
         if self.offline_after_secs == Some(0) {
             return Err("--offline-after-secs must be at least 1".into());
         }
+        self.reach.check()?;
+        config.relays = self.reach.relays.clone();
+        config.stun_advertise = self.reach.stun_advertise.clone();
         config.intervals.heartbeat_secs = self.heartbeat_secs;
         config.offline_after = self.offline_after_secs.map(Duration::from_secs);
         config.events.retention = Duration::from_secs(self.event_retention_secs);
@@ -177,8 +183,6 @@ pub struct ServeArgs {
     pub limits: LimitArgs,
     #[command(flatten)]
     pub node_api: NodeApiArgs,
-    #[command(flatten)]
-    pub reach: ReachArgs,
     #[command(flatten)]
     pub downloads: DownloadArgs,
     #[command(flatten)]
@@ -242,8 +246,6 @@ pub struct DevArgs {
     pub limits: LimitArgs,
     #[command(flatten)]
     pub node_api: NodeApiArgs,
-    #[command(flatten)]
-    pub reach: ReachArgs,
     #[command(flatten)]
     pub downloads: DownloadArgs,
     #[command(flatten)]

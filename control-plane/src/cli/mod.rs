@@ -3,7 +3,7 @@
 //!
 //! `args.rs` is what clap parses, `failure.rs` how a command fails; `admin.rs` (seed, operator
 //! tokens, migrate), `backup.rs` (backup, restore), `serve.rs` (serve, dev) and `downloads.rs`
-//! run the commands; `reach.rs` parses the relays and STUN servers nodes are told of.
+//! run the commands.
 
 mod admin;
 mod args;

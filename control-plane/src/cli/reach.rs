@@ -1,5 +1,5 @@
-//! The reach flags of `plexsphere serve` and `plexsphere dev`: the relays and STUN servers
-//! every node's signed state lists.
+//! The reach flags of `plexsphere serve` and `plexsphere dev` (part of the node API's knobs,
+//! `NodeApiArgs`): the relays and STUN servers every node's signed state lists.
 //!
 //! `--relay 'name=r1,key=<base64 X25519 public key>,udp=203.0.113.5:3479,tls=203.0.113.5:443,sni=relay1.example'`
 //! (repeatable): `name` and `key` are required, then at least one of `udp` and `tls`; `sni`

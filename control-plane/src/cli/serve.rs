@@ -12,7 +12,6 @@ use super::admin::{ensure_data_dir, open_store, print_seed_report};
 use super::args::{BrokerArgs, DevArgs, LimitArgs, NodeApiArgs, ServeArgs};
 use super::downloads::{self as dl, DownloadArgs};
 use super::failure::Failure;
-use super::reach::ReachArgs;
 use crate::api::{self, ApiConfig, AppState};
 use crate::broker::BrokerConfig;
 use crate::broker::local_machine::{LocalMachine, LocalMachineConfig};
@@ -33,16 +32,12 @@ fn parse_listen(listen: &str) -> Result<SocketAddr, Failure> {
 fn api_config(
     limits: &LimitArgs,
     node_api: &NodeApiArgs,
-    reach: &ReachArgs,
     ca_pem: Option<String>,
 ) -> Result<ApiConfig, Failure> {
-    reach.check().map_err(Failure::Config)?;
     let mut config = ApiConfig {
         register_rate_limit: limits.rate_limit().map_err(Failure::Config)?,
         trusted_proxies: limits.trusted_proxies.clone(),
         ca_pem,
-        relays: reach.relays.clone(),
-        stun_advertise: reach.stun_advertise.clone(),
         ..ApiConfig::default()
     };
     node_api.apply(&mut config).map_err(Failure::Config)?;
@@ -137,7 +132,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
             "--public-url {url:?} must start with https:// or http://"
         )));
     }
-    let config = api_config(&args.limits, &args.node_api, &args.reach, None)?;
+    let config = api_config(&args.limits, &args.node_api, None)?;
     let downloads_config = args.downloads.config(&args.data.data_dir)?;
     let catalog = load_catalog(&args.broker)?;
     if matches!(transport, Transport::PlainBehindProxy) {
@@ -281,12 +276,7 @@ pub async fn dev(args: DevArgs) -> Result<(), Failure> {
     tls::install_ring_provider();
     let tls_config = tls::server_config(&certs.server_cert, &certs.server_key)
         .context("cannot load the lab certificate")?;
-    let config = api_config(
-        &args.limits,
-        &args.node_api,
-        &args.reach,
-        Some(certs.ca_pem.clone()),
-    )?;
+    let config = api_config(&args.limits, &args.node_api, Some(certs.ca_pem.clone()))?;
     let downloads_config = args.downloads.config(&data_dir)?;
     let catalog = load_catalog(&args.broker)?;
     if let Some(url) = &args.public_url
