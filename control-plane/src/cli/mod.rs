@@ -10,7 +10,6 @@ mod args;
 mod backup;
 mod downloads;
 mod failure;
-mod reach;
 mod serve;
 
 pub use args::{
@@ -19,6 +18,9 @@ pub use args::{
 };
 pub use downloads::DownloadArgs;
 pub use failure::Failure;
+
+/// The relays and STUN servers nodes are told of (`--relay`, `--stun-advertise`).
+mod reach;
 pub use reach::{ReachArgs, parse_relay};
 
 use std::process::ExitCode;
