@@ -117,7 +117,8 @@ pub struct NodeView {
     pub registered_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339::option", default)]
     pub last_seen_at: Option<OffsetDateTime>,
-    /// The endpoints the node reported plus the address the server observed, `ip:port`.
+    /// The endpoints the server advertises for the node, best first, `ip:port`: its local
+    /// candidates, then the reflexive ones, then the observed one (see `candidates`).
     #[serde(default)]
     pub endpoints: Vec<String>,
     /// When the node last heartbeated (only heartbeats move it, unlike `last_seen_at`).
