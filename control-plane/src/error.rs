@@ -20,6 +20,10 @@ pub enum Error {
     /// 422 `invalid_request`: a field of a well-formed body has a bad value.
     #[error("{0}")]
     Invalid(String),
+    /// 422 `endpoint_refused`: an endpoint report names an address peers must not be sent
+    /// to, an unknown home relay, or too many candidates.
+    #[error(transparent)]
+    EndpointRefused(#[from] crate::candidates::Refusal),
     /// 422 `invalid_parameters`: a resource's parameters do not fit its blueprint.
     #[error("{0}")]
     InvalidParameters(String),

@@ -7,6 +7,7 @@
 pub mod api;
 pub mod broker;
 pub mod bus;
+pub mod candidates;
 pub mod cli;
 pub mod error;
 pub mod ipam;

@@ -1,18 +1,38 @@
 //! The decisions of the node API, as pure functions (no I/O; time is a parameter): a node's
-//! peer spec and desired state, the endpoints the server advertises, where a resumed event
-//! stream starts, and `If-None-Match` matching.
+//! peer spec, desired state and relay token, where a resumed event stream starts, and
+//! `If-None-Match` matching. Which endpoints a node may report and which the server
+//! advertises are `candidates.rs`'s.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 use ipnet::IpNet;
-use plexsphere_wire::node::{EndpointReport, NAT_KEEPALIVE_SECS, NodeState, PeerSpec};
+use plexsphere_wire::node::{NAT_KEEPALIVE_SECS, NodeState, PeerSpec, RelaySpec};
+use plexsphere_wire::reach::relay::{RelayToken, TOKEN_TTL_SECS};
+use plexsphere_wire::signed::SignedEnvelope;
 
 use crate::store::domains::Domain;
 use crate::store::events::Head;
 use crate::store::nodes::NodeRow;
 
-/// At most this many addresses in one endpoint report.
-pub const MAX_REPORTED_ADDRESSES: usize = 32;
+/// What every node's state carries for reach: the server's relays and STUN servers, and the
+/// node's own relay token (signed by its Domain).
+#[derive(Debug, Clone, Copy)]
+pub struct Reach<'a> {
+    pub relays: &'a [RelaySpec],
+    pub stun: &'a [SocketAddr],
+    pub relay_token: &'a SignedEnvelope,
+}
+
+/// The token relays accept from `me` until `now` + [`TOKEN_TTL_SECS`]: it names the node's
+/// Domain, id and WireGuard key.
+pub fn relay_token(me: &NodeRow, now: i64) -> RelayToken {
+    RelayToken {
+        domain_id: me.domain_id,
+        node_id: me.id,
+        public_key: me.wireguard_public_key.clone(),
+        expires_at: now.saturating_add(TOKEN_TTL_SECS),
+    }
+}
 
 /// How a node reaches `n`. The keepalive rule is simple and honest: the server cannot tell
 /// which side of a pair sits behind NAT, so every peer gets 25 s (one small packet per peer
@@ -26,17 +46,18 @@ pub fn peer_spec(n: &NodeRow) -> PeerSpec {
         allowed_ips: vec![IpNet::from(n.mesh_ip)],
         endpoints: n.endpoints.clone(),
         persistent_keepalive_secs: Some(NAT_KEEPALIVE_SECS),
-        home_relay: None,
+        home_relay: n.reach.home_relay.clone(),
     }
 }
 
-/// `me`'s desired state: every other live node of its Domain as a peer.
+/// `me`'s desired state: every other live node of its Domain as a peer, and `reach`.
 pub fn node_state(
     me: &NodeRow,
     domain: &Domain,
     live: &[NodeRow],
     version: u64,
     now: i64,
+    reach: Reach<'_>,
 ) -> NodeState {
     NodeState {
         version,
@@ -51,50 +72,10 @@ pub fn node_state(
             .map(peer_spec)
             .collect(),
         issued_at: now,
-        relays: vec![],
-        relay_token: None,
-        stun: vec![],
+        relays: reach.relays.to_vec(),
+        relay_token: Some(reach.relay_token.clone()),
+        stun: reach.stun.to_vec(),
     }
-}
-
-/// The endpoints to advertise for a report seen coming from `observed`: the reported
-/// addresses in the node's order, then the reflexive candidate, without duplicates.
-/// Answers the reflexive candidate and the list, or why the report is refused.
-pub fn advertise(
-    report: &EndpointReport,
-    observed: IpAddr,
-) -> Result<(SocketAddr, Vec<SocketAddr>), String> {
-    if report.listen_port == 0 {
-        return Err("listen_port must be the WireGuard listen port (1-65535)".into());
-    }
-    if report.addresses.len() > MAX_REPORTED_ADDRESSES {
-        return Err(format!(
-            "an endpoint report carries at most {MAX_REPORTED_ADDRESSES} addresses, not {}",
-            report.addresses.len()
-        ));
-    }
-    if let Some(bad) = report
-        .addresses
-        .iter()
-        .find(|a| a.is_unspecified() || a.is_multicast())
-    {
-        return Err(format!(
-            "{bad} cannot be an endpoint (unspecified or multicast); report interface addresses"
-        ));
-    }
-    let reflexive = SocketAddr::new(observed, report.listen_port);
-    let mut out: Vec<SocketAddr> = Vec::with_capacity(report.addresses.len() + 1);
-    let candidates = report
-        .addresses
-        .iter()
-        .map(|ip| SocketAddr::new(*ip, report.listen_port))
-        .chain(std::iter::once(reflexive));
-    for c in candidates {
-        if !out.contains(&c) {
-            out.push(c);
-        }
-    }
-    Ok((reflexive, out))
 }
 
 /// Where an event stream starts.
@@ -166,8 +147,32 @@ mod tests {
         let mut revoked = node(3, "10.64.0.3");
         revoked.revoked_at = Some(5);
         let v6 = node(4, "fd00::4");
-        let all = vec![me.clone(), node(2, "10.64.0.2"), revoked, v6];
-        let s = node_state(&me, &domain, &all, 7, 99);
+        let mut two = node(2, "10.64.0.2");
+        two.reach.home_relay = Some("r1".into());
+        let all = vec![me.clone(), two, revoked, v6];
+        let relays = [RelaySpec {
+            name: "r1".into(),
+            public_key: "k".into(),
+            udp: Some("203.0.113.5:3479".parse().unwrap()),
+            tls: None,
+            tls_server_name: None,
+        }];
+        let stun = ["203.0.113.5:3478".parse().unwrap()];
+        let token = SignedEnvelope {
+            payload: "cA==".into(),
+            signature: "c2ln".into(),
+        };
+        let reach = Reach {
+            relays: &relays,
+            stun: &stun,
+            relay_token: &token,
+        };
+        let s = node_state(&me, &domain, &all, 7, 99, reach);
+        assert_eq!(s.relays, relays);
+        assert_eq!(s.stun, stun);
+        assert_eq!(s.relay_token.as_ref(), Some(&token));
+        assert_eq!(s.peers[0].home_relay.as_deref(), Some("r1"));
+        assert_eq!(s.peers[1].home_relay, None);
         assert_eq!(s.version, 7);
         assert_eq!(s.listen_port, 51820);
         let ids: Vec<u128> = s.peers.iter().map(|p| p.node_id.as_u128()).collect();
@@ -179,38 +184,12 @@ mod tests {
     }
 
     #[test]
-    fn advertised_endpoints_are_reported_first_then_reflexive_without_duplicates() {
-        let report = EndpointReport {
-            listen_port: 51999,
-            addresses: vec!["192.0.2.7".parse().unwrap(), "203.0.113.5".parse().unwrap()],
-            ..Default::default()
-        };
-        let (obs, list) = advertise(&report, "203.0.113.5".parse().unwrap()).unwrap();
-        assert_eq!(obs.to_string(), "203.0.113.5:51999");
-        let shown: Vec<String> = list.iter().map(ToString::to_string).collect();
-        assert_eq!(shown, vec!["192.0.2.7:51999", "203.0.113.5:51999"]);
-        let (_, list) = advertise(&report, "198.51.100.1".parse().unwrap()).unwrap();
-        assert_eq!(list.len(), 3);
-        assert_eq!(list[2].to_string(), "198.51.100.1:51999");
-
-        let zero = EndpointReport {
-            listen_port: 0,
-            addresses: vec![],
-            ..Default::default()
-        };
-        assert!(advertise(&zero, "1.2.3.4".parse().unwrap()).is_err());
-        let bad = EndpointReport {
-            listen_port: 1,
-            addresses: vec!["0.0.0.0".parse().unwrap()],
-            ..Default::default()
-        };
-        assert!(advertise(&bad, "1.2.3.4".parse().unwrap()).is_err());
-        let many = EndpointReport {
-            listen_port: 1,
-            addresses: vec!["192.0.2.1".parse().unwrap(); MAX_REPORTED_ADDRESSES + 1],
-            ..Default::default()
-        };
-        assert!(advertise(&many, "1.2.3.4".parse().unwrap()).is_err());
+    fn a_relay_token_names_the_node_and_its_key_for_a_day() {
+        let me = node(7, "10.64.0.7");
+        let t = relay_token(&me, 1_000);
+        assert_eq!((t.domain_id, t.node_id), (me.domain_id, me.id));
+        assert_eq!(t.public_key, "key-7");
+        assert_eq!(t.expires_at, 1_000 + 24 * 3600);
     }
 
     #[test]

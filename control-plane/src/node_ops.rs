@@ -4,32 +4,43 @@
 //! log in the same transaction as the change; the bus is told only after the commit, so a
 //! woken stream always finds the row. A transaction that loses a race is retried whole.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
-use plexsphere_wire::node::{EndpointAck, EndpointReport, EventKind, Heartbeat};
+use plexsphere_wire::node::{EndpointAck, EndpointReport, EventKind, Heartbeat, RelaySpec};
 use plexsphere_wire::signed::{SignContext, SignedEnvelope};
 use uuid::Uuid;
 
 use crate::bus::EventBus;
+use crate::candidates;
 use crate::error::Error;
 use crate::keys::Keyring;
 use crate::node_decisions;
-use crate::store::nodes::{HeartbeatRecord, NodeRow};
+use crate::store::domains::Domain;
+use crate::store::nodes::{HeartbeatRecord, NodeReach, NodeRow};
 use crate::store::{self, Store, StoreError, domains, events, nodes};
 
 const GONE: &str =
     "this node no longer exists (deleted); register it again with a fresh bootstrap token";
 
-/// The node API's operations over one store, key ring and bus.
+/// The node API's operations over one store, key ring and bus, with the server's reach
+/// settings (the relays and STUN servers every state lists).
 pub struct NodeOps<'a> {
     pub store: &'a Store,
     pub keys: &'a Keyring,
     pub bus: &'a dyn EventBus,
+    pub relays: &'a [RelaySpec],
+    pub stun: &'a [SocketAddr],
 }
 
 impl NodeOps<'_> {
-    /// Records a heartbeat; answers the Domain's current state version.
-    pub async fn heartbeat(&self, node: &NodeRow, hb: &Heartbeat, now: i64) -> Result<u64, Error> {
+    /// Records a heartbeat; answers the Domain's current state version and a fresh relay
+    /// token (so a node whose state does not change still never runs out of one).
+    pub async fn heartbeat(
+        &self,
+        node: &NodeRow,
+        hb: &Heartbeat,
+        now: i64,
+    ) -> Result<(u64, SignedEnvelope), Error> {
         if !plexsphere_wire::version::valid(&hb.plexd_version) {
             return Err(Error::Invalid(format!(
                 "plexd_version must be {}",
@@ -52,30 +63,61 @@ impl NodeOps<'_> {
             return Err(Error::Unauthorized(GONE));
         }
         let mut conn = self.store.acquire().await?;
-        Ok(events::head(&mut conn, node.domain_id).await?.seq)
+        let version = events::head(&mut conn, node.domain_id).await?.seq;
+        let domain = domain_of(&mut conn, node).await?;
+        Ok((version, self.relay_token(&domain, node, now)?))
     }
 
-    /// Stores the node's endpoints (reported ones, then the reflexive `observed` address) and
-    /// tells its peers when the advertised set changed.
+    /// `node`'s relay token, signed by its Domain.
+    fn relay_token(
+        &self,
+        domain: &Domain,
+        node: &NodeRow,
+        now: i64,
+    ) -> Result<SignedEnvelope, Error> {
+        self.keys
+            .signer(&domain.slug)?
+            .sign(
+                SignContext::RelayToken,
+                &node_decisions::relay_token(node, now),
+            )
+            .map_err(|e| Error::Internal(format!("cannot encode a relay token: {e}")))
+    }
+
+    /// Checks the node's report (`candidates.rs`'s table), stores its candidates, home relay
+    /// and NAT report, and tells its peers when the advertised endpoints or the home relay
+    /// changed (a report that changes nothing writes nothing).
     pub async fn report_endpoints(
         &self,
-        node_id: Uuid,
+        node: &NodeRow,
         report: &EndpointReport,
         observed: IpAddr,
         now: i64,
     ) -> Result<EndpointAck, Error> {
-        let (reflexive, advertised) =
-            node_decisions::advertise(report, observed).map_err(Error::Invalid)?;
+        let mesh = {
+            let mut conn = self.store.acquire().await?;
+            domain_of(&mut conn, node).await?.mesh_cidr
+        };
+        let checked = candidates::accept(report, observed, mesh, self.relays).map_err(|e| {
+            tracing::info!(node_id = %node.id, error = %e, "endpoint report refused");
+            Error::EndpointRefused(e)
+        })?;
+        let advertised = checked.advertised();
+        let reach = NodeReach {
+            candidates: checked,
+            home_relay: report.home_relay.clone(),
+            nat: Some(report.nat.clone()),
+        };
         let seq = store::retry("endpoint report", Error::is_lost_race, || {
-            self.endpoints_attempt(node_id, report.listen_port, &advertised, now)
+            self.endpoints_attempt(node.id, report.listen_port, &advertised, &reach, now)
         })
         .await?;
         if let Some((domain, s)) = seq {
-            tracing::info!(node_id = %node_id, endpoints = ?advertised, seq = s, "node endpoints changed");
+            tracing::info!(node_id = %node.id, endpoints = ?advertised, home_relay = ?reach.home_relay, seq = s, "node endpoints changed");
             self.bus.notify(domain, s);
         }
         Ok(EndpointAck {
-            observed: reflexive,
+            observed: SocketAddr::new(observed, report.listen_port),
             endpoints: advertised,
         })
     }
@@ -92,11 +134,15 @@ impl NodeOps<'_> {
             .await?
             .ok_or(Error::Unauthorized(GONE))?;
         let version = events::head(&mut conn, me.domain_id).await?.seq;
-        let domain = domains::get(&mut conn, me.domain_id)
-            .await?
-            .ok_or_else(|| Error::Internal(format!("node {node_id} names a missing domain")))?;
+        let domain = domain_of(&mut conn, &me).await?;
         let live = nodes::live_in_domain(&mut conn, me.domain_id).await?;
-        let doc = node_decisions::node_state(&me, &domain, &live, version, now);
+        let token = self.relay_token(&domain, &me, now)?;
+        let reach = node_decisions::Reach {
+            relays: self.relays,
+            stun: self.stun,
+            relay_token: &token,
+        };
+        let doc = node_decisions::node_state(&me, &domain, &live, version, now, reach);
         let signer = self.keys.signer(&domain.slug)?;
         let env = signer
             .sign(SignContext::NodeState, &doc)
@@ -150,24 +196,27 @@ impl NodeOps<'_> {
         &self,
         node_id: Uuid,
         listen_port: u16,
-        advertised: &[std::net::SocketAddr],
+        advertised: &[SocketAddr],
+        reach: &NodeReach,
         now: i64,
     ) -> Result<Option<(Uuid, u64)>, Error> {
         let mut tx = self.store.begin().await?;
         let node = nodes::get(&mut tx, node_id)
             .await?
             .ok_or(Error::Unauthorized(GONE))?;
-        let same_set = node.endpoints == advertised;
-        if same_set && node.listen_port == Some(listen_port) {
+        // Peers hear of what their state carries: the endpoints and the home relay.
+        let peers_see_the_same =
+            node.endpoints == advertised && node.reach.home_relay == reach.home_relay;
+        if peers_see_the_same && node.listen_port == Some(listen_port) && node.reach == *reach {
             return Ok(None);
         }
-        nodes::set_endpoints(&mut tx, node_id, listen_port, advertised).await?;
+        nodes::set_endpoints(&mut tx, node_id, listen_port, advertised, reach).await?;
         let mut seq = None;
-        if !same_set {
+        if !peers_see_the_same {
             let kind = EventKind::EndpointChanged {
                 peer_node_id: node_id,
                 endpoints: advertised.to_vec(),
-                home_relay: None,
+                home_relay: reach.home_relay.clone(),
             };
             seq = Some(events::append(&mut tx, node.domain_id, None, node_id, &kind, now).await?);
         }
@@ -215,6 +264,16 @@ impl NodeOps<'_> {
         tx.commit().await.map_err(StoreError::from)?;
         Ok(Some((node, seq)))
     }
+}
+
+/// The Domain `node` belongs to.
+async fn domain_of(conn: &mut sqlx::AnyConnection, node: &NodeRow) -> Result<Domain, Error> {
+    domains::get(conn, node.domain_id).await?.ok_or_else(|| {
+        Error::Internal(format!(
+            "node {} names a missing domain {}",
+            node.id, node.domain_id
+        ))
+    })
 }
 
 /// `peer_removed` to every other node, then `node_revoked` to the node; answers the last seq.

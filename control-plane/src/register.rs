@@ -231,6 +231,7 @@ impl Registrar<'_> {
             revoked_at: None,
             listen_port: None,
             endpoints: Vec::new(),
+            reach: crate::store::nodes::NodeReach::default(),
             report: crate::store::nodes::NodeReport::default(),
         };
         nodes::insert(&mut tx, &node).await?;

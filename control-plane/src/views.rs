@@ -1,6 +1,8 @@
 //! Stored rows -> the wire views operators see. Pure functions; time is a parameter.
 
-use plexsphere_wire::admin::{NodeStatus, NodeView, TokenStatus, TokenView};
+use plexsphere_wire::admin::{
+    CandidateKind, CandidateView, NatView, NodeStatus, NodeView, TokenStatus, TokenView,
+};
 use plexsphere_wire::secret::TokenKind;
 
 use crate::store::nodes::NodeRow;
@@ -82,7 +84,26 @@ pub fn node_view(row: &NodeRow, now: i64, offline_after: i64) -> Result<NodeView
         peers_configured: row.report.peers_configured,
         peers_connected: row.report.peers_connected,
         observations_dropped: row.report.observations_dropped,
+        candidates: candidates(row),
+        home_relay: row.reach.home_relay.clone(),
+        nat: row.reach.nat.as_ref().map(|n| NatView {
+            mapping: n.mapping,
+            udp_blocked: n.udp_blocked,
+        }),
     })
+}
+
+/// A node's stored candidates by kind: local, then reflexive, then observed.
+fn candidates(row: &NodeRow) -> Vec<CandidateView> {
+    let c = &row.reach.candidates;
+    let tagged =
+        |kind: CandidateKind| move |a: &std::net::SocketAddr| CandidateView { kind, address: *a };
+    c.local
+        .iter()
+        .map(tagged(CandidateKind::Local))
+        .chain(c.reflexive.iter().map(tagged(CandidateKind::Reflexive)))
+        .chain(c.observed.iter().map(tagged(CandidateKind::Observed)))
+        .collect()
 }
 
 #[cfg(test)]

@@ -63,6 +63,77 @@ fn bad_config_exits_64_with_one_line() {
     assert!(!dir.path().join("plexsphere.db").exists());
 }
 
+/// A bad `--relay` or `--stun-advertise` on serve or dev exits 64 with one line that names the
+/// bad part, before anything binds.
+#[test]
+fn bad_reach_flags_exit_64_naming_the_bad_part() {
+    const KEY: &str = "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=";
+    let good = format!("name=r1,key={KEY},udp=203.0.113.5:3479");
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["--relay".into(), "name=r1,udp=203.0.113.5:3479".into()],
+            "key= is missing",
+        ),
+        (
+            vec![
+                "--relay".into(),
+                "name=r1,key=AAAA,udp=203.0.113.5:3479".into(),
+            ],
+            "key= must be 32 bytes",
+        ),
+        (
+            vec!["--relay".into(), format!("name=r1,key={KEY}")],
+            "give udp=IP:PORT, tls=IP:PORT or both",
+        ),
+        (
+            vec![
+                "--relay".into(),
+                format!("name=r1,key={KEY},tls=relay.example:443"),
+            ],
+            "tls=\"relay.example:443\" is not IP:PORT",
+        ),
+        (
+            vec![
+                "--relay".into(),
+                good.clone(),
+                "--relay".into(),
+                good.clone(),
+            ],
+            "--relay name=r1 is given twice",
+        ),
+        (
+            vec!["--stun-advertise".into(), "203.0.113.5".into()],
+            "--stun-advertise",
+        ),
+        (
+            vec!["--stun-advertise".into(), "203.0.113.5:0".into()],
+            "port 0",
+        ),
+    ];
+    for command in ["serve", "dev"] {
+        for (flags, says) in &cases {
+            let dir = tempfile::tempdir().unwrap();
+            let mut args = vec![command.to_owned(), "--listen".into(), "127.0.0.1:0".into()];
+            if command == "serve" {
+                args.push("--tls-terminated-by-proxy".into());
+            }
+            args.extend(flags.iter().cloned());
+            let out = Command::new(BIN)
+                .env("PLEXSPHERE_NO_LOCAL_MACHINES", "1")
+                .args(&args)
+                .arg("--data-dir")
+                .arg(dir.path())
+                .env_remove("PLEXSPHERE_LOG")
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
+            assert!(stderr.contains(says), "{args:?}: {stderr}");
+            assert!(!dir.path().join("plexsphere.db").exists(), "{args:?}");
+        }
+    }
+}
+
 #[test]
 fn seed_apply_and_operator_tokens_from_the_command_line() {
     let dir = tempfile::tempdir().unwrap();

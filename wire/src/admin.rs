@@ -1,6 +1,6 @@
 //! The operator API (`plexctl` <-> `plexsphere`), authenticated with `Authorization: Bearer pxop_...`.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
@@ -117,7 +117,8 @@ pub struct NodeView {
     pub registered_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339::option", default)]
     pub last_seen_at: Option<OffsetDateTime>,
-    /// The endpoints the node reported plus the address the server observed, `ip:port`.
+    /// The endpoints the server advertises for the node, best first, `ip:port`: its local
+    /// candidates, then the reflexive ones, then the observed one (see `candidates`).
     #[serde(default)]
     pub endpoints: Vec<String>,
     /// When the node last heartbeated (only heartbeats move it, unlike `last_seen_at`).
@@ -138,6 +139,56 @@ pub struct NodeView {
     /// Observations the node dropped before it could send them, summed over every batch.
     #[serde(default)]
     pub observations_dropped: u64,
+    /// The candidates of the node's last endpoint report, by kind: its local addresses, then
+    /// the reflexive ones its STUN servers saw, then the one the server observed (each with
+    /// the port peers send to). Empty until the node reports (and from older servers).
+    #[serde(default)]
+    pub candidates: Vec<CandidateView>,
+    /// The relay the node keeps a connection to, as it last reported.
+    #[serde(default)]
+    pub home_relay: Option<String>,
+    /// What the node's NAT does to its mappings, as the node last measured it; null until it
+    /// reports (and from older servers).
+    #[serde(default)]
+    pub nat: Option<NatView>,
+}
+
+/// Where a candidate endpoint of a node comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CandidateKind {
+    /// An interface address the node reported, with its listen port.
+    Local,
+    /// Where a STUN server saw the node's WireGuard socket come from.
+    Reflexive,
+    /// Where the control plane saw the endpoint report come from, with the listen port.
+    Observed,
+}
+
+impl CandidateKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CandidateKind::Local => "local",
+            CandidateKind::Reflexive => "reflexive",
+            CandidateKind::Observed => "observed",
+        }
+    }
+}
+
+/// One candidate endpoint of a node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CandidateView {
+    pub kind: CandidateKind,
+    pub address: SocketAddr,
+}
+
+/// What a node measured of its NAT ([`crate::node::NatReport`] as operators see it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NatView {
+    pub mapping: crate::node::NatMapping,
+    /// No STUN server answered over UDP.
+    #[serde(default)]
+    pub udp_blocked: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -210,9 +261,14 @@ mod tests {
 
     #[test]
     fn node_view_json_is_pinned() {
-        let json = r#"{"id":"019a0816-0000-7000-8000-0000000000aa","domain_id":"019a0816-0000-7000-8000-000000000000","project_id":"019a0816-0000-7000-8000-000000000002","hostname":"edge-1","arch":"amd64","plexd_version":"0.2.0","mesh_ip":"10.64.1.1","wireguard_public_key":"k","resource_handle":null,"status":"online","registered_at":"2026-11-30T10:00:00Z","last_seen_at":"2026-11-30T10:05:00Z","endpoints":["192.0.2.10:51820"],"last_heartbeat_at":"2026-11-30T10:04:30Z","uptime_secs":3600,"applied_state_version":7,"peers_configured":3,"peers_connected":2,"observations_dropped":5}"#;
+        let json = r#"{"id":"019a0816-0000-7000-8000-0000000000aa","domain_id":"019a0816-0000-7000-8000-000000000000","project_id":"019a0816-0000-7000-8000-000000000002","hostname":"edge-1","arch":"amd64","plexd_version":"0.2.0","mesh_ip":"10.64.1.1","wireguard_public_key":"k","resource_handle":null,"status":"online","registered_at":"2026-11-30T10:00:00Z","last_seen_at":"2026-11-30T10:05:00Z","endpoints":["192.0.2.10:51820"],"last_heartbeat_at":"2026-11-30T10:04:30Z","uptime_secs":3600,"applied_state_version":7,"peers_configured":3,"peers_connected":2,"observations_dropped":5,"candidates":[{"kind":"local","address":"192.0.2.10:51820"},{"kind":"reflexive","address":"198.51.100.7:40001"},{"kind":"observed","address":"198.51.100.7:51820"}],"home_relay":"r1","nat":{"mapping":"endpoint_independent","udp_blocked":false}}"#;
         let v: NodeView = serde_json::from_str(json).unwrap();
         assert_eq!(v.status, NodeStatus::Online);
+        assert_eq!(v.candidates[1].kind, CandidateKind::Reflexive);
+        assert_eq!(
+            v.nat.as_ref().map(|n| n.mapping),
+            Some(crate::node::NatMapping::EndpointIndependent)
+        );
         assert_eq!(
             (
                 v.uptime_secs,
@@ -240,6 +296,8 @@ mod tests {
             (None, None, None, None)
         );
         assert_eq!(v.observations_dropped, 0);
+        assert!(v.candidates.is_empty());
+        assert_eq!((v.home_relay.as_deref(), v.nat.as_ref()), (None, None));
         let back: serde_json::Value = serde_json::to_value(&v).unwrap();
         assert_eq!(back["last_heartbeat_at"], serde_json::Value::Null);
         assert_eq!(back["observations_dropped"], 0);

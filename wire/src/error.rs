@@ -51,6 +51,10 @@ pub mod codes {
     /// 422: a resource's parameters do not fit its blueprint (unknown, missing, mistyped or
     /// pattern-violating); the message names each parameter.
     pub const INVALID_PARAMETERS: &str = "invalid_parameters";
+    /// 422: an endpoint report names an address peers must not be sent to (loopback,
+    /// link-local, multicast, broadcast, unspecified, the mesh range, port 0), an unknown home
+    /// relay, or too many candidates; the message names the field, the address and why.
+    pub const ENDPOINT_REFUSED: &str = "endpoint_refused";
     /// 400: the body is not valid JSON of the expected shape.
     pub const INVALID_JSON: &str = "invalid_json";
     /// 400/422: a field has a bad value (a bad UUID, CIDR, key, name...).

@@ -6,8 +6,9 @@
 //! `{"items":[...]}`), which is what `jq '.[]'` wants.
 
 use plexsphere_wire::admin::{
-    DomainView, IssuedToken, NodeView, ProjectView, TokenView, VersionInfo,
+    CandidateKind, DomainView, IssuedToken, NatView, NodeView, ProjectView, TokenView, VersionInfo,
 };
+use plexsphere_wire::node::NatMapping;
 use serde::Serialize;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -196,6 +197,8 @@ fn endpoints(list: &[String], separator: &str) -> String {
 
 /// `node get`: every field of one node, one per line; the heartbeat's figures are `-` until
 /// the node heartbeats, and `observations dropped` appears only when the node dropped some.
+/// Then what the node reported of its reach: its candidates by kind (`local`, `reflexive`,
+/// `observed`), its home relay and what its NAT does to mappings, `-` until it reports.
 pub fn node(n: &NodeView) -> String {
     let peers = match (n.peers_connected, n.peers_configured) {
         (Some(connected), Some(configured)) => format!("{connected} of {configured} connected"),
@@ -227,8 +230,43 @@ pub fn node(n: &NodeView) -> String {
         ("resource handle", opt(n.resource_handle.as_deref(), text)),
         ("wireguard key", text(&n.wireguard_public_key)),
         ("endpoints", endpoints(&n.endpoints, ", ")),
+        ("local", candidates(n, CandidateKind::Local)),
+        ("reflexive", candidates(n, CandidateKind::Reflexive)),
+        ("observed", candidates(n, CandidateKind::Observed)),
+        ("home relay", opt(n.home_relay.as_deref(), text)),
+        ("nat", opt(n.nat.as_ref(), nat)),
     ]);
     details(&pairs)
+}
+
+/// A node's candidates of one kind, in its order, or `-`.
+fn candidates(n: &NodeView, kind: CandidateKind) -> String {
+    let list: Vec<String> = n
+        .candidates
+        .iter()
+        .filter(|c| c.kind == kind)
+        .map(|c| c.address.to_string())
+        .collect();
+    endpoints(&list, ", ")
+}
+
+/// What a node's NAT does to its mappings, and whether UDP is blocked.
+pub fn nat(n: &NatView) -> String {
+    let mapping = match n.mapping {
+        NatMapping::EndpointIndependent => {
+            "endpoint-independent mapping (direct paths can be punched)"
+        }
+        NatMapping::EndpointDependent => {
+            "endpoint-dependent mapping (peers behind NAT reach it through a relay)"
+        }
+        NatMapping::None => "none (its address is its own)",
+        NatMapping::Unknown => "unknown (fewer than two STUN servers answered)",
+    };
+    if n.udp_blocked {
+        format!("{mapping}; UDP blocked (no STUN server answered: relayed over TCP)")
+    } else {
+        mapping.to_owned()
+    }
 }
 
 /// A duration in seconds as days, hours, minutes and seconds, skipping zero parts:

@@ -1,4 +1,4 @@
-use plexsphere_wire::admin::{NodeStatus, TokenStatus};
+use plexsphere_wire::admin::{CandidateView, NodeStatus, TokenStatus};
 use plexsphere_wire::secret::TokenKind;
 use time::macros::datetime;
 use uuid::uuid;
@@ -50,6 +50,25 @@ fn node_view() -> NodeView {
         peers_configured: Some(3),
         peers_connected: Some(2),
         observations_dropped: 0,
+        candidates: vec![
+            CandidateView {
+                kind: CandidateKind::Local,
+                address: "192.0.2.10:51820".parse().unwrap(),
+            },
+            CandidateView {
+                kind: CandidateKind::Local,
+                address: "[2001:db8::10]:51820".parse().unwrap(),
+            },
+            CandidateView {
+                kind: CandidateKind::Reflexive,
+                address: "198.51.100.7:40000".parse().unwrap(),
+            },
+        ],
+        home_relay: Some("r1".to_owned()),
+        nat: Some(NatView {
+            mapping: NatMapping::EndpointIndependent,
+            udp_blocked: false,
+        }),
     }
 }
 
@@ -143,6 +162,11 @@ domain:           019a0816-0000-7000-8000-000000000000
 resource handle:  -
 wireguard key:    x25519pubkeybase64xxxxxxxxxxxxxxxxxxxxxxxxx=
 endpoints:        192.0.2.10:51820, 198.51.100.7:40000
+local:            192.0.2.10:51820, [2001:db8::10]:51820
+reflexive:        198.51.100.7:40000
+observed:         -
+home relay:       r1
+nat:              endpoint-independent mapping (direct paths can be punched)
 "
     );
 }
@@ -181,6 +205,58 @@ fn node_get_before_a_heartbeat_and_with_dropped_observations() {
             "\npeers:                 0 of 3 connected\nobservations dropped:  12\nregistered:  "
         ),
         "{text}"
+    );
+}
+
+#[test]
+fn node_get_shows_reach_before_a_report_and_every_nat_kind() {
+    let mut silent = node_view();
+    silent.candidates = Vec::new();
+    silent.home_relay = None;
+    silent.nat = None;
+    let text = node(&silent);
+    assert!(
+        text.ends_with(
+            "local:            -\nreflexive:        -\nobserved:         -\nhome relay:       -\nnat:              -\n"
+        ),
+        "{text}"
+    );
+    let shown = |mapping, udp_blocked| {
+        nat(&NatView {
+            mapping,
+            udp_blocked,
+        })
+    };
+    assert_eq!(
+        shown(NatMapping::EndpointDependent, false),
+        "endpoint-dependent mapping (peers behind NAT reach it through a relay)"
+    );
+    assert_eq!(
+        shown(NatMapping::None, false),
+        "none (its address is its own)"
+    );
+    assert_eq!(
+        shown(NatMapping::Unknown, true),
+        "unknown (fewer than two STUN servers answered); UDP blocked (no STUN server answered: relayed over TCP)"
+    );
+}
+
+#[test]
+fn node_get_json_carries_the_reach_fields() {
+    let text = render(Format::Json, &node_view(), node).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        v["candidates"],
+        serde_json::json!([
+            {"kind": "local", "address": "192.0.2.10:51820"},
+            {"kind": "local", "address": "[2001:db8::10]:51820"},
+            {"kind": "reflexive", "address": "198.51.100.7:40000"},
+        ])
+    );
+    assert_eq!(v["home_relay"], "r1");
+    assert_eq!(
+        v["nat"],
+        serde_json::json!({"mapping": "endpoint_independent", "udp_blocked": false})
     );
 }
 

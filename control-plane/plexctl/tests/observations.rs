@@ -1,7 +1,8 @@
 //! `plexctl node observations` against a real plexsphere: the server's router, store (a SQLite
 //! file) and TLS (its dev CA) in this process on 127.0.0.1:0; the plexctl binary in a child
 //! process; a node registered and its ingest batch sent over HTTPS as plexd would. Also
-//! `plexctl node get`, which shows the node's last heartbeat and its dropped-observation count.
+//! `plexctl node get`, which shows the node's last heartbeat and its dropped-observation count,
+//! and its candidates by kind, home relay and NAT from its last endpoint report.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 use std::path::PathBuf;
@@ -45,6 +46,13 @@ async fn start() -> Server {
     std::fs::write(dir.path().join("operator-token"), token.expose()).unwrap();
     let config = ApiConfig {
         ca_pem: Some(certs.ca_pem.clone()),
+        relays: vec![plexsphere_wire::node::RelaySpec {
+            name: "r1".to_owned(),
+            public_key: "AQIDBAUGBwgJCgsMDQ4PEBESExQVFhcYGRobHB0eHyA=".to_owned(),
+            udp: Some("203.0.113.5:3479".parse().unwrap()),
+            tls: None,
+            tls_server_name: None,
+        }],
         ..ApiConfig::default()
     };
     let state = Arc::new(AppState::new(store, dir.path(), config));
@@ -347,5 +355,62 @@ async fn node_get_shows_the_last_heartbeat_and_dropped_observations() {
     assert_eq!(json["peers_configured"], 3);
     assert_eq!(json["peers_connected"], 2);
     assert_eq!(json["observations_dropped"], 9);
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_get_shows_candidates_by_kind_home_relay_and_nat() {
+    let srv = start().await;
+    let a = srv.enrol(4).await;
+    let id = a.node_id.to_string();
+    let before = srv.plexctl_ok(&["node", "get", &id]).await;
+    for label in ["local", "reflexive", "observed", "home relay", "nat"] {
+        assert_eq!(field(&before, label), Some("-"), "{label}: {before}");
+    }
+
+    srv.node_post(
+        &a,
+        "endpoints",
+        json!({"listen_port": 51820, "addresses": ["192.168.7.2", "2001:db8::7"],
+               "reflexive": ["198.51.100.7:40001"], "home_relay": "r1",
+               "nat": {"mapping": "endpoint_dependent", "udp_blocked": false}}),
+        reqwest::StatusCode::OK,
+    )
+    .await;
+    let after = srv.plexctl_ok(&["node", "get", &id]).await;
+    assert_eq!(
+        field(&after, "local"),
+        Some("192.168.7.2:51820, [2001:db8::7]:51820"),
+        "{after}"
+    );
+    assert_eq!(
+        field(&after, "reflexive"),
+        Some("198.51.100.7:40001"),
+        "{after}"
+    );
+    // The report came over loopback: not a candidate peers could use.
+    assert_eq!(field(&after, "observed"), Some("-"), "{after}");
+    assert_eq!(field(&after, "home relay"), Some("r1"), "{after}");
+    assert_eq!(
+        field(&after, "nat"),
+        Some("endpoint-dependent mapping (peers behind NAT reach it through a relay)"),
+        "{after}"
+    );
+
+    let json: Value =
+        serde_json::from_str(&srv.plexctl_ok(&["node", "get", &id, "-o", "json"]).await).unwrap();
+    assert_eq!(
+        json["candidates"],
+        json!([
+            {"kind": "local", "address": "192.168.7.2:51820"},
+            {"kind": "local", "address": "[2001:db8::7]:51820"},
+            {"kind": "reflexive", "address": "198.51.100.7:40001"},
+        ])
+    );
+    assert_eq!(json["home_relay"], "r1");
+    assert_eq!(
+        json["nat"],
+        json!({"mapping": "endpoint_dependent", "udp_blocked": false})
+    );
     srv.stop().await;
 }

@@ -24,6 +24,7 @@ pub fn classify(e: &Error) -> (StatusCode, &'static str) {
         ),
         Error::BodyTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, codes::BODY_TOO_LARGE),
         Error::Invalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, codes::INVALID_REQUEST),
+        Error::EndpointRefused(_) => (StatusCode::UNPROCESSABLE_ENTITY, codes::ENDPOINT_REFUSED),
         Error::InvalidParameters(_) => {
             (StatusCode::UNPROCESSABLE_ENTITY, codes::INVALID_PARAMETERS)
         }

@@ -32,7 +32,7 @@ pub async fn heartbeat(
 ) -> Result<Json<HeartbeatAck>, Error> {
     let now = store::unix(st.now());
     let threshold = st.config.offline_after_secs();
-    let state_version = st.node_ops().heartbeat(&node, &hb, now).await?;
+    let (state_version, relay_token) = st.node_ops().heartbeat(&node, &hb, now).await?;
     // `node` was read before this call marked it seen: it tells whether it had gone quiet.
     let was_quiet = node.last_seen_at.is_none_or(|seen| now - seen > threshold);
     if was_quiet {
@@ -43,7 +43,7 @@ pub async fn heartbeat(
     Ok(Json(HeartbeatAck {
         state_version,
         intervals: st.config.intervals,
-        relay_token: None,
+        relay_token: Some(relay_token),
     }))
 }
 
@@ -56,7 +56,7 @@ pub async fn endpoints(
     let now = store::unix(st.now());
     let ack = st
         .node_ops()
-        .report_endpoints(node.id, &report, observed, now)
+        .report_endpoints(&node, &report, observed, now)
         .await?;
     Ok(Json(ack))
 }

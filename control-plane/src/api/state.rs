@@ -136,6 +136,8 @@ impl AppState {
             store: &self.store,
             keys: &self.keys,
             bus: self.bus.as_ref(),
+            relays: &self.config.relays,
+            stun: &self.config.stun_advertise,
         }
     }
 }

@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use ipnet::IpNet;
 
 use super::downloads::DownloadArgs;
+use super::reach::ReachArgs;
 use crate::ratelimit::RateLimit;
 
 #[derive(Debug, Parser)]
@@ -126,6 +127,9 @@ pub struct NodeApiArgs {
     /// Seconds between keep-alive comments on an idle event stream.
     #[arg(long, env = "PLEXSPHERE_SSE_KEEPALIVE_SECS", default_value_t = plexsphere_wire::node::SSE_KEEPALIVE_SECS)]
     pub sse_keepalive_secs: u64,
+    /// The relays and STUN servers every node's state lists (`--relay`, `--stun-advertise`).
+    #[command(flatten)]
+    pub reach: ReachArgs,
 }
 
 impl NodeApiArgs {
@@ -140,6 +144,9 @@ impl NodeApiArgs {
         if self.offline_after_secs == Some(0) {
             return Err("--offline-after-secs must be at least 1".into());
         }
+        self.reach.check()?;
+        config.relays = self.reach.relays.clone();
+        config.stun_advertise = self.reach.stun_advertise.clone();
         config.intervals.heartbeat_secs = self.heartbeat_secs;
         config.offline_after = self.offline_after_secs.map(Duration::from_secs);
         config.events.retention = Duration::from_secs(self.event_retention_secs);

@@ -21,6 +21,10 @@ pub use args::{
 pub use downloads::DownloadArgs;
 pub use failure::Failure;
 
+/// The relays and STUN servers nodes are told of (`--relay`, `--stun-advertise`).
+mod reach;
+pub use reach::{ReachArgs, parse_relay};
+
 use std::process::ExitCode;
 
 use clap::Parser as _;

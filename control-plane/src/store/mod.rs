@@ -136,6 +136,13 @@ pub fn migrator() -> Migrator {
             include_str!("../../migrations/0006_mesh_ip_cursor.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            7,
+            Cow::Borrowed("node reach"),
+            MigrationType::Simple,
+            include_str!("../../migrations/0007_node_reach.sql").into_sql_str(),
+            false,
+        ),
     ];
     Migrator::with_migrations(migrations)
 }

@@ -7,6 +7,11 @@ use uuid::Uuid;
 
 use super::{StoreError, parse_col};
 
+#[path = "node_reach.rs"]
+mod reach;
+use reach::reach_from_row;
+pub use reach::{NodeReach, set_endpoints};
+
 #[derive(Clone, PartialEq, Eq)]
 pub struct NodeRow {
     pub id: Uuid,
@@ -30,6 +35,8 @@ pub struct NodeRow {
     pub endpoints: Vec<SocketAddr>,
     /// What the node reported about itself (heartbeats and ingest).
     pub report: NodeReport,
+    /// What the node's last endpoint report said of its reach.
+    pub reach: NodeReach,
 }
 
 /// What a node reported about itself: its last heartbeat's figures (all `None` until it
@@ -49,7 +56,8 @@ macro_rules! select_nodes {
     ($tail:literal) => {
         concat!(
             "SELECT id, domain_id, project_id, hostname, arch, plexd_version, mesh_ip, wireguard_public_key, resource_handle, credential_sha256, registered_at, last_seen_at, revoked_at, listen_port, endpoints, \
-             last_heartbeat_at, uptime_secs, applied_state_version, peers_configured, peers_connected, observations_dropped FROM nodes ",
+             last_heartbeat_at, uptime_secs, applied_state_version, peers_configured, peers_connected, observations_dropped, \
+             local_endpoints, reflexive_endpoints, observed_endpoint, home_relay, nat_mapping, udp_blocked FROM nodes ",
             $tail
         )
     };
@@ -80,6 +88,7 @@ impl NodeRow {
             listen_port: None,
             endpoints: vec![SocketAddr::from(([192, 0, 2, 1], 51820))],
             report: NodeReport::default(),
+            reach: NodeReach::default(),
         }
     }
 }
@@ -116,11 +125,7 @@ fn from_row(row: &sqlx::any::AnyRow) -> Result<NodeRow, StoreError> {
             .try_get::<Option<i64>, _>("listen_port")?
             .map(|p| u16::try_from(p).map_err(|_| StoreError::corrupt("nodes.listen_port", p)))
             .transpose()?,
-        endpoints: match row.try_get::<Option<String>, _>("endpoints")? {
-            None => Vec::new(),
-            Some(text) => serde_json::from_str(&text)
-                .map_err(|e| StoreError::corrupt("nodes.endpoints", e))?,
-        },
+        endpoints: json_list(row, "endpoints", "nodes.endpoints")?,
         report: NodeReport {
             last_heartbeat_at: row.try_get("last_heartbeat_at")?,
             uptime_secs: opt_col(row, "uptime_secs", "nodes.uptime_secs")?,
@@ -137,7 +142,20 @@ fn from_row(row: &sqlx::any::AnyRow) -> Result<NodeRow, StoreError> {
                     .map_err(|_| StoreError::corrupt("nodes.observations_dropped", n))?
             },
         },
+        reach: reach_from_row(row)?,
     })
+}
+
+/// A nullable JSON array of `ip:port` (NULL is empty).
+fn json_list(
+    row: &sqlx::any::AnyRow,
+    column: &str,
+    what: &'static str,
+) -> Result<Vec<SocketAddr>, StoreError> {
+    match row.try_get::<Option<String>, _>(column)? {
+        None => Ok(Vec::new()),
+        Some(text) => serde_json::from_str(&text).map_err(|e| StoreError::corrupt(what, e)),
+    }
 }
 
 /// A nullable BIGINT column as an unsigned integer; out of range is a corrupt row.
@@ -305,24 +323,6 @@ pub async fn record_heartbeat(
     .execute(&mut *conn)
     .await?;
     Ok(done.rows_affected() == 1)
-}
-
-/// Stores the node's listen port and advertised endpoints.
-pub async fn set_endpoints(
-    conn: &mut AnyConnection,
-    id: Uuid,
-    listen_port: u16,
-    endpoints: &[SocketAddr],
-) -> Result<(), StoreError> {
-    let json = serde_json::to_string(endpoints)
-        .map_err(|e| StoreError::corrupt("nodes.endpoints (serializing)", e))?;
-    sqlx::query("UPDATE nodes SET listen_port = $1, endpoints = $2 WHERE id = $3")
-        .bind(i64::from(listen_port))
-        .bind(json)
-        .bind(id.to_string())
-        .execute(&mut *conn)
-        .await?;
-    Ok(())
 }
 
 /// Marks a node revoked. Answers false when it was already revoked or does not exist.

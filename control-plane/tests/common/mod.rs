@@ -36,6 +36,9 @@ pub struct Options {
     pub events: EventConfig,
     /// Another database than a fresh SQLite file (e.g. a scratch Postgres database).
     pub database_url: Option<String>,
+    /// The relays and STUN servers every node's state lists.
+    pub relays: Vec<plexsphere_wire::node::RelaySpec>,
+    pub stun_advertise: Vec<std::net::SocketAddr>,
 }
 
 impl Default for Options {
@@ -50,6 +53,8 @@ impl Default for Options {
             offline_after: None,
             events: EventConfig::default(),
             database_url: None,
+            relays: Vec::new(),
+            stun_advertise: Vec::new(),
         }
     }
 }
@@ -130,6 +135,8 @@ impl TestServer {
             ca_pem: Some(certs.ca_pem.clone()),
             offline_after: opts.offline_after,
             events: opts.events,
+            relays: opts.relays,
+            stun_advertise: opts.stun_advertise,
             ..ApiConfig::default()
         };
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();

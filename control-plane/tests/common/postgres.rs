@@ -9,10 +9,15 @@ use super::{Options, TestServer};
 
 /// The in-process test server on a fresh Postgres database, or None (outside CI) without one.
 pub async fn server() -> Option<TestServer> {
+    server_with(Options::default()).await
+}
+
+/// [`server`] with `options` (their `database_url` is replaced by the scratch database).
+pub async fn server_with(options: Options) -> Option<TestServer> {
     let database_url = scratch_database().await?;
     let options = Options {
         database_url: Some(database_url),
-        ..Options::default()
+        ..options
     };
     Some(TestServer::start_with(options).await)
 }
