@@ -11,12 +11,19 @@ use crate::reach::io::OwnCandidates;
 /// Fills the endpoint report with the local addresses and the reach runtime's own
 /// candidates. The server takes at most [`MAX_CANDIDATES`] addresses in all: the reflexive
 /// ones go first (behind a NAT they are what peers can reach), local ones fill the rest;
-/// reflexive addresses no peer can reach (port 0, unspecified, loopback, multicast) are left out.
+/// reflexive addresses no peer can reach (port 0, unspecified, loopback, multicast, broadcast,
+/// link-local: the server refuses a report that carries one) are left out.
 pub fn fill_report(report: &mut EndpointReport, addresses: Vec<IpAddr>, own: OwnCandidates) {
     let mut reflexive = Vec::new();
     for a in own.reflexive {
         let ip = a.ip();
-        let useless = a.port() == 0 || ip.is_unspecified() || ip.is_loopback() || ip.is_multicast();
+        let broadcast = matches!(ip, IpAddr::V4(v4) if v4.is_broadcast());
+        let useless = a.port() == 0
+            || ip.is_unspecified()
+            || ip.is_loopback()
+            || ip.is_multicast()
+            || broadcast
+            || is_link_local(&ip);
         if !useless && !reflexive.contains(&a) && reflexive.len() < MAX_CANDIDATES {
             reflexive.push(a);
         }
