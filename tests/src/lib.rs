@@ -9,6 +9,7 @@ pub mod control_plane;
 pub mod daemon;
 pub mod host;
 pub mod machines;
+pub mod nat;
 pub mod netns;
 pub mod process;
 pub mod proxy;
