@@ -13,6 +13,7 @@ pub mod nat;
 pub mod netns;
 pub mod process;
 pub mod proxy;
+pub mod qemu;
 pub mod wait;
 
 pub use control_plane::{ControlPlane, LAB_NODES_PROJECT, OPENSTACK_PROJECT};

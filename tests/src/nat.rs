@@ -26,7 +26,7 @@ mod wg;
 
 pub use mesh::{LabNode, NodeSpec, ReachLab, RelayInfo, flags};
 pub use probe::{UdpEcho, udp_mapped_from};
-pub use wg::WgPeer;
+pub use wg::{WgPeer, wg_keypair};
 
 use std::net::Ipv4Addr;
 use std::process::Command;
@@ -110,6 +110,8 @@ struct Router {
     ns: String,
     mode: NatMode,
     nodes: Vec<String>,
+    /// Taps for guests on the LAN (they take node addresses after the namespaces').
+    taps: usize,
 }
 
 /// A public segment, its routers and their nodes.
@@ -195,6 +197,7 @@ impl Topology {
             ns: ns.clone(),
             mode,
             nodes: Vec::new(),
+            taps: 0,
         });
         ip(&["-n", &ns, "link", "set", "lo", "up"])?;
         let leg = format!("r{i}");
@@ -240,33 +243,15 @@ impl Topology {
     }
 
     /// Adds a node namespace behind router `r`; returns its name. Its address is
-    /// [`Topology::node_addr`].
+    /// [`Topology::node_addr`] of its slot on the LAN.
     pub fn add_node(&mut self, r: usize) -> Result<String> {
-        let tag = self.tag.clone();
-        let router = self.routers.get_mut(r).context("no such router")?;
-        let k = router.nodes.len();
-        ensure!(
-            k < MAX_NODES_PER_ROUTER,
-            "at most {MAX_NODES_PER_ROUTER} nodes per router"
-        );
-        let ns = format!("pxnn{tag}r{r}n{k}");
+        let (rns, k) = self.lan_slot(r)?;
+        let ns = format!("pxnn{}r{r}n{k}", self.tag);
         ip(&["netns", "add", &ns])?;
-        router.nodes.push(ns.clone());
-        let rns = router.ns.clone();
-        ip(&["-n", &ns, "link", "set", "lo", "up"])?;
-        if k == 0 {
-            ip(&["-n", &rns, "link", "add", "lan", "type", "bridge"])?;
-            ip(&[
-                "-n",
-                &rns,
-                "addr",
-                "add",
-                &format!("{}/24", lan(r, 1)),
-                "dev",
-                "lan",
-            ])?;
-            ip(&["-n", &rns, "link", "set", "lan", "up"])?;
+        if let Some(router) = self.routers.get_mut(r) {
+            router.nodes.push(ns.clone());
         }
+        ip(&["-n", &ns, "link", "set", "lo", "up"])?;
         let leg = format!("n{k}");
         ip(&[
             "-n", &rns, "link", "add", &leg, "type", "veth", "peer", "name", "eth0", "netns", &ns,
@@ -285,6 +270,50 @@ impl Topology {
             &lan(r, 1).to_string(),
         ])?;
         Ok(ns)
+    }
+
+    /// Adds a tap on router `r`'s LAN for a guest (qemu runs in the router's namespace and
+    /// attaches to it); returns the tap's name and the address the guest should take.
+    pub fn add_tap(&mut self, r: usize) -> Result<(String, Ipv4Addr)> {
+        let (rns, k) = self.lan_slot(r)?;
+        let tap = format!("t{k}");
+        ip(&["-n", &rns, "tuntap", "add", "dev", &tap, "mode", "tap"])?;
+        ip(&["-n", &rns, "link", "set", &tap, "master", "lan", "up"])?;
+        if let Some(router) = self.routers.get_mut(r) {
+            router.taps += 1;
+        }
+        Ok((tap, self.node_addr(r, k)))
+    }
+
+    /// Router `r`'s namespace and the next free slot on its LAN (the LAN bridge is created
+    /// with the first).
+    fn lan_slot(&self, r: usize) -> Result<(String, usize)> {
+        let router = self.routers.get(r).context("no such router")?;
+        let k = router.nodes.len() + router.taps;
+        ensure!(
+            k < MAX_NODES_PER_ROUTER,
+            "at most {MAX_NODES_PER_ROUTER} nodes per router"
+        );
+        let rns = router.ns.clone();
+        if k == 0 {
+            ip(&["-n", &rns, "link", "add", "lan", "type", "bridge"])?;
+            ip(&[
+                "-n",
+                &rns,
+                "addr",
+                "add",
+                &format!("{}/24", lan(r, 1)),
+                "dev",
+                "lan",
+            ])?;
+            ip(&["-n", &rns, "link", "set", "lan", "up"])?;
+        }
+        Ok((rns, k))
+    }
+
+    /// Router `r`'s LAN gateway (what its nodes and guests route through).
+    pub fn lan_gateway(&self, r: usize) -> Ipv4Addr {
+        lan(r, 1)
     }
 
     /// Replaces router `r`'s ruleset with `mode`'s and flushes its conntrack table, so every

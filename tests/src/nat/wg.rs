@@ -46,8 +46,7 @@ impl WgPeer {
             || Ok(sock.exists().then_some(())),
         )
         .with_context(|| proc.output())?;
-        let key = wg_tool(&["genkey"], None)?;
-        let public_key = wg_tool(&["pubkey"], Some(&key))?;
+        let (key, public_key) = wg_keypair()?;
         let key_file = dir.join(format!("{iface}.key"));
         std::fs::write(&key_file, &key)?;
         let key_path = key_file.display().to_string();
@@ -131,6 +130,13 @@ impl Drop for WgPeer {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(format!("/var/run/wireguard/{}.sock", self.iface));
     }
+}
+
+/// A fresh WireGuard key pair (private, public), base64, from `wg genkey` and `wg pubkey`.
+pub fn wg_keypair() -> Result<(String, String)> {
+    let key = wg_tool(&["genkey"], None)?;
+    let public_key = wg_tool(&["pubkey"], Some(&key))?;
+    Ok((key, public_key))
 }
 
 /// `wg genkey` / `wg pubkey` (with `input` on stdin); the trimmed output.
