@@ -21,10 +21,12 @@
 //! Needs `ip` (iproute2), `nft` (nftables) and `conntrack` (conntrack).
 
 mod mesh;
+mod observe;
 mod probe;
 mod wg;
 
 pub use mesh::{LabNode, NodeSpec, ReachLab, RelayInfo, flags};
+pub use observe::{LongStream, PeerPath, peer_entry};
 pub use probe::{UdpEcho, udp_mapped_from};
 pub use wg::{WgPeer, wg_keypair};
 

@@ -8,9 +8,11 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use plexsphere_e2e::nat::{NatMode, PUBLIC_GATEWAY, Topology, WgPeer, wg_keypair};
+use plexsphere_e2e::nat::{
+    NatMode, NodeSpec, PUBLIC_GATEWAY, PeerPath, ReachLab, Topology, WgPeer, peer_entry, wg_keypair,
+};
 use plexsphere_e2e::qemu::{self, Guest};
-use plexsphere_e2e::{bin, netns, wait_until};
+use plexsphere_e2e::{Host, bin, netns, wait_until};
 
 /// One command in the guest (TCG is slow: a first `wg` or `ip` loads over 9p).
 const CMD_BOUND: Duration = Duration::from_secs(30);
@@ -108,5 +110,169 @@ fn the_guest_kernel_wireguard_and_plexd_wg_ping_over_their_tunnel() {
         seen.ip(),
         std::net::IpAddr::V4(topo.node_addr(r, 0)),
         "{seen}"
+    );
+}
+
+/// A plexd with `wireguard.backend: kernel` running in a guest.
+struct GuestNode {
+    guest: Guest,
+    host: Host,
+}
+
+impl GuestNode {
+    /// The environment `plexd` runs with in the guest: the host root's paths, shared with the
+    /// guest, except the run dir (its control socket), which lives on the guest's tmpfs.
+    fn env(&self) -> String {
+        format!(
+            "PLEXD_CONFIG={} PLEXD_STATE_DIR={} PLEXD_UNIT_DIR={} PLEXD_RUN_DIR=/run/plexd-guest",
+            self.host.config().display(),
+            self.host.state_dir().display(),
+            self.host.unit_dir().display(),
+        )
+    }
+
+    fn log(&self) -> std::path::PathBuf {
+        self.host.root.join("plexd.log")
+    }
+
+    fn start(&self) {
+        let plexd = bin("plexd").unwrap();
+        let cmd = format!(
+            "{} setsid {} run > {} 2>&1 &",
+            self.env(),
+            plexd.display(),
+            self.log().display()
+        );
+        self.guest.run_ok(&cmd, CMD_BOUND).unwrap();
+    }
+
+    fn status(&self) -> anyhow::Result<Option<serde_json::Value>> {
+        let plexd = bin("plexd")?;
+        let out = self.guest.run(
+            &format!("{} {} status --output json", self.env(), plexd.display()),
+            CMD_BOUND,
+        )?;
+        if out.rc != 0 {
+            return Ok(None);
+        }
+        Ok(Some(serde_json::from_str(&out.out)?))
+    }
+
+    fn output(&self) -> String {
+        std::fs::read_to_string(self.log()).unwrap_or_default()
+    }
+
+    fn ping(&self, ip: std::net::Ipv4Addr) -> bool {
+        self.guest
+            .run(&format!("ping -c 1 -W 2 {ip}"), CMD_BOUND)
+            .is_ok_and(|o| o.rc == 0)
+    }
+}
+
+/// Boots a guest on router `r` of `lab` and enrols a kernel-backend plexd in it.
+fn guest_node(lab: &mut ReachLab, r: usize) -> GuestNode {
+    let host = lab.new_host("guest", "kernel", "plexk0").unwrap();
+    let guest = guest_on(&mut lab.topo, r, lab.dir.path());
+    let node = GuestNode { guest, host };
+    node.start();
+    let status = wait_until(Duration::from_secs(120), "the guest's plexd enrols", || {
+        Ok(node
+            .status()?
+            .filter(|s| s["event_stream_connected"] == true))
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n--- guest plexd:\n{}\n{}", node.output(), lab.dump()));
+    assert_eq!(status["backend"], "kernel", "{status}");
+    node
+}
+
+/// The guest's plexd and a userspace plexd on another router's LAN, routing only: both enrol
+/// with the control plane on the public segment, mesh directly, ping each other and carry a
+/// TCP transfer over the mesh IPs; the guest's interface is a kernel WireGuard link.
+#[test]
+fn plexd_with_the_kernel_backend_in_a_guest_meshes_with_a_userspace_node() {
+    let mut lab = ReachLab::start(&[NatMode::None, NatMode::None], 0).unwrap();
+    let user = lab
+        .add_node(&NodeSpec {
+            router: 1,
+            backend: "userspace",
+        })
+        .unwrap();
+    lab.start_node(user).unwrap();
+    let g = guest_node(&mut lab, 0);
+    let link = g.guest.run_ok("ip -d link show plexk0", CMD_BOUND).unwrap();
+    assert!(link.contains("wireguard"), "{link}");
+    mesh_with_guest(&lab, user, &g);
+}
+
+/// Pings both ways and a TCP transfer from the guest into the userspace node.
+fn mesh_with_guest(lab: &ReachLab, user: usize, g: &GuestNode) {
+    let user_ip = lab.mesh_ip(user).unwrap();
+    let guest_ip: std::net::Ipv4Addr = g.host.identity().unwrap().1.parse().unwrap();
+    wait_until(BOUND, "the guest pings the userspace node", || {
+        Ok(g.ping(user_ip).then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n--- guest plexd:\n{}\n{}", g.output(), lab.dump()));
+    let user_ns = &lab.nodes[user].ns;
+    let out = netns::exec(
+        user_ns,
+        "ping",
+        &["-c", "2", "-W", "2", &guest_ip.to_string()],
+    )
+    .unwrap();
+    assert!(out.status.success(), "the userspace node pings the guest");
+
+    // 4 MiB from the guest (bash's /dev/tcp) into a sink on the userspace node's mesh IP.
+    const BYTES: u64 = 4 << 20;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let sink = netns::on_thread_in(user_ns, move || {
+        use std::io::Read;
+        let l = std::net::TcpListener::bind((user_ip, 0))?;
+        tx.send(l.local_addr()?.port())?;
+        let (mut s, _) = l.accept()?;
+        s.set_read_timeout(Some(BOUND))?;
+        let mut total = 0u64;
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            let n = s.read(&mut buf)?;
+            if n == 0 {
+                return Ok(total);
+            }
+            total += n as u64;
+        }
+    });
+    let port: u16 = rx.recv_timeout(BOUND).unwrap();
+    g.guest
+        .run_ok(
+            &format!("head -c {BYTES} /dev/zero | bash -c 'cat > /dev/tcp/{user_ip}/{port}'"),
+            BOUND,
+        )
+        .unwrap();
+    let got = sink.join().unwrap().unwrap();
+    assert_eq!(got, BYTES, "the sink read every byte the guest sent");
+}
+
+/// Both behind endpoint-dependent NATs with two relays on the public segment: the guest's
+/// kernel interface reaches the userspace node through a relay (plexd's loopback forwarder in
+/// front of the kernel interface), and the userspace node reports the path as relayed over UDP.
+/// Needs the relay (`plexsphere relay`), the control plane's `--relay` and the reach runtime's
+/// kernel forwarders.
+#[test]
+fn plexd_with_the_kernel_backend_in_a_guest_meshes_through_a_relay() {
+    let mut lab = ReachLab::start(&[NatMode::Edm, NatMode::Edm], 2).unwrap();
+    let user = lab
+        .add_node(&NodeSpec {
+            router: 1,
+            backend: "userspace",
+        })
+        .unwrap();
+    lab.start_node(user).unwrap();
+    let g = guest_node(&mut lab, 0);
+    mesh_with_guest(&lab, user, &g);
+    let guest_ip: std::net::Ipv4Addr = g.host.identity().unwrap().1.parse().unwrap();
+    let status = lab.nodes[user].host.status().unwrap().unwrap();
+    let path = peer_entry(&status, guest_ip).and_then(PeerPath::of_peer);
+    assert!(
+        path.as_ref().is_some_and(|p| p.is_relayed_over("udp")),
+        "the userspace node reaches the guest through a relay over UDP: {path:?}"
     );
 }

@@ -135,7 +135,7 @@ pub struct ReachLab {
 }
 
 /// The fast daemon timings of the reach tests (as in the mesh tests).
-fn node_config(backend: &str, iface: &str) -> String {
+pub fn node_config(backend: &str, iface: &str) -> String {
     format!(
         "wireguard:\n  backend: {backend}\n  interface: {iface}\ndaemon:\n  backoff_initial_ms: 200\n  backoff_cap_secs: 2\n  intervals:\n    heartbeat_secs: 1\n    endpoint_report_secs: 1\n    state_poll_secs: 2\n    ingest_secs: 1\n"
     )
@@ -230,7 +230,9 @@ impl ReachLab {
     pub fn domain_key(&self) -> Result<String> {
         let out = self.plexctl_ok(&["domain", "list", "--output", "json"])?;
         let v: serde_json::Value = serde_json::from_str(&out)?;
-        v["items"][0]["signing_public_key"]
+        // A JSON array of Domains (the lab seed has one).
+        let first = if v.is_array() { &v[0] } else { &v["items"][0] };
+        first["signing_public_key"]
             .as_str()
             .map(str::to_owned)
             .with_context(|| format!("no signing_public_key in {out}"))
@@ -259,15 +261,7 @@ impl ReachLab {
         let k = self.nodes_behind(spec.router);
         let ns = self.topo.add_node(spec.router)?;
         let iface = self.topo.wg_iface(spec.router, k);
-        let host = Host::new(&self.dir.path().join(format!("node{i}")))?;
-        host.write_config(
-            &self.cp.url,
-            &self.cp.ca_file(),
-            LAB_NODES_PROJECT,
-            &format!("node{i}"),
-            &node_config(spec.backend, &iface),
-        )?;
-        host.write_token(&self.issue_token()?)?;
+        let host = self.new_host(&format!("node{i}"), spec.backend, &iface)?;
         self.nodes.push(LabNode {
             ns,
             router: spec.router,
@@ -278,11 +272,27 @@ impl ReachLab {
         Ok(i)
     }
 
+    /// A plexd host root in the lab's directory with its config (`backend`, interface `iface`,
+    /// the fast timings) and a fresh token, for a node that runs elsewhere (a guest).
+    pub fn new_host(&self, name: &str, backend: &str, iface: &str) -> Result<Host> {
+        let host = Host::new(&self.dir.path().join(name))?;
+        host.write_config(
+            &self.cp.url,
+            &self.cp.ca_file(),
+            LAB_NODES_PROJECT,
+            name,
+            &node_config(backend, iface),
+        )?;
+        host.write_token(&self.issue_token()?)?;
+        Ok(host)
+    }
+
     fn nodes_behind(&self, router: usize) -> usize {
         self.nodes.iter().filter(|n| n.router == router).count()
     }
 
-    fn issue_token(&self) -> Result<String> {
+    /// A fresh node token of the lab-nodes Project.
+    pub fn issue_token(&self) -> Result<String> {
         let out = self.plexctl_ok(&[
             "bootstrap-token",
             "issue",
