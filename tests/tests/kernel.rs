@@ -100,8 +100,8 @@ fn the_guest_kernel_wireguard_and_plexd_wg_ping_over_their_tunnel() {
         .unwrap();
     let received: u64 = shown
         .lines()
-        .filter_map(|l| l.split_whitespace().nth(1)?.parse().ok())
-        .last()
+        .rev()
+        .find_map(|l| l.split_whitespace().nth(1)?.parse().ok())
         .unwrap_or(0);
     assert!(received > 0, "the kernel counted received bytes: {shown}");
     // plexd-wg roamed to the guest's address (routing only: no translation).

@@ -184,3 +184,44 @@ fn plexd_wg_peers_behind_edm_routers_do_not_connect() {
     assert!(connected.is_err(), "EDM routers let a handshake through");
     assert!(!ping(&a.ns, "10.99.0.2"));
 }
+
+/// The reach lab without relays (what exists before the reach work): the control plane on the
+/// public segment, a plexd behind a router of every mode enrols and keeps its event stream
+/// (the API is TCP: it passes every mode, DropUdp too), and `plexctl` on the public segment
+/// lists all four nodes.
+#[test]
+fn reach_lab_nodes_behind_every_mode_enrol_with_the_control_plane() {
+    use plexsphere_e2e::nat::{NodeSpec, ReachLab};
+    let modes = [NatMode::Eim, NatMode::Edm, NatMode::DropUdp, NatMode::None];
+    let mut lab = ReachLab::start(&modes, 0).unwrap();
+    for r in 0..modes.len() {
+        let i = lab
+            .add_node(&NodeSpec {
+                router: r,
+                backend: "userspace",
+            })
+            .unwrap();
+        lab.start_node(i)
+            .unwrap_or_else(|e| panic!("{e:#}\n{}", lab.dump()));
+    }
+    let out = lab
+        .plexctl_ok(&["node", "list", "--output", "json"])
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let listed = v
+        .as_array()
+        .or_else(|| v["items"].as_array())
+        .map_or(0, Vec::len);
+    assert_eq!(listed, modes.len(), "{out}");
+    for (i, n) in lab.nodes.iter().enumerate() {
+        let want = modes.len() - 1;
+        let status = wait_until(BOUND, &format!("node {i} lists {want} peers"), || {
+            Ok(n.host.status()?.filter(|s| {
+                s["event_stream_connected"] == true
+                    && s["peers"].as_array().map(Vec::len) == Some(want)
+            }))
+        })
+        .unwrap_or_else(|e| panic!("{e:#}\n{}", lab.dump()));
+        assert_eq!(status["backend"], "userspace", "node {i}");
+    }
+}
