@@ -275,4 +275,11 @@ fn plexd_with_the_kernel_backend_in_a_guest_meshes_through_a_relay() {
         path.as_ref().is_some_and(|p| p.is_relayed_over("udp")),
         "the userspace node reaches the guest through a relay over UDP: {path:?}"
     );
+    let user_ip = lab.mesh_ip(user).unwrap();
+    let status = g.status().unwrap().unwrap();
+    let path = peer_entry(&status, user_ip).and_then(PeerPath::of_peer);
+    assert!(
+        path.as_ref().is_some_and(|p| p.is_relayed_over("udp")),
+        "the guest's kernel-backend plexd reports the relayed path: {path:?}"
+    );
 }

@@ -215,7 +215,8 @@ fn relayed_pair_upgrades_to_direct_when_the_nats_allow_it_without_dropping_tcp()
 }
 
 /// Both behind EDM, relayed; the relay node 0's path uses is killed (SIGKILL): both sides move
-/// to the other relay of the state and the mesh carries traffic again.
+/// to another relay of the state (the other one, or one `plexsphere dev` embeds) and the mesh
+/// carries traffic again.
 #[test]
 fn a_killed_relay_moves_the_pair_to_the_other_relay() {
     const MOVE_BOUND: Duration = Duration::from_secs(45);
@@ -230,21 +231,10 @@ fn a_killed_relay_moves_the_pair_to_the_other_relay() {
     lab.kill_relay(&killed).unwrap();
     for (from, to) in [(0, 1), (1, 0)] {
         let k = killed.clone();
-        let moved = lab
-            .wait_path(
-                from,
-                to,
-                "relayed by the other relay",
-                MOVE_BOUND,
-                move |p| relayed_over("udp")(p) && p.relay.as_deref() != Some(k.as_str()),
-            )
-            .unwrap();
-        assert!(
-            lab.relays
-                .iter()
-                .any(|r| Some(r.name.as_str()) == moved.relay.as_deref()),
-            "{moved:?} names a relay of the state"
-        );
+        lab.wait_path(from, to, "relayed by another relay", MOVE_BOUND, move |p| {
+            relayed_over("udp")(p) && p.relay.as_deref() != Some(k.as_str())
+        })
+        .unwrap();
     }
     mesh_carries_traffic(&lab);
 }
