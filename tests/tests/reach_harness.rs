@@ -225,3 +225,31 @@ fn reach_lab_nodes_behind_every_mode_enrol_with_the_control_plane() {
         assert_eq!(status["backend"], "userspace", "node {i}");
     }
 }
+
+/// The long TCP stream the upgrade scenario keeps running, on what exists today: two plexd
+/// nodes behind routing-only routers mesh directly (the control plane's endpoints are
+/// reachable), a stream runs over their mesh IPs, and both routers' rulesets are replaced and
+/// their conntrack tables flushed at run time; data keeps flowing and every byte arrives.
+#[test]
+fn a_long_tcp_stream_over_the_mesh_survives_a_ruleset_replacement() {
+    use plexsphere_e2e::nat::{NodeSpec, ReachLab};
+    let mut lab = ReachLab::start(&[NatMode::None, NatMode::None], 0).unwrap();
+    for r in 0..2 {
+        let i = lab
+            .add_node(&NodeSpec {
+                router: r,
+                backend: "userspace",
+            })
+            .unwrap();
+        lab.start_node(i).unwrap();
+    }
+    lab.wait_ping(0, 1, BOUND).unwrap();
+    let stream = lab.long_stream(0, 1).unwrap();
+    let before = stream.wait_flowing(0, 256 << 10, BOUND).unwrap();
+    lab.set_mode(0, NatMode::None).unwrap();
+    lab.set_mode(1, NatMode::None).unwrap();
+    let after = stream.wait_flowing(before, 256 << 10, BOUND).unwrap();
+    let total = stream.finish().unwrap();
+    assert!(total >= after && after > before, "{before} {after} {total}");
+    assert_eq!(lab.transfer(1, 0, 1 << 20, BOUND).unwrap(), 1 << 20);
+}
