@@ -20,14 +20,17 @@
 //!
 //! Needs `ip` (iproute2), `nft` (nftables) and `conntrack` (conntrack).
 
+pub mod flags;
 mod mesh;
 mod observe;
 mod probe;
+mod rules;
 mod wg;
 
-pub use mesh::{LabNode, NodeSpec, ReachLab, RelayInfo, flags};
+pub use mesh::{LabNode, NodeSpec, ReachLab, RelayInfo, node_config};
 pub use observe::{LongStream, PeerPath, peer_entry};
 pub use probe::{UdpEcho, udp_mapped_from};
+pub use rules::ruleset;
 pub use wg::{WgPeer, wg_keypair};
 
 use std::net::Ipv4Addr;
@@ -70,43 +73,7 @@ pub const MAX_SERVERS: usize = 90;
 /// At most this many nodes behind one router (.10-.249 of its LAN).
 pub const MAX_NODES_PER_ROUTER: usize = 240;
 
-/// The nftables table every router's ruleset lives in.
-const NAT_TABLE: &str = "pxnat";
-
 static NEXT: AtomicU32 = AtomicU32::new(0);
-
-/// The nftables ruleset a router in `mode` loads (it replaces whatever was there).
-pub fn ruleset(mode: NatMode) -> String {
-    let masquerade = match mode {
-        NatMode::Eim | NatMode::DropUdp => "oifname \"wan\" masquerade",
-        NatMode::Edm => "oifname \"wan\" masquerade random",
-        NatMode::None => "",
-    };
-    let drop_udp = if mode == NatMode::DropUdp {
-        "oifname \"wan\" meta l4proto udp drop"
-    } else {
-        ""
-    };
-    // One statement a line; a chain may not be named `fwd` (an nft keyword).
-    format!(
-        "flush ruleset
-table ip {NAT_TABLE} {{
-  chain postrouting {{
-    type nat hook postrouting priority srcnat; policy accept;
-    {masquerade}
-  }}
-  chain inbound {{
-    type filter hook input priority filter; policy accept;
-    iifname \"wan\" ct state new drop
-  }}
-  chain forward {{
-    type filter hook forward priority filter; policy accept;
-    {drop_udp}
-  }}
-}}
-"
-    )
-}
 
 struct Router {
     ns: String,

@@ -1,0 +1,39 @@
+//! The nftables ruleset of a router per [`NatMode`].
+
+use super::NatMode;
+
+/// The nftables table every router's ruleset lives in.
+const NAT_TABLE: &str = "pxnat";
+
+/// The nftables ruleset a router in `mode` loads (it replaces whatever was there).
+pub fn ruleset(mode: NatMode) -> String {
+    let masquerade = match mode {
+        NatMode::Eim | NatMode::DropUdp => "oifname \"wan\" masquerade",
+        NatMode::Edm => "oifname \"wan\" masquerade random",
+        NatMode::None => "",
+    };
+    let drop_udp = if mode == NatMode::DropUdp {
+        "oifname \"wan\" meta l4proto udp drop"
+    } else {
+        ""
+    };
+    // One statement a line; a chain may not be named `fwd` (an nft keyword).
+    format!(
+        "flush ruleset
+table ip {NAT_TABLE} {{
+  chain postrouting {{
+    type nat hook postrouting priority srcnat; policy accept;
+    {masquerade}
+  }}
+  chain inbound {{
+    type filter hook input priority filter; policy accept;
+    iifname \"wan\" ct state new drop
+  }}
+  chain forward {{
+    type filter hook forward priority filter; policy accept;
+    {drop_udp}
+  }}
+}}
+"
+    )
+}
