@@ -17,7 +17,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use plexsphere_e2e::nat::{NatMode, NodeSpec, ReachLab};
+use plexsphere_e2e::nat::{NatMode, NodeSpec, ReachLab, flags};
 use plexsphere_e2e::netns::{exec, in_netns};
 use plexsphere_e2e::{Proc, bin, wait_until};
 
@@ -105,11 +105,16 @@ fn measure(topology: &'static str, modes: &[NatMode], relays: usize, secs_run: u
     };
 
     // One iperf3 TCP stream, node 0 -> node 1, with the CPU the relays and daemons spend.
-    let pids: Vec<u32> = lab
-        .relays
-        .iter()
-        .filter_map(|r| r.proc.as_ref().map(Proc::pid))
-        .collect();
+    // The relay dev embeds runs in the control plane's process.
+    let via_dev = lab.path(0, 1)?.and_then(|p| p.relay).as_deref() == Some(flags::DEV_RELAY_NAME);
+    let pids: Vec<u32> = if via_dev {
+        vec![lab.cp.proc.pid()]
+    } else {
+        lab.relays
+            .iter()
+            .filter_map(|r| r.proc.as_ref().map(Proc::pid))
+            .collect()
+    };
     let daemons: Vec<u32> = lab
         .nodes
         .iter()

@@ -224,6 +224,31 @@ fn reach_lab_nodes_behind_every_mode_enrol_with_the_control_plane() {
         .unwrap_or_else(|e| panic!("{e:#}\n{}", lab.dump()));
         assert_eq!(status["backend"], "userspace", "node {i}");
     }
+    // "Killing" dev's embedded relay rejects its ports only: the API stays up for every node.
+    lab.kill_relay(plexsphere_e2e::nat::flags::DEV_RELAY_NAME)
+        .unwrap();
+    let beats: Vec<u64> = lab
+        .nodes
+        .iter()
+        .map(|n| {
+            n.host.status().unwrap().unwrap()["last_heartbeat_age_secs"]
+                .as_u64()
+                .unwrap_or(u64::MAX)
+        })
+        .collect();
+    for (i, n) in lab.nodes.iter().enumerate() {
+        wait_until(BOUND, &format!("node {i} still heartbeats"), || {
+            let s = n.host.status()?;
+            Ok(s.filter(|s| {
+                s["api"]["reachable"] == true
+                    && s["last_heartbeat_age_secs"]
+                        .as_u64()
+                        .is_some_and(|a| a <= 2)
+            })
+            .map(|_| ()))
+        })
+        .unwrap_or_else(|e| panic!("{e:#} (ages before: {beats:?})\n{}", lab.dump()));
+    }
 }
 
 /// The long TCP stream the upgrade scenario keeps running, on what exists today: two plexd

@@ -67,3 +67,9 @@ pub const RELAY_UDP_PORT: u16 = 3478;
 pub const RELAY_TLS_PORT: u16 = 443;
 /// The control plane's port on the public segment.
 pub const CP_PORT: u16 = 8443;
+
+/// The relay `plexsphere dev` embeds (in the control plane's own process), and its default
+/// ports on the listen address.
+pub const DEV_RELAY_NAME: &str = "dev";
+pub const DEV_RELAY_UDP_PORT: u16 = 3479;
+pub const DEV_RELAY_TLS_PORT: u16 = 8444;

@@ -144,14 +144,45 @@ impl ReachLab {
         Ok(())
     }
 
-    /// Kills relay `name` (SIGKILL: no goodbye to its clients).
+    /// Kills relay `name`: a relay of its own gets SIGKILL (no goodbye to its clients); the
+    /// relay `plexsphere dev` embeds lives in the control plane's process, so its ports are
+    /// rejected instead (TCP reset, ICMP port unreachable: what a killed process leaves).
     pub fn kill_relay(&mut self, name: &str) -> Result<()> {
+        if name == flags::DEV_RELAY_NAME {
+            return self.reject_dev_relay();
+        }
         let r = self
             .relays
             .iter_mut()
             .find(|r| r.name == name)
             .with_context(|| format!("no relay named {name}"))?;
         ensure!(r.proc.take().is_some(), "relay {name} is not running");
+        Ok(())
+    }
+
+    fn reject_dev_relay(&self) -> Result<()> {
+        let addr = self.cp.addr()?.ip();
+        let rules = format!(
+            "table inet pxdevrelay {{\n  chain input {{\n    type filter hook input priority filter; policy accept;\n    ip daddr {addr} udp dport {} reject\n    ip daddr {addr} tcp dport {} reject with tcp reset\n  }}\n}}\n",
+            flags::DEV_RELAY_UDP_PORT,
+            flags::DEV_RELAY_TLS_PORT,
+        );
+        let mut child = in_netns(self.topo.public_ns(), Command::new("nft").args(["-f", "-"]))
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .context("running nft")?;
+        if let Some(mut stdin) = child.stdin.take() {
+            std::io::Write::write_all(&mut stdin, rules.as_bytes())?;
+        }
+        let out = child.wait_with_output()?;
+        ensure!(
+            out.status.success(),
+            "nft in the public namespace: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        // Established TCP connections to it get the reset on their next segment.
+        let _ = crate::netns::exec(self.topo.public_ns(), "conntrack", &["-F"]);
         Ok(())
     }
 
@@ -315,8 +346,9 @@ fn start_control_plane(
         .args(["--san", &addr.to_string(), "--san", flags::RELAY_SNI])
         .args(["--sse-keepalive-secs", "1", "--heartbeat-secs", "1"]);
     for r in relays {
+        // Relays answer STUN on their UDP port and dev's own STUN responder is listed too, so
+        // nodes have three STUN servers on three addresses without --stun-advertise.
         cmd.args(flags::cp_relay(&r.name, &r.public_key, r.udp(), r.tls()));
-        cmd.args(flags::cp_stun(r.udp()));
     }
     let proc = Proc::spawn(in_netns(topo.public_ns(), &cmd))?;
     let line = proc.wait_for_line(STARTUP_BOUND, |l| l.contains("listening on https://"))?;
