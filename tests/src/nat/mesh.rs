@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 
-use super::{NatMode, Topology, flags};
+use super::flags;
+use super::rules::NatMode;
+use super::topology::Topology;
 use crate::netns::{in_netns, on_thread_in};
 use crate::process::{STARTUP_BOUND, bin};
 use crate::{ControlPlane, Host, LAB_NODES_PROJECT, Proc, wait_until};

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use super::ReachLab;
+use super::mesh::ReachLab;
 use crate::netns::{exec, on_thread_in};
 use crate::wait_until;
 

@@ -1,6 +1,19 @@
-//! The nftables ruleset of a router per [`NatMode`].
+//! What a router does to its LAN's traffic ([`NatMode`]) and the nftables ruleset of each.
 
-use super::NatMode;
+/// What a router does to traffic leaving its LAN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NatMode {
+    /// `masquerade`: the source port is kept when free, so a host's mapping is the same
+    /// towards every destination (endpoint-independent mapping). Filtering is Linux
+    /// conntrack's: only the exact remote address and port of an outbound flow gets in.
+    Eim,
+    /// `masquerade random`: a fresh port per destination (endpoint-dependent mapping).
+    Edm,
+    /// `masquerade`, and every UDP datagram forwarded outwards dropped; TCP passes.
+    DropUdp,
+    /// Routing only: no translation, the LAN is routed on the public segment.
+    None,
+}
 
 /// The nftables table every router's ruleset lives in.
 const NAT_TABLE: &str = "pxnat";
