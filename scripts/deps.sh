@@ -19,6 +19,9 @@ packages=(
   debootstrap systemd-container # local machines: the Debian base image and systemd-nspawn
   postgresql                    # the store's Postgres backend is tested on a throwaway cluster
   python3                       # scripts/import-cycles (the import-cycle gate of scripts/test)
+  nftables conntrack            # the reach tests' NAT routers (nft rulesets, `conntrack -F`)
+  qemu-system-x86               # the kernel-backend tests boot Debian's kernel under TCG
+  busybox-static kmod cpio      # scripts/kernel-guest.sh: the guest's initramfs and its modules
 )
 
 missing=()

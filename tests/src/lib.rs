@@ -9,9 +9,11 @@ pub mod control_plane;
 pub mod daemon;
 pub mod host;
 pub mod machines;
+pub mod nat;
 pub mod netns;
 pub mod process;
 pub mod proxy;
+pub mod qemu;
 pub mod wait;
 
 pub use control_plane::{ControlPlane, LAB_NODES_PROJECT, OPENSTACK_PROJECT};

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The reach benchmark: per NAT topology (routing only, both EIM, both EDM, one router dropping
+# UDP), two plexd nodes behind their routers with the control plane and two relays on a
+# public segment, all in network namespaces (tests/src/nat.rs). Measured in one run: the time
+# from both daemons up to the first ping over the mesh and to a direct path, and one iperf3
+# TCP stream over the path each topology gives (direct, relay over UDP, relay over TCP) with
+# the relays' and the daemons' CPU-seconds per GB (/proc/<pid>/stat utime+stime).
+#
+#   sudo benches/reach-bench.sh [--secs S] [--debug]
+#
+# --secs: the iperf3 stream's length (default 5). --debug: measure the debug binaries (the
+# default builds and measures release ones). Prints a Markdown table for docs/benchmarks.md
+# on stdout. A topology that cannot run (a piece not built yet, such as `plexsphere relay`)
+# gets a row saying why, and the script exits 1 after measuring the others.
+#
+# Needs root, iproute2, nftables, conntrack, iperf3, wireguard-tools, cargo (scripts/deps.sh).
+# The benchmark itself is the ignored test tests/tests/reach_bench.rs.
+set -euo pipefail
+
+secs=5 profile=release
+while (($#)); do
+  case $1 in
+    --secs) secs=${2:-}; shift $(($# > 1 ? 2 : 1)) ;;
+    --debug) profile=debug; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "reach-bench.sh: unknown argument '$1' (see --help)" >&2; exit 64 ;;
+  esac
+done
+[[ $secs =~ ^[0-9]+$ && $secs -ge 2 ]] || { echo "reach-bench.sh: --secs must be a number >= 2" >&2; exit 64; }
+[[ $(id -u) -eq 0 ]] || { echo "reach-bench.sh: run as root (network namespaces, nftables)" >&2; exit 1; }
+for t in ip nft conntrack iperf3 wg; do
+  command -v "$t" >/dev/null || { echo "reach-bench.sh: $t is missing: run scripts/deps.sh" >&2; exit 1; }
+done
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+# shellcheck source=../scripts/env.sh
+source scripts/env.sh
+flag=()
+[[ $profile == release ]] && flag=(--release)
+echo "reach-bench: building the $profile binaries" >&2
+cargo build -q "${flag[@]}" -p plexd --bin plexd -p plexsphere --bin plexsphere \
+  -p plexctl --bin plexctl -p plexd-dataplane --bin plexd-wg >&2
+export PLEXSPHERE_BIN_DIR=$CARGO_TARGET_DIR/$profile REACH_BENCH_SECS=$secs RUST_BACKTRACE=0
+echo "reach-bench: running (binaries from $PLEXSPHERE_BIN_DIR)" >&2
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+status=0
+cargo test -q -p plexsphere-e2e --test reach_bench -- --ignored --nocapture >"$out" || status=$?
+grep '^|' "$out" || true
+if ((status)); then
+  echo "reach-bench: some topologies could not run (rows above say why)" >&2
+  exit 1
+fi

@@ -1,0 +1,285 @@
+//! The WireGuard kernel backend for real (root, qemu): this machine's kernel has no WireGuard
+//! module, so the kernel side runs in a qemu guest booting Debian's kernel (tests/src/qemu.rs,
+//! scripts/kernel-guest.sh), its NIC on a router's LAN of a NAT topology. These tests never
+//! skip: without qemu or the kernel package they fail saying what is missing.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use plexsphere_e2e::nat::{
+    NatMode, NodeSpec, PUBLIC_GATEWAY, PeerPath, ReachLab, Topology, WgPeer, peer_entry, wg_keypair,
+};
+use plexsphere_e2e::qemu::{self, Guest};
+use plexsphere_e2e::{Host, bin, netns, wait_until};
+
+/// One command in the guest (TCG is slow: a first `wg` or `ip` loads over 9p).
+const CMD_BOUND: Duration = Duration::from_secs(30);
+const BOUND: Duration = Duration::from_secs(60);
+const WG_PORT: u16 = 51820;
+
+/// Boots a guest on router `r`'s LAN with its address and default route set; `work` is shared.
+fn guest_on(topo: &mut Topology, r: usize, work: &std::path::Path) -> Guest {
+    let image = qemu::image().unwrap();
+    let (tap, addr) = topo.add_tap(r).unwrap();
+    let ns = topo.router_ns(r).unwrap().to_owned();
+    let guest = Guest::boot(&image, &ns, &tap, "52:54:00:00:20:0a", work).unwrap();
+    guest
+        .run_ok(
+            &format!(
+                "ip addr add {addr}/24 dev eth0 && ip link set eth0 up && ip route add default via {}",
+                topo.lan_gateway(r)
+            ),
+            CMD_BOUND,
+        )
+        .unwrap_or_else(|e| panic!("{e:#}\n--- console:\n{}", guest.console()));
+    guest
+}
+
+/// The first packet the kernel backend ever carried here: the guest's kernel WireGuard
+/// interface and plexd-wg on the public segment ping each other over their tunnel addresses,
+/// through the guest's router (routing only), with a full 1420-byte tunnel packet (DF set)
+/// inside the 1500-byte underlay.
+#[test]
+fn the_guest_kernel_wireguard_and_plexd_wg_ping_over_their_tunnel() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut topo = Topology::new().unwrap();
+    let r = topo.add_router(NatMode::None).unwrap();
+    let host = WgPeer::start(
+        &bin("plexd-wg").unwrap(),
+        topo.public_ns(),
+        &format!("{}h", topo.wg_iface(9, 9)),
+        "10.99.0.1/24",
+        WG_PORT,
+        dir.path(),
+    )
+    .unwrap();
+    let guest = guest_on(&mut topo, r, dir.path());
+
+    let (key, public) = wg_keypair().unwrap();
+    let key_file = dir.path().join("guest.key");
+    std::fs::write(&key_file, key).unwrap();
+    let endpoint = SocketAddr::from((PUBLIC_GATEWAY, WG_PORT));
+    let setup = format!(
+        "ip link add wg0 type wireguard && \
+         wg set wg0 private-key {key} listen-port {WG_PORT} peer {peer} endpoint {endpoint} \
+           allowed-ips 10.99.0.1/32 persistent-keepalive 1 && \
+         ip addr add 10.99.0.2/24 dev wg0 && ip link set wg0 up && ip -d link show wg0",
+        key = key_file.display(),
+        peer = host.public_key,
+    );
+    let link = guest
+        .run_ok(&setup, CMD_BOUND)
+        .unwrap_or_else(|e| panic!("{e:#}\n--- console:\n{}", guest.console()));
+    assert!(
+        link.contains("wireguard"),
+        "a kernel WireGuard link: {link}"
+    );
+    host.set_peer(&public, None, "10.99.0.2/32", None).unwrap();
+
+    // The guest's pings over the tunnel (the first ones also complete the handshake).
+    wait_until(BOUND, "the guest pings plexd-wg over the tunnel", || {
+        Ok((guest.run("ping -c 1 -W 1 10.99.0.1", CMD_BOUND)?.rc == 0).then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n--- plexd-wg:\n{}", host.proc.output()));
+    let ping = |args: &[&str]| netns::exec(topo.public_ns(), "ping", args).unwrap();
+    assert!(ping(&["-c", "2", "-W", "2", "10.99.0.2"]).status.success());
+    // 1392 bytes of ICMP payload + 28 of headers = 1420, the tunnel MTU, with DF.
+    let full = ping(&["-c", "2", "-W", "2", "-M", "do", "-s", "1392", "10.99.0.2"]);
+    assert!(
+        full.status.success(),
+        "a full-MTU packet crosses: {}",
+        String::from_utf8_lossy(&full.stdout)
+    );
+    let shown = guest
+        .run_ok(
+            "wg show wg0 latest-handshakes; wg show wg0 transfer",
+            CMD_BOUND,
+        )
+        .unwrap();
+    let received: u64 = shown
+        .lines()
+        .rev()
+        .find_map(|l| l.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0);
+    assert!(received > 0, "the kernel counted received bytes: {shown}");
+    // plexd-wg roamed to the guest's address (routing only: no translation).
+    let seen = host.endpoint().unwrap().unwrap();
+    assert_eq!(
+        seen.ip(),
+        std::net::IpAddr::V4(topo.node_addr(r, 0)),
+        "{seen}"
+    );
+}
+
+/// A plexd with `wireguard.backend: kernel` running in a guest.
+struct GuestNode {
+    guest: Guest,
+    host: Host,
+}
+
+impl GuestNode {
+    /// The environment `plexd` runs with in the guest: the host root's paths, shared with the
+    /// guest, except the run dir (its control socket), which lives on the guest's tmpfs.
+    fn env(&self) -> String {
+        format!(
+            "PLEXD_CONFIG={} PLEXD_STATE_DIR={} PLEXD_UNIT_DIR={} PLEXD_RUN_DIR=/run/plexd-guest",
+            self.host.config().display(),
+            self.host.state_dir().display(),
+            self.host.unit_dir().display(),
+        )
+    }
+
+    fn log(&self) -> std::path::PathBuf {
+        self.host.root.join("plexd.log")
+    }
+
+    fn start(&self) {
+        let plexd = bin("plexd").unwrap();
+        let cmd = format!(
+            "{} setsid {} run > {} 2>&1 &",
+            self.env(),
+            plexd.display(),
+            self.log().display()
+        );
+        self.guest.run_ok(&cmd, CMD_BOUND).unwrap();
+    }
+
+    fn status(&self) -> anyhow::Result<Option<serde_json::Value>> {
+        let plexd = bin("plexd")?;
+        let out = self.guest.run(
+            &format!("{} {} status --output json", self.env(), plexd.display()),
+            CMD_BOUND,
+        )?;
+        if out.rc != 0 {
+            return Ok(None);
+        }
+        Ok(Some(serde_json::from_str(&out.out)?))
+    }
+
+    fn output(&self) -> String {
+        std::fs::read_to_string(self.log()).unwrap_or_default()
+    }
+
+    fn ping(&self, ip: std::net::Ipv4Addr) -> bool {
+        self.guest
+            .run(&format!("ping -c 1 -W 2 {ip}"), CMD_BOUND)
+            .is_ok_and(|o| o.rc == 0)
+    }
+}
+
+/// Boots a guest on router `r` of `lab` and enrols a kernel-backend plexd in it.
+fn guest_node(lab: &mut ReachLab, r: usize) -> GuestNode {
+    let host = lab.new_host("guest", "kernel", "plexk0").unwrap();
+    let guest = guest_on(&mut lab.topo, r, lab.dir.path());
+    let node = GuestNode { guest, host };
+    node.start();
+    let status = wait_until(Duration::from_secs(120), "the guest's plexd enrols", || {
+        Ok(node
+            .status()?
+            .filter(|s| s["event_stream_connected"] == true))
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n--- guest plexd:\n{}\n{}", node.output(), lab.dump()));
+    assert_eq!(status["backend"], "kernel", "{status}");
+    node
+}
+
+/// The guest's plexd and a userspace plexd on another router's LAN, routing only: both enrol
+/// with the control plane on the public segment, mesh directly, ping each other and carry a
+/// TCP transfer over the mesh IPs; the guest's interface is a kernel WireGuard link.
+#[test]
+fn plexd_with_the_kernel_backend_in_a_guest_meshes_with_a_userspace_node() {
+    let mut lab = ReachLab::start(&[NatMode::None, NatMode::None], 0).unwrap();
+    let user = lab
+        .add_node(&NodeSpec {
+            router: 1,
+            backend: "userspace",
+        })
+        .unwrap();
+    lab.start_node(user).unwrap();
+    let g = guest_node(&mut lab, 0);
+    let link = g.guest.run_ok("ip -d link show plexk0", CMD_BOUND).unwrap();
+    assert!(link.contains("wireguard"), "{link}");
+    mesh_with_guest(&lab, user, &g);
+}
+
+/// Pings both ways and a TCP transfer from the guest into the userspace node.
+fn mesh_with_guest(lab: &ReachLab, user: usize, g: &GuestNode) {
+    let user_ip = lab.mesh_ip(user).unwrap();
+    let guest_ip: std::net::Ipv4Addr = g.host.identity().unwrap().1.parse().unwrap();
+    wait_until(BOUND, "the guest pings the userspace node", || {
+        Ok(g.ping(user_ip).then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n--- guest plexd:\n{}\n{}", g.output(), lab.dump()));
+    let user_ns = &lab.nodes[user].ns;
+    let out = netns::exec(
+        user_ns,
+        "ping",
+        &["-c", "2", "-W", "2", &guest_ip.to_string()],
+    )
+    .unwrap();
+    assert!(out.status.success(), "the userspace node pings the guest");
+
+    // 4 MiB from the guest (bash's /dev/tcp) into a sink on the userspace node's mesh IP.
+    const BYTES: u64 = 4 << 20;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let sink = netns::on_thread_in(user_ns, move || {
+        use std::io::Read;
+        let l = std::net::TcpListener::bind((user_ip, 0))?;
+        tx.send(l.local_addr()?.port())?;
+        let (mut s, _) = l.accept()?;
+        s.set_read_timeout(Some(BOUND))?;
+        let mut total = 0u64;
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            let n = s.read(&mut buf)?;
+            if n == 0 {
+                return Ok(total);
+            }
+            total += n as u64;
+        }
+    });
+    let port: u16 = rx.recv_timeout(BOUND).unwrap();
+    g.guest
+        .run_ok(
+            &format!("head -c {BYTES} /dev/zero | bash -c 'cat > /dev/tcp/{user_ip}/{port}'"),
+            BOUND,
+        )
+        .unwrap();
+    let got = sink.join().unwrap().unwrap();
+    assert_eq!(got, BYTES, "the sink read every byte the guest sent");
+}
+
+/// Both behind endpoint-dependent NATs with two relays on the public segment: the guest's
+/// kernel interface reaches the userspace node through a relay (plexd's loopback forwarder in
+/// front of the kernel interface), and the userspace node reports the path as relayed over UDP.
+/// Needs the relay (`plexsphere relay`), the control plane's `--relay` and the reach runtime's
+/// kernel forwarders.
+#[test]
+fn plexd_with_the_kernel_backend_in_a_guest_meshes_through_a_relay() {
+    let mut lab = ReachLab::start(&[NatMode::Edm, NatMode::Edm], 2).unwrap();
+    let user = lab
+        .add_node(&NodeSpec {
+            router: 1,
+            backend: "userspace",
+        })
+        .unwrap();
+    lab.start_node(user).unwrap();
+    let g = guest_node(&mut lab, 0);
+    mesh_with_guest(&lab, user, &g);
+    let guest_ip: std::net::Ipv4Addr = g.host.identity().unwrap().1.parse().unwrap();
+    let status = lab.nodes[user].host.status().unwrap().unwrap();
+    let path = peer_entry(&status, guest_ip).and_then(PeerPath::of_peer);
+    assert!(
+        path.as_ref().is_some_and(|p| p.is_relayed_over("udp")),
+        "the userspace node reaches the guest through a relay over UDP: {path:?}"
+    );
+    let user_ip = lab.mesh_ip(user).unwrap();
+    let status = g.status().unwrap().unwrap();
+    let path = peer_entry(&status, user_ip).and_then(PeerPath::of_peer);
+    assert!(
+        path.as_ref().is_some_and(|p| p.is_relayed_over("udp")),
+        "the guest's kernel-backend plexd reports the relayed path: {path:?}"
+    );
+}

@@ -1,0 +1,240 @@
+//! Every node reaches every node (root): two plexd nodes, each behind its own router doing NAT
+//! with nftables (tests/src/nat.rs), the control plane (`plexsphere dev`, STUN on both relays)
+//! and two relays on the public segment. Each test pings and carries a TCP transfer over the
+//! mesh IPs and asserts the path `plexd status --output json` reports on both sides.
+//!
+//! These need the reach work: the relay (`plexsphere relay`), the control plane's `--relay` and
+//! `--stun-advertise`, and plexd's reach runtime (STUN, disco, punching, relays over UDP and
+//! TCP/TLS). Flag spellings live in `plexsphere_e2e::nat::flags`.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::time::Duration;
+
+use plexsphere_e2e::nat::{NatMode, NodeSpec, PeerPath, ReachLab};
+
+/// Enrolment, STUN, call-me-maybe and punching: well inside the 60-90 s of the e2e tests.
+const PATH_BOUND: Duration = Duration::from_secs(45);
+const BOUND: Duration = Duration::from_secs(60);
+/// The TCP transfer of every scenario, each way.
+const BYTES: u64 = 4 << 20;
+
+/// A lab with routers in `modes` (one node behind each, started) and two relays.
+fn lab(modes: &[NatMode]) -> ReachLab {
+    let mut lab = ReachLab::start(modes, 2).unwrap();
+    for r in 0..modes.len() {
+        lab.add_node(&NodeSpec {
+            router: r,
+            backend: "userspace",
+        })
+        .unwrap();
+    }
+    for i in 0..modes.len() {
+        lab.start_node(i)
+            .unwrap_or_else(|e| panic!("{e:#}\n{}", lab.dump()));
+    }
+    lab
+}
+
+/// Pings both ways and a TCP transfer each way over the mesh IPs.
+fn mesh_carries_traffic(lab: &ReachLab) {
+    lab.wait_ping(0, 1, BOUND).unwrap();
+    lab.wait_ping(1, 0, BOUND).unwrap();
+    assert_eq!(lab.transfer(0, 1, BYTES, BOUND).unwrap(), BYTES);
+    assert_eq!(lab.transfer(1, 0, BYTES, BOUND).unwrap(), BYTES);
+}
+
+fn direct(p: &PeerPath) -> bool {
+    p.is_direct() && p.endpoint.is_some()
+}
+
+fn relayed_over(transport: &'static str) -> impl Fn(&PeerPath) -> bool {
+    move |p| p.is_relayed_over(transport) && p.relay.is_some()
+}
+
+/// `plexctl node get` of node `i`: its NAT mapping as it measured it, and its candidates.
+fn nat_of(lab: &ReachLab, i: usize) -> (String, Vec<serde_json::Value>) {
+    let id = lab.nodes[i].host.identity().unwrap().0;
+    let out = lab
+        .plexctl_ok(&["node", "get", &id, "--output", "json"])
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let mapping = v["nat"]["mapping"].as_str().unwrap_or("").to_owned();
+    let candidates = v["candidates"].as_array().cloned().unwrap_or_default();
+    (mapping, candidates)
+}
+
+/// Both behind endpoint-independent NATs: each side's mapping is the same towards the STUN
+/// servers and towards the peer, so probing the peer's reflexive candidate punches through
+/// (simultaneous open through port-restricted filtering). Expected: direct both ways, to the
+/// peer router's public address; `plexctl node get` shows the EIM mapping and the reflexive
+/// candidate.
+#[test]
+fn both_behind_eim_punch_a_direct_path() {
+    let lab = lab(&[NatMode::Eim, NatMode::Eim]);
+    for (from, to) in [(0, 1), (1, 0)] {
+        let p = lab
+            .wait_path(from, to, "direct", PATH_BOUND, |p| {
+                direct(p) && p.rtt_ms.is_some()
+            })
+            .unwrap();
+        let ep = p.endpoint.unwrap();
+        assert_eq!(
+            ep.ip(),
+            std::net::IpAddr::V4(lab.topo.router_wan(to)),
+            "{p:?}"
+        );
+    }
+    mesh_carries_traffic(&lab);
+    for i in 0..2 {
+        let wan = lab.topo.router_wan(i).to_string();
+        let (mapping, candidates) = nat_of(&lab, i);
+        assert_eq!(mapping, "endpoint_independent", "node {i}");
+        assert!(
+            candidates.iter().any(|c| c["kind"] == "reflexive"
+                && c["address"]
+                    .as_str()
+                    .is_some_and(|a| a.starts_with(&format!("{wan}:")))),
+            "node {i}'s reflexive candidate is its router's address: {candidates:?}"
+        );
+    }
+}
+
+/// Both behind endpoint-dependent NATs: every destination gets its own port, so the mapping
+/// STUN saw is not the one the peer's probes would have to reach, and conntrack lets nothing
+/// else in. Expected: relayed over UDP both ways; `plexctl node get` shows the EDM mapping.
+#[test]
+fn both_behind_edm_are_relayed_over_udp() {
+    let lab = lab(&[NatMode::Edm, NatMode::Edm]);
+    for (from, to) in [(0, 1), (1, 0)] {
+        lab.wait_path(
+            from,
+            to,
+            "relayed over UDP",
+            PATH_BOUND,
+            relayed_over("udp"),
+        )
+        .unwrap();
+    }
+    mesh_carries_traffic(&lab);
+    // Still relayed after the traffic: no direct path was possible.
+    for (from, to) in [(0, 1), (1, 0)] {
+        let p = lab.path(from, to).unwrap().unwrap();
+        assert!(relayed_over("udp")(&p), "{p:?}");
+    }
+    for i in 0..2 {
+        assert_eq!(nat_of(&lab, i).0, "endpoint_dependent", "node {i}");
+    }
+}
+
+/// Node 0's router drops every outbound UDP datagram (TCP to the API and the relays passes):
+/// node 0 reaches the relay over TCP/TLS and says so; node 1 (EIM) reaches node 0 through a
+/// relay too (no direct path can exist), over UDP, its own leg to the relay.
+#[test]
+fn one_behind_a_udp_dropping_router_is_relayed_over_tcp() {
+    let lab = lab(&[NatMode::DropUdp, NatMode::Eim]);
+    lab.wait_path(0, 1, "relayed over TCP", PATH_BOUND, relayed_over("tcp"))
+        .unwrap();
+    lab.wait_path(1, 0, "relayed over UDP", PATH_BOUND, relayed_over("udp"))
+        .unwrap();
+    mesh_carries_traffic(&lab);
+    let id = lab.nodes[0].host.identity().unwrap().0;
+    let out = lab
+        .plexctl_ok(&["node", "get", &id, "--output", "json"])
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        v["nat"]["udp_blocked"], true,
+        "node 0 reports UDP blocked: {v}"
+    );
+}
+
+/// One endpoint-dependent (node 0) and one endpoint-independent (node 1). What is possible:
+/// node 0's datagrams to node 1 leave from a fresh port per destination, one node 1 never
+/// learns (STUN saw another); node 1's probes to the reflexive port STUN reported for node 0
+/// are dropped by node 0's router (that port's flow goes to the STUN server only). Linux's
+/// conntrack filters port-restricted on node 1's side too, so node 0's probes from the fresh
+/// port are dropped there unless node 1 had sent to exactly that port, which it cannot know
+/// (no port guessing). Expected: relayed over UDP both ways, and it stays so.
+#[test]
+fn one_edm_and_one_eim_are_relayed() {
+    let lab = lab(&[NatMode::Edm, NatMode::Eim]);
+    for (from, to) in [(0, 1), (1, 0)] {
+        lab.wait_path(
+            from,
+            to,
+            "relayed over UDP",
+            PATH_BOUND,
+            relayed_over("udp"),
+        )
+        .unwrap();
+    }
+    mesh_carries_traffic(&lab);
+    for (from, to) in [(0, 1), (1, 0)] {
+        let p = lab.path(from, to).unwrap().unwrap();
+        assert!(relayed_over("udp")(&p), "still relayed: {p:?}");
+    }
+}
+
+/// Both behind EDM (relayed over UDP), a TCP stream over the mesh IPs running; then both
+/// routers switch to EIM at run time (new rulesets, conntrack flushed): plexd's re-probing
+/// (on its schedule and on the changed reflexive address) finds the direct path and moves
+/// the pair onto it, and the TCP stream never drops: data flows before, during and after,
+/// and every byte sent arrives.
+#[test]
+fn relayed_pair_upgrades_to_direct_when_the_nats_allow_it_without_dropping_tcp() {
+    const UPGRADE_BOUND: Duration = Duration::from_secs(60);
+    let mut lab = lab(&[NatMode::Edm, NatMode::Edm]);
+    for (from, to) in [(0, 1), (1, 0)] {
+        lab.wait_path(
+            from,
+            to,
+            "relayed over UDP",
+            PATH_BOUND,
+            relayed_over("udp"),
+        )
+        .unwrap();
+    }
+    lab.wait_ping(0, 1, BOUND).unwrap();
+    let stream = lab.long_stream(0, 1).unwrap();
+    let before = stream.wait_flowing(0, 256 << 10, BOUND).unwrap();
+
+    lab.set_mode(0, NatMode::Eim).unwrap();
+    lab.set_mode(1, NatMode::Eim).unwrap();
+    for (from, to) in [(0, 1), (1, 0)] {
+        lab.wait_path(from, to, "direct after the upgrade", UPGRADE_BOUND, direct)
+            .unwrap();
+    }
+    let after = stream.wait_flowing(before, 256 << 10, BOUND).unwrap();
+    assert!(after > before);
+    let total = stream
+        .finish()
+        .unwrap_or_else(|e| panic!("the TCP stream dropped: {e:#}\n{}", lab.dump()));
+    assert!(total >= after, "{total} < {after}");
+    mesh_carries_traffic(&lab);
+}
+
+/// Both behind EDM, relayed; the relay node 0's path uses is killed (SIGKILL): both sides move
+/// to another relay of the state (the other one, or one `plexsphere dev` embeds) and the mesh
+/// carries traffic again.
+#[test]
+fn a_killed_relay_moves_the_pair_to_the_other_relay() {
+    const MOVE_BOUND: Duration = Duration::from_secs(45);
+    let mut lab = lab(&[NatMode::Edm, NatMode::Edm]);
+    let p = lab
+        .wait_path(0, 1, "relayed over UDP", PATH_BOUND, relayed_over("udp"))
+        .unwrap();
+    lab.wait_path(1, 0, "relayed over UDP", PATH_BOUND, relayed_over("udp"))
+        .unwrap();
+    lab.wait_ping(0, 1, BOUND).unwrap();
+    let killed = p.relay.unwrap();
+    lab.kill_relay(&killed).unwrap();
+    for (from, to) in [(0, 1), (1, 0)] {
+        let k = killed.clone();
+        lab.wait_path(from, to, "relayed by another relay", MOVE_BOUND, move |p| {
+            relayed_over("udp")(p) && p.relay.as_deref() != Some(k.as_str())
+        })
+        .unwrap();
+    }
+    mesh_carries_traffic(&lab);
+}
