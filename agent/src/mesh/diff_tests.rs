@@ -297,7 +297,14 @@ fn endpoints_reach_owns_are_left_to_reach_except_when_a_peer_is_added() {
     );
     // Added: a where reach carries it, b (reach has not decided) at its first candidate, c
     // (not reach's) by the rotation.
-    let d = diff_with(&[a.clone(), b.clone(), c.clone()], &[], &mut book, &owners, now, wall);
+    let d = diff_with(
+        &[a.clone(), b.clone(), c.clone()],
+        &[],
+        &mut book,
+        &owners,
+        now,
+        wall,
+    );
     let endpoints: Vec<_> = d
         .update
         .ops
@@ -309,7 +316,11 @@ fn endpoints_reach_owns_are_left_to_reach_except_when_a_peer_is_added() {
         .collect();
     assert_eq!(
         endpoints,
-        vec![Some(forwarder), b.endpoints.first().copied(), c.endpoints.first().copied()]
+        vec![
+            Some(forwarder),
+            b.endpoints.first().copied(),
+            c.endpoints.first().copied()
+        ]
     );
     assert_eq!(book.len(), 1, "only c rotates");
     // Live, idle (stale handshakes), at addresses no candidate names: the rotation would
@@ -323,7 +334,14 @@ fn endpoints_reach_owns_are_left_to_reach_except_when_a_peer_is_added() {
             ..live_of(s, wall)
         })
         .collect();
-    let d = diff_with(&[a.clone(), b.clone(), c.clone()], &live, &mut book, &owners, now, wall);
+    let d = diff_with(
+        &[a.clone(), b.clone(), c.clone()],
+        &live,
+        &mut book,
+        &owners,
+        now,
+        wall,
+    );
     assert_eq!(
         d.update.ops,
         vec![PeerOp::Set {

@@ -36,6 +36,22 @@ impl NodeSetup {
     pub(crate) fn private_key(&self) -> [u8; 32] {
         self.private_key
     }
+
+    /// The host's addresses a peer could reach this node on (what the endpoint report
+    /// carries), read anew at each call; for the reach runtime's local candidates.
+    pub fn local_addrs(&self) -> crate::reach::runtime::LocalAddrs {
+        let mesh_ip = self.mesh_ip;
+        let cidr = ipnet::IpNet::new(mesh_ip, self.prefix)
+            .map(|n| n.trunc())
+            .unwrap_or_else(|_| ipnet::IpNet::from(mesh_ip));
+        Box::new(move || {
+            let host = crate::daemon::host_addrs::host_addresses().unwrap_or_else(|e| {
+                tracing::debug!("cannot read the host's addresses: {e}");
+                Vec::new()
+            });
+            crate::daemon::host_addrs::reportable(host, mesh_ip, &cidr)
+        })
+    }
 }
 
 /// Why no data plane could be opened.

@@ -2,8 +2,13 @@
 //!
 //! - [`io`]: the contract between the sans-IO engine and the runtime that owns the sockets.
 //! - [`engine`]: the sans-IO path choice per peer.
-//!
-//! (The runtime lands in its own module; see agent/README.md, "Reach".)
+//! - [`runtime`]: the thread that drives the engine and performs its effects (docs/reach.md),
+//!   with [`stun`] (reflexive addresses, NAT report), [`relay_client`] (registration and
+//!   relayed frames) and [`forward`] (the loopback forwarders of relayed peers).
 
 pub mod engine;
+pub mod forward;
 pub mod io;
+pub mod relay_client;
+pub mod runtime;
+pub mod stun;
