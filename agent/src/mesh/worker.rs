@@ -105,6 +105,11 @@ impl WgMesh {
         })
     }
 
+    /// The reach runtime, when reach is on (tests pin paths through it).
+    pub fn runtime(&self) -> Option<Arc<Runtime>> {
+        self.reach.clone()
+    }
+
     fn error(&self, what: String) -> MeshError {
         MeshError {
             backend: self.backend,
