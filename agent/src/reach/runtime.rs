@@ -272,3 +272,7 @@ impl EndpointOwners for Runtime {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "runtime_tests.rs"]
+mod tests;
