@@ -226,6 +226,7 @@ fn start_reach(
         wg_port: Box::new(move || kernel),
         control: Box::new(KernelEndpoints { ctl }),
         local_addrs: node.local_addrs(),
+        tls: node.relay_tls(),
     })
     .map_err(|e| fail("start the reach runtime", e))?;
     runtime

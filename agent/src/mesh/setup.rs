@@ -9,6 +9,8 @@ use std::net::IpAddr;
 #[derive(Clone)]
 pub struct NodeSetup {
     private_key: [u8; 32],
+    /// The node's TLS trust for relays over TCP; see [`NodeSetup::with_relay_tls`].
+    relay_tls: Option<std::sync::Arc<rustls::ClientConfig>>,
     pub mesh_ip: IpAddr,
     /// The mesh range's prefix length (from `mesh_cidr`).
     pub prefix: u8,
@@ -28,9 +30,25 @@ impl NodeSetup {
     pub fn new(private_key: [u8; 32], mesh_ip: IpAddr, prefix: u8) -> Self {
         Self {
             private_key,
+            relay_tls: None,
             mesh_ip,
             prefix,
         }
+    }
+
+    /// Relays over TCP check their certificates with this trust (the API's: build it with
+    /// `crate::tls::client_config` from `tls.ca_file` / `tls.ca_sha256`). Its ALPN is dropped.
+    /// Without it, relays are used over UDP only.
+    pub fn with_relay_tls(mut self, config: rustls::ClientConfig) -> Self {
+        self.relay_tls = Some(std::sync::Arc::new(plexsphere_tls_client::with_alpn(
+            config,
+            &[],
+        )));
+        self
+    }
+
+    pub(crate) fn relay_tls(&self) -> Option<std::sync::Arc<rustls::ClientConfig>> {
+        self.relay_tls.clone()
     }
 
     pub(crate) fn private_key(&self) -> [u8; 32] {

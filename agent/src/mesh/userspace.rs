@@ -237,6 +237,7 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError
                 device: device.clone(),
             }),
             local_addrs: node.local_addrs(),
+            tls: node.relay_tls(),
         };
         Some(Runtime::start(setup).map_err(|e| runtime("start the reach runtime", &name, e))?)
     } else {

@@ -44,7 +44,7 @@ impl Underlay for UdpSocket {
 }
 
 /// Where a forwarder sends what the data plane gives it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Route {
     /// Nowhere yet (no path): dropped and counted.
     Hold,
@@ -52,6 +52,11 @@ pub enum Route {
     Direct(SocketAddr),
     /// Through the relay at this UDP address, to the peer's key.
     Relay { relay: SocketAddr, dst: NodeKey },
+    /// Through a relay's TCP connection (stream-framed `send`s into its queue; full = dropped).
+    RelayTcp {
+        link: std::sync::mpsc::SyncSender<Vec<u8>>,
+        dst: NodeKey,
+    },
 }
 
 /// What a forwarder counted.
@@ -168,6 +173,15 @@ impl Forwarder {
                     .encode_into(&mut frame);
                     underlay.send(&frame, relay)
                 }
+                Route::RelayTcp { link, dst } => link
+                    .try_send(
+                        Frame::Send {
+                            dst,
+                            payload: datagram.to_vec(),
+                        }
+                        .to_stream(),
+                    )
+                    .map_err(|_| io::Error::other("the relay connection's queue is full")),
             };
             let c = match sent {
                 Ok(()) => &self.counters.out,

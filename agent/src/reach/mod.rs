@@ -4,11 +4,12 @@
 //! - [`engine`]: the sans-IO path choice per peer.
 //! - [`runtime`]: the thread that drives the engine and performs its effects (docs/reach.md),
 //!   with [`stun`] (reflexive addresses, NAT report), [`relay_client`] (registration and
-//!   relayed frames) and [`forward`] (the loopback forwarders of relayed peers).
+//!   relayed frames; [`relay_client_tcp`] over TCP with TLS) and [`forward`] (the loopback forwarders of relayed peers).
 
 pub mod engine;
 pub mod forward;
 pub mod io;
 pub mod relay_client;
+pub mod relay_client_tcp;
 pub mod runtime;
 pub mod stun;

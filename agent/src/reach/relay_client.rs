@@ -74,10 +74,21 @@ enum State {
 /// What the connection tells the runtime.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Note {
-    Up { rtt: Option<Duration> },
-    Down { why: String },
-    Recv { src: NodeKey, payload: Vec<u8> },
-    PeerGone { dst: NodeKey },
+    Up {
+        rtt: Option<Duration>,
+    },
+    /// `unanswered`: the relay never answered (try another transport).
+    Down {
+        why: String,
+        unanswered: bool,
+    },
+    Recv {
+        src: NodeKey,
+        payload: Vec<u8>,
+    },
+    PeerGone {
+        dst: NodeKey,
+    },
 }
 
 /// One relay connection; see the module docs.
@@ -153,14 +164,31 @@ impl RelayConn {
         self.state = State::Hello { since, sent: now };
     }
 
+    /// The transport under the connection broke: down, retried after [`RETRY_AFTER`].
+    pub fn lost(&mut self, why: String, now: Instant) -> Vec<Note> {
+        let mut notes = Vec::new();
+        self.down(why, Some(now + RETRY_AFTER), &mut notes);
+        notes
+    }
+
     fn down(&mut self, why: String, until: Option<Instant>, notes: &mut Vec<Note>) {
+        self.down_as(why, until, false, notes);
+    }
+
+    fn down_as(
+        &mut self,
+        why: String,
+        until: Option<Instant>,
+        unanswered: bool,
+        notes: &mut Vec<Note>,
+    ) {
         let was_up = self.is_up();
         self.state = State::Down { until };
         self.ping = None;
         if was_up || !self.queue.is_empty() || until.is_none() {
             self.queue.clear();
         }
-        notes.push(Note::Down { why });
+        notes.push(Note::Down { why, unanswered });
     }
 
     /// Time passed: frames to send and what changed.
@@ -177,13 +205,14 @@ impl RelayConn {
             }
             State::Hello { since, sent } | State::Registering { since, sent } => {
                 if now.saturating_duration_since(since) >= GIVE_UP {
-                    self.down(
+                    self.down_as(
                         format!(
                             "no answer from relay {} within {} s",
                             self.name,
                             GIVE_UP.as_secs()
                         ),
                         Some(now + RETRY_AFTER),
+                        true,
                         &mut notes,
                     );
                 } else if now.saturating_duration_since(sent) >= ANSWER_WITHIN {

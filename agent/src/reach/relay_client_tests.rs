@@ -138,7 +138,7 @@ fn an_expired_token_waits_for_a_fresh_one_and_then_registers() {
     );
     let notes = drive(&mut conn, &id, &sock, relay, |_, n| !n.is_empty());
     match &notes[0] {
-        Note::Down { why } => assert!(why.contains("waiting for a fresh token"), "{why}"),
+        Note::Down { why, .. } => assert!(why.contains("waiting for a fresh token"), "{why}"),
         other => panic!("{other:?}"),
     }
     // Down for good: polling sends nothing, however long.
@@ -167,7 +167,16 @@ fn a_silent_relay_is_down_after_give_up_and_retried_later_and_pings_are_answered
     let (out, _) = conn.poll(&id, t0 + ANSWER_WITHIN);
     assert_eq!(out.len(), 1);
     let (_, notes) = conn.poll(&id, t0 + GIVE_UP);
-    assert!(matches!(&notes[..], [Note::Down { .. }]), "{notes:?}");
+    assert!(
+        matches!(
+            &notes[..],
+            [Note::Down {
+                unanswered: true,
+                ..
+            }]
+        ),
+        "{notes:?}"
+    );
     assert!(conn.is_down());
     let (out, _) = conn.poll(&id, t0 + GIVE_UP + RETRY_AFTER);
     assert_eq!(out, vec![Frame::Hello { node: id.public }]);

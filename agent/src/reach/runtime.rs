@@ -84,6 +84,9 @@ pub struct RuntimeSetup {
     pub wg_port: PortFn,
     pub control: Box<dyn PathControl>,
     pub local_addrs: LocalAddrs,
+    /// The node's TLS trust for relays over TCP (`RelaySpec.tls`); without it relays are
+    /// used over UDP only.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// What arrives on the loop's queue.
@@ -91,6 +94,11 @@ pub struct RuntimeSetup {
 pub enum Event {
     /// A datagram for reach on the WireGuard or underlay socket.
     Datagram { datagram: Vec<u8>, from: SocketAddr },
+    /// What a relay's TCP connection read, or that it ended.
+    Tcp {
+        relay: String,
+        event: super::relay_client_tcp::TcpEvent,
+    },
     /// The daemon stored something new.
     Wake,
 }

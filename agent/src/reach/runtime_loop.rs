@@ -18,6 +18,7 @@ use super::super::engine::Engine;
 use super::super::forward::{Forwarder, Route};
 use super::super::io::{Effect, Input, Now, Path, PeerReach, TICK, Transport};
 use super::super::relay_client::{Identity, Note, RelayConn};
+use super::super::relay_client_tcp::{TcpEvent, TcpLink};
 use super::super::stun::{self, Poll, StunProbe};
 use super::{
     ADDRS_EVERY, Event, HANDSHAKES_EVERY, Mode, RELAY_IDLE, RuntimeSetup, STUN_EVERY, Shared, lock,
@@ -27,7 +28,9 @@ use crate::mesh::key::PeerKey;
 struct Relay {
     spec: RelaySpec,
     key: [u8; 32],
-    udp: SocketAddr,
+    udp: Option<SocketAddr>,
+    /// The TLS address and the name its certificate must carry.
+    tls: Option<(SocketAddr, String)>,
 }
 
 struct Fwd {
@@ -52,6 +55,11 @@ pub(super) struct Loop {
     relays: Vec<Relay>,
     stun_servers: Vec<SocketAddr>,
     conns: HashMap<String, RelayConn>,
+    /// Relays whose connection runs over TCP with TLS.
+    links: HashMap<String, TcpLink>,
+    /// The relay each relayed peer's forwarder goes through.
+    relayed: HashMap<PeerKey, String>,
+    udp_blocked: bool,
     home: usize,
     home_up: Option<String>,
     token: Option<Vec<u8>>,
@@ -90,6 +98,9 @@ impl Loop {
             relays: Vec::new(),
             stun_servers: Vec::new(),
             conns: HashMap::new(),
+            links: HashMap::new(),
+            relayed: HashMap::new(),
+            udp_blocked: false,
             home: 0,
             home_up: None,
             token: None,
@@ -109,13 +120,16 @@ impl Loop {
         while !self.shared.stop.load(Ordering::Relaxed) {
             match rx.recv_timeout(TICK) {
                 Ok(Event::Datagram { datagram, from }) => self.datagram(&datagram, from),
+                Ok(Event::Tcp { relay, event }) => self.tcp(relay, event),
                 Ok(Event::Wake) | Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
             }
             // Whatever else queued up meanwhile, without waiting.
             while let Ok(ev) = rx.try_recv() {
-                if let Event::Datagram { datagram, from } = ev {
-                    self.datagram(&datagram, from);
+                match ev {
+                    Event::Datagram { datagram, from } => self.datagram(&datagram, from),
+                    Event::Tcp { relay, event } => self.tcp(relay, event),
+                    Event::Wake => {}
                 }
             }
             self.pending();
@@ -123,6 +137,7 @@ impl Loop {
             self.publish();
         }
         self.fwds.clear();
+        self.links.clear();
         tracing::debug!("reach runtime stopped");
     }
 
@@ -168,17 +183,22 @@ impl Loop {
                 tracing::warn!(relay = %spec.name, "relay {}: its public key is not base64 of 32 bytes; not used", spec.name);
                 continue;
             };
-            let Some(udp) = spec.udp else {
+            let tls = match (spec.tls, &spec.tls_server_name) {
+                (Some(a), Some(n)) => Some((a, n.clone())),
+                _ => None,
+            };
+            if spec.udp.is_none() && (tls.is_none() || self.setup.tls.is_none()) {
                 if !self.said_tcp_only {
                     self.said_tcp_only = true;
-                    tracing::warn!(relay = %spec.name, "relay {} has no UDP address; relays over TCP are not implemented in this plexd, so it is not used", spec.name);
+                    tracing::warn!(relay = %spec.name, "relay {} has no UDP address, and no TLS address with a server name (or this node has no TLS trust for relays); not used", spec.name);
                 }
                 continue;
-            };
+            }
             relays.push(Relay {
                 spec: spec.clone(),
                 key,
-                udp,
+                udp: spec.udp,
+                tls,
             });
         }
         let changed = relays.len() != self.relays.len()
@@ -191,6 +211,8 @@ impl Loop {
         if changed {
             self.conns
                 .retain(|name, _| relays.iter().any(|r| r.spec.name == *name));
+            let conns = &self.conns;
+            self.links.retain(|name, _| conns.contains_key(name));
             self.relays = relays;
             self.home = 0;
             self.input(Input::Relays(specs));
@@ -287,7 +309,89 @@ impl Loop {
         self.relays
             .iter()
             .find(|r| r.spec.name == name)
-            .map(|r| r.udp)
+            .and_then(|r| r.udp)
+    }
+
+    /// How a forwarder reaches `dst` through relay `name` now.
+    fn relay_route(&self, name: &str, dst: PeerKey) -> Route {
+        if let Some(link) = self.links.get(name) {
+            return Route::RelayTcp {
+                link: link.sender(),
+                dst: dst.0,
+            };
+        }
+        match self.relay_udp(name) {
+            Some(relay) => Route::Relay { relay, dst: dst.0 },
+            None => Route::Hold,
+        }
+    }
+
+    /// Points the forwarders through relay `name` at its current transport.
+    fn reroute(&self, name: &str) {
+        for (peer, relay) in &self.relayed {
+            if relay == name
+                && let Some(f) = self.fwds.get(peer)
+            {
+                f.fwd.set_route(self.relay_route(name, *peer));
+            }
+        }
+    }
+
+    /// Moves relay `name` to TCP with TLS; `false` when it has no TLS address or this node no
+    /// TLS trust.
+    fn open_tcp(&mut self, name: &str, t: Instant) -> bool {
+        if self.links.contains_key(name) {
+            return true;
+        }
+        let (Some(tls), Some(r)) = (
+            self.setup.tls.clone(),
+            self.relays.iter().find(|r| r.spec.name == name),
+        ) else {
+            return false;
+        };
+        let Some((addr, server_name)) = r.tls.clone() else {
+            return false;
+        };
+        let key = r.key;
+        let shared = self.shared.clone();
+        let relay = name.to_owned();
+        let link = TcpLink::open(addr, server_name, tls, move |event| {
+            let _ = shared.events.try_send(Event::Tcp {
+                relay: relay.clone(),
+                event,
+            });
+        });
+        match link {
+            Ok(link) => {
+                tracing::info!(relay = name, %addr, "relay {name}: over TCP with TLS to {addr}");
+                self.links.insert(name.to_owned(), link);
+                let c = RelayConn::new(name.to_owned(), key, self.token.clone(), t);
+                self.conns.insert(name.to_owned(), c);
+                self.reroute(name);
+                true
+            }
+            Err(e) => {
+                tracing::warn!(
+                    relay = name,
+                    "cannot start a TCP connection to relay {name}: {e}"
+                );
+                false
+            }
+        }
+    }
+
+    fn tcp(&mut self, relay: String, event: TcpEvent) {
+        match event {
+            TcpEvent::Frame(frame) => self.relay_frame(&relay, frame),
+            TcpEvent::Closed(why) => {
+                self.links.remove(&relay);
+                self.reroute(&relay);
+                if let Some(c) = self.conns.get_mut(&relay) {
+                    let notes = c.lost(format!("the TCP connection ended: {why}"), Instant::now());
+                    self.notes(&relay, notes);
+                }
+            }
+        }
     }
 
     fn perform(&mut self, effect: Effect) {
@@ -330,30 +434,30 @@ impl Loop {
             (_, Path::None) => {}
             (Mode::Userspace, Path::Direct { endpoint }) => {
                 // Straight from the WireGuard socket: no forwarder in the way.
+                self.relayed.remove(&peer);
                 self.fwds.remove(&peer);
                 self.set_endpoint(peer, *endpoint);
             }
             (Mode::Kernel, Path::Direct { endpoint }) => {
+                self.relayed.remove(&peer);
                 if let Some(f) = self.forwarder(peer) {
                     f.set_route(Route::Direct(*endpoint));
                     self.index_direct(peer, Some(*endpoint), &f);
                 }
             }
             (_, Path::Relay { relay, transport }) => {
-                let Some(udp) = self.relay_udp(relay) else {
+                if !self.relays.iter().any(|r| r.spec.name == *relay) {
                     tracing::warn!(peer_key = %peer, relay = %relay, "the path names a relay the state does not have; unchanged");
                     return;
-                };
-                if *transport == Transport::Tcp {
-                    tracing::warn!(peer_key = %peer, relay = %relay, "relays over TCP are not implemented in this plexd; using UDP");
                 }
                 let t = Instant::now();
                 let _ = self.conn(relay, t);
+                if *transport == Transport::Tcp {
+                    let _ = self.open_tcp(relay, t);
+                }
+                self.relayed.insert(peer, relay.clone());
                 if let Some(f) = self.forwarder(peer) {
-                    f.set_route(Route::Relay {
-                        relay: udp,
-                        dst: peer.0,
-                    });
+                    f.set_route(self.relay_route(relay, peer));
                     self.index_direct(peer, None, &f);
                 }
             }
@@ -365,13 +469,23 @@ impl Loop {
     fn conn(&mut self, name: &str, t: Instant) -> Option<&mut RelayConn> {
         if !self.conns.contains_key(name) {
             let r = self.relays.iter().find(|r| r.spec.name == name)?;
+            let tcp_first = r.udp.is_none() || self.udp_blocked;
             let c = RelayConn::new(name.to_owned(), r.key, self.token.clone(), t);
             self.conns.insert(name.to_owned(), c);
+            if tcp_first {
+                self.open_tcp(name, t);
+            }
         }
         self.conns.get_mut(name)
     }
 
     fn send_frame(&self, relay: &str, frame: &Frame) {
+        if let Some(link) = self.links.get(relay) {
+            if !link.send(frame) {
+                tracing::debug!(relay, "the TCP connection's queue is full; frame dropped");
+            }
+            return;
+        }
         if let Some(udp) = self.relay_udp(relay)
             && let Err(e) = self.setup.underlay.send(&frame.to_datagram(), udp)
         {
@@ -394,28 +508,16 @@ impl Loop {
                 let Some(name) = self
                     .relays
                     .iter()
-                    .find(|r| r.udp == from)
+                    .find(|r| r.udp == Some(from))
                     .map(|r| r.spec.name.clone())
                 else {
                     tracing::trace!(%from, "relay frame from an address no relay has; dropped");
                     return;
                 };
-                let frame = match Frame::from_datagram(datagram) {
-                    Ok(f) => f,
-                    Err(e) => {
-                        tracing::debug!(relay = %name, "unreadable relay frame: {e}");
-                        return;
-                    }
-                };
-                let t = Instant::now();
-                let Some(conn) = self.conns.get_mut(&name) else {
-                    return;
-                };
-                let (out, notes) = conn.handle(frame, &self.id, t);
-                for f in out {
-                    self.send_frame(&name, &f);
+                match Frame::from_datagram(datagram) {
+                    Ok(f) => self.relay_frame(&name, f),
+                    Err(e) => tracing::debug!(relay = %name, "unreadable relay frame: {e}"),
                 }
-                self.notes(&name, notes);
             }
             Kind::WireGuard | Kind::Unknown => {
                 self.shared.unknown_src.fetch_add(1, Ordering::Relaxed);
@@ -423,14 +525,31 @@ impl Loop {
         }
     }
 
+    fn relay_frame(&mut self, name: &str, frame: Frame) {
+        let t = Instant::now();
+        let Some(conn) = self.conns.get_mut(name) else {
+            return;
+        };
+        let (out, notes) = conn.handle(frame, &self.id, t);
+        for f in out {
+            self.send_frame(name, &f);
+        }
+        self.notes(name, notes);
+    }
+
     fn notes(&mut self, relay: &str, notes: Vec<Note>) {
         for n in notes {
             match n {
                 Note::Up { rtt } => {
                     tracing::info!(relay, "registered with relay {relay}");
+                    let transport = if self.links.contains_key(relay) {
+                        Transport::Tcp
+                    } else {
+                        Transport::Udp
+                    };
                     self.input(Input::RelayUp {
                         relay: relay.to_owned(),
-                        transport: Transport::Udp,
+                        transport,
                         rtt,
                     });
                     let home = self.relays.get(self.home).map(|r| r.spec.name.as_str());
@@ -439,7 +558,14 @@ impl Loop {
                         self.input(Input::HomeRelay(Some(relay.to_owned())));
                     }
                 }
-                Note::Down { why } => {
+                Note::Down { why, unanswered } => {
+                    if unanswered
+                        && !self.links.contains_key(relay)
+                        && self.open_tcp(relay, Instant::now())
+                    {
+                        tracing::info!(relay, "relay {relay}: {why} over UDP; trying TCP");
+                        continue;
+                    }
                     tracing::warn!(relay, "relay {relay} is down: {why}");
                     self.input(Input::RelayDown {
                         relay: relay.to_owned(),
@@ -522,7 +648,7 @@ impl Loop {
         if self.probe.is_none() && t >= self.next_stun {
             self.next_stun = t + STUN_EVERY;
             let mut servers = self.stun_servers.clone();
-            servers.extend(self.relays.iter().map(|r| r.udp));
+            servers.extend(self.relays.iter().filter_map(|r| r.udp));
             if !servers.is_empty() {
                 self.probe = Some(StunProbe::new(&servers, t, random_id));
             }
@@ -541,6 +667,7 @@ impl Loop {
                 let (addrs, nat) =
                     stun::nat_report(&answers, &self.local, (self.setup.listen_port)());
                 tracing::debug!(reflexive = ?addrs, nat = ?nat, "STUN done");
+                self.udp_blocked = nat.udp_blocked;
                 self.input(Input::Reflexive { addrs, nat });
             }
         }
@@ -553,6 +680,8 @@ impl Loop {
             self.conns.retain(|name, c| {
                 *name == home || t.saturating_duration_since(c.last_used) < RELAY_IDLE
             });
+            let conns = &self.conns;
+            self.links.retain(|name, _| conns.contains_key(name));
         }
         let names: Vec<String> = self.conns.keys().cloned().collect();
         for name in names {
