@@ -38,12 +38,12 @@ struct Fwd {
     thread: Option<JoinHandle<()>>,
 }
 
+/// A forwarder that goes away stops its thread, which ends by itself within its poll (no
+/// join: removing a thousand peers at once must not wait for a thousand polls in turn).
 impl Drop for Fwd {
     fn drop(&mut self) {
         self.fwd.stop();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        drop(self.thread.take());
     }
 }
 
@@ -70,6 +70,7 @@ pub(super) struct Loop {
     local: Vec<IpAddr>,
     next_addrs: Instant,
     next_handshakes: Instant,
+    next_tick: Instant,
     said_tcp_only: bool,
 }
 
@@ -111,6 +112,7 @@ impl Loop {
             local: Vec::new(),
             next_addrs: t,
             next_handshakes: t,
+            next_tick: t,
             said_tcp_only: false,
         }
     }
@@ -132,9 +134,14 @@ impl Loop {
                     Event::Wake => {}
                 }
             }
-            self.pending();
-            self.timers();
-            self.publish();
+            // Datagrams (relayed WireGuard among them) wake the loop often; the timers and the
+            // published views run once per tick.
+            let changed = self.pending();
+            if changed || Instant::now() >= self.next_tick {
+                self.next_tick = Instant::now() + TICK;
+                self.timers();
+                self.publish();
+            }
         }
         self.fwds.clear();
         self.links.clear();
@@ -148,8 +155,11 @@ impl Loop {
         }
     }
 
-    fn pending(&mut self) {
+    /// Takes what the daemon stored; answers whether there was anything.
+    fn pending(&mut self) -> bool {
         let p = std::mem::take(&mut *lock(&self.shared.pending));
+        let any =
+            p.peers.is_some() || p.relays.is_some() || p.token.is_some() || !p.effects.is_empty();
         if let Some(token) = p.token {
             match serde_json::to_vec(&token) {
                 Ok(bytes) => {
@@ -170,6 +180,7 @@ impl Loop {
         for e in p.effects {
             self.perform(e);
         }
+        any
     }
 
     fn set_relays(&mut self, specs: Vec<RelaySpec>, stun: Vec<SocketAddr>) {
