@@ -160,17 +160,8 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError
         KernelError::Io { .. } => OpenError::Runtime(e.to_string()),
     })?;
     let reach = cfg.reach.enabled;
-    // With reach, plexd takes the listen port first; the kernel gets the port next to it.
-    let underlay = if reach {
-        Some(bind_underlay(cfg.listen_port).map_err(|e| {
-            OpenError::Runtime(format!(
-                "cannot bind UDP port {} for {}'s reach socket ({e}); free the port or set wireguard.listen_port",
-                cfg.listen_port, cfg.interface
-            ))
-        })?)
-    } else {
-        None
-    };
+    // With reach, the kernel moves to the port next to listen_port first (an adopted interface
+    // may still hold listen_port from a run without reach), then plexd takes listen_port.
     let kernel_port = if reach {
         cfg.kernel_port()
     } else {
@@ -183,6 +174,16 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError
                 cfg.interface
             ))
         })?;
+    let underlay = if reach {
+        Some(bind_underlay(cfg.listen_port).map_err(|e| {
+            OpenError::Runtime(format!(
+                "cannot bind UDP port {} for {}'s reach socket ({e}); free the port or set wireguard.listen_port",
+                cfg.listen_port, cfg.interface
+            ))
+        })?)
+    } else {
+        None
+    };
     setup_link(cfg, node).map_err(OpenError::Runtime)?;
     let runtime = match underlay {
         Some(socket) => Some(start_reach(cfg, node, ctl, socket)?),
