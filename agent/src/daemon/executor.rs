@@ -6,13 +6,14 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::calls::NodeApi;
-use super::core::io::{self, Call, CallResult, Effect, Now, Outcome};
+use super::core::io::{self, Call, CallResult, Effect, MeshAnswer, Now, Outcome, ReachOp};
 use super::core::{ControlId, Core};
 use super::disk::DiskThread;
 use super::host_addrs;
@@ -22,6 +23,7 @@ use super::notify;
 use super::protocol::Answer;
 use super::sse;
 use crate::config::Config;
+use crate::reach::io::ReachHandle;
 
 /// Inputs waiting for the loop: answers of calls, stream messages, mesh answers, socket
 /// requests and signals. Senders wait when it is full (the loop drains it between effects).
@@ -47,6 +49,9 @@ pub struct Executor {
     pub stream: Option<(u64, JoinHandle<()>)>,
     pub waiters: HashMap<ControlId, oneshot::Sender<Answer>>,
     pub next_control: ControlId,
+    /// The reach runtime (paths, relays, own candidates); [`crate::reach::io::NoReach`]
+    /// without one.
+    pub reach: Arc<dyn ReachHandle>,
 }
 
 impl Executor {
@@ -83,7 +88,18 @@ impl Executor {
 
     fn feed(&mut self, input: Input) {
         match input {
-            Input::Core(i) => self.core.handle(i, now()),
+            Input::Core(i) => {
+                // What the live peers are read for (status among them) sees the paths too.
+                if let io::Input::Mesh {
+                    answer: MeshAnswer::Live(_),
+                    ..
+                } = &i
+                {
+                    let (paths, own) = (self.reach.paths(), self.reach.own_candidates());
+                    self.core.handle(io::Input::ReachRead { paths, own }, now());
+                }
+                self.core.handle(i, now());
+            }
             Input::Signal(Signal::Hup) => {
                 let (path, tx) = (self.config_file.clone(), self.tx.clone());
                 tokio::spawn(async move {
@@ -167,6 +183,11 @@ impl Executor {
                     let _ = w.send(answer);
                 }
             }
+            Effect::Reach(op) => match op {
+                ReachOp::Peers(peers) => self.reach.set_peers(peers),
+                ReachOp::Relays { relays, stun } => self.reach.set_relays(relays, stun),
+                ReachOp::RelayToken(token) => self.reach.set_relay_token(token),
+            },
             Effect::Exit(o) => return Some(o),
         }
         None
@@ -176,17 +197,22 @@ impl Executor {
     fn call(&self, call: Call) {
         let (api, tx) = (self.api.clone(), self.tx.clone());
         let (mesh_ip, mesh_cidr) = (self.mesh_ip, self.mesh_cidr);
+        let own = match &call {
+            Call::Endpoints(_) => self.reach.own_candidates(),
+            _ => Default::default(),
+        };
         tokio::spawn(async move {
             let result = match call {
                 Call::Heartbeat(hb) => CallResult::Heartbeat(api.heartbeat(&hb).await),
                 Call::Endpoints(mut report) => {
-                    report.addresses = match host_addrs::host_addresses() {
+                    let addresses = match host_addrs::host_addresses() {
                         Ok(a) => host_addrs::reportable(a, mesh_ip, &mesh_cidr),
                         Err(e) => {
                             tracing::warn!("cannot read the host's addresses: {e}; reporting none");
                             vec![]
                         }
                     };
+                    host_addrs::fill_report(&mut report, addresses, own);
                     CallResult::Endpoints(api.endpoints(&report).await)
                 }
                 Call::State { applied } => CallResult::State(api.state(applied).await),

@@ -90,6 +90,8 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
         let backend = mesh.backend();
         tracing::info!(api_url = %identity.api_url, backend, interface = %settings.config.wireguard.interface, "starting as node {} with mesh IP {}, against {} with the {backend} data plane on {}", identity.node_id, identity.mesh_ip, identity.api_url, settings.config.wireguard.interface);
         let threads = |e: std::io::Error| Failure::new(ExitCode::Io, format!("cannot start a thread of the daemon: {e}"));
+        // The reach handle is taken before the mesh moves to its thread.
+        let reach = mesh.reach();
         let mesh = MeshThread::start(mesh, tx.clone()).map_err(threads)?;
         let disk = DiskThread::start(settings.state.clone(), tx.clone()).map_err(threads)?;
 
@@ -133,6 +135,7 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
             stream: None,
             waiters: HashMap::new(),
             next_control: 0,
+            reach,
         };
         let outcome = executor.run(&mut rx).await;
         if let Some(server) = server {

@@ -7,6 +7,8 @@ use std::net::{IpAddr, SocketAddr};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::reach::io::{Path, Transport};
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StatusReport {
     pub node_id: Uuid,
@@ -52,11 +54,85 @@ pub struct ApiStatus {
 pub struct PeerStatus {
     pub node_id: Uuid,
     pub hostname: String,
+    /// WireGuard public key, standard base64.
+    #[serde(default)]
+    pub public_key: String,
     pub mesh_ip: IpAddr,
+    /// The data plane's endpoint for the peer (a relayed peer's is a local forwarder or
+    /// the relay, as the runtime carries it).
     pub endpoint: Option<SocketAddr>,
+    /// The path its traffic takes (the reach runtime's choice).
+    #[serde(default)]
+    pub path: PeerPath,
+    /// The round trip of the last probe on that path, in milliseconds.
+    #[serde(default)]
+    pub rtt_ms: Option<u64>,
     pub last_handshake_age_secs: Option<u64>,
+    /// The same age under the name the reach docs use.
+    #[serde(default)]
+    pub last_handshake_secs_ago: Option<u64>,
+    /// Why the path is what it is ("pong in 3 ms", "3 pings unanswered").
+    #[serde(default)]
+    pub reason: String,
     pub rx_bytes: u64,
     pub tx_bytes: u64,
+}
+
+/// A peer's path as status shows it: `{"kind":"direct","endpoint":"192.0.2.7:51820"}`,
+/// `{"kind":"relay","relay":"r1","transport":"udp"}` or `{"kind":"none"}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum PeerPath {
+    #[default]
+    None,
+    Direct {
+        endpoint: SocketAddr,
+    },
+    Relay {
+        relay: String,
+        transport: PathTransport,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PathTransport {
+    Udp,
+    Tcp,
+}
+
+impl From<&Path> for PeerPath {
+    fn from(p: &Path) -> Self {
+        match p {
+            Path::None => Self::None,
+            Path::Direct { endpoint } => Self::Direct {
+                endpoint: *endpoint,
+            },
+            Path::Relay { relay, transport } => Self::Relay {
+                relay: relay.clone(),
+                transport: match transport {
+                    Transport::Udp => PathTransport::Udp,
+                    Transport::Tcp => PathTransport::Tcp,
+                },
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for PeerPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::None => f.write_str("none"),
+            Self::Direct { endpoint } => write!(f, "direct {endpoint}"),
+            Self::Relay { relay, transport } => {
+                let t = match transport {
+                    PathTransport::Udp => "udp",
+                    PathTransport::Tcp => "tcp",
+                };
+                write!(f, "relay {relay} over {t}")
+            }
+        }
+    }
 }
 
 fn age(secs: Option<u64>) -> String {
@@ -127,7 +203,7 @@ pub fn render(r: &StatusReport) -> String {
     if r.peers.is_empty() {
         return out;
     }
-    let rows: Vec<[String; 7]> = r
+    let rows: Vec<[String; 10]> = r
         .peers
         .iter()
         .map(|p| {
@@ -136,9 +212,13 @@ pub fn render(r: &StatusReport) -> String {
                 p.hostname.clone(),
                 p.mesh_ip.to_string(),
                 p.endpoint.map_or_else(|| "-".to_owned(), |e| e.to_string()),
+                p.path.to_string(),
+                p.rtt_ms
+                    .map_or_else(|| "-".to_owned(), |ms| format!("{ms} ms")),
                 age(p.last_handshake_age_secs),
                 p.rx_bytes.to_string(),
                 p.tx_bytes.to_string(),
+                p.reason.clone(),
             ]
         })
         .collect();
@@ -147,9 +227,12 @@ pub fn render(r: &StatusReport) -> String {
         "HOSTNAME",
         "MESH IP",
         "ENDPOINT",
+        "PATH",
+        "RTT",
         "HANDSHAKE",
         "RX",
         "TX",
+        "REASON",
     ];
     let mut widths = head.map(str::len);
     for row in &rows {
@@ -211,8 +294,16 @@ mod tests {
                 node_id: Uuid::parse_str("019a0816-0000-7000-8000-000000000003").unwrap(),
                 hostname: "web-3".into(),
                 mesh_ip: "10.64.1.3".parse().unwrap(),
+                public_key: "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=".into(),
                 endpoint: Some("192.0.2.3:51820".parse().unwrap()),
+                path: PeerPath::Relay {
+                    relay: "r1".into(),
+                    transport: PathTransport::Udp,
+                },
+                rtt_ms: Some(21),
                 last_handshake_age_secs: None,
+                last_handshake_secs_ago: None,
+                reason: "3 pings unanswered".into(),
                 rx_bytes: 0,
                 tx_bytes: 1200,
             }],
@@ -234,10 +325,55 @@ backend     none (interface plexd0)
 ingest      3 observations waiting, 1 dropped and not yet reported
 peers       1
 
-PEER                                  HOSTNAME  MESH IP    ENDPOINT         HANDSHAKE  RX  TX
-019a0816-0000-7000-8000-000000000003  web-3     10.64.1.3  192.0.2.3:51820  never      0   1200
+PEER                                  HOSTNAME  MESH IP    ENDPOINT         PATH               RTT    HANDSHAKE  RX  TX    REASON
+019a0816-0000-7000-8000-000000000003  web-3     10.64.1.3  192.0.2.3:51820  relay r1 over udp  21 ms  never      0   1200  3 pings unanswered
 ";
         assert_eq!(render(&report()), expected);
+    }
+
+    #[test]
+    fn peer_paths_in_json_are_pinned() {
+        let v = serde_json::to_value(report()).unwrap();
+        let peer = &v["peers"][0];
+        assert_eq!(
+            peer["path"],
+            serde_json::json!({"kind": "relay", "relay": "r1", "transport": "udp"})
+        );
+        assert_eq!(peer["hostname"], "web-3");
+        assert_eq!(
+            peer["public_key"],
+            "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
+        );
+        assert_eq!(peer["rtt_ms"], 21);
+        assert_eq!(peer["reason"], "3 pings unanswered");
+        assert!(peer["last_handshake_secs_ago"].is_null());
+        let direct = PeerPath::Direct {
+            endpoint: "192.0.2.7:51820".parse().unwrap(),
+        };
+        assert_eq!(
+            serde_json::to_value(&direct).unwrap(),
+            serde_json::json!({"kind": "direct", "endpoint": "192.0.2.7:51820"})
+        );
+        let tcp = serde_json::json!({"kind": "relay", "relay": "r2", "transport": "tcp"});
+        let tcp: PeerPath = serde_json::from_value(tcp).unwrap();
+        assert_eq!(tcp.to_string(), "relay r2 over tcp");
+        assert_eq!(
+            serde_json::to_value(PeerPath::None).unwrap(),
+            serde_json::json!({"kind": "none"})
+        );
+        // A daemon from before reach answers without the new fields: the CLI still reads it.
+        let mut old = peer.clone();
+        for k in [
+            "public_key",
+            "path",
+            "rtt_ms",
+            "last_handshake_secs_ago",
+            "reason",
+        ] {
+            old.as_object_mut().unwrap().remove(k);
+        }
+        let old: PeerStatus = serde_json::from_value(old).unwrap();
+        assert_eq!(old.path, PeerPath::None);
     }
 
     #[test]

@@ -1,29 +1,265 @@
 //! The reach engine: sans-IO path choice per peer (disco probes, relay fallback, upgrades).
 //!
-//! NOT YET IMPLEMENTED: this is the signature the runtime drives; the engine's logic lands
-//! with its table tests. Until then it chooses no path and sends nothing.
+//! The runtime hands it one [`Input`] at a time with the time ([`Now`]) and performs the
+//! [`Effect`]s it answers. No sockets, no clock, no sleeps; randomness only through the tx id
+//! source it was built with ([`disco::new_tx`] in production).
+//!
+//! | input | what the engine does |
+//! |---|---|
+//! | `Peers` | new peers: pair key, probe at once; changed endpoints: probe; gone peers: forgotten |
+//! | `Relays` | the relays to fall back on, in the state's order |
+//! | `LocalAddrs`, `Reflexive`, `HomeRelay` | `Candidates` when they changed; probe every peer |
+//! | `NetworkChanged` | probe every peer |
+//! | `DiscoDirect` ping | pong to where it came from; a new address is learned and pinged |
+//! | `DiscoRelayed` ping | pong through the same relay |
+//! | pong | counts only for a tx id we sent to that destination within [`TX_LIFETIME`] |
+//! | call-me-maybe | ping every address in it at once |
+//! | `RelayUp` / `RelayDown` / `PeerGone` | relays usable or not; peers on a lost relay probe every other |
+//! | `Tick` | heartbeats, scheduled probe rounds, dead paths, expiry |
+//!
+//! A probe round pings every direct candidate and, through the peer's home relay (else every
+//! relay of the state in order), sends a ping and a call-me-maybe with our local and reflexive
+//! addresses, so the peer punches towards us at the same moment. The path is the fastest
+//! confirmed direct candidate (with [`RTT_HYSTERESIS`]), else a relay ([`super::engine_choice`]).
 
-use super::io::{Effect, Input, Now, PeerPathView};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use plexsphere_wire::node::{MAX_CANDIDATES, NatReport, RelaySpec};
+use plexsphere_wire::reach::disco::{self, TxId};
+
+use super::engine_peer::Peer;
+use super::io::{Effect, Input, Now, PeerPathView, Transport};
+use crate::mesh::key::PeerKey;
+
+/// The most direct candidates a peer's state contributes (the bound of one endpoint report).
+pub const MAX_STATE_CANDIDATES: usize = MAX_CANDIDATES;
+/// The most learned (peer-reflexive or call-me-maybe) candidates per peer; the oldest goes.
+pub const MAX_LEARNED_CANDIDATES: usize = 8;
+/// The most pings in flight per peer (tx ids kept); past it the oldest is forgotten.
+pub const MAX_OUTSTANDING_TX: usize = 64;
+/// A pong counts only this long after its ping.
+pub const TX_LIFETIME: Duration = Duration::from_secs(5);
+/// Pings and call-me-maybes sent to one peer per second, at most (one full probe round fits).
+pub const MAX_PINGS_PER_SEC: u32 = 48;
+/// Pongs sent to one peer per second, at most (a flood of pings costs no more than this).
+pub const MAX_PONGS_PER_SEC: u32 = 16;
+/// While a peer has no direct path: a probe round this often (so relayed pairs upgrade).
+pub const PROBE_INTERVAL: Duration = Duration::from_secs(5);
+/// While direct: a full probe round this often (a faster candidate may have appeared).
+pub const DIRECT_PROBE_INTERVAL: Duration = Duration::from_secs(30);
+/// The heartbeat ping on a working direct path.
+pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(2);
+/// After an unanswered heartbeat, the next ping this soon.
+pub const RETRY_INTERVAL: Duration = Duration::from_secs(1);
+/// A direct path with this many pings unanswered in a row ...
+pub const MISSED_PINGS: u32 = 3;
+/// ... the last of them this old ...
+pub const PING_TIMEOUT: Duration = Duration::from_secs(1);
+/// ... and no pong for this long is dead: the peer falls back to a relay (with the
+/// heartbeat and retry intervals: about 5 s after the last pong).
+pub const DIRECT_DEAD_AFTER: Duration = Duration::from_secs(4);
+/// A candidate counts as confirmed while its last pong is this recent.
+pub const CANDIDATE_FRESH: Duration = Duration::from_secs(35);
+/// A relay that carried a pong from a peer counts as answering for it this long.
+pub const RELAY_FRESH: Duration = Duration::from_secs(15);
+/// A relay that said a peer is not registered with it is not used for that peer this long
+/// (unless a pong comes through it).
+pub const GONE_HOLD: Duration = Duration::from_secs(30);
+/// Another direct candidate replaces a working one only when it is this much faster.
+pub const RTT_HYSTERESIS: Duration = Duration::from_millis(10);
+
+/// Messages the engine dropped, by why (for tests and the journal at debug).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// From a key that is not a wanted peer (or not a disco datagram at all).
+    pub unknown_sender: u64,
+    /// Did not open with the pair key (forged or altered), or a relayed one whose sender is
+    /// not the relay's source.
+    pub unauthentic: u64,
+    /// Pongs with a tx id we did not send to that destination, or too old.
+    pub stray_pongs: u64,
+    /// Sends skipped because a per-peer budget was spent.
+    pub rate_limited: u64,
+}
+
+/// Seals and numbers what the engine sends.
+pub(super) struct Sealer {
+    pub own: [u8; 32],
+    pub new_tx: Box<dyn FnMut() -> TxId + Send>,
+}
+
+/// What the engine knows of this node and its relays.
+#[derive(Debug, Default)]
+pub(super) struct Local {
+    pub addrs: Vec<SocketAddr>,
+    pub reflexive: Vec<SocketAddr>,
+    pub nat: NatReport,
+    pub home: Option<String>,
+    pub relays: Vec<RelaySpec>,
+    /// Relays with a registered connection, and how.
+    pub up: BTreeMap<String, Transport>,
+    /// Relays whose connection was lost or refused, and why (until they come up again).
+    pub down: BTreeMap<String, String>,
+}
 
 /// The per-node reach state machine; see the module docs.
 pub struct Engine {
-    #[allow(dead_code)]
+    /// Our WireGuard private key: each peer's pair key is derived from it once.
     secret: [u8; 32],
+    pub(super) sealer: Sealer,
+    pub(super) peers: BTreeMap<PeerKey, Peer>,
+    pub(super) local: Local,
+    pub(super) counters: Counters,
 }
 
 impl Engine {
     /// An engine for the node with this WireGuard private key.
     pub fn new(secret: [u8; 32]) -> Self {
-        Self { secret }
+        Self::with_tx_source(secret, Box::new(disco::new_tx))
+    }
+
+    /// The same, with tx ids from `new_tx` (tests make them predictable).
+    pub fn with_tx_source(secret: [u8; 32], new_tx: Box<dyn FnMut() -> TxId + Send>) -> Self {
+        Self {
+            secret,
+            sealer: Sealer {
+                own: plexsphere_wire::reach::public_key(&secret),
+                new_tx,
+            },
+            peers: BTreeMap::new(),
+            local: Local::default(),
+            counters: Counters::default(),
+        }
     }
 
     /// Takes one input; answers what to do.
-    pub fn handle(&mut self, _now: Now, _input: Input) -> Vec<Effect> {
-        Vec::new()
+    pub fn handle(&mut self, now: Now, input: Input) -> Vec<Effect> {
+        let mut out = Vec::new();
+        let t = now.mono;
+        // A disco message or a relay's "not registered" concerns one peer: only its path is
+        // chosen again (the sender key is read unauthenticated, only to pick the peer).
+        let only: Option<Option<PeerKey>> = match &input {
+            Input::DiscoDirect { datagram, .. } | Input::DiscoRelayed { datagram, .. } => {
+                Some(disco::sender(datagram).ok().map(PeerKey))
+            }
+            Input::PeerGone { dst, .. } => Some(Some(*dst)),
+            _ => None,
+        };
+        match input {
+            Input::Peers(peers) => self.set_peers(peers, t, &mut out),
+            Input::Relays(relays) => {
+                self.local.relays = relays;
+                let names: Vec<String> = self.local.relays.iter().map(|r| r.name.clone()).collect();
+                self.local.up.retain(|r, _| names.contains(r));
+                self.local.down.retain(|r, _| names.contains(r));
+            }
+            Input::LocalAddrs(addrs) => {
+                if addrs != self.local.addrs {
+                    self.local.addrs = addrs;
+                    out.push(self.candidates());
+                    self.probe_all(t, &mut out);
+                }
+            }
+            Input::Reflexive { addrs, nat } => {
+                if addrs != self.local.reflexive || nat != self.local.nat {
+                    self.local.reflexive = addrs;
+                    self.local.nat = nat;
+                    out.push(self.candidates());
+                    self.probe_all(t, &mut out);
+                }
+            }
+            Input::HomeRelay(home) => {
+                if home != self.local.home {
+                    self.local.home = home;
+                    out.push(self.candidates());
+                }
+            }
+            Input::NetworkChanged => self.probe_all(t, &mut out),
+            Input::DiscoDirect { from, datagram } => {
+                self.disco_direct(from, &datagram, t, &mut out)
+            }
+            Input::DiscoRelayed {
+                relay,
+                src,
+                datagram,
+            } => self.disco_relayed(&relay, src, &datagram, t, &mut out),
+            Input::RelayUp {
+                relay, transport, ..
+            } => {
+                self.local.down.remove(&relay);
+                if self.local.up.insert(relay, transport) != Some(transport) {
+                    out.push(self.candidates());
+                }
+            }
+            // A peer on that relay loses its path; `choose_all` probes it through the others.
+            Input::RelayDown { relay, why } => {
+                self.local.up.remove(&relay);
+                self.local.down.insert(relay, why);
+            }
+            Input::PeerGone { relay, dst } => {
+                if let Some(peer) = self.peers.get_mut(&dst) {
+                    peer.gone.insert(relay, t);
+                }
+            }
+            // The engine decides on disco alone; status reads handshakes from the data plane.
+            Input::Handshakes(_) => {}
+            Input::Tick => self.tick(t, &mut out),
+        }
+        match only {
+            None => self.choose_all(t, &mut out),
+            Some(Some(key)) => self.choose_peer(key, t, &mut out),
+            Some(None) => {}
+        }
+        out
     }
 
-    /// Every peer's path, for `plexd status`.
+    /// Every peer's path, for `plexd status`, by hostname.
     pub fn paths(&self) -> Vec<PeerPathView> {
-        Vec::new()
+        let mut views: Vec<PeerPathView> = self
+            .peers
+            .iter()
+            .map(|(key, p)| PeerPathView {
+                public_key: key.to_base64(),
+                hostname: p.reach.hostname.clone(),
+                path: p.path.clone(),
+                rtt_ms: p
+                    .rtt
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+                reason: p.reason.clone(),
+            })
+            .collect();
+        views.sort_by(|a, b| a.hostname.cmp(&b.hostname));
+        views
+    }
+
+    /// What the engine dropped so far.
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// This node's own candidates as the endpoint report should carry them.
+    pub fn own_candidates(&self) -> super::io::OwnCandidates {
+        super::io::OwnCandidates {
+            reflexive: self.local.reflexive.clone(),
+            home_relay: self.local.home.clone(),
+            nat: self.local.nat.clone(),
+        }
+    }
+
+    /// The key `peer` and we seal our disco messages with.
+    pub(super) fn pair_key(&self, peer: &PeerKey) -> disco::PairKey {
+        let shared = plexsphere_wire::reach::shared_secret(&self.secret, &peer.0);
+        disco::PairKey::new(&shared)
+    }
+
+    fn candidates(&self) -> Effect {
+        let own = self.own_candidates();
+        Effect::Candidates {
+            reflexive: own.reflexive,
+            home_relay: own.home_relay,
+            nat: own.nat,
+        }
     }
 }

@@ -1,12 +1,23 @@
 //! Reach: every node reaches every node, directly where NATs allow, through a relay otherwise.
 //!
 //! - [`io`]: the contract between the sans-IO engine and the runtime that owns the sockets.
-//! - [`engine`]: the sans-IO path choice per peer.
+//! - [`engine`]: the sans-IO path choice per peer (with `engine_peer`, `engine_probe`,
+//!   `engine_choice`).
 //! - [`runtime`]: the thread that drives the engine and performs its effects (docs/reach.md),
 //!   with [`stun`] (reflexive addresses, NAT report), [`relay_client`] (registration and
-//!   relayed frames; [`relay_client_tcp`] over TCP with TLS) and [`forward`] (the loopback forwarders of relayed peers).
+//!   relayed frames; [`relay_client_tcp`] over TCP with TLS) and [`forward`] (the loopback
+//!   forwarders of relayed peers).
 
 pub mod engine;
+mod engine_choice;
+#[cfg(test)]
+mod engine_disco_tests;
+mod engine_peer;
+mod engine_probe;
+#[cfg(test)]
+mod engine_sim;
+#[cfg(test)]
+mod engine_tests;
 pub mod forward;
 pub mod io;
 pub mod relay_client;

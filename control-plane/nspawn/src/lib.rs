@@ -17,6 +17,8 @@ mod bridge;
 mod cloud_init;
 mod cmd;
 mod error;
+mod guest;
+mod guest_systemd;
 mod image;
 mod layer;
 mod machine;

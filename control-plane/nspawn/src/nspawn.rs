@@ -6,7 +6,8 @@
 //!   hosts where nspawn does create one.)
 //! - `--console=read-only`: the machine's console goes to nspawn's stdout, our console.log,
 //!   whether or not a terminal is attached.
-//! - `--link-journal=no`: the machine's journal stays inside it (`journalctl` through nsenter).
+//! - `--link-journal=no`: the machine's journal stays inside it (`journalctl` run by the
+//!   machine's own systemd, see `crate::guest_systemd`).
 //! - `--network-bridge=`: a veth pair, `host0` inside, `vb-<name>` on the host bridge.
 //! - `--bind=/dev/net/tun`: TUN for plexd's userspace WireGuard data plane.
 

@@ -1,13 +1,16 @@
-//! Watching a machine live: its PID 1 on the host, commands run inside it through `nsenter`
-//! (there is no machined on the host), whether systemd finished booting, cloud-init's verdict,
-//! the journal of a unit and the console log.
+//! Watching a machine live: its PID 1 on the host, whether systemd finished booting (asked over
+//! its private bus), cloud-init's verdict and the journal of a unit (commands the machine's own
+//! systemd runs, with the machine's privileges), files read from its root without following its
+//! symlinks out, and the console log. See `crate::guest` for why nothing of the machine ever
+//! runs with the host's privileges.
 
 use std::process::Output;
 use std::time::Duration;
 
 use crate::cloud_init::{CloudInitStatus, parse_status};
-use crate::cmd::{Tool, last_words, run_bounded};
+use crate::cmd::last_words;
 use crate::error::{Error, Result};
+use crate::guest_systemd::GuestSystemd;
 use crate::machine::Machine;
 use crate::procfs::{ProcId, find_ns_init};
 use crate::wait::{POLL_SLOW, poll_until};
@@ -15,7 +18,6 @@ use crate::wait::{POLL_SLOW, poll_until};
 /// The bound on one command inside a machine unless the caller gives another.
 pub const EXEC_TIMEOUT: Duration = Duration::from_secs(60);
 const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
-const PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// One look at a machine, for the substrate's report of its life.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,35 +92,18 @@ impl Machine {
         Ok(leader.pid)
     }
 
-    /// Runs `argv` inside the machine (all its namespaces, its root) and returns its output
-    /// whatever its exit status. Bounded by [`EXEC_TIMEOUT`].
+    /// Runs `argv` inside the machine, as a transient service of the machine's systemd (so with
+    /// the machine's own privileges, never the host's), and returns its output whatever its exit
+    /// status. Bounded by [`EXEC_TIMEOUT`].
     pub fn exec(&self, argv: &[&str]) -> Result<Output> {
         self.exec_timeout(argv, EXEC_TIMEOUT)
     }
 
     pub fn exec_timeout(&self, argv: &[&str], timeout: Duration) -> Result<Output> {
         let leader = self.leader_pid()?;
-        // The parent-death signal kills nsenter with plexsphere: nsenter lives in the machine's
-        // namespaces, and one stopped by a powering-off machine would otherwise outlive us
-        // holding its network namespace.
-        let mut cmd = Tool::Setpriv.command()?;
-        cmd.args(["--pdeathsig", "KILL", "--"])
-            .arg(Tool::Nsenter.path()?)
-            .arg("-t")
-            .arg(leader.to_string())
-            .arg("-a")
-            .arg("--")
-            .args(argv)
-            .env_clear()
-            .env("PATH", PATH)
-            .env("LANG", "C.UTF-8")
-            .env("TERM", "dumb");
-        let what = format!(
-            "running {:?} in machine {}",
-            argv.first().copied().unwrap_or_default(),
-            self.name()
-        );
-        run_bounded(cmd, &what, timeout)
+        // The machine's own systemd runs it (see `crate::guest`): never this process's
+        // privileges, never a binary of the machine started by the host.
+        GuestSystemd::connect(leader)?.run(argv, timeout)
     }
 
     /// Like [`Machine::exec`]; a non-zero exit is an error quoting the command's stderr.
@@ -137,8 +122,8 @@ impl Machine {
 
     /// What `systemctl is-system-running` says (`starting`, `running`, `degraded`, ...).
     pub fn system_state(&self) -> Result<String> {
-        let out = self.exec_timeout(&["systemctl", "is-system-running"], PROBE_TIMEOUT)?;
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        // Asked over the machine's private bus: no command runs for it.
+        GuestSystemd::connect(self.leader_pid()?)?.system_state()
     }
 
     /// True once systemd finished booting: `running`, or `degraded` (booted, some unit failed).
@@ -207,22 +192,27 @@ impl Machine {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
-    /// The first `max_bytes` of the file at `path` inside the machine, or `None` when it
-    /// cannot be read there (missing, a directory, no permission: `head` failed). Bounded by
-    /// `timeout`; an error means the machine could not be asked at all.
+    /// The first `max_bytes` of the regular file at `path` inside the machine, or `None` when
+    /// there is none (missing, a directory, a FIFO or device, unreadable). Read by the host
+    /// relative to the machine's root: the machine's symlinks resolve inside it, never out into
+    /// the host (`crate::guest`). An error means the machine could not be asked at all.
     pub fn read_file(
         &self,
         path: &str,
         max_bytes: usize,
         timeout: Duration,
     ) -> Result<Option<Vec<u8>>> {
-        let limit = max_bytes.to_string();
-        let out = self.exec_timeout(&["head", "-c", &limit, "--", path], timeout)?;
-        if !out.status.success() {
-            tracing::debug!(machine = self.name(), path, status = %out.status, detail = %last_words(&out.stderr, &out.stdout), "file not readable in the machine");
-            return Ok(None);
+        let _ = timeout; // a bounded read of a regular file does not block
+        let leader = self.leader_pid()?;
+        let read = crate::guest::read_regular(leader, path, max_bytes)?;
+        if read.is_none() {
+            tracing::debug!(
+                machine = self.name(),
+                path,
+                "file not readable in the machine"
+            );
         }
-        Ok(Some(out.stdout))
+        Ok(read)
     }
 
     /// Everything the machine printed on its console so far.

@@ -76,6 +76,9 @@ impl Core {
                     return;
                 }
                 if let Ok(ack) = res {
+                    if let Some(token) = &ack.relay_token {
+                        self.feed_relay_token(token);
+                    }
                     self.last_heartbeat = Some(now.at);
                     self.server_intervals = ack.intervals;
                     let merged = self.config.daemon.intervals.apply(ack.intervals);
@@ -283,6 +286,7 @@ impl Core {
         if !self.ready {
             self.ready_after_apply = true;
         }
+        self.feed_reach_state(&state);
         self.apply_mesh(now);
         if save {
             self.save_cache();

@@ -9,8 +9,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use std::net::SocketAddr;
+
 use plexsphere_wire::node::{
-    EndpointAck, EndpointReport, Heartbeat, HeartbeatAck, IngestBatch, PeerSpec,
+    EndpointAck, EndpointReport, Heartbeat, HeartbeatAck, IngestBatch, PeerSpec, RelaySpec,
 };
 use plexsphere_wire::signed::SignedEnvelope;
 
@@ -21,6 +23,7 @@ use crate::config::Config;
 use crate::mesh::LivePeer;
 use crate::mesh::MeshError;
 use crate::mesh::diff::MeshChange;
+use crate::reach::io::{OwnCandidates, PeerPathView, PeerReach};
 
 /// The two clocks an input arrives with: `at` for deadlines and ages, `wall` for what the
 /// interface reports (handshake times) and the observations' timestamps.
@@ -86,6 +89,27 @@ pub enum Input {
     /// The disk thread is done with cache write `id` (written, or failed with a warning), and
     /// so with every earlier one.
     CacheSaved(u64),
+    /// What the reach runtime says now, read by the executor right before it hands over each
+    /// live-peer answer: the paths (so `plexd status` shows them as they are) and this node's
+    /// own candidates (a change brings the endpoint report forward).
+    ReachRead {
+        paths: Vec<PeerPathView>,
+        own: OwnCandidates,
+    },
+}
+
+/// What the reach runtime is told ([`crate::reach::io::ReachHandle`]); none of it waits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReachOp {
+    /// The wanted peers, the whole set, whenever it changed.
+    Peers(Vec<PeerReach>),
+    /// The relays and STUN servers of the newest signed state, when they changed.
+    Relays {
+        relays: Vec<RelaySpec>,
+        stun: Vec<SocketAddr>,
+    },
+    /// A newer relay token (from the state or a heartbeat answer).
+    RelayToken(SignedEnvelope),
 }
 
 /// What one event-stream connection reports.
@@ -201,6 +225,8 @@ pub enum Effect {
     SetLogLevel(String),
     /// Answer the socket request `id`.
     Answer { id: ControlId, answer: Answer },
+    /// Tell the reach runtime (it answers nothing).
+    Reach(ReachOp),
     /// End the daemon.
     Exit(Outcome),
 }

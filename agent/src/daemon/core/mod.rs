@@ -16,6 +16,10 @@
 //! | `Mesh{..}`                | name the changes, READY=1, heartbeat/ingest/status that waited on the live peers |
 //! | `Control{..}`             | status (after a live read), leave (call, teardown, files, exit) |
 //! | `Reload{..}`              | what changes now, what waits for a restart                    |
+//! | `ReachRead{..}`           | paths kept for status; changed own candidates report soon     |
+//!
+//! The wanted peers, relays and relay tokens go to the reach runtime as `Effect::Reach`
+//! ([`reach`]).
 //!
 //! The parts: [`stream`] (the event stream's lifecycle and frames), [`answers`] (call and mesh
 //! answers, the state install, the leave), [`reload`] (SIGHUP), [`report`] (heartbeat, the
@@ -24,6 +28,7 @@
 
 pub mod answers;
 pub mod io;
+pub mod reach;
 pub mod reload;
 pub mod report;
 pub mod stream;
@@ -53,7 +58,7 @@ use crate::jitter::Jitter;
 use crate::paths::StatePaths;
 pub use io::{
     Call, CallResult, ControlId, Effect, Input, MeshAnswer, MeshJobId, MeshOp, Now, Outcome,
-    StreamMsg,
+    ReachOp, StreamMsg,
 };
 use wanted::DesiredPeers;
 use watchdog::Watchdog;
@@ -173,6 +178,19 @@ pub struct Core {
     ready: bool,
     status_line: String,
     leaving: Option<Leaving>,
+
+    /// What the reach runtime was told last (so it is told only changes).
+    reach_peers: Option<Vec<crate::reach::io::PeerReach>>,
+    reach_relays: Option<(
+        Vec<plexsphere_wire::node::RelaySpec>,
+        Vec<std::net::SocketAddr>,
+    )>,
+    relay_token: Option<SignedEnvelope>,
+    /// The runtime's paths as last read (empty without a runtime).
+    reach_paths: Vec<crate::reach::io::PeerPathView>,
+    /// Our own candidates as last read, and as they were when the last report started.
+    own_seen: crate::reach::io::OwnCandidates,
+    own_reported: crate::reach::io::OwnCandidates,
 }
 
 impl Core {
@@ -230,6 +248,12 @@ impl Core {
             ready: false,
             status_line: String::new(),
             leaving: None,
+            reach_peers: None,
+            reach_relays: None,
+            relay_token: None,
+            reach_paths: Vec::new(),
+            own_seen: Default::default(),
+            own_reported: Default::default(),
             config: s.config,
         }
     }
@@ -303,6 +327,7 @@ impl Core {
                     self.become_ready_when_settled();
                 }
             }
+            Input::ReachRead { paths, own } => self.on_reach_read(paths, own, now),
         }
     }
 
@@ -337,6 +362,7 @@ impl Core {
     /// Sends the wanted set to the mesh; with an apply still running, the latest set goes
     /// when it answers (applies never queue up behind each other).
     fn apply_mesh(&mut self, now: Now) {
+        self.feed_reach_peers();
         if self
             .mesh_jobs
             .values()
@@ -365,6 +391,7 @@ impl Core {
     /// The revocation: remove every peer, then end (exit 15).
     fn revoked(&mut self, now: Now) {
         self.wanted = DesiredPeers::default();
+        self.feed_reach_peers();
         self.apply_again = false;
         let set = Arc::new(vec![]);
         self.ask_mesh(MeshOp::Apply(set.clone()), Pending::Apply(set), now);

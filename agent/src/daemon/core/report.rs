@@ -120,13 +120,21 @@ impl Core {
             .iter()
             .map(|p| {
                 let l = live.iter().find(|l| l.public_key == p.public_key);
+                let (path, rtt_ms, reason) =
+                    super::reach::peer_path(&p.public_key, l, &self.reach_paths);
+                let handshake =
+                    age_of(l.and_then(|l| l.last_handshake), now.wall).map(|d| d.as_secs());
                 PeerStatus {
+                    public_key: p.public_key.clone(),
+                    path,
+                    rtt_ms,
+                    last_handshake_secs_ago: handshake,
+                    reason,
                     node_id: p.node_id,
                     endpoint: l
                         .and_then(|l| l.endpoint)
                         .or_else(|| wanted::first_endpoint(p)),
-                    last_handshake_age_secs: age_of(l.and_then(|l| l.last_handshake), now.wall)
-                        .map(|d| d.as_secs()),
+                    last_handshake_age_secs: handshake,
                     rx_bytes: l.map_or(0, |l| l.rx_bytes),
                     tx_bytes: l.map_or(0, |l| l.tx_bytes),
                     hostname: p.hostname.clone(),

@@ -47,6 +47,8 @@ impl Core {
         match task {
             Task::Heartbeat => self.read_live(LiveFor::Heartbeat, now),
             Task::EndpointReport => {
+                // The executor fills in the runtime's candidates; these are at least as new.
+                self.own_reported = self.own_seen.clone();
                 let report = plexsphere_wire::node::EndpointReport {
                     listen_port: self.config.wireguard.listen_port,
                     addresses: vec![],

@@ -5,6 +5,7 @@
 mod calls;
 mod leave;
 mod lifecycle;
+mod reach;
 mod stream;
 
 use std::time::{Duration, Instant, SystemTime};

@@ -1,0 +1,348 @@
+//! The engine alone, spoken to as its peer would (or a forger): disco messages, tx ids,
+//! learned candidates, bounds under a flood, hysteresis, own candidates.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use plexsphere_wire::node::{NatMapping, NatReport};
+use plexsphere_wire::reach::disco::{Message, PairKey};
+use plexsphere_wire::reach::{public_key, shared_secret};
+
+use super::engine::{
+    MAX_LEARNED_CANDIDATES, MAX_OUTSTANDING_TX, MAX_PINGS_PER_SEC, MAX_PONGS_PER_SEC,
+    MAX_STATE_CANDIDATES, TX_LIFETIME,
+};
+use super::engine_sim::{Net, engine, key_of, relay, secret};
+use super::io::{Effect, Input, Now, Path, PeerReach, TICK};
+
+/// One engine (node 0) with node 1 as its peer, and a way to speak as node 1.
+struct Lone {
+    engine: super::engine::Engine,
+    now: Now,
+    pair: PairKey,
+    peer: SocketAddr,
+}
+
+impl Lone {
+    fn new() -> (Self, Vec<Effect>) {
+        let mut engine = engine(1);
+        let net = Net::new([false, false]);
+        let now = net.at();
+        let mut out = engine.handle(now, Input::Relays(vec![relay("r1", 3478)]));
+        out.extend(engine.handle(now, Input::Peers(vec![net.spec(1, None)])));
+        let pair = PairKey::new(&shared_secret(&secret(2), &public_key(&secret(1))));
+        let peer = net.nodes[1].addr;
+        (
+            Self {
+                engine,
+                now,
+                pair,
+                peer,
+            },
+            out,
+        )
+    }
+
+    fn as_peer(&mut self, from: SocketAddr, m: &Message) -> Vec<Effect> {
+        let datagram = self.pair.seal(&key_of(2).0, m);
+        self.engine
+            .handle(self.now, Input::DiscoDirect { from, datagram })
+    }
+
+    fn later(&mut self, d: Duration) -> Vec<Effect> {
+        self.now.mono += d;
+        self.engine.handle(self.now, Input::Tick)
+    }
+
+    /// The tx ids of the pings in `out` sent directly to `to`.
+    fn pings_to(&self, out: &[Effect], to: SocketAddr) -> Vec<[u8; 12]> {
+        out.iter()
+            .filter_map(|e| match e {
+                Effect::SendDirect { to: t, datagram } if *t == to => {
+                    match self.pair.open(datagram) {
+                        Ok(Message::Ping { tx }) => Some(tx),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn path(&self) -> Path {
+        self.engine.paths()[0].path.clone()
+    }
+}
+
+#[test]
+fn forged_and_altered_disco_changes_nothing() {
+    let (mut a, out) = Lone::new();
+    let tx = a.pings_to(&out, a.peer)[0];
+    let pong = Message::Pong {
+        tx,
+        observed: a.peer,
+    };
+
+    // Not a wanted peer: sealed by node 3 for node 0.
+    let stranger = PairKey::new(&shared_secret(&secret(3), &public_key(&secret(1))));
+    let datagram = stranger.seal(&key_of(3).0, &pong);
+    let out = a.engine.handle(
+        a.now,
+        Input::DiscoDirect {
+            from: a.peer,
+            datagram,
+        },
+    );
+    assert!(out.is_empty(), "{out:?}");
+    assert_eq!(a.engine.counters().unknown_sender, 1);
+
+    // Node 3 claiming to be node 1 (its sender key, node 3's pair key).
+    let mut datagram = stranger.seal(&key_of(3).0, &pong);
+    datagram[4..36].copy_from_slice(&key_of(2).0);
+    assert!(
+        a.engine
+            .handle(
+                a.now,
+                Input::DiscoDirect {
+                    from: a.peer,
+                    datagram
+                }
+            )
+            .is_empty()
+    );
+    // A real pong with one bit flipped.
+    let mut datagram = a.pair.seal(&key_of(2).0, &pong);
+    let last = datagram.len() - 1;
+    datagram[last] ^= 1;
+    assert!(
+        a.engine
+            .handle(
+                a.now,
+                Input::DiscoDirect {
+                    from: a.peer,
+                    datagram
+                }
+            )
+            .is_empty()
+    );
+    // Relayed, but the relay's source is not the sealer.
+    let datagram = a.pair.seal(&key_of(2).0, &pong);
+    let src = key_of(3);
+    let relayed = Input::DiscoRelayed {
+        relay: "r1".into(),
+        src,
+        datagram,
+    };
+    assert!(a.engine.handle(a.now, relayed).is_empty());
+    assert_eq!(a.engine.counters().unauthentic, 3);
+    assert_eq!(a.path(), Path::None);
+
+    // Pongs with a tx id never sent, from another address, or too late: stray.
+    let wrong = Message::Pong {
+        tx: [7; 12],
+        observed: a.peer,
+    };
+    assert!(a.as_peer(a.peer, &wrong).is_empty());
+    let elsewhere = SocketAddr::from(([192, 0, 2, 99], 51820));
+    assert!(a.as_peer(elsewhere, &pong).is_empty());
+    assert_eq!(a.engine.counters().stray_pongs, 2);
+    assert_eq!(a.path(), Path::None);
+
+    // The right pong, in time, from the right address: direct (the control).
+    let out = a.as_peer(a.peer, &pong);
+    assert_eq!(a.path(), Path::Direct { endpoint: a.peer });
+    assert!(out.iter().any(|e| matches!(e, Effect::SetPath { .. })));
+    // The same pong again (a replay) counts for nothing.
+    a.as_peer(a.peer, &pong);
+    assert_eq!(a.engine.counters().stray_pongs, 3);
+}
+
+#[test]
+fn a_pong_after_the_tx_lifetime_is_stray() {
+    let (mut a, out) = Lone::new();
+    let tx = a.pings_to(&out, a.peer)[0];
+    a.later(TX_LIFETIME + TICK);
+    a.as_peer(
+        a.peer,
+        &Message::Pong {
+            tx,
+            observed: a.peer,
+        },
+    );
+    assert_eq!(a.engine.counters().stray_pongs, 1);
+    assert_eq!(a.path(), Path::None);
+}
+
+#[test]
+fn a_flood_of_pings_stays_within_the_bounds() {
+    let (mut a, _) = Lone::new();
+    let start = a.now.mono;
+    let mut sent = [(0usize, 0usize); 3];
+    for n in 0..3000u32 {
+        a.now.mono = start + Duration::from_millis(u64::from(n));
+        let octets = n.to_be_bytes();
+        let from = SocketAddr::from(([100, 64, octets[2], octets[3]], 40000));
+        let out = a.as_peer(from, &Message::Ping { tx: [1; 12] });
+        let second = (n / 1000) as usize;
+        for e in out {
+            if let Effect::SendDirect { datagram, .. } = e {
+                match a.pair.open(&datagram) {
+                    Ok(Message::Pong { .. }) => sent[second].0 += 1,
+                    Ok(_) => sent[second].1 += 1,
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }
+    }
+    for (second, (pongs, pings)) in sent.iter().enumerate() {
+        assert_eq!(*pongs, MAX_PONGS_PER_SEC as usize, "second {second}");
+        assert!(
+            *pings <= MAX_PINGS_PER_SEC as usize,
+            "second {second}: {pings}"
+        );
+    }
+    let peer = a.engine.peers.values().next().expect("the peer");
+    assert!(peer.candidates.len() <= 2 + MAX_LEARNED_CANDIDATES);
+    assert!(peer.candidates.len() <= MAX_STATE_CANDIDATES + MAX_LEARNED_CANDIDATES);
+    assert!(peer.in_flight() <= MAX_OUTSTANDING_TX);
+    assert!(a.engine.counters().rate_limited > 0);
+}
+
+#[test]
+fn a_ping_from_a_new_address_is_answered_there_and_learned() {
+    let (mut a, _) = Lone::new();
+    let roamed = SocketAddr::from(([192, 0, 2, 50], 60001));
+    let out = a.as_peer(roamed, &Message::Ping { tx: [9; 12] });
+    let pong = out.iter().find_map(|e| match e {
+        Effect::SendDirect { to, datagram } if *to == roamed => match a.pair.open(datagram) {
+            Ok(Message::Pong { tx, observed }) => Some((tx, observed)),
+            _ => None,
+        },
+        _ => None,
+    });
+    assert_eq!(pong, Some(([9; 12], roamed)));
+    let tx = a.pings_to(&out, roamed);
+    assert_eq!(tx.len(), 1, "the new address is pinged");
+    a.as_peer(
+        roamed,
+        &Message::Pong {
+            tx: tx[0],
+            observed: a.peer,
+        },
+    );
+    assert_eq!(a.path(), Path::Direct { endpoint: roamed });
+}
+
+#[test]
+fn call_me_maybe_pings_every_address_at_once() {
+    let (mut a, _) = Lone::new();
+    let addrs: Vec<SocketAddr> = (1..=4)
+        .map(|p| SocketAddr::from(([192, 0, 2, 60], 50000 + p)))
+        .collect();
+    let datagram = a.pair.seal(
+        &key_of(2).0,
+        &Message::CallMeMaybe {
+            addrs: addrs.clone(),
+        },
+    );
+    let input = Input::DiscoRelayed {
+        relay: "r1".into(),
+        src: key_of(2),
+        datagram,
+    };
+    let out = a.engine.handle(a.now, input);
+    for addr in addrs {
+        assert_eq!(a.pings_to(&out, addr).len(), 1, "{addr}");
+    }
+}
+
+#[test]
+fn a_faster_candidate_replaces_a_working_one_only_past_the_hysteresis() {
+    let (mut a, out) = Lone::new();
+    let lan = SocketAddr::from(([10, 9, 9, 9], 51820));
+    let (wan_tx, lan_tx) = (a.pings_to(&out, a.peer)[0], a.pings_to(&out, lan)[0]);
+    a.now.mono += Duration::from_millis(30);
+    a.as_peer(
+        a.peer,
+        &Message::Pong {
+            tx: wan_tx,
+            observed: a.peer,
+        },
+    );
+    assert_eq!(a.path(), Path::Direct { endpoint: a.peer });
+    a.now.mono += Duration::from_millis(5);
+    a.as_peer(
+        lan,
+        &Message::Pong {
+            tx: lan_tx,
+            observed: lan,
+        },
+    );
+    assert_eq!(
+        a.path(),
+        Path::Direct { endpoint: a.peer },
+        "35 ms vs 30 ms: stays"
+    );
+
+    // A new round where the LAN address answers in 2 ms and the other in 30 ms.
+    let out = a.later(Duration::from_secs(31));
+    a.now.mono += Duration::from_millis(2);
+    let lan_tx = a.pings_to(&out, lan)[0];
+    a.as_peer(
+        lan,
+        &Message::Pong {
+            tx: lan_tx,
+            observed: lan,
+        },
+    );
+    assert_eq!(
+        a.path(),
+        Path::Direct { endpoint: lan },
+        "2 ms vs 30 ms: switches"
+    );
+    assert!(a.engine.paths()[0].reason.starts_with("pong in 2 ms"));
+}
+
+#[test]
+fn own_candidates_are_announced_when_they_change() {
+    let mut e = engine(1);
+    let net = Net::new([false, false]);
+    let now = net.at();
+    let nat = NatReport {
+        mapping: NatMapping::EndpointIndependent,
+        udp_blocked: false,
+    };
+    let addrs = vec![SocketAddr::from(([198, 51, 100, 7], 51820))];
+    let reflexive = Input::Reflexive {
+        addrs: addrs.clone(),
+        nat: nat.clone(),
+    };
+    let out = e.handle(now, reflexive.clone());
+    let want = Effect::Candidates {
+        reflexive: addrs.clone(),
+        home_relay: None,
+        nat: nat.clone(),
+    };
+    assert_eq!(out, vec![want]);
+    assert!(e.handle(now, reflexive).is_empty(), "unchanged: nothing");
+    let out = e.handle(now, Input::HomeRelay(Some("r1".into())));
+    let want = Effect::Candidates {
+        reflexive: addrs,
+        home_relay: Some("r1".into()),
+        nat,
+    };
+    assert_eq!(out, vec![want]);
+    assert_eq!(e.own_candidates().home_relay.as_deref(), Some("r1"));
+}
+
+#[test]
+fn our_own_key_is_never_a_peer() {
+    let mut e = engine(1);
+    let net = Net::new([false, false]);
+    let mut own = net.spec(0, None);
+    own.key = key_of(1);
+    let other: PeerReach = net.spec(1, None);
+    e.handle(net.at(), Input::Peers(vec![own, other]));
+    assert_eq!(e.paths().len(), 1);
+    assert_eq!(e.paths()[0].hostname, "node-1");
+}

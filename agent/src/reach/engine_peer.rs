@@ -1,0 +1,271 @@
+//! One peer as the reach engine tracks it: its pair key, its direct candidates with their last
+//! pong and RTT, the relays that answered for it, the pings in flight, and its send budgets.
+//! Plain data with small rules; the engine ([`super::engine`]) decides when to use them.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use plexsphere_wire::reach::disco::{PairKey, TxId};
+
+use super::engine::{
+    CANDIDATE_FRESH, DIRECT_DEAD_AFTER, GONE_HOLD, MAX_LEARNED_CANDIDATES, MAX_OUTSTANDING_TX,
+    MAX_STATE_CANDIDATES, MISSED_PINGS, PING_TIMEOUT, TX_LIFETIME,
+};
+use super::io::{Path, PeerReach};
+
+/// One direct address of a peer.
+#[derive(Debug, Clone)]
+pub(super) struct Candidate {
+    pub addr: SocketAddr,
+    /// Learned (a ping came from it, or a call-me-maybe named it) rather than from the state.
+    pub learned: bool,
+    pub last_pong: Option<Instant>,
+    pub rtt: Option<Duration>,
+    pub last_ping: Option<Instant>,
+    /// Pings sent since the last pong.
+    pub unanswered: u32,
+    /// When the [`MISSED_PINGS`]th of them went out (later pings do not move it, so probing
+    /// a dead candidate again does not bring it back; only a pong does).
+    pub missed_at: Option<Instant>,
+}
+
+impl Candidate {
+    fn new(addr: SocketAddr, learned: bool) -> Self {
+        Self {
+            addr,
+            learned,
+            last_pong: None,
+            rtt: None,
+            last_ping: None,
+            unanswered: 0,
+            missed_at: None,
+        }
+    }
+
+    /// [`MISSED_PINGS`] pings unanswered, the last of them [`PING_TIMEOUT`] old, and no pong
+    /// for [`DIRECT_DEAD_AFTER`].
+    pub fn dead(&self, now: Instant) -> bool {
+        let quiet = self
+            .last_pong
+            .is_none_or(|p| now.saturating_duration_since(p) >= DIRECT_DEAD_AFTER);
+        let timed_out = self
+            .missed_at
+            .is_some_and(|p| now.saturating_duration_since(p) >= PING_TIMEOUT);
+        quiet && timed_out
+    }
+
+    /// Answered recently and not dead: a path WireGuard may take.
+    pub fn alive(&self, now: Instant) -> bool {
+        let fresh = self
+            .last_pong
+            .is_some_and(|p| now.saturating_duration_since(p) < CANDIDATE_FRESH);
+        fresh && !self.dead(now)
+    }
+}
+
+/// Where a ping went: a pong counts only from there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Dest {
+    Direct(SocketAddr),
+    Relay(String),
+}
+
+#[derive(Debug, Clone)]
+struct Sent {
+    tx: TxId,
+    dest: Dest,
+    at: Instant,
+}
+
+/// A relay that carried a pong from the peer.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Heard {
+    pub at: Instant,
+    pub rtt: Duration,
+}
+
+/// At most `max` sends in any one-second window.
+#[derive(Debug, Clone)]
+pub(super) struct Budget {
+    window: Option<Instant>,
+    used: u32,
+    max: u32,
+}
+
+impl Budget {
+    pub fn new(max: u32) -> Self {
+        Self {
+            window: None,
+            used: 0,
+            max,
+        }
+    }
+
+    /// Takes one send if the current window has room.
+    pub fn take(&mut self, now: Instant) -> bool {
+        let fresh = self
+            .window
+            .is_none_or(|w| now.saturating_duration_since(w) >= Duration::from_secs(1));
+        if fresh {
+            self.window = Some(now);
+            self.used = 0;
+        }
+        if self.used >= self.max {
+            return false;
+        }
+        self.used += 1;
+        true
+    }
+}
+
+pub(super) struct Peer {
+    pub reach: PeerReach,
+    pub pair: PairKey,
+    /// State endpoints first (in the state's order), then learned ones (oldest first).
+    pub candidates: Vec<Candidate>,
+    sent: VecDeque<Sent>,
+    /// Relays that carried a pong from this peer, with when and how fast.
+    pub heard: BTreeMap<String, Heard>,
+    /// Relays that said this peer is not registered with them, and when.
+    pub gone: BTreeMap<String, Instant>,
+    pub path: Path,
+    pub rtt: Option<Duration>,
+    pub reason: String,
+    pub last_probe: Option<Instant>,
+    pub pings: Budget,
+    pub pongs: Budget,
+}
+
+impl Peer {
+    pub fn new(reach: PeerReach, pair: PairKey, pings: u32, pongs: u32) -> Self {
+        let mut peer = Self {
+            reach: reach.clone(),
+            pair,
+            candidates: Vec::new(),
+            sent: VecDeque::new(),
+            heard: BTreeMap::new(),
+            gone: BTreeMap::new(),
+            path: Path::None,
+            rtt: None,
+            reason: "not probed yet".to_owned(),
+            last_probe: None,
+            pings: Budget::new(pings),
+            pongs: Budget::new(pongs),
+        };
+        peer.set_reach(reach);
+        peer
+    }
+
+    /// Takes the peer's newest spec; answers whether its endpoints or home relay changed. Known
+    /// candidates keep what they learned; learned ones the state now lists become state ones.
+    pub fn set_reach(&mut self, reach: PeerReach) -> bool {
+        let changed =
+            reach.endpoints != self.reach.endpoints || reach.home_relay != self.reach.home_relay;
+        let mut next: Vec<Candidate> = Vec::new();
+        for addr in reach.endpoints.iter().take(MAX_STATE_CANDIDATES) {
+            if next.iter().any(|c| c.addr == *addr) {
+                continue;
+            }
+            let mut c = self
+                .candidates
+                .iter()
+                .find(|c| c.addr == *addr)
+                .cloned()
+                .unwrap_or_else(|| Candidate::new(*addr, false));
+            c.learned = false;
+            next.push(c);
+        }
+        for c in self.candidates.iter().filter(|c| c.learned) {
+            if !next.iter().any(|n| n.addr == c.addr) {
+                next.push(c.clone());
+            }
+        }
+        self.candidates = next;
+        self.reach = reach;
+        changed
+    }
+
+    /// Adds a learned candidate; answers whether it is new. Past
+    /// [`MAX_LEARNED_CANDIDATES`] the oldest learned one goes (never the current path).
+    pub fn learn(&mut self, addr: SocketAddr) -> bool {
+        if self.candidates.iter().any(|c| c.addr == addr) {
+            return false;
+        }
+        self.candidates.push(Candidate::new(addr, true));
+        if self.candidates.iter().filter(|c| c.learned).count() > MAX_LEARNED_CANDIDATES {
+            let current = match &self.path {
+                Path::Direct { endpoint } => Some(*endpoint),
+                _ => None,
+            };
+            if let Some(i) = self
+                .candidates
+                .iter()
+                .position(|c| c.learned && Some(c.addr) != current)
+            {
+                self.candidates.remove(i);
+            }
+        }
+        true
+    }
+
+    pub fn candidate(&self, addr: SocketAddr) -> Option<&Candidate> {
+        self.candidates.iter().find(|c| c.addr == addr)
+    }
+
+    /// Remembers a ping in flight (the oldest is forgotten past [`MAX_OUTSTANDING_TX`]).
+    pub fn sent_ping(&mut self, tx: TxId, dest: Dest, now: Instant) {
+        if let Dest::Direct(addr) = &dest
+            && let Some(c) = self.candidates.iter_mut().find(|c| c.addr == *addr)
+        {
+            c.last_ping = Some(now);
+            c.unanswered = c.unanswered.saturating_add(1);
+            if c.unanswered == MISSED_PINGS {
+                c.missed_at = Some(now);
+            }
+        }
+        self.sent.push_back(Sent { tx, dest, at: now });
+        while self.sent.len() > MAX_OUTSTANDING_TX {
+            self.sent.pop_front();
+        }
+    }
+
+    /// The round trip of the ping this pong answers, if we sent `tx` to `dest` no longer than
+    /// [`TX_LIFETIME`] ago; the tx id is used up.
+    pub fn take_pong(&mut self, tx: &TxId, dest: &Dest, now: Instant) -> Option<Duration> {
+        let i = self.sent.iter().position(|s| {
+            s.tx == *tx && s.dest == *dest && now.saturating_duration_since(s.at) <= TX_LIFETIME
+        })?;
+        let sent = self.sent.remove(i)?;
+        let rtt = now.saturating_duration_since(sent.at);
+        match dest {
+            Dest::Direct(addr) => {
+                if let Some(c) = self.candidates.iter_mut().find(|c| c.addr == *addr) {
+                    c.last_pong = Some(now);
+                    c.rtt = Some(rtt);
+                    c.unanswered = 0;
+                    c.missed_at = None;
+                }
+            }
+            Dest::Relay(relay) => {
+                self.gone.remove(relay);
+                self.heard.insert(relay.clone(), Heard { at: now, rtt });
+            }
+        }
+        Some(rtt)
+    }
+
+    /// Forgets pings past [`TX_LIFETIME`] and "not registered" answers past [`GONE_HOLD`].
+    pub fn expire(&mut self, now: Instant) {
+        self.sent
+            .retain(|s| now.saturating_duration_since(s.at) <= TX_LIFETIME);
+        self.gone
+            .retain(|_, at| now.saturating_duration_since(*at) < GONE_HOLD);
+    }
+
+    /// How many pings are in flight (for tests and bounds).
+    #[cfg(test)]
+    pub fn in_flight(&self) -> usize {
+        self.sent.len()
+    }
+}

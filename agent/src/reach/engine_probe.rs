@@ -1,0 +1,337 @@
+//! What the engine sends and what it does with the disco messages it gets: probe rounds,
+//! heartbeats, pongs, call-me-maybe punching, learned candidates. Every send goes through a
+//! per-peer budget ([`MAX_PINGS_PER_SEC`], [`MAX_PONGS_PER_SEC`]).
+
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use plexsphere_wire::reach::disco::{self, Message};
+
+use super::engine::{
+    Counters, DIRECT_PROBE_INTERVAL, Engine, HEARTBEAT_INTERVAL, MAX_PINGS_PER_SEC,
+    MAX_PONGS_PER_SEC, PROBE_INTERVAL, RETRY_INTERVAL, Sealer,
+};
+use super::engine_peer::{Dest, Peer};
+use super::io::{Effect, Path, PeerReach};
+use crate::mesh::key::PeerKey;
+
+/// Where sends go while one input is handled: the sealer and tx ids, the drop counters, the
+/// effects being answered, and the time.
+struct Outbox<'a> {
+    sealer: &'a mut Sealer,
+    counters: &'a mut Counters,
+    effects: &'a mut Vec<Effect>,
+    now: Instant,
+}
+
+impl Outbox<'_> {
+    /// Seals `message` for `peer` and adds the effect that carries it to `dest`, if the
+    /// peer's budget allows. A ping's tx id is remembered for its pong.
+    fn send(&mut self, key: PeerKey, peer: &mut Peer, dest: Dest, message: Message) {
+        let allowed = match message {
+            Message::Pong { .. } => peer.pongs.take(self.now),
+            Message::Ping { .. } | Message::CallMeMaybe { .. } => peer.pings.take(self.now),
+        };
+        if !allowed {
+            self.counters.rate_limited += 1;
+            return;
+        }
+        let datagram = peer.pair.seal(&self.sealer.own, &message);
+        if datagram.is_empty() {
+            // The system random source failed to give a nonce; nothing safe to send.
+            return;
+        }
+        if let Message::Ping { tx } = message {
+            peer.sent_ping(tx, dest.clone(), self.now);
+        }
+        self.effects.push(match dest {
+            Dest::Direct(to) => Effect::SendDirect { to, datagram },
+            Dest::Relay(relay) => Effect::SendRelayed {
+                relay,
+                dst: key,
+                datagram,
+            },
+        });
+    }
+
+    /// A ping with a fresh tx id.
+    fn ping(&mut self, key: PeerKey, peer: &mut Peer, dest: Dest) {
+        let tx = (self.sealer.new_tx)();
+        self.send(key, peer, dest, Message::Ping { tx });
+    }
+}
+
+/// An address a peer may name that is worth a ping: not unspecified, multicast or port 0.
+fn probeable(addr: &SocketAddr) -> bool {
+    addr.port() != 0 && !addr.ip().is_unspecified() && !addr.ip().is_multicast()
+}
+
+impl Engine {
+    /// The whole wanted set: new peers are probed at once, changed ones too, gone ones forgotten.
+    pub(super) fn set_peers(&mut self, peers: Vec<PeerReach>, now: Instant, out: &mut Vec<Effect>) {
+        let own = PeerKey(self.sealer.own);
+        let wanted: Vec<PeerReach> = peers.into_iter().filter(|p| p.key != own).collect();
+        self.peers
+            .retain(|key, _| wanted.iter().any(|p| p.key == *key));
+        for reach in wanted {
+            let key = reach.key;
+            let changed = match self.peers.get_mut(&key) {
+                Some(peer) => peer.set_reach(reach),
+                None => {
+                    let pair = self.pair_key(&key);
+                    let peer = Peer::new(reach, pair, MAX_PINGS_PER_SEC, MAX_PONGS_PER_SEC);
+                    self.peers.insert(key, peer);
+                    true
+                }
+            };
+            if changed {
+                self.probe(key, now, out);
+            }
+        }
+    }
+
+    pub(super) fn probe_all(&mut self, now: Instant, out: &mut Vec<Effect>) {
+        let keys: Vec<PeerKey> = self.peers.keys().copied().collect();
+        for key in keys {
+            self.probe(key, now, out);
+        }
+    }
+
+    /// A probe round: a ping to every direct candidate; a ping and a call-me-maybe through the
+    /// relays [`Self::probe_relays`] names.
+    pub(super) fn probe(&mut self, key: PeerKey, now: Instant, out: &mut Vec<Effect>) {
+        let Some(peer) = self.peers.get(&key) else {
+            return;
+        };
+        let relays = self.probe_relays(peer);
+        let mut ours: Vec<SocketAddr> = self.local.addrs.clone();
+        for a in &self.local.reflexive {
+            if !ours.contains(a) {
+                ours.push(*a);
+            }
+        }
+        let Some(peer) = self.peers.get_mut(&key) else {
+            return;
+        };
+        peer.last_probe = Some(now);
+        let addrs: Vec<SocketAddr> = peer.candidates.iter().map(|c| c.addr).collect();
+        let mut post = Outbox {
+            sealer: &mut self.sealer,
+            counters: &mut self.counters,
+            effects: out,
+            now,
+        };
+        for addr in addrs {
+            post.ping(key, peer, Dest::Direct(addr));
+        }
+        for relay in relays {
+            post.ping(key, peer, Dest::Relay(relay.clone()));
+            if !ours.is_empty() {
+                let cmm = Message::CallMeMaybe {
+                    addrs: ours.clone(),
+                };
+                post.send(key, peer, Dest::Relay(relay), cmm);
+            }
+        }
+    }
+
+    /// The relays a probe round goes through: the one the peer is on and its home relay when
+    /// usable, else every relay of the state that is not down and did not say the peer is gone.
+    fn probe_relays(&self, peer: &Peer) -> Vec<String> {
+        let open = |r: &str| {
+            self.local.relays.iter().any(|s| s.name == r)
+                && !self.local.down.contains_key(r)
+                && !peer.gone.contains_key(r)
+        };
+        let mut relays: Vec<String> = Vec::new();
+        if let Path::Relay { relay, .. } = &peer.path
+            && open(relay)
+        {
+            relays.push(relay.clone());
+        }
+        if let Some(home) = &peer.reach.home_relay
+            && open(home)
+            && !relays.contains(home)
+        {
+            relays.push(home.clone());
+        }
+        if relays.is_empty() {
+            relays = self
+                .local
+                .relays
+                .iter()
+                .map(|s| s.name.clone())
+                .filter(|r| open(r))
+                .collect();
+        }
+        relays
+    }
+
+    /// Time passed: expiry, the heartbeat on a direct path, scheduled probe rounds.
+    pub(super) fn tick(&mut self, now: Instant, out: &mut Vec<Effect>) {
+        let keys: Vec<PeerKey> = self.peers.keys().copied().collect();
+        for key in keys {
+            let Some(peer) = self.peers.get_mut(&key) else {
+                continue;
+            };
+            peer.expire(now);
+            let since_probe = peer.last_probe.map(|p| now.saturating_duration_since(p));
+            let due = match &peer.path {
+                Path::Direct { endpoint } => {
+                    if let Some(c) = peer.candidate(*endpoint) {
+                        let gap = if c.unanswered > 0 {
+                            RETRY_INTERVAL
+                        } else {
+                            HEARTBEAT_INTERVAL
+                        };
+                        let beat = c
+                            .last_ping
+                            .is_none_or(|p| now.saturating_duration_since(p) >= gap);
+                        // A dead path gets no more heartbeats; `choose_all` leaves it.
+                        if beat && !c.dead(now) {
+                            let mut post = Outbox {
+                                sealer: &mut self.sealer,
+                                counters: &mut self.counters,
+                                effects: out,
+                                now,
+                            };
+                            let dest = Dest::Direct(*endpoint);
+                            post.ping(key, peer, dest);
+                        }
+                    }
+                    since_probe.is_none_or(|s| s >= DIRECT_PROBE_INTERVAL)
+                }
+                _ => since_probe.is_none_or(|s| s >= PROBE_INTERVAL),
+            };
+            if due {
+                self.probe(key, now, out);
+            }
+        }
+    }
+
+    /// A disco datagram from `from` on the WireGuard socket.
+    pub(super) fn disco_direct(
+        &mut self,
+        from: SocketAddr,
+        datagram: &[u8],
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) {
+        let Some((key, message)) = self.open(None, datagram) else {
+            return;
+        };
+        let Some(peer) = self.peers.get_mut(&key) else {
+            return;
+        };
+        let mut post = Outbox {
+            sealer: &mut self.sealer,
+            counters: &mut self.counters,
+            effects: out,
+            now,
+        };
+        match message {
+            Message::Ping { tx } => {
+                let pong = Message::Pong { tx, observed: from };
+                post.send(key, peer, Dest::Direct(from), pong);
+                // A new address is learned; one that does not answer us yet is pinged back at
+                // once, while the peer's NAT holds the mapping its ping just opened.
+                let known_alive = peer.candidate(from).is_some_and(|c| c.alive(now));
+                let new = probeable(&from) && peer.learn(from);
+                if new || (!known_alive && peer.candidate(from).is_some()) {
+                    post.ping(key, peer, Dest::Direct(from));
+                }
+            }
+            Message::Pong { tx, .. } => {
+                if peer.take_pong(&tx, &Dest::Direct(from), now).is_none() {
+                    post.counters.stray_pongs += 1;
+                }
+            }
+            Message::CallMeMaybe { addrs } => self.punch(key, addrs, now, out),
+        }
+    }
+
+    /// A disco datagram the relay `relay` carried from `src`.
+    pub(super) fn disco_relayed(
+        &mut self,
+        relay: &str,
+        src: PeerKey,
+        datagram: &[u8],
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) {
+        let Some((key, message)) = self.open(Some(src), datagram) else {
+            return;
+        };
+        let Some(peer) = self.peers.get_mut(&key) else {
+            return;
+        };
+        // Whatever the relay carried from the peer proves the peer is registered there now.
+        peer.gone.remove(relay);
+        let mut post = Outbox {
+            sealer: &mut self.sealer,
+            counters: &mut self.counters,
+            effects: out,
+            now,
+        };
+        let dest = Dest::Relay(relay.to_owned());
+        match message {
+            Message::Ping { tx } => {
+                let observed = SocketAddr::from(([0, 0, 0, 0], 0));
+                let pong = Message::Pong { tx, observed };
+                post.send(key, peer, dest.clone(), pong);
+                // A peer with no path yet is pinged back through the relay that reached us.
+                if peer.path == Path::None {
+                    post.ping(key, peer, dest);
+                }
+            }
+            Message::Pong { tx, .. } => {
+                if peer.take_pong(&tx, &dest, now).is_none() {
+                    post.counters.stray_pongs += 1;
+                }
+            }
+            Message::CallMeMaybe { addrs } => self.punch(key, addrs, now, out),
+        }
+    }
+
+    /// "Probe me now at these addresses": ping every one of them at once.
+    fn punch(&mut self, key: PeerKey, addrs: Vec<SocketAddr>, now: Instant, out: &mut Vec<Effect>) {
+        let Some(peer) = self.peers.get_mut(&key) else {
+            return;
+        };
+        let mut post = Outbox {
+            sealer: &mut self.sealer,
+            counters: &mut self.counters,
+            effects: out,
+            now,
+        };
+        for addr in addrs.into_iter().filter(probeable) {
+            peer.learn(addr);
+            post.ping(key, peer, Dest::Direct(addr));
+        }
+    }
+
+    /// The wanted peer a datagram is from and what it says; anything else is dropped and
+    /// counted. A relayed datagram must be sealed by the relay's source.
+    fn open(&mut self, src: Option<PeerKey>, datagram: &[u8]) -> Option<(PeerKey, Message)> {
+        let Ok(sender) = disco::sender(datagram) else {
+            self.counters.unknown_sender += 1;
+            return None;
+        };
+        let key = PeerKey(sender);
+        if src.is_some_and(|s| s != key) {
+            self.counters.unauthentic += 1;
+            return None;
+        }
+        let Some(peer) = self.peers.get(&key) else {
+            self.counters.unknown_sender += 1;
+            return None;
+        };
+        match peer.pair.open(datagram) {
+            Ok(message) => Some((key, message)),
+            Err(_) => {
+                self.counters.unauthentic += 1;
+                None
+            }
+        }
+    }
+}
