@@ -2,7 +2,9 @@
 //! pair (root): a real ping crosses the mesh with the path pinned Direct, then through both
 //! nodes' loopback forwarders and an in-test relay stand-in (a UDP socket that answers the
 //! registration and turns each `send` into a `recv` for the destination) with the path
-//! pinned Relay. Namespaces and links are named `c2r*` and removed at the end.
+//! pinned Relay. Namespaces and links are named `c2r*` and removed at the end. The engine
+//! runs too (its disco probes cross the veth); a path it already chose emits no new effect,
+//! so the pinned paths hold, and the relay stand-in's count shows which one the pings took.
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, UdpSocket};

@@ -24,11 +24,16 @@ impl PathControl for Recorder {
     }
 }
 
+/// The next WireGuard datagram (the engine's disco probes to the same address are skipped).
 fn recv(s: &UdpSocket) -> (Vec<u8>, SocketAddr) {
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let mut buf = [0u8; 2048];
-    let (n, from) = s.recv_from(&mut buf).expect("a datagram within 10 s");
-    (buf[..n].to_vec(), from)
+    loop {
+        let (n, from) = s.recv_from(&mut buf).expect("a datagram within 10 s");
+        if plexsphere_wire::reach::classify(&buf[..n]) == plexsphere_wire::reach::Kind::WireGuard {
+            return (buf[..n].to_vec(), from);
+        }
+    }
 }
 
 fn wait<T>(mut f: impl FnMut() -> Option<T>) -> T {
