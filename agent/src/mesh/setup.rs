@@ -5,12 +5,16 @@
 use std::fmt;
 use std::net::IpAddr;
 
+type LocalAddrsFn = dyn Fn() -> Vec<std::net::IpAddr> + Send + Sync;
+
 /// What the interface needs from the node's identity and key.
 #[derive(Clone)]
 pub struct NodeSetup {
     private_key: [u8; 32],
     /// The node's TLS trust for relays over TCP; see [`NodeSetup::with_relay_tls`].
     relay_tls: Option<std::sync::Arc<rustls::ClientConfig>>,
+    /// See [`NodeSetup::with_local_addrs`].
+    local_addrs: Option<std::sync::Arc<LocalAddrsFn>>,
     pub mesh_ip: IpAddr,
     /// The mesh range's prefix length (from `mesh_cidr`).
     pub prefix: u8,
@@ -31,6 +35,7 @@ impl NodeSetup {
         Self {
             private_key,
             relay_tls: None,
+            local_addrs: None,
             mesh_ip,
             prefix,
         }
@@ -56,19 +61,22 @@ impl NodeSetup {
     }
 
     /// The host's addresses a peer could reach this node on (what the endpoint report
-    /// carries), read anew at each call; for the reach runtime's local candidates.
-    pub fn local_addrs(&self) -> crate::reach::runtime::LocalAddrs {
-        let mesh_ip = self.mesh_ip;
-        let cidr = ipnet::IpNet::new(mesh_ip, self.prefix)
-            .map(|n| n.trunc())
-            .unwrap_or_else(|_| ipnet::IpNet::from(mesh_ip));
-        Box::new(move || {
-            let host = crate::daemon::host_addrs::host_addresses().unwrap_or_else(|e| {
-                tracing::debug!("cannot read the host's addresses: {e}");
-                Vec::new()
-            });
-            crate::daemon::host_addrs::reportable(host, mesh_ip, &cidr)
-        })
+    /// carries), read anew at each call: the reach runtime's local candidates. The daemon
+    /// gives the same function its endpoint report uses (`daemon::host_addrs`); without one
+    /// the runtime offers no local candidates (peers still get them from the control plane).
+    pub fn with_local_addrs(
+        mut self,
+        read: impl Fn() -> Vec<std::net::IpAddr> + Send + Sync + 'static,
+    ) -> Self {
+        self.local_addrs = Some(std::sync::Arc::new(read));
+        self
+    }
+
+    pub(crate) fn local_addrs(&self) -> crate::reach::runtime::LocalAddrs {
+        match self.local_addrs.clone() {
+            Some(read) => Box::new(move || read()),
+            None => Box::new(Vec::new),
+        }
     }
 }
 

@@ -23,4 +23,6 @@ pub mod io;
 pub mod relay_client;
 pub mod relay_client_tcp;
 pub mod runtime;
+mod runtime_loop;
+mod runtime_shared;
 pub mod stun;

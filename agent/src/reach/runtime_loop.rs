@@ -14,15 +14,16 @@ use plexsphere_wire::node::RelaySpec;
 use plexsphere_wire::reach::relay::Frame;
 use plexsphere_wire::reach::{Kind, MAX_DATAGRAM, classify};
 
-use super::super::engine::Engine;
-use super::super::forward::{Forwarder, Route};
-use super::super::io::{Effect, Input, Now, Path, PeerReach, TICK, Transport};
-use super::super::relay_client::{Identity, Note, RelayConn};
-use super::super::relay_client_tcp::{TcpEvent, TcpLink};
-use super::super::stun::{self, Poll, StunProbe};
-use super::{
+use super::engine::Engine;
+use super::forward::{Forwarder, Route};
+use super::io::{Effect, Input, Now, Path, PeerReach, TICK, Transport};
+use super::relay_client::{Identity, Note, RelayConn};
+use super::relay_client_tcp::{TcpEvent, TcpLink};
+use super::runtime_shared::{
     ADDRS_EVERY, Event, HANDSHAKES_EVERY, Mode, RELAY_IDLE, RuntimeSetup, STUN_EVERY, Shared, lock,
+    offer,
 };
+use super::stun::{self, Poll, StunProbe};
 use crate::mesh::key::PeerKey;
 
 struct Relay {
@@ -47,7 +48,7 @@ impl Drop for Fwd {
     }
 }
 
-pub(super) struct Loop {
+pub(crate) struct Loop {
     engine: Engine,
     setup: RuntimeSetup,
     shared: Arc<Shared>,
@@ -89,7 +90,7 @@ fn random_id() -> [u8; 12] {
 }
 
 impl Loop {
-    pub(super) fn new(setup: RuntimeSetup, shared: Arc<Shared>) -> Self {
+    pub(crate) fn new(setup: RuntimeSetup, shared: Arc<Shared>) -> Self {
         let t = Instant::now();
         Self {
             engine: Engine::new(setup.secret),
@@ -117,7 +118,7 @@ impl Loop {
         }
     }
 
-    pub(super) fn run(mut self, rx: &Receiver<Event>) {
+    pub(crate) fn run(mut self, rx: &Receiver<Event>) {
         tracing::debug!(mode = ?self.setup.mode, port = (self.setup.listen_port)(), "reach runtime started");
         while !self.shared.stop.load(Ordering::Relaxed) {
             match rx.recv_timeout(TICK) {
@@ -714,7 +715,7 @@ impl Loop {
 }
 
 /// The kernel backend's underlay socket: see `Runtime::serve_underlay`.
-pub(super) fn serve_underlay(shared: &Shared, socket: &UdpSocket) {
+pub(crate) fn serve_underlay(shared: &Shared, socket: &UdpSocket) {
     let mut buf = vec![0u8; MAX_DATAGRAM];
     while !shared.stop.load(Ordering::Relaxed) {
         let (n, from) = match socket.recv_from(&mut buf) {
@@ -750,7 +751,7 @@ pub(super) fn serve_underlay(shared: &Shared, socket: &UdpSocket) {
                 }
             }
         } else {
-            super::offer(shared, d, from);
+            offer(shared, d, from);
         }
     }
 }

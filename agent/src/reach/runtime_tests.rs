@@ -3,12 +3,17 @@
 //! WireGuard crosses forwarder and underlay both ways.
 
 use std::net::UdpSocket;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread;
+use std::time::{Duration, SystemTime};
 
 use plexsphere_wire::node::RelaySpec;
 use plexsphere_wire::signed::SignedEnvelope;
 
 use super::*;
 use crate::reach::io::Path;
+use crate::reach::runtime_shared::lock;
 
 /// Records the endpoints the runtime sets.
 struct Recorder(Arc<Mutex<Vec<(PeerKey, SocketAddr)>>>);
