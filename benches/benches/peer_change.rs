@@ -104,7 +104,7 @@ fn bench(c: &mut Criterion) {
         })
         .expect("identity");
     let ctl = DirectControl::new(device.clone());
-    let mut mesh = WgMesh::start("userspace", IFACE, ctl, Plain).expect("mesh");
+    let mut mesh = WgMesh::start("userspace", IFACE, ctl, Plain, None).expect("mesh");
     let mut desired = DesiredPeers::from_state(&state((0..PEERS).map(peer).collect()));
     let mut applied = Arc::new(desired.list());
     mesh.apply(applied.clone()).expect("first apply");

@@ -48,6 +48,8 @@ pub struct Counters {
     pub not_allowed: AtomicU64,
     /// A packet while the device has no private key.
     pub no_key: AtomicU64,
+    /// A datagram for the side channel (not WireGuard) that its full sink dropped.
+    pub side_dropped: AtomicU64,
 }
 
 impl Counters {
@@ -104,6 +106,11 @@ impl Device {
 
     pub fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// Counts a side-channel datagram its sink dropped (see `crate::side`).
+    pub fn count_side_dropped(&self) {
+        Counters::bump(&self.counters.side_dropped);
     }
 
     pub(crate) fn read(&self) -> RwLockReadGuard<'_, State> {

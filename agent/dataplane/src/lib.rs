@@ -24,6 +24,7 @@ pub mod packet;
 pub mod peer;
 pub mod runner;
 pub mod shutdown;
+pub mod side;
 pub mod uapi;
 #[cfg(unix)]
 pub mod uapi_server;
@@ -35,3 +36,4 @@ pub use device::{Counters, Device};
 pub use io::{Tun, Udp, UdpBind};
 pub use key::{Key, KeyError, SecretKey};
 pub use peer::{DeviceSnapshot, PeerSnapshot};
+pub use side::{RawSender, SideSink};

@@ -17,6 +17,7 @@ use crate::config::DeviceUpdate;
 use crate::device::Device;
 use crate::io::{Tun, Udp, UdpBind};
 pub use crate::shutdown::Shutdown;
+use crate::side::{RawSender, SideSink, is_wireguard};
 use crate::uapi::{self, EADDRINUSE, EINVAL, Request};
 
 /// The slot size of the timer thread's output (any handshake or keepalive message fits).
@@ -33,6 +34,12 @@ pub struct RunConfig {
     pub tick: Duration,
     /// How long a read waits before the thread looks at `shutdown` again.
     pub poll: Duration,
+    /// Where datagrams that are not WireGuard go (STUN, disco, relay frames); see
+    /// [`crate::side`]. Without one they are dropped and counted as malformed.
+    pub side: Option<SideSink>,
+    /// Filled with the current UDP socket (on bind and every rebind), so others can send from
+    /// it; see [`crate::side`].
+    pub raw: Option<RawSender>,
 }
 
 impl Default for RunConfig {
@@ -42,6 +49,8 @@ impl Default for RunConfig {
             batch: DEFAULT_BATCH,
             tick: Duration::from_millis(100),
             poll: Duration::from_millis(100),
+            side: None,
+            raw: None,
         }
     }
 }
@@ -103,7 +112,11 @@ impl<T: Tun, B: UdpBind> Shared<T, B> {
                 EADDRINUSE
             })?;
             let bound = socket.local_addr().map(|a| a.port()).unwrap_or(port);
-            *self.udp.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(socket);
+            let socket = Arc::new(socket);
+            if let Some(raw) = &self.config.raw {
+                raw.set(socket.clone());
+            }
+            *self.udp.write().unwrap_or_else(PoisonError::into_inner) = socket;
             self.device.set_listen_port(bound);
             tracing::info!(port = bound, "listening on UDP port {bound}");
         }
@@ -138,11 +151,15 @@ where
         Some(path) => Some(crate::uapi_server::UapiListener::bind(path)?),
         None => None,
     };
+    let socket = Arc::new(socket);
+    if let Some(raw) = &config.raw {
+        raw.set(socket.clone());
+    }
     let shared = Arc::new(Shared {
         device,
         tun,
         binder,
-        udp: RwLock::new(Arc::new(socket)),
+        udp: RwLock::new(socket),
         config,
         shutdown: shutdown.clone(),
     });
@@ -226,8 +243,24 @@ fn network_to_tun<T: Tun, B: UdpBind>(s: &Shared<T, B>) -> Result<(), RunError> 
         }
         to_network.clear();
         to_tun.clear();
-        s.device
-            .handle_udp_datagrams(Instant::now(), &datagrams, &mut to_network, &mut to_tun);
+        let now = Instant::now();
+        match &s.config.side {
+            // One classification per datagram; a batch of WireGuard only (the usual case)
+            // goes to the device whole, as without a side channel.
+            Some(side) if !datagrams.datagrams().all(|(d, _)| is_wireguard(d)) => {
+                for (d, from) in datagrams.datagrams() {
+                    if is_wireguard(d) {
+                        s.device
+                            .handle_udp_datagram(now, from, d, &mut to_network, &mut to_tun);
+                    } else if !side.offer(d, from) {
+                        s.device.count_side_dropped();
+                    }
+                }
+            }
+            _ => s
+                .device
+                .handle_udp_datagrams(now, &datagrams, &mut to_network, &mut to_tun),
+        }
         if !to_tun.is_empty() {
             s.tun.send(&to_tun).map_err(RunError::Tun)?;
         }

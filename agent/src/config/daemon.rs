@@ -41,6 +41,56 @@ pub struct WireguardConfig {
     pub listen_port: u16,
     #[serde(default = "default_mtu")]
     pub mtu: u16,
+    /// `wireguard.reach:` NAT traversal and relays (docs/reach.md).
+    #[serde(default, skip_serializing_if = "ReachConfig::is_default")]
+    pub reach: ReachConfig,
+}
+
+/// `wireguard.reach:` the reach runtime (STUN, disco path probes, relays) of the kernel and
+/// userspace backends; docs/reach.md.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReachConfig {
+    /// Off: peers keep the endpoints the control plane reports (the rotation), nothing else
+    /// shares the WireGuard port, no relay is used.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// With the kernel backend and reach on, plexd itself binds `listen_port` (the port peers
+    /// reach) and the kernel interface listens here, on loopback traffic only in practice.
+    /// Default: `listen_port + 1` (51821).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_port: Option<u16>,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl Default for ReachConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            kernel_port: None,
+        }
+    }
+}
+
+impl ReachConfig {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+impl WireguardConfig {
+    /// The kernel interface's own port when reach is on: `reach.kernel_port`, or the one after
+    /// `listen_port` (0 stays 0: any free port, for tests).
+    pub fn kernel_port(&self) -> u16 {
+        match (self.reach.kernel_port, self.listen_port) {
+            (Some(p), _) => p,
+            (None, 0) => 0,
+            (None, p) => p.wrapping_add(1),
+        }
+    }
 }
 
 fn default_interface() -> String {
@@ -60,6 +110,7 @@ impl Default for WireguardConfig {
             interface: default_interface(),
             listen_port: default_listen_port(),
             mtu: default_mtu(),
+            reach: ReachConfig::default(),
         }
     }
 }

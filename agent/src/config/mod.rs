@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-pub use daemon::{Backend, DaemonConfig, IntervalOverrides, WireguardConfig};
+pub use daemon::{Backend, DaemonConfig, IntervalOverrides, ReachConfig, WireguardConfig};
 pub use values::{ApiUrl, LogLevel, ResourceHandle, Sha256Pin};
 
 /// The node agent's configuration. Every section refuses unknown keys.
@@ -196,6 +196,18 @@ impl Config {
                 &["wireguard", "mtu"],
                 format!("wireguard.mtu: {} is outside 1280..=9000", wg.mtu),
             ));
+        }
+        if wg.reach.enabled && wg.listen_port != 0 {
+            let kernel = wg.kernel_port();
+            if kernel == 0 || kernel == wg.listen_port {
+                return Err(invalid(
+                    &["wireguard", "reach", "kernel_port"],
+                    format!(
+                        "wireguard.reach.kernel_port: {kernel} cannot be the kernel interface's port next to listen_port {} (it must differ from it and not be 0); set wireguard.reach.kernel_port to a free port",
+                        wg.listen_port
+                    ),
+                ));
+            }
         }
         Ok(())
     }

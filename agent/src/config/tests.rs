@@ -214,3 +214,32 @@ proptest::proptest! {
         let _ = parse(&text);
     }
 }
+
+#[test]
+fn the_reach_section_defaults_on_and_checks_the_kernel_port() {
+    let c = Config::parse("api_url: https://a.example\n", Path::new("c.yaml")).unwrap();
+    assert!(c.wireguard.reach.enabled);
+    assert_eq!(c.wireguard.kernel_port(), 51821);
+    let text = "api_url: https://a.example\nwireguard:\n  reach:\n    enabled: false\n";
+    let c = Config::parse(text, Path::new("c.yaml")).unwrap();
+    assert!(!c.wireguard.reach.enabled);
+    let text = "api_url: https://a.example\nwireguard:\n  reach:\n    kernel_port: 40000\n";
+    let c = Config::parse(text, Path::new("c.yaml")).unwrap();
+    assert_eq!(c.wireguard.kernel_port(), 40000);
+    let text = "api_url: https://a.example\nwireguard:\n  listen_port: 51820\n  reach:\n    kernel_port: 51820\n";
+    let e = Config::parse(text, Path::new("c.yaml"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("c.yaml:5:") && e.contains("wireguard.reach.kernel_port"),
+        "{e}"
+    );
+    // The one port that has no next one.
+    let text = "api_url: https://a.example\nwireguard:\n  listen_port: 65535\n";
+    let e = Config::parse(text, Path::new("c.yaml"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("kernel_port"), "{e}");
+    let text = "api_url: https://a.example\nwireguard:\n  reach:\n    relay: x\n";
+    assert!(Config::parse(text, Path::new("c.yaml")).is_err());
+}

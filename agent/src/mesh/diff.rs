@@ -133,11 +133,50 @@ fn same_allowed(a: &[IpNet], b: &[IpNet]) -> bool {
     normalize(a) == normalize(b)
 }
 
-/// Desired vs live -> the minimal update; `book` tracks each peer's endpoint rotation.
+/// Who sets a peer's WireGuard endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// The diff, through the candidate rotation of [`EndpointBook`].
+    Rotation,
+    /// The reach runtime (it chose a path for the peer, or carries every peer through a
+    /// forwarder): the diff writes no endpoint for a live peer, and gives a peer it adds
+    /// `endpoint` (where reach carries it now), or its first candidate until reach decides.
+    Reach { endpoint: Option<SocketAddr> },
+}
+
+/// Answers, per peer, who sets its endpoint; see [`Owner`].
+pub trait EndpointOwners {
+    fn owner(&self, key: &PeerKey) -> Owner;
+}
+
+/// Every endpoint is the rotation's (no reach runtime).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RotationOnly;
+
+impl EndpointOwners for RotationOnly {
+    fn owner(&self, _key: &PeerKey) -> Owner {
+        Owner::Rotation
+    }
+}
+
+/// Desired vs live -> the minimal update; `book` tracks each peer's endpoint rotation. Every
+/// endpoint is the rotation's; [`diff_with`] lets the reach runtime own some.
 pub fn diff(
     desired: &[PeerSpec],
     live: &[LiveConfig],
     book: &mut EndpointBook,
+    now: Instant,
+    wall: SystemTime,
+) -> PeerDiff {
+    diff_with(desired, live, book, &RotationOnly, now, wall)
+}
+
+/// [`diff`], with the endpoints of the peers `owners` gives to reach left to reach.
+pub fn diff_with(
+    desired: &[PeerSpec],
+    live: &[LiveConfig],
+    book: &mut EndpointBook,
+    owners: &dyn EndpointOwners,
     now: Instant,
     wall: SystemTime,
 ) -> PeerDiff {
@@ -162,14 +201,23 @@ pub fn diff(
         }
         let keepalive = spec.persistent_keepalive_secs.unwrap_or(0);
         let current = live_by_key.get(&key).copied();
-        let endpoint = book.decide(
-            key,
-            &spec.endpoints,
-            current.and_then(|l| l.endpoint),
-            current.and_then(|l| l.last_handshake),
-            now,
-            wall,
-        );
+        let endpoint = match owners.owner(&key) {
+            Owner::Reach { endpoint } => {
+                book.forget(&key);
+                match current {
+                    None => endpoint.or_else(|| spec.endpoints.first().copied()),
+                    Some(_) => None,
+                }
+            }
+            Owner::Rotation => book.decide(
+                key,
+                &spec.endpoints,
+                current.and_then(|l| l.endpoint),
+                current.and_then(|l| l.last_handshake),
+                now,
+                wall,
+            ),
+        };
         match current {
             None => {
                 out.changes.push(MeshChange::Added {

@@ -269,3 +269,89 @@ fn keys_round_trip_and_print_as_base64() {
     assert_eq!(format!("{k:?}"), format!("PeerKey({k})"));
     assert_eq!(PeerKey::from_base64("AAAA"), None);
 }
+
+/// Reach owns the peers in the map (with where it carries them now); the rest rotate.
+struct ReachOwns(std::collections::HashMap<PeerKey, Option<SocketAddr>>);
+
+impl EndpointOwners for ReachOwns {
+    fn owner(&self, key: &PeerKey) -> Owner {
+        match self.0.get(key) {
+            Some(endpoint) => Owner::Reach {
+                endpoint: *endpoint,
+            },
+            None => Owner::Rotation,
+        }
+    }
+}
+
+#[test]
+fn endpoints_reach_owns_are_left_to_reach_except_when_a_peer_is_added() {
+    let (now, wall) = clock();
+    let mut book = EndpointBook::new();
+    let (a, b, c) = (spec(1), spec(2), spec(3));
+    let forwarder: SocketAddr = "127.0.0.1:40001".parse().unwrap();
+    let owners = ReachOwns(
+        [(key(&a), Some(forwarder)), (key(&b), None)]
+            .into_iter()
+            .collect(),
+    );
+    // Added: a where reach carries it, b (reach has not decided) at its first candidate, c
+    // (not reach's) by the rotation.
+    let d = diff_with(
+        &[a.clone(), b.clone(), c.clone()],
+        &[],
+        &mut book,
+        &owners,
+        now,
+        wall,
+    );
+    let endpoints: Vec<_> = d
+        .update
+        .ops
+        .iter()
+        .map(|op| match op {
+            PeerOp::Set { endpoint, .. } => *endpoint,
+            PeerOp::Remove(_) => None,
+        })
+        .collect();
+    assert_eq!(
+        endpoints,
+        vec![
+            Some(forwarder),
+            b.endpoints.first().copied(),
+            c.endpoints.first().copied()
+        ]
+    );
+    assert_eq!(book.len(), 1, "only c rotates");
+    // Live, idle (stale handshakes), at addresses no candidate names: the rotation would
+    // write a candidate back for every one of them; reach's are left alone.
+    let roamed: SocketAddr = "203.0.113.9:40000".parse().unwrap();
+    let live: Vec<LiveConfig> = [&a, &b, &c]
+        .iter()
+        .map(|s| LiveConfig {
+            endpoint: Some(roamed),
+            last_handshake: None,
+            ..live_of(s, wall)
+        })
+        .collect();
+    let d = diff_with(
+        &[a.clone(), b.clone(), c.clone()],
+        &live,
+        &mut book,
+        &owners,
+        now,
+        wall,
+    );
+    assert_eq!(
+        d.update.ops,
+        vec![PeerOp::Set {
+            key: key(&c),
+            endpoint: c.endpoints.first().copied(),
+            allowed_ips: None,
+            keepalive: None,
+        }]
+    );
+    // Without owners the same pass rewrites all three.
+    let d = diff(&[a, b, c], &live, &mut EndpointBook::new(), now, wall);
+    assert_eq!(d.update.ops.len(), 3);
+}

@@ -57,6 +57,11 @@ impl EndpointBook {
         self.peers.retain(|k, _| keep(k));
     }
 
+    /// Forgets one peer's rotation (reach took its endpoint over).
+    pub fn forget(&mut self, key: &PeerKey) {
+        self.peers.remove(key);
+    }
+
     pub fn len(&self) -> usize {
         self.peers.len()
     }

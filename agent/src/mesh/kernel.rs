@@ -1,10 +1,24 @@
 //! The kernel backend: the `wireguard` module through `wireguard-control`'s netlink backend.
 //! Creates the interface (or adopts an existing WireGuard interface of that name), sets the
 //! node's private key and listen port, then the address, MTU and link state.
+//!
+//! With reach on (`wireguard.reach.enabled`, the default) the kernel cannot share its socket
+//! with plexd, so the ports split: plexd binds `wireguard.listen_port` itself (the underlay
+//! socket peers reach: WireGuard, STUN, disco, relay frames), the interface listens on
+//! `wireguard.reach.kernel_port` (default `listen_port + 1`), and every peer's kernel endpoint
+//! is a loopback forwarder (`crate::reach::forward`) that carries its datagrams to the path
+//! reach chose, direct from the underlay socket or through a relay. docs/reach.md has the
+//! trade-off (kernel crypto, one userspace copy per packet each way).
 
 use std::io;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::time::SystemTime;
 
-use wireguard_control::{Backend, DeviceUpdate};
+use wireguard_control::{Backend, DeviceUpdate, Key, PeerConfigBuilder};
+
+use super::key::PeerKey;
+use crate::reach::runtime::{Mode, PathControl, Runtime, RuntimeSetup};
 
 use super::link::setup_link;
 use super::netlink;
@@ -110,6 +124,34 @@ impl Plane for KernelPlane {
     }
 }
 
+/// The reach runtime's way to the kernel interface: one peer's endpoint, the handshakes.
+struct KernelEndpoints {
+    ctl: WgControl,
+}
+
+impl PathControl for KernelEndpoints {
+    fn set_endpoint(&self, peer: PeerKey, endpoint: SocketAddr) -> io::Result<()> {
+        DeviceUpdate::new()
+            .add_peer(PeerConfigBuilder::new(&Key(peer.0)).set_endpoint(endpoint))
+            .apply(&self.ctl.iface, self.ctl.backend)
+    }
+
+    fn handshakes(&self) -> io::Result<Vec<(PeerKey, Option<SystemTime>)>> {
+        Ok(self
+            .ctl
+            .live()?
+            .into_iter()
+            .map(|l| (l.key, l.last_handshake))
+            .collect())
+    }
+}
+
+/// plexd's own socket on the listen port (IPv6 with IPv4 mapped, else IPv4 only).
+pub fn bind_underlay(port: u16) -> io::Result<UdpSocket> {
+    UdpSocket::bind(SocketAddr::from((Ipv6Addr::UNSPECIFIED, port)))
+        .or_else(|_| UdpSocket::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, port))))
+}
+
 /// The kernel backend, configured and running.
 pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError> {
     let ctl = create(cfg).map_err(|e| match e {
@@ -117,14 +159,36 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError
         KernelError::NotWireguard { .. } => OpenError::Config(e.to_string()),
         KernelError::Io { .. } => OpenError::Runtime(e.to_string()),
     })?;
-    ctl.set_identity(node.private_key(), cfg.listen_port)
+    let reach = cfg.reach.enabled;
+    // With reach, the kernel moves to the port next to listen_port first (an adopted interface
+    // may still hold listen_port from a run without reach), then plexd takes listen_port.
+    let kernel_port = if reach {
+        cfg.kernel_port()
+    } else {
+        cfg.listen_port
+    };
+    ctl.set_identity(node.private_key(), kernel_port)
         .map_err(|e| {
             OpenError::Runtime(format!(
-                "cannot set the private key and listen port {} on {} ({e}); is the port in use?",
-                cfg.listen_port, cfg.interface
+                "cannot set the private key and listen port {kernel_port} on {} ({e}); is the port in use? (with reach on, the kernel interface listens on wireguard.reach.kernel_port, default listen_port + 1)",
+                cfg.interface
             ))
         })?;
+    let underlay = if reach {
+        Some(bind_underlay(cfg.listen_port).map_err(|e| {
+            OpenError::Runtime(format!(
+                "cannot bind UDP port {} for {}'s reach socket ({e}); free the port or set wireguard.listen_port",
+                cfg.listen_port, cfg.interface
+            ))
+        })?)
+    } else {
+        None
+    };
     setup_link(cfg, node).map_err(OpenError::Runtime)?;
+    let runtime = match underlay {
+        Some(socket) => Some(start_reach(cfg, node, ctl, socket)?),
+        None => None,
+    };
     WgMesh::start(
         "kernel",
         &cfg.interface,
@@ -132,6 +196,43 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError
         KernelPlane {
             iface: cfg.interface.clone(),
         },
+        runtime,
     )
     .map_err(|e| OpenError::Runtime(e.to_string()))
+}
+
+fn start_reach(
+    cfg: &WireguardConfig,
+    node: &NodeSetup,
+    ctl: WgControl,
+    socket: UdpSocket,
+) -> Result<Arc<Runtime>, OpenError> {
+    let fail = |what: &str, e: io::Error| {
+        OpenError::Runtime(format!("cannot {what} for {} ({e})", cfg.interface))
+    };
+    let listen = socket
+        .local_addr()
+        .map_err(|e| fail("read the reach socket's port", e))?
+        .port();
+    let kernel = ctl
+        .listen_port()
+        .map_err(|e| fail("read the kernel interface's port", e))?
+        .unwrap_or(0);
+    let socket = Arc::new(socket);
+    let runtime = Runtime::start(RuntimeSetup {
+        secret: node.private_key(),
+        mode: Mode::Kernel,
+        underlay: socket.clone(),
+        listen_port: Box::new(move || listen),
+        wg_port: Box::new(move || kernel),
+        control: Box::new(KernelEndpoints { ctl }),
+        local_addrs: node.local_addrs(),
+        tls: node.relay_tls(),
+    })
+    .map_err(|e| fail("start the reach runtime", e))?;
+    runtime
+        .serve_underlay(socket)
+        .map_err(|e| fail("start the reach socket's thread", e))?;
+    tracing::info!(interface = %cfg.interface, listen_port = listen, kernel_port = kernel, "reach: plexd listens on UDP port {listen}; the kernel interface {} listens on {kernel} and reaches its peers through loopback forwarders", cfg.interface);
+    Ok(runtime)
 }

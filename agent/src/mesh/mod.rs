@@ -33,6 +33,9 @@ pub mod worker;
 
 #[cfg(test)]
 #[cfg(target_os = "linux")]
+mod reach_root_tests;
+#[cfg(test)]
+#[cfg(target_os = "linux")]
 mod root_tests;
 
 use std::sync::Arc;

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant, SystemTime};
 use plexd_dataplane::linux::{LinuxTun, LinuxUdpBinder};
 use plexd_dataplane::runner::{self, RunConfig, Shutdown};
 use plexd_dataplane::uapi_server::socket_path;
-use plexd_dataplane::{Device, DeviceUpdate, Key, PeerUpdate, SecretKey};
+use plexd_dataplane::{Device, DeviceUpdate, Key, PeerUpdate, RawSender, SecretKey};
 
 use super::diff::{LiveConfig, MeshUpdate, PeerKey, PeerOp};
 use super::link::setup_link;
@@ -28,6 +28,7 @@ use super::setup::{NodeSetup, OpenError};
 use super::wg::iface_name;
 use super::worker::{Control, Plane, WgMesh};
 use crate::config::WireguardConfig;
+use crate::reach::runtime::{Mode, PathControl, Runtime, RuntimeSetup};
 
 /// How long the data plane may take to serve its UAPI socket.
 const START_BOUND: Duration = Duration::from_secs(10);
@@ -166,6 +167,35 @@ impl Control for DirectControl {
     }
 }
 
+/// The reach runtime's way to the embedded data plane: one peer's endpoint, nothing else of
+/// it (`update_only`: a peer the diff has not added yet is not created).
+struct DeviceEndpoints {
+    device: Arc<Device>,
+}
+
+impl PathControl for DeviceEndpoints {
+    fn set_endpoint(&self, peer: PeerKey, endpoint: std::net::SocketAddr) -> io::Result<()> {
+        self.device
+            .apply(DeviceUpdate {
+                peers: vec![PeerUpdate {
+                    endpoint: Some(endpoint),
+                    update_only: true,
+                    ..PeerUpdate::new(Key(peer.0))
+                }],
+                ..DeviceUpdate::default()
+            })
+            .map_err(io::Error::other)
+    }
+
+    fn handshakes(&self) -> io::Result<Vec<(PeerKey, Option<SystemTime>)>> {
+        let s = self.device.snapshot(Instant::now(), SystemTime::now());
+        Ok(s.peers
+            .into_iter()
+            .map(|p| (PeerKey(p.public_key.0), p.last_handshake))
+            .collect())
+    }
+}
+
 fn runtime(what: &str, iface: &str, e: impl std::fmt::Display) -> OpenError {
     OpenError::Runtime(format!("cannot {what} for {iface}: {e}"))
 }
@@ -189,6 +219,30 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError
         })
         .map_err(|e| runtime("set the private key", &name, e))?;
     device.set_listen_port(cfg.listen_port);
+    // The reach runtime first: the data plane hands it the socket's other datagrams from the
+    // start, and its sends go out of the data plane's socket once that is bound.
+    let raw = RawSender::new();
+    let reach = if cfg.reach.enabled {
+        let port = {
+            let d = device.clone();
+            move || d.listen_port()
+        };
+        let setup = RuntimeSetup {
+            secret: node.private_key(),
+            mode: Mode::Userspace,
+            underlay: Arc::new(raw.clone()),
+            listen_port: Box::new(port.clone()),
+            wg_port: Box::new(port),
+            control: Box::new(DeviceEndpoints {
+                device: device.clone(),
+            }),
+            local_addrs: node.local_addrs(),
+            tls: node.relay_tls(),
+        };
+        Some(Runtime::start(setup).map_err(|e| runtime("start the reach runtime", &name, e))?)
+    } else {
+        None
+    };
     let shutdown = Shutdown::new();
     let socket: PathBuf = socket_path(&name);
     let (done_tx, done) = mpsc::channel();
@@ -196,6 +250,8 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError
         let (shutdown, socket, device) = (shutdown.clone(), socket.clone(), device.clone());
         let config = RunConfig {
             uapi_socket: Some(socket),
+            side: reach.as_ref().map(|r| r.side_sink()),
+            raw: Some(raw.clone()),
             ..RunConfig::default()
         };
         thread::Builder::new()
@@ -228,6 +284,6 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError
     }
     setup_link(cfg, node).map_err(OpenError::Runtime)?;
     tracing::info!(interface = %name, socket = %socket.display(), listen_port = cfg.listen_port, "the embedded userspace WireGuard data plane is running on {name}, UDP port {}", cfg.listen_port);
-    WgMesh::start("userspace", &name, DirectControl::new(device), plane)
+    WgMesh::start("userspace", &name, DirectControl::new(device), plane, reach)
         .map_err(|e| OpenError::Runtime(e.to_string()))
 }

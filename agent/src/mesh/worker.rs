@@ -11,8 +11,10 @@ use std::time::{Duration, Instant, SystemTime};
 use plexsphere_wire::node::PeerSpec;
 
 use super::contract::{LivePeer, Mesh, MeshError};
-use super::diff::{self, LiveConfig, MeshChange, MeshUpdate};
+use super::diff::{self, EndpointOwners, LiveConfig, MeshChange, MeshUpdate, RotationOnly};
 use super::endpoints::EndpointBook;
+use crate::reach::io::{NoReach, ReachHandle};
+use crate::reach::runtime::Runtime;
 
 /// How often the worker reconciles without being asked.
 pub const RECONCILE_EVERY: Duration = Duration::from_secs(5);
@@ -53,6 +55,7 @@ pub struct WgMesh {
     backend: &'static str,
     iface: String,
     jobs: mpsc::Sender<Job>,
+    reach: Option<Arc<Runtime>>,
 }
 
 struct Worker<P: Plane, C: Control> {
@@ -62,14 +65,19 @@ struct Worker<P: Plane, C: Control> {
     desired: Option<Arc<Vec<PeerSpec>>>,
     book: EndpointBook,
     last_error: Option<String>,
+    /// The reach runtime, whose peers' endpoints the diff leaves alone.
+    reach: Option<Arc<Runtime>>,
 }
 
 impl WgMesh {
+    /// Starts the worker; with `reach`, the runtime owns the endpoints of the peers it
+    /// carries, and stops with the interface.
     pub fn start<P: Plane, C: Control>(
         backend: &'static str,
         iface: &str,
         ctl: C,
         plane: P,
+        reach: Option<Arc<Runtime>>,
     ) -> Result<Self, MeshError> {
         let (tx, rx) = mpsc::channel();
         let worker = Worker {
@@ -79,6 +87,7 @@ impl WgMesh {
             desired: None,
             book: EndpointBook::new(),
             last_error: None,
+            reach: reach.clone(),
         };
         thread::Builder::new()
             .name("wg-control".into())
@@ -92,7 +101,13 @@ impl WgMesh {
             backend,
             iface: iface.to_owned(),
             jobs: tx,
+            reach,
         })
+    }
+
+    /// The reach runtime, when reach is on (tests pin paths through it).
+    pub fn runtime(&self) -> Option<Arc<Runtime>> {
+        self.reach.clone()
     }
 
     fn error(&self, what: String) -> MeshError {
@@ -147,6 +162,13 @@ impl Mesh for WgMesh {
     fn teardown(&mut self) -> Result<(), MeshError> {
         self.call(Job::Teardown)
     }
+
+    fn reach(&self) -> Arc<dyn ReachHandle> {
+        match &self.reach {
+            Some(r) => r.clone(),
+            None => Arc::new(NoReach),
+        }
+    }
 }
 
 impl<P: Plane, C: Control> Worker<P, C> {
@@ -167,10 +189,16 @@ impl<P: Plane, C: Control> Worker<P, C> {
                     let _ = reply.send(r);
                 }
                 Ok(Job::Teardown(reply)) => {
+                    if let Some(r) = &self.reach {
+                        r.stop();
+                    }
                     let _ = reply.send(self.plane.teardown());
                     return;
                 }
                 Ok(Job::Stop(reply)) => {
+                    if let Some(r) = &self.reach {
+                        r.stop();
+                    }
                     self.plane.stop();
                     let _ = reply.send(Ok(()));
                     return;
@@ -204,10 +232,15 @@ impl<P: Plane, C: Control> Worker<P, C> {
             .ctl
             .live()
             .map_err(|e| format!("cannot read the peers: {e}"))?;
-        let d = diff::diff(
+        let owners: &dyn EndpointOwners = match &self.reach {
+            Some(r) => &**r,
+            None => &RotationOnly,
+        };
+        let d = diff::diff_with(
             desired,
             &live,
             &mut self.book,
+            owners,
             Instant::now(),
             SystemTime::now(),
         );

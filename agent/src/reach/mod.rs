@@ -3,8 +3,10 @@
 //! - [`io`]: the contract between the sans-IO engine and the runtime that owns the sockets.
 //! - [`engine`]: the sans-IO path choice per peer (with `engine_peer`, `engine_probe`,
 //!   `engine_choice`).
-//!
-//! (The runtime lands in its own module; see agent/README.md, "Reach".)
+//! - [`runtime`]: the thread that drives the engine and performs its effects (docs/reach.md),
+//!   with [`stun`] (reflexive addresses, NAT report), [`relay_client`] (registration and
+//!   relayed frames; [`relay_client_tcp`] over TCP with TLS) and [`forward`] (the loopback
+//!   forwarders of relayed peers).
 
 pub mod engine;
 mod engine_choice;
@@ -16,4 +18,11 @@ mod engine_probe;
 mod engine_sim;
 #[cfg(test)]
 mod engine_tests;
+pub mod forward;
 pub mod io;
+pub mod relay_client;
+pub mod relay_client_tcp;
+pub mod runtime;
+mod runtime_loop;
+mod runtime_shared;
+pub mod stun;

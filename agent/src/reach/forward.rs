@@ -1,0 +1,277 @@
+//! The loopback forwarders: one UDP socket on 127.0.0.1 per peer whose WireGuard traffic does
+//! not go straight between the WireGuard sockets (a relayed peer; with the kernel backend,
+//! every peer). The peer's WireGuard endpoint is the forwarder's address:
+//!
+//! - what the data plane sends there (from its socket on 127.0.0.1, the only source a
+//!   forwarder takes) goes on along the forwarder's [`Route`]: to the peer's direct address
+//!   from the underlay socket (kernel backend), or wrapped in a relay `send` to the peer's key
+//!   and sent to the relay;
+//! - [`Forwarder::deliver`] hands a datagram that came from the peer (a relay `recv`, or a
+//!   direct datagram on the underlay) to the data plane from the forwarder's socket, so the
+//!   data plane authenticates it and keeps (or roams to) the forwarder as the endpoint.
+//!
+//! Nothing queues: a datagram without a route is dropped and counted, like a lost packet.
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use plexsphere_wire::reach::MAX_DATAGRAM;
+use plexsphere_wire::reach::relay::{Frame, NodeKey};
+
+/// How long a forwarder's read waits before it looks at its stop flag.
+const POLL: Duration = Duration::from_millis(200);
+
+/// The socket the reach runtime sends from: the WireGuard socket through the data plane's
+/// side channel (userspace), or plexd's own underlay socket (kernel).
+pub trait Underlay: Send + Sync + 'static {
+    fn send(&self, datagram: &[u8], to: SocketAddr) -> io::Result<()>;
+}
+
+impl Underlay for plexd_dataplane::RawSender {
+    fn send(&self, datagram: &[u8], to: SocketAddr) -> io::Result<()> {
+        plexd_dataplane::RawSender::send(self, datagram, to)
+    }
+}
+
+impl Underlay for UdpSocket {
+    fn send(&self, datagram: &[u8], to: SocketAddr) -> io::Result<()> {
+        self.send_to(datagram, to).map(|_| ())
+    }
+}
+
+/// Where a forwarder sends what the data plane gives it.
+#[derive(Debug, Clone)]
+pub enum Route {
+    /// Nowhere yet (no path): dropped and counted.
+    Hold,
+    /// Straight to the peer, from the underlay socket.
+    Direct(SocketAddr),
+    /// Through the relay at this UDP address, to the peer's key.
+    Relay { relay: SocketAddr, dst: NodeKey },
+    /// Through a relay's TCP connection (stream-framed `send`s into its queue; full = dropped).
+    RelayTcp {
+        link: std::sync::mpsc::SyncSender<Vec<u8>>,
+        dst: NodeKey,
+    },
+}
+
+/// What a forwarder counted.
+#[derive(Debug, Default)]
+pub struct ForwardCounters {
+    /// Datagrams from the data plane sent on along the route.
+    pub out: AtomicU64,
+    /// Datagrams from the peer handed to the data plane.
+    pub delivered: AtomicU64,
+    /// Datagrams from the data plane while the route was [`Route::Hold`], or that the
+    /// underlay refused.
+    pub dropped: AtomicU64,
+    /// Datagrams from any other source than the data plane's socket.
+    pub foreign: AtomicU64,
+}
+
+/// One peer's loopback forwarder; see the module docs.
+pub struct Forwarder {
+    socket: UdpSocket,
+    addr: SocketAddr,
+    /// The data plane's WireGuard socket as seen from loopback.
+    wg: SocketAddr,
+    route: RwLock<Route>,
+    stop: AtomicBool,
+    pub counters: ForwardCounters,
+}
+
+impl Forwarder {
+    /// Binds 127.0.0.1:ephemeral for a data plane listening on `wg_port`.
+    pub fn open(wg_port: u16) -> io::Result<Arc<Self>> {
+        let socket = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
+        socket.set_read_timeout(Some(POLL))?;
+        let addr = socket.local_addr()?;
+        Ok(Arc::new(Self {
+            socket,
+            addr,
+            wg: SocketAddr::from((Ipv4Addr::LOCALHOST, wg_port)),
+            route: RwLock::new(Route::Hold),
+            stop: AtomicBool::new(false),
+            counters: ForwardCounters::default(),
+        }))
+    }
+
+    /// The address the peer's WireGuard endpoint is set to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn route(&self) -> Route {
+        self.route
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub fn set_route(&self, route: Route) {
+        *self.route.write().unwrap_or_else(PoisonError::into_inner) = route;
+    }
+
+    /// Hands a datagram from the peer to the data plane.
+    pub fn deliver(&self, datagram: &[u8]) -> io::Result<()> {
+        self.socket.send_to(datagram, self.wg)?;
+        self.counters.delivered.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Stops the thread [`Self::spawn`] started (within [`POLL`]).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Starts the thread that carries the data plane's datagrams along the route.
+    pub fn spawn(self: &Arc<Self>, underlay: Arc<dyn Underlay>) -> io::Result<JoinHandle<()>> {
+        let me = self.clone();
+        thread::Builder::new()
+            .name("reach-forward".into())
+            .spawn(move || me.run(&*underlay))
+    }
+
+    fn run(&self, underlay: &dyn Underlay) {
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let mut frame = Vec::with_capacity(MAX_DATAGRAM);
+        while !self.stop.load(Ordering::Relaxed) {
+            let (n, from) = match self.socket.recv_from(&mut buf) {
+                Ok(r) => r,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    continue;
+                }
+                Err(e) => {
+                    tracing::debug!(forwarder = %self.addr, error = %e, "forwarder read failed");
+                    continue;
+                }
+            };
+            if !same_socket(from, self.wg) {
+                self.counters.foreign.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            let datagram = &buf[..n];
+            let sent = match self.route() {
+                Route::Hold => Err(io::Error::other("no path")),
+                Route::Direct(to) => underlay.send(datagram, to),
+                Route::Relay { relay, dst } => {
+                    frame.clear();
+                    frame.extend_from_slice(&plexsphere_wire::reach::RELAY_MAGIC);
+                    Frame::Send {
+                        dst,
+                        payload: datagram.to_vec(),
+                    }
+                    .encode_into(&mut frame);
+                    underlay.send(&frame, relay)
+                }
+                Route::RelayTcp { link, dst } => link
+                    .try_send(
+                        Frame::Send {
+                            dst,
+                            payload: datagram.to_vec(),
+                        }
+                        .to_stream(),
+                    )
+                    .map_err(|_| io::Error::other("the relay connection's queue is full")),
+            };
+            let c = match sent {
+                Ok(()) => &self.counters.out,
+                Err(_) => &self.counters.dropped,
+            };
+            c.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The data plane's socket may answer from 127.0.0.1 or ::ffff:127.0.0.1.
+fn same_socket(from: SocketAddr, wg: SocketAddr) -> bool {
+    let ip = match from {
+        SocketAddr::V6(v6) => v6
+            .ip()
+            .to_ipv4_mapped()
+            .map_or(std::net::IpAddr::V6(*v6.ip()), std::net::IpAddr::V4),
+        SocketAddr::V4(v4) => std::net::IpAddr::V4(*v4.ip()),
+    };
+    ip == wg.ip() && from.port() == wg.port()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    fn recv(s: &UdpSocket) -> (Vec<u8>, SocketAddr) {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut buf = [0u8; 2048];
+        let (n, from) = s.recv_from(&mut buf).expect("a datagram within 10 s");
+        (buf[..n].to_vec(), from)
+    }
+
+    fn wait(ok: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !ok() {
+            assert!(Instant::now() < deadline, "not within 10 s");
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn carries_the_data_plane_s_datagrams_along_the_route_and_delivers_the_peer_s() {
+        // The "data plane": a socket on loopback; the underlay: another; the peer and the relay.
+        let wg = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let underlay = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+        let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let relay = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let f = Forwarder::open(wg.local_addr().unwrap().port()).unwrap();
+        let t = f.spawn(underlay.clone()).unwrap();
+
+        // Held: dropped and counted.
+        wg.send_to(&[4, 0, 0, 0, 1], f.addr()).unwrap();
+        wait(|| f.counters.dropped.load(Ordering::Relaxed) == 1);
+
+        // Direct: out of the underlay socket to the peer.
+        f.set_route(Route::Direct(peer.local_addr().unwrap()));
+        wg.send_to(&[4, 0, 0, 0, 2], f.addr()).unwrap();
+        assert_eq!(
+            recv(&peer),
+            (vec![4, 0, 0, 0, 2], underlay.local_addr().unwrap())
+        );
+
+        // Relay: wrapped in `send` to the peer's key, to the relay.
+        f.set_route(Route::Relay {
+            relay: relay.local_addr().unwrap(),
+            dst: [7; 32],
+        });
+        wg.send_to(&[4, 0, 0, 0, 3], f.addr()).unwrap();
+        let (d, from) = recv(&relay);
+        assert_eq!(from, underlay.local_addr().unwrap());
+        assert_eq!(
+            Frame::from_datagram(&d).unwrap(),
+            Frame::Send {
+                dst: [7; 32],
+                payload: vec![4, 0, 0, 0, 3]
+            }
+        );
+
+        // Anyone but the data plane is ignored.
+        peer.send_to(&[4, 0, 0, 0, 9], f.addr()).unwrap();
+        wait(|| f.counters.foreign.load(Ordering::Relaxed) == 1);
+
+        // From the peer to the data plane, from the forwarder's address.
+        f.deliver(&[4, 0, 0, 0, 4]).unwrap();
+        assert_eq!(recv(&wg), (vec![4, 0, 0, 0, 4], f.addr()));
+        assert_eq!(f.counters.out.load(Ordering::Relaxed), 2);
+
+        f.stop();
+        t.join().unwrap();
+    }
+}

@@ -1,0 +1,363 @@
+//! The relay client: one connection to one `plexsphere relay`, as a sans-IO state machine over
+//! relay frames ([`plexsphere_wire::reach::relay::Frame`]). The runtime carries the frames
+//! (over UDP from the WireGuard socket) and calls [`RelayConn::poll`] with the time.
+//!
+//! | state | on | does |
+//! |---|---|---|
+//! | idle | poll, with a token | `hello` -> hello sent |
+//! | idle | poll, no token | nothing (says so once) |
+//! | hello sent | `challenge` | `register` (proof, token) -> registering |
+//! | registering | `registered` | up (note [`Note::Up`]), queued sends flushed, `ping` |
+//! | hello sent / registering | no answer in [`ANSWER_WITHIN`] | `hello` again; after [`GIVE_UP`] without any answer: down |
+//! | up | [`REREGISTER_SECS`] since registered | `hello` (re-registration; stays up) |
+//! | up | no `registered` for a whole lease | down |
+//! | any | `refused` expired / bad token | down, waits for a new token ([`RelayConn::set_token`]) |
+//! | any | `refused` not registered / bad proof | `hello` again |
+//! | any | `refused` busy | down, `hello` again after [`BUSY_BACKOFF`] |
+//! | down | [`RETRY_AFTER`] later | `hello` |
+//! | any | `recv`, `peer gone` | [`Note::Recv`], [`Note::PeerGone`] |
+//! | any | `ping` | `pong`; `pong` to our ping: the RTT |
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use plexsphere_wire::reach::relay::{self, Frame, NodeKey, REREGISTER_SECS, RefuseCode};
+
+/// How long the relay gets to answer a `hello` or a `register`.
+pub const ANSWER_WITHIN: Duration = Duration::from_secs(1);
+/// A connection whose relay never answered for this long is down.
+pub const GIVE_UP: Duration = Duration::from_secs(4);
+/// A down connection tries again after this long.
+pub const RETRY_AFTER: Duration = Duration::from_secs(10);
+/// A busy relay is asked again after this long.
+pub const BUSY_BACKOFF: Duration = Duration::from_secs(30);
+/// Sends waiting for the registration, per connection; more are dropped.
+pub const MAX_QUEUED: usize = 32;
+
+/// What the node proves and shows.
+#[derive(Clone)]
+pub struct Identity {
+    pub public: NodeKey,
+    secret: [u8; 32],
+}
+
+impl Identity {
+    pub fn new(secret: [u8; 32]) -> Self {
+        Self {
+            public: plexsphere_wire::reach::public_key(&secret),
+            secret,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Idle,
+    Hello {
+        since: Instant,
+        sent: Instant,
+    },
+    Registering {
+        since: Instant,
+        sent: Instant,
+    },
+    Up {
+        registered: Instant,
+        lease: Duration,
+    },
+    /// Down until then (or until a new token, when `None`).
+    Down {
+        until: Option<Instant>,
+    },
+}
+
+/// What the connection tells the runtime.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Note {
+    Up {
+        rtt: Option<Duration>,
+    },
+    /// `unanswered`: the relay never answered (try another transport).
+    Down {
+        why: String,
+        unanswered: bool,
+    },
+    Recv {
+        src: NodeKey,
+        payload: Vec<u8>,
+    },
+    PeerGone {
+        dst: NodeKey,
+    },
+}
+
+/// One relay connection; see the module docs.
+pub struct RelayConn {
+    pub name: String,
+    relay_key: [u8; 32],
+    state: State,
+    token: Option<Vec<u8>>,
+    said_no_token: bool,
+    queue: VecDeque<(NodeKey, Vec<u8>)>,
+    ping: Option<([u8; 8], Instant)>,
+    rtt: Option<Duration>,
+    nonce: u64,
+    /// When the re-registration `hello` of an up connection went out.
+    rehello: Option<Instant>,
+    /// Last time something was sent or received through it (for closing idle ones).
+    pub last_used: Instant,
+}
+
+impl RelayConn {
+    pub fn new(name: String, relay_key: [u8; 32], token: Option<Vec<u8>>, now: Instant) -> Self {
+        Self {
+            name,
+            relay_key,
+            state: State::Idle,
+            token,
+            said_no_token: false,
+            queue: VecDeque::new(),
+            ping: None,
+            rtt: None,
+            nonce: 0,
+            rehello: None,
+            last_used: now,
+        }
+    }
+
+    pub fn is_up(&self) -> bool {
+        matches!(self.state, State::Up { .. })
+    }
+
+    pub fn is_down(&self) -> bool {
+        matches!(self.state, State::Down { .. })
+    }
+
+    pub fn rtt(&self) -> Option<Duration> {
+        self.rtt
+    }
+
+    /// A new relay token (JSON of the signed envelope): a connection waiting for one retries.
+    pub fn set_token(&mut self, token: Vec<u8>) {
+        self.token = Some(token);
+        self.said_no_token = false;
+        if self.state == (State::Down { until: None }) {
+            self.state = State::Idle;
+        }
+    }
+
+    /// A datagram for `dst` through this relay: the frame to send now, or queued until the
+    /// registration completes (dropped beyond [`MAX_QUEUED`]).
+    pub fn send(&mut self, dst: NodeKey, payload: Vec<u8>, now: Instant) -> Option<Frame> {
+        self.last_used = now;
+        if self.is_up() {
+            return Some(Frame::Send { dst, payload });
+        }
+        if self.queue.len() < MAX_QUEUED {
+            self.queue.push_back((dst, payload));
+        }
+        None
+    }
+
+    fn hello(&mut self, id: &Identity, now: Instant, since: Instant, out: &mut Vec<Frame>) {
+        out.push(Frame::Hello { node: id.public });
+        self.state = State::Hello { since, sent: now };
+    }
+
+    /// The transport under the connection broke: down, retried after [`RETRY_AFTER`].
+    pub fn lost(&mut self, why: String, now: Instant) -> Vec<Note> {
+        let mut notes = Vec::new();
+        self.down(why, Some(now + RETRY_AFTER), &mut notes);
+        notes
+    }
+
+    fn down(&mut self, why: String, until: Option<Instant>, notes: &mut Vec<Note>) {
+        self.down_as(why, until, false, notes);
+    }
+
+    fn down_as(
+        &mut self,
+        why: String,
+        until: Option<Instant>,
+        unanswered: bool,
+        notes: &mut Vec<Note>,
+    ) {
+        let was_up = self.is_up();
+        self.state = State::Down { until };
+        self.ping = None;
+        if was_up || !self.queue.is_empty() || until.is_none() {
+            self.queue.clear();
+        }
+        notes.push(Note::Down { why, unanswered });
+    }
+
+    /// Time passed: frames to send and what changed.
+    pub fn poll(&mut self, id: &Identity, now: Instant) -> (Vec<Frame>, Vec<Note>) {
+        let (mut out, mut notes) = (Vec::new(), Vec::new());
+        match self.state {
+            State::Idle => {
+                if self.token.is_some() {
+                    self.hello(id, now, now, &mut out);
+                } else if !self.said_no_token {
+                    self.said_no_token = true;
+                    tracing::info!(relay = %self.name, "no relay token yet; registering with the relay once the control plane sends one");
+                }
+            }
+            State::Hello { since, sent } | State::Registering { since, sent } => {
+                if now.saturating_duration_since(since) >= GIVE_UP {
+                    self.down_as(
+                        format!(
+                            "no answer from relay {} within {} s",
+                            self.name,
+                            GIVE_UP.as_secs()
+                        ),
+                        Some(now + RETRY_AFTER),
+                        true,
+                        &mut notes,
+                    );
+                } else if now.saturating_duration_since(sent) >= ANSWER_WITHIN {
+                    self.hello(id, now, since, &mut out);
+                }
+            }
+            State::Up { registered, lease } => {
+                let age = now.saturating_duration_since(registered);
+                if age >= lease {
+                    self.down(
+                        format!("relay {} did not renew the registration", self.name),
+                        Some(now),
+                        &mut notes,
+                    );
+                } else if age >= Duration::from_secs(REREGISTER_SECS)
+                    && self.token.is_some()
+                    && self
+                        .rehello
+                        .is_none_or(|t| now.saturating_duration_since(t) >= ANSWER_WITHIN)
+                {
+                    // Hello again while up; `registered` moves when the relay answers.
+                    out.push(Frame::Hello { node: id.public });
+                    self.rehello = Some(now);
+                    self.ping = Some(self.next_ping(now, &mut out));
+                }
+            }
+            State::Down { until: Some(t) } if now >= t => {
+                if self.token.is_some() {
+                    self.hello(id, now, now, &mut out);
+                } else {
+                    self.state = State::Idle;
+                }
+            }
+            State::Down { .. } => {}
+        }
+        (out, notes)
+    }
+
+    fn next_ping(&mut self, now: Instant, out: &mut Vec<Frame>) -> ([u8; 8], Instant) {
+        self.nonce = self.nonce.wrapping_add(1);
+        let nonce = self.nonce.to_be_bytes();
+        out.push(Frame::Ping { nonce });
+        (nonce, now)
+    }
+
+    /// A frame from the relay: frames to send back and what changed.
+    pub fn handle(&mut self, frame: Frame, id: &Identity, now: Instant) -> (Vec<Frame>, Vec<Note>) {
+        let (mut out, mut notes) = (Vec::new(), Vec::new());
+        self.last_used = now;
+        match frame {
+            Frame::Challenge { cookie } => {
+                let Some(token) = self.token.clone() else {
+                    return (out, notes);
+                };
+                let since = match self.state {
+                    State::Hello { since, .. } | State::Registering { since, .. } => Some(since),
+                    State::Up { .. } => None,
+                    _ => return (out, notes),
+                };
+                let shared = plexsphere_wire::reach::shared_secret(&id.secret, &self.relay_key);
+                out.push(Frame::Register {
+                    node: id.public,
+                    cookie,
+                    proof: relay::proof(&shared, &cookie, &id.public),
+                    token,
+                });
+                if let Some(since) = since {
+                    self.state = State::Registering { since, sent: now };
+                }
+            }
+            Frame::Registered { lease_secs } => {
+                let lease = Duration::from_secs(u64::from(lease_secs.max(1)));
+                let was_up = self.is_up();
+                if matches!(self.state, State::Registering { .. } | State::Up { .. }) {
+                    self.state = State::Up {
+                        registered: now,
+                        lease,
+                    };
+                    self.rehello = None;
+                    if !was_up {
+                        for (dst, payload) in self.queue.drain(..) {
+                            out.push(Frame::Send { dst, payload });
+                        }
+                        self.ping = Some(self.next_ping(now, &mut out));
+                        notes.push(Note::Up { rtt: self.rtt });
+                    }
+                }
+            }
+            Frame::Refused { code, reason } => {
+                tracing::warn!(relay = %self.name, code = ?code, "relay {} refused: {reason}", self.name);
+                match code {
+                    RefuseCode::Expired | RefuseCode::BadToken => {
+                        self.token = None;
+                        self.down(
+                            format!("relay {} refused the relay token ({reason}); waiting for a fresh token from the control plane", self.name),
+                            None,
+                            &mut notes,
+                        );
+                    }
+                    RefuseCode::NotRegistered | RefuseCode::BadProof => {
+                        if self.is_up() {
+                            self.down(
+                                format!("relay {} lost the registration ({reason})", self.name),
+                                Some(now),
+                                &mut notes,
+                            );
+                        } else {
+                            let since = match self.state {
+                                State::Hello { since, .. } | State::Registering { since, .. } => {
+                                    since
+                                }
+                                _ => now,
+                            };
+                            self.hello(id, now, since, &mut out);
+                        }
+                    }
+                    RefuseCode::Busy | RefuseCode::Other(_) => self.down(
+                        format!(
+                            "relay {} is busy ({reason}); trying again in {} s",
+                            self.name,
+                            BUSY_BACKOFF.as_secs()
+                        ),
+                        Some(now + BUSY_BACKOFF),
+                        &mut notes,
+                    ),
+                }
+            }
+            Frame::Recv { src, payload } => notes.push(Note::Recv { src, payload }),
+            Frame::PeerGone { dst } => notes.push(Note::PeerGone { dst }),
+            Frame::Ping { nonce } => out.push(Frame::Pong { nonce }),
+            Frame::Pong { nonce } => {
+                if let Some((want, sent)) = self.ping
+                    && want == nonce
+                {
+                    self.rtt = Some(now.saturating_duration_since(sent));
+                    self.ping = None;
+                }
+            }
+            // Frames only a node sends: a confused relay; ignored.
+            Frame::Hello { .. } | Frame::Register { .. } | Frame::Send { .. } => {}
+        }
+        (out, notes)
+    }
+}
+
+#[cfg(test)]
+#[path = "relay_client_tests.rs"]
+mod tests;

@@ -1,0 +1,190 @@
+//! The relay client against a tiny relay stand-in on loopback, built from the wire codecs: it
+//! checks the proof and the token like a relay, and echoes `send` back as `recv`.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+
+use plexsphere_wire::reach::{public_key, shared_secret};
+
+use super::*;
+
+const RELAY_SECRET: [u8; 32] = [0x52; 32];
+const NODE_SECRET: [u8; 32] = [0x4e; 32];
+
+/// Answers hello with a challenge, a register with a good proof and the expected token with
+/// registered (else refused), send with recv from the destination, ping with pong.
+fn stand_in(token: Vec<u8>) -> (SocketAddr, Arc<AtomicBool>, thread::JoinHandle<()>) {
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    let addr = s.local_addr().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let st = stop.clone();
+    let t = thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        let cookie = [0xC0; 32];
+        while !st.load(Ordering::Relaxed) {
+            let Ok((n, from)) = s.recv_from(&mut buf) else {
+                continue;
+            };
+            let answer = match Frame::from_datagram(&buf[..n]) {
+                Ok(Frame::Hello { .. }) => Frame::Challenge { cookie },
+                Ok(Frame::Register {
+                    node,
+                    cookie: c,
+                    proof,
+                    token: t,
+                }) => {
+                    let shared = shared_secret(&RELAY_SECRET, &node);
+                    if !relay::proof_matches(&shared, &c, &node, &proof) || c != cookie {
+                        Frame::Refused {
+                            code: RefuseCode::BadProof,
+                            reason: "bad proof".into(),
+                        }
+                    } else if t != token {
+                        Frame::Refused {
+                            code: RefuseCode::Expired,
+                            reason: "the token expired".into(),
+                        }
+                    } else {
+                        Frame::Registered { lease_secs: 60 }
+                    }
+                }
+                Ok(Frame::Send { dst, payload }) => Frame::Recv { src: dst, payload },
+                Ok(Frame::Ping { nonce }) => Frame::Pong { nonce },
+                _ => continue,
+            };
+            let _ = s.send_to(&answer.to_datagram(), from);
+        }
+    });
+    (addr, stop, t)
+}
+
+/// Drives `conn` over a real socket until `done` says so (bounded).
+fn drive(
+    conn: &mut RelayConn,
+    id: &Identity,
+    sock: &UdpSocket,
+    relay: SocketAddr,
+    mut done: impl FnMut(&RelayConn, &[Note]) -> bool,
+) -> Vec<Note> {
+    sock.set_read_timeout(Some(Duration::from_millis(20)))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut all = Vec::new();
+    let mut buf = [0u8; 4096];
+    while Instant::now() < deadline {
+        let (out, notes) = conn.poll(id, Instant::now());
+        all.extend(notes);
+        for f in out {
+            sock.send_to(&f.to_datagram(), relay).unwrap();
+        }
+        if let Ok((n, _)) = sock.recv_from(&mut buf) {
+            let (out, notes) =
+                conn.handle(Frame::from_datagram(&buf[..n]).unwrap(), id, Instant::now());
+            all.extend(notes);
+            for f in out {
+                sock.send_to(&f.to_datagram(), relay).unwrap();
+            }
+        }
+        if done(conn, &all) {
+            return all;
+        }
+    }
+    panic!("not done within 10 s: {all:?}");
+}
+
+#[test]
+fn registers_with_proof_and_token_then_relays_and_measures_the_rtt() {
+    let token = br#"{"payload":"x"}"#.to_vec();
+    let (relay, stop, t) = stand_in(token.clone());
+    let id = Identity::new(NODE_SECRET);
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut conn = RelayConn::new(
+        "r1".into(),
+        public_key(&RELAY_SECRET),
+        Some(token),
+        Instant::now(),
+    );
+    // Queued before the registration, sent once it completes.
+    assert_eq!(conn.send([9; 32], b"early".to_vec(), Instant::now()), None);
+    let notes = drive(&mut conn, &id, &sock, relay, |_, n| {
+        n.iter().any(|x| matches!(x, Note::Recv { .. }))
+    });
+    assert!(matches!(notes[0], Note::Up { .. }), "{notes:?}");
+    assert!(notes.contains(&Note::Recv {
+        src: [9; 32],
+        payload: b"early".to_vec()
+    }));
+    assert!(conn.is_up());
+    // The ping that went out with the flush is answered: the RTT is known.
+    drive(&mut conn, &id, &sock, relay, |c, _| c.rtt().is_some());
+    stop.store(true, Ordering::Relaxed);
+    t.join().unwrap();
+}
+
+#[test]
+fn an_expired_token_waits_for_a_fresh_one_and_then_registers() {
+    let good = b"fresh".to_vec();
+    let (relay, stop, t) = stand_in(good.clone());
+    let id = Identity::new(NODE_SECRET);
+    let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let mut conn = RelayConn::new(
+        "r1".into(),
+        public_key(&RELAY_SECRET),
+        Some(b"old".to_vec()),
+        Instant::now(),
+    );
+    let notes = drive(&mut conn, &id, &sock, relay, |_, n| !n.is_empty());
+    match &notes[0] {
+        Note::Down { why, .. } => assert!(why.contains("waiting for a fresh token"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    // Down for good: polling sends nothing, however long.
+    let (out, _) = conn.poll(&id, Instant::now() + Duration::from_secs(3600));
+    assert!(out.is_empty());
+    conn.set_token(good);
+    let notes = drive(&mut conn, &id, &sock, relay, |_, n| !n.is_empty());
+    assert!(matches!(notes[0], Note::Up { .. }), "{notes:?}");
+    stop.store(true, Ordering::Relaxed);
+    t.join().unwrap();
+}
+
+#[test]
+fn a_silent_relay_is_down_after_give_up_and_retried_later_and_pings_are_answered() {
+    let id = Identity::new(NODE_SECRET);
+    let t0 = Instant::now();
+    let mut conn = RelayConn::new(
+        "r1".into(),
+        public_key(&RELAY_SECRET),
+        Some(b"t".to_vec()),
+        t0,
+    );
+    let (out, _) = conn.poll(&id, t0);
+    assert_eq!(out, vec![Frame::Hello { node: id.public }]);
+    // Retried every ANSWER_WITHIN, down at GIVE_UP.
+    let (out, _) = conn.poll(&id, t0 + ANSWER_WITHIN);
+    assert_eq!(out.len(), 1);
+    let (_, notes) = conn.poll(&id, t0 + GIVE_UP);
+    assert!(
+        matches!(
+            &notes[..],
+            [Note::Down {
+                unanswered: true,
+                ..
+            }]
+        ),
+        "{notes:?}"
+    );
+    assert!(conn.is_down());
+    let (out, _) = conn.poll(&id, t0 + GIVE_UP + RETRY_AFTER);
+    assert_eq!(out, vec![Frame::Hello { node: id.public }]);
+    let (out, _) = conn.handle(Frame::Ping { nonce: [3; 8] }, &id, t0);
+    assert_eq!(out, vec![Frame::Pong { nonce: [3; 8] }]);
+    // An unregistered node's sends queue, bounded.
+    for _ in 0..(MAX_QUEUED + 5) {
+        assert!(conn.send([1; 32], vec![1], t0).is_none());
+    }
+    assert_eq!(conn.queue.len(), MAX_QUEUED);
+}

@@ -1,0 +1,161 @@
+//! The reach runtime: the thread that owns reach's sockets, drives the sans-IO
+//! [`Engine`](super::engine::Engine) and performs its effects. docs/reach.md has the picture.
+//!
+//! - Inbound: every datagram of the WireGuard socket that is not WireGuard (the data plane's
+//!   side channel, or plexd's own underlay socket with the kernel backend) arrives as an
+//!   [`Event`] on one bounded queue ([`EVENT_QUEUE`]; full = dropped and counted). STUN answers
+//!   go to the running [`StunProbe`](super::stun::StunProbe), disco to the engine, relay frames
+//!   to their [`RelayConn`](super::relay_client::RelayConn).
+//! - Outbound: everything goes out of the same socket ([`Underlay`]), so the reflexive address
+//!   STUN learns is the one peers reach.
+//! - The daemon's calls ([`ReachHandle`]) only store what they bring and wake the loop; the
+//!   views (`paths`, `own_candidates`) are copies the loop refreshes after each step.
+//! - The mesh diff asks [`Runtime`] (as [`EndpointOwners`]) whose a peer's endpoint is: a
+//!   peer reach has a path for (every peer, with the kernel backend) is reach's.
+//!
+//! The loop runs at least every [`TICK`]: the engine's tick, the STUN schedule
+//! ([`STUN_EVERY`], and at once on a network change), the host address poll
+//! ([`ADDRS_EVERY`]), the handshake read ([`HANDSHAKES_EVERY`]) and the relay connections.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::{self, JoinHandle};
+
+use plexsphere_wire::node::RelaySpec;
+use plexsphere_wire::signed::SignedEnvelope;
+
+use super::io::{Effect, OwnCandidates, PeerPathView, PeerReach, ReachHandle, TICK};
+use super::runtime_loop;
+pub use super::runtime_shared::{
+    ADDRS_EVERY, EVENT_QUEUE, Event, HANDSHAKES_EVERY, LocalAddrs, Mode, PathControl, PortFn,
+    RELAY_IDLE, RuntimeSetup, STUN_EVERY,
+};
+use super::runtime_shared::{Shared, lock, offer};
+use crate::mesh::diff::{EndpointOwners, Owner};
+use crate::mesh::key::PeerKey;
+
+/// The daemon's handle on the runtime; see the module docs.
+pub struct Runtime {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Runtime {
+    /// Starts the loop on its own thread.
+    pub fn start(setup: RuntimeSetup) -> io::Result<Arc<Self>> {
+        let (tx, rx): (SyncSender<Event>, Receiver<Event>) = mpsc::sync_channel(EVENT_QUEUE);
+        let shared = Arc::new(Shared::new(tx));
+        let s = shared.clone();
+        let thread = thread::Builder::new()
+            .name("plexd-reach".into())
+            .spawn(move || runtime_loop::Loop::new(setup, s).run(&rx))?;
+        Ok(Arc::new(Self {
+            shared,
+            thread: Mutex::new(Some(thread)),
+        }))
+    }
+
+    /// Hands a datagram to the loop without blocking; `false` when the queue was full (the
+    /// datagram is dropped and counted). The data plane's side channel calls this.
+    pub fn offer(&self, datagram: &[u8], from: SocketAddr) -> bool {
+        offer(&self.shared, datagram, from)
+    }
+
+    /// A sink for the data plane's side channel.
+    pub fn side_sink(&self) -> plexd_dataplane::SideSink {
+        let shared = self.shared.clone();
+        plexd_dataplane::SideSink::new(move |d, from| offer(&shared, d, from))
+    }
+
+    /// Performs `effect` as if the engine had answered it (tests and tools: pin a path).
+    pub fn perform(&self, effect: Effect) {
+        lock(&self.shared.pending).effects.push(effect);
+        self.wake();
+    }
+
+    /// Events dropped because the queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.shared.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Receives on the kernel backend's underlay socket until the runtime stops: WireGuard
+    /// from a peer's direct address goes to its forwarder, the rest to the loop.
+    pub fn serve_underlay(
+        self: &Arc<Self>,
+        socket: Arc<std::net::UdpSocket>,
+    ) -> io::Result<JoinHandle<()>> {
+        let shared = self.shared.clone();
+        socket.set_read_timeout(Some(TICK))?;
+        thread::Builder::new()
+            .name("reach-underlay".into())
+            .spawn(move || runtime_loop::serve_underlay(&shared, &socket))
+    }
+
+    /// Stops the loop and its forwarders; waits for the loop thread.
+    pub fn stop(&self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        self.wake();
+        if let Some(t) = lock(&self.thread).take() {
+            let _ = t.join();
+        }
+    }
+
+    fn wake(&self) {
+        let _ = self.shared.events.try_send(Event::Wake);
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl ReachHandle for Runtime {
+    fn set_peers(&self, peers: Vec<PeerReach>) {
+        lock(&self.shared.pending).peers = Some(peers);
+        self.wake();
+    }
+
+    fn set_relays(&self, relays: Vec<RelaySpec>, stun: Vec<SocketAddr>) {
+        lock(&self.shared.pending).relays = Some((relays, stun));
+        self.wake();
+    }
+
+    fn set_relay_token(&self, token: SignedEnvelope) {
+        lock(&self.shared.pending).token = Some(token);
+        self.wake();
+    }
+
+    fn paths(&self) -> Vec<PeerPathView> {
+        lock(&self.shared.view).paths.clone()
+    }
+
+    fn own_candidates(&self) -> OwnCandidates {
+        lock(&self.shared.view).own.clone()
+    }
+}
+
+impl EndpointOwners for Runtime {
+    fn owner(&self, key: &PeerKey) -> Owner {
+        match self
+            .shared
+            .owners
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+        {
+            Some(endpoint) => Owner::Reach {
+                endpoint: *endpoint,
+            },
+            None => Owner::Rotation,
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "runtime_tests.rs"]
+mod tests;

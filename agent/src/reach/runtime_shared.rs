@@ -1,0 +1,149 @@
+//! What the reach runtime's handle (`runtime.rs`) and its loop (`runtime_loop.rs`) share: the
+//! setup, the queue's events, the state the daemon's calls leave and the views the loop
+//! publishes. Its own module so neither of the two imports the other's internals.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::SyncSender;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, SystemTime};
+
+use plexsphere_wire::node::RelaySpec;
+use plexsphere_wire::signed::SignedEnvelope;
+
+use super::forward::{Forwarder, Underlay};
+use super::io::{Effect, OwnCandidates, PeerPathView, PeerReach};
+use crate::mesh::key::PeerKey;
+
+/// Datagrams (and wake-ups) waiting for the loop; more are dropped and counted.
+pub const EVENT_QUEUE: usize = 1024;
+/// STUN runs again this often (and on every network change).
+pub const STUN_EVERY: Duration = Duration::from_secs(60);
+/// The host's addresses are read this often (a change is a network change).
+pub const ADDRS_EVERY: Duration = Duration::from_secs(5);
+/// The data plane's handshake times are read this often.
+pub const HANDSHAKES_EVERY: Duration = Duration::from_secs(2);
+/// A relay connection other than the home relay's closes after this long unused.
+pub const RELAY_IDLE: Duration = Duration::from_secs(60);
+
+/// How the data plane is carried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The embedded data plane: direct paths are the peer's endpoint itself; only relayed
+    /// peers get a forwarder.
+    Userspace,
+    /// Kernel WireGuard on another port: every peer's endpoint is its forwarder, and direct
+    /// paths go out of plexd's underlay socket.
+    Kernel,
+}
+
+/// What the runtime needs of the data plane: write one peer's endpoint (nothing else of the
+/// peer), read the handshake times.
+pub trait PathControl: Send + 'static {
+    fn set_endpoint(&self, peer: PeerKey, endpoint: SocketAddr) -> io::Result<()>;
+    fn handshakes(&self) -> io::Result<Vec<(PeerKey, Option<SystemTime>)>>;
+}
+
+/// The host's addresses worth offering as candidates (already filtered).
+pub type LocalAddrs = Box<dyn Fn() -> Vec<IpAddr> + Send>;
+/// A port read when needed (the data plane's may change with a rebind).
+pub type PortFn = Box<dyn Fn() -> u16 + Send>;
+
+/// Everything [`Runtime::start`] needs.
+pub struct RuntimeSetup {
+    /// The node's WireGuard private key (disco keys, relay proofs).
+    pub secret: [u8; 32],
+    pub mode: Mode,
+    /// Where reach's datagrams go out (the WireGuard socket, or the underlay socket).
+    pub underlay: Arc<dyn Underlay>,
+    /// The port peers reach (the WireGuard listen port; the underlay's with the kernel).
+    pub listen_port: PortFn,
+    /// The data plane's port on 127.0.0.1, where forwarders deliver.
+    pub wg_port: PortFn,
+    pub control: Box<dyn PathControl>,
+    pub local_addrs: LocalAddrs,
+    /// The node's TLS trust for relays over TCP (`RelaySpec.tls`); without it relays are
+    /// used over UDP only.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+/// What arrives on the loop's queue.
+#[derive(Debug)]
+pub enum Event {
+    /// A datagram for reach on the WireGuard or underlay socket.
+    Datagram { datagram: Vec<u8>, from: SocketAddr },
+    /// What a relay's TCP connection read, or that it ended.
+    Tcp {
+        relay: String,
+        event: super::relay_client_tcp::TcpEvent,
+    },
+    /// The daemon stored something new.
+    Wake,
+}
+
+/// What the daemon's calls left for the loop.
+#[derive(Default)]
+pub(crate) struct Pending {
+    pub(crate) peers: Option<Vec<PeerReach>>,
+    pub(crate) relays: Option<(Vec<RelaySpec>, Vec<SocketAddr>)>,
+    pub(crate) token: Option<SignedEnvelope>,
+    pub(crate) effects: Vec<Effect>,
+}
+
+/// What the loop publishes.
+#[derive(Default)]
+pub(crate) struct View {
+    pub(crate) paths: Vec<PeerPathView>,
+    pub(crate) own: OwnCandidates,
+}
+
+pub(crate) struct Shared {
+    pub(crate) pending: Mutex<Pending>,
+    pub(crate) view: Mutex<View>,
+    /// Per peer whose endpoint is reach's: where reach carries it now.
+    pub(crate) owners: RwLock<HashMap<PeerKey, Option<SocketAddr>>>,
+    /// With the kernel backend: the forwarder of the peer at each direct address, for what
+    /// arrives on the underlay socket.
+    pub(crate) by_direct: RwLock<HashMap<SocketAddr, Arc<Forwarder>>>,
+    pub(crate) events: SyncSender<Event>,
+    pub(crate) stop: AtomicBool,
+    /// Events the full queue dropped.
+    pub(crate) dropped: AtomicU64,
+    /// Relayed or underlay WireGuard datagrams from a peer no forwarder is for.
+    pub(crate) unknown_src: AtomicU64,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+pub(crate) fn offer(shared: &Shared, datagram: &[u8], from: SocketAddr) -> bool {
+    let ok = shared
+        .events
+        .try_send(Event::Datagram {
+            datagram: datagram.to_vec(),
+            from,
+        })
+        .is_ok();
+    if !ok {
+        shared.dropped.fetch_add(1, Ordering::Relaxed);
+    }
+    ok
+}
+
+impl Shared {
+    pub(crate) fn new(events: SyncSender<Event>) -> Self {
+        Self {
+            pending: Mutex::default(),
+            view: Mutex::default(),
+            owners: RwLock::default(),
+            by_direct: RwLock::default(),
+            events,
+            stop: AtomicBool::new(false),
+            dropped: AtomicU64::new(0),
+            unknown_src: AtomicU64::new(0),
+        }
+    }
+}

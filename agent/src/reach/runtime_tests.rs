@@ -1,0 +1,282 @@
+//! The runtime in kernel mode over loopback sockets: a socket stands in for the kernel
+//! interface, another for a remote peer. Every peer gets a forwarder as its endpoint, and
+//! WireGuard crosses forwarder and underlay both ways.
+
+use std::net::UdpSocket;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread;
+use std::time::{Duration, SystemTime};
+
+use plexsphere_wire::node::RelaySpec;
+use plexsphere_wire::signed::SignedEnvelope;
+
+use super::*;
+use crate::reach::io::Path;
+use crate::reach::runtime_shared::lock;
+
+/// Records the endpoints the runtime sets.
+struct Recorder(Arc<Mutex<Vec<(PeerKey, SocketAddr)>>>);
+
+impl PathControl for Recorder {
+    fn set_endpoint(&self, peer: PeerKey, endpoint: SocketAddr) -> io::Result<()> {
+        lock(&self.0).push((peer, endpoint));
+        Ok(())
+    }
+
+    fn handshakes(&self) -> io::Result<Vec<(PeerKey, Option<SystemTime>)>> {
+        Ok(vec![])
+    }
+}
+
+/// The next WireGuard datagram (the engine's disco probes to the same address are skipped).
+fn recv(s: &UdpSocket) -> (Vec<u8>, SocketAddr) {
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = [0u8; 2048];
+    loop {
+        let (n, from) = s.recv_from(&mut buf).expect("a datagram within 10 s");
+        if plexsphere_wire::reach::classify(&buf[..n]) == plexsphere_wire::reach::Kind::WireGuard {
+            return (buf[..n].to_vec(), from);
+        }
+    }
+}
+
+fn wait<T>(mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(std::time::Instant::now() < deadline, "not within 10 s");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn kernel_mode_carries_every_peer_through_a_forwarder_over_the_underlay() {
+    let kernel = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let kernel_port = kernel.local_addr().unwrap().port();
+    let underlay = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+    let underlay_addr = underlay.local_addr().unwrap();
+    let remote = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let remote_addr = remote.local_addr().unwrap();
+    let set = Arc::new(Mutex::new(Vec::new()));
+    let rt = Runtime::start(RuntimeSetup {
+        secret: [0x11; 32],
+        mode: Mode::Kernel,
+        underlay: underlay.clone(),
+        listen_port: Box::new(move || underlay_addr.port()),
+        wg_port: Box::new(move || kernel_port),
+        control: Box::new(Recorder(set.clone())),
+        local_addrs: Box::new(Vec::new),
+        tls: None,
+    })
+    .unwrap();
+    rt.serve_underlay(underlay).unwrap();
+    let peer = PeerKey([0x22; 32]);
+    rt.set_peers(vec![PeerReach {
+        key: peer,
+        node_id: uuid::Uuid::from_u128(2),
+        hostname: "peer".into(),
+        endpoints: vec![remote_addr],
+        home_relay: None,
+    }]);
+    // The kernel's endpoint for the peer is its forwarder on loopback, and the diff is told so.
+    let fwd = wait(|| lock(&set).first().map(|(k, a)| (*k, *a)));
+    assert_eq!(fwd.0, peer);
+    assert!(fwd.1.ip().is_loopback() && fwd.1 != remote_addr);
+    assert_eq!(
+        rt.owner(&peer),
+        Owner::Reach {
+            endpoint: Some(fwd.1)
+        }
+    );
+    assert_eq!(rt.owner(&PeerKey([9; 32])), Owner::Rotation);
+
+    // Kernel -> forwarder -> the peer's direct address, from the underlay socket.
+    kernel.send_to(&[1, 0, 0, 0, 0xAA], fwd.1).unwrap();
+    assert_eq!(recv(&remote), (vec![1, 0, 0, 0, 0xAA], underlay_addr));
+    // The peer -> underlay -> its forwarder -> the kernel, from the forwarder's address.
+    remote.send_to(&[2, 0, 0, 0, 0xBB], underlay_addr).unwrap();
+    assert_eq!(recv(&kernel), (vec![2, 0, 0, 0, 0xBB], fwd.1));
+
+    // A new direct path moves the route; the old address is no longer the peer's.
+    let moved = UdpSocket::bind("127.0.0.1:0").unwrap();
+    rt.perform(Effect::SetPath {
+        peer,
+        path: Path::Direct {
+            endpoint: moved.local_addr().unwrap(),
+        },
+    });
+    wait(|| {
+        kernel.send_to(&[4, 0, 0, 0, 0xCC], fwd.1).unwrap();
+        moved
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let mut buf = [0u8; 64];
+        moved.recv_from(&mut buf).ok().map(|_| ())
+    });
+    let before = rt.shared.unknown_src.load(Ordering::Relaxed);
+    remote.send_to(&[4, 0, 0, 0, 0xDD], underlay_addr).unwrap();
+    wait(|| (rt.shared.unknown_src.load(Ordering::Relaxed) > before).then_some(()));
+    // The peer leaves: its forwarder goes with it.
+    rt.set_peers(vec![]);
+    wait(|| (rt.owner(&peer) == Owner::Rotation).then_some(()));
+    rt.stop();
+}
+
+/// A relay stand-in over TCP with TLS (a self-signed certificate for `relay.test`): answers
+/// the registration and echoes every `send` back as a `recv` from its destination. Reports
+/// whether a register with a good proof came.
+fn tls_relay(
+    relay_secret: [u8; 32],
+) -> (
+    SocketAddr,
+    rustls::pki_types::CertificateDer<'static>,
+    mpsc::Receiver<bool>,
+) {
+    use plexsphere_wire::reach::relay::{self, Frame};
+    use std::io::{Read as _, Write as _};
+    let ck = rcgen::generate_simple_self_signed(vec!["relay.test".to_owned()]).unwrap();
+    let cert = ck.cert.der().clone();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(ck.signing_key.serialize_der().into());
+    let config = rustls::ServerConfig::builder_with_provider(plexsphere_tls_client::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.clone()], key)
+        .unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (registered_tx, registered) = mpsc::channel();
+    thread::spawn(move || {
+        let (tcp, _) = listener.accept().unwrap();
+        let conn = rustls::ServerConnection::new(Arc::new(config)).unwrap();
+        let mut s = rustls::StreamOwned::new(conn, tcp);
+        let mut pending = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = match s.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            };
+            pending.extend_from_slice(&buf[..n]);
+            while pending.len() >= 2 {
+                let len = usize::from(u16::from_be_bytes([pending[0], pending[1]]));
+                if pending.len() < 2 + len {
+                    break;
+                }
+                let frame = Frame::decode(&pending[2..2 + len]).unwrap();
+                pending.drain(..2 + len);
+                let answer = match frame {
+                    Frame::Hello { .. } => Frame::Challenge { cookie: [3; 32] },
+                    Frame::Register {
+                        node,
+                        cookie,
+                        proof,
+                        ..
+                    } => {
+                        let shared = plexsphere_wire::reach::shared_secret(&relay_secret, &node);
+                        let _ = registered_tx
+                            .send(relay::proof_matches(&shared, &cookie, &node, &proof));
+                        Frame::Registered { lease_secs: 60 }
+                    }
+                    Frame::Send { dst, payload } => Frame::Recv { src: dst, payload },
+                    Frame::Ping { nonce } => Frame::Pong { nonce },
+                    _ => continue,
+                };
+                if s.write_all(&answer.to_stream())
+                    .and_then(|()| s.flush())
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        }
+    });
+    (addr, cert, registered)
+}
+
+#[test]
+fn a_relay_with_only_a_tls_address_registers_and_carries_a_relayed_peer_over_tcp() {
+    relayed_over_tls(None);
+}
+
+#[test]
+fn a_relay_silent_over_udp_is_reached_over_tcp() {
+    // Bound and never read: every hello over UDP goes unanswered until the client gives up.
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    relayed_over_tls(Some(silent.local_addr().unwrap()));
+}
+
+fn relayed_over_tls(udp: Option<SocketAddr>) {
+    use base64::Engine as _;
+    let relay_secret = [0x66; 32];
+    let (relay_addr, cert, registered) = tls_relay(relay_secret);
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert).unwrap();
+    let tls = rustls::ClientConfig::builder_with_provider(plexsphere_tls_client::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    // The "data plane": a loopback socket the forwarder delivers to.
+    let wg = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let wg_port = wg.local_addr().unwrap().port();
+    let set = Arc::new(Mutex::new(Vec::new()));
+    let underlay = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+    let rt = Runtime::start(RuntimeSetup {
+        secret: [0x11; 32],
+        mode: Mode::Userspace,
+        underlay,
+        listen_port: Box::new(move || wg_port),
+        wg_port: Box::new(move || wg_port),
+        control: Box::new(Recorder(set.clone())),
+        local_addrs: Box::new(Vec::new),
+        tls: Some(Arc::new(tls)),
+    })
+    .unwrap();
+    rt.set_relays(
+        vec![RelaySpec {
+            name: "r1".into(),
+            public_key: base64::engine::general_purpose::STANDARD
+                .encode(plexsphere_wire::reach::public_key(&relay_secret)),
+            udp,
+            tls: Some(relay_addr),
+            tls_server_name: Some("relay.test".into()),
+        }],
+        vec![],
+    );
+    rt.set_relay_token(SignedEnvelope {
+        payload: "e30".into(),
+        signature: "sig".into(),
+    });
+    assert!(
+        registered.recv_timeout(Duration::from_secs(10)).unwrap(),
+        "the register over TLS carried a good proof"
+    );
+    let peer = PeerKey([0x22; 32]);
+    rt.perform(Effect::SetPath {
+        peer,
+        path: Path::Relay {
+            relay: "r1".into(),
+            transport: crate::reach::io::Transport::Tcp,
+        },
+    });
+    let fwd = wait(|| lock(&set).first().map(|(_, a)| *a));
+    // Data plane -> forwarder -> send over TLS; the stand-in's recv -> forwarder -> data plane.
+    wait(|| {
+        wg.send_to(&[4, 0, 0, 0, 0x5A], fwd).unwrap();
+        wg.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut buf = [0u8; 64];
+        match wg.recv_from(&mut buf) {
+            Ok((n, from)) => {
+                assert_eq!((&buf[..n], from), (&[4u8, 0, 0, 0, 0x5A][..], fwd));
+                Some(())
+            }
+            Err(_) => None,
+        }
+    });
+    rt.stop();
+}
