@@ -19,5 +19,6 @@ pub mod join;
 pub mod logging;
 pub mod mesh;
 pub mod paths;
+pub mod peer_key;
 pub mod reach;
 pub mod tls;

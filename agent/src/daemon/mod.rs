@@ -196,11 +196,19 @@ fn open_mesh(
             ),
         ));
     }
-    let node = crate::mesh::NodeSetup::new(
-        key.secret().to_bytes(),
-        identity.mesh_ip,
-        identity.mesh_cidr.prefix_len(),
-    );
+    let (mesh_ip, cidr) = (identity.mesh_ip, identity.mesh_cidr);
+    // The reach runtime's local candidates are the endpoint report's own addresses.
+    let mut node = crate::mesh::NodeSetup::new(key.secret().to_bytes(), mesh_ip, cidr.prefix_len())
+        .with_local_addrs(move || {
+            self::host_addrs::host_addresses()
+                .map(|a| self::host_addrs::reportable(a, mesh_ip, &cidr))
+                .unwrap_or_default()
+        });
+    // Relays over TCP check their certificates with the API's trust.
+    match crate::tls::client_config(&settings.trust) {
+        Ok(c) => node = node.with_relay_tls(c),
+        Err(e) => tracing::warn!("relays over TCP with TLS are off: {e}"),
+    }
     crate::mesh::open(wg, &node).map_err(|e| {
         let code = if e.is_config() {
             ExitCode::Config

@@ -17,6 +17,7 @@ use uuid::Uuid;
 
 use super::endpoints::EndpointBook;
 pub use super::key::PeerKey;
+pub use crate::reach::io::{EndpointOwners, Owner};
 
 /// A peer as the live interface has it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,22 +132,6 @@ fn same_allowed(a: &[IpNet], b: &[IpNet]) -> bool {
         return a == b;
     }
     normalize(a) == normalize(b)
-}
-
-/// Who sets a peer's WireGuard endpoint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Owner {
-    /// The diff, through the candidate rotation of [`EndpointBook`].
-    Rotation,
-    /// The reach runtime (it chose a path for the peer, or carries every peer through a
-    /// forwarder): the diff writes no endpoint for a live peer, and gives a peer it adds
-    /// `endpoint` (where reach carries it now), or its first candidate until reach decides.
-    Reach { endpoint: Option<SocketAddr> },
-}
-
-/// Answers, per peer, who sets its endpoint; see [`Owner`].
-pub trait EndpointOwners {
-    fn owner(&self, key: &PeerKey) -> Owner;
 }
 
 /// Every endpoint is the rotation's (no reach runtime).

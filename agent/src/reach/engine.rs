@@ -22,53 +22,16 @@
 //! addresses, so the peer punches towards us at the same moment. The path is the fastest
 //! confirmed direct candidate (with [`RTT_HYSTERESIS`]), else a relay ([`super::engine_choice`]).
 
+use plexsphere_wire::node::{NatReport, RelaySpec};
+use plexsphere_wire::reach::disco::{self, TxId};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::time::Duration;
-
-use plexsphere_wire::node::{MAX_CANDIDATES, NatReport, RelaySpec};
-use plexsphere_wire::reach::disco::{self, TxId};
 
 use super::engine_peer::Peer;
 use super::io::{Effect, Input, Now, PeerPathView, Transport};
-use crate::mesh::key::PeerKey;
+use crate::peer_key::PeerKey;
 
-/// The most direct candidates a peer's state contributes (the bound of one endpoint report).
-pub const MAX_STATE_CANDIDATES: usize = MAX_CANDIDATES;
-/// The most learned (peer-reflexive or call-me-maybe) candidates per peer; the oldest goes.
-pub const MAX_LEARNED_CANDIDATES: usize = 8;
-/// The most pings in flight per peer (tx ids kept); past it the oldest is forgotten.
-pub const MAX_OUTSTANDING_TX: usize = 64;
-/// A pong counts only this long after its ping.
-pub const TX_LIFETIME: Duration = Duration::from_secs(5);
-/// Pings and call-me-maybes sent to one peer per second, at most (one full probe round fits).
-pub const MAX_PINGS_PER_SEC: u32 = 48;
-/// Pongs sent to one peer per second, at most (a flood of pings costs no more than this).
-pub const MAX_PONGS_PER_SEC: u32 = 16;
-/// While a peer has no direct path: a probe round this often (so relayed pairs upgrade).
-pub const PROBE_INTERVAL: Duration = Duration::from_secs(5);
-/// While direct: a full probe round this often (a faster candidate may have appeared).
-pub const DIRECT_PROBE_INTERVAL: Duration = Duration::from_secs(30);
-/// The heartbeat ping on a working direct path.
-pub const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(2);
-/// After an unanswered heartbeat, the next ping this soon.
-pub const RETRY_INTERVAL: Duration = Duration::from_secs(1);
-/// A direct path with this many pings unanswered in a row ...
-pub const MISSED_PINGS: u32 = 3;
-/// ... the last of them this old ...
-pub const PING_TIMEOUT: Duration = Duration::from_secs(1);
-/// ... and no pong for this long is dead: the peer falls back to a relay (with the
-/// heartbeat and retry intervals: about 5 s after the last pong).
-pub const DIRECT_DEAD_AFTER: Duration = Duration::from_secs(4);
-/// A candidate counts as confirmed while its last pong is this recent.
-pub const CANDIDATE_FRESH: Duration = Duration::from_secs(35);
-/// A relay that carried a pong from a peer counts as answering for it this long.
-pub const RELAY_FRESH: Duration = Duration::from_secs(15);
-/// A relay that said a peer is not registered with it is not used for that peer this long
-/// (unless a pong comes through it).
-pub const GONE_HOLD: Duration = Duration::from_secs(30);
-/// Another direct candidate replaces a working one only when it is this much faster.
-pub const RTT_HYSTERESIS: Duration = Duration::from_millis(10);
+pub use super::engine_bounds::*;
 
 /// Messages the engine dropped, by why (for tests and the journal at debug).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

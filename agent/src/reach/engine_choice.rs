@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use super::engine::{Engine, MISSED_PINGS, RELAY_FRESH, RTT_HYSTERESIS};
 use super::engine_peer::Peer;
 use super::io::{Effect, Path, Transport};
-use crate::mesh::key::PeerKey;
+use crate::peer_key::PeerKey;
 
 fn ms(d: Duration) -> u128 {
     d.as_millis()

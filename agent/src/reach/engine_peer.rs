@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use plexsphere_wire::reach::disco::{PairKey, TxId};
 
-use super::engine::{
+use super::engine_bounds::{
     CANDIDATE_FRESH, DIRECT_DEAD_AFTER, GONE_HOLD, MAX_LEARNED_CANDIDATES, MAX_OUTSTANDING_TX,
     MAX_STATE_CANDIDATES, MISSED_PINGS, PING_TIMEOUT, TX_LIFETIME,
 };

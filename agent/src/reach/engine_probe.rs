@@ -13,7 +13,7 @@ use super::engine::{
 };
 use super::engine_peer::{Dest, Peer};
 use super::io::{Effect, Path, PeerReach};
-use crate::mesh::key::PeerKey;
+use crate::peer_key::PeerKey;
 
 /// Where sends go while one input is handled: the sealer and tx ids, the drop counters, the
 /// effects being answered, and the time.

@@ -12,7 +12,7 @@ use plexsphere_wire::reach::disco::TxId;
 
 use super::engine::Engine;
 use super::io::{Effect, Input, Now, Path, PeerReach, TICK, Transport};
-use crate::mesh::key::PeerKey;
+use crate::peer_key::PeerKey;
 
 /// One way over the direct link.
 pub const DIRECT_LATENCY: Duration = Duration::from_millis(2);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use plexsphere_wire::node::{NatReport, RelaySpec};
 
-use crate::mesh::key::PeerKey;
+use crate::peer_key::PeerKey;
 
 /// How a relay connection is carried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -169,4 +169,20 @@ impl ReachHandle for NoReach {
     fn own_candidates(&self) -> OwnCandidates {
         OwnCandidates::default()
     }
+}
+
+/// Who sets a peer's WireGuard endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// The diff, through the candidate rotation of the mesh diff's `EndpointBook`.
+    Rotation,
+    /// The reach runtime (it chose a path for the peer, or carries every peer through a
+    /// forwarder): the diff writes no endpoint for a live peer, and gives a peer it adds
+    /// `endpoint` (where reach carries it now), or its first candidate until reach decides.
+    Reach { endpoint: Option<SocketAddr> },
+}
+
+/// Answers, per peer, who sets its endpoint; see [`Owner`].
+pub trait EndpointOwners {
+    fn owner(&self, key: &PeerKey) -> Owner;
 }

@@ -9,6 +9,7 @@
 //!   forwarders of relayed peers).
 
 pub mod engine;
+pub mod engine_bounds;
 mod engine_choice;
 #[cfg(test)]
 mod engine_disco_tests;

@@ -28,14 +28,14 @@ use plexsphere_wire::node::RelaySpec;
 use plexsphere_wire::signed::SignedEnvelope;
 
 use super::io::{Effect, OwnCandidates, PeerPathView, PeerReach, ReachHandle, TICK};
+use super::io::{EndpointOwners, Owner};
 use super::runtime_loop;
 pub use super::runtime_shared::{
     ADDRS_EVERY, EVENT_QUEUE, Event, HANDSHAKES_EVERY, LocalAddrs, Mode, PathControl, PortFn,
     RELAY_IDLE, RuntimeSetup, STUN_EVERY,
 };
 use super::runtime_shared::{Shared, lock, offer};
-use crate::mesh::diff::{EndpointOwners, Owner};
-use crate::mesh::key::PeerKey;
+use crate::peer_key::PeerKey;
 
 /// The daemon's handle on the runtime; see the module docs.
 pub struct Runtime {

@@ -24,7 +24,7 @@ use super::runtime_shared::{
     offer,
 };
 use super::stun::{self, Poll, StunProbe};
-use crate::mesh::key::PeerKey;
+use crate::peer_key::PeerKey;
 
 struct Relay {
     spec: RelaySpec,

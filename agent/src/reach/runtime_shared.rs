@@ -15,7 +15,7 @@ use plexsphere_wire::signed::SignedEnvelope;
 
 use super::forward::{Forwarder, Underlay};
 use super::io::{Effect, OwnCandidates, PeerPathView, PeerReach};
-use crate::mesh::key::PeerKey;
+use crate::peer_key::PeerKey;
 
 /// Datagrams (and wake-ups) waiting for the loop; more are dropped and counted.
 pub const EVENT_QUEUE: usize = 1024;

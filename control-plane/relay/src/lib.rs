@@ -7,7 +7,8 @@
 //!
 //! - [`core`]: the decisions (registrations, budgets, where a `send` goes), no sockets, time
 //!   passed in; [`cookie`], [`bucket`], [`limits`] are its parts.
-//! - `udp` (a blocking thread) and `tcp` (tokio tasks with rustls) perform them.
+//! - `udp` (a blocking thread) and `tcp` (tokio tasks with rustls) perform them, meeting in
+//!   `shared` (the core behind its lock, the counters, delivery on either transport).
 //! - [`relay::start`] binds and starts; [`stun::answer`] is the pure STUN responder, and
 //!   [`stun::serve`] the small loop the control plane's `--stun-listen` runs.
 
@@ -17,6 +18,7 @@ pub mod core;
 pub mod limits;
 mod mmsg;
 pub mod relay;
+mod shared;
 pub mod stats;
 pub mod stun;
 mod tcp;

@@ -3,7 +3,7 @@
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -14,6 +14,7 @@ use tokio::sync::watch;
 
 use crate::core::Core;
 use crate::limits::Limits;
+use crate::shared::Shared;
 use crate::stats::{Counters, Stats};
 
 /// Where and with which certificate the relay takes TCP with TLS.
@@ -71,20 +72,6 @@ pub enum StartError {
     Thread(std::io::Error),
     #[error("the system random generator failed")]
     Random,
-}
-
-/// What the UDP thread and the TCP tasks share.
-pub(crate) struct Shared {
-    core: Mutex<Core>,
-    pub(crate) counters: Arc<Counters>,
-    pub(crate) udp: Option<Arc<UdpSocket>>,
-}
-
-impl Shared {
-    pub(crate) fn core(&self) -> MutexGuard<'_, Core> {
-        // A panic while holding the lock leaves plain maps behind; carry on with them.
-        self.core.lock().unwrap_or_else(|p| p.into_inner())
-    }
 }
 
 /// A running relay. Dropping it stops it too (without waiting).

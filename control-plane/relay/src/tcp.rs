@@ -14,8 +14,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::core::{Now, Peer};
 use crate::limits::{MAX_STREAM_FRAME, TCP_IDLE_TIMEOUT, TCP_QUEUE_FRAMES, TLS_HANDSHAKE_TIMEOUT};
-use crate::relay::Shared;
-use crate::udp::deliver;
+use crate::shared::{Shared, deliver};
 
 pub(crate) async fn accept_loop(
     listener: TcpListener,

@@ -11,19 +11,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use plexsphere_wire::reach::relay::{Frame, MAX_PAYLOAD};
-use plexsphere_wire::reach::{Kind, MAX_DATAGRAM, RELAY_MAGIC, classify};
+use plexsphere_wire::reach::{Kind, MAX_DATAGRAM, classify};
 
-use crate::core::{Forward, Now, Out, Peer, To};
-use crate::limits::MAX_STREAM_FRAME;
-use crate::relay::Shared;
+use crate::core::{Forward, Now, Peer, To};
+use crate::shared::{Shared, deliver, push_tcp};
 
 /// How often the loop looks at the stop flag and sweeps ended leases when idle.
 const POLL: Duration = Duration::from_millis(200);
 /// Type byte of `send` and `recv` (wire/src/reach/relay.rs).
 const SEND: u8 = 5;
 const RECV: u8 = 6;
-/// Magic, type, key.
-pub(crate) const HEAD: usize = 4 + 1 + 32;
+pub(crate) use crate::mmsg::HEAD;
 /// Datagrams per `recvmmsg` / `sendmmsg`.
 pub(crate) const BATCH: usize = 32;
 
@@ -133,55 +131,4 @@ fn send(shared: &Shared, buf: &mut [u8], from: SocketAddr) -> Option<SocketAddr>
         Forward::Drop => {}
     }
     None
-}
-
-/// Puts a stream frame (length prefix included) on a TCP connection's queue, or counts why not.
-pub(crate) fn push_tcp(
-    shared: &Shared,
-    tx: &tokio::sync::mpsc::Sender<Vec<u8>>,
-    frame: Vec<u8>,
-    payload: usize,
-) {
-    if frame.len() - 2 > MAX_STREAM_FRAME {
-        shared.counters.dropped_too_long.inc();
-        return;
-    }
-    match tx.try_send(frame) {
-        Ok(()) => {
-            shared.counters.forwarded_frames.inc();
-            shared.counters.forwarded_bytes.add(payload as u64);
-        }
-        Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
-            shared.counters.dropped_queue_full.inc()
-        }
-        Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => {}
-    }
-}
-
-/// Sends one frame the core answered, over UDP or onto a TCP queue.
-pub(crate) fn deliver(shared: &Shared, out: Out) {
-    let payload = match &out.frame {
-        Frame::Recv { payload, .. } => payload.len(),
-        _ => 0,
-    };
-    match out.to {
-        To::Udp(addr) => {
-            let Some(socket) = &shared.udp else { return };
-            let mut bytes = Vec::with_capacity(64 + payload);
-            bytes.extend_from_slice(&RELAY_MAGIC);
-            out.frame.encode_into(&mut bytes);
-            if socket.send_to(&bytes, addr).is_ok() && payload > 0 {
-                shared.counters.forwarded_frames.inc();
-                shared.counters.forwarded_bytes.add(payload as u64);
-            }
-        }
-        To::Tcp(tx) => {
-            let bytes = out.frame.to_stream();
-            if payload > 0 {
-                push_tcp(shared, &tx, bytes, payload);
-            } else if tx.try_send(bytes).is_err() {
-                shared.counters.dropped_queue_full.inc();
-            }
-        }
-    }
 }

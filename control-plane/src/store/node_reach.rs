@@ -7,7 +7,6 @@ use plexsphere_wire::node::{NatMapping, NatReport};
 use sqlx::{AnyConnection, Row as _};
 use uuid::Uuid;
 
-use super::json_list;
 use crate::candidates::Candidates;
 use crate::store::{StoreError, parse_col};
 
@@ -95,4 +94,16 @@ pub async fn set_endpoints(
     .execute(&mut *conn)
     .await?;
     Ok(())
+}
+
+/// A nullable JSON array of `ip:port` (NULL is empty).
+pub(super) fn json_list(
+    row: &sqlx::any::AnyRow,
+    column: &str,
+    what: &'static str,
+) -> Result<Vec<SocketAddr>, StoreError> {
+    match row.try_get::<Option<String>, _>(column)? {
+        None => Ok(Vec::new()),
+        Some(text) => serde_json::from_str(&text).map_err(|e| StoreError::corrupt(what, e)),
+    }
 }

@@ -9,8 +9,8 @@ use super::{StoreError, parse_col};
 
 #[path = "node_reach.rs"]
 mod reach;
-use reach::reach_from_row;
 pub use reach::{NodeReach, set_endpoints};
+use reach::{json_list, reach_from_row};
 
 #[derive(Clone, PartialEq, Eq)]
 pub struct NodeRow {
@@ -144,18 +144,6 @@ fn from_row(row: &sqlx::any::AnyRow) -> Result<NodeRow, StoreError> {
         },
         reach: reach_from_row(row)?,
     })
-}
-
-/// A nullable JSON array of `ip:port` (NULL is empty).
-fn json_list(
-    row: &sqlx::any::AnyRow,
-    column: &str,
-    what: &'static str,
-) -> Result<Vec<SocketAddr>, StoreError> {
-    match row.try_get::<Option<String>, _>(column)? {
-        None => Ok(Vec::new()),
-        Some(text) => serde_json::from_str(&text).map_err(|e| StoreError::corrupt(what, e)),
-    }
 }
 
 /// A nullable BIGINT column as an unsigned integer; out of range is a corrupt row.
