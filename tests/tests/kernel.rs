@@ -19,6 +19,15 @@ const CMD_BOUND: Duration = Duration::from_secs(30);
 const BOUND: Duration = Duration::from_secs(60);
 const WG_PORT: u16 = 51820;
 
+/// One guest at a time: two TCG guests on two cores starve each other (and the daemons).
+static ONE_GUEST: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_guest() -> std::sync::MutexGuard<'static, ()> {
+    ONE_GUEST
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Boots a guest on router `r`'s LAN with its address and default route set; `work` is shared.
 fn guest_on(topo: &mut Topology, r: usize, work: &std::path::Path) -> Guest {
     let image = qemu::image().unwrap();
@@ -43,6 +52,7 @@ fn guest_on(topo: &mut Topology, r: usize, work: &std::path::Path) -> Guest {
 /// inside the 1500-byte underlay.
 #[test]
 fn the_guest_kernel_wireguard_and_plexd_wg_ping_over_their_tunnel() {
+    let _one = one_guest();
     let dir = tempfile::tempdir().unwrap();
     let mut topo = Topology::new().unwrap();
     let r = topo.add_router(NatMode::None).unwrap();
@@ -190,6 +200,7 @@ fn guest_node(lab: &mut ReachLab, r: usize) -> GuestNode {
 /// TCP transfer over the mesh IPs; the guest's interface is a kernel WireGuard link.
 #[test]
 fn plexd_with_the_kernel_backend_in_a_guest_meshes_with_a_userspace_node() {
+    let _one = one_guest();
     let mut lab = ReachLab::start(&[NatMode::None, NatMode::None], 0).unwrap();
     let user = lab
         .add_node(&NodeSpec {
@@ -258,6 +269,7 @@ fn mesh_with_guest(lab: &ReachLab, user: usize, g: &GuestNode) {
 /// kernel forwarders.
 #[test]
 fn plexd_with_the_kernel_backend_in_a_guest_meshes_through_a_relay() {
+    let _one = one_guest();
     let mut lab = ReachLab::start(&[NatMode::Edm, NatMode::Edm], 2).unwrap();
     let user = lab
         .add_node(&NodeSpec {

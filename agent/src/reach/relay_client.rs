@@ -10,6 +10,8 @@
 //! | registering | `registered` | up (note [`Note::Up`]), queued sends flushed, `ping` |
 //! | hello sent / registering | no answer in [`ANSWER_WITHIN`] | `hello` again; after [`GIVE_UP`] without any answer: down |
 //! | up | [`REREGISTER_SECS`] since registered | `hello` (re-registration; stays up) |
+//! | up | [`KEEPALIVE`] since the last ping | `ping` |
+//! | up | nothing heard from the relay for [`SILENT_DOWN`] | down (a relay that died) |
 //! | up | no `registered` for a whole lease | down |
 //! | any | `refused` expired / bad token | down, waits for a new token ([`RelayConn::set_token`]) |
 //! | any | `refused` not registered / bad proof | `hello` again |
@@ -31,6 +33,11 @@ pub const GIVE_UP: Duration = Duration::from_secs(4);
 pub const RETRY_AFTER: Duration = Duration::from_secs(10);
 /// A busy relay is asked again after this long.
 pub const BUSY_BACKOFF: Duration = Duration::from_secs(30);
+/// An up connection pings its relay this often (its RTT, and proof that it still lives).
+pub const KEEPALIVE: Duration = Duration::from_secs(2);
+/// An up connection that heard nothing from its relay for this long is down: peers on it
+/// move to another relay within seconds instead of waiting out the lease.
+pub const SILENT_DOWN: Duration = Duration::from_secs(7);
 /// Sends waiting for the registration, per connection; more are dropped.
 pub const MAX_QUEUED: usize = 32;
 
@@ -106,6 +113,10 @@ pub struct RelayConn {
     rehello: Option<Instant>,
     /// Last time something was sent or received through it (for closing idle ones).
     pub last_used: Instant,
+    /// Last time a frame came from the relay.
+    last_heard: Instant,
+    /// Last time a keepalive ping went out.
+    last_ping: Instant,
 }
 
 impl RelayConn {
@@ -122,6 +133,8 @@ impl RelayConn {
             nonce: 0,
             rehello: None,
             last_used: now,
+            last_heard: now,
+            last_ping: now,
         }
     }
 
@@ -221,7 +234,18 @@ impl RelayConn {
             }
             State::Up { registered, lease } => {
                 let age = now.saturating_duration_since(registered);
-                if age >= lease {
+                let silent = now.saturating_duration_since(self.last_heard);
+                if silent >= SILENT_DOWN {
+                    self.down(
+                        format!(
+                            "relay {} stopped answering (nothing heard for {} s)",
+                            self.name,
+                            silent.as_secs()
+                        ),
+                        Some(now + RETRY_AFTER),
+                        &mut notes,
+                    );
+                } else if age >= lease {
                     self.down(
                         format!("relay {} did not renew the registration", self.name),
                         Some(now),
@@ -236,6 +260,8 @@ impl RelayConn {
                     // Hello again while up; `registered` moves when the relay answers.
                     out.push(Frame::Hello { node: id.public });
                     self.rehello = Some(now);
+                    self.ping = Some(self.next_ping(now, &mut out));
+                } else if now.saturating_duration_since(self.last_ping) >= KEEPALIVE {
                     self.ping = Some(self.next_ping(now, &mut out));
                 }
             }
@@ -253,6 +279,7 @@ impl RelayConn {
 
     fn next_ping(&mut self, now: Instant, out: &mut Vec<Frame>) -> ([u8; 8], Instant) {
         self.nonce = self.nonce.wrapping_add(1);
+        self.last_ping = now;
         let nonce = self.nonce.to_be_bytes();
         out.push(Frame::Ping { nonce });
         (nonce, now)
@@ -262,6 +289,7 @@ impl RelayConn {
     pub fn handle(&mut self, frame: Frame, id: &Identity, now: Instant) -> (Vec<Frame>, Vec<Note>) {
         let (mut out, mut notes) = (Vec::new(), Vec::new());
         self.last_used = now;
+        self.last_heard = now;
         match frame {
             Frame::Challenge { cookie } => {
                 let Some(token) = self.token.clone() else {

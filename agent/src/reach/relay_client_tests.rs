@@ -188,3 +188,34 @@ fn a_silent_relay_is_down_after_give_up_and_retried_later_and_pings_are_answered
     }
     assert_eq!(conn.queue.len(), MAX_QUEUED);
 }
+
+#[test]
+fn an_up_relay_that_goes_silent_is_down_within_seconds_not_at_the_lease_end() {
+    let id = Identity::new(NODE_SECRET);
+    let t0 = Instant::now();
+    let mut conn = RelayConn::new(
+        "r1".into(),
+        public_key(&RELAY_SECRET),
+        Some(b"t".to_vec()),
+        t0,
+    );
+    conn.poll(&id, t0);
+    conn.handle(Frame::Challenge { cookie: [1; 32] }, &id, t0);
+    let (_, notes) = conn.handle(Frame::Registered { lease_secs: 60 }, &id, t0);
+    assert!(matches!(notes[..], [Note::Up { .. }]), "{notes:?}");
+    // Keepalive pings go out while it answers, and answers keep it up.
+    let (out, notes) = conn.poll(&id, t0 + KEEPALIVE);
+    assert!(out.iter().any(|f| matches!(f, Frame::Ping { .. })), "{out:?}");
+    assert!(notes.is_empty());
+    conn.handle(Frame::Pong { nonce: [0; 8] }, &id, t0 + KEEPALIVE);
+    let (_, notes) = conn.poll(&id, t0 + KEEPALIVE + SILENT_DOWN - Duration::from_millis(1));
+    assert!(notes.is_empty(), "still heard recently: {notes:?}");
+    // Then silence: down once nothing was heard for SILENT_DOWN, long before the lease ends.
+    let (_, notes) = conn.poll(&id, t0 + KEEPALIVE + SILENT_DOWN);
+    match &notes[..] {
+        [Note::Down { why, .. }] => assert!(why.contains("stopped answering"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(SILENT_DOWN < Duration::from_secs(60));
+    assert!(conn.is_down());
+}
