@@ -44,7 +44,9 @@ pub struct Image {
 pub fn image() -> Result<Image> {
     // One build at a time: the script writes one cache (tests run on several threads).
     static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _one = BUILD.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _one = BUILD
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/kernel-guest.sh");
     let out = Command::new(&script)
         .output()

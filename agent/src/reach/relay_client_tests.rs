@@ -205,7 +205,10 @@ fn an_up_relay_that_goes_silent_is_down_within_seconds_not_at_the_lease_end() {
     assert!(matches!(notes[..], [Note::Up { .. }]), "{notes:?}");
     // Keepalive pings go out while it answers, and answers keep it up.
     let (out, notes) = conn.poll(&id, t0 + KEEPALIVE);
-    assert!(out.iter().any(|f| matches!(f, Frame::Ping { .. })), "{out:?}");
+    assert!(
+        out.iter().any(|f| matches!(f, Frame::Ping { .. })),
+        "{out:?}"
+    );
     assert!(notes.is_empty());
     conn.handle(Frame::Pong { nonce: [0; 8] }, &id, t0 + KEEPALIVE);
     let (_, notes) = conn.poll(&id, t0 + KEEPALIVE + SILENT_DOWN - Duration::from_millis(1));
