@@ -14,7 +14,7 @@
 # gets a row saying why, and the script exits 1 after measuring the others.
 #
 # Needs root, iproute2, nftables, conntrack, iperf3, wireguard-tools, cargo (scripts/deps.sh).
-# The benchmark itself is the ignored test tests/tests/reach_bench.rs.
+# The benchmark itself is the example tests/examples/reach_bench.rs.
 set -euo pipefail
 
 secs=5 profile=release
@@ -46,7 +46,7 @@ echo "reach-bench: running (binaries from $PLEXSPHERE_BIN_DIR)" >&2
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 status=0
-cargo test -q -p plexsphere-e2e --test reach_bench -- --ignored --nocapture >"$out" || status=$?
+cargo run -q "${flag[@]}" -p plexsphere-e2e --example reach_bench >"$out" || status=$?
 grep '^|' "$out" || true
 if ((status)); then
   echo "reach-bench: some topologies could not run (rows above say why)" >&2

@@ -110,7 +110,7 @@ fn the_readme_hand_install_enrols_a_machine_and_a_reused_token_is_refused() {
     let mesh_ip = v["mesh_ip"].as_str().unwrap().to_owned();
     let registered = journal
         .lines()
-        .find(|l| l.contains("registered") && l.contains(&node_id))
+        .find(|l| l.contains("registered as node") && l.contains(&node_id))
         .unwrap_or_else(|| panic!("a registration line with the node id in:\n{journal}"));
     assert!(registered.contains(&mesh_ip), "{registered}");
     assert!(!journal.contains(&token), "the token is never logged");

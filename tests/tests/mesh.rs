@@ -220,7 +220,7 @@ fn three_nodes_mesh_a_fourth_joins_a_restart_keeps_identity_and_a_leave_disappea
     assert_eq!(status["node_id"], before.0.as_str());
     assert_eq!(status["mesh_ip"], before.1.as_str());
     assert!(
-        !nodes[1].output().contains("registered"),
+        !nodes[1].output().contains("registered as node"),
         "no second registration:\n{}",
         nodes[1].output()
     );

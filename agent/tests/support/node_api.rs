@@ -48,7 +48,14 @@ pub fn state(version: u64, peers: Vec<PeerSpec>) -> SignedEnvelope {
         mesh_cidr: "10.64.0.0/16".parse().unwrap(),
         listen_port: 51820,
         peers,
-        issued_at: 1_700_000_000,
+        // Now: plexd refuses a state issued long ago as a replay (MAX_STATE_AGE).
+        issued_at: i64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs(),
+        )
+        .unwrap(),
         relays: vec![],
         relay_token: None,
         stun: vec![],

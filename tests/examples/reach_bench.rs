@@ -164,9 +164,8 @@ fn measure(topology: &'static str, modes: &[NatMode], relays: usize, secs_run: u
     })
 }
 
-#[test]
-#[ignore = "a benchmark: benches/reach-bench.sh runs it"]
-fn reach_bench() {
+/// A benchmark, not a test: benches/reach-bench.sh runs it (`cargo run --example reach_bench`).
+fn main() {
     let secs_run: u32 = std::env::var("REACH_BENCH_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
