@@ -40,6 +40,14 @@ fn lab(modes: &[NatMode]) -> ReachLab {
 fn mesh_carries_traffic(lab: &ReachLab) {
     lab.wait_ping(0, 1, BOUND).unwrap();
     lab.wait_ping(1, 0, BOUND).unwrap();
+    // The tunnel MTU (1420) crosses every path, relayed ones included, unfragmented.
+    for (from, to) in [(0, 1), (1, 0)] {
+        let answered = lab.full_size_pings_unfragmented(from, to, 3).unwrap();
+        assert!(
+            answered >= 2,
+            "{answered} of 3 full-size pings from {from} to {to} answered"
+        );
+    }
     assert_eq!(lab.transfer(0, 1, BYTES, BOUND).unwrap(), BYTES);
     assert_eq!(lab.transfer(1, 0, BYTES, BOUND).unwrap(), BYTES);
 }

@@ -172,10 +172,15 @@ fn relay_stand_in(
                 Frame::Register { .. } => (Frame::Registered { lease_secs: 60 }, from),
                 Frame::Send { dst, payload } => {
                     let src = at.iter().find(|(_, a)| **a == from).map(|(k, _)| *k);
-                    let (Some(src), Some(to)) = (src, at.get(&dst).copied()) else {
+                    let to = at
+                        .iter()
+                        .find(|(k, _)| plexsphere_wire::reach::relay::prefix(k) == dst)
+                        .map(|(_, a)| *a);
+                    let (Some(src), Some(to)) = (src, to) else {
                         continue;
                     };
                     relayed.fetch_add(1, Ordering::Relaxed);
+                    let src = plexsphere_wire::reach::relay::prefix(&src);
                     (Frame::Recv { src, payload }, to)
                 }
                 Frame::Ping { nonce } => (Frame::Pong { nonce }, from),

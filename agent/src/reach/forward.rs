@@ -167,7 +167,7 @@ impl Forwarder {
                     frame.clear();
                     frame.extend_from_slice(&plexsphere_wire::reach::RELAY_MAGIC);
                     Frame::Send {
-                        dst,
+                        dst: plexsphere_wire::reach::relay::prefix(&dst),
                         payload: datagram.to_vec(),
                     }
                     .encode_into(&mut frame);
@@ -176,7 +176,7 @@ impl Forwarder {
                 Route::RelayTcp { link, dst } => link
                     .try_send(
                         Frame::Send {
-                            dst,
+                            dst: plexsphere_wire::reach::relay::prefix(&dst),
                             payload: datagram.to_vec(),
                         }
                         .to_stream(),
@@ -257,7 +257,7 @@ mod tests {
         assert_eq!(
             Frame::from_datagram(&d).unwrap(),
             Frame::Send {
-                dst: [7; 32],
+                dst: [7; 8],
                 payload: vec![4, 0, 0, 0, 3]
             }
         );

@@ -23,7 +23,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use plexsphere_wire::reach::relay::{self, Frame, NodeKey, REREGISTER_SECS, RefuseCode};
+use plexsphere_wire::reach::relay::{self, Frame, KeyPrefix, NodeKey, REREGISTER_SECS, RefuseCode};
 
 /// How long the relay gets to answer a `hello` or a `register`.
 pub const ANSWER_WITHIN: Duration = Duration::from_secs(1);
@@ -89,12 +89,13 @@ pub enum Note {
         why: String,
         unanswered: bool,
     },
+    /// From the peer whose key starts with `src` (the runtime maps it to the key).
     Recv {
-        src: NodeKey,
+        src: KeyPrefix,
         payload: Vec<u8>,
     },
     PeerGone {
-        dst: NodeKey,
+        dst: KeyPrefix,
     },
 }
 
@@ -164,7 +165,10 @@ impl RelayConn {
     pub fn send(&mut self, dst: NodeKey, payload: Vec<u8>, now: Instant) -> Option<Frame> {
         self.last_used = now;
         if self.is_up() {
-            return Some(Frame::Send { dst, payload });
+            return Some(Frame::Send {
+                dst: relay::prefix(&dst),
+                payload,
+            });
         }
         if self.queue.len() < MAX_QUEUED {
             self.queue.push_back((dst, payload));
@@ -322,7 +326,10 @@ impl RelayConn {
                     self.rehello = None;
                     if !was_up {
                         for (dst, payload) in self.queue.drain(..) {
-                            out.push(Frame::Send { dst, payload });
+                            out.push(Frame::Send {
+                                dst: relay::prefix(&dst),
+                                payload,
+                            });
                         }
                         self.ping = Some(self.next_ping(now, &mut out));
                         notes.push(Note::Up { rtt: self.rtt });

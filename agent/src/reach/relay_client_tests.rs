@@ -114,7 +114,7 @@ fn registers_with_proof_and_token_then_relays_and_measures_the_rtt() {
     });
     assert!(matches!(notes[0], Note::Up { .. }), "{notes:?}");
     assert!(notes.contains(&Note::Recv {
-        src: [9; 32],
+        src: [9; 8],
         payload: b"early".to_vec()
     }));
     assert!(conn.is_up());

@@ -11,7 +11,7 @@ use std::time::{Instant, SystemTime};
 
 use base64::Engine as _;
 use plexsphere_wire::node::RelaySpec;
-use plexsphere_wire::reach::relay::Frame;
+use plexsphere_wire::reach::relay::{Frame, KeyPrefix, prefix};
 use plexsphere_wire::reach::{Kind, MAX_DATAGRAM, classify};
 
 use super::engine::Engine;
@@ -65,6 +65,9 @@ pub(crate) struct Loop {
     home_up: Option<String>,
     token: Option<Vec<u8>>,
     peers: Vec<PeerReach>,
+    /// Each wanted peer by its key prefix (relays name the sender of a datagram by it); a
+    /// prefix two peers share maps to neither.
+    by_prefix: HashMap<KeyPrefix, Option<PeerKey>>,
     fwds: HashMap<PeerKey, Fwd>,
     probe: Option<StunProbe>,
     next_stun: Instant,
@@ -107,6 +110,7 @@ impl Loop {
             home_up: None,
             token: None,
             peers: Vec::new(),
+            by_prefix: HashMap::new(),
             fwds: HashMap::new(),
             probe: None,
             next_stun: t,
@@ -234,6 +238,11 @@ impl Loop {
         }
     }
 
+    /// The wanted peer whose key starts with `p`, unless two share it.
+    fn key_of(&self, p: &KeyPrefix) -> Option<PeerKey> {
+        self.by_prefix.get(p).copied().flatten()
+    }
+
     fn set_peers(&mut self, peers: Vec<PeerReach>) {
         if self.setup.mode == Mode::Kernel {
             // Every peer is carried by a forwarder; a new one starts at its first candidate.
@@ -262,6 +271,13 @@ impl Loop {
             .write()
             .unwrap_or_else(PoisonError::into_inner)
             .retain(|_, f| self.fwds.values().any(|x| Arc::ptr_eq(&x.fwd, f)));
+        self.by_prefix.clear();
+        for p in &peers {
+            self.by_prefix
+                .entry(prefix(&p.key.0))
+                .and_modify(|k| *k = None)
+                .or_insert(Some(p.key));
+        }
         self.peers = peers.clone();
         self.input(Input::Peers(peers));
     }
@@ -592,8 +608,11 @@ impl Loop {
                         }
                     }
                 }
-                Note::Recv { src, payload } => match classify(&payload) {
-                    Kind::WireGuard => match self.fwds.get(&PeerKey(src)) {
+                Note::Recv { src, payload } => match (classify(&payload), self.key_of(&src)) {
+                    (_, None) => {
+                        self.shared.unknown_src.fetch_add(1, Ordering::Relaxed);
+                    }
+                    (Kind::WireGuard, Some(src)) => match self.fwds.get(&src) {
                         Some(f) => {
                             if let Err(e) = f.fwd.deliver(&payload) {
                                 tracing::trace!("forwarder delivery failed: {e}");
@@ -603,19 +622,23 @@ impl Loop {
                             self.shared.unknown_src.fetch_add(1, Ordering::Relaxed);
                         }
                     },
-                    Kind::Disco => self.input(Input::DiscoRelayed {
+                    (Kind::Disco, Some(src)) => self.input(Input::DiscoRelayed {
                         relay: relay.to_owned(),
-                        src: PeerKey(src),
+                        src,
                         datagram: payload,
                     }),
                     _ => {
                         self.shared.unknown_src.fetch_add(1, Ordering::Relaxed);
                     }
                 },
-                Note::PeerGone { dst } => self.input(Input::PeerGone {
-                    relay: relay.to_owned(),
-                    dst: PeerKey(dst),
-                }),
+                Note::PeerGone { dst } => {
+                    if let Some(dst) = self.key_of(&dst) {
+                        self.input(Input::PeerGone {
+                            relay: relay.to_owned(),
+                            dst,
+                        });
+                    }
+                }
             }
         }
     }

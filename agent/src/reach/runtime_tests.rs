@@ -256,6 +256,14 @@ fn relayed_over_tls(udp: Option<SocketAddr>) {
         "the register over TLS carried a good proof"
     );
     let peer = PeerKey([0x22; 32]);
+    // A wanted peer: relays name a datagram's sender by key prefix, which maps to wanted peers.
+    rt.set_peers(vec![crate::reach::io::PeerReach {
+        key: peer,
+        node_id: uuid::Uuid::nil(),
+        hostname: "peer".into(),
+        endpoints: vec![],
+        home_relay: Some("r1".into()),
+    }]);
     rt.perform(Effect::SetPath {
         peer,
         path: Path::Relay {

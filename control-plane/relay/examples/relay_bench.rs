@@ -136,10 +136,10 @@ async fn main() {
     let dst = plexsphere_wire::reach::public_key(&[2; 32]);
 
     // A `send` whose datagram is 1452 bytes of WireGuard.
-    let mut datagram = Vec::with_capacity(4 + 33 + FRAME);
+    let mut datagram = Vec::with_capacity(plexsphere_wire::reach::relay::UDP_DATA_HEAD + FRAME);
     datagram.extend_from_slice(&plexsphere_wire::reach::RELAY_MAGIC);
     Frame::Send {
-        dst,
+        dst: plexsphere_wire::reach::relay::prefix(&dst),
         payload: vec![4; FRAME],
     }
     .encode_into(&mut datagram);

@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use plexsphere_wire::reach::relay::{Frame, LEASE_SECS, NodeKey, RefuseCode, RelayToken};
+use plexsphere_wire::reach::relay::{
+    Frame, KeyPrefix, LEASE_SECS, NodeKey, RefuseCode, RelayToken, prefix,
+};
 use plexsphere_wire::signed::{DomainVerifier, SignContext, SignedEnvelope};
 use tokio::sync::mpsc;
 
@@ -117,6 +119,8 @@ pub struct Core {
     limits: Limits,
     nodes: HashMap<NodeKey, Registration>,
     by_peer: HashMap<Peer, NodeKey>,
+    /// The registered key of each key prefix (data frames name nodes by prefix).
+    by_prefix: HashMap<KeyPrefix, NodeKey>,
     conns: HashMap<ConnId, TcpConn>,
     next_conn: ConnId,
     refusals: TokenBucket,
@@ -141,6 +145,7 @@ impl Core {
             limits,
             nodes: HashMap::new(),
             by_peer: HashMap::new(),
+            by_prefix: HashMap::new(),
             conns: HashMap::new(),
             next_conn: 1,
             refusals,
@@ -175,20 +180,31 @@ impl Core {
     pub fn close_tcp(&mut self, id: ConnId) {
         self.conns.remove(&id);
         if let Some(node) = self.by_peer.remove(&Peer::Tcp(id)) {
-            self.nodes.remove(&node);
+            self.forget(&node);
         }
     }
 
     /// Drops every registration whose lease ended.
     pub fn sweep(&mut self, now: Instant) {
-        let by_peer = &mut self.by_peer;
-        self.nodes.retain(|_, r| {
+        let (by_peer, by_prefix) = (&mut self.by_peer, &mut self.by_prefix);
+        self.nodes.retain(|key, r| {
             let live = r.expires > now;
             if !live {
                 by_peer.remove(&r.peer);
+                if by_prefix.get(&prefix(key)) == Some(key) {
+                    by_prefix.remove(&prefix(key));
+                }
             }
             live
         });
+    }
+
+    /// Drops `node`'s registration and its prefix.
+    fn forget(&mut self, node: &NodeKey) {
+        self.nodes.remove(node);
+        if self.by_prefix.get(&prefix(node)) == Some(node) {
+            self.by_prefix.remove(&prefix(node));
+        }
     }
 
     fn to(&self, peer: Peer) -> Option<To> {
@@ -285,7 +301,10 @@ impl Core {
             Frame::Send { dst, payload } => match self.forward(peer, &dst, payload.len(), now) {
                 Forward::Deliver { to, src } => Some(Out {
                     to,
-                    frame: Frame::Recv { src, payload },
+                    frame: Frame::Recv {
+                        src: prefix(&src),
+                        payload,
+                    },
                 }),
                 Forward::Answer(out) => Some(out),
                 Forward::Drop => None,
@@ -385,8 +404,9 @@ impl Core {
         if let Some(other) = self.by_peer.insert(peer, node)
             && other != node
         {
-            self.nodes.remove(&other);
+            self.forget(&other);
         }
+        self.by_prefix.insert(prefix(&node), node);
         let lease = now + Duration::from_secs(u64::from(LEASE_SECS));
         let l = &self.limits;
         match self.nodes.get_mut(&node) {
@@ -414,7 +434,7 @@ impl Core {
     }
 
     /// Where a `send` of `len` payload bytes to `dst` from `peer` goes.
-    pub fn forward(&mut self, peer: Peer, dst: &NodeKey, len: usize, now: Now) -> Forward {
+    pub fn forward(&mut self, peer: Peer, dst: &KeyPrefix, len: usize, now: Now) -> Forward {
         let Some(src) = self.by_peer.get(&peer).copied() else {
             return self.not_registered(peer, now.mono);
         };
@@ -440,8 +460,9 @@ impl Core {
             };
         }
         let target = self
-            .nodes
+            .by_prefix
             .get(dst)
+            .and_then(|key| self.nodes.get(key))
             .filter(|r| r.expires > now.mono)
             .map(|r| r.peer);
         match target.and_then(|p| self.to(p)) {

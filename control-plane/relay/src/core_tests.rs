@@ -111,7 +111,7 @@ fn budget_cuts_a_flood_and_refills_with_time() {
     let now = at(t0, 0);
     register(&mut c, udp(1), [1; 32], now);
     register(&mut c, udp(2), [2; 32], now);
-    let dst = plexsphere_wire::reach::public_key(&[2; 32]);
+    let dst = plexsphere_wire::reach::relay::prefix(&plexsphere_wire::reach::public_key(&[2; 32]));
     let delivered = (0..100)
         .filter(|_| matches!(c.forward(udp(1), &dst, 100, now), Forward::Deliver { .. }))
         .count();
@@ -135,7 +135,7 @@ fn a_new_registration_moves_the_key_and_the_old_address_is_unregistered() {
     let now = at(t0, 0);
     register(&mut c, udp(1), [1; 32], now);
     register(&mut c, udp(2), [2; 32], now);
-    let dst = plexsphere_wire::reach::public_key(&[2; 32]);
+    let dst = plexsphere_wire::reach::relay::prefix(&plexsphere_wire::reach::public_key(&[2; 32]));
     // Node 1 roams to port 9.
     register(&mut c, udp(9), [1; 32], now);
     assert!(matches!(
@@ -150,7 +150,7 @@ fn a_new_registration_moves_the_key_and_the_old_address_is_unregistered() {
         f => panic!("want not registered, got {f:?}"),
     }
     // Node 2 sees node 1 at its new address.
-    let src = plexsphere_wire::reach::public_key(&[1; 32]);
+    let src = plexsphere_wire::reach::relay::prefix(&plexsphere_wire::reach::public_key(&[1; 32]));
     match c.forward(udp(2), &src, 10, now) {
         Forward::Deliver { to: To::Udp(a), .. } => assert_eq!(Peer::Udp(a), udp(9)),
         f => panic!("want delivery, got {f:?}"),
@@ -170,7 +170,7 @@ fn peer_gone_and_refusals_are_rate_limited() {
     );
     let now = at(t0, 0);
     register(&mut c, udp(1), [1; 32], now);
-    let nobody = [0xEE; 32];
+    let nobody = [0xEE; 8];
     let gone = (0..50)
         .filter(|_| matches!(c.forward(udp(1), &nobody, 10, now), Forward::Answer(_)))
         .count();

@@ -8,7 +8,7 @@ use std::os::fd::AsRawFd as _;
 use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg, sendmmsg};
 
 /// Magic, type, key: the head of a relay `send` or `recv` datagram.
-pub(crate) const HEAD: usize = 4 + 1 + 32;
+pub(crate) const HEAD: usize = plexsphere_wire::reach::relay::UDP_DATA_HEAD;
 
 fn to_socket_addr(s: &SockaddrStorage) -> Option<SocketAddr> {
     if let Some(v4) = s.as_sockaddr_in() {

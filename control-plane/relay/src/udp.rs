@@ -106,7 +106,7 @@ fn send(shared: &Shared, buf: &mut [u8], from: SocketAddr) -> Option<SocketAddr>
         shared.counters.dropped_unknown.inc();
         return None;
     }
-    let mut dst = [0u8; 32];
+    let mut dst = [0u8; 8];
     dst.copy_from_slice(&buf[5..HEAD]);
     let verdict = shared
         .core()
@@ -114,7 +114,7 @@ fn send(shared: &Shared, buf: &mut [u8], from: SocketAddr) -> Option<SocketAddr>
     match verdict {
         Forward::Deliver { to, src } => {
             buf[4] = RECV;
-            buf[5..HEAD].copy_from_slice(&src);
+            buf[5..HEAD].copy_from_slice(&plexsphere_wire::reach::relay::prefix(&src));
             match to {
                 To::Udp(addr) => return Some(addr),
                 To::Tcp(tx) => {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use plexsphere_relay::Limits;
-use plexsphere_wire::reach::relay::{Frame, RefuseCode};
+use plexsphere_wire::reach::relay::{Frame, RefuseCode, prefix};
 use plexsphere_wire::signed::DomainSigner;
 
 fn refused(frame: Frame) -> (RefuseCode, String) {
@@ -25,7 +25,7 @@ async fn exchange(a: &mut Node, b: &mut Node) {
     assert_eq!(
         b.link.recv().await,
         Frame::Recv {
-            src: a.pk,
+            src: prefix(&a.pk),
             payload: wg.clone()
         }
     );
@@ -34,7 +34,7 @@ async fn exchange(a: &mut Node, b: &mut Node) {
     assert_eq!(
         a.link.recv().await,
         Frame::Recv {
-            src: b.pk,
+            src: prefix(&b.pk),
             payload: big
         }
     );
@@ -85,7 +85,7 @@ async fn a_newer_registration_wins_wherever_it_comes_from() {
     assert_eq!(
         b_tcp.link.recv().await,
         Frame::Recv {
-            src: a.pk,
+            src: prefix(&a.pk),
             payload: b"moved".to_vec()
         }
     );
@@ -184,7 +184,7 @@ async fn peer_gone_for_an_unknown_destination() {
     let mut a = Node::new(1, Link::udp(&relay).await);
     a.register().await;
     a.send_to(&[0xEE; 32], b"anyone?").await;
-    assert_eq!(a.link.recv().await, Frame::PeerGone { dst: [0xEE; 32] });
+    assert_eq!(a.link.recv().await, Frame::PeerGone { dst: [0xEE; 8] });
 }
 
 #[tokio::test]

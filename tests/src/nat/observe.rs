@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 
 use super::mesh::ReachLab;
 use crate::netns::{exec, on_thread_in};
@@ -103,6 +103,51 @@ impl ReachLab {
         let n = self.nodes.get(from).context("no such node")?;
         let out = exec(&n.ns, "ping", &["-c", "1", "-W", "1", &ip])?;
         Ok(out.status.success())
+    }
+
+    /// Node `from` pings node `to` with full-size packets (1420 bytes, the tunnel MTU, with
+    /// DF) and no packet of the path is fragmented by node `from`'s host: its IPv4
+    /// `FragCreates` counter stays where it was. Answers how many of `count` pings came back.
+    pub fn full_size_pings_unfragmented(&self, from: usize, to: usize, count: u32) -> Result<u32> {
+        let ip = self.mesh_ip(to)?.to_string();
+        let n = self.nodes.get(from).context("no such node")?;
+        let frags = |ns: &str| -> Result<u64> {
+            let out = exec(ns, "cat", &["/proc/net/snmp"])?;
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            let mut lines = text.lines().filter(|l| l.starts_with("Ip:"));
+            let (names, values) = (
+                lines.next().context("no Ip: header")?,
+                lines.next().context("no Ip: values")?,
+            );
+            let i = names
+                .split_whitespace()
+                .position(|w| w == "FragCreates")
+                .context("no FragCreates")?;
+            values
+                .split_whitespace()
+                .nth(i)
+                .context("no FragCreates value")?
+                .parse()
+                .context("FragCreates is not a number")
+        };
+        let before = frags(&n.ns)?;
+        let mut answered = 0;
+        for _ in 0..count {
+            // 1392 bytes of data + 8 (ICMP) + 20 (IPv4) = 1420.
+            let out = exec(
+                &n.ns,
+                "ping",
+                &["-c", "1", "-W", "2", "-M", "do", "-s", "1392", &ip],
+            )?;
+            answered += u32::from(out.status.success());
+        }
+        let after = frags(&n.ns)?;
+        ensure!(
+            after == before,
+            "node {from}'s host fragmented {} datagrams while it sent full-size pings",
+            after - before
+        );
+        Ok(answered)
     }
 
     /// Waits until node `from` pings node `to` over the mesh.

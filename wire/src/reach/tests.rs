@@ -96,18 +96,18 @@ fn relay_frames_round_trip_over_udp_and_tcp() {
         },
         Frame::Registered { lease_secs: 60 },
         Frame::Send {
-            dst: [4; 32],
+            dst: [4; 8],
             payload: vec![4, 0, 0, 0, 1, 2, 3],
         },
         Frame::Recv {
-            src: [5; 32],
+            src: [5; 8],
             payload: vec![],
         },
         Frame::Refused {
             code: RefuseCode::Expired,
             reason: "token expired".into(),
         },
-        Frame::PeerGone { dst: [6; 32] },
+        Frame::PeerGone { dst: [6; 8] },
         Frame::Ping { nonce: [7; 8] },
         Frame::Pong { nonce: [8; 8] },
     ];
@@ -155,4 +155,28 @@ fn a_registration_proof_needs_the_node_private_key() {
     let (other_sk, _) = keypair(11);
     let forged = proof(&shared_secret(&other_sk, &relay_pk), &cookie, &node_pk);
     assert!(!proof_matches(&relay_side, &cookie, &node_pk, &forged));
+}
+
+#[test]
+fn a_relayed_datagram_of_a_1420_byte_tunnel_fits_a_1500_byte_ipv4_underlay() {
+    // 1420 bytes of inner packet + 32 bytes of WireGuard data message = 1452.
+    let wireguard = vec![4u8; 1452];
+    let d = Frame::Send {
+        dst: relay::prefix(&[9; 32]),
+        payload: wireguard.clone(),
+    }
+    .to_datagram();
+    assert_eq!(d.len(), relay::UDP_DATA_HEAD + 1452);
+    // 1500 - 20 (IPv4) - 8 (UDP) = 1472 bytes of UDP payload without fragmentation.
+    assert!(d.len() <= 1472, "{} bytes", d.len());
+    let back = Frame::Recv {
+        src: relay::prefix(&[8; 32]),
+        payload: wireguard,
+    }
+    .to_datagram();
+    assert_eq!(
+        back.len(),
+        d.len(),
+        "the relay rewrites send into recv in place"
+    );
 }

@@ -213,7 +213,7 @@ impl Node {
     pub async fn send_to(&mut self, dst: &NodeKey, payload: &[u8]) {
         self.link
             .send(&Frame::Send {
-                dst: *dst,
+                dst: plexsphere_wire::reach::relay::prefix(dst),
                 payload: payload.to_vec(),
             })
             .await;
