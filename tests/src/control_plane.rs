@@ -108,26 +108,35 @@ impl ControlPlane {
 
     /// Issues a fresh node token for a Project and returns its text.
     pub fn issue_token(&self, project: &str) -> Result<String> {
-        let out = self.plexctl_ok(&[
-            "bootstrap-token",
-            "issue",
-            "--project",
-            project,
-            "--kind",
-            "node",
-            "--env-prefix",
-            "lab",
-            "--ttl",
-            "1h",
-            "--output",
-            "json",
-        ])?;
-        let v: serde_json::Value = serde_json::from_str(&out).context("parsing issue output")?;
-        v["token"]
-            .as_str()
-            .map(str::to_owned)
-            .context("no token in the issue output")
+        token_of(&self.plexctl_ok(&issue_token_args(project))?)
     }
+}
+
+/// `plexctl` arguments that issue a one-hour node token of `project` (JSON output).
+pub fn issue_token_args(project: &str) -> [&str; 12] {
+    [
+        "bootstrap-token",
+        "issue",
+        "--project",
+        project,
+        "--kind",
+        "node",
+        "--env-prefix",
+        "lab",
+        "--ttl",
+        "1h",
+        "--output",
+        "json",
+    ]
+}
+
+/// The token of `plexctl bootstrap-token issue --output json`'s answer.
+pub fn token_of(out: &str) -> Result<String> {
+    let v: serde_json::Value = serde_json::from_str(out).context("parsing issue output")?;
+    v["token"]
+        .as_str()
+        .map(str::to_owned)
+        .context("no token in the issue output")
 }
 
 /// The Project the built-in lab seed creates without a sub-range.

@@ -255,25 +255,9 @@ impl ReachLab {
 
     /// A fresh node token of the lab-nodes Project.
     pub fn issue_token(&self) -> Result<String> {
-        let out = self.plexctl_ok(&[
-            "bootstrap-token",
-            "issue",
-            "--project",
-            LAB_NODES_PROJECT,
-            "--kind",
-            "node",
-            "--env-prefix",
-            "lab",
-            "--ttl",
-            "1h",
-            "--output",
-            "json",
-        ])?;
-        let v: serde_json::Value = serde_json::from_str(&out)?;
-        v["token"]
-            .as_str()
-            .map(str::to_owned)
-            .context("no token in the issue output")
+        crate::control_plane::token_of(
+            &self.plexctl_ok(&crate::control_plane::issue_token_args(LAB_NODES_PROJECT))?,
+        )
     }
 
     /// Starts node `i`'s `plexd run` and waits until its event stream is connected.
