@@ -1,7 +1,7 @@
 //! The runtime's loop: one thread, one queue, the engine's effects performed in order. See
 //! `runtime.rs` for what comes in and goes out.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -256,7 +256,8 @@ impl Loop {
                 }
             }
         }
-        let wanted: Vec<PeerKey> = peers.iter().map(|p| p.key).collect();
+        // Sets, not lists: a change at 10k peers must not cost 10k x 10k comparisons.
+        let wanted: HashSet<PeerKey> = peers.iter().map(|p| p.key).collect();
         self.fwds.retain(|k, _| wanted.contains(k));
         {
             let mut owners = self
@@ -266,11 +267,12 @@ impl Loop {
                 .unwrap_or_else(PoisonError::into_inner);
             owners.retain(|k, _| wanted.contains(k));
         }
+        let live: HashSet<_> = self.fwds.values().map(|x| Arc::as_ptr(&x.fwd)).collect();
         self.shared
             .by_direct
             .write()
             .unwrap_or_else(PoisonError::into_inner)
-            .retain(|_, f| self.fwds.values().any(|x| Arc::ptr_eq(&x.fwd, f)));
+            .retain(|_, f| live.contains(&Arc::as_ptr(f)));
         self.by_prefix.clear();
         for p in &peers {
             self.by_prefix
