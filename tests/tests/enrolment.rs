@@ -180,20 +180,9 @@ fn revoked_tokens_are_refused_and_listed_as_revoked() {
     let tmp = tempfile::tempdir().unwrap();
     let cp = ControlPlane::start_dev(&tmp.path().join("cp")).unwrap();
     let issued = cp
-        .plexctl_ok(&[
-            "bootstrap-token",
-            "issue",
-            "--project",
+        .plexctl_ok(&plexsphere_e2e::control_plane::issue_token_args(
             LAB_NODES_PROJECT,
-            "--kind",
-            "node",
-            "--env-prefix",
-            "lab",
-            "--ttl",
-            "1h",
-            "--output",
-            "json",
-        ])
+        ))
         .unwrap();
     let v: serde_json::Value = serde_json::from_str(&issued).unwrap();
     let id = v["id"].as_str().unwrap().to_owned();

@@ -198,10 +198,10 @@ fn guest_node(lab: &mut ReachLab, r: usize) -> GuestNode {
 /// The guest's plexd and a userspace plexd on another router's LAN, routing only: both enrol
 /// with the control plane on the public segment, mesh directly, ping each other and carry a
 /// TCP transfer over the mesh IPs; the guest's interface is a kernel WireGuard link.
-#[test]
-fn plexd_with_the_kernel_backend_in_a_guest_meshes_with_a_userspace_node() {
-    let _one = one_guest();
-    let mut lab = ReachLab::start(&[NatMode::None, NatMode::None], 0).unwrap();
+/// A lab with `relays` relays behind routers in `modes`: the guest's plexd behind router 0 and a
+/// userspace plexd running behind router 1.
+fn guest_and_user(modes: &[NatMode], relays: usize) -> (ReachLab, usize, GuestNode) {
+    let mut lab = ReachLab::start(modes, relays).unwrap();
     let user = lab
         .add_node(&NodeSpec {
             router: 1,
@@ -210,6 +210,13 @@ fn plexd_with_the_kernel_backend_in_a_guest_meshes_with_a_userspace_node() {
         .unwrap();
     lab.start_node(user).unwrap();
     let g = guest_node(&mut lab, 0);
+    (lab, user, g)
+}
+
+#[test]
+fn plexd_with_the_kernel_backend_in_a_guest_meshes_with_a_userspace_node() {
+    let _one = one_guest();
+    let (lab, user, g) = guest_and_user(&[NatMode::None, NatMode::None], 0);
     let link = g.guest.run_ok("ip -d link show plexk0", CMD_BOUND).unwrap();
     assert!(link.contains("wireguard"), "{link}");
     mesh_with_guest(&lab, user, &g);
@@ -270,15 +277,7 @@ fn mesh_with_guest(lab: &ReachLab, user: usize, g: &GuestNode) {
 #[test]
 fn plexd_with_the_kernel_backend_in_a_guest_meshes_through_a_relay() {
     let _one = one_guest();
-    let mut lab = ReachLab::start(&[NatMode::Edm, NatMode::Edm], 2).unwrap();
-    let user = lab
-        .add_node(&NodeSpec {
-            router: 1,
-            backend: "userspace",
-        })
-        .unwrap();
-    lab.start_node(user).unwrap();
-    let g = guest_node(&mut lab, 0);
+    let (lab, user, g) = guest_and_user(&[NatMode::Edm, NatMode::Edm], 2);
     mesh_with_guest(&lab, user, &g);
     let guest_ip: std::net::Ipv4Addr = g.host.identity().unwrap().1.parse().unwrap();
     let status = lab.nodes[user].host.status().unwrap().unwrap();
