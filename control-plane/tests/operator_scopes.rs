@@ -623,3 +623,77 @@ async fn a_route_without_a_scope_is_refused() {
     );
     srv.stop().await;
 }
+
+/// `plexsphere operator-token create|list` on the server host: scope, project (by slug) and
+/// expiry are stored and listed; what the rules refuse exits 64 with the rule.
+#[test]
+fn the_server_cli_creates_scoped_tokens_and_refuses_what_the_rules_forbid() {
+    let dir = tempfile::tempdir().unwrap();
+    let seed = dir.path().join("seed.yaml");
+    std::fs::write(&seed, plexsphere::seed::LAB_SEED).unwrap();
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_plexsphere"))
+            .env("PLEXSPHERE_NO_LOCAL_MACHINES", "1")
+            .args(args)
+            .arg("--data-dir")
+            .arg(dir.path())
+            .output()
+            .unwrap()
+    };
+    assert!(
+        run(&["seed", "apply", "--file", seed.to_str().unwrap()])
+            .status
+            .success()
+    );
+    let out = run(&[
+        "operator-token",
+        "create",
+        "--name",
+        "graf",
+        "--scope",
+        "read-only",
+        "--project",
+        "lab-nodes",
+        "--expires-in",
+        "30d",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .split('_')
+        .nth(1)
+        .unwrap()
+        .to_owned();
+    let out = run(&["operator-token", "list"]);
+    let listing = String::from_utf8(out.stdout).unwrap();
+    let row = listing.lines().find(|l| l.starts_with(&id)).unwrap();
+    assert!(
+        row.contains("read-only") && row.contains(LAB_NODES) && row.contains("active"),
+        "{listing}"
+    );
+    assert!(!row.contains("never"), "{row}");
+    for (args, says) in [
+        (
+            &["--scope", "operator", "--expires-in", "never"][..],
+            "only an admin token may never expire",
+        ),
+        (
+            &["--scope", "admin", "--project", "lab-nodes"][..],
+            "cannot be limited to a project",
+        ),
+        (&["--expires-in", "2y"][..], "is not a duration"),
+        (&["--project", "nope"][..], "names no project"),
+    ] {
+        let mut all = vec!["operator-token", "create", "--name", "x"];
+        all.extend_from_slice(args);
+        let out = run(&all);
+        assert_eq!(out.status.code(), Some(64), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
