@@ -340,6 +340,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn operator_token_view_json_is_pinned() {
+        let json = r#"{"id":"0123456789abcdef","name":"ci","scope":"read-only","project_id":"019a0816-0000-7000-8000-000000000002","legacy":false,"status":"active","created_at":"2026-11-30T10:00:00Z","expires_at":"2027-02-28T10:00:00Z","last_used_at":null,"revoked_at":null}"#;
+        let v: OperatorTokenView = serde_json::from_str(json).unwrap();
+        assert_eq!(v.scope, OperatorScope::ReadOnly);
+        assert_eq!(serde_json::to_string(&v).unwrap(), json);
+        assert!(OperatorScope::ReadOnly < OperatorScope::Operator);
+        assert!(OperatorScope::Operator < OperatorScope::Admin);
+        for s in OperatorScope::ALL {
+            assert_eq!(OperatorScope::parse(s.as_str()), Some(s));
+            assert_eq!(
+                serde_json::to_string(&s).unwrap(),
+                format!("\"{}\"", s.as_str())
+            );
+        }
+        let req: CreateOperatorToken =
+            serde_json::from_str(r#"{"name":"ci","scope":"operator"}"#).unwrap();
+        assert_eq!((req.project_id, req.expires_in), (None, None));
+    }
+
+    #[test]
     fn token_view_json_is_pinned() {
         let json = r#"{"id":"0123456789abcdef","project_id":"019a0816-0000-7000-8000-000000000002","kind":"node","env_prefix":"lab","status":"consumed","created_at":"2026-11-30T10:00:00Z","expires_at":"2026-11-30T11:00:00Z","consumed_at":"2026-11-30T10:05:00Z","consumed_by_node":"019a0816-0000-7000-8000-0000000000aa","revoked_at":null,"resource_id":null}"#;
         let v: TokenView = serde_json::from_str(json).unwrap();
