@@ -40,6 +40,8 @@ pub fn classify(e: &Error) -> (StatusCode, &'static str) {
         Error::RateLimited(_) => (StatusCode::TOO_MANY_REQUESTS, codes::RATE_LIMITED),
         Error::Unauthorized(_) => (StatusCode::UNAUTHORIZED, codes::UNAUTHORIZED),
         Error::Forbidden(_) => (StatusCode::FORBIDDEN, codes::FORBIDDEN),
+        Error::OperatorTokenExpired(_) => (StatusCode::UNAUTHORIZED, codes::OPERATOR_TOKEN_EXPIRED),
+        Error::InsufficientScope(_) => (StatusCode::FORBIDDEN, codes::INSUFFICIENT_SCOPE),
         Error::NodeRevoked => (StatusCode::FORBIDDEN, codes::NODE_REVOKED),
         Error::NotFound(_) => (StatusCode::NOT_FOUND, codes::NOT_FOUND),
         Error::Conflict(_) => (StatusCode::CONFLICT, codes::CONFLICT),

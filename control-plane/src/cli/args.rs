@@ -287,6 +287,16 @@ pub enum OperatorTokenCommand {
         data: DataArgs,
         #[arg(long)]
         name: String,
+        /// What the token may do: read-only (GET only), operator (bootstrap tokens, nodes,
+        /// resources) or admin (everything, operator tokens and cloud credentials included)
+        #[arg(long, default_value = "operator", value_parser = ["read-only", "operator", "admin"])]
+        scope: String,
+        /// Limit the token to one project (id or slug); not for admin tokens
+        #[arg(long, value_name = "PROJECT")]
+        project: Option<String>,
+        /// When the token stops working: 90d, 12h, 1d12h... or `never` (admin only)
+        #[arg(long, default_value = crate::operator_tokens::DEFAULT_EXPIRES_IN, value_name = "DURATION")]
+        expires_in: String,
     },
     /// List tokens (never their secrets).
     List {

@@ -143,6 +143,13 @@ pub fn migrator() -> Migrator {
             include_str!("../../migrations/0007_node_reach.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            8,
+            Cow::Borrowed("operator token scopes"),
+            MigrationType::Simple,
+            include_str!("../../migrations/0008_operator_scopes.sql").into_sql_str(),
+            false,
+        ),
     ];
     Migrator::with_migrations(migrations)
 }
