@@ -59,9 +59,11 @@ fn the_readme_hand_install_enrols_a_machine_and_a_reused_token_is_refused() {
     let api = cp.url.trim_start_matches("https://").to_owned();
     let token = cp.issue_token(LAB_NODES_PROJECT).unwrap();
     // The Domain key as the operator sees it (`plexctl domain list`), not from the downloads.
-    let domains: serde_json::Value =
-        serde_json::from_str(&cp.plexctl_ok(&["domain", "list", "--output", "json"]).unwrap())
-            .unwrap();
+    let domains: serde_json::Value = serde_json::from_str(
+        &cp.plexctl_ok(&["domain", "list", "--output", "json"])
+            .unwrap(),
+    )
+    .unwrap();
     let domain_key = domains
         .as_array()
         .and_then(|d| d.iter().find(|d| d["slug"] == "lab"))

@@ -88,7 +88,10 @@ async fn a_signature_answering_404_fails_closed_and_the_opt_out_installs_loudly(
     let err = stderr(&out);
     assert!(err.contains("checksums.sha256.sig"), "{err}");
     assert!(err.contains("refusing to install"), "{err}");
-    assert!(err.contains("PLEXD_INSTALL_INSECURE_SKIP_SIGNATURE=1"), "{err}");
+    assert!(
+        err.contains("PLEXD_INSTALL_INSECURE_SKIP_SIGNATURE=1"),
+        "{err}"
+    );
     assert_eq!(installed(work.path()), None);
 
     let out = install(&f, work.path(), Some(&domain_pem(42)), true).await;
