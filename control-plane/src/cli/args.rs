@@ -60,6 +60,12 @@ pub enum Command {
     Relay(super::relay::RelayCommand),
     /// Print a Domain's signing public key (what `plexsphere relay --domain-key` takes).
     DomainKey(super::relay::DomainKeyArgs),
+    /// Release-signing keys for plexd releases served from a mirror (docs/downloads.md).
+    #[command(subcommand)]
+    ReleaseKey(super::downloads::ReleaseKeyCommand),
+    /// Sign a plexd release: its manifest, plexd-release.json (docs/downloads.md).
+    #[command(subcommand)]
+    Release(super::downloads::ReleaseCommand),
 }
 
 #[derive(Debug, Clone, Args)]

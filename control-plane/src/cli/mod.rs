@@ -102,5 +102,7 @@ async fn dispatch(cmd: Command) -> Result<(), Failure> {
         Command::Restore { from, data } => backup::restore(&from, &data).await,
         Command::Relay(cmd) => relay::relay(cmd).await,
         Command::DomainKey(args) => relay::domain_key(&args),
+        Command::ReleaseKey(cmd) => downloads::release_key(cmd),
+        Command::Release(cmd) => downloads::release(cmd),
     }
 }
