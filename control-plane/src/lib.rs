@@ -8,6 +8,7 @@ pub mod api;
 pub mod broker;
 pub mod bus;
 pub mod candidates;
+pub mod clone;
 pub mod cli;
 pub mod error;
 pub mod ipam;

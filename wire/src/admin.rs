@@ -151,6 +151,28 @@ pub struct NodeView {
     /// reports (and from older servers).
     #[serde(default)]
     pub nat: Option<NatView>,
+    /// Set when the node's credential was used from another host than the one it is bound
+    /// to (its state directory was copied): those requests were refused. Null otherwise (and
+    /// from older servers).
+    #[serde(default)]
+    pub clone: Option<CloneView>,
+}
+
+/// Requests refused because they came with another host's fingerprint than the node's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CloneView {
+    #[serde(with = "time::serde::rfc3339")]
+    pub first_seen_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub last_seen_at: OffsetDateTime,
+    /// Refused requests recorded (the server records at most one per node every few
+    /// seconds, so a burst counts once).
+    pub requests: u64,
+    /// The client address of the last recorded one.
+    pub last_addr: String,
+    /// The host fingerprint it carried (64 hex), or null when it carried none.
+    #[serde(default)]
+    pub last_fingerprint: Option<String>,
 }
 
 /// Where a candidate endpoint of a node comes from.

@@ -117,8 +117,15 @@ pub async fn leave_direct(s: &JoinSettings) -> Result<String, Failure> {
             format!("{}: api_url {e}", s.state.identity_file().display()),
         )
     })?;
+    // A copy of another host's state dir must not deregister that host's node.
+    let host = crate::identity::host::check_or_bind(
+        &s.state.dir,
+        id.node_id,
+        &crate::identity::host::machine_id_file(),
+        time::OffsetDateTime::now_utc(),
+    )?;
     let client = ApiClient::new(url, &s.trust, s.dropped_ca.clone())?;
-    let api = NodeApi::new(client, id.node_id, id.node_credential.clone());
+    let api = NodeApi::new(client, id.node_id, id.node_credential.clone()).with_host(host);
     let answer = api.leave().await;
     let mut mesh = crate::mesh::for_leave(&s.config.wireguard);
     finish(&id, answer, &s.state, mesh.as_mut())
