@@ -61,7 +61,12 @@ async fn clones_are_refused_and_the_original_keeps_working(srv: &TestServer) {
 
     // Another host with the same credential: refused, with what to do.
     let (s, body) = heartbeat(srv, &a, Some(Y)).await;
-    assert_code(StatusCode::from_u16(s).unwrap(), &body, 409, "clone_refused");
+    assert_code(
+        StatusCode::from_u16(s).unwrap(),
+        &body,
+        409,
+        "clone_refused",
+    );
     let msg = body["message"].as_str().unwrap();
     assert!(
         msg.contains("copy of its state directory") && msg.contains("plexd join"),
@@ -72,7 +77,12 @@ async fn clones_are_refused_and_the_original_keeps_working(srv: &TestServer) {
     assert_eq!(db_i64(srv, seen, a.node_id).await, Some(1));
     // No fingerprint from a bound node: refused as well (an old or tampered plexd).
     let (s, body) = heartbeat(srv, &a, None).await;
-    assert_code(StatusCode::from_u16(s).unwrap(), &body, 409, "clone_refused");
+    assert_code(
+        StatusCode::from_u16(s).unwrap(),
+        &body,
+        409,
+        "clone_refused",
+    );
     // Every node call is covered: the state pull and the event stream too.
     let r = srv
         .node_req(Method::GET, &a, "/state")
@@ -90,7 +100,12 @@ async fn clones_are_refused_and_the_original_keeps_working(srv: &TestServer) {
     assert_eq!(r.status(), StatusCode::CONFLICT);
     // A malformed header is a bad request, not a clone.
     let (s, body) = heartbeat(srv, &a, Some("not-hex")).await;
-    assert_code(StatusCode::from_u16(s).unwrap(), &body, 400, "invalid_request");
+    assert_code(
+        StatusCode::from_u16(s).unwrap(),
+        &body,
+        400,
+        "invalid_request",
+    );
 
     // The operator sees it; the first refusal was recorded with its fingerprint.
     let view = srv.node_view(a.node_id).await;
@@ -139,7 +154,10 @@ async fn clones_are_refused_and_the_original_keeps_working(srv: &TestServer) {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!((c.first_seen_at, c.last_seen_at, c.requests), (far, far + every, 2));
+    assert_eq!(
+        (c.first_seen_at, c.last_seen_at, c.requests),
+        (far, far + every, 2)
+    );
     assert_eq!((c.addr.as_str(), c.fingerprint), ("192.0.2.9", None));
 }
 

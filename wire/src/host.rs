@@ -102,10 +102,7 @@ mod tests {
             HostFingerprint::parse(&hex.to_uppercase()),
             Err(BadFingerprint)
         );
-        assert_eq!(
-            HostFingerprint::parse(&"g".repeat(64)),
-            Err(BadFingerprint)
-        );
+        assert_eq!(HostFingerprint::parse(&"g".repeat(64)), Err(BadFingerprint));
         assert_eq!(HostFingerprint::parse(""), Err(BadFingerprint));
     }
 }

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use plexsphere_wire::node::{EndpointAck, EndpointReport, Heartbeat, HeartbeatAck, IngestBatch};
 use plexsphere_wire::host::{HOST_HEADER, HostFingerprint};
+use plexsphere_wire::node::{EndpointAck, EndpointReport, Heartbeat, HeartbeatAck, IngestBatch};
 use plexsphere_wire::{ApiError, codes};
 use uuid::Uuid;
 

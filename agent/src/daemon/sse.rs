@@ -94,9 +94,11 @@ async fn end_of(e: es::Error) -> StreamMsg {
                 .and_then(crate::api_client::parse_retry_after);
             let bytes = read_some(body.into_stream(), MAX_ERROR_BODY).await;
             let err = CallError::from_answer(status, &bytes, retry_after);
-            let fatal =
-                matches!(err, CallError::Revoked | CallError::Unauthorized | CallError::CloneRefused)
-                    .then(|| err.clone());
+            let fatal = matches!(
+                err,
+                CallError::Revoked | CallError::Unauthorized | CallError::CloneRefused
+            )
+            .then(|| err.clone());
             (err.to_string(), retry_after, fatal)
         }
         es::Error::Transport(t) => (t.inner().to_string(), None, None),

@@ -94,7 +94,9 @@ impl MachineId {
             .read_to_string(&mut text)
             .map_err(|e| bad(e.to_string()))?;
         if text.len() as u64 > MAX_MACHINE_ID_FILE {
-            return Err(bad(format!("it is larger than {MAX_MACHINE_ID_FILE} bytes")));
+            return Err(bad(format!(
+                "it is larger than {MAX_MACHINE_ID_FILE} bytes"
+            )));
         }
         Self::parse(&text).map_err(|r| bad(r.to_owned()))
     }
@@ -267,7 +269,10 @@ mod tests {
         let a = fingerprint(&id(X), node(1));
         assert_eq!(a, fingerprint(&id(X), node(1)));
         // Case and a trailing newline do not change the host.
-        assert_eq!(a, fingerprint(&id(&format!("{}\n", X.to_uppercase())), node(1)));
+        assert_eq!(
+            a,
+            fingerprint(&id(&format!("{}\n", X.to_uppercase())), node(1))
+        );
         assert_ne!(a, fingerprint(&id(Y), node(1)));
         assert_ne!(a, fingerprint(&id(X), node(2)));
         let hex = a.to_hex();
@@ -286,14 +291,25 @@ mod tests {
     fn a_bad_machine_id_is_refused_with_its_reason() {
         assert_eq!(MachineId::parse(""), Err("it is empty"));
         assert_eq!(MachineId::parse(" \n"), Err("it is empty"));
-        assert!(MachineId::parse("uninitialized\n").unwrap_err().contains("uninitialized"));
+        assert!(
+            MachineId::parse("uninitialized\n")
+                .unwrap_err()
+                .contains("uninitialized")
+        );
         assert!(MachineId::parse("abc").unwrap_err().contains("32 hex"));
-        assert!(MachineId::parse(&"g".repeat(32)).unwrap_err().contains("32 hex"));
+        assert!(
+            MachineId::parse(&"g".repeat(32))
+                .unwrap_err()
+                .contains("32 hex")
+        );
 
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("machine-id");
         let e = MachineId::read(&missing).unwrap_err().to_string();
-        assert!(e.contains("machine-id") && e.contains(MACHINE_ID_ENV), "{e}");
+        assert!(
+            e.contains("machine-id") && e.contains(MACHINE_ID_ENV),
+            "{e}"
+        );
         std::fs::write(&missing, vec![b'a'; 300]).unwrap();
         let e = MachineId::read(&missing).unwrap_err().to_string();
         assert!(e.contains("larger than 256 bytes"), "{e}");

@@ -6,7 +6,8 @@
 //! `{"items":[...]}`), which is what `jq '.[]'` wants.
 
 use plexsphere_wire::admin::{
-    CandidateKind, CloneView, DomainView, IssuedToken, NatView, NodeView, ProjectView, TokenView, VersionInfo,
+    CandidateKind, CloneView, DomainView, IssuedToken, NatView, NodeView, ProjectView, TokenView,
+    VersionInfo,
 };
 use plexsphere_wire::node::NatMapping;
 use serde::Serialize;

@@ -137,6 +137,8 @@ pub async fn clone_of(
 
 /// Every node with recorded refused requests.
 pub async fn clones(conn: &mut AnyConnection) -> Result<HashMap<Uuid, CloneRecord>, StoreError> {
-    let rows = sqlx::query(select_clones!("")).fetch_all(&mut *conn).await?;
+    let rows = sqlx::query(select_clones!(""))
+        .fetch_all(&mut *conn)
+        .await?;
     rows.iter().map(clone_from_row).collect()
 }
