@@ -150,7 +150,7 @@ async fn clones_are_refused_and_the_original_keeps_working(srv: &TestServer) {
     assert!(record(srv, b.node_id, far).await);
     assert!(!record(srv, b.node_id, far + every - 1).await);
     assert!(record(srv, b.node_id, far + every).await);
-    let c = node_hosts::clone_of(&mut *srv.store.acquire().await.unwrap(), b.node_id)
+    let c = node_hosts::clone_of(&mut srv.store.acquire().await.unwrap(), b.node_id)
         .await
         .unwrap()
         .unwrap();
