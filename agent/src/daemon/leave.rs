@@ -20,13 +20,15 @@ pub fn cleanup(paths: &StatePaths, mesh: &mut dyn Mesh) -> Vec<PathBuf> {
     remove_files(paths)
 }
 
-/// Removes the identity, the cached state and the key; returns the files removed.
+/// Removes the identity, the cached state, the key and the host binding; returns the files
+/// removed.
 pub fn remove_files(paths: &StatePaths) -> Vec<PathBuf> {
     let mut removed = vec![];
     for f in [
         paths.identity_file(),
         paths.dir.join(STATE_FILE_NAME),
         paths.key_file(),
+        paths.dir.join(crate::identity::host::HOST_FILE_NAME),
     ] {
         match crate::fsutil::remove_file_if_present(&f) {
             Ok(true) => removed.push(f),
@@ -140,11 +142,17 @@ mod tests {
     fn cleanup_removes_the_node_files_only() {
         let dir = tempfile::tempdir().unwrap();
         let paths = StatePaths::new(dir.path());
-        for f in ["identity.json", "state.json", "wireguard.key", "other"] {
+        for f in [
+            "identity.json",
+            "state.json",
+            "wireguard.key",
+            "host.json",
+            "other",
+        ] {
             std::fs::write(dir.path().join(f), "x").unwrap();
         }
         let removed = cleanup(&paths, &mut NoneMesh::default());
-        assert_eq!(removed.len(), 3);
+        assert_eq!(removed.len(), 4);
         assert!(dir.path().join("other").exists());
         assert!(cleanup(&paths, &mut NoneMesh::default()).is_empty());
         assert_eq!(files_text(&[]), "nothing (no local files were left)");
