@@ -141,9 +141,9 @@ in
         ExecReload = "${pkgs.coreutils}/bin/kill -HUP $MAINPID";
         Restart = "on-failure";
         RestartSec = "5s";
-        # 10 token consumed, 11 token invalid, 15 node revoked or deleted, 64 usage,
-        # 78 bad config: a restart fixes none.
-        RestartPreventExitStatus = "10 11 15 64 78";
+        # 10 token consumed, 11 token invalid, 15 node revoked or deleted, 16 state dir
+        # copied from another host, 64 usage, 78 bad config: a restart fixes none.
+        RestartPreventExitStatus = "10 11 15 16 64 78";
         # The event loop sends WATCHDOG=1 every 30 s; SIGTERM stops it at once.
         WatchdogSec = "60s";
         TimeoutStopSec = "15s";

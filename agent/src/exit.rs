@@ -10,11 +10,12 @@
 //! | 13 | the API is not trusted (TLS) or not reachable (DNS, refused, timeout) | install the CA / check the network |
 //! | 14 | another server refusal (mesh range exhausted, 5xx, an unexpected answer) | see the message |
 //! | 15 | the node was revoked (`node_revoked`) or deleted on the control plane (401) | `plexd leave`, then enrol again |
+//! | 16 | the state dir was enrolled on another host (a copy: local host check or `clone_refused`) | remove the state dir, enrol with a fresh token |
 //! | 64 | bad command line (usage) | see `plexd --help` |
 //! | 74 | a local step failed: a file could not be read or written (state dir, unit dir), `systemctl` failed, or `uninstall --force` met a daemon it cannot stop | see the message |
 //! | 78 | bad configuration or a state file plexd cannot use | fix the named file |
 //!
-//! The systemd unit lists 10, 11, 15, 64 and 78 in `RestartPreventExitStatus=`: they do not fix
+//! The systemd unit lists 10, 11, 15, 16, 64 and 78 in `RestartPreventExitStatus=`: they do not fix
 //! themselves by restarting.
 
 use plexsphere_wire::codes;
@@ -30,13 +31,14 @@ pub enum ExitCode {
     ApiUnreachable,
     ServerRefused,
     NodeGone,
+    Cloned,
     Usage,
     Io,
     Config,
 }
 
 impl ExitCode {
-    pub const ALL: [ExitCode; 11] = [
+    pub const ALL: [ExitCode; 12] = [
         ExitCode::Ok,
         ExitCode::NotRunning,
         ExitCode::TokenConsumed,
@@ -45,6 +47,7 @@ impl ExitCode {
         ExitCode::ApiUnreachable,
         ExitCode::ServerRefused,
         ExitCode::NodeGone,
+        ExitCode::Cloned,
         ExitCode::Usage,
         ExitCode::Io,
         ExitCode::Config,
@@ -70,6 +73,7 @@ impl ExitCode {
             ExitCode::ApiUnreachable => 13,
             ExitCode::ServerRefused => 14,
             ExitCode::NodeGone => 15,
+            ExitCode::Cloned => 16,
             ExitCode::Usage => 64,
             ExitCode::Io => 74,
             ExitCode::Config => 78,
@@ -89,6 +93,8 @@ Exit codes:
   13  the API is not trusted (TLS) or not reachable
   14  another refusal by the server (mesh range exhausted, server error, unexpected answer)
   15  the node was revoked or deleted on the control plane: run plexd leave and enrol again
+  16  the state dir was enrolled on another host (a copy): remove it here and enrol this
+      host with its own token
   64  bad command line
   74  a local step failed: a file could not be read or written, systemctl failed, or
       plexd uninstall --force met a daemon it cannot stop
@@ -168,6 +174,17 @@ impl From<crate::identity::IdentityError> for Failure {
     }
 }
 
+impl From<crate::identity::host::HostError> for Failure {
+    fn from(e: crate::identity::host::HostError) -> Self {
+        use crate::identity::host::HostError;
+        match e {
+            HostError::Fs(f) => f.into(),
+            e @ HostError::Cloned(_) => Failure::new(ExitCode::Cloned, e),
+            e => Failure::new(ExitCode::Config, e),
+        }
+    }
+}
+
 impl From<crate::api_client::ApiClientError> for Failure {
     fn from(e: crate::api_client::ApiClientError) -> Self {
         use crate::api_client::ApiClientError as E;
@@ -226,6 +243,7 @@ mod tests {
             ExitCode::Ok,
             ExitCode::NotRunning,
             ExitCode::NodeGone,
+            ExitCode::Cloned,
             ExitCode::TokenConsumed,
             ExitCode::TokenInvalid,
             ExitCode::RateLimited,

@@ -74,6 +74,10 @@ pub enum Error {
         "this node was revoked by an operator; its credential no longer works (register it again with a fresh bootstrap token)"
     )]
     NodeRevoked,
+    /// 409 `clone_refused`: a node's credential from another host than the one it is bound
+    /// to (its state directory was copied); see `crate::clone`.
+    #[error("{0}")]
+    CloneRefused(String),
     #[error("{0}")]
     NotFound(String),
     #[error("{0}")]

@@ -9,6 +9,7 @@ pub mod broker;
 pub mod bus;
 pub mod candidates;
 pub mod cli;
+pub mod clone;
 pub mod error;
 pub mod ipam;
 pub mod keys;

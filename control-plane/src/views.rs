@@ -1,7 +1,7 @@
 //! Stored rows -> the wire views operators see. Pure functions; time is a parameter.
 
 use plexsphere_wire::admin::{
-    CandidateKind, CandidateView, NatView, NodeStatus, NodeView, TokenStatus, TokenView,
+    CandidateKind, CandidateView, CloneView, NatView, NodeStatus, NodeView, TokenStatus, TokenView,
 };
 use plexsphere_wire::secret::TokenKind;
 
@@ -90,6 +90,18 @@ pub fn node_view(row: &NodeRow, now: i64, offline_after: i64) -> Result<NodeView
             mapping: n.mapping,
             udp_blocked: n.udp_blocked,
         }),
+        clone: None,
+    })
+}
+
+/// The refused requests from another host, as operators see them (`NodeView::clone`).
+pub fn clone_view(c: &crate::store::node_hosts::CloneRecord) -> Result<CloneView, StoreError> {
+    Ok(CloneView {
+        first_seen_at: from_unix("nodes.clone_first_seen_at", c.first_seen_at)?,
+        last_seen_at: from_unix("nodes.clone_last_seen_at", c.last_seen_at)?,
+        requests: c.requests,
+        last_addr: c.addr.clone(),
+        last_fingerprint: c.fingerprint.clone(),
     })
 }
 

@@ -39,6 +39,18 @@ impl Host {
     pub fn run_dir(&self) -> PathBuf {
         self.root.join("run/plexd")
     }
+    /// This host's machine id, when the test gave it one ([`Host::write_machine_id`]);
+    /// otherwise plexd reads the real `/etc/machine-id`.
+    pub fn machine_id_file(&self) -> PathBuf {
+        self.root.join("etc/machine-id")
+    }
+
+    /// Gives this host its own machine id (plexd binds its state dir to it).
+    pub fn write_machine_id(&self, id: &str) -> Result<()> {
+        std::fs::create_dir_all(self.root.join("etc"))?;
+        std::fs::write(self.machine_id_file(), format!("{id}\n"))?;
+        Ok(())
+    }
 
     /// Writes config.yaml for a node of `project` against `api_url`, trusting `ca`, plus any
     /// `extra` YAML (e.g. a `daemon:` section).
@@ -135,6 +147,9 @@ impl Host {
             .env("PLEXD_RUN_DIR", self.run_dir())
             .env_remove("NOTIFY_SOCKET")
             .env_remove("JOURNAL_STREAM");
+        if self.machine_id_file().exists() {
+            cmd.env("PLEXD_MACHINE_ID_FILE", self.machine_id_file());
+        }
         Ok(cmd)
     }
 

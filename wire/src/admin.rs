@@ -151,6 +151,28 @@ pub struct NodeView {
     /// reports (and from older servers).
     #[serde(default)]
     pub nat: Option<NatView>,
+    /// Set when the node's credential was used from another host than the one it is bound
+    /// to (its state directory was copied): those requests were refused. Null otherwise (and
+    /// from older servers).
+    #[serde(default)]
+    pub clone: Option<CloneView>,
+}
+
+/// Requests refused because they came with another host's fingerprint than the node's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CloneView {
+    #[serde(with = "time::serde::rfc3339")]
+    pub first_seen_at: OffsetDateTime,
+    #[serde(with = "time::serde::rfc3339")]
+    pub last_seen_at: OffsetDateTime,
+    /// Refused requests recorded (the server records at most one per node every few
+    /// seconds, so a burst counts once).
+    pub requests: u64,
+    /// The client address of the last recorded one.
+    pub last_addr: String,
+    /// The host fingerprint it carried (64 hex), or null when it carried none.
+    #[serde(default)]
+    pub last_fingerprint: Option<String>,
 }
 
 /// Where a candidate endpoint of a node comes from.
@@ -369,7 +391,7 @@ mod tests {
 
     #[test]
     fn node_view_json_is_pinned() {
-        let json = r#"{"id":"019a0816-0000-7000-8000-0000000000aa","domain_id":"019a0816-0000-7000-8000-000000000000","project_id":"019a0816-0000-7000-8000-000000000002","hostname":"edge-1","arch":"amd64","plexd_version":"0.2.0","mesh_ip":"10.64.1.1","wireguard_public_key":"k","resource_handle":null,"status":"online","registered_at":"2026-11-30T10:00:00Z","last_seen_at":"2026-11-30T10:05:00Z","endpoints":["192.0.2.10:51820"],"last_heartbeat_at":"2026-11-30T10:04:30Z","uptime_secs":3600,"applied_state_version":7,"peers_configured":3,"peers_connected":2,"observations_dropped":5,"candidates":[{"kind":"local","address":"192.0.2.10:51820"},{"kind":"reflexive","address":"198.51.100.7:40001"},{"kind":"observed","address":"198.51.100.7:51820"}],"home_relay":"r1","nat":{"mapping":"endpoint_independent","udp_blocked":false}}"#;
+        let json = r#"{"id":"019a0816-0000-7000-8000-0000000000aa","domain_id":"019a0816-0000-7000-8000-000000000000","project_id":"019a0816-0000-7000-8000-000000000002","hostname":"edge-1","arch":"amd64","plexd_version":"0.2.0","mesh_ip":"10.64.1.1","wireguard_public_key":"k","resource_handle":null,"status":"online","registered_at":"2026-11-30T10:00:00Z","last_seen_at":"2026-11-30T10:05:00Z","endpoints":["192.0.2.10:51820"],"last_heartbeat_at":"2026-11-30T10:04:30Z","uptime_secs":3600,"applied_state_version":7,"peers_configured":3,"peers_connected":2,"observations_dropped":5,"candidates":[{"kind":"local","address":"192.0.2.10:51820"},{"kind":"reflexive","address":"198.51.100.7:40001"},{"kind":"observed","address":"198.51.100.7:51820"}],"home_relay":"r1","nat":{"mapping":"endpoint_independent","udp_blocked":false},"clone":null}"#;
         let v: NodeView = serde_json::from_str(json).unwrap();
         assert_eq!(v.status, NodeStatus::Online);
         assert_eq!(v.candidates[1].kind, CandidateKind::Reflexive);
@@ -390,6 +412,14 @@ mod tests {
     }
 
     #[test]
+    fn a_suspected_clone_json_is_pinned() {
+        let json = r#"{"first_seen_at":"2026-12-02T03:10:04Z","last_seen_at":"2026-12-02T03:10:12Z","requests":2,"last_addr":"198.51.100.9","last_fingerprint":null}"#;
+        let c: CloneView = serde_json::from_str(json).unwrap();
+        assert_eq!((c.requests, c.last_addr.as_str()), (2, "198.51.100.9"));
+        assert_eq!(serde_json::to_string(&c).unwrap(), json);
+    }
+
+    #[test]
     fn node_view_from_an_older_server_reads_without_the_heartbeat_fields() {
         let json = r#"{"id":"019a0816-0000-7000-8000-0000000000aa","domain_id":"019a0816-0000-7000-8000-000000000000","project_id":"019a0816-0000-7000-8000-000000000002","hostname":"edge-1","arch":"amd64","plexd_version":"0.1.0","mesh_ip":"10.64.1.1","wireguard_public_key":"k","status":"registered","registered_at":"2026-11-30T10:00:00Z"}"#;
         let v: NodeView = serde_json::from_str(json).unwrap();
@@ -406,6 +436,7 @@ mod tests {
         assert_eq!(v.observations_dropped, 0);
         assert!(v.candidates.is_empty());
         assert_eq!((v.home_relay.as_deref(), v.nat.as_ref()), (None, None));
+        assert_eq!(v.clone, None);
         let back: serde_json::Value = serde_json::to_value(&v).unwrap();
         assert_eq!(back["last_heartbeat_at"], serde_json::Value::Null);
         assert_eq!(back["observations_dropped"], 0);

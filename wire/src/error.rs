@@ -73,6 +73,10 @@ pub mod codes {
     pub const INSUFFICIENT_SCOPE: &str = "insufficient_scope";
     /// 403: the node was revoked by an operator; its credential no longer works.
     pub const NODE_REVOKED: &str = "node_revoked";
+    /// 409: the node's credential came with another host's fingerprint (or none) than the
+    /// one bound to the node: its state directory was copied to another host. Final: the
+    /// copy must be removed and enrolled with its own token.
+    pub const CLONE_REFUSED: &str = "clone_refused";
     /// 404: the addressed object does not exist.
     pub const NOT_FOUND: &str = "not_found";
     /// 404: no plexd build for the requested platform.

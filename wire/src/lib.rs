@@ -6,6 +6,7 @@
 
 pub mod admin;
 pub mod error;
+pub mod host;
 pub mod node;
 pub mod reach;
 pub mod register;

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use plexsphere_wire::host::{HOST_HEADER, HostFingerprint};
 use plexsphere_wire::node::{EndpointAck, EndpointReport, Heartbeat, HeartbeatAck, IngestBatch};
 use plexsphere_wire::{ApiError, codes};
 use uuid::Uuid;
@@ -22,6 +23,9 @@ pub enum CallError {
     Unauthorized,
     /// 403 `node_revoked`.
     Revoked,
+    /// 409 `clone_refused`: the control plane saw this credential from another host than the
+    /// one the node is bound to; this state dir is a copy. Ends the daemon (exit 16).
+    CloneRefused,
     /// Any other refusal.
     Refused {
         status: u16,
@@ -58,6 +62,7 @@ impl CallError {
         match (status, error.code.as_str()) {
             (401, _) => CallError::Unauthorized,
             (403, codes::NODE_REVOKED) => CallError::Revoked,
+            (409, codes::CLONE_REFUSED) => CallError::CloneRefused,
             _ => CallError::Refused {
                 status,
                 error,
@@ -77,6 +82,9 @@ impl std::fmt::Display for CallError {
             CallError::Revoked => {
                 f.write_str("HTTP 403 node_revoked: an operator revoked this node")
             }
+            CallError::CloneRefused => f.write_str(
+                "HTTP 409 clone_refused: the control plane saw this node's credential from another host",
+            ),
             CallError::Refused { status, error, .. } => write!(f, "HTTP {status} {error}"),
             CallError::BadAnswer(r) => write!(f, "an answer plexd cannot read: {r}"),
         }
@@ -106,6 +114,8 @@ pub struct NodeApi {
     api: ApiClient,
     node_id: Uuid,
     credential: SecretString,
+    /// This host's fingerprint, sent as `Plexd-Host` with every call.
+    host: Option<HostFingerprint>,
 }
 
 impl NodeApi {
@@ -114,7 +124,20 @@ impl NodeApi {
             api,
             node_id,
             credential,
+            host: None,
         }
+    }
+
+    /// Sends `host` as `Plexd-Host` with every call (the control plane refuses a node's
+    /// credential from another host than the one it saw first).
+    pub fn with_host(mut self, host: HostFingerprint) -> Self {
+        self.host = Some(host);
+        self
+    }
+
+    /// The `Plexd-Host` header's value, when the host is known.
+    pub fn host_header(&self) -> Option<String> {
+        self.host.as_ref().map(HostFingerprint::to_hex)
     }
 
     pub fn api(&self) -> &ApiClient {
@@ -135,8 +158,11 @@ impl NodeApi {
         &self,
         req: reqwest::RequestBuilder,
     ) -> Result<(u16, reqwest::header::HeaderMap, Vec<u8>), CallError> {
+        let mut req = req.header(reqwest::header::AUTHORIZATION, self.bearer());
+        if let Some(host) = self.host_header() {
+            req = req.header(HOST_HEADER, host);
+        }
         let resp = req
-            .header(reqwest::header::AUTHORIZATION, self.bearer())
             .send()
             .await
             .map_err(|e| CallError::Unreachable(self.api.classify(&e).to_string()))?;
@@ -273,6 +299,16 @@ mod tests {
             e.to_string(),
             "HTTP 503 HTTP 503: <html>busy</html> (unexpected_answer)"
         );
+        let clone = br#"{"code":"clone_refused","message":"another host"}"#;
+        assert_eq!(
+            CallError::from_answer(409, clone, None),
+            CallError::CloneRefused
+        );
+        let conflict = br#"{"code":"conflict","message":"busy"}"#;
+        assert!(matches!(
+            CallError::from_answer(409, conflict, None),
+            CallError::Refused { status: 409, .. }
+        ));
         let forbidden = br#"{"code":"forbidden","message":"not yours"}"#;
         assert!(matches!(
             CallError::from_answer(403, forbidden, None),

@@ -20,13 +20,15 @@ pub fn cleanup(paths: &StatePaths, mesh: &mut dyn Mesh) -> Vec<PathBuf> {
     remove_files(paths)
 }
 
-/// Removes the identity, the cached state and the key; returns the files removed.
+/// Removes the identity, the cached state, the key and the host binding; returns the files
+/// removed.
 pub fn remove_files(paths: &StatePaths) -> Vec<PathBuf> {
     let mut removed = vec![];
     for f in [
         paths.identity_file(),
         paths.dir.join(STATE_FILE_NAME),
         paths.key_file(),
+        paths.dir.join(crate::identity::host::HOST_FILE_NAME),
     ] {
         match crate::fsutil::remove_file_if_present(&f) {
             Ok(true) => removed.push(f),
@@ -117,8 +119,15 @@ pub async fn leave_direct(s: &JoinSettings) -> Result<String, Failure> {
             format!("{}: api_url {e}", s.state.identity_file().display()),
         )
     })?;
+    // A copy of another host's state dir must not deregister that host's node.
+    let host = crate::identity::host::check_or_bind(
+        &s.state.dir,
+        id.node_id,
+        &crate::identity::host::machine_id_file(),
+        time::OffsetDateTime::now_utc(),
+    )?;
     let client = ApiClient::new(url, &s.trust, s.dropped_ca.clone())?;
-    let api = NodeApi::new(client, id.node_id, id.node_credential.clone());
+    let api = NodeApi::new(client, id.node_id, id.node_credential.clone()).with_host(host);
     let answer = api.leave().await;
     let mut mesh = crate::mesh::for_leave(&s.config.wireguard);
     finish(&id, answer, &s.state, mesh.as_mut())
@@ -133,11 +142,17 @@ mod tests {
     fn cleanup_removes_the_node_files_only() {
         let dir = tempfile::tempdir().unwrap();
         let paths = StatePaths::new(dir.path());
-        for f in ["identity.json", "state.json", "wireguard.key", "other"] {
+        for f in [
+            "identity.json",
+            "state.json",
+            "wireguard.key",
+            "host.json",
+            "other",
+        ] {
             std::fs::write(dir.path().join(f), "x").unwrap();
         }
         let removed = cleanup(&paths, &mut NoneMesh::default());
-        assert_eq!(removed.len(), 3);
+        assert_eq!(removed.len(), 4);
         assert!(dir.path().join("other").exists());
         assert!(cleanup(&paths, &mut NoneMesh::default()).is_empty());
         assert_eq!(files_text(&[]), "nothing (no local files were left)");

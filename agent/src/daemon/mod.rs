@@ -84,7 +84,8 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
             .map_err(|e| bad_identity(format!("domain_signing_public_key: {e}")))?;
         let url = ApiUrl::parse(&identity.api_url).map_err(|e| bad_identity(format!("api_url: {e}")))?;
         let client = ApiClient::new(url, &settings.trust, settings.dropped_ca.clone())?;
-        let api = calls::NodeApi::new(client, identity.node_id, identity.node_credential.clone());
+        let host = crate::identity::host::check_or_bind(&settings.state.dir, identity.node_id, &crate::identity::host::machine_id_file(), time::OffsetDateTime::now_utc())?;
+        let api = calls::NodeApi::new(client, identity.node_id, identity.node_credential.clone()).with_host(host);
         let acceptor = accept::Acceptor::new(verifier, identity.node_id);
         let mesh = open_mesh(settings, &identity)?;
         let backend = mesh.backend();
@@ -165,6 +166,7 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
                 Ok(())
             }
             Outcome::Gone(message) => Err(Failure::new(ExitCode::NodeGone, message)),
+            Outcome::Cloned(message) => Err(Failure::new(ExitCode::Cloned, message)),
         }
     }
     .instrument(span)

@@ -67,7 +67,11 @@ pub async fn connect_once(
 
 fn build(api: &NodeApi, last_event_id: Option<u64>) -> Result<impl es::Client, es::Error> {
     let mut b = es::ClientBuilder::for_url(api.url("/events").as_str())?
-        .header("Authorization", &api.bearer())?
+        .header("Authorization", &api.bearer())?;
+    if let Some(host) = api.host_header() {
+        b = b.header(plexsphere_wire::host::HOST_HEADER, &host)?;
+    }
+    let mut b = b
         .reconnect(es::ReconnectOptions::reconnect(false).build())
         .redirect_limit(0);
     if let Some(id) = last_event_id {
@@ -90,8 +94,11 @@ async fn end_of(e: es::Error) -> StreamMsg {
                 .and_then(crate::api_client::parse_retry_after);
             let bytes = read_some(body.into_stream(), MAX_ERROR_BODY).await;
             let err = CallError::from_answer(status, &bytes, retry_after);
-            let fatal =
-                matches!(err, CallError::Revoked | CallError::Unauthorized).then(|| err.clone());
+            let fatal = matches!(
+                err,
+                CallError::Revoked | CallError::Unauthorized | CallError::CloneRefused
+            )
+            .then(|| err.clone());
             (err.to_string(), retry_after, fatal)
         }
         es::Error::Transport(t) => (t.inner().to_string(), None, None),

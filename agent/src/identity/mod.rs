@@ -1,5 +1,6 @@
 //! What the node keeps in its state dir: the WireGuard key and the identity it registered.
 
+pub mod host;
 mod key;
 mod state;
 

@@ -74,7 +74,7 @@ mod tests {
         for needle in [
             "Type=notify",
             "ExecStart=/usr/local/bin/plexd run\n",
-            "RestartPreventExitStatus=10 11 15 64 78",
+            "RestartPreventExitStatus=10 11 15 16 64 78",
             "WatchdogSec=60s",
             "TimeoutStopSec=15s",
             "RuntimeDirectory=plexd",

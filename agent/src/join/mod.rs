@@ -24,7 +24,7 @@ use crate::api_client::{ApiClient, RegisterAnswer};
 use crate::config::Config;
 use crate::exit::{ExitCode, Failure};
 use crate::fsutil;
-use crate::identity::{Identity, NodeKey};
+use crate::identity::{Identity, NodeKey, host};
 use crate::paths::StatePaths;
 use crate::tls::TrustSources;
 
@@ -71,8 +71,17 @@ pub async fn join(s: &JoinSettings) -> Result<Joined, Failure> {
     let identity_file = s.state.identity_file();
     if let Some(id) = Identity::load(&identity_file)? {
         tracing::debug!(node_id = %id.node_id, mesh_ip = %id.mesh_ip, "already enrolled");
+        // A state dir copied from another host is not this host's enrolment.
+        host::check_or_bind(
+            &s.state.dir,
+            id.node_id,
+            &host::machine_id_file(),
+            OffsetDateTime::now_utc(),
+        )?;
         return Ok(Joined::AlreadyEnrolled(id));
     }
+    // Checked before the token is spent: a host without a usable machine id cannot be bound.
+    let machine_id = host::MachineId::read(&host::machine_id_file())?;
     let api_url = s.config.require_api_url(&s.config_file)?.clone();
 
     fsutil::ensure_dir(&s.state.dir, 0o700)?;
@@ -147,6 +156,13 @@ pub async fn join(s: &JoinSettings) -> Result<Joined, Failure> {
             ),
         )
     })?;
+    // This host registered the node now: the binding is this host's, whatever was there.
+    host::bind(
+        &s.state.dir.join(host::HOST_FILE_NAME),
+        id.node_id,
+        &host::fingerprint(&machine_id, id.node_id),
+        OffsetDateTime::now_utc(),
+    )?;
     if let Err(e) = std::fs::remove_file(&s.token_file) {
         tracing::warn!(path = %s.token_file.display(), error = %e, "could not remove the used bootstrap token file; remove it by hand");
     }

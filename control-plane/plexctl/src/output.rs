@@ -6,7 +6,8 @@
 //! `{"items":[...]}`), which is what `jq '.[]'` wants.
 
 use plexsphere_wire::admin::{
-    CandidateKind, DomainView, IssuedToken, NatView, NodeView, ProjectView, TokenView, VersionInfo,
+    CandidateKind, CloneView, DomainView, IssuedToken, NatView, NodeView, ProjectView, TokenView,
+    VersionInfo,
 };
 use plexsphere_wire::node::NatMapping;
 use serde::Serialize;
@@ -160,7 +161,7 @@ pub fn nodes(items: &[NodeView]) -> String {
                 n.id.to_string(),
                 text(&n.hostname),
                 n.mesh_ip.to_string(),
-                n.status.as_str().to_owned(),
+                status_flagged(n),
                 opt(n.last_seen_at, time),
                 endpoints(&n.endpoints, ","),
                 text(&n.plexd_version),
@@ -183,6 +184,25 @@ pub fn nodes(items: &[NodeView]) -> String {
     )
 }
 
+/// A node's status, flagged `+clone` when requests with its credential came from another host.
+fn status_flagged(n: &NodeView) -> String {
+    match n.clone {
+        Some(_) => format!("{}+clone", n.status.as_str()),
+        None => n.status.as_str().to_owned(),
+    }
+}
+
+/// `clone suspected: <first seen>, <count> requests from <addr> (last <time>)`.
+fn clone_line(c: &CloneView) -> String {
+    format!(
+        "{}, {} requests from {} (last {}); they were refused, see docs/operations.md \"Clones and golden images\"",
+        time(c.first_seen_at),
+        c.requests,
+        text(&c.last_addr),
+        time(c.last_seen_at)
+    )
+}
+
 /// A node's endpoints, best first, or `-`.
 fn endpoints(list: &[String], separator: &str) -> String {
     if list.is_empty() {
@@ -197,7 +217,8 @@ fn endpoints(list: &[String], separator: &str) -> String {
 
 /// `node get`: every field of one node, one per line; the heartbeat's figures are `-` until
 /// the node heartbeats, and `observations dropped` appears only when the node dropped some.
-/// Then what the node reported of its reach: its candidates by kind (`local`, `reflexive`,
+/// A `clone suspected` line follows the status when requests with the node's credential came
+/// from another host (they were refused). Then what the node reported of its reach: its candidates by kind (`local`, `reflexive`,
 /// `observed`), its home relay and what its NAT does to mappings, `-` until it reports.
 pub fn node(n: &NodeView) -> String {
     let peers = match (n.peers_connected, n.peers_configured) {
@@ -209,6 +230,11 @@ pub fn node(n: &NodeView) -> String {
         ("hostname", text(&n.hostname)),
         ("mesh ip", n.mesh_ip.to_string()),
         ("status", n.status.as_str().to_owned()),
+    ];
+    if let Some(c) = &n.clone {
+        pairs.push(("clone suspected", clone_line(c)));
+    }
+    pairs.extend([
         ("last seen", opt(n.last_seen_at, time)),
         ("last heartbeat", opt(n.last_heartbeat_at, time)),
         ("uptime", opt(n.uptime_secs, uptime)),
@@ -217,7 +243,7 @@ pub fn node(n: &NodeView) -> String {
             opt(n.applied_state_version, |v| v.to_string()),
         ),
         ("peers", peers),
-    ];
+    ]);
     if n.observations_dropped > 0 {
         pairs.push(("observations dropped", n.observations_dropped.to_string()));
     }

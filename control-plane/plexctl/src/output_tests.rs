@@ -69,6 +69,7 @@ fn node_view() -> NodeView {
             mapping: NatMapping::EndpointIndependent,
             udp_blocked: false,
         }),
+        clone: None,
     }
 }
 
@@ -367,4 +368,27 @@ fn times_are_utc_to_the_second() {
         time(datetime!(2026-01-02 03:04:05.999 -01:30)),
         "2026-01-02T04:34:05Z"
     );
+}
+
+#[test]
+fn a_suspected_clone_is_flagged_in_node_list_and_spelled_out_in_node_get() {
+    let mut n = node_view();
+    n.clone = Some(CloneView {
+        first_seen_at: datetime!(2026-11-30 11:00:00 UTC),
+        last_seen_at: datetime!(2026-11-30 11:02:03 UTC),
+        requests: 4,
+        last_addr: "198.51.100.9".to_owned(),
+        last_fingerprint: None,
+    });
+    let list = nodes(std::slice::from_ref(&n));
+    assert!(list.contains(" online+clone "), "{list}");
+    assert!(!nodes(&[node_view()]).contains("+clone"));
+    let get = node(&n);
+    assert!(
+        get.contains(
+            "\nstatus:           online\nclone suspected:  2026-11-30T11:00:00Z, 4 requests from 198.51.100.9 (last 2026-11-30T11:02:03Z); they were refused"
+        ),
+        "{get}"
+    );
+    assert!(!node(&node_view()).contains("clone"));
 }

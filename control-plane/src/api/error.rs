@@ -43,6 +43,7 @@ pub fn classify(e: &Error) -> (StatusCode, &'static str) {
         Error::OperatorTokenExpired(_) => (StatusCode::UNAUTHORIZED, codes::OPERATOR_TOKEN_EXPIRED),
         Error::InsufficientScope(_) => (StatusCode::FORBIDDEN, codes::INSUFFICIENT_SCOPE),
         Error::NodeRevoked => (StatusCode::FORBIDDEN, codes::NODE_REVOKED),
+        Error::CloneRefused(_) => (StatusCode::CONFLICT, codes::CLONE_REFUSED),
         Error::NotFound(_) => (StatusCode::NOT_FOUND, codes::NOT_FOUND),
         Error::Conflict(_) => (StatusCode::CONFLICT, codes::CONFLICT),
         Error::Store(s) if s.fault() == Some(StorageFault::Full) => {

@@ -8,6 +8,7 @@ use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Request};
 use axum::http::header;
 use axum::http::request::Parts;
 use plexsphere_wire::admin::OperatorScope;
+use plexsphere_wire::host::{BadFingerprint, HOST_HEADER, HostFingerprint};
 use plexsphere_wire::secret::{NodeCredential, OperatorToken};
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
@@ -202,7 +203,9 @@ impl FromRequestParts<Arc<AppState>> for Operator {
 /// An authenticated node (`Authorization: Bearer pxnk_...`) calling about itself: the path's
 /// `{node_id}` must be the credential's node. Refusals: a bad path id 400; a missing,
 /// malformed, unknown (deleted) or wrong credential 401 `unauthorized`; a revoked node 403
-/// `node_revoked`; another node's path 403 `forbidden`. Success marks the node as seen (the
+/// `node_revoked`; another node's path 403 `forbidden`; a malformed `Plexd-Host` 400; another
+/// host's (or no) fingerprint for a node bound to a host 409 `clone_refused` (`crate::clone`:
+/// the copy is recorded, the node is not marked seen). Success marks the node as seen (the
 /// first success ends its registration replay window).
 pub struct NodeAuth {
     pub node: NodeRow,
@@ -235,7 +238,20 @@ impl FromRequestParts<Arc<AppState>> for NodeAuth {
                 node.id
             )));
         }
-        nodes::touch_last_seen(&mut conn, node.id, store::unix(state.now())).await?;
+        let host = parts
+            .headers
+            .get(HOST_HEADER)
+            .map(|v| {
+                v.to_str()
+                    .ok()
+                    .and_then(|t| HostFingerprint::parse(t).ok())
+                    .ok_or_else(|| Error::BadRequest(BadFingerprint.to_string()))
+            })
+            .transpose()?;
+        let now = store::unix(state.now());
+        let client = request_client(parts, state);
+        crate::clone::check(&mut conn, node.id, host.as_ref(), client, now).await?;
+        nodes::touch_last_seen(&mut conn, node.id, now).await?;
         Ok(NodeAuth { node })
     }
 }

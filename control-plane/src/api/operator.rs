@@ -19,8 +19,10 @@ use crate::error::Error;
 use crate::operator_tokens::{self, OperatorTokenError, TokenSpec};
 use crate::store::nodes::NodeRow;
 use crate::store::tokens::TokenRow;
-use crate::store::{self, Conn, domains, nodes, operators, projects, tokens};
-use crate::views::{node_view, token_view};
+use crate::store::{
+    self, Conn, StoreError, domains, node_hosts, nodes, operators, projects, tokens,
+};
+use crate::views::{clone_view, node_view, token_view};
 
 const MIN_TTL_SECS: u64 = 60;
 const MAX_TTL_SECS: u64 = 30 * 24 * 3600;
@@ -208,11 +210,17 @@ pub async fn list_nodes(
     let project_id = project_id.or(op.project_id);
     let now = store::unix(st.now());
     let hb = st.config.offline_after_secs();
-    let items = nodes::list(&mut *st.store.acquire().await?, project_id)
+    let mut conn = st.store.acquire().await?;
+    let clones = node_hosts::clones(&mut conn).await?;
+    let items = nodes::list(&mut conn, project_id)
         .await?
         .iter()
-        .map(|n| node_view(n, now, hb))
-        .collect::<Result<_, _>>()?;
+        .map(|n| {
+            let mut v = node_view(n, now, hb)?;
+            v.clone = clones.get(&n.id).map(clone_view).transpose()?;
+            Ok(v)
+        })
+        .collect::<Result<_, StoreError>>()?;
     Ok(Json(List { items }))
 }
 
@@ -221,9 +229,16 @@ pub async fn get_node(
     op: Operator,
     UuidPath(id): UuidPath,
 ) -> Result<Json<NodeView>, Error> {
-    let row = require_node(&mut st.store.acquire().await?, &op, id).await?;
+    let mut conn = st.store.acquire().await?;
+    let row = require_node(&mut conn, &op, id).await?;
     let now = store::unix(st.now());
-    Ok(Json(node_view(&row, now, st.config.offline_after_secs())?))
+    let mut view = node_view(&row, now, st.config.offline_after_secs())?;
+    view.clone = node_hosts::clone_of(&mut conn, id)
+        .await?
+        .as_ref()
+        .map(clone_view)
+        .transpose()?;
+    Ok(Json(view))
 }
 
 /// `POST /v1/nodes/{id}/revoke`: idempotent; the node hears `node_revoked` on its stream and

@@ -12,6 +12,7 @@ pub mod error;
 pub mod events;
 pub mod fault;
 pub mod mesh_ips;
+pub mod node_hosts;
 pub mod nodes;
 pub mod observations;
 mod open;
@@ -148,6 +149,13 @@ pub fn migrator() -> Migrator {
             Cow::Borrowed("operator token scopes"),
             MigrationType::Simple,
             include_str!("../../migrations/0008_operator_scopes.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
+            10,
+            Cow::Borrowed("node host"),
+            MigrationType::Simple,
+            include_str!("../../migrations/0010_node_host.sql").into_sql_str(),
             false,
         ),
     ];

@@ -51,6 +51,10 @@ impl Core {
                 self.revoked(now);
                 return false;
             }
+            Err(CallError::CloneRefused) => {
+                self.cloned();
+                return false;
+            }
             Err(e) => {
                 self.reachable = !matches!(e, CallError::Unreachable(_));
                 let unit = self.jitter.unit();

@@ -199,6 +199,9 @@ pub enum Outcome {
     Left,
     /// Revoked or deleted on the control plane (exit 15); the message says what to do.
     Gone(String),
+    /// The control plane refused this state dir's credential from this host: it is a copy
+    /// (exit 16); the message says what to do.
+    Cloned(String),
 }
 
 /// What the core asks the executor to do, in order.

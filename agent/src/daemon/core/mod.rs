@@ -402,6 +402,18 @@ impl Core {
         self.leaving.is_some()
     }
 
+    /// The control plane refused this host's use of the credential (`clone_refused`): this
+    /// state dir is a copy. End at once (exit 16) and change nothing: the mesh, the files
+    /// and the node on the control plane belong to the original.
+    fn cloned(&mut self) {
+        let message = crate::identity::host::clone_message(
+            &self.paths.dir,
+            self.id.node_id,
+            crate::identity::host::NoticedBy::ControlPlane,
+        );
+        self.exit(Outcome::Cloned(message));
+    }
+
     /// The revocation: remove every peer, then end (exit 15).
     fn revoked(&mut self, now: Now) {
         self.wanted = DesiredPeers::default();

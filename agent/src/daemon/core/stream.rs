@@ -78,6 +78,10 @@ impl Core {
                 fatal: Some(CallError::Revoked),
                 ..
             } if !self.is_leaving() => self.revoked(now),
+            StreamMsg::Ended {
+                fatal: Some(CallError::CloneRefused),
+                ..
+            } => self.cloned(),
             StreamMsg::Ended { fatal: Some(_), .. } if !self.is_leaving() => {
                 self.exit(Outcome::Gone(DELETED.to_owned()));
             }
