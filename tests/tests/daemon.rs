@@ -212,10 +212,16 @@ fn record(r: &Recorder, path: &str, extra: &[&str], secs: u32) -> Vec<u8> {
         identity["node_id"].as_str().unwrap(),
         identity["node_credential"].as_str().unwrap(),
     );
+    // The node's host binding travels with every call: an attacker on the path sees it too.
+    let host: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(r.state_dir.join("host.json")).unwrap())
+            .unwrap();
+    let fingerprint = host["fingerprint"].as_str().unwrap();
     let mut cmd = std::process::Command::new("curl");
     cmd.args(["-sN", "--max-time", &secs.to_string(), "--cacert"])
         .arg(&r.ca)
-        .args(["-H", &format!("Authorization: Bearer {credential}")]);
+        .args(["-H", &format!("Authorization: Bearer {credential}")])
+        .args(["-H", &format!("Plexd-Host: {fingerprint}")]);
     for h in extra {
         cmd.args(["-H", h]);
     }
