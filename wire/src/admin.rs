@@ -151,6 +151,20 @@ pub struct NodeView {
     /// reports (and from older servers).
     #[serde(default)]
     pub nat: Option<NatView>,
+    /// When the node last rotated its WireGuard key; absent when it never did.
+    #[serde(
+        with = "time::serde::rfc3339::option",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub key_rotated_at: Option<OffsetDateTime>,
+    /// When the node last rotated its credential; absent when it never did.
+    #[serde(
+        with = "time::serde::rfc3339::option",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub credential_rotated_at: Option<OffsetDateTime>,
 }
 
 /// Where a candidate endpoint of a node comes from.

@@ -9,6 +9,7 @@ pub mod error;
 pub mod node;
 pub mod reach;
 pub mod register;
+pub mod rotation;
 pub mod secret;
 pub mod signed;
 pub mod version;

@@ -132,7 +132,9 @@ impl FromRequestParts<Arc<AppState>> for Operator {
 /// `{node_id}` must be the credential's node. Refusals: a bad path id 400; a missing,
 /// malformed, unknown (deleted) or wrong credential 401 `unauthorized`; a revoked node 403
 /// `node_revoked`; another node's path 403 `forbidden`. Success marks the node as seen (the
-/// first success ends its registration replay window).
+/// first success ends its registration replay window). A rotated credential: the pending one
+/// works (its first use makes it current), the replaced one works for its grace
+/// (`node_rotation`).
 pub struct NodeAuth {
     pub node: NodeRow,
 }
@@ -152,7 +154,9 @@ impl FromRequestParts<Arc<AppState>> for NodeAuth {
         let node = nodes::get(&mut conn, credential.node_id)
             .await?
             .ok_or(Error::Unauthorized(BAD_NODE))?;
-        if !store::secret_matches(&credential.secret, &node.credential_sha256) {
+        let now = store::unix(state.now());
+        let matched = crate::node_rotation::credential_match(&node, &credential.secret, now);
+        if matched == crate::node_rotation::CredentialMatch::None {
             return Err(Error::Unauthorized(BAD_NODE));
         }
         if node.revoked_at.is_some() {
@@ -164,7 +168,10 @@ impl FromRequestParts<Arc<AppState>> for NodeAuth {
                 node.id
             )));
         }
-        nodes::touch_last_seen(&mut conn, node.id, store::unix(state.now())).await?;
+        if matched == crate::node_rotation::CredentialMatch::Pending {
+            crate::node_rotation::promote(&mut conn, &node, now).await?;
+        }
+        nodes::touch_last_seen(&mut conn, node.id, now).await?;
         Ok(NodeAuth { node })
     }
 }

@@ -9,6 +9,7 @@ mod node;
 mod observations;
 mod operator;
 mod public;
+mod rotation;
 pub mod sse;
 mod state;
 mod streams;
@@ -66,6 +67,23 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route(
             "/v1/resources/{id}",
             get(broker::get_resource).delete(broker::delete_resource),
+        )
+        .route(
+            "/v1/nodes/{node_id}/key",
+            get(rotation::key_challenge).post(rotation::rotate_key),
+        )
+        .route(
+            "/v1/nodes/{node_id}/credential",
+            post(rotation::rotate_credential),
+        )
+        // Operator routes, scope `operator`.
+        .route(
+            "/v1/nodes/{node_id}/rotate-key",
+            post(rotation::request_key_rotation),
+        )
+        .route(
+            "/v1/nodes/{node_id}/rotate-credential",
+            post(rotation::request_credential_rotation),
         )
         .fallback(|| async { Error::NotFound("no such endpoint; see docs/api.md".into()) })
         .method_not_allowed_fallback(|| async {

@@ -143,6 +143,13 @@ pub fn migrator() -> Migrator {
             include_str!("../../migrations/0007_node_reach.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            9,
+            Cow::Borrowed("key rotation"),
+            MigrationType::Simple,
+            include_str!("../../migrations/0009_key_rotation.sql").into_sql_str(),
+            false,
+        ),
     ];
     Migrator::with_migrations(migrations)
 }
