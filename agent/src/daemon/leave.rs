@@ -27,6 +27,7 @@ pub fn remove_files(paths: &StatePaths) -> Vec<PathBuf> {
         paths.identity_file(),
         paths.dir.join(STATE_FILE_NAME),
         paths.key_file(),
+        crate::identity::rotation::pending_path(&paths.key_file()),
     ] {
         match crate::fsutil::remove_file_if_present(&f) {
             Ok(true) => removed.push(f),

@@ -1,6 +1,7 @@
 //! What the node keeps in its state dir: the WireGuard key and the identity it registered.
 
 mod key;
+pub mod rotation;
 mod state;
 
 pub use key::{KeyError, NodeKey};

@@ -71,6 +71,7 @@ pub fn harness_with(config: Config, watchdog: Option<Duration>) -> Harness {
             backend: "none",
             watchdog,
             jitter: Jitter::seeded(SEED),
+            rotation: Default::default(),
         },
         now,
     );
