@@ -15,7 +15,9 @@ use super::extract::{ApiJson, NodeAuth, Operator, UuidPath};
 use super::state::AppState;
 use crate::error::Error;
 use crate::store;
-use crate::store::nodes::rotation::Request;
+use crate::store::nodes::{self, rotation::Request};
+use crate::views::node_view;
+use plexsphere_wire::admin::NodeView;
 
 pub async fn key_challenge(
     State(st): State<Arc<AppState>>,
@@ -50,7 +52,7 @@ async fn request(
     op: &Operator,
     id: uuid::Uuid,
     what: Request,
-) -> Result<StatusCode, Error> {
+) -> Result<(StatusCode, Json<NodeView>), Error> {
     let now = store::unix(st.now());
     if !st.node_ops().request_rotation(id, what, now).await? {
         return Err(Error::NotFound(format!(
@@ -58,23 +60,27 @@ async fn request(
         )));
     }
     tracing::info!(node_id = %id, operator = %op.id, what = ?what, "rotation requested by an operator; the node rotates at its next heartbeat");
-    Ok(StatusCode::ACCEPTED)
+    let row = nodes::get(&mut *st.store.acquire().await?, id)
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("no node with id {id}")))?;
+    let view = node_view(&row, now, st.config.offline_after_secs())?;
+    Ok((StatusCode::ACCEPTED, Json(view)))
 }
 
-/// `POST /v1/nodes/{id}/rotate-key` (scope `operator`).
+/// `POST /v1/nodes/{id}/rotate-key` (scope `operator`): 202 with the node.
 pub async fn request_key_rotation(
     State(st): State<Arc<AppState>>,
     op: Operator,
     UuidPath(id): UuidPath,
-) -> Result<StatusCode, Error> {
+) -> Result<(StatusCode, Json<NodeView>), Error> {
     request(&st, &op, id, Request::Key).await
 }
 
-/// `POST /v1/nodes/{id}/rotate-credential` (scope `operator`).
+/// `POST /v1/nodes/{id}/rotate-credential` (scope `operator`): 202 with the node.
 pub async fn request_credential_rotation(
     State(st): State<Arc<AppState>>,
     op: Operator,
     UuidPath(id): UuidPath,
-) -> Result<StatusCode, Error> {
+) -> Result<(StatusCode, Json<NodeView>), Error> {
     request(&st, &op, id, Request::Credential).await
 }

@@ -19,8 +19,8 @@
 //! | credential ok (saved and in use)         | answer, next due after the interval             |
 //!
 //! While a leave is in flight nothing starts. An operator's request stays in heartbeat
-//! answers until the control plane has the new key; answers for [`REQUEST_QUIET`] after a
-//! rotation finished are not taken as a new request.
+//! answers until the control plane has the new key: the answer to a heartbeat sent before a
+//! rotation finished is not taken as a new request (it may predate the rotation).
 
 use std::time::{Duration, Instant};
 
@@ -35,9 +35,6 @@ use crate::mesh::MeshError;
 
 /// A failed rotation is tried again after this long (or the server's `Retry-After`).
 pub const ROTATION_RETRY: Duration = Duration::from_secs(30);
-/// After a rotation, an operator's request in heartbeat answers is ignored this long (the
-/// answer may have been made before the control plane saw the rotation).
-pub const REQUEST_QUIET: Duration = Duration::from_secs(60);
 
 /// Which rotation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +75,8 @@ pub struct Track {
 pub struct Rotations {
     key: Track,
     credential: Track,
+    /// When the heartbeat whose answer comes next was sent.
+    pub(super) heartbeat_sent: Option<Instant>,
 }
 
 impl Rotations {
@@ -168,14 +167,14 @@ impl Core {
 
     /// A heartbeat answer may carry an operator's request.
     pub(super) fn rotation_requested(&mut self, ack: &HeartbeatAck, now: Now) {
+        let sent = self.rotations.heartbeat_sent;
         for (k, asked) in [
             (Kind::Key, ack.rotate_key),
             (Kind::Credential, ack.rotate_credential),
         ] {
             let t = self.rotations.track(k);
-            let quiet = t
-                .done_at
-                .is_some_and(|d| now.at.saturating_duration_since(d) < REQUEST_QUIET);
+            // An answer to a heartbeat sent before the last rotation ended may predate it.
+            let quiet = t.done_at.is_some_and(|d| sent.is_none_or(|s| s <= d));
             if asked && !t.running && !quiet && t.due.is_none_or(|d| d > now.at) {
                 tracing::info!("an operator asked for a rotation of the {}", k.name());
                 t.due = Some(now.at);
