@@ -364,6 +364,43 @@ mod tests {
     }
 
     #[test]
+    fn credentials_match_current_pending_and_previous_within_its_grace() {
+        let secrets: Vec<_> = (0..5)
+            .map(|_| NodeCredential::generate(Uuid::nil()).unwrap().secret)
+            .collect();
+        let secret = |n: u8| secrets[usize::from(n)].clone();
+        let digest = |n: u8| hex::encode(secret(n).digest());
+        let mut row = NodeRow::for_test(1, "10.64.0.1");
+        row.credential_sha256 = digest(1);
+        row.rotation.pending_credential_sha256 = Some(digest(2));
+        row.rotation.previous_credential_sha256 = Some(digest(3));
+        row.rotation.previous_until = Some(1000);
+        assert_eq!(
+            credential_match(&row, &secret(1), 500),
+            CredentialMatch::Current
+        );
+        assert_eq!(
+            credential_match(&row, &secret(2), 500),
+            CredentialMatch::Pending
+        );
+        assert_eq!(
+            credential_match(&row, &secret(3), 1000),
+            CredentialMatch::Previous
+        );
+        assert_eq!(
+            credential_match(&row, &secret(3), 1001),
+            CredentialMatch::None,
+            "grace over"
+        );
+        assert_eq!(
+            credential_match(&row, &secret(4), 500),
+            CredentialMatch::None
+        );
+        row.rotation.previous_until = None;
+        assert_eq!(credential_match(&row, &secret(3), 1), CredentialMatch::None);
+    }
+
+    #[test]
     fn the_gap_is_counted_from_the_last_change() {
         assert_eq!(too_soon(None, 100), None);
         assert_eq!(too_soon(Some(100), 100), Some(30));

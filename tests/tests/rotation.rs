@@ -113,8 +113,7 @@ fn start_ping(from: &Node, ip: &str) -> Proc {
 /// Interrupts the ping; answers (transmitted, received) from its summary.
 fn stop_ping(mut p: Proc) -> (u64, u64) {
     p.signal("INT").unwrap();
-    wait_until(BOUND, "ping prints its summary", || Ok(p.try_exit()?))
-        .unwrap();
+    wait_until(BOUND, "ping prints its summary", || p.try_exit()).unwrap();
     let out = p.output();
     let line = out
         .lines()
@@ -133,7 +132,12 @@ fn stop_ping(mut p: Proc) -> (u64, u64) {
 
 /// Waits until `ping` has answered at least `n` more pings than it had at the call.
 fn wait_replies(p: &Proc, n: usize) {
-    let count = |p: &Proc| p.output().lines().filter(|l| l.contains("bytes from")).count();
+    let count = |p: &Proc| {
+        p.output()
+            .lines()
+            .filter(|l| l.contains("bytes from"))
+            .count()
+    };
     let start = count(p);
     wait_until(BOUND, "pings are answered", || {
         Ok((count(p) >= start + n).then_some(()))
@@ -148,10 +152,16 @@ fn state_status(cp: &ControlPlane, id: &str, credential: &str) -> u16 {
         .arg(cp.ca_file())
         .arg("-H")
         .arg(format!("Authorization: Bearer {credential}"))
-        .arg(format!("{}/v1/nodes/{id}/state", cp.url.trim_end_matches('/')))
+        .arg(format!(
+            "{}/v1/nodes/{id}/state",
+            cp.url.trim_end_matches('/')
+        ))
         .output()
         .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0)
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(0)
 }
 
 /// Waits until B's interface and A's own hold `key` for A; checks B dropped `old`.
@@ -178,7 +188,10 @@ fn keys_rotate_on_demand_and_by_operator_with_traffic_running_and_credentials_ro
     b.start();
     let (a_id, a_ip) = (a.id(), a.mesh_ip());
     let key0 = a.wg("public-key");
-    assert_eq!(cp.node(&a_id).unwrap()["wireguard_public_key"], key0.as_str());
+    assert_eq!(
+        cp.node(&a_id).unwrap()["wireguard_public_key"],
+        key0.as_str()
+    );
     assert!(cp.node(&a_id).unwrap()["key_rotated_at"].is_null());
 
     // Traffic first.

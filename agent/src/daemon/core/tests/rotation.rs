@@ -84,12 +84,26 @@ fn a_pending_key_at_start_is_sent_again_and_the_repeat_answered_as_done_switches
     assert_eq!(rotations(&h.after(Duration::from_secs(60))), 0);
     let e = h.call(CallResult::RotateKey(Ok(done(true))));
     assert_eq!(set_keys(&e), 1, "{e:?}");
-    assert!(promoted(&e), "promoted only after the interface took it: {e:?}");
+    assert!(
+        promoted(&e),
+        "promoted only after the interface took it: {e:?}"
+    );
     let at = e
         .iter()
-        .position(|x| matches!(x, Effect::Mesh { op: MeshOp::SetKey(_), .. }))
+        .position(|x| {
+            matches!(
+                x,
+                Effect::Mesh {
+                    op: MeshOp::SetKey(_),
+                    ..
+                }
+            )
+        })
         .unwrap();
-    let p = e.iter().position(|x| matches!(x, Effect::PromoteKey)).unwrap();
+    let p = e
+        .iter()
+        .position(|x| matches!(x, Effect::PromoteKey))
+        .unwrap();
     assert!(at < p, "{e:?}");
     // With the schedule off nothing else follows.
     assert_eq!(rotations(&h.after(Duration::from_secs(365 * 86_400))), 0);
@@ -118,7 +132,10 @@ fn plexd_rotate_key_is_answered_once_the_interface_has_the_key() {
     for id in [5, 6] {
         match answer_of(&e, id) {
             Some(Answer::Rotated { message }) => {
-                assert!(message.contains("new") && message.contains("old"), "{message}")
+                assert!(
+                    message.contains("new") && message.contains("old"),
+                    "{message}"
+                )
             }
             other => panic!("{id}: {other:?}"),
         }
@@ -146,9 +163,14 @@ fn an_interface_that_refuses_the_key_keeps_it_pending_and_the_rotation_is_repeat
         answer: MeshAnswer::KeySet(Err(err)),
     });
     assert!(!promoted(&e), "{e:?}");
-    assert!(matches!(answer_of(&e, 1), Some(Answer::Error { message, .. }) if message.contains("tries again")));
+    assert!(
+        matches!(answer_of(&e, 1), Some(Answer::Error { message, .. }) if message.contains("tries again"))
+    );
     // Tried again after the retry; the control plane answers it as done this time.
-    assert_eq!(rotations(&h.after(ROTATION_RETRY - Duration::from_secs(1))), 0);
+    assert_eq!(
+        rotations(&h.after(ROTATION_RETRY - Duration::from_secs(1))),
+        0
+    );
     assert_eq!(rotations(&h.after(Duration::from_secs(1))), 1);
     h.call(CallResult::RotateKey(Ok(done(true))));
     assert!(promoted(&h.release_mesh()));
@@ -164,7 +186,10 @@ fn refusals_conflict_discards_rate_limit_waits_gone_ends() {
         request: Request::RotateKey,
     });
     let e = h.call(CallResult::RotateKey(Err(refused(409, None))));
-    assert!(e.iter().any(|x| matches!(x, Effect::DiscardPendingKey)), "{e:?}");
+    assert!(
+        e.iter().any(|x| matches!(x, Effect::DiscardPendingKey)),
+        "{e:?}"
+    );
     assert!(matches!(answer_of(&e, 1), Some(Answer::Error { .. })));
     assert_eq!(rotations(&h.after(Duration::from_secs(3600))), 0);
 
@@ -224,7 +249,11 @@ fn the_schedule_counts_from_the_age_of_the_key_with_jitter() {
     );
     let e = h.step(Input::Tick);
     assert_eq!(rotations(&e), 1, "the default is 30 days: {e:?}");
-    assert!(!calls(&e).iter().any(|c| matches!(c, Call::RotateCredential)));
+    assert!(
+        !calls(&e)
+            .iter()
+            .any(|c| matches!(c, Call::RotateCredential))
+    );
 }
 
 #[test]
@@ -237,7 +266,10 @@ fn an_operators_request_starts_one_rotation_and_an_older_answer_does_not_repeat_
     assert_eq!(rotations(&e), 1);
     h.call(CallResult::RotateKey(Ok(done(false))));
     // The answer to a heartbeat sent before the rotation ended still carries the request.
-    assert_eq!(rotations(&h.call(CallResult::Heartbeat(Ok(asked.clone())))), 0);
+    assert_eq!(
+        rotations(&h.call(CallResult::Heartbeat(Ok(asked.clone())))),
+        0
+    );
     // A heartbeat sent after it that still says so is a new request.
     h.after(Duration::from_secs(40));
     assert_eq!(rotations(&h.call(CallResult::Heartbeat(Ok(asked)))), 1);
@@ -251,7 +283,11 @@ fn the_credential_rotates_on_request_and_answers() {
         id: 3,
         request: Request::RotateCredential,
     });
-    assert!(calls(&e).iter().any(|c| matches!(c, Call::RotateCredential)));
+    assert!(
+        calls(&e)
+            .iter()
+            .any(|c| matches!(c, Call::RotateCredential))
+    );
     let e = h.call(CallResult::RotateCredential(Ok(())));
     assert!(matches!(answer_of(&e, 3), Some(Answer::Rotated { .. })));
     // A leave in flight: nothing starts, the request is refused.
