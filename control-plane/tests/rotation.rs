@@ -79,7 +79,20 @@ async fn rotate(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_changes_only_with_proof_of_both_keys_once_and_peers_hear_it() {
-    let srv = TestServer::start().await;
+    key_rotation(&TestServer::start().await).await;
+}
+
+/// The same on Postgres (migration 0009 and the compare-and-swap there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_rotation_on_postgres() {
+    let Some(srv) = common::postgres::server().await else {
+        return;
+    };
+    key_rotation(&srv).await;
+}
+
+async fn key_rotation(srv: &TestServer) {
+    let srv = srv;
     let (s0, s1, s2) = ([11u8; 32], [12u8; 32], [13u8; 32]);
     let a = enrol_with(&srv, s0).await;
     let b = srv.enrol(LAB_NODES).await;
