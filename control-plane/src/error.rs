@@ -69,6 +69,12 @@ pub enum Error {
     /// 403 `forbidden`: valid credentials that do not allow this call.
     #[error("{0}")]
     Forbidden(String),
+    /// 401 `operator_token_expired`: the message says when and how to get a new one.
+    #[error("{0}")]
+    OperatorTokenExpired(String),
+    /// 403 `insufficient_scope`: the token's scope is below what the route requires.
+    #[error("{0}")]
+    InsufficientScope(String),
     /// 403 `node_revoked`.
     #[error(
         "this node was revoked by an operator; its credential no longer works (register it again with a fresh bootstrap token)"

@@ -30,6 +30,11 @@ pub enum Mode {
     /// A connection is cut when it sends a state pull (`GET .../state`); everything else
     /// passes. Only a TLS-terminating proxy sees the request line.
     RefuseStatePulls = 4,
+    /// A replaying attacker (TLS-terminating only): a connection whose first request is a state
+    /// pull gets the recorded state answer ([`Proxy::set_replay`]), one that opens the event
+    /// stream gets the recorded frames and then keep-alives; everything else passes, and a
+    /// state pull or stream later on a passing connection cuts it (so it comes back first).
+    Replay = 5,
 }
 
 impl Mode {
@@ -39,6 +44,7 @@ impl Mode {
             2 => Mode::FlipSignatures,
             3 => Mode::Refuse,
             4 => Mode::RefuseStatePulls,
+            5 => Mode::Replay,
             _ => Mode::Pass,
         }
     }
@@ -60,7 +66,17 @@ struct Shared {
     lose_ingest_answers: Arc<AtomicBool>,
     lost_answers: Arc<AtomicUsize>,
     ingests: Arc<Mutex<Vec<IngestSeen>>>,
+    replay: Arc<Mutex<Replay>>,
     tls: Option<Arc<Tls>>,
+}
+
+/// What [`Mode::Replay`] answers, and how often it did.
+#[derive(Default)]
+struct Replay {
+    state_body: Vec<u8>,
+    frames: Vec<u8>,
+    states_served: usize,
+    streams_served: usize,
 }
 
 /// An ingest batch the proxy forwarded to the server.
@@ -131,6 +147,7 @@ impl Proxy {
             lose_ingest_answers: Arc::new(AtomicBool::new(false)),
             lost_answers: Arc::new(AtomicUsize::new(0)),
             ingests: Arc::new(Mutex::new(Vec::new())),
+            replay: Arc::new(Mutex::new(Replay::default())),
             tls,
         };
         let listener = rt.block_on(TcpListener::bind("127.0.0.1:0"))?;
@@ -199,6 +216,23 @@ impl Proxy {
             .unwrap_or_default()
     }
 
+    /// What [`Mode::Replay`] answers: a state pull's JSON body and the event stream's frames
+    /// (recorded earlier from the real server).
+    pub fn set_replay(&self, state_body: Vec<u8>, frames: Vec<u8>) {
+        if let Ok(mut r) = self.shared.replay.lock() {
+            r.state_body = state_body;
+            r.frames = frames;
+        }
+    }
+
+    /// How many (state answers, event streams) [`Mode::Replay`] served.
+    pub fn replayed(&self) -> (usize, usize) {
+        self.shared
+            .replay
+            .lock()
+            .map_or((0, 0), |r| (r.states_served, r.streams_served))
+    }
+
     /// The URL plexd should use to reach the upstream through this proxy.
     pub fn url(&self) -> String {
         format!("https://{}", self.addr)
@@ -215,13 +249,62 @@ impl Shared {
         match &self.tls {
             None => self.relay(client, server).await,
             Some(tls) => {
-                let client = tls.acceptor.accept(client).await?;
+                let mut client = tls.acceptor.accept(client).await?;
                 let name = ServerName::try_from("127.0.0.1")
                     .map_err(|e| std::io::Error::other(e.to_string()))?;
-                let server = tls.connector.connect(name, server).await?;
+                let mut server = tls.connector.connect(name, server).await?;
+                if Mode::from_u8(self.mode.load(Ordering::SeqCst)) == Mode::Replay {
+                    let head = read_head(&mut client).await?;
+                    if is_state_pull(&head) || is_stream_open(&head) {
+                        return self.answer_replay(client, &head).await;
+                    }
+                    server.write_all(&head).await?;
+                }
                 self.relay(client, server).await
             }
         }
+    }
+
+    /// Answers a state pull or a stream opening from the recording, as a replaying attacker.
+    async fn answer_replay<C: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        mut client: C,
+        head: &[u8],
+    ) -> std::io::Result<()> {
+        let (body, frames) = {
+            let mut r = self
+                .replay
+                .lock()
+                .map_err(|_| std::io::Error::other("poisoned"))?;
+            if is_state_pull(head) {
+                r.states_served += 1;
+            } else {
+                r.streams_served += 1;
+            }
+            (r.state_body.clone(), r.frames.clone())
+        };
+        if is_state_pull(head) {
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            client.write_all(answer.as_bytes()).await?;
+            client.write_all(&body).await?;
+            client.flush().await?;
+            return client.shutdown().await;
+        }
+        client
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n\r\n")
+            .await?;
+        client.write_all(&frames).await?;
+        client.flush().await?;
+        // Keep-alives, so the node keeps the stream and does not call it stalled.
+        while Mode::from_u8(self.mode.load(Ordering::SeqCst)) == Mode::Replay {
+            client.write_all(b": keep-alive\n\n").await?;
+            client.flush().await?;
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
+        client.shutdown().await
     }
 
     async fn relay<C, S>(&self, client: C, server: S) -> std::io::Result<()>
@@ -250,6 +333,9 @@ impl Shared {
                 }
                 let mode = Mode::from_u8(m_up.load(Ordering::SeqCst));
                 if mode == Mode::RefuseStatePulls && is_state_pull(&buf[..n]) {
+                    return Ok(());
+                }
+                if mode == Mode::Replay && (is_state_pull(&buf[..n]) || is_stream_open(&buf[..n])) {
                     return Ok(());
                 }
                 if losing.load(Ordering::SeqCst) && is_ingest(&buf[..n]) {
@@ -318,7 +404,9 @@ async fn gate(mode: &AtomicU8) -> bool {
         match Mode::from_u8(mode.load(Ordering::SeqCst)) {
             Mode::Silent => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
             Mode::Refuse => return false,
-            Mode::Pass | Mode::FlipSignatures | Mode::RefuseStatePulls => return true,
+            Mode::Pass | Mode::FlipSignatures | Mode::RefuseStatePulls | Mode::Replay => {
+                return true;
+            }
         }
     }
 }
@@ -335,6 +423,23 @@ fn is_node_call(chunk: &[u8], method: &str, suffix: &str) -> bool {
 
 fn is_state_pull(chunk: &[u8]) -> bool {
     is_node_call(chunk, "GET", "/state ")
+}
+
+fn is_stream_open(chunk: &[u8]) -> bool {
+    is_node_call(chunk, "GET", "/events")
+}
+
+/// Reads a request head (up to the empty line, at most 16 KiB) from the client.
+async fn read_head<C: AsyncRead + Unpin>(client: &mut C) -> std::io::Result<Vec<u8>> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if head.len() > 16 * 1024 || client.read(&mut byte).await? == 0 {
+            return Err(std::io::Error::other("no request head"));
+        }
+        head.push(byte[0]);
+    }
+    Ok(head)
 }
 
 fn is_ingest(chunk: &[u8]) -> bool {

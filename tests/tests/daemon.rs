@@ -194,3 +194,170 @@ fn tampered_state_and_events_are_refused_and_the_last_good_state_kept() {
     })
     .unwrap();
 }
+
+/// Where [`record`] asks: the server's URL and CA, and the node's state directory.
+struct Recorder {
+    url: String,
+    ca: std::path::PathBuf,
+    state_dir: std::path::PathBuf,
+}
+
+/// Records what the real server answers the node with its own credential (an attacker on the
+/// transport sees the same plaintext): `curl` against `path` with `extra` headers.
+fn record(r: &Recorder, path: &str, extra: &[&str], secs: u32) -> Vec<u8> {
+    let identity: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(r.state_dir.join("identity.json")).unwrap())
+            .unwrap();
+    let (id, credential) = (
+        identity["node_id"].as_str().unwrap(),
+        identity["node_credential"].as_str().unwrap(),
+    );
+    let mut cmd = std::process::Command::new("curl");
+    cmd.args(["-sN", "--max-time", &secs.to_string(), "--cacert"])
+        .arg(&r.ca)
+        .args(["-H", &format!("Authorization: Bearer {credential}")]);
+    for h in extra {
+        cmd.args(["-H", h]);
+    }
+    let out = cmd
+        .arg(format!(
+            "{}/v1/nodes/{id}{path}",
+            r.url.trim_end_matches('/')
+        ))
+        .output()
+        .unwrap();
+    // 28: --max-time ended a stream, which is how a stream recording ends.
+    assert!(
+        out.status.success() || out.status.code() == Some(28),
+        "curl {path}: {:?} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// The attack: a TLS-terminating proxy records the node's signed state and event
+/// frames while a peer is in the mesh, the peer is revoked, and the proxy then answers every
+/// state pull with the recorded state and every stream with a recorded (older) resync and the
+/// recorded `peer_added`. The node must keep the revocation: none of it is newer than what it
+/// applied. (Before the fix the resync reset the node's position and the old state applied.)
+#[test]
+fn a_replaying_proxy_cannot_roll_a_node_back_past_a_revocation() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cp_dir = tmp.path().join("cp");
+    let cp = ControlPlane::start_dev_with(
+        &cp_dir,
+        &["--sse-keepalive-secs", "1", "--event-retention-secs", "1"],
+    )
+    .unwrap();
+    let proxy = tls_proxy(&cp, &cp_dir);
+    let a = node(&cp, tmp.path(), "a", &proxy.url());
+    let (proc, before) = start(&a);
+    let rec = Recorder {
+        url: cp.url.clone(),
+        ca: cp.ca_file(),
+        state_dir: a.state_dir(),
+    };
+
+    // Record the live stream while b joins: its signed peer_added.
+    let from = format!(
+        "Last-Event-ID: {}",
+        before["last_event_id"].as_u64().unwrap()
+    );
+    let stream = std::thread::scope(|s| {
+        let recording = s.spawn(|| record(&rec, "/events", &[&from], 8));
+        std::thread::sleep(Duration::from_secs(2));
+        let b = node(&cp, tmp.path(), "b", &cp.url);
+        assert!(b.plexd(&["join"]).unwrap().status.success());
+        (recording.join().unwrap(), b)
+    });
+    let (frames_b, b) = stream;
+    let (b_id, b_ip) = b.identity().unwrap();
+    assert!(
+        String::from_utf8_lossy(&frames_b).contains("peer_added"),
+        "the recording holds b's arrival: {}",
+        String::from_utf8_lossy(&frames_b)
+    );
+    wait_until(BOUND, "a applies b", || {
+        Ok(a.status()?.filter(|s| Host::peer_ips(s).contains(&b_ip)))
+    })
+    .unwrap();
+    // The signed state with b in it.
+    let state_with_b = record(&rec, "/state", &[], 10);
+    assert!(String::from_utf8_lossy(&state_with_b).contains("signature"));
+    // A signed resync, got by resuming from an id the server no longer keeps.
+    let head = db_value(&cp_dir, "SELECT max(seq) FROM events").unwrap();
+    wait_until(BOUND, "the server prunes its replay window", || {
+        let pruned = db_value(&cp_dir, "SELECT max(pruned_through) FROM domain_events")?;
+        Ok((pruned >= head).then_some(()))
+    })
+    .unwrap();
+    let resync = record(&rec, "/events", &["Last-Event-ID: 1"], 3);
+    assert!(
+        String::from_utf8_lossy(&resync).contains("resync"),
+        "{}",
+        String::from_utf8_lossy(&resync)
+    );
+
+    // b is revoked; a drops it.
+    cp.plexctl_ok(&["node", "revoke", &b_id, "--yes"]).unwrap();
+    let revoked = wait_until(BOUND, "a drops the revoked b", || {
+        Ok(a.status()?.filter(|s| !Host::peer_ips(s).contains(&b_ip)))
+    })
+    .unwrap();
+
+    // From now on the proxy replays the recordings; cut what is open first.
+    let mut frames = resync;
+    frames.extend_from_slice(&frames_b);
+    proxy.set_replay(state_with_b, frames);
+    proxy.set_mode(Mode::Refuse);
+    wait_until(BOUND, "a's stream is cut", || {
+        Ok(a.status()?.filter(|s| s["event_stream_connected"] == false))
+    })
+    .unwrap();
+    proxy.set_mode(Mode::Replay);
+    // The node holds a replayed stream open (it sends keep-alives) and refuses what it carries;
+    // its state pulls keep getting the recorded state.
+    wait_until(BOUND, "the proxy replays pulls and a stream", || {
+        let (states, streams) = proxy.replayed();
+        Ok(
+            (states >= 3 && streams >= 1 && proc.output().contains("refused a resync at seq"))
+                .then_some(()),
+        )
+    })
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e} (replayed {:?})\n--- plexd:\n{}",
+            proxy.replayed(),
+            proc.output()
+        )
+    });
+
+    let during = a.status().unwrap().unwrap();
+    assert!(
+        !Host::peer_ips(&during).contains(&b_ip),
+        "the replay brought the revoked peer back:\n{}",
+        proc.output()
+    );
+    for field in ["state_version", "last_event_id"] {
+        assert!(
+            during[field].as_u64().unwrap() >= revoked[field].as_u64().unwrap(),
+            "{field} went back from {} to {}",
+            revoked[field],
+            during[field]
+        );
+    }
+    let log = proc.output();
+    assert!(
+        log.contains("refused a state document") && log.contains("older than the applied"),
+        "the node says why it refused the replayed state:\n{log}"
+    );
+
+    // The real server again: a keeps working.
+    proxy.set_mode(Mode::Pass);
+    wait_until(BOUND, "a's stream connects again", || {
+        Ok(a.status()?.filter(|s| s["event_stream_connected"] == true))
+    })
+    .unwrap();
+    assert!(!Host::peer_ips(&a.status().unwrap().unwrap()).contains(&b_ip));
+}

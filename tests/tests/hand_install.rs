@@ -1,7 +1,8 @@
 //! The README's hand install, followed verbatim in a fresh machine (systemd-nspawn, real
 //! systemd and journald): the code blocks between `<!-- hand-install:begin -->` and
 //! `<!-- hand-install:end -->` are run as written, with only the placeholders filled in and
-//! `sudo ` dropped (the machine's shell is root). The token is "pasted" on stdin.
+//! `sudo ` dropped (the machine's shell is root). The token is "pasted" on stdin; the Domain
+//! key is the one `plexctl domain list` shows.
 //!
 //! Root only; it fails (never skips) without root or the machine tools.
 
@@ -57,6 +58,18 @@ fn the_readme_hand_install_enrols_a_machine_and_a_reused_token_is_refused() {
     .unwrap();
     let api = cp.url.trim_start_matches("https://").to_owned();
     let token = cp.issue_token(LAB_NODES_PROJECT).unwrap();
+    // The Domain key as the operator sees it (`plexctl domain list`), not from the downloads.
+    let domains: serde_json::Value = serde_json::from_str(
+        &cp.plexctl_ok(&["domain", "list", "--output", "json"])
+            .unwrap(),
+    )
+    .unwrap();
+    let domain_key = domains
+        .as_array()
+        .and_then(|d| d.iter().find(|d| d["slug"] == "lab"))
+        .and_then(|d| d["signing_public_key"].as_str())
+        .unwrap_or_else(|| panic!("the lab Domain's key in {domains}"))
+        .to_owned();
 
     let m = TestMachine::boot(
         &tmp.path().join("machines"),
@@ -78,7 +91,8 @@ fn the_readme_hand_install_enrols_a_machine_and_a_reused_token_is_refused() {
         let text = text
             .replace("<api>", &api)
             .replace("<project-id>", LAB_NODES_PROJECT)
-            .replace("<name>", "hand-installed");
+            .replace("<name>", "hand-installed")
+            .replace("<domain-key>", &domain_key);
         match lang.as_str() {
             "sh" => {
                 let script = format!(
@@ -87,6 +101,11 @@ fn the_readme_hand_install_enrols_a_machine_and_a_reused_token_is_refused() {
                 );
                 let out = m.sh(&script).unwrap();
                 eprintln!("--- README block ran:\n{text}--- output:\n{out}");
+                // The block that checks the signature: openssl verified it (under `sh -e` a
+                // failed check has already failed the block).
+                if text.contains("openssl pkeyutl -verify") {
+                    assert!(out.contains("Signature Verified Successfully"), "{out}");
+                }
             }
             "yaml" => {
                 let path = m.machine.merged().join("etc/plexd/config.yaml");

@@ -255,6 +255,94 @@ pub struct VersionInfo {
     pub version: String,
 }
 
+/// What an operator token may do (docs/api.md, "Operator token scopes"); ordered, each scope
+/// allows everything the ones before it allow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OperatorScope {
+    /// Reads only (`GET`).
+    ReadOnly,
+    /// Day-to-day work: bootstrap tokens, nodes, resources (machines).
+    Operator,
+    /// Everything, operator tokens and cloud credentials included.
+    Admin,
+}
+
+impl OperatorScope {
+    pub const ALL: [OperatorScope; 3] = [
+        OperatorScope::ReadOnly,
+        OperatorScope::Operator,
+        OperatorScope::Admin,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OperatorScope::ReadOnly => "read-only",
+            OperatorScope::Operator => "operator",
+            OperatorScope::Admin => "admin",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<OperatorScope> {
+        Self::ALL.into_iter().find(|s| s.as_str() == text)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OperatorTokenStatus {
+    Active,
+    Expired,
+    Revoked,
+}
+
+/// One operator token as `GET /v1/operator-tokens` and `GET /v1/operator-tokens/self` show it
+/// (never its secret).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OperatorTokenView {
+    pub id: String,
+    pub name: String,
+    pub scope: OperatorScope,
+    /// The one project the token is limited to; `None`: every project.
+    #[serde(default)]
+    pub project_id: Option<Uuid>,
+    /// Created before scopes existed: admin, never expires; replace it with a scoped token.
+    #[serde(default)]
+    pub legacy: bool,
+    pub status: OperatorTokenStatus,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+    /// `None`: never expires (admin and legacy tokens only).
+    #[serde(with = "time::serde::rfc3339::option", default)]
+    pub expires_at: Option<OffsetDateTime>,
+    /// Recorded at most once a minute per token.
+    #[serde(with = "time::serde::rfc3339::option", default)]
+    pub last_used_at: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339::option", default)]
+    pub revoked_at: Option<OffsetDateTime>,
+}
+
+/// `POST /v1/operator-tokens` (admin).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateOperatorToken {
+    pub name: String,
+    pub scope: OperatorScope,
+    #[serde(default)]
+    pub project_id: Option<Uuid>,
+    /// `90d`, `12h`, `1d12h`... or `never` (admin only); absent: 90 days.
+    #[serde(default)]
+    pub expires_in: Option<String>,
+}
+
+/// The answer to creating an operator token: the only time its text is ever shown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreatedOperatorToken {
+    pub token: String,
+    #[serde(flatten)]
+    pub view: OperatorTokenView,
+}
+
 /// Every list endpoint answers `{"items":[...]}`, so fields can be added beside the items later.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct List<T> {
@@ -264,6 +352,26 @@ pub struct List<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn operator_token_view_json_is_pinned() {
+        let json = r#"{"id":"0123456789abcdef","name":"ci","scope":"read-only","project_id":"019a0816-0000-7000-8000-000000000002","legacy":false,"status":"active","created_at":"2026-11-30T10:00:00Z","expires_at":"2027-02-28T10:00:00Z","last_used_at":null,"revoked_at":null}"#;
+        let v: OperatorTokenView = serde_json::from_str(json).unwrap();
+        assert_eq!(v.scope, OperatorScope::ReadOnly);
+        assert_eq!(serde_json::to_string(&v).unwrap(), json);
+        assert!(OperatorScope::ReadOnly < OperatorScope::Operator);
+        assert!(OperatorScope::Operator < OperatorScope::Admin);
+        for s in OperatorScope::ALL {
+            assert_eq!(OperatorScope::parse(s.as_str()), Some(s));
+            assert_eq!(
+                serde_json::to_string(&s).unwrap(),
+                format!("\"{}\"", s.as_str())
+            );
+        }
+        let req: CreateOperatorToken =
+            serde_json::from_str(r#"{"name":"ci","scope":"operator"}"#).unwrap();
+        assert_eq!((req.project_id, req.expires_in), (None, None));
+    }
 
     #[test]
     fn token_view_json_is_pinned() {

@@ -67,6 +67,10 @@ pub mod codes {
     pub const UNAUTHORIZED: &str = "unauthorized";
     /// 403: the credentials are valid but do not allow this.
     pub const FORBIDDEN: &str = "forbidden";
+    /// 401: the operator token's expiry has passed; create a new one.
+    pub const OPERATOR_TOKEN_EXPIRED: &str = "operator_token_expired";
+    /// 403: the operator token's scope does not allow this route (read-only on a write...).
+    pub const INSUFFICIENT_SCOPE: &str = "insufficient_scope";
     /// 403: the node was revoked by an operator; its credential no longer works.
     pub const NODE_REVOKED: &str = "node_revoked";
     /// 404: the addressed object does not exist.

@@ -7,12 +7,19 @@ pub fn notify(state: &[(&str, &str)]) {
     if std::env::var_os("NOTIFY_SOCKET").is_none() {
         return;
     }
+    #[cfg(feature = "systemd")]
     if let Err(e) = systemd::daemon::notify(state.iter()) {
         tracing::warn!(error = %e, "cannot notify systemd");
     }
+    #[cfg(not(feature = "systemd"))]
+    tracing::warn!(
+        ?state,
+        "built without the systemd feature: cannot notify systemd"
+    );
 }
 
 /// Half the watchdog period when systemd set `WATCHDOG_USEC` for this process.
+#[cfg(feature = "systemd")]
 pub fn watchdog_interval() -> Option<Duration> {
     std::env::var_os("WATCHDOG_USEC")?;
     match systemd::daemon::watchdog_enabled() {
@@ -23,6 +30,12 @@ pub fn watchdog_interval() -> Option<Duration> {
             None
         }
     }
+}
+
+/// Without the systemd feature (the fuzz build) there is no watchdog to feed.
+#[cfg(not(feature = "systemd"))]
+pub fn watchdog_interval() -> Option<Duration> {
+    None
 }
 
 /// The one-line STATUS= summary.

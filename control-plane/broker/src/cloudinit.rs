@@ -48,6 +48,7 @@ pub struct MachineBootstrap<'a> {
     /// `registration.resource_handle`: the resource's `pr-<id>`.
     pub resource_handle: &'a str,
     /// The Domain's raw Ed25519 public key, to verify the signature of checksums.sha256.
+    /// Without it the install script fails closed (it installs no unverified plexd).
     pub domain_signing_public_key: Option<[u8; 32]>,
 }
 

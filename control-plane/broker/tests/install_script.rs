@@ -98,6 +98,11 @@ impl Run {
 
 /// Runs the script against `files` with the signing key file present or not.
 fn run(files: HashMap<String, Vec<u8>>, key_pem: Option<String>) -> Run {
+    run_with(files, key_pem, false)
+}
+
+/// `run`, with `PLEXD_INSTALL_INSECURE_SKIP_SIGNATURE=1` when `insecure`.
+fn run_with(files: HashMap<String, Vec<u8>>, key_pem: Option<String>, insecure: bool) -> Run {
     let base = serve(files);
     let dir = tempfile::tempdir().unwrap().keep();
     let script = script_from_document(&dir);
@@ -106,13 +111,16 @@ fn run(files: HashMap<String, Vec<u8>>, key_pem: Option<String>) -> Run {
     if let Some(pem) = key_pem {
         std::fs::write(&key, pem).unwrap();
     }
-    let out = Command::new("sh")
-        .arg(&script)
+    let mut cmd = Command::new("sh");
+    cmd.arg(&script)
         .arg(&base)
         .env("PLEXD_INSTALL_PATH", &dest)
         .env("PLEXD_SIGNING_KEY", &key)
-        .output()
-        .unwrap();
+        .env_remove("PLEXD_INSTALL_INSECURE_SKIP_SIGNATURE");
+    if insecure {
+        cmd.env("PLEXD_INSTALL_INSECURE_SKIP_SIGNATURE", "1");
+    }
+    let out = cmd.output().unwrap();
     Run { out, dest }
 }
 
@@ -141,9 +149,21 @@ fn sign(files: &mut HashMap<String, Vec<u8>>, seed: &[u8; 32]) {
     );
 }
 
+/// The Domain key's PEM the document writes.
+fn key_pem() -> Option<String> {
+    Some(ed25519_spki_pem(&common::signing_public_key()))
+}
+
+/// `files` with checksums.sha256 signed by the document's Domain key.
+fn signed(mut files: HashMap<String, Vec<u8>>) -> HashMap<String, Vec<u8>> {
+    sign(&mut files, &common::SIGNING_SEED);
+    files
+}
+
 fn tools() -> bool {
     common::require("curl", "apt-get install curl")
         && common::require("sha256sum", "apt-get install coreutils")
+        && common::require("openssl", "apt-get install openssl")
 }
 
 #[test]
@@ -152,13 +172,14 @@ fn installs_a_checked_binary_0755() {
         return;
     }
     let binary = b"#!/bin/sh\necho plexd\n".to_vec();
-    let r = run(release(&binary), None);
+    let r = run(signed(release(&binary)), key_pem());
     assert!(r.out.status.success(), "{}{}", r.stdout(), r.stderr());
     assert_eq!(std::fs::read(&r.dest).unwrap(), binary);
     let mode = std::fs::metadata(&r.dest).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o755);
     assert!(
-        r.stdout().contains("relying on checksums.sha256 alone"),
+        r.stdout()
+            .contains("checksums.sha256 is signed by the Domain key"),
         "{}",
         r.stdout()
     );
@@ -178,7 +199,7 @@ fn a_corrupt_binary_is_refused_with_one_line() {
         format!("/downloads/plexd/linux-{}", arch()),
         b"evil".to_vec(),
     );
-    let r = run(files, None);
+    let r = run(signed(files), key_pem());
     assert!(!r.out.status.success());
     assert_eq!(
         r.stderr().trim(),
@@ -200,7 +221,7 @@ fn a_checksum_list_without_this_arch_is_refused() {
         "/downloads/plexd/checksums.sha256".to_owned(),
         format!("{}  plexd-linux-{}x\n", sha256_hex(b"good"), arch()).into_bytes(),
     );
-    let r = run(files, None);
+    let r = run(signed(files), key_pem());
     assert!(!r.out.status.success());
     assert!(
         r.stderr()
@@ -233,7 +254,7 @@ fn a_missing_binary_names_the_url() {
 
 #[test]
 fn a_signed_checksum_list_is_verified_with_openssl() {
-    if !tools() || !common::require("openssl", "apt-get install openssl") {
+    if !tools() {
         return;
     }
     let mut files = release(b"signed binary");
@@ -269,31 +290,44 @@ fn a_signed_checksum_list_is_verified_with_openssl() {
     );
     assert!(!r.dest.exists());
 
-    // Served a signature but no key on the machine: checksums alone, said so.
+    // Signed by another key, even with the opt-out: refused.
+    let r = run_with(files.clone(), key_pem(), true);
+    assert!(!r.out.status.success());
+    assert!(!r.dest.exists());
+
+    // No key on the machine: nothing can be verified, so nothing is installed.
     let r = run(files, None);
-    assert!(r.out.status.success(), "{}", r.stderr());
+    assert!(!r.out.status.success());
     assert!(
-        r.stdout().contains("no Domain signing key"),
+        r.stderr().contains("no Domain signing key"),
         "{}",
-        r.stdout()
+        r.stderr()
     );
+    assert!(!r.dest.exists());
 }
 
 #[test]
-fn a_key_but_no_signature_served_says_so() {
+fn a_key_but_no_signature_served_fails_closed_unless_opted_out() {
     if !tools() {
         return;
     }
-    let r = run(
-        release(b"unsigned"),
-        Some(ed25519_spki_pem(&common::signing_public_key())),
-    );
-    assert!(r.out.status.success(), "{}", r.stderr());
-    let out = r.stdout();
+    let r = run(release(b"unsigned"), key_pem());
+    assert!(!r.out.status.success());
+    let err = r.stderr();
     assert!(
-        out.contains("serves no checksums.sha256.sig") || out.contains("openssl is not installed"),
-        "{out}"
+        err.contains("cannot fetch") && err.contains("checksums.sha256.sig"),
+        "{err}"
     );
+    assert!(
+        err.contains("PLEXD_INSTALL_INSECURE_SKIP_SIGNATURE=1"),
+        "{err}"
+    );
+    assert!(!r.dest.exists());
+
+    let r = run_with(release(b"unsigned"), key_pem(), true);
+    assert!(r.out.status.success(), "{}", r.stderr());
+    assert!(r.stderr().contains("WARNING"), "{}", r.stderr());
+    assert_eq!(std::fs::read(&r.dest).unwrap(), b"unsigned");
 }
 
 #[test]

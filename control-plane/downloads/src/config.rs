@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::checksums::{Checksums, ChecksumsError};
+use crate::manifest::ReleaseKey;
 use crate::platform::Platform;
 
 /// The pinned release and its source.
@@ -26,14 +27,27 @@ pub enum Source {
     Mirror(MirrorConfig),
 }
 
-/// An upstream mirror of plexd releases.
+/// The longest a connection to the mirror may take to open.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest silence while reading an answer from the mirror.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// The longest one fetch from the mirror may take in all (a 512 MiB binary at 1 MiB/s fits).
+pub const TOTAL_TIMEOUT: Duration = Duration::from_secs(15 * 60);
+/// The most redirects one fetch follows; every one must stay on https.
+pub const MAX_REDIRECTS: usize = 5;
+/// The default cap of one binary (a signed manifest's size, when smaller, is the cap).
+pub const DEFAULT_MAX_BINARY_BYTES: u64 = 512 * 1024 * 1024;
+
+/// An upstream mirror of plexd releases. Only `https://`: the binaries' integrity comes from
+/// the pinned checksums or the signed manifest, never from the mirror, but an http mirror
+/// would also show every node's download to the network.
 #[derive(Debug, Clone)]
 pub struct MirrorConfig {
     /// The URL of one binary, with placeholders: `{version}`, `{arch}` (`amd64`), `{platform}`
     /// (`linux-amd64`) and `{file}` (`plexd-linux-amd64`), e.g.
     /// `https://mirror.example/plexd/{version}/plexd-linux-{arch}`.
     pub url_template: String,
-    /// The digests every fetched binary must have.
+    /// Where the digests every fetched binary must have come from.
     pub checksums: PinnedChecksums,
     /// Verified binaries are kept in `<cache_dir>/<version>/`.
     pub cache_dir: PathBuf,
@@ -44,16 +58,21 @@ pub struct MirrorConfig {
     pub connect_timeout: Duration,
     /// The longest silence while reading an answer.
     pub read_timeout: Duration,
+    /// The longest one fetch may take.
+    pub total_timeout: Duration,
 }
 
-/// The pinned checksums of a mirrored release.
+/// Where the checksums of a mirrored release come from: the server's own configuration, never
+/// the mirror on first use.
 #[derive(Debug, Clone)]
 pub enum PinnedChecksums {
-    /// The text of a sha256sum list, given in configuration.
+    /// The text of a sha256sum list, given in the server's configuration.
     Inline(String),
-    /// The URL (placeholder `{version}` allowed) of a sha256sum list, fetched once and kept in
-    /// the cache directory beside the binaries.
-    Url(String),
+    /// A signed release manifest ([`crate::manifest`]) at this URL (placeholder `{version}`
+    /// allowed), trusted only when one of `keys` signed it and it names the pinned version.
+    /// Once verified it is kept in the cache directory (and checked again at every start); a
+    /// later, different manifest on the mirror is never fetched for this version.
+    SignedManifest { url: String, keys: Vec<ReleaseKey> },
 }
 
 /// A configuration that cannot be served.
@@ -86,6 +105,10 @@ pub enum ConfigError {
     },
     #[error("cannot build the HTTP client for the plexd mirror: {0}")]
     Client(String),
+    #[error(
+        "a signed release manifest needs at least one trusted release key; give --plexd-release-key (`plexsphere release-key generate` prints one)"
+    )]
+    NoReleaseKey,
 }
 
 impl DownloadsConfig {
@@ -105,7 +128,8 @@ impl DownloadsConfig {
 }
 
 impl MirrorConfig {
-    /// A mirror with the default limits: 10 s to connect, 30 s of silence, 512 MiB a binary.
+    /// A mirror with the default limits: [`CONNECT_TIMEOUT`], [`READ_TIMEOUT`],
+    /// [`TOTAL_TIMEOUT`], [`DEFAULT_MAX_BINARY_BYTES`].
     pub fn new(
         url_template: impl Into<String>,
         checksums: PinnedChecksums,
@@ -116,9 +140,10 @@ impl MirrorConfig {
             checksums,
             cache_dir: cache_dir.into(),
             ca_file: None,
-            max_binary_bytes: 512 * 1024 * 1024,
-            connect_timeout: Duration::from_secs(10),
-            read_timeout: Duration::from_secs(30),
+            max_binary_bytes: DEFAULT_MAX_BINARY_BYTES,
+            connect_timeout: CONNECT_TIMEOUT,
+            read_timeout: READ_TIMEOUT,
+            total_timeout: TOTAL_TIMEOUT,
         }
     }
 }
@@ -180,8 +205,11 @@ pub fn expand(
         ));
     }
     match reqwest::Url::parse(&out) {
-        Ok(url) if matches!(url.scheme(), "http" | "https") && url.host().is_some() => Ok(out),
-        _ => Err(err("does not give an http(s) URL with a host")),
+        Ok(url) if url.scheme() == "https" && url.host().is_some() => Ok(out),
+        Ok(url) if url.scheme() == "http" => Err(err(
+            "is plain http://; a plexd mirror is fetched over https only (serve the mirror over TLS, and give --plexd-mirror-ca if its CA is private)",
+        )),
+        _ => Err(err("does not give an https URL with a host")),
     }
 }
 
@@ -196,8 +224,11 @@ pub fn validate(config: &DownloadsConfig) -> Result<Option<Checksums>, ConfigErr
     }
     match &m.checksums {
         PinnedChecksums::Inline(text) => Ok(Some(Checksums::parse(text)?)),
-        PinnedChecksums::Url(template) => {
-            expand(template, &config.version, None)?;
+        PinnedChecksums::SignedManifest { url, keys } => {
+            expand(url, &config.version, None)?;
+            if keys.is_empty() {
+                return Err(ConfigError::NoReleaseKey);
+            }
             Ok(None)
         }
     }
@@ -249,12 +280,12 @@ mod tests {
         );
         assert_eq!(
             expand(
-                "http://m/{platform}/{file}",
+                "https://m/{platform}/{file}",
                 "1",
                 Some(Platform::LinuxAmd64)
             )
             .unwrap(),
-            "http://m/linux-amd64/plexd-linux-amd64"
+            "https://m/linux-amd64/plexd-linux-amd64"
         );
         assert_eq!(
             expand("https://m/{version}/checksums.sha256", "1", None).unwrap(),
@@ -272,6 +303,8 @@ mod tests {
             ("ftp://m/{arch}", amd),
             ("/relative/{arch}", amd),
             ("https://m/{arch}/checksums", None),
+            ("http://m/{version}/{arch}", amd),
+            ("http://m/{version}/plexd-release.json", None),
         ] {
             assert!(
                 matches!(expand(t, "1", platform), Err(ConfigError::Template { .. })),

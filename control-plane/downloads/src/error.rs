@@ -14,6 +14,9 @@ use crate::platform::Platform;
 /// the next request fetches again. Documented here, not in `wire::codes`: only operators and
 /// download tools read it.
 pub const CHECKSUM_MISMATCH: &str = "plexd_download_checksum_mismatch";
+/// 502: the mirror's release manifest is not signed by a trusted release key, is malformed or
+/// names another version. Nothing is served from it; a manifest verified earlier stays.
+pub const RELEASE_UNVERIFIED: &str = "plexd_download_release_unverified";
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum DownloadError {
@@ -48,6 +51,14 @@ pub enum DownloadError {
         expected: String,
         actual: String,
     },
+    #[error(
+        "the plexd {version} release manifest from the mirror ({url}) is refused: {reason}; nothing was served from it"
+    )]
+    ReleaseUnverified {
+        version: String,
+        url: String,
+        reason: String,
+    },
     #[error("{what} {path}: {reason}")]
     Io {
         what: &'static str,
@@ -79,6 +90,7 @@ impl DownloadError {
                 codes::PLEXD_DOWNLOAD_UPSTREAM_UNAVAILABLE,
             ),
             Self::ChecksumMismatch { .. } => (StatusCode::BAD_GATEWAY, CHECKSUM_MISMATCH),
+            Self::ReleaseUnverified { .. } => (StatusCode::BAD_GATEWAY, RELEASE_UNVERIFIED),
             Self::Io { .. } => (StatusCode::INTERNAL_SERVER_ERROR, codes::INTERNAL),
         }
     }
@@ -92,6 +104,9 @@ impl DownloadError {
             }
             Self::ChecksumMismatch { file, version, .. } => format!(
                 "{file} from the plexd mirror does not match the checksum pinned for plexd {version}; it was discarded; retry later or ask the operator to check the mirror"
+            ),
+            Self::ReleaseUnverified { version, .. } => format!(
+                "the plexd {version} release manifest on the mirror is not signed by a release key this server trusts (or is malformed, or for another version); nothing was served from it; ask the operator to check the mirror (the server log says why)"
             ),
             Self::Io { .. } => {
                 "an internal error occurred serving the download; the server log has the detail"
@@ -155,6 +170,15 @@ mod tests {
                 },
                 502,
                 "plexd_download_checksum_mismatch",
+            ),
+            (
+                DownloadError::ReleaseUnverified {
+                    version: "1".into(),
+                    url: "https://m/x".into(),
+                    reason: "untrusted".into(),
+                },
+                502,
+                "plexd_download_release_unverified",
             ),
         ];
         for (e, status, code) in cases {

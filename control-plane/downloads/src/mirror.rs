@@ -1,6 +1,9 @@
 //! The mirror source: on the first request per platform the binary is fetched from the
-//! upstream URL template, its SHA-256 checked against the pinned checksums while it streams to
-//! a temporary file in the cache, and only a match is renamed into place. Later requests (and
+//! upstream URL template, its SHA-256 (and, from a signed manifest, its size) checked against
+//! the trusted checksums while it streams to a temporary file in the cache, and only a match is
+//! renamed into place. The checksums are the server's own (pinned inline in its configuration)
+//! or those of a release manifest signed by a trusted release key; never the mirror's on
+//! first use. Later requests (and
 //! later processes: the cache is on disk) are served from the cache, also while the upstream is
 //! down. A cached file is re-hashed once per process and whenever its `fstat` changes; one that
 //! no longer matches is discarded and fetched again.
@@ -16,14 +19,10 @@ use crate::checksums::{Checksums, Digest};
 use crate::config::{ConfigError, MirrorConfig, PinnedChecksums, expand, redact};
 use crate::error::DownloadError;
 use crate::local::slot_index;
+use crate::manifest::{self, ENVELOPE_FILE, MAX_ENVELOPE_BYTES, Release, ReleaseKey};
 use crate::mirror_client::{describe, http_client, redact_template};
 use crate::platform::Platform;
 use crate::slot::{OpenedFile, SlotState, hash_file, known_digest, open_stamped, shared_failure};
-
-/// The most a checksum list may weigh.
-const MAX_CHECKSUMS_BYTES: u64 = 1024 * 1024;
-/// Where a checksum list fetched from a URL is kept, beside the binaries.
-const CHECKSUMS_FILE: &str = "checksums.sha256";
 
 pub struct MirrorSource {
     version: String,
@@ -35,9 +34,17 @@ pub struct MirrorSource {
     slots: [Mutex<SlotState>; 2],
 }
 
+/// What the binaries are checked against, once known.
+#[derive(Clone)]
+struct Trusted {
+    checksums: Checksums,
+    /// From a signed manifest: the exact size of each binary.
+    release: Option<Release>,
+}
+
 #[derive(Default)]
 struct PinnedState {
-    checksums: Option<Checksums>,
+    trusted: Option<Trusted>,
     last_failure: Option<(Instant, DownloadError)>,
 }
 
@@ -58,17 +65,25 @@ impl MirrorSource {
             })?;
         let client = http_client(&config)?;
         let mut pinned = PinnedState {
-            checksums: inline,
+            trusted: inline.map(|checksums| Trusted {
+                checksums,
+                release: None,
+            }),
             last_failure: None,
         };
-        if pinned.checksums.is_none() {
-            pinned.checksums = load_cached_checksums(&dir.join(CHECKSUMS_FILE)).await;
+        if let PinnedChecksums::SignedManifest { keys, .. } = &config.checksums {
+            pinned.trusted = load_cached_manifest(&dir.join(ENVELOPE_FILE), keys, version)
+                .await
+                .map(|release| Trusted {
+                    checksums: release.checksums(),
+                    release: Some(release),
+                });
         }
         tracing::info!(
             version,
             template = %redact_template(&config.url_template),
             cache = %dir.display(),
-            pinned = pinned.checksums.is_some(),
+            trusted = pinned.trusted.is_some(),
             "serving plexd from a mirror, fetched on first request and cached"
         );
         Ok(Self {
@@ -81,26 +96,36 @@ impl MirrorSource {
         })
     }
 
-    /// The pinned checksums; fetched once from the checksums URL when not given inline.
+    /// The trusted checksums.
     pub async fn checksums(&self, arrived: Instant) -> Result<Checksums, DownloadError> {
+        Ok(self.trusted(arrived).await?.checksums)
+    }
+
+    /// The trusted checksums (and manifest); the signed manifest is fetched once when it is
+    /// neither inline nor verified in the cache.
+    async fn trusted(&self, arrived: Instant) -> Result<Trusted, DownloadError> {
         let mut state = self.pinned.lock().await;
-        if let Some(c) = &state.checksums {
-            return Ok(c.clone());
+        if let Some(t) = &state.trusted {
+            return Ok(t.clone());
         }
         if let Some(e) = shared_failure(state.last_failure.as_ref(), arrived) {
             return Err(e);
         }
-        let PinnedChecksums::Url(template) = &self.config.checksums else {
+        let PinnedChecksums::SignedManifest { url, keys } = &self.config.checksums else {
             return Err(DownloadError::NothingAvailable {
                 version: self.version.clone(),
                 reason: "no pinned checksums are configured".to_owned(),
             });
         };
-        match self.fetch_checksums(template).await {
-            Ok(c) => {
-                state.checksums = Some(c.clone());
+        match self.fetch_manifest(url, keys).await {
+            Ok(release) => {
+                let t = Trusted {
+                    checksums: release.checksums(),
+                    release: Some(release),
+                };
+                state.trusted = Some(t.clone());
                 state.last_failure = None;
-                Ok(c)
+                Ok(t)
             }
             Err(e) => {
                 state.last_failure = Some((Instant::now(), e.clone()));
@@ -115,17 +140,20 @@ impl MirrorSource {
         platform: Platform,
         arrived: Instant,
     ) -> Result<OpenedFile, DownloadError> {
-        let pinned = self.checksums(arrived).await?;
-        let expected = *pinned
-            .get(platform)
-            .ok_or_else(|| DownloadError::NotInRelease {
-                version: self.version.clone(),
-                platform,
-                reason: format!(
-                    "the checksums pinned for this release list no {}",
-                    platform.file_name()
-                ),
-            })?;
+        let trusted = self.trusted(arrived).await?;
+        let size = trusted.release.as_ref().and_then(|r| r.size(platform));
+        let expected =
+            *trusted
+                .checksums
+                .get(platform)
+                .ok_or_else(|| DownloadError::NotInRelease {
+                    version: self.version.clone(),
+                    platform,
+                    reason: format!(
+                        "the checksums pinned for this release list no {}",
+                        platform.file_name()
+                    ),
+                })?;
         let path = self.dir.join(platform.file_name());
         let mut slot = self.slots[slot_index(platform)].lock().await;
         if let Some(opened) = cached(&mut slot, platform, &path, &expected).await? {
@@ -134,7 +162,7 @@ impl MirrorSource {
         if let Some(e) = shared_failure(slot.last_failure.as_ref(), arrived) {
             return Err(e);
         }
-        if let Err(e) = self.fetch_binary(platform, &expected, &path).await {
+        if let Err(e) = self.fetch_binary(platform, &expected, size, &path).await {
             slot.last_failure = Some((Instant::now(), e.clone()));
             return Err(e);
         }
@@ -154,6 +182,7 @@ impl MirrorSource {
         &self,
         platform: Platform,
         expected: &Digest,
+        size: Option<u64>,
         path: &Path,
     ) -> Result<(), DownloadError> {
         let url =
@@ -166,10 +195,12 @@ impl MirrorSource {
         let shown = redact(&url);
         tracing::info!(platform = %platform, url = %shown, "fetching plexd from the mirror");
         let mut tmp = TempFile::create(&self.dir, platform.file_name()).await?;
-        let (len, actual) = self
-            .stream_to(&url, &shown, &mut tmp, self.config.max_binary_bytes)
-            .await?;
-        if actual != *expected {
+        // A signed size is the cap: a longer answer is cut off as soon as it is longer.
+        let max = size.map_or(self.config.max_binary_bytes, |s| {
+            s.min(self.config.max_binary_bytes)
+        });
+        let (len, actual) = self.stream_to(&url, &shown, &mut tmp, max).await?;
+        if actual != *expected || size.is_some_and(|s| s != len) {
             let e = DownloadError::ChecksumMismatch {
                 version: self.version.clone(),
                 file: platform.file_name(),
@@ -185,7 +216,13 @@ impl MirrorSource {
         Ok(())
     }
 
-    async fn fetch_checksums(&self, template: &str) -> Result<Checksums, DownloadError> {
+    /// Fetches the release manifest envelope, verifies it, and only then keeps it in the
+    /// cache. A refused manifest replaces nothing.
+    async fn fetch_manifest(
+        &self,
+        template: &str,
+        keys: &[ReleaseKey],
+    ) -> Result<Release, DownloadError> {
         let url = expand(template, &self.version, None).map_err(|e| {
             DownloadError::UpstreamUnavailable {
                 url: redact_template(template),
@@ -193,23 +230,29 @@ impl MirrorSource {
             }
         })?;
         let shown = redact(&url);
-        let mut tmp = TempFile::create(&self.dir, CHECKSUMS_FILE).await?;
-        self.stream_to(&url, &shown, &mut tmp, MAX_CHECKSUMS_BYTES)
+        let mut tmp = TempFile::create(&self.dir, ENVELOPE_FILE).await?;
+        self.stream_to(&url, &shown, &mut tmp, MAX_ENVELOPE_BYTES)
             .await?;
-        let text = tokio::fs::read_to_string(tmp.path())
+        let bytes = tokio::fs::read(tmp.path())
             .await
             .map_err(|e| DownloadError::io("cannot read back", tmp.path(), &e))?;
-        let parsed = Checksums::parse(&text).map_err(|e| {
-            let e = DownloadError::UpstreamUnavailable {
+        let release = manifest::verify(&bytes, keys, &self.version).map_err(|e| {
+            let e = DownloadError::ReleaseUnverified {
+                version: self.version.clone(),
                 url: shown.clone(),
-                reason: format!("its checksum list is unusable: {e}"),
+                reason: e.to_string(),
             };
-            tracing::error!(error = %e, "refusing the pinned checksums from the mirror");
+            tracing::error!(error = %e, "refusing the plexd release manifest from the mirror");
             e
         })?;
-        tmp.persist(&self.dir.join(CHECKSUMS_FILE)).await?;
-        tracing::info!(url = %shown, platforms = parsed.platforms().count(), "pinned the plexd checksums fetched from the mirror");
-        Ok(parsed)
+        tmp.persist(&self.dir.join(ENVELOPE_FILE)).await?;
+        tracing::info!(
+            url = %shown,
+            platforms = release.files.len(),
+            signed_by = %base64::Engine::encode(&base64::engine::general_purpose::STANDARD, release.signed_by),
+            "verified the signed plexd release manifest from the mirror"
+        );
+        Ok(release)
     }
 
     /// GETs `url` into `tmp`, hashing as it goes; at most `max` bytes.
@@ -318,19 +361,21 @@ async fn cached(
     }
 }
 
-async fn load_cached_checksums(path: &Path) -> Option<Checksums> {
-    let text = match tokio::fs::read_to_string(path).await {
+/// The verified manifest kept in the cache, checked again with today's keys and version; an
+/// unreadable or no longer trusted one is ignored (and fetched again).
+async fn load_cached_manifest(path: &Path, keys: &[ReleaseKey], version: &str) -> Option<Release> {
+    let bytes = match tokio::fs::read(path).await {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
         Err(e) => {
-            tracing::warn!(path = %path.display(), error = %e, "cannot read the cached plexd checksums; they are fetched again");
+            tracing::warn!(path = %path.display(), error = %e, "cannot read the cached plexd release manifest; it is fetched again");
             return None;
         }
     };
-    match Checksums::parse(&text) {
-        Ok(c) => Some(c),
+    match manifest::verify(&bytes, keys, version) {
+        Ok(r) => Some(r),
         Err(e) => {
-            tracing::warn!(path = %path.display(), error = %e, "the cached plexd checksums are unusable; they are fetched again");
+            tracing::warn!(path = %path.display(), error = %e, "the cached plexd release manifest is no longer trusted; it is fetched again");
             None
         }
     }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::cli_broker::{CredentialCommand, ResourceCommand};
+pub use crate::operator_tokens::OperatorTokenCommand;
 use crate::output::Format;
 
 /// The plexsphere operator CLI: bootstrap tokens, nodes, projects, domains and the broker's
@@ -69,6 +70,11 @@ pub enum Command {
     Blueprint(ListCommand),
     /// Print plexctl's version and the server's
     Version,
+    /// Show the operator token in use: its scope, project, expiry and last use
+    Whoami,
+    /// List, create and revoke operator tokens (needs an admin token)
+    #[command(subcommand)]
+    OperatorToken(OperatorTokenCommand),
 }
 
 #[derive(Debug, Subcommand)]

@@ -14,6 +14,7 @@ use crate::client::Api;
 use crate::config::Settings;
 use crate::failure::Failure;
 use crate::observations;
+use crate::operator_tokens;
 use crate::output::{self, Format, render};
 use crate::session::{confirm, operator_api};
 use crate::ttl::parse_ttl;
@@ -26,6 +27,8 @@ pub async fn run(
 ) -> Result<String, Failure> {
     match command {
         Command::Version => version(format, settings).await,
+        Command::Whoami => operator_tokens::whoami(format, settings).await,
+        Command::OperatorToken(cmd) => operator_tokens::run(cmd, format, settings).await,
         Command::BootstrapToken(cmd) => tokens(cmd, format, settings).await,
         Command::Node(cmd) => nodes(cmd, format, settings).await,
         Command::Project(ListCommand::List) => {
@@ -221,7 +224,7 @@ pub fn token_id(given: Option<&str>) -> Result<&str, Failure> {
 }
 
 /// A project given by id is used as is; a slug is looked up in `GET /v1/projects`.
-async fn project_id(api: &Api, given: &str) -> Result<Uuid, Failure> {
+pub async fn project_id(api: &Api, given: &str) -> Result<Uuid, Failure> {
     if let Ok(id) = Uuid::parse_str(given.trim()) {
         return Ok(id);
     }

@@ -14,6 +14,7 @@ mod commands;
 mod config;
 mod failure;
 mod observations;
+mod operator_tokens;
 mod output;
 mod secret;
 mod session;

@@ -186,7 +186,7 @@ pub async fn create_resource(
     ApiJson(req): ApiJson<CreateResource>,
 ) -> Result<(StatusCode, Json<Resource>), Error> {
     let mut c = st.store.acquire().await?;
-    require_project(&mut c, project_id).await?;
+    require_project(&mut c, &op, project_id).await?;
     let broker = &st.broker;
     let admitted = admit(
         &broker.config.catalog,
@@ -255,11 +255,11 @@ pub async fn create_resource(
 
 pub async fn list_resources(
     State(st): State<Arc<AppState>>,
-    _op: Operator,
+    op: Operator,
     UuidPath(project_id): UuidPath,
 ) -> Result<Json<List<Resource>>, Error> {
     let mut c = st.store.acquire().await?;
-    require_project(&mut c, project_id).await?;
+    require_project(&mut c, &op, project_id).await?;
     let items = resources::list_for_project(&mut c, project_id)
         .await?
         .into_iter()
@@ -274,12 +274,13 @@ fn no_resource(id: Uuid) -> Error {
 
 pub async fn get_resource(
     State(st): State<Arc<AppState>>,
-    _op: Operator,
+    op: Operator,
     UuidPath(id): UuidPath,
 ) -> Result<Json<Resource>, Error> {
     let row = resources::get(&mut *st.store.acquire().await?, id)
         .await?
         .ok_or_else(|| no_resource(id))?;
+    op.require(row.resource.project_id, || no_resource(id))?;
     Ok(Json(row.resource))
 }
 
@@ -295,6 +296,7 @@ pub async fn delete_resource(
         let mut row = resources::get(&mut c, id)
             .await?
             .ok_or_else(|| no_resource(id))?;
+        op.require(row.resource.project_id, || no_resource(id))?;
         let class = st
             .broker
             .config

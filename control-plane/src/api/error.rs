@@ -42,6 +42,8 @@ pub fn classify(e: &Error) -> (StatusCode, &'static str) {
         }
         Error::Unauthorized(_) => (StatusCode::UNAUTHORIZED, codes::UNAUTHORIZED),
         Error::Forbidden(_) => (StatusCode::FORBIDDEN, codes::FORBIDDEN),
+        Error::OperatorTokenExpired(_) => (StatusCode::UNAUTHORIZED, codes::OPERATOR_TOKEN_EXPIRED),
+        Error::InsufficientScope(_) => (StatusCode::FORBIDDEN, codes::INSUFFICIENT_SCOPE),
         Error::NodeRevoked => (StatusCode::FORBIDDEN, codes::NODE_REVOKED),
         Error::NotFound(_) => (StatusCode::NOT_FOUND, codes::NOT_FOUND),
         Error::Conflict(_) => (StatusCode::CONFLICT, codes::CONFLICT),

@@ -7,12 +7,14 @@ use std::time::Instant;
 use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Path, Request};
 use axum::http::header;
 use axum::http::request::Parts;
+use plexsphere_wire::admin::OperatorScope;
 use plexsphere_wire::secret::{NodeCredential, OperatorToken};
 use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
 use super::state::AppState;
 use crate::error::Error;
+use crate::operator_tokens::{self, Refusal};
 use crate::ratelimit::{Decision, client_addr};
 use crate::store::nodes::NodeRow;
 use crate::store::{self, nodes, operators};
@@ -93,10 +95,39 @@ impl<S: Send + Sync> FromRequestParts<S> for TokenIdPath {
     }
 }
 
-/// An authenticated operator (`Authorization: Bearer pxop_...`).
+/// The scope a route requires of an operator token. The router (`api::routes`) attaches it
+/// to every operator route from its one route table; a route without it is refused (500),
+/// never served unscoped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RouteScope(pub OperatorScope);
+
+/// An authenticated operator (`Authorization: Bearer pxop_...`) whose token's scope covers the
+/// route's [`RouteScope`]. Refusals: missing, malformed, unknown, wrong or revoked 401
+/// `unauthorized`; expired 401 `operator_token_expired`; a scope below the route's 403
+/// `insufficient_scope`. Success records the token's last use (at most once a minute).
 #[derive(Debug, Clone)]
 pub struct Operator {
     pub id: String,
+    pub scope: OperatorScope,
+    /// The one project this token is limited to; `None`: every project.
+    pub project_id: Option<Uuid>,
+}
+
+impl Operator {
+    /// Whether the token may see the resources of `project`.
+    pub fn sees(&self, project: Uuid) -> bool {
+        self.project_id.is_none_or(|p| p == project)
+    }
+
+    /// `not_found` unless the token may see the resources of `project`: to a project-bound
+    /// token another project's objects do not exist (404, the same answer as a missing id).
+    pub fn require(&self, project: Uuid, not_found: impl FnOnce() -> Error) -> Result<(), Error> {
+        if self.sees(project) {
+            Ok(())
+        } else {
+            Err(not_found())
+        }
+    }
 }
 
 /// The token of an `Authorization: Bearer <token>` header, if the request carries one.
@@ -121,10 +152,50 @@ impl FromRequestParts<Arc<AppState>> for Operator {
         let row = operators::get(&mut conn, &token.id)
             .await?
             .ok_or(Error::Unauthorized(BAD_OPERATOR))?;
-        if !store::secret_matches(&token.secret, &row.secret_sha256) || row.revoked_at.is_some() {
+        drop(conn);
+        if !store::secret_matches(&token.secret, &row.secret_sha256) {
             return Err(Error::Unauthorized(BAD_OPERATOR));
         }
-        Ok(Operator { id: row.id })
+        let now = store::unix(state.now());
+        let grant = match operator_tokens::grant(&row, now)? {
+            Ok(grant) => grant,
+            Err(Refusal::Revoked) => return Err(Error::Unauthorized(BAD_OPERATOR)),
+            Err(Refusal::Expired { at }) => {
+                let when = store::from_unix("operator_tokens.expires_at", at)?
+                    .format(&time::format_description::well_known::Rfc3339)
+                    .unwrap_or_else(|_| at.to_string());
+                return Err(Error::OperatorTokenExpired(format!(
+                    "the operator token {} ({}) expired at {when}; create a new one with `plexsphere operator-token create --scope ... --expires-in ...` on the server host, or `plexctl operator-token create` with an admin token",
+                    row.id, row.name
+                )));
+            }
+        };
+        operator_tokens::record_use(&state.store, &row.id, row.last_used_at, now);
+        let Some(RouteScope(needed)) = parts.extensions.get::<RouteScope>().copied() else {
+            return Err(Error::Internal(format!(
+                "{} {} has no scope in the route table (api::routes); it is refused until it gets one",
+                parts.method,
+                parts.uri.path()
+            )));
+        };
+        if grant.scope < needed {
+            return Err(Error::InsufficientScope(format!(
+                "this operator token ({}) has scope {}, and {} {} needs {}; use a token with that scope (`plexctl whoami` shows this one's)",
+                row.id,
+                grant.scope.as_str(),
+                parts.method,
+                parts.uri.path(),
+                needed.as_str()
+            )));
+        }
+        if grant.legacy {
+            tracing::debug!(operator_token_id = %row.id, "a legacy operator token (admin, no expiry) was used; replace it with a scoped one");
+        }
+        Ok(Operator {
+            id: row.id,
+            scope: grant.scope,
+            project_id: grant.project_id,
+        })
     }
 }
 

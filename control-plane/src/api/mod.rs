@@ -10,6 +10,7 @@ mod observations;
 mod operator;
 mod public;
 mod rotation;
+pub mod routes;
 pub mod sse;
 mod state;
 mod streams;
@@ -18,73 +19,66 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::http::StatusCode;
-use axum::routing::{get, post};
 
 use crate::error::Error;
+pub use routes::{ADMIN, Access, OPERATE, READ, RouteSpec, Routes, Verb};
 pub use state::{ApiConfig, AppState, Clock, EventConfig};
+
+/// Every route of docs/api.md with who may call it: the one table the router and the tests
+/// use (docs/api.md, "Operator token scopes", lists the same rows). Adding a route is one
+/// line; an operator route names the least scope it needs: `READ` for reads, `OPERATE` for
+/// day-to-day changes, `ADMIN` for what manages access or global configuration.
+#[rustfmt::skip] // a table: one route per line
+fn routes() -> Routes {
+    use Access::{Node, Public};
+    use Verb::{Delete, Get, Post};
+    Routes::default()
+        .add(Get, "/v1/version", Public, public::version)
+        .add(Get, "/v1/ca.crt", Public, public::ca_cert)
+        .add(Post, plexsphere_wire::REGISTER_PATH, Public, public::register)
+        .add(Get, "/v1/domains", READ, operator::list_domains)
+        .add(Get, "/v1/projects", READ, operator::list_projects)
+        .add(Post, "/v1/projects/{project_id}/bootstrap-tokens", OPERATE, operator::issue_token)
+        .add(Get, "/v1/projects/{project_id}/bootstrap-tokens", READ, operator::list_tokens)
+        .add(Post, "/v1/bootstrap-tokens/{token_id}/revoke", OPERATE, operator::revoke_token)
+        .add(Get, "/v1/nodes", READ, operator::list_nodes)
+        .add(Get, "/v1/nodes/{node_id}", READ, operator::get_node)
+        .add(Delete, "/v1/nodes/{node_id}", Node, node::leave)
+        .add(Post, "/v1/nodes/{node_id}/revoke", OPERATE, operator::revoke_node)
+        .add(Post, "/v1/nodes/{node_id}/heartbeat", Node, node::heartbeat)
+        .add(Post, "/v1/nodes/{node_id}/endpoints", Node, node::endpoints)
+        .add(Get, "/v1/nodes/{node_id}/state", Node, node::state)
+        .add(Get, "/v1/nodes/{node_id}/events", Node, sse::events)
+        .add(Post, "/v1/nodes/{node_id}/ingest", Node, node::ingest)
+        .add(Get, "/v1/nodes/{node_id}/observations", READ, observations::list)
+        .add(Get, "/v1/blueprints", READ, broker::list_blueprints)
+        .add(Post, "/v1/cloud-credentials", ADMIN, broker::create_credential)
+        .add(Get, "/v1/cloud-credentials", READ, broker::list_credentials)
+        .add(Post, "/v1/cloud-credentials/{id}/revoke", ADMIN, broker::revoke_credential)
+        .add(Post, "/v1/projects/{project_id}/resources", OPERATE, broker::create_resource)
+        .add(Get, "/v1/projects/{project_id}/resources", READ, broker::list_resources)
+        .add(Get, "/v1/resources/{id}", READ, broker::get_resource)
+        .add(Delete, "/v1/resources/{id}", OPERATE, broker::delete_resource)
+        .add(Get, "/v1/operator-tokens/self", READ, operator::whoami)
+        .add(Get, "/v1/operator-tokens", ADMIN, operator::list_operator_tokens)
+        .add(Post, "/v1/operator-tokens", ADMIN, operator::create_operator_token)
+        .add(Post, "/v1/operator-tokens/{id}/revoke", ADMIN, operator::revoke_operator_token)
+        .add(Get, "/v1/nodes/{node_id}/key", Node, rotation::key_challenge)
+        .add(Post, "/v1/nodes/{node_id}/key", Node, rotation::rotate_key)
+        .add(Post, "/v1/nodes/{node_id}/credential", Node, rotation::rotate_credential)
+        .add(Post, "/v1/nodes/{node_id}/rotate-key", OPERATE, rotation::request_key_rotation)
+        .add(Post, "/v1/nodes/{node_id}/rotate-credential", OPERATE, rotation::request_credential_rotation)
+}
+
+/// The route table (method, path, who may call it) the router is built from.
+pub fn route_table() -> Vec<RouteSpec> {
+    routes().table
+}
 
 /// Every route of docs/api.md.
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
-        .route("/v1/version", get(public::version))
-        .route("/v1/ca.crt", get(public::ca_cert))
-        .route(plexsphere_wire::REGISTER_PATH, post(public::register))
-        .route("/v1/domains", get(operator::list_domains))
-        .route("/v1/projects", get(operator::list_projects))
-        .route(
-            "/v1/projects/{project_id}/bootstrap-tokens",
-            post(operator::issue_token).get(operator::list_tokens),
-        )
-        .route(
-            "/v1/bootstrap-tokens/{token_id}/revoke",
-            post(operator::revoke_token),
-        )
-        .route("/v1/nodes", get(operator::list_nodes))
-        .route(
-            "/v1/nodes/{node_id}",
-            get(operator::get_node).delete(node::leave),
-        )
-        .route("/v1/nodes/{node_id}/revoke", post(operator::revoke_node))
-        .route("/v1/nodes/{node_id}/heartbeat", post(node::heartbeat))
-        .route("/v1/nodes/{node_id}/endpoints", post(node::endpoints))
-        .route("/v1/nodes/{node_id}/state", get(node::state))
-        .route("/v1/nodes/{node_id}/events", get(sse::events))
-        .route("/v1/nodes/{node_id}/ingest", post(node::ingest))
-        .route("/v1/nodes/{node_id}/observations", get(observations::list))
-        .route("/v1/blueprints", get(broker::list_blueprints))
-        .route(
-            "/v1/cloud-credentials",
-            post(broker::create_credential).get(broker::list_credentials),
-        )
-        .route(
-            "/v1/cloud-credentials/{id}/revoke",
-            post(broker::revoke_credential),
-        )
-        .route(
-            "/v1/projects/{project_id}/resources",
-            post(broker::create_resource).get(broker::list_resources),
-        )
-        .route(
-            "/v1/resources/{id}",
-            get(broker::get_resource).delete(broker::delete_resource),
-        )
-        .route(
-            "/v1/nodes/{node_id}/key",
-            get(rotation::key_challenge).post(rotation::rotate_key),
-        )
-        .route(
-            "/v1/nodes/{node_id}/credential",
-            post(rotation::rotate_credential),
-        )
-        // Operator routes, scope `operator`.
-        .route(
-            "/v1/nodes/{node_id}/rotate-key",
-            post(rotation::request_key_rotation),
-        )
-        .route(
-            "/v1/nodes/{node_id}/rotate-credential",
-            post(rotation::request_credential_rotation),
-        )
+    routes()
+        .router
         .fallback(|| async { Error::NotFound("no such endpoint; see docs/api.md".into()) })
         .method_not_allowed_fallback(|| async {
             let mut resp = axum::response::IntoResponse::into_response(Error::BadRequest(

@@ -53,13 +53,14 @@ pub fn parse_query(limit: Option<&str>, kind: Option<&str>) -> Result<(u32, Opti
 
 pub async fn list(
     State(st): State<Arc<AppState>>,
-    _op: Operator,
+    op: Operator,
     UuidPath(id): UuidPath,
     query: Result<Query<ObservationQuery>, QueryRejection>,
 ) -> Result<Json<ObservationList>, Error> {
     let Query(q) = query.map_err(|e| Error::BadRequest(format!("bad query string: {e}")))?;
     let (limit, kind) = parse_query(q.limit.as_deref(), q.kind.as_deref())?;
     let mut conn = st.store.acquire().await?;
+    super::operator::require_node(&mut conn, &op, id).await?;
     let dropped = observations::dropped(&mut conn, id).await?.ok_or_else(|| {
         Error::NotFound(format!(
             "no node with id {id}; `plexctl node list` shows them"

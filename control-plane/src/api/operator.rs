@@ -6,7 +6,8 @@ use axum::Json;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use plexsphere_wire::admin::{
-    DomainView, IssueTokenRequest, IssuedToken, List, NodeView, ProjectView, TokenView,
+    CreateOperatorToken, CreatedOperatorToken, DomainView, IssueTokenRequest, IssuedToken, List,
+    NodeView, OperatorTokenView, ProjectView, TokenView,
 };
 use plexsphere_wire::secret::{BootstrapToken, valid_env_prefix};
 use serde::Deserialize;
@@ -15,20 +16,31 @@ use uuid::Uuid;
 use super::extract::{ApiJson, Operator, TokenIdPath, UuidPath};
 use super::state::AppState;
 use crate::error::Error;
+use crate::operator_tokens::{self, OperatorTokenError, TokenSpec};
+use crate::store::nodes::NodeRow;
 use crate::store::tokens::TokenRow;
-use crate::store::{self, Conn, domains, nodes, projects, tokens};
+use crate::store::{self, Conn, domains, nodes, operators, projects, tokens};
 use crate::views::{node_view, token_view};
 
 const MIN_TTL_SECS: u64 = 60;
 const MAX_TTL_SECS: u64 = 30 * 24 * 3600;
 
+/// A project-bound token sees the Domain of its project only.
 pub async fn list_domains(
     State(st): State<Arc<AppState>>,
-    _op: Operator,
+    op: Operator,
 ) -> Result<Json<List<DomainView>>, Error> {
-    let rows = domains::list(&mut *st.store.acquire().await?).await?;
+    let mut c = st.store.acquire().await?;
+    let only = match op.project_id {
+        None => None,
+        Some(p) => Some(projects::get(&mut c, p).await?.map(|p| p.domain_id)),
+    };
+    let rows = domains::list(&mut c).await?;
     let mut items = Vec::with_capacity(rows.len());
     for d in rows {
+        if only.is_some_and(|domain| domain != Some(d.id)) {
+            continue;
+        }
         items.push(DomainView {
             id: d.id,
             signing_public_key: st.keys.signer(&d.slug)?.public_key_b64(),
@@ -41,11 +53,12 @@ pub async fn list_domains(
 
 pub async fn list_projects(
     State(st): State<Arc<AppState>>,
-    _op: Operator,
+    op: Operator,
 ) -> Result<Json<List<ProjectView>>, Error> {
     let rows = projects::list(&mut *st.store.acquire().await?).await?;
     let items = rows
         .into_iter()
+        .filter(|p| op.sees(p.id))
         .map(|p| ProjectView {
             id: p.id,
             domain_id: p.domain_id,
@@ -57,14 +70,33 @@ pub async fn list_projects(
     Ok(Json(List { items }))
 }
 
-/// Not found (404) unless the Project exists.
-pub(super) async fn require_project(c: &mut Conn, id: Uuid) -> Result<(), Error> {
+fn no_project(id: Uuid) -> Error {
+    Error::NotFound(format!(
+        "no project with id {id}; `plexctl project list` shows them"
+    ))
+}
+
+fn no_node(id: Uuid) -> Error {
+    Error::NotFound(format!(
+        "no node with id {id}; `plexctl node list` shows them"
+    ))
+}
+
+/// Not found (404) unless the Project exists and the operator's token may see it (to a
+/// project-bound token, other projects do not exist).
+pub(super) async fn require_project(c: &mut Conn, op: &Operator, id: Uuid) -> Result<(), Error> {
+    op.require(id, || no_project(id))?;
     match projects::get(c, id).await? {
         Some(_) => Ok(()),
-        None => Err(Error::NotFound(format!(
-            "no project with id {id}; `plexctl project list` shows them"
-        ))),
+        None => Err(no_project(id)),
     }
+}
+
+/// The node, or 404 when there is none or it is in a project the token may not see.
+pub(super) async fn require_node(c: &mut Conn, op: &Operator, id: Uuid) -> Result<NodeRow, Error> {
+    let row = nodes::get(c, id).await?.ok_or_else(|| no_node(id))?;
+    op.require(row.project_id, || no_node(id))?;
+    Ok(row)
 }
 
 pub async fn issue_token(
@@ -84,7 +116,7 @@ pub async fn issue_token(
         )));
     }
     let mut c = st.store.acquire().await?;
-    require_project(&mut c, project_id).await?;
+    require_project(&mut c, &op, project_id).await?;
     let token = BootstrapToken::generate(&req.env_prefix, req.kind)
         .map_err(|e| Error::Internal(e.to_string()))?;
     let row = TokenRow::issued(&token, project_id, st.now(), req.ttl_secs, None);
@@ -107,11 +139,11 @@ pub async fn issue_token(
 
 pub async fn list_tokens(
     State(st): State<Arc<AppState>>,
-    _op: Operator,
+    op: Operator,
     UuidPath(project_id): UuidPath,
 ) -> Result<Json<List<TokenView>>, Error> {
     let mut c = st.store.acquire().await?;
-    require_project(&mut c, project_id).await?;
+    require_project(&mut c, &op, project_id).await?;
     let now = store::unix(st.now());
     let items = tokens::list_for_project(&mut c, project_id)
         .await?
@@ -128,6 +160,12 @@ pub async fn revoke_token(
 ) -> Result<Json<TokenView>, Error> {
     let mut c = st.store.acquire().await?;
     let now = store::unix(st.now());
+    if op.project_id.is_some() {
+        let project = tokens::get(&mut c, &id).await?.map(|t| t.project_id);
+        if !project.is_some_and(|p| op.sees(p)) {
+            return Err(Error::NotFound(format!("no bootstrap token with id {id}")));
+        }
+    }
     if !tokens::revoke(&mut c, &id, now).await? {
         return match tokens::get(&mut c, &id).await? {
             None => Err(Error::NotFound(format!("no bootstrap token with id {id}"))),
@@ -148,9 +186,10 @@ pub struct NodeQuery {
     project_id: Option<String>,
 }
 
+/// A project-bound token lists its project's nodes (none when `?project_id=` names another).
 pub async fn list_nodes(
     State(st): State<Arc<AppState>>,
-    _op: Operator,
+    op: Operator,
     query: Result<Query<NodeQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<List<NodeView>>, Error> {
     let Query(q) = query.map_err(|e| Error::BadRequest(format!("bad query string: {e}")))?;
@@ -161,6 +200,12 @@ pub async fn list_nodes(
                 .map_err(|_| Error::BadRequest(format!("project_id {p:?} is not a UUID")))
         })
         .transpose()?;
+    if let Some(p) = project_id
+        && !op.sees(p)
+    {
+        return Ok(Json(List { items: Vec::new() }));
+    }
+    let project_id = project_id.or(op.project_id);
     let now = store::unix(st.now());
     let hb = st.config.offline_after_secs();
     let items = nodes::list(&mut *st.store.acquire().await?, project_id)
@@ -173,12 +218,10 @@ pub async fn list_nodes(
 
 pub async fn get_node(
     State(st): State<Arc<AppState>>,
-    _op: Operator,
+    op: Operator,
     UuidPath(id): UuidPath,
 ) -> Result<Json<NodeView>, Error> {
-    let row = nodes::get(&mut *st.store.acquire().await?, id)
-        .await?
-        .ok_or_else(|| Error::NotFound(format!("no node with id {id}")))?;
+    let row = require_node(&mut st.store.acquire().await?, &op, id).await?;
     let now = store::unix(st.now());
     Ok(Json(node_view(&row, now, st.config.offline_after_secs())?))
 }
@@ -190,12 +233,103 @@ pub async fn revoke_node(
     op: Operator,
     UuidPath(id): UuidPath,
 ) -> Result<Json<NodeView>, Error> {
+    require_node(&mut st.store.acquire().await?, &op, id).await?;
     let now = store::unix(st.now());
-    let row = st.node_ops().revoke(id, now).await?.ok_or_else(|| {
-        Error::NotFound(format!(
-            "no node with id {id}; `plexctl node list` shows them"
-        ))
-    })?;
+    let row = st
+        .node_ops()
+        .revoke(id, now)
+        .await?
+        .ok_or_else(|| no_node(id))?;
     tracing::info!(node_id = %id, operator = %op.id, "node revocation requested by an operator");
     Ok(Json(node_view(&row, now, st.config.offline_after_secs())?))
+}
+
+/// `GET /v1/operator-tokens/self`: the calling token (scope, project, expiry, last use).
+pub async fn whoami(
+    State(st): State<Arc<AppState>>,
+    op: Operator,
+) -> Result<Json<OperatorTokenView>, Error> {
+    let row = operators::get(&mut *st.store.acquire().await?, &op.id)
+        .await?
+        .ok_or(Error::Unauthorized(
+            "the operator token was deleted while this request ran",
+        ))?;
+    Ok(Json(operator_tokens::view(&row, store::unix(st.now()))?))
+}
+
+/// `GET /v1/operator-tokens` (admin): every operator token, never a secret.
+pub async fn list_operator_tokens(
+    State(st): State<Arc<AppState>>,
+    _op: Operator,
+) -> Result<Json<List<OperatorTokenView>>, Error> {
+    let now = store::unix(st.now());
+    let items = operator_tokens::list(&st.store)
+        .await?
+        .iter()
+        .map(|r| operator_tokens::view(r, now))
+        .collect::<Result<_, _>>()?;
+    Ok(Json(List { items }))
+}
+
+fn token_error(e: OperatorTokenError) -> Error {
+    match e {
+        OperatorTokenError::Store(s) => Error::Store(s),
+        OperatorTokenError::Random => Error::Internal(e.to_string()),
+        OperatorTokenError::UnknownProject(_) => Error::NotFound(e.to_string()),
+        other => Error::Invalid(other.to_string()),
+    }
+}
+
+/// `POST /v1/operator-tokens` (admin): 201 with the token's text, shown this once.
+pub async fn create_operator_token(
+    State(st): State<Arc<AppState>>,
+    op: Operator,
+    ApiJson(req): ApiJson<CreateOperatorToken>,
+) -> Result<(StatusCode, Json<CreatedOperatorToken>), Error> {
+    let expiry = operator_tokens::parse_expires_in(
+        req.expires_in
+            .as_deref()
+            .unwrap_or(operator_tokens::DEFAULT_EXPIRES_IN),
+    )
+    .map_err(token_error)?;
+    let spec = TokenSpec {
+        name: req.name,
+        scope: req.scope,
+        project_id: req.project_id,
+        expiry,
+    };
+    let now = st.now();
+    let (token, row) = operator_tokens::create_scoped(&st.store, &spec, now)
+        .await
+        .map_err(token_error)?;
+    tracing::info!(operator_token_id = %row.id, operator = %op.id, "operator token created through the API");
+    Ok((
+        StatusCode::CREATED,
+        Json(CreatedOperatorToken {
+            token: token.expose(),
+            view: operator_tokens::view(&row, store::unix(now))?,
+        }),
+    ))
+}
+
+/// `POST /v1/operator-tokens/{id}/revoke` (admin): idempotent.
+pub async fn revoke_operator_token(
+    State(st): State<Arc<AppState>>,
+    op: Operator,
+    TokenIdPath(id): TokenIdPath,
+) -> Result<Json<OperatorTokenView>, Error> {
+    let now = st.now();
+    let not_found = || {
+        Error::NotFound(format!(
+            "no operator token with id {id}; `plexctl operator-token list` shows them"
+        ))
+    };
+    if !operator_tokens::revoke(&st.store, &id, now).await? {
+        return Err(not_found());
+    }
+    let row = operators::get(&mut *st.store.acquire().await?, &id)
+        .await?
+        .ok_or_else(not_found)?;
+    tracing::info!(operator_token_id = %id, operator = %op.id, "operator token revoked through the API");
+    Ok(Json(operator_tokens::view(&row, store::unix(now))?))
 }

@@ -53,6 +53,8 @@ async fn request(
     id: uuid::Uuid,
     what: Request,
 ) -> Result<(StatusCode, Json<NodeView>), Error> {
+    // A token bound to a project sees only that project's nodes.
+    super::operator::require_node(&mut st.store.acquire().await?, op, id).await?;
     let now = store::unix(st.now());
     if !st.node_ops().request_rotation(id, what, now).await? {
         return Err(Error::NotFound(format!(

@@ -4,13 +4,16 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 
 use anyhow::Context as _;
+use plexsphere_wire::admin::{OperatorScope, OperatorTokenStatus};
 use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use uuid::Uuid;
 
 use super::args::DataArgs;
 use super::failure::Failure;
-use crate::operator_tokens;
+use crate::operator_tokens::{self, TokenSpec};
 use crate::seed::{self, SeedReport};
-use crate::store::Store;
+use crate::store::{Store, projects};
 
 /// Creates the data directory (0700) when missing, connects and migrates.
 pub async fn open_store(data: &DataArgs) -> Result<Store, Failure> {
@@ -87,9 +90,56 @@ pub async fn seed_apply(data: &DataArgs, file: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
-pub async fn token_create(data: &DataArgs, name: &str) -> Result<(), Failure> {
+/// A project named by id or slug (a slug must name one project across the Domains).
+async fn resolve_project(store: &Store, text: &str) -> Result<Uuid, Failure> {
+    let mut conn = store.acquire().await.context("cannot read the projects")?;
+    let all = projects::list(&mut conn)
+        .await
+        .context("cannot read the projects")?;
+    let by_id = Uuid::parse_str(text).ok();
+    let found: Vec<Uuid> = all
+        .iter()
+        .filter(|p| Some(p.id) == by_id || p.slug == text)
+        .map(|p| p.id)
+        .collect();
+    match found.as_slice() {
+        [one] => Ok(*one),
+        [] => Err(Failure::Config(format!(
+            "--project {text:?} names no project; `plexctl project list` shows them"
+        ))),
+        _ => Err(Failure::Config(format!(
+            "--project {text:?} is the slug of several projects (in different Domains); pass the project's id"
+        ))),
+    }
+}
+
+pub async fn token_create(
+    data: &DataArgs,
+    name: &str,
+    scope: &str,
+    project: Option<&str>,
+    expires_in: &str,
+) -> Result<(), Failure> {
+    let scope = OperatorScope::parse(scope).ok_or_else(|| {
+        Failure::Config(format!(
+            "--scope {scope:?} is not one of read-only, operator, admin"
+        ))
+    })?;
+    let expiry = operator_tokens::parse_expires_in(expires_in)
+        .map_err(|e| Failure::Config(e.to_string()))?;
     let store = open_store(data).await?;
-    let token = operator_tokens::create(&store, name, OffsetDateTime::now_utc())
+    let project_id = match project {
+        Some(p) => Some(resolve_project(&store, p).await?),
+        None => None,
+    };
+    let spec = TokenSpec {
+        name: name.to_owned(),
+        scope,
+        project_id,
+        expiry,
+    };
+    spec.check().map_err(|e| Failure::Config(e.to_string()))?;
+    let (token, _) = operator_tokens::create_scoped(&store, &spec, OffsetDateTime::now_utc())
         .await
         .context("cannot create the operator token")?;
     println!("{}", token.expose());
@@ -97,26 +147,49 @@ pub async fn token_create(data: &DataArgs, name: &str) -> Result<(), Failure> {
     Ok(())
 }
 
+fn rfc3339(t: Option<OffsetDateTime>) -> String {
+    t.and_then(|t| t.format(&Rfc3339).ok())
+        .unwrap_or_else(|| "-".into())
+}
+
 pub async fn token_list(data: &DataArgs) -> Result<(), Failure> {
     let store = open_store(data).await?;
     let rows = operator_tokens::list(&store)
         .await
         .context("cannot list operator tokens")?;
-    println!("{:<16}  {:<24}  {:<20}  STATUS", "ID", "NAME", "CREATED");
+    let now = OffsetDateTime::now_utc();
+    println!(
+        "{:<16}  {:<24}  {:<9}  {:<36}  {:<20}  {:<20}  {:<20}  STATUS",
+        "ID", "NAME", "SCOPE", "PROJECT", "CREATED", "EXPIRES", "LAST USED"
+    );
     for r in rows {
-        let created = OffsetDateTime::from_unix_timestamp(r.created_at)
-            .ok()
-            .and_then(|t| {
-                t.format(&time::format_description::well_known::Rfc3339)
-                    .ok()
-            })
-            .unwrap_or_else(|| "-".into());
-        let status = if r.revoked_at.is_some() {
-            "revoked"
-        } else {
-            "active"
+        let v = operator_tokens::view(&r, crate::store::unix(now))
+            .context("cannot read an operator token")?;
+        let status = match (v.status, v.legacy) {
+            (OperatorTokenStatus::Active, true) => {
+                "active (legacy: admin, never expires; replace it)"
+            }
+            (OperatorTokenStatus::Active, false) => "active",
+            (OperatorTokenStatus::Expired, _) => "expired",
+            (OperatorTokenStatus::Revoked, _) => "revoked",
         };
-        println!("{:<16}  {:<24}  {:<20}  {status}", r.id, r.name, created);
+        let project = v
+            .project_id
+            .map_or_else(|| "(all)".to_owned(), |p| p.to_string());
+        let expires = match v.expires_at {
+            None => "never".to_owned(),
+            t => rfc3339(t),
+        };
+        println!(
+            "{:<16}  {:<24}  {:<9}  {:<36}  {:<20}  {:<20}  {:<20}  {status}",
+            v.id,
+            v.name,
+            v.scope.as_str(),
+            project,
+            rfc3339(Some(v.created_at)),
+            expires,
+            rfc3339(v.last_used_at),
+        );
     }
     store.close().await;
     Ok(())

@@ -60,6 +60,12 @@ pub enum Command {
     Relay(super::relay::RelayCommand),
     /// Print a Domain's signing public key (what `plexsphere relay --domain-key` takes).
     DomainKey(super::relay::DomainKeyArgs),
+    /// Release-signing keys for plexd releases served from a mirror (docs/downloads.md).
+    #[command(subcommand)]
+    ReleaseKey(super::downloads::ReleaseKeyCommand),
+    /// Sign a plexd release: its manifest, plexd-release.json (docs/downloads.md).
+    #[command(subcommand)]
+    Release(super::downloads::ReleaseCommand),
 }
 
 #[derive(Debug, Clone, Args)]
@@ -287,6 +293,16 @@ pub enum OperatorTokenCommand {
         data: DataArgs,
         #[arg(long)]
         name: String,
+        /// What the token may do: read-only (GET only), operator (bootstrap tokens, nodes,
+        /// resources) or admin (everything, operator tokens and cloud credentials included)
+        #[arg(long, default_value = "operator", value_parser = ["read-only", "operator", "admin"])]
+        scope: String,
+        /// Limit the token to one project (id or slug); not for admin tokens
+        #[arg(long, value_name = "PROJECT")]
+        project: Option<String>,
+        /// When the token stops working: 90d, 12h, 1d12h... or `never` (admin only)
+        #[arg(long, default_value = crate::operator_tokens::DEFAULT_EXPIRES_IN, value_name = "DURATION")]
+        expires_in: String,
     },
     /// List tokens (never their secrets).
     List {

@@ -84,9 +84,13 @@ async fn dispatch(cmd: Command) -> Result<(), Failure> {
         Command::Serve(args) => serve::serve(args).await,
         Command::Dev(args) => serve::dev(args).await,
         Command::Seed(SeedCommand::Apply { data, file }) => admin::seed_apply(&data, &file).await,
-        Command::OperatorToken(OperatorTokenCommand::Create { data, name }) => {
-            admin::token_create(&data, &name).await
-        }
+        Command::OperatorToken(OperatorTokenCommand::Create {
+            data,
+            name,
+            scope,
+            project,
+            expires_in,
+        }) => admin::token_create(&data, &name, &scope, project.as_deref(), &expires_in).await,
         Command::OperatorToken(OperatorTokenCommand::List { data }) => {
             admin::token_list(&data).await
         }
@@ -98,5 +102,7 @@ async fn dispatch(cmd: Command) -> Result<(), Failure> {
         Command::Restore { from, data } => backup::restore(&from, &data).await,
         Command::Relay(cmd) => relay::relay(cmd).await,
         Command::DomainKey(args) => relay::domain_key(&args),
+        Command::ReleaseKey(cmd) => downloads::release_key(cmd),
+        Command::Release(cmd) => downloads::release(cmd),
     }
 }

@@ -144,6 +144,13 @@ pub fn migrator() -> Migrator {
             false,
         ),
         Migration::new(
+            8,
+            Cow::Borrowed("operator token scopes"),
+            MigrationType::Simple,
+            include_str!("../../migrations/0008_operator_scopes.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
             9,
             Cow::Borrowed("key rotation"),
             MigrationType::Simple,

@@ -5,6 +5,7 @@
 pub mod broker;
 pub mod dev;
 pub mod nodes;
+pub mod operators;
 pub mod postgres;
 pub mod process;
 

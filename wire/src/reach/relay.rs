@@ -244,7 +244,7 @@ impl Frame {
                 let rest = &rest[..rest.len().min(MAX_REASON)];
                 Frame::Refused {
                     code,
-                    reason: String::from_utf8_lossy(rest).into_owned(),
+                    reason: bounded_reason(rest),
                 }
             }
             8 => Frame::PeerGone { dst: r.array()? },
@@ -290,6 +290,19 @@ fn payload(bytes: &[u8]) -> Result<Vec<u8>, DecodeError> {
         return Err(DecodeError::Long(bytes.len()));
     }
     Ok(bytes.to_vec())
+}
+
+/// A refusal's reason as text of at most [`MAX_REASON`] bytes. Invalid UTF-8 becomes U+FFFD,
+/// three bytes for one, so the text is cut again after the conversion (at a character
+/// boundary): a decoded reason then encodes to the same bytes and decodes to itself.
+fn bounded_reason(bytes: &[u8]) -> String {
+    let mut text = String::from_utf8_lossy(bytes).into_owned();
+    let mut end = text.len().min(MAX_REASON);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text
 }
 
 /// The proof a node sends in `register`: shows it holds the private key of `node`. Both the

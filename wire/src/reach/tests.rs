@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 
 use super::disco::{Message, PairKey, new_tx, sender};
-use super::relay::{Frame, RefuseCode, proof, proof_matches};
+use super::relay::{Frame, MAX_REASON, RefuseCode, proof, proof_matches};
 use super::*;
 
 fn keypair(seed: u8) -> ([u8; 32], [u8; 32]) {
@@ -179,4 +179,19 @@ fn a_relayed_datagram_of_a_1420_byte_tunnel_fits_a_1500_byte_ipv4_underlay() {
         d.len(),
         "the relay rewrites send into recv in place"
     );
+}
+
+/// Found by the `reach_frames` fuzz target: a refusal whose reason is invalid UTF-8 decoded to
+/// a longer text (each bad byte becomes a three-byte U+FFFD), past MAX_REASON, so decoding what
+/// it encodes gave another frame.
+#[test]
+fn a_refusal_with_invalid_utf8_decodes_within_the_bound_and_round_trips() {
+    let mut bytes = vec![7, 208];
+    bytes.extend(std::iter::repeat_n(0xff, MAX_REASON + 40));
+    let Frame::Refused { reason, .. } = Frame::decode(&bytes).unwrap() else {
+        panic!("not a refusal");
+    };
+    assert!(reason.len() <= MAX_REASON, "{} bytes", reason.len());
+    let frame = Frame::decode(&bytes).unwrap();
+    assert_eq!(Frame::decode(&frame.encode()).unwrap(), frame);
 }

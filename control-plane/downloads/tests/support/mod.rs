@@ -3,6 +3,7 @@
 #![allow(dead_code, clippy::unwrap_used)] // test-only helpers: a failure here is a test failure
 
 pub mod local;
+pub mod tls;
 pub mod upstream;
 
 use std::net::SocketAddr;

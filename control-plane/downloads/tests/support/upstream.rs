@@ -1,5 +1,6 @@
-//! A fake upstream release server for the mirror source: it serves a fake release, counts
-//! its hits and holds its answers while told to; and the downloads server in front of it.
+//! A fake upstream release server for the mirror source, over HTTPS with a test CA: it serves a
+//! fake release (binaries, a sha256sum list and a signed release manifest), counts its hits and
+//! holds its answers while told to; and the downloads server in front of it.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -12,9 +13,14 @@ use axum::extract::{Request, State};
 use axum::http::{StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use plexsphere_downloads::{Downloads, DownloadsConfig, MirrorConfig, PinnedChecksums, router};
+use plexsphere_downloads::manifest::{self, ReleaseFile, ReleaseKey};
+use plexsphere_downloads::{
+    Downloads, DownloadsConfig, MirrorConfig, PinnedChecksums, Platform, router,
+};
+use ring::signature::{Ed25519KeyPair, KeyPair as _};
 use tokio::sync::watch;
 
+use super::tls::{TestCa, TlsServer};
 use super::{Server, fake_binary, get, sha256_hex};
 
 pub const VERSION: &str = "1.2.3";
@@ -55,25 +61,62 @@ pub struct Release {
     pub amd64: Vec<u8>,
     pub arm64: Vec<u8>,
     pub checksums: String,
+    /// `plexd-release.json`: the manifest of the two binaries, signed by [`release_key`].
+    pub envelope: Vec<u8>,
+}
+
+/// The release-signing key the tests' servers trust.
+pub fn release_pair() -> Ed25519KeyPair {
+    Ed25519KeyPair::from_seed_unchecked(&[77; 32]).unwrap()
+}
+
+/// A key nobody trusts: an attacker's.
+pub fn attacker_pair() -> Ed25519KeyPair {
+    Ed25519KeyPair::from_seed_unchecked(&[66; 32]).unwrap()
+}
+
+pub fn release_key() -> ReleaseKey {
+    release_pair().public_key().as_ref().try_into().unwrap()
+}
+
+/// A signed manifest envelope of these binaries for `version`.
+pub fn envelope_of(version: &str, amd64: &[u8], arm64: &[u8], keys: &[&Ed25519KeyPair]) -> Vec<u8> {
+    let file = |b: &[u8]| ReleaseFile {
+        sha256: plexsphere_downloads::checksums::sha256(b),
+        size: b.len() as u64,
+    };
+    let files = [
+        (Platform::LinuxAmd64, file(amd64)),
+        (Platform::LinuxArm64, file(arm64)),
+    ]
+    .into_iter()
+    .collect();
+    manifest::envelope(&manifest::manifest_bytes(version, &files), keys)
+}
+
+pub fn checksums_of(amd64: &[u8], arm64: &[u8]) -> String {
+    format!(
+        "{}  plexd-linux-amd64\n{}  plexd-linux-arm64\n",
+        sha256_hex(amd64),
+        sha256_hex(arm64)
+    )
 }
 
 pub fn release() -> Release {
     let amd64 = fake_binary(11, 400_000);
     let arm64 = fake_binary(12, 150_001);
-    let checksums = format!(
-        "{}  plexd-linux-amd64\n{}  plexd-linux-arm64\n",
-        sha256_hex(&amd64),
-        sha256_hex(&arm64)
-    );
+    let checksums = checksums_of(&amd64, &arm64);
+    let envelope = envelope_of(VERSION, &amd64, &arm64, &[&release_pair()]);
     Release {
         amd64,
         arm64,
         checksums,
+        envelope,
     }
 }
 
-/// Starts an upstream serving `r`; the sender holds answers while it is false.
-pub async fn upstream(r: &Release, open: bool) -> (Server, Arc<Upstream>, watch::Sender<bool>) {
+/// Starts an HTTPS upstream serving `r`; the sender holds answers while it is false.
+pub async fn upstream(r: &Release, open: bool) -> (TlsServer, Arc<Upstream>, watch::Sender<bool>) {
     let (tx, rx) = watch::channel(open);
     let u = Arc::new(Upstream {
         files: Mutex::new(HashMap::new()),
@@ -83,24 +126,64 @@ pub async fn upstream(r: &Release, open: bool) -> (Server, Arc<Upstream>, watch:
     u.put("plexd-linux-amd64", r.amd64.clone());
     u.put("plexd-linux-arm64", r.arm64.clone());
     u.put("checksums.sha256", r.checksums.clone().into_bytes());
+    u.put(manifest::ENVELOPE_FILE, r.envelope.clone());
     let app = Router::new()
         .fallback(upstream_handler)
         .with_state(u.clone());
-    (Server::start(app).await, u, tx)
+    (TlsServer::start(app, Arc::new(TestCa::new())).await, u, tx)
 }
 
+/// The address and CA of an upstream, kept to configure a server after it stopped.
+#[derive(Clone)]
+pub struct Mirror {
+    pub addr: SocketAddr,
+    pub ca: Arc<TestCa>,
+}
+
+impl From<&TlsServer> for Mirror {
+    fn from(s: &TlsServer) -> Self {
+        Self {
+            addr: s.addr,
+            ca: s.ca.clone(),
+        }
+    }
+}
+
+/// Pins checksums in the configuration. The mirror's CA is copied beside the cache (outside
+/// `<cache>/<version>`), so the configuration outlives the upstream.
 pub fn mirror_config(
-    upstream: SocketAddr,
+    upstream: impl Into<Mirror>,
     pinned: PinnedChecksums,
     cache: &Path,
 ) -> DownloadsConfig {
-    DownloadsConfig::mirror(
-        VERSION,
-        MirrorConfig::new(
-            format!("http://{upstream}/plexd/{{version}}/plexd-linux-{{arch}}"),
-            pinned,
-            cache,
-        ),
+    let m: Mirror = upstream.into();
+    std::fs::create_dir_all(cache).unwrap();
+    let ca_file = cache.join("mirror-ca.pem");
+    std::fs::copy(m.ca.file(), &ca_file).unwrap();
+    let mut mirror = MirrorConfig::new(
+        format!("https://{}/plexd/{{version}}/plexd-linux-{{arch}}", m.addr),
+        pinned,
+        cache,
+    );
+    mirror.ca_file = Some(ca_file);
+    DownloadsConfig::mirror(VERSION, mirror)
+}
+
+/// Trusts the mirror's signed manifest when [`release_key`] signed it.
+pub fn manifest_config(upstream: impl Into<Mirror>, cache: &Path) -> DownloadsConfig {
+    let m: Mirror = upstream.into();
+    let url = format!(
+        "https://{}/plexd/{{version}}/{}",
+        m.addr,
+        manifest::ENVELOPE_FILE
+    );
+    mirror_config(
+        m,
+        PinnedChecksums::SignedManifest {
+            url,
+            keys: vec![release_key()],
+        },
+        cache,
     )
 }
 

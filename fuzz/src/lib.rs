@@ -1,0 +1,38 @@
+//! What the fuzz targets share: a Domain key pair that signs whatever bytes a target makes up, so
+//! that the decoders behind the signature check get fuzzed too, and not only the check.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use plexd::daemon::accept::Acceptor;
+use plexsphere_wire::signed::{DomainSigner, DomainVerifier, SignContext, SignedEnvelope};
+use uuid::Uuid;
+
+/// The node the documents are addressed to (a fixed id, so inputs can name it).
+pub const NODE: Uuid = Uuid::from_u128(0x019a0816_0000_7000_8000_0000000000aa);
+const SEED: [u8; 32] = [42; 32];
+
+pub fn signer() -> DomainSigner {
+    DomainSigner::from_seed(&SEED).expect("a fixed 32-byte seed is a valid key")
+}
+
+pub fn acceptor() -> Acceptor {
+    let verifier = DomainVerifier::from_b64(&signer().public_key_b64())
+        .expect("the signer's own public key parses");
+    Acceptor::new(verifier, NODE)
+}
+
+/// `payload` signed for `ctx`, as the control plane would send it.
+pub fn envelope(ctx: SignContext, payload: &[u8]) -> SignedEnvelope {
+    SignedEnvelope {
+        payload: STANDARD.encode(payload),
+        signature: STANDARD.encode(signer().sign_bytes(ctx, payload)),
+    }
+}
+
+/// Splits fuzz input at the first `0xff` byte: a selector/prefix and the rest.
+pub fn split_at_marker(data: &[u8]) -> (&[u8], &[u8]) {
+    match data.iter().position(|&b| b == 0xff) {
+        Some(i) => (&data[..i], &data[i + 1..]),
+        None => (data, &[]),
+    }
+}
