@@ -92,12 +92,11 @@ async fn a_key_rotation_on_postgres() {
 }
 
 async fn key_rotation(srv: &TestServer) {
-    let srv = srv;
     let (s0, s1, s2) = ([11u8; 32], [12u8; 32], [13u8; 32]);
-    let a = enrol_with(&srv, s0).await;
+    let a = enrol_with(srv, s0).await;
     let b = srv.enrol(LAB_NODES).await;
     let mut b_events = srv.open_events(&b, None).await;
-    let c = challenge(&srv, &a).await;
+    let c = challenge(srv, &a).await;
     assert!(c.expires_at > 0 && !c.nonce.is_empty());
 
     // Forged: the credential alone (no old private key), or no new private key, or a nonce
@@ -117,11 +116,11 @@ async fn key_rotation(srv: &TestServer) {
             r
         }),
         ("B's nonce", {
-            let cb = challenge(&srv, &b).await;
+            let cb = challenge(srv, &b).await;
             request(&a, &cb, (s0, s0), (s1, s1))
         }),
     ] {
-        let (s, _, body) = rotate(&srv, &a, &req).await;
+        let (s, _, body) = rotate(srv, &a, &req).await;
         assert_code(s, &body, 403, "forbidden");
         assert_eq!(
             srv.node_view(a.node_id).await["wireguard_public_key"],
@@ -142,7 +141,7 @@ async fn key_rotation(srv: &TestServer) {
     assert_eq!(r.status(), StatusCode::FORBIDDEN);
 
     // The honest request: the key changes, B hears peer_updated with the new key.
-    let (s, _, body) = rotate(&srv, &a, &honest).await;
+    let (s, _, body) = rotate(srv, &a, &honest).await;
     assert_eq!(s, StatusCode::OK, "{body}");
     assert_eq!(body["public_key"], pubkey(s1));
     assert_eq!(body["already"], false);
@@ -163,16 +162,16 @@ async fn key_rotation(srv: &TestServer) {
     }
 
     // The same request again (the node lost the answer): done already, nothing changes.
-    let (s, _, again) = rotate(&srv, &a, &honest).await;
+    let (s, _, again) = rotate(srv, &a, &honest).await;
     assert_eq!(s, StatusCode::OK, "{again}");
     assert_eq!(again["already"], true);
     assert_eq!(again["state_version"], body["state_version"]);
     // A stale request (from the old key to a third one) is refused: the key is s1 now.
-    let c2 = challenge(&srv, &a).await;
-    let (s, _, stale) = rotate(&srv, &a, &request(&a, &c2, (s0, s0), (s2, s2))).await;
+    let c2 = challenge(srv, &a).await;
+    let (s, _, stale) = rotate(srv, &a, &request(&a, &c2, (s0, s0), (s2, s2))).await;
     assert_code(s, &stale, 409, "conflict");
     // The next real rotation right away meets the rate limit.
-    let (s, retry, limited) = rotate(&srv, &a, &request(&a, &c2, (s1, s1), (s2, s2))).await;
+    let (s, retry, limited) = rotate(srv, &a, &request(&a, &c2, (s1, s1), (s2, s2))).await;
     assert_code(s, &limited, 429, "rate_limited");
     let secs: u64 = retry.unwrap().parse().unwrap();
     assert!((1..=30).contains(&secs), "{secs}");
