@@ -61,6 +61,8 @@ pub fn main(cli: Cli) -> i32 {
             Err(e) => Err(e),
         },
         Command::Uninstall(args) => uninstall_cmd(&cli, args),
+        Command::RotateKey => rotate_cmd(&cli, Request::RotateKey),
+        Command::RotateCredential => rotate_cmd(&cli, Request::RotateCredential),
     };
     match result {
         Ok(()) => 0,
@@ -95,9 +97,41 @@ fn status_cmd(cli: &Cli, args: &StatusArgs) -> CmdResult {
             }
             Ok(())
         }
-        Answer::Error { message, .. } | Answer::Left { message } => {
+        Answer::Error { message, .. } | Answer::Left { message } | Answer::Rotated { message } => {
             Err(fail(Failure::new(ExitCode::ServerRefused, message)))
         }
+    }
+}
+
+/// `plexd rotate-key` / `rotate-credential`: asks the running daemon (the rotation needs its
+/// interface and its connection); exit 3 when none answers.
+fn rotate_cmd(cli: &Cli, req: Request) -> CmdResult {
+    let fail = |f: Failure| (LogTarget::Stderr, f);
+    let answer = block_on(socket::ask(&cli.run_dir, req))
+        .map_err(fail)?
+        .map_err(|e| {
+            let f = socket_failure(e);
+            let code = f.code;
+            fail(Failure::new(
+                code,
+                format!("{}; a rotation needs the running daemon", f.message),
+            ))
+        })?;
+    match answer {
+        Answer::Rotated { message } => {
+            println!("{message}");
+            Ok(())
+        }
+        Answer::Error { message, exit_code } => {
+            let code = exit_code
+                .and_then(ExitCode::from_i32)
+                .unwrap_or(ExitCode::ServerRefused);
+            Err(fail(Failure::new(code, message)))
+        }
+        Answer::Status(_) | Answer::Left { .. } => Err(fail(Failure::new(
+            ExitCode::Io,
+            "the daemon answered a rotation with something else",
+        ))),
     }
 }
 
@@ -119,7 +153,7 @@ fn leave(cli: &Cli, ca_flag: Option<PathBuf>) -> Result<String, (LogTarget, Fail
                 .unwrap_or(ExitCode::ServerRefused);
             Err((LogTarget::Stderr, Failure::new(code, message)))
         }
-        Ok(Answer::Status(_)) => Err((
+        Ok(Answer::Status(_) | Answer::Rotated { .. }) => Err((
             LogTarget::Stderr,
             Failure::new(ExitCode::Io, "the daemon answered a leave with a status"),
         )),

@@ -46,6 +46,11 @@ pub enum Command {
     /// Leave, then stop and disable the unit and remove it and the state dir (and with
     /// --purge the config and token).
     Uninstall(UninstallArgs),
+    /// Rotate this node's WireGuard key now (through the running daemon): a new key pair,
+    /// proven to and stored by the control plane, then used by the interface; peers switch.
+    RotateKey,
+    /// Rotate this node's credential now (through the running daemon).
+    RotateCredential,
     /// Print the version.
     Version,
 }

@@ -58,6 +58,12 @@ pub enum Error {
     /// 429 `rate_limited` with `Retry-After`.
     #[error("too many registration attempts from this client; retry after {0} s")]
     RateLimited(u64),
+    /// 429 `rate_limited` with `Retry-After`: a node rotated its key or credential too recently.
+    #[error(
+        "this node rotated less than {gap} s ago; retry after {0} s",
+        gap = crate::node_rotation::MIN_ROTATION_GAP_SECS
+    )]
+    RotationLimited(u64),
     #[error("{0}")]
     Unauthorized(&'static str),
     /// 403 `forbidden`: valid credentials that do not allow this call.

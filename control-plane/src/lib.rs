@@ -16,6 +16,7 @@ pub mod keys;
 pub mod maintenance;
 pub mod node_decisions;
 pub mod node_ops;
+pub mod node_rotation;
 pub mod operator_tokens;
 pub mod ratelimit;
 pub mod register;

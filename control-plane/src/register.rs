@@ -232,6 +232,7 @@ impl Registrar<'_> {
             listen_port: None,
             endpoints: Vec::new(),
             reach: crate::store::nodes::NodeReach::default(),
+            rotation: crate::store::nodes::NodeRotation::default(),
             report: crate::store::nodes::NodeReport::default(),
         };
         nodes::insert(&mut tx, &node).await?;

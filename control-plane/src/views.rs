@@ -90,6 +90,16 @@ pub fn node_view(row: &NodeRow, now: i64, offline_after: i64) -> Result<NodeView
             mapping: n.mapping,
             udp_blocked: n.udp_blocked,
         }),
+        key_rotated_at: row
+            .rotation
+            .key_rotated_at
+            .map(|t| from_unix("nodes.key_rotated_at", t))
+            .transpose()?,
+        credential_rotated_at: row
+            .rotation
+            .credential_rotated_at
+            .map(|t| from_unix("nodes.credential_rotated_at", t))
+            .transpose()?,
         clone: None,
     })
 }

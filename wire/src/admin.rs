@@ -156,6 +156,20 @@ pub struct NodeView {
     /// from older servers).
     #[serde(default)]
     pub clone: Option<CloneView>,
+    /// When the node last rotated its WireGuard key; absent when it never did.
+    #[serde(
+        with = "time::serde::rfc3339::option",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub key_rotated_at: Option<OffsetDateTime>,
+    /// When the node last rotated its credential; absent when it never did.
+    #[serde(
+        with = "time::serde::rfc3339::option",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub credential_rotated_at: Option<OffsetDateTime>,
 }
 
 /// Requests refused because they came with another host's fingerprint than the node's.

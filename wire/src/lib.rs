@@ -10,6 +10,7 @@ pub mod host;
 pub mod node;
 pub mod reach;
 pub mod register;
+pub mod rotation;
 pub mod secret;
 pub mod signed;
 pub mod version;

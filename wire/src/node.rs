@@ -56,6 +56,13 @@ pub struct HeartbeatAck {
     /// so a token never runs out while the node heartbeats.
     #[serde(default)]
     pub relay_token: Option<crate::signed::SignedEnvelope>,
+    /// An operator asked this node to rotate its WireGuard key (`plexctl node rotate-key`);
+    /// the node does it by itself ([`crate::rotation`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rotate_key: bool,
+    /// An operator asked this node to rotate its credential.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rotate_credential: bool,
 }
 
 /// `POST /v1/nodes/{id}/endpoints`: the node's own view of where it can be reached.

@@ -3,6 +3,7 @@
 
 mod daemon;
 mod locate;
+pub mod rotation;
 pub mod values;
 
 use std::path::{Path, PathBuf};
@@ -40,6 +41,9 @@ pub struct Config {
     /// Tuning and test knobs of `plexd run`; the defaults suit production.
     #[serde(default, skip_serializing_if = "DaemonConfig::is_default")]
     pub daemon: DaemonConfig,
+    /// How often the WireGuard key and the credential rotate by themselves.
+    #[serde(default, skip_serializing_if = "rotation::RotationConfig::is_default")]
+    pub rotation: rotation::RotationConfig,
 }
 
 fn is_false(b: &bool) -> bool {

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use plexsphere_wire::host::{HOST_HEADER, HostFingerprint};
 use plexsphere_wire::node::{EndpointAck, EndpointReport, Heartbeat, HeartbeatAck, IngestBatch};
+use plexsphere_wire::rotation::{CredentialRotated, KeyChallenge, KeyRotated, KeyRotation};
 use plexsphere_wire::{ApiError, codes};
 use uuid::Uuid;
 
@@ -113,7 +114,8 @@ pub enum LeaveAnswer {
 pub struct NodeApi {
     api: ApiClient,
     node_id: Uuid,
-    credential: SecretString,
+    /// Shared by every clone: a credential rotation switches all of them at once.
+    credential: std::sync::Arc<std::sync::RwLock<SecretString>>,
     /// This host's fingerprint, sent as `Plexd-Host` with every call.
     host: Option<HostFingerprint>,
 }
@@ -123,7 +125,7 @@ impl NodeApi {
         Self {
             api,
             node_id,
-            credential,
+            credential: std::sync::Arc::new(std::sync::RwLock::new(credential)),
             host: None,
         }
     }
@@ -140,6 +142,18 @@ impl NodeApi {
         self.host.as_ref().map(HostFingerprint::to_hex)
     }
 
+    /// From now on every call (of every clone) authenticates with `credential`.
+    pub fn set_credential(&self, credential: SecretString) {
+        *self
+            .credential
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = credential;
+    }
+
+    pub fn node_id(&self) -> Uuid {
+        self.node_id
+    }
+
     pub fn api(&self) -> &ApiClient {
         &self.api
     }
@@ -151,7 +165,11 @@ impl NodeApi {
     }
 
     pub fn bearer(&self) -> String {
-        format!("Bearer {}", self.credential.expose())
+        let c = self
+            .credential
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        format!("Bearer {}", c.expose())
     }
 
     async fn send(
@@ -234,6 +252,29 @@ impl NodeApi {
                 retry_after(&headers),
             )),
         }
+    }
+
+    /// `GET /v1/nodes/{id}/key`: the challenge a key rotation's proof is made with.
+    pub async fn key_challenge(&self) -> Result<KeyChallenge, CallError> {
+        let (status, headers, bytes) = self.send(self.api.http().get(self.url("/key"))).await?;
+        if !(200..300).contains(&status) {
+            return Err(CallError::from_answer(
+                status,
+                &bytes,
+                retry_after(&headers),
+            ));
+        }
+        serde_json::from_slice(&bytes).map_err(|e| CallError::BadAnswer(e.to_string()))
+    }
+
+    /// `POST /v1/nodes/{id}/key`.
+    pub async fn rotate_key(&self, r: &KeyRotation) -> Result<KeyRotated, CallError> {
+        self.post_json("/key", r).await
+    }
+
+    /// `POST /v1/nodes/{id}/credential`.
+    pub async fn rotate_credential(&self) -> Result<CredentialRotated, CallError> {
+        self.post_json("/credential", &serde_json::json!({})).await
     }
 
     /// `DELETE /v1/nodes/{id}`.

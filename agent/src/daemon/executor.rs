@@ -52,6 +52,8 @@ pub struct Executor {
     /// The reach runtime (paths, relays, own candidates); [`crate::reach::io::NoReach`]
     /// without one.
     pub reach: Arc<dyn ReachHandle>,
+    /// The state dir (a rotation's files).
+    pub paths: crate::paths::StatePaths,
 }
 
 impl Executor {
@@ -188,6 +190,12 @@ impl Executor {
                 ReachOp::Relays { relays, stun } => self.reach.set_relays(relays, stun),
                 ReachOp::RelayToken(token) => self.reach.set_relay_token(token),
             },
+            Effect::PromoteKey => {
+                tokio::spawn(super::rotate::promote(self.paths.clone()));
+            }
+            Effect::DiscardPendingKey => {
+                tokio::spawn(super::rotate::discard(self.paths.clone()));
+            }
             Effect::Exit(o) => return Some(o),
         }
         None
@@ -196,6 +204,7 @@ impl Executor {
     /// Runs a node API call as a task that posts its answer back.
     fn call(&self, call: Call) {
         let (api, tx) = (self.api.clone(), self.tx.clone());
+        let paths = self.paths.clone();
         let (mesh_ip, mesh_cidr) = (self.mesh_ip, self.mesh_cidr);
         let own = match &call {
             Call::Endpoints(_) => self.reach.own_candidates(),
@@ -218,6 +227,12 @@ impl Executor {
                 Call::State { applied } => CallResult::State(api.state(applied).await),
                 Call::Ingest(batch) => CallResult::Ingest(api.ingest(&batch).await),
                 Call::Leave => CallResult::Leave(api.leave().await),
+                Call::RotateKey => {
+                    CallResult::RotateKey(super::rotate::rotate_key(api, paths).await)
+                }
+                Call::RotateCredential => {
+                    CallResult::RotateCredential(super::rotate::rotate_credential(api, paths).await)
+                }
             };
             let _ = tx.send(Input::Core(io::Input::Call(result))).await;
         });

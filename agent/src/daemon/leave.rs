@@ -29,6 +29,7 @@ pub fn remove_files(paths: &StatePaths) -> Vec<PathBuf> {
         paths.dir.join(STATE_FILE_NAME),
         paths.key_file(),
         paths.dir.join(crate::identity::host::HOST_FILE_NAME),
+        crate::identity::rotation::pending_path(&paths.key_file()),
     ] {
         match crate::fsutil::remove_file_if_present(&f) {
             Ok(true) => removed.push(f),

@@ -34,6 +34,7 @@ impl MeshThread {
                         MeshOp::Apply(set) => MeshAnswer::Applied(mesh.apply(set)),
                         MeshOp::ReadLive => MeshAnswer::Live(mesh.live_peers()),
                         MeshOp::Teardown => MeshAnswer::TornDown(mesh.teardown()),
+                        MeshOp::SetKey(k) => MeshAnswer::KeySet(mesh.set_private_key(k.0)),
                     };
                     if answers
                         .blocking_send(Input::Core(io::Input::Mesh { id, answer }))

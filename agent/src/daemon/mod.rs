@@ -32,6 +32,7 @@ pub mod leave;
 pub mod mesh_thread;
 pub mod notify;
 pub mod protocol;
+pub mod rotate;
 pub mod schedule;
 pub mod socket;
 pub mod sse;
@@ -111,6 +112,7 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
         let cached = cache::load(&settings.state.dir.join(cache::STATE_FILE_NAME), &acceptor);
         let (mesh_ip, mesh_cidr) = (identity.mesh_ip, identity.mesh_cidr);
         let start = Now::new(Instant::now(), SystemTime::now());
+        let rotation = rotation_start(settings, &identity);
         let mut core = Core::new(
             Setup {
                 identity,
@@ -120,6 +122,7 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
                 backend,
                 watchdog: notify::watchdog_interval(),
                 jitter: crate::jitter::Jitter::from_os(),
+                rotation,
             },
             start,
         );
@@ -137,6 +140,7 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
             waiters: HashMap::new(),
             next_control: 0,
             reach,
+            paths: settings.state.clone(),
         };
         let outcome = executor.run(&mut rx).await;
         if let Some(server) = server {
@@ -219,6 +223,34 @@ fn open_mesh(
         };
         Failure::new(code, format!("the WireGuard data plane: {e}"))
     })
+}
+
+/// How old the key and the credential are, and whether a key rotation was left unfinished.
+fn rotation_start(
+    settings: &JoinSettings,
+    identity: &crate::identity::Identity,
+) -> self::core::rotation::RotationStart {
+    use crate::identity::rotation as files;
+    let key_file = settings.state.key_file();
+    let now = SystemTime::now();
+    let age = |t: SystemTime| now.duration_since(t).unwrap_or_default();
+    let pending_key = settings.config.wireguard.backend != crate::config::Backend::None
+        && match files::load_pending(&key_file) {
+            Ok(p) => p.is_some(),
+            Err(e) => {
+                tracing::warn!("{e}; a new pending key is made at the next rotation");
+                let _ = files::discard(&key_file);
+                false
+            }
+        };
+    let credential_at = identity
+        .credential_rotated_at
+        .unwrap_or(identity.registered_at);
+    self::core::rotation::RotationStart {
+        key_age: files::key_written_at(&key_file).map(age),
+        credential_age: Some(age(credential_at.into())),
+        pending_key,
+    }
 }
 
 fn spawn_signals(tx: mpsc::Sender<Input>) -> Result<(), Failure> {

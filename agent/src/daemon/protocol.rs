@@ -11,6 +11,10 @@ use super::status::StatusReport;
 pub enum Request {
     Status,
     Leave,
+    /// Rotate the WireGuard key now (`plexd rotate-key`).
+    RotateKey,
+    /// Rotate the node credential now (`plexd rotate-credential`).
+    RotateCredential,
 }
 
 /// The answer, as one JSON document.
@@ -19,6 +23,10 @@ pub enum Request {
 pub enum Answer {
     Status(Box<StatusReport>),
     Left {
+        message: String,
+    },
+    /// A rotation finished.
+    Rotated {
         message: String,
     },
     Error {

@@ -65,7 +65,7 @@ impl NodeKey {
         &self.secret
     }
 
-    fn private_base64(&self) -> String {
+    pub(super) fn private_base64(&self) -> String {
         STANDARD.encode(self.secret.to_bytes())
     }
 

@@ -2,6 +2,7 @@
 
 pub mod host;
 mod key;
+pub mod rotation;
 mod state;
 
 pub use key::{KeyError, NodeKey};

@@ -52,6 +52,13 @@ pub struct Identity {
     pub intervals: Intervals,
     #[serde(with = "time::serde::rfc3339")]
     pub registered_at: OffsetDateTime,
+    /// When the credential was last rotated (absent: never, it is the registration's).
+    #[serde(
+        with = "time::serde::rfc3339::option",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub credential_rotated_at: Option<OffsetDateTime>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +89,7 @@ impl Identity {
             api_url: api_url.to_owned(),
             intervals: r.intervals,
             registered_at: now,
+            credential_rotated_at: None,
         }
     }
 

@@ -58,6 +58,12 @@ pub trait Mesh: Send {
     fn live_peers(&self) -> Result<Vec<LivePeer>, MeshError>;
     /// Removes the interface (leave). SIGTERM never calls this: the mesh keeps working.
     fn teardown(&mut self) -> Result<(), MeshError>;
+    /// Replaces the interface's private key (a key rotation): the peers stay and handshake
+    /// again with the new key; the reach runtime takes it too. Backends without a key (`none`)
+    /// have nothing to change.
+    fn set_private_key(&mut self, _key: [u8; 32]) -> Result<(), MeshError> {
+        Ok(())
+    }
     /// The reach runtime of this interface (paths, relays, STUN); the daemon takes it once at
     /// start, before the mesh moves to its thread. Backends without one answer [`NoReach`].
     fn reach(&self) -> Arc<dyn ReachHandle> {

@@ -165,6 +165,15 @@ impl Control for DirectControl {
             .apply(to_device_update(update))
             .map_err(io::Error::other)
     }
+
+    fn set_private_key(&self, key: [u8; 32]) -> io::Result<()> {
+        self.device
+            .apply(DeviceUpdate {
+                private_key: Some(Some(SecretKey::from_bytes(key))),
+                ..DeviceUpdate::default()
+            })
+            .map_err(io::Error::other)
+    }
 }
 
 /// The reach runtime's way to the embedded data plane: one peer's endpoint, nothing else of

@@ -76,6 +76,12 @@ impl super::worker::Control for WgControl {
     fn apply(&self, update: &MeshUpdate) -> io::Result<()> {
         WgControl::apply(self, update)
     }
+
+    fn set_private_key(&self, key: [u8; 32]) -> io::Result<()> {
+        DeviceUpdate::new()
+            .set_private_key(Key(key))
+            .apply(&self.iface, self.backend)
+    }
 }
 
 impl WgControl {

@@ -29,6 +29,8 @@ pub trait Control: Send + 'static {
     fn live(&self) -> std::io::Result<Vec<LiveConfig>>;
     /// Applies a peer update (nothing for an empty one).
     fn apply(&self, update: &MeshUpdate) -> std::io::Result<()>;
+    /// Replaces the interface's private key; the peers stay.
+    fn set_private_key(&self, key: [u8; 32]) -> std::io::Result<()>;
 }
 
 /// What a backend adds to the shared code: is its data plane alive, and how it goes away.
@@ -48,6 +50,7 @@ enum Job {
     Live(Reply<Vec<LiveConfig>>),
     Teardown(Reply<()>),
     Stop(Reply<()>),
+    SetKey([u8; 32], Reply<()>),
 }
 
 /// A WireGuard interface driven through wireguard-control by a worker thread.
@@ -163,6 +166,10 @@ impl Mesh for WgMesh {
         self.call(Job::Teardown)
     }
 
+    fn set_private_key(&mut self, key: [u8; 32]) -> Result<(), MeshError> {
+        self.call(|tx| Job::SetKey(key, tx))
+    }
+
     fn reach(&self) -> Arc<dyn ReachHandle> {
         match &self.reach {
             Some(r) => r.clone(),
@@ -186,6 +193,19 @@ impl<P: Plane, C: Control> Worker<P, C> {
                             .live()
                             .map_err(|e| format!("cannot read the peers: {e}"))
                     });
+                    let _ = reply.send(r);
+                }
+                Ok(Job::SetKey(key, reply)) => {
+                    let r = self.plane.check().and_then(|()| {
+                        self.ctl
+                            .set_private_key(key)
+                            .map_err(|e| format!("cannot set the new private key: {e}"))
+                    });
+                    if r.is_ok()
+                        && let Some(reach) = &self.reach
+                    {
+                        reach.set_secret(key);
+                    }
                     let _ = reply.send(r);
                 }
                 Ok(Job::Teardown(reply)) => {

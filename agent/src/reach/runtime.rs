@@ -94,6 +94,12 @@ impl Runtime {
             .spawn(move || runtime_loop::serve_underlay(&shared, &socket))
     }
 
+    /// The WireGuard private key rotated: the loop starts over with the new one.
+    pub fn set_secret(&self, secret: [u8; 32]) {
+        lock(&self.shared.pending).secret = Some(secret);
+        self.wake();
+    }
+
     /// Stops the loop and its forwarders; waits for the loop thread.
     pub fn stop(&self) {
         self.shared.stop.store(true, Ordering::Relaxed);

@@ -163,8 +163,15 @@ impl Loop {
     /// Takes what the daemon stored; answers whether there was anything.
     fn pending(&mut self) -> bool {
         let p = std::mem::take(&mut *lock(&self.shared.pending));
-        let any =
-            p.peers.is_some() || p.relays.is_some() || p.token.is_some() || !p.effects.is_empty();
+        let any = p.peers.is_some()
+            || p.relays.is_some()
+            || p.token.is_some()
+            || p.secret.is_some()
+            || !p.effects.is_empty();
+        // Before the token: a rotation's new token goes to the connections of the new key.
+        if let Some(secret) = p.secret {
+            self.rekey(secret);
+        }
         if let Some(token) = p.token {
             match serde_json::to_vec(&token) {
                 Ok(bytes) => {
@@ -186,6 +193,35 @@ impl Loop {
             self.perform(e);
         }
         any
+    }
+
+    /// A key rotation: the disco keys and relay registrations derive from the WireGuard key,
+    /// so the engine starts over with the new one (its paths are probed again), every relay
+    /// connection registers again, and relayed peers hold until a path is chosen anew.
+    fn rekey(&mut self, secret: [u8; 32]) {
+        tracing::info!(
+            "reach: the WireGuard key rotated; registering with the relays again and probing every path with the new key"
+        );
+        self.setup.secret = secret;
+        self.engine = Engine::new(secret);
+        self.id = Identity::new(secret);
+        self.conns.clear();
+        self.links.clear();
+        self.home_up = None;
+        for (peer, _) in std::mem::take(&mut self.relayed) {
+            if let Some(f) = self.fwds.get(&peer) {
+                f.fwd.set_route(Route::Hold);
+            }
+        }
+        let specs: Vec<RelaySpec> = self.relays.iter().map(|r| r.spec.clone()).collect();
+        if !specs.is_empty() {
+            self.input(Input::Relays(specs));
+        }
+        // The next timer pass hands the engine the local addresses again.
+        self.local.clear();
+        self.next_addrs = Instant::now();
+        let peers = self.peers.clone();
+        self.input(Input::Peers(peers));
     }
 
     fn set_relays(&mut self, specs: Vec<RelaySpec>, stun: Vec<SocketAddr>) {

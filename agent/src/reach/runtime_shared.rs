@@ -90,6 +90,8 @@ pub(crate) struct Pending {
     pub(crate) relays: Option<(Vec<RelaySpec>, Vec<SocketAddr>)>,
     pub(crate) token: Option<SignedEnvelope>,
     pub(crate) effects: Vec<Effect>,
+    /// A rotated WireGuard private key.
+    pub(crate) secret: Option<[u8; 32]>,
 }
 
 /// What the loop publishes.

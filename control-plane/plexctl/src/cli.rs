@@ -151,6 +151,19 @@ pub enum NodeCommand {
         #[arg(long, short = 'y')]
         yes: bool,
     },
+    /// Ask a node to rotate its WireGuard key: it does so at its next heartbeat (the private
+    /// key never leaves the node); `node get` shows key_rotated_at when it is done
+    RotateKey {
+        /// The node's id
+        #[arg(value_name = "ID")]
+        id: String,
+    },
+    /// Ask a node to rotate its credential at its next heartbeat
+    RotateCredential {
+        /// The node's id
+        #[arg(value_name = "ID")]
+        id: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]

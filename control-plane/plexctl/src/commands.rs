@@ -154,6 +154,17 @@ async fn nodes(cmd: &NodeCommand, format: Format, settings: &Settings) -> Result
                 .await?;
             render(format, &node, output::node)
         }
+        NodeCommand::RotateKey { id } | NodeCommand::RotateCredential { id } => {
+            let id = node_id(id)?.to_string();
+            let what = match cmd {
+                NodeCommand::RotateKey { .. } => "rotate-key",
+                _ => "rotate-credential",
+            };
+            let node: NodeView = operator_api(settings)?
+                .post::<(), _>(&["v1", "nodes", &id, what], None)
+                .await?;
+            render(format, &node, output::node)
+        }
     }
 }
 

@@ -262,6 +262,13 @@ pub fn node(n: &NodeView) -> String {
         ("home relay", opt(n.home_relay.as_deref(), text)),
         ("nat", opt(n.nat.as_ref(), nat)),
     ]);
+    // Only once a rotation happened (older servers and fresh nodes show nothing).
+    if let Some(t) = n.key_rotated_at {
+        pairs.push(("key rotated", time(t)));
+    }
+    if let Some(t) = n.credential_rotated_at {
+        pairs.push(("credential rotated", time(t)));
+    }
     details(&pairs)
 }
 

@@ -65,6 +65,8 @@ fn node_view() -> NodeView {
             },
         ],
         home_relay: Some("r1".to_owned()),
+        key_rotated_at: None,
+        credential_rotated_at: None,
         nat: Some(NatView {
             mapping: NatMapping::EndpointIndependent,
             udp_blocked: false,

@@ -206,7 +206,9 @@ impl FromRequestParts<Arc<AppState>> for Operator {
 /// `node_revoked`; another node's path 403 `forbidden`; a malformed `Plexd-Host` 400; another
 /// host's (or no) fingerprint for a node bound to a host 409 `clone_refused` (`crate::clone`:
 /// the copy is recorded, the node is not marked seen). Success marks the node as seen (the
-/// first success ends its registration replay window).
+/// first success ends its registration replay window). A rotated credential: the pending one
+/// works (its first use makes it current; never from a clone), the replaced one works for its
+/// grace (`node_rotation`).
 pub struct NodeAuth {
     pub node: NodeRow,
 }
@@ -226,7 +228,9 @@ impl FromRequestParts<Arc<AppState>> for NodeAuth {
         let node = nodes::get(&mut conn, credential.node_id)
             .await?
             .ok_or(Error::Unauthorized(BAD_NODE))?;
-        if !store::secret_matches(&credential.secret, &node.credential_sha256) {
+        let now = store::unix(state.now());
+        let matched = crate::node_rotation::credential_match(&node, &credential.secret, now);
+        if matched == crate::node_rotation::CredentialMatch::None {
             return Err(Error::Unauthorized(BAD_NODE));
         }
         if node.revoked_at.is_some() {
@@ -248,9 +252,11 @@ impl FromRequestParts<Arc<AppState>> for NodeAuth {
                     .ok_or_else(|| Error::BadRequest(BadFingerprint.to_string()))
             })
             .transpose()?;
-        let now = store::unix(state.now());
         let client = request_client(parts, state);
         crate::clone::check(&mut conn, node.id, host.as_ref(), client, now).await?;
+        if matched == crate::node_rotation::CredentialMatch::Pending {
+            crate::node_rotation::promote(&mut conn, &node, now).await?;
+        }
         nodes::touch_last_seen(&mut conn, node.id, now).await?;
         Ok(NodeAuth { node })
     }

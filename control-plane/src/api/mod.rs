@@ -9,6 +9,7 @@ mod node;
 mod observations;
 mod operator;
 mod public;
+mod rotation;
 pub mod routes;
 pub mod sse;
 mod state;
@@ -62,6 +63,11 @@ fn routes() -> Routes {
         .add(Get, "/v1/operator-tokens", ADMIN, operator::list_operator_tokens)
         .add(Post, "/v1/operator-tokens", ADMIN, operator::create_operator_token)
         .add(Post, "/v1/operator-tokens/{id}/revoke", ADMIN, operator::revoke_operator_token)
+        .add(Get, "/v1/nodes/{node_id}/key", Node, rotation::key_challenge)
+        .add(Post, "/v1/nodes/{node_id}/key", Node, rotation::rotate_key)
+        .add(Post, "/v1/nodes/{node_id}/credential", Node, rotation::rotate_credential)
+        .add(Post, "/v1/nodes/{node_id}/rotate-key", OPERATE, rotation::request_key_rotation)
+        .add(Post, "/v1/nodes/{node_id}/rotate-credential", OPERATE, rotation::request_credential_rotation)
 }
 
 /// The route table (method, path, who may call it) the router is built from.

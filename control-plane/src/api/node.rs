@@ -44,6 +44,8 @@ pub async fn heartbeat(
         state_version,
         intervals: st.config.intervals,
         relay_token: Some(relay_token),
+        rotate_key: node.rotation.rotate_key_requested_at.is_some(),
+        rotate_credential: node.rotation.rotate_credential_requested_at.is_some(),
     }))
 }
 

@@ -152,6 +152,13 @@ pub fn migrator() -> Migrator {
             false,
         ),
         Migration::new(
+            9,
+            Cow::Borrowed("key rotation"),
+            MigrationType::Simple,
+            include_str!("../../migrations/0009_key_rotation.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
             10,
             Cow::Borrowed("node host"),
             MigrationType::Simple,

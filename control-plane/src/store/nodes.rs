@@ -11,6 +11,9 @@ use super::{StoreError, parse_col};
 mod reach;
 pub use reach::{NodeReach, set_endpoints};
 use reach::{json_list, reach_from_row};
+#[path = "node_rotation.rs"]
+pub mod rotation;
+pub use rotation::NodeRotation;
 
 #[derive(Clone, PartialEq, Eq)]
 pub struct NodeRow {
@@ -37,6 +40,8 @@ pub struct NodeRow {
     pub report: NodeReport,
     /// What the node's last endpoint report said of its reach.
     pub reach: NodeReach,
+    /// Key and credential rotation (schema version 9).
+    pub rotation: NodeRotation,
 }
 
 /// What a node reported about itself: its last heartbeat's figures (all `None` until it
@@ -57,7 +62,8 @@ macro_rules! select_nodes {
         concat!(
             "SELECT id, domain_id, project_id, hostname, arch, plexd_version, mesh_ip, wireguard_public_key, resource_handle, credential_sha256, registered_at, last_seen_at, revoked_at, listen_port, endpoints, \
              last_heartbeat_at, uptime_secs, applied_state_version, peers_configured, peers_connected, observations_dropped, \
-             local_endpoints, reflexive_endpoints, observed_endpoint, home_relay, nat_mapping, udp_blocked FROM nodes ",
+             local_endpoints, reflexive_endpoints, observed_endpoint, home_relay, nat_mapping, udp_blocked, \
+             key_rotated_at, credential_rotated_at, pending_credential_sha256, previous_credential_sha256, previous_credential_until, rotate_key_requested_at, rotate_credential_requested_at FROM nodes ",
             $tail
         )
     };
@@ -89,6 +95,7 @@ impl NodeRow {
             endpoints: vec![SocketAddr::from(([192, 0, 2, 1], 51820))],
             report: NodeReport::default(),
             reach: NodeReach::default(),
+            rotation: NodeRotation::default(),
         }
     }
 }
@@ -143,6 +150,7 @@ fn from_row(row: &sqlx::any::AnyRow) -> Result<NodeRow, StoreError> {
             },
         },
         reach: reach_from_row(row)?,
+        rotation: rotation::rotation_from_row(row)?,
     })
 }
 

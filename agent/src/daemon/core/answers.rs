@@ -83,6 +83,7 @@ impl Core {
                     if let Some(token) = &ack.relay_token {
                         self.feed_relay_token(token);
                     }
+                    self.rotation_requested(&ack, now);
                     self.last_heartbeat = Some(now.at);
                     self.server_intervals = ack.intervals;
                     let merged = self.config.daemon.intervals.apply(ack.intervals);
@@ -169,6 +170,8 @@ impl Core {
                 }
                 return;
             }
+            CallResult::RotateKey(res) => self.on_key_rotated(res, now),
+            CallResult::RotateCredential(res) => self.on_credential_rotated(res, now),
         }
         self.update_status();
     }
@@ -206,6 +209,10 @@ impl Core {
                 });
                 self.emit(Effect::Call(Call::Leave));
             }
+            Request::RotateKey => self.rotate_now(id, super::rotation::Kind::Key, now),
+            Request::RotateCredential => {
+                self.rotate_now(id, super::rotation::Kind::Credential, now)
+            }
         }
     }
 
@@ -226,6 +233,15 @@ impl Core {
                 self.on_live(why, &live, now);
             }
             (Pending::Live(why), _) => self.on_live(why, &[], now),
+            (Pending::SetKey(done), MeshAnswer::KeySet(res)) => self.on_key_set(*done, res, now),
+            (Pending::SetKey(done), _) => {
+                let busy = crate::mesh::MeshError {
+                    backend: self.backend,
+                    interface: self.config.wireguard.interface.clone(),
+                    what: "the mesh thread is busy".to_owned(),
+                };
+                self.on_key_set(*done, Err(busy), now)
+            }
             (Pending::Teardown, answer) => {
                 if let MeshAnswer::TornDown(Err(e)) = &answer {
                     tracing::warn!(error = %e, "could not tear the mesh down; remove the interface by hand");

@@ -141,6 +141,19 @@ pub enum CallResult {
     State(Result<StateAnswer, CallError>),
     Ingest(Result<(), CallError>),
     Leave(Result<LeaveAnswer, CallError>),
+    /// A key rotation's calls (challenge and rotation) finished.
+    RotateKey(Result<KeyDone, CallError>),
+    /// A credential rotation finished: the new credential is saved and in use.
+    RotateCredential(Result<(), CallError>),
+}
+
+/// What a successful key rotation call brings: the pending key (for the interface) and what
+/// the control plane answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyDone {
+    pub secret: crate::identity::rotation::KeySecret,
+    pub old_public_key: String,
+    pub answer: plexsphere_wire::rotation::KeyRotated,
 }
 
 /// A node API call to make.
@@ -156,6 +169,11 @@ pub enum Call {
     },
     Ingest(IngestBatch),
     Leave,
+    /// Rotate the WireGuard key: the executor takes the pending key (writing a new one when
+    /// there is none), asks for a challenge and sends the rotation.
+    RotateKey,
+    /// Rotate the credential: the executor asks for one, saves it in the identity and uses it.
+    RotateCredential,
 }
 
 /// A job for the mesh thread.
@@ -168,6 +186,8 @@ pub enum MeshOp {
     ReadLive,
     /// Remove the interface (leave).
     Teardown,
+    /// Replace the interface's private key (a key rotation).
+    SetKey(crate::identity::rotation::KeySecret),
 }
 
 /// The mesh thread's answer to one [`MeshOp`].
@@ -176,6 +196,7 @@ pub enum MeshAnswer {
     Applied(Result<Vec<MeshChange>, MeshError>),
     Live(Result<Vec<LivePeer>, MeshError>),
     TornDown(Result<(), MeshError>),
+    KeySet(Result<(), MeshError>),
     /// The mesh thread's queue was full; the job was not run.
     Busy,
 }
@@ -230,6 +251,11 @@ pub enum Effect {
     Answer { id: ControlId, answer: Answer },
     /// Tell the reach runtime (it answers nothing).
     Reach(ReachOp),
+    /// The interface uses the pending key: make it `wireguard.key` (answers nothing; a
+    /// failure is logged, and the next start repeats the rotation, which is answered as done).
+    PromoteKey,
+    /// The control plane refused the pending key for good: remove it.
+    DiscardPendingKey,
     /// End the daemon.
     Exit(Outcome),
 }

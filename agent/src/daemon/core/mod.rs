@@ -31,6 +31,7 @@ pub mod io;
 pub mod reach;
 pub mod reload;
 pub mod report;
+pub mod rotation;
 pub mod stream;
 pub mod tick;
 pub mod wanted;
@@ -102,6 +103,8 @@ enum Pending {
     Apply(Arc<Vec<PeerSpec>>),
     Live(LiveFor),
     Teardown,
+    /// A key rotation's switch of the interface key.
+    SetKey(Box<io::KeyDone>),
 }
 
 /// A leave asked for on the socket: who waits for the answer, and the control plane's note
@@ -123,6 +126,8 @@ pub struct Setup {
     /// How often to send `WATCHDOG=1`, when systemd asked for it.
     pub watchdog: Option<Duration>,
     pub jitter: Jitter,
+    /// The age of the key and the credential, and an unfinished key rotation.
+    pub rotation: rotation::RotationStart,
 }
 
 pub struct Core {
@@ -196,6 +201,8 @@ pub struct Core {
     /// Our own candidates as last read, and as they were when the last report started.
     own_seen: crate::reach::io::OwnCandidates,
     own_reported: crate::reach::io::OwnCandidates,
+    /// Key and credential rotation.
+    rotations: rotation::Rotations,
 }
 
 /// An unchanged answer (`304`, unsigned) is trusted for this long after the last signed state:
@@ -221,7 +228,7 @@ impl Core {
                 Duration::from_secs(d.healthy_after_secs),
             )
         };
-        Self {
+        let mut core = Self {
             api_backoff: backoff(),
             stream_backoff: backoff(),
             ingest: IngestQueue::new(d.ingest_capacity),
@@ -268,8 +275,11 @@ impl Core {
             reach_paths: Vec::new(),
             own_seen: Default::default(),
             own_reported: Default::default(),
+            rotations: Default::default(),
             config: s.config,
-        }
+        };
+        core.start_rotations(s.rotation, now);
+        core
     }
 
     /// The next effect to perform, in the order the core decided them.
@@ -304,6 +314,9 @@ impl Core {
             Stream::Open { last_activity, .. } => *last_activity + self.stall_timeout(),
         });
         if let Some(t) = self.watchdog.next_due() {
+            at = at.min(t);
+        }
+        if let Some(t) = self.rotations.next_due() {
             at = at.min(t);
         }
         at

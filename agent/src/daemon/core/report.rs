@@ -26,6 +26,7 @@ impl Core {
         match why {
             LiveFor::Heartbeat => {
                 let hb = self.heartbeat(live, now);
+                self.rotations.heartbeat_sent = Some(now.at);
                 self.emit(Effect::Call(Call::Heartbeat(hb)));
             }
             LiveFor::Observe => {

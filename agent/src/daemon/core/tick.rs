@@ -25,6 +25,7 @@ impl Core {
         for task in self.schedule.take_due(now.at) {
             self.start(task, now);
         }
+        self.rotation_tick(now);
         match self.stream {
             Stream::Waiting { until } if until <= now.at => self.open_stream(now),
             Stream::Open {

@@ -6,6 +6,7 @@ mod calls;
 mod leave;
 mod lifecycle;
 mod reach;
+mod rotation;
 mod stream;
 
 use std::time::{Duration, Instant, SystemTime};
@@ -71,6 +72,7 @@ pub fn harness_with(config: Config, watchdog: Option<Duration>) -> Harness {
             backend: "none",
             watchdog,
             jitter: Jitter::seeded(SEED),
+            rotation: Default::default(),
         },
         now,
     );
@@ -127,6 +129,7 @@ impl Harness {
             MeshOp::Apply(set) => MeshAnswer::Applied(self.mesh.apply(set.clone())),
             MeshOp::ReadLive => MeshAnswer::Live(self.mesh.live_peers()),
             MeshOp::Teardown => MeshAnswer::TornDown(self.mesh.teardown()),
+            MeshOp::SetKey(k) => MeshAnswer::KeySet(self.mesh.set_private_key(k.0)),
         }
     }
 

@@ -1,0 +1,135 @@
+//! `rotation:` how often the node replaces its WireGuard key and its credential by itself
+//! (docs/operations.md, "Key rotation"). An interval is `<n>d`, `<n>h`, `<n>m` or `<n>s`;
+//! `0` or `never` turns the schedule off (on-demand rotation still works).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// The default of both intervals: 30 days.
+pub const DEFAULT_ROTATION: Duration = Duration::from_secs(30 * 24 * 3600);
+/// The shortest scheduled interval accepted: the control plane refuses faster rotations.
+pub const MIN_ROTATION: Duration = Duration::from_secs(60);
+
+/// A rotation interval; `None` is off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interval(pub Option<Duration>);
+
+impl Default for Interval {
+    fn default() -> Self {
+        Self(Some(DEFAULT_ROTATION))
+    }
+}
+
+impl Interval {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let t = text.trim();
+        if t == "never" || t == "0" {
+            return Ok(Self(None));
+        }
+        let bad = || {
+            format!("{t:?} is not a rotation interval: write e.g. 30d, 12h, 90m, 600s, or never")
+        };
+        let split = t.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        let (n, unit) = t.split_at(split);
+        let n: u64 = n.parse().map_err(|_| bad())?;
+        let mult = match unit {
+            "d" => 86_400,
+            "h" => 3600,
+            "m" => 60,
+            "s" => 1,
+            _ => return Err(bad()),
+        };
+        let secs = n.checked_mul(mult).ok_or_else(bad)?;
+        if secs == 0 {
+            return Ok(Self(None));
+        }
+        let d = Duration::from_secs(secs);
+        if d < MIN_ROTATION {
+            return Err(format!(
+                "{t:?} is shorter than the shortest rotation interval, {} s (the control plane refuses faster rotations)",
+                MIN_ROTATION.as_secs()
+            ));
+        }
+        Ok(Self(Some(d)))
+    }
+
+    fn text(self) -> String {
+        match self.0 {
+            None => "never".to_owned(),
+            Some(d) if d.as_secs() % 86_400 == 0 => format!("{}d", d.as_secs() / 86_400),
+            Some(d) if d.as_secs() % 3600 == 0 => format!("{}h", d.as_secs() / 3600),
+            Some(d) => format!("{}s", d.as_secs()),
+        }
+    }
+}
+
+impl Serialize for Interval {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text())
+    }
+}
+
+impl<'de> Deserialize<'de> for Interval {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            N(u64),
+            S(String),
+        }
+        let text = match Raw::deserialize(d)? {
+            Raw::N(n) => format!("{n}s"),
+            Raw::S(s) => s,
+        };
+        Interval::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// `rotation:` the schedules.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RotationConfig {
+    /// How old the WireGuard key may get (counted from when `wireguard.key` was written).
+    #[serde(default)]
+    pub key_interval: Interval,
+    /// How old the node credential may get (counted from registration or the last rotation).
+    #[serde(default)]
+    pub credential_interval: Interval,
+}
+
+impl RotationConfig {
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals_parse_and_print() {
+        assert_eq!(Interval::parse("30d").unwrap().0, Some(DEFAULT_ROTATION));
+        assert_eq!(
+            Interval::parse("12h").unwrap().0,
+            Some(Duration::from_secs(43_200))
+        );
+        assert_eq!(Interval::parse("never").unwrap().0, None);
+        assert_eq!(Interval::parse("0").unwrap().0, None);
+        assert_eq!(Interval::parse("0d").unwrap().0, None);
+        assert!(Interval::parse("10s").unwrap_err().contains("shortest"));
+        assert!(Interval::parse("5w").unwrap_err().contains("30d"));
+        assert!(Interval::parse("d").is_err());
+        let c: RotationConfig =
+            serde_yaml::from_str("key_interval: 7d\ncredential_interval: never\n").unwrap();
+        assert_eq!(c.key_interval.0, Some(Duration::from_secs(7 * 86_400)));
+        assert_eq!(c.credential_interval.0, None);
+        assert_eq!(
+            serde_yaml::to_string(&c).unwrap(),
+            "key_interval: 7d\ncredential_interval: never\n"
+        );
+        let e = serde_yaml::from_str::<RotationConfig>("key_interval: 5s\n").unwrap_err();
+        assert!(e.to_string().contains("shortest"), "{e}");
+    }
+}
