@@ -46,7 +46,7 @@ struct Secrets {
 }
 
 fn secrets(signer: &DomainSigner) -> Secrets {
-    let derive = |label: &[u8]| sha256(&signer.sign_bytes(SignContext::RelayToken, label));
+    let derive = |label: &[u8]| sha256(&signer.sign_bytes(SignContext::KeyDerivation, label));
     Secrets {
         x25519: derive(SECRET_LABEL),
         nonce_key: derive(NONCE_LABEL),
