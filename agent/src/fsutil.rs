@@ -53,6 +53,13 @@ pub fn ensure_dir(dir: &Path, mode: u32) -> Result<(), FsError> {
     Ok(())
 }
 
+/// `value` as pretty JSON ending with a newline: how plexd's own files are written.
+pub fn pretty_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, serde_json::Error> {
+    let mut json = serde_json::to_vec_pretty(value)?;
+    json.push(b'\n');
+    Ok(json)
+}
+
 /// Writes `data` to `path` atomically with `mode`: a temp file in the same directory, fsync,
 /// rename, fsync of the directory. A reader sees the old file or the new one, never half.
 pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<(), FsError> {

@@ -61,7 +61,7 @@ pub enum Error {
     /// 429 `rate_limited` with `Retry-After`: a node rotated its key or credential too recently.
     #[error(
         "this node rotated less than {gap} s ago; retry after {0} s",
-        gap = crate::node_rotation::MIN_ROTATION_GAP_SECS
+        gap = plexsphere_wire::rotation::MIN_ROTATION_GAP_SECS
     )]
     RotationLimited(u64),
     #[error("{0}")]

@@ -29,10 +29,8 @@ use crate::node_ops::NodeOps;
 use crate::store::nodes::{self, NodeRow, rotation as rot};
 use crate::store::{self, StoreError, domains, events};
 
-/// At most one key change (and one credential change) per node in this many seconds; a
-/// faster one is refused with 429 and `Retry-After`. A rotation touches every peer (one event
-/// each), so a node must not be able to churn them.
-pub const MIN_ROTATION_GAP_SECS: i64 = 30;
+pub use plexsphere_wire::rotation::MIN_ROTATION_GAP_SECS;
+
 /// How long the old credential keeps working after the new one was first used, in seconds.
 pub const CREDENTIAL_GRACE_SECS: i64 = 30;
 

@@ -78,16 +78,23 @@ fn the_stream_resumes_after_a_server_restart_without_missing_events() {
     assert!(!cp2.proc.output().contains("sse: resync"), "{opened}");
 }
 
+/// A control plane that keeps events for one second (so a resume soon gets a resync), behind a
+/// TLS-terminating proxy.
+fn short_window(cp_dir: &std::path::Path) -> (ControlPlane, Proxy) {
+    let cp = ControlPlane::start_dev_with(
+        cp_dir,
+        &["--sse-keepalive-secs", "1", "--event-retention-secs", "1"],
+    )
+    .unwrap();
+    let proxy = tls_proxy(&cp, cp_dir);
+    (cp, proxy)
+}
+
 #[test]
 fn a_resume_from_before_the_replay_window_gets_a_resync_and_a_full_pull() {
     let tmp = tempfile::tempdir().unwrap();
     let cp_dir = tmp.path().join("cp");
-    let cp = ControlPlane::start_dev_with(
-        &cp_dir,
-        &["--sse-keepalive-secs", "1", "--event-retention-secs", "1"],
-    )
-    .unwrap();
-    let proxy = tls_proxy(&cp, &cp_dir);
+    let (cp, proxy) = short_window(&cp_dir);
     // The resume itself must lead to the full pull.
     let a = stream_only_node(&cp, tmp.path(), "a", &proxy.url());
     let (proc, _) = start(&a);
@@ -251,12 +258,7 @@ fn record(r: &Recorder, path: &str, extra: &[&str], secs: u32) -> Vec<u8> {
 fn a_replaying_proxy_cannot_roll_a_node_back_past_a_revocation() {
     let tmp = tempfile::tempdir().unwrap();
     let cp_dir = tmp.path().join("cp");
-    let cp = ControlPlane::start_dev_with(
-        &cp_dir,
-        &["--sse-keepalive-secs", "1", "--event-retention-secs", "1"],
-    )
-    .unwrap();
-    let proxy = tls_proxy(&cp, &cp_dir);
+    let (cp, proxy) = short_window(&cp_dir);
     let a = node(&cp, tmp.path(), "a", &proxy.url());
     let (proc, before) = start(&a);
     let rec = Recorder {

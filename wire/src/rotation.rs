@@ -31,6 +31,11 @@ pub const PROOF_LABEL: &[u8] = b"plexsphere key rotation v1";
 /// How long a key challenge is good for, in seconds.
 pub const CHALLENGE_TTL_SECS: i64 = 300;
 
+/// At most one key change (and one credential change) per node in this many seconds; a
+/// faster one is refused with 429 and `Retry-After`. A rotation touches every peer (one event
+/// each), so a node must not be able to churn them.
+pub const MIN_ROTATION_GAP_SECS: i64 = 30;
+
 /// `GET /v1/nodes/{id}/key`: what the proof of a rotation is made with.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KeyChallenge {

@@ -59,9 +59,8 @@ pub fn save(
         events: events.to_vec(),
         last_seq,
     };
-    let mut json = serde_json::to_vec_pretty(&file)
+    let json = fsutil::pretty_json(&file)
         .map_err(|e| FsError::new("cannot encode", path, std::io::Error::other(e)))?;
-    json.push(b'\n');
     fsutil::write_atomic(path, &json, 0o600)
 }
 

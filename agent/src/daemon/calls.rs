@@ -200,17 +200,10 @@ impl NodeApi {
         tail: &str,
         body: &T,
     ) -> Result<A, CallError> {
-        let (status, headers, bytes) = self
+        let answer = self
             .send(self.api.http().post(self.url(tail)).json(body))
             .await?;
-        if !(200..300).contains(&status) {
-            return Err(CallError::from_answer(
-                status,
-                &bytes,
-                retry_after(&headers),
-            ));
-        }
-        serde_json::from_slice(&bytes).map_err(|e| CallError::BadAnswer(e.to_string()))
+        json_answer(answer)
     }
 
     pub async fn heartbeat(&self, hb: &Heartbeat) -> Result<HeartbeatAck, CallError> {
@@ -256,15 +249,7 @@ impl NodeApi {
 
     /// `GET /v1/nodes/{id}/key`: the challenge a key rotation's proof is made with.
     pub async fn key_challenge(&self) -> Result<KeyChallenge, CallError> {
-        let (status, headers, bytes) = self.send(self.api.http().get(self.url("/key"))).await?;
-        if !(200..300).contains(&status) {
-            return Err(CallError::from_answer(
-                status,
-                &bytes,
-                retry_after(&headers),
-            ));
-        }
-        serde_json::from_slice(&bytes).map_err(|e| CallError::BadAnswer(e.to_string()))
+        json_answer(self.send(self.api.http().get(self.url("/key"))).await?)
     }
 
     /// `POST /v1/nodes/{id}/key`.
@@ -290,6 +275,20 @@ impl NodeApi {
             )),
         }
     }
+}
+
+/// A 2xx answer's JSON body, or the error the answer carries.
+fn json_answer<A: serde::de::DeserializeOwned>(
+    (status, headers, bytes): (u16, reqwest::header::HeaderMap, Vec<u8>),
+) -> Result<A, CallError> {
+    if !(200..300).contains(&status) {
+        return Err(CallError::from_answer(
+            status,
+            &bytes,
+            retry_after(&headers),
+        ));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| CallError::BadAnswer(e.to_string()))
 }
 
 pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {

@@ -229,7 +229,7 @@ fn open_mesh(
 fn rotation_start(
     settings: &JoinSettings,
     identity: &crate::identity::Identity,
-) -> self::core::rotation::RotationStart {
+) -> self::core::rotation_state::RotationStart {
     use crate::identity::rotation as files;
     let key_file = settings.state.key_file();
     let now = SystemTime::now();
@@ -246,7 +246,7 @@ fn rotation_start(
     let credential_at = identity
         .credential_rotated_at
         .unwrap_or(identity.registered_at);
-    self::core::rotation::RotationStart {
+    self::core::rotation_state::RotationStart {
         key_age: files::key_written_at(&key_file).map(age),
         credential_age: Some(age(credential_at.into())),
         pending_key,

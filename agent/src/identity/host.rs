@@ -219,11 +219,10 @@ pub fn bind(
         fingerprint: fp.to_hex(),
         bound_at: now,
     };
-    let mut json = serde_json::to_vec_pretty(&b).map_err(|e| HostError::Corrupt {
+    let json = fsutil::pretty_json(&b).map_err(|e| HostError::Corrupt {
         path: path.to_path_buf(),
         reason: e.to_string(),
     })?;
-    json.push(b'\n');
     fsutil::write_atomic(path, &json, 0o600)?;
     Ok(())
 }

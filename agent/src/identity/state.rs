@@ -95,11 +95,10 @@ impl Identity {
 
     /// Writes the identity atomically with mode 0600.
     pub fn save(&self, path: &Path) -> Result<(), IdentityError> {
-        let mut json = serde_json::to_vec_pretty(self).map_err(|e| IdentityError::Corrupt {
+        let json = fsutil::pretty_json(self).map_err(|e| IdentityError::Corrupt {
             path: path.to_path_buf(),
             reason: e.to_string(),
         })?;
-        json.push(b'\n');
         fsutil::write_atomic(path, &json, 0o600)?;
         Ok(())
     }

@@ -17,6 +17,7 @@ use crate::observations;
 use crate::operator_tokens;
 use crate::output::{self, Format, render};
 use crate::session::{confirm, operator_api};
+use crate::session::project_id;
 use crate::ttl::parse_ttl;
 
 /// Runs one command and answers what to print on stdout.
@@ -221,33 +222,6 @@ pub fn token_id(given: Option<&str>) -> Result<&str, Failure> {
         )));
     }
     Ok(id)
-}
-
-/// A project given by id is used as is; a slug is looked up in `GET /v1/projects`.
-pub async fn project_id(api: &Api, given: &str) -> Result<Uuid, Failure> {
-    if let Ok(id) = Uuid::parse_str(given.trim()) {
-        return Ok(id);
-    }
-    let list: List<ProjectView> = api.get(&["v1", "projects"], &[]).await?;
-    project_by_slug(&list.items, given.trim())
-}
-
-/// Finds the one project with this slug.
-pub fn project_by_slug(projects: &[ProjectView], slug: &str) -> Result<Uuid, Failure> {
-    let found: Vec<&ProjectView> = projects.iter().filter(|p| p.slug == slug).collect();
-    match found.as_slice() {
-        [one] => Ok(one.id),
-        [] => Err(Failure::NotFound(format!(
-            "no project has the id or slug `{slug}`; see `plexctl project list`"
-        ))),
-        many => {
-            let ids: Vec<String> = many.iter().map(|p| p.id.to_string()).collect();
-            Err(Failure::Usage(format!(
-                "the slug `{slug}` names projects in several domains ({}); give the project's id",
-                ids.join(", ")
-            )))
-        }
-    }
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use uuid::uuid;
 use super::*;
 use crate::client::ClientError;
 use crate::config::ConfigError;
-use crate::session::confirmed;
+use crate::session::{confirmed, project_by_slug};
 
 fn msg(r: Result<impl std::fmt::Debug, Failure>) -> (u8, String) {
     match r {

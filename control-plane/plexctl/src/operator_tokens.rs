@@ -7,11 +7,10 @@ use plexsphere_wire::admin::{
     OperatorTokenView,
 };
 
-use crate::commands::project_id;
 use crate::config::Settings;
 use crate::failure::Failure;
 use crate::output::{Format, details, render, table, time};
-use crate::session::operator_api;
+use crate::session::{operator_api, project_id};
 
 #[derive(Debug, Subcommand)]
 pub enum OperatorTokenCommand {

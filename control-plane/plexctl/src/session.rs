@@ -1,6 +1,9 @@
 //! What every command does with the operator's environment: connect to the operator API the
 //! settings name, and ask on the terminal before a destructive step.
 
+use plexsphere_wire::admin::{List, ProjectView};
+use uuid::Uuid;
+
 use crate::client::Api;
 use crate::config::Settings;
 use crate::failure::Failure;
@@ -40,4 +43,31 @@ pub fn confirm(what: &str, question: &str, declined: &str) -> Result<(), Failure
 /// Whether a confirmation answer says yes (`y` or `yes`, any case).
 pub fn confirmed(answer: &str) -> bool {
     matches!(answer.trim().to_ascii_lowercase().as_str(), "y" | "yes")
+}
+
+/// A project given by id is used as is; a slug is looked up in `GET /v1/projects`.
+pub async fn project_id(api: &Api, given: &str) -> Result<Uuid, Failure> {
+    if let Ok(id) = Uuid::parse_str(given.trim()) {
+        return Ok(id);
+    }
+    let list: List<ProjectView> = api.get(&["v1", "projects"], &[]).await?;
+    project_by_slug(&list.items, given.trim())
+}
+
+/// Finds the one project with this slug.
+pub fn project_by_slug(projects: &[ProjectView], slug: &str) -> Result<Uuid, Failure> {
+    let found: Vec<&ProjectView> = projects.iter().filter(|p| p.slug == slug).collect();
+    match found.as_slice() {
+        [one] => Ok(one.id),
+        [] => Err(Failure::NotFound(format!(
+            "no project has the id or slug `{slug}`; see `plexctl project list`"
+        ))),
+        many => {
+            let ids: Vec<String> = many.iter().map(|p| p.id.to_string()).collect();
+            Err(Failure::Usage(format!(
+                "the slug `{slug}` names projects in several domains ({}); give the project's id",
+                ids.join(", ")
+            )))
+        }
+    }
 }

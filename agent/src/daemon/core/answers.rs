@@ -209,9 +209,9 @@ impl Core {
                 });
                 self.emit(Effect::Call(Call::Leave));
             }
-            Request::RotateKey => self.rotate_now(id, super::rotation::Kind::Key, now),
+            Request::RotateKey => self.rotate_now(id, super::rotation_state::Kind::Key, now),
             Request::RotateCredential => {
-                self.rotate_now(id, super::rotation::Kind::Credential, now)
+                self.rotate_now(id, super::rotation_state::Kind::Credential, now)
             }
         }
     }

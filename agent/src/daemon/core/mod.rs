@@ -32,6 +32,7 @@ pub mod reach;
 pub mod reload;
 pub mod report;
 pub mod rotation;
+pub mod rotation_state;
 pub mod stream;
 pub mod tick;
 pub mod wanted;
@@ -127,7 +128,7 @@ pub struct Setup {
     pub watchdog: Option<Duration>,
     pub jitter: Jitter,
     /// The age of the key and the credential, and an unfinished key rotation.
-    pub rotation: rotation::RotationStart,
+    pub rotation: rotation_state::RotationStart,
 }
 
 pub struct Core {
@@ -202,7 +203,7 @@ pub struct Core {
     own_seen: crate::reach::io::OwnCandidates,
     own_reported: crate::reach::io::OwnCandidates,
     /// Key and credential rotation.
-    rotations: rotation::Rotations,
+    rotations: rotation_state::Rotations,
 }
 
 /// An unchanged answer (`304`, unsigned) is trusted for this long after the last signed state:

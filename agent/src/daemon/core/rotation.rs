@@ -29,73 +29,14 @@ use plexsphere_wire::node::HeartbeatAck;
 use super::super::calls::CallError;
 use super::super::protocol::Answer;
 use super::io::KeyDone;
+use super::rotation_state::Kind;
+pub use super::rotation_state::{RotationStart, Rotations};
 use super::{Call, ControlId, Core, DELETED, Effect, MeshOp, Now, Outcome, Pending};
 use crate::exit::ExitCode;
 use crate::mesh::MeshError;
 
 /// A failed rotation is tried again after this long (or the server's `Retry-After`).
 pub const ROTATION_RETRY: Duration = Duration::from_secs(30);
-
-/// Which rotation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Key,
-    Credential,
-}
-
-impl Kind {
-    fn name(self) -> &'static str {
-        match self {
-            Kind::Key => "WireGuard key",
-            Kind::Credential => "node credential",
-        }
-    }
-}
-
-/// What the daemon found at start: how old the key and the credential are, and whether a
-/// key rotation was left unfinished.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct RotationStart {
-    pub key_age: Option<Duration>,
-    pub credential_age: Option<Duration>,
-    pub pending_key: bool,
-}
-
-/// One rotation's schedule and what waits for it.
-#[derive(Debug, Clone, Default)]
-pub struct Track {
-    due: Option<Instant>,
-    running: bool,
-    waiters: Vec<ControlId>,
-    done_at: Option<Instant>,
-}
-
-/// Both rotations.
-#[derive(Debug, Clone, Default)]
-pub struct Rotations {
-    key: Track,
-    credential: Track,
-    /// When the heartbeat whose answer comes next was sent.
-    pub(super) heartbeat_sent: Option<Instant>,
-}
-
-impl Rotations {
-    fn track(&mut self, k: Kind) -> &mut Track {
-        match k {
-            Kind::Key => &mut self.key,
-            Kind::Credential => &mut self.credential,
-        }
-    }
-
-    /// The earliest instant a rotation is due.
-    pub fn next_due(&self) -> Option<Instant> {
-        [&self.key, &self.credential]
-            .into_iter()
-            .filter(|t| !t.running)
-            .filter_map(|t| t.due)
-            .min()
-    }
-}
 
 impl Core {
     fn interval(&self, k: Kind) -> Option<Duration> {
