@@ -16,8 +16,8 @@ use crate::failure::Failure;
 use crate::observations;
 use crate::operator_tokens;
 use crate::output::{self, Format, render};
-use crate::session::{confirm, operator_api};
 use crate::session::project_id;
+use crate::session::{confirm, operator_api};
 use crate::ttl::parse_ttl;
 
 /// Runs one command and answers what to print on stdout.
