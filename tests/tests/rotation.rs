@@ -145,13 +145,23 @@ fn wait_replies(p: &Proc, n: usize) {
     .unwrap_or_else(|e| panic!("{e}\n--- ping:\n{}", p.output()));
 }
 
-/// HTTP status of `GET /v1/nodes/{id}/state` with `credential`.
-fn state_status(cp: &ControlPlane, id: &str, credential: &str) -> u16 {
+/// `GET /state` as node `a` would send it (its credential given, its `Plexd-Host`): the
+/// status code.
+fn state_status(cp: &ControlPlane, a: &Node, id: &str, credential: &str) -> u16 {
+    let binding: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(a.host.state_dir().join("host.json")).unwrap(),
+    )
+    .unwrap();
     let out = Command::new("curl")
         .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
         .arg(cp.ca_file())
         .arg("-H")
         .arg(format!("Authorization: Bearer {credential}"))
+        .arg("-H")
+        .arg(format!(
+            "Plexd-Host: {}",
+            binding["fingerprint"].as_str().unwrap()
+        ))
         .arg(format!(
             "{}/v1/nodes/{id}/state",
             cp.url.trim_end_matches('/')
@@ -269,10 +279,10 @@ fn keys_rotate_on_demand_and_by_operator_with_traffic_running_and_credentials_ro
 
     // The old credential is refused by now (its grace is 30 s); the new one works.
     wait_until(BOUND, "the old credential is refused", || {
-        Ok((state_status(&cp, &a_id, &cred0) == 401).then_some(()))
+        Ok((state_status(&cp, &a, &a_id, &cred0) == 401).then_some(()))
     })
     .unwrap();
-    assert_eq!(state_status(&cp, &a_id, &cred1), 200);
+    assert_eq!(state_status(&cp, &a, &a_id, &cred1), 200);
     assert!(cp.node(&a_id).unwrap()["credential_rotated_at"].is_string());
 
     // A restart comes back with the rotated key and credential.
