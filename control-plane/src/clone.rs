@@ -56,18 +56,17 @@ pub fn refusal(node_id: Uuid) -> Error {
 }
 
 /// Lets the request through, binds the node to its first host, or refuses (and records) a
-/// request from another host. Runs after the credential was checked.
+/// request from another host. Runs after the credential was checked, with the fingerprint
+/// the node's row (just read) is bound to.
 pub async fn check(
     conn: &mut AnyConnection,
     node_id: Uuid,
+    bound: Option<&HostFingerprint>,
     sent: Option<&HostFingerprint>,
     client: IpAddr,
     now: i64,
 ) -> Result<(), Error> {
-    let bound = node_hosts::bound(conn, node_id)
-        .await?
-        .ok_or(Error::Unauthorized(GONE))?;
-    let verdict = match judge(bound.as_ref(), sent) {
+    let verdict = match judge(bound, sent) {
         Verdict::Bind(f) => {
             // Two hosts may race to be first: whichever bound it decides.
             let now_bound = node_hosts::bind(conn, node_id, &f, now)

@@ -233,6 +233,7 @@ impl Registrar<'_> {
             endpoints: Vec::new(),
             reach: crate::store::nodes::NodeReach::default(),
             rotation: crate::store::nodes::NodeRotation::default(),
+            host_fingerprint: None,
             report: crate::store::nodes::NodeReport::default(),
         };
         nodes::insert(&mut tx, &node).await?;

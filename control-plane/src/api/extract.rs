@@ -253,7 +253,15 @@ impl FromRequestParts<Arc<AppState>> for NodeAuth {
             })
             .transpose()?;
         let client = request_client(parts, state);
-        crate::clone::check(&mut conn, node.id, host.as_ref(), client, now).await?;
+        crate::clone::check(
+            &mut conn,
+            node.id,
+            node.host_fingerprint.as_ref(),
+            host.as_ref(),
+            client,
+            now,
+        )
+        .await?;
         if matched == crate::node_rotation::CredentialMatch::Pending {
             crate::node_rotation::promote(&mut conn, &node, now).await?;
         }

@@ -21,7 +21,7 @@ pub struct CloneRecord {
 }
 
 /// The fingerprint a node is bound to (`None`: it never sent one), or `None` for no node.
-pub async fn bound(
+async fn bound(
     conn: &mut AnyConnection,
     id: Uuid,
 ) -> Result<Option<Option<HostFingerprint>>, StoreError> {
@@ -33,12 +33,12 @@ pub async fn bound(
         return Ok(None);
     };
     let text: Option<String> = row.try_get("host_fingerprint")?;
-    let fp = text
-        .map(|t| {
-            HostFingerprint::parse(&t).map_err(|_| StoreError::corrupt("nodes.host_fingerprint", t))
-        })
-        .transpose()?;
-    Ok(Some(fp))
+    Ok(Some(text.map(|t| parse_fingerprint(&t)).transpose()?))
+}
+
+/// A stored `nodes.host_fingerprint`; anything but 64 hex is a corrupt row.
+pub(super) fn parse_fingerprint(text: &str) -> Result<HostFingerprint, StoreError> {
+    HostFingerprint::parse(text).map_err(|_| StoreError::corrupt("nodes.host_fingerprint", text))
 }
 
 /// Binds the node to `fp` unless it is bound already. Answers the fingerprint it is bound to

@@ -2,6 +2,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
+use plexsphere_wire::host::HostFingerprint;
 use sqlx::{AnyConnection, Row as _};
 use uuid::Uuid;
 
@@ -42,6 +43,9 @@ pub struct NodeRow {
     pub reach: NodeReach,
     /// Key and credential rotation (schema version 9).
     pub rotation: NodeRotation,
+    /// The host fingerprint the node is bound to (`None` until it sent one; schema version 10,
+    /// `crate::clone`).
+    pub host_fingerprint: Option<HostFingerprint>,
 }
 
 /// What a node reported about itself: its last heartbeat's figures (all `None` until it
@@ -63,7 +67,7 @@ macro_rules! select_nodes {
             "SELECT id, domain_id, project_id, hostname, arch, plexd_version, mesh_ip, wireguard_public_key, resource_handle, credential_sha256, registered_at, last_seen_at, revoked_at, listen_port, endpoints, \
              last_heartbeat_at, uptime_secs, applied_state_version, peers_configured, peers_connected, observations_dropped, \
              local_endpoints, reflexive_endpoints, observed_endpoint, home_relay, nat_mapping, udp_blocked, \
-             key_rotated_at, credential_rotated_at, pending_credential_sha256, previous_credential_sha256, previous_credential_until, rotate_key_requested_at, rotate_credential_requested_at FROM nodes ",
+             key_rotated_at, credential_rotated_at, pending_credential_sha256, previous_credential_sha256, previous_credential_until, rotate_key_requested_at, rotate_credential_requested_at, host_fingerprint FROM nodes ",
             $tail
         )
     };
@@ -96,6 +100,7 @@ impl NodeRow {
             report: NodeReport::default(),
             reach: NodeReach::default(),
             rotation: NodeRotation::default(),
+            host_fingerprint: None,
         }
     }
 }
@@ -151,6 +156,10 @@ fn from_row(row: &sqlx::any::AnyRow) -> Result<NodeRow, StoreError> {
         },
         reach: reach_from_row(row)?,
         rotation: rotation::rotation_from_row(row)?,
+        host_fingerprint: row
+            .try_get::<Option<String>, _>("host_fingerprint")?
+            .map(|t| super::node_hosts::parse_fingerprint(&t))
+            .transpose()?,
     })
 }
 
