@@ -49,8 +49,8 @@ async fn enrol(dev: Arc<DevProcess>, tokens: Vec<String>, first_key: u32) -> Vec
 }
 
 /// A node's heartbeat and signed state against `dev`, with its own credential: the state must
-/// verify with the Domain key the node got at registration.
-async fn node_works(dev: &DevProcess, reg: &RegisterResponse) {
+/// verify with the Domain key the node got at registration. Answers the state's version.
+async fn node_works(dev: &DevProcess, reg: &RegisterResponse) -> u64 {
     let heartbeat = serde_json::json!({
         "uptime_secs": 1,
         "plexd_version": "0.1.0",
@@ -78,6 +78,7 @@ async fn node_works(dev: &DevProcess, reg: &RegisterResponse) {
     let verifier = DomainVerifier::from_b64(&reg.domain_signing_public_key).unwrap();
     let state: NodeState = verifier.open(SignContext::NodeState, &env).unwrap();
     assert_eq!(state.mesh_ip, reg.mesh_ip);
+    state.version
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -143,13 +144,25 @@ async fn a_backup_under_load_restores_into_a_server_the_nodes_keep_working_with(
     ]);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stdout.contains("restored"), "{stdout}");
+    // The newest state a node can have applied from the old server: every registration after
+    // the backup raised it.
+    let mut seen = 0;
+    for reg in &during {
+        seen = seen.max(node_works(&dev, reg).await);
+    }
     Arc::into_inner(dev).unwrap().stop();
 
     let back = DevProcess::start(&restored, &[]);
     let nodes = back.node_ids().await;
     for reg in &before {
         assert!(nodes.contains(&reg.node_id.to_string()));
-        node_works(&back, reg).await;
+        // Nodes refuse any state at or below the newest they applied: the restored server's
+        // must be newer than everything the old one handed out after the backup.
+        let version = node_works(&back, reg).await;
+        assert!(
+            version > seen,
+            "the restored server signs version {version}, not above the {seen} nodes already applied: they would refuse it"
+        );
     }
     // A consistent snapshot: whatever it holds of the registrations in flight, it holds
     // whole, and nothing that was never acknowledged.
@@ -190,4 +203,104 @@ async fn a_backup_under_load_restores_into_a_server_the_nodes_keep_working_with(
         "{stderr}"
     );
     assert!(!elsewhere.join("plexsphere.db").exists());
+}
+
+/// Runs a Postgres client tool (`pg_dump`, `pg_restore`) to its end; it must succeed.
+fn pg_tool(tool: &str, args: &[&str]) {
+    let out = Command::new(tool).args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{tool} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_postgres_restore_brings_the_keys_back_and_the_nodes_keep_working() {
+    let Some(live_db) = common::postgres::scratch_database().await else {
+        return;
+    };
+    let Some(restored_db) = common::postgres::scratch_database().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (live, keys, restored, dump) = (
+        dir.path().join("live"),
+        dir.path().join("keys"),
+        dir.path().join("restored"),
+        dir.path().join("plexsphere.dump"),
+    );
+    let dev = Arc::new(DevProcess::start(&live, &["--database-url", &live_db]));
+    let before = enrol(dev.clone(), dev.issue_tokens(3).await, 0).await;
+
+    // The backup the docs describe: pg_dump, and a copy of the Domain keys.
+    pg_tool(
+        "pg_dump",
+        &["--format=custom", "--file", path(&dump), &live_db],
+    );
+    std::fs::create_dir_all(keys.join("domain-keys")).unwrap();
+    for entry in std::fs::read_dir(live.join("domain-keys")).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(
+            entry.path(),
+            keys.join("domain-keys").join(entry.file_name()),
+        )
+        .unwrap();
+    }
+    // The old server goes on after the backup; the nodes apply newer states.
+    let after = enrol(dev.clone(), dev.issue_tokens(3).await, 100).await;
+    let mut seen = 0;
+    for reg in &after {
+        seen = seen.max(node_works(&dev, reg).await);
+    }
+    Arc::into_inner(dev).unwrap().stop();
+
+    pg_tool(
+        "pg_restore",
+        &["--no-owner", "--dbname", &restored_db, path(&dump)],
+    );
+    // Without the keys, restore refuses: the nodes trust only their Domain's key.
+    let empty = dir.path().join("empty");
+    std::fs::create_dir_all(empty.join("domain-keys")).unwrap();
+    let (code, _, stderr) = plexsphere(&[
+        "restore",
+        "--database-url",
+        &restored_db,
+        "--from",
+        path(&empty),
+        "--data-dir",
+        path(&restored),
+    ]);
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(
+        stderr.contains("has no signing key for Domain lab"),
+        "{stderr}"
+    );
+
+    let (code, stdout, stderr) = plexsphere(&[
+        "restore",
+        "--database-url",
+        &restored_db,
+        "--from",
+        path(&keys),
+        "--data-dir",
+        path(&restored),
+    ]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stdout.contains("event log moved"), "{stdout}");
+
+    let back = DevProcess::start(&restored, &["--database-url", &restored_db]);
+    let nodes = back.node_ids().await;
+    for reg in &before {
+        assert!(nodes.contains(&reg.node_id.to_string()));
+        let version = node_works(&back, reg).await;
+        assert!(
+            version > seen,
+            "the restored server signs version {version}, not above the {seen} nodes already applied"
+        );
+    }
+    for reg in &after {
+        assert!(!nodes.contains(&reg.node_id.to_string()));
+    }
+    back.stop();
 }

@@ -257,4 +257,6 @@ fn yaml_error(e: &serde_yaml::Error, path: &Path) -> ConfigError {
 }
 
 #[cfg(test)]
+mod reference_tests;
+#[cfg(test)]
 mod tests;

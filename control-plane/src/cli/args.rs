@@ -48,9 +48,11 @@ pub enum Command {
         #[arg(long)]
         out: PathBuf,
     },
-    /// Bring a backup back into an empty data directory.
+    /// Bring a backup back into an empty data directory (with --database-url: after
+    /// `pg_restore`, bring the Domain keys back, migrate, and move the event logs ahead).
     Restore {
-        /// The directory `plexsphere backup` wrote.
+        /// The directory `plexsphere backup` wrote (with --database-url: a directory holding
+        /// the copied `domain-keys/`).
         #[arg(long)]
         from: PathBuf,
         #[command(flatten)]

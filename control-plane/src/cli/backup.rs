@@ -12,6 +12,11 @@
 //! Every file is written 0600: the keys and the database are secrets. `restore` refuses a
 //! data directory that already holds a database, a backup whose manifest does not match its
 //! files, and one that lacks the key of a Domain its database names.
+//!
+//! Either way a restore moves every Domain's event log ahead ([`events::RESTORE_SEQ_GAP`]):
+//! nodes refuse any state at or below the newest they applied, and they applied newer ones from
+//! the old server after the backup was taken. With `--database-url` (Postgres, restored with
+//! `pg_restore`), `restore` brings the Domain keys from `--from/domain-keys` and does the rest.
 
 use std::fs;
 use std::io::Read as _;
@@ -24,7 +29,7 @@ use sqlx::Row as _;
 use super::admin::ensure_data_dir;
 use super::args::DataArgs;
 use super::failure::Failure;
-use crate::store::Store;
+use crate::store::{Store, events};
 
 /// The database file in a data directory and in a backup.
 const DB_FILE: &str = "plexsphere.db";
@@ -80,10 +85,8 @@ pub async fn backup(data: &DataArgs, out: &Path) -> Result<(), Failure> {
 }
 
 pub async fn restore(from: &Path, data: &DataArgs) -> Result<(), Failure> {
-    if data.database_url.is_some() {
-        return Err(Failure::Config(
-            "restore writes the embedded SQLite database; drop --database-url".into(),
-        ));
+    if let Some(url) = &data.database_url {
+        return restore_external(from, data, url).await;
     }
     let files = read_manifest(from)?;
     ensure_data_dir(&data.data_dir)?;
@@ -110,15 +113,98 @@ pub async fn restore(from: &Path, data: &DataArgs) -> Result<(), Failure> {
         .migrate()
         .await
         .context("cannot bring the restored database's schema up to date")?;
+    let domains = advance_logs(&store).await?;
     store.close().await;
     println!(
-        "restored {} into {}: {}; start plexsphere with --data-dir {}",
+        "restored {} into {}: {}; every Domain's event log moved {} ahead ({domains} Domains) so that nodes take the restored state as newer than what they saw; start plexsphere with --data-dir {}",
         from.display(),
         data.data_dir.display(),
         summary,
+        events::RESTORE_SEQ_GAP,
         data.data_dir.display()
     );
     Ok(())
+}
+
+/// The restore of a database plexsphere does not hold itself (Postgres): the operator restored
+/// it (`pg_restore`); this brings the Domain keys from `from/domain-keys` into the data
+/// directory (never over a different key), checks that every Domain of the database has its
+/// key, migrates and moves the event logs ahead.
+async fn restore_external(from: &Path, data: &DataArgs, url: &str) -> Result<(), Failure> {
+    let keys = from.join("domain-keys");
+    if !keys.is_dir() {
+        return Err(Failure::Config(format!(
+            "{} holds no domain-keys/; with --database-url, pass --from the directory the Domain keys were copied into (docs/upgrade-and-backup.md)",
+            from.display()
+        )));
+    }
+    let store = Store::connect(url)
+        .await
+        .context("cannot open the restored database (--database-url)")?;
+    store
+        .migrate()
+        .await
+        .context("cannot bring the restored database's schema up to date")?;
+    let slugs: Vec<String> = sqlx::query("SELECT slug FROM domains ORDER BY slug")
+        .fetch_all(store.pool())
+        .await
+        .context("cannot read the Domains of the restored database")?
+        .iter()
+        .map(|r| r.try_get::<String, _>("slug"))
+        .collect::<Result<_, _>>()
+        .context("cannot read the Domains of the restored database")?;
+    for slug in &slugs {
+        let (src, dst) = (
+            crate::keys::seed_path(from, slug),
+            crate::keys::seed_path(&data.data_dir, slug),
+        );
+        if !src.is_file() {
+            return Err(Failure::Config(format!(
+                "{} has no signing key for Domain {slug}; its nodes trust only that key: copy it from the backup of <data-dir>/domain-keys",
+                src.display()
+            )));
+        }
+        if dst.exists() {
+            if sha256_file(&dst)? != sha256_file(&src)? {
+                return Err(Failure::Config(format!(
+                    "{} holds another key for Domain {slug} than {}; move it away first if the backup's key is the one the nodes trust",
+                    dst.display(),
+                    src.display()
+                )));
+            }
+            continue;
+        }
+        if let Some(parent) = dst.parent() {
+            create_private_dir_all(parent)?;
+        }
+        copy_private(&src, &dst)?;
+    }
+    let domains = advance_logs(&store).await?;
+    store.close().await;
+    println!(
+        "restored the Domain keys of {} Domains into {}; every Domain's event log moved {} ahead ({domains} Domains) so that nodes take the restored state as newer than what they saw; start plexsphere with --database-url and --data-dir {}",
+        slugs.len(),
+        data.data_dir.display(),
+        events::RESTORE_SEQ_GAP,
+        data.data_dir.display()
+    );
+    Ok(())
+}
+
+/// Moves every Domain's event log past what the nodes can have seen since the backup
+/// ([`events::RESTORE_SEQ_GAP`]), in one transaction.
+async fn advance_logs(store: &Store) -> anyhow::Result<u64> {
+    let mut tx = store
+        .begin()
+        .await
+        .context("cannot open the restored database")?;
+    let moved = events::advance_for_restore(&mut tx, events::RESTORE_SEQ_GAP)
+        .await
+        .context("cannot move the restored event logs ahead")?;
+    tx.commit()
+        .await
+        .context("cannot move the restored event logs ahead")?;
+    Ok(moved)
 }
 
 /// Copies the carried directories and files that exist; answers their paths relative to the

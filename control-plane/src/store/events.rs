@@ -70,6 +70,32 @@ pub async fn append(
     to_u64("domain_events.seq", seq)
 }
 
+/// How far `plexsphere restore` moves every Domain's log ahead. A node refuses any state or
+/// event at or below the newest one it applied (a replay must not roll it back), and the
+/// backup is older than what the nodes saw: the log moves past anything the old server can
+/// have handed out after the backup (2^32 changes per Domain), so the restored server's next
+/// state is newer than all of it. Repeated restores still leave room for 2^31 of them.
+pub const RESTORE_SEQ_GAP: u64 = 1 << 32;
+
+/// Moves every Domain's log `gap` ahead (a Domain without events yet gets a log at `gap`), and
+/// marks everything before as pruned, so that a stream resuming from any earlier seq is
+/// resynced. Answers the number of Domains moved. Run it in one transaction.
+pub async fn advance_for_restore(conn: &mut AnyConnection, gap: u64) -> Result<u64, StoreError> {
+    let gap = to_i64(gap);
+    sqlx::query(
+        "INSERT INTO domain_events (domain_id, seq, pruned_through) \
+         SELECT id, 0, 0 FROM domains WHERE id NOT IN (SELECT domain_id FROM domain_events)",
+    )
+    .execute(&mut *conn)
+    .await?;
+    let moved = sqlx::query("UPDATE domain_events SET seq = seq + $1, pruned_through = seq + $1")
+        .bind(gap)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+    Ok(moved)
+}
+
 /// The Domain's head (zeros when it never had an event).
 pub async fn head(conn: &mut AnyConnection, domain_id: Uuid) -> Result<Head, StoreError> {
     let row = sqlx::query("SELECT seq, pruned_through FROM domain_events WHERE domain_id = $1")
