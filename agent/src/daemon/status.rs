@@ -22,6 +22,9 @@ pub struct StatusReport {
     pub last_heartbeat_age_secs: Option<u64>,
     pub last_event_age_secs: Option<u64>,
     pub event_stream_connected: bool,
+    /// Times the event stream ended since plexd started (each is retried after a backoff).
+    #[serde(default)]
+    pub event_stream_disconnects: u64,
     /// The last event seq applied (the stream resumes after it).
     pub last_event_id: u64,
     pub state_version: Option<u64>,
@@ -282,6 +285,7 @@ mod tests {
             last_heartbeat_age_secs: Some(300),
             last_event_age_secs: None,
             event_stream_connected: false,
+            event_stream_disconnects: 0,
             last_event_id: 9,
             state_version: Some(7),
             backend: "none".into(),
