@@ -35,9 +35,10 @@ async fn scrape(srv: &TestServer, bearer: &str) -> Scrape {
 
 /// The value of the one sample named `name` whose labels include `labels`.
 fn value(s: &Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    let mut hits = s.samples.iter().filter(|x| {
-        x.metric == name && labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v))
-    });
+    let mut hits = s
+        .samples
+        .iter()
+        .filter(|x| x.metric == name && labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v)));
     let hit = hits.next()?;
     assert!(hits.next().is_none(), "more than one {name} {labels:?}");
     match &hit.value {
@@ -85,10 +86,11 @@ async fn metrics_count_registrations_requests_and_streams() {
     );
     // The route template, never the raw path.
     assert!(
-        m.samples
-            .iter()
-            .filter(|x| x.metric == req)
-            .all(|x| !x.labels.get("route").unwrap().contains(&a.node_id.to_string())),
+        m.samples.iter().filter(|x| x.metric == req).all(|x| !x
+            .labels
+            .get("route")
+            .unwrap()
+            .contains(&a.node_id.to_string())),
         "a raw path became a label"
     );
     assert_eq!(
@@ -102,7 +104,10 @@ async fn metrics_count_registrations_requests_and_streams() {
     assert_eq!(value(&m, "plexsphere_event_streams_open", &[]), Some(1.0));
     assert!(value(&m, "plexsphere_event_delivery_seconds_count", &[]).unwrap() >= 1.0);
     assert!(value(&m, "plexsphere_db_pool_connections", &[]).unwrap() >= 1.0);
-    assert_eq!(value(&m, "plexsphere_db_pool_max_connections", &[]), Some(8.0));
+    assert_eq!(
+        value(&m, "plexsphere_db_pool_max_connections", &[]),
+        Some(8.0)
+    );
     assert_eq!(
         value(&m, "plexsphere_broker_resources", &[("phase", "Ready")]),
         Some(0.0)
@@ -146,7 +151,10 @@ async fn readyz_follows_the_database_and_its_migrations() {
     let body: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(body["code"], "unavailable");
     assert!(
-        body["message"].as_str().unwrap().contains("migrations [10]"),
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("migrations [10]"),
         "{body}"
     );
 

@@ -59,9 +59,10 @@ fn parse(body: &str) -> Scrape {
 
 /// The value of the one sample `name` whose labels include `labels`.
 fn value(s: &Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    let mut hits = s.samples.iter().filter(|x| {
-        x.metric == name && labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v))
-    });
+    let mut hits = s
+        .samples
+        .iter()
+        .filter(|x| x.metric == name && labels.iter().all(|(k, v)| x.labels.get(k) == Some(*v)));
     let hit = hits.next()?;
     assert!(hits.next().is_none(), "more than one {name} {labels:?}");
     match &hit.value {
@@ -96,7 +97,13 @@ fn the_metrics_listener_shows_the_mesh_and_is_off_unless_configured() {
         );
         Ok(out.status.success().then_some(()))
     })
-    .unwrap_or_else(|e| panic!("{e}\n--- a:\n{}\n--- b:\n{}", a.proc.output(), b.proc.output()));
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}\n--- a:\n{}\n--- b:\n{}",
+            a.proc.output(),
+            b.proc.output()
+        )
+    });
 
     let handshake = "plexd_peer_last_handshake_age_seconds";
     let peer = ("peer", b_id.as_str());
