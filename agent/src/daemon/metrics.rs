@@ -334,6 +334,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_report_renders_with_bounded_labels() {
+        let text = render(&super::super::status::tests::report()).unwrap_or_default();
+        let peer = "peer=\"019a0816-0000-7000-8000-000000000003\"";
+        for line in [
+            "plexd_up 1".to_owned(),
+            "plexd_peers 1".to_owned(),
+            "plexd_state_version 7".to_owned(),
+            "plexd_event_stream_connected 0".to_owned(),
+            "plexd_event_stream_reconnects_total 0".to_owned(),
+            "plexd_ingest_queue_length 3".to_owned(),
+            "plexd_peers_by_path{path=\"relay_udp\"} 1".to_owned(),
+            "plexd_peers_by_path{path=\"direct\"} 0".to_owned(),
+            format!("plexd_peer_path{{{peer},path=\"relay_udp\"}} 1"),
+            format!("plexd_peer_tx_bytes_total{{{peer}}} 1200"),
+            format!("plexd_peer_rtt_milliseconds{{{peer}}} 21"),
+            "# TYPE plexd_peer_rx_bytes_total counter".to_owned(),
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "no line {line:?} in\n{text}"
+            );
+        }
+        // No handshake yet: no sample (not a made-up 0); no hostname anywhere.
+        assert!(
+            !text.contains("plexd_peer_last_handshake_age_seconds{"),
+            "{text}"
+        );
+        assert!(!text.contains("web-3"), "{text}");
+    }
+
+    #[test]
     fn the_request_line_decides() {
         assert_eq!(
             parse_head(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),

@@ -263,10 +263,11 @@ pub fn render(r: &StatusReport) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn report() -> StatusReport {
+    /// A report with one relayed peer (also what the metrics tests render).
+    pub(crate) fn report() -> StatusReport {
         StatusReport {
             node_id: Uuid::parse_str("019a0816-0000-7000-8000-0000000000aa").unwrap(),
             mesh_ip: "10.64.1.2".parse().unwrap(),
