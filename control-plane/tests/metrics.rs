@@ -204,3 +204,54 @@ fn log_format_json_writes_one_json_object_per_line() {
     assert_eq!(serving["scheme"], "https");
     assert!(serving["timestamp"].is_string());
 }
+
+/// Postgres: ready while the database answers; 503 once the database is dropped under the
+/// running server (its connections are terminated; new ones are refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_on_postgres_says_unavailable_once_the_database_is_gone() {
+    let Some(url) = postgres::scratch_database().await else {
+        return;
+    };
+    let srv = TestServer::start_with(Options {
+        database_url: Some(url.clone()),
+        ..Options::default()
+    })
+    .await;
+    let get = async |path: &str| {
+        let r = srv.client.get(srv.url(path)).send().await.unwrap();
+        (r.status(), r.text().await.unwrap())
+    };
+    assert_eq!(get("/readyz").await, (StatusCode::OK, "ok".to_owned()));
+
+    let name = url
+        .split('?')
+        .next()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let admin = std::env::var("PLEXSPHERE_TEST_POSTGRES_URL").unwrap();
+    let pool = sqlx::AnyPool::connect(&admin).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "DROP DATABASE {name} WITH (FORCE)"
+    )))
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+
+    let (status, body) = get("/readyz").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["code"], "unavailable");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            // Refused at once, or no answer within the check's bound: both name the database.
+            .starts_with("not ready: the database "),
+        "{body}"
+    );
+    assert_eq!(get("/healthz").await, (StatusCode::OK, "ok".to_owned()));
+}

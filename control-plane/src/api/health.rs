@@ -83,7 +83,7 @@ pub async fn readyz(State(st): State<Arc<AppState>>) -> Response {
         let outcome = match tokio::time::timeout(READY_CHECK_TIMEOUT, check.run(&st)).await {
             Ok(outcome) => outcome,
             Err(_) => Err(format!(
-                "the {} check took longer than {} s",
+                "the {} check got no answer within {} s",
                 check.name(),
                 READY_CHECK_TIMEOUT.as_secs()
             )),
