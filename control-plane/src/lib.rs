@@ -14,6 +14,7 @@ pub mod error;
 pub mod ipam;
 pub mod keys;
 pub mod maintenance;
+pub mod metrics;
 pub mod node_decisions;
 pub mod node_ops;
 pub mod node_rotation;

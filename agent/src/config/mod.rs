@@ -3,6 +3,7 @@
 
 mod daemon;
 mod locate;
+pub mod metrics;
 pub mod rotation;
 pub mod values;
 
@@ -44,6 +45,9 @@ pub struct Config {
     /// How often the WireGuard key and the credential rotate by themselves.
     #[serde(default, skip_serializing_if = "rotation::RotationConfig::is_default")]
     pub rotation: rotation::RotationConfig,
+    /// The opt-in Prometheus listener (docs/metrics.md).
+    #[serde(default, skip_serializing_if = "metrics::MetricsConfig::is_default")]
+    pub metrics: metrics::MetricsConfig,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -140,6 +144,13 @@ impl Config {
         let config: Config = serde_yaml::from_str(text).map_err(|e| yaml_error(&e, path))?;
         config.check_api_url(text, path)?;
         config.check_daemon(text, path)?;
+        if let Some(what) = config.metrics.problem() {
+            return Err(ConfigError::Invalid {
+                path: path.to_path_buf(),
+                at: locate::key(text, &["metrics", "listen"]),
+                what,
+            });
+        }
         Ok(config)
     }
 

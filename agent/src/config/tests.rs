@@ -243,3 +243,25 @@ fn the_reach_section_defaults_on_and_checks_the_kernel_port() {
     let text = "api_url: https://a.example\nwireguard:\n  reach:\n    relay: x\n";
     assert!(Config::parse(text, Path::new("c.yaml")).is_err());
 }
+
+#[test]
+fn metrics_listen_is_off_by_default_loopback_only_unless_allowed() {
+    let c = parse("api_url: https://a.example\n").unwrap();
+    assert_eq!(c.metrics.listen, None);
+    let c = parse("api_url: https://a.example\nmetrics:\n  listen: 127.0.0.1:9586\n").unwrap();
+    assert_eq!(c.metrics.listen, Some("127.0.0.1:9586".parse().unwrap()));
+    let e = err("api_url: https://a.example\nmetrics:\n  listen: 0.0.0.0:9586\n");
+    assert!(
+        e.starts_with(
+            "/etc/plexd/config.yaml:3:3: metrics.listen: 0.0.0.0:9586 is not a loopback address"
+        ),
+        "{e}"
+    );
+    let c = parse(
+        "api_url: https://a.example\nmetrics:\n  listen: 0.0.0.0:9586\n  allow_non_loopback: true\n",
+    )
+    .unwrap();
+    assert!(c.metrics.allow_non_loopback);
+    let e = err("api_url: https://a.example\nmetrics:\n  listen: localhost:9586\n");
+    assert!(e.contains("metrics.listen"), "{e}");
+}

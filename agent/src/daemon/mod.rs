@@ -30,6 +30,7 @@ pub mod ingest;
 pub mod input;
 pub mod leave;
 pub mod mesh_thread;
+pub mod metrics;
 pub mod notify;
 pub mod protocol;
 pub mod rotate;
@@ -88,6 +89,16 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
         let host = crate::identity::host::check_or_bind(&settings.state.dir, identity.node_id, &crate::identity::host::machine_id_file(), time::OffsetDateTime::now_utc())?;
         let api = calls::NodeApi::new(client, identity.node_id, identity.node_credential.clone()).with_host(host);
         let acceptor = accept::Acceptor::new(verifier, identity.node_id);
+        // The metrics listener, when configured: bound before anything else listens, so a
+        // taken address fails the start with a clear error.
+        let metrics_server = match settings.config.metrics.listen {
+            Some(addr) => {
+                let listener = metrics::bind(addr).await.map_err(|e| Failure::new(ExitCode::Io, e))?;
+                tracing::info!(address = %addr, "serving metrics on http://{addr}/metrics");
+                Some(tokio::spawn(metrics::serve(listener, tx.clone())))
+            }
+            None => None,
+        };
         let mesh = open_mesh(settings, &identity)?;
         let backend = mesh.backend();
         tracing::info!(api_url = %identity.api_url, backend, interface = %settings.config.wireguard.interface, "starting as node {} with mesh IP {}, against {} with the {backend} data plane on {}", identity.node_id, identity.mesh_ip, identity.api_url, settings.config.wireguard.interface);
@@ -143,6 +154,10 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
             paths: settings.state.clone(),
         };
         let outcome = executor.run(&mut rx).await;
+        if let Some(server) = metrics_server {
+            server.abort();
+            let _ = server.await;
+        }
         if let Some(server) = server {
             server.abort();
             let _ = server.await;

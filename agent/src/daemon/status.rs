@@ -22,6 +22,9 @@ pub struct StatusReport {
     pub last_heartbeat_age_secs: Option<u64>,
     pub last_event_age_secs: Option<u64>,
     pub event_stream_connected: bool,
+    /// Times the event stream ended since plexd started (each is retried after a backoff).
+    #[serde(default)]
+    pub event_stream_disconnects: u64,
     /// The last event seq applied (the stream resumes after it).
     pub last_event_id: u64,
     pub state_version: Option<u64>,
@@ -260,10 +263,11 @@ pub fn render(r: &StatusReport) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn report() -> StatusReport {
+    /// A report with one relayed peer (also what the metrics tests render).
+    pub(crate) fn report() -> StatusReport {
         StatusReport {
             node_id: Uuid::parse_str("019a0816-0000-7000-8000-0000000000aa").unwrap(),
             mesh_ip: "10.64.1.2".parse().unwrap(),
@@ -282,6 +286,7 @@ mod tests {
             last_heartbeat_age_secs: Some(300),
             last_event_age_secs: None,
             event_stream_connected: false,
+            event_stream_disconnects: 0,
             last_event_id: 9,
             state_version: Some(7),
             backend: "none".into(),

@@ -309,8 +309,9 @@ pub async fn delete_resource(
             .observe(class, &Observation::DeleteRequested, now)
         {
             Outcome::Ignored { .. } => return Ok((StatusCode::ACCEPTED, Json(row.resource))),
-            Outcome::Moved { .. } => {
+            Outcome::Moved { from, to } => {
                 if resources::update(&mut c, &mut row, store::unix(now)).await? {
+                    st.metrics.transition(from.as_str(), to.as_str());
                     tracing::info!(resource_id = %id, operator = %op.id, "resource delete requested");
                     st.broker.wake();
                     return Ok((StatusCode::ACCEPTED, Json(row.resource)));

@@ -5,6 +5,7 @@
 mod broker;
 pub mod error;
 pub mod extract;
+pub mod health;
 mod node;
 mod observations;
 mod operator;
@@ -68,6 +69,9 @@ fn routes() -> Routes {
         .add(Post, "/v1/nodes/{node_id}/credential", Node, rotation::rotate_credential)
         .add(Post, "/v1/nodes/{node_id}/rotate-key", OPERATE, rotation::request_key_rotation)
         .add(Post, "/v1/nodes/{node_id}/rotate-credential", OPERATE, rotation::request_credential_rotation)
+        .add(Get, "/healthz", Public, health::healthz)
+        .add(Get, "/readyz", Public, health::readyz)
+        .add(Get, "/metrics", READ, health::metrics)
 }
 
 /// The route table (method, path, who may call it) the router is built from.
@@ -87,5 +91,18 @@ pub fn router(state: Arc<AppState>) -> Router {
             *resp.status_mut() = StatusCode::METHOD_NOT_ALLOWED;
             resp
         })
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            health::track,
+        ))
+        .with_state(state)
+}
+
+/// The `--metrics-listen` listener's router: `GET /metrics` without authentication (that
+/// listener is for loopback or a private network; the API listener's `/metrics` needs a
+/// token).
+pub fn metrics_router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/metrics", axum::routing::get(health::metrics_open))
         .with_state(state)
 }

@@ -40,7 +40,15 @@ pub async fn register(
         bus: st.bus.as_ref(),
         intervals: st.config.intervals,
     };
-    let done = registrar.register(&req, st.now()).await?;
+    let done = match registrar.register(&req, st.now()).await {
+        Ok(done) => done,
+        Err(e) => {
+            st.metrics.registration(super::error::classify(&e).1);
+            return Err(e);
+        }
+    };
+    st.metrics
+        .registration(if done.created { "created" } else { "existing" });
     if done.created && req.resource_handle.is_some() {
         // A broker machine may have registered: let the reconcile loop look now.
         st.broker.wake();

@@ -9,6 +9,7 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue};
@@ -41,6 +42,7 @@ struct Opened {
 impl Opened {
     fn new(st: Arc<AppState>, node_id: Uuid) -> Self {
         *st.streams.lock().entry(node_id).or_insert(0) += 1;
+        st.metrics.streams_open.inc();
         Self {
             st,
             node_id,
@@ -59,8 +61,10 @@ impl Drop for Opened {
             }
         }
         drop(open);
+        self.st.metrics.streams_open.dec();
         if self.end == End::SlowReader {
             self.st.streams.slow_dropped.fetch_add(1, Ordering::Relaxed);
+            self.st.metrics.streams_slow_dropped.inc();
         }
         tracing::info!(node_id = %self.node_id, reason = self.end.as_str(), "sse: stream closed");
     }
@@ -118,6 +122,7 @@ pub async fn events(
         signer,
         tx,
         cursor: 0,
+        woken: None,
     };
     tokio::spawn(task.run(resume, notices, opened));
 
@@ -137,6 +142,9 @@ struct StreamTask {
     tx: mpsc::Sender<Frame>,
     /// Every event for this node up to here has been sent (or was not for it).
     cursor: u64,
+    /// When the bus last woke this stream for a committed change: each event the wake-up
+    /// sends is timed from here (`plexsphere_event_delivery_seconds`); replays are not.
+    woken: Option<Instant>,
 }
 
 impl StreamTask {
@@ -163,11 +171,13 @@ impl StreamTask {
             if let Err(end) = self.drain().await {
                 return end;
             }
+            self.woken = None;
             tokio::select! {
                 changed = notices.changed() => {
                     if changed.is_err() {
                         return End::Failed;
                     }
+                    self.woken = Some(Instant::now());
                 }
                 () = self.tx.closed() => return End::ClientGone,
             }
@@ -244,6 +254,12 @@ impl StreamTask {
         let timeout = self.st.config.events.slow_reader_timeout;
         match tokio::time::timeout(timeout, self.tx.send(Ok(frame))).await {
             Ok(Ok(())) => {
+                if let Some(woken) = self.woken {
+                    self.st
+                        .metrics
+                        .event_delivery
+                        .observe(woken.elapsed().as_secs_f64());
+                }
                 tracing::debug!(node_id = %self.node.id, seq, event = name, "sse: event sent");
                 Ok(())
             }

@@ -14,6 +14,7 @@ use crate::broker::{Broker, BrokerConfig, BrokerHost};
 use crate::bus::{EventBus, InProcessBus};
 use crate::keys::Keyring;
 use crate::maintenance::{MaintenanceHost, Schedule};
+use crate::metrics::Metrics;
 use crate::node_ops::NodeOps;
 use crate::ratelimit::{RateLimit, RateLimiter};
 use crate::store::Store;
@@ -90,6 +91,8 @@ pub struct AppState {
     pub streams: Streams,
     /// The provisioning broker (catalog, sealing key, substrates, the reconcile loop's wake).
     pub broker: Broker,
+    /// The Prometheus series of `/metrics` (docs/metrics.md).
+    pub metrics: Metrics,
 }
 
 impl AppState {
@@ -117,6 +120,7 @@ impl AppState {
             clock: Arc::new(OffsetDateTime::now_utc),
             bus: Arc::new(InProcessBus::new()),
             streams: Streams::default(),
+            metrics: Metrics::default(),
         }
     }
 
@@ -158,6 +162,9 @@ impl BrokerHost for AppState {
     }
     fn now(&self) -> OffsetDateTime {
         AppState::now(self)
+    }
+    fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 }
 

@@ -38,6 +38,8 @@ pub trait BrokerHost: Send + Sync {
     fn node_ops(&self) -> NodeOps<'_>;
     fn broker(&self) -> &Broker;
     fn now(&self) -> OffsetDateTime;
+    /// Where phase transitions are counted.
+    fn metrics(&self) -> &crate::metrics::Metrics;
 }
 
 impl<T: BrokerHost + ?Sized> BrokerHost for Arc<T> {
@@ -55,6 +57,9 @@ impl<T: BrokerHost + ?Sized> BrokerHost for Arc<T> {
     }
     fn now(&self) -> OffsetDateTime {
         (**self).now()
+    }
+    fn metrics(&self) -> &crate::metrics::Metrics {
+        (**self).metrics()
     }
 }
 

@@ -260,8 +260,9 @@ async fn apply(
     let now = st.now();
     let mut moved = false;
     for obs in &facts {
-        if let Outcome::Moved { .. } = row.resource.observe(class, obs, now) {
+        if let Outcome::Moved { from, to } = row.resource.observe(class, obs, now) {
             moved = true;
+            st.metrics().transition(from.as_str(), to.as_str());
             tracing::info!(
                 resource_id = %row.resource.id,
                 phase = %row.resource.provisioning.phase,

@@ -21,8 +21,19 @@ pub struct Cli {
     /// Log filter (`info`, `debug`, `plexsphere=debug,sqlx=warn`...); logs go to stderr.
     #[arg(long, env = "PLEXSPHERE_LOG", default_value = "info", global = true)]
     pub log_level: String,
+    /// How log lines look: `text` for people, `json` (one JSON object per line) for log
+    /// collectors.
+    #[arg(long, env = "PLEXSPHERE_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -194,6 +205,10 @@ pub struct ServeArgs {
     /// Answer STUN Binding requests on this UDP address (e.g. 0.0.0.0:3478).
     #[arg(long, env = "PLEXSPHERE_STUN_LISTEN")]
     pub stun_listen: Option<std::net::SocketAddr>,
+    /// Also serve `GET /metrics` without authentication on this plain-HTTP address (meant
+    /// for loopback or a private network; the API's own `/metrics` needs a read-only token).
+    #[arg(long, env = "PLEXSPHERE_METRICS_LISTEN")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub limits: LimitArgs,
     #[command(flatten)]
@@ -260,6 +275,10 @@ pub struct DevArgs {
     /// STUN on UDP; default: the listen IP, port 3478 (port 0 when --listen has port 0).
     #[arg(long, env = "PLEXSPHERE_STUN_LISTEN")]
     pub stun_listen: Option<std::net::SocketAddr>,
+    /// Also serve `GET /metrics` without authentication on this plain-HTTP address (meant
+    /// for loopback or a private network; the API's own `/metrics` needs a read-only token).
+    #[arg(long, env = "PLEXSPHERE_METRICS_LISTEN")]
+    pub metrics_listen: Option<std::net::SocketAddr>,
     /// The embedded relay's UDP address; default: the listen IP, port 3479 (0 likewise).
     #[arg(long, env = "PLEXSPHERE_DEV_RELAY_UDP")]
     pub relay_udp: Option<std::net::SocketAddr>,

@@ -15,8 +15,8 @@ mod relay;
 mod serve;
 
 pub use args::{
-    BrokerArgs, Cli, Command, DataArgs, DevArgs, LimitArgs, NodeApiArgs, OperatorTokenCommand,
-    SeedCommand, ServeArgs,
+    BrokerArgs, Cli, Command, DataArgs, DevArgs, LimitArgs, LogFormat, NodeApiArgs,
+    OperatorTokenCommand, SeedCommand, ServeArgs,
 };
 pub use downloads::DownloadArgs;
 pub use failure::Failure;
@@ -41,7 +41,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    if let Err(e) = init_logging(&cli.log_level) {
+    if let Err(e) = init_logging(&cli.log_level, cli.log_format) {
         eprintln!("plexsphere: {e}");
         return ExitCode::from(EXIT_CONFIG);
     }
@@ -68,15 +68,21 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn init_logging(filter: &str) -> Result<(), String> {
+fn init_logging(filter: &str, format: LogFormat) -> Result<(), String> {
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .map_err(|e| format!("--log-level {filter:?} is not a valid filter: {e}"))?;
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init()
-        .map_err(|e| format!("cannot set up logging: {e}"))
+        .with_writer(std::io::stderr);
+    let done = match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+        // One JSON object per line: time, level, target, the event's fields (message
+        // included) at the top level, and the span it happened in.
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+    done.map_err(|e| format!("cannot set up logging: {e}"))
 }
 
 async fn dispatch(cmd: Command) -> Result<(), Failure> {

@@ -53,12 +53,25 @@ fn bind(addr: SocketAddr) -> Result<std::net::TcpListener, Failure> {
     Ok(listener)
 }
 
-/// Serves until SIGTERM/SIGINT, after printing the machine-readable `listening on` line.
+/// Binds `--metrics-listen` when given.
+fn bind_metrics(addr: Option<SocketAddr>) -> Result<Option<std::net::TcpListener>, Failure> {
+    addr.map(|a| {
+        bind(a).map_err(|e| match e {
+            Failure::Runtime(e) => Failure::Runtime(e.context("--metrics-listen")),
+            other => other,
+        })
+    })
+    .transpose()
+}
+
+/// Serves until SIGTERM/SIGINT, after printing the machine-readable `listening on` line (and
+/// `metrics on` for `--metrics-listen`).
 async fn run(
     listener: std::net::TcpListener,
     transport: Transport,
     state: AppState,
     downloads: Arc<plexsphere_downloads::Downloads>,
+    metrics: Option<std::net::TcpListener>,
 ) -> Result<(), Failure> {
     let addr = listener
         .local_addr()
@@ -73,6 +86,24 @@ async fn run(
     let maintenance = crate::maintenance::spawn(&state);
     let reconcile = crate::broker::reconcile::spawn(&state);
     let app = api::router(state.clone()).merge(plexsphere_downloads::router(downloads));
+    let metrics = match metrics {
+        Some(m) => {
+            let at = m.local_addr().context("cannot read the metrics address")?;
+            println!("metrics on http://{at}/metrics");
+            let _ = std::io::stdout().flush();
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let task = tokio::spawn(server::run(
+                m,
+                Transport::PlainBehindProxy,
+                api::metrics_router(state.clone()),
+                async move {
+                    let _ = stopped.await;
+                },
+            ));
+            Some((stop, task))
+        }
+        None => None,
+    };
     let shutdown = async move {
         signal.await;
         // Event streams never end by themselves: end them so the drain finishes promptly.
@@ -81,6 +112,12 @@ async fn run(
     server::run(listener, transport, app, shutdown)
         .await
         .context("the server stopped with an error")?;
+    if let Some((stop, task)) = metrics {
+        let _ = stop.send(());
+        if let Ok(Err(e)) = task.await {
+            tracing::warn!(error = %e, "the metrics listener stopped with an error");
+        }
+    }
     maintenance.abort();
     reconcile.abort();
     store.close().await;
@@ -153,6 +190,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
     }
     let machines = local_machines(&args.broker, &args.data.data_dir);
     let listener = bind(addr)?;
+    let metrics = bind_metrics(args.metrics_listen)?;
     let bound = reachable(
         listener
             .local_addr()
@@ -171,7 +209,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
         Some(a) => Some(super::relay::start_stun(a).await?),
         None => None,
     };
-    let result = run(listener, transport, state, downloads).await;
+    let result = run(listener, transport, state, downloads, metrics).await;
     if let Some(task) = stun {
         task.abort();
     }
@@ -308,6 +346,7 @@ pub async fn dev(args: DevArgs) -> Result<(), Failure> {
 
     let machines = local_machines(&args.broker, &data_dir);
     let listener = bind(addr)?;
+    let metrics = bind_metrics(args.metrics_listen)?;
     let bound = reachable(
         listener
             .local_addr()
@@ -362,7 +401,14 @@ pub async fn dev(args: DevArgs) -> Result<(), Failure> {
         "plexd downloads: {api_url}/downloads/plexd (version {})",
         downloads.version()
     );
-    let result = run(listener, Transport::Tls(tls_config), state, downloads).await;
+    let result = run(
+        listener,
+        Transport::Tls(tls_config),
+        state,
+        downloads,
+        metrics,
+    )
+    .await;
     let (stun, relay) = reach;
     stun.abort();
     relay.shutdown().await;

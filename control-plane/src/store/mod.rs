@@ -11,6 +11,7 @@ pub mod domains;
 pub mod error;
 pub mod events;
 pub mod fault;
+mod health;
 pub mod mesh_ips;
 pub mod node_hosts;
 pub mod nodes;

@@ -140,6 +140,28 @@ pub async fn list_active(conn: &mut AnyConnection) -> Result<Vec<ResourceRow>, S
     rows.iter().map(from_row).collect()
 }
 
+/// How many resources are in each phase: every phase of [`Phase::ALL`], 0 when none.
+/// A phase name the code does not know is skipped (no free-form label from the database).
+///
+/// [`Phase::ALL`]: plexsphere_broker::phase::Phase::ALL
+pub async fn count_by_phase(
+    conn: &mut AnyConnection,
+) -> Result<Vec<(&'static str, i64)>, StoreError> {
+    use plexsphere_broker::phase::Phase;
+    let rows = sqlx::query("SELECT phase, COUNT(*) AS n FROM resources GROUP BY phase")
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut counts: Vec<(&'static str, i64)> = Phase::ALL.iter().map(|p| (p.as_str(), 0)).collect();
+    for row in &rows {
+        let phase: String = row.try_get("phase")?;
+        let n: i64 = row.try_get("n")?;
+        if let Some(slot) = counts.iter_mut().find(|(name, _)| *name == phase) {
+            slot.1 = n;
+        }
+    }
+    Ok(counts)
+}
+
 /// Writes `r` if the stored version is still `r.version`, bumping it. Answers false when
 /// another writer got there first (re-read and decide again).
 pub async fn update(

@@ -162,6 +162,8 @@ pub struct Core {
     seen: HashMap<String, (Option<SystemTime>, u64, u64)>,
     stream: Stream,
     next_conn: u64,
+    /// Times the event stream ended (each is followed by a reconnect after a backoff).
+    stream_disconnects: u64,
 
     /// Mesh jobs asked for and not answered yet, with what they were for.
     mesh_jobs: BTreeMap<MeshJobId, Pending>,
@@ -251,6 +253,7 @@ impl Core {
             schedule,
             seen: HashMap::new(),
             stream: Stream::Waiting { until: now.at },
+            stream_disconnects: 0,
             next_conn: 0,
             mesh_jobs: BTreeMap::new(),
             next_job: 0,

@@ -63,6 +63,7 @@ impl Core {
             ("tls", old.tls != new.tls),
             ("wireguard", old.wireguard != new.wireguard),
             ("state_dir", old.state_dir != new.state_dir),
+            ("metrics", old.metrics != new.metrics),
         ] {
             if differs {
                 tracing::warn!("SIGHUP: {key} changed; it takes effect when plexd restarts");
@@ -73,6 +74,7 @@ impl Core {
         new.tls = old.tls;
         new.wireguard = old.wireguard;
         new.state_dir = old.state_dir;
+        new.metrics = old.metrics;
         self.config = new;
         if changed.is_empty() {
             tracing::info!(config = %path.display(), "SIGHUP: config reloaded; nothing changed");

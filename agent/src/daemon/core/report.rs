@@ -161,6 +161,7 @@ impl Core {
             last_heartbeat_age_secs: age(self.last_heartbeat),
             last_event_age_secs: age(self.last_event),
             event_stream_connected: self.stream_connected(),
+            event_stream_disconnects: self.stream_disconnects,
             last_event_id: self.last_seq,
             state_version: self.state_version,
             backend: self.backend.to_owned(),

@@ -38,6 +38,7 @@ impl Core {
             self.stream_backoff
                 .connection_lasted(now.at.duration_since(t));
         }
+        self.stream_disconnects += 1;
         let unit = self.jitter.unit();
         let delay = self.stream_backoff.next_delay(unit, retry_after);
         tracing::warn!(
