@@ -52,6 +52,10 @@ fn every_key_set() -> Config {
             healthy_after_secs: 10,
             ingest_capacity: 11,
         },
+        metrics: super::metrics::MetricsConfig {
+            listen: Some("127.0.0.1:9586".parse().expect("addr")),
+            allow_non_loopback: true,
+        },
         rotation: RotationConfig {
             key_interval: Interval(Some(Duration::from_secs(3600))),
             credential_interval: Interval(None),
