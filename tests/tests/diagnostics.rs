@@ -78,7 +78,7 @@ fn join_against_a_port_that_never_opens_gives_up_at_max_wait_with_13() {
     assert_eq!(out.status.code(), Some(13), "{err}");
     assert!(err.matches("retrying in").count() >= 2, "{err}");
     assert!(
-        err.contains(&format!("the API at https://{closed}/ is not reachable"))
+        err.contains(&format!("the API at https://{closed} is not reachable"))
             && err.contains("attempts over 4s, --max-wait)"),
         "{err}"
     );
@@ -141,7 +141,8 @@ fn bugreport_of_an_enrolled_node_holds_none_of_its_secrets() {
         credential.starts_with("pxnk_") && key.len() == 44,
         "{credential} {key}"
     );
-    // The secrets also sit somewhere plexd reads for the report: a config comment.
+    // The secrets also sit in a file plexd reads for the report (a config comment): a report
+    // that copied the file as it is would leak them.
     let mut config = std::fs::read_to_string(host.config()).unwrap();
     config.push_str(&format!("# {token} {credential} {key}\n"));
     std::fs::write(host.config(), config).unwrap();
