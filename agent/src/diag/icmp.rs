@@ -73,7 +73,7 @@ impl EchoSocket {
             let rtt = self.wait_for(seq, token, started, timeout)?;
             replies.push(Reply {
                 seq,
-                rtt_ms: rtt.map(|d| d.as_secs_f64() * 1000.0),
+                rtt_ms: rtt.map(|d| (d.as_secs_f64() * 1_000_000.0).round() / 1000.0),
             });
             if i + 1 < count {
                 std::thread::sleep(interval.saturating_sub(started.elapsed()));
