@@ -3,6 +3,8 @@
 //! --output json` with no daemon, and `plexd bugreport` of a real enrolled node, whose tarball
 //! must not hold a byte of its token, credential or private key.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::process::Command;
 use std::time::Duration;
 
