@@ -113,6 +113,38 @@ fn netcheck_tells_the_nats_apart_and_ping_gets_replies_over_the_mesh() {
     assert_eq!(code, Some(64), "{err}");
     assert!(err.contains("no peer has mesh IP 10.99.99.99"), "{err}");
 
+    // A bugreport of a running node has the daemon's view of its peers, and not its key.
+    let report = lab.dir.path().join("node0-report.tar.gz");
+    let (code, out, err) = plexd(&lab, 0, &["bugreport", "--out", report.to_str().unwrap()]);
+    println!("--- node 0 plexd bugreport:\n{out}{err}");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("peers.txt") && out.contains("netcheck.json"),
+        "{out}"
+    );
+    let listing = std::process::Command::new("tar")
+        .args(["-tzvf", report.to_str().unwrap()])
+        .output()
+        .unwrap();
+    println!(
+        "--- tar -tzvf:\n{}",
+        String::from_utf8_lossy(&listing.stdout)
+    );
+    let peers = std::process::Command::new("tar")
+        .args([
+            "-xzOf",
+            report.to_str().unwrap(),
+            "plexd-bugreport/peers.txt",
+        ])
+        .output()
+        .unwrap();
+    let peers = String::from_utf8_lossy(&peers.stdout).into_owned();
+    println!("--- peers.txt:\n{peers}");
+    assert!(peers.contains(&format!("allowed ips: {ip1}")), "{peers}");
+    let key_file = lab.nodes[0].host.state_dir().join("wireguard.key");
+    let key = std::fs::read_to_string(key_file).unwrap();
+    assert!(!peers.contains(key.trim()));
+
     // Without the daemon: netcheck still runs (from the cached state), ping says why not.
     lab.nodes[1].proc.take();
     let (code, json, err) = plexd(&lab, 1, &["netcheck", "-o", "json"]);

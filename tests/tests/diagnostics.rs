@@ -175,6 +175,26 @@ fn bugreport_of_an_enrolled_node_holds_none_of_its_secrets() {
         assert!(entries.contains(&want), "{want} missing: {entries:?}");
     }
 
+    // The same for people: one summary line naming the file and the entries.
+    let report2 = tmp.path().join("report2.tar.gz");
+    let out = host
+        .plexd(&[
+            "bugreport",
+            "--out",
+            report2.to_str().unwrap(),
+            "--no-netcheck",
+        ])
+        .unwrap();
+    let table = text(&out.stdout);
+    println!("--- plexd bugreport --no-netcheck:\n{table}");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        table.starts_with(&format!("wrote {} (", report2.display()))
+            && table.contains("secrets replaced with <redacted>")
+            && !table.contains("netcheck.json"),
+        "{table}"
+    );
+
     let unpacked = tmp.path().join("unpacked");
     std::fs::create_dir(&unpacked).unwrap();
     let tar = Command::new("tar")
