@@ -125,8 +125,10 @@ fn bugreport_of_an_enrolled_node_holds_none_of_its_secrets() {
     let tmp = tempfile::tempdir().unwrap();
     let cp = ControlPlane::start_dev(&tmp.path().join("cp")).unwrap();
     let host = host_for(&cp, &tmp.path().join("host"), &cp.url);
-    let out = host.plexd(&["join"]).unwrap();
+    let out = host.plexd(&["join", "--output", "json"]).unwrap();
     assert!(out.status.success(), "join: {}", text(&out.stderr));
+    let joined: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(joined["already_enrolled"], false, "{joined}");
     // A fresh token waits in the token file (as after `plexd leave` and a new token).
     let token = cp.issue_token(LAB_NODES_PROJECT).unwrap();
     host.write_token(&token).unwrap();
@@ -246,6 +248,7 @@ fn bugreport_of_an_enrolled_node_holds_none_of_its_secrets() {
         identity_out.contains(identity["node_id"].as_str().unwrap()),
         "{identity_out}"
     );
+    assert_eq!(joined["node_id"], identity["node_id"]);
 }
 
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {

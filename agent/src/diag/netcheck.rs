@@ -171,6 +171,15 @@ pub fn tls_check(outcome: Option<&Result<(String, u128), TlsFailure>>) -> Check 
     }
 }
 
+/// The TLS check of an `http://` api_url (`allow_insecure_http`): nothing to check.
+pub fn plain_http_check() -> Check {
+    Check::new(
+        "tls",
+        Verdict::Skipped,
+        "api_url is http:// (allow_insecure_http): no TLS to check here",
+    )
+}
+
 /// The UDP and NAT checks from the STUN answers; `local` are this host's addresses and
 /// `port` the local port every request left from.
 pub fn udp_and_nat(
@@ -349,6 +358,7 @@ mod tests {
         assert_eq!(t.verdict, Verdict::Fail);
         assert!(t.detail.contains("cp.example:443: connection refused") && t.hint.is_some());
         assert_eq!(tls_check(None).verdict, Verdict::Skipped);
+        assert_eq!(plain_http_check().verdict, Verdict::Skipped);
         let bad = tls_check(Some(&Err(TlsFailure::NotTrusted("UnknownIssuer".into()))));
         assert_eq!(bad.verdict, Verdict::Fail);
         assert!(bad.hint.as_deref().unwrap_or_default().contains("ca.crt"));

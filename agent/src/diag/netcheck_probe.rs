@@ -41,10 +41,14 @@ pub fn run(input: &NetcheckInput) -> NetcheckReport {
             .map(|(_, a, ms)| (*a, *ms))
             .map_err(Clone::clone),
     )];
-    let tls = tcp
-        .ok()
-        .map(|(stream, _, _)| handshake(stream, &host, &input.trust));
-    checks.push(netcheck::tls_check(tls.as_ref()));
+    if input.api_url.is_https() {
+        let tls = tcp
+            .ok()
+            .map(|(stream, _, _)| handshake(stream, &host, &input.trust));
+        checks.push(netcheck::tls_check(tls.as_ref()));
+    } else {
+        checks.push(netcheck::plain_http_check());
+    }
 
     let (answers, local_port) = stun_round(&input.stun);
     let local = crate::daemon::host_addrs::host_addresses().unwrap_or_default();
