@@ -32,7 +32,7 @@ pub fn main(cli: Cli) -> i32 {
         }
         Command::Ping(args) => diag_cmd(&cli, |ctx| diag::commands::ping(ctx, args)),
         Command::Netcheck(args) => diag_cmd(&cli, |ctx| diag::commands::netcheck(ctx, args)),
-        Command::Bugreport(args) => diag_cmd(&cli, |ctx| diag::commands::bugreport(ctx, args)),
+        Command::Bugreport(args) => diag_cmd(&cli, |ctx| diag::collect::bugreport(ctx, args)),
         Command::Install(args) => install_cmd(&cli, args),
         Command::Join(args) => {
             let r = with_settings(&cli, args.ca_file.clone(), args.max_wait, |s| {

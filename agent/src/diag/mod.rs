@@ -10,9 +10,11 @@
 //! | `netcheck_probe.rs` | the probes: TCP, TLS, STUN, the MTUs                        |
 //! | `bugreport.rs`    | what goes in the tarball, the redaction, the size bound       |
 //! | `tarball.rs`      | writing the tar.gz                                            |
-//! | `commands.rs`     | the three commands: gather with the probes, judge, print      |
+//! | `commands.rs`     | `ping` and `netcheck`: gather with the probes, judge, print   |
+//! | `collect.rs`      | `bugreport`: gather the entries, redact, bound, write         |
 
 pub mod bugreport;
+pub mod collect;
 pub mod commands;
 pub mod icmp;
 pub mod netcheck;

@@ -6,10 +6,10 @@
 //! with `plexd join` (its `node_id:`/`mesh_ip:` lines land in the console log; a refusal is
 //! recorded in [`JOIN_RESULT_PATH`] for the substrate to read), and starts the plexd unit so
 //! the node keeps heartbeating and meshes. The unit is installed and enabled before the join and
-//! started after it whatever the join's outcome ([`JOIN_THEN_START`]): a join that did not
-//! finish during cloud-init (the network or the control plane not up yet) finishes under
-//! systemd. `runcmd` stops at the first failing command before that, and its result is the
-//! join's exit status, so a failed install or join is cloud-init's result, not hidden.
+//! started after it unless the join was refused for good ([`JOIN_THEN_START`]): a join that did
+//! not finish during cloud-init (the network or the control plane not up yet) finishes under
+//! systemd. `runcmd` stops at the first failing command, so a failed install, or a refused
+//! join, is cloud-init's result, not hidden by later steps.
 //!
 //! The document carries a bootstrap token: [`CloudInitDocument`] never shows it in `Debug`, and
 //! [`CloudInitDocument::redacted`] is the copy that may be stored (the token replaced by
@@ -39,11 +39,16 @@ pub const SIGNING_KEY_PATH: &str = "/etc/plexd/domain-signing.pub.pem";
 /// the substrate reads it when cloud-init reports an error, to say why the machine failed.
 pub const JOIN_RESULT_PATH: &str = "/run/plexd/join-result.json";
 
-/// runcmd's last step: join (retrying an unreachable API within `--max-wait`), then start the
-/// enabled unit whatever the join's outcome, so a join cut short here finishes under systemd
-/// (`plexd run` joins if needed); cloud-init's result stays the join's exit status. The path
-/// is [`JOIN_RESULT_PATH`]; `--no-block`: the unit may still be joining.
-pub const JOIN_THEN_START: &str = "rc=0; plexd join --result-file /run/plexd/join-result.json || rc=$?; systemctl start --no-block plexd; exit $rc";
+/// runcmd's last step: join (retrying an unreachable API within `--max-wait`), then hand the
+/// node to the enabled unit. A join that worked, or failed in a way a restart may fix (12 rate
+/// limited, 13 unreachable, 14 a server error: what the unit's `Restart=` retries), starts the
+/// unit and ends runcmd well, so a join cut short during cloud-init (the network or the control
+/// plane not up yet) finishes under systemd (`plexd run` joins if needed) and the resource
+/// still reaches Ready when the node registers. A refusal no restart fixes (10, 11, 15, 16, 64,
+/// 78: `RestartPreventExitStatus=`) leaves the unit enabled but not started and is cloud-init's
+/// result, so the broker fails the resource with join's message. The path is
+/// [`JOIN_RESULT_PATH`]; `--no-block`: the unit may still be joining.
+pub const JOIN_THEN_START: &str = "rc=0; plexd join --result-file /run/plexd/join-result.json || rc=$?; case $rc in 0|12|13|14) systemctl start --no-block plexd; exit 0;; esac; exit $rc";
 
 /// What the document is rendered from.
 pub struct MachineBootstrap<'a> {

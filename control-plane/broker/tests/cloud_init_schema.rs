@@ -85,7 +85,7 @@ fn runcmd_stops_at_a_failed_install_and_starts_the_unit_after_any_join() {
         "{script}"
     );
     assert!(
-        script.contains("\n'systemctl' 'enable' 'plexd'\n'sh' '-c' 'rc=0; plexd join --result-file /run/plexd/join-result.json || rc=$?; systemctl start --no-block plexd; exit $rc'\n"),
+        script.contains("\n'systemctl' 'enable' 'plexd'\n'sh' '-c' 'rc=0; plexd join --result-file /run/plexd/join-result.json || rc=$?; case $rc in 0|12|13|14) systemctl start --no-block plexd; exit 0;; esac; exit $rc'\n"),
         "{script}"
     );
     assert!(
@@ -138,27 +138,36 @@ fn runcmd_stops_at_a_failed_install_and_starts_the_unit_after_any_join() {
     assert_eq!(code, Some(127), "{calls}");
     assert_eq!(calls, "", "a command after the failing one ran");
 
-    // A join that fails (13: the API stayed unreachable; 11: a refused token) is cloud-init's
-    // result, and the unit is enabled before and started after it all the same, so `plexd
-    // run` finishes the join under systemd.
+    // The unit is enabled before the join. A join that worked, or failed in a way the unit's
+    // restarts may fix (12, 13 the API stayed unreachable, 14), starts it and ends runcmd well:
+    // `plexd run` finishes the join under systemd. A refusal no restart fixes (10, 11, 16) is
+    // cloud-init's result, with join's status, and leaves the unit enabled but not started.
     let with_script = script.replace("'/etc/plexd/install-plexd.sh'", "true");
-    for join_exit in ["13", "11", "0"] {
+    for (join_exit, status, started) in [
+        ("0", 0, true),
+        ("12", 0, true),
+        ("13", 0, true),
+        ("14", 0, true),
+        ("10", 10, false),
+        ("11", 11, false),
+        ("16", 16, false),
+    ] {
         let (code, calls) = run(&with_script, join_exit);
-        assert_eq!(code, Some(join_exit.parse().unwrap()), "{calls}");
+        assert_eq!(code, Some(status), "join exit {join_exit}: {calls}");
         let calls: Vec<&str> = calls.lines().collect();
-        assert_eq!(calls.len(), 4, "{calls:?}");
         assert!(
-            calls[0].starts_with("plexd install --api-url https://"),
+            calls
+                .first()
+                .is_some_and(|c| c.starts_with("plexd install --api-url https://")),
             "{calls:?}"
         );
-        assert_eq!(
-            &calls[1..],
-            [
-                "systemctl enable plexd",
-                "plexd join --result-file /run/plexd/join-result.json",
-                "systemctl start --no-block plexd",
-            ],
-            "join exit {join_exit}"
-        );
+        let mut want = vec![
+            "systemctl enable plexd",
+            "plexd join --result-file /run/plexd/join-result.json",
+        ];
+        if started {
+            want.push("systemctl start --no-block plexd");
+        }
+        assert_eq!(&calls[1..], want.as_slice(), "join exit {join_exit}");
     }
 }
