@@ -68,8 +68,8 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct PingArgs {
-    /// The peer: its name (hostname or resource handle), node id (or a unique prefix of it)
-    /// or mesh IP, as `plexd status` lists it.
+    /// The peer: its name (the hostname its signed state carries), node id (or a unique
+    /// prefix of at least 4 characters) or mesh IP, as `plexd status` lists it.
     pub peer: String,
     /// Echo requests to send (1 to 100).
     #[arg(long, short = 'c', default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=100))]
