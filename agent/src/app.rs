@@ -7,6 +7,7 @@ use crate::cli::{Cli, Command, InstallArgs, Output, StatusArgs, UninstallArgs};
 use crate::config::{Config, LogLevel};
 use crate::daemon::protocol::{Answer, Request};
 use crate::daemon::{leave, socket, status};
+use crate::diag;
 use crate::exit::{ExitCode, Failure};
 use crate::identity::Identity;
 use crate::install::uninstall::{self, UninstallReport, UninstallSettings};
@@ -18,11 +19,20 @@ use crate::tls::TrustSources;
 
 /// Runs a parsed command line; returns the process exit status.
 pub fn main(cli: Cli) -> i32 {
+    let json = cli.output == Output::Json;
     let result = match &cli.command {
         Command::Version => {
-            println!("plexd {}", env!("CARGO_PKG_VERSION"));
+            if json {
+                let v = serde_json::json!({"plexd_version": env!("CARGO_PKG_VERSION"), "arch": join::arch()});
+                println!("{v}");
+            } else {
+                println!("plexd {}", env!("CARGO_PKG_VERSION"));
+            }
             return 0;
         }
+        Command::Ping(args) => diag_cmd(&cli, |ctx| diag::commands::ping(ctx, args)),
+        Command::Netcheck(args) => diag_cmd(&cli, |ctx| diag::commands::netcheck(ctx, args)),
+        Command::Bugreport(args) => diag_cmd(&cli, |ctx| diag::collect::bugreport(ctx, args)),
         Command::Install(args) => install_cmd(&cli, args),
         Command::Join(args) => {
             let r = with_settings(&cli, args.ca_file.clone(), args.max_wait, |s| {
@@ -30,7 +40,14 @@ pub fn main(cli: Cli) -> i32 {
                 if let Joined::AlreadyEnrolled(id) = &joined {
                     tracing::info!(node_id = %id.node_id, mesh_ip = %id.mesh_ip, "already enrolled; nothing to do");
                 }
-                print!("{}", join::stdout_lines(joined.identity()));
+                if json {
+                    let id = joined.identity();
+                    let already = matches!(joined, Joined::AlreadyEnrolled(_));
+                    let v = serde_json::json!({"node_id": id.node_id, "mesh_ip": id.mesh_ip, "already_enrolled": already});
+                    println!("{v}");
+                } else {
+                    print!("{}", join::stdout_lines(joined.identity()));
+                }
                 Ok(())
             });
             join::result::record(
@@ -45,7 +62,7 @@ pub fn main(cli: Cli) -> i32 {
         Command::Status(args) => status_cmd(&cli, args),
         Command::Leave(args) => match leave(&cli, args.ca_file.clone()) {
             Ok(message) => {
-                println!("{message}");
+                print_message(json, &message);
                 Ok(())
             }
             Err((target, f)) if f.code.is_api_failure() => Err((
@@ -68,22 +85,62 @@ pub fn main(cli: Cli) -> i32 {
         Ok(()) => 0,
         Err((target, f)) => {
             report(target, &f);
+            // A check that failed (exit 1) printed its own report already.
+            if json && f.code != ExitCode::CheckFailed {
+                println!("{}", crate::exit::failure_json(&f));
+            }
             f.code.as_i32()
         }
     }
 }
 
+/// A message on stdout: as it is, or as `{"ok":true,"message":"..."}` for `--output json`.
+fn print_message(json: bool, message: &str) {
+    if json {
+        println!("{}", serde_json::json!({"ok": true, "message": message}));
+    } else {
+        println!("{message}");
+    }
+}
+
+/// Lines on stdout: as they are, or as `{"ok":true,"lines":[...]}` for `--output json`.
+fn print_text(json: bool, text: &str) {
+    if json {
+        let lines: Vec<&str> = text.lines().collect();
+        println!("{}", serde_json::json!({"ok": true, "lines": lines}));
+    } else {
+        print!("{text}");
+    }
+}
+
+/// `ping`, `netcheck`, `bugreport`: logging on stderr at warn (their output is the point),
+/// failures reported there.
+fn diag_cmd(
+    cli: &Cli,
+    f: impl FnOnce(&diag::commands::Context) -> Result<(), Failure>,
+) -> CmdResult {
+    let target = init_logging(Some(cli.log_level.as_deref().unwrap_or("warn")), None)
+        .map_err(|f| (LogTarget::Stderr, f))?;
+    let ctx = diag::commands::Context {
+        config_file: cli.config.clone(),
+        state_dir: cli.state_dir.clone(),
+        run_dir: cli.run_dir.clone(),
+        json: cli.output == Output::Json,
+    };
+    f(&ctx).map_err(|f| (target, f))
+}
+
 type CmdResult = Result<(), (LogTarget, Failure)>;
 
 /// `plexd status`: asks the daemon over its socket; exit 3 when none answers.
-fn status_cmd(cli: &Cli, args: &StatusArgs) -> CmdResult {
+fn status_cmd(cli: &Cli, _args: &StatusArgs) -> CmdResult {
     let fail = |f: Failure| (LogTarget::Stderr, f);
     let answer = block_on(socket::ask(&cli.run_dir, Request::Status))
         .map_err(fail)?
         .map_err(|e| fail(socket_failure(e)))?;
     match answer {
         Answer::Status(report) => {
-            match args.output {
+            match cli.output {
                 Output::Json => {
                     let json = serde_json::to_string_pretty(&report).map_err(|e| {
                         fail(Failure::new(
@@ -119,7 +176,7 @@ fn rotate_cmd(cli: &Cli, req: Request) -> CmdResult {
         })?;
     match answer {
         Answer::Rotated { message } => {
-            println!("{message}");
+            print_message(cli.output == Output::Json, &message);
             Ok(())
         }
         Answer::Error { message, exit_code } => {
@@ -178,7 +235,7 @@ fn uninstall_cmd(cli: &Cli, args: &UninstallArgs) -> CmdResult {
     let mut report = UninstallReport::default();
     let stranded = leave_before_uninstall(cli, args, &settings, &mut report)?;
     let done = remove_plexd(cli, &settings, config.as_ref(), stranded, &mut report);
-    print!("{}", report.render());
+    print_text(cli.output == Output::Json, &report.render());
     done.map_err(|f| (LogTarget::Stderr, f))
 }
 
@@ -312,7 +369,10 @@ fn install_cmd(cli: &Cli, args: &InstallArgs) -> CmdResult {
         reload_systemd: reload,
     };
     let report = install::install(&settings).map_err(|f| (target, f))?;
-    print!("{}", report.render(&config.config_file));
+    print_text(
+        cli.output == Output::Json,
+        &report.render(&config.config_file),
+    );
     Ok(())
 }
 

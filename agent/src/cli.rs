@@ -27,6 +27,10 @@ pub struct Cli {
     /// The log level or filter (error, warn, info, debug, trace); overrides `log.level`.
     #[arg(long, env = "PLEXD_LOG", global = true)]
     pub log_level: Option<String>,
+    /// `table` for people, `json` for scripts (every command; a failure is then a JSON object
+    /// on stdout too: `{"ok":false,"exit_code":3,"error":"not_running","message":"..."}`).
+    #[arg(long, short = 'o', value_enum, default_value = "table", global = true)]
+    pub output: Output,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -53,6 +57,50 @@ pub enum Command {
     RotateCredential,
     /// Print the version.
     Version,
+    /// Ping a peer (name, node id or mesh IP) over the mesh: its path, endpoint and RTT.
+    Ping(PingArgs),
+    /// Check the network: the API over TCP and TLS, UDP out (STUN), the NAT's mapping, MTU.
+    Netcheck(NetcheckArgs),
+    /// Write a tar.gz for a bug report: config without secrets, status, versions, interface
+    /// state, the recent journal and a netcheck. Never tokens, credentials or private keys.
+    Bugreport(BugreportArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PingArgs {
+    /// The peer: its name (the hostname its signed state carries), node id (or a unique
+    /// prefix of at least 4 characters) or mesh IP, as `plexd status` lists it.
+    pub peer: String,
+    /// Echo requests to send (1 to 100).
+    #[arg(long, short = 'c', default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub count: u32,
+    /// The wait between two requests (200ms to 60s).
+    #[arg(long, short = 'i', default_value = "1s", value_parser = parse_ping_interval)]
+    pub interval: Duration,
+    /// How long to wait for each reply (100ms to 30s).
+    #[arg(long, short = 'W', default_value = "2s", value_parser = parse_ping_timeout)]
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct NetcheckArgs {
+    /// A STUN server to ask (IP:PORT, repeatable) instead of the ones the node's cached state
+    /// lists (the control plane's STUN and the relays' UDP ports).
+    #[arg(long, value_name = "IP:PORT")]
+    pub stun: Vec<std::net::SocketAddr>,
+    /// An extra CA (PEM) to trust for the TLS check besides the system store and ca.crt.
+    #[arg(long)]
+    pub ca_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct BugreportArgs {
+    /// Where the tar.gz goes [default: ./plexd-bugreport-<unix time>.tar.gz].
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Skip the netcheck (it takes a few seconds and sends packets to the control plane).
+    #[arg(long)]
+    pub no_netcheck: bool,
 }
 
 #[derive(Debug, Args)]
@@ -76,7 +124,8 @@ pub struct InstallArgs {
 
 #[derive(Debug, Args)]
 pub struct JoinArgs {
-    /// How long to keep retrying while the API answers 429 (e.g. 300s, 5m).
+    /// How long to keep retrying while the API is unreachable (refused, DNS, timeout) or
+    /// answers 429 (e.g. 300s, 5m).
     #[arg(long, default_value = "300s", value_parser = parse_duration)]
     pub max_wait: Duration,
     /// An extra CA (PEM) to trust besides the system store, ca.crt and tls.ca_file.
@@ -93,17 +142,15 @@ pub struct RunArgs {
     /// An extra CA (PEM) to trust besides the system store, ca.crt and tls.ca_file.
     #[arg(long)]
     pub ca_file: Option<PathBuf>,
-    /// How long to keep retrying while the API answers 429 (e.g. 300s, 5m).
+    /// How long the join keeps retrying while the API is unreachable or answers 429 (e.g.
+    /// 300s, 5m); the unit restarts plexd after that.
     #[arg(long, default_value = "300s", value_parser = parse_duration)]
     pub max_wait: Duration,
 }
 
+/// `plexd status` takes the global `--output`.
 #[derive(Debug, Args)]
-pub struct StatusArgs {
-    /// `table` for people, `json` for scripts.
-    #[arg(long, short = 'o', value_enum, default_value = "table")]
-    pub output: Output,
-}
+pub struct StatusArgs {}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Output {
@@ -156,6 +203,40 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs(n.saturating_mul(mult)))
 }
 
+/// The shortest and longest `plexd ping --interval`.
+pub const PING_INTERVAL_RANGE: (Duration, Duration) =
+    (Duration::from_millis(200), Duration::from_secs(60));
+/// The shortest and longest `plexd ping --timeout`.
+pub const PING_TIMEOUT_RANGE: (Duration, Duration) =
+    (Duration::from_millis(100), Duration::from_secs(30));
+
+fn parse_ping_interval(s: &str) -> Result<Duration, String> {
+    parse_bounded(s, PING_INTERVAL_RANGE)
+}
+
+fn parse_ping_timeout(s: &str) -> Result<Duration, String> {
+    parse_bounded(s, PING_TIMEOUT_RANGE)
+}
+
+/// A duration (`ms` too) within `(min, max)`.
+fn parse_bounded(s: &str, (min, max): (Duration, Duration)) -> Result<Duration, String> {
+    let d = match s.trim().strip_suffix("ms") {
+        Some(ms) => Duration::from_millis(
+            ms.parse()
+                .map_err(|_| format!("`{s}` is not a duration such as 500ms or 2s"))?,
+        ),
+        None => parse_duration(s)?,
+    };
+    if d < min || d > max {
+        return Err(format!(
+            "{s} is outside {}ms..{}s",
+            min.as_millis(),
+            max.as_secs()
+        ));
+    }
+    Ok(d)
+}
+
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;
@@ -170,6 +251,57 @@ mod tests {
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
         assert!(parse_duration("5d").is_err());
         assert!(parse_duration("s").is_err());
+    }
+
+    #[test]
+    fn ping_flags_have_defaults_and_limits() {
+        let cli = Cli::try_parse_from(["plexd", "ping", "web-3"]).unwrap();
+        let Command::Ping(a) = cli.command else {
+            panic!("not ping")
+        };
+        assert_eq!(
+            (a.count, a.interval, a.timeout),
+            (4, Duration::from_secs(1), Duration::from_secs(2))
+        );
+        let cli = Cli::try_parse_from([
+            "plexd",
+            "ping",
+            "-c",
+            "2",
+            "-i",
+            "250ms",
+            "10.64.0.3",
+            "-o",
+            "json",
+        ])
+        .unwrap();
+        assert_eq!(cli.output, Output::Json);
+        assert!(matches!(
+            cli.command,
+            Command::Ping(PingArgs { count: 2, .. })
+        ));
+        for bad in [
+            ["-c", "0"],
+            ["-c", "101"],
+            ["-i", "100ms"],
+            ["-i", "2m"],
+            ["-W", "50ms"],
+        ] {
+            assert!(
+                Cli::try_parse_from(["plexd", "ping", bad[0], bad[1], "x"]).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn output_is_global() {
+        let cli = Cli::try_parse_from(["plexd", "status", "--output", "json"]).unwrap();
+        assert_eq!(cli.output, Output::Json);
+        let cli = Cli::try_parse_from(["plexd", "-o", "json", "version"]).unwrap();
+        assert_eq!(cli.output, Output::Json);
+        let cli = Cli::try_parse_from(["plexd", "version"]).unwrap();
+        assert_eq!(cli.output, Output::Table);
     }
 
     #[test]

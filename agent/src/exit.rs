@@ -3,11 +3,12 @@
 //! | code | meaning | next step |
 //! |------|---------|-----------|
 //! | 0  | success | |
-//! | 3  | `plexd status`: no daemon answers on the status socket | `systemctl start plexd` |
+//! | 1  | `plexd ping`: no echo reply came back; `plexd netcheck`: a check failed | see the verdicts and hints |
+//! | 3  | `plexd status`, `ping`, `rotate-*`: no daemon answers on the status socket (`--output json` prints `{"ok":false,"exit_code":3,"error":"not_running",...}`) | `systemctl start plexd` |
 //! | 10 | the bootstrap token was already used (`token_consumed`) | write a fresh token |
 //! | 11 | the bootstrap token is missing, malformed, unknown, expired, revoked, of the wrong kind, or for another project | write a fresh token / fix `registration.project_id` |
 //! | 12 | still rate-limited (HTTP 429) when `--max-wait` ran out | wait, then start again |
-//! | 13 | the API is not trusted (TLS) or not reachable (DNS, refused, timeout) | install the CA / check the network |
+//! | 13 | the API is not trusted (TLS) or not reachable (DNS, refused, timeout); `join` and `run` retry an unreachable API with backoff and give up with 13 when `--max-wait` ran out | install the CA / check the network (`plexd netcheck`) |
 //! | 14 | another server refusal (mesh range exhausted, 5xx, an unexpected answer) | see the message |
 //! | 15 | the node was revoked (`node_revoked`) or deleted on the control plane (401) | `plexd leave`, then enrol again |
 //! | 16 | the state dir was enrolled on another host (a copy: local host check or `clone_refused`) | remove the state dir, enrol with a fresh token |
@@ -24,6 +25,8 @@ use plexsphere_wire::codes;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitCode {
     Ok,
+    /// A diagnostic found a problem (no echo reply, a failed check).
+    CheckFailed,
     NotRunning,
     TokenConsumed,
     TokenInvalid,
@@ -38,8 +41,9 @@ pub enum ExitCode {
 }
 
 impl ExitCode {
-    pub const ALL: [ExitCode; 12] = [
+    pub const ALL: [ExitCode; 13] = [
         ExitCode::Ok,
+        ExitCode::CheckFailed,
         ExitCode::NotRunning,
         ExitCode::TokenConsumed,
         ExitCode::TokenInvalid,
@@ -66,6 +70,7 @@ impl ExitCode {
     pub fn as_i32(self) -> i32 {
         match self {
             ExitCode::Ok => 0,
+            ExitCode::CheckFailed => 1,
             ExitCode::NotRunning => 3,
             ExitCode::TokenConsumed => 10,
             ExitCode::TokenInvalid => 11,
@@ -81,16 +86,49 @@ impl ExitCode {
     }
 }
 
+impl ExitCode {
+    /// The stable machine name `--output json` prints beside the number.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExitCode::Ok => "ok",
+            ExitCode::CheckFailed => "check_failed",
+            ExitCode::NotRunning => "not_running",
+            ExitCode::TokenConsumed => "token_consumed",
+            ExitCode::TokenInvalid => "token_invalid",
+            ExitCode::RateLimited => "rate_limited",
+            ExitCode::ApiUnreachable => "api_unreachable",
+            ExitCode::ServerRefused => "server_refused",
+            ExitCode::NodeGone => "node_gone",
+            ExitCode::Cloned => "cloned",
+            ExitCode::Usage => "usage",
+            ExitCode::Io => "io",
+            ExitCode::Config => "config",
+        }
+    }
+}
+
+/// A failure as `--output json` prints it on stdout (the plain line still goes to stderr).
+pub fn failure_json(f: &Failure) -> serde_json::Value {
+    serde_json::json!({
+        "ok": false,
+        "exit_code": f.code.as_i32(),
+        "error": f.code.name(),
+        "message": f.message,
+    })
+}
+
 /// The exit-code table as `plexd --help` shows it.
 pub const HELP: &str = "\
 Exit codes:
   0   success
-  3   plexd status: the daemon is not running (no answer on its socket)
+  1   plexd ping: no reply; plexd netcheck: a check failed
+  3   plexd status, ping, rotate-*: the daemon is not running (no answer on its socket)
   10  the bootstrap token was already used (token_consumed): write a fresh token
   11  the bootstrap token is missing, malformed, unknown, expired, revoked, of the wrong kind,
       or for another project
   12  still rate-limited by the API when --max-wait ran out
-  13  the API is not trusted (TLS) or not reachable
+  13  the API is not trusted (TLS) or not reachable (join and run retry an unreachable
+      API until --max-wait runs out)
   14  another refusal by the server (mesh range exhausted, server error, unexpected answer)
   15  the node was revoked or deleted on the control plane: run plexd leave and enrol again
   16  the state dir was enrolled on another host (a copy): remove it here and enrol this
@@ -206,7 +244,7 @@ mod tests {
         for code in ExitCode::ALL {
             assert_eq!(ExitCode::from_i32(code.as_i32()), Some(code));
         }
-        assert_eq!(ExitCode::from_i32(1), None);
+        assert_eq!(ExitCode::from_i32(2), None);
     }
 
     #[test]
@@ -238,9 +276,23 @@ mod tests {
     }
 
     #[test]
+    fn failures_in_json_carry_number_name_and_message() {
+        let f = Failure::new(ExitCode::NotRunning, "plexd is not running");
+        assert_eq!(
+            failure_json(&f).to_string(),
+            r#"{"error":"not_running","exit_code":3,"message":"plexd is not running","ok":false}"#
+        );
+        let mut names: Vec<&str> = ExitCode::ALL.iter().map(|c| c.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), ExitCode::ALL.len());
+    }
+
+    #[test]
     fn help_lists_every_code() {
         for c in [
             ExitCode::Ok,
+            ExitCode::CheckFailed,
             ExitCode::NotRunning,
             ExitCode::NodeGone,
             ExitCode::Cloned,

@@ -10,6 +10,7 @@ pub mod app;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod diag;
 pub mod exit;
 pub mod fsutil;
 pub mod identity;

@@ -1,6 +1,7 @@
 //! A machine whose `plexd join` is refused ends `Failed`, and its reason is plexd join's own
 //! exit status and message (read from the result file join leaves in the machine), not
-//! cloud-init's generic error. Delete still walks it to `Deleted` and the machine is gone.
+//! cloud-init's generic error. The unit is enabled, not started (a refused token does not fix
+//! itself). Delete still walks it to `Deleted` and the machine is gone.
 //!
 //! The refusal is made deterministic by revoking the resource's bootstrap token (bound to it
 //! by `resource_id` in `bootstrap-token list`) as soon as the broker mints it: the revoke is
@@ -105,6 +106,13 @@ fn a_refused_join_fails_the_resource_with_joins_exit_and_message() {
         reason.ends_with(file["message"].as_str().unwrap()),
         "{file}"
     );
+
+    // cloud-init enabled the unit before the join but did not start it after a refusal that no
+    // restart fixes (11 is in RestartPreventExitStatus=): it waits for a fresh token.
+    let enabled = m.exec(&["systemctl", "is-enabled", "plexd"]).unwrap();
+    assert_eq!(String::from_utf8_lossy(&enabled.stdout).trim(), "enabled");
+    let active = m.exec(&["systemctl", "is-active", "plexd"]).unwrap();
+    assert_eq!(String::from_utf8_lossy(&active.stdout).trim(), "inactive");
 
     // Failed is left only by a delete, which still walks to Deleted and removes the machine.
     let r = lab.delete(&rid).unwrap();

@@ -35,6 +35,34 @@ pub fn rate_limit_step(elapsed: Duration, delay: Duration, max_wait: Duration) -
     }
 }
 
+/// The first wait after a connection failure (refused, DNS, timeout, TLS handshake I/O).
+pub const CONNECT_RETRY_INITIAL: Duration = Duration::from_millis(500);
+/// The longest wait between two connection attempts (the ceiling stops doubling here).
+pub const CONNECT_RETRY_CAP: Duration = Duration::from_secs(30);
+
+/// The wait before connection attempt `failures + 1` after `failures` failed ones:
+/// exponential backoff (`CONNECT_RETRY_INITIAL * 2^(failures-1)`, at most
+/// [`CONNECT_RETRY_CAP`]) with full jitter (`unit`, a uniform sample in `[0, 1)`, picks
+/// anywhere from 0 to that ceiling), so a fleet booting at once does not retry in step.
+/// The same formula as the daemon's reconnect backoff (`daemon::backoff`), which `join` cannot
+/// import (the daemon calls `join`).
+pub fn connect_retry_delay(failures: u32, unit: f64) -> Duration {
+    let doublings = failures.saturating_sub(1).min(31);
+    let factor = 1u32.checked_shl(doublings).unwrap_or(u32::MAX);
+    let ceiling = CONNECT_RETRY_INITIAL
+        .saturating_mul(factor)
+        .min(CONNECT_RETRY_CAP);
+    ceiling.mul_f64(unit.clamp(0.0, 1.0))
+}
+
+/// The message when the API stayed unreachable until `--max-wait` ran out.
+pub fn unreachable_message(last_error: &str, max_wait: Duration, attempts: u32) -> String {
+    format!(
+        "{last_error} (gave up after {attempts} attempts over {}s, --max-wait); check the network and the control plane, then start plexd again, or raise --max-wait",
+        max_wait.as_secs()
+    )
+}
+
 /// The exit code and the one-line message for a refusal of `POST /v1/register`.
 pub fn refusal(
     status: u16,
@@ -168,6 +196,31 @@ mod tests {
         assert_eq!(
             rate_limit_delay(Some(Duration::from_secs(4)), 7.0),
             Duration::from_secs(8)
+        );
+    }
+
+    #[test]
+    fn connect_retries_back_off_exponentially_with_full_jitter_up_to_the_cap() {
+        let ceilings: Vec<u128> = (1..=9)
+            .map(|n| connect_retry_delay(n, 0.999_999).as_millis())
+            .collect();
+        assert_eq!(
+            ceilings,
+            vec![499, 999, 1999, 3999, 7999, 15999, 29999, 29999, 29999]
+        );
+        // Full jitter: from nothing to the ceiling.
+        assert_eq!(connect_retry_delay(5, 0.0), Duration::ZERO);
+        assert_eq!(connect_retry_delay(3, 0.5), Duration::from_secs(1));
+        assert_eq!(connect_retry_delay(u32::MAX, 0.5), Duration::from_secs(15));
+        assert_eq!(connect_retry_delay(0, 7.0), CONNECT_RETRY_INITIAL);
+        let m = unreachable_message(
+            "the API at https://a is not reachable: refused",
+            Duration::from_secs(20),
+            6,
+        );
+        assert!(
+            m.contains("6 attempts over 20s") && m.contains("--max-wait"),
+            "{m}"
         );
     }
 

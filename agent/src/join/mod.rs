@@ -15,12 +15,13 @@ use plexsphere_wire::RegisterRequest;
 use time::OffsetDateTime;
 
 pub use decide::{
-    DEFAULT_RETRY_AFTER, RateLimitStep, rate_limit_delay, rate_limit_step, rate_limited_message,
-    refusal,
+    CONNECT_RETRY_CAP, CONNECT_RETRY_INITIAL, DEFAULT_RETRY_AFTER, RateLimitStep,
+    connect_retry_delay, rate_limit_delay, rate_limit_step, rate_limited_message, refusal,
+    unreachable_message,
 };
 pub use token::{TokenFileError, read_token};
 
-use crate::api_client::{ApiClient, RegisterAnswer};
+use crate::api_client::{ApiClient, ApiClientError, RegisterAnswer};
 use crate::config::Config;
 use crate::exit::{ExitCode, Failure};
 use crate::fsutil;
@@ -106,10 +107,40 @@ pub async fn join(s: &JoinSettings) -> Result<Joined, Failure> {
 
     let started = Instant::now();
     let mut attempts = 0u32;
+    let mut connect_failures = 0u32;
+    let mut jitter = crate::jitter::Jitter::from_os();
     let response = loop {
         attempts += 1;
         tracing::info!(api_url = %api_url, attempt = attempts, hostname = %request.hostname, "registering with the control plane");
-        match client.register(&request).await? {
+        let answer = match client.register(&request).await {
+            Ok(answer) => answer,
+            // The network may not be up yet (cloud-init, early boot): retried within
+            // --max-wait. A certificate the trust refuses, or a bad answer, is not.
+            Err(e @ ApiClientError::Unreachable { .. }) => {
+                connect_failures += 1;
+                let delay = connect_retry_delay(connect_failures, jitter.unit());
+                match rate_limit_step(started.elapsed(), delay, s.max_wait) {
+                    RateLimitStep::RetryAfter(d) => {
+                        tracing::warn!(
+                            attempt = attempts,
+                            retry_in_ms = d.as_millis() as u64,
+                            "{e}; retrying in {:.1}s",
+                            d.as_secs_f64()
+                        );
+                        tokio::time::sleep(d).await;
+                        continue;
+                    }
+                    RateLimitStep::GiveUp => {
+                        return Err(Failure::new(
+                            ExitCode::ApiUnreachable,
+                            unreachable_message(&e.to_string(), s.max_wait, attempts),
+                        ));
+                    }
+                }
+            }
+            Err(e) => return Err(e.into()),
+        };
+        match answer {
             RegisterAnswer::Registered { response, status } => {
                 tracing::debug!(status, "registration accepted");
                 break response;

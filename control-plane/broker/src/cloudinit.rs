@@ -4,9 +4,12 @@
 //! `/etc/plexd/ca.crt`), writes the single-use bootstrap token and `/etc/plexd/config.yaml`,
 //! installs plexd with `/etc/plexd/install-plexd.sh` (the template in `cloud-init/`), registers
 //! with `plexd join` (its `node_id:`/`mesh_ip:` lines land in the console log; a refusal is
-//! recorded in [`JOIN_RESULT_PATH`] for the substrate to read), then installs and
-//! starts the plexd unit so the node keeps heartbeating and meshes. `runcmd` stops at the first
-//! failing command, so a failed install or join is cloud-init's result, not hidden by later steps.
+//! recorded in [`JOIN_RESULT_PATH`] for the substrate to read), and starts the plexd unit so
+//! the node keeps heartbeating and meshes. The unit is installed and enabled before the join and
+//! started after it unless the join was refused for good ([`JOIN_THEN_START`]): a join that did
+//! not finish during cloud-init (the network or the control plane not up yet) finishes under
+//! systemd. `runcmd` stops at the first failing command, so a failed install, or a refused
+//! join, is cloud-init's result, not hidden by later steps.
 //!
 //! The document carries a bootstrap token: [`CloudInitDocument`] never shows it in `Debug`, and
 //! [`CloudInitDocument::redacted`] is the copy that may be stored (the token replaced by
@@ -35,6 +38,17 @@ pub const SIGNING_KEY_PATH: &str = "/etc/plexd/domain-signing.pub.pem";
 /// Where `plexd join --result-file` records a failed join (`{"exit_code": N, "message": ...}`);
 /// the substrate reads it when cloud-init reports an error, to say why the machine failed.
 pub const JOIN_RESULT_PATH: &str = "/run/plexd/join-result.json";
+
+/// runcmd's last step: join (retrying an unreachable API within `--max-wait`), then hand the
+/// node to the enabled unit. A join that worked, or failed in a way a restart may fix (12 rate
+/// limited, 13 unreachable, 14 a server error: what the unit's `Restart=` retries), starts the
+/// unit and ends runcmd well, so a join cut short during cloud-init (the network or the control
+/// plane not up yet) finishes under systemd (`plexd run` joins if needed) and the resource
+/// still reaches Ready when the node registers. A refusal no restart fixes (10, 11, 15, 16, 64,
+/// 78: `RestartPreventExitStatus=`) leaves the unit enabled but not started and is cloud-init's
+/// result, so the broker fails the resource with join's message. The path is
+/// [`JOIN_RESULT_PATH`]; `--no-block`: the unit may still be joining.
+pub const JOIN_THEN_START: &str = "rc=0; plexd join --result-file /run/plexd/join-result.json || rc=$?; case $rc in 0|12|13|14) systemctl start --no-block plexd; exit 0;; esac; exit $rc";
 
 /// What the document is rendered from.
 pub struct MachineBootstrap<'a> {
@@ -197,7 +211,6 @@ pub fn render(input: &MachineBootstrap<'_>) -> Result<CloudInitDocument, CloudIn
         runcmd: vec![
             RunCmd::Shell("set -e"),
             argv(&[INSTALL_SCRIPT_PATH]),
-            argv(&["plexd", "join", "--result-file", JOIN_RESULT_PATH]),
             argv(&[
                 "plexd",
                 "install",
@@ -206,7 +219,8 @@ pub fn render(input: &MachineBootstrap<'_>) -> Result<CloudInitDocument, CloudIn
                 "--token-file",
                 TOKEN_PATH,
             ]),
-            argv(&["systemctl", "enable", "--now", "plexd"]),
+            argv(&["systemctl", "enable", "plexd"]),
+            argv(&["sh", "-c", JOIN_THEN_START]),
         ],
     };
     let body = serde_yaml::to_string(&doc).map_err(ser)?;

@@ -56,10 +56,10 @@ fn cloud_init_schema_does_refuse_a_broken_document() {
 }
 
 #[test]
-fn runcmd_stops_at_the_first_failing_command() {
+fn runcmd_stops_at_a_failed_install_and_starts_the_unit_after_any_join() {
     // cloud-init's own shellify (the code that writes /var/lib/cloud/instance/scripts/runcmd)
     // turns our runcmd into a script; run it where /etc/plexd/install-plexd.sh does not exist:
-    // it must stop there (127), never reaching `plexd join` or `systemctl`.
+    // it must stop there (127), never reaching `plexd` or `systemctl`.
     if !common::require("cloud-init", HINT) {
         return;
     }
@@ -79,39 +79,95 @@ fn runcmd_stops_at_the_first_failing_command() {
     );
     let script = String::from_utf8(out.stdout).unwrap();
     assert!(
-        script.starts_with("#!/bin/sh\nset -e\n'/etc/plexd/install-plexd.sh'\n'plexd' 'join' '--result-file' '/run/plexd/join-result.json'\n"),
+        script.starts_with(
+            "#!/bin/sh\nset -e\n'/etc/plexd/install-plexd.sh'\n'plexd' 'install' '--api-url' "
+        ),
         "{script}"
+    );
+    assert!(
+        script.contains("\n'systemctl' 'enable' 'plexd'\n'sh' '-c' 'rc=0; plexd join --result-file /run/plexd/join-result.json || rc=$?; case $rc in 0|12|13|14) systemctl start --no-block plexd; exit 0;; esac; exit $rc'\n"),
+        "{script}"
+    );
+    assert!(
+        plexsphere_broker::cloudinit::JOIN_THEN_START
+            .contains(plexsphere_broker::cloudinit::JOIN_RESULT_PATH)
     );
     if std::path::Path::new("/etc/plexd/install-plexd.sh").exists() {
         eprintln!("SKIPPED the run: this host has /etc/plexd/install-plexd.sh");
         return;
     }
+    // Stand-ins for plexd and systemctl on PATH log every call; `plexd join` exits with
+    // $JOIN_EXIT.
     let dir = tempfile::tempdir().unwrap();
-    let marker = dir.path().join("reached");
-    // `plexd` and `systemctl` leave a marker if anything after the failure runs.
-    let script = script.replace("'plexd'", &format!("touch {} && echo", marker.display()));
-    let script = script.replace(
-        "'systemctl'",
-        &format!("touch {} && echo", marker.display()),
-    );
-    let out = Command::new("sh").args(["-c", &script]).output().unwrap();
-    assert_eq!(out.status.code(), Some(127), "{out:?}");
-    assert!(!marker.exists(), "a command after the failing one ran");
-
-    // A failing `plexd join` (exit 11, a refused token) stops it too, with join's status:
-    // neither `plexd install` nor `systemctl` runs.
-    let join_fails = script
-        .replace("'/etc/plexd/install-plexd.sh'", "true")
-        .replacen(
-            &format!("touch {} && echo 'join'", marker.display()),
-            "sh -c 'exit 11' join",
-            1,
+    let log = dir.path().join("calls");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    for (name, body) in [
+        (
+            "plexd",
+            "echo \"plexd $*\" >> \"$CALLS\"; [ \"$1\" = join ] && exit \"$JOIN_EXIT\"; exit 0",
+        ),
+        ("systemctl", "echo \"systemctl $*\" >> \"$CALLS\""),
+    ] {
+        let path = bin.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let run = |script: &str, join_exit: &str| {
+        let _ = std::fs::remove_file(&log);
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
         );
-    assert!(join_fails.contains("sh -c 'exit 11' join"), "{join_fails}");
-    let out = Command::new("sh")
-        .args(["-c", &join_fails])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(11), "{out:?}");
-    assert!(!marker.exists(), "a command after the failed join ran");
+        let out = Command::new("sh")
+            .args(["-c", script])
+            .env("PATH", path)
+            .env("CALLS", &log)
+            .env("JOIN_EXIT", join_exit)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            std::fs::read_to_string(&log).unwrap_or_default(),
+        )
+    };
+    // The install script is missing: runcmd stops there (127), nothing after it runs.
+    let (code, calls) = run(&script, "0");
+    assert_eq!(code, Some(127), "{calls}");
+    assert_eq!(calls, "", "a command after the failing one ran");
+
+    // The unit is enabled before the join. A join that worked, or failed in a way the unit's
+    // restarts may fix (12, 13 the API stayed unreachable, 14), starts it and ends runcmd well:
+    // `plexd run` finishes the join under systemd. A refusal no restart fixes (10, 11, 16) is
+    // cloud-init's result, with join's status, and leaves the unit enabled but not started.
+    let with_script = script.replace("'/etc/plexd/install-plexd.sh'", "true");
+    for (join_exit, status, started) in [
+        ("0", 0, true),
+        ("12", 0, true),
+        ("13", 0, true),
+        ("14", 0, true),
+        ("10", 10, false),
+        ("11", 11, false),
+        ("16", 16, false),
+    ] {
+        let (code, calls) = run(&with_script, join_exit);
+        assert_eq!(code, Some(status), "join exit {join_exit}: {calls}");
+        let calls: Vec<&str> = calls.lines().collect();
+        assert!(
+            calls
+                .first()
+                .is_some_and(|c| c.starts_with("plexd install --api-url https://")),
+            "{calls:?}"
+        );
+        let mut want = vec![
+            "systemctl enable plexd",
+            "plexd join --result-file /run/plexd/join-result.json",
+        ];
+        if started {
+            want.push("systemctl start --no-block plexd");
+        }
+        assert_eq!(&calls[1..], want.as_slice(), "join exit {join_exit}");
+    }
 }
