@@ -7,6 +7,7 @@
 
 pub mod api_client;
 pub mod app;
+pub mod backoff;
 pub mod cli;
 pub mod config;
 pub mod daemon;

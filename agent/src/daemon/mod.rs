@@ -19,7 +19,6 @@
 //! | `host_addrs.rs` | the host addresses worth reporting as endpoints             |
 
 pub mod accept;
-pub mod backoff;
 pub mod cache;
 pub mod calls;
 pub mod core;

@@ -44,15 +44,14 @@ pub const CONNECT_RETRY_CAP: Duration = Duration::from_secs(30);
 /// exponential backoff (`CONNECT_RETRY_INITIAL * 2^(failures-1)`, at most
 /// [`CONNECT_RETRY_CAP`]) with full jitter (`unit`, a uniform sample in `[0, 1)`, picks
 /// anywhere from 0 to that ceiling), so a fleet booting at once does not retry in step.
-/// The same formula as the daemon's reconnect backoff (`daemon::backoff`), which `join` cannot
-/// import (the daemon calls `join`).
+/// The same formula as the daemon's reconnect backoff ([`crate::backoff`]).
 pub fn connect_retry_delay(failures: u32, unit: f64) -> Duration {
-    let doublings = failures.saturating_sub(1).min(31);
-    let factor = 1u32.checked_shl(doublings).unwrap_or(u32::MAX);
-    let ceiling = CONNECT_RETRY_INITIAL
-        .saturating_mul(factor)
-        .min(CONNECT_RETRY_CAP);
-    ceiling.mul_f64(unit.clamp(0.0, 1.0))
+    crate::backoff::ceiling(
+        CONNECT_RETRY_INITIAL,
+        CONNECT_RETRY_CAP,
+        failures.saturating_sub(1),
+    )
+    .mul_f64(unit.clamp(0.0, 1.0))
 }
 
 /// The message when the API stayed unreachable until `--max-wait` ran out.

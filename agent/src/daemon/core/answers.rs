@@ -7,7 +7,6 @@ use std::sync::Arc;
 use plexsphere_wire::node::NodeState;
 use plexsphere_wire::signed::SignedEnvelope;
 
-use super::super::backoff;
 use super::super::cache::Cached;
 use super::super::calls::{CallError, StateAnswer};
 use super::super::leave;
@@ -19,6 +18,7 @@ use super::{
     Call, CallResult, ControlId, Core, DELETED, Effect, LEAVING_RETRY, Leaving, LiveFor,
     MeshAnswer, MeshJobId, MeshOp, Now, Outcome, Pending,
 };
+use crate::backoff;
 use crate::exit::ExitCode;
 
 impl Core {

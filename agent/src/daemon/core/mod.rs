@@ -50,10 +50,10 @@ use plexsphere_wire::node::{Event, PeerSpec};
 use plexsphere_wire::signed::SignedEnvelope;
 
 use super::accept::Acceptor;
-use super::backoff::Backoff;
 use super::cache::CachedEvent;
 use super::ingest::IngestQueue;
 use super::schedule::Schedule;
+use crate::backoff::Backoff;
 use crate::config::Config;
 use crate::identity::Identity;
 use crate::jitter::Jitter;

@@ -7,6 +7,13 @@ use std::time::Duration;
 /// The longest `Retry-After` plexd honours; a larger value is treated as this.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 
+/// The ceiling of the delay after `attempt` earlier failures: `initial * 2^attempt`, at most
+/// `cap`. Full jitter picks anywhere below it.
+pub fn ceiling(initial: Duration, cap: Duration, attempt: u32) -> Duration {
+    let factor = 1u32.checked_shl(attempt.min(31)).unwrap_or(u32::MAX);
+    initial.saturating_mul(factor).min(cap)
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Backoff {
     initial: Duration,
@@ -29,8 +36,7 @@ impl Backoff {
 
     /// The ceiling of the next delay: `initial * 2^attempt`, at most `cap`.
     pub fn ceiling(&self) -> Duration {
-        let factor = 1u32.checked_shl(self.attempt.min(31)).unwrap_or(u32::MAX);
-        self.initial.saturating_mul(factor).min(self.cap)
+        ceiling(self.initial, self.cap, self.attempt)
     }
 
     /// The delay before the next attempt after a failure, and counts the failure.
