@@ -145,13 +145,17 @@ fn ephemeral(offline_secs: Option<u64>) -> String {
     }
 }
 
-/// The nodes a token made (older servers name only the consumer of a single-use token).
+/// The nodes a token made that still exist. Servers before reusable tokens send no `uses`
+/// (read as 0) and no `nodes`, only the consumer of a single-use token: that one is shown.
 fn token_nodes(t: &TokenView) -> String {
-    if !t.nodes.is_empty() {
-        let ids: Vec<String> = t.nodes.iter().map(ToString::to_string).collect();
-        return ids.join(",");
+    if t.uses == 0 {
+        return opt(t.consumed_by_node, |n| n.to_string());
     }
-    opt(t.consumed_by_node, |n| n.to_string())
+    if t.nodes.is_empty() {
+        return "-".to_owned();
+    }
+    let ids: Vec<String> = t.nodes.iter().map(ToString::to_string).collect();
+    ids.join(",")
 }
 
 pub fn tokens(items: &[TokenView]) -> String {

@@ -138,14 +138,19 @@ fn token_list_shows_status_uses_and_the_nodes_made() {
     reusable.uses = 2;
     reusable.ephemeral_offline_secs = Some(1_800);
     reusable.nodes = vec![NODE, uuid!("019a0816-0000-7000-8000-0000000000bb")];
-    // An older server names only the consumer of a single-use token.
+    // An older server names only the consumer of a single-use token (and sends no uses).
     let mut old = token("00000000000000bb", TokenStatus::Consumed, Some(NODE));
     old.nodes = Vec::new();
+    old.uses = 0;
+    // Every node it made is gone (ephemeral nodes removed): none listed, not the last consumer.
+    let mut emptied = token("00000000000000cc", TokenStatus::Consumed, Some(NODE));
+    emptied.nodes = Vec::new();
     let items = [
         token("0123456789abcdef", TokenStatus::Consumed, Some(NODE)),
         token("fedcba9876543210", TokenStatus::Active, None),
         reusable,
         old,
+        emptied,
     ];
     assert_eq!(
         tokens(&items),
@@ -154,7 +159,8 @@ ID                KIND  ENV  STATUS    USES  EPHEMERAL  CREATED               EX
 0123456789abcdef  node  lab  consumed  1/1   -          2026-11-30T10:00:00Z  2026-11-30T11:00:00Z  019a0816-0000-7000-8000-0000000000aa
 fedcba9876543210  node  lab  active    0/1   -          2026-11-30T10:00:00Z  2026-11-30T11:00:00Z  -
 00000000000000aa  node  lab  active    2/3   30m        2026-11-30T10:00:00Z  2026-11-30T11:00:00Z  019a0816-0000-7000-8000-0000000000aa,019a0816-0000-7000-8000-0000000000bb
-00000000000000bb  node  lab  consumed  1/1   -          2026-11-30T10:00:00Z  2026-11-30T11:00:00Z  019a0816-0000-7000-8000-0000000000aa
+00000000000000bb  node  lab  consumed  0/1   -          2026-11-30T10:00:00Z  2026-11-30T11:00:00Z  019a0816-0000-7000-8000-0000000000aa
+00000000000000cc  node  lab  consumed  1/1   -          2026-11-30T10:00:00Z  2026-11-30T11:00:00Z  -
 "
     );
 }
