@@ -296,3 +296,100 @@ async fn an_ephemeral_node_offline_too_long_is_removed_on_postgres() {
     };
     an_ephemeral_node_offline_too_long_is_removed(srv).await;
 }
+
+/// A database at schema version 10 with a consumed and an unused token and the consumed one's
+/// node, brought to version 11: the consumed token has used its one use, the unused one none,
+/// and the node knows its token (so the replay rule still finds it).
+async fn upgrading_keeps_single_use_tokens_as_they_were(url: String) {
+    use plexsphere::store::{Store, nodes, tokens};
+    let store = Store::connect(&url).await.unwrap();
+    plexsphere::store::migrator()
+        .run_to(10, store.pool())
+        .await
+        .unwrap();
+    let manifest = plexsphere::seed::parse(plexsphere::seed::LAB_SEED, "lab").unwrap();
+    plexsphere::seed::apply(&store, &manifest, "lab", time::OffsetDateTime::now_utc())
+        .await
+        .unwrap();
+    let domain: String = sqlx::query("SELECT domain_id FROM projects WHERE id = $1")
+        .bind(LAB_NODES)
+        .fetch_one(store.pool())
+        .await
+        .unwrap()
+        .try_get("domain_id")
+        .unwrap();
+    let node = "019a0816-0000-7000-8000-0000000000aa";
+    for (id, consumed_at, by) in [
+        ("00000000000000aa", Some(150_i64), Some(node)),
+        ("00000000000000bb", None, None),
+    ] {
+        sqlx::query(
+            "INSERT INTO bootstrap_tokens (id, project_id, kind, env_prefix, secret_sha256, created_at, expires_at, consumed_at, consumed_by_node) \
+             VALUES ($1, $2, 'node', 'lab', 'x', 100, 4000000000, $3, $4)",
+        )
+        .bind(id)
+        .bind(LAB_NODES)
+        .bind(consumed_at)
+        .bind(by)
+        .execute(store.pool())
+        .await
+        .unwrap();
+    }
+    sqlx::query(
+        "INSERT INTO nodes (id, domain_id, project_id, hostname, arch, plexd_version, mesh_ip, wireguard_public_key, credential_sha256, registered_at) \
+         VALUES ($1, $2, $3, 'old', 'amd64', '0.1.0', '10.64.0.9', 'k', 'x', 150)",
+    )
+    .bind(node)
+    .bind(&domain)
+    .bind(LAB_NODES)
+    .execute(store.pool())
+    .await
+    .unwrap();
+
+    store.migrate().await.unwrap();
+    let mut conn = store.acquire().await.unwrap();
+    let used = tokens::get(&mut conn, "00000000000000aa")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((used.uses, used.usage.max_uses), (1, 1));
+    assert!(used.used_up());
+    let fresh = tokens::get(&mut conn, "00000000000000bb")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((fresh.uses, fresh.usage.max_uses), (0, 1));
+    assert_eq!(fresh.usage.ephemeral_offline_secs, None);
+    let n = nodes::get(&mut conn, node.parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        n.origin.bootstrap_token_id.as_deref(),
+        Some("00000000000000aa")
+    );
+    assert_eq!(n.origin.ephemeral_offline_secs, None);
+    let found = nodes::made_by_token_with_key(&mut conn, "00000000000000aa", "k")
+        .await
+        .unwrap();
+    assert_eq!(found.map(|f| f.id.to_string()).as_deref(), Some(node));
+    drop(conn);
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrading_to_version_11_keeps_single_use_tokens_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    upgrading_keeps_single_use_tokens_as_they_were(plexsphere::store::Store::sqlite_url(
+        dir.path(),
+    ))
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrading_to_version_11_keeps_single_use_tokens_on_postgres() {
+    let Some(url) = postgres::scratch_database().await else {
+        return;
+    };
+    upgrading_keeps_single_use_tokens_as_they_were(url).await;
+}
