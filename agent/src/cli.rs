@@ -182,25 +182,11 @@ pub struct UninstallArgs {
     pub unit_dir: PathBuf,
 }
 
-/// `300`, `300s`, `5m`, `1h`.
+/// A duration flag in the one syntax of `plexsphere_wire::duration` (`300s`, `5m`, `1h30m`,
+/// `2d`); a bare number is seconds, as before that syntax; zero is refused.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (digits, mult) = match s.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
-        None => (s, 1),
-        Some((i, _)) => {
-            let mult = match &s[i..] {
-                "s" => 1,
-                "m" => 60,
-                "h" => 3600,
-                unit => return Err(format!("unknown unit `{unit}` (use s, m or h)")),
-            };
-            (&s[..i], mult)
-        }
-    };
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("`{s}` is not a duration such as 300s or 5m"))?;
-    Ok(Duration::from_secs(n.saturating_mul(mult)))
+    use plexsphere_wire::duration::{Rules, parse_std};
+    parse_std(s, Rules::SECONDS_OK).map_err(|e| e.to_string())
 }
 
 /// The shortest and longest `plexd ping --interval`.
@@ -249,8 +235,15 @@ mod tests {
         assert_eq!(parse_duration("300"), Ok(Duration::from_secs(300)));
         assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
         assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert!(parse_duration("5d").is_err());
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("2d"), Ok(Duration::from_secs(172_800)));
         assert!(parse_duration("s").is_err());
+        assert!(parse_duration("0").is_err());
+        assert!(
+            parse_duration("5w")
+                .unwrap_err()
+                .contains("unknown unit `w`")
+        );
     }
 
     #[test]

@@ -48,7 +48,7 @@ pub enum Error {
     )]
     ProjectMismatch,
     #[error(
-        "the bootstrap token was already used; a bootstrap token is single-use, issue a fresh token"
+        "the bootstrap token is used up (every use it allows is taken, or this key's node registered with it over 10 minutes ago); issue a fresh token"
     )]
     TokenConsumed,
     #[error(

@@ -1,8 +1,10 @@
-//! The periodic task: prunes events older than the replay window and logs nodes going
-//! offline (or coming back) as the operator's journal should show them.
+//! The periodic task: prunes events older than the replay window, removes ephemeral nodes
+//! offline past their allowance, and logs nodes going offline (or coming back) as the
+//! operator's journal should show them.
 //!
-//! Safe to run on several replicas at once: pruning is an idempotent transaction, and each
-//! replica only logs what it observes.
+//! Safe to run on several replicas at once: pruning is an idempotent transaction, removing an
+//! ephemeral node re-checks the row in its transaction (one replica deletes, the others find
+//! it gone), and each replica only logs what it observes.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -13,6 +15,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::error::Error;
+use crate::node_ops::NodeOps;
 use crate::store::nodes::NodeRow;
 use crate::store::{self, Store, StoreError, events, nodes};
 use crate::views::node_status;
@@ -28,10 +31,12 @@ pub struct Schedule {
     pub offline_after_secs: i64,
 }
 
-/// What the task works with, from the server it runs in: the store, the clock and its
-/// schedule. The HTTP state implements it; this task never sees the HTTP state itself.
+/// What the task works with, from the server it runs in: the store, the node operations (to
+/// remove ephemeral nodes as nodes are removed), the clock and its schedule. The HTTP state
+/// implements it; this task never sees the HTTP state itself.
 pub trait MaintenanceHost: Send + Sync {
     fn store(&self) -> &Store;
+    fn node_ops(&self) -> NodeOps<'_>;
     fn now(&self) -> OffsetDateTime;
     fn schedule(&self) -> Schedule;
 }
@@ -39,6 +44,9 @@ pub trait MaintenanceHost: Send + Sync {
 impl<T: MaintenanceHost + ?Sized> MaintenanceHost for Arc<T> {
     fn store(&self) -> &Store {
         (**self).store()
+    }
+    fn node_ops(&self) -> NodeOps<'_> {
+        (**self).node_ops()
     }
     fn now(&self) -> OffsetDateTime {
         (**self).now()
@@ -61,6 +69,9 @@ pub fn spawn<S: MaintenanceHost + 'static>(state: &Arc<S>) -> tokio::task::JoinH
             let Some(st) = weak.upgrade() else { return };
             if let Err(e) = prune(&*st).await {
                 tracing::warn!(error = %e, "cannot prune the event log; retrying at the next round");
+            }
+            if let Err(e) = expire_ephemeral(&*st).await {
+                tracing::warn!(error = %e, "cannot remove offline ephemeral nodes; retrying at the next round");
             }
             if let Err(e) = sweep(&*st, &mut known).await {
                 tracing::warn!(error = %e, "cannot sweep node status; retrying at the next round");
@@ -92,6 +103,22 @@ async fn prune_attempt(store: &Store, cutoff: i64) -> Result<u64, StoreError> {
     let n = events::prune(&mut tx, cutoff).await?;
     tx.commit().await?;
     Ok(n)
+}
+
+/// Removes every ephemeral node offline past its allowance
+/// (`node_decisions::ephemeral_expired`); answers how many were removed.
+pub async fn expire_ephemeral(st: &(impl MaintenanceHost + ?Sized)) -> Result<usize, Error> {
+    let now = store::unix(st.now());
+    let expired = {
+        let mut conn = st.store().acquire().await?;
+        nodes::ephemeral_expired(&mut conn, now).await?
+    };
+    let ops = st.node_ops();
+    let mut removed = 0;
+    for node in &expired {
+        removed += usize::from(ops.remove_ephemeral(node.id, now).await?);
+    }
+    Ok(removed)
 }
 
 async fn sweep(

@@ -1,6 +1,6 @@
 //! The decisions of the node API, as pure functions (no I/O; time is a parameter): a node's
 //! peer spec, desired state and relay token, where a resumed event stream starts, and
-//! `If-None-Match` matching. Which endpoints a node may report and which the server
+//! `If-None-Match` matching, and when an ephemeral node is removed. Which endpoints a node may report and which the server
 //! advertises are `candidates.rs`'s.
 
 use std::net::SocketAddr;
@@ -126,6 +126,18 @@ pub fn not_modified(if_none_match: Option<&str>, version: u64) -> bool {
         .any(|tag| tag == "*" || tag.strip_prefix("W/").unwrap_or(tag) == want)
 }
 
+/// Whether `node` is ephemeral, live, and has been offline longer than its allowance at `now`:
+/// its last authenticated call (its registration when it never made one) is more than
+/// `ephemeral_offline_secs` old. The SQL of `nodes::ephemeral_expired` is the same rule.
+pub fn ephemeral_expired(node: &NodeRow, now: i64) -> bool {
+    let Some(allowance) = node.origin.ephemeral_offline_secs else {
+        return false;
+    };
+    let since = node.last_seen_at.unwrap_or(node.registered_at);
+    let allowance = i64::try_from(allowance).unwrap_or(i64::MAX);
+    node.revoked_at.is_none() && since.saturating_add(allowance) < now
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -225,5 +237,26 @@ mod tests {
         assert!(!not_modified(Some("5"), 5));
         assert!(!not_modified(None, 5));
         assert_eq!(etag(12), "\"12\"");
+    }
+
+    #[test]
+    fn an_ephemeral_node_expires_only_once_offline_past_its_allowance() {
+        let mut n = NodeRow {
+            registered_at: 1_000,
+            ..node(1, "10.64.0.1")
+        };
+        // Not ephemeral: never.
+        assert!(!ephemeral_expired(&n, i64::MAX));
+        n.origin.ephemeral_offline_secs = Some(600);
+        // Never seen: counted from its registration.
+        assert!(!ephemeral_expired(&n, 1_600));
+        assert!(ephemeral_expired(&n, 1_601));
+        // Seen later: counted from then.
+        n.last_seen_at = Some(2_000);
+        assert!(!ephemeral_expired(&n, 2_600));
+        assert!(ephemeral_expired(&n, 2_601));
+        // A revoked node is not removed by the sweep (its peers dropped it already).
+        n.revoked_at = Some(2_100);
+        assert!(!ephemeral_expired(&n, 9_999));
     }
 }

@@ -165,6 +165,28 @@ impl NodeOps<'_> {
         Ok(true)
     }
 
+    /// Removes an ephemeral node that stayed offline past its allowance (the maintenance task's
+    /// sweep): deleted like a node that left, so its peers get `peer_removed`, its open
+    /// streams `node_revoked`, and its mesh IP is free again. Answers false when it was gone already or came back online
+    /// meanwhile (the row is re-read in the transaction).
+    pub async fn remove_ephemeral(&self, node_id: Uuid, now: i64) -> Result<bool, Error> {
+        let done = store::retry("remove ephemeral node", Error::is_lost_race, || {
+            self.remove_ephemeral_attempt(node_id, now)
+        })
+        .await?;
+        let Some((node, seq)) = done else {
+            return Ok(false);
+        };
+        tracing::info!(
+            node_id = %node.id, mesh_ip = %node.mesh_ip, hostname = %node.hostname,
+            last_seen_at = ?node.last_seen_at,
+            ephemeral_offline_secs = ?node.origin.ephemeral_offline_secs,
+            "ephemeral node removed (offline longer than its token allows); its peers drop it and its mesh IP is free"
+        );
+        self.bus.notify(node.domain_id, seq);
+        Ok(true)
+    }
+
     /// Revokes a node (idempotent): its peers get `peer_removed`, the node `node_revoked`,
     /// its credential stops working. Answers the node as it is now, `None` when unknown.
     pub async fn revoke(&self, node_id: Uuid, now: i64) -> Result<Option<NodeRow>, Error> {
@@ -242,6 +264,26 @@ impl NodeOps<'_> {
         } else {
             events::head(&mut tx, node.domain_id).await?.seq
         };
+        tx.commit().await.map_err(StoreError::from)?;
+        Ok(Some((node, seq)))
+    }
+
+    async fn remove_ephemeral_attempt(
+        &self,
+        node_id: Uuid,
+        now: i64,
+    ) -> Result<Option<(NodeRow, u64)>, Error> {
+        let mut tx = self.store.begin().await?;
+        let Some(node) = nodes::get(&mut tx, node_id).await? else {
+            return Ok(None);
+        };
+        if !node_decisions::ephemeral_expired(&node, now) {
+            return Ok(None);
+        }
+        if !nodes::delete(&mut tx, node_id).await? {
+            return Ok(None);
+        }
+        let seq = removal_events(&mut tx, &node, now).await?;
         tx.commit().await.map_err(StoreError::from)?;
         Ok(Some((node, seq)))
     }

@@ -26,9 +26,8 @@ pub const MAX_NAME_LEN: usize = 64;
 pub enum OperatorTokenError {
     #[error("the operator token name must be 1-{MAX_NAME_LEN} printable characters")]
     BadName,
-    #[error(
-        "expires-in {0:?} is not a duration: write it as 90d, 12h, 30m, 1d12h (units s, m, h, d) or `never`"
-    )]
+    /// The duration parser's message (it quotes the text and says what to type).
+    #[error("expires-in: {0}; or `never` for an admin token")]
     BadExpiresIn(String),
     #[error(
         "expires-in must be between {MIN_EXPIRES_IN_SECS} s (1 minute) and {} days, or `never` for an admin token",
@@ -58,40 +57,15 @@ pub enum Expiry {
     AfterSecs(u64),
 }
 
-/// Pure: `90d`, `12h`, `1d12h`, `45m`, `3600s` or `never`, within the limits above.
+/// Pure: `90d`, `12h`, `1d12h`, `45m`, `3600s` (the one duration syntax,
+/// `plexsphere_wire::duration`) or `never`, within the limits above.
 pub fn parse_expires_in(text: &str) -> Result<Expiry, OperatorTokenError> {
     let text = text.trim();
     if text == "never" {
         return Ok(Expiry::Never);
     }
-    let bad = || OperatorTokenError::BadExpiresIn(text.to_owned());
-    if text.is_empty() {
-        return Err(bad());
-    }
-    let mut total: u64 = 0;
-    let mut digits = String::new();
-    for c in text.chars() {
-        if c.is_ascii_digit() {
-            digits.push(c);
-            continue;
-        }
-        let unit: u64 = match c {
-            's' => 1,
-            'm' => 60,
-            'h' => 3600,
-            'd' => 86_400,
-            _ => return Err(bad()),
-        };
-        let n: u64 = digits.parse().map_err(|_| bad())?;
-        digits.clear();
-        total = n
-            .checked_mul(unit)
-            .and_then(|secs| total.checked_add(secs))
-            .ok_or(OperatorTokenError::ExpiresInOutOfRange)?;
-    }
-    if !digits.is_empty() {
-        return Err(bad());
-    }
+    let total = plexsphere_wire::duration::parse(text)
+        .map_err(|e| OperatorTokenError::BadExpiresIn(e.to_string()))?;
     if !(MIN_EXPIRES_IN_SECS..=MAX_EXPIRES_IN_SECS).contains(&total) {
         return Err(OperatorTokenError::ExpiresInOutOfRange);
     }

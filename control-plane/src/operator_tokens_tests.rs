@@ -26,7 +26,7 @@ fn expires_in_reads_units_and_never_and_refuses_the_rest() {
     );
     assert_eq!(parse_expires_in("30m").unwrap(), Expiry::AfterSecs(1800));
     assert_eq!(parse_expires_in("never").unwrap(), Expiry::Never);
-    for bad in ["", "90", "d", "9x", "1.5d", "-1d", "never!"] {
+    for bad in ["", "90", "d", "9x", "1.5d", "-1d", "never!", "30m1h", "0s"] {
         assert!(
             matches!(
                 parse_expires_in(bad),

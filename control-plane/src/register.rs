@@ -1,10 +1,12 @@
-//! `POST /v1/register`: trade a single-use bootstrap token for a node identity.
+//! `POST /v1/register`: trade a bootstrap token (one use of it) for a node identity.
 //!
-//! The token is read and judged first (outside any transaction). The transaction that follows
-//! starts with a write, a conditional UPDATE, so the database settles a race: the one caller
-//! whose UPDATE changes the row owns the token; a loser re-reads and lands on the replay rule.
-//! A replay (same WireGuard key, node never authenticated) gets the same node and a fresh
-//! credential. A transaction lost to a concurrent writer is retried whole. The mesh IP is
+//! The token, and the node it already made for the request's WireGuard key if any, are read
+//! and judged first (outside any transaction). The transaction that follows starts with a
+//! write, a conditional UPDATE that takes one use, so the database settles a race: of the
+//! callers racing on a token, only as many as it has uses left change the row; a loser
+//! re-reads and lands on the replay rule or finds the token used up. A replay (same token,
+//! same WireGuard key, within [`REPLAY_WINDOW_SECS`] of the node's registration, node never
+//! authenticated) gets the same node and a fresh credential, and takes no use. A transaction lost to a concurrent writer is retried whole. The mesh IP is
 //! picked under its range's cursor lock ([`mesh_ips::allocate`]), so concurrent registrations take
 //! turns instead of colliding. A new node is announced to the others of its Domain
 //! (`peer_added`) in the same transaction.
@@ -93,21 +95,25 @@ pub fn validate(req: &RegisterRequest) -> Result<(), Error> {
 pub enum TokenVerdict {
     /// Unused and valid: consume it for a new node.
     Fresh,
-    /// Already consumed by this node: only a replay by the same key can succeed.
-    Consumed(Uuid),
+    /// This token made this node for the request's key within the replay window: a replay
+    /// (it takes no use; it succeeds while the node never authenticated).
+    Replay(Uuid),
 }
 
-/// How long after a token was consumed its own node may register with it again (the replay
-/// rule): long enough for a plexd that crashed between the server's commit and saving its
+/// How long after a node registered it may register with the same token and key again (the
+/// replay rule): long enough for a plexd that crashed between the server's commit and saving its
 /// identity to come back, short enough that a consumed token and the node's public key (which
 /// every peer sees) do not mint a fresh credential for ever.
 pub const REPLAY_WINDOW_SECS: i64 = 600;
 
+/// Judges a token at `now` (pure). `made` is the node this token made for the request's
+/// WireGuard key, if any: its id and registration time.
 pub fn judge(
     row: &TokenRow,
     token: &BootstrapToken,
     project_id: Option<Uuid>,
     now: i64,
+    made: Option<(Uuid, i64)>,
 ) -> Result<TokenVerdict, Error> {
     if !store::secret_matches(&token.secret, &row.secret_sha256) {
         return Err(Error::TokenUnknown);
@@ -121,17 +127,17 @@ pub fn judge(
     if row.revoked_at.is_some() {
         return Err(Error::TokenRevoked);
     }
-    if let Some(node) = row.consumed_by_node {
-        let replayable = row
-            .consumed_at
-            .is_some_and(|at| now < at.saturating_add(REPLAY_WINDOW_SECS));
-        return if replayable {
-            Ok(TokenVerdict::Consumed(node))
+    if let Some((node, registered_at)) = made {
+        // The same key again: a replay inside the window; past it, the token and the node's
+        // public key (every peer sees it) no longer mint a credential, and a second node with
+        // that key would clash with the first.
+        return if now < registered_at.saturating_add(REPLAY_WINDOW_SECS) {
+            Ok(TokenVerdict::Replay(node))
         } else {
             Err(Error::TokenConsumed)
         };
     }
-    if row.consumed_at.is_some() {
+    if row.used_up() {
         return Err(Error::TokenConsumed);
     }
     if row.expires_at <= now {
@@ -150,21 +156,27 @@ impl Registrar<'_> {
         let token = BootstrapToken::parse(&req.bootstrap_token).map_err(|_| Error::TokenUnknown)?;
         let now = store::unix(now);
         // A lost consume race sends us back to re-read the token; twice is always enough
-        // (after a lost race the token is consumed or revoked for good).
+        // (a use is lost only to a token used up, revoked or expired, for good).
         for _ in 0..3 {
-            let row = {
+            let (row, made) = {
                 let mut conn = self.store.acquire().await?;
-                tokens::get(&mut conn, &token.id).await?
-            }
-            .ok_or(Error::TokenUnknown)?;
-            let outcome = match judge(&row, &token, req.project_id, now)? {
+                let row = tokens::get(&mut conn, &token.id)
+                    .await?
+                    .ok_or(Error::TokenUnknown)?;
+                let made =
+                    nodes::made_by_token_with_key(&mut conn, &row.id, &req.wireguard_public_key)
+                        .await?
+                        .map(|n| (n.id, n.registered_at));
+                (row, made)
+            };
+            let outcome = match judge(&row, &token, req.project_id, now, made)? {
                 TokenVerdict::Fresh => {
                     store::retry("register", Error::is_lost_race_or_ip_clash, || {
                         self.create(&row, req, now)
                     })
                     .await?
                 }
-                TokenVerdict::Consumed(node_id) => {
+                TokenVerdict::Replay(node_id) => {
                     store::retry("register replay", Error::is_lost_race, || {
                         self.replay(node_id, req)
                     })
@@ -178,7 +190,7 @@ impl Registrar<'_> {
         Err(Error::TokenConsumed)
     }
 
-    /// One attempt at a new node. `None`: another caller consumed the token first.
+    /// One attempt at a new node. `None`: other callers took the token's last use first.
     async fn create(
         &self,
         row: &TokenRow,
@@ -235,6 +247,10 @@ impl Registrar<'_> {
             rotation: crate::store::nodes::NodeRotation::default(),
             host_fingerprint: None,
             report: crate::store::nodes::NodeReport::default(),
+            origin: crate::store::nodes::NodeOrigin {
+                bootstrap_token_id: Some(row.id.clone()),
+                ephemeral_offline_secs: row.usage.ephemeral_offline_secs,
+            },
         };
         nodes::insert(&mut tx, &node).await?;
         let added = EventKind::PeerAdded {
@@ -244,7 +260,12 @@ impl Registrar<'_> {
         let signer = self.keys.signer(&domain.slug)?;
         tx.commit().await.map_err(StoreError::from)?;
         self.bus.notify(domain.id, seq);
-        tracing::info!(node_id = %node_id, mesh_ip = %mesh_ip, project_id = %project.id, "node registered");
+        tracing::info!(
+            node_id = %node_id, mesh_ip = %mesh_ip, project_id = %project.id, token_id = %row.id,
+            token_use = row.uses + 1, token_max_uses = row.usage.max_uses,
+            ephemeral_offline_secs = ?row.usage.ephemeral_offline_secs,
+            "node registered"
+        );
         Ok(Some(Registered {
             response: RegisterResponse {
                 node_id,

@@ -57,6 +57,8 @@ fn row(token: &BootstrapToken) -> TokenRow {
         consumed_by_node: None,
         revoked_at: None,
         resource_id: None,
+        usage: crate::store::tokens::TokenUsage::default(),
+        uses: 0,
     }
 }
 
@@ -64,19 +66,22 @@ fn row(token: &BootstrapToken) -> TokenRow {
 fn judging_a_token() {
     let t = BootstrapToken::generate("lab", TokenKind::Node).unwrap();
     let r = row(&t);
-    assert_eq!(judge(&r, &t, None, 150).unwrap(), TokenVerdict::Fresh);
+    assert_eq!(judge(&r, &t, None, 150, None).unwrap(), TokenVerdict::Fresh);
     assert_eq!(
-        judge(&r, &t, Some(Uuid::from_u128(1)), 150).unwrap(),
+        judge(&r, &t, Some(Uuid::from_u128(1)), 150, None).unwrap(),
         TokenVerdict::Fresh
     );
     assert!(matches!(
-        judge(&r, &t, Some(Uuid::from_u128(2)), 150),
+        judge(&r, &t, Some(Uuid::from_u128(2)), 150, None),
         Err(Error::ProjectMismatch)
     ));
-    assert!(matches!(judge(&r, &t, None, 200), Err(Error::TokenExpired)));
+    assert!(matches!(
+        judge(&r, &t, None, 200, None),
+        Err(Error::TokenExpired)
+    ));
     let other = BootstrapToken::generate("lab", TokenKind::Node).unwrap();
     assert!(matches!(
-        judge(&r, &other, None, 150),
+        judge(&r, &other, None, 150, None),
         Err(Error::TokenUnknown)
     ));
     let revoked = TokenRow {
@@ -84,32 +89,44 @@ fn judging_a_token() {
         ..r.clone()
     };
     assert!(matches!(
-        judge(&revoked, &t, None, 150),
+        judge(&revoked, &t, None, 150, None),
+        Err(Error::TokenRevoked)
+    ));
+    // A replay by the node's key is refused once the token is revoked.
+    assert!(matches!(
+        judge(&revoked, &t, None, 150, Some((Uuid::from_u128(9), 120))),
         Err(Error::TokenRevoked)
     ));
     let used = TokenRow {
         consumed_at: Some(120),
         consumed_by_node: Some(Uuid::from_u128(9)),
+        uses: 1,
         ..r.clone()
     };
-    // A consumed token stays replayable after its expiry, within the replay window after it
-    // was consumed; the replay decides by key.
+    let made = Some((Uuid::from_u128(9), 120));
+    // A used token stays replayable by the key of the node it made after its expiry, within
+    // the replay window after that node registered.
     assert_eq!(
-        judge(&used, &t, None, 500).unwrap(),
-        TokenVerdict::Consumed(Uuid::from_u128(9))
+        judge(&used, &t, None, 500, made).unwrap(),
+        TokenVerdict::Replay(Uuid::from_u128(9))
     );
     assert_eq!(
-        judge(&used, &t, None, 120 + REPLAY_WINDOW_SECS - 1).unwrap(),
-        TokenVerdict::Consumed(Uuid::from_u128(9))
+        judge(&used, &t, None, 120 + REPLAY_WINDOW_SECS - 1, made).unwrap(),
+        TokenVerdict::Replay(Uuid::from_u128(9))
     );
+    // Another key finds it used up.
+    assert!(matches!(
+        judge(&used, &t, None, 150, None),
+        Err(Error::TokenConsumed)
+    ));
     // Past the window, the token and the node's public key (every peer sees it) no longer
     // mint a credential.
     assert!(matches!(
-        judge(&used, &t, None, 120 + REPLAY_WINDOW_SECS),
+        judge(&used, &t, None, 120 + REPLAY_WINDOW_SECS, made),
         Err(Error::TokenConsumed)
     ));
     assert!(matches!(
-        judge(&used, &t, None, i64::MAX),
+        judge(&used, &t, None, i64::MAX, made),
         Err(Error::TokenConsumed)
     ));
     let odd_kind = TokenRow {
@@ -117,7 +134,36 @@ fn judging_a_token() {
         ..r
     };
     assert!(matches!(
-        judge(&odd_kind, &t, None, 150),
+        judge(&odd_kind, &t, None, 150, None),
         Err(Error::TokenKindMismatch)
     ));
+}
+
+#[test]
+fn a_reusable_token_serves_until_its_last_use_and_replays_take_none() {
+    let t = BootstrapToken::generate("lab", TokenKind::Node).unwrap();
+    let r = TokenRow {
+        usage: crate::store::tokens::TokenUsage {
+            max_uses: 3,
+            ephemeral_offline_secs: None,
+        },
+        uses: 2,
+        ..row(&t)
+    };
+    // Two of three uses taken: a new key gets a fresh use, a key the token made a node for
+    // replays (whatever the count).
+    assert_eq!(judge(&r, &t, None, 150, None).unwrap(), TokenVerdict::Fresh);
+    assert_eq!(
+        judge(&r, &t, None, 150, Some((Uuid::from_u128(4), 140))).unwrap(),
+        TokenVerdict::Replay(Uuid::from_u128(4))
+    );
+    let full = TokenRow { uses: 3, ..r };
+    assert!(matches!(
+        judge(&full, &t, None, 150, None),
+        Err(Error::TokenConsumed)
+    ));
+    assert_eq!(
+        judge(&full, &t, None, 150, Some((Uuid::from_u128(4), 140))).unwrap(),
+        TokenVerdict::Replay(Uuid::from_u128(4))
+    );
 }

@@ -9,11 +9,12 @@ use crate::store::nodes::NodeRow;
 use crate::store::tokens::TokenRow;
 use crate::store::{StoreError, from_unix};
 
-/// A token's status at `now`: revoked and consumed win over expired.
+/// A token's status at `now`: revoked and consumed (every use taken) win over expired; a
+/// reusable token with uses left stays active.
 pub fn token_status(row: &TokenRow, now: i64) -> TokenStatus {
     if row.revoked_at.is_some() {
         TokenStatus::Revoked
-    } else if row.consumed_at.is_some() {
+    } else if row.consumed_at.is_some() || row.used_up() {
         TokenStatus::Consumed
     } else if row.expires_at <= now {
         TokenStatus::Expired
@@ -42,6 +43,10 @@ pub fn token_view(row: &TokenRow, now: i64) -> Result<TokenView, StoreError> {
             .map(|t| from_unix("bootstrap_tokens.revoked_at", t))
             .transpose()?,
         resource_id: row.resource_id,
+        uses: row.uses,
+        max_uses: row.usage.max_uses,
+        ephemeral_offline_secs: row.usage.ephemeral_offline_secs,
+        nodes: Vec::new(),
     })
 }
 
@@ -101,6 +106,7 @@ pub fn node_view(row: &NodeRow, now: i64, offline_after: i64) -> Result<NodeView
             .map(|t| from_unix("nodes.credential_rotated_at", t))
             .transpose()?,
         clone: None,
+        ephemeral_offline_secs: row.origin.ephemeral_offline_secs,
     })
 }
 
@@ -147,6 +153,8 @@ mod tests {
             consumed_by_node: None,
             revoked_at: None,
             resource_id: None,
+            usage: crate::store::tokens::TokenUsage::default(),
+            uses: 0,
         }
     }
 
@@ -218,5 +226,25 @@ mod tests {
             token_view(&revoked, 500).unwrap().status,
             TokenStatus::Revoked
         );
+        // A reusable token stays active until its last use is taken.
+        let reusable = TokenRow {
+            usage: crate::store::tokens::TokenUsage {
+                max_uses: 3,
+                ephemeral_offline_secs: Some(1800),
+            },
+            uses: 2,
+            ..token()
+        };
+        assert_eq!(token_status(&reusable, 150), TokenStatus::Active);
+        let v = token_view(&reusable, 150).unwrap();
+        assert_eq!(
+            (v.uses, v.max_uses, v.ephemeral_offline_secs),
+            (2, 3, Some(1800))
+        );
+        let full = TokenRow {
+            uses: 3,
+            ..reusable
+        };
+        assert_eq!(token_status(&full, 150), TokenStatus::Consumed);
     }
 }

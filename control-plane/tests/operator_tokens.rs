@@ -333,7 +333,7 @@ fn the_server_cli_creates_scoped_tokens_and_refuses_what_the_rules_forbid() {
             &["--scope", "admin", "--project", "lab-nodes"][..],
             "cannot be limited to a project",
         ),
-        (&["--expires-in", "2y"][..], "is not a duration"),
+        (&["--expires-in", "2y"][..], "has the unknown unit `y`"),
         (&["--project", "nope"][..], "names no project"),
     ] {
         let mut all = vec!["operator-token", "create", "--name", "x"];

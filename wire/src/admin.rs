@@ -18,6 +18,13 @@ pub struct IssueTokenRequest {
     pub env_prefix: String,
     /// Lifetime in seconds (at least 60, at most 30 days).
     pub ttl_secs: u64,
+    /// How many nodes may register with the token, 1-1000; absent: 1 (single use).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_uses: Option<u32>,
+    /// Makes the token's nodes ephemeral: the control plane removes one once it has been
+    /// offline this many seconds (120 to 7 days). Absent: not ephemeral.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ephemeral_offline_secs: Option<u64>,
 }
 
 /// The answer to issuing a token: the only time its text is ever shown.
@@ -32,6 +39,17 @@ pub struct IssuedToken {
     pub created_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339")]
     pub expires_at: OffsetDateTime,
+    /// How many nodes may register with it (1 from older servers).
+    #[serde(default = "one")]
+    pub max_uses: u32,
+    /// Set when its nodes are ephemeral: removed after this many seconds offline.
+    #[serde(default)]
+    pub ephemeral_offline_secs: Option<u64>,
+}
+
+/// What older servers mean by a token's use limit: single use.
+fn one() -> u32 {
+    1
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,7 +86,7 @@ pub struct TokenView {
     pub expires_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339::option", default)]
     pub consumed_at: Option<OffsetDateTime>,
-    /// The node that consumed the token.
+    /// The node that took the token's last use (its only one for a single-use token).
     #[serde(default)]
     pub consumed_by_node: Option<Uuid>,
     #[serde(with = "time::serde::rfc3339::option", default)]
@@ -76,6 +94,17 @@ pub struct TokenView {
     /// The resource the broker minted this token for, if any.
     #[serde(default)]
     pub resource_id: Option<Uuid>,
+    /// Nodes registered with it so far, and how many may (1 and 0/1 from older servers).
+    #[serde(default)]
+    pub uses: u32,
+    #[serde(default = "one")]
+    pub max_uses: u32,
+    /// Set when its nodes are ephemeral: removed after this many seconds offline.
+    #[serde(default)]
+    pub ephemeral_offline_secs: Option<u64>,
+    /// The nodes it made that still exist, oldest first (empty from older servers).
+    #[serde(default)]
+    pub nodes: Vec<Uuid>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -170,6 +199,18 @@ pub struct NodeView {
         skip_serializing_if = "Option::is_none"
     )]
     pub credential_rotated_at: Option<OffsetDateTime>,
+    /// Set when the node is ephemeral: the control plane removes it once it has been offline
+    /// this many seconds. Absent for other nodes (and from older servers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ephemeral_offline_secs: Option<u64>,
+}
+
+impl NodeView {
+    /// The node's name as operators see and type it: its resource handle when it has one,
+    /// else its hostname.
+    pub fn name(&self) -> &str {
+        self.resource_handle.as_deref().unwrap_or(&self.hostname)
+    }
 }
 
 /// Requests refused because they came with another host's fingerprint than the node's.
@@ -397,10 +438,34 @@ mod tests {
 
     #[test]
     fn token_view_json_is_pinned() {
-        let json = r#"{"id":"0123456789abcdef","project_id":"019a0816-0000-7000-8000-000000000002","kind":"node","env_prefix":"lab","status":"consumed","created_at":"2026-11-30T10:00:00Z","expires_at":"2026-11-30T11:00:00Z","consumed_at":"2026-11-30T10:05:00Z","consumed_by_node":"019a0816-0000-7000-8000-0000000000aa","revoked_at":null,"resource_id":null}"#;
+        let json = r#"{"id":"0123456789abcdef","project_id":"019a0816-0000-7000-8000-000000000002","kind":"node","env_prefix":"lab","status":"consumed","created_at":"2026-11-30T10:00:00Z","expires_at":"2026-11-30T11:00:00Z","consumed_at":"2026-11-30T10:05:00Z","consumed_by_node":"019a0816-0000-7000-8000-0000000000aa","revoked_at":null,"resource_id":null,"uses":3,"max_uses":3,"ephemeral_offline_secs":1800,"nodes":["019a0816-0000-7000-8000-0000000000aa"]}"#;
         let v: TokenView = serde_json::from_str(json).unwrap();
         assert_eq!(v.status, TokenStatus::Consumed);
+        assert_eq!((v.uses, v.max_uses), (3, 3));
         assert_eq!(serde_json::to_string(&v).unwrap(), json);
+    }
+
+    #[test]
+    fn a_token_view_from_an_older_server_is_single_use() {
+        let json = r#"{"id":"0123456789abcdef","project_id":"019a0816-0000-7000-8000-000000000002","kind":"node","env_prefix":"lab","status":"active","created_at":"2026-11-30T10:00:00Z","expires_at":"2026-11-30T11:00:00Z","consumed_at":null,"consumed_by_node":null,"revoked_at":null,"resource_id":null}"#;
+        let v: TokenView = serde_json::from_str(json).unwrap();
+        assert_eq!((v.uses, v.max_uses, v.ephemeral_offline_secs), (0, 1, None));
+        assert!(v.nodes.is_empty());
+    }
+
+    #[test]
+    fn issue_token_request_json_is_pinned_and_the_new_fields_are_optional() {
+        let json = r#"{"kind":"node","env_prefix":"asg","ttl_secs":3600,"max_uses":50,"ephemeral_offline_secs":1800}"#;
+        let r: IssueTokenRequest = serde_json::from_str(json).unwrap();
+        assert_eq!(
+            (r.max_uses, r.ephemeral_offline_secs),
+            (Some(50), Some(1800))
+        );
+        assert_eq!(serde_json::to_string(&r).unwrap(), json);
+        let old = r#"{"kind":"node","env_prefix":"lab","ttl_secs":3600}"#;
+        let r: IssueTokenRequest = serde_json::from_str(old).unwrap();
+        assert_eq!((r.max_uses, r.ephemeral_offline_secs), (None, None));
+        assert_eq!(serde_json::to_string(&r).unwrap(), old);
     }
 
     #[test]

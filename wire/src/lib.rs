@@ -5,6 +5,7 @@
 //! no I/O and no server dependencies: the agent's dependency tree stays small.
 
 pub mod admin;
+pub mod duration;
 pub mod error;
 pub mod host;
 pub mod node;

@@ -1,6 +1,7 @@
 //! `rotation:` how often the node replaces its WireGuard key and its credential by itself
-//! (docs/operations.md, "Key rotation"). An interval is `<n>d`, `<n>h`, `<n>m` or `<n>s`;
-//! `0` or `never` turns the schedule off (on-demand rotation still works).
+//! (docs/operations.md, "Key rotation"). An interval is a duration in the one syntax of
+//! `plexsphere_wire::duration` (`30d`, `12h`, `1d12h`, `90m`); `0` or `never` turns the
+//! schedule off (on-demand rotation still works).
 
 use std::time::Duration;
 
@@ -23,24 +24,19 @@ impl Default for Interval {
 
 impl Interval {
     pub fn parse(text: &str) -> Result<Self, String> {
+        use plexsphere_wire::duration::{Rules, parse_with};
         let t = text.trim();
-        if t == "never" || t == "0" {
+        if t == "never" {
             return Ok(Self(None));
         }
-        let bad = || {
-            format!("{t:?} is not a rotation interval: write e.g. 30d, 12h, 90m, 600s, or never")
+        // A bare number is seconds (a YAML integer arrives as one); zero is off.
+        let rules = Rules {
+            bare_seconds: true,
+            zero: true,
         };
-        let split = t.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-        let (n, unit) = t.split_at(split);
-        let n: u64 = n.parse().map_err(|_| bad())?;
-        let mult = match unit {
-            "d" => 86_400,
-            "h" => 3600,
-            "m" => 60,
-            "s" => 1,
-            _ => return Err(bad()),
-        };
-        let secs = n.checked_mul(mult).ok_or_else(bad)?;
+        let secs = parse_with(t, rules).map_err(|e| {
+            format!("{e} (a rotation interval is e.g. 30d, 12h, 90m, 600s, or never)")
+        })?;
         if secs == 0 {
             return Ok(Self(None));
         }
@@ -57,9 +53,7 @@ impl Interval {
     fn text(self) -> String {
         match self.0 {
             None => "never".to_owned(),
-            Some(d) if d.as_secs() % 86_400 == 0 => format!("{}d", d.as_secs() / 86_400),
-            Some(d) if d.as_secs() % 3600 == 0 => format!("{}h", d.as_secs() / 3600),
-            Some(d) => format!("{}s", d.as_secs()),
+            Some(d) => plexsphere_wire::duration::format(d.as_secs()),
         }
     }
 }
@@ -121,6 +115,19 @@ mod tests {
         assert!(Interval::parse("10s").unwrap_err().contains("shortest"));
         assert!(Interval::parse("5w").unwrap_err().contains("30d"));
         assert!(Interval::parse("d").is_err());
+        // The one duration syntax: combined units too, and they print back the same way.
+        let i = Interval::parse("1d12h").unwrap();
+        assert_eq!(i.0, Some(Duration::from_secs(129_600)));
+        assert_eq!(i.text(), "1d12h");
+        assert_eq!(
+            Interval::parse("600").unwrap().0,
+            Some(Duration::from_secs(600))
+        );
+        assert!(
+            Interval::parse("30m1h")
+                .unwrap_err()
+                .contains("from d to s")
+        );
         let c: RotationConfig =
             serde_yaml::from_str("key_interval: 7d\ncredential_interval: never\n").unwrap();
         assert_eq!(c.key_interval.0, Some(Duration::from_secs(7 * 86_400)));

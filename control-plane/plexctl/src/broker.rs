@@ -5,6 +5,7 @@ use std::io::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
+use plexsphere_wire::duration::{self, DurationError};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use uuid::Uuid;
@@ -14,8 +15,7 @@ use crate::cli_broker::{CredentialCommand, ResourceCommand, WaitArgs};
 use crate::config::Settings;
 use crate::failure::Failure;
 use crate::output::{self, Format, render};
-use crate::session::{confirm, operator_api};
-use crate::ttl::{TtlError, parse_ttl};
+use crate::session::{confirm, operator_api, project_id as project_id_of};
 use crate::wait::{self, Ended, Goal};
 
 /// The body of `POST /v1/projects/{id}/resources`.
@@ -59,11 +59,11 @@ pub async fn resources(
             parameters,
             wait,
         } => {
-            let project = uuid_arg("--project-id", project_id, "plexctl project list")?;
             let request =
                 create_request(kind, blueprint_version_id, cloud_credential_id, parameters)?;
             let wait = wait_settings(wait)?;
             let api = &operator_api(settings)?;
+            let project = project_id_of(api, project_id).await?;
             let path = ["v1", "projects", &project.to_string(), "resources"];
             let created: Resource = api.post(&path, Some(&request)).await?;
             match wait {
@@ -89,9 +89,10 @@ pub async fn resources(
             }
         }
         ResourceCommand::List { project_id } => {
-            let project = uuid_arg("--project-id", project_id, "plexctl project list")?;
+            let api = &operator_api(settings)?;
+            let project = project_id_of(api, project_id).await?;
             let path = ["v1", "projects", &project.to_string(), "resources"];
-            let list: Items<Resource> = operator_api(settings)?.get(&path, &[]).await?;
+            let list: Items<Resource> = api.get(&path, &[]).await?;
             render(format, list.items.as_slice(), out::resources)
         }
         ResourceCommand::Delete { id, yes, wait } => {
@@ -326,9 +327,9 @@ pub fn wait_settings(args: &WaitArgs) -> Result<Option<(Duration, Duration)>, Fa
     if !args.wait {
         return Ok(None);
     }
-    let duration = |flag: &str, text: &str| match parse_ttl(text) {
+    let duration = |flag: &str, text: &str| match duration::parse(text) {
         Ok(secs) => Ok(Duration::from_secs(secs)),
-        Err(TtlError::Zero(_)) => Err(Failure::Usage(format!(
+        Err(DurationError::Zero(_)) => Err(Failure::Usage(format!(
             "{flag} `{text}` is zero; give a duration like 1s, 30s or 15m"
         ))),
         Err(e) => Err(Failure::Usage(format!("{flag}: {e}"))),

@@ -47,7 +47,7 @@ pub struct Global {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Issue, list and revoke the single-use tokens nodes register with
+    /// Issue, list and revoke the tokens nodes register with (single-use unless --uses)
     #[command(subcommand)]
     BootstrapToken(TokenCommand),
     /// List, show and revoke enrolled nodes
@@ -93,8 +93,23 @@ pub enum TokenCommand {
         /// How long the token can be used: 90s, 30m, 1h, 2d, 1h30m (the server allows 60s to 30d)
         #[arg(long, default_value = "1h", value_name = "DURATION")]
         ttl: String,
+        /// How many nodes may register with it, 1-1000 (an autoscaling group's size)
+        #[arg(long, default_value_t = 1, value_name = "N")]
+        uses: u32,
+        /// Make its nodes ephemeral: the control plane removes one once it stays offline for
+        /// --ephemeral-offline
+        #[arg(long)]
+        ephemeral: bool,
+        /// How long an ephemeral node may stay offline before it is removed: 2m to 7d
+        #[arg(
+            long,
+            default_value = "30m",
+            value_name = "DURATION",
+            requires = "ephemeral"
+        )]
+        ephemeral_offline: String,
     },
-    /// List a project's bootstrap tokens: active, consumed (with the node), expired, revoked
+    /// List a project's bootstrap tokens: status, uses of the limit, ephemeral, the nodes made
     List {
         /// The project's id or slug
         #[arg(long, value_name = "PROJECT")]
@@ -125,15 +140,15 @@ pub enum NodeCommand {
     },
     /// Show one node
     Get {
-        /// The node's id
-        #[arg(value_name = "ID")]
+        /// The node's id or name (the NAME column of `node list`)
+        #[arg(value_name = "NODE")]
         id: String,
     },
     /// Show what a node reported: handshakes, traffic and errors, newest first, and how many
     /// observations it dropped before sending (the server keeps the newest 500 per node)
     Observations {
-        /// The node's id
-        #[arg(value_name = "ID")]
+        /// The node's id or name (the NAME column of `node list`)
+        #[arg(value_name = "NODE")]
         id: String,
         /// How many to show, 1-500 (the server's default: 50)
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=500))]
@@ -144,8 +159,8 @@ pub enum NodeCommand {
     },
     /// Revoke a node: its credential stops working, its peers drop it, it leaves the mesh
     Revoke {
-        /// The node's id
-        #[arg(value_name = "ID")]
+        /// The node's id or name (the NAME column of `node list`)
+        #[arg(value_name = "NODE")]
         id: String,
         /// Do not ask for confirmation (needed when stdin is not a terminal)
         #[arg(long, short = 'y')]
@@ -154,14 +169,14 @@ pub enum NodeCommand {
     /// Ask a node to rotate its WireGuard key: it does so at its next heartbeat (the private
     /// key never leaves the node); `node get` shows key_rotated_at when it is done
     RotateKey {
-        /// The node's id
-        #[arg(value_name = "ID")]
+        /// The node's id or name (the NAME column of `node list`)
+        #[arg(value_name = "NODE")]
         id: String,
     },
     /// Ask a node to rotate its credential at its next heartbeat
     RotateCredential {
-        /// The node's id
-        #[arg(value_name = "ID")]
+        /// The node's id or name (the NAME column of `node list`)
+        #[arg(value_name = "NODE")]
         id: String,
     },
 }

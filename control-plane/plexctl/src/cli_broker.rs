@@ -8,8 +8,8 @@ use clap::{Args, Subcommand};
 pub enum ResourceCommand {
     /// Declare a resource; the server accepts it (202) and provisions it asynchronously
     Create {
-        /// The project's id
-        #[arg(long, value_name = "PROJECT_ID")]
+        /// The project's id or slug
+        #[arg(long, visible_alias = "project", value_name = "PROJECT")]
         project_id: String,
         /// The resource kind; must be the blueprint's (see `plexctl blueprint list`)
         #[arg(long, value_name = "KIND")]
@@ -36,8 +36,8 @@ pub enum ResourceCommand {
     },
     /// List a project's resources
     List {
-        /// The project's id
-        #[arg(long, value_name = "PROJECT_ID")]
+        /// The project's id or slug
+        #[arg(long, visible_alias = "project", value_name = "PROJECT")]
         project_id: String,
     },
     /// Deprovision a resource; Deleted once the substrate confirms it is gone

@@ -12,6 +12,7 @@ use reqwest::{Method, StatusCode, Url};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::plain_http;
 use crate::secret::Secret;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -51,6 +52,9 @@ pub enum ClientError {
     Timeout { origin: String },
     #[error("the request to {origin} failed: {detail}")]
     Transport { origin: String, detail: String },
+    /// `http://` for a port that speaks TLS (plexsphere's, or a proxy's HTTPS port).
+    #[error("the server at {origin} speaks HTTPS, not plain HTTP; use {https} as the server URL")]
+    PlainHttpToTls { origin: String, https: String },
     #[error("cannot use the CA file {}: {detail}; give a PEM file of the CA that signed the server's certificate", .path.display())]
     CaFile { path: PathBuf, detail: String },
     #[error("cannot set up the HTTPS client: {0}")]
@@ -69,6 +73,7 @@ impl ClientError {
             | ClientError::NotReachable { .. }
             | ClientError::Timeout { .. }
             | ClientError::Transport { .. }
+            | ClientError::PlainHttpToTls { .. }
             | ClientError::Setup(_) => 2,
             ClientError::CaFile { .. } => 64,
         }
@@ -148,10 +153,32 @@ impl Api {
             request = request.json(body);
         }
         let origin = origin_of(&url);
-        let response = request.send().await.map_err(|e| classify(&origin, &e))?;
+        let response = match request.send().await {
+            Ok(r) => r,
+            Err(e) => return Err(explain(&url, classify(&origin, &e)).await),
+        };
         let status = response.status();
         let bytes = response.bytes().await.map_err(|e| classify(&origin, &e))?;
+        if plain_http::proxy_says_https(&url, status, &bytes) {
+            return Err(plain_http_error(&url));
+        }
         decode(&url, status, &bytes)
+    }
+}
+
+/// A transport failure on an `http://` URL whose port answers with TLS becomes the hint to
+/// use `https://`; any other failure stays as it is.
+async fn explain(url: &Url, err: ClientError) -> ClientError {
+    if matches!(err, ClientError::Transport { .. }) && plain_http::speaks_tls(url).await {
+        return plain_http_error(url);
+    }
+    err
+}
+
+fn plain_http_error(url: &Url) -> ClientError {
+    ClientError::PlainHttpToTls {
+        origin: origin_of(url),
+        https: plain_http::https_origin(url),
     }
 }
 

@@ -6,19 +6,19 @@ use plexsphere_wire::admin::{
     TokenView, VersionInfo,
 };
 use plexsphere_wire::secret::{TokenKind, valid_env_prefix};
-use uuid::Uuid;
 
 use crate::broker;
 use crate::cli::{Command, ListCommand, NodeCommand, TokenCommand};
 use crate::client::Api;
 use crate::config::Settings;
 use crate::failure::Failure;
+use crate::names::node_id;
 use crate::observations;
 use crate::operator_tokens;
 use crate::output::{self, Format, render};
 use crate::session::project_id;
 use crate::session::{confirm, operator_api};
-use crate::ttl::parse_ttl;
+use plexsphere_wire::duration;
 
 /// Runs one command and answers what to print on stdout.
 pub async fn run(
@@ -82,8 +82,12 @@ async fn tokens(
             kind,
             env_prefix,
             ttl,
+            uses,
+            ephemeral,
+            ephemeral_offline,
         } => {
-            let request = issue_request(kind, env_prefix, ttl)?;
+            let ephemeral = ephemeral.then_some(ephemeral_offline.as_str());
+            let request = issue_request(kind, env_prefix, ttl, *uses, ephemeral)?;
             let api = &operator_api(settings)?;
             let project = project_id(api, project).await?;
             let path = ["v1", "projects", &project.to_string(), "bootstrap-tokens"];
@@ -121,14 +125,14 @@ async fn nodes(cmd: &NodeCommand, format: Format, settings: &Settings) -> Result
             render(format, list.items.as_slice(), output::nodes)
         }
         NodeCommand::Get { id } => {
-            let id = node_id(id)?;
-            let node: NodeView = operator_api(settings)?
-                .get(&["v1", "nodes", &id.to_string()], &[])
-                .await?;
+            let api = &operator_api(settings)?;
+            let id = node_id(api, id).await?;
+            let node: NodeView = api.get(&["v1", "nodes", &id.to_string()], &[]).await?;
             render(format, &node, output::node)
         }
         NodeCommand::Observations { id, limit, kind } => {
-            let id = node_id(id)?.to_string();
+            let api = &operator_api(settings)?;
+            let id = node_id(api, id).await?.to_string();
             let limit = limit.map(|n| n.to_string());
             let mut query: Vec<(&str, &str)> = Vec::new();
             if let Some(n) = &limit {
@@ -137,14 +141,14 @@ async fn nodes(cmd: &NodeCommand, format: Format, settings: &Settings) -> Result
             if let Some(k) = kind {
                 query.push(("kind", k));
             }
-            let list: ObservationList = operator_api(settings)?
+            let list: ObservationList = api
                 .get(&["v1", "nodes", &id, "observations"], &query)
                 .await?;
             render(format, &list, observations::render)
         }
         NodeCommand::Revoke { id, yes } => {
-            let id = node_id(id)?;
             let api = &operator_api(settings)?;
+            let id = node_id(api, id).await?;
             let path = ["v1", "nodes", &id.to_string()];
             if !yes {
                 let node: NodeView = api.get(&path, &[]).await?;
@@ -156,25 +160,16 @@ async fn nodes(cmd: &NodeCommand, format: Format, settings: &Settings) -> Result
             render(format, &node, output::node)
         }
         NodeCommand::RotateKey { id } | NodeCommand::RotateCredential { id } => {
-            let id = node_id(id)?.to_string();
+            let api = &operator_api(settings)?;
+            let id = node_id(api, id).await?.to_string();
             let what = match cmd {
                 NodeCommand::RotateKey { .. } => "rotate-key",
                 _ => "rotate-credential",
             };
-            let node: NodeView = operator_api(settings)?
-                .post::<(), _>(&["v1", "nodes", &id, what], None)
-                .await?;
+            let node: NodeView = api.post::<(), _>(&["v1", "nodes", &id, what], None).await?;
             render(format, &node, output::node)
         }
     }
-}
-
-fn node_id(given: &str) -> Result<Uuid, Failure> {
-    Uuid::parse_str(given.trim()).map_err(|_| {
-        Failure::Usage(format!(
-            "`{given}` is not a node id; node ids are UUIDs, see `plexctl node list`"
-        ))
-    })
 }
 
 /// Asks on the terminal before revoking; without a terminal, `--yes` is required.
@@ -183,17 +178,25 @@ fn confirm_revoke(node: &NodeView) -> Result<(), Failure> {
         &format!("revoke node {}", node.id),
         &format!(
             "revoke node {} ({}, {})? Its credential stops working and its peers drop it.",
-            node.id, node.hostname, node.mesh_ip
+            node.id,
+            node.name(),
+            node.mesh_ip
         ),
         &format!("not revoked: node {} is unchanged", node.id),
     )
 }
 
-/// Checks `bootstrap-token issue`'s arguments before anything is sent.
+/// The most nodes one bootstrap token may make (the server's limit too).
+pub const MAX_USES: u32 = 1_000;
+
+/// Checks `bootstrap-token issue`'s arguments before anything is sent. `ephemeral` is the
+/// `--ephemeral-offline` text when `--ephemeral` is given.
 pub fn issue_request(
     kind: &str,
     env_prefix: &str,
     ttl: &str,
+    uses: u32,
+    ephemeral: Option<&str>,
 ) -> Result<IssueTokenRequest, Failure> {
     let kind = TokenKind::parse(kind).ok_or_else(|| {
         Failure::Usage(format!(
@@ -205,11 +208,23 @@ pub fn issue_request(
             "--env-prefix `{env_prefix}` must be 1-16 characters of a-z and 0-9, e.g. lab"
         )));
     }
-    let ttl_secs = parse_ttl(ttl).map_err(|e| Failure::Usage(format!("--ttl: {e}")))?;
+    let ttl_secs = duration::parse(ttl).map_err(|e| Failure::Usage(format!("--ttl: {e}")))?;
+    if !(1..=MAX_USES).contains(&uses) {
+        return Err(Failure::Usage(format!(
+            "--uses {uses} is out of range: a token may make 1 to {MAX_USES} nodes; issue several tokens for a larger group"
+        )));
+    }
+    let ephemeral_offline_secs = ephemeral
+        .map(|text| {
+            duration::parse(text).map_err(|e| Failure::Usage(format!("--ephemeral-offline: {e}")))
+        })
+        .transpose()?;
     Ok(IssueTokenRequest {
         kind,
         env_prefix: env_prefix.to_owned(),
         ttl_secs,
+        max_uses: (uses != 1).then_some(uses),
+        ephemeral_offline_secs,
     })
 }
 

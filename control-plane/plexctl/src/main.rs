@@ -13,12 +13,13 @@ mod client;
 mod commands;
 mod config;
 mod failure;
+mod names;
 mod observations;
 mod operator_tokens;
 mod output;
+mod plain_http;
 mod secret;
 mod session;
-mod ttl;
 mod wait;
 
 use std::io::Write as _;

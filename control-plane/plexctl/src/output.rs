@@ -117,11 +117,45 @@ pub fn issued_token(t: &IssuedToken) -> String {
         ("kind", t.kind.as_str().to_owned()),
         ("env prefix", t.env_prefix.clone()),
         ("expires at", time(t.expires_at)),
+        ("uses", uses_left(t.max_uses)),
+        ("ephemeral", ephemeral(t.ephemeral_offline_secs)),
     ]));
     out.push_str(
         "note: the token is shown only once; store it now (on the node: /etc/plexd/bootstrap-token, mode 0600)\n",
     );
     out
+}
+
+/// `1 node` / `3 nodes` may register with a token.
+fn uses_left(max_uses: u32) -> String {
+    match max_uses {
+        1 => "1 node (single use)".to_owned(),
+        n => format!("up to {n} nodes"),
+    }
+}
+
+/// `removed after 30m offline`, or `no`.
+fn ephemeral(offline_secs: Option<u64>) -> String {
+    match offline_secs {
+        Some(s) => format!(
+            "yes: its nodes are removed after {} offline",
+            plexsphere_wire::duration::format(s)
+        ),
+        None => "no".to_owned(),
+    }
+}
+
+/// The nodes a token made that still exist. Servers before reusable tokens send no `uses`
+/// (read as 0) and no `nodes`, only the consumer of a single-use token: that one is shown.
+fn token_nodes(t: &TokenView) -> String {
+    if t.uses == 0 {
+        return opt(t.consumed_by_node, |n| n.to_string());
+    }
+    if t.nodes.is_empty() {
+        return "-".to_owned();
+    }
+    let ids: Vec<String> = t.nodes.iter().map(ToString::to_string).collect();
+    ids.join(",")
 }
 
 pub fn tokens(items: &[TokenView]) -> String {
@@ -133,9 +167,11 @@ pub fn tokens(items: &[TokenView]) -> String {
                 t.kind.as_str().to_owned(),
                 text(&t.env_prefix),
                 t.status.as_str().to_owned(),
+                format!("{}/{}", t.uses, t.max_uses),
+                opt(t.ephemeral_offline_secs, plexsphere_wire::duration::format),
                 time(t.created_at),
                 time(t.expires_at),
-                opt(t.consumed_by_node, |n| n.to_string()),
+                token_nodes(t),
             ]
         })
         .collect();
@@ -145,9 +181,11 @@ pub fn tokens(items: &[TokenView]) -> String {
             "KIND",
             "ENV",
             "STATUS",
+            "USES",
+            "EPHEMERAL",
             "CREATED",
             "EXPIRES",
-            "CONSUMED BY",
+            "NODES",
         ],
         &rows,
     )
@@ -159,6 +197,7 @@ pub fn nodes(items: &[NodeView]) -> String {
         .map(|n| {
             vec![
                 n.id.to_string(),
+                text(n.name()),
                 text(&n.hostname),
                 n.mesh_ip.to_string(),
                 status_flagged(n),
@@ -172,6 +211,7 @@ pub fn nodes(items: &[NodeView]) -> String {
     table(
         &[
             "ID",
+            "NAME",
             "HOSTNAME",
             "MESH IP",
             "STATUS",
@@ -184,12 +224,17 @@ pub fn nodes(items: &[NodeView]) -> String {
     )
 }
 
-/// A node's status, flagged `+clone` when requests with its credential came from another host.
+/// A node's status, flagged `+clone` when requests with its credential came from another host
+/// and `+ephemeral` when the control plane removes it once offline too long.
 fn status_flagged(n: &NodeView) -> String {
-    match n.clone {
-        Some(_) => format!("{}+clone", n.status.as_str()),
-        None => n.status.as_str().to_owned(),
+    let mut s = n.status.as_str().to_owned();
+    if n.clone.is_some() {
+        s.push_str("+clone");
     }
+    if n.ephemeral_offline_secs.is_some() {
+        s.push_str("+ephemeral");
+    }
+    s
 }
 
 /// `clone suspected: <first seen>, <count> requests from <addr> (last <time>)`.
@@ -227,10 +272,20 @@ pub fn node(n: &NodeView) -> String {
     };
     let mut pairs = vec![
         ("id", n.id.to_string()),
+        ("name", text(n.name())),
         ("hostname", text(&n.hostname)),
         ("mesh ip", n.mesh_ip.to_string()),
         ("status", n.status.as_str().to_owned()),
     ];
+    if let Some(secs) = n.ephemeral_offline_secs {
+        pairs.push((
+            "ephemeral",
+            format!(
+                "removed after {} offline",
+                plexsphere_wire::duration::format(secs)
+            ),
+        ));
+    }
     if let Some(c) = &n.clone {
         pairs.push(("clone suspected", clone_line(c)));
     }

@@ -22,6 +22,10 @@ fn token(id: &str, status: TokenStatus, consumed_by: Option<uuid::Uuid>) -> Toke
         consumed_by_node: consumed_by,
         revoked_at: None,
         resource_id: None,
+        uses: u32::from(consumed_by.is_some()),
+        max_uses: 1,
+        ephemeral_offline_secs: None,
+        nodes: consumed_by.into_iter().collect(),
     }
 }
 
@@ -72,6 +76,7 @@ fn node_view() -> NodeView {
             udp_blocked: false,
         }),
         clone: None,
+        ephemeral_offline_secs: None,
     }
 }
 
@@ -98,6 +103,8 @@ fn issued_token_starts_with_the_bare_token() {
         env_prefix: "lab".to_owned(),
         created_at: datetime!(2026-11-30 10:00:00 UTC),
         expires_at: datetime!(2026-11-30 11:00:00 UTC),
+        max_uses: 1,
+        ephemeral_offline_secs: None,
     };
     assert_eq!(
         issued_token(&issued),
@@ -107,23 +114,53 @@ project:     019a0816-0000-7000-8000-000000000002
 kind:        node
 env prefix:  lab
 expires at:  2026-11-30T11:00:00Z
+uses:        1 node (single use)
+ephemeral:   no
 note: the token is shown only once; store it now (on the node: /etc/plexd/bootstrap-token, mode 0600)
 "
+    );
+    let reusable = IssuedToken {
+        max_uses: 3,
+        ephemeral_offline_secs: Some(5_400),
+        ..issued
+    };
+    let text = issued_token(&reusable);
+    assert!(
+        text.contains("\nuses:        up to 3 nodes\nephemeral:   yes: its nodes are removed after 1h30m offline\n"),
+        "{text}"
     );
 }
 
 #[test]
-fn token_list_shows_status_and_the_consuming_node() {
+fn token_list_shows_status_uses_and_the_nodes_made() {
+    let mut reusable = token("00000000000000aa", TokenStatus::Active, None);
+    reusable.max_uses = 3;
+    reusable.uses = 2;
+    reusable.ephemeral_offline_secs = Some(1_800);
+    reusable.nodes = vec![NODE, uuid!("019a0816-0000-7000-8000-0000000000bb")];
+    // An older server names only the consumer of a single-use token (and sends no uses).
+    let mut old = token("00000000000000bb", TokenStatus::Consumed, Some(NODE));
+    old.nodes = Vec::new();
+    old.uses = 0;
+    // Every node it made is gone (ephemeral nodes removed): none listed, not the last consumer.
+    let mut emptied = token("00000000000000cc", TokenStatus::Consumed, Some(NODE));
+    emptied.nodes = Vec::new();
     let items = [
         token("0123456789abcdef", TokenStatus::Consumed, Some(NODE)),
         token("fedcba9876543210", TokenStatus::Active, None),
+        reusable,
+        old,
+        emptied,
     ];
     assert_eq!(
         tokens(&items),
         "\
-ID                KIND  ENV  STATUS    CREATED               EXPIRES               CONSUMED BY
-0123456789abcdef  node  lab  consumed  2026-11-30T10:00:00Z  2026-11-30T11:00:00Z  019a0816-0000-7000-8000-0000000000aa
-fedcba9876543210  node  lab  active    2026-11-30T10:00:00Z  2026-11-30T11:00:00Z  -
+ID                KIND  ENV  STATUS    USES  EPHEMERAL  CREATED               EXPIRES               NODES
+0123456789abcdef  node  lab  consumed  1/1   -          2026-11-30T10:00:00Z  2026-11-30T11:00:00Z  019a0816-0000-7000-8000-0000000000aa
+fedcba9876543210  node  lab  active    0/1   -          2026-11-30T10:00:00Z  2026-11-30T11:00:00Z  -
+00000000000000aa  node  lab  active    2/3   30m        2026-11-30T10:00:00Z  2026-11-30T11:00:00Z  019a0816-0000-7000-8000-0000000000aa,019a0816-0000-7000-8000-0000000000bb
+00000000000000bb  node  lab  consumed  0/1   -          2026-11-30T10:00:00Z  2026-11-30T11:00:00Z  019a0816-0000-7000-8000-0000000000aa
+00000000000000cc  node  lab  consumed  1/1   -          2026-11-30T10:00:00Z  2026-11-30T11:00:00Z  -
 "
     );
 }
@@ -137,18 +174,22 @@ fn node_list_and_node_get() {
     never_seen.status = NodeStatus::Registered;
     never_seen.last_seen_at = None;
     never_seen.endpoints = Vec::new();
+    // A broker node: named by its resource handle, and ephemeral.
+    never_seen.resource_handle = Some("db-main".to_owned());
+    never_seen.ephemeral_offline_secs = Some(1_800);
     assert_eq!(
         nodes(&[node_view(), never_seen]),
         "\
-ID                                    HOSTNAME  MESH IP    STATUS      LAST SEEN             ENDPOINTS                            VERSION  PROJECT
-019a0816-0000-7000-8000-0000000000aa  edge-1    10.64.1.1  online      2026-11-30T10:06:07Z  192.0.2.10:51820,198.51.100.7:40000  0.1.0    019a0816-0000-7000-8000-000000000002
-019a0816-0000-7000-8000-0000000000bb  db        10.64.1.2  registered  -                     -                                    0.1.0    019a0816-0000-7000-8000-000000000002
+ID                                    NAME     HOSTNAME  MESH IP    STATUS                LAST SEEN             ENDPOINTS                            VERSION  PROJECT
+019a0816-0000-7000-8000-0000000000aa  edge-1   edge-1    10.64.1.1  online                2026-11-30T10:06:07Z  192.0.2.10:51820,198.51.100.7:40000  0.1.0    019a0816-0000-7000-8000-000000000002
+019a0816-0000-7000-8000-0000000000bb  db-main  db        10.64.1.2  registered+ephemeral  -                     -                                    0.1.0    019a0816-0000-7000-8000-000000000002
 "
     );
     assert_eq!(
         node(&node_view()),
         "\
 id:               019a0816-0000-7000-8000-0000000000aa
+name:             edge-1
 hostname:         edge-1
 mesh ip:          10.64.1.1
 status:           online
@@ -187,7 +228,7 @@ fn node_get_before_a_heartbeat_and_with_dropped_observations() {
     let text = node(&quiet);
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(
-        lines[3..9],
+        lines[4..10],
         [
             "status:           registered",
             "last seen:        -",

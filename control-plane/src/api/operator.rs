@@ -18,7 +18,7 @@ use super::state::AppState;
 use crate::error::Error;
 use crate::operator_tokens::{self, OperatorTokenError, TokenSpec};
 use crate::store::nodes::NodeRow;
-use crate::store::tokens::TokenRow;
+use crate::store::tokens::{TokenRow, TokenUsage};
 use crate::store::{
     self, Conn, StoreError, domains, node_hosts, nodes, operators, projects, tokens,
 };
@@ -117,13 +117,19 @@ pub async fn issue_token(
             "ttl_secs must be between {MIN_TTL_SECS} (1 minute) and {MAX_TTL_SECS} (30 days)"
         )));
     }
+    let usage = TokenUsage::checked(req.max_uses.unwrap_or(1), req.ephemeral_offline_secs)
+        .map_err(|e| Error::Invalid(e.to_string()))?;
     let mut c = st.store.acquire().await?;
     require_project(&mut c, &op, project_id).await?;
     let token = BootstrapToken::generate(&req.env_prefix, req.kind)
         .map_err(|e| Error::Internal(e.to_string()))?;
-    let row = TokenRow::issued(&token, project_id, st.now(), req.ttl_secs, None);
+    let row = TokenRow::issued(&token, project_id, st.now(), req.ttl_secs, None).with_usage(usage);
     tokens::insert(&mut c, &row).await?;
-    tracing::info!(token_id = %row.id, project_id = %project_id, operator = %op.id, "bootstrap token issued");
+    tracing::info!(
+        token_id = %row.id, project_id = %project_id, operator = %op.id,
+        max_uses = usage.max_uses, ephemeral_offline_secs = ?usage.ephemeral_offline_secs,
+        "bootstrap token issued"
+    );
     let view = token_view(&row, row.created_at)?;
     Ok((
         StatusCode::CREATED,
@@ -135,6 +141,8 @@ pub async fn issue_token(
             env_prefix: req.env_prefix,
             created_at: view.created_at,
             expires_at: view.expires_at,
+            max_uses: usage.max_uses,
+            ephemeral_offline_secs: usage.ephemeral_offline_secs,
         }),
     ))
 }
@@ -147,11 +155,16 @@ pub async fn list_tokens(
     let mut c = st.store.acquire().await?;
     require_project(&mut c, &op, project_id).await?;
     let now = store::unix(st.now());
+    let mut made = nodes::made_by_tokens_of_project(&mut c, project_id).await?;
     let items = tokens::list_for_project(&mut c, project_id)
         .await?
         .iter()
-        .map(|r| token_view(r, now))
-        .collect::<Result<_, _>>()?;
+        .map(|r| {
+            let mut v = token_view(r, now)?;
+            v.nodes = made.remove(&r.id).unwrap_or_default();
+            Ok(v)
+        })
+        .collect::<Result<_, StoreError>>()?;
     Ok(Json(List { items }))
 }
 
@@ -172,7 +185,7 @@ pub async fn revoke_token(
         return match tokens::get(&mut c, &id).await? {
             None => Err(Error::NotFound(format!("no bootstrap token with id {id}"))),
             Some(_) => Err(Error::Conflict(format!(
-                "bootstrap token {id} was already consumed by a node; revoke the node instead"
+                "bootstrap token {id} is used up (every use it allows was taken); revoke its nodes instead"
             ))),
         };
     }

@@ -173,6 +173,9 @@ impl MaintenanceHost for AppState {
     fn store(&self) -> &Store {
         &self.store
     }
+    fn node_ops(&self) -> NodeOps<'_> {
+        AppState::node_ops(self)
+    }
     fn now(&self) -> OffsetDateTime {
         AppState::now(self)
     }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use ipnet::IpNet;
+use plexsphere_wire::duration::{Rules, parse_with};
 
 use super::downloads::DownloadArgs;
 use super::reach::ReachArgs;
@@ -100,8 +101,13 @@ pub struct LimitArgs {
     /// Registration requests a client may send at once.
     #[arg(long, env = "PLEXSPHERE_REGISTER_BURST", default_value_t = 10)]
     pub register_burst: u32,
-    /// Seconds until a client gets one more registration request.
-    #[arg(long, env = "PLEXSPHERE_REGISTER_REFILL_SECS", default_value_t = 3)]
+    /// Seconds until a client gets one more registration request (a number, or e.g. 3s).
+    #[arg(
+        long,
+        env = "PLEXSPHERE_REGISTER_REFILL_SECS",
+        default_value_t = 3,
+        value_parser = secs_flag
+    )]
     pub register_refill_secs: u64,
     /// A reverse proxy's address range whose X-Forwarded-For is believed (repeatable).
     #[arg(
@@ -131,20 +137,31 @@ impl LimitArgs {
 #[derive(Debug, Clone, Args)]
 pub struct NodeApiArgs {
     /// Seconds between node heartbeats (nodes get it at registration and with every ack).
-    #[arg(long, env = "PLEXSPHERE_HEARTBEAT_SECS", default_value_t = 30)]
+    #[arg(
+        long,
+        env = "PLEXSPHERE_HEARTBEAT_SECS",
+        default_value_t = 30,
+        value_parser = secs_flag_u32
+    )]
     pub heartbeat_secs: u32,
     /// A node is offline after this many seconds without a call; default: 3 heartbeats.
-    #[arg(long, env = "PLEXSPHERE_OFFLINE_AFTER_SECS")]
+    #[arg(long, env = "PLEXSPHERE_OFFLINE_AFTER_SECS", value_parser = secs_flag)]
     pub offline_after_secs: Option<u64>,
     /// How long events stay replayable for a stream resuming with Last-Event-ID.
     #[arg(
         long,
         env = "PLEXSPHERE_EVENT_RETENTION_SECS",
-        default_value_t = 86_400
+        default_value_t = 86_400,
+        value_parser = secs_flag
     )]
     pub event_retention_secs: u64,
     /// Seconds between keep-alive comments on an idle event stream.
-    #[arg(long, env = "PLEXSPHERE_SSE_KEEPALIVE_SECS", default_value_t = plexsphere_wire::node::SSE_KEEPALIVE_SECS)]
+    #[arg(
+        long,
+        env = "PLEXSPHERE_SSE_KEEPALIVE_SECS",
+        default_value_t = plexsphere_wire::node::SSE_KEEPALIVE_SECS,
+        value_parser = secs_flag
+    )]
     pub sse_keepalive_secs: u64,
     /// The relays and STUN servers every node's state lists (`--relay`, `--stun-advertise`).
     #[command(flatten)]
@@ -230,7 +247,12 @@ pub struct BrokerArgs {
     )]
     pub blueprints: Vec<PathBuf>,
     /// Seconds between the broker's periodic re-checks of every resource.
-    #[arg(long, env = "PLEXSPHERE_RECONCILE_SECS", default_value_t = 3)]
+    #[arg(
+        long,
+        env = "PLEXSPHERE_RECONCILE_SECS",
+        default_value_t = 3,
+        value_parser = secs_flag
+    )]
     pub reconcile_secs: u64,
     /// Turn the local-machine substrate off (by default it is on when running as root with
     /// systemd-nspawn, debootstrap and /dev/net/tun). Machines reach the server on the bridge
@@ -336,4 +358,44 @@ pub enum OperatorTokenCommand {
         data: DataArgs,
         id: String,
     },
+}
+
+/// A `--*-secs` flag (and its environment variable): a bare number of seconds, as before, or a
+/// duration in the one syntax (`90s`, `30m`, `1h30m`, `2d`). Zero parses; each flag's own check
+/// says why it is refused.
+fn secs_flag(text: &str) -> Result<u64, String> {
+    let rules = Rules {
+        bare_seconds: true,
+        zero: true,
+    };
+    parse_with(text, rules).map_err(|e| e.to_string())
+}
+
+/// [`secs_flag`] for a flag counted in `u32` seconds.
+fn secs_flag_u32(text: &str) -> Result<u32, String> {
+    let secs = secs_flag(text)?;
+    u32::try_from(secs).map_err(|_| {
+        format!(
+            "`{text}` is too long for this flag (at most {} seconds)",
+            u32::MAX
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secs_flags_take_seconds_or_the_duration_syntax() {
+        assert_eq!(secs_flag("90"), Ok(90));
+        assert_eq!(secs_flag("1m30s"), Ok(90));
+        assert_eq!(secs_flag("1d"), Ok(86_400));
+        // Zero parses; the flag's own check refuses it with its name.
+        assert_eq!(secs_flag("0"), Ok(0));
+        assert!(secs_flag("5w").is_err_and(|e| e.contains("unknown unit `w`")));
+        assert!(secs_flag("1h30").is_err());
+        assert_eq!(secs_flag_u32("30s"), Ok(30));
+        assert!(secs_flag_u32("200000d").is_err_and(|e| e.contains("too long")));
+    }
 }

@@ -166,6 +166,13 @@ pub fn migrator() -> Migrator {
             include_str!("../../migrations/0010_node_host.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            11,
+            Cow::Borrowed("reusable tokens"),
+            MigrationType::Simple,
+            include_str!("../../migrations/0011_reusable_tokens.sql").into_sql_str(),
+            false,
+        ),
     ];
     Migrator::with_migrations(migrations)
 }

@@ -46,6 +46,17 @@ pub struct NodeRow {
     /// The host fingerprint the node is bound to (`None` until it sent one; schema version 10,
     /// `crate::clone`).
     pub host_fingerprint: Option<HostFingerprint>,
+    /// The token it registered with and whether it is ephemeral (schema version 11).
+    pub origin: NodeOrigin,
+}
+
+/// Where a node came from: the bootstrap token it registered with (`None` for nodes older
+/// than schema version 11 whose token row is gone) and, for an ephemeral node, how long it may
+/// stay offline before the control plane removes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeOrigin {
+    pub bootstrap_token_id: Option<String>,
+    pub ephemeral_offline_secs: Option<u64>,
 }
 
 /// What a node reported about itself: its last heartbeat's figures (all `None` until it
@@ -67,7 +78,7 @@ macro_rules! select_nodes {
             "SELECT id, domain_id, project_id, hostname, arch, plexd_version, mesh_ip, wireguard_public_key, resource_handle, credential_sha256, registered_at, last_seen_at, revoked_at, listen_port, endpoints, \
              last_heartbeat_at, uptime_secs, applied_state_version, peers_configured, peers_connected, observations_dropped, \
              local_endpoints, reflexive_endpoints, observed_endpoint, home_relay, nat_mapping, udp_blocked, \
-             key_rotated_at, credential_rotated_at, pending_credential_sha256, previous_credential_sha256, previous_credential_until, rotate_key_requested_at, rotate_credential_requested_at, host_fingerprint FROM nodes ",
+             key_rotated_at, credential_rotated_at, pending_credential_sha256, previous_credential_sha256, previous_credential_until, rotate_key_requested_at, rotate_credential_requested_at, host_fingerprint, bootstrap_token_id, ephemeral_offline_secs FROM nodes ",
             $tail
         )
     };
@@ -101,6 +112,7 @@ impl NodeRow {
             reach: NodeReach::default(),
             rotation: NodeRotation::default(),
             host_fingerprint: None,
+            origin: NodeOrigin::default(),
         }
     }
 }
@@ -160,6 +172,14 @@ fn from_row(row: &sqlx::any::AnyRow) -> Result<NodeRow, StoreError> {
             .try_get::<Option<String>, _>("host_fingerprint")?
             .map(|t| super::node_hosts::parse_fingerprint(&t))
             .transpose()?,
+        origin: NodeOrigin {
+            bootstrap_token_id: row.try_get("bootstrap_token_id")?,
+            ephemeral_offline_secs: opt_col(
+                row,
+                "ephemeral_offline_secs",
+                "nodes.ephemeral_offline_secs",
+            )?,
+        },
     })
 }
 
@@ -176,8 +196,8 @@ fn opt_col<T: TryFrom<i64>>(
 
 pub async fn insert(conn: &mut AnyConnection, n: &NodeRow) -> Result<(), StoreError> {
     sqlx::query(
-        "INSERT INTO nodes (id, domain_id, project_id, hostname, arch, plexd_version, mesh_ip, wireguard_public_key, resource_handle, credential_sha256, registered_at, last_seen_at, revoked_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+        "INSERT INTO nodes (id, domain_id, project_id, hostname, arch, plexd_version, mesh_ip, wireguard_public_key, resource_handle, credential_sha256, registered_at, last_seen_at, revoked_at, bootstrap_token_id, ephemeral_offline_secs) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
     )
     .bind(n.id.to_string())
     .bind(n.domain_id.to_string())
@@ -192,9 +212,63 @@ pub async fn insert(conn: &mut AnyConnection, n: &NodeRow) -> Result<(), StoreEr
     .bind(n.registered_at)
     .bind(n.last_seen_at)
     .bind(n.revoked_at)
+    .bind(n.origin.bootstrap_token_id.clone())
+    .bind(n.origin.ephemeral_offline_secs.map(sat_i64))
     .execute(&mut *conn)
     .await?;
     Ok(())
+}
+
+/// The node `token_id` made for this WireGuard key, if any (the replay rule's lookup).
+pub async fn made_by_token_with_key(
+    conn: &mut AnyConnection,
+    token_id: &str,
+    wireguard_public_key: &str,
+) -> Result<Option<NodeRow>, StoreError> {
+    let row = sqlx::query(select_nodes!(
+        "WHERE bootstrap_token_id = $1 AND wireguard_public_key = $2 ORDER BY registered_at DESC, id LIMIT 1"
+    ))
+    .bind(token_id.to_owned())
+    .bind(wireguard_public_key.to_owned())
+    .fetch_optional(&mut *conn)
+    .await?;
+    row.as_ref().map(from_row).transpose()
+}
+
+/// The ids of the nodes each token of a Project made, oldest first, by token id.
+pub async fn made_by_tokens_of_project(
+    conn: &mut AnyConnection,
+    project_id: Uuid,
+) -> Result<std::collections::HashMap<String, Vec<Uuid>>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT id, bootstrap_token_id FROM nodes WHERE project_id = $1 AND bootstrap_token_id IS NOT NULL ORDER BY registered_at, id",
+    )
+    .bind(project_id.to_string())
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut out: std::collections::HashMap<String, Vec<Uuid>> = std::collections::HashMap::new();
+    for row in &rows {
+        let token: String = row.try_get("bootstrap_token_id")?;
+        let id = parse_col("nodes.id", &row.try_get::<String, _>("id")?)?;
+        out.entry(token).or_default().push(id);
+    }
+    Ok(out)
+}
+
+/// The live ephemeral nodes whose last authenticated call (or registration, when they never
+/// made one) is older than their offline allowance at `now`.
+pub async fn ephemeral_expired(
+    conn: &mut AnyConnection,
+    now: i64,
+) -> Result<Vec<NodeRow>, StoreError> {
+    let rows = sqlx::query(select_nodes!(
+        "WHERE ephemeral_offline_secs IS NOT NULL AND revoked_at IS NULL \
+         AND COALESCE(last_seen_at, registered_at) + ephemeral_offline_secs < $1 ORDER BY registered_at, id"
+    ))
+    .bind(now)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter().map(from_row).collect()
 }
 
 pub async fn get(conn: &mut AnyConnection, id: Uuid) -> Result<Option<NodeRow>, StoreError> {

@@ -1,4 +1,5 @@
-//! The `bootstrap_tokens` table: single-use tokens, stored as the SHA-256 of their secret.
+//! The `bootstrap_tokens` table: tokens good for one node (the default) or up to `max_uses`
+//! nodes (an autoscaling group's), stored as the SHA-256 of their secret.
 
 use plexsphere_wire::secret::BootstrapToken;
 use sqlx::{AnyConnection, Row as _};
@@ -21,6 +22,68 @@ pub struct TokenRow {
     pub consumed_by_node: Option<Uuid>,
     pub revoked_at: Option<i64>,
     pub resource_id: Option<Uuid>,
+    /// How many nodes the token may make and whether they are ephemeral (schema version 11).
+    pub usage: TokenUsage,
+    /// How many nodes it made so far (at most `usage.max_uses`).
+    pub uses: u32,
+}
+
+/// The most nodes one token may make: a bound on what a leaked reusable token can enrol.
+/// Larger groups use several tokens.
+pub const MAX_USES: u32 = 1_000;
+/// The shortest and longest time an ephemeral node may stay offline before the control plane
+/// removes it: shorter would remove nodes that only missed a few heartbeats (the default
+/// offline threshold is 90 s), longer keeps dead autoscaled nodes as peers for too long.
+pub const MIN_EPHEMERAL_OFFLINE_SECS: u64 = 120;
+pub const MAX_EPHEMERAL_OFFLINE_SECS: u64 = 7 * 86_400;
+/// What `--ephemeral` alone means: removed after 30 minutes offline.
+pub const DEFAULT_EPHEMERAL_OFFLINE_SECS: u64 = 1_800;
+
+/// How a token may be used: how many nodes it makes, and whether those are ephemeral (removed
+/// once offline for `ephemeral_offline_secs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenUsage {
+    pub max_uses: u32,
+    pub ephemeral_offline_secs: Option<u64>,
+}
+
+impl Default for TokenUsage {
+    /// Single use, not ephemeral: every token before schema version 11.
+    fn default() -> Self {
+        TokenUsage {
+            max_uses: 1,
+            ephemeral_offline_secs: None,
+        }
+    }
+}
+
+/// Why a [`TokenUsage`] was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UsageError {
+    #[error("max_uses must be between 1 and {MAX_USES}; issue several tokens for a larger group")]
+    Uses,
+    #[error(
+        "ephemeral_offline_secs must be between {MIN_EPHEMERAL_OFFLINE_SECS} (2 minutes) and {MAX_EPHEMERAL_OFFLINE_SECS} (7 days)"
+    )]
+    EphemeralOffline,
+}
+
+impl TokenUsage {
+    /// Checks the bounds above (pure).
+    pub fn checked(max_uses: u32, ephemeral_offline_secs: Option<u64>) -> Result<Self, UsageError> {
+        if !(1..=MAX_USES).contains(&max_uses) {
+            return Err(UsageError::Uses);
+        }
+        if ephemeral_offline_secs.is_some_and(|s| {
+            !(MIN_EPHEMERAL_OFFLINE_SECS..=MAX_EPHEMERAL_OFFLINE_SECS).contains(&s)
+        }) {
+            return Err(UsageError::EphemeralOffline);
+        }
+        Ok(TokenUsage {
+            max_uses,
+            ephemeral_offline_secs,
+        })
+    }
 }
 
 impl TokenRow {
@@ -52,7 +115,19 @@ impl TokenRow {
             consumed_by_node: None,
             revoked_at: None,
             resource_id,
+            usage: TokenUsage::default(),
+            uses: 0,
         }
+    }
+
+    /// The same row with another use limit and ephemeral setting.
+    pub fn with_usage(self, usage: TokenUsage) -> Self {
+        TokenRow { usage, ..self }
+    }
+
+    /// Whether every use is taken.
+    pub fn used_up(&self) -> bool {
+        self.uses >= self.usage.max_uses
     }
 }
 
@@ -65,6 +140,8 @@ impl std::fmt::Debug for TokenRow {
             .field("expires_at", &self.expires_at)
             .field("consumed_at", &self.consumed_at)
             .field("revoked_at", &self.revoked_at)
+            .field("usage", &self.usage)
+            .field("uses", &self.uses)
             .finish_non_exhaustive()
     }
 }
@@ -92,13 +169,31 @@ fn from_row(row: &sqlx::any::AnyRow) -> Result<TokenRow, StoreError> {
         )?,
         revoked_at: row.try_get("revoked_at")?,
         resource_id: opt_uuid("bootstrap_tokens.resource_id", row.try_get("resource_id")?)?,
+        usage: TokenUsage {
+            max_uses: count_col(row, "max_uses")?,
+            ephemeral_offline_secs: row
+                .try_get::<Option<i64>, _>("ephemeral_offline_secs")?
+                .map(|v| {
+                    u64::try_from(v).map_err(|_| {
+                        StoreError::corrupt("bootstrap_tokens.ephemeral_offline_secs", v)
+                    })
+                })
+                .transpose()?,
+        },
+        uses: count_col(row, "uses")?,
     })
+}
+
+/// A use count column; out of `u32` is a corrupt row.
+fn count_col(row: &sqlx::any::AnyRow, column: &'static str) -> Result<u32, StoreError> {
+    let v: i64 = row.try_get(column)?;
+    u32::try_from(v).map_err(|_| StoreError::corrupt("bootstrap_tokens use count", v))
 }
 
 pub async fn insert(conn: &mut AnyConnection, t: &TokenRow) -> Result<(), StoreError> {
     sqlx::query(
-        "INSERT INTO bootstrap_tokens (id, project_id, kind, env_prefix, secret_sha256, created_at, expires_at, consumed_at, consumed_by_node, revoked_at, resource_id) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+        "INSERT INTO bootstrap_tokens (id, project_id, kind, env_prefix, secret_sha256, created_at, expires_at, consumed_at, consumed_by_node, revoked_at, resource_id, max_uses, uses, ephemeral_offline_secs) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
     )
     .bind(t.id.clone())
     .bind(t.project_id.to_string())
@@ -111,13 +206,20 @@ pub async fn insert(conn: &mut AnyConnection, t: &TokenRow) -> Result<(), StoreE
     .bind(t.consumed_by_node.map(|u| u.to_string()))
     .bind(t.revoked_at)
     .bind(t.resource_id.map(|u| u.to_string()))
+    .bind(i64::from(t.usage.max_uses))
+    .bind(i64::from(t.uses))
+    .bind(
+        t.usage
+            .ephemeral_offline_secs
+            .map(|s| i64::try_from(s).unwrap_or(i64::MAX)),
+    )
     .execute(&mut *conn)
     .await?;
     Ok(())
 }
 
 /// What `from_row` reads, in the order the table declares it.
-const COLUMNS: &str = "id, project_id, kind, env_prefix, secret_sha256, created_at, expires_at, consumed_at, consumed_by_node, revoked_at, resource_id";
+const COLUMNS: &str = "id, project_id, kind, env_prefix, secret_sha256, created_at, expires_at, consumed_at, consumed_by_node, revoked_at, resource_id, max_uses, uses, ephemeral_offline_secs";
 
 pub async fn get(conn: &mut AnyConnection, id: &str) -> Result<Option<TokenRow>, StoreError> {
     let sql = sqlx::AssertSqlSafe(format!(
@@ -144,8 +246,11 @@ pub async fn list_for_project(
     rows.iter().map(from_row).collect()
 }
 
-/// Consumes a token for `node_id` if, at this instant, it is still usable. Exactly one caller
-/// of many racing on one token sees `true`: the row changes only while `consumed_at` is NULL.
+/// Takes one use of a token for `node_id` if, at this instant, it is still usable. Of many
+/// callers racing on one token, at most `max_uses - uses` see `true`: the row changes only
+/// while `uses < max_uses`, and the database serialises the writers of one row. The use that
+/// takes the last one sets `consumed_at` and `consumed_by_node` (a single-use token reads as
+/// before version 11).
 pub async fn consume(
     conn: &mut AnyConnection,
     id: &str,
@@ -153,8 +258,10 @@ pub async fn consume(
     now: i64,
 ) -> Result<bool, StoreError> {
     let done = sqlx::query(
-        "UPDATE bootstrap_tokens SET consumed_at = $1, consumed_by_node = $2 \
-         WHERE id = $3 AND consumed_at IS NULL AND revoked_at IS NULL AND expires_at > $1",
+        "UPDATE bootstrap_tokens SET uses = uses + 1, \
+         consumed_at = CASE WHEN uses + 1 >= max_uses THEN $1 ELSE consumed_at END, \
+         consumed_by_node = CASE WHEN uses + 1 >= max_uses THEN $2 ELSE consumed_by_node END \
+         WHERE id = $3 AND uses < max_uses AND revoked_at IS NULL AND expires_at > $1",
     )
     .bind(now)
     .bind(node_id.to_string())
@@ -164,11 +271,12 @@ pub async fn consume(
     Ok(done.rows_affected() == 1)
 }
 
-/// Revokes a token unless it is consumed; revoking a revoked token keeps the first time.
-/// Answers whether the token is revoked afterwards.
+/// Revokes a token unless every use is taken (a reusable token with uses left stops making
+/// nodes; the nodes it made stay); revoking a revoked token keeps the first time. Answers
+/// whether the token is revoked afterwards.
 pub async fn revoke(conn: &mut AnyConnection, id: &str, now: i64) -> Result<bool, StoreError> {
     let done = sqlx::query(
-        "UPDATE bootstrap_tokens SET revoked_at = COALESCE(revoked_at, $1) WHERE id = $2 AND consumed_at IS NULL",
+        "UPDATE bootstrap_tokens SET revoked_at = COALESCE(revoked_at, $1) WHERE id = $2 AND uses < max_uses",
     )
     .bind(now)
     .bind(id.to_owned())
