@@ -7,6 +7,7 @@
 
 pub mod api_client;
 pub mod app;
+pub mod check_config;
 pub mod cli;
 pub mod config;
 pub mod daemon;
