@@ -187,6 +187,9 @@ fn install_check_and_join(arch: Arch) {
     assert_eq!(node["id"], node_id.as_str(), "{node}");
     assert_eq!(node["mesh_ip"], mesh_ip.as_str(), "{node}");
     assert_eq!(node["project_id"], LAB_NODES_PROJECT, "{node}");
+    assert_eq!(node["resource_handle"], handle.as_str(), "{node}");
+    // plexd reports the architecture it was built for: the arm64 build really ran.
+    assert_eq!(node["arch"], arch.name(), "{node}");
 }
 
 /// GET `path` from the control plane with curl, trusting its lab CA.
