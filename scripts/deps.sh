@@ -5,7 +5,6 @@ set -euo pipefail
 
 packages=(
   build-essential pkg-config    # the C parts of ring and libsqlite3-sys
-  libsystemd-dev                # the systemd crate (sd_notify, journal) links libsystemd
   ca-certificates curl
   jq procps util-linux          # scripts/lab: JSON from plexctl, pgrep, nsenter
   iproute2 iputils-ping         # ip netns / veth / tuntap and ping in the end-to-end tests
@@ -22,6 +21,9 @@ packages=(
   nftables conntrack            # the reach tests' NAT routers (nft rulesets, `conntrack -F`)
   qemu-system-x86               # the kernel-backend tests boot Debian's kernel under TCG
   busybox-static kmod cpio      # scripts/kernel-guest.sh: the guest's initramfs and its modules
+  musl-tools                    # scripts/dist: musl-gcc compiles ring's C for x86_64-unknown-linux-musl
+  gcc-aarch64-linux-gnu libc6-dev-arm64-cross # scripts/dist: the aarch64 linker and ring's C compiler (and headers)
+  qemu-user-static              # tests/tests/portable.rs runs the arm64 binaries under qemu-aarch64-static
 )
 
 missing=()
@@ -49,6 +51,11 @@ if ! command -v cargo >/dev/null; then
   exit 1
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
+# scripts/dist: the static musl targets of the portable plexd and plexctl (their crt and libc
+# come with the target).
+for t in x86_64-unknown-linux-musl aarch64-unknown-linux-musl; do
+  rustup target list --installed | grep -qx "$t" || rustup target add "$t"
+done
 
 # boringtun-cli, the second reference WireGuard peer (interop tests, benchmarks), from crates.io,
 # built once into a cache outside the clone.

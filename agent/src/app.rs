@@ -34,6 +34,9 @@ pub fn main(cli: Cli) -> i32 {
         Command::Netcheck(args) => diag_cmd(&cli, |ctx| diag::commands::netcheck(ctx, args)),
         Command::Bugreport(args) => diag_cmd(&cli, |ctx| diag::collect::bugreport(ctx, args)),
         Command::Install(args) => install_cmd(&cli, args),
+        Command::CheckConfig => crate::check_config::check(&cli.config, cli.state_dir.as_deref())
+            .map(|checked| print!("{}", checked.render()))
+            .map_err(|f| (LogTarget::Stderr, f)),
         Command::Join(args) => {
             let r = with_settings(&cli, args.ca_file.clone(), args.max_wait, |s| {
                 let joined = block_on(join::join(&s))??;

@@ -55,6 +55,9 @@ pub enum Command {
     RotateKey,
     /// Rotate this node's credential now (through the running daemon).
     RotateCredential,
+    /// Parse and validate the config (--config) as join and run would, without running:
+    /// print what plexd would use, or the problem with its file and line (exit 78).
+    CheckConfig,
     /// Print the version.
     Version,
     /// Ping a peer (name, node id or mesh IP) over the mesh: its path, endpoint and RTT.

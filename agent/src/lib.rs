@@ -8,6 +8,7 @@
 pub mod api_client;
 pub mod app;
 pub mod backoff;
+pub mod check_config;
 pub mod cli;
 pub mod config;
 pub mod daemon;

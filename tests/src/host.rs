@@ -140,7 +140,12 @@ impl Host {
     }
 
     pub fn command(&self) -> Result<Command> {
-        let mut cmd = Command::new(bin("plexd")?);
+        Ok(self.with_env(Command::new(bin("plexd")?)))
+    }
+
+    /// `cmd` with this host's plexd environment: a plexd binary, or a runner whose first
+    /// argument is one (`qemu-aarch64-static <plexd>`).
+    pub fn with_env(&self, mut cmd: Command) -> Command {
         cmd.env("PLEXD_CONFIG", self.config())
             .env("PLEXD_STATE_DIR", self.state_dir())
             .env("PLEXD_UNIT_DIR", self.unit_dir())
@@ -150,7 +155,7 @@ impl Host {
         if self.machine_id_file().exists() {
             cmd.env("PLEXD_MACHINE_ID_FILE", self.machine_id_file());
         }
-        Ok(cmd)
+        cmd
     }
 
     /// `plexd install --api-url <api_url> --token-file <this host's> [--ca-file <ca>]`.

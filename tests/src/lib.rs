@@ -7,6 +7,7 @@
 pub mod broker;
 pub mod control_plane;
 pub mod daemon;
+pub mod dist;
 pub mod host;
 pub mod machines;
 pub mod nat;

@@ -1,41 +1,41 @@
 //! systemd notifications: READY=1, STATUS=, STOPPING=1 and the watchdog.
+//!
+//! The sd_notify protocol is one datagram of `KEY=value` lines to the Unix socket named by
+//! `$NOTIFY_SOCKET`; the `sd-notify` crate speaks it in Rust, so plexd links no libsystemd and
+//! builds as a static musl binary (docs/dependencies.md). The service manager's socket is a
+//! path (`/run/systemd/notify`); an abstract one (`@name`) is not reached and is logged.
 
 use std::time::Duration;
+
+use sd_notify::NotifyState;
 
 /// Notifies systemd when it asked for it (`NOTIFY_SOCKET` set).
 pub fn notify(state: &[(&str, &str)]) {
     if std::env::var_os("NOTIFY_SOCKET").is_none() {
         return;
     }
-    #[cfg(feature = "systemd")]
-    if let Err(e) = systemd::daemon::notify(state.iter()) {
-        tracing::warn!(error = %e, "cannot notify systemd");
+    let lines: Vec<String> = state.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let states: Vec<NotifyState<'_>> = lines.iter().map(|l| NotifyState::Custom(l)).collect();
+    if let Err(e) = sd_notify::notify(&states) {
+        tracing::warn!(error = %e, ?state, "cannot notify systemd over NOTIFY_SOCKET");
     }
-    #[cfg(not(feature = "systemd"))]
-    tracing::warn!(
-        ?state,
-        "built without the systemd feature: cannot notify systemd"
-    );
 }
 
-/// Half the watchdog period when systemd set `WATCHDOG_USEC` for this process.
-#[cfg(feature = "systemd")]
+/// Half the watchdog period when systemd set `WATCHDOG_USEC` for this process (and
+/// `WATCHDOG_PID`, when set, is this process).
 pub fn watchdog_interval() -> Option<Duration> {
-    std::env::var_os("WATCHDOG_USEC")?;
-    match systemd::daemon::watchdog_enabled() {
-        Ok(usec) if usec > 0 => Some(Duration::from_micros(usec) / 2),
-        Ok(_) => None,
-        Err(e) => {
-            tracing::warn!(error = %e, "WATCHDOG_USEC is set but unusable; not sending WATCHDOG=1");
+    let raw = std::env::var_os("WATCHDOG_USEC")?;
+    match sd_notify::watchdog_enabled() {
+        Some(period) if !period.is_zero() => Some(period / 2),
+        Some(_) => None,
+        None => {
+            tracing::warn!(
+                watchdog_usec = ?raw,
+                "WATCHDOG_USEC is set but not for this process or not a number; not sending WATCHDOG=1"
+            );
             None
         }
     }
-}
-
-/// Without the systemd feature (the fuzz build) there is no watchdog to feed.
-#[cfg(not(feature = "systemd"))]
-pub fn watchdog_interval() -> Option<Duration> {
-    None
 }
 
 /// The one-line STATUS= summary.
@@ -51,6 +51,9 @@ pub fn status_line(node: &str, mesh_ip: &str, peers: usize, connected: bool) -> 
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::net::UnixDatagram;
+    use std::process::Command;
+
     use super::*;
 
     #[test]
@@ -63,5 +66,52 @@ mod tests {
             status_line("n1", "10.64.1.2", 1, false),
             "node n1 mesh_ip 10.64.1.2: 1 peer, event stream disconnected"
         );
+    }
+
+    /// The environment of a test process is shared by its threads, so the notifying side runs
+    /// in a child: this test binary again, filtered to `child_notifies`, with `NOTIFY_SOCKET`
+    /// and `WATCHDOG_USEC` set only there.
+    #[test]
+    fn sends_one_datagram_to_notify_socket_and_reads_the_watchdog() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notify");
+        let socket = UnixDatagram::bind(&path).unwrap();
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--ignored",
+                "--exact",
+                "daemon::notify::tests::child_notifies",
+                "--nocapture",
+            ])
+            .env("NOTIFY_SOCKET", &path)
+            .env("WATCHDOG_USEC", "30000000")
+            .env_remove("WATCHDOG_PID")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains("watchdog: Some(15s)"), "{stdout}");
+        socket.set_nonblocking(true).unwrap();
+        let mut buf = [0u8; 512];
+        let n = socket.recv(&mut buf).unwrap();
+        assert_eq!(
+            std::str::from_utf8(&buf[..n]).unwrap(),
+            "READY=1\nSTATUS=node n1 mesh_ip 10.64.1.2: 0 peers, event stream connected\n"
+        );
+        assert!(socket.recv(&mut buf).is_err(), "a second datagram arrived");
+    }
+
+    /// The child of the test above, which runs it with `--ignored` in an environment of its
+    /// own.
+    #[test]
+    #[ignore = "run by sends_one_datagram_to_notify_socket_and_reads_the_watchdog in a child"]
+    fn child_notifies() {
+        let line = status_line("n1", "10.64.1.2", 0, true);
+        notify(&[("READY", "1"), ("STATUS", &line)]);
+        println!("watchdog: {:?}", watchdog_interval());
     }
 }
