@@ -22,6 +22,7 @@ packages=(
   nftables conntrack            # the reach tests' NAT routers (nft rulesets, `conntrack -F`)
   qemu-system-x86               # the kernel-backend tests boot Debian's kernel under TCG
   busybox-static kmod cpio      # scripts/kernel-guest.sh: the guest's initramfs and its modules
+  lintian rpmlint rpm           # scripts/package lints the .deb and .rpm files; tests/tests/packages.rs reads the RPMs
 )
 
 missing=()

@@ -14,6 +14,7 @@ pub mod netns;
 pub mod process;
 pub mod proxy;
 pub mod qemu;
+pub mod readme;
 pub mod wait;
 
 pub use control_plane::{ControlPlane, LAB_NODES_PROJECT, OPENSTACK_PROJECT};
