@@ -52,7 +52,7 @@ pub fn write(cmd: Command, dir: &Path) -> Result<(), Error> {
         move |source| Error { what, dir, source }
     };
     std::fs::create_dir_all(&man).map_err(fail("man pages", &man))?;
-    clap_mangen::generate_to(cmd.clone(), &man).map_err(fail("man pages", &man))?;
+    man_pages(&cmd, &man).map_err(fail("man pages", &man))?;
     for shell in SHELLS {
         let out = dir.join("completions").join(shell.to_string());
         std::fs::create_dir_all(&out).map_err(fail("completions", &out))?;
@@ -61,6 +61,19 @@ pub fn write(cmd: Command, dir: &Path) -> Result<(), Error> {
         clap_complete::generate(shell, &mut cmd, &name, &mut file);
     }
     Ok(())
+}
+
+/// One page per command and subcommand (`plexctl-node-list.1`), leaving out hidden ones and
+/// clap's `help` subcommands (each page already shows the help).
+fn man_pages(cmd: &Command, dir: &Path) -> std::io::Result<()> {
+    for sub in cmd.get_subcommands() {
+        if !sub.is_hide_set() && sub.get_name() != "help" {
+            man_pages(sub, dir)?;
+        }
+    }
+    let name = cmd.get_display_name().unwrap_or_else(|| cmd.get_name());
+    let mut file = std::fs::File::create(dir.join(format!("{name}.1")))?;
+    clap_mangen::Man::new(cmd.clone()).render(&mut file)
 }
 
 /// The file name each shell's completion directory expects for the command `name`.
@@ -118,6 +131,7 @@ mod tests {
         assert!(read("man/demo.1").contains("A demo tool."));
         assert!(read("man/demo-join.1").contains("Join the mesh."));
         assert!(read("man/demo-leave.1").contains("Leave the mesh."));
+        assert!(!dir.path().join("man/demo-help.1").exists());
         assert!(read("completions/bash/demo").contains("join"));
         assert!(read("completions/zsh/_demo").contains("#compdef demo"));
         assert!(read("completions/fish/demo.fish").contains("leave"));
