@@ -1,8 +1,12 @@
 //! The `plexd` binary: parse the command line, hand it to the library, exit with its status.
 
-use clap::Parser as _;
+use clap::{CommandFactory as _, Parser as _};
 
 fn main() {
+    // `plexd __generate-docs DIR`: man pages and completions for the packages (scripts/package).
+    if let Some(dir) = plexsphere_clidoc::requested(std::env::args_os()) {
+        std::process::exit(plexsphere_clidoc::run(plexd::cli::Cli::command(), &dir));
+    }
     let cli = match plexd::cli::Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

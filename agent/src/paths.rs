@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 pub const DEFAULT_CONFIG_FILE: &str = "/etc/plexd/config.yaml";
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/plexd";
 pub const DEFAULT_UNIT_DIR: &str = "/etc/systemd/system";
-/// The binary path written in `systemd/plexd.service`.
-pub const DEFAULT_BINARY: &str = "/usr/local/bin/plexd";
+/// The binary path written in `systemd/plexd.service`: where the packages put it. `plexd install`
+/// writes the path of the binary it runs from instead (`install::unit::unit_text`).
+pub const DEFAULT_BINARY: &str = "/usr/bin/plexd";
 
 /// The file names inside the config and state directories.
 pub const CA_FILE_NAME: &str = "ca.crt";

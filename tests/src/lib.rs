@@ -15,6 +15,7 @@ pub mod netns;
 pub mod process;
 pub mod proxy;
 pub mod qemu;
+pub mod readme;
 pub mod scrape;
 pub mod wait;
 

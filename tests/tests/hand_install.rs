@@ -11,34 +11,9 @@
 use std::time::Duration;
 
 use plexsphere_e2e::machines::{TestBridge, TestMachine, preflight};
-use plexsphere_e2e::{ControlPlane, LAB_NODES_PROJECT, wait_until};
+use plexsphere_e2e::{ControlPlane, LAB_NODES_PROJECT, readme, wait_until};
 
 const BOUND: Duration = Duration::from_secs(120);
-
-/// The README's blocks between `<!-- {marker}:begin -->` and `<!-- {marker}:end -->`:
-/// (language, text) in order.
-fn readme_blocks(marker: &str) -> Vec<(String, String)> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-        .expect("README.md");
-    let start = readme
-        .find(&format!("<!-- {marker}:begin -->"))
-        .unwrap_or_else(|| panic!("the {marker} begin marker"));
-    let end = readme
-        .find(&format!("<!-- {marker}:end -->"))
-        .unwrap_or_else(|| panic!("the {marker} end marker"));
-    let mut blocks = Vec::new();
-    let mut lines = readme[start..end].lines();
-    while let Some(line) = lines.next() {
-        if let Some(lang) = line.strip_prefix("```") {
-            let body: Vec<&str> = lines
-                .by_ref()
-                .take_while(|l| !l.starts_with("```"))
-                .collect();
-            blocks.push((lang.to_owned(), body.join("\n") + "\n"));
-        }
-    }
-    blocks
-}
 
 #[test]
 fn the_readme_hand_install_enrols_a_machine_and_a_reused_token_is_refused() {
@@ -82,38 +57,24 @@ fn the_readme_hand_install_enrols_a_machine_and_a_reused_token_is_refused() {
     m.write("/root/pasted-token", &format!("{token}\n"))
         .unwrap();
 
-    let blocks = readme_blocks("hand-install");
+    let blocks = readme::blocks("hand-install").unwrap();
     assert!(
         blocks.len() >= 5,
         "the README's hand-install blocks: {blocks:?}"
     );
-    for (lang, text) in &blocks {
-        let text = text
-            .replace("<api>", &api)
-            .replace("<project-id>", LAB_NODES_PROJECT)
-            .replace("<name>", "hand-installed")
-            .replace("<domain-key>", &domain_key);
-        match lang.as_str() {
-            "sh" => {
-                let script = format!(
-                    "cd /root\nexec </root/pasted-token\n{}",
-                    text.replace("sudo ", "")
-                );
-                let out = m.sh(&script).unwrap();
-                eprintln!("--- README block ran:\n{text}--- output:\n{out}");
-                // The block that checks the signature: openssl verified it (under `sh -e` a
-                // failed check has already failed the block).
-                if text.contains("openssl pkeyutl -verify") {
-                    assert!(out.contains("Signature Verified Successfully"), "{out}");
-                }
-            }
-            "yaml" => {
-                let path = m.machine.merged().join("etc/plexd/config.yaml");
-                let mut config = std::fs::read_to_string(&path).unwrap();
-                config.push_str(&text);
-                std::fs::write(&path, config).unwrap();
-            }
-            other => panic!("a README hand-install block of an unexpected kind: {other}"),
+    let fill = [
+        ("<api>", api.as_str()),
+        ("<project-id>", LAB_NODES_PROJECT),
+        ("<name>", "hand-installed"),
+        ("<domain-key>", domain_key.as_str()),
+    ];
+    for block in &blocks {
+        let (text, out) = readme::run(&m, block, &fill).unwrap();
+        eprintln!("--- README block ran:\n{text}--- output:\n{out}");
+        // The block that checks the signature: openssl verified it (under `sh -e` a failed
+        // check has already failed the block).
+        if text.contains("openssl pkeyutl -verify") {
+            assert!(out.contains("Signature Verified Successfully"), "{out}");
         }
     }
 
@@ -198,10 +159,10 @@ fn the_readme_hand_install_enrols_a_machine_and_a_reused_token_is_refused() {
     .unwrap();
 
     // The README's removal, verbatim: the node leaves through the daemon under systemd.
-    let blocks = readme_blocks("uninstall");
+    let blocks = readme::blocks("uninstall").unwrap();
     assert_eq!(blocks.len(), 1, "{blocks:?}");
-    let out = m.sh(&blocks[0].1.replace("sudo ", "")).unwrap();
-    eprintln!("--- {}{out}", blocks[0].1);
+    let out = m.sh(&blocks[0].text.replace("sudo ", "")).unwrap();
+    eprintln!("--- {}{out}", blocks[0].text);
     assert!(
         out.contains(&format!("node {second} left the mesh: deregistered")),
         "{out}"

@@ -13,7 +13,7 @@ pub use unit::{UNIT_TEMPLATE, is_systemd_unit_dir, systemd_is_running, unit_text
 use crate::config::ApiUrl;
 use crate::exit::{ExitCode, Failure};
 use crate::fsutil::{self, FsError};
-use crate::paths::{ConfigPaths, UNIT_FILE_NAME};
+use crate::paths::{ConfigPaths, DEFAULT_BINARY, UNIT_FILE_NAME};
 use crate::tls;
 
 /// What `plexd install` was asked to do.
@@ -129,6 +129,18 @@ pub fn install(s: &InstallSettings) -> Result<InstallReport, Failure> {
 
 fn install_unit(s: &InstallSettings, report: &mut InstallReport) -> Result<(), Failure> {
     let unit_file = s.unit_dir.join(UNIT_FILE_NAME);
+    let packaged = std::path::Path::new(unit::PACKAGED_UNIT_FILE);
+    if s.exe == std::path::Path::new(DEFAULT_BINARY)
+        && unit::packaged_unit_serves(&s.unit_dir, packaged)
+    {
+        report.done.push(format!(
+            "using the packaged unit {} (ExecStart={} run); wrote no unit to {}",
+            packaged.display(),
+            s.exe.display(),
+            s.unit_dir.display()
+        ));
+        return Ok(());
+    }
     let text = unit_text(&s.exe);
     if std::fs::read_to_string(&unit_file).is_ok_and(|old| old == text) {
         report

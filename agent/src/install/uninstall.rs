@@ -44,7 +44,8 @@ impl UninstallReport {
 /// when the node could not leave (`--force`), so no daemon is left running on them.
 pub fn stop_unit(s: &UninstallSettings, report: &mut UninstallReport) -> Result<(), Failure> {
     let unit_file = s.unit_dir.join(UNIT_FILE_NAME);
-    if !unit_file.exists() {
+    let packaged = std::path::Path::new(super::unit::PACKAGED_UNIT_FILE);
+    if !unit_file.exists() && !super::unit::packaged_unit_serves(&s.unit_dir, packaged) {
         return Ok(());
     }
     if !s.systemd {

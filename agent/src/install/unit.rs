@@ -3,7 +3,18 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::paths::DEFAULT_BINARY;
+use crate::paths::{DEFAULT_BINARY, DEFAULT_UNIT_DIR};
+
+/// Where the plexd package (deb, rpm) puts the unit.
+pub const PACKAGED_UNIT_FILE: &str = "/usr/lib/systemd/system/plexd.service";
+
+/// Whether the package's unit serves: the unit dir is the default one and `packaged` (in
+/// production [`PACKAGED_UNIT_FILE`]) exists. `plexd install` then writes no copy into
+/// /etc/systemd/system (a copy there would hide the unit a package upgrade brings), and
+/// `plexd uninstall` stops and disables the packaged unit but leaves the file to the package.
+pub fn packaged_unit_serves(unit_dir: &Path, packaged: &Path) -> bool {
+    unit_dir == Path::new(DEFAULT_UNIT_DIR) && packaged.is_file()
+}
 
 /// The unit as shipped in the repository.
 pub const UNIT_TEMPLATE: &str = include_str!("../../../systemd/plexd.service");
@@ -67,13 +78,15 @@ pub fn systemctl(args: &[&str]) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
     use super::*;
 
     #[test]
     fn template_has_the_contract() {
         for needle in [
             "Type=notify",
-            "ExecStart=/usr/local/bin/plexd run\n",
+            "ExecStart=/usr/bin/plexd run\n",
             "RestartPreventExitStatus=10 11 15 16 64 78",
             "WatchdogSec=60s",
             "TimeoutStopSec=15s",
@@ -82,6 +95,9 @@ mod tests {
             "StateDirectory=plexd",
             "After=network-online.target",
             "DeviceAllow=/dev/net/tun rw",
+            "BindPaths=-/dev/net/tun",
+            "PrivateDevices=yes",
+            "CapabilityBoundingSet=CAP_NET_ADMIN\n",
         ] {
             assert!(UNIT_TEMPLATE.contains(needle), "{needle}");
         }
@@ -92,10 +108,24 @@ mod tests {
         assert_eq!(unit_text(Path::new(DEFAULT_BINARY)), UNIT_TEMPLATE);
         let t = unit_text(Path::new("/opt/plexd/bin/plexd"));
         assert!(t.contains("\nExecStart=/opt/plexd/bin/plexd run\n"), "{t}");
-        assert!(!t.contains("/usr/local/bin/plexd run"));
+        assert!(!t.contains("/usr/bin/plexd run"));
+        // The README's hand install puts the binary in /usr/local/bin.
+        let t = unit_text(Path::new("/usr/local/bin/plexd"));
+        assert!(t.contains("\nExecStart=/usr/local/bin/plexd run\n"), "{t}");
         let t = unit_text(Path::new("/opt/my dir/plexd"));
         assert!(t.contains("\nExecStart=\"/opt/my dir/plexd\" run\n"), "{t}");
         assert_eq!(t.lines().count(), UNIT_TEMPLATE.lines().count());
+    }
+
+    #[test]
+    fn the_packaged_unit_serves_only_for_the_default_dir_when_it_exists() {
+        let dir = tempfile::tempdir().unwrap();
+        let packaged = dir.path().join("plexd.service");
+        let default = Path::new(DEFAULT_UNIT_DIR);
+        assert!(!packaged_unit_serves(default, &packaged));
+        std::fs::write(&packaged, UNIT_TEMPLATE).unwrap();
+        assert!(packaged_unit_serves(default, &packaged));
+        assert!(!packaged_unit_serves(dir.path(), &packaged));
     }
 
     #[test]

@@ -36,6 +36,11 @@ use crate::secret::Secret;
 const EXIT_USAGE: u8 = 64;
 
 fn main() -> ExitCode {
+    // `plexctl __generate-docs DIR`: man pages and completions for the packages (scripts/package).
+    if let Some(dir) = plexsphere_clidoc::requested(std::env::args_os()) {
+        let code = plexsphere_clidoc::run(<Cli as clap::CommandFactory>::command(), &dir);
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
