@@ -157,8 +157,8 @@ in
         RuntimeDirectoryMode = "0700";
 
         # Hardening, the same as systemd/plexd.service.
-        CapabilityBoundingSet = [ "CAP_NET_ADMIN" "CAP_NET_RAW" ];
-        AmbientCapabilities = [ "CAP_NET_ADMIN" "CAP_NET_RAW" ];
+        CapabilityBoundingSet = [ "CAP_NET_ADMIN" ];
+        AmbientCapabilities = [ "CAP_NET_ADMIN" ];
         NoNewPrivileges = true;
         ProtectSystem = "strict";
         # plexd removes the bootstrap token after joining; "-" ignores a directory not there.
