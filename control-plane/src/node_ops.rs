@@ -154,7 +154,7 @@ impl NodeOps<'_> {
     /// `node_revoked` (which ends its open streams). Answers false when it was already gone.
     pub async fn leave(&self, node_id: Uuid, now: i64) -> Result<bool, Error> {
         let done = store::retry("leave", Error::is_lost_race, || {
-            self.leave_attempt(node_id, now)
+            self.delete_attempt(node_id, now, |_, _| true)
         })
         .await?;
         let Some((node, seq)) = done else {
@@ -171,7 +171,7 @@ impl NodeOps<'_> {
     /// meanwhile (the row is re-read in the transaction).
     pub async fn remove_ephemeral(&self, node_id: Uuid, now: i64) -> Result<bool, Error> {
         let done = store::retry("remove ephemeral node", Error::is_lost_race, || {
-            self.remove_ephemeral_attempt(node_id, now)
+            self.delete_attempt(node_id, now, node_decisions::ephemeral_expired)
         })
         .await?;
         let Some((node, seq)) = done else {
@@ -246,44 +246,26 @@ impl NodeOps<'_> {
         Ok(seq.map(|s| (node.domain_id, s)))
     }
 
-    async fn leave_attempt(
+    /// Deletes the node in one transaction if `due` still holds for its row, and tells its
+    /// peers (a revoked node's were told already). Answers the row and the seq to announce.
+    async fn delete_attempt(
         &self,
         node_id: Uuid,
         now: i64,
+        due: fn(&NodeRow, i64) -> bool,
     ) -> Result<Option<(NodeRow, u64)>, Error> {
         let mut tx = self.store.begin().await?;
         let Some(node) = nodes::get(&mut tx, node_id).await? else {
             return Ok(None);
         };
-        if !nodes::delete(&mut tx, node_id).await? {
+        if !due(&node, now) || !nodes::delete(&mut tx, node_id).await? {
             return Ok(None);
         }
-        // A revoked node's peers were told already.
         let seq = if node.revoked_at.is_none() {
             removal_events(&mut tx, &node, now).await?
         } else {
             events::head(&mut tx, node.domain_id).await?.seq
         };
-        tx.commit().await.map_err(StoreError::from)?;
-        Ok(Some((node, seq)))
-    }
-
-    async fn remove_ephemeral_attempt(
-        &self,
-        node_id: Uuid,
-        now: i64,
-    ) -> Result<Option<(NodeRow, u64)>, Error> {
-        let mut tx = self.store.begin().await?;
-        let Some(node) = nodes::get(&mut tx, node_id).await? else {
-            return Ok(None);
-        };
-        if !node_decisions::ephemeral_expired(&node, now) {
-            return Ok(None);
-        }
-        if !nodes::delete(&mut tx, node_id).await? {
-            return Ok(None);
-        }
-        let seq = removal_events(&mut tx, &node, now).await?;
         tx.commit().await.map_err(StoreError::from)?;
         Ok(Some((node, seq)))
     }
