@@ -68,21 +68,31 @@ mod tests {
         );
     }
 
+    /// Set in the child process of the test below.
+    const CHILD: &str = "PLEXD_NOTIFY_TEST_CHILD";
+
     /// The environment of a test process is shared by its threads, so the notifying side runs
-    /// in a child: this test binary again, filtered to `child_notifies`, with `NOTIFY_SOCKET`
-    /// and `WATCHDOG_USEC` set only there.
+    /// in a child: this test binary again, filtered to this test, with `NOTIFY_SOCKET`,
+    /// `WATCHDOG_USEC` and [`CHILD`] set only there; the child notifies and prints the
+    /// watchdog interval, the parent checks what arrived.
     #[test]
     fn sends_one_datagram_to_notify_socket_and_reads_the_watchdog() {
+        if std::env::var_os(CHILD).is_some() {
+            let line = status_line("n1", "10.64.1.2", 0, true);
+            notify(&[("READY", "1"), ("STATUS", &line)]);
+            println!("watchdog: {:?}", watchdog_interval());
+            return;
+        }
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("notify");
         let socket = UnixDatagram::bind(&path).unwrap();
         let out = Command::new(std::env::current_exe().unwrap())
             .args([
-                "--ignored",
                 "--exact",
-                "daemon::notify::tests::child_notifies",
+                "daemon::notify::tests::sends_one_datagram_to_notify_socket_and_reads_the_watchdog",
                 "--nocapture",
             ])
+            .env(CHILD, "1")
             .env("NOTIFY_SOCKET", &path)
             .env("WATCHDOG_USEC", "30000000")
             .env_remove("WATCHDOG_PID")
@@ -103,15 +113,5 @@ mod tests {
             "READY=1\nSTATUS=node n1 mesh_ip 10.64.1.2: 0 peers, event stream connected\n"
         );
         assert!(socket.recv(&mut buf).is_err(), "a second datagram arrived");
-    }
-
-    /// The child of the test above, which runs it with `--ignored` in an environment of its
-    /// own.
-    #[test]
-    #[ignore = "run by sends_one_datagram_to_notify_socket_and_reads_the_watchdog in a child"]
-    fn child_notifies() {
-        let line = status_line("n1", "10.64.1.2", 0, true);
-        notify(&[("READY", "1"), ("STATUS", &line)]);
-        println!("watchdog: {:?}", watchdog_interval());
     }
 }

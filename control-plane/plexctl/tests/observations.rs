@@ -108,7 +108,7 @@ async fn node_observations_prints_a_table_and_json() {
     assert_eq!(items[1]["peer_node_id"], b_id.as_str());
     assert_eq!(items[1]["rx_bytes"], 2048);
 
-    // An unknown node: the server's 404 (exit 1); a bad id or limit: usage (exit 64).
+    // An unknown node: the server's 404 (exit 1); a bad limit: usage (exit 64).
     let unknown = "019a0816-0000-7000-8000-0000000000ff";
     let (code, stdout, stderr) = srv.plexctl(&["node", "observations", unknown]).await;
     assert_eq!((code, stdout.as_str()), (1, ""), "{stderr}");
@@ -116,8 +116,10 @@ async fn node_observations_prints_a_table_and_json() {
         stderr.contains(unknown) && stderr.contains("not_found"),
         "{stderr}"
     );
+    // Not an id, so a name: no node has it (exit 1, naming it).
     let (code, _, stderr) = srv.plexctl(&["node", "observations", "nope"]).await;
-    assert_eq!(code, 64, "{stderr}");
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("no node is named `nope`"), "{stderr}");
     let (code, _, stderr) = srv
         .plexctl(&["node", "observations", &a_id, "--limit", "501"])
         .await;
