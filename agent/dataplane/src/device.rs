@@ -50,6 +50,8 @@ pub struct Counters {
     pub no_key: AtomicU64,
     /// A datagram for the side channel (not WireGuard) that its full sink dropped.
     pub side_dropped: AtomicU64,
+    /// A packet or datagram the queue's AQM (CoDel) dropped from a standing queue.
+    pub queue_dropped: AtomicU64,
 }
 
 impl Counters {
@@ -108,6 +110,15 @@ impl Device {
         &self.counters
     }
 
+    /// Counts packets a queue's AQM dropped (see `crate::lane`).
+    pub fn count_queue_dropped(&self, n: usize) {
+        if n > 0 {
+            self.counters
+                .queue_dropped
+                .fetch_add(n as u64, Ordering::Relaxed);
+        }
+    }
+
     /// Counts a side-channel datagram its sink dropped (see `crate::side`).
     pub fn count_side_dropped(&self) {
         Counters::bump(&self.counters.side_dropped);
@@ -137,9 +148,19 @@ impl Device {
         packets: &PacketBatch,
         to_network: &mut PacketBatch,
     ) {
+        self.handle_tun_iter(now, packets.iter().map(|(p, _)| p), to_network);
+    }
+
+    /// Encrypts packets from any source (a queue's chunk) into `to_network`, under one lock.
+    pub fn handle_tun_iter<'a>(
+        &self,
+        now: Instant,
+        packets: impl IntoIterator<Item = &'a [u8]>,
+        to_network: &mut PacketBatch,
+    ) {
         let state = self.read();
-        for i in 0..packets.len() {
-            self.tun_packet(&state, now, packets.get(i), to_network);
+        for p in packets {
+            self.tun_packet(&state, now, p, to_network);
         }
     }
 
@@ -196,8 +217,20 @@ impl Device {
         to_network: &mut PacketBatch,
         to_tun: &mut PacketBatch,
     ) {
+        self.handle_udp_iter(now, datagrams.datagrams(), to_network, to_tun);
+    }
+
+    /// Decrypts datagrams from any source (a queue's chunk), under one lock; see
+    /// `handle_udp_datagrams`.
+    pub fn handle_udp_iter<'a>(
+        &self,
+        now: Instant,
+        datagrams: impl IntoIterator<Item = (&'a [u8], SocketAddr)>,
+        to_network: &mut PacketBatch,
+        to_tun: &mut PacketBatch,
+    ) {
         let state = self.read();
-        for (datagram, from) in datagrams.datagrams() {
+        for (datagram, from) in datagrams {
             self.datagram(&state, now, from, datagram, to_network, to_tun);
         }
     }

@@ -10,10 +10,12 @@
 pub mod allowed_ips;
 pub mod batch;
 pub mod coalesce;
+pub mod codel;
 pub mod config;
 pub mod device;
 pub mod io;
 pub mod key;
+pub mod lane;
 #[cfg(target_os = "linux")]
 pub mod linux;
 pub mod memory;

@@ -2,7 +2,8 @@
 //!
 //! Three threads, so both cores work without reordering a flow: one reads the TUN and
 //! encrypts to the network, one reads the network and decrypts to the TUN, one drives timers
-//! every `tick`. A fourth serves the UAPI socket when one is configured. Each direction keeps
+//! every `tick`. The two packet threads queue in front of the cipher so small packets go first
+//! and standing queues are dropped from (`RunConfig::queue`, see `crate::lane`). A fourth serves the UAPI socket when one is configured. Each direction keeps
 //! its own batches, so nothing is allocated per packet. `run` returns when `shutdown` fires or
 //! a device fails (the TUN interface removed, say), after stopping every thread.
 
@@ -19,6 +20,10 @@ use crate::io::{Tun, Udp, UdpBind};
 pub use crate::shutdown::Shutdown;
 use crate::side::{RawSender, SideSink, is_wireguard};
 use crate::uapi::{self, EADDRINUSE, EINVAL, Request};
+pub use queued::QueueConfig;
+
+#[path = "runner_queued.rs"]
+mod queued;
 
 /// The slot size of the timer thread's output (any handshake or keepalive message fits).
 const TIMER_SLOT: usize = 256;
@@ -40,6 +45,8 @@ pub struct RunConfig {
     /// Filled with the current UDP socket (on bind and every rebind), so others can send from
     /// it; see [`crate::side`].
     pub raw: Option<RawSender>,
+    /// The queues in front of the cipher: priority for small packets, CoDel, byte bounds.
+    pub queue: QueueConfig,
 }
 
 impl Default for RunConfig {
@@ -51,6 +58,7 @@ impl Default for RunConfig {
             poll: Duration::from_millis(100),
             side: None,
             raw: None,
+            queue: QueueConfig::default(),
         }
     }
 }
@@ -165,11 +173,19 @@ where
     });
 
     type Job<T, B> = fn(&Shared<T, B>) -> Result<(), RunError>;
-    let jobs: [(&str, Job<T, B>); 3] = [
-        ("wg-tun-rx", tun_to_network),
-        ("wg-udp-rx", network_to_tun),
-        ("wg-timers", timers),
-    ];
+    let jobs: [(&str, Job<T, B>); 3] = if shared.config.queue.enabled {
+        [
+            ("wg-tun-rx", queued::tun_to_network),
+            ("wg-udp-rx", queued::network_to_tun),
+            ("wg-timers", timers),
+        ]
+    } else {
+        [
+            ("wg-tun-rx", tun_to_network),
+            ("wg-udp-rx", network_to_tun),
+            ("wg-timers", timers),
+        ]
+    };
     let mut handles = Vec::new();
     for (name, job) in jobs {
         let s = shared.clone();

@@ -9,7 +9,10 @@
 //! Each performance technique has a switch, so it can be measured on its own:
 //! `PLEXD_WG_MMSG=0` sends and receives one datagram per system call instead of a batch;
 //! `PLEXD_WG_OFFLOAD=0` reads and writes the TUN one MTU-sized packet at a time (no TSO/GRO);
-//! `PLEXD_WG_GSO=0` / `PLEXD_WG_GRO=0` turn off UDP segmentation / receive coalescing.
+//! `PLEXD_WG_GSO=0` / `PLEXD_WG_GRO=0` turn off UDP segmentation / receive coalescing;
+//! `PLEXD_WG_QUEUE=0` processes each read batch whole, with no queue in front of the cipher
+//! (so no priority, no AQM, no byte bound); `PLEXD_WG_AQM=0` keeps the queue without CoDel;
+//! `PLEXD_WG_PRIORITY=0` keeps it without small packets first (see `plexd_dataplane::lane`).
 //!
 //! Exit codes: 0 clean stop, 1 runtime failure, 64 bad usage.
 
@@ -22,7 +25,7 @@ use anyhow::{Context, bail};
 use nix::sys::signal::{SigSet, Signal};
 use plexd_dataplane::Device;
 use plexd_dataplane::linux::{LinuxTun, LinuxUdpBinder};
-use plexd_dataplane::runner::{RunConfig, Shutdown, run};
+use plexd_dataplane::runner::{QueueConfig, RunConfig, Shutdown, run};
 use plexd_dataplane::uapi_server::socket_path;
 
 const USAGE: &str = "usage: plexd-wg [-f|--foreground] <interface>";
@@ -150,6 +153,12 @@ fn run_foreground(iface: &str) -> anyhow::Result<()> {
     }
     let config = RunConfig {
         uapi_socket: Some(socket_path(iface)),
+        queue: QueueConfig {
+            enabled: switch("PLEXD_WG_QUEUE"),
+            aqm: switch("PLEXD_WG_AQM"),
+            priority: switch("PLEXD_WG_PRIORITY"),
+            ..QueueConfig::default()
+        },
         ..RunConfig::default()
     };
     run(
