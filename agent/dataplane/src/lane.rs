@@ -41,8 +41,9 @@ pub const TX_LANE_BYTES: usize = 4 << 20;
 /// takes 1024 counters back: the lane holds at most half of that.
 pub const RX_LANE_BYTES: usize = 1 << 20;
 pub const RX_LANE_DATAGRAMS: usize = 512;
-/// Spare batches a lane keeps for the next reads (more are freed).
-const SPARE_BATCHES: usize = 8;
+/// Spare batches a lane keeps for the next reads (more are freed): enough for a full lane of
+/// MTU-sized packets, so a loaded lane never maps fresh memory.
+const SPARE_BATCHES: usize = 64;
 
 /// Whether a plaintext packet from the host skips the queue: small, and not TCP with payload.
 pub fn is_urgent_packet(p: &[u8]) -> bool {
