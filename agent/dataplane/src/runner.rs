@@ -47,6 +47,10 @@ pub struct RunConfig {
     pub raw: Option<RawSender>,
     /// The queues in front of the cipher: priority for small packets, CoDel, byte bounds.
     pub queue: QueueConfig,
+    /// The packet and timer threads' nice value (Linux; a negative one needs CAP_SYS_NICE,
+    /// and a refusal is logged, not fatal); `None` leaves them at the process's. See
+    /// `crate::linux::sched`.
+    pub nice: Option<i32>,
 }
 
 impl Default for RunConfig {
@@ -59,6 +63,7 @@ impl Default for RunConfig {
             side: None,
             raw: None,
             queue: QueueConfig::default(),
+            nice: None,
         }
     }
 }
@@ -192,6 +197,9 @@ where
         let h = thread::Builder::new()
             .name(name.into())
             .spawn(move || {
+                if let Some(nice) = s.config.nice {
+                    set_nice(nice);
+                }
                 let result = job(&s);
                 // One direction failing stops them all.
                 s.shutdown.trigger();
@@ -221,6 +229,18 @@ where
         }
     }
     first_error.map_or(Ok(()), Err)
+}
+
+#[cfg(target_os = "linux")]
+fn set_nice(nice: i32) {
+    if let Err(e) = crate::linux::sched::set_thread_nice(nice) {
+        tracing::warn!(nice, error = %e, "cannot set the packet threads' priority (CAP_SYS_NICE?); they run at the process's");
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn set_nice(nice: i32) {
+    tracing::warn!(nice, "thread priorities are only set on Linux");
 }
 
 fn tun_to_network<T: Tun, B: UdpBind>(s: &Shared<T, B>) -> Result<(), RunError> {

@@ -12,7 +12,8 @@
 //! `PLEXD_WG_GSO=0` / `PLEXD_WG_GRO=0` turn off UDP segmentation / receive coalescing;
 //! `PLEXD_WG_QUEUE=0` processes each read batch whole, with no queue in front of the cipher
 //! (so no priority, no AQM, no byte bound); `PLEXD_WG_AQM=0` keeps the queue without CoDel;
-//! `PLEXD_WG_PRIORITY=0` keeps it without small packets first (see `plexd_dataplane::lane`).
+//! `PLEXD_WG_PRIORITY=0` keeps it without small packets first (see `plexd_dataplane::lane`);
+//! `PLEXD_WG_NICE=0` leaves the packet threads at the process's priority instead of -20.
 //!
 //! Exit codes: 0 clean stop, 1 runtime failure, 64 bad usage.
 
@@ -31,6 +32,9 @@ use plexd_dataplane::uapi_server::socket_path;
 const USAGE: &str = "usage: plexd-wg [-f|--foreground] <interface>";
 const DEFAULT_MTU: u32 = 1420;
 const FOREGROUND_ENV: &str = "WG_PROCESS_FOREGROUND";
+/// The packet threads' nice value: ahead of the applications whose traffic they carry, as the
+/// kernel's WireGuard is (it runs in softirq context); see `plexd_dataplane::linux::sched`.
+const PACKET_THREAD_NICE: i32 = -20;
 
 fn main() -> ExitCode {
     let mut foreground = std::env::var(FOREGROUND_ENV).is_ok_and(|v| v == "1");
@@ -159,6 +163,7 @@ fn run_foreground(iface: &str) -> anyhow::Result<()> {
             priority: switch("PLEXD_WG_PRIORITY"),
             ..QueueConfig::default()
         },
+        nice: switch("PLEXD_WG_NICE").then_some(PACKET_THREAD_NICE),
         ..RunConfig::default()
     };
     run(
