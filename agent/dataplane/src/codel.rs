@@ -165,7 +165,7 @@ mod tests {
         // Then interval/sqrt(n) apart: the gaps shrink.
         let gaps: Vec<Duration> = drops.windows(2).map(|w| w[1] - w[0]).collect();
         assert!(gaps.len() > 5, "{drops:?}");
-        assert!(gaps[0] > *gaps.last().unwrap(), "{gaps:?}");
+        assert!(gaps[0] > *gaps.last().expect("as built"), "{gaps:?}");
         assert!(gaps[0] <= CODEL_INTERVAL + MS, "{gaps:?}");
         // Drained: the state ends at the first dequeue below the target.
         let later = t0 + Duration::from_millis(300);

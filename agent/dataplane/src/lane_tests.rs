@@ -80,7 +80,7 @@ fn urgent_packets_leave_a_read_batch_and_the_rest_keep_their_order() {
 
 #[test]
 fn of_a_gro_slot_only_a_short_urgent_tail_is_taken() {
-    let from: SocketAddr = "192.0.2.1:51820".parse().unwrap();
+    let from: SocketAddr = "192.0.2.1:51820".parse().expect("as built");
     let mut b = PacketBatch::new(8192, 4);
     // Three 1452 B datagrams and a 128 B one (a ping) in one GRO slot.
     let slot = b.next_slot();

@@ -51,7 +51,8 @@ impl QueueConfig {
 }
 
 /// Reads the TUN into the lane until it is full or the TUN has nothing more; waits (up to the
-/// poll interval) only when the lane is empty. Urgent packets are encrypted into `out` at once.
+/// poll interval) only when the lane is empty. The urgent packets of each read are encrypted
+/// and sent at once, before the next read.
 fn drain_tun<T: Tun, B: UdpBind>(
     s: &Shared<T, B>,
     lane: &mut Lane,
@@ -60,7 +61,7 @@ fn drain_tun<T: Tun, B: UdpBind>(
     let q = s.config.queue;
     while !lane.is_full() {
         let mut batch = lane.spare(|| PacketBatch::for_packets(s.config.batch));
-        let timeout = if lane.is_empty() && out.is_empty() {
+        let timeout = if lane.is_empty() {
             s.config.poll
         } else {
             Duration::ZERO
@@ -76,6 +77,10 @@ fn drain_tun<T: Tun, B: UdpBind>(
             take_urgent(&mut batch, is_urgent_packet, |p, _| {
                 s.device.handle_tun_packet(now, p, out)
             });
+            if !out.is_empty() {
+                s.udp().send(out).map_err(RunError::Udp)?;
+                out.clear();
+            }
         }
         lane.push(batch, now);
         if !more {
@@ -92,11 +97,6 @@ pub(super) fn tun_to_network<T: Tun, B: UdpBind>(s: &Shared<T, B>) -> Result<(),
     while !s.shutdown.is_triggered() {
         out.clear();
         drain_tun(s, &mut lane, &mut out)?;
-        // The urgent ones leave before any bulk work.
-        if !out.is_empty() {
-            s.udp().send(&out).map_err(RunError::Udp)?;
-            out.clear();
-        }
         let now = Instant::now();
         if let Some(chunk) = lane.next_chunk(now, q.quantum) {
             s.device.count_queue_dropped(chunk.dropped);
@@ -143,7 +143,7 @@ fn drain_udp<T: Tun, B: UdpBind>(
     let q = s.config.queue;
     while !lane.is_full() {
         let mut batch = lane.spare(|| PacketBatch::for_datagrams(s.config.batch));
-        let timeout = if lane.is_empty() && to_tun.is_empty() && to_network.is_empty() {
+        let timeout = if lane.is_empty() {
             s.config.poll
         } else {
             Duration::ZERO
@@ -159,6 +159,9 @@ fn drain_udp<T: Tun, B: UdpBind>(
             take_urgent(&mut batch, is_urgent_datagram, |d, from| {
                 urgent_datagram(s, now, d, from, to_network, to_tun)
             });
+            // Out before the next read: a handshake's answer and the packets boringtun queued
+            // behind it, and small packets for the host.
+            flush(s, udp, to_network, to_tun)?;
         }
         lane.push(batch, now);
         if !more {

@@ -45,7 +45,7 @@ mod tests {
             own_nice()
         })
         .join()
-        .unwrap();
+        .expect("the thread ran");
         assert_eq!(theirs, mine + 1);
         assert_eq!(own_nice(), mine, "the calling thread only");
     }
