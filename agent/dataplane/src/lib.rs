@@ -24,6 +24,7 @@ pub mod offload;
 mod offload_tests;
 pub mod packet;
 pub mod peer;
+mod queued;
 pub mod runner;
 pub mod shutdown;
 pub mod side;

@@ -17,13 +17,11 @@ use crate::batch::{DEFAULT_BATCH, PacketBatch};
 use crate::config::DeviceUpdate;
 use crate::device::Device;
 use crate::io::{Tun, Udp, UdpBind};
+pub use crate::queued::QueueConfig;
+use crate::queued::{self, Loop, LoopError, LoopFn};
 pub use crate::shutdown::Shutdown;
 use crate::side::{RawSender, SideSink, is_wireguard};
 use crate::uapi::{self, EADDRINUSE, EINVAL, Request};
-pub use queued::QueueConfig;
-
-#[path = "runner_queued.rs"]
-mod queued;
 
 /// The slot size of the timer thread's output (any handshake or keepalive message fits).
 const TIMER_SLOT: usize = 256;
@@ -103,6 +101,25 @@ impl<T: Tun, B: UdpBind> Shared<T, B> {
             .clone()
     }
 
+    /// Runs a queued packet loop over this runner's devices.
+    fn queued(&self, job: LoopFn<T, B::Socket>) -> Result<(), RunError> {
+        let udp = || self.udp();
+        let l = Loop {
+            device: &self.device,
+            tun: &self.tun,
+            udp: &udp,
+            side: self.config.side.as_ref(),
+            batch: self.config.batch,
+            poll: self.config.poll,
+            queue: self.config.queue,
+            shutdown: &self.shutdown,
+        };
+        job(&l).map_err(|e| match e {
+            LoopError::Tun(e) => RunError::Tun(e),
+            LoopError::Udp(e) => RunError::Udp(e),
+        })
+    }
+
     /// Answers one UAPI request; a listen-port change rebinds before anything is applied.
     pub fn handle_uapi(&self, request: Request) -> String {
         match request {
@@ -180,8 +197,8 @@ where
     type Job<T, B> = fn(&Shared<T, B>) -> Result<(), RunError>;
     let jobs: [(&str, Job<T, B>); 3] = if shared.config.queue.enabled {
         [
-            ("wg-tun-rx", queued::tun_to_network),
-            ("wg-udp-rx", queued::network_to_tun),
+            ("wg-tun-rx", |s| s.queued(queued::tun_to_network)),
+            ("wg-udp-rx", |s| s.queued(queued::network_to_tun)),
             ("wg-timers", timers),
         ]
     } else {
