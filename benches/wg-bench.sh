@@ -223,7 +223,8 @@ measure() {
     in_errors=$((a[2] - b[2])) sock_drops=$((a[3] - b[3])) --iperf "$tmp/iperf.json" "$kind"
 }
 
-# ping_under_load <run>: ping idle, then ping while a TCP stream runs; one record.
+# ping_under_load <run> [variant]: ping idle, then ping (20 a second, so the maximum means
+# something) while a TCP stream runs; one record.
 ping_under_load() {
   local l b a load
   l=$(load1)
@@ -234,11 +235,11 @@ ping_under_load() {
     -t "$SECS" -J >"$tmp/iperf.json" 2>/dev/null &
   load=$!
   sleep 1 # the stream ramps up
-  ip netns exec "$na" ping -c $(((SECS - 2) * 5)) -i 0.2 -W 1 -q 10.211.0.2 >"$tmp/ping.txt" 2>&1 || true
+  ip netns exec "$na" ping -c $(((SECS - 2) * 20)) -i 0.05 -W 1 -q 10.211.0.2 >"$tmp/ping.txt" 2>&1 || true
   wait "$load" || true
   read -r -a a <<<"$(snap "$nb")"
   stop_pid "$srv"
-  $report record "$raw" kind=test impl="$impl" variant=all-on run="$1" test=load \
+  $report record "$raw" kind=test impl="$impl" variant="${2:-all-on}" run="$1" test=load \
     load1="$l" clk_tck="$clk" cpu_ticks=$((a[0] - b[0])) rcvbuf_errors=$((a[1] - b[1])) \
     in_errors=$((a[2] - b[2])) sock_drops=$((a[3] - b[3])) --iperf "$tmp/iperf.json" tcp \
     --ping "$tmp/ping.txt" --ping-idle "$tmp/idle.txt"
@@ -277,16 +278,23 @@ for run in $(seq "$RUNS"); do
   done
 done
 
-# plexd-wg with one technique off at a time (TCP one stream); then all four off.
+# plexd-wg with one technique off at a time (TCP one stream); then the four throughput ones
+# off. The latency techniques (the queue in front of the cipher, its AQM, small packets first,
+# the packet threads' priority) are measured with the ping under load too.
 variants=("PLEXD_WG_GRO=0" "PLEXD_WG_GSO=0" "PLEXD_WG_OFFLOAD=0" "PLEXD_WG_MMSG=0"
-  "PLEXD_WG_GRO=0 PLEXD_WG_GSO=0 PLEXD_WG_OFFLOAD=0 PLEXD_WG_MMSG=0")
+  "PLEXD_WG_GRO=0 PLEXD_WG_GSO=0 PLEXD_WG_OFFLOAD=0 PLEXD_WG_MMSG=0"
+  "PLEXD_WG_QUEUE=0" "PLEXD_WG_AQM=0" "PLEXD_WG_PRIORITY=0" "PLEXD_WG_NICE=0"
+  "PLEXD_WG_QUEUE=0 PLEXD_WG_NICE=0")
 for run in $(seq "$RUNS"); do
   for v in "${variants[@]}"; do
     select_impl plexd-wg
     read -r -a extra <<<"$v"
     impl_env+=("${extra[@]}")
     say "run $run/$RUNS: plexd-wg $v"
-    pair_up && measure plexd-wg "$v" "$run" tcp1 "$nb"
+    if pair_up; then
+      measure plexd-wg "$v" "$run" tcp1 "$nb"
+      case $v in *QUEUE* | *AQM* | *PRIORITY* | *NICE*) ((quick)) || ping_under_load "$run" "$v" ;; esac
+    fi
     netns_down
   done
 done

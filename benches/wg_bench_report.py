@@ -216,15 +216,20 @@ def report(raw):
     if len(variants) > 1:
         base = m(OURS, "tcp1", "gbps")
         p("")
-        p("| plexd-wg, TCP 1 stream, one technique off | Gbit/s (median) | vs all on | CPU-s/GB | best reference / this |")
-        p("|---|---|---|---|---|")
+        p("| plexd-wg, TCP 1 stream, one technique off | Gbit/s (median) | vs all on | CPU-s/GB | best reference / this "
+          "| ping under a TCP stream, avg / max ms (the stream's Gbit/s) |")
+        p("|---|---|---|---|---|---|")
         refs = [m(i, "tcp1", "gbps") for i in impls[1:]]
         refs = [x for x in refs if x]
         for v in variants:
             g = m(OURS, "tcp1", "gbps", v)
             vs = f"{g / base:.2f}x" if g and base else "n/a"
             vr = f"{g / max(refs):.2f}x" if g and refs else "n/a"
-            p(f"| {v} | {fmt(g)} | {vs} | {fmt(m(OURS, 'tcp1', 'cpu_s_per_gb', v))} | {vr} |")
+            ping = ""
+            if pick(OURS, "load", v):
+                ping = (f"{fmt(m(OURS, 'load', 'ping_avg_ms', v), 3)} / {fmt(m(OURS, 'load', 'ping_max_ms', v), 3)}"
+                        f" ({fmt(m(OURS, 'load', 'gbps', v))})")
+            p(f"| {v} | {fmt(g)} | {vs} | {fmt(m(OURS, 'tcp1', 'cpu_s_per_gb', v))} | {vr} | {ping} |")
     mem = [r for r in recs if r.get("kind") == "memory"]
     if mem:
         p("")

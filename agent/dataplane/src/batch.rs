@@ -150,6 +150,34 @@ impl PacketBatch {
         }
     }
 
+    /// The datagram size of slot `i` when UDP GRO put several there, else 0.
+    pub fn segment(&self, i: usize) -> usize {
+        self.segments.get(i).copied().unwrap_or(0)
+    }
+
+    /// Shortens slot `i` to `len` bytes (a queue took its tail, or dropped it: 0).
+    pub fn truncate(&mut self, i: usize, len: usize) {
+        if let Some(l) = self.lens.get_mut(i) {
+            *l = len.min(*l);
+        }
+    }
+
+    /// The bytes the filled slots hold.
+    pub fn bytes(&self) -> usize {
+        self.lens.iter().sum()
+    }
+
+    /// The datagrams of slot `i` (one, or the GRO segments), with its address.
+    pub fn slot_datagrams(&self, i: usize) -> impl Iterator<Item = (&[u8], SocketAddr)> + '_ {
+        let slot = self.get(i);
+        let seg = match self.segment(i) {
+            0 => slot.len().max(1),
+            s => s,
+        };
+        let addr = self.addr(i);
+        slot.chunks(seg).map(move |d| (d, addr))
+    }
+
     /// Every datagram with its address, GRO slots cut into their datagrams.
     pub fn datagrams(&self) -> impl Iterator<Item = (&[u8], SocketAddr)> + '_ {
         (0..self.len()).flat_map(move |i| {

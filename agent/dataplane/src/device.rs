@@ -7,10 +7,10 @@
 //! drives the two directions from two threads; they share the routing table under a read lock
 //! and meet only on a peer's own lock, so one flow is never reordered.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
 
 use boringtun::noise::handshake::parse_handshake_anon;
@@ -30,6 +30,7 @@ pub const HANDSHAKE_RATE_LIMIT: u64 = 100;
 /// The smallest output slot boringtun accepts (a handshake initiation).
 const MIN_SLOT: usize = 148;
 const COOKIE_REPLY: u8 = 3;
+const HANDSHAKE_INIT: u8 = 1;
 
 /// Why packets were dropped, counted since the device started.
 #[derive(Debug, Default)]
@@ -50,6 +51,8 @@ pub struct Counters {
     pub no_key: AtomicU64,
     /// A datagram for the side channel (not WireGuard) that its full sink dropped.
     pub side_dropped: AtomicU64,
+    /// A packet or datagram the queue's AQM (CoDel) dropped from a standing queue.
+    pub queue_dropped: AtomicU64,
 }
 
 impl Counters {
@@ -74,6 +77,10 @@ pub(crate) struct State {
 pub struct Device {
     state: RwLock<State>,
     counters: Counters,
+    /// Peers whose packets boringtun queued while it had no session (see `tun_packet`), and
+    /// how many there are, so the packet path looks at the set only while one exists.
+    pending: Mutex<HashSet<Key>>,
+    pending_count: AtomicUsize,
 }
 
 impl Default for Device {
@@ -101,11 +108,22 @@ impl Device {
                 routes: AllowedIps::new(),
             }),
             counters: Counters::default(),
+            pending: Mutex::new(HashSet::new()),
+            pending_count: AtomicUsize::new(0),
         }
     }
 
     pub fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// Counts packets a queue's AQM dropped (see `crate::lane`).
+    pub fn count_queue_dropped(&self, n: usize) {
+        if n > 0 {
+            self.counters
+                .queue_dropped
+                .fetch_add(n as u64, Ordering::Relaxed);
+        }
     }
 
     /// Counts a side-channel datagram its sink dropped (see `crate::side`).
@@ -137,9 +155,19 @@ impl Device {
         packets: &PacketBatch,
         to_network: &mut PacketBatch,
     ) {
+        self.handle_tun_iter(now, packets.iter().map(|(p, _)| p), to_network);
+    }
+
+    /// Encrypts packets from any source (a queue's chunk) into `to_network`, under one lock.
+    pub fn handle_tun_iter<'a>(
+        &self,
+        now: Instant,
+        packets: impl IntoIterator<Item = &'a [u8]>,
+        to_network: &mut PacketBatch,
+    ) {
         let state = self.read();
-        for i in 0..packets.len() {
-            self.tun_packet(&state, now, packets.get(i), to_network);
+        for p in packets {
+            self.tun_packet(&state, now, p, to_network);
         }
     }
 
@@ -173,18 +201,55 @@ impl Device {
             Counters::bump(&self.counters.malformed);
             return;
         }
-        let sent = match tunn.encapsulate(packet, slot) {
-            TunnResult::WriteToNetwork(buf) => buf.len(),
+        let (sent, queued) = match tunn.encapsulate(packet, slot) {
+            // Without a session boringtun queues the packet and answers with an initiation.
+            TunnResult::WriteToNetwork(buf) => (buf.len(), buf.first() == Some(&HANDSHAKE_INIT)),
             TunnResult::Err(e) => {
                 tracing::debug!(peer = %peer.public_key(), error = ?e, "encapsulate failed");
                 return;
             }
-            // Queued until the handshake it just started completes.
-            _ => return,
+            // Queued until the handshake in flight completes.
+            _ => (0, true),
         };
+        if queued {
+            self.set_pending(peer.public_key(), true);
+        } else if self.pending_count.load(Ordering::Acquire) > 0 && self.take_pending(peer) {
+            // The first packet on a new session: what boringtun queued before it goes first,
+            // so the flow keeps its order (their counters are higher; the replay window takes
+            // them in any order).
+            let this = out.next_slot()[..sent].to_vec();
+            self.flush_queue(&mut p, now, endpoint, out);
+            out.push(&this, endpoint);
+            p.tx_bytes += sent as u64;
+            p.last_sent = Some(now);
+            return;
+        }
+        if sent == 0 {
+            return;
+        }
         p.tx_bytes += sent as u64;
         p.last_sent = Some(now);
         out.commit(sent, endpoint);
+    }
+
+    fn set_pending(&self, key: Key, pending: bool) {
+        let mut set = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        let changed = if pending {
+            set.insert(key)
+        } else {
+            set.remove(&key)
+        };
+        if changed {
+            self.pending_count.store(set.len(), Ordering::Release);
+        }
+    }
+
+    /// Whether boringtun may hold queued packets of `peer`; forgets it.
+    fn take_pending(&self, peer: &Peer) -> bool {
+        let mut set = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        let was = set.remove(&peer.public_key());
+        self.pending_count.store(set.len(), Ordering::Release);
+        was
     }
 
     /// Decrypts datagrams from the network: plaintext into `to_tun`, handshake answers and
@@ -196,8 +261,20 @@ impl Device {
         to_network: &mut PacketBatch,
         to_tun: &mut PacketBatch,
     ) {
+        self.handle_udp_iter(now, datagrams.datagrams(), to_network, to_tun);
+    }
+
+    /// Decrypts datagrams from any source (a queue's chunk), under one lock; see
+    /// `handle_udp_datagrams`.
+    pub fn handle_udp_iter<'a>(
+        &self,
+        now: Instant,
+        datagrams: impl IntoIterator<Item = (&'a [u8], SocketAddr)>,
+        to_network: &mut PacketBatch,
+        to_tun: &mut PacketBatch,
+    ) {
         let state = self.read();
-        for (datagram, from) in datagrams.datagrams() {
+        for (datagram, from) in datagrams {
             self.datagram(&state, now, from, datagram, to_network, to_tun);
         }
     }
@@ -333,6 +410,10 @@ impl Device {
             }
             p.tx_bytes += to_network.get(to_network.len() - 1).len() as u64;
             p.last_sent = Some(now);
+            self.flush_queue(&mut p, now, from, to_network);
+        } else if self.pending_count.load(Ordering::Acquire) > 0 && self.take_pending(&peer) {
+            // Data on the session confirms it (a responder may send only now): what boringtun
+            // queued before it leaves now, ahead of any later packet.
             self.flush_queue(&mut p, now, from, to_network);
         }
     }

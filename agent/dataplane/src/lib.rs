@@ -10,10 +10,12 @@
 pub mod allowed_ips;
 pub mod batch;
 pub mod coalesce;
+pub mod codel;
 pub mod config;
 pub mod device;
 pub mod io;
 pub mod key;
+pub mod lane;
 #[cfg(target_os = "linux")]
 pub mod linux;
 pub mod memory;
@@ -22,6 +24,7 @@ pub mod offload;
 mod offload_tests;
 pub mod packet;
 pub mod peer;
+mod queued;
 pub mod runner;
 pub mod shutdown;
 pub mod side;

@@ -2,7 +2,8 @@
 //!
 //! Three threads, so both cores work without reordering a flow: one reads the TUN and
 //! encrypts to the network, one reads the network and decrypts to the TUN, one drives timers
-//! every `tick`. A fourth serves the UAPI socket when one is configured. Each direction keeps
+//! every `tick`. The two packet threads queue in front of the cipher so small packets go first
+//! and standing queues are dropped from (`RunConfig::queue`, see `crate::lane`). A fourth serves the UAPI socket when one is configured. Each direction keeps
 //! its own batches, so nothing is allocated per packet. `run` returns when `shutdown` fires or
 //! a device fails (the TUN interface removed, say), after stopping every thread.
 
@@ -16,6 +17,8 @@ use crate::batch::{DEFAULT_BATCH, PacketBatch};
 use crate::config::DeviceUpdate;
 use crate::device::Device;
 use crate::io::{Tun, Udp, UdpBind};
+pub use crate::queued::QueueConfig;
+use crate::queued::{self, Loop, LoopError, LoopFn};
 pub use crate::shutdown::Shutdown;
 use crate::side::{RawSender, SideSink, is_wireguard};
 use crate::uapi::{self, EADDRINUSE, EINVAL, Request};
@@ -40,6 +43,12 @@ pub struct RunConfig {
     /// Filled with the current UDP socket (on bind and every rebind), so others can send from
     /// it; see [`crate::side`].
     pub raw: Option<RawSender>,
+    /// The queues in front of the cipher: priority for small packets, CoDel, byte bounds.
+    pub queue: QueueConfig,
+    /// The packet and timer threads' nice value (Linux; a negative one needs CAP_SYS_NICE,
+    /// and a refusal is logged, not fatal); `None` leaves them at the process's. See
+    /// `crate::linux::sched`.
+    pub nice: Option<i32>,
 }
 
 impl Default for RunConfig {
@@ -51,6 +60,8 @@ impl Default for RunConfig {
             poll: Duration::from_millis(100),
             side: None,
             raw: None,
+            queue: QueueConfig::default(),
+            nice: None,
         }
     }
 }
@@ -88,6 +99,25 @@ impl<T: Tun, B: UdpBind> Shared<T, B> {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    /// Runs a queued packet loop over this runner's devices.
+    fn queued(&self, job: LoopFn<T, B::Socket>) -> Result<(), RunError> {
+        let udp = || self.udp();
+        let l = Loop {
+            device: &self.device,
+            tun: &self.tun,
+            udp: &udp,
+            side: self.config.side.as_ref(),
+            batch: self.config.batch,
+            poll: self.config.poll,
+            queue: self.config.queue,
+            shutdown: &self.shutdown,
+        };
+        job(&l).map_err(|e| match e {
+            LoopError::Tun(e) => RunError::Tun(e),
+            LoopError::Udp(e) => RunError::Udp(e),
+        })
     }
 
     /// Answers one UAPI request; a listen-port change rebinds before anything is applied.
@@ -165,17 +195,28 @@ where
     });
 
     type Job<T, B> = fn(&Shared<T, B>) -> Result<(), RunError>;
-    let jobs: [(&str, Job<T, B>); 3] = [
-        ("wg-tun-rx", tun_to_network),
-        ("wg-udp-rx", network_to_tun),
-        ("wg-timers", timers),
-    ];
+    let jobs: [(&str, Job<T, B>); 3] = if shared.config.queue.enabled {
+        [
+            ("wg-tun-rx", |s| s.queued(queued::tun_to_network)),
+            ("wg-udp-rx", |s| s.queued(queued::network_to_tun)),
+            ("wg-timers", timers),
+        ]
+    } else {
+        [
+            ("wg-tun-rx", tun_to_network),
+            ("wg-udp-rx", network_to_tun),
+            ("wg-timers", timers),
+        ]
+    };
     let mut handles = Vec::new();
     for (name, job) in jobs {
         let s = shared.clone();
         let h = thread::Builder::new()
             .name(name.into())
             .spawn(move || {
+                if let Some(nice) = s.config.nice {
+                    set_nice(nice);
+                }
                 let result = job(&s);
                 // One direction failing stops them all.
                 s.shutdown.trigger();
@@ -205,6 +246,18 @@ where
         }
     }
     first_error.map_or(Ok(()), Err)
+}
+
+#[cfg(target_os = "linux")]
+fn set_nice(nice: i32) {
+    if let Err(e) = crate::linux::sched::set_thread_nice(nice) {
+        tracing::warn!(nice, error = %e, "cannot set the packet threads' priority (CAP_SYS_NICE?); they run at the process's");
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn set_nice(nice: i32) {
+    tracing::warn!(nice, "thread priorities are only set on Linux");
 }
 
 fn tun_to_network<T: Tun, B: UdpBind>(s: &Shared<T, B>) -> Result<(), RunError> {

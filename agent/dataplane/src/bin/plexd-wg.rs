@@ -9,7 +9,11 @@
 //! Each performance technique has a switch, so it can be measured on its own:
 //! `PLEXD_WG_MMSG=0` sends and receives one datagram per system call instead of a batch;
 //! `PLEXD_WG_OFFLOAD=0` reads and writes the TUN one MTU-sized packet at a time (no TSO/GRO);
-//! `PLEXD_WG_GSO=0` / `PLEXD_WG_GRO=0` turn off UDP segmentation / receive coalescing.
+//! `PLEXD_WG_GSO=0` / `PLEXD_WG_GRO=0` turn off UDP segmentation / receive coalescing;
+//! `PLEXD_WG_QUEUE=0` processes each read batch whole, with no queue in front of the cipher
+//! (so no priority, no AQM, no byte bound); `PLEXD_WG_AQM=0` keeps the queue without CoDel;
+//! `PLEXD_WG_PRIORITY=0` keeps it without small packets first (see `plexd_dataplane::lane`);
+//! `PLEXD_WG_NICE=0` leaves the packet threads at the process's priority instead of -20.
 //!
 //! Exit codes: 0 clean stop, 1 runtime failure, 64 bad usage.
 
@@ -22,12 +26,15 @@ use anyhow::{Context, bail};
 use nix::sys::signal::{SigSet, Signal};
 use plexd_dataplane::Device;
 use plexd_dataplane::linux::{LinuxTun, LinuxUdpBinder};
-use plexd_dataplane::runner::{RunConfig, Shutdown, run};
+use plexd_dataplane::runner::{QueueConfig, RunConfig, Shutdown, run};
 use plexd_dataplane::uapi_server::socket_path;
 
 const USAGE: &str = "usage: plexd-wg [-f|--foreground] <interface>";
 const DEFAULT_MTU: u32 = 1420;
 const FOREGROUND_ENV: &str = "WG_PROCESS_FOREGROUND";
+/// The packet threads' nice value: ahead of the applications whose traffic they carry, as the
+/// kernel's WireGuard is (it runs in softirq context); see `plexd_dataplane::linux::sched`.
+const PACKET_THREAD_NICE: i32 = -20;
 
 fn main() -> ExitCode {
     let mut foreground = std::env::var(FOREGROUND_ENV).is_ok_and(|v| v == "1");
@@ -150,6 +157,13 @@ fn run_foreground(iface: &str) -> anyhow::Result<()> {
     }
     let config = RunConfig {
         uapi_socket: Some(socket_path(iface)),
+        queue: QueueConfig {
+            enabled: switch("PLEXD_WG_QUEUE"),
+            aqm: switch("PLEXD_WG_AQM"),
+            priority: switch("PLEXD_WG_PRIORITY"),
+            ..QueueConfig::default()
+        },
+        nice: switch("PLEXD_WG_NICE").then_some(PACKET_THREAD_NICE),
         ..RunConfig::default()
     };
     run(

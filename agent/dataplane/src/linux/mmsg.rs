@@ -23,6 +23,9 @@ pub(super) const GSO_MAX_SEGMENTS: usize = 64;
 /// At most this many bytes in one GSO send (an IP packet's length field is 16 bits).
 const GSO_MAX_BYTES: usize = 65_000;
 
+/// At most about this many bytes in one receive with UDP GRO on (whole slots of 64 KiB).
+const GRO_RECV_BYTES: usize = 256 << 10;
+
 fn to_socket_addr(s: &SockaddrStorage) -> Option<SocketAddr> {
     if let Some(v4) = s.as_sockaddr_in() {
         return Some(SocketAddr::from(std::net::SocketAddrV4::from(*v4)));
@@ -39,7 +42,15 @@ pub(super) fn recv(
     gro: bool,
     canonical: fn(SocketAddr) -> SocketAddr,
 ) -> io::Result<usize> {
-    let n = batch.max();
+    // With GRO each slot may hold up to 64 KiB: bound the bytes one call moves, not only the
+    // slots, so one receive is never megabytes of work in front of a small datagram.
+    let n = if gro {
+        batch
+            .max()
+            .min((GRO_RECV_BYTES / batch.slot_size().max(1)).max(1))
+    } else {
+        batch.max()
+    };
     let cmsg = gro.then(|| nix::cmsg_space!(libc::c_int));
     let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(n, cmsg);
     let mut filled: Vec<(usize, Option<SocketAddr>, usize)> = Vec::with_capacity(n);

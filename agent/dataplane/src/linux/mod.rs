@@ -2,6 +2,7 @@
 
 mod mmsg;
 mod poll;
+pub mod sched;
 pub mod tun;
 pub mod udp;
 
