@@ -33,7 +33,10 @@ pub fn wait_listening(port: u16, what: &str, proc: &mut Proc) -> Result<()> {
     let deadline = Instant::now() + STARTUP_BOUND;
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         if let Some(status) = proc.try_exit()? {
-            bail!("{what} exited with {status}; its output:\n{}", proc.output());
+            bail!(
+                "{what} exited with {status}; its output:\n{}",
+                proc.output()
+            );
         }
         if Instant::now() > deadline {
             bail!(

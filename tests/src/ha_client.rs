@@ -283,10 +283,10 @@ async fn stream_once(
         buf.push_str(std::str::from_utf8(&bytes).context("the stream is not UTF-8")?);
         while let Some(end) = buf.find("\n\n") {
             let block: String = buf.drain(..end + 2).collect();
-            if let Some(seq) = event_seq(&block, node)? {
-                if let Ok(mut r) = received.lock() {
-                    r.seqs.push(seq);
-                }
+            if let Some(seq) = event_seq(&block, node)?
+                && let Ok(mut r) = received.lock()
+            {
+                r.seqs.push(seq);
             }
         }
     }
