@@ -89,6 +89,7 @@ async fn main() -> Result<()> {
             Some(_) => vec!["--register-burst".into(), "1000000".into()],
             None => Vec::new(),
         },
+        ..LabOptions::default()
     };
     let lab = Lab::start(root.path(), pg, opts)?;
     lab.wait_bus_consuming(1)?;

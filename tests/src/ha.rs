@@ -28,10 +28,17 @@ pub fn free_port() -> Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
-/// Waits until something accepts TCP connections on `127.0.0.1:port`.
-pub fn wait_listening(port: u16, what: &str, proc: &mut Proc) -> Result<()> {
+/// A free TCP port on `ip`.
+pub fn free_port_on(ip: std::net::Ipv4Addr) -> Result<u16> {
+    let l = std::net::TcpListener::bind((ip, 0))
+        .with_context(|| format!("picking a free port on {ip}"))?;
+    Ok(l.local_addr()?.port())
+}
+
+/// Waits until something accepts TCP connections on `addr`.
+pub fn wait_listening(addr: SocketAddr, what: &str, proc: &mut Proc) -> Result<()> {
     let deadline = Instant::now() + STARTUP_BOUND;
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+    while std::net::TcpStream::connect(addr).is_err() {
         if let Some(status) = proc.try_exit()? {
             bail!(
                 "{what} exited with {status}; its output:\n{}",
@@ -40,7 +47,7 @@ pub fn wait_listening(port: u16, what: &str, proc: &mut Proc) -> Result<()> {
         }
         if Instant::now() > deadline {
             bail!(
-                "{what} does not listen on 127.0.0.1:{port}; its output:\n{}",
+                "{what} does not listen on {addr}; its output:\n{}",
                 proc.output()
             );
         }
@@ -245,7 +252,7 @@ impl NatsCluster {
         }
         for node in &mut cluster.nodes {
             if let Some(p) = &mut node.proc {
-                wait_listening(node.port, &node.name, p)?;
+                wait_listening(SocketAddr::from(([127, 0, 0, 1], node.port)), &node.name, p)?;
             }
         }
         Ok(cluster)
@@ -299,7 +306,7 @@ impl NatsCluster {
         self.spawn(i)?;
         let node = &mut self.nodes[i];
         match &mut node.proc {
-            Some(p) => wait_listening(node.port, &node.name, p),
+            Some(p) => wait_listening(SocketAddr::from(([127, 0, 0, 1], node.port)), &node.name, p),
             None => bail!("{} did not start", node.name),
         }
     }
@@ -308,7 +315,8 @@ impl NatsCluster {
 // ---------------------------------------------------------------------------------------
 // TLS for HAProxy
 
-/// The lab CA and HAProxy's certificate for 127.0.0.1 and localhost, made with openssl.
+/// The lab CA and HAProxy's certificate for 127.0.0.1, localhost and the lab's front address,
+/// made with openssl.
 pub struct LabCerts {
     pub ca_file: PathBuf,
     /// Certificate chain and key in one PEM, as HAProxy's `crt` takes it.
@@ -316,7 +324,7 @@ pub struct LabCerts {
 }
 
 impl LabCerts {
-    pub fn create(dir: &Path) -> Result<Self> {
+    pub fn create(dir: &Path, front_ip: std::net::Ipv4Addr) -> Result<Self> {
         std::fs::create_dir_all(dir)?;
         let p = |f: &str| dir.join(f);
         run(Command::new("openssl")
@@ -352,7 +360,9 @@ impl LabCerts {
             .args(["-subj", "/CN=127.0.0.1"]))?;
         std::fs::write(
             p("server.ext"),
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n",
+            format!(
+                "subjectAltName=IP:127.0.0.1,IP:{front_ip},DNS:localhost\nbasicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n"
+            ),
         )?;
         run(Command::new("openssl")
             .args(["x509", "-req", "-in"])
@@ -419,7 +429,7 @@ impl Haproxy {
         let mut cmd = Command::new("haproxy");
         cmd.arg("-db").arg("-f").arg(&cfg);
         let mut proc = Proc::spawn(cmd)?;
-        wait_listening(front.port(), "haproxy", &mut proc)?;
+        wait_listening(front, "haproxy", &mut proc)?;
         Ok(Self { proc, front })
     }
 }
@@ -449,6 +459,9 @@ pub struct LabOptions {
     pub nats_nodes: usize,
     /// More `plexsphere serve` flags for every replica.
     pub extra_args: Vec<String>,
+    /// Where HAProxy listens (the nodes' `api_url`): loopback, or the host's address on a
+    /// test bridge when plexd nodes in namespaces must reach it.
+    pub front_ip: std::net::Ipv4Addr,
 }
 
 impl Default for LabOptions {
@@ -457,6 +470,7 @@ impl Default for LabOptions {
             replicas: 3,
             nats_nodes: 3,
             extra_args: Vec::new(),
+            front_ip: std::net::Ipv4Addr::LOCALHOST,
         }
     }
 }
@@ -545,12 +559,12 @@ impl Lab {
             bail!("a lab needs at least one replica");
         }
         std::fs::create_dir_all(root)?;
-        let certs = LabCerts::create(&root.join("tls"))?;
+        let certs = LabCerts::create(&root.join("tls"), opts.front_ip)?;
         let nats = match opts.nats_nodes {
             0 => None,
             n => Some(NatsCluster::start(&root.join("nats"), n)?),
         };
-        let front: SocketAddr = format!("127.0.0.1:{}", free_port()?).parse()?;
+        let front = SocketAddr::from((opts.front_ip, free_port_on(opts.front_ip)?));
         let spec = ServeSpec {
             database_url: pg.url.clone(),
             api_url: format!("https://{front}"),

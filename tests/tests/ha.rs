@@ -459,3 +459,158 @@ async fn a_single_nats_server_restarted_loses_no_event() {
     streams_match_the_log(&lab, &held, "once NATS is back").await;
     task.abort();
 }
+
+/// plexd's config for the mesh test: the userspace data plane, quick intervals.
+fn daemon_config(iface: &str) -> String {
+    format!(
+        "wireguard:\n  backend: userspace\n  interface: {iface}\ndaemon:\n  backoff_initial_ms: 200\n  backoff_cap_secs: 2\n  intervals:\n    heartbeat_secs: 1\n    endpoint_report_secs: 1\n    state_poll_secs: 2\n    ingest_secs: 1\n"
+    )
+}
+
+struct Daemon {
+    ns: String,
+    host: plexsphere_e2e::Host,
+    proc: plexsphere_e2e::Proc,
+}
+
+impl Daemon {
+    fn mesh_ip(&self) -> String {
+        self.host.identity().unwrap().1
+    }
+
+    /// Waits until the daemon's event stream is connected and it applied a state.
+    fn wait_streaming(&self) {
+        plexsphere_e2e::wait_until(BOUND, "the daemon's event stream connects", || {
+            Ok(self
+                .host
+                .status()?
+                .filter(|s| s["event_stream_connected"] == true && !s["state_version"].is_null()))
+        })
+        .unwrap_or_else(|e| panic!("{e}\n--- plexd:\n{}", self.proc.output()));
+    }
+
+    /// `ping -c count -i 0.25 -W 1` of `ip` from this namespace: how many answers came back.
+    fn ping(&self, ip: &str, count: u32) -> u32 {
+        let out = plexsphere_e2e::netns::exec(
+            &self.ns,
+            "ping",
+            &["-q", "-c", &count.to_string(), "-i", "0.25", "-W", "1", ip],
+        )
+        .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.split(',')
+            .find_map(|part| part.trim().strip_suffix(" received")?.parse().ok())
+            .unwrap_or_else(|| {
+                panic!(
+                    "no ping summary: {text} {}",
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            })
+    }
+}
+
+async fn start_daemon(
+    net: &mut plexsphere_e2e::netns::Lab,
+    lab: &Lab,
+    op: &Operator,
+    root: &std::path::Path,
+) -> Daemon {
+    let i = net.nodes_len();
+    let ns = net.add_node().unwrap();
+    let host = plexsphere_e2e::Host::new(&root.join(format!("ha1-node{i}"))).unwrap();
+    host.write_config(
+        &lab.api_url,
+        &lab.certs.ca_file,
+        LAB_NODES_PROJECT,
+        &format!("ha1-node{i}"),
+        &daemon_config(&net.wg_iface(i)),
+    )
+    .unwrap();
+    host.write_token(&op.issue_token(LAB_NODES_PROJECT).await.unwrap())
+        .unwrap();
+    let proc = plexsphere_e2e::netns::start_daemon(&ns, &host).unwrap();
+    let d = Daemon { ns, host, proc };
+    d.wait_streaming();
+    d
+}
+
+/// Waits until `from` gets an answer from `to`'s mesh IP.
+fn wait_ping(from: &Daemon, to: &Daemon) {
+    let ip = to.mesh_ip();
+    plexsphere_e2e::wait_until(BOUND, &format!("{} pings {ip}", from.ns), || {
+        Ok((from.ping(&ip, 1) == 1).then_some(()))
+    })
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}\n--- plexd:\n{}\n--- plexd:\n{}",
+            from.proc.output(),
+            to.proc.output()
+        )
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_mesh_keeps_carrying_traffic_while_replicas_die() {
+    if !nix::unistd::Uid::effective().is_root() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI is set but the tests do not run as root: the mesh needs network namespaces"
+        );
+        eprintln!("skipping: network namespaces need root (scripts/test runs as root)");
+        return;
+    }
+    let mut net = plexsphere_e2e::netns::Lab::new().unwrap();
+    let opts = LabOptions {
+        // The daemons in their namespaces reach HAProxy on the host's leg of their bridge.
+        front_ip: net.host_addr(),
+        ..LabOptions::default()
+    };
+    let Some((tmp, mut lab)) = lab(opts) else {
+        return;
+    };
+    let http = ha_client::client(&lab.certs.ca_file).unwrap();
+    let op = operator(&lab, &http);
+    let a = start_daemon(&mut net, &lab, &op, tmp.path()).await;
+    let b = start_daemon(&mut net, &lab, &op, tmp.path()).await;
+    wait_ping(&a, &b);
+    wait_ping(&b, &a);
+
+    // Two of the three replicas die while a pings b: the mesh does not need the control plane.
+    let b_ip = b.mesh_ip();
+    let pinging = {
+        let ns = a.ns.clone();
+        std::thread::spawn(move || {
+            let out = plexsphere_e2e::netns::exec(
+                &ns,
+                "ping",
+                &["-q", "-c", "40", "-i", "0.25", "-W", "1", &b_ip],
+            )
+            .unwrap();
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    lab.kill_replica(0).unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    lab.kill_replica(1).unwrap();
+    let summary = tokio::task::spawn_blocking(move || pinging.join().unwrap())
+        .await
+        .unwrap();
+    let received: u32 = summary
+        .split(',')
+        .find_map(|part| part.trim().strip_suffix(" received")?.parse().ok())
+        .unwrap_or_else(|| panic!("no ping summary: {summary}"));
+    assert!(
+        received >= 36,
+        "the mesh lost pings while replicas died: {summary}"
+    );
+
+    // The daemons' streams come back on the last replica, and a node that joins now reaches
+    // both (its arrival reaches their streams through it).
+    a.wait_streaming();
+    b.wait_streaming();
+    let c = start_daemon(&mut net, &lab, &op, tmp.path()).await;
+    wait_ping(&a, &c);
+    wait_ping(&c, &b);
+    drop((a, b, c));
+}
