@@ -238,3 +238,44 @@ async fn the_poller_moves_the_watches_to_the_stored_heads() {
     assert!(!rx.has_changed().unwrap());
     srv.stop().await;
 }
+
+#[test]
+fn bad_nats_flags_exit_64_naming_the_flag_before_anything_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&[&str], &str); 3] = [
+        (&["--nats-url", "http://127.0.0.1:4222"], "nats://"),
+        (
+            &[
+                "--nats-url",
+                "nats://127.0.0.1:4222",
+                "--nats-stream-replicas",
+                "7",
+            ],
+            "--nats-stream-replicas",
+        ),
+        (&["--nats-stream-replicas", "3"], "needs --nats-url"),
+    ];
+    for (flags, says) in cases {
+        let out = Command::new(common::dev::BIN)
+            .env("PLEXSPHERE_NO_LOCAL_MACHINES", "1")
+            .env_remove("PLEXSPHERE_NATS_URL")
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--tls-terminated-by-proxy",
+            ])
+            .args(flags)
+            .arg("--data-dir")
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{flags:?}: {stderr}");
+        assert!(stderr.contains(says), "{flags:?}: {stderr}");
+    }
+    assert!(
+        !dir.path().join("plexsphere.db").exists(),
+        "nothing was opened"
+    );
+}
