@@ -4,8 +4,11 @@
 //! seq N". A stream that wakes reads the rows it has not sent yet from the store, at its own
 //! pace, so a notification can be coalesced, repeated or arrive late without losing an event.
 //! Nothing assumes that one process owns all streams: another replica's writes reach this
-//! process's streams as soon as a bus carries its notices (a later issue backs [`EventBus`]
-//! with NATS JetStream; until then, the in-process bus serves one replica).
+//! process's streams as soon as a bus carries its notices. [`InProcessBus`] serves one
+//! replica (and holds every replica's local watch channels); `bus_nats` carries the notices
+//! between replicas over NATS JetStream, and `bus_poll` reads each Domain's head from the
+//! database so that a bus outage (or no bus at all, on a shared Postgres) means later
+//! wake-ups, never lost events.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -20,6 +23,11 @@ pub trait EventBus: Send + Sync + 'static {
     /// A receiver of the Domain's newest announced seq. The receiver's `changed()` resolves
     /// after any announcement made since its last `borrow_and_update()`.
     fn subscribe(&self, domain_id: Uuid) -> watch::Receiver<u64>;
+    /// Whether the bus carries notices between replicas now, or why not, in one line
+    /// (`/readyz`). A bus of one process is always ready.
+    fn check(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// One process's bus: a `watch` channel per Domain (the latest value is all a stream needs, so
@@ -43,10 +51,10 @@ impl InProcessBus {
             .or_insert_with(|| watch::channel(0).0)
             .clone()
     }
-}
 
-impl EventBus for InProcessBus {
-    fn notify(&self, domain_id: Uuid, seq: u64) {
+    /// Moves the Domain's watch to `seq` when that is newer; answers whether it moved (false:
+    /// it already stood there or further, so no stream had anything to wake for).
+    pub fn advance(&self, domain_id: Uuid, seq: u64) -> bool {
         self.sender(domain_id).send_if_modified(|current| {
             if seq > *current {
                 *current = seq;
@@ -54,7 +62,13 @@ impl EventBus for InProcessBus {
             } else {
                 false
             }
-        });
+        })
+    }
+}
+
+impl EventBus for InProcessBus {
+    fn notify(&self, domain_id: Uuid, seq: u64) {
+        self.advance(domain_id, seq);
     }
 
     fn subscribe(&self, domain_id: Uuid) -> watch::Receiver<u64> {

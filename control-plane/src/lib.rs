@@ -7,6 +7,8 @@
 pub mod api;
 pub mod broker;
 pub mod bus;
+pub mod bus_nats;
+pub mod bus_poll;
 pub mod candidates;
 pub mod cli;
 pub mod clone;

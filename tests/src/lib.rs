@@ -8,6 +8,8 @@ pub mod broker;
 pub mod control_plane;
 pub mod daemon;
 pub mod dist;
+pub mod ha;
+pub mod ha_client;
 pub mod host;
 pub mod machines;
 pub mod nat;

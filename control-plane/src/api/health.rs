@@ -1,5 +1,5 @@
 //! What load balancers and Prometheus ask: `/healthz` (the process answers), `/readyz` (the
-//! database answers and its schema is current), `/metrics` (docs/metrics.md), and the
+//! database answers, its schema is current and the event bus between replicas is connected), `/metrics` (docs/metrics.md), and the
 //! middleware that counts every request by its route template.
 //!
 //! None of these log per request above DEBUG: a probe every few seconds must not fill the log.
@@ -32,10 +32,17 @@ pub enum ReadyCheck {
     Database,
     /// Every embedded migration is applied.
     Migrations,
+    /// The event bus carries notices between replicas (NATS connected, with `--nats-url`;
+    /// always passes for the in-process bus).
+    Bus,
 }
 
 /// What `/readyz` checks, in order; the first failure is the answer.
-pub const READY_CHECKS: &[ReadyCheck] = &[ReadyCheck::Database, ReadyCheck::Migrations];
+pub const READY_CHECKS: &[ReadyCheck] = &[
+    ReadyCheck::Database,
+    ReadyCheck::Migrations,
+    ReadyCheck::Bus,
+];
 
 impl ReadyCheck {
     /// Passes, or says what is wrong and what to do, in one line.
@@ -60,6 +67,7 @@ impl ReadyCheck {
                     ))
                 }
             }
+            ReadyCheck::Bus => st.bus.check(),
         }
     }
 
@@ -67,6 +75,7 @@ impl ReadyCheck {
         match self {
             ReadyCheck::Database => "database",
             ReadyCheck::Migrations => "migrations",
+            ReadyCheck::Bus => "bus",
         }
     }
 }

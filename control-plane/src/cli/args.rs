@@ -234,6 +234,9 @@ pub struct ServeArgs {
     pub downloads: DownloadArgs,
     #[command(flatten)]
     pub broker: BrokerArgs,
+    /// The event bus between replicas (`--nats-url`).
+    #[command(flatten)]
+    pub bus: super::bus::BusArgs,
 }
 
 /// The broker's knobs.

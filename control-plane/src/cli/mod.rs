@@ -9,6 +9,7 @@
 mod admin;
 mod args;
 mod backup;
+mod bus;
 mod downloads;
 mod failure;
 mod relay;
@@ -18,6 +19,7 @@ pub use args::{
     BrokerArgs, Cli, Command, DataArgs, DevArgs, LimitArgs, LogFormat, NodeApiArgs,
     OperatorTokenCommand, SeedCommand, ServeArgs,
 };
+pub use bus::BusArgs;
 pub use downloads::DownloadArgs;
 pub use failure::Failure;
 

@@ -170,6 +170,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
         )));
     }
     let config = api_config(&args.limits, &args.node_api, None)?;
+    let nats = args.bus.config()?;
     let downloads_config = args.downloads.config(&args.data.data_dir)?;
     let catalog = load_catalog(&args.broker)?;
     if matches!(transport, Transport::PlainBehindProxy) {
@@ -203,7 +204,14 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
     let ca_file = args.data.data_dir.join("tls").join("ca.crt");
     let ca_pem = std::fs::read_to_string(&ca_file).ok();
     let broker = broker_config(&args.broker, catalog, public_url, ca_pem, machines);
-    let state = AppState::with_broker_config(store, &args.data.data_dir, config, broker);
+    let postgres = args
+        .data
+        .database_url
+        .as_deref()
+        .is_some_and(|u| u.starts_with("postgres:") || u.starts_with("postgresql:"));
+    let (bus, bus_tasks) = super::bus::start(nats, &store, postgres).await?;
+    let state =
+        AppState::with_broker_config(store, &args.data.data_dir, config, broker).with_bus(bus);
     let downloads = open_downloads(&args.downloads, downloads_config, &state, None).await?;
     let stun = match args.stun_listen {
         Some(a) => Some(super::relay::start_stun(a).await?),
@@ -213,6 +221,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
     if let Some(task) = stun {
         task.abort();
     }
+    drop(bus_tasks);
     result
 }
 

@@ -111,6 +111,23 @@ pub async fn head(conn: &mut AnyConnection, domain_id: Uuid) -> Result<Head, Sto
     }
 }
 
+/// Every Domain's newest seq (Domains without an event yet are left out): what a replica's
+/// poller compares with what its bus announced (one small read of the counter table).
+pub async fn heads(conn: &mut AnyConnection) -> Result<Vec<(Uuid, u64)>, StoreError> {
+    let rows = sqlx::query("SELECT domain_id, seq FROM domain_events")
+        .fetch_all(&mut *conn)
+        .await?;
+    rows.iter()
+        .map(|r| {
+            let domain: String = r.try_get("domain_id")?;
+            Ok((
+                parse_col("domain_events.domain_id", &domain)?,
+                to_u64("domain_events.seq", r.try_get("seq")?)?,
+            ))
+        })
+        .collect()
+}
+
 /// Up to `limit` events after `after` that are addressed to `node_id`, oldest first.
 pub async fn for_node(
     conn: &mut AnyConnection,
