@@ -6,12 +6,10 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand};
 use plexsphere_wire::signed::DomainSigner;
 
-use super::admin::open_store;
-use super::args::DataArgs;
 use super::failure::Failure;
 use crate::keys::{self, Kek};
-use crate::store::domain_keys;
 use crate::store::domains::{self, Domain};
+use crate::store::{Store, domain_keys};
 
 #[derive(Debug, Subcommand)]
 pub enum KekCommand {
@@ -26,8 +24,16 @@ pub enum KekCommand {
 /// `plexsphere domain-key`.
 #[derive(Debug, Args)]
 pub struct DomainKeyArgs {
-    #[command(flatten)]
-    pub data: DataArgs,
+    /// The control plane's data directory (its database, older seed files).
+    #[arg(
+        long,
+        env = "PLEXSPHERE_DATA_DIR",
+        default_value = "/var/lib/plexsphere"
+    )]
+    pub data_dir: PathBuf,
+    /// `sqlite://...` or `postgres://...`; default: `<data-dir>/plexsphere.db`.
+    #[arg(long, env = "PLEXSPHERE_DATABASE_URL")]
+    pub database_url: Option<String>,
     /// The Domain's slug; may be left out when there is one Domain.
     #[arg(long)]
     pub domain: Option<String>,
@@ -60,7 +66,12 @@ pub(super) fn key_failure(e: keys::KeyError) -> Failure {
 /// Prints the public key the Domain signs with now (no KEK needed: public keys are stored
 /// in the clear), or that of an older version's seed file not imported yet.
 pub async fn domain_key(args: &DomainKeyArgs) -> Result<(), Failure> {
-    let store = open_store(&args.data).await?;
+    let url = args
+        .database_url
+        .clone()
+        .unwrap_or_else(|| Store::sqlite_url(&args.data_dir));
+    let store = Store::connect(&url).await.map_err(runtime)?;
+    store.migrate().await.map_err(runtime)?;
     let mut conn = store.acquire().await.map_err(runtime)?;
     let domain = pick(&mut conn, args.domain.as_deref()).await?;
     let stored = domain_keys::list(&mut conn, domain.id)
@@ -71,7 +82,7 @@ pub async fn domain_key(args: &DomainKeyArgs) -> Result<(), Failure> {
     let key = match current {
         Some(k) => k.public_key.clone(),
         None => {
-            let seed = keys::seed_file::read(&args.data.data_dir, &domain.slug)
+            let seed = keys::seed_file::read(&args.data_dir, &domain.slug)
                 .map_err(|e| Failure::Config(e.to_string()))?
                 .ok_or_else(|| {
                     Failure::Config(format!(
