@@ -7,8 +7,10 @@
 //! nodes (they trust a key that is gone: [`KeyError::NoKey`], never a silent new key); else a
 //! fresh key. Creation is insert-if-absent, and every replica then uses the row that won.
 //!
-//! Rotation adds the next generation with `active_from` at the end of the overlap
-//! (`rotation.rs`); until then the previous key signs and the next one is announced.
+//! A Domain's keys are numbered by generation; the one that signs is the highest generation
+//! whose `active_from` has passed ([`KeySet::current`]). Today every Domain has generation 1
+//! only: an online rotation, which would add the next generation with `active_from` at the end
+//! of an overlap, is not built yet (docs/security.md).
 
 pub mod kek;
 pub mod seal;
@@ -31,8 +33,8 @@ pub use kek::{Kek, KekError};
 pub use seal::{KeyId, SealError};
 pub use seed_file::{SeedFileError, seed_path};
 
-/// How long a replica uses the keys it read before it reads them again: a rotation started on
-/// another replica is seen within this (the shortest overlap is much longer, see `rotation.rs`).
+/// How long a replica uses the keys it read before it reads them again (a key another replica
+/// stored is seen within this).
 pub const KEY_REFRESH: Duration = Duration::from_secs(2);
 
 #[derive(Debug, thiserror::Error)]
@@ -64,8 +66,6 @@ pub struct DomainKey {
     pub generation: i64,
     pub active_from: i64,
     pub signer: Arc<DomainSigner>,
-    /// The transition statement of a rotated-in key (JSON signed envelope), see `rotation.rs`.
-    pub transition: Option<String>,
 }
 
 /// A Domain's keys at one moment: which signs, which is announced next.
@@ -83,18 +83,6 @@ impl KeySet {
             .rev()
             .find(|k| k.active_from <= now)
             .unwrap_or(&self.keys[0])
-    }
-
-    /// The key announced at `now`: a later generation whose overlap has not ended yet.
-    pub fn next(&self, now: i64) -> Option<&DomainKey> {
-        self.keys
-            .iter()
-            .rev()
-            .find(|k| k.active_from > now && k.generation > self.current(now).generation)
-    }
-
-    pub fn all(&self) -> &[DomainKey] {
-        &self.keys
     }
 }
 
@@ -274,7 +262,7 @@ impl Keyring {
                 (random_seed()?, "created a new Domain signing key")
             }
         };
-        let row = sealed_row(kek, domain, 1, &seed, 0, None)?;
+        let row = sealed_row(kek, domain, 1, &seed, 0)?;
         let mut conn = self.store.acquire().await?;
         if domain_keys::insert_if_absent(&mut conn, &row).await? {
             tracing::info!(domain = %domain.slug, public_key = %row.public_key, "{how}");
@@ -299,7 +287,6 @@ pub(crate) fn sealed_row(
     generation: i64,
     seed: &[u8; 32],
     active_from: i64,
-    transition: Option<String>,
 ) -> Result<StoredKey, KeyError> {
     let public_key = DomainSigner::from_seed(seed)
         .map_err(|_| KeyError::Random)?
@@ -317,7 +304,6 @@ pub(crate) fn sealed_row(
         sealed_seed,
         created_at: unix_now(),
         active_from,
-        transition,
     })
 }
 
@@ -348,11 +334,39 @@ fn unseal(kek: &Kek, domain: &Domain, row: &StoredKey) -> Result<DomainKey, KeyE
         generation: row.generation,
         active_from: row.active_from,
         signer: Arc::new(signer),
-        transition: row.transition.clone(),
     })
 }
 
 /// The wall clock in unix seconds (which key signs is decided by it on every replica alike).
 pub(crate) fn unix_now() -> i64 {
     time::OffsetDateTime::now_utc().unix_timestamp()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(generation: i64, active_from: i64) -> DomainKey {
+        let seed = [u8::try_from(generation).unwrap(); 32];
+        DomainKey {
+            generation,
+            active_from,
+            signer: Arc::new(DomainSigner::from_seed(&seed).unwrap()),
+        }
+    }
+
+    #[test]
+    fn the_newest_generation_whose_time_has_come_signs() {
+        let set = KeySet {
+            keys: vec![key(1, 0), key(2, 100)],
+        };
+        assert_eq!(set.current(99).generation, 1);
+        assert_eq!(set.current(100).generation, 2);
+        assert_eq!(set.current(5_000).generation, 2);
+        // A clock before every key's start still signs with the first.
+        let later = KeySet {
+            keys: vec![key(1, 50)],
+        };
+        assert_eq!(later.current(0).generation, 1);
+    }
 }

@@ -19,9 +19,6 @@ pub struct StoredKey {
     pub created_at: i64,
     /// Unix seconds from which this key signs (the end of a rotation's overlap).
     pub active_from: i64,
-    /// For a rotated-in key: the transition statement, a JSON signed envelope of the new
-    /// public key signed by the previous generation's key.
-    pub transition: Option<String>,
 }
 
 fn from_row(row: &sqlx::any::AnyRow) -> Result<StoredKey, StoreError> {
@@ -35,14 +32,13 @@ fn from_row(row: &sqlx::any::AnyRow) -> Result<StoredKey, StoreError> {
         sealed_seed: row.try_get("sealed_seed")?,
         created_at: row.try_get("created_at")?,
         active_from: row.try_get("active_from")?,
-        transition: row.try_get("transition")?,
     })
 }
 
 /// Every key of the Domain, oldest generation first.
 pub async fn list(conn: &mut AnyConnection, domain_id: Uuid) -> Result<Vec<StoredKey>, StoreError> {
     let rows = sqlx::query(
-        "SELECT domain_id, generation, public_key, sealed_seed, created_at, active_from, transition \
+        "SELECT domain_id, generation, public_key, sealed_seed, created_at, active_from \
          FROM domain_keys WHERE domain_id = $1 ORDER BY generation",
     )
     .bind(domain_id.to_string())
@@ -58,8 +54,8 @@ pub async fn insert_if_absent(
 ) -> Result<bool, StoreError> {
     let done = sqlx::query(
         "INSERT INTO domain_keys \
-         (domain_id, generation, public_key, sealed_seed, created_at, active_from, transition) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (domain_id, generation) DO NOTHING",
+         (domain_id, generation, public_key, sealed_seed, created_at, active_from) \
+         VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (domain_id, generation) DO NOTHING",
     )
     .bind(key.domain_id.to_string())
     .bind(key.generation)
@@ -67,7 +63,6 @@ pub async fn insert_if_absent(
     .bind(key.sealed_seed.clone())
     .bind(key.created_at)
     .bind(key.active_from)
-    .bind(key.transition.clone())
     .execute(&mut *conn)
     .await?;
     Ok(done.rows_affected() == 1)
