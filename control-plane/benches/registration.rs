@@ -43,8 +43,8 @@ impl Bench {
         let manifest = seed::parse(seed::LAB_SEED, "lab")?;
         seed::apply(&store, &manifest, "lab", OffsetDateTime::now_utc()).await?;
         Ok(Self {
+            keys: Keyring::with_data_dir_kek(store.clone(), data_dir),
             store,
-            keys: Keyring::new(data_dir),
             bus: InProcessBus::new(),
             project: LAB_NODES.parse()?,
             registered: 0,

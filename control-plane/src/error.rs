@@ -91,7 +91,7 @@ pub enum Error {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
-    Key(#[from] KeyError),
+    Key(KeyError),
     #[error("{0}")]
     Internal(String),
 }
@@ -100,5 +100,16 @@ impl Error {
     /// Whether a whole transaction that failed with this should simply be tried again.
     pub fn is_lost_race(&self) -> bool {
         matches!(self, Error::Store(e) if e.is_busy())
+    }
+}
+
+/// A key error that is the database's stays a store error (a database away is `503`, not a
+/// key problem).
+impl From<KeyError> for Error {
+    fn from(e: KeyError) -> Self {
+        match e {
+            KeyError::Store(s) => Error::Store(s),
+            other => Error::Key(other),
+        }
     }
 }

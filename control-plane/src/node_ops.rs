@@ -65,18 +65,19 @@ impl NodeOps<'_> {
         let mut conn = self.store.acquire().await?;
         let version = events::head(&mut conn, node.domain_id).await?.seq;
         let domain = domain_of(&mut conn, node).await?;
-        Ok((version, self.relay_token(&domain, node, now)?))
+        Ok((version, self.relay_token(&domain, node, now).await?))
     }
 
     /// `node`'s relay token, signed by its Domain.
-    fn relay_token(
+    async fn relay_token(
         &self,
         domain: &Domain,
         node: &NodeRow,
         now: i64,
     ) -> Result<SignedEnvelope, Error> {
         self.keys
-            .signer(&domain.slug)?
+            .signer(domain)
+            .await?
             .sign(
                 SignContext::RelayToken,
                 &node_decisions::relay_token(node, now),
@@ -136,14 +137,14 @@ impl NodeOps<'_> {
         let version = events::head(&mut conn, me.domain_id).await?.seq;
         let domain = domain_of(&mut conn, &me).await?;
         let live = nodes::live_in_domain(&mut conn, me.domain_id).await?;
-        let token = self.relay_token(&domain, &me, now)?;
+        let token = self.relay_token(&domain, &me, now).await?;
         let reach = node_decisions::Reach {
             relays: self.relays,
             stun: self.stun,
             relay_token: &token,
         };
         let doc = node_decisions::node_state(&me, &domain, &live, version, now, reach);
-        let signer = self.keys.signer(&domain.slug)?;
+        let signer = self.keys.signer(&domain).await?;
         let env = signer
             .sign(SignContext::NodeState, &doc)
             .map_err(|e| Error::Internal(format!("cannot encode a node state: {e}")))?;

@@ -93,7 +93,7 @@ impl NodeOps<'_> {
         let domain = domains::get(&mut conn, node.domain_id)
             .await?
             .ok_or_else(|| Error::Internal(format!("node {} names a missing domain", node.id)))?;
-        Ok(self.keys.signer(&domain.slug)?)
+        Ok(self.keys.signer(&domain).await?)
     }
 
     /// `GET /v1/nodes/{id}/key`.

@@ -169,6 +169,7 @@ impl Registrar<'_> {
                         .map(|n| (n.id, n.registered_at));
                 (row, made)
             };
+            self.warm_key(row.project_id).await?;
             let outcome = match judge(&row, &token, req.project_id, now, made)? {
                 TokenVerdict::Fresh => {
                     store::retry("register", Error::is_lost_race_or_ip_clash, || {
@@ -188,6 +189,22 @@ impl Registrar<'_> {
             }
         }
         Err(Error::TokenConsumed)
+    }
+
+    /// Reads (or makes) the key of the project's Domain before any transaction: making it
+    /// writes on another connection, which on SQLite would wait for the transaction's lock.
+    async fn warm_key(&self, project_id: Uuid) -> Result<(), Error> {
+        let domain = {
+            let mut conn = self.store.acquire().await?;
+            let Some(project) = projects::get(&mut conn, project_id).await? else {
+                return Ok(());
+            };
+            domains::get(&mut conn, project.domain_id).await?
+        };
+        if let Some(d) = domain {
+            self.keys.keys(&d).await?;
+        }
+        Ok(())
     }
 
     /// One attempt at a new node. `None`: other callers took the token's last use first.
@@ -257,7 +274,7 @@ impl Registrar<'_> {
             peer: node_decisions::peer_spec(&node),
         };
         let seq = events::append(&mut tx, domain.id, None, node_id, &added, now).await?;
-        let signer = self.keys.signer(&domain.slug)?;
+        let signer = self.keys.signer(&domain).await?;
         tx.commit().await.map_err(StoreError::from)?;
         self.bus.notify(domain.id, seq);
         tracing::info!(
@@ -306,7 +323,7 @@ impl Registrar<'_> {
         let domain = domains::get(&mut tx, node.domain_id)
             .await?
             .ok_or_else(|| Error::Internal(format!("node {node_id} names a missing domain")))?;
-        let signer = self.keys.signer(&domain.slug)?;
+        let signer = self.keys.signer(&domain).await?;
         tx.commit().await.map_err(StoreError::from)?;
         tracing::info!(node_id = %node_id, mesh_ip = %node.mesh_ip, project_id = %node.project_id, "node registration replayed");
         Ok(Some(Registered {

@@ -128,11 +128,12 @@ async fn a_backup_under_load_restores_into_a_server_the_nodes_keep_working_with(
         .chain(&during)
         .map(|r| r.node_id.to_string())
         .collect();
+    // dev's key-encryption key goes with its backup (the Domain keys are sealed under it).
     assert_eq!(
-        std::fs::metadata(out.join("domain-keys"))
+        std::fs::metadata(out.join("key-encryption-key"))
             .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777)
             .unwrap(),
-        0o700
+        0o600
     );
 
     let (code, stdout, stderr) = plexsphere(&[
@@ -185,10 +186,10 @@ async fn a_backup_under_load_restores_into_a_server_the_nodes_keep_working_with(
     ]);
     assert_eq!(code, Some(64), "{stderr}");
     assert!(stderr.contains("already holds a database"), "{stderr}");
-    let key = out.join("domain-keys").join("lab.seed");
-    let mut seed = std::fs::read(&key).unwrap();
-    seed[0] ^= 1;
-    std::fs::write(&key, seed).unwrap();
+    let key = out.join("key-encryption-key");
+    let mut kek = std::fs::read(&key).unwrap();
+    kek[0] ^= 1;
+    std::fs::write(&key, kek).unwrap();
     let elsewhere = dir.path().join("elsewhere");
     let (code, _, stderr) = plexsphere(&[
         "restore",
@@ -233,20 +234,18 @@ async fn a_postgres_restore_brings_the_keys_back_and_the_nodes_keep_working() {
     let dev = Arc::new(DevProcess::start(&live, &["--database-url", &live_db]));
     let before = enrol(dev.clone(), dev.issue_tokens(3).await, 0).await;
 
-    // The backup the docs describe: pg_dump, and a copy of the Domain keys.
+    // The backup the docs describe: pg_dump (the Domain keys are in it, sealed), and a copy
+    // of the key-encryption key they are sealed under (dev keeps it in its data directory).
     pg_tool(
         "pg_dump",
         &["--format=custom", "--file", path(&dump), &live_db],
     );
-    std::fs::create_dir_all(keys.join("domain-keys")).unwrap();
-    for entry in std::fs::read_dir(live.join("domain-keys")).unwrap() {
-        let entry = entry.unwrap();
-        std::fs::copy(
-            entry.path(),
-            keys.join("domain-keys").join(entry.file_name()),
-        )
-        .unwrap();
-    }
+    std::fs::create_dir_all(&keys).unwrap();
+    std::fs::copy(
+        live.join("key-encryption-key"),
+        keys.join("key-encryption-key"),
+    )
+    .unwrap();
     // The old server goes on after the backup; the nodes apply newer states.
     let after = enrol(dev.clone(), dev.issue_tokens(3).await, 100).await;
     let mut seen = 0;
@@ -259,9 +258,10 @@ async fn a_postgres_restore_brings_the_keys_back_and_the_nodes_keep_working() {
         "pg_restore",
         &["--no-owner", "--dbname", &restored_db, path(&dump)],
     );
-    // Without the keys, restore refuses: the nodes trust only their Domain's key.
+    // Without the key-encryption key, or with another one, restore refuses: the keys in the
+    // dump would not open, and the nodes trust only their Domain's key.
     let empty = dir.path().join("empty");
-    std::fs::create_dir_all(empty.join("domain-keys")).unwrap();
+    std::fs::create_dir_all(&empty).unwrap();
     let (code, _, stderr) = plexsphere(&[
         "restore",
         "--database-url",
@@ -272,8 +272,24 @@ async fn a_postgres_restore_brings_the_keys_back_and_the_nodes_keep_working() {
         path(&restored),
     ]);
     assert_eq!(code, Some(64), "{stderr}");
+    assert!(stderr.contains("none is at hand"), "{stderr}");
+    let other = dir.path().join("other-kek");
+    let (code, _, stderr) = plexsphere(&["kek", "generate", "--out", path(&other)]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let (code, _, stderr) = plexsphere(&[
+        "restore",
+        "--database-url",
+        &restored_db,
+        "--from",
+        path(&empty),
+        "--data-dir",
+        path(&restored),
+        "--key-encryption-key-file",
+        path(&other),
+    ]);
+    assert_eq!(code, Some(64), "{stderr}");
     assert!(
-        stderr.contains("has no signing key for Domain lab"),
+        stderr.contains("did not seal the Domain key of Domain"),
         "{stderr}"
     );
 

@@ -79,8 +79,19 @@ fn keygen_domain_key_and_a_running_relay() {
     let (code, _, err) = run(&["relay", "keygen", "--key-file", key]);
     assert_eq!(code, 64, "keygen overwrote: {err}");
 
-    // A Domain key in a data directory, as the server keeps it.
+    // A Domain whose key is still the seed file an older version kept (not imported yet).
     let data = dir.path().join("data");
+    let seed_file = dir.path().join("seed.yaml");
+    std::fs::write(&seed_file, plexsphere::seed::LAB_SEED).unwrap();
+    let applied = run(&[
+        "seed",
+        "apply",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--file",
+        seed_file.to_str().unwrap(),
+    ]);
+    assert_eq!(applied.0, 0, "{}", applied.2);
     std::fs::create_dir_all(data.join("domain-keys")).unwrap();
     std::fs::write(data.join("domain-keys/lab.seed"), [7u8; 32]).unwrap();
     let data = data.to_str().unwrap();

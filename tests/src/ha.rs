@@ -481,6 +481,9 @@ struct ServeSpec {
     database_url: String,
     api_url: String,
     nats_urls: Option<String>,
+    /// The key-encryption key every replica reads: the Domain key is sealed under it in the
+    /// database, so all replicas sign with the one key the first of them created.
+    kek_file: PathBuf,
     extra_args: Vec<String>,
 }
 
@@ -503,6 +506,8 @@ impl ServeSpec {
             .arg("--seed")
             .arg(lab_seed())
             .args(["--sse-keepalive-secs", &SSE_KEEPALIVE_SECS.to_string()])
+            .arg("--key-encryption-key-file")
+            .arg(&self.kek_file)
             .args(&self.extra_args);
         if let Some(urls) = &self.nats_urls {
             cmd.args(["--nats-url", urls]);
@@ -565,20 +570,20 @@ impl Lab {
             n => Some(NatsCluster::start(&root.join("nats"), n)?),
         };
         let front = SocketAddr::from((opts.front_ip, free_port_on(opts.front_ip)?));
+        let kek_file = root.join("key-encryption-key");
+        write_private(&kek_file, &random_seed()?)?;
         let spec = ServeSpec {
             database_url: pg.url.clone(),
             api_url: format!("https://{front}"),
             nats_urls: nats.as_ref().map(NatsCluster::urls),
+            kek_file,
             extra_args: opts.extra_args.clone(),
         };
-        // One Domain key for every replica: until the sealed key in the database (issue 11,
-        // H3) replaces it, the key is a file in each data dir, so the lab writes one seed and
-        // copies it into every replica's data dir before any of them starts (a replica
-        // without it would make a key of its own and nodes would refuse its documents).
-        let key = random_seed()?;
+        // One Domain key for every replica: the first creates it, sealed in the database under
+        // the shared KEK; the others read that one back (none keeps a key file of its own).
         let dirs: Vec<PathBuf> = (0..opts.replicas).map(|i| replica_dir(root, i)).collect();
         for d in &dirs {
-            write_domain_key(d, LAB_DOMAIN_SLUG, &key)?;
+            create_private_dir(d)?;
         }
         // The first applies the migrations and the seed alone; the others then start at once.
         let mut replicas = vec![Some(ServeSpec::ready(
@@ -733,12 +738,10 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// `<data-dir>/domain-keys/<slug>.seed` (0600 in a 0700 directory), as plexsphere keeps it.
-fn write_domain_key(data_dir: &Path, slug: &str, seed: &[u8; 32]) -> Result<()> {
+/// A data directory (0700), as plexsphere keeps it.
+fn create_private_dir(data_dir: &Path) -> Result<()> {
     use std::os::unix::fs::PermissionsExt as _;
-    let dir = data_dir.join("domain-keys");
-    std::fs::create_dir_all(&dir)?;
+    std::fs::create_dir_all(data_dir)?;
     std::fs::set_permissions(data_dir, std::fs::Permissions::from_mode(0o700))?;
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
-    write_private(&dir.join(format!("{slug}.seed")), seed)
+    Ok(())
 }

@@ -45,7 +45,7 @@ pub async fn list_domains(
         }
         items.push(DomainView {
             id: d.id,
-            signing_public_key: st.keys.signer(&d.slug)?.public_key_b64(),
+            signing_public_key: st.keys.signer(&d).await?.public_key_b64(),
             slug: d.slug,
             mesh_cidr: d.mesh_cidr,
         });

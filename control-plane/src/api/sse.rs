@@ -103,7 +103,7 @@ pub async fn events(
     let domain = domains::get(&mut conn, node.domain_id)
         .await?
         .ok_or_else(|| Error::Internal(format!("node {} names a missing domain", node.id)))?;
-    let signer = st.keys.signer(&domain.slug)?;
+    let signer = st.keys.signer(&domain).await?;
     // Subscribe before reading the head: a change committed after the read wakes the task.
     let mut notices = st.bus.subscribe(node.domain_id);
     notices.borrow_and_update();

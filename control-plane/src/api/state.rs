@@ -113,8 +113,8 @@ impl AppState {
     ) -> Self {
         Self {
             broker: Broker::new(data_dir, broker),
+            keys: Keyring::with_data_dir_kek(store.clone(), data_dir),
             store,
-            keys: Keyring::new(data_dir),
             register_limiter: Mutex::new(RateLimiter::new(config.register_rate_limit)),
             config,
             clock: Arc::new(OffsetDateTime::now_utc),
@@ -122,6 +122,12 @@ impl AppState {
             streams: Streams::default(),
             metrics: Metrics::default(),
         }
+    }
+
+    /// Uses these Domain keys (a replica's KEK) instead of the data directory's own KEK.
+    pub fn with_keyring(mut self, keys: Keyring) -> Self {
+        self.keys = keys;
+        self
     }
 
     /// Uses another bus than the in-process one.

@@ -150,7 +150,7 @@ async fn machine_document(
     let domain = domains::get(&mut conn, project.domain_id)
         .await?
         .ok_or_else(|| Error::Internal(format!("project {} names a missing domain", project.id)))?;
-    let signer = st.keys().signer(&domain.slug)?;
+    let signer = st.keys().signer(&domain).await?;
     let signing_key: Option<[u8; 32]> = STANDARD
         .decode(signer.public_key_b64())
         .ok()

@@ -64,16 +64,25 @@ pub enum Command {
     /// `pg_restore`, bring the Domain keys back, migrate, and move the event logs ahead).
     Restore {
         /// The directory `plexsphere backup` wrote (with --database-url: a directory holding
-        /// the copied `domain-keys/`).
+        /// what was kept besides the dump: `plexsphere dev`'s `key-encryption-key`, older
+        /// `domain-keys/`; it may be empty).
         #[arg(long)]
         from: PathBuf,
         #[command(flatten)]
         data: DataArgs,
+        /// The key-encryption key the restored Domain keys are sealed under (checked here);
+        /// default: `key-encryption-key` in --from or the data directory, or the systemd
+        /// credential.
+        #[arg(long, env = "PLEXSPHERE_KEY_ENCRYPTION_KEY_FILE")]
+        key_encryption_key_file: Option<PathBuf>,
     },
     /// Run a relay for nodes that cannot reach each other directly (or `relay keygen`).
     Relay(super::relay::RelayCommand),
     /// Print a Domain's signing public key (what `plexsphere relay --domain-key` takes).
-    DomainKey(super::relay::DomainKeyArgs),
+    DomainKey(super::keys::DomainKeyArgs),
+    /// The key-encryption key the Domain keys are sealed under in the database.
+    #[command(subcommand)]
+    Kek(super::keys::KekCommand),
     /// Release-signing keys for plexd releases served from a mirror (docs/downloads.md).
     #[command(subcommand)]
     ReleaseKey(super::downloads::ReleaseKeyCommand),
@@ -226,6 +235,11 @@ pub struct ServeArgs {
     /// for loopback or a private network; the API's own `/metrics` needs a read-only token).
     #[arg(long, env = "PLEXSPHERE_METRICS_LISTEN")]
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// The key-encryption key the Domain keys are sealed under (`plexsphere kek generate`
+    /// makes one; every replica needs the same); default: the systemd credential
+    /// `$CREDENTIALS_DIRECTORY/plexsphere-kek`.
+    #[arg(long, env = "PLEXSPHERE_KEY_ENCRYPTION_KEY_FILE")]
+    pub key_encryption_key_file: Option<PathBuf>,
     #[command(flatten)]
     pub limits: LimitArgs,
     #[command(flatten)]

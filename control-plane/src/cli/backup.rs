@@ -4,19 +4,24 @@
 //! A backup is a directory (0700) holding:
 //! - `plexsphere.db`: the database as of one instant, written by SQLite's `VACUUM INTO` from a
 //!   read transaction, so the server goes on serving (and writing) while it is made;
-//! - `domain-keys/<slug>.seed`: every Domain's signing key (enrolled nodes trust only it);
+//! - the Domain signing keys, inside the database, sealed under the key-encryption key (KEK);
+//!   `key-encryption-key`, `plexsphere dev`'s KEK, when the data directory has it (a `serve`
+//!   replica's KEK is kept apart from its backups); `domain-keys/<slug>.seed`, the seed files
+//!   of older versions, when present;
 //! - `tls/`: the lab CA and server certificate of `plexsphere dev`, when the data dir has them
 //!   (nodes trust that CA); `operator-token`, when present;
 //! - `BACKUP`: a manifest, the SHA-256 of every file above, checked by `restore`.
 //!
 //! Every file is written 0600: the keys and the database are secrets. `restore` refuses a
 //! data directory that already holds a database, a backup whose manifest does not match its
-//! files, and one that lacks the key of a Domain its database names.
+//! files, one that lacks the key of a Domain its database names, and one whose sealed keys the
+//! KEK at hand does not open.
 //!
 //! Either way a restore moves every Domain's event log ahead ([`events::RESTORE_SEQ_GAP`]):
 //! nodes refuse any state at or below the newest they applied, and they applied newer ones from
 //! the old server after the backup was taken. With `--database-url` (Postgres, restored with
-//! `pg_restore`), `restore` brings the Domain keys from `--from/domain-keys` and does the rest.
+//! `pg_restore`), the keys came back with the dump; `restore` checks them against the KEK and
+//! does the rest.
 
 use std::fs;
 use std::io::Read as _;
@@ -39,12 +44,12 @@ const MANIFEST: &str = "BACKUP";
 const MANIFEST_HEADER: &str = "plexsphere backup 1";
 /// What besides the database a backup carries, relative to the data directory.
 const CARRIED_DIRS: [&str; 2] = ["domain-keys", "tls"];
-const CARRIED_FILES: [&str; 1] = ["operator-token"];
+const CARRIED_FILES: [&str; 2] = ["operator-token", crate::keys::kek::DEV_KEK_FILE];
 
 pub async fn backup(data: &DataArgs, out: &Path) -> Result<(), Failure> {
     if data.database_url.is_some() {
         return Err(Failure::Config(
-            "backup copies the embedded SQLite database; for Postgres use pg_dump and copy <data-dir>/domain-keys".into(),
+            "backup copies the embedded SQLite database; for Postgres use pg_dump (the Domain keys are in it, sealed) and keep the key-encryption key apart".into(),
         ));
     }
     let db = data.data_dir.join(DB_FILE);
@@ -72,8 +77,14 @@ pub async fn backup(data: &DataArgs, out: &Path) -> Result<(), Failure> {
 
     let mut files = vec![PathBuf::from(DB_FILE)];
     files.extend(copy_carried(&data.data_dir, out)?);
-    let summary = check_keys(out).await?;
+    let kek = super::keys::restore_kek(None, out, out)?;
+    let summary = check_keys(out, kek.as_ref(), true).await?;
     write_manifest(out, &files)?;
+    if kek.is_none() {
+        println!(
+            "the Domain keys in this backup are sealed under the key-encryption key, which is not in it: keep that file safe apart from the backup"
+        );
+    }
     println!(
         "backed up {} to {}: {} ({} files)",
         data.data_dir.display(),
@@ -84,9 +95,10 @@ pub async fn backup(data: &DataArgs, out: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
-pub async fn restore(from: &Path, data: &DataArgs) -> Result<(), Failure> {
+pub async fn restore(from: &Path, data: &DataArgs, kek_file: Option<&Path>) -> Result<(), Failure> {
+    let kek = super::keys::restore_kek(kek_file, from, &data.data_dir)?;
     if let Some(url) = &data.database_url {
-        return restore_external(from, data, url).await;
+        return restore_external(from, data, url, kek).await;
     }
     let files = read_manifest(from)?;
     ensure_data_dir(&data.data_dir)?;
@@ -98,7 +110,7 @@ pub async fn restore(from: &Path, data: &DataArgs) -> Result<(), Failure> {
             db.display()
         )));
     }
-    let summary = check_keys(from).await?;
+    let summary = check_keys(from, kek.as_ref(), false).await?;
     for rel in &files {
         let (src, dst) = (from.join(rel), data.data_dir.join(rel));
         if let Some(parent) = dst.parent() {
@@ -127,17 +139,16 @@ pub async fn restore(from: &Path, data: &DataArgs) -> Result<(), Failure> {
 }
 
 /// The restore of a database plexsphere does not hold itself (Postgres): the operator restored
-/// it (`pg_restore`); this brings the Domain keys from `from/domain-keys` into the data
-/// directory (never over a different key), checks that every Domain of the database has its
-/// key, migrates and moves the event logs ahead.
-async fn restore_external(from: &Path, data: &DataArgs, url: &str) -> Result<(), Failure> {
-    let keys = from.join("domain-keys");
-    if !keys.is_dir() {
-        return Err(Failure::Config(format!(
-            "{} holds no domain-keys/; with --database-url, pass --from the directory the Domain keys were copied into (docs/upgrade-and-backup.md)",
-            from.display()
-        )));
-    }
+/// it (`pg_restore`), and the sealed Domain keys with it; this checks that every Domain of the
+/// database has its key and that the KEK opens it, brings `plexsphere dev`'s KEK file and any
+/// older seed files from `from` into the data directory (never over different ones), migrates
+/// and moves the event logs ahead.
+async fn restore_external(
+    from: &Path,
+    data: &DataArgs,
+    url: &str,
+    kek: Option<crate::keys::Kek>,
+) -> Result<(), Failure> {
     let store = Store::connect(url)
         .await
         .context("cannot open the restored database (--database-url)")?;
@@ -153,21 +164,31 @@ async fn restore_external(from: &Path, data: &DataArgs, url: &str) -> Result<(),
         .map(|r| r.try_get::<String, _>("slug"))
         .collect::<Result<_, _>>()
         .context("cannot read the Domains of the restored database")?;
-    for slug in &slugs {
-        let (src, dst) = (
+    {
+        let mut conn = store
+            .acquire()
+            .await
+            .context("cannot open the restored database")?;
+        super::keys::check_domain_keys(&mut conn, from, kek.as_ref(), false).await?;
+    }
+    let dev_kek = (
+        from.join(crate::keys::kek::DEV_KEK_FILE),
+        data.data_dir.join(crate::keys::kek::DEV_KEK_FILE),
+    );
+    let seeds = slugs.iter().map(|slug| {
+        (
             crate::keys::seed_path(from, slug),
             crate::keys::seed_path(&data.data_dir, slug),
-        );
+        )
+    });
+    for (src, dst) in std::iter::once(dev_kek).chain(seeds) {
         if !src.is_file() {
-            return Err(Failure::Config(format!(
-                "{} has no signing key for Domain {slug}; its nodes trust only that key: copy it from the backup of <data-dir>/domain-keys",
-                src.display()
-            )));
+            continue;
         }
         if dst.exists() {
             if sha256_file(&dst)? != sha256_file(&src)? {
                 return Err(Failure::Config(format!(
-                    "{} holds another key for Domain {slug} than {}; move it away first if the backup's key is the one the nodes trust",
+                    "{} holds another key than {}; move it away first if the backup's key is the one the nodes trust",
                     dst.display(),
                     src.display()
                 )));
@@ -242,7 +263,11 @@ fn copy_carried(data_dir: &Path, out: &Path) -> Result<Vec<PathBuf>, Failure> {
 
 /// Checks the database copy in `dir` (SQLite's integrity check) and that `dir` holds the key of
 /// every Domain it names; answers a summary ("2 Domains, 40 nodes").
-async fn check_keys(dir: &Path) -> anyhow::Result<String> {
+async fn check_keys(
+    dir: &Path,
+    kek: Option<&crate::keys::Kek>,
+    kek_optional: bool,
+) -> Result<String, Failure> {
     let url = format!("sqlite://{}?mode=ro", dir.join(DB_FILE).display());
     sqlx::any::install_default_drivers();
     let pool = sqlx::AnyPool::connect(&url)
@@ -255,10 +280,10 @@ async fn check_keys(dir: &Path) -> anyhow::Result<String> {
         .try_get(0)
         .context("cannot read the integrity check")?;
     if integrity != "ok" {
-        bail!(
+        return Err(Failure::Runtime(anyhow::anyhow!(
             "the database copy {} is damaged ({integrity}); take a new backup",
             dir.display()
-        );
+        )));
     }
     let slugs: Vec<String> = sqlx::query("SELECT slug FROM domains ORDER BY slug")
         .fetch_all(&pool)
@@ -274,17 +299,14 @@ async fn check_keys(dir: &Path) -> anyhow::Result<String> {
         .context("cannot count the nodes of the database copy")?
         .try_get("n")
         .context("cannot count the nodes of the database copy")?;
-    pool.close().await;
-    for slug in &slugs {
-        let seed = crate::keys::seed_path(dir, slug);
-        if !seed.is_file() {
-            bail!(
-                "{} has no signing key for Domain {slug} ({}); its nodes would refuse every document signed with another key, so a backup without it is no backup",
-                dir.display(),
-                seed.display()
-            );
-        }
+    {
+        let mut conn = pool
+            .acquire()
+            .await
+            .context("cannot read the database copy")?;
+        super::keys::check_domain_keys(&mut conn, dir, kek, kek_optional).await?;
     }
+    pool.close().await;
     Ok(format!("{} Domains, {nodes} nodes", slugs.len()))
 }
 

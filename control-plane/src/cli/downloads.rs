@@ -157,9 +157,11 @@ pub async fn open(
     slug: Option<&str>,
 ) -> Result<Arc<Downloads>, Failure> {
     let signer = match signing_domain(store, slug).await? {
-        Some(slug) => {
+        Some(d) => {
+            let slug = d.slug.clone();
             let domain = keys
-                .signer(&slug)
+                .signer(&d)
+                .await
                 .map_err(|e| Failure::Runtime(anyhow::anyhow!("{e}")))?;
             let signer = ChecksumSigner::from_domain(domain).map_err(|e| {
                 Failure::Runtime(anyhow::anyhow!(
@@ -188,7 +190,10 @@ pub async fn open(
 }
 
 /// The Domain whose key signs the checksums: the one named, or the only Domain there is.
-async fn signing_domain(store: &Store, slug: Option<&str>) -> Result<Option<String>, Failure> {
+async fn signing_domain(
+    store: &Store,
+    slug: Option<&str>,
+) -> Result<Option<domains::Domain>, Failure> {
     let mut conn = store
         .acquire()
         .await
@@ -197,11 +202,11 @@ async fn signing_domain(store: &Store, slug: Option<&str>) -> Result<Option<Stri
         .await
         .map_err(|e| Failure::Runtime(e.into()))?;
     match slug {
-        Some(s) if all.iter().any(|d| d.slug == s) => Ok(Some(s.to_owned())),
+        Some(s) if all.iter().any(|d| d.slug == s) => Ok(all.into_iter().find(|d| d.slug == s)),
         Some(s) => Err(Failure::Config(format!(
             "--plexd-signing-domain {s:?} is not a Domain of this server; `plexctl domain list` shows them"
         ))),
-        None if all.len() == 1 => Ok(all.into_iter().next().map(|d| d.slug)),
+        None if all.len() == 1 => Ok(all.into_iter().next()),
         None => {
             if !all.is_empty() {
                 tracing::info!(

@@ -12,6 +12,7 @@ mod backup;
 mod bus;
 mod downloads;
 mod failure;
+mod keys;
 mod relay;
 mod serve;
 
@@ -107,9 +108,14 @@ async fn dispatch(cmd: Command) -> Result<(), Failure> {
         }
         Command::Migrate(data) => admin::migrate(&data).await,
         Command::Backup { data, out } => backup::backup(&data, &out).await,
-        Command::Restore { from, data } => backup::restore(&from, &data).await,
+        Command::Restore {
+            from,
+            data,
+            key_encryption_key_file,
+        } => backup::restore(&from, &data, key_encryption_key_file.as_deref()).await,
         Command::Relay(cmd) => relay::relay(cmd).await,
-        Command::DomainKey(args) => relay::domain_key(&args),
+        Command::DomainKey(args) => keys::domain_key(&args).await,
+        Command::Kek(cmd) => keys::kek(cmd),
         Command::ReleaseKey(cmd) => downloads::release_key(cmd),
         Command::Release(cmd) => downloads::release(cmd),
     }

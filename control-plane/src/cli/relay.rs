@@ -1,5 +1,4 @@
-//! `plexsphere relay` (run a relay, or `keygen` its key), `plexsphere domain-key` (print a
-//! Domain's signing public key for `--domain-key`), and the STUN and dev-relay pieces that
+//! `plexsphere relay` (run a relay, or `keygen` its key), and the STUN and dev-relay pieces that
 //! `serve` and `dev` start.
 
 use std::fs;
@@ -110,21 +109,6 @@ impl RelayLimitArgs {
         l.check().map_err(Failure::Config)?;
         Ok(l)
     }
-}
-
-/// `plexsphere domain-key`.
-#[derive(Debug, Args)]
-pub struct DomainKeyArgs {
-    /// The control plane's data directory (its `domain-keys/` holds the seeds).
-    #[arg(
-        long,
-        env = "PLEXSPHERE_DATA_DIR",
-        default_value = "/var/lib/plexsphere"
-    )]
-    pub data_dir: PathBuf,
-    /// The Domain's slug; may be left out when the data directory has one Domain key.
-    #[arg(long)]
-    pub domain: Option<String>,
 }
 
 pub async fn relay(cmd: RelayCommand) -> Result<(), Failure> {
@@ -305,59 +289,6 @@ pub(super) fn print_relay(handle: &RelayHandle) {
         println!("relay tls: {a}");
     }
     let _ = std::io::stdout().flush();
-}
-
-pub fn domain_key(args: &DomainKeyArgs) -> Result<(), Failure> {
-    let slug = match &args.domain {
-        Some(s) => s.clone(),
-        None => only_domain(&args.data_dir)?,
-    };
-    let path = crate::keys::seed_path(&args.data_dir, &slug);
-    let bytes = fs::read(&path).map_err(|e| {
-        Failure::Config(format!(
-            "cannot read the Domain key {}: {e}; is --data-dir the control plane's, and --domain a Domain's slug?",
-            path.display()
-        ))
-    })?;
-    let seed = <[u8; 32]>::try_from(bytes).map_err(|_| {
-        Failure::Config(format!(
-            "{} is not a 32-byte Domain key seed",
-            path.display()
-        ))
-    })?;
-    let signer = plexsphere_wire::signed::DomainSigner::from_seed(&seed)
-        .map_err(|_| Failure::Config(format!("{} is not a usable seed", path.display())))?;
-    println!("{}", signer.public_key_b64());
-    Ok(())
-}
-
-/// The slug of the one Domain key in the data directory, or an error listing them.
-fn only_domain(data_dir: &Path) -> Result<String, Failure> {
-    let dir = data_dir.join("domain-keys");
-    let entries = fs::read_dir(&dir)
-        .map_err(|e| Failure::Config(format!("cannot list {}: {e}", dir.display())))?;
-    let mut slugs: Vec<String> = entries
-        .filter_map(Result::ok)
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()
-                .and_then(|n| n.strip_suffix(".seed"))
-                .map(str::to_owned)
-        })
-        .collect();
-    slugs.sort();
-    match slugs.as_slice() {
-        [one] => Ok(one.clone()),
-        [] => Err(Failure::Config(format!(
-            "{} holds no Domain key yet (the server makes one on first need)",
-            dir.display()
-        ))),
-        many => Err(Failure::Config(format!(
-            "{} holds keys of several Domains ({}); pick one with --domain",
-            dir.display(),
-            many.join(", ")
-        ))),
-    }
 }
 
 /// Binds the STUN responder (`--stun-listen`) before the server starts; the task answers until

@@ -16,6 +16,7 @@ use crate::api::{self, ApiConfig, AppState};
 use crate::broker::BrokerConfig;
 use crate::broker::local_machine::{LocalMachine, LocalMachineConfig};
 use crate::broker::substrate::Substrate;
+use crate::keys::{Kek, Keyring};
 use crate::seed::{self, Manifest, SeedReport};
 use crate::server::{self, Transport};
 use crate::store::Store;
@@ -171,6 +172,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
     }
     let config = api_config(&args.limits, &args.node_api, None)?;
     let nats = args.bus.config()?;
+    let kek = super::keys::replica_kek(args.key_encryption_key_file.as_deref())?;
     let downloads_config = args.downloads.config(&args.data.data_dir)?;
     let catalog = load_catalog(&args.broker)?;
     if matches!(transport, Transport::PlainBehindProxy) {
@@ -189,6 +191,8 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
         let report = apply_seed(&store, m, &path.display().to_string()).await?;
         tracing::info!(changed = report.changed(), file = %path.display(), "seed applied");
     }
+    let keys = Keyring::new(store.clone(), kek, &args.data.data_dir);
+    keys.prepare_all().await.map_err(super::keys::key_failure)?;
     let machines = local_machines(&args.broker, &args.data.data_dir);
     let listener = bind(addr)?;
     let metrics = bind_metrics(args.metrics_listen)?;
@@ -210,8 +214,9 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
         .as_deref()
         .is_some_and(|u| u.starts_with("postgres:") || u.starts_with("postgresql:"));
     let (bus, bus_tasks) = super::bus::start(nats, &store, postgres).await?;
-    let state =
-        AppState::with_broker_config(store, &args.data.data_dir, config, broker).with_bus(bus);
+    let state = AppState::with_broker_config(store, &args.data.data_dir, config, broker)
+        .with_bus(bus)
+        .with_keyring(keys);
     let downloads = open_downloads(&args.downloads, downloads_config, &state, None).await?;
     let stun = match args.stun_listen {
         Some(a) => Some(super::relay::start_stun(a).await?),
@@ -361,8 +366,13 @@ pub async fn dev(args: DevArgs) -> Result<(), Failure> {
             .local_addr()
             .context("cannot read the bound address")?,
     );
+    // dev keeps its key-encryption key in its data directory.
+    let kek = Kek::dev(&data_dir).map_err(|e| Failure::Config(e.to_string()))?;
+    let keys = Keyring::new(store.clone(), kek, &data_dir);
+    keys.prepare_all().await.map_err(super::keys::key_failure)?;
     let lab = manifest.domains.first().map(|d| d.slug.clone());
-    let reach = dev_reach(&args, addr, &data_dir, &certs, lab.as_deref(), &mut config).await?;
+    let lab_key = lab_public_key(&store, &keys, lab.as_deref()).await?;
+    let reach = dev_reach(&args, addr, &data_dir, &certs, lab_key, &mut config).await?;
     let api_url = format!("https://{bound}");
     let plexctl_config = data_dir.join("plexctl.yaml");
     write_plexctl_config(&plexctl_config, &api_url, &token_file, &certs.ca_cert)?;
@@ -403,7 +413,7 @@ pub async fn dev(args: DevArgs) -> Result<(), Failure> {
         Some(certs.ca_pem.clone()),
         machines,
     );
-    let state = AppState::with_broker_config(store, &data_dir, config, broker);
+    let state = AppState::with_broker_config(store, &data_dir, config, broker).with_keyring(keys);
     let downloads =
         open_downloads(&args.downloads, downloads_config, &state, lab.as_deref()).await?;
     println!(
@@ -431,16 +441,10 @@ async fn dev_reach(
     listen: SocketAddr,
     data_dir: &Path,
     certs: &tls::DevCerts,
-    lab: Option<&str>,
+    domain_key: String,
     config: &mut ApiConfig,
 ) -> Result<(tokio::task::JoinHandle<()>, plexsphere_relay::RelayHandle), Failure> {
     let at = |port: u16| SocketAddr::new(listen.ip(), if listen.port() == 0 { 0 } else { port });
-    let slug = lab.ok_or_else(|| {
-        Failure::Config("the seed has no Domain for the dev relay to trust".into())
-    })?;
-    let domain_key = crate::keys::load_or_create(data_dir, slug)
-        .context("cannot load the lab Domain key")?
-        .public_key_b64();
     let stun_addr = args.stun_listen.unwrap_or_else(|| at(3478));
     let stun_socket = tokio::net::UdpSocket::bind(stun_addr)
         .await
@@ -484,6 +488,30 @@ async fn dev_reach(
     config.relays.push(spec);
     config.stun_advertise.push(stun_bound);
     Ok((stun, relay))
+}
+
+/// The public key of the lab Domain `slug`, which the dev relay trusts.
+async fn lab_public_key(
+    store: &Store,
+    keys: &Keyring,
+    slug: Option<&str>,
+) -> Result<String, Failure> {
+    let none = || Failure::Config("the seed has no Domain for the dev relay to trust".into());
+    let slug = slug.ok_or_else(none)?;
+    let mut conn = store
+        .acquire()
+        .await
+        .map_err(|e| Failure::Runtime(e.into()))?;
+    let domain = crate::store::domains::by_slug(&mut conn, slug)
+        .await
+        .map_err(|e| Failure::Runtime(e.into()))?
+        .ok_or_else(none)?;
+    drop(conn);
+    let signer = keys
+        .signer(&domain)
+        .await
+        .map_err(super::keys::key_failure)?;
+    Ok(signer.public_key_b64())
 }
 
 fn write_plexctl_config(

@@ -1,4 +1,4 @@
-//! The `domains` table: a Domain owns a mesh range and a signing key (the key lives on disk).
+//! The `domains` table: a Domain owns a mesh range and signing keys (`domain_keys.rs`).
 
 use ipnet::IpNet;
 use sqlx::{AnyConnection, Row as _};
@@ -55,4 +55,14 @@ pub async fn insert(conn: &mut AnyConnection, d: &Domain) -> Result<(), StoreErr
         .execute(&mut *conn)
         .await?;
     Ok(())
+}
+
+/// Whether any node (live or revoked) ever registered in the Domain: such a Domain's key is
+/// trusted by nodes and is never made anew.
+pub async fn has_nodes(conn: &mut AnyConnection, id: Uuid) -> Result<bool, StoreError> {
+    let row = sqlx::query("SELECT COUNT(*) AS n FROM nodes WHERE domain_id = $1")
+        .bind(id.to_string())
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok(row.try_get::<i64, _>("n")? > 0)
 }

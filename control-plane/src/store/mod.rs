@@ -7,6 +7,7 @@
 //! by [`retry`]. Each table has its own small module of repository functions.
 
 pub mod credentials;
+pub mod domain_keys;
 pub mod domains;
 pub mod error;
 pub mod events;
@@ -171,6 +172,13 @@ pub fn migrator() -> Migrator {
             Cow::Borrowed("reusable tokens"),
             MigrationType::Simple,
             include_str!("../../migrations/0011_reusable_tokens.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
+            12,
+            Cow::Borrowed("domain keys"),
+            MigrationType::Simple,
+            include_str!("../../migrations/0012_domain_keys.sql").into_sql_str(),
             false,
         ),
     ];
