@@ -12,6 +12,7 @@ pub mod error;
 pub mod events;
 pub mod fault;
 mod health;
+pub mod lease;
 pub mod mesh_ips;
 pub mod node_hosts;
 pub mod nodes;
@@ -171,6 +172,13 @@ pub fn migrator() -> Migrator {
             Cow::Borrowed("reusable tokens"),
             MigrationType::Simple,
             include_str!("../../migrations/0011_reusable_tokens.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
+            13,
+            Cow::Borrowed("leases"),
+            MigrationType::Simple,
+            include_str!("../../migrations/0013_leases.sql").into_sql_str(),
             false,
         ),
     ];
