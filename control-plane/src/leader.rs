@@ -219,7 +219,15 @@ pub async fn renew(store: &Store, leadership: &Leadership) -> Result<Renewal, St
     };
     let ttl_ms = i64::try_from(timing.ttl.as_millis()).unwrap_or(i64::MAX);
     let mut conn = store.acquire().await?;
-    if lease::acquire(&mut conn, lease::BROKER, leadership.holder(), wall_ms(), ttl_ms).await? {
+    if lease::acquire(
+        &mut conn,
+        lease::BROKER,
+        leadership.holder(),
+        wall_ms(),
+        ttl_ms,
+    )
+    .await?
+    {
         return Ok(Renewal::Held);
     }
     let holder = lease::get(&mut conn, lease::BROKER)
@@ -254,9 +262,15 @@ pub fn spawn(
                 }
             };
             match leadership.observe(renewal, started) {
-                Some(Change::Leading) => tracing::info!(holder = %leadership.holder(), "this replica now leads the broker's reconcile loop and maintenance"),
-                Some(Change::Stopped) => tracing::warn!(holder = %leadership.holder(), "this replica stopped leading the broker and maintenance: another replica holds the lease"),
-                Some(Change::Follows(other)) => tracing::info!(holder = %leadership.holder(), leader = %other, "another replica leads the broker and maintenance"),
+                Some(Change::Leading) => {
+                    tracing::info!(holder = %leadership.holder(), "this replica now leads the broker's reconcile loop and maintenance")
+                }
+                Some(Change::Stopped) => {
+                    tracing::warn!(holder = %leadership.holder(), "this replica stopped leading the broker and maintenance: another replica holds the lease")
+                }
+                Some(Change::Follows(other)) => {
+                    tracing::info!(holder = %leadership.holder(), leader = %other, "another replica leads the broker and maintenance")
+                }
                 None => {}
             }
         }
@@ -266,8 +280,12 @@ pub fn spawn(
                 Err(e) => Err(e),
             };
             match released {
-                Ok(_) => tracing::info!(holder = %leadership.holder(), "gave up the broker lease (shutting down)"),
-                Err(e) => tracing::warn!(error = %e, "cannot give up the broker lease; another replica takes over once it expires"),
+                Ok(_) => {
+                    tracing::info!(holder = %leadership.holder(), "gave up the broker lease (shutting down)")
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot give up the broker lease; another replica takes over once it expires")
+                }
             }
         }
     }))
@@ -290,7 +308,10 @@ mod tests {
     fn a_holder_acts_until_two_thirds_of_the_lease_after_its_last_renewal() {
         let l = lease(15);
         let t0 = Instant::now();
-        assert!(l.acting(t0).is_none(), "nobody leads before the first renewal");
+        assert!(
+            l.acting(t0).is_none(),
+            "nobody leads before the first renewal"
+        );
         assert_eq!(l.observe(Renewal::Held, t0), Some(Change::Leading));
         let fence = l.acting(t0).unwrap();
         assert_eq!(fence.holder.as_deref(), Some("me"));
@@ -327,7 +348,10 @@ mod tests {
             None
         );
         assert_eq!(
-            l.observe(Renewal::HeldBy("third".into()), t0 + Duration::from_secs(11)),
+            l.observe(
+                Renewal::HeldBy("third".into()),
+                t0 + Duration::from_secs(11)
+            ),
             Some(Change::Follows("third".into()))
         );
     }

@@ -337,10 +337,7 @@ mod tests {
 
     #[test]
     fn ipv6_clients_share_a_budget_per_64() {
-        assert_eq!(
-            client_key(ip("2001:db8:1:2:aaaa::1")),
-            ip("2001:db8:1:2::")
-        );
+        assert_eq!(client_key(ip("2001:db8:1:2:aaaa::1")), ip("2001:db8:1:2::"));
         assert_eq!(client_key(ip("192.0.2.7")), ip("192.0.2.7"));
         assert_eq!(client_key(ip("::ffff:192.0.2.7")), ip("192.0.2.7"));
         let mut rl = RateLimiter::new(RateLimit {
@@ -357,7 +354,10 @@ mod tests {
             assert_eq!(d == Decision::Allow, n < 2, "{a}");
         }
         // The next /64 has its own budget.
-        assert_eq!(rl.check(client_key(ip("2001:db8:0:1::1")), t0), Decision::Allow);
+        assert_eq!(
+            rl.check(client_key(ip("2001:db8:0:1::1")), t0),
+            Decision::Allow
+        );
     }
 
     #[test]

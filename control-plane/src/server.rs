@@ -25,13 +25,13 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
+use axum::body::HttpBody as _;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum_server::tls_rustls::RustlsConfig;
 use axum_server::{ConnectionShutdown, Handle};
-use axum::body::HttpBody as _;
 
 use crate::error::Error;
 
@@ -143,8 +143,9 @@ pub async fn run_with(
         .into_make_service_with_connect_info::<SocketAddr>();
     match transport {
         Transport::Tls(config) => {
-            let mut server = axum_server::from_tcp_rustls(listener, RustlsConfig::from_config(config))?
-                .map(|tls| tls.handshake_timeout(TLS_HANDSHAKE_TIMEOUT));
+            let mut server =
+                axum_server::from_tcp_rustls(listener, RustlsConfig::from_config(config))?
+                    .map(|tls| tls.handshake_timeout(TLS_HANDSHAKE_TIMEOUT));
             configure!(server, limits);
             server
                 .first_request_timeout(FIRST_REQUEST_TIMEOUT)
@@ -163,7 +164,6 @@ pub async fn run_with(
         }
     }
 }
-
 
 struct Guard {
     handle: Handle<SocketAddr>,
@@ -207,7 +207,10 @@ async fn guard_request(State(guard): State<Arc<Guard>>, req: Request, next: Next
     )
     .await
     {
-        Ok(Ok(bytes)) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
+        Ok(Ok(bytes)) => {
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
         Ok(Err(_)) => Error::BodyTooLarge(MAX_BUFFERED_BODY).into_response(),
         Err(_) => Error::BadRequest(format!(
             "the request body did not arrive within {} s; send the whole body at once",

@@ -1,19 +1,16 @@
 //! One broker leader at a time (`plexsphere::leader`, docs/operations.md "Several replicas:
 //! the broker lease"): the lease row on SQLite and Postgres with time stepped by hand, the
 //! fence on a resource's phase write, and real `plexsphere serve` replicas on one Postgres —
-//! the leader killed with SIGKILL, and a paused leader whose resource another replica
-//! finishes while the paused one writes nothing.
+//! the leader killed with SIGKILL while a resource waits, and a paused leader whose resource
+//! another replica finishes while the paused one stands down.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 mod common;
 
-use std::io::{BufRead as _, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::broker::{bucket_request, history, phase};
-use common::dev::BIN;
+use common::replica::Replica;
 use common::{LAB_NODES, TestServer};
 use plexsphere::store::{Store, lease, resources};
 use reqwest::StatusCode;
@@ -32,12 +29,33 @@ async fn lease_rules(store: &Store) {
     let mut conn = store.acquire().await.unwrap();
     let t0: i64 = 1_000_000;
     let ttl: i64 = 3_000;
-    assert!(lease::get(&mut conn, lease::BROKER).await.unwrap().is_none());
-    assert!(lease::acquire(&mut conn, lease::BROKER, "a", t0, ttl).await.unwrap());
-    assert!(!lease::acquire(&mut conn, lease::BROKER, "b", t0 + 1, ttl).await.unwrap());
+    assert!(
+        lease::get(&mut conn, lease::BROKER)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        lease::acquire(&mut conn, lease::BROKER, "a", t0, ttl)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !lease::acquire(&mut conn, lease::BROKER, "b", t0 + 1, ttl)
+            .await
+            .unwrap()
+    );
     // The holder renews before expiry; the expiry moves.
-    assert!(lease::acquire(&mut conn, lease::BROKER, "a", t0 + 2_000, ttl).await.unwrap());
-    assert!(!lease::acquire(&mut conn, lease::BROKER, "b", t0 + 4_999, ttl).await.unwrap());
+    assert!(
+        lease::acquire(&mut conn, lease::BROKER, "a", t0 + 2_000, ttl)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !lease::acquire(&mut conn, lease::BROKER, "b", t0 + 4_999, ttl)
+            .await
+            .unwrap()
+    );
     let held = lease::get(&mut conn, lease::BROKER).await.unwrap().unwrap();
     assert_eq!(
         held,
@@ -48,16 +66,32 @@ async fn lease_rules(store: &Store) {
         }
     );
     // Expired: b takes it over, in the next term; a cannot renew any more.
-    assert!(lease::acquire(&mut conn, lease::BROKER, "b", t0 + 5_000, ttl).await.unwrap());
-    assert!(!lease::acquire(&mut conn, lease::BROKER, "a", t0 + 5_001, ttl).await.unwrap());
+    assert!(
+        lease::acquire(&mut conn, lease::BROKER, "b", t0 + 5_000, ttl)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !lease::acquire(&mut conn, lease::BROKER, "a", t0 + 5_001, ttl)
+            .await
+            .unwrap()
+    );
     let held = lease::get(&mut conn, lease::BROKER).await.unwrap().unwrap();
     assert_eq!((held.holder.as_str(), held.term), ("b", 2));
     // Only the holder can give it up; then anyone takes it at once.
     assert!(!lease::release(&mut conn, lease::BROKER, "a").await.unwrap());
     assert!(lease::release(&mut conn, lease::BROKER, "b").await.unwrap());
-    assert!(lease::acquire(&mut conn, lease::BROKER, "a", t0 + 5_002, ttl).await.unwrap());
+    assert!(
+        lease::acquire(&mut conn, lease::BROKER, "a", t0 + 5_002, ttl)
+            .await
+            .unwrap()
+    );
     assert_eq!(
-        lease::get(&mut conn, lease::BROKER).await.unwrap().unwrap().term,
+        lease::get(&mut conn, lease::BROKER)
+            .await
+            .unwrap()
+            .unwrap()
+            .term,
         3
     );
 }
@@ -65,7 +99,9 @@ async fn lease_rules(store: &Store) {
 #[tokio::test]
 async fn the_lease_is_taken_renewed_expired_and_taken_over_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::connect(&Store::sqlite_url(dir.path())).await.unwrap();
+    let store = Store::connect(&Store::sqlite_url(dir.path()))
+        .await
+        .unwrap();
     store.migrate().await.unwrap();
     lease_rules(&store).await;
 }
@@ -117,17 +153,41 @@ async fn fenced_writes(srv: &TestServer) {
     let mut row = resources::get(&mut conn, id).await.unwrap().unwrap();
     let at = plexsphere::store::unix(time::OffsetDateTime::now_utc());
     // Nobody holds the lease: a leader's write is refused, the row is unchanged.
-    assert!(!resources::update_as(&mut conn, &mut row, at, Some(("old", now))).await.unwrap());
-    assert!(lease::acquire(&mut conn, lease::BROKER, "old", now, 60_000).await.unwrap());
-    assert!(resources::update_as(&mut conn, &mut row, at, Some(("old", now))).await.unwrap());
+    assert!(
+        !resources::update_as(&mut conn, &mut row, at, Some(("old", now)))
+            .await
+            .unwrap()
+    );
+    assert!(
+        lease::acquire(&mut conn, lease::BROKER, "old", now, 60_000)
+            .await
+            .unwrap()
+    );
+    assert!(
+        resources::update_as(&mut conn, &mut row, at, Some(("old", now)))
+            .await
+            .unwrap()
+    );
     // Its lease expired and "new" took it: the old holder's write is refused from then on,
     // even when it has not noticed yet (a paused process).
     let later = now + 61_000;
-    assert!(lease::acquire(&mut conn, lease::BROKER, "new", later, 60_000).await.unwrap());
+    assert!(
+        lease::acquire(&mut conn, lease::BROKER, "new", later, 60_000)
+            .await
+            .unwrap()
+    );
     let version = row.version;
-    assert!(!resources::update_as(&mut conn, &mut row, at, Some(("old", later))).await.unwrap());
+    assert!(
+        !resources::update_as(&mut conn, &mut row, at, Some(("old", later)))
+            .await
+            .unwrap()
+    );
     assert_eq!(row.version, version);
-    assert!(resources::update_as(&mut conn, &mut row, at, Some(("new", later))).await.unwrap());
+    assert!(
+        resources::update_as(&mut conn, &mut row, at, Some(("new", later)))
+            .await
+            .unwrap()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -146,77 +206,13 @@ async fn a_phase_write_lands_only_while_its_writer_holds_the_lease_on_postgres()
     srv.stop().await;
 }
 
-/// One `plexsphere serve` replica (plain HTTP, as behind a proxy), its log in a file.
-struct Replica {
-    child: Child,
-    base: String,
-    log: PathBuf,
-}
-
-impl Replica {
-    /// Starts a replica on `database_url`. Both replicas of a test share `data_dir`: the
-    /// local-directory substrate keeps its buckets there (it stands for a cloud both replicas
-    /// reach), and the broker's sealing key lives there. The Domain keys would too: until
-    /// they are in the database (issue 11, H3), replicas must share them (`domain-keys/`).
-    fn start(name: &str, database_url: &str, data_dir: &Path, logs: &Path) -> Self {
-        let log = logs.join(format!("lm-{name}.log"));
-        let mut child = Command::new(BIN)
-            .env("PLEXSPHERE_NO_LOCAL_MACHINES", "1")
-            .env_remove("PLEXSPHERE_LOG")
-            .args(["serve", "--listen", "127.0.0.1:0", "--tls-terminated-by-proxy"])
-            .arg("--database-url")
-            .arg(database_url)
-            .arg("--data-dir")
-            .arg(data_dir)
-            .args(["--leader-lease-secs", &LEASE_SECS.to_string()])
-            .args(["--reconcile-secs", "1"])
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let mut base = None;
-        for line in BufReader::new(stdout).lines() {
-            let line = line.unwrap();
-            if let Some(url) = line.strip_prefix("listening on ") {
-                base = Some(url.to_owned());
-                break;
-            }
-        }
-        let Some(base) = base else {
-            panic!(
-                "replica {name} exited before listening: {}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        };
-        Self { child, base, log }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn leads(&self) -> usize {
-        self.log()
-            .matches("this replica now leads the broker's reconcile loop and maintenance")
-            .count()
-    }
-
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([sig, &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill {sig}");
-    }
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+fn replica_flags() -> Vec<String> {
+    vec![
+        "--leader-lease-secs".into(),
+        LEASE_SECS.to_string(),
+        "--reconcile-secs".into(),
+        "1".into(),
+    ]
 }
 
 /// Waits (bounded) until `cond` holds.
@@ -265,15 +261,15 @@ async fn leader_of(a: Replica, b: Replica) -> (Replica, Replica) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_leader_killed_with_sigkill_is_replaced_within_the_lease() {
-    let Some((url, _token)) = prepared_database().await else {
+async fn the_leader_killed_with_sigkill_is_replaced_and_the_pending_resource_finished() {
+    let Some((url, token)) = prepared_database().await else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     std::fs::create_dir(&data).unwrap();
-    let a = Replica::start("a", &url, &data, dir.path());
-    let b = Replica::start("b", &url, &data, dir.path());
+    let a = Replica::start("a", &url, &data, dir.path(), &replica_flags());
+    let b = Replica::start("b", &url, &data, dir.path(), &replica_flags());
     let (leader, follower) = leader_of(a, b).await;
     assert!(
         follower
@@ -283,85 +279,109 @@ async fn the_leader_killed_with_sigkill_is_replaced_within_the_lease() {
         follower.log()
     );
     leader.signal("-KILL");
+    // A resource asked for while nobody leads (the leader dead, its lease not yet expired)
+    // waits in Pending; the replica that takes over drives it through its phases.
+    plexsphere::tls::install_ring_provider();
+    let http = reqwest::Client::new();
+    let created = create_bucket(&http, &follower.base, &token).await;
+    assert_eq!(phase(&created), "Pending");
     wait_until(
         "the follower takes the lease after SIGKILL of the leader",
         TAKEOVER_BOUND,
         || follower.leads() == 1,
     )
     .await;
+    let id = created["id"].as_str().unwrap();
+    let ready = wait_ready(&http, &follower, &token, id).await;
+    assert_eq!(history(&ready), ["Pending", "Provisioning", "Ready"]);
+}
+
+/// Creates a local bucket (and its cloud credential) through `base`; answers the resource.
+async fn create_bucket(http: &reqwest::Client, base: &str, token: &str) -> Value {
+    let r = http
+        .post(format!("{base}/v1/cloud-credentials"))
+        .bearer_auth(token)
+        .json(&json!({"name": format!("lm-cred-{}", uuid::Uuid::new_v4().simple()), "provider": "local", "payload": {"user": "u"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::CREATED);
+    let cred: Value = r.json().await.unwrap();
+    let r = http
+        .post(format!("{base}/v1/projects/{LAB_NODES}/resources"))
+        .bearer_auth(token)
+        .json(&bucket_request(
+            cred["id"].as_str().unwrap(),
+            json!({"region": "us-east-1"}),
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    r.json().await.unwrap()
+}
+
+/// Polls the resource through `replica` until it is Ready (bounded).
+async fn wait_ready(http: &reqwest::Client, replica: &Replica, token: &str, id: &str) -> Value {
+    let deadline = Instant::now() + TAKEOVER_BOUND;
+    loop {
+        let r = http
+            .get(format!("{}/v1/resources/{id}", replica.base))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        let body: Value = r.json().await.unwrap();
+        if phase(&body) == "Ready" {
+            return body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the resource never became Ready: {body}\n{}",
+            replica.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_resource_left_by_a_paused_leader_is_finished_by_the_other_and_the_old_one_writes_nothing()
- {
+async fn a_resource_left_by_a_paused_leader_is_finished_by_the_other_and_the_old_one_stands_down() {
     let Some((url, token)) = prepared_database().await else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     std::fs::create_dir(&data).unwrap();
-    let a = Replica::start("a", &url, &data, dir.path());
-    let b = Replica::start("b", &url, &data, dir.path());
+    let a = Replica::start("a", &url, &data, dir.path(), &replica_flags());
+    let b = Replica::start("b", &url, &data, dir.path(), &replica_flags());
     let (leader, follower) = leader_of(a, b).await;
     plexsphere::tls::install_ring_provider();
     let http = reqwest::Client::new();
-    let op = |method: reqwest::Method, base: &str, path: &str| {
-        http.request(method, format!("{base}{path}"))
-            .bearer_auth(&token)
-    };
     // The leader stops mid-flight (SIGSTOP: it holds its lease and its state, and runs on
     // once continued, as after a long GC pause or a frozen VM).
     leader.signal("-STOP");
-    let r = op(reqwest::Method::POST, &follower.base, "/v1/cloud-credentials")
-        .json(&json!({"name": "lm-cred", "provider": "local", "payload": {"user": "u"}}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), StatusCode::CREATED);
-    let cred: Value = r.json().await.unwrap();
-    let r = op(
-        reqwest::Method::POST,
-        &follower.base,
-        &format!("/v1/projects/{LAB_NODES}/resources"),
-    )
-    .json(&bucket_request(cred["id"].as_str().unwrap(), json!({"region": "us-east-1"})))
-    .send()
-    .await
-    .unwrap();
-    assert_eq!(r.status(), StatusCode::ACCEPTED);
-    let created: Value = r.json().await.unwrap();
+    let created = create_bucket(&http, &follower.base, &token).await;
     let id = created["id"].as_str().unwrap().to_owned();
     assert_eq!(phase(&created), "Pending");
     // The follower takes the lease once the paused leader's expired, and drives the
     // resource through its phases.
-    let deadline = Instant::now() + TAKEOVER_BOUND;
-    let ready = loop {
-        let r = op(reqwest::Method::GET, &follower.base, &format!("/v1/resources/{id}"))
-            .send()
-            .await
-            .unwrap();
-        let body: Value = r.json().await.unwrap();
-        if phase(&body) == "Ready" {
-            break body;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the follower never finished the resource: {body}\n{}",
-            follower.log()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let ready = wait_ready(&http, &follower, &token, &id).await;
     assert_eq!(history(&ready), ["Pending", "Provisioning", "Ready"]);
     assert_eq!(follower.leads(), 1, "{}", follower.log());
-    // The old leader runs on: it notices it no longer leads and writes nothing; the
-    // resource keeps the history the new leader wrote.
+    // The old leader runs on: it notices it no longer leads and never leads again while the
+    // other holds the lease (its writes would be refused by the fence, see `fenced_writes`);
+    // the resource keeps the history the new leader wrote.
     leader.signal("-CONT");
-    wait_until("the old leader sees it no longer leads", TAKEOVER_BOUND, || {
-        leader.log().contains("stopped leading")
-    })
+    wait_until(
+        "the old leader sees it no longer leads",
+        TAKEOVER_BOUND,
+        || leader.log().contains("stopped leading"),
+    )
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let r = op(reqwest::Method::GET, &follower.base, &format!("/v1/resources/{id}"))
+    let r = http
+        .get(format!("{}/v1/resources/{id}", follower.base))
+        .bearer_auth(&token)
         .send()
         .await
         .unwrap();

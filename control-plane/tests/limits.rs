@@ -49,7 +49,14 @@ fn curl_register(
     let out = Command::new("curl")
         .args(["-sS", http, "--cacert"])
         .arg(ca)
-        .args(["-D", "-", "-o", "/dev/null", "-H", "content-type: application/json"])
+        .args([
+            "-D",
+            "-",
+            "-o",
+            "/dev/null",
+            "-H",
+            "content-type: application/json",
+        ])
         .arg("--data-binary")
         .arg(format!("@{}", body.display()))
         .arg(srv.url("/v1/register"))
@@ -62,13 +69,11 @@ fn curl_register(
         .and_then(|l| l.split_whitespace().nth(1))
         .unwrap_or("")
         .to_owned();
-    let retry = head
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("retry-after")
-                .then(|| v.trim().to_owned())
-        });
+    let retry = head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("retry-after")
+            .then(|| v.trim().to_owned())
+    });
     (
         out.status.code().unwrap_or(-1),
         status,
@@ -106,7 +111,11 @@ async fn curl_past_the_registration_budget_gets_429_with_retry_after_over_http2_
         assert_eq!(*code, 0, "{http}: curl failed: {stderr}");
         if status == "429" {
             limited += 1;
-            let secs: u64 = retry.as_deref().expect("Retry-After on a 429").parse().unwrap();
+            let secs: u64 = retry
+                .as_deref()
+                .expect("Retry-After on a 429")
+                .parse()
+                .unwrap();
             assert!((1..=600).contains(&secs), "{http}: Retry-After {secs}");
         } else {
             // The first two of the budget reach the handler, which refuses the body.
@@ -141,7 +150,8 @@ async fn plain_server(
 
 /// Whether the server closed `conn` (EOF or reset) within `bound`, reading what it sends.
 fn closed_within(conn: &mut TcpStream, bound: Duration) -> (bool, String) {
-    conn.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    conn.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
     let deadline = Instant::now() + bound;
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
@@ -180,8 +190,10 @@ async fn a_client_trickling_its_header_or_idling_is_cut_off_at_the_header_read_t
         // although the client never stops sending.
         let mut slow = TcpStream::connect(addr).unwrap();
         slow.write_all(b"GET /healthz HTTP/1.1\r\n").unwrap();
-        slow.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
-        let header = b"x-trickle: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+        slow.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        let header =
+            b"x-trickle: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
         let mut cut_off = false;
         for byte in header.iter().cycle().take(200) {
             if slow.write_all(&[*byte]).is_err() {
@@ -213,9 +225,13 @@ async fn a_client_trickling_its_header_or_idling_is_cut_off_at_the_header_read_t
 
         // A keep-alive connection idle after its answer is closed too.
         let mut idle = TcpStream::connect(addr).unwrap();
-        idle.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
+        idle.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
+            .unwrap();
         let (closed, answer) = closed_within(&mut idle, BOUND);
-        assert!(closed, "an idle keep-alive connection stayed open: {answer}");
+        assert!(
+            closed,
+            "an idle keep-alive connection stayed open: {answer}"
+        );
         assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     });
     let _ = stop.send(());
@@ -223,8 +239,7 @@ async fn a_client_trickling_its_header_or_idling_is_cut_off_at_the_header_read_t
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn beyond_the_connection_cap_a_request_gets_503_with_retry_after_and_its_connection_closes()
-{
+async fn beyond_the_connection_cap_a_request_gets_503_with_retry_after_and_its_connection_closes() {
     let srv = TestServer::start().await;
     let limits = ServerLimits {
         max_connections: 2,
@@ -357,7 +372,11 @@ async fn a_node_past_its_budget_of_the_node_routes_gets_429_and_others_are_not_a
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
-    let secs: u64 = r.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+    let secs: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!((1..=600).contains(&secs), "{secs}");
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["code"], "rate_limited", "{body}");
@@ -378,4 +397,221 @@ async fn a_node_past_its_budget_of_the_node_routes_gets_429_and_others_are_not_a
         .unwrap();
     assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
     srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ingest_batch_with_an_over_long_message_or_body_is_refused_with_a_clear_answer() {
+    let srv = TestServer::start().await;
+    let reg = srv.enrol(LAB_NODES).await;
+    let batch = |message: String| {
+        serde_json::json!({
+            "batch_id": uuid::Uuid::new_v4(),
+            "observations": [{"at": 1, "type": "error", "message": message}],
+        })
+    };
+    let send = |body: Value| {
+        srv.node_req(reqwest::Method::POST, &reg, "/ingest")
+            .json(&body)
+            .send()
+    };
+    let r = send(batch("x".repeat(100))).await.unwrap();
+    assert_eq!(r.status(), StatusCode::ACCEPTED);
+    let r = send(batch("x".repeat(5000))).await.unwrap();
+    let status = r.status();
+    let body: Value = r.json().await.unwrap();
+    assert_code(status, &body, 400, "invalid_request");
+    assert!(
+        body["message"].as_str().unwrap().contains("at most 4096"),
+        "{body}"
+    );
+    // A body past the node routes' 256 KiB: 413 before anything is parsed.
+    let r = send(batch("x".repeat(300 * 1024))).await.unwrap();
+    let status = r.status();
+    let body: Value = r.json().await.unwrap();
+    assert_code(status, &body, 413, "body_too_large");
+    srv.stop().await;
+}
+
+/// A Postgres cluster of this test's own (initdb in a temp dir, a Unix socket only), so that
+/// stopping it disturbs no other test; None (outside CI) without the binaries or root.
+struct OwnPostgres {
+    dir: tempfile::TempDir,
+    bin: std::path::PathBuf,
+}
+
+impl OwnPostgres {
+    fn start() -> Option<Self> {
+        let bin = std::fs::read_dir("/usr/lib/postgresql").ok().and_then(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+                .find(|b| b.join("initdb").exists())
+        });
+        let is_root = std::fs::read_to_string("/proc/self/status")
+            .unwrap()
+            .lines()
+            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
+        let Some(bin) = bin.filter(|_| is_root) else {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI is set but this test cannot run its own Postgres (it needs root and postgresql-15)"
+            );
+            eprintln!("skipping: needs root and the Postgres server binaries (Debian postgresql)");
+            return None;
+        };
+        let dir = tempfile::Builder::new().prefix("lm-pg-").tempdir().unwrap();
+        let ok = Command::new("chown")
+            .arg("postgres:")
+            .arg(dir.path())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+        let data = dir.path().join("data");
+        let out = Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(bin.join("initdb"))
+            .args(["-A", "trust", "-U", "postgres", "-D"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let pg = Self { dir, bin };
+        pg.ctl_start();
+        Some(pg)
+    }
+
+    fn url(&self) -> String {
+        format!(
+            "postgres://postgres@localhost:5444/postgres?host={}",
+            self.dir.path().display()
+        )
+    }
+
+    fn ctl(&self, args: &[String]) {
+        let out = Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(self.bin.join("pg_ctl"))
+            .arg("-D")
+            .arg(self.dir.path().join("data"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "pg_ctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn ctl_start(&self) {
+        self.ctl(&[
+            "-l".into(),
+            self.dir.path().join("log").display().to_string(),
+            "-w".into(),
+            "-o".into(),
+            format!(
+                "-k {} -c listen_addresses='' -p 5444",
+                self.dir.path().display()
+            ),
+            "start".into(),
+        ]);
+    }
+
+    fn ctl_stop(&self) {
+        self.ctl(&["-m".into(), "fast".into(), "-w".into(), "stop".into()]);
+    }
+}
+
+impl Drop for OwnPostgres {
+    fn drop(&mut self) {
+        let _ = Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(self.bin.join("pg_ctl"))
+            .arg("-D")
+            .arg(self.dir.path().join("data"))
+            .args(["-m", "immediate", "stop"])
+            .output();
+    }
+}
+
+/// GETs `path` on `base` (with `token` when given): status, Retry-After and the JSON body.
+async fn get(
+    http: &reqwest::Client,
+    base: &str,
+    path: &str,
+    token: Option<&str>,
+) -> (u16, Option<String>, Value) {
+    let mut req = http.get(format!("{base}{path}"));
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let r = req.send().await.unwrap();
+    let status = r.status().as_u16();
+    let retry = r
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let text = r.text().await.unwrap();
+    let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    (status, retry, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_postgres_restarts_a_replica_answers_503_unavailable_then_recovers_by_itself() {
+    let Some(pg) = OwnPostgres::start() else {
+        return;
+    };
+    let url = pg.url();
+    let store = plexsphere::store::Store::connect(&url).await.unwrap();
+    store.migrate().await.unwrap();
+    let token = plexsphere::operator_tokens::create(&store, "lm", time::OffsetDateTime::now_utc())
+        .await
+        .unwrap()
+        .expose();
+    store.close().await;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let replica = common::replica::Replica::start("pg", &url, &data, dir.path(), &[]);
+    plexsphere::tls::install_ring_provider();
+    let http = reqwest::Client::new();
+    let base = replica.base.clone();
+    let (s, _, body) = get(&http, &base, "/v1/nodes", Some(&token)).await;
+    assert_eq!(s, 200, "{body}");
+    assert_eq!(get(&http, &base, "/readyz", None).await.0, 200);
+
+    pg.ctl_stop();
+    let (s, retry, body) = get(&http, &base, "/v1/nodes", Some(&token)).await;
+    assert_eq!(s, 503, "{body}");
+    assert_eq!(body["code"], "unavailable", "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not answer"),
+        "{body}"
+    );
+    assert_eq!(retry.as_deref(), Some("5"));
+    let (s, _, body) = get(&http, &base, "/readyz", None).await;
+    assert_eq!(s, 503, "{body}");
+
+    pg.ctl_start();
+    // No restart of the replica: its pool reconnects by itself.
+    let deadline = Instant::now() + BOUND;
+    loop {
+        let (s, _, body) = get(&http, &base, "/v1/nodes", Some(&token)).await;
+        let (ready, _, _) = get(&http, &base, "/readyz", None).await;
+        if s == 200 && ready == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replica did not recover after Postgres came back: {s} {body}\n{}",
+            replica.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

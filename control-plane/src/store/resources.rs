@@ -192,16 +192,16 @@ pub async fn update_as(
          WHERE id = $9 AND version = $10{fence}"
     );
     let query = sqlx::query(sqlx::AssertSqlSafe(sql))
-    .bind(json("resources.provisioning", &res.provisioning)?)
-    .bind(res.provisioning.phase.as_str())
-    .bind(res.node_id.map(|u| u.to_string()))
-    .bind(r.token_id.clone())
-    .bind(r.composite.clone())
-    .bind(r.provisioned_at)
-    .bind(r.version + 1)
-    .bind(now)
-    .bind(res.id.to_string())
-    .bind(r.version);
+        .bind(json("resources.provisioning", &res.provisioning)?)
+        .bind(res.provisioning.phase.as_str())
+        .bind(res.node_id.map(|u| u.to_string()))
+        .bind(r.token_id.clone())
+        .bind(r.composite.clone())
+        .bind(r.provisioned_at)
+        .bind(r.version + 1)
+        .bind(now)
+        .bind(res.id.to_string())
+        .bind(r.version);
     let query = match leader {
         Some((holder, now_ms)) => query
             .bind(super::lease::BROKER)

@@ -8,6 +8,7 @@ pub mod nodes;
 pub mod operators;
 pub mod postgres;
 pub mod process;
+pub mod replica;
 
 use std::net::TcpListener;
 use std::sync::Arc;
