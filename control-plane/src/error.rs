@@ -58,6 +58,11 @@ pub enum Error {
     /// 429 `rate_limited` with `Retry-After`.
     #[error("too many registration attempts from this client; retry after {0} s")]
     RateLimited(u64),
+    /// 429 `rate_limited` with `Retry-After`: a node spent its budget of the node routes.
+    #[error(
+        "this node sent more requests than its budget of the node API allows; retry after {0} s"
+    )]
+    NodeRateLimited(u64),
     /// 429 `rate_limited` with `Retry-After`: a node rotated its key or credential too recently.
     #[error(
         "this node rotated less than {gap} s ago; retry after {0} s",

@@ -15,6 +15,7 @@ pub mod clone;
 pub mod error;
 pub mod ipam;
 pub mod keys;
+pub mod leader;
 pub mod maintenance;
 pub mod metrics;
 pub mod node_decisions;

@@ -2,9 +2,10 @@
 //! offline past their allowance, and logs nodes going offline (or coming back) as the
 //! operator's journal should show them.
 //!
-//! Safe to run on several replicas at once: pruning is an idempotent transaction, removing an
-//! ephemeral node re-checks the row in its transaction (one replica deletes, the others find
-//! it gone), and each replica only logs what it observes.
+//! Only the replica that holds the broker lease runs a round (`crate::leader`): one journal of
+//! node status changes, one pruner. Each step would still be safe twice (a paused old leader
+//! that acts once more): pruning is an idempotent transaction, and removing an ephemeral node
+//! re-checks the row in its transaction (one replica deletes, the others find it gone).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -39,6 +40,8 @@ pub trait MaintenanceHost: Send + Sync {
     fn node_ops(&self) -> NodeOps<'_>;
     fn now(&self) -> OffsetDateTime;
     fn schedule(&self) -> Schedule;
+    /// Whether this replica leads (holds the broker lease): only the leader runs a round.
+    fn leadership(&self) -> &crate::leader::Leadership;
 }
 
 impl<T: MaintenanceHost + ?Sized> MaintenanceHost for Arc<T> {
@@ -54,6 +57,9 @@ impl<T: MaintenanceHost + ?Sized> MaintenanceHost for Arc<T> {
     fn schedule(&self) -> Schedule {
         (**self).schedule()
     }
+    fn leadership(&self) -> &crate::leader::Leadership {
+        (**self).leadership()
+    }
 }
 
 /// Starts the task; it stops by itself once the state is gone (the server stopped).
@@ -67,6 +73,11 @@ pub fn spawn<S: MaintenanceHost + 'static>(state: &Arc<S>) -> tokio::task::JoinH
         loop {
             tick.tick().await;
             let Some(st) = weak.upgrade() else { return };
+            if st.leadership().acting(std::time::Instant::now()).is_none() {
+                // A follower: the leader logs the transitions; start afresh when leading.
+                known.clear();
+                continue;
+            }
             if let Err(e) = prune(&*st).await {
                 tracing::warn!(error = %e, "cannot prune the event log; retrying at the next round");
             }

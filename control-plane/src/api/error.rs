@@ -13,6 +13,9 @@ use crate::store::StorageFault;
 pub const STORAGE_RETRY_AFTER_SECS: u64 = 30;
 /// The `Retry-After` of a `503` for a database that is busy with other writers.
 pub const BUSY_RETRY_AFTER_SECS: u64 = 2;
+/// The `Retry-After` of a `503 unavailable` for a database server that does not answer (a
+/// Postgres restarting): the pool reconnects by itself, so clients come back soon.
+pub const UNREACHABLE_RETRY_AFTER_SECS: u64 = 5;
 
 /// Status and code of an error; the message is its `Display` unless it is an internal fault.
 pub fn classify(e: &Error) -> (StatusCode, &'static str) {
@@ -37,7 +40,7 @@ pub fn classify(e: &Error) -> (StatusCode, &'static str) {
         Error::ProjectMismatch => (StatusCode::FORBIDDEN, codes::PROJECT_MISMATCH),
         Error::TokenConsumed => (StatusCode::FORBIDDEN, codes::TOKEN_CONSUMED),
         Error::MeshRangeExhausted(_) => (StatusCode::CONFLICT, codes::MESH_RANGE_EXHAUSTED),
-        Error::RateLimited(_) | Error::RotationLimited(_) => {
+        Error::RateLimited(_) | Error::NodeRateLimited(_) | Error::RotationLimited(_) => {
             (StatusCode::TOO_MANY_REQUESTS, codes::RATE_LIMITED)
         }
         Error::Unauthorized(_) => (StatusCode::UNAUTHORIZED, codes::UNAUTHORIZED),
@@ -48,6 +51,9 @@ pub fn classify(e: &Error) -> (StatusCode, &'static str) {
         Error::CloneRefused(_) => (StatusCode::CONFLICT, codes::CLONE_REFUSED),
         Error::NotFound(_) => (StatusCode::NOT_FOUND, codes::NOT_FOUND),
         Error::Conflict(_) => (StatusCode::CONFLICT, codes::CONFLICT),
+        Error::Store(s) if s.is_unreachable() => {
+            (StatusCode::SERVICE_UNAVAILABLE, codes::UNAVAILABLE)
+        }
         Error::Store(s) if s.fault() == Some(StorageFault::Full) => {
             (StatusCode::INSUFFICIENT_STORAGE, codes::STORAGE_FULL)
         }
@@ -64,13 +70,17 @@ pub fn classify(e: &Error) -> (StatusCode, &'static str) {
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let (status, code) = classify(&self);
+        let unreachable = matches!(&self, Error::Store(s) if s.is_unreachable());
         let fault = match &self {
-            Error::Store(s) => s.fault(),
+            Error::Store(s) if !unreachable => s.fault(),
             _ => None,
         };
         let message = if status.is_server_error() {
             tracing::error!(error = %self, code, "request failed");
             match (status, fault) {
+                _ if unreachable => format!(
+                    "the control plane's database server does not answer (down, restarting or cut off); nothing of this request was stored, retry after {UNREACHABLE_RETRY_AFTER_SECS} s (the server reconnects by itself once the database is back)"
+                ),
                 (_, Some(fault)) => format!(
                     "the control plane's database could not store this request: {}; nothing of it was stored, retry after {STORAGE_RETRY_AFTER_SECS} s (an operator must {})",
                     fault.describe(),
@@ -88,7 +98,13 @@ impl IntoResponse for Error {
             self.to_string()
         };
         let retry_after = match (&self, fault) {
-            (Error::RateLimited(secs) | Error::RotationLimited(secs), _) => Some(*secs),
+            (
+                Error::RateLimited(secs)
+                | Error::NodeRateLimited(secs)
+                | Error::RotationLimited(secs),
+                _,
+            ) => Some(*secs),
+            _ if unreachable => Some(UNREACHABLE_RETRY_AFTER_SECS),
             (_, Some(_)) => Some(STORAGE_RETRY_AFTER_SECS),
             (Error::Store(s), None) if s.is_busy() => Some(BUSY_RETRY_AFTER_SECS),
             _ => None,

@@ -16,7 +16,7 @@ use uuid::Uuid;
 use super::state::AppState;
 use crate::error::Error;
 use crate::operator_tokens::{self, Refusal};
-use crate::ratelimit::{Decision, client_addr};
+use crate::ratelimit::{Decision, client_addr, client_key};
 use crate::store::nodes::NodeRow;
 use crate::store::{self, nodes, operators};
 
@@ -208,7 +208,8 @@ impl FromRequestParts<Arc<AppState>> for Operator {
 /// the copy is recorded, the node is not marked seen). Success marks the node as seen (the
 /// first success ends its registration replay window). A rotated credential: the pending one
 /// works (its first use makes it current; never from a clone), the replaced one works for its
-/// grace (`node_rotation`).
+/// grace (`node_rotation`). Every node route spends one request of the node's budget
+/// (`ApiConfig::node_rate_limit`); past it: 429 `rate_limited` with `Retry-After`.
 pub struct NodeAuth {
     pub node: NodeRow,
 }
@@ -240,6 +241,18 @@ impl FromRequestParts<Arc<AppState>> for NodeAuth {
             return Err(Error::Forbidden(format!(
                 "this credential belongs to node {}, not {path_id}; a node may only call about itself",
                 node.id
+            )));
+        }
+        // Counted only once the credential matched: nobody can spend another node's budget.
+        let decision = state
+            .node_limiter
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .check(node.id, Instant::now());
+        if let Decision::Limited { retry_after } = decision {
+            tracing::warn!(node_id = %node.id, "node rate limit reached");
+            return Err(Error::NodeRateLimited(Decision::retry_after_secs(
+                retry_after,
             )));
         }
         let host = parts
@@ -276,11 +289,18 @@ pub fn request_client(parts: &Parts, state: &AppState) -> IpAddr {
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |ci| ci.0.ip());
-    let xff = parts
+    // Every header line, in order: a proxy may append a line of its own (RFC 9110 5.3). A
+    // line that is not text makes the list malformed, so the peer is the client.
+    let lines: Option<Vec<&str>> = parts
         .headers
-        .get("x-forwarded-for")
-        .and_then(|v| v.to_str().ok());
-    client_addr(peer, xff, &state.config.trusted_proxies)
+        .get_all("x-forwarded-for")
+        .iter()
+        .map(|v| v.to_str().ok())
+        .collect();
+    match lines {
+        Some(lines) => client_addr(peer, lines, &state.config.trusted_proxies),
+        None => client_addr(peer, ["not text"], &state.config.trusted_proxies),
+    }
 }
 
 /// The client address of a request (the rate limiter's rule: a trusted proxy's
@@ -295,7 +315,8 @@ impl FromRequestParts<Arc<AppState>> for ClientAddr {
     }
 }
 
-/// Takes one request from the client's registration budget, or refuses with 429.
+/// Takes one request from the client's registration budget (an IPv6 client's budget is its
+/// /64's, see [`client_key`]), or refuses with 429.
 pub struct RegisterBudget;
 
 impl FromRequestParts<Arc<AppState>> for RegisterBudget {
@@ -307,7 +328,7 @@ impl FromRequestParts<Arc<AppState>> for RegisterBudget {
             .register_limiter
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .check(client, Instant::now());
+            .check(client_key(client), Instant::now());
         match decision {
             Decision::Allow => Ok(RegisterBudget),
             Decision::Limited { retry_after } => {

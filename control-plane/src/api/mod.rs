@@ -24,6 +24,7 @@ use axum::http::StatusCode;
 use crate::error::Error;
 pub use routes::{ADMIN, Access, OPERATE, READ, RouteSpec, Routes, Verb};
 pub use state::{ApiConfig, AppState, Clock, EventConfig};
+pub use state::{NODE_RATE_LIMIT, NodeRateLimit};
 
 /// Every route of docs/api.md with who may call it: the one table the router and the tests
 /// use (docs/api.md, "Operator token scopes", lists the same rows). Adding a route is one

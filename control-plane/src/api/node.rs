@@ -92,6 +92,7 @@ pub async fn ingest(
             batch.observations.len()
         )));
     }
+    super::observations::check_batch(&batch)?;
     let now = store::unix(st.now());
     match observations::record(&st.store, node.id, &batch, now).await? {
         Recorded::Stored => {

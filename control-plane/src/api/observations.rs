@@ -7,6 +7,7 @@ use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use plexsphere_wire::admin::{ObservationList, ObservationView};
+use plexsphere_wire::node::{IngestBatch, ObservationKind};
 use serde::Deserialize;
 
 use super::extract::{Operator, UuidPath};
@@ -19,6 +20,26 @@ use crate::store::{StoreError, from_unix};
 pub const DEFAULT_LIMIT: u32 = 50;
 /// The largest `?limit=`: everything the server keeps for a node.
 pub const MAX_LIMIT: u32 = KEEP_PER_NODE as u32;
+
+/// The longest `message` of an `error` observation, in bytes (the whole batch is bounded by
+/// the node routes' body limit, 256 KiB, and `api::node::MAX_OBSERVATIONS`).
+pub const MAX_ERROR_MESSAGE_BYTES: usize = 4096;
+
+/// Pure: refuses a batch with an over-long field (400 `invalid_request`, naming the
+/// observation and the limit) before anything of it is stored.
+pub fn check_batch(batch: &IngestBatch) -> Result<(), Error> {
+    for (i, obs) in batch.observations.iter().enumerate() {
+        if let ObservationKind::Error { message } = &obs.kind
+            && message.len() > MAX_ERROR_MESSAGE_BYTES
+        {
+            return Err(Error::BadRequest(format!(
+                "observation {i} is an error whose message has {} bytes; at most {MAX_ERROR_MESSAGE_BYTES} are taken (shorten it; nothing of this batch was stored)",
+                message.len()
+            )));
+        }
+    }
+    Ok(())
+}
 
 #[derive(Debug, Deserialize)]
 pub struct ObservationQuery {
@@ -92,6 +113,28 @@ mod tests {
         match parse_query(limit, kind) {
             Err(Error::BadRequest(m)) => m,
             other => panic!("expected a 400, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_error_message_is_bounded() {
+        let batch = |len: usize| -> IngestBatch {
+            serde_json::from_value(serde_json::json!({
+                "batch_id": "019a0816-0000-7000-8000-0000000000aa",
+                "dropped": 0,
+                "observations": [
+                    {"at": 1, "type": "error", "message": "ok"},
+                    {"at": 2, "type": "error", "message": "x".repeat(len)},
+                ],
+            }))
+            .unwrap()
+        };
+        assert!(check_batch(&batch(MAX_ERROR_MESSAGE_BYTES)).is_ok());
+        match check_batch(&batch(MAX_ERROR_MESSAGE_BYTES + 1)) {
+            Err(Error::BadRequest(m)) => {
+                assert!(m.contains("observation 1") && m.contains("4096"), "{m}")
+            }
+            other => panic!("{other:?}"),
         }
     }
 

@@ -21,11 +21,33 @@ use crate::store::Store;
 
 use super::streams::Streams;
 
+/// The default budget of one node on the node routes: a burst of 120, one more every 250 ms
+/// (4 a second sustained). A healthy plexd sends a heartbeat every interval and a few state,
+/// endpoint and ingest calls per change; this leaves room for a storm of mesh changes and
+/// still stops a node in a tight loop.
+pub const NODE_RATE_LIMIT: RateLimit = RateLimit {
+    burst: 120,
+    refill: Duration::from_millis(250),
+};
+
+/// [`ApiConfig::node_rate_limit`]: [`NODE_RATE_LIMIT`] by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeRateLimit(pub RateLimit);
+
+impl Default for NodeRateLimit {
+    fn default() -> Self {
+        Self(NODE_RATE_LIMIT)
+    }
+}
+
 /// The knobs of the API.
 #[derive(Debug, Clone, Default)]
 pub struct ApiConfig {
     pub intervals: Intervals,
     pub register_rate_limit: RateLimit,
+    /// The budget of each node on the node routes (heartbeat, endpoints, state, ingest, the
+    /// event stream...), per node id ([`NODE_RATE_LIMIT`] unless set).
+    pub node_rate_limit: NodeRateLimit,
     /// Peers in these ranges are reverse proxies whose `X-Forwarded-For` is believed.
     pub trusted_proxies: Vec<IpNet>,
     /// The PEM of the CA the server's chain ends in, served at `/v1/ca.crt` (dev mode).
@@ -85,6 +107,10 @@ pub struct AppState {
     pub keys: Keyring,
     pub config: ApiConfig,
     pub register_limiter: Mutex<RateLimiter>,
+    /// The node routes' budgets, per node id.
+    pub node_limiter: Mutex<RateLimiter<uuid::Uuid>>,
+    /// Whether this replica runs the broker's reconcile loop and maintenance (`leader`).
+    pub leadership: Arc<crate::leader::Leadership>,
     pub clock: Clock,
     pub bus: Arc<dyn EventBus>,
     /// The event streams open in this process.
@@ -116,6 +142,8 @@ impl AppState {
             keys: Keyring::with_data_dir_kek(store.clone(), data_dir),
             store,
             register_limiter: Mutex::new(RateLimiter::new(config.register_rate_limit)),
+            node_limiter: Mutex::new(RateLimiter::new(config.node_rate_limit.0)),
+            leadership: Arc::new(crate::leader::Leadership::single()),
             config,
             clock: Arc::new(OffsetDateTime::now_utc),
             bus: Arc::new(InProcessBus::new()),
@@ -127,6 +155,13 @@ impl AppState {
     /// Uses these Domain keys (a replica's KEK) instead of the data directory's own KEK.
     pub fn with_keyring(mut self, keys: Keyring) -> Self {
         self.keys = keys;
+        self
+    }
+
+    /// Takes part in the leader lease of the database (`plexsphere serve`): the broker and
+    /// maintenance act only while this replica holds it.
+    pub fn with_leadership(mut self, leadership: Arc<crate::leader::Leadership>) -> Self {
+        self.leadership = leadership;
         self
     }
 
@@ -172,6 +207,9 @@ impl BrokerHost for AppState {
     fn metrics(&self) -> &Metrics {
         &self.metrics
     }
+    fn leadership(&self) -> &crate::leader::Leadership {
+        &self.leadership
+    }
 }
 
 /// The maintenance task sees the store, the clock and its schedule from the API's knobs.
@@ -184,6 +222,9 @@ impl MaintenanceHost for AppState {
     }
     fn now(&self) -> OffsetDateTime {
         AppState::now(self)
+    }
+    fn leadership(&self) -> &crate::leader::Leadership {
+        &self.leadership
     }
     fn schedule(&self) -> Schedule {
         Schedule {

@@ -40,6 +40,8 @@ pub trait BrokerHost: Send + Sync {
     fn now(&self) -> OffsetDateTime;
     /// Where phase transitions are counted.
     fn metrics(&self) -> &crate::metrics::Metrics;
+    /// Whether this replica leads (holds the broker lease): only the leader reconciles.
+    fn leadership(&self) -> &crate::leader::Leadership;
 }
 
 impl<T: BrokerHost + ?Sized> BrokerHost for Arc<T> {
@@ -60,6 +62,9 @@ impl<T: BrokerHost + ?Sized> BrokerHost for Arc<T> {
     }
     fn metrics(&self) -> &crate::metrics::Metrics {
         (**self).metrics()
+    }
+    fn leadership(&self) -> &crate::leader::Leadership {
+        (**self).leadership()
     }
 }
 

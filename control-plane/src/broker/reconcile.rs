@@ -3,8 +3,13 @@
 //! driven (all but Failed and Deleted), what is true now — the substrate's view and whether a
 //! node registered with the resource's token — and offers it all to the phase machine, which
 //! ignores what does not apply. Each transition is persisted with what was observed and when.
+//!
+//! Only the replica holding the broker lease reconciles (`crate::leader`), and each of its
+//! writes of a resource is fenced by that lease (`resources::update_as`): a paused old leader
+//! writes nothing once another replica holds the lease.
 
 use std::sync::{Arc, Weak};
+use std::time::Instant;
 
 use plexsphere_broker::composite::Composite;
 use plexsphere_broker::{Blueprint, Class, Observation, Outcome, Phase};
@@ -13,6 +18,7 @@ use super::BrokerHost;
 use super::provision::{self, PendingStep};
 use super::substrate::{Substrate, SubstrateError};
 use crate::error::Error;
+use crate::leader::Fence;
 use crate::store::resources::{self, ResourceRow};
 use crate::store::{self, StoreError, tokens};
 
@@ -35,8 +41,11 @@ pub fn spawn<S: BrokerHost + 'static>(state: &Arc<S>) -> tokio::task::JoinHandle
     })
 }
 
-/// One pass over every resource still driven.
+/// One pass over every resource still driven; nothing unless this replica leads.
 pub async fn pass(st: &(impl BrokerHost + ?Sized)) -> Result<(), Error> {
+    if st.leadership().acting(Instant::now()).is_none() {
+        return Ok(());
+    }
     let rows = {
         let mut conn = st.store().acquire().await?;
         resources::list_active(&mut conn).await?
@@ -58,11 +67,15 @@ async fn blocking<T: Send + 'static>(
         .unwrap_or_else(|e| Err(SubstrateError(format!("the substrate call panicked: {e}"))))
 }
 
-/// Drives one resource as far as the current facts take it.
+/// Drives one resource as far as the current facts take it (nothing unless this replica leads).
 pub async fn reconcile_one(
     st: &(impl BrokerHost + ?Sized),
     mut row: ResourceRow,
 ) -> Result<(), Error> {
+    let Some(fence) = st.leadership().acting(Instant::now()) else {
+        return Ok(());
+    };
+    let fence = &fence;
     let broker = st.broker();
     let Some(entry) = broker
         .config
@@ -75,6 +88,7 @@ pub async fn reconcile_one(
         );
         return apply(
             st,
+            fence,
             &mut row,
             Class::Standalone,
             vec![Observation::SubstrateFailed { reason }],
@@ -89,6 +103,7 @@ pub async fn reconcile_one(
             let reason = e.to_string();
             return apply(
                 st,
+                fence,
                 &mut row,
                 class,
                 vec![Observation::SubstrateFailed { reason }],
@@ -100,7 +115,7 @@ pub async fn reconcile_one(
     let phase = row.resource.provisioning.phase;
 
     if phase == Phase::Pending {
-        match pending(st, blueprint, &substrate, &mut row).await {
+        match pending(st, fence, blueprint, &substrate, &mut row).await {
             Ok(Some(composite)) => {
                 let (s, r) = (substrate.clone(), row.resource.clone());
                 if let Err(e) = blocking(move || s.provision(&r, &composite)).await {
@@ -112,6 +127,7 @@ pub async fn reconcile_one(
             Err(Pending::Fail(reason)) => {
                 return apply(
                     st,
+                    fence,
                     &mut row,
                     class,
                     vec![Observation::SubstrateFailed { reason }],
@@ -153,7 +169,7 @@ pub async fn reconcile_one(
             facts.push(Observation::NodeRegistered { node_id });
         }
     }
-    apply(st, &mut row, class, facts).await
+    apply(st, fence, &mut row, class, facts).await
 }
 
 /// Why a `Pending` pass hands the substrate nothing.
@@ -181,6 +197,7 @@ impl From<StoreError> for Pending {
 /// A freshly prepared composite is stored redacted before the real one is handed over.
 async fn pending(
     st: &(impl BrokerHost + ?Sized),
+    fence: &Fence,
     blueprint: &Blueprint,
     substrate: &Arc<dyn Substrate>,
     row: &mut ResourceRow,
@@ -221,8 +238,8 @@ async fn pending(
     row.composite = Some(p.composite_yaml);
     row.provisioned_at = Some(store::unix(now));
     let mut conn = st.store().acquire().await?;
-    if !resources::update(&mut conn, row, store::unix(now)).await? {
-        // Someone else moved it (a delete): the token must not outlive this.
+    if !resources::update_as(&mut conn, row, store::unix(now), fence.at_now()).await? {
+        // Someone else moved it (or another replica took the lease) (a delete): the token must not outlive this.
         if let Some(t) = &p.token_id {
             tokens::revoke(&mut conn, t, store::unix(now)).await?;
         }
@@ -253,6 +270,7 @@ async fn deprovision_extras(
 /// Offers `facts` in order and persists the resource when its phase moved.
 async fn apply(
     st: &(impl BrokerHost + ?Sized),
+    fence: &Fence,
     row: &mut ResourceRow,
     class: Class,
     facts: Vec<Observation>,
@@ -275,8 +293,8 @@ async fn apply(
         return Ok(());
     }
     let mut conn = st.store().acquire().await?;
-    if !resources::update(&mut conn, row, store::unix(now)).await? {
-        tracing::debug!(resource_id = %row.resource.id, "resource changed meanwhile; the next pass decides again");
+    if !resources::update_as(&mut conn, row, store::unix(now), fence.at_now()).await? {
+        tracing::debug!(resource_id = %row.resource.id, "resource changed meanwhile (or this replica lost the broker lease); the next pass decides again");
     }
     Ok(())
 }

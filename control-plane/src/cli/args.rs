@@ -125,9 +125,57 @@ pub struct LimitArgs {
         value_delimiter = ','
     )]
     pub trusted_proxies: Vec<IpNet>,
+    /// Requests one node may send to the node routes at once (heartbeat, endpoints, state,
+    /// ingest, events...).
+    #[arg(long, env = "PLEXSPHERE_NODE_BURST", default_value_t = 120)]
+    pub node_burst: u32,
+    /// Milliseconds until a node gets one more request of its node-route budget.
+    #[arg(long, env = "PLEXSPHERE_NODE_REFILL_MS", default_value_t = 250)]
+    pub node_refill_ms: u64,
+    /// Open connections beyond which each request is answered 503 with Retry-After and its
+    /// connection closed.
+    #[arg(long, env = "PLEXSPHERE_MAX_CONNECTIONS", default_value_t = crate::server::MAX_CONNECTIONS)]
+    pub max_connections: usize,
+    /// Seconds a client has to send a request's header (and an HTTP/1.1 connection may sit
+    /// idle between requests) before the connection is closed.
+    #[arg(
+        long,
+        env = "PLEXSPHERE_HEADER_READ_TIMEOUT_SECS",
+        default_value_t = 10,
+        value_parser = secs_flag
+    )]
+    pub header_read_timeout_secs: u64,
 }
 
 impl LimitArgs {
+    /// The node routes' budget.
+    pub(super) fn node_rate_limit(&self) -> Result<RateLimit, String> {
+        if self.node_burst == 0 {
+            return Err("--node-burst must be at least 1".into());
+        }
+        if self.node_refill_ms == 0 {
+            return Err("--node-refill-ms must be at least 1".into());
+        }
+        Ok(RateLimit {
+            burst: self.node_burst,
+            refill: Duration::from_millis(self.node_refill_ms),
+        })
+    }
+
+    /// The connection bounds of the listener.
+    pub(super) fn server_limits(&self) -> Result<crate::server::ServerLimits, String> {
+        if self.max_connections == 0 {
+            return Err("--max-connections must be at least 1".into());
+        }
+        if self.header_read_timeout_secs == 0 {
+            return Err("--header-read-timeout-secs must be at least 1".into());
+        }
+        Ok(crate::server::ServerLimits {
+            header_read_timeout: Duration::from_secs(self.header_read_timeout_secs),
+            max_connections: self.max_connections,
+        })
+    }
+
     pub(super) fn rate_limit(&self) -> Result<RateLimit, String> {
         if self.register_burst == 0 {
             return Err("--register-burst must be at least 1".into());
@@ -271,6 +319,16 @@ pub struct BrokerArgs {
         value_parser = secs_flag
     )]
     pub reconcile_secs: u64,
+    /// Seconds the broker lease lasts: one replica of those sharing the database runs the
+    /// broker and maintenance; another takes over within this plus a third of it after the
+    /// leader dies (at least 3).
+    #[arg(
+        long,
+        env = "PLEXSPHERE_LEADER_LEASE_SECS",
+        default_value_t = 15,
+        value_parser = secs_flag
+    )]
+    pub leader_lease_secs: u64,
     /// Turn the local-machine substrate off (by default it is on when running as root with
     /// systemd-nspawn, debootstrap and /dev/net/tun). Machines reach the server on the bridge
     /// address: listen there (`--listen 172.30.231.1:8443`, or 0.0.0.0 with `--san

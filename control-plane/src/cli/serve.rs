@@ -37,6 +37,7 @@ fn api_config(
 ) -> Result<ApiConfig, Failure> {
     let mut config = ApiConfig {
         register_rate_limit: limits.rate_limit().map_err(Failure::Config)?,
+        node_rate_limit: api::NodeRateLimit(limits.node_rate_limit().map_err(Failure::Config)?),
         trusted_proxies: limits.trusted_proxies.clone(),
         ca_pem,
         ..ApiConfig::default()
@@ -65,6 +66,27 @@ fn bind_metrics(addr: Option<SocketAddr>) -> Result<Option<std::net::TcpListener
     .transpose()
 }
 
+/// How one process serves: its connection bounds and its broker lease.
+struct Serving {
+    limits: server::ServerLimits,
+    lease: crate::leader::LeaseTiming,
+}
+
+fn serving(limits: &LimitArgs, broker: &BrokerArgs) -> Result<Serving, Failure> {
+    if broker.leader_lease_secs < 3 {
+        return Err(Failure::Config(
+            "--leader-lease-secs must be at least 3 (the lease is renewed every third of it)"
+                .into(),
+        ));
+    }
+    Ok(Serving {
+        limits: limits.server_limits().map_err(Failure::Config)?,
+        lease: crate::leader::LeaseTiming {
+            ttl: std::time::Duration::from_secs(broker.leader_lease_secs),
+        },
+    })
+}
+
 /// Serves until SIGTERM/SIGINT, after printing the machine-readable `listening on` line (and
 /// `metrics on` for `--metrics-listen`).
 async fn run(
@@ -73,6 +95,7 @@ async fn run(
     state: AppState,
     downloads: Arc<plexsphere_downloads::Downloads>,
     metrics: Option<std::net::TcpListener>,
+    serving: Serving,
 ) -> Result<(), Failure> {
     let addr = listener
         .local_addr()
@@ -83,7 +106,14 @@ async fn run(
     let _ = std::io::stdout().flush();
     tracing::info!(address = %addr, scheme = transport.scheme(), "serving the plexsphere API");
     let store = state.store.clone();
-    let state = Arc::new(state);
+    // One replica of those sharing the database runs the broker and maintenance.
+    let leadership = Arc::new(crate::leader::Leadership::lease(
+        crate::leader::Leadership::new_holder_id(),
+        serving.lease,
+    ));
+    let state = Arc::new(state.with_leadership(leadership.clone()));
+    let (stop_lease, lease_stopped) = tokio::sync::watch::channel(false);
+    let lease = crate::leader::spawn(store.clone(), leadership, lease_stopped);
     let maintenance = crate::maintenance::spawn(&state);
     let reconcile = crate::broker::reconcile::spawn(&state);
     let app = api::router(state.clone()).merge(plexsphere_downloads::router(downloads));
@@ -110,7 +140,7 @@ async fn run(
         // Event streams never end by themselves: end them so the drain finishes promptly.
         state.streams.close_all();
     };
-    server::run(listener, transport, app, shutdown)
+    server::run_with(listener, transport, app, shutdown, serving.limits)
         .await
         .context("the server stopped with an error")?;
     if let Some((stop, task)) = metrics {
@@ -121,6 +151,10 @@ async fn run(
     }
     maintenance.abort();
     reconcile.abort();
+    let _ = stop_lease.send(true);
+    if let Some(lease) = lease {
+        let _ = lease.await;
+    }
     store.close().await;
     tracing::info!("stopped");
     Ok(())
@@ -173,6 +207,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
     let config = api_config(&args.limits, &args.node_api, None)?;
     let nats = args.bus.config()?;
     let kek = super::keys::replica_kek(args.key_encryption_key_file.as_deref())?;
+    let serving = serving(&args.limits, &args.broker)?;
     let downloads_config = args.downloads.config(&args.data.data_dir)?;
     let catalog = load_catalog(&args.broker)?;
     if matches!(transport, Transport::PlainBehindProxy) {
@@ -222,7 +257,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
         Some(a) => Some(super::relay::start_stun(a).await?),
         None => None,
     };
-    let result = run(listener, transport, state, downloads, metrics).await;
+    let result = run(listener, transport, state, downloads, metrics, serving).await;
     if let Some(task) = stun {
         task.abort();
     }
@@ -337,6 +372,7 @@ pub async fn dev(args: DevArgs) -> Result<(), Failure> {
     let tls_config = tls::server_config(&certs.server_cert, &certs.server_key)
         .context("cannot load the lab certificate")?;
     let mut config = api_config(&args.limits, &args.node_api, Some(certs.ca_pem.clone()))?;
+    let serving = serving(&args.limits, &args.broker)?;
     let downloads_config = args.downloads.config(&data_dir)?;
     let catalog = load_catalog(&args.broker)?;
     if let Some(url) = &args.public_url
@@ -426,6 +462,7 @@ pub async fn dev(args: DevArgs) -> Result<(), Failure> {
         state,
         downloads,
         metrics,
+        serving,
     )
     .await;
     let (stun, relay) = reach;

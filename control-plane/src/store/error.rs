@@ -48,6 +48,35 @@ impl StoreError {
             || msg.contains("database table is locked")
     }
 
+    /// The database server cannot be reached or is going away (a Postgres that is down,
+    /// restarting or cut off; the pool found no connection in time): the request is answered
+    /// `503 unavailable` at once, and the pool reconnects by itself once it is back.
+    pub fn is_unreachable(&self) -> bool {
+        use std::io::ErrorKind as K;
+        match self {
+            StoreError::Sqlx(sqlx::Error::Io(io)) => matches!(
+                io.kind(),
+                K::ConnectionRefused
+                    | K::ConnectionReset
+                    | K::ConnectionAborted
+                    | K::NotConnected
+                    | K::BrokenPipe
+                    | K::UnexpectedEof
+                    | K::TimedOut
+                    | K::NotFound
+                    | K::HostUnreachable
+                    | K::NetworkUnreachable
+            ),
+            StoreError::Sqlx(sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed) => true,
+            // Postgres: 08xxx connection exceptions, 57P01-57P03 shutting down / starting up.
+            StoreError::Sqlx(sqlx::Error::Database(db)) => {
+                let code = db.code().unwrap_or(Cow::Borrowed(""));
+                code.len() == 5 && (code.starts_with("08") || code.starts_with("57P0"))
+            }
+            _ => false,
+        }
+    }
+
     /// The storage fault behind this error (a full disk, a read-only file, an I/O error), if
     /// it is one: the request is answered at once with a retryable error that says so.
     pub fn fault(&self) -> Option<StorageFault> {

@@ -13,6 +13,7 @@ pub mod error;
 pub mod events;
 pub mod fault;
 mod health;
+pub mod lease;
 pub mod mesh_ips;
 pub mod node_hosts;
 pub mod nodes;
@@ -179,6 +180,13 @@ pub fn migrator() -> Migrator {
             Cow::Borrowed("domain keys"),
             MigrationType::Simple,
             include_str!("../../migrations/0012_domain_keys.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
+            13,
+            Cow::Borrowed("leases"),
+            MigrationType::Simple,
+            include_str!("../../migrations/0013_leases.sql").into_sql_str(),
             false,
         ),
     ];

@@ -169,23 +169,47 @@ pub async fn update(
     r: &mut ResourceRow,
     now: i64,
 ) -> Result<bool, StoreError> {
+    update_as(conn, r, now, None).await
+}
+
+/// [`update`] by the broker's leader: it writes only while `holder` holds the broker lease
+/// at `now_ms` (unix ms, the holder's wall clock). A paused old leader whose lease passed to
+/// another replica writes nothing; it answers `false` as for a lost race.
+pub async fn update_as(
+    conn: &mut AnyConnection,
+    r: &mut ResourceRow,
+    now: i64,
+    leader: Option<(&str, i64)>,
+) -> Result<bool, StoreError> {
     let res = &r.resource;
-    let done = sqlx::query(
+    let fence = if leader.is_some() {
+        " AND EXISTS (SELECT 1 FROM leases WHERE name = $11 AND holder = $12 AND expires_at_ms > $13)"
+    } else {
+        ""
+    };
+    let sql = format!(
         "UPDATE resources SET provisioning = $1, phase = $2, node_id = $3, token_id = $4, composite = $5, provisioned_at = $6, version = $7, updated_at = $8 \
-         WHERE id = $9 AND version = $10",
-    )
-    .bind(json("resources.provisioning", &res.provisioning)?)
-    .bind(res.provisioning.phase.as_str())
-    .bind(res.node_id.map(|u| u.to_string()))
-    .bind(r.token_id.clone())
-    .bind(r.composite.clone())
-    .bind(r.provisioned_at)
-    .bind(r.version + 1)
-    .bind(now)
-    .bind(res.id.to_string())
-    .bind(r.version)
-    .execute(&mut *conn)
-    .await?;
+         WHERE id = $9 AND version = $10{fence}"
+    );
+    let query = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(json("resources.provisioning", &res.provisioning)?)
+        .bind(res.provisioning.phase.as_str())
+        .bind(res.node_id.map(|u| u.to_string()))
+        .bind(r.token_id.clone())
+        .bind(r.composite.clone())
+        .bind(r.provisioned_at)
+        .bind(r.version + 1)
+        .bind(now)
+        .bind(res.id.to_string())
+        .bind(r.version);
+    let query = match leader {
+        Some((holder, now_ms)) => query
+            .bind(super::lease::BROKER)
+            .bind(holder.to_owned())
+            .bind(now_ms),
+        None => query,
+    };
+    let done = query.execute(&mut *conn).await?;
     if done.rows_affected() == 1 {
         r.version += 1;
         r.updated_at = now;

@@ -8,6 +8,7 @@ pub mod nodes;
 pub mod operators;
 pub mod postgres;
 pub mod process;
+pub mod replica;
 
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -32,6 +33,8 @@ pub const OPENSTACK: &str = "019a0816-0000-7000-8000-000000000001";
 
 pub struct Options {
     pub rate_limit: RateLimit,
+    /// The node routes' budget per node (tests/limits.rs sets a small one).
+    pub node_rate_limit: RateLimit,
     pub trusted_proxies: Vec<IpNet>,
     pub offline_after: Option<Duration>,
     pub events: EventConfig,
@@ -49,6 +52,10 @@ impl Default for Options {
             rate_limit: RateLimit {
                 burst: 100_000,
                 refill: Duration::from_secs(1),
+            },
+            node_rate_limit: RateLimit {
+                burst: 100_000,
+                refill: Duration::from_millis(1),
             },
             trusted_proxies: Vec::new(),
             offline_after: None,
@@ -132,6 +139,7 @@ impl TestServer {
                 .expose();
         let config = ApiConfig {
             register_rate_limit: opts.rate_limit,
+            node_rate_limit: api::NodeRateLimit(opts.node_rate_limit),
             trusted_proxies: opts.trusted_proxies,
             ca_pem: Some(certs.ca_pem.clone()),
             offline_after: opts.offline_after,
