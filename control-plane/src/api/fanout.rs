@@ -14,7 +14,7 @@
 //! receiver is gone, and the next stream of that Domain starts a new one.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -137,6 +137,8 @@ impl Ring {
 pub struct Hub {
     ring: RwLock<Ring>,
     tip: watch::Sender<u64>,
+    /// The reader stopped for good (the bus closed): the streams end and their clients resume.
+    ended: AtomicBool,
 }
 
 impl Hub {
@@ -144,7 +146,13 @@ impl Hub {
         Self {
             ring: RwLock::new(Ring::new(capacity)),
             tip: watch::channel(0).0,
+            ended: AtomicBool::new(false),
         }
+    }
+
+    /// Whether the Domain's reader stopped for good; a stream that sees it ends.
+    pub fn ended(&self) -> bool {
+        self.ended.load(Ordering::Relaxed)
     }
 
     /// What the ring holds for this stream's cursor.
@@ -316,8 +324,11 @@ impl Reader {
         true
     }
 
+    /// Stops for good: the next stream of the Domain starts a new reader, the open ones end.
     fn leave(&self) {
         self.fanout.lock().remove(&self.domain_id);
+        self.hub.ended.store(true, Ordering::Relaxed);
+        self.hub.tip.send_modify(|_| {});
     }
 }
 

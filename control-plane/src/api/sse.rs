@@ -191,7 +191,7 @@ impl StreamTask {
             }
             tokio::select! {
                 changed = member.tip.changed() => {
-                    if changed.is_err() {
+                    if changed.is_err() || member.hub.ended() {
                         // The Domain's reader ended (the bus closed): resume elsewhere.
                         return End::Failed;
                     }
