@@ -6,6 +6,10 @@ use ipnet::IpNet;
 use crate::keys::KeyError;
 use crate::store::StoreError;
 
+/// The `Retry-After` of a `429` for one event stream too many of a node
+/// ([`Error::TooManyStreams`]): about the time a dropped connection takes to be noticed.
+pub const STREAM_RETRY_AFTER_SECS: u64 = 5;
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// 400 `invalid_json`: not JSON, wrong shape, unknown field.
@@ -63,6 +67,13 @@ pub enum Error {
         "this node sent more requests than its budget of the node API allows; retry after {0} s"
     )]
     NodeRateLimited(u64),
+    /// 429 `rate_limited` with `Retry-After` ([`STREAM_RETRY_AFTER_SECS`]): the node already
+    /// holds this many event streams open on this replica.
+    #[error(
+        "this node already has {0} event streams open on this server (the limit); close one or retry after {secs} s",
+        secs = STREAM_RETRY_AFTER_SECS
+    )]
+    TooManyStreams(usize),
     /// 429 `rate_limited` with `Retry-After`: a node rotated its key or credential too recently.
     #[error(
         "this node rotated less than {gap} s ago; retry after {0} s",

@@ -40,7 +40,10 @@ pub fn classify(e: &Error) -> (StatusCode, &'static str) {
         Error::ProjectMismatch => (StatusCode::FORBIDDEN, codes::PROJECT_MISMATCH),
         Error::TokenConsumed => (StatusCode::FORBIDDEN, codes::TOKEN_CONSUMED),
         Error::MeshRangeExhausted(_) => (StatusCode::CONFLICT, codes::MESH_RANGE_EXHAUSTED),
-        Error::RateLimited(_) | Error::NodeRateLimited(_) | Error::RotationLimited(_) => {
+        Error::RateLimited(_)
+        | Error::NodeRateLimited(_)
+        | Error::RotationLimited(_)
+        | Error::TooManyStreams(_) => {
             (StatusCode::TOO_MANY_REQUESTS, codes::RATE_LIMITED)
         }
         Error::Unauthorized(_) => (StatusCode::UNAUTHORIZED, codes::UNAUTHORIZED),
@@ -105,6 +108,7 @@ impl IntoResponse for Error {
                 _,
             ) => Some(*secs),
             _ if unreachable => Some(UNREACHABLE_RETRY_AFTER_SECS),
+            (Error::TooManyStreams(_), _) => Some(crate::error::STREAM_RETRY_AFTER_SECS),
             (_, Some(_)) => Some(STORAGE_RETRY_AFTER_SECS),
             (Error::Store(s), None) if s.is_busy() => Some(BUSY_RETRY_AFTER_SECS),
             _ => None,

@@ -5,6 +5,7 @@
 mod broker;
 pub mod error;
 pub mod extract;
+pub mod fanout;
 pub mod health;
 mod node;
 mod observations;

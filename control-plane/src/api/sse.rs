@@ -1,10 +1,12 @@
 //! `GET /v1/nodes/{id}/events`: the node's event stream (Server-Sent Events).
 //!
-//! Each connection gets its own task that reads the node's events from the store at its own
-//! pace (the `events` table is the source of truth; the bus only wakes the task), signs each
-//! one for this node and hands the frame to a bounded channel the response body drains. A
-//! publisher never waits for a stream. A client that accepts no frame for
-//! `slow_reader_timeout` is dropped; it resumes later with `Last-Event-ID`.
+//! Each connection gets its own task that takes the node's events from its Domain's ring
+//! ([`super::fanout`]: one reader per Domain reads each new event from the store once, woken
+//! by the bus) at its own pace, signs each one for this node and hands the frame to a bounded
+//! channel the response body drains. A cursor older than the ring (a resume) reads the gap
+//! from the store in bounded batches. A publisher never waits for a stream. A client that
+//! accepts no frame for `slow_reader_timeout` is dropped; it resumes later with
+//! `Last-Event-ID`. A node holds at most [`MAX_STREAMS_PER_NODE`] streams at once.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -17,11 +19,12 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use plexsphere_wire::node::{Event, EventKind};
 use plexsphere_wire::signed::{DomainSigner, SignContext};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use uuid::Uuid;
 
 use super::extract::NodeAuth;
+use super::fanout::{Hub, Member, Take};
 use super::state::AppState;
 pub use super::streams::Streams;
 use crate::error::Error;
@@ -29,8 +32,11 @@ use crate::node_decisions::{self, Resume};
 use crate::store::nodes::NodeRow;
 use crate::store::{StoreError, domains, events};
 
-/// Events read from the store per query.
+/// Events read from the store per query (a stream reading a gap older than the ring).
 const BATCH: u32 = 256;
+/// Event streams one node may hold open at once in this process (docs/api.md); one more is
+/// answered 429 `rate_limited` with `Retry-After` ([`crate::error::STREAM_RETRY_AFTER_SECS`]).
+pub const MAX_STREAMS_PER_NODE: usize = 4;
 
 /// Counts a stream as open until dropped; logs its end once.
 struct Opened {
@@ -40,14 +46,23 @@ struct Opened {
 }
 
 impl Opened {
-    fn new(st: Arc<AppState>, node_id: Uuid) -> Self {
-        *st.streams.lock().entry(node_id).or_insert(0) += 1;
+    /// Counts the stream in, unless the node already has [`MAX_STREAMS_PER_NODE`] open here.
+    fn new(st: Arc<AppState>, node_id: Uuid) -> Result<Self, Error> {
+        {
+            let mut open = st.streams.lock();
+            let n = open.entry(node_id).or_insert(0);
+            if *n >= MAX_STREAMS_PER_NODE {
+                tracing::warn!(node_id = %node_id, open = *n, "sse: too many streams for this node");
+                return Err(Error::TooManyStreams(MAX_STREAMS_PER_NODE));
+            }
+            *n += 1;
+        }
         st.metrics.streams_open.inc();
-        Self {
+        Ok(Self {
             st,
             node_id,
             end: End::ClientGone,
-        }
+        })
     }
 }
 
@@ -99,14 +114,18 @@ pub async fn events(
     NodeAuth { node }: NodeAuth,
     headers: HeaderMap,
 ) -> Result<Response, Error> {
+    let opened = Opened::new(st.clone(), node.id)?;
     let mut conn = st.store.acquire().await?;
     let domain = domains::get(&mut conn, node.domain_id)
         .await?
         .ok_or_else(|| Error::Internal(format!("node {} names a missing domain", node.id)))?;
     let signer = st.keys.signer(&domain).await?;
-    // Subscribe before reading the head: a change committed after the read wakes the task.
-    let mut notices = st.bus.subscribe(node.domain_id);
-    notices.borrow_and_update();
+    // Join the Domain's fan-out before reading the head: its reader is subscribed to the bus
+    // by then, so a change committed after the read reaches this stream through the ring.
+    let member =
+        st.streams
+            .fanout
+            .join(node.domain_id, &st.store, st.bus.subscribe(node.domain_id));
     let head = events::head(&mut conn, node.domain_id).await?;
     drop(conn);
     let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok());
@@ -115,16 +134,15 @@ pub async fn events(
 
     let (tx, rx) = mpsc::channel::<Frame>(st.config.events.stream_buffer.max(1));
     let keepalive = st.config.events.keepalive;
-    let opened = Opened::new(st.clone(), node.id);
     let task = StreamTask {
         st,
         node,
         signer,
         tx,
         cursor: 0,
-        woken: None,
+        opened_at: Instant::now(),
     };
-    tokio::spawn(task.run(resume, notices, opened));
+    tokio::spawn(task.run(resume, member, opened));
 
     let mut resp = Sse::new(ReceiverStream::new(rx))
         .keep_alive(KeepAlive::new().interval(keepalive).text("keep-alive"))
@@ -142,21 +160,21 @@ struct StreamTask {
     tx: mpsc::Sender<Frame>,
     /// Every event for this node up to here has been sent (or was not for it).
     cursor: u64,
-    /// When the bus last woke this stream for a committed change: each event the wake-up
-    /// sends is timed from here (`plexsphere_event_delivery_seconds`); replays are not.
-    woken: Option<Instant>,
+    /// Events the bus announced after this are timed from the reader's wake-up
+    /// (`plexsphere_event_delivery_seconds`); replays of older ones are not.
+    opened_at: Instant,
 }
 
 impl StreamTask {
-    async fn run(mut self, resume: Resume, mut notices: watch::Receiver<u64>, mut opened: Opened) {
+    async fn run(mut self, resume: Resume, mut member: Member, mut opened: Opened) {
         let mut closing = self.st.streams.closing.subscribe();
         opened.end = tokio::select! {
-            end = self.serve(resume, &mut notices) => end,
+            end = self.serve(resume, &mut member) => end,
             _ = closing.wait_for(|closing| *closing) => End::Shutdown,
         };
     }
 
-    async fn serve(&mut self, resume: Resume, notices: &mut watch::Receiver<u64>) -> End {
+    async fn serve(&mut self, resume: Resume, member: &mut Member) -> End {
         match resume {
             Resume::After(seq) => self.cursor = seq,
             Resume::Resync { head, reason } => {
@@ -167,51 +185,86 @@ impl StreamTask {
             }
         }
         loop {
-            notices.borrow_and_update();
-            if let Err(end) = self.drain().await {
+            member.tip.borrow_and_update();
+            if let Err(end) = self.deliver(&member.hub).await {
                 return end;
             }
-            self.woken = None;
             tokio::select! {
-                changed = notices.changed() => {
-                    if changed.is_err() {
+                changed = member.tip.changed() => {
+                    if changed.is_err() || member.hub.ended() {
+                        // The Domain's reader ended (the bus closed): resume elsewhere.
                         return End::Failed;
                     }
-                    self.woken = Some(Instant::now());
                 }
                 () = self.tx.closed() => return End::ClientGone,
             }
         }
     }
 
-    /// Sends every stored event for this node after the cursor.
-    async fn drain(&mut self) -> Result<(), End> {
+    /// Sends every event for this node after the cursor: from the Domain's ring, after
+    /// reading from the store whatever part of the gap the ring does not reach back to.
+    async fn deliver(&mut self, hub: &Hub) -> Result<(), End> {
         loop {
-            let (before, batch, after) = self.read().await.map_err(|e| {
-                tracing::warn!(node_id = %self.node.id, error = %e, "sse: cannot read the event log");
-                End::Failed
-            })?;
-            if after.pruned_through > self.cursor {
-                // Events this stream had not sent yet were pruned: the node must pull.
-                self.resync(after.seq, "the stream fell behind the replay window")
-                    .await?;
-                continue;
-            }
-            let full = batch.len() >= BATCH as usize;
-            for ev in batch {
-                let revoked = ev.kind == EventKind::NodeRevoked;
-                self.send(ev.seq, ev.kind).await?;
-                self.cursor = ev.seq;
-                if revoked {
-                    return Err(End::Revoked);
+            match hub.take(self.cursor, self.node.id) {
+                Take::Events(batch, cursor) => {
+                    for entry in batch {
+                        let timed = (entry.woken >= self.opened_at).then_some(entry.woken);
+                        self.send_row(entry.row.seq, entry.row.kind.clone(), timed)
+                            .await?;
+                    }
+                    self.cursor = cursor;
+                    return Ok(());
+                }
+                Take::Gap => {
+                    if self.read_gap().await? {
+                        // Caught up with the store before the ring started: wait for it.
+                        if matches!(hub.take(self.cursor, self.node.id), Take::Gap) {
+                            return Ok(());
+                        }
+                    }
                 }
             }
-            if !full {
-                // Every event up to `before` was visible to the read and none is left for us.
-                self.cursor = self.cursor.max(before.seq);
-                return Ok(());
-            }
         }
+    }
+
+    /// Sends one batch of this node's stored events after the cursor; answers whether the
+    /// store had no more (the cursor then stands at the head the read saw).
+    async fn read_gap(&mut self) -> Result<bool, End> {
+        let (before, batch, after) = self.read().await.map_err(|e| {
+            tracing::warn!(node_id = %self.node.id, error = %e, "sse: cannot read the event log");
+            End::Failed
+        })?;
+        if after.pruned_through > self.cursor {
+            // Events this stream had not sent yet were pruned: the node must pull.
+            self.resync(after.seq, "the stream fell behind the replay window")
+                .await?;
+            return Ok(false);
+        }
+        let full = batch.len() >= BATCH as usize;
+        for ev in batch {
+            self.send_row(ev.seq, ev.kind, None).await?;
+        }
+        if !full {
+            // Every event up to `before` was visible to the read and none is left for us.
+            self.cursor = self.cursor.max(before.seq);
+        }
+        Ok(!full)
+    }
+
+    /// Sends one event and moves the cursor to it; a `node_revoked` ends the stream.
+    async fn send_row(
+        &mut self,
+        seq: u64,
+        kind: EventKind,
+        woken: Option<Instant>,
+    ) -> Result<(), End> {
+        let revoked = kind == EventKind::NodeRevoked;
+        self.send(seq, kind, woken).await?;
+        self.cursor = seq;
+        if revoked {
+            return Err(End::Revoked);
+        }
+        Ok(())
     }
 
     /// The head, this node's next events, and the head again (to see a prune in between).
@@ -230,12 +283,12 @@ impl StreamTask {
         let kind = EventKind::Resync {
             reason: reason.to_owned(),
         };
-        self.send(head, kind).await?;
+        self.send(head, kind, None).await?;
         self.cursor = head;
         Ok(())
     }
 
-    async fn send(&self, seq: u64, kind: EventKind) -> Result<(), End> {
+    async fn send(&self, seq: u64, kind: EventKind, woken: Option<Instant>) -> Result<(), End> {
         let name = kind.name();
         let event = Event {
             seq,
@@ -254,7 +307,7 @@ impl StreamTask {
         let timeout = self.st.config.events.slow_reader_timeout;
         match tokio::time::timeout(timeout, self.tx.send(Ok(frame))).await {
             Ok(Ok(())) => {
-                if let Some(woken) = self.woken {
+                if let Some(woken) = woken {
                     self.st
                         .metrics
                         .event_delivery

@@ -1,18 +1,23 @@
 //! The event streams open in this process: how many per node, how many were dropped for a
-//! slow client, and the switch that ends them all at shutdown. `sse.rs` opens and counts them.
+//! slow client, the Domains' fan-out, and the switch that ends them all at shutdown. `sse.rs`
+//! opens and counts them.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 use uuid::Uuid;
+
+use super::fanout::Fanout;
 
 /// The event streams open in this process (observable by operators and tests).
 pub struct Streams {
     open: Mutex<HashMap<Uuid, usize>>,
     pub(super) slow_dropped: AtomicU64,
     pub(super) closing: watch::Sender<bool>,
+    /// The Domains' readers and rings the streams take their events from.
+    pub(super) fanout: Arc<Fanout>,
 }
 
 impl Default for Streams {
@@ -21,6 +26,7 @@ impl Default for Streams {
             open: Mutex::new(HashMap::new()),
             slow_dropped: AtomicU64::new(0),
             closing: watch::channel(false).0,
+            fanout: Arc::default(),
         }
     }
 }
@@ -41,6 +47,17 @@ impl Streams {
     /// How many streams were dropped because their client did not keep up.
     pub fn slow_dropped(&self) -> u64 {
         self.slow_dropped.load(Ordering::Relaxed)
+    }
+
+    /// How many store queries the Domains' fan-out readers made in this process: one read
+    /// per wake-up per Domain, however many streams are open.
+    pub fn fanout_store_queries(&self) -> u64 {
+        self.fanout.store_queries()
+    }
+
+    /// How many Domains have a fan-out reader here (one per Domain with an open stream).
+    pub fn fanout_readers(&self) -> usize {
+        self.fanout.readers()
     }
 
     pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, usize>> {

@@ -159,6 +159,63 @@ pub async fn for_node(
         .collect()
 }
 
+/// One stored event with its addressing, as the Domain's fan-out reader holds it: every
+/// stream of the Domain picks out its own with [`DomainEventRow::is_for`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DomainEventRow {
+    pub seq: u64,
+    /// The one node the event is for; `None`: every node of the Domain but the subject.
+    pub target: Option<Uuid>,
+    /// The node the event is about.
+    pub subject: Uuid,
+    pub kind: EventKind,
+}
+
+impl DomainEventRow {
+    /// Whether `node_id` receives this event: the same rule as [`for_node`]'s SQL.
+    pub fn is_for(&self, node_id: Uuid) -> bool {
+        match self.target {
+            Some(t) => t == node_id,
+            None => self.subject != node_id,
+        }
+    }
+}
+
+/// Up to `limit` events of the Domain after `after`, for every node, oldest first: what the
+/// Domain's one fan-out reader reads per wake-up, whatever the number of open streams.
+pub async fn for_domain(
+    conn: &mut AnyConnection,
+    domain_id: Uuid,
+    after: u64,
+    limit: u32,
+) -> Result<Vec<DomainEventRow>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT seq, target_node_id, subject_node_id, kind FROM events \
+         WHERE domain_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+    )
+    .bind(domain_id.to_string())
+    .bind(to_i64(after))
+    .bind(i64::from(limit))
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            let target: Option<String> = r.try_get("target_node_id")?;
+            let subject: String = r.try_get("subject_node_id")?;
+            let text: String = r.try_get("kind")?;
+            Ok(DomainEventRow {
+                seq: to_u64("events.seq", r.try_get("seq")?)?,
+                target: target
+                    .map(|t| parse_col("events.target_node_id", &t))
+                    .transpose()?,
+                subject: parse_col("events.subject_node_id", &subject)?,
+                kind: serde_json::from_str(&text)
+                    .map_err(|e| StoreError::corrupt("events.kind", e))?,
+            })
+        })
+        .collect()
+}
+
 /// Deletes every event created at or before `cutoff` (and, per Domain, every older seq), and
 /// records how far each Domain's log was pruned. Answers how many events were deleted.
 pub async fn prune(conn: &mut AnyConnection, cutoff: i64) -> Result<u64, StoreError> {
