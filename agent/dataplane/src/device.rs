@@ -21,6 +21,7 @@ use crate::allowed_ips::AllowedIps;
 use crate::batch::{PacketBatch, WG_OVERHEAD};
 use crate::key::{Key, SecretKey};
 use crate::peer::Peer;
+use crate::source::Source;
 
 /// Handshake messages per second the device takes before it asks for cookies (boringtun's
 /// device uses the same figure). Each initiation is verified twice (once to find its peer,
@@ -185,6 +186,7 @@ impl Device {
         p.tx_bytes += sent as u64;
         p.last_sent = Some(now);
         out.commit(sent, endpoint);
+        out.set_src(p.source());
     }
 
     /// Decrypts datagrams from the network: plaintext into `to_tun`, handshake answers and
@@ -197,8 +199,8 @@ impl Device {
         to_tun: &mut PacketBatch,
     ) {
         let state = self.read();
-        for (datagram, from) in datagrams.datagrams() {
-            self.datagram(&state, now, from, datagram, to_network, to_tun);
+        for (datagram, from, local) in datagrams.datagrams_to() {
+            self.datagram(&state, now, (from, local), datagram, to_network, to_tun);
         }
     }
 
@@ -212,13 +214,13 @@ impl Device {
         to_tun: &mut PacketBatch,
     ) {
         let state = self.read();
-        self.datagram(&state, now, from, datagram, to_network, to_tun);
+        self.datagram(&state, now, (from, None), datagram, to_network, to_tun);
     }
 
     fn find_peer(
         &self,
         state: &State,
-        from: SocketAddr,
+        (from, local): (SocketAddr, Option<Source>),
         datagram: &[u8],
         to_network: &mut PacketBatch,
     ) -> Option<Arc<Peer>> {
@@ -239,6 +241,7 @@ impl Device {
                     Err(TunnResult::WriteToNetwork(cookie)) => {
                         let n = cookie.len();
                         to_network.commit(n, from);
+                        to_network.set_src(local);
                         return None;
                     }
                     Err(_) => {
@@ -273,12 +276,12 @@ impl Device {
         &self,
         state: &State,
         now: Instant,
-        from: SocketAddr,
+        (from, local): (SocketAddr, Option<Source>),
         datagram: &[u8],
         to_network: &mut PacketBatch,
         to_tun: &mut PacketBatch,
     ) {
-        let Some(peer) = self.find_peer(state, from, datagram, to_network) else {
+        let Some(peer) = self.find_peer(state, (from, local), datagram, to_network) else {
             return;
         };
         let kind = datagram.first().copied().unwrap_or(0);
@@ -308,9 +311,11 @@ impl Device {
                     // We are under load and the sender has not proven its address yet:
                     // answer it where it is, but do not trust the address for the peer.
                     to_network.push(buf, from);
+                    to_network.set_src(local);
                     return;
                 }
                 to_network.push(buf, from);
+                to_network.set_src(local);
                 answered = true;
             }
             TunnResult::Done => {}
@@ -320,11 +325,12 @@ impl Device {
                 return;
             }
         }
-        // Authenticated: follow the peer to wherever it sends from (roaming).
+        // Authenticated: follow the peer to wherever it sends from (roaming), and answer
+        // from the address it sent to (sticky source).
         if p.endpoint != Some(from) {
             tracing::debug!(peer = %peer.public_key(), endpoint = %from, "peer endpoint updated");
-            p.endpoint = Some(from);
         }
+        p.seen_at(from, local);
         p.rx_bytes += datagram.len() as u64;
         if answered {
             // An initiation we answered, or a response we confirmed with a keepalive.
@@ -345,6 +351,7 @@ impl Device {
         to: SocketAddr,
         to_network: &mut PacketBatch,
     ) {
+        let src = p.source();
         let Some(tunn) = p.tunn.as_mut() else { return };
         loop {
             let slot = to_network.next_slot();
@@ -353,6 +360,7 @@ impl Device {
                 _ => break,
             };
             to_network.commit(n, to);
+            to_network.set_src(src);
             p.tx_bytes += n as u64;
             p.last_sent = Some(now);
         }
@@ -411,6 +419,7 @@ impl Device {
             }
             if let (Some(to), true) = (endpoint, sent > 0) {
                 to_network.commit(sent, to);
+                to_network.set_src(p.source());
                 p.tx_bytes += sent as u64;
                 p.last_sent = Some(now);
             }

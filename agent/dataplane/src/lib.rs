@@ -25,6 +25,7 @@ pub mod peer;
 pub mod runner;
 pub mod shutdown;
 pub mod side;
+pub mod source;
 pub mod uapi;
 #[cfg(unix)]
 pub mod uapi_server;
@@ -37,3 +38,4 @@ pub use io::{Tun, Udp, UdpBind};
 pub use key::{Key, KeyError, SecretKey};
 pub use peer::{DeviceSnapshot, PeerSnapshot};
 pub use side::{RawSender, SideSink};
+pub use source::Source;

@@ -10,6 +10,7 @@ use boringtun::noise::rate_limiter::RateLimiter;
 use ipnet::IpNet;
 
 use crate::key::{Key, SecretKey};
+use crate::source::Source;
 
 /// A peer of the device. The public key and index never change; the rest is in `PeerState`.
 pub struct Peer {
@@ -25,6 +26,10 @@ pub(crate) struct PeerState {
     /// None while the device has no private key.
     pub tunn: Option<Tunn>,
     pub endpoint: Option<SocketAddr>,
+    /// The local address the peer last reached us at, and the endpoint it came from: the
+    /// sticky source, used only while the endpoint is still that one (a configured endpoint
+    /// starts without one).
+    pub learned_source: Option<(SocketAddr, Source)>,
     pub preshared_key: Option<SecretKey>,
     /// Persistent keepalive interval; driven by the device's clock, not boringtun's.
     pub keepalive: Option<Duration>,
@@ -43,6 +48,7 @@ impl Peer {
             state: Mutex::new(PeerState {
                 tunn: None,
                 endpoint: None,
+                learned_source: None,
                 preshared_key: None,
                 keepalive: None,
                 last_sent: None,
@@ -72,6 +78,21 @@ impl Peer {
 }
 
 impl PeerState {
+    /// An authenticated datagram came from `from` to our `local` address: the endpoint and
+    /// the source follow it (roaming).
+    pub fn seen_at(&mut self, from: SocketAddr, local: Option<Source>) {
+        self.endpoint = Some(from);
+        self.learned_source = local.map(|l| (from, l));
+    }
+
+    /// The address to send to the endpoint from (none: the kernel chooses).
+    pub fn source(&self) -> Option<Source> {
+        match self.learned_source {
+            Some((at, src)) if Some(at) == self.endpoint => Some(src),
+            _ => None,
+        }
+    }
+
     /// (Re)creates the Noise state machine: after a key change, or a preshared-key change.
     /// Sessions in flight are dropped; the next packet starts a handshake.
     pub fn rebuild_tunn(
