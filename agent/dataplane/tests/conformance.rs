@@ -185,3 +185,124 @@ fn a_34_kb_mtu_carries_a_large_ping() {
         net.logs()
     );
 }
+
+/// How many allowed IPs the large `wg setconf` gives one peer (the kernel's netns.sh goes
+/// to about this many).
+const LARGE_ALLOWED_IPS: usize = 130_000;
+/// plexd-wg's peak resident memory after taking and answering them stays under this.
+const LARGE_SETCONF_MAX_RSS_KIB: u64 = 256 << 10;
+
+/// `wg setconf` with 130k allowed IPs on one peer (IPv4 and IPv6): `wg show` answers every
+/// one of them, a smaller replacement shrinks the list exactly, within a memory bound.
+#[test]
+fn a_setconf_of_130k_allowed_ips_is_answered_whole_over_uapi() {
+    let mut net = Net::new("la");
+    net.start(0, PLEXD_WG, None);
+    let nets: Vec<String> = (0..LARGE_ALLOWED_IPS)
+        .map(|i| {
+            if i % 4 == 3 {
+                format!("fd00:{:x}:{:x}::/64", i >> 16, i & 0xffff)
+            } else {
+                format!("10.{}.{}.{}/32", i >> 16, (i >> 8) & 255, i & 255)
+            }
+        })
+        .collect();
+    let setconf = |nets: &[String]| {
+        let mut conf = format!(
+            "[Interface]\nPrivateKey = {}\nListenPort = 1\n\n[Peer]\nPublicKey = {}\n",
+            net.private(0),
+            net.public(1)
+        );
+        for chunk in nets.chunks(1000) {
+            conf.push_str(&format!("AllowedIPs = {}\n", chunk.join(",")));
+        }
+        let file = net.dir().join("large.conf");
+        std::fs::write(&file, conf).expect("write the config");
+        let iface = net.wg[0].clone();
+        net.wg_cmd(0, &["setconf", &iface, file.to_str().expect("utf-8 path")]);
+    };
+    let shown = || {
+        let iface = net.wg[0].clone();
+        let out = net.wg_cmd(0, &["show", &iface, "allowed-ips"]);
+        let mut got: Vec<String> = out.split_whitespace().skip(1).map(str::to_owned).collect();
+        got.sort();
+        got
+    };
+    setconf(&nets);
+    let mut want = nets.clone();
+    want.sort();
+    let got = shown();
+    assert_eq!(
+        got.len(),
+        LARGE_ALLOWED_IPS,
+        "wg show lists every allowed IP"
+    );
+    assert!(got == want, "wg show lists exactly the allowed IPs set");
+
+    let half = &nets[..LARGE_ALLOWED_IPS / 2];
+    setconf(half);
+    let mut want = half.to_vec();
+    want.sort();
+    assert!(
+        shown() == want,
+        "setconf replaced the list with the smaller one"
+    );
+
+    let status = std::fs::read_to_string(format!("/proc/{}/status", net.pid(0))).expect("status");
+    let hwm: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmHWM in /proc/<pid>/status");
+    eprintln!("plexd-wg peak RSS with {LARGE_ALLOWED_IPS} allowed IPs: {hwm} KiB");
+    assert!(
+        hwm < LARGE_SETCONF_MAX_RSS_KIB,
+        "plexd-wg peaked at {hwm} KiB for {LARGE_ALLOWED_IPS} allowed IPs"
+    );
+}
+
+/// UDP conntrack entries of the NAT in front of side a expire after this many seconds.
+const NAT_TIMEOUT_SECS: u32 = 2;
+
+/// plexd-wg behind a NAT whose UDP mappings expire after 2 s: without persistent keepalive
+/// the peer cannot reach it once the mapping expired; with a 1 s keepalive it still can.
+#[test]
+fn persistent_keepalive_keeps_a_nat_mapping_alive() {
+    let mut net = Net::behind_nat("nt", NAT_TIMEOUT_SECS);
+    net.start(0, PLEXD_WG, None);
+    net.start(1, "wireguard-go", None);
+    net.set_peer(0, &["endpoint", "10.0.2.2:2"]);
+    // Longer than the mapping lives, with nothing sent meanwhile (waiting is the scenario).
+    let expire = || {
+        std::thread::sleep(std::time::Duration::from_secs(
+            u64::from(NAT_TIMEOUT_SECS) * 2,
+        ))
+    };
+
+    assert!(
+        net.ping(0, 56, 5),
+        "a reaches b through the NAT; {}",
+        net.logs()
+    );
+    assert_eq!(
+        net.endpoint(1),
+        "10.0.2.254:1",
+        "b sees a as the router's address"
+    );
+    expire();
+    assert!(
+        !net.ping(1, 56, 1),
+        "without keepalive the mapping should have expired (the NAT timeout did not apply)"
+    );
+
+    net.set_peer(0, &["persistent-keepalive", "1"]);
+    assert!(net.ping(0, 56, 5), "a reaches b again; {}", net.logs());
+    expire();
+    assert!(
+        net.ping(1, 56, 1),
+        "the keepalives kept the mapping: b reaches a after {} s; {}",
+        NAT_TIMEOUT_SECS * 2,
+        net.logs()
+    );
+}

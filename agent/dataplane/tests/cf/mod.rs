@@ -39,6 +39,8 @@ pub struct Net {
     /// The underlay veth ends, `veth[0]` in `ns[0]`.
     pub veth: [String; 2],
     pub keys: [SecretKey; 2],
+    /// The router namespace between the two sides, when there is one (`behind_nat`).
+    pub router: Option<String>,
     children: Vec<Child>,
     dir: PathBuf,
 }
@@ -46,28 +48,7 @@ pub struct Net {
 impl Net {
     /// Namespaces and the veth (no addresses yet); `tag` tells apart tests of one process.
     pub fn new(tag: &str) -> Self {
-        assert!(
-            nix::unistd::geteuid().is_root(),
-            "the conformance tests need root (network namespaces, TUN devices); run them as root"
-        );
-        let pid = std::process::id() % 100_000;
-        let dir = std::env::temp_dir().join(format!("cf-{pid}-{tag}"));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let net = Net {
-            ns: [format!("cf-{pid}-{tag}-a"), format!("cf-{pid}-{tag}-b")],
-            wg: [format!("cfw{pid}{tag}a"), format!("cfw{pid}{tag}b")],
-            veth: [format!("cfv{pid}{tag}a"), format!("cfv{pid}{tag}b")],
-            keys: [
-                SecretKey::generate().expect("key"),
-                SecretKey::generate().expect("key"),
-            ],
-            children: Vec::new(),
-            dir,
-        };
-        for ns in &net.ns {
-            sh(&["ip", "netns", "add", ns]);
-            sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
-        }
+        let net = Self::empty(tag);
         sh(&[
             "ip",
             "link",
@@ -85,6 +66,100 @@ impl Net {
         ]);
         for side in 0..2 {
             net.ip(side, &["link", "set", &net.veth[side], "up"]);
+        }
+        net
+    }
+
+    /// Side a (10.0.1.1) behind a router that masquerades it toward side b (10.0.2.2), with
+    /// UDP conntrack entries that expire after `conntrack_timeout` seconds of silence.
+    pub fn behind_nat(tag: &str, conntrack_timeout: u32) -> Self {
+        let mut net = Self::empty(tag);
+        let router = format!("{}-r", net.ns[0].trim_end_matches("-a"));
+        sh(&["ip", "netns", "add", &router]);
+        net.router = Some(router.clone());
+        let r = |args: &[&str]| {
+            let mut all = vec!["ip", "netns", "exec", &router];
+            all.extend_from_slice(args);
+            sh(&all)
+        };
+        for side in 0..2 {
+            let inside = format!("cfr{}", &net.veth[side][3..]);
+            sh(&[
+                "ip",
+                "link",
+                "add",
+                &net.veth[side],
+                "netns",
+                &net.ns[side],
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &inside,
+                "netns",
+                &router,
+            ]);
+            let subnet = side + 1;
+            r(&[
+                "ip",
+                "addr",
+                "add",
+                &format!("10.0.{subnet}.254/24"),
+                "dev",
+                &inside,
+            ]);
+            r(&["ip", "link", "set", &inside, "up"]);
+            net.ip(side, &["link", "set", &net.veth[side], "up"]);
+        }
+        net.add_addr(0, "10.0.1.1/24");
+        net.add_addr(1, "10.0.2.2/24");
+        net.ip(0, &["route", "add", "default", "via", "10.0.1.254"]);
+        r(&["sysctl", "-qw", "net.ipv4.ip_forward=1"]);
+        let toward_b = format!("cfr{}", &net.veth[1][3..]);
+        r(&[
+            "nft",
+            &format!(
+                "add table ip cfnat; add chain ip cfnat post {{ type nat hook postrouting priority srcnat; }}; add rule ip cfnat post oifname {toward_b} masquerade"
+            ),
+        ]);
+        // The nat table loaded conntrack; both its UDP timeouts (one-way and seen-both-ways).
+        let t = conntrack_timeout.to_string();
+        r(&[
+            "sysctl",
+            "-qw",
+            &format!("net.netfilter.nf_conntrack_udp_timeout={t}"),
+        ]);
+        r(&[
+            "sysctl",
+            "-qw",
+            &format!("net.netfilter.nf_conntrack_udp_timeout_stream={t}"),
+        ]);
+        net
+    }
+
+    fn empty(tag: &str) -> Self {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "the conformance tests need root (network namespaces, TUN devices); run them as root"
+        );
+        let pid = std::process::id() % 100_000;
+        let dir = std::env::temp_dir().join(format!("cf-{pid}-{tag}"));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let net = Net {
+            ns: [format!("cf-{pid}-{tag}-a"), format!("cf-{pid}-{tag}-b")],
+            wg: [format!("cfw{pid}{tag}a"), format!("cfw{pid}{tag}b")],
+            veth: [format!("cfv{pid}{tag}a"), format!("cfv{pid}{tag}b")],
+            keys: [
+                SecretKey::generate().expect("key"),
+                SecretKey::generate().expect("key"),
+            ],
+            router: None,
+            children: Vec::new(),
+            dir,
+        };
+        for ns in &net.ns {
+            sh(&["ip", "netns", "add", ns]);
+            sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
         }
         net
     }
@@ -208,6 +283,21 @@ impl Net {
         self.ip(side, &["link", "set", &self.wg[side], "up"]);
     }
 
+    /// The pid of the daemon started `n`-th (`ip netns exec` execs it: the same process).
+    pub fn pid(&self, n: usize) -> u32 {
+        self.children[n].id()
+    }
+
+    /// The temp dir the test may write files into.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The side's private key in base64.
+    pub fn private(&self, side: usize) -> String {
+        base64(&self.keys[side])
+    }
+
     /// The side's public key in base64.
     pub fn public(&self, side: usize) -> String {
         self.keys[side].public_key().to_base64()
@@ -292,7 +382,7 @@ impl Drop for Net {
         for c in &mut self.children {
             let _ = c.wait();
         }
-        for ns in &self.ns {
+        for ns in self.ns.iter().chain(&self.router) {
             let _ = Command::new("ip").args(["netns", "del", ns]).status();
         }
         for side in 0..2 {
