@@ -165,7 +165,7 @@ impl Device {
             Counters::bump(&self.counters.no_endpoint);
             return;
         };
-        let Some(tunn) = p.tunn.as_mut() else {
+        let Some(tunn) = peer.tunn(&mut p, state.private_key.as_ref(), &state.rate_limiter) else {
             Counters::bump(&self.counters.no_key);
             return;
         };
@@ -286,7 +286,7 @@ impl Device {
         };
         let kind = datagram.first().copied().unwrap_or(0);
         let mut p = peer.lock();
-        let Some(tunn) = p.tunn.as_mut() else {
+        let Some(tunn) = peer.tunn(&mut p, state.private_key.as_ref(), &state.rate_limiter) else {
             Counters::bump(&self.counters.no_key);
             return;
         };
@@ -398,7 +398,13 @@ impl Device {
                 (Some(_), None) => true,
                 (None, _) => false,
             };
-            let Some(tunn) = p.tunn.as_mut() else {
+            // A peer never used has no state machine and nothing to time, unless a
+            // keepalive is due (which starts a handshake).
+            if p.tunn.is_none() && !(keepalive_due && endpoint.is_some()) {
+                continue;
+            }
+            let Some(tunn) = peer.tunn(&mut p, state.private_key.as_ref(), &state.rate_limiter)
+            else {
                 continue;
             };
             let mut sent = 0;
