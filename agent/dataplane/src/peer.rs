@@ -23,9 +23,10 @@ pub struct Peer {
 
 /// The mutable part of a peer.
 pub(crate) struct PeerState {
-    /// Built on first use (`Peer::tunn`): a `Tunn` holds its eight session slots inline,
-    /// about 12 KiB, so 10k configured peers that never talk cost nothing here.
-    pub tunn: Option<Tunn>,
+    /// Built on first use (`Peer::tunn`), and boxed: a `Tunn` holds its eight session slots
+    /// inline, about 12 KiB, which an inline `Option` would cost every peer even while None;
+    /// so 10k configured peers that never talk cost a pointer each here.
+    pub tunn: Option<Box<Tunn>>,
     pub endpoint: Option<SocketAddr>,
     /// The local address the peer last reached us at, and the endpoint it came from: the
     /// sticky source, used only while the endpoint is still that one (a configured endpoint
@@ -78,16 +79,16 @@ impl Peer {
     ) -> Option<&'a mut Tunn> {
         if p.tunn.is_none() {
             let sk = private_key?;
-            p.tunn = Some(Tunn::new(
+            p.tunn = Some(Box::new(Tunn::new(
                 sk.static_secret(),
                 self.public_key.x25519(),
                 p.preshared_key.as_ref().map(|k| *k.bytes()),
                 None,
                 self.index,
                 Some(rate_limiter.clone()),
-            ));
+            )));
         }
-        p.tunn.as_mut()
+        p.tunn.as_deref_mut()
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, PeerState> {
