@@ -160,3 +160,33 @@ pub struct DeviceSnapshot {
     pub fwmark: u32,
     pub peers: Vec<PeerSnapshot>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every configured peer carries a `PeerState`; boringtun's `Tunn` (eight inline session
+    /// slots) must stay out of it until the peer is used, or 10k peers cost 117 MiB again.
+    #[test]
+    fn a_peer_that_never_talked_carries_no_session_memory() {
+        let inline = std::mem::size_of::<PeerState>();
+        assert!(
+            inline < 512,
+            "PeerState is {inline} bytes; keep the Tunn boxed (it is {} bytes)",
+            std::mem::size_of::<Tunn>()
+        );
+        let peer = Peer::new(Key([7; 32]), 1);
+        assert!(peer.lock().tunn.is_none(), "built on first use only");
+        let rate_limiter = Arc::new(RateLimiter::new(&Key([0; 32]).x25519(), 10));
+        let sk = SecretKey::generate().expect("key");
+        let mut p = peer.lock();
+        assert!(
+            peer.tunn(&mut p, None, &rate_limiter).is_none(),
+            "no key, no Tunn"
+        );
+        assert!(peer.tunn(&mut p, Some(&sk), &rate_limiter).is_some());
+        assert!(p.tunn.is_some(), "kept once built");
+        p.rebuild_tunn(Some(&sk), peer.public_key(), 1, &rate_limiter);
+        assert!(p.tunn.is_none(), "a key change drops it");
+    }
+}
