@@ -8,6 +8,8 @@
 
 use std::net::{Ipv4Addr, SocketAddr};
 
+use crate::source::Source;
+
 /// Enough for any IP packet (the IPv4/IPv6 length fields are 16 bits).
 pub const MAX_PACKET: usize = 65_535;
 /// What WireGuard adds to a packet: type, receiver index, counter, and the AEAD tag.
@@ -26,6 +28,8 @@ pub struct PacketBatch {
     buf: Vec<u8>,
     lens: Vec<usize>,
     addrs: Vec<SocketAddr>,
+    /// Per slot: the local address it arrived at, or the one to send it from (sticky source).
+    srcs: Vec<Option<Source>>,
     /// Per slot: the size of each datagram in it when UDP GRO put several there, else 0.
     segments: Vec<usize>,
     slot_size: usize,
@@ -41,6 +45,7 @@ impl PacketBatch {
             buf: vec![0; slot_size * max],
             lens: Vec::with_capacity(max),
             addrs: Vec::with_capacity(max),
+            srcs: Vec::with_capacity(max),
             segments: Vec::with_capacity(max),
             slot_size,
             max,
@@ -78,6 +83,7 @@ impl PacketBatch {
     pub fn clear(&mut self) {
         self.lens.clear();
         self.addrs.clear();
+        self.srcs.clear();
         self.segments.clear();
     }
 
@@ -138,7 +144,34 @@ impl PacketBatch {
         };
         self.lens.push(len);
         self.addrs.push(addr);
+        self.srcs.push(None);
         self.segments.push(0);
+    }
+
+    /// Sets the local address of the packet committed last (see `src`).
+    pub fn set_src(&mut self, src: Option<Source>) {
+        if let Some(s) = self.srcs.last_mut() {
+            *s = src;
+        }
+    }
+
+    /// The local address of packet `i`: the one a datagram arrived at, or the one to send it
+    /// from (none: the kernel chooses).
+    pub fn src(&self, i: usize) -> Option<Source> {
+        self.srcs.get(i).copied().flatten()
+    }
+
+    /// Like `datagrams`, with each datagram's local address.
+    pub fn datagrams_to(&self) -> impl Iterator<Item = (&[u8], SocketAddr, Option<Source>)> + '_ {
+        (0..self.len()).flat_map(move |i| {
+            let slot = self.get(i);
+            let seg = match self.segments.get(i) {
+                Some(&s) if s > 0 => s,
+                _ => slot.len().max(1),
+            };
+            let (addr, src) = (self.addr(i), self.src(i));
+            slot.chunks(seg).map(move |d| (d, addr, src))
+        })
     }
 
     /// Like `commit`, for a slot that holds back-to-back datagrams of `segment` bytes each
@@ -180,15 +213,7 @@ impl PacketBatch {
 
     /// Every datagram with its address, GRO slots cut into their datagrams.
     pub fn datagrams(&self) -> impl Iterator<Item = (&[u8], SocketAddr)> + '_ {
-        (0..self.len()).flat_map(move |i| {
-            let slot = self.get(i);
-            let seg = match self.segments.get(i) {
-                Some(&s) if s > 0 => s,
-                _ => slot.len().max(1),
-            };
-            let addr = self.addr(i);
-            slot.chunks(seg).map(move |d| (d, addr))
-        })
+        self.datagrams_to().map(|(d, addr, _)| (d, addr))
     }
 
     /// The first `n` slots (at most `max`), whole and in order, for a vectored read into an

@@ -21,6 +21,7 @@ use crate::allowed_ips::AllowedIps;
 use crate::batch::{PacketBatch, WG_OVERHEAD};
 use crate::key::{Key, SecretKey};
 use crate::peer::Peer;
+use crate::source::Source;
 
 /// Handshake messages per second the device takes before it asks for cookies (boringtun's
 /// device uses the same figure). Each initiation is verified twice (once to find its peer,
@@ -192,7 +193,7 @@ impl Device {
             Counters::bump(&self.counters.no_endpoint);
             return;
         };
-        let Some(tunn) = p.tunn.as_mut() else {
+        let Some(tunn) = peer.tunn(&mut p, state.private_key.as_ref(), &state.rate_limiter) else {
             Counters::bump(&self.counters.no_key);
             return;
         };
@@ -230,6 +231,7 @@ impl Device {
         p.tx_bytes += sent as u64;
         p.last_sent = Some(now);
         out.commit(sent, endpoint);
+        out.set_src(p.source());
     }
 
     fn set_pending(&self, key: Key, pending: bool) {
@@ -261,7 +263,7 @@ impl Device {
         to_network: &mut PacketBatch,
         to_tun: &mut PacketBatch,
     ) {
-        self.handle_udp_iter(now, datagrams.datagrams(), to_network, to_tun);
+        self.handle_udp_iter(now, datagrams.datagrams_to(), to_network, to_tun);
     }
 
     /// Decrypts datagrams from any source (a queue's chunk), under one lock; see
@@ -269,13 +271,13 @@ impl Device {
     pub fn handle_udp_iter<'a>(
         &self,
         now: Instant,
-        datagrams: impl IntoIterator<Item = (&'a [u8], SocketAddr)>,
+        datagrams: impl IntoIterator<Item = (&'a [u8], SocketAddr, Option<Source>)>,
         to_network: &mut PacketBatch,
         to_tun: &mut PacketBatch,
     ) {
         let state = self.read();
-        for (datagram, from) in datagrams {
-            self.datagram(&state, now, from, datagram, to_network, to_tun);
+        for (datagram, from, local) in datagrams {
+            self.datagram(&state, now, (from, local), datagram, to_network, to_tun);
         }
     }
 
@@ -288,14 +290,27 @@ impl Device {
         to_network: &mut PacketBatch,
         to_tun: &mut PacketBatch,
     ) {
+        self.handle_udp_datagram_at(now, (from, None), datagram, to_network, to_tun);
+    }
+
+    /// One datagram from `from` that arrived at the local address `local` (the reply leaves
+    /// from there); see `handle_udp_datagrams`.
+    pub fn handle_udp_datagram_at(
+        &self,
+        now: Instant,
+        (from, local): (SocketAddr, Option<Source>),
+        datagram: &[u8],
+        to_network: &mut PacketBatch,
+        to_tun: &mut PacketBatch,
+    ) {
         let state = self.read();
-        self.datagram(&state, now, from, datagram, to_network, to_tun);
+        self.datagram(&state, now, (from, local), datagram, to_network, to_tun);
     }
 
     fn find_peer(
         &self,
         state: &State,
-        from: SocketAddr,
+        (from, local): (SocketAddr, Option<Source>),
         datagram: &[u8],
         to_network: &mut PacketBatch,
     ) -> Option<Arc<Peer>> {
@@ -316,6 +331,7 @@ impl Device {
                     Err(TunnResult::WriteToNetwork(cookie)) => {
                         let n = cookie.len();
                         to_network.commit(n, from);
+                        to_network.set_src(local);
                         return None;
                     }
                     Err(_) => {
@@ -350,17 +366,17 @@ impl Device {
         &self,
         state: &State,
         now: Instant,
-        from: SocketAddr,
+        (from, local): (SocketAddr, Option<Source>),
         datagram: &[u8],
         to_network: &mut PacketBatch,
         to_tun: &mut PacketBatch,
     ) {
-        let Some(peer) = self.find_peer(state, from, datagram, to_network) else {
+        let Some(peer) = self.find_peer(state, (from, local), datagram, to_network) else {
             return;
         };
         let kind = datagram.first().copied().unwrap_or(0);
         let mut p = peer.lock();
-        let Some(tunn) = p.tunn.as_mut() else {
+        let Some(tunn) = peer.tunn(&mut p, state.private_key.as_ref(), &state.rate_limiter) else {
             Counters::bump(&self.counters.no_key);
             return;
         };
@@ -385,9 +401,11 @@ impl Device {
                     // We are under load and the sender has not proven its address yet:
                     // answer it where it is, but do not trust the address for the peer.
                     to_network.push(buf, from);
+                    to_network.set_src(local);
                     return;
                 }
                 to_network.push(buf, from);
+                to_network.set_src(local);
                 answered = true;
             }
             TunnResult::Done => {}
@@ -397,11 +415,12 @@ impl Device {
                 return;
             }
         }
-        // Authenticated: follow the peer to wherever it sends from (roaming).
+        // Authenticated: follow the peer to wherever it sends from (roaming), and answer
+        // from the address it sent to (sticky source).
         if p.endpoint != Some(from) {
             tracing::debug!(peer = %peer.public_key(), endpoint = %from, "peer endpoint updated");
-            p.endpoint = Some(from);
         }
+        p.seen_at(from, local);
         p.rx_bytes += datagram.len() as u64;
         if answered {
             // An initiation we answered, or a response we confirmed with a keepalive.
@@ -426,6 +445,7 @@ impl Device {
         to: SocketAddr,
         to_network: &mut PacketBatch,
     ) {
+        let src = p.source();
         let Some(tunn) = p.tunn.as_mut() else { return };
         loop {
             let slot = to_network.next_slot();
@@ -434,6 +454,7 @@ impl Device {
                 _ => break,
             };
             to_network.commit(n, to);
+            to_network.set_src(src);
             p.tx_bytes += n as u64;
             p.last_sent = Some(now);
         }
@@ -471,7 +492,13 @@ impl Device {
                 (Some(_), None) => true,
                 (None, _) => false,
             };
-            let Some(tunn) = p.tunn.as_mut() else {
+            // A peer never used has no state machine and nothing to time, unless a
+            // keepalive is due (which starts a handshake).
+            if p.tunn.is_none() && !(keepalive_due && endpoint.is_some()) {
+                continue;
+            }
+            let Some(tunn) = peer.tunn(&mut p, state.private_key.as_ref(), &state.rate_limiter)
+            else {
                 continue;
             };
             let mut sent = 0;
@@ -492,6 +519,7 @@ impl Device {
             }
             if let (Some(to), true) = (endpoint, sent > 0) {
                 to_network.commit(sent, to);
+                to_network.set_src(p.source());
                 p.tx_bytes += sent as u64;
                 p.last_sent = Some(now);
             }

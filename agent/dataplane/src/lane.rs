@@ -23,6 +23,7 @@ use std::time::Instant;
 use crate::batch::{PacketBatch, WG_OVERHEAD};
 use crate::codel::Codel;
 use crate::offload::TCP;
+use crate::source::Source;
 
 /// A plaintext packet at most this long (a ping, a pure ACK with SACK blocks, a DNS query) may
 /// skip the queue, unless it is TCP data, which keeps its place in its flow.
@@ -77,7 +78,7 @@ pub fn is_urgent_datagram(d: &[u8]) -> bool {
 pub fn take_urgent(
     batch: &mut PacketBatch,
     urgent: fn(&[u8]) -> bool,
-    mut each: impl FnMut(&[u8], SocketAddr),
+    mut each: impl FnMut(&[u8], SocketAddr, Option<Source>),
 ) -> usize {
     let mut taken = 0;
     for i in 0..batch.len() {
@@ -91,13 +92,14 @@ pub fn take_urgent(
                 if !urgent(slot) {
                     continue;
                 }
-                each(slot, batch.addr(i));
+                each(slot, batch.addr(i), batch.src(i));
                 taken += 1;
                 0
             }
             seg if urgent(&slot[..seg.min(len)]) => {
+                let src = batch.src(i);
                 for (d, from) in batch.slot_datagrams(i) {
-                    each(d, from);
+                    each(d, from, src);
                     taken += 1;
                 }
                 0
@@ -107,7 +109,7 @@ pub fn take_urgent(
                 if tail == 0 || !urgent(&slot[len - tail..]) {
                     continue;
                 }
-                each(&slot[len - tail..], batch.addr(i));
+                each(&slot[len - tail..], batch.addr(i), batch.src(i));
                 taken += 1;
                 len - tail
             }
@@ -144,12 +146,18 @@ pub struct Chunk<'a> {
 }
 
 impl Chunk<'_> {
-    /// The chunk's packets (datagrams, GRO slots cut) with their addresses, empty ones skipped.
-    pub fn datagrams(&self) -> impl Iterator<Item = (&[u8], SocketAddr)> + '_ {
+    /// The chunk's packets (datagrams, GRO slots cut) with their addresses and the local
+    /// address each arrived at, empty ones skipped.
+    pub fn datagrams(&self) -> impl Iterator<Item = (&[u8], SocketAddr, Option<Source>)> + '_ {
         self.slots
             .clone()
-            .flat_map(|i| self.batch.slot_datagrams(i))
-            .filter(|(d, _)| !d.is_empty())
+            .flat_map(|i| {
+                let src = self.batch.src(i);
+                self.batch
+                    .slot_datagrams(i)
+                    .map(move |(d, from)| (d, from, src))
+            })
+            .filter(|(d, _, _)| !d.is_empty())
     }
 }
 

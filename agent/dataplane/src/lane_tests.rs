@@ -62,7 +62,7 @@ fn urgent_packets_leave_a_read_batch_and_the_rest_keep_their_order() {
     b.push(&tcp(10), NO_ADDR);
     let mut urgent = Vec::new();
     assert_eq!(
-        take_urgent(&mut b, is_urgent_packet, |p, _| urgent.push(p.to_vec())),
+        take_urgent(&mut b, is_urgent_packet, |p, _, _| urgent.push(p.to_vec())),
         2
     );
     assert_eq!(urgent, vec![ipv4_udp(A, B, b"ping"), tcp(0)]);
@@ -70,7 +70,7 @@ fn urgent_packets_leave_a_read_batch_and_the_rest_keep_their_order() {
     let now = Instant::now();
     lane.push(b, now);
     let chunk = lane.next_chunk(now, QUANTUM_BYTES).expect("a chunk");
-    let left: Vec<usize> = chunk.datagrams().map(|(p, _)| p.len()).collect();
+    let left: Vec<usize> = chunk.datagrams().map(|(p, _, _)| p.len()).collect();
     assert_eq!(
         left,
         vec![1400, 1400, 1400, 50],
@@ -91,7 +91,7 @@ fn of_a_gro_slot_only_a_short_urgent_tail_is_taken() {
     b.commit_segmented(384, from, 96);
     let mut urgent = Vec::new();
     assert_eq!(
-        take_urgent(&mut b, is_urgent_datagram, |d, a| urgent.push((d.len(), a))),
+        take_urgent(&mut b, is_urgent_datagram, |d, a, _| urgent.push((d.len(), a))),
         5
     );
     assert_eq!(urgent[0], (128, from));
@@ -111,7 +111,7 @@ fn chunks_are_bounded_by_bytes_and_the_lane_by_bytes_and_items() {
     let mut total = 0;
     let mut chunks = 0;
     while let Some(c) = lane.next_chunk(now, 10_000) {
-        let bytes: usize = c.datagrams().map(|(p, _)| p.len()).sum();
+        let bytes: usize = c.datagrams().map(|(p, _, _)| p.len()).sum();
         assert!(
             bytes <= 10_000 + 1400,
             "a quantum and at most one packet more: {bytes}"

@@ -28,6 +28,7 @@ mod queued;
 pub mod runner;
 pub mod shutdown;
 pub mod side;
+pub mod source;
 pub mod uapi;
 #[cfg(unix)]
 pub mod uapi_server;
@@ -40,3 +41,4 @@ pub use io::{Tun, Udp, UdpBind};
 pub use key::{Key, KeyError, SecretKey};
 pub use peer::{DeviceSnapshot, PeerSnapshot};
 pub use side::{RawSender, SideSink};
+pub use source::Source;

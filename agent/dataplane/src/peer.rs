@@ -10,6 +10,7 @@ use boringtun::noise::rate_limiter::RateLimiter;
 use ipnet::IpNet;
 
 use crate::key::{Key, SecretKey};
+use crate::source::Source;
 
 /// A peer of the device. The public key and index never change; the rest is in `PeerState`.
 pub struct Peer {
@@ -22,9 +23,15 @@ pub struct Peer {
 
 /// The mutable part of a peer.
 pub(crate) struct PeerState {
-    /// None while the device has no private key.
-    pub tunn: Option<Tunn>,
+    /// Built on first use (`Peer::tunn`), and boxed: a `Tunn` holds its eight session slots
+    /// inline, about 12 KiB, which an inline `Option` would cost every peer even while None;
+    /// so 10k configured peers that never talk cost a pointer each here.
+    pub tunn: Option<Box<Tunn>>,
     pub endpoint: Option<SocketAddr>,
+    /// The local address the peer last reached us at, and the endpoint it came from: the
+    /// sticky source, used only while the endpoint is still that one (a configured endpoint
+    /// starts without one).
+    pub learned_source: Option<(SocketAddr, Source)>,
     pub preshared_key: Option<SecretKey>,
     /// Persistent keepalive interval; driven by the device's clock, not boringtun's.
     pub keepalive: Option<Duration>,
@@ -43,6 +50,7 @@ impl Peer {
             state: Mutex::new(PeerState {
                 tunn: None,
                 endpoint: None,
+                learned_source: None,
                 preshared_key: None,
                 keepalive: None,
                 last_sent: None,
@@ -61,6 +69,28 @@ impl Peer {
         self.index
     }
 
+    /// The peer's Noise state machine, built the first time a packet, a datagram or a timer
+    /// needs it; None while the device has no private key.
+    pub(crate) fn tunn<'a>(
+        &self,
+        p: &'a mut PeerState,
+        private_key: Option<&SecretKey>,
+        rate_limiter: &Arc<RateLimiter>,
+    ) -> Option<&'a mut Tunn> {
+        if p.tunn.is_none() {
+            let sk = private_key?;
+            p.tunn = Some(Box::new(Tunn::new(
+                sk.static_secret(),
+                self.public_key.x25519(),
+                p.preshared_key.as_ref().map(|k| *k.bytes()),
+                None,
+                self.index,
+                Some(rate_limiter.clone()),
+            )));
+        }
+        p.tunn.as_deref_mut()
+    }
+
     pub(crate) fn lock(&self) -> MutexGuard<'_, PeerState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -72,25 +102,33 @@ impl Peer {
 }
 
 impl PeerState {
-    /// (Re)creates the Noise state machine: after a key change, or a preshared-key change.
-    /// Sessions in flight are dropped; the next packet starts a handshake.
+    /// An authenticated datagram came from `from` to our `local` address: the endpoint and
+    /// the source follow it (roaming).
+    pub fn seen_at(&mut self, from: SocketAddr, local: Option<Source>) {
+        self.endpoint = Some(from);
+        self.learned_source = local.map(|l| (from, l));
+    }
+
+    /// The address to send to the endpoint from (none: the kernel chooses).
+    pub fn source(&self) -> Option<Source> {
+        match self.learned_source {
+            Some((at, src)) if Some(at) == self.endpoint => Some(src),
+            _ => None,
+        }
+    }
+
+    /// Drops the Noise state machine after a key change, or a preshared-key change: sessions
+    /// in flight are dropped, and the next use builds a new one from the device's current
+    /// key and rate limiter and this peer's preshared key (`Peer::tunn`), so the arguments
+    /// are no longer needed here (kept for the callers in config.rs).
     pub fn rebuild_tunn(
         &mut self,
-        private_key: Option<&SecretKey>,
-        public_key: Key,
-        index: u32,
-        rate_limiter: &Arc<RateLimiter>,
+        _private_key: Option<&SecretKey>,
+        _public_key: Key,
+        _index: u32,
+        _rate_limiter: &Arc<RateLimiter>,
     ) {
-        self.tunn = private_key.map(|sk| {
-            Tunn::new(
-                sk.static_secret(),
-                public_key.x25519(),
-                self.preshared_key.as_ref().map(|k| *k.bytes()),
-                None,
-                index,
-                Some(rate_limiter.clone()),
-            )
-        });
+        self.tunn = None;
     }
 
     /// The wall-clock time of the last handshake, given the device clock and the wall clock
@@ -121,4 +159,34 @@ pub struct DeviceSnapshot {
     pub listen_port: u16,
     pub fwmark: u32,
     pub peers: Vec<PeerSnapshot>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every configured peer carries a `PeerState`; boringtun's `Tunn` (eight inline session
+    /// slots) must stay out of it until the peer is used, or 10k peers cost 117 MiB again.
+    #[test]
+    fn a_peer_that_never_talked_carries_no_session_memory() {
+        let inline = std::mem::size_of::<PeerState>();
+        assert!(
+            inline < 512,
+            "PeerState is {inline} bytes; keep the Tunn boxed (it is {} bytes)",
+            std::mem::size_of::<Tunn>()
+        );
+        let peer = Peer::new(Key([7; 32]), 1);
+        assert!(peer.lock().tunn.is_none(), "built on first use only");
+        let rate_limiter = Arc::new(RateLimiter::new(&Key([0; 32]).x25519(), 10));
+        let sk = SecretKey::generate().expect("key");
+        let mut p = peer.lock();
+        assert!(
+            peer.tunn(&mut p, None, &rate_limiter).is_none(),
+            "no key, no Tunn"
+        );
+        assert!(peer.tunn(&mut p, Some(&sk), &rate_limiter).is_some());
+        assert!(p.tunn.is_some(), "kept once built");
+        p.rebuild_tunn(Some(&sk), peer.public_key(), 1, &rate_limiter);
+        assert!(p.tunn.is_none(), "a key change drops it");
+    }
 }

@@ -19,6 +19,7 @@ use crate::lane::{
 use crate::shutdown::Shutdown;
 use crate::side::SideSink;
 use crate::side::is_wireguard;
+use crate::source::Source;
 
 /// A queue holding less than this is never dropped from (one TSO/GRO super-packet).
 const CODEL_MIN_BYTES: usize = 64 << 10;
@@ -102,7 +103,7 @@ fn drain_tun<T: Tun, U: Udp>(
         }
         let now = Instant::now();
         if q.priority {
-            take_urgent(&mut batch, is_urgent_packet, |p, _| {
+            take_urgent(&mut batch, is_urgent_packet, |p, _, _| {
                 s.device.handle_tun_packet(now, p, out)
             });
             if !out.is_empty() {
@@ -129,7 +130,7 @@ pub(super) fn tun_to_network<T: Tun, U: Udp>(s: &Loop<'_, T, U>) -> Result<(), L
         if let Some(chunk) = lane.next_chunk(now, q.quantum) {
             s.device.count_queue_dropped(chunk.dropped);
             s.device
-                .handle_tun_iter(now, chunk.datagrams().map(|(p, _)| p), &mut out);
+                .handle_tun_iter(now, chunk.datagrams().map(|(p, _, _)| p), &mut out);
         }
         if !out.is_empty() {
             (s.udp)().send(&out).map_err(LoopError::Udp)?;
@@ -144,7 +145,7 @@ fn urgent_datagram<T: Tun, U: Udp>(
     s: &Loop<'_, T, U>,
     now: Instant,
     d: &[u8],
-    from: SocketAddr,
+    (from, local): (SocketAddr, Option<Source>),
     to_network: &mut PacketBatch,
     to_tun: &mut PacketBatch,
 ) {
@@ -156,7 +157,7 @@ fn urgent_datagram<T: Tun, U: Udp>(
         }
         _ => s
             .device
-            .handle_udp_datagram(now, from, d, to_network, to_tun),
+            .handle_udp_datagram_at(now, (from, local), d, to_network, to_tun),
     }
 }
 
@@ -184,8 +185,8 @@ fn drain_udp<T: Tun, U: Udp>(
         }
         let now = Instant::now();
         if q.priority {
-            take_urgent(&mut batch, is_urgent_datagram, |d, from| {
-                urgent_datagram(s, now, d, from, to_network, to_tun)
+            take_urgent(&mut batch, is_urgent_datagram, |d, from, local| {
+                urgent_datagram(s, now, d, (from, local), to_network, to_tun)
             });
             // Out before the next read: a handshake's answer and the packets boringtun queued
             // behind it, and small packets for the host.
@@ -214,7 +215,7 @@ pub(super) fn network_to_tun<T: Tun, U: Udp>(s: &Loop<'_, T, U>) -> Result<(), L
         if let Some(chunk) = lane.next_chunk(now, q.quantum) {
             s.device.count_queue_dropped(chunk.dropped);
             let side = s.side;
-            let datagrams = chunk.datagrams().filter(|&(d, from)| match side {
+            let datagrams = chunk.datagrams().filter(|&(d, from, _)| match side {
                 Some(side) if !is_wireguard(d) => {
                     if !side.offer(d, from) {
                         s.device.count_side_dropped();

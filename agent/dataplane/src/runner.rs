@@ -301,10 +301,15 @@ fn network_to_tun<T: Tun, B: UdpBind>(s: &Shared<T, B>) -> Result<(), RunError> 
             // One classification per datagram; a batch of WireGuard only (the usual case)
             // goes to the device whole, as without a side channel.
             Some(side) if !datagrams.datagrams().all(|(d, _)| is_wireguard(d)) => {
-                for (d, from) in datagrams.datagrams() {
+                for (d, from, local) in datagrams.datagrams_to() {
                     if is_wireguard(d) {
-                        s.device
-                            .handle_udp_datagram(now, from, d, &mut to_network, &mut to_tun);
+                        s.device.handle_udp_datagram_at(
+                            now,
+                            (from, local),
+                            d,
+                            &mut to_network,
+                            &mut to_tun,
+                        );
                     } else if !side.offer(d, from) {
                         s.device.count_side_dropped();
                     }

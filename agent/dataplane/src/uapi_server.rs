@@ -17,8 +17,13 @@ use crate::uapi::{self, Request, UapiError};
 /// The directory wg and wireguard-go use for UAPI sockets.
 pub const SOCKET_DIR: &str = "/var/run/wireguard";
 
-/// A request longer than this is refused (a set with ~10k peers fits easily).
-const MAX_REQUEST: usize = 64 << 20;
+/// A request longer than this is refused with errno=22 (EINVAL). A set with 10k peers, or
+/// one peer with 2.5 million allowed IPs (~25 bytes a line), fits; the 130k of the kernel's
+/// netns.sh take about 3 MiB. Answers (`get`) are not limited: they hold what was set.
+pub const MAX_REQUEST: usize = 64 << 20;
+/// A client that sends nothing (or reads nothing) for this long is hung up on, so one stuck
+/// client cannot hold the socket (served one connection at a time) for good.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The socket path for an interface.
 pub fn socket_path(iface: &str) -> PathBuf {
@@ -113,8 +118,8 @@ impl Drop for UapiListener {
 /// Reads requests until the client closes; answers each.
 fn serve_connection(stream: UnixStream, handle: &impl Fn(Request) -> String) -> io::Result<()> {
     stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    stream.set_read_timeout(Some(IO_TIMEOUT))?;
+    stream.set_write_timeout(Some(IO_TIMEOUT))?;
     let mut reader = BufReader::new(stream.try_clone()?);
     let mut writer = stream;
     loop {

@@ -10,13 +10,14 @@ use std::net::{SocketAddr, UdpSocket};
 use std::ops::Range;
 use std::os::fd::AsRawFd;
 
-use nix::libc;
 use nix::sys::socket::{
     ControlMessage, ControlMessageOwned, MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg,
     sendmmsg, sendmsg,
 };
 
+use super::pktinfo::{self, SendInfo};
 use crate::batch::PacketBatch;
+use crate::source::Source;
 
 /// At most this many datagrams in one GSO send (the kernel's UDP_MAX_SEGMENTS is 64 or more).
 pub(super) const GSO_MAX_SEGMENTS: usize = 64;
@@ -35,11 +36,12 @@ fn to_socket_addr(s: &SockaddrStorage) -> Option<SocketAddr> {
 }
 
 /// Receives what is waiting (without blocking) into the empty `batch`; answers how many
-/// slots it filled. With `gro`, a slot may hold several datagrams (see `commit_segmented`).
+/// slots it filled. With `gro`, a slot may hold several datagrams (see `commit_segmented`);
+/// with `pktinfo`, each slot gets the local address it arrived at (`PacketBatch::src`).
 pub(super) fn recv(
     socket: &UdpSocket,
     batch: &mut PacketBatch,
-    gro: bool,
+    (gro, pktinfo): (bool, bool),
     canonical: fn(SocketAddr) -> SocketAddr,
 ) -> io::Result<usize> {
     // With GRO each slot may hold up to 64 KiB: bound the bytes one call moves, not only the
@@ -51,9 +53,9 @@ pub(super) fn recv(
     } else {
         batch.max()
     };
-    let cmsg = gro.then(|| nix::cmsg_space!(libc::c_int));
+    let cmsg = (gro || pktinfo).then(pktinfo::recv_space);
     let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(n, cmsg);
-    let mut filled: Vec<(usize, Option<SocketAddr>, usize)> = Vec::with_capacity(n);
+    let mut filled: Vec<(usize, Option<SocketAddr>, usize, Option<Source>)> = Vec::with_capacity(n);
     {
         let mut iovs: Vec<[IoSliceMut<'_>; 1]> =
             batch.free_slots(n).map(|s| [IoSliceMut::new(s)]).collect();
@@ -66,11 +68,13 @@ pub(super) fn recv(
         )
         .map_err(io::Error::from)?;
         for r in results {
-            let mut segment = 0;
+            let (mut segment, mut local) = (0, None);
             if let Ok(cmsgs) = r.cmsgs() {
                 for c in cmsgs {
                     if let ControlMessageOwned::UdpGroSegments(size) = c {
                         segment = usize::try_from(size).unwrap_or(0);
+                    } else if let Some(src) = pktinfo::source(&c) {
+                        local = Some(src);
                     }
                 }
             }
@@ -78,12 +82,16 @@ pub(super) fn recv(
                 r.bytes,
                 r.address.as_ref().and_then(to_socket_addr),
                 segment,
+                local,
             ));
         }
     }
-    for (len, from, segment) in filled {
+    for (len, from, segment, local) in filled {
         match from {
-            Some(addr) => batch.commit_segmented(len, canonical(addr), segment),
+            Some(addr) => {
+                batch.commit_segmented(len, canonical(addr), segment);
+                batch.set_src(local);
+            }
             // Not an IP source: keep the slot order, with an empty datagram the core skips.
             None => batch.commit(0, crate::batch::NO_ADDR),
         }
@@ -91,17 +99,24 @@ pub(super) fn recv(
     Ok(batch.len())
 }
 
-/// Sends `batch[range]` in one call; answers how many the kernel took.
+/// Sends `batch[range]` in one call, every datagram from `src` (none: the kernel chooses);
+/// answers how many the kernel took.
 pub(super) fn send(
     socket: &UdpSocket,
     batch: &PacketBatch,
     range: Range<usize>,
+    src: Option<Source>,
     outgoing: impl Fn(SocketAddr) -> SocketAddr,
 ) -> io::Result<usize> {
     if range.is_empty() {
         return Ok(0);
     }
-    let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(range.len(), None);
+    let info = src.map(SendInfo::new);
+    let mut headers = MultiHeaders::<SockaddrStorage>::preallocate(
+        range.len(),
+        info.as_ref().map(SendInfo::space),
+    );
+    let cmsgs: Vec<ControlMessage<'_>> = info.iter().map(SendInfo::cmsg).collect();
     let iovs: Vec<[IoSlice<'_>; 1]> = range
         .clone()
         .map(|i| [IoSlice::new(batch.get(i))])
@@ -114,23 +129,28 @@ pub(super) fn send(
         &mut headers,
         iovs.iter(),
         &addrs,
-        [],
+        &cmsgs,
         MsgFlags::MSG_DONTWAIT,
     )
     .map_err(io::Error::from)?;
     Ok(results.count())
 }
 
-/// How many datagrams from `start` one GSO send can carry: same address, same size (the
-/// last may be shorter), within the kernel's limits.
+/// How many datagrams from `start` one GSO send can carry: same address and source, same
+/// size (the last may be shorter), within the kernel's limits.
 pub(super) fn gso_run(batch: &PacketBatch, start: usize) -> usize {
-    let addr = batch.addr(start);
+    let (addr, src) = (batch.addr(start), batch.src(start));
     let size = batch.get(start).len();
     let mut n = 1;
     let mut bytes = size;
     while start + n < batch.len() && n < GSO_MAX_SEGMENTS {
         let len = batch.get(start + n).len();
-        if batch.addr(start + n) != addr || len > size || len == 0 || bytes + len > GSO_MAX_BYTES {
+        if batch.addr(start + n) != addr
+            || batch.src(start + n) != src
+            || len > size
+            || len == 0
+            || bytes + len > GSO_MAX_BYTES
+        {
             break;
         }
         n += 1;
@@ -147,12 +167,12 @@ thread_local! {
     static GSO_BUF: RefCell<Vec<u8>> = RefCell::new(Vec::with_capacity(GSO_MAX_BYTES));
 }
 
-/// Sends `batch[range]` (a `gso_run`) as one UDP GSO message.
+/// Sends `batch[range]` (a `gso_run`) as one UDP GSO message from `src`.
 pub(super) fn send_gso(
     socket: &UdpSocket,
     batch: &PacketBatch,
     range: Range<usize>,
-    to: SocketAddr,
+    (to, src): (SocketAddr, Option<Source>),
 ) -> io::Result<()> {
     let segment = u16::try_from(batch.get(range.start).len())
         .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
@@ -162,10 +182,22 @@ pub(super) fn send_gso(
             buf.extend_from_slice(batch.get(i));
         }
         let addr = SockaddrStorage::from(to);
+        let info = src.map(SendInfo::new);
+        let (plain, sourced);
+        let cmsgs: &[ControlMessage<'_>] = match &info {
+            Some(info) => {
+                sourced = [ControlMessage::UdpGsoSegments(&segment), info.cmsg()];
+                &sourced
+            }
+            None => {
+                plain = [ControlMessage::UdpGsoSegments(&segment)];
+                &plain
+            }
+        };
         sendmsg(
             socket.as_raw_fd(),
             &[IoSlice::new(buf)],
-            &[ControlMessage::UdpGsoSegments(&segment)],
+            cmsgs,
             MsgFlags::MSG_DONTWAIT,
             Some(&addr),
         )

@@ -1,6 +1,7 @@
 //! Linux devices: the TUN interface and the UDP socket.
 
 mod mmsg;
+mod pktinfo;
 mod poll;
 pub mod sched;
 pub mod tun;
