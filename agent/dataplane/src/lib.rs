@@ -28,6 +28,7 @@ pub mod side;
 pub mod uapi;
 #[cfg(unix)]
 pub mod uapi_server;
+pub mod udp_offload;
 
 pub use allowed_ips::AllowedIps;
 pub use batch::PacketBatch;
@@ -37,3 +38,4 @@ pub use io::{Tun, Udp, UdpBind};
 pub use key::{Key, KeyError, SecretKey};
 pub use peer::{DeviceSnapshot, PeerSnapshot};
 pub use side::{RawSender, SideSink};
+pub use udp_offload::{UdpOffloadState, UdpOffloadSwitch};

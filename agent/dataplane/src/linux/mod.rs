@@ -4,6 +4,8 @@ mod mmsg;
 mod poll;
 pub mod tun;
 pub mod udp;
+pub mod udp_switch;
 
 pub use tun::{LinuxTun, TunError};
 pub use udp::{LinuxUdp, LinuxUdpBinder};
+pub use udp_switch::{SwitchedBinder, SwitchedUdp};
