@@ -58,6 +58,62 @@ const ABOVE_MTU: u32 = 1600;
 
 fn node(lab: &mut Lab, cp: &ControlPlane, root: &std::path::Path) -> (String, Host, Proc) {
     let i = lab.nodes_len();
+    let ns = lab.add_node().unwrap();
+    let host = Host::new(&root.join(format!("node{i}"))).unwrap();
+    host.write_config(
+        &cp.url,
+        &cp.ca_file(),
+        LAB_NODES_PROJECT,
+        &format!("node{i}"),
+        &config_extra(&lab.wg_iface(i)),
+    )
+    .unwrap();
+    host.write_token(&cp.issue_token(LAB_NODES_PROJECT).unwrap())
+        .unwrap();
+    let proc = netns::start_daemon(&ns, &host).unwrap();
+    (ns, host, proc)
+}
+
+/// An nftables table in `ns` that counts UDP packets above [`ABOVE_MTU`] on output.
+fn count_large_udp(ns: &str) {
+    let rules = format!(
+        "table inet gsudp {{\n chain out {{\n  type filter hook output priority 0;\n  meta l4proto udp meta length > {ABOVE_MTU} counter\n }}\n}}\n"
+    );
+    let path = std::env::temp_dir().join(format!("gs-udp-offload-{}.nft", std::process::id()));
+    std::fs::write(&path, rules).unwrap();
+    let out = netns::exec(ns, "nft", &["-f", path.to_str().unwrap()]).unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        out.status.success(),
+        "nft (apt-get install nftables): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The counter's packets.
+fn large_udp_packets(ns: &str) -> u64 {
+    let out = netns::exec(ns, "nft", &["list", "table", "inet", "gsudp"]).unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.split_whitespace()
+        .skip_while(|w| *w != "packets")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no counter in: {text}"))
+}
+
+/// 8 MiB over TCP from `client` to `server`'s mesh IP; every byte must arrive.
+fn transfer(client_ns: &str, server_ns: &str, server: &Host) {
+    let ip = server.identity().unwrap().1.parse().unwrap();
+    let got = netns::tcp_transfer(server_ns, ip, client_ns, 8 << 20, BOUND)
+        .unwrap_or_else(|e| panic!("TCP {client_ns} -> {ip}: {e:#}"));
+    assert!(got >= 8 << 20, "{got} bytes");
+}
+
+#[test]
+fn an_operator_switches_a_nodes_udp_offload_off_and_back_without_a_restart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut lab = Lab::new().unwrap();
+    let cp = netns::start_control_plane(&tmp.path().join("cp"), lab.host_addr(), &[]).unwrap();
     let (ns, host, proc) = node(&mut lab, &cp, tmp.path());
     let (peer_ns, peer, peer_proc) = node(&mut lab, &cp, tmp.path());
     let out = || format!("{}\n--- the peer:\n{}", proc.output(), peer_proc.output());
@@ -68,13 +124,15 @@ fn node(lab: &mut Lab, cp: &ControlPlane, root: &std::path::Path) -> (String, Ho
     assert_eq!(status["backend"], "userspace", "{status}");
     let pid = proc.pid();
     let (node_id, _) = host.identity().unwrap();
-    wait_until(BOUND, "the peer's event stream connects", || {
-        Ok(peer.status()?.filter(|s| {
-            s["event_stream_connected"] == true
-                && s["peers"].as_array().is_some_and(|p| !p.is_empty())
-        }))
-    })
-    .unwrap_or_else(|e| panic!("{e}\n{}", out()));
+    for h in [&host, &peer] {
+        wait_until(BOUND, "both nodes list each other as peers", || {
+            Ok(h.status()?.filter(|s| {
+                s["event_stream_connected"] == true
+                    && s["peers"].as_array().is_some_and(|p| !p.is_empty())
+            }))
+        })
+        .unwrap_or_else(|e| panic!("{e}\n{}", out()));
+    }
     // Bulk TCP through the mesh leaves as GSO super-datagrams.
     transfer(&ns, &peer_ns, &peer);
     let with_gso = large_udp_packets(&ns);
@@ -93,7 +151,8 @@ fn node(lab: &mut Lab, cp: &ControlPlane, root: &std::path::Path) -> (String, Ho
     let json = cp
         .plexctl_ok(&["--output", "json", "node", "get", &node_id])
         .unwrap();
-    assert!(json.contains(r#""udp_offload":"off""#), "{json}");
+    let view: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(view["udp_offload"], "off", "{json}");
 
     // Off in the data plane, read back from the socket, by the same process.
     let status = wait_offload(&host, "off", false, &out);
