@@ -21,6 +21,7 @@ pub mod metrics;
 pub mod node_decisions;
 pub mod node_ops;
 pub mod node_rotation;
+pub mod node_settings;
 pub mod operator_tokens;
 pub mod ratelimit;
 pub mod register;

@@ -75,6 +75,7 @@ pub fn node_state(
         relays: reach.relays.to_vec(),
         relay_token: Some(reach.relay_token.clone()),
         stun: reach.stun.to_vec(),
+        udp_offload: me.udp_offload,
     }
 }
 
@@ -193,6 +194,13 @@ mod tests {
         assert_eq!(s.peers[1].allowed_ips[0].to_string(), "fd00::4/128");
         assert_eq!(s.peers[0].persistent_keepalive_secs, Some(25));
         assert_eq!(s.peers[0].endpoints, me.endpoints);
+        assert_eq!(s.udp_offload, None, "no switch set: the node's default");
+        let off = NodeRow {
+            udp_offload: Some(plexsphere_wire::node::UdpOffload::Off),
+            ..me.clone()
+        };
+        let s = node_state(&off, &domain, &all, 8, 99, reach);
+        assert_eq!(s.udp_offload, Some(plexsphere_wire::node::UdpOffload::Off));
     }
 
     #[test]

@@ -268,6 +268,7 @@ impl Registrar<'_> {
                 bootstrap_token_id: Some(row.id.clone()),
                 ephemeral_offline_secs: row.usage.ephemeral_offline_secs,
             },
+            udp_offload: None,
         };
         nodes::insert(&mut tx, &node).await?;
         let added = EventKind::PeerAdded {

@@ -107,6 +107,7 @@ pub fn node_view(row: &NodeRow, now: i64, offline_after: i64) -> Result<NodeView
             .transpose()?,
         clone: None,
         ephemeral_offline_secs: row.origin.ephemeral_offline_secs,
+        udp_offload: row.udp_offload,
     })
 }
 

@@ -203,6 +203,10 @@ pub struct NodeView {
     /// this many seconds. Absent for other nodes (and from older servers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ephemeral_offline_secs: Option<u64>,
+    /// The operator's UDP GSO/GRO switch for the node (`PUT /v1/nodes/{id}/udp-offload`);
+    /// absent: the node's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_offload: Option<crate::node::UdpOffload>,
 }
 
 impl NodeView {

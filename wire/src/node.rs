@@ -182,6 +182,47 @@ pub struct NodeState {
     /// STUN servers besides the relays' UDP ports (the control plane's own responder).
     #[serde(default)]
     pub stun: Vec<SocketAddr>,
+    /// The operator's switch for UDP segmentation offload (GSO on send, GRO on receive) of
+    /// the node's WireGuard socket; absent: the node's default (on where the kernel has it).
+    /// Absent from the JSON when unset, so a document for an older node stays the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_offload: Option<UdpOffload>,
+}
+
+/// Whether a node's WireGuard socket uses UDP GSO and GRO (`"on"`/`"off"` in JSON). Some Linux
+/// kernels have shipped GSO bugs that corrupt or lose segmented datagrams; `off` sends one
+/// datagram per system call and asks the kernel for no coalescing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UdpOffload {
+    On,
+    Off,
+}
+
+impl UdpOffload {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UdpOffload::On => "on",
+            UdpOffload::Off => "off",
+        }
+    }
+
+    /// Parses `on`/`off` (what the database column and `plexctl` hold).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "on" => Some(UdpOffload::On),
+            "off" => Some(UdpOffload::Off),
+            _ => None,
+        }
+    }
+}
+
+/// `PUT /v1/nodes/{id}/udp-offload` (operator): `{"udp_offload": "off"}` switches the node's
+/// UDP GSO/GRO off, `"on"` on, `null` back to the node's default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UdpOffloadRequest {
+    pub udp_offload: Option<UdpOffload>,
 }
 
 /// One event on a node's stream, signed by the Domain (context `Event`). The SSE `id:` equals
@@ -301,6 +342,29 @@ mod tests {
             r#"{"seq":7,"node_id":"019a0816-0000-7000-8000-0000000000aa","type":"node_revoked"}"#;
         let e: Event = serde_json::from_str(revoked).unwrap();
         assert_eq!(e.kind, EventKind::NodeRevoked);
+    }
+
+    #[test]
+    fn udp_offload_is_absent_by_default_and_pinned_when_set() {
+        let state = r#"{"version":3,"node_id":"019a0816-0000-7000-8000-0000000000aa","domain_id":"019a0816-0000-7000-8000-0000000000bb","mesh_ip":"10.1.0.2","mesh_cidr":"10.1.0.0/16","listen_port":51820,"peers":[],"issued_at":9,"relays":[],"relay_token":null,"stun":[]}"#;
+        // A document from an older server (no field) is the default, and encodes unchanged.
+        let mut s: NodeState = serde_json::from_str(state).unwrap();
+        assert_eq!(s.udp_offload, None);
+        assert_eq!(serde_json::to_string(&s).unwrap(), state);
+        s.udp_offload = Some(UdpOffload::Off);
+        let off = serde_json::to_string(&s).unwrap();
+        assert_eq!(
+            off,
+            format!(r#"{},"udp_offload":"off"}}"#, &state[..state.len() - 1])
+        );
+        assert_eq!(serde_json::from_str::<NodeState>(&off).unwrap(), s);
+        let req: UdpOffloadRequest = serde_json::from_str(r#"{"udp_offload":"on"}"#).unwrap();
+        assert_eq!(req.udp_offload, Some(UdpOffload::On));
+        let req: UdpOffloadRequest = serde_json::from_str(r#"{"udp_offload":null}"#).unwrap();
+        assert_eq!(req.udp_offload, None);
+        assert!(serde_json::from_str::<UdpOffloadRequest>(r#"{"udp_offload":"maybe"}"#).is_err());
+        assert_eq!(UdpOffload::parse("off"), Some(UdpOffload::Off));
+        assert_eq!(UdpOffload::parse("Off"), None);
     }
 
     #[test]

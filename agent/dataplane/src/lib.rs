@@ -32,6 +32,7 @@ pub mod source;
 pub mod uapi;
 #[cfg(unix)]
 pub mod uapi_server;
+pub mod udp_offload;
 
 pub use allowed_ips::AllowedIps;
 pub use batch::PacketBatch;
@@ -42,3 +43,4 @@ pub use key::{Key, KeyError, SecretKey};
 pub use peer::{DeviceSnapshot, PeerSnapshot};
 pub use side::{RawSender, SideSink};
 pub use source::Source;
+pub use udp_offload::{UdpOffloadState, UdpOffloadSwitch};

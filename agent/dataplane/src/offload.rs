@@ -1,5 +1,6 @@
-//! TUN offloads in userspace: the virtio-net header, TCP segmentation (TSO) of what the host
-//! hands us, and TCP coalescing (GRO) of what we hand the host.
+//! TUN offloads in userspace: the virtio-net header, TCP segmentation (TSO) and UDP
+//! segmentation (USO) of what the host hands us, and TCP coalescing (GRO) of what we hand the
+//! host.
 //!
 //! With `IFF_VNET_HDR` and `TUNSETOFFLOAD(TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6)` the kernel's
 //! TCP sends us segments of up to 64 KiB with a virtio-net header, and takes such segments
@@ -7,6 +8,11 @@
 //! per 1.4 KiB. Peers only ever see ordinary MTU-sized packets with complete checksums: `split`
 //! cuts a large segment (or completes a partial checksum) before encryption, `coalesce::Coalescer`
 //! merges consecutive segments of one TCP flow after decryption, checksums verified first.
+//! With `TUN_F_USO4 | TUN_F_USO6` too (Linux 6.2 and later), a sender using `UDP_SEGMENT`
+//! (QUIC) hands the TUN one super-datagram, which `split` cuts into its datagrams, each with
+//! its own UDP length and complete checksum, the last one shorter. Received UDP is never
+//! coalesced toward the host: UDP has no sequence numbers to check a merge against, and a
+//! receiver without `UDP_GRO` would get one large datagram where the sender sent many.
 //! Pure functions over byte slices; the Linux TUN calls them.
 
 use crate::batch::{NO_ADDR, PacketBatch};
@@ -22,6 +28,10 @@ pub(crate) const F_NEEDS_CSUM: u8 = 1;
 const GSO_NONE: u8 = 0;
 pub(crate) const GSO_TCPV4: u8 = 1;
 pub(crate) const GSO_TCPV6: u8 = 4;
+/// `VIRTIO_NET_HDR_GSO_UDP_L4`: UDP segmentation, IPv4 or IPv6 (the IP header says which).
+pub(crate) const GSO_UDP_L4: u8 = 5;
+pub(crate) const UDP: u8 = 17;
+const UDP_HDR_LEN: usize = 8;
 const GSO_ECN: u8 = 0x80;
 pub(crate) const TCP: u8 = 6;
 const TCP_FIN: u8 = 0x01;
@@ -113,12 +123,17 @@ pub(crate) fn be32(p: &[u8], at: usize) -> u32 {
 
 /// The TCP pseudo-header sum for a TCP segment of `tcp_len` bytes in `packet`.
 pub(crate) fn pseudo_sum(packet: &[u8], v6: bool, tcp_len: usize) -> u64 {
-    let (addrs, len) = if v6 {
-        (packet.get(8..40), tcp_len as u64)
+    pseudo_sum_of(packet, v6, TCP, tcp_len)
+}
+
+/// The pseudo-header sum for `len` bytes of protocol `proto` in `packet`.
+pub(crate) fn pseudo_sum_of(packet: &[u8], v6: bool, proto: u8, len: usize) -> u64 {
+    let addrs = if v6 {
+        packet.get(8..40)
     } else {
-        (packet.get(12..20), tcp_len as u64)
+        packet.get(12..20)
     };
-    checksum_add(u64::from(TCP) + len, addrs.unwrap_or(&[]))
+    checksum_add(u64::from(proto) + len as u64, addrs.unwrap_or(&[]))
 }
 
 pub(crate) fn ipv4_header_checksum(packet: &mut [u8], ihl: usize) {
@@ -154,6 +169,7 @@ pub fn split(hdr: VnetHdr, packet: &mut [u8], out: &mut PacketBatch) -> Result<(
     let v6 = match gso {
         GSO_TCPV4 => false,
         GSO_TCPV6 => true,
+        GSO_UDP_L4 => return split_udp(hdr, packet, out),
         other => return Err(OffloadError::GsoType(other)),
     };
     let ip_len = usize::from(hdr.csum_start);
@@ -203,6 +219,58 @@ pub fn split(hdr: VnetHdr, packet: &mut [u8], out: &mut PacketBatch) -> Result<(
         }
         s[ip_len + 13] = f;
         set_tcp_checksum(s, v6, ip_len);
+        out.commit(total, NO_ADDR);
+    }
+    Ok(())
+}
+
+/// Cuts a UDP super-datagram (`UDP_SEGMENT` on the host) into datagrams of `gso_size` bytes
+/// of payload, the last one shorter, each with its IP and UDP lengths and complete checksums.
+fn split_udp(hdr: VnetHdr, packet: &mut [u8], out: &mut PacketBatch) -> Result<(), OffloadError> {
+    let v6 = match packet.first().map(|b| b >> 4) {
+        Some(4) => false,
+        Some(6) => true,
+        _ => return Err(OffloadError::Malformed),
+    };
+    let ip_len = usize::from(hdr.csum_start);
+    let hdr_len = ip_len + UDP_HDR_LEN;
+    let size = usize::from(hdr.gso_size);
+    if size == 0 || hdr_len >= packet.len() || ip_len < if v6 { 40 } else { 20 } {
+        return Err(OffloadError::Malformed);
+    }
+    let (headers, payload) = packet.split_at(hdr_len);
+    let id = if v6 { 0 } else { be16(headers, 4) };
+    if payload.len().div_ceil(size) > MAX_SEGMENTS {
+        return Err(OffloadError::Malformed);
+    }
+    for (i, chunk) in payload.chunks(size).enumerate() {
+        let total = hdr_len + chunk.len();
+        let slot = out.next_slot();
+        let Some(s) = slot.get_mut(..total) else {
+            return Err(OffloadError::Malformed);
+        };
+        s[..hdr_len].copy_from_slice(headers);
+        s[hdr_len..].copy_from_slice(chunk);
+        if v6 {
+            let plen = u16::try_from(total - 40).map_err(|_| OffloadError::Malformed)?;
+            s[4..6].copy_from_slice(&plen.to_be_bytes());
+        } else {
+            let tlen = u16::try_from(total).map_err(|_| OffloadError::Malformed)?;
+            s[2..4].copy_from_slice(&tlen.to_be_bytes());
+            s[4..6].copy_from_slice(&id.wrapping_add(i as u16).to_be_bytes());
+            ipv4_header_checksum(s, ip_len);
+        }
+        let udp_len = u16::try_from(total - ip_len).map_err(|_| OffloadError::Malformed)?;
+        s[ip_len + 4..ip_len + 6].copy_from_slice(&udp_len.to_be_bytes());
+        s[ip_len + 6] = 0;
+        s[ip_len + 7] = 0;
+        let sum = !fold(checksum_add(
+            pseudo_sum_of(s, v6, UDP, usize::from(udp_len)),
+            &s[ip_len..],
+        ));
+        // 0 means "no checksum" in UDP; a computed 0 is sent as all ones (RFC 768).
+        let sum = if sum == 0 { 0xffff } else { sum };
+        s[ip_len + 6..ip_len + 8].copy_from_slice(&sum.to_be_bytes());
         out.commit(total, NO_ADDR);
     }
     Ok(())

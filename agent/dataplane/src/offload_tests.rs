@@ -230,3 +230,132 @@ proptest! {
         let _ = Coalescer::new().writes(&out, |_, _| Ok::<(), ()>(()));
     }
 }
+
+/// A UDP super-datagram as a `UDP_SEGMENT` sender hands it to the TUN: one IP header, one UDP
+/// header with the whole length, a partial (pseudo-header) checksum.
+fn udp_super(v6: bool, data: &[u8]) -> Vec<u8> {
+    let udp_len = 8 + data.len();
+    let mut p = Vec::new();
+    if v6 {
+        p.extend_from_slice(&[0x60, 0, 0, 0]);
+        p.extend_from_slice(&(udp_len as u16).to_be_bytes());
+        p.extend_from_slice(&[UDP, 64]);
+        p.extend_from_slice(&Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1).octets());
+        p.extend_from_slice(&Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2).octets());
+    } else {
+        p.extend_from_slice(&[0x45, 0]);
+        p.extend_from_slice(&((20 + udp_len) as u16).to_be_bytes());
+        p.extend_from_slice(&[0x43, 0x21, 0x40, 0, 64, UDP, 0, 0]);
+        p.extend_from_slice(&Ipv4Addr::new(10, 64, 0, 1).octets());
+        p.extend_from_slice(&Ipv4Addr::new(10, 64, 0, 2).octets());
+        ipv4_header_checksum(&mut p, 20);
+    }
+    let ip_len = p.len();
+    p.extend_from_slice(&4433u16.to_be_bytes());
+    p.extend_from_slice(&5353u16.to_be_bytes());
+    p.extend_from_slice(&(udp_len as u16).to_be_bytes());
+    let partial = fold(pseudo_sum_of(&p, v6, UDP, udp_len));
+    p.extend_from_slice(&partial.to_be_bytes());
+    p.extend_from_slice(data);
+    let _ = ip_len;
+    p
+}
+
+fn udp_hdr(v6: bool, size: u16) -> VnetHdr {
+    let ip_len: u16 = if v6 { 40 } else { 20 };
+    VnetHdr {
+        flags: F_NEEDS_CSUM,
+        gso_type: GSO_UDP_L4,
+        hdr_len: ip_len + 8,
+        gso_size: size,
+        csum_start: ip_len,
+        csum_offset: 6,
+    }
+}
+
+fn udp_segments_are_whole_datagrams(v6: bool) {
+    let ip_len = if v6 { 40 } else { 20 };
+    // 3 full datagrams of 1200 bytes and a short last one of 345.
+    let data = payload(3 * 1200 + 345);
+    let mut big = udp_super(v6, &data);
+    let mut out = PacketBatch::for_packets(8);
+    split(udp_hdr(v6, 1200), &mut big, &mut out).expect("split");
+    assert_eq!(out.len(), 4);
+    let mut joined = Vec::new();
+    for (i, (d, _)) in out.iter().enumerate() {
+        let want = if i == 3 { 345 } else { 1200 };
+        assert_eq!(d.len(), ip_len + 8 + want, "datagram {i}");
+        assert_eq!(usize::from(be16(d, ip_len + 4)), 8 + want, "UDP length {i}");
+        if v6 {
+            assert_eq!(usize::from(be16(d, 4)), 8 + want, "payload length {i}");
+        } else {
+            assert_eq!(usize::from(be16(d, 2)), 20 + 8 + want, "total length {i}");
+            assert_eq!(
+                fold(checksum_add(0, &d[..20])),
+                0xffff,
+                "IP header checksum {i}"
+            );
+            assert_eq!(be16(d, 4), 0x4321 + i as u16, "consecutive IP IDs");
+        }
+        let sum = checksum_add(pseudo_sum_of(d, v6, UDP, 8 + want), &d[ip_len..]);
+        assert_eq!(fold(sum), 0xffff, "UDP checksum {i}");
+        assert_ne!(be16(d, ip_len + 6), 0, "a checksum is present");
+        assert_eq!(be16(d, ip_len), 4433, "ports are kept");
+        joined.extend_from_slice(&d[ip_len + 8..]);
+    }
+    assert_eq!(joined, data);
+}
+
+#[test]
+fn a_udp_super_datagram_splits_into_datagrams_with_their_own_lengths_and_checksums() {
+    udp_segments_are_whole_datagrams(false);
+    udp_segments_are_whole_datagrams(true);
+}
+
+#[test]
+fn a_malformed_udp_super_datagram_is_refused() {
+    let mut out = PacketBatch::for_packets(8);
+    let mut big = udp_super(false, &payload(3000));
+    assert_eq!(
+        split(udp_hdr(false, 0), &mut big.clone(), &mut out),
+        Err(OffloadError::Malformed),
+        "segment size 0"
+    );
+    big[0] = 0x55;
+    assert_eq!(
+        split(udp_hdr(false, 1000), &mut big, &mut out),
+        Err(OffloadError::Malformed),
+        "not IPv4 or IPv6"
+    );
+    let mut many = udp_super(false, &payload(MAX_SEGMENTS * 2 + 1));
+    assert_eq!(
+        split(udp_hdr(false, 2), &mut many, &mut out),
+        Err(OffloadError::Malformed),
+        "more than MAX_SEGMENTS datagrams"
+    );
+    let mut short = udp_super(true, &[]);
+    assert_eq!(
+        split(udp_hdr(true, 1000), &mut short, &mut out),
+        Err(OffloadError::Malformed),
+        "no payload"
+    );
+}
+
+proptest! {
+    #[test]
+    fn any_udp_super_datagram_splits_back_into_its_payload(len in 1usize..9000, size in 1u16..1500, v6: bool) {
+        let data = payload(len);
+        prop_assume!(len.div_ceil(usize::from(size)) <= MAX_SEGMENTS);
+        let mut big = udp_super(v6, &data);
+        let mut out = PacketBatch::for_packets(MAX_SEGMENTS);
+        split(udp_hdr(v6, size), &mut big, &mut out).expect("split");
+        let ip_len = if v6 { 40 } else { 20 };
+        let mut joined = Vec::new();
+        for (d, _) in out.iter() {
+            let n = d.len() - ip_len;
+            prop_assert_eq!(fold(checksum_add(pseudo_sum_of(d, v6, UDP, n), &d[ip_len..])), 0xffff);
+            joined.extend_from_slice(&d[ip_len + 8..]);
+        }
+        prop_assert_eq!(joined, data);
+    }
+}

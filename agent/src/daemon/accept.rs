@@ -170,6 +170,7 @@ pub(crate) mod tests {
             relays: vec![],
             relay_token: None,
             stun: vec![],
+            udp_offload: None,
         }
     }
     pub fn event_data(seq: u64, node: Uuid, kind: EventKind) -> String {

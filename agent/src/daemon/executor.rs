@@ -54,6 +54,8 @@ pub struct Executor {
     pub reach: Arc<dyn ReachHandle>,
     /// The state dir (a rotation's files).
     pub paths: crate::paths::StatePaths,
+    /// The embedded data plane's UDP GSO/GRO switch ([`crate::mesh::Mesh::udp_offload`]).
+    pub udp_offload: Option<Arc<plexd_dataplane::UdpOffloadSwitch>>,
 }
 
 impl Executor {
@@ -180,11 +182,32 @@ impl Executor {
                     tracing::warn!("SIGHUP: cannot change the log level: {e}");
                 }
             }
-            Effect::Answer { id, answer } => {
+            Effect::Answer { id, mut answer } => {
+                // The core knows the setting; what the socket does is the data plane's.
+                if let (Answer::Status(report), Some(switch)) = (&mut answer, &self.udp_offload) {
+                    let s = switch.state();
+                    report.udp_offload.gso = Some(s.gso);
+                    report.udp_offload.gro = Some(s.gro);
+                    report.udp_offload.applied = Some(s.applied);
+                }
                 if let Some(w) = self.waiters.remove(&id) {
                     let _ = w.send(answer);
                 }
             }
+            Effect::UdpOffload(setting) => match &self.udp_offload {
+                Some(switch) => {
+                    let allowed = setting != Some(plexsphere_wire::node::UdpOffload::Off);
+                    tracing::info!(
+                        udp_offload = setting.map_or("default", |s| s.as_str()),
+                        "the signed state switches UDP GSO/GRO {}",
+                        if allowed { "on" } else { "off" }
+                    );
+                    switch.set(allowed);
+                }
+                None => {
+                    tracing::info!(udp_offload = ?setting, "the signed state sets UDP offload; this backend has no switch for it (the kernel module decides its own)")
+                }
+            },
             Effect::Reach(op) => match op {
                 ReachOp::Peers(peers) => self.reach.set_peers(peers),
                 ReachOp::Relays { relays, stun } => self.reach.set_relays(relays, stun),

@@ -104,6 +104,7 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
         let threads = |e: std::io::Error| Failure::new(ExitCode::Io, format!("cannot start a thread of the daemon: {e}"));
         // The reach handle is taken before the mesh moves to its thread.
         let reach = mesh.reach();
+        let udp_offload = mesh.udp_offload();
         let mesh = MeshThread::start(mesh, tx.clone()).map_err(threads)?;
         let disk = DiskThread::start(settings.state.clone(), tx.clone()).map_err(threads)?;
 
@@ -151,6 +152,7 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
             next_control: 0,
             reach,
             paths: settings.state.clone(),
+            udp_offload,
         };
         let outcome = executor.run(&mut rx).await;
         if let Some(server) = metrics_server {

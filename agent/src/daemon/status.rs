@@ -32,6 +32,22 @@ pub struct StatusReport {
     pub interface: String,
     pub ingest: IngestStatus,
     pub peers: Vec<PeerStatus>,
+    /// UDP GSO/GRO of the WireGuard socket (absent from older daemons).
+    #[serde(default)]
+    pub udp_offload: UdpOffloadStatus,
+}
+
+/// What the signed state asks of UDP GSO/GRO and what the data plane's socket does.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UdpOffloadStatus {
+    /// The signed state's `udp_offload`: `on`, `off` or `default` (not set: on).
+    pub setting: String,
+    /// Whether the socket sends with UDP GSO; `None` without the embedded data plane.
+    pub gso: Option<bool>,
+    /// Whether the socket has `UDP_GRO` set, read back from the kernel; `None` as above.
+    pub gro: Option<bool>,
+    /// Whether the data plane applied the latest setting (it does within one poll interval).
+    pub applied: Option<bool>,
 }
 
 /// Observations on their way to `POST /ingest`.
@@ -147,6 +163,33 @@ fn age(secs: Option<u64>) -> String {
     }
 }
 
+/// `setting off: socket GSO off, GRO off`; `None` when there is nothing to say (no embedded
+/// data plane and no setting).
+fn udp_offload_line(u: &UdpOffloadStatus) -> Option<String> {
+    let on = |b: bool| if b { "on" } else { "off" };
+    let setting = if u.setting.is_empty() {
+        "default"
+    } else {
+        &u.setting
+    };
+    match (u.gso, u.gro) {
+        (Some(gso), Some(gro)) => Some(format!(
+            "setting {setting}: socket GSO {}, GRO {}{}",
+            on(gso),
+            on(gro),
+            if u.applied == Some(false) {
+                " (applying)"
+            } else {
+                ""
+            }
+        )),
+        _ if setting != "default" => {
+            Some(format!("setting {setting} (this backend has no switch)"))
+        }
+        _ => None,
+    }
+}
+
 /// The human table.
 pub fn render(r: &StatusReport) -> String {
     let mut out = String::new();
@@ -197,6 +240,9 @@ pub fn render(r: &StatusReport) -> String {
         .map_or_else(|| "none applied".to_owned(), |v| v.to_string());
     let _ = writeln!(out, "state       version {version}");
     let _ = writeln!(out, "backend     {} (interface {})", r.backend, r.interface);
+    if let Some(line) = udp_offload_line(&r.udp_offload) {
+        let _ = writeln!(out, "udp offload {line}");
+    }
     let _ = writeln!(
         out,
         "ingest      {} observations waiting, {} dropped and not yet reported",
@@ -312,6 +358,12 @@ pub(crate) mod tests {
                 rx_bytes: 0,
                 tx_bytes: 1200,
             }],
+            udp_offload: UdpOffloadStatus {
+                setting: "off".into(),
+                gso: Some(false),
+                gro: Some(false),
+                applied: Some(true),
+            },
         }
     }
 
@@ -327,6 +379,7 @@ heartbeat   5 min ago
 events      stream disconnected, last event never, last id 9
 state       version 7
 backend     none (interface plexd0)
+udp offload setting off: socket GSO off, GRO off
 ingest      3 observations waiting, 1 dropped and not yet reported
 peers       1
 
@@ -395,5 +448,36 @@ PEER                                  HOSTNAME  MESH IP    ENDPOINT         PATH
         assert_eq!(serde_json::from_str::<StatusReport>(&json).unwrap(), r);
         assert!(json.contains(r#""event_stream_connected":false"#), "{json}");
         assert_eq!(age(Some(7300)), "2 h ago");
+        assert!(
+            json.contains(
+                r#""udp_offload":{"setting":"off","gso":false,"gro":false,"applied":true}"#
+            ),
+            "{json}"
+        );
+    }
+
+    #[test]
+    fn udp_offload_line_says_the_setting_and_what_the_socket_does() {
+        let mut u = UdpOffloadStatus::default();
+        assert_eq!(
+            udp_offload_line(&u),
+            None,
+            "no plane, no setting: nothing to say"
+        );
+        u.setting = "off".into();
+        assert_eq!(
+            udp_offload_line(&u).as_deref(),
+            Some("setting off (this backend has no switch)")
+        );
+        u = UdpOffloadStatus {
+            setting: "default".into(),
+            gso: Some(true),
+            gro: Some(true),
+            applied: Some(false),
+        };
+        assert_eq!(
+            udp_offload_line(&u).as_deref(),
+            Some("setting default: socket GSO on, GRO on (applying)")
+        );
     }
 }

@@ -69,6 +69,12 @@ pub trait Mesh: Send {
     fn reach(&self) -> Arc<dyn ReachHandle> {
         Arc::new(NoReach)
     }
+    /// The switch of the data plane's UDP GSO/GRO (the signed state's `udp_offload`), taken
+    /// once at start like [`Mesh::reach`]. Only the embedded data plane has one; the kernel
+    /// module decides its offloads itself.
+    fn udp_offload(&self) -> Option<Arc<plexd_dataplane::UdpOffloadSwitch>> {
+        None
+    }
 }
 
 /// `wireguard.backend: none`: an interface in memory. It runs the same diff as the real

@@ -16,10 +16,12 @@ use std::sync::{Arc, mpsc};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant, SystemTime};
 
-use plexd_dataplane::linux::{LinuxTun, LinuxUdpBinder};
+use plexd_dataplane::linux::{LinuxTun, LinuxUdpBinder, SwitchedBinder};
 use plexd_dataplane::runner::{self, RunConfig, Shutdown};
 use plexd_dataplane::uapi_server::socket_path;
-use plexd_dataplane::{Device, DeviceUpdate, Key, PeerUpdate, RawSender, SecretKey};
+use plexd_dataplane::{
+    Device, DeviceUpdate, Key, PeerUpdate, RawSender, SecretKey, UdpOffloadSwitch,
+};
 
 use super::diff::{LiveConfig, MeshUpdate, PeerKey, PeerOp};
 use super::link::setup_link;
@@ -252,6 +254,12 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError
     } else {
         None
     };
+    // Offload on until the signed state says otherwise (the daemon sets it from each state).
+    let udp_offload = Arc::new(UdpOffloadSwitch::new(true));
+    let binder = SwitchedBinder {
+        inner: LinuxUdpBinder::default(),
+        switch: udp_offload.clone(),
+    };
     let shutdown = Shutdown::new();
     let socket: PathBuf = socket_path(&name);
     let (done_tx, done) = mpsc::channel();
@@ -266,7 +274,7 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError
         thread::Builder::new()
             .name("wg-dataplane".into())
             .spawn(move || {
-                let r = runner::run(device, tun, LinuxUdpBinder::default(), config, shutdown);
+                let r = runner::run(device, tun, binder, config, shutdown);
                 let _ = done_tx.send(r.map_err(|e| e.to_string()));
             })
             .map_err(|e| runtime("start the data-plane thread", &name, e))?
@@ -294,5 +302,6 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError
     setup_link(cfg, node).map_err(OpenError::Runtime)?;
     tracing::info!(interface = %name, socket = %socket.display(), listen_port = cfg.listen_port, "the embedded userspace WireGuard data plane is running on {name}, UDP port {}", cfg.listen_port);
     WgMesh::start("userspace", &name, DirectControl::new(device), plane, reach)
+        .map(|m| m.with_udp_offload(udp_offload))
         .map_err(|e| OpenError::Runtime(e.to_string()))
 }

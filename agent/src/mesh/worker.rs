@@ -59,6 +59,7 @@ pub struct WgMesh {
     iface: String,
     jobs: mpsc::Sender<Job>,
     reach: Option<Arc<Runtime>>,
+    udp_offload: Option<Arc<plexd_dataplane::UdpOffloadSwitch>>,
 }
 
 struct Worker<P: Plane, C: Control> {
@@ -105,7 +106,14 @@ impl WgMesh {
             iface: iface.to_owned(),
             jobs: tx,
             reach,
+            udp_offload: None,
         })
+    }
+
+    /// The embedded data plane's UDP offload switch ([`Mesh::udp_offload`]).
+    pub fn with_udp_offload(mut self, switch: Arc<plexd_dataplane::UdpOffloadSwitch>) -> Self {
+        self.udp_offload = Some(switch);
+        self
     }
 
     /// The reach runtime, when reach is on (tests pin paths through it).
@@ -175,6 +183,10 @@ impl Mesh for WgMesh {
             Some(r) => r.clone(),
             None => Arc::new(NoReach),
         }
+    }
+
+    fn udp_offload(&self) -> Option<Arc<plexd_dataplane::UdpOffloadSwitch>> {
+        self.udp_offload.clone()
     }
 }
 

@@ -59,6 +59,7 @@ pub fn state(version: u64, peers: Vec<PeerSpec>) -> SignedEnvelope {
         relays: vec![],
         relay_token: None,
         stun: vec![],
+        udp_offload: None,
     };
     signer().sign(SignContext::NodeState, &s).unwrap()
 }

@@ -179,6 +179,16 @@ pub enum NodeCommand {
         #[arg(value_name = "NODE")]
         id: String,
     },
+    /// Change a node's settings that its signed state carries; the node applies them at once
+    Set {
+        /// The node's id or name (the NAME column of `node list`)
+        #[arg(value_name = "NODE")]
+        id: String,
+        /// UDP segmentation offload (GSO/GRO) of the node's WireGuard socket: `off` where a
+        /// kernel's GSO corrupts or loses datagrams, `on`, or `default` (the node's own choice)
+        #[arg(long, value_name = "on|off|default", value_parser = ["on", "off", "default"])]
+        udp_offload: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -213,6 +223,23 @@ mod tests {
             Cli::try_parse_from(["plexctl", "bootstrap-token", "revoke", "a", "--id", "b"])
                 .is_err()
         );
+    }
+
+    #[test]
+    fn node_set_takes_a_udp_offload_of_on_off_or_default() {
+        for v in ["on", "off", "default"] {
+            let cli = Cli::try_parse_from(["plexctl", "node", "set", "abc", "--udp-offload", v]);
+            assert!(
+                matches!(
+                    cli.map(|c| c.command),
+                    Ok(Command::Node(NodeCommand::Set { id, udp_offload })) if id == "abc" && udp_offload == v
+                ),
+                "{v}"
+            );
+        }
+        let bad = Cli::try_parse_from(["plexctl", "node", "set", "abc", "--udp-offload", "maybe"]);
+        assert!(bad.is_err());
+        assert!(Cli::try_parse_from(["plexctl", "node", "set", "abc"]).is_err());
     }
 
     #[test]

@@ -124,6 +124,15 @@ impl Api {
         self.call(Method::POST, segments, &[], body).await
     }
 
+    /// `PUT <base>/<segments...>` with a JSON body, answering a `T`.
+    pub async fn put<B: Serialize, T: DeserializeOwned>(
+        &self,
+        segments: &[&str],
+        body: &B,
+    ) -> Result<T, ClientError> {
+        self.call(Method::PUT, segments, &[], Some(body)).await
+    }
+
     /// `DELETE <base>/<segments...>`, answering a `T`.
     pub async fn delete<T: DeserializeOwned>(&self, segments: &[&str]) -> Result<T, ClientError> {
         self.call::<(), T>(Method::DELETE, segments, &[], None)

@@ -5,6 +5,7 @@ use plexsphere_wire::admin::{
     DomainView, IssueTokenRequest, IssuedToken, List, NodeView, ObservationList, ProjectView,
     TokenView, VersionInfo,
 };
+use plexsphere_wire::node::{UdpOffload, UdpOffloadRequest};
 use plexsphere_wire::secret::{TokenKind, valid_env_prefix};
 
 use crate::broker;
@@ -167,6 +168,16 @@ async fn nodes(cmd: &NodeCommand, format: Format, settings: &Settings) -> Result
                 _ => "rotate-credential",
             };
             let node: NodeView = api.post::<(), _>(&["v1", "nodes", &id, what], None).await?;
+            render(format, &node, output::node)
+        }
+        NodeCommand::Set { id, udp_offload } => {
+            let api = &operator_api(settings)?;
+            let id = node_id(api, id).await?.to_string();
+            // clap allows only on, off and default; default is no setting.
+            let body = UdpOffloadRequest {
+                udp_offload: UdpOffload::parse(udp_offload),
+            };
+            let node: NodeView = api.put(&["v1", "nodes", &id, "udp-offload"], &body).await?;
             render(format, &node, output::node)
         }
     }

@@ -289,6 +289,9 @@ pub fn node(n: &NodeView) -> String {
     if let Some(c) = &n.clone {
         pairs.push(("clone suspected", clone_line(c)));
     }
+    if let Some(u) = n.udp_offload {
+        pairs.push(("udp offload", u.as_str().to_owned()));
+    }
     pairs.extend([
         ("last seen", opt(n.last_seen_at, time)),
         ("last heartbeat", opt(n.last_heartbeat_at, time)),

@@ -77,6 +77,7 @@ fn node_view() -> NodeView {
         }),
         clone: None,
         ephemeral_offline_secs: None,
+        udp_offload: None,
     }
 }
 

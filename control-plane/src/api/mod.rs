@@ -8,6 +8,7 @@ pub mod extract;
 pub mod fanout;
 pub mod health;
 mod node;
+mod node_settings;
 mod observations;
 mod operator;
 mod public;
@@ -34,7 +35,7 @@ pub use state::{NODE_RATE_LIMIT, NodeRateLimit};
 #[rustfmt::skip] // a table: one route per line
 fn routes() -> Routes {
     use Access::{Node, Public};
-    use Verb::{Delete, Get, Post};
+    use Verb::{Delete, Get, Post, Put};
     Routes::default()
         .add(Get, "/v1/version", Public, public::version)
         .add(Get, "/v1/ca.crt", Public, public::ca_cert)
@@ -71,6 +72,7 @@ fn routes() -> Routes {
         .add(Post, "/v1/nodes/{node_id}/credential", Node, rotation::rotate_credential)
         .add(Post, "/v1/nodes/{node_id}/rotate-key", OPERATE, rotation::request_key_rotation)
         .add(Post, "/v1/nodes/{node_id}/rotate-credential", OPERATE, rotation::request_credential_rotation)
+        .add(Put, "/v1/nodes/{node_id}/udp-offload", OPERATE, node_settings::set_udp_offload)
         .add(Get, "/healthz", Public, health::healthz)
         .add(Get, "/readyz", Public, health::readyz)
         .add(Get, "/metrics", READ, health::metrics)

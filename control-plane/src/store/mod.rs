@@ -189,6 +189,13 @@ pub fn migrator() -> Migrator {
             include_str!("../../migrations/0013_leases.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            14,
+            Cow::Borrowed("udp offload switch"),
+            MigrationType::Simple,
+            include_str!("../../migrations/0014_udp_offload.sql").into_sql_str(),
+            false,
+        ),
     ];
     Migrator::with_migrations(migrations)
 }

@@ -3,6 +3,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use plexsphere_wire::host::HostFingerprint;
+use plexsphere_wire::node::UdpOffload;
 use sqlx::{AnyConnection, Row as _};
 use uuid::Uuid;
 
@@ -48,6 +49,8 @@ pub struct NodeRow {
     pub host_fingerprint: Option<HostFingerprint>,
     /// The token it registered with and whether it is ephemeral (schema version 11).
     pub origin: NodeOrigin,
+    /// The operator's UDP GSO/GRO switch (`None`: the node's default; schema version 14).
+    pub udp_offload: Option<UdpOffload>,
 }
 
 /// Where a node came from: the bootstrap token it registered with (`None` for nodes older
@@ -78,7 +81,7 @@ macro_rules! select_nodes {
             "SELECT id, domain_id, project_id, hostname, arch, plexd_version, mesh_ip, wireguard_public_key, resource_handle, credential_sha256, registered_at, last_seen_at, revoked_at, listen_port, endpoints, \
              last_heartbeat_at, uptime_secs, applied_state_version, peers_configured, peers_connected, observations_dropped, \
              local_endpoints, reflexive_endpoints, observed_endpoint, home_relay, nat_mapping, udp_blocked, \
-             key_rotated_at, credential_rotated_at, pending_credential_sha256, previous_credential_sha256, previous_credential_until, rotate_key_requested_at, rotate_credential_requested_at, host_fingerprint, bootstrap_token_id, ephemeral_offline_secs FROM nodes ",
+             key_rotated_at, credential_rotated_at, pending_credential_sha256, previous_credential_sha256, previous_credential_until, rotate_key_requested_at, rotate_credential_requested_at, host_fingerprint, bootstrap_token_id, ephemeral_offline_secs, udp_offload FROM nodes ",
             $tail
         )
     };
@@ -113,6 +116,7 @@ impl NodeRow {
             rotation: NodeRotation::default(),
             host_fingerprint: None,
             origin: NodeOrigin::default(),
+            udp_offload: None,
         }
     }
 }
@@ -180,6 +184,12 @@ fn from_row(row: &sqlx::any::AnyRow) -> Result<NodeRow, StoreError> {
                 "nodes.ephemeral_offline_secs",
             )?,
         },
+        udp_offload: row
+            .try_get::<Option<String>, _>("udp_offload")?
+            .map(|t| {
+                UdpOffload::parse(&t).ok_or_else(|| StoreError::corrupt("nodes.udp_offload", t))
+            })
+            .transpose()?,
     })
 }
 
@@ -411,6 +421,21 @@ pub async fn revoke(conn: &mut AnyConnection, id: Uuid, now: i64) -> Result<bool
         .bind(id.to_string())
         .execute(&mut *conn)
         .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Sets the operator's UDP GSO/GRO switch of a live node; answers whether the node is live.
+pub async fn set_udp_offload(
+    conn: &mut AnyConnection,
+    id: Uuid,
+    setting: Option<UdpOffload>,
+) -> Result<bool, StoreError> {
+    let done =
+        sqlx::query("UPDATE nodes SET udp_offload = $1 WHERE id = $2 AND revoked_at IS NULL")
+            .bind(setting.map(|s| s.as_str().to_owned()))
+            .bind(id.to_string())
+            .execute(&mut *conn)
+            .await?;
     Ok(done.rows_affected() == 1)
 }
 

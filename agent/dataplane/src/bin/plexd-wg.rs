@@ -132,6 +132,7 @@ fn run_foreground(iface: &str) -> anyhow::Result<()> {
         interface = iface,
         mtu = DEFAULT_MTU,
         offloads = tun.offloads(),
+        uso = tun.uso(),
         "TUN interface created"
     );
     let shutdown = Shutdown::new();

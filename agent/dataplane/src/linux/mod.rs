@@ -6,6 +6,8 @@ mod poll;
 pub mod sched;
 pub mod tun;
 pub mod udp;
+pub mod udp_switch;
 
 pub use tun::{LinuxTun, TunError};
 pub use udp::{LinuxUdp, LinuxUdpBinder};
+pub use udp_switch::{SwitchedBinder, SwitchedUdp};

@@ -3,7 +3,10 @@
 //! With offloads on (`IFF_VNET_HDR` + `TUNSETOFFLOAD` TSO4/TSO6/CSUM), every read and write
 //! carries a virtio-net header: the host's TCP hands us up to 64 KiB per read, which
 //! `offload::split` cuts into packets, and `Coalescer` merges what we write back (see
-//! `crate::offload`). The three ioctls are the only unsafe code; reads and writes go through
+//! `crate::offload`). Where the kernel has UDP segmentation offload (`TUN_F_USO4|USO6`, Linux
+//! 6.2), it is asked for too, so a `UDP_SEGMENT` sender's super-datagram reaches us whole
+//! and `offload::split` cuts it; an older kernel refuses the flags and we ask again without
+//! them. The three ioctls are the only unsafe code; reads and writes go through
 //! `std::fs::File` on the non-blocking descriptor, waits through `poll`.
 #![allow(unsafe_code)]
 
@@ -58,6 +61,8 @@ pub struct LinuxTun {
     name: String,
     /// Present when the TUN carries virtio-net headers (offloads on).
     offload: Option<Offload>,
+    /// Whether the kernel took UDP segmentation offload (USO) too.
+    uso: bool,
 }
 
 /// The read scratch buffer and the coalescer; each is used by one thread only.
@@ -86,20 +91,34 @@ fn ifreq(name: &str) -> Result<libc::ifreq, TunError> {
 
 impl LinuxTun {
     /// Creates (or attaches to an existing, unused) TUN interface `name` with MTU `mtu`;
-    /// `offload` asks for TSO/GRO through virtio-net headers (falls back without them).
+    /// `offload` asks for TSO/GRO through virtio-net headers, and USO where the kernel has it
+    /// (falls back without them).
     pub fn create(name: &str, mtu: u32, offload: bool) -> Result<Self, TunError> {
+        Self::create_with(name, mtu, offload, offload)
+    }
+
+    /// As [`LinuxTun::create`], with USO asked for only when `uso` (a switch to measure it).
+    pub fn create_with(name: &str, mtu: u32, offload: bool, uso: bool) -> Result<Self, TunError> {
         if offload {
-            match Self::open(name, mtu, true) {
+            if uso {
+                match Self::open(name, mtu, true, true) {
+                    Ok(tun) => return Ok(tun),
+                    Err(e) => {
+                        tracing::info!(interface = name, error = %e, "TUN UDP segmentation offload unavailable (Linux 6.2 and later have it); continuing with TCP offloads");
+                    }
+                }
+            }
+            match Self::open(name, mtu, true, false) {
                 Ok(tun) => return Ok(tun),
                 Err(e) => {
                     tracing::warn!(interface = name, error = %e, "TUN offloads unavailable; continuing without them");
                 }
             }
         }
-        Self::open(name, mtu, false)
+        Self::open(name, mtu, false, false)
     }
 
-    fn open(name: &str, mtu: u32, offload: bool) -> Result<Self, TunError> {
+    fn open(name: &str, mtu: u32, offload: bool, uso: bool) -> Result<Self, TunError> {
         let mut req = ifreq(name)?;
         let file = OpenOptions::new()
             .read(true)
@@ -116,7 +135,10 @@ impl LinuxTun {
             source,
         })?;
         if offload {
-            let flags = libc::TUN_F_CSUM | libc::TUN_F_TSO4 | libc::TUN_F_TSO6;
+            let mut flags = libc::TUN_F_CSUM | libc::TUN_F_TSO4 | libc::TUN_F_TSO6;
+            if uso {
+                flags |= libc::TUN_F_USO4 | libc::TUN_F_USO6;
+            }
             // SAFETY: the descriptor is our TUN with IFF_VNET_HDR; TUNSETOFFLOAD takes the
             // flags by value and touches no memory of ours.
             unsafe { tunsetoffload(file.as_raw_fd(), flags as libc::c_int) }.map_err(|source| {
@@ -134,6 +156,7 @@ impl LinuxTun {
                 read: Mutex::new(vec![0; VNET_HDR_LEN + MAX_PACKET]),
                 coalescer: Mutex::new(Coalescer::new()),
             }),
+            uso: offload && uso,
         };
         tun.set_mtu(mtu)?;
         Ok(tun)
@@ -146,6 +169,11 @@ impl LinuxTun {
     /// True when reads and writes carry virtio-net headers (TSO/GRO on).
     pub fn offloads(&self) -> bool {
         self.offload.is_some()
+    }
+
+    /// True when the kernel hands us UDP super-datagrams too (USO on).
+    pub fn uso(&self) -> bool {
+        self.uso
     }
 
     fn set_mtu(&self, mtu: u32) -> Result<(), TunError> {

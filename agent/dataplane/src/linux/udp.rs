@@ -22,7 +22,7 @@ use nix::libc;
 use nix::poll::PollFlags;
 use nix::sys::socket::{
     AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType, SockaddrIn, SockaddrIn6,
-    SockaddrStorage, bind, recvmsg, sendmsg, setsockopt, socket, sockopt,
+    SockaddrStorage, bind, getsockopt, recvmsg, sendmsg, setsockopt, socket, sockopt,
 };
 
 use super::pktinfo::{self, SendInfo};
@@ -164,6 +164,22 @@ impl LinuxUdp {
 
     fn wait(&self, flags: PollFlags, timeout: Duration) -> io::Result<bool> {
         super::poll::wait_fd(self.socket.as_fd(), flags, timeout)
+    }
+
+    /// Switches UDP GSO and GRO live (the operator's switch, `super::udp_switch`): GSO from
+    /// the next send, GRO through the socket option, only where the socket was bound with it
+    /// (its receive path splits what GRO merges). Answers what the socket does now: GSO as it
+    /// sends, GRO as the kernel reports the option.
+    pub fn set_offload(&self, gso: bool, gro: bool) -> (bool, bool) {
+        self.gso.store(self.mmsg && gso, Ordering::Relaxed);
+        let fd = self.socket.as_fd();
+        if self.gro
+            && let Err(e) = setsockopt(&fd, sockopt::UdpGroSegment, &gro)
+        {
+            tracing::warn!(error = %e, gro, "cannot change UDP_GRO on the WireGuard socket");
+        }
+        let gro_now = getsockopt(&fd, sockopt::UdpGroSegment).unwrap_or(false);
+        (self.gso.load(Ordering::Relaxed), gro_now)
     }
 
     /// The address as peers see it: IPv4-mapped IPv6 becomes plain IPv4.
@@ -467,6 +483,12 @@ impl Refused {
             }
         }
         self.any.store(!ips.is_empty(), Ordering::Relaxed);
+    }
+}
+
+impl AsFd for LinuxUdp {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.socket.as_fd()
     }
 }
 

@@ -321,6 +321,10 @@ impl Core {
             self.ready_after_apply = true;
         }
         self.feed_reach_state(&state);
+        if state.udp_offload != self.udp_offload {
+            self.udp_offload = state.udp_offload;
+            self.emit(Effect::UdpOffload(state.udp_offload));
+        }
         self.apply_mesh(now);
         if save {
             self.save_cache();

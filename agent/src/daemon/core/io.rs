@@ -256,6 +256,9 @@ pub enum Effect {
     PromoteKey,
     /// The control plane refused the pending key for good: remove it.
     DiscardPendingKey,
+    /// The signed state's UDP GSO/GRO switch changed: hand it to the data plane (`None`: its
+    /// default, on). Answers nothing; `plexd status` shows what the socket does.
+    UdpOffload(Option<plexsphere_wire::node::UdpOffload>),
     /// End the daemon.
     Exit(Outcome),
 }

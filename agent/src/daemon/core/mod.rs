@@ -144,6 +144,8 @@ pub struct Core {
     wanted: DesiredPeers,
     envelope: Option<SignedEnvelope>,
     state_version: Option<u64>,
+    /// The signed state's UDP GSO/GRO switch, as last handed to the data plane.
+    udp_offload: Option<plexsphere_wire::node::UdpOffload>,
     /// Events applied on top of `envelope`, in order.
     events: Vec<(Event, CachedEvent)>,
     last_seq: u64,
@@ -245,6 +247,7 @@ impl Core {
             wanted: DesiredPeers::default(),
             envelope: None,
             state_version: None,
+            udp_offload: None,
             events: vec![],
             last_seq: 0,
             full_pull: false,

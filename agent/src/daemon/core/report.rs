@@ -9,7 +9,7 @@ use plexsphere_wire::node::{Heartbeat, Observation, ObservationKind, PeerSummary
 use super::super::notify;
 use super::super::protocol::Answer;
 use super::super::schedule::Task;
-use super::super::status::{ApiStatus, IngestStatus, PeerStatus, StatusReport};
+use super::super::status::{ApiStatus, IngestStatus, PeerStatus, StatusReport, UdpOffloadStatus};
 use super::wanted;
 use super::{Call, Core, Effect, LiveFor, Now, Stream};
 use crate::mesh::LivePeer;
@@ -171,6 +171,13 @@ impl Core {
                 dropped_unreported: self.ingest.dropped(),
             },
             peers,
+            udp_offload: UdpOffloadStatus {
+                setting: self
+                    .udp_offload
+                    .map_or("default", plexsphere_wire::node::UdpOffload::as_str)
+                    .to_owned(),
+                ..UdpOffloadStatus::default()
+            },
         }
     }
 

@@ -357,3 +357,31 @@ fn an_unsigned_304_is_trusted_only_for_a_while_and_a_stale_state_is_refused() {
     assert!(!applies(&e).is_empty());
     assert_eq!(h.core.state_version, Some(9));
 }
+
+fn offload_effects(effects: &[Effect]) -> Vec<Option<plexsphere_wire::node::UdpOffload>> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::UdpOffload(s) => Some(*s),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn the_signed_states_udp_offload_reaches_the_data_plane_once_per_change() {
+    use plexsphere_wire::node::UdpOffload;
+    let mut h = harness();
+    // No setting (an older server): the data plane keeps its default, nothing to hand over.
+    let e = h.up(&one_state(4, 1));
+    assert!(offload_effects(&e).is_empty());
+    let mut off = one_state(5, 1);
+    off.udp_offload = Some(UdpOffload::Off);
+    let e = h.state_answer(&off);
+    assert_eq!(offload_effects(&e), vec![Some(UdpOffload::Off)]);
+    // The same setting in a newer state changes nothing.
+    off.version = 6;
+    assert!(offload_effects(&h.state_answer(&off)).is_empty());
+    let e = h.state_answer(&one_state(7, 1));
+    assert_eq!(offload_effects(&e), vec![None], "back to the default");
+}
