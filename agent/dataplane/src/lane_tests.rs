@@ -91,7 +91,8 @@ fn of_a_gro_slot_only_a_short_urgent_tail_is_taken() {
     b.commit_segmented(384, from, 96);
     let mut urgent = Vec::new();
     assert_eq!(
-        take_urgent(&mut b, is_urgent_datagram, |d, a, _| urgent.push((d.len(), a))),
+        take_urgent(&mut b, is_urgent_datagram, |d, a, _| urgent
+            .push((d.len(), a))),
         5
     );
     assert_eq!(urgent[0], (128, from));

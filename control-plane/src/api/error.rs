@@ -43,9 +43,7 @@ pub fn classify(e: &Error) -> (StatusCode, &'static str) {
         Error::RateLimited(_)
         | Error::NodeRateLimited(_)
         | Error::RotationLimited(_)
-        | Error::TooManyStreams(_) => {
-            (StatusCode::TOO_MANY_REQUESTS, codes::RATE_LIMITED)
-        }
+        | Error::TooManyStreams(_) => (StatusCode::TOO_MANY_REQUESTS, codes::RATE_LIMITED),
         Error::Unauthorized(_) => (StatusCode::UNAUTHORIZED, codes::UNAUTHORIZED),
         Error::Forbidden(_) => (StatusCode::FORBIDDEN, codes::FORBIDDEN),
         Error::OperatorTokenExpired(_) => (StatusCode::UNAUTHORIZED, codes::OPERATOR_TOKEN_EXPIRED),
