@@ -14,12 +14,35 @@ pub struct Replica {
     log: PathBuf,
 }
 
+/// The key-encryption key of the replicas sharing `data_dir` (32 random bytes, 0600),
+/// written by the first of them.
+fn shared_kek(data_dir: &Path) -> PathBuf {
+    use std::io::{Read as _, Write as _};
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let path = data_dir.join("lm-kek");
+    std::fs::create_dir_all(data_dir).unwrap();
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+    {
+        let mut key = [0u8; 32];
+        std::fs::File::open("/dev/urandom")
+            .unwrap()
+            .read_exact(&mut key)
+            .unwrap();
+        f.write_all(&key).unwrap();
+    }
+    path
+}
+
 impl Replica {
     /// Starts a replica on `database_url` with `extra` flags. The replicas of one test share
     /// `data_dir`: the local-directory substrate keeps its buckets there (it stands for a
     /// cloud every replica reaches), and the broker's sealing key lives there. The Domain
-    /// keys do too: until they are in the database (issue 11, H3), replicas must share
-    /// `domain-keys/` (here: the same directory).
+    /// keys are in the database, sealed under the key-encryption key every replica reads:
+    /// the first replica of a data dir writes it there (`lm-kek`), the others read the same.
     pub fn start(
         name: &str,
         database_url: &str,
@@ -28,6 +51,7 @@ impl Replica {
         extra: &[String],
     ) -> Self {
         let log = logs.join(format!("lm-{name}.log"));
+        let kek = shared_kek(data_dir);
         let mut child = Command::new(BIN)
             .env("PLEXSPHERE_NO_LOCAL_MACHINES", "1")
             .env_remove("PLEXSPHERE_LOG")
@@ -41,6 +65,8 @@ impl Replica {
             .arg(database_url)
             .arg("--data-dir")
             .arg(data_dir)
+            .arg("--key-encryption-key-file")
+            .arg(&kek)
             .args(extra)
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap())
