@@ -14,7 +14,9 @@ fn key_is_saved_before_the_api_is_called_and_unreachable_is_13() {
     let origin = dead_origin();
     node.write_config(&config_for(&origin, ""));
     node.write_token();
-    let out = node.plexd(&["join"]);
+    // A short --max-wait: the default (300 s) of retrying an unreachable API would take the
+    // test to nextest's own limit.
+    let out = node.plexd(&["join", "--max-wait", "2s"]);
     assert_eq!(out.status.code(), Some(13), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(err.contains("is not reachable"), "{err}");
