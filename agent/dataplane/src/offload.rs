@@ -198,16 +198,7 @@ pub fn split(hdr: VnetHdr, packet: &mut [u8], out: &mut PacketBatch) -> Result<(
         };
         s[..hdr_len].copy_from_slice(headers);
         s[hdr_len..].copy_from_slice(chunk);
-        if v6 {
-            let plen = u16::try_from(total - 40).map_err(|_| OffloadError::Malformed)?;
-            s[4..6].copy_from_slice(&plen.to_be_bytes());
-        } else {
-            let tlen = u16::try_from(total).map_err(|_| OffloadError::Malformed)?;
-            s[2..4].copy_from_slice(&tlen.to_be_bytes());
-            // Consecutive IP IDs, as the kernel's own segmentation does (wraps on purpose).
-            s[4..6].copy_from_slice(&id.wrapping_add(i as u16).to_be_bytes());
-            ipv4_header_checksum(s, ip_len);
-        }
+        set_segment_ip_header(s, v6, ip_len, id.wrapping_add(i as u16))?;
         let seg_seq = seq.wrapping_add((i * mss) as u32);
         s[ip_len + 4..ip_len + 8].copy_from_slice(&seg_seq.to_be_bytes());
         let mut f = flags;
@@ -220,6 +211,28 @@ pub fn split(hdr: VnetHdr, packet: &mut [u8], out: &mut PacketBatch) -> Result<(
         s[ip_len + 13] = f;
         set_tcp_checksum(s, v6, ip_len);
         out.commit(total, NO_ADDR);
+    }
+    Ok(())
+}
+
+/// The IP header of segment `s` (its whole length is `s.len()`): the IPv6 payload length, or
+/// the IPv4 total length, the segment's IP ID (consecutive IDs, as the kernel's own
+/// segmentation gives; they wrap on purpose) and the header checksum.
+fn set_segment_ip_header(
+    s: &mut [u8],
+    v6: bool,
+    ip_len: usize,
+    id: u16,
+) -> Result<(), OffloadError> {
+    let total = s.len();
+    if v6 {
+        let plen = u16::try_from(total - 40).map_err(|_| OffloadError::Malformed)?;
+        s[4..6].copy_from_slice(&plen.to_be_bytes());
+    } else {
+        let tlen = u16::try_from(total).map_err(|_| OffloadError::Malformed)?;
+        s[2..4].copy_from_slice(&tlen.to_be_bytes());
+        s[4..6].copy_from_slice(&id.to_be_bytes());
+        ipv4_header_checksum(s, ip_len);
     }
     Ok(())
 }
@@ -251,15 +264,7 @@ fn split_udp(hdr: VnetHdr, packet: &mut [u8], out: &mut PacketBatch) -> Result<(
         };
         s[..hdr_len].copy_from_slice(headers);
         s[hdr_len..].copy_from_slice(chunk);
-        if v6 {
-            let plen = u16::try_from(total - 40).map_err(|_| OffloadError::Malformed)?;
-            s[4..6].copy_from_slice(&plen.to_be_bytes());
-        } else {
-            let tlen = u16::try_from(total).map_err(|_| OffloadError::Malformed)?;
-            s[2..4].copy_from_slice(&tlen.to_be_bytes());
-            s[4..6].copy_from_slice(&id.wrapping_add(i as u16).to_be_bytes());
-            ipv4_header_checksum(s, ip_len);
-        }
+        set_segment_ip_header(s, v6, ip_len, id.wrapping_add(i as u16))?;
         let udp_len = u16::try_from(total - ip_len).map_err(|_| OffloadError::Malformed)?;
         s[ip_len + 4..ip_len + 6].copy_from_slice(&udp_len.to_be_bytes());
         s[ip_len + 6] = 0;
