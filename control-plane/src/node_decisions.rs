@@ -76,6 +76,7 @@ pub fn node_state(
         relay_token: Some(reach.relay_token.clone()),
         stun: reach.stun.to_vec(),
         udp_offload: me.udp_offload,
+        next_signing_key: None,
     }
 }
 

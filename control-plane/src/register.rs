@@ -294,6 +294,7 @@ impl Registrar<'_> {
                 node_credential: credential.expose(),
                 domain_signing_public_key: signer.public_key_b64(),
                 intervals: self.intervals,
+                next_signing_key: None,
             },
             created: true,
         }))
@@ -337,6 +338,7 @@ impl Registrar<'_> {
                 node_credential: credential.expose(),
                 domain_signing_public_key: signer.public_key_b64(),
                 intervals: self.intervals,
+                next_signing_key: None,
             },
             created: false,
         }))

@@ -14,6 +14,7 @@ pub mod register;
 pub mod rotation;
 pub mod secret;
 pub mod signed;
+pub mod signing_keys;
 pub mod version;
 
 pub use error::{ApiError, codes};

@@ -187,6 +187,11 @@ pub struct NodeState {
     /// Absent from the JSON when unset, so a document for an older node stays the same.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp_offload: Option<UdpOffload>,
+    /// The Domain's next signing key while a rotation's overlap lasts (this document is signed
+    /// by the current one, which vouches for it): the node accepts documents signed by either
+    /// and moves to the next key with the first document it signs. Absent outside an overlap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_signing_key: Option<crate::signing_keys::SigningKey>,
 }
 
 /// Whether a node's WireGuard socket uses UDP GSO and GRO (`"on"`/`"off"` in JSON). Some Linux

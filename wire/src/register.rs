@@ -64,6 +64,10 @@ pub struct RegisterResponse {
     /// The Domain's Ed25519 public key (standard base64, 32 bytes) that signs state and events.
     pub domain_signing_public_key: String,
     pub intervals: Intervals,
+    /// The Domain's next signing key when a rotation's overlap is under way (as in the signed
+    /// state); absent otherwise, so the answer to an older node stays the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_signing_key: Option<crate::signing_keys::SigningKey>,
 }
 
 #[cfg(test)]

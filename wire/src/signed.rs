@@ -22,6 +22,9 @@ pub enum SignContext {
     Checksums,
     /// A relay token ([`crate::reach::relay::RelayToken`]).
     RelayToken,
+    /// A Domain key's statement that the next generation follows it
+    /// ([`crate::signing_keys::KeyTransition`]).
+    KeyTransition,
     /// Never sent: the control plane hashes its signature of a fixed label into a secret it
     /// derives from the Domain key (the key-rotation proof key and nonce key), the same on
     /// every replica and after every restart.
@@ -34,6 +37,7 @@ impl SignContext {
             SignContext::NodeState => b"plexsphere/v1/node-state\0",
             SignContext::Event => b"plexsphere/v1/event\0",
             SignContext::RelayToken => b"plexsphere/v1/relay-token\0",
+            SignContext::KeyTransition => b"plexsphere/v1/key-transition\0",
             SignContext::KeyDerivation => b"plexsphere/v1/key-derivation\0",
             // Empty on purpose: the detached signature of checksums.sha256 is a plain Ed25519
             // signature of the file's bytes, so `openssl pkeyutl -verify -rawin` checks it.

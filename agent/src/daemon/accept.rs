@@ -171,6 +171,7 @@ pub(crate) mod tests {
             relay_token: None,
             stun: vec![],
             udp_offload: None,
+            next_signing_key: None,
         }
     }
     pub fn event_data(seq: u64, node: Uuid, kind: EventKind) -> String {

@@ -60,6 +60,7 @@ pub fn state(version: u64, peers: Vec<PeerSpec>) -> SignedEnvelope {
         relay_token: None,
         stun: vec![],
         udp_offload: None,
+        next_signing_key: None,
     };
     signer().sign(SignContext::NodeState, &s).unwrap()
 }
