@@ -175,6 +175,15 @@ impl Leadership {
         })
     }
 
+    /// Whether this replica may act at `now` (what `/metrics` shows); unlike [`Self::acting`]
+    /// it only reads.
+    pub fn leads_now(&self, now: Instant) -> bool {
+        match self.mode {
+            Mode::Single => true,
+            Mode::Lease(_) => self.state().acting_until.is_some_and(|until| now < until),
+        }
+    }
+
     /// Takes in one try's outcome (started at `started`); answers the change to log, if any.
     /// Pure but for the state it updates.
     pub fn observe(&self, renewal: Renewal, started: Instant) -> Option<Change> {

@@ -101,6 +101,8 @@ pub struct Metrics {
     pub pool_max: Gauge,
     pub resources: Family<PhaseLabel, Gauge>,
     pub transitions: Family<TransitionLabels, Counter>,
+    pub broker_leader: Gauge,
+    pub event_bus_connected: Gauge,
 }
 
 impl Default for Metrics {
@@ -119,6 +121,8 @@ impl Default for Metrics {
             pool_max: Gauge::default(),
             resources: Family::default(),
             transitions: Family::default(),
+            broker_leader: Gauge::default(),
+            event_bus_connected: Gauge::default(),
         };
         m.register_all();
         m
@@ -188,6 +192,16 @@ impl Metrics {
             "Broker resource phase transitions made by this process, by from and to phase",
             self.transitions.clone(),
         );
+        r.register(
+            "broker_leader",
+            "1 while this replica holds the broker lease and runs the reconcile loop and maintenance, else 0 (exactly one replica of a healthy control plane shows 1)",
+            self.broker_leader.clone(),
+        );
+        r.register(
+            "event_bus_connected",
+            "1 while the event bus carries notices between replicas (NATS connected and consuming; always 1 without NATS), else 0: streams then hear of other replicas' events by polling the database",
+            self.event_bus_connected.clone(),
+        );
     }
 
     /// One answered request.
@@ -232,6 +246,12 @@ impl Metrics {
     }
 
     /// Resources by phase as counted now; every phase gets a series (0 when none).
+    /// What this replica is now: leading the broker or not, its bus up or not.
+    pub fn set_roles(&self, leading: bool, bus_connected: bool) {
+        self.broker_leader.set(i64::from(leading));
+        self.event_bus_connected.set(i64::from(bus_connected));
+    }
+
     pub fn set_resources(&self, counts: &[(&'static str, i64)]) {
         for (phase, n) in counts {
             self.resources.get_or_create(&PhaseLabel { phase }).set(*n);

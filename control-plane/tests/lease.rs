@@ -294,6 +294,7 @@ async fn the_leader_killed_with_sigkill_is_replaced_and_the_pending_resource_fin
     let id = created["id"].as_str().unwrap();
     let ready = wait_ready(&http, &follower, &token, id).await;
     assert_eq!(history(&ready), ["Pending", "Provisioning", "Ready"]);
+    assert_eq!(leader_gauge(&http, &follower.base, &token).await, 1);
 }
 
 /// Creates a local bucket (and its cloud credential) through `base`; answers the resource.
@@ -388,4 +389,28 @@ async fn a_resource_left_by_a_paused_leader_is_finished_by_the_other_and_the_old
     let after: Value = r.json().await.unwrap();
     assert_eq!(after["provisioning"], ready["provisioning"], "{after}");
     assert_eq!(leader.leads(), 1, "{}", leader.log());
+    // What an operator's monitoring sees: exactly the new leader reports it leads.
+    assert_eq!(leader_gauge(&http, &follower.base, &token).await, 1);
+    assert_eq!(leader_gauge(&http, &leader.base, &token).await, 0);
+}
+
+/// `plexsphere_broker_leader` as the replica at `base` reports it on `/metrics`.
+async fn leader_gauge(http: &reqwest::Client, base: &str, token: &str) -> i64 {
+    let text = http
+        .get(format!("{base}/metrics"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("plexsphere_broker_leader "))
+        .unwrap_or_else(|| panic!("no plexsphere_broker_leader in /metrics:\n{text}"));
+    line["plexsphere_broker_leader ".len()..]
+        .trim()
+        .parse()
+        .unwrap()
 }

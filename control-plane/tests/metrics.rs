@@ -112,6 +112,9 @@ async fn metrics_count_registrations_requests_and_streams() {
         value(&m, "plexsphere_broker_resources", &[("phase", "Ready")]),
         Some(0.0)
     );
+    // One process on its own database: it leads, and its in-process bus is always up.
+    assert_eq!(value(&m, "plexsphere_broker_leader", &[]), Some(1.0));
+    assert_eq!(value(&m, "plexsphere_event_bus_connected", &[]), Some(1.0));
 
     drop(stream);
     srv.wait_for("the stream to close", async || {

@@ -351,6 +351,26 @@ async fn a_replica_killed_under_load_loses_nothing_and_streams_resume_elsewhere(
     }
 }
 
+/// `plexsphere_event_bus_connected` as the replica at `base` reports it on `/metrics`.
+async fn bus_gauge(op: &Operator, base: &str) -> i64 {
+    let text = op
+        .http
+        .get(format!("{base}/metrics"))
+        .bearer_auth(&op.token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let name = "plexsphere_event_bus_connected ";
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(name))
+        .unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}"));
+    line[name.len()..].trim().parse().unwrap()
+}
+
 /// GET `/readyz` of a replica directly: status and body.
 async fn readyz(http: &reqwest::Client, base: &str) -> (u16, String) {
     match http.get(format!("{base}/readyz")).send().await {
@@ -407,6 +427,11 @@ async fn nats_faults_delay_events_but_lose_none() {
         assert!(Instant::now() < deadline, "readyz stayed {status} {body}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    assert_eq!(
+        bus_gauge(&op, &direct[2]).await,
+        0,
+        "the bus gauge while NATS is down"
+    );
     for r in 0..3 {
         report(&lab, r).await;
     }
@@ -424,6 +449,13 @@ async fn nats_faults_delay_events_but_lose_none() {
             assert!(Instant::now() < deadline, "{base} never became ready again");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+    for base in &direct {
+        assert_eq!(
+            bus_gauge(&op, base).await,
+            1,
+            "{base}: the bus gauge once NATS is back"
+        );
     }
     report(&lab, 2).await;
     streams_match_the_log(&lab, &held, "after the cluster restarted").await;

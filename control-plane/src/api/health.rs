@@ -125,6 +125,10 @@ async fn exposition(st: &AppState) -> Response {
         pool.num_idle(),
         pool.options().get_max_connections(),
     );
+    st.metrics.set_roles(
+        st.leadership.leads_now(std::time::Instant::now()),
+        st.bus.check().is_ok(),
+    );
     match resource_counts(st).await {
         Ok(counts) => st.metrics.set_resources(&counts),
         // The rest is still worth serving; the gauges keep their last values.
