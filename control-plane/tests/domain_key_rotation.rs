@@ -447,6 +447,15 @@ async fn two_replicas_rotating_at_once_make_one_generation() {
         );
         assert_eq!(keys[1], winner);
     }
+    // What relays are given during the overlap: the current key and the next, one a line.
+    let (ok, out, err) = plexsphere(&["domain-key", "--database-url", &db, "--domain", "lab"]);
+    assert!(ok, "{err}");
+    let keys = replica_keys(&a, &token).await;
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines,
+        [keys[0].public_key.as_str(), keys[1].public_key.as_str()]
+    );
 }
 
 /// The sealed seeds of every stored key, by Domain and generation.
