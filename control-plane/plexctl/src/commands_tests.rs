@@ -156,3 +156,15 @@ fn revoke_confirmation() {
     }
     // Node ids and names: names.rs's tests.
 }
+
+#[test]
+fn a_rotation_overlap_is_a_duration_of_zero_to_thirty_days() {
+    assert_eq!(overlap_secs("24h").unwrap(), 86_400);
+    assert_eq!(overlap_secs("0s").unwrap(), 0);
+    assert_eq!(overlap_secs("30d").unwrap(), MAX_OVERLAP_SECS);
+    let (code, m) = msg(overlap_secs("31d"));
+    assert_eq!(code, 64, "{m}");
+    assert!(m.contains("longer than the 30d"), "{m}");
+    let (_, m) = msg(overlap_secs("90"));
+    assert!(m.contains("--overlap"), "{m}");
+}

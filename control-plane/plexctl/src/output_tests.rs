@@ -436,3 +436,37 @@ fn a_suspected_clone_is_flagged_in_node_list_and_spelled_out_in_node_get() {
     );
     assert!(!node(&node_view()).contains("clone"));
 }
+
+#[test]
+fn signing_keys_table() {
+    use plexsphere_wire::signing_keys_admin::{SigningKeyStatus, SigningKeyView};
+    let at = |s| time::OffsetDateTime::from_unix_timestamp(s).unwrap();
+    let keys = [
+        SigningKeyView {
+            generation: 1,
+            public_key: "AAAA".into(),
+            active_from: at(0),
+            created_at: at(1_800_000_000),
+            status: SigningKeyStatus::Current,
+        },
+        SigningKeyView {
+            generation: 2,
+            public_key: "BBBB".into(),
+            active_from: at(1_800_086_400),
+            created_at: at(1_800_000_000),
+            status: SigningKeyStatus::Next,
+        },
+    ];
+    let t = signing_keys(&keys);
+    let lines: Vec<&str> = t.lines().collect();
+    assert_eq!(lines.len(), 3, "{t}");
+    assert!(lines[0].starts_with("GENERATION"), "{t}");
+    assert!(
+        lines[1].contains("current") && lines[1].contains("1970-01-01T00:00:00Z"),
+        "{t}"
+    );
+    assert!(
+        lines[2].contains("next") && lines[2].contains("2027-01-16T08:00:00Z"),
+        "{t}"
+    );
+}
