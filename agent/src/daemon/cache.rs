@@ -207,7 +207,7 @@ mod tests {
         let c = decode(&json, &with_next).unwrap();
         assert!(c.promoted);
         assert!(
-            !decode(&json, &acceptor()).is_ok(),
+            decode(&json, &acceptor()).is_err(),
             "not without the announcement"
         );
 
