@@ -13,25 +13,13 @@
 //! state poll, the event stream and the cache bring; the identity file follows through
 //! [`Effect::SaveDomainKeys`] (written by the disk thread, in order).
 
-use std::time::{Duration, Instant};
-
+pub use super::domain_keys_state::{KEY_CHAIN_INTERVAL, KeyChainFetch};
 use plexsphere_wire::signing_keys::{SigningKey, SigningKeyChain, follow};
 
 use super::super::accept::SignedBy;
 use super::super::calls::CallError;
 use super::super::schedule::Task;
 use super::{Call, Core, Effect, Now};
-
-/// The key chain is fetched at most this often, however many documents are refused (a
-/// control plane that signs with a key nobody vouched for is not asked in a loop).
-pub const KEY_CHAIN_INTERVAL: Duration = Duration::from_secs(60);
-
-/// The key chain fetch: whether one runs, and when the last one started.
-#[derive(Debug, Default)]
-pub struct KeyChainFetch {
-    pub running: bool,
-    pub last: Option<Instant>,
-}
 
 fn generation(g: Option<u64>) -> String {
     g.map_or_else(|| "unknown".to_owned(), |g| g.to_string())

@@ -29,6 +29,7 @@
 
 pub mod answers;
 pub mod domain_keys;
+pub mod domain_keys_state;
 pub mod io;
 pub mod reach;
 pub mod reload;
@@ -211,7 +212,7 @@ pub struct Core {
     /// Key and credential rotation.
     rotations: rotation_state::Rotations,
     /// The Domain key chain's fetch (a rotation this node missed).
-    key_chain: domain_keys::KeyChainFetch,
+    key_chain: domain_keys_state::KeyChainFetch,
 }
 
 /// An unchanged answer (`304`, unsigned) is trusted for this long after the last signed state:
