@@ -8,11 +8,14 @@
 //! fresh key. Creation is insert-if-absent, and every replica then uses the row that won.
 //!
 //! A Domain's keys are numbered by generation; the one that signs is the highest generation
-//! whose `active_from` has passed ([`KeySet::current`]). Today every Domain has generation 1
-//! only: an online rotation, which would add the next generation with `active_from` at the end
-//! of an overlap, is not built yet (docs/security.md).
+//! whose `active_from` has passed ([`KeySet::current`]). A rotation (`rotate.rs`) adds the
+//! next generation with `active_from` at the end of an overlap, and the transition statement
+//! the current key signs for it; until then it is announced ([`KeySet::next`]). A KEK rotation
+//! (`reseal.rs`) seals every stored key again under a new KEK.
 
 pub mod kek;
+pub mod reseal;
+pub mod rotate;
 pub mod seal;
 pub mod seed_file;
 
@@ -22,6 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use plexsphere_wire::signed::DomainSigner;
+use plexsphere_wire::signing_keys::SigningKey;
 use ring::rand::{SecureRandom as _, SystemRandom};
 use uuid::Uuid;
 
@@ -58,6 +62,18 @@ pub enum KeyError {
     Mismatch { slug: String, generation: i64 },
     #[error("the system random generator failed while making a Domain key")]
     Random,
+    #[error(
+        "the Domain {slug} is in the overlap of a rotation: its generation {generation} signs from {active_from} (unix seconds); rotate again once it signs (`plexctl domain signing-keys {slug}` shows it)"
+    )]
+    RotationUnderWay {
+        slug: String,
+        generation: i64,
+        active_from: i64,
+    },
+    #[error(
+        "another rotation of Domain {slug} made generation {generation} at the same moment; this one changed nothing (`plexctl domain signing-keys {slug}` shows the new key)"
+    )]
+    RotationRaced { slug: String, generation: i64 },
 }
 
 /// One unsealed key of a Domain.
@@ -66,6 +82,17 @@ pub struct DomainKey {
     pub generation: i64,
     pub active_from: i64,
     pub signer: Arc<DomainSigner>,
+}
+
+impl DomainKey {
+    /// The key as nodes learn it.
+    pub fn wire(&self) -> SigningKey {
+        SigningKey {
+            generation: u64::try_from(self.generation).unwrap_or(0),
+            public_key: self.signer.public_key_b64(),
+            active_from: self.active_from,
+        }
+    }
 }
 
 /// A Domain's keys at one moment: which signs, which is announced next.
@@ -83,6 +110,20 @@ impl KeySet {
             .rev()
             .find(|k| k.active_from <= now)
             .unwrap_or(&self.keys[0])
+    }
+
+    /// The key a rotation announced that signs after `now` (the one after the current key,
+    /// while its overlap lasts); None outside an overlap.
+    pub fn next(&self, now: i64) -> Option<&DomainKey> {
+        let current = self.current(now).generation;
+        self.keys
+            .iter()
+            .find(|k| k.generation > current && k.active_from > now)
+    }
+
+    /// Every key, oldest generation first.
+    pub fn all(&self) -> &[DomainKey] {
+        &self.keys
     }
 }
 
@@ -146,6 +187,20 @@ impl Keyring {
     pub async fn signer(&self, domain: &Domain) -> Result<Arc<DomainSigner>, KeyError> {
         let set = self.keys(domain).await?;
         Ok(set.current(unix_now()).signer.clone())
+    }
+
+    /// The key that signs now and the one a rotation announced (None outside an overlap),
+    /// decided at one instant, so a document never names as next the key that signs it.
+    pub async fn signing(
+        &self,
+        domain: &Domain,
+    ) -> Result<(Arc<DomainSigner>, Option<SigningKey>), KeyError> {
+        let set = self.keys(domain).await?;
+        let now = unix_now();
+        Ok((
+            set.current(now).signer.clone(),
+            set.next(now).map(DomainKey::wire),
+        ))
     }
 
     /// The Domain's keys (read again once older than [`KEY_REFRESH`]), its first key made or
@@ -262,7 +317,7 @@ impl Keyring {
                 (random_seed()?, "created a new Domain signing key")
             }
         };
-        let row = sealed_row(kek, domain, 1, &seed, 0)?;
+        let row = sealed_row(kek, domain, 1, &seed, 0, unix_now())?;
         let mut conn = self.store.acquire().await?;
         if domain_keys::insert_if_absent(&mut conn, &row).await? {
             tracing::info!(domain = %domain.slug, public_key = %row.public_key, "{how}");
@@ -280,13 +335,15 @@ pub(crate) fn random_seed() -> Result<[u8; 32], KeyError> {
     Ok(seed)
 }
 
-/// The row of `seed` as generation `generation` of `domain`, sealed under `kek`.
+/// The row of `seed` as generation `generation` of `domain`, sealed under `kek` (no
+/// transition statement: the caller adds one after generation 1).
 pub(crate) fn sealed_row(
     kek: &Kek,
     domain: &Domain,
     generation: i64,
     seed: &[u8; 32],
     active_from: i64,
+    now: i64,
 ) -> Result<StoredKey, KeyError> {
     let public_key = DomainSigner::from_seed(seed)
         .map_err(|_| KeyError::Random)?
@@ -302,8 +359,10 @@ pub(crate) fn sealed_row(
         generation,
         public_key,
         sealed_seed,
-        created_at: unix_now(),
+        created_at: now,
         active_from,
+        transition: None,
+        activated_at: None,
     })
 }
 
@@ -316,12 +375,7 @@ pub fn open_all(kek: &Kek, domain: &Domain, rows: &[StoredKey]) -> Result<(), Ke
 }
 
 fn unseal(kek: &Kek, domain: &Domain, row: &StoredKey) -> Result<DomainKey, KeyError> {
-    let id = KeyId {
-        domain_id: domain.id,
-        generation: row.generation,
-        public_key: &row.public_key,
-    };
-    let seed = seal::open(kek, id, &row.sealed_seed)?;
+    let seed = open_seed(kek, domain, row)?;
     let mismatch = || KeyError::Mismatch {
         slug: domain.slug.clone(),
         generation: row.generation,
@@ -335,6 +389,17 @@ fn unseal(kek: &Kek, domain: &Domain, row: &StoredKey) -> Result<DomainKey, KeyE
         active_from: row.active_from,
         signer: Arc::new(signer),
     })
+}
+
+/// The seed of one stored key, opened with `kek` (checked against its public key by
+/// [`unseal`]; a KEK rotation checks it too before it seals it again).
+fn open_seed(kek: &Kek, domain: &Domain, row: &StoredKey) -> Result<[u8; 32], KeyError> {
+    let id = KeyId {
+        domain_id: domain.id,
+        generation: row.generation,
+        public_key: &row.public_key,
+    };
+    Ok(seal::open(kek, id, &row.sealed_seed)?)
 }
 
 /// The wall clock in unix seconds (which key signs is decided by it on every replica alike).
@@ -368,5 +433,18 @@ mod tests {
             keys: vec![key(1, 50)],
         };
         assert_eq!(later.current(0).generation, 1);
+    }
+
+    #[test]
+    fn the_next_key_is_announced_only_while_its_overlap_lasts() {
+        let set = KeySet {
+            keys: vec![key(1, 0), key(2, 100)],
+        };
+        assert_eq!(set.next(99).map(|k| k.generation), Some(2));
+        assert!(set.next(100).is_none());
+        let settled = KeySet {
+            keys: vec![key(1, 0)],
+        };
+        assert!(settled.next(5).is_none());
     }
 }

@@ -1,6 +1,7 @@
 //! The periodic task: prunes events older than the replay window, removes ephemeral nodes
-//! offline past their allowance, and logs nodes going offline (or coming back) as the
-//! operator's journal should show them.
+//! offline past their allowance, logs nodes going offline (or coming back) as the
+//! operator's journal should show them, and tells a Domain's nodes when a rotated signing key
+//! starts to sign, if the replica that rotated it did not (`keys::rotate::announce_due`).
 //!
 //! Only the replica that holds the broker lease runs a round (`crate::leader`): one journal of
 //! node status changes, one pruner. Each step would still be safe twice (a paused old leader
@@ -86,6 +87,10 @@ pub fn spawn<S: MaintenanceHost + 'static>(state: &Arc<S>) -> tokio::task::JoinH
             }
             if let Err(e) = sweep(&*st, &mut known).await {
                 tracing::warn!(error = %e, "cannot sweep node status; retrying at the next round");
+            }
+            let ops = st.node_ops();
+            if let Err(e) = crate::keys::rotate::announce_due(ops.store, ops.bus).await {
+                tracing::warn!(error = %e, "cannot announce a Domain's new signing key; retrying at the next round");
             }
         }
     })

@@ -9,6 +9,7 @@ use ipnet::IpNet;
 use plexsphere_wire::node::{NAT_KEEPALIVE_SECS, NodeState, PeerSpec, RelaySpec};
 use plexsphere_wire::reach::relay::{RelayToken, TOKEN_TTL_SECS};
 use plexsphere_wire::signed::SignedEnvelope;
+use plexsphere_wire::signing_keys::SigningKey;
 
 use crate::store::domains::Domain;
 use crate::store::events::Head;
@@ -50,7 +51,8 @@ pub fn peer_spec(n: &NodeRow) -> PeerSpec {
     }
 }
 
-/// `me`'s desired state: every other live node of its Domain as a peer, and `reach`.
+/// `me`'s desired state: every other live node of its Domain as a peer, and `reach`;
+/// `next_signing_key` is the key a rotation announced (while its overlap lasts).
 pub fn node_state(
     me: &NodeRow,
     domain: &Domain,
@@ -58,6 +60,7 @@ pub fn node_state(
     version: u64,
     now: i64,
     reach: Reach<'_>,
+    next_signing_key: Option<SigningKey>,
 ) -> NodeState {
     NodeState {
         version,
@@ -76,7 +79,7 @@ pub fn node_state(
         relay_token: Some(reach.relay_token.clone()),
         stun: reach.stun.to_vec(),
         udp_offload: me.udp_offload,
-        next_signing_key: None,
+        next_signing_key,
     }
 }
 
@@ -181,7 +184,7 @@ mod tests {
             stun: &stun,
             relay_token: &token,
         };
-        let s = node_state(&me, &domain, &all, 7, 99, reach);
+        let s = node_state(&me, &domain, &all, 7, 99, reach, None);
         assert_eq!(s.relays, relays);
         assert_eq!(s.stun, stun);
         assert_eq!(s.relay_token.as_ref(), Some(&token));
@@ -200,8 +203,16 @@ mod tests {
             udp_offload: Some(plexsphere_wire::node::UdpOffload::Off),
             ..me.clone()
         };
-        let s = node_state(&off, &domain, &all, 8, 99, reach);
+        let s = node_state(&off, &domain, &all, 8, 99, reach, None);
         assert_eq!(s.udp_offload, Some(plexsphere_wire::node::UdpOffload::Off));
+        assert_eq!(s.next_signing_key, None);
+        let next = SigningKey {
+            generation: 2,
+            public_key: "pk".into(),
+            active_from: 500,
+        };
+        let s = node_state(&off, &domain, &all, 8, 99, reach, Some(next.clone()));
+        assert_eq!(s.next_signing_key, Some(next));
     }
 
     #[test]

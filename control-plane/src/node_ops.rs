@@ -143,8 +143,8 @@ impl NodeOps<'_> {
             stun: self.stun,
             relay_token: &token,
         };
-        let doc = node_decisions::node_state(&me, &domain, &live, version, now, reach);
-        let signer = self.keys.signer(&domain).await?;
+        let (signer, next_key) = self.keys.signing(&domain).await?;
+        let doc = node_decisions::node_state(&me, &domain, &live, version, now, reach, next_key);
         let env = signer
             .sign(SignContext::NodeState, &doc)
             .map_err(|e| Error::Internal(format!("cannot encode a node state: {e}")))?;

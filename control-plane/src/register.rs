@@ -275,7 +275,7 @@ impl Registrar<'_> {
             peer: node_decisions::peer_spec(&node),
         };
         let seq = events::append(&mut tx, domain.id, None, node_id, &added, now).await?;
-        let signer = self.keys.signer(&domain).await?;
+        let (signer, next_key) = self.keys.signing(&domain).await?;
         tx.commit().await.map_err(StoreError::from)?;
         self.bus.notify(domain.id, seq);
         tracing::info!(
@@ -294,7 +294,7 @@ impl Registrar<'_> {
                 node_credential: credential.expose(),
                 domain_signing_public_key: signer.public_key_b64(),
                 intervals: self.intervals,
-                next_signing_key: None,
+                next_signing_key: next_key,
             },
             created: true,
         }))
@@ -325,7 +325,7 @@ impl Registrar<'_> {
         let domain = domains::get(&mut tx, node.domain_id)
             .await?
             .ok_or_else(|| Error::Internal(format!("node {node_id} names a missing domain")))?;
-        let signer = self.keys.signer(&domain).await?;
+        let (signer, next_key) = self.keys.signing(&domain).await?;
         tx.commit().await.map_err(StoreError::from)?;
         tracing::info!(node_id = %node_id, mesh_ip = %node.mesh_ip, project_id = %node.project_id, "node registration replayed");
         Ok(Some(Registered {
@@ -338,7 +338,7 @@ impl Registrar<'_> {
                 node_credential: credential.expose(),
                 domain_signing_public_key: signer.public_key_b64(),
                 intervals: self.intervals,
-                next_signing_key: None,
+                next_signing_key: next_key,
             },
             created: false,
         }))

@@ -15,6 +15,7 @@ pub mod rotation;
 pub mod secret;
 pub mod signed;
 pub mod signing_keys;
+pub mod signing_keys_admin;
 pub mod version;
 
 pub use error::{ApiError, codes};

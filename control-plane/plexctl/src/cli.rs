@@ -56,9 +56,9 @@ pub enum Command {
     /// List projects
     #[command(subcommand)]
     Project(ListCommand),
-    /// List domains
+    /// List domains, their signing keys, and rotate a Domain's signing key
     #[command(subcommand)]
-    Domain(ListCommand),
+    Domain(DomainCommand),
     /// Create, show, list and delete resources the broker provisions
     #[command(subcommand)]
     Resource(ResourceCommand),
@@ -188,6 +188,30 @@ pub enum NodeCommand {
         /// kernel's GSO corrupts or loses datagrams, `on`, or `default` (the node's own choice)
         #[arg(long, value_name = "on|off|default", value_parser = ["on", "off", "default"])]
         udp_offload: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DomainCommand {
+    /// List them all
+    List,
+    /// List a Domain's signing keys: every generation, which signs now (current), which a
+    /// rotation announced (next), and the retired ones
+    SigningKeys {
+        /// The Domain's id or slug
+        #[arg(value_name = "DOMAIN")]
+        domain: String,
+    },
+    /// Rotate a Domain's signing key (needs an admin token): a new key is announced to every
+    /// node at once and signs after the overlap; until then the current key signs
+    RotateKey {
+        /// The Domain's id or slug
+        #[arg(value_name = "DOMAIN")]
+        domain: String,
+        /// How long nodes are told of the new key before it signs: 0s to 30d (90s, 30m, 24h,
+        /// 2d, 1h30m); give relays both keys meanwhile (`plexsphere domain-key` prints them)
+        #[arg(long, default_value = "24h", value_name = "DURATION")]
+        overlap: String,
     },
 }
 

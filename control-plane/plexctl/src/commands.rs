@@ -7,9 +7,12 @@ use plexsphere_wire::admin::{
 };
 use plexsphere_wire::node::{UdpOffload, UdpOffloadRequest};
 use plexsphere_wire::secret::{TokenKind, valid_env_prefix};
+use plexsphere_wire::signing_keys_admin::{
+    MAX_OVERLAP_SECS, RotateSigningKeyRequest, SigningKeyView,
+};
 
 use crate::broker;
-use crate::cli::{Command, ListCommand, NodeCommand, TokenCommand};
+use crate::cli::{Command, DomainCommand, ListCommand, NodeCommand, TokenCommand};
 use crate::client::Api;
 use crate::config::Settings;
 use crate::failure::Failure;
@@ -42,12 +45,55 @@ pub async fn run(
         Command::Resource(cmd) => broker::resources(cmd, format, settings).await,
         Command::CloudCredential(cmd) => broker::credentials(cmd, format, settings).await,
         Command::Blueprint(ListCommand::List) => broker::blueprints(format, settings).await,
-        Command::Domain(ListCommand::List) => {
+        Command::Domain(cmd) => domains(cmd, format, settings).await,
+    }
+}
+
+async fn domains(
+    cmd: &DomainCommand,
+    format: Format,
+    settings: &Settings,
+) -> Result<String, Failure> {
+    match cmd {
+        DomainCommand::List => {
             let list: List<DomainView> =
                 operator_api(settings)?.get(&["v1", "domains"], &[]).await?;
             render(format, list.items.as_slice(), output::domains)
         }
+        DomainCommand::SigningKeys { domain } => {
+            let list: List<SigningKeyView> = operator_api(settings)?
+                .get(&["v1", "domains", domain, "signing-keys"], &[])
+                .await?;
+            render(format, list.items.as_slice(), output::signing_keys)
+        }
+        DomainCommand::RotateKey { domain, overlap } => {
+            let body = RotateSigningKeyRequest {
+                overlap_secs: Some(overlap_secs(overlap)?),
+            };
+            let key: SigningKeyView = operator_api(settings)?
+                .post(&["v1", "domains", domain, "signing-keys"], Some(&body))
+                .await?;
+            render(format, &key, |k| {
+                output::signing_keys(std::slice::from_ref(k))
+            })
+        }
     }
+}
+
+/// `--overlap`: a duration of 0s to the server's 30 days, checked before the server is asked.
+fn overlap_secs(text: &str) -> Result<u64, Failure> {
+    let rules = duration::Rules {
+        bare_seconds: false,
+        zero: true,
+    };
+    let secs =
+        duration::parse_with(text, rules).map_err(|e| Failure::Usage(format!("--overlap: {e}")))?;
+    if secs > MAX_OVERLAP_SECS {
+        return Err(Failure::Usage(format!(
+            "--overlap {text} is longer than the 30d a rotation may last; give 0s to 30d"
+        )));
+    }
+    Ok(secs)
 }
 
 async fn version(format: Format, settings: &Settings) -> Result<String, Failure> {

@@ -10,6 +10,7 @@ use plexsphere_wire::admin::{
     VersionInfo,
 };
 use plexsphere_wire::node::NatMapping;
+use plexsphere_wire::signing_keys_admin::SigningKeyView;
 use serde::Serialize;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -410,6 +411,32 @@ pub fn domains(items: &[DomainView]) -> String {
         })
         .collect();
     table(&["ID", "SLUG", "MESH CIDR", "SIGNING KEY"], &rows)
+}
+
+/// A Domain's signing keys (`domain signing-keys`, and the new one of `domain rotate-key`).
+pub fn signing_keys(items: &[SigningKeyView]) -> String {
+    let rows: Vec<Vec<String>> = items
+        .iter()
+        .map(|k| {
+            vec![
+                k.generation.to_string(),
+                k.status.as_str().to_owned(),
+                text(&k.public_key),
+                time(k.active_from),
+                time(k.created_at),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "GENERATION",
+            "STATUS",
+            "PUBLIC KEY",
+            "SIGNS FROM",
+            "CREATED",
+        ],
+        &rows,
+    )
 }
 
 /// `plexctl version --output json`: `{"client":{...},"server":{...} or null}`.

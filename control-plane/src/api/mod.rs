@@ -14,6 +14,7 @@ mod operator;
 mod public;
 mod rotation;
 pub mod routes;
+mod signing_keys;
 pub mod sse;
 mod state;
 mod streams;
@@ -73,6 +74,9 @@ fn routes() -> Routes {
         .add(Post, "/v1/nodes/{node_id}/rotate-key", OPERATE, rotation::request_key_rotation)
         .add(Post, "/v1/nodes/{node_id}/rotate-credential", OPERATE, rotation::request_credential_rotation)
         .add(Put, "/v1/nodes/{node_id}/udp-offload", OPERATE, node_settings::set_udp_offload)
+        .add(Get, "/v1/domains/{domain}/signing-keys", READ, signing_keys::list)
+        .add(Post, "/v1/domains/{domain}/signing-keys", ADMIN, signing_keys::rotate)
+        .add(Get, "/v1/nodes/{node_id}/signing-keys", Node, signing_keys::chain)
         .add(Get, "/healthz", Public, health::healthz)
         .add(Get, "/readyz", Public, health::readyz)
         .add(Get, "/metrics", READ, health::metrics)

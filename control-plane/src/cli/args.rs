@@ -78,7 +78,8 @@ pub enum Command {
     },
     /// Run a relay for nodes that cannot reach each other directly (or `relay keygen`).
     Relay(super::relay::RelayCommand),
-    /// Print a Domain's signing public key (what `plexsphere relay --domain-key` takes).
+    /// Print a Domain's signing public key, and the next one during a rotation's overlap (what
+    /// `plexsphere relay --domain-key` takes: give a relay both meanwhile).
     DomainKey(super::keys::DomainKeyArgs),
     /// The key-encryption key the Domain keys are sealed under in the database.
     #[command(subcommand)]

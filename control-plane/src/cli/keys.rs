@@ -1,5 +1,6 @@
-//! `plexsphere kek generate` (a key-encryption key) and `plexsphere domain-key` (print a
-//! Domain's signing public key), and how `serve` finds its KEK.
+//! `plexsphere kek generate` (a key-encryption key), `plexsphere kek rotate` (every Domain key
+//! sealed again under a new KEK) and `plexsphere domain-key` (print a Domain's signing public
+//! keys), and how `serve` finds its KEK.
 
 use std::path::{Path, PathBuf};
 
@@ -18,6 +19,26 @@ pub enum KekCommand {
         /// The file to write (give the same one to every replica).
         #[arg(long)]
         out: PathBuf,
+    },
+    /// Seal every Domain key in the database again under a new KEK, in one transaction (stop
+    /// the replicas first, then start them with the new KEK; docs/operations.md)
+    Rotate {
+        /// The control plane's data directory (for the default SQLite database).
+        #[arg(
+            long,
+            env = "PLEXSPHERE_DATA_DIR",
+            default_value = "/var/lib/plexsphere"
+        )]
+        data_dir: PathBuf,
+        /// `sqlite://...` or `postgres://...`; default: `<data-dir>/plexsphere.db`.
+        #[arg(long, env = "PLEXSPHERE_DATABASE_URL")]
+        database_url: Option<String>,
+        /// The KEK the Domain keys are sealed under now.
+        #[arg(long)]
+        old_key_encryption_key_file: PathBuf,
+        /// The new KEK (`plexsphere kek generate --out <file>` makes one).
+        #[arg(long)]
+        key_encryption_key_file: PathBuf,
     },
 }
 
@@ -39,11 +60,45 @@ pub struct DomainKeyArgs {
     pub domain: Option<String>,
 }
 
-pub fn kek(cmd: KekCommand) -> Result<(), Failure> {
+pub async fn kek(cmd: KekCommand) -> Result<(), Failure> {
     match cmd {
         KekCommand::Generate { out } => {
             keys::kek::generate(&out).map_err(|e| Failure::Config(e.to_string()))?;
             println!("key-encryption key written to {}", out.display());
+            Ok(())
+        }
+        KekCommand::Rotate {
+            data_dir,
+            database_url,
+            old_key_encryption_key_file,
+            key_encryption_key_file,
+        } => {
+            let config = |e: keys::KekError| Failure::Config(e.to_string());
+            let old = Kek::read(&old_key_encryption_key_file).map_err(config)?;
+            let new = Kek::read(&key_encryption_key_file).map_err(config)?;
+            let url = database_url.unwrap_or_else(|| Store::sqlite_url(&data_dir));
+            let store = Store::connect(&url).await.map_err(runtime)?;
+            store.migrate().await.map_err(runtime)?;
+            let done = keys::reseal::reseal_all(&store, &old, &new).await;
+            store.close().await;
+            let done = done.map_err(|e| match e {
+                keys::reseal::ResealError::Store(s) => runtime(s),
+                other => Failure::Config(other.to_string()),
+            })?;
+            if done.resealed == 0 {
+                println!(
+                    "nothing to do: every Domain key ({}) already opens with the key-encryption key {}",
+                    done.already,
+                    new.origin()
+                );
+            } else {
+                println!(
+                    "sealed {} Domain keys again under the key-encryption key {} ({} already were); start every replica with it now",
+                    done.resealed,
+                    new.origin(),
+                    done.already
+                );
+            }
             Ok(())
         }
     }
@@ -63,8 +118,10 @@ pub(super) fn key_failure(e: keys::KeyError) -> Failure {
     }
 }
 
-/// Prints the public key the Domain signs with now (no KEK needed: public keys are stored
-/// in the clear), or that of an older version's seed file not imported yet.
+/// Prints the public key the Domain signs with now and, during a rotation's overlap, the next
+/// one on a second line (a relay must trust both meanwhile; `--domain-key-file` takes the
+/// lines). No KEK needed: public keys are stored in the clear. Before the database has a key,
+/// the key of an older version's seed file not imported yet.
 pub async fn domain_key(args: &DomainKeyArgs) -> Result<(), Failure> {
     let url = args
         .database_url
@@ -78,7 +135,16 @@ pub async fn domain_key(args: &DomainKeyArgs) -> Result<(), Failure> {
         .await
         .map_err(runtime)?;
     let now = keys::unix_now();
-    let current = stored.iter().rev().find(|k| k.active_from <= now);
+    let current = stored
+        .iter()
+        .rev()
+        .find(|k| k.active_from <= now)
+        .or(stored.first());
+    let next = current.and_then(|c| {
+        stored
+            .iter()
+            .find(|k| k.generation > c.generation && k.active_from > now)
+    });
     let key = match current {
         Some(k) => k.public_key.clone(),
         None => {
@@ -96,6 +162,9 @@ pub async fn domain_key(args: &DomainKeyArgs) -> Result<(), Failure> {
         }
     };
     println!("{key}");
+    if let Some(next) = next {
+        println!("{}", next.public_key);
+    }
     drop(conn);
     store.close().await;
     Ok(())

@@ -115,7 +115,7 @@ async fn dispatch(cmd: Command) -> Result<(), Failure> {
         } => backup::restore(&from, &data, key_encryption_key_file.as_deref()).await,
         Command::Relay(cmd) => relay::relay(cmd).await,
         Command::DomainKey(args) => keys::domain_key(&args).await,
-        Command::Kek(cmd) => keys::kek(cmd),
+        Command::Kek(cmd) => keys::kek(cmd).await,
         Command::ReleaseKey(cmd) => downloads::release_key(cmd),
         Command::Release(cmd) => downloads::release(cmd),
     }

@@ -196,6 +196,13 @@ pub fn migrator() -> Migrator {
             include_str!("../../migrations/0014_udp_offload.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            15,
+            Cow::Borrowed("domain key rotation"),
+            MigrationType::Simple,
+            include_str!("../../migrations/0015_domain_key_rotation.sql").into_sql_str(),
+            false,
+        ),
     ];
     Migrator::with_migrations(migrations)
 }
