@@ -173,6 +173,113 @@ fn cached_state_with_the_api_down_is_applied_and_served() {
 }
 
 #[test]
+fn a_state_signed_by_an_unannounced_key_is_refused_and_a_forged_chain_changes_nothing() {
+    use plexsphere_wire::signed::DomainSigner;
+    use plexsphere_wire::signing_keys::{KeyTransition, SigningKey, SigningKeyChain};
+
+    // The API answers every state pull with a document signed by a key the node was never
+    // told about, and its key chain with a link that key signed itself.
+    let foreign = DomainSigner::from_seed(&[7u8; 32]).unwrap();
+    let forged_state = node_api::state_signed_by(&foreign, 9, vec![node_api::peer(5)]);
+    let forged_chain = SigningKeyChain {
+        transitions: vec![KeyTransition::sign(
+            &foreign,
+            uuid::Uuid::parse_str("019a0816-0000-7000-8000-000000000001").unwrap(),
+            SigningKey {
+                generation: 2,
+                public_key: foreign.public_key_b64(),
+                active_from: 0,
+            },
+        )],
+    };
+    let chain_json = serde_json::to_string(&forged_chain).unwrap();
+    let state_json = serde_json::to_string(&forged_state).unwrap();
+    let fake = node_api::control_plane(node_api::state(1, vec![]), ": keep-alive\n\n".into());
+    let handler: Handler = std::sync::Arc::new(move |req: &Req| {
+        if req.path.ends_with("/signing-keys") {
+            Answer::json(200, &chain_json)
+        } else if req.path.ends_with("/state") {
+            Answer::json(200, &state_json)
+        } else {
+            fake(req)
+        }
+    });
+    let pki = TestPki::new();
+    let server = TlsServer::start_with(&pki, handler);
+
+    // An enrolled node with a good cached state (two peers) signed by its pinned key.
+    let node = Node::new();
+    node.write_config(&format!(
+        "api_url: {}\nwireguard:\n  backend: none\ndaemon:\n  min_interval_secs: 1\n  intervals:\n    state_poll_secs: 1\n",
+        server.url()
+    ));
+    std::fs::write(node.config_dir().join("ca.crt"), pki.ca_pem()).unwrap();
+    std::fs::create_dir_all(node.state_dir()).unwrap();
+    let r: plexsphere_wire::RegisterResponse =
+        serde_json::from_str(&node_api::registered()).unwrap();
+    let id = plexd::identity::Identity::from_response(
+        r,
+        &server.url(),
+        time::OffsetDateTime::UNIX_EPOCH,
+    );
+    id.save(&node.identity_file()).unwrap();
+    let before = std::fs::read_to_string(node.identity_file()).unwrap();
+    let env = node_api::state(7, vec![node_api::peer(3), node_api::peer(4)]);
+    plexd::daemon::cache::save(&node.state_dir().join("state.json"), &env, &[], 7).unwrap();
+
+    let (sock, sock_path) = notify_socket(&node);
+    let child = spawn_run(&node, &sock_path);
+    wait_for(&sock, "READY=1");
+    // Several state pulls are refused; the chain is asked for once (at most once a minute).
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let pulls = server
+            .lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.ends_with("/state"))
+            .count();
+        if pulls >= 3 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "fewer than 3 state pulls in 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let status = status_json(&node);
+    assert_eq!(status["state_version"], 7, "{status}");
+    assert_eq!(status["peers"].as_array().unwrap().len(), 2, "{status}");
+    assert_eq!(
+        status["domain_key"]["public_key"],
+        node_api::signer().public_key_b64()
+    );
+
+    let out = term(child);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let log = stderr(&out);
+    assert!(log.contains("refused a state document"), "{log}");
+    assert!(
+        log.contains("the Domain's key chain does not lead anywhere from the pinned key")
+            && log.contains("no transition in the key chain is signed by the pinned Domain key"),
+        "{log}"
+    );
+    let lines = server.lines.lock().unwrap().clone();
+    let chains = lines
+        .iter()
+        .filter(|l| l.ends_with("/signing-keys"))
+        .count();
+    assert_eq!(chains, 1, "{lines:?}");
+    assert_eq!(
+        std::fs::read_to_string(node.identity_file()).unwrap(),
+        before,
+        "the pinned key is unchanged"
+    );
+}
+
+#[test]
 fn a_revocation_event_exits_15_and_keeps_the_identity() {
     let pki = TestPki::new();
     let events = format!(": hi\n\n{}", node_api::frame(9, EventKind::NodeRevoked));

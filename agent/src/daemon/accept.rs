@@ -1,9 +1,14 @@
-//! Whether a state document or an event may be applied: signed by the Domain key pinned at
-//! registration, addressed to this node, not older than what is applied, and (for events)
-//! carrying the same `seq` as the SSE frame's `id:`. Pure; a refusal says why, for the log.
+//! Whether a state document or an event may be applied: signed by the Domain key the node
+//! pinned (at registration, or by following a rotation) or by the next key a document signed
+//! with the pinned key announced, addressed to this node, not older than what is applied, and
+//! (for events) carrying the same `seq` as the SSE frame's `id:`. Pure; a refusal says why, for
+//! the log. What a verified document means for the keys (an announcement, a promotion) is the
+//! core's to decide: each accepted document says which key signed it ([`SignedBy`]).
 
 use plexsphere_wire::node::{Event, NodeState};
 use plexsphere_wire::signed::{DomainVerifier, SignContext, SignedEnvelope, VerifyError};
+use plexsphere_wire::signing_keys::SigningKey;
+use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
 /// Why a document was refused. The daemon logs it at warn and keeps the last good state.
@@ -27,22 +32,144 @@ pub enum Refusal {
     Stale { age_secs: u64, max_secs: u64 },
 }
 
+/// Which of the node's Domain keys verified a document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignedBy {
+    /// The pinned key.
+    Pinned,
+    /// The announced next key: the rotation's overlap is over, the node moves to it.
+    Next,
+}
+
+/// The Domain keys a node trusts: the pinned one, and the next one while an overlap lasts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DomainKeys {
+    /// The pinned public key, standard base64.
+    pub pinned: String,
+    /// Its generation, when known (a key pinned at registration has none).
+    pub generation: Option<u64>,
+    pub next: Option<SigningKey>,
+}
+
 /// What a document is checked against.
 #[derive(Clone)]
 pub struct Acceptor {
     verifier: DomainVerifier,
+    keys: DomainKeys,
+    /// The announced next key's verifier (`keys.next` decoded).
+    next: Option<DomainVerifier>,
     node_id: Uuid,
 }
 
 impl Acceptor {
-    pub fn new(verifier: DomainVerifier, node_id: Uuid) -> Self {
-        Self { verifier, node_id }
+    /// The keys as the identity file keeps them; an error names the bad one.
+    pub fn with_keys(keys: DomainKeys, node_id: Uuid) -> Result<Self, String> {
+        let verifier = DomainVerifier::from_b64(&keys.pinned)
+            .map_err(|e| format!("domain_signing_public_key: {e}"))?;
+        let next = match &keys.next {
+            Some(k) => Some(
+                DomainVerifier::from_b64(&k.public_key)
+                    .map_err(|e| format!("next_signing_key: {e}"))?,
+            ),
+            None => None,
+        };
+        Ok(Self {
+            verifier,
+            keys,
+            next,
+            node_id,
+        })
+    }
+
+    /// The identity's keys (pinned and next).
+    pub fn from_identity(id: &crate::identity::Identity) -> Result<Self, String> {
+        Self::with_keys(
+            DomainKeys {
+                pinned: id.domain_signing_public_key.clone(),
+                generation: id.domain_signing_key_generation,
+                next: id.next_signing_key.clone(),
+            },
+            id.node_id,
+        )
+    }
+
+    pub fn keys(&self) -> &DomainKeys {
+        &self.keys
+    }
+
+    /// Trusts `next` beside the pinned key (a document signed by the pinned key announced
+    /// it). `false` when nothing changed (the same key again, or the pinned key itself).
+    pub fn announce(&mut self, next: &SigningKey) -> Result<bool, String> {
+        if next.public_key == self.keys.pinned || self.keys.next.as_ref() == Some(next) {
+            return Ok(false);
+        }
+        let v = DomainVerifier::from_b64(&next.public_key).map_err(|e| {
+            format!(
+                "the announced next signing key (generation {}): {e}",
+                next.generation
+            )
+        })?;
+        self.next = Some(v);
+        self.keys.next = Some(next.clone());
+        Ok(true)
+    }
+
+    /// The next key becomes the pinned one; the old key is refused from now on. Answers the
+    /// key promoted (`None`: there was no next key).
+    pub fn promote(&mut self) -> Option<SigningKey> {
+        let key = self.keys.next.take()?;
+        let v = self.next.take()?;
+        self.verifier = v;
+        self.keys.pinned = key.public_key.clone();
+        self.keys.generation = Some(key.generation);
+        Some(key)
+    }
+
+    /// Pins `key` (reached by following the key chain from the pinned key), with `next` (a
+    /// later link of the same chain, still in its overlap) beside it.
+    pub fn adopt(&mut self, key: &SigningKey, next: Option<&SigningKey>) -> Result<(), String> {
+        let keys = DomainKeys {
+            pinned: key.public_key.clone(),
+            generation: Some(key.generation),
+            next: next.cloned(),
+        };
+        *self = Self::with_keys(keys, self.node_id)?;
+        Ok(())
+    }
+
+    /// Which of my keys verifies this: the pinned key, else the announced next key, else the
+    /// pinned key's refusal (never a key the node did not pin or was not announced).
+    fn open<T: DeserializeOwned>(
+        &self,
+        ctx: SignContext,
+        env: &SignedEnvelope,
+    ) -> Result<(T, SignedBy), VerifyError> {
+        match self.verifier.open(ctx, env) {
+            Ok(doc) => Ok((doc, SignedBy::Pinned)),
+            Err(VerifyError::BadSignature) if self.next.is_some() => match &self.next {
+                Some(next) => next
+                    .open(ctx, env)
+                    .map(|doc| (doc, SignedBy::Next))
+                    .map_err(|_| VerifyError::BadSignature),
+                None => Err(VerifyError::BadSignature),
+            },
+            Err(e) => Err(e),
+        }
     }
 
     /// A state document (the body of `GET /state`, or the cache): signed, ours, and not
     /// older than `applied` (the same version again is fine).
     pub fn state(&self, env: &SignedEnvelope, applied: Option<u64>) -> Result<NodeState, Refusal> {
-        let state: NodeState = self.verifier.open(SignContext::NodeState, env)?;
+        self.state_by(env, applied).map(|(s, _)| s)
+    }
+
+    /// [`Self::state`], and which key signed it.
+    pub fn state_by(
+        &self,
+        env: &SignedEnvelope,
+        applied: Option<u64>,
+    ) -> Result<(NodeState, SignedBy), Refusal> {
+        let (state, by): (NodeState, _) = self.open(SignContext::NodeState, env)?;
         if state.node_id != self.node_id {
             return Err(Refusal::OtherNode {
                 got: state.node_id,
@@ -57,7 +184,7 @@ impl Acceptor {
                 applied,
             });
         }
-        Ok(state)
+        Ok((state, by))
     }
 
     /// Whether a state from the API is fresh: issued at most `max_age` before `wall`.
@@ -86,18 +213,18 @@ impl Acceptor {
         &self,
         body: &[u8],
         applied: Option<u64>,
-    ) -> Result<(NodeState, SignedEnvelope), Refusal> {
+    ) -> Result<(NodeState, SignedEnvelope, SignedBy), Refusal> {
         let env: SignedEnvelope =
             serde_json::from_slice(body).map_err(|e| Refusal::NotAnEnvelope(e.to_string()))?;
-        let state = self.state(&env, applied)?;
-        Ok((state, env))
+        let (state, by) = self.state_by(&env, applied)?;
+        Ok((state, env, by))
     }
 
     /// An SSE frame: `data:` is a signed envelope of an [`Event`] whose `seq` equals `id:`.
-    pub fn event(&self, frame_id: Option<&str>, data: &str) -> Result<Event, Refusal> {
+    pub fn event(&self, frame_id: Option<&str>, data: &str) -> Result<(Event, SignedBy), Refusal> {
         let env: SignedEnvelope =
             serde_json::from_str(data).map_err(|e| Refusal::NotAnEnvelope(e.to_string()))?;
-        let event: Event = self.verifier.open(SignContext::Event, &env)?;
+        let (event, by): (Event, _) = self.open(SignContext::Event, &env)?;
         if event.node_id != self.node_id {
             return Err(Refusal::OtherNode {
                 got: event.node_id,
@@ -115,8 +242,14 @@ impl Acceptor {
                 frame_id: id.chars().take(40).collect(),
             });
         }
-        Ok(event)
+        Ok((event, by))
     }
+}
+
+/// Whether a refusal is the signature matching none of the node's keys (what sends a node
+/// to the key chain).
+pub fn is_unknown_signer(r: &Refusal) -> bool {
+    matches!(r, Refusal::Signature(VerifyError::BadSignature))
 }
 
 #[cfg(test)]
@@ -141,8 +274,25 @@ pub(crate) mod tests {
         DomainSigner::from_seed(&SEED).unwrap()
     }
     pub fn acceptor() -> Acceptor {
-        let v = DomainVerifier::from_b64(&signer().public_key_b64()).unwrap();
-        Acceptor::new(v, own())
+        Acceptor::with_keys(keys(&signer(), None), own()).unwrap()
+    }
+    pub fn keys(pinned: &DomainSigner, next: Option<SigningKey>) -> DomainKeys {
+        DomainKeys {
+            pinned: pinned.public_key_b64(),
+            generation: Some(1),
+            next,
+        }
+    }
+    /// The rotation's second key.
+    pub fn signer2() -> DomainSigner {
+        DomainSigner::from_seed(&[43u8; 32]).unwrap()
+    }
+    pub fn key_of(signer: &DomainSigner, generation: u64) -> SigningKey {
+        SigningKey {
+            generation,
+            public_key: signer.public_key_b64(),
+            active_from: 1_700_000_000,
+        }
     }
     pub fn peer(n: u8) -> PeerSpec {
         let ip: IpAddr = format!("10.64.1.{n}").parse().unwrap();
@@ -265,7 +415,7 @@ pub(crate) mod tests {
     fn events_are_checked_against_the_frame_id() {
         let a = acceptor();
         let data = event_data(12, own(), EventKind::NodeRevoked);
-        assert_eq!(a.event(Some("12"), &data).unwrap().seq, 12);
+        assert_eq!(a.event(Some("12"), &data).unwrap().0.seq, 12);
         let e = a.event(Some("13"), &data).unwrap_err();
         assert!(matches!(e, Refusal::SeqMismatch { signed: 12, .. }), "{e}");
         assert!(matches!(a.event(None, &data), Err(Refusal::BadFrameId(_))));
@@ -298,6 +448,108 @@ pub(crate) mod tests {
             a.event(Some("12"), "not json"),
             Err(Refusal::NotAnEnvelope(_))
         ));
+    }
+
+    fn signed_state(by: &DomainSigner, version: u64, next: Option<SigningKey>) -> SignedEnvelope {
+        let mut s = state(version, vec![]);
+        s.next_signing_key = next;
+        by.sign(SignContext::NodeState, &s).unwrap()
+    }
+
+    #[test]
+    fn the_next_key_verifies_only_once_announced() {
+        let mut a = acceptor();
+        let by_next = signed_state(&signer2(), 6, None);
+        let e = a.state(&by_next, None).unwrap_err();
+        assert!(is_unknown_signer(&e), "an unannounced key is refused: {e}");
+
+        assert!(a.announce(&key_of(&signer2(), 2)).unwrap());
+        assert!(
+            !a.announce(&key_of(&signer2(), 2)).unwrap(),
+            "the same key twice changes nothing"
+        );
+        assert!(
+            !a.announce(&key_of(&signer(), 1)).unwrap(),
+            "nor the pinned key"
+        );
+        let (_, by) = a.state_by(&by_next, None).unwrap();
+        assert_eq!(by, SignedBy::Next);
+        let (_, by) = a.state_by(&signed_state(&signer(), 6, None), None).unwrap();
+        assert_eq!(
+            by,
+            SignedBy::Pinned,
+            "the pinned key still signs in the overlap"
+        );
+        let ev = serde_json::to_string(
+            &signer2()
+                .sign(
+                    SignContext::Event,
+                    &Event {
+                        seq: 7,
+                        node_id: own(),
+                        kind: EventKind::NodeRevoked,
+                    },
+                )
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(a.event(Some("7"), &ev).unwrap().1, SignedBy::Next);
+
+        // A third key is never accepted, announced or not.
+        let third = DomainSigner::from_seed(&[44u8; 32]).unwrap();
+        let e = a.state(&signed_state(&third, 6, None), None).unwrap_err();
+        assert!(is_unknown_signer(&e), "{e}");
+        // A bad announced key is refused with its name, and changes nothing.
+        let bad = SigningKey {
+            generation: 3,
+            public_key: "not a key".into(),
+            active_from: 0,
+        };
+        let e = a.announce(&bad).unwrap_err();
+        assert!(e.contains("generation 3"), "{e}");
+        assert_eq!(a.keys().next, Some(key_of(&signer2(), 2)));
+    }
+
+    #[test]
+    fn after_the_promotion_the_old_key_is_refused() {
+        let mut a = acceptor();
+        assert_eq!(a.promote(), None, "nothing to promote");
+        a.announce(&key_of(&signer2(), 2)).unwrap();
+        assert_eq!(a.promote(), Some(key_of(&signer2(), 2)));
+        assert_eq!(
+            a.keys(),
+            &DomainKeys {
+                pinned: signer2().public_key_b64(),
+                generation: Some(2),
+                next: None,
+            }
+        );
+        let e = a
+            .state(&signed_state(&signer(), 8, None), None)
+            .unwrap_err();
+        assert!(is_unknown_signer(&e), "the old key is refused: {e}");
+        let (_, by) = a
+            .state_by(&signed_state(&signer2(), 8, None), None)
+            .unwrap();
+        assert_eq!(by, SignedBy::Pinned);
+        let old_event = event_data(9, own(), EventKind::NodeRevoked);
+        assert!(a.event(Some("9"), &old_event).is_err());
+    }
+
+    #[test]
+    fn an_adopted_key_replaces_both() {
+        let mut a = acceptor();
+        a.adopt(&key_of(&signer2(), 2), None).unwrap();
+        assert_eq!(a.keys().generation, Some(2));
+        assert!(a.state(&signed_state(&signer(), 3, None), None).is_err());
+        assert!(a.state(&signed_state(&signer2(), 3, None), None).is_ok());
+        let bad = SigningKey {
+            generation: 3,
+            public_key: "AAAA".into(),
+            active_from: 0,
+        };
+        assert!(a.adopt(&bad, None).is_err());
+        assert_eq!(a.keys().pinned, signer2().public_key_b64(), "unchanged");
     }
 
     proptest::proptest! {

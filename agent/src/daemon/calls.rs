@@ -14,6 +14,11 @@ use crate::identity::SecretString;
 
 /// The largest answer body plexd reads (a state document with thousands of peers fits).
 pub const MAX_ANSWER: usize = 8 * 1024 * 1024;
+/// The largest key chain plexd reads: [`MAX_KEY_CHAIN`] transitions of about 400 bytes each
+/// fit many times over.
+///
+/// [`MAX_KEY_CHAIN`]: plexsphere_wire::signing_keys::MAX_KEY_CHAIN
+pub const MAX_KEY_CHAIN_ANSWER: usize = 256 * 1024;
 
 /// Why a call did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,6 +181,15 @@ impl NodeApi {
         &self,
         req: reqwest::RequestBuilder,
     ) -> Result<(u16, reqwest::header::HeaderMap, Vec<u8>), CallError> {
+        self.send_limited(req, MAX_ANSWER).await
+    }
+
+    /// [`Self::send`] with a body of at most `limit` bytes.
+    async fn send_limited(
+        &self,
+        req: reqwest::RequestBuilder,
+        limit: usize,
+    ) -> Result<(u16, reqwest::header::HeaderMap, Vec<u8>), CallError> {
         let mut req = req.header(reqwest::header::AUTHORIZATION, self.bearer());
         if let Some(host) = self.host_header() {
             req = req.header(HOST_HEADER, host);
@@ -186,11 +200,11 @@ impl NodeApi {
             .map_err(|e| CallError::Unreachable(self.api.classify(&e).to_string()))?;
         let status = resp.status().as_u16();
         let headers = resp.headers().clone();
-        let body = read_limited(resp, MAX_ANSWER)
+        let body = read_limited(resp, limit)
             .await
             .map_err(|e| CallError::Unreachable(self.api.classify(&e).to_string()))?
             .ok_or_else(|| {
-                CallError::BadAnswer(format!("the body is larger than {MAX_ANSWER} bytes"))
+                CallError::BadAnswer(format!("the body is larger than {limit} bytes"))
             })?;
         Ok((status, headers, body))
     }
@@ -260,6 +274,16 @@ impl NodeApi {
     /// `POST /v1/nodes/{id}/credential`.
     pub async fn rotate_credential(&self) -> Result<CredentialRotated, CallError> {
         self.post_json("/credential", &serde_json::json!({})).await
+    }
+
+    /// `GET /v1/nodes/{id}/signing-keys`: the Domain's key chain (verified by the caller,
+    /// link by link from the pinned key).
+    pub async fn signing_keys(
+        &self,
+    ) -> Result<plexsphere_wire::signing_keys::SigningKeyChain, CallError> {
+        let tail = format!("/{}", plexsphere_wire::signing_keys::SIGNING_KEYS_PATH);
+        let req = self.api.http().get(self.url(&tail));
+        json_answer(self.send_limited(req, MAX_KEY_CHAIN_ANSWER).await?)
     }
 
     /// `DELETE /v1/nodes/{id}`.

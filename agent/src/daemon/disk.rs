@@ -10,6 +10,7 @@ use std::thread::{self, JoinHandle};
 
 use tokio::sync::mpsc::Sender;
 
+use super::accept::DomainKeys;
 use super::cache;
 use super::core::io::{self, CacheWrite};
 use super::input::Input;
@@ -19,6 +20,9 @@ use crate::paths::StatePaths;
 #[derive(Default)]
 struct Queue {
     save: Option<CacheWrite>,
+    /// The Domain keys to write into the identity file (the latest replaces a waiting one);
+    /// written before a cache write taken at the same time.
+    keys: Option<DomainKeys>,
     remove: bool,
     removed: bool,
     stop: bool,
@@ -59,6 +63,15 @@ impl DiskThread {
         });
     }
 
+    /// Writes the Domain keys into the identity file (replacing a write still waiting).
+    pub fn save_keys(&self, keys: DomainKeys) {
+        self.with(|q| {
+            if !q.remove && !q.removed {
+                q.keys = Some(keys);
+            }
+        });
+    }
+
     /// Removes the node's files; answered with `NodeFilesRemoved`.
     pub fn remove_node_files(&self) {
         self.with(|q| q.remove = true);
@@ -82,17 +95,20 @@ impl Drop for DiskThread {
 fn work(shared: &Shared, paths: &StatePaths, answers: &Sender<Input>) {
     let (lock, cv) = &**shared;
     loop {
-        let (save, remove, stop) = {
+        let (keys, save, remove, stop) = {
             let mut q = lock.lock().unwrap_or_else(PoisonError::into_inner);
-            while q.save.is_none() && !q.remove && !q.stop {
+            while q.save.is_none() && q.keys.is_none() && !q.remove && !q.stop {
                 q = cv.wait(q).unwrap_or_else(PoisonError::into_inner);
             }
             let remove = std::mem::take(&mut q.remove);
             if remove {
                 q.removed = true;
             }
-            (q.save.take(), remove, q.stop)
+            (q.keys.take(), q.save.take(), remove, q.stop)
         };
+        if let Some(k) = keys {
+            save_keys(&paths.identity_file(), k);
+        }
         if let Some(w) = save {
             let path: PathBuf = paths.dir.join(cache::STATE_FILE_NAME);
             if let Err(e) = cache::save(&path, &w.envelope, &w.events, w.last_seq) {
@@ -109,5 +125,22 @@ fn work(shared: &Shared, paths: &StatePaths, answers: &Sender<Input>) {
         if stop {
             return;
         }
+    }
+}
+
+/// The Domain keys into the identity file, under its writers' lock.
+fn save_keys(path: &std::path::Path, k: DomainKeys) {
+    let r = crate::identity::Identity::update(path, |id| {
+        id.domain_signing_public_key = k.pinned.clone();
+        id.domain_signing_key_generation = k.generation;
+        id.next_signing_key = k.next.clone();
+    });
+    match r {
+        Ok(_) => {
+            tracing::debug!(path = %path.display(), generation = ?k.generation, "saved the Domain keys")
+        }
+        Err(e) => tracing::error!(
+            "cannot save the Domain's signing keys in the identity file: {e}; this run uses them, but after a restart the node checks documents against the keys the file still has"
+        ),
     }
 }

@@ -171,6 +171,7 @@ impl Executor {
                 }
             }
             Effect::SaveCache(w) => self.disk.save(w),
+            Effect::SaveDomainKeys(keys) => self.disk.save_keys(keys),
             Effect::RemoveNodeFiles => self.disk.remove_node_files(),
             Effect::Notify(pairs) => {
                 let pairs: Vec<(&str, &str)> =
@@ -256,6 +257,7 @@ impl Executor {
                 Call::RotateCredential => {
                     CallResult::RotateCredential(super::rotate::rotate_credential(api, paths).await)
                 }
+                Call::SigningKeys => CallResult::SigningKeys(api.signing_keys().await),
             };
             let _ = tx.send(Input::Core(io::Input::Call(result))).await;
         });

@@ -43,7 +43,6 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
-use plexsphere_wire::signed::DomainVerifier;
 use tokio::sync::mpsc;
 use tracing::Instrument as _;
 
@@ -81,13 +80,12 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
                 ),
             )
         };
-        let verifier = DomainVerifier::from_b64(&identity.domain_signing_public_key)
-            .map_err(|e| bad_identity(format!("domain_signing_public_key: {e}")))?;
+        // The pinned Domain key, and the next one when a rotation announced it.
+        let acceptor = accept::Acceptor::from_identity(&identity).map_err(bad_identity)?;
         let url = ApiUrl::parse(&identity.api_url).map_err(|e| bad_identity(format!("api_url: {e}")))?;
         let client = ApiClient::new(url, &settings.trust, settings.dropped_ca.clone())?;
         let host = crate::identity::host::check_or_bind(&settings.state.dir, identity.node_id, &crate::identity::host::machine_id_file(), time::OffsetDateTime::now_utc())?;
         let api = calls::NodeApi::new(client, identity.node_id, identity.node_credential.clone()).with_host(host);
-        let acceptor = accept::Acceptor::new(verifier, identity.node_id);
         // The metrics listener, when configured: bound before anything else listens, so a
         // taken address fails the start with a clear error.
         let metrics_server = match settings.config.metrics.listen {

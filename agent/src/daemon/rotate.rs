@@ -110,13 +110,12 @@ pub async fn rotate_credential(api: NodeApi, paths: StatePaths) -> Result<(), Ca
     let credential = SecretString::new(answer.node_credential);
     let c = credential.clone();
     blocking(move || {
-        let file = paths.identity_file();
-        let mut id = Identity::load(&file)
-            .map_err(disk)?
-            .ok_or_else(|| disk(format!("{} is gone", file.display())))?;
-        id.node_credential = c;
-        id.credential_rotated_at = Some(time::OffsetDateTime::now_utc());
-        id.save(&file).map_err(disk)
+        Identity::update(&paths.identity_file(), |id| {
+            id.node_credential = c;
+            id.credential_rotated_at = Some(time::OffsetDateTime::now_utc());
+        })
+        .map(|_| ())
+        .map_err(disk)
     })
     .await?;
     api.set_credential(credential);

@@ -35,6 +35,40 @@ pub struct StatusReport {
     /// UDP GSO/GRO of the WireGuard socket (absent from older daemons).
     #[serde(default)]
     pub udp_offload: UdpOffloadStatus,
+    /// The Domain signing keys the node trusts (absent from older daemons).
+    #[serde(default)]
+    pub domain_key: DomainKeyStatus,
+}
+
+/// The pinned Domain key and, during a rotation's overlap, the announced next one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DomainKeyStatus {
+    /// The pinned public key, standard base64.
+    pub public_key: String,
+    /// Its generation; `None` for a key pinned at registration and never rotated since.
+    pub generation: Option<u64>,
+    /// The announced next key (generation, public key, `active_from`).
+    pub next: Option<plexsphere_wire::signing_keys::SigningKey>,
+}
+
+/// `generation 2 (AbCdEfGh…), next generation 3 from unix time 1700000000`; `None` for an
+/// older daemon's answer without the keys.
+fn domain_key_line(k: &DomainKeyStatus) -> Option<String> {
+    if k.public_key.is_empty() {
+        return None;
+    }
+    let short: String = k.public_key.chars().take(8).collect();
+    let generation = k.generation.map_or_else(
+        || "pinned at registration".to_owned(),
+        |g| format!("generation {g}"),
+    );
+    let next = k.next.as_ref().map_or_else(String::new, |n| {
+        format!(
+            ", next generation {} from unix time {}",
+            n.generation, n.active_from
+        )
+    });
+    Some(format!("{generation} ({short}…){next}"))
 }
 
 /// What the signed state asks of UDP GSO/GRO and what the data plane's socket does.
@@ -239,6 +273,9 @@ pub fn render(r: &StatusReport) -> String {
         .state_version
         .map_or_else(|| "none applied".to_owned(), |v| v.to_string());
     let _ = writeln!(out, "state       version {version}");
+    if let Some(line) = domain_key_line(&r.domain_key) {
+        let _ = writeln!(out, "domain key  {line}");
+    }
     let _ = writeln!(out, "backend     {} (interface {})", r.backend, r.interface);
     if let Some(line) = udp_offload_line(&r.udp_offload) {
         let _ = writeln!(out, "udp offload {line}");
@@ -364,6 +401,15 @@ pub(crate) mod tests {
                 gro: Some(false),
                 applied: Some(true),
             },
+            domain_key: DomainKeyStatus {
+                public_key: "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789ABCDEFG=".into(),
+                generation: Some(2),
+                next: Some(plexsphere_wire::signing_keys::SigningKey {
+                    generation: 3,
+                    public_key: "BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB=".into(),
+                    active_from: 1_700_000_000,
+                }),
+            },
         }
     }
 
@@ -378,6 +424,7 @@ last error  connection refused (4 s ago)
 heartbeat   5 min ago
 events      stream disconnected, last event never, last id 9
 state       version 7
+domain key  generation 2 (AbCdEfGh…), next generation 3 from unix time 1700000000
 backend     none (interface plexd0)
 udp offload setting off: socket GSO off, GRO off
 ingest      3 observations waiting, 1 dropped and not yet reported
@@ -454,6 +501,25 @@ PEER                                  HOSTNAME  MESH IP    ENDPOINT         PATH
             ),
             "{json}"
         );
+    }
+
+    #[test]
+    fn domain_key_line_without_generation_or_next_and_from_an_older_daemon() {
+        let mut k = DomainKeyStatus {
+            public_key: "AbCdEfGhIjKl".into(),
+            generation: None,
+            next: None,
+        };
+        assert_eq!(
+            domain_key_line(&k).as_deref(),
+            Some("pinned at registration (AbCdEfGh…)")
+        );
+        k.public_key.clear();
+        assert_eq!(domain_key_line(&k), None);
+        let mut v = serde_json::to_value(report()).unwrap();
+        v.as_object_mut().unwrap().remove("domain_key");
+        let old: StatusReport = serde_json::from_value(v).unwrap();
+        assert_eq!(old.domain_key, DomainKeyStatus::default());
     }
 
     #[test]

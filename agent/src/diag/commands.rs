@@ -184,9 +184,7 @@ fn netcheck_input(
 /// relay's UDP port.
 fn cached_stun(state: &StatePaths) -> Option<Vec<SocketAddr>> {
     let id = Identity::load(&state.identity_file()).ok()??;
-    let verifier =
-        plexsphere_wire::signed::DomainVerifier::from_b64(&id.domain_signing_public_key).ok()?;
-    let acceptor = accept::Acceptor::new(verifier, id.node_id);
+    let acceptor = accept::Acceptor::from_identity(&id).ok()?;
     let cached = cache::load(&state.dir.join(cache::STATE_FILE_NAME), &acceptor).ok()??;
     let mut list = cached.state.stun.clone();
     list.extend(cached.state.relays.iter().filter_map(|r| r.udp));

@@ -4,6 +4,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use ipnet::IpNet;
+use plexsphere_wire::signing_keys::SigningKey;
 use plexsphere_wire::{Intervals, RegisterResponse};
 use serde::{Deserialize, Serialize};
 use time::OffsetDateTime;
@@ -47,6 +48,15 @@ pub struct Identity {
     /// `pxnk_...`, the key every later call authenticates with.
     pub node_credential: SecretString,
     pub domain_signing_public_key: String,
+    /// The pinned key's generation, when the node learnt it (a rotation it followed); a key
+    /// pinned at registration has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub domain_signing_key_generation: Option<u64>,
+    /// The Domain's next signing key, announced by a state document signed with the pinned
+    /// key during a rotation's overlap: documents signed by it are accepted too, and the first
+    /// one makes it the pinned key. Absent outside an overlap (and in files of older plexd).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_signing_key: Option<SigningKey>,
     /// The API the node registered with.
     pub api_url: String,
     pub intervals: Intervals,
@@ -60,6 +70,9 @@ pub struct Identity {
     )]
     pub credential_rotated_at: Option<OffsetDateTime>,
 }
+
+/// Held while the identity file is read, changed and written again ([`Identity::update`]).
+static IDENTITY_WRITE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[derive(Debug, thiserror::Error)]
 pub enum IdentityError {
@@ -86,6 +99,8 @@ impl Identity {
             mesh_cidr: r.mesh_cidr,
             node_credential: SecretString::new(r.node_credential),
             domain_signing_public_key: r.domain_signing_public_key,
+            domain_signing_key_generation: None,
+            next_signing_key: r.next_signing_key,
             api_url: api_url.to_owned(),
             intervals: r.intervals,
             registered_at: now,
@@ -101,6 +116,22 @@ impl Identity {
         })?;
         fsutil::write_atomic(path, &json, 0o600)?;
         Ok(())
+    }
+
+    /// Changes the identity file under [`IDENTITY_WRITE`]: reads it, applies `f`, writes it
+    /// atomically. Every writer while the daemon runs (the credential rotation, a Domain key
+    /// change) goes through here, so one never writes back a copy older than the other's.
+    pub fn update(path: &Path, f: impl FnOnce(&mut Identity)) -> Result<Identity, IdentityError> {
+        let _held = IDENTITY_WRITE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut id = Self::load(path)?.ok_or_else(|| IdentityError::Corrupt {
+            path: path.to_path_buf(),
+            reason: "it is gone (the node left?)".to_owned(),
+        })?;
+        f(&mut id);
+        id.save(path)?;
+        Ok(id)
     }
 
     /// Reads the identity, or `None` when the node is not enrolled (no file). Refuses an
@@ -165,6 +196,48 @@ mod tests {
             "{text}"
         );
         assert!(!format!("{id:?}").contains("secretvalue"));
+    }
+
+    #[test]
+    fn the_next_signing_key_round_trips_and_an_older_file_loads_without_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("identity.json");
+        // A file written before rotation existed: neither field.
+        let id = sample();
+        id.save(&p).unwrap();
+        let text = std::fs::read_to_string(&p).unwrap();
+        assert!(
+            !text.contains("next_signing_key") && !text.contains("generation"),
+            "{text}"
+        );
+        let loaded = Identity::load(&p).unwrap().unwrap();
+        assert_eq!(loaded.next_signing_key, None);
+        assert_eq!(loaded.domain_signing_key_generation, None);
+
+        let next = SigningKey {
+            generation: 2,
+            public_key: "BBBB".into(),
+            active_from: 1_700_000_100,
+        };
+        let updated = Identity::update(&p, |i| {
+            i.next_signing_key = Some(next.clone());
+            i.domain_signing_key_generation = Some(1);
+        })
+        .unwrap();
+        assert_eq!(fsutil::mode_of(&p).unwrap(), 0o600);
+        let loaded = Identity::load(&p).unwrap().unwrap();
+        assert_eq!(loaded, updated);
+        assert_eq!(loaded.next_signing_key, Some(next));
+        assert_eq!(loaded.domain_signing_key_generation, Some(1));
+
+        // Registration keeps the next key the answer announces.
+        let json = r#"{"node_id":"019a0816-0000-7000-8000-0000000000aa","domain_id":"019a0816-0000-7000-8000-000000000001","project_id":"019a0816-0000-7000-8000-000000000002","mesh_ip":"10.64.1.2","mesh_cidr":"10.64.0.0/16","node_credential":"pxnk_secretvalue","domain_signing_public_key":"AAAA","intervals":{"heartbeat_secs":30,"endpoint_report_secs":60,"state_poll_secs":300,"ingest_secs":60},"next_signing_key":{"generation":2,"public_key":"BBBB","active_from":5}}"#;
+        let r: RegisterResponse = serde_json::from_str(json).unwrap();
+        let id = Identity::from_response(r, "https://a.example", OffsetDateTime::UNIX_EPOCH);
+        assert_eq!(id.next_signing_key.map(|k| k.generation), Some(2));
+
+        std::fs::remove_file(&p).unwrap();
+        assert!(Identity::update(&p, |_| {}).is_err(), "no file, no update");
     }
 
     #[test]

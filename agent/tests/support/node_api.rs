@@ -40,6 +40,11 @@ pub fn peer(n: u8) -> PeerSpec {
 }
 
 pub fn state(version: u64, peers: Vec<PeerSpec>) -> SignedEnvelope {
+    state_signed_by(&signer(), version, peers)
+}
+
+/// A state document signed by `by` (another Domain key than the test Domain's, say).
+pub fn state_signed_by(by: &DomainSigner, version: u64, peers: Vec<PeerSpec>) -> SignedEnvelope {
     let s = NodeState {
         version,
         node_id: Uuid::parse_str(NODE).unwrap(),
@@ -62,7 +67,7 @@ pub fn state(version: u64, peers: Vec<PeerSpec>) -> SignedEnvelope {
         udp_offload: None,
         next_signing_key: None,
     };
-    signer().sign(SignContext::NodeState, &s).unwrap()
+    by.sign(SignContext::NodeState, &s).unwrap()
 }
 
 /// One SSE frame carrying a signed event.

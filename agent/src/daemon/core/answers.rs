@@ -110,17 +110,24 @@ impl Core {
                 match res {
                     Ok(StateAnswer::Body(body)) => {
                         let floor = Some(self.floor());
-                        let checked = self.acceptor.state_json(&body, floor).and_then(|(s, e)| {
-                            self.acceptor.fresh(&s, now.wall, super::MAX_STATE_AGE)?;
-                            Ok((s, e))
-                        });
+                        let checked =
+                            self.acceptor
+                                .state_json(&body, floor)
+                                .and_then(|(s, e, by)| {
+                                    self.acceptor.fresh(&s, now.wall, super::MAX_STATE_AGE)?;
+                                    Ok((s, e, by))
+                                });
                         match checked {
-                            Ok((state, env)) => {
+                            Ok((state, env, by)) => {
                                 self.full_pull = false;
                                 self.last_api_state = Some(now.at);
+                                self.signed_by(by, state.next_signing_key.as_ref(), false, now);
                                 self.install_state(state, env, true, now);
                             }
                             Err(refusal) => {
+                                if super::super::accept::is_unknown_signer(&refusal) {
+                                    self.unknown_signer(now);
+                                }
                                 tracing::warn!(applied_version = ?self.state_version, "refused a state document from the control plane: {refusal}; keeping the last good state");
                                 self.error_observation(
                                     format!("state document refused: {refusal}"),
@@ -172,6 +179,7 @@ impl Core {
             }
             CallResult::RotateKey(res) => self.on_key_rotated(res, now),
             CallResult::RotateCredential(res) => self.on_credential_rotated(res, now),
+            CallResult::SigningKeys(res) => self.on_key_chain(res, now),
         }
         self.update_status();
     }
@@ -292,6 +300,15 @@ impl Core {
                     "applying the cached state"
                 );
                 let c = *c;
+                // The cache was checked against the same keys: what it shows of a rotation
+                // (an announcement, a document by the next key) the node takes as well.
+                let by = if c.promoted {
+                    super::super::accept::SignedBy::Next
+                } else {
+                    super::super::accept::SignedBy::Pinned
+                };
+                let announced = c.state.next_signing_key.clone();
+                self.signed_by(by, announced.as_ref(), c.promoted, now);
                 self.events = c.events;
                 self.last_seq = c.last_seq;
                 self.install_state(c.state, c.envelope, false, now);

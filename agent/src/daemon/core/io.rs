@@ -145,6 +145,8 @@ pub enum CallResult {
     RotateKey(Result<KeyDone, CallError>),
     /// A credential rotation finished: the new credential is saved and in use.
     RotateCredential(Result<(), CallError>),
+    /// `GET /v1/nodes/{id}/signing-keys`.
+    SigningKeys(Result<plexsphere_wire::signing_keys::SigningKeyChain, CallError>),
 }
 
 /// What a successful key rotation call brings: the pending key (for the interface) and what
@@ -174,6 +176,8 @@ pub enum Call {
     RotateKey,
     /// Rotate the credential: the executor asks for one, saves it in the identity and uses it.
     RotateCredential,
+    /// Fetch the Domain's key chain (`GET /v1/nodes/{id}/signing-keys`).
+    SigningKeys,
 }
 
 /// A job for the mesh thread.
@@ -259,6 +263,10 @@ pub enum Effect {
     /// The signed state's UDP GSO/GRO switch changed: hand it to the data plane (`None`: its
     /// default, on). Answers nothing; `plexd status` shows what the socket does.
     UdpOffload(Option<plexsphere_wire::node::UdpOffload>),
+    /// The Domain keys the node trusts changed (an announcement, a promotion, the key chain):
+    /// write them to the identity file (answers nothing; a failure is logged, and the node
+    /// keeps using them until it stops).
+    SaveDomainKeys(super::super::accept::DomainKeys),
     /// End the daemon.
     Exit(Outcome),
 }

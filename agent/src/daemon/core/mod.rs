@@ -17,6 +17,7 @@
 //! | `Control{..}`             | status (after a live read), leave (call, teardown, files, exit) |
 //! | `Reload{..}`              | what changes now, what waits for a restart                    |
 //! | `ReachRead{..}`           | paths kept for status; changed own candidates report soon     |
+//! | a verified document       | the Domain key's announcement, promotion, or the key chain ([`domain_keys`]) |
 //!
 //! The wanted peers, relays and relay tokens go to the reach runtime as `Effect::Reach`
 //! ([`reach`]).
@@ -27,6 +28,8 @@
 //! set), [`tick`] (what a deadline starts), [`io`] (the input and effect types).
 
 pub mod answers;
+pub mod domain_keys;
+pub mod domain_keys_state;
 pub mod io;
 pub mod reach;
 pub mod reload;
@@ -208,6 +211,8 @@ pub struct Core {
     own_reported: crate::reach::io::OwnCandidates,
     /// Key and credential rotation.
     rotations: rotation_state::Rotations,
+    /// The Domain key chain's fetch (a rotation this node missed).
+    key_chain: domain_keys_state::KeyChainFetch,
 }
 
 /// An unchanged answer (`304`, unsigned) is trusted for this long after the last signed state:
@@ -283,6 +288,7 @@ impl Core {
             own_seen: Default::default(),
             own_reported: Default::default(),
             rotations: Default::default(),
+            key_chain: Default::default(),
             config: s.config,
         };
         core.start_rotations(s.rotation, now);

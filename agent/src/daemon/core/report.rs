@@ -9,7 +9,9 @@ use plexsphere_wire::node::{Heartbeat, Observation, ObservationKind, PeerSummary
 use super::super::notify;
 use super::super::protocol::Answer;
 use super::super::schedule::Task;
-use super::super::status::{ApiStatus, IngestStatus, PeerStatus, StatusReport, UdpOffloadStatus};
+use super::super::status::{
+    ApiStatus, DomainKeyStatus, IngestStatus, PeerStatus, StatusReport, UdpOffloadStatus,
+};
 use super::wanted;
 use super::{Call, Core, Effect, LiveFor, Now, Stream};
 use crate::mesh::LivePeer;
@@ -177,6 +179,11 @@ impl Core {
                     .map_or("default", plexsphere_wire::node::UdpOffload::as_str)
                     .to_owned(),
                 ..UdpOffloadStatus::default()
+            },
+            domain_key: DomainKeyStatus {
+                public_key: self.acceptor.keys().pinned.clone(),
+                generation: self.acceptor.keys().generation,
+                next: self.acceptor.keys().next.clone(),
             },
         }
     }

@@ -98,8 +98,14 @@ impl Core {
 
     fn on_frame(&mut self, id: Option<String>, event: &str, data: String, now: Now) {
         let ev = match self.acceptor.event(id.as_deref(), &data) {
-            Ok(ev) => ev,
+            Ok((ev, by)) => {
+                self.signed_by(by, None, true, now);
+                ev
+            }
             Err(refusal) => {
+                if super::super::accept::is_unknown_signer(&refusal) {
+                    self.unknown_signer(now);
+                }
                 tracing::warn!(
                     event,
                     "refused an event from the stream: {refusal}; keeping the last good state"

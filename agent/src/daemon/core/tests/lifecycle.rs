@@ -85,6 +85,7 @@ fn outage_then_cold_start_from_the_cache_then_the_api_returns() {
     let s = one_state(7, 2);
     let envelope = signer().sign(SignContext::NodeState, &s).unwrap();
     let cached = Cached {
+        promoted: false,
         state: s.clone(),
         envelope,
         events: vec![],
@@ -355,6 +356,7 @@ fn cached_events_newer_than_the_state_are_applied_on_top() {
         )
     };
     let cached = Cached {
+        promoted: false,
         state: s,
         envelope,
         events: vec![event(6, 20), event(8, 21)],

@@ -3,6 +3,7 @@
 //! place, the jitter is seeded.
 
 mod calls;
+mod domain_keys;
 mod leave;
 mod lifecycle;
 mod reach;
