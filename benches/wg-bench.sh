@@ -397,6 +397,7 @@ ping_under_load() {
 # --- the run ---------------------------------------------------------------------------------
 load_before=$(uptime)
 versions="plexd-wg $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$here" diff --quiet HEAD -- agent/dataplane 2>/dev/null || echo '+local changes')"
+[[ -n $plexd && -n $plexsphere && -n $plexctl ]] && versions+=" (plexd-run: plexd run and plexsphere dev of the same tree)"
 versions+=", wireguard-go $(dpkg-query -W -f='${Version}' wireguard-go 2>/dev/null || echo '?')"
 [[ -n $boringtun ]] && versions+=", $("$boringtun" --version 2>/dev/null || echo 'boringtun-cli ?')"
 versions+=", iperf3 $(iperf3 --version | awk 'NR == 1 {print $2}')"
