@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
 # The whole-system benchmark of plexd's userspace WireGuard (plexd-wg) against the references,
-# boringtun-cli and Debian's wireguard-go, in the same run. For each implementation, repeated
-# RUNS times (implementations interleaved, so a drifting machine load hits all alike): two
-# network namespaces joined by a veth, the implementation on both ends (MTU 1420), and through
-# the tunnel: iperf3 TCP one stream, four streams, reverse, a UDP flood, and ping idle and
-# under a TCP stream. Per test: Gbit/s, CPU-seconds per GB of both daemons (/proc/<pid>/stat
-# utime+stime), the receiving namespace's UDP drops (nstat UdpRcvbufErrors/UdpInErrors, and
-# the daemons' own sockets on :51820 from `ss -m`). Then plexd-wg with each performance switch
-# off on its own (TCP one stream), and memory: VmRSS with an interface up and no peers, and
-# with PEERS peers added through `wg addconf`; and `plexd run`'s own VmRSS.
+# boringtun-cli and Debian's wireguard-go, in the same run, and of the whole daemon: two
+# `plexd run` nodes (plexd-run: userspace backend, the embedded data plane) enrolled against a
+# local control plane (`plexsphere dev`, in namespace a on the veth's address). For each
+# implementation, repeated RUNS times (implementations interleaved, so a drifting machine load
+# hits all alike): two network namespaces joined by a veth, the implementation on both ends
+# (MTU 1420), and through the tunnel: iperf3 TCP one stream, four streams, reverse, a UDP
+# flood, UDP with GSO (udp-gso-blast: 1200-byte datagrams, 64 KiB per send, as QUIC stacks
+# send), and ping idle and under a TCP stream. Per test: Gbit/s, CPU-seconds per GB of both
+# daemons (/proc/<pid>/stat utime+stime; for plexd-run the two plexd processes, the control
+# plane's CPU recorded apart), the receiving namespace's UDP drops (nstat
+# UdpRcvbufErrors/UdpInErrors, and the daemons' own sockets on :51820 from `ss -m`). Then
+# plexd-wg with each performance switch off on its own (TCP one stream; USO off with the GSO
+# row), and memory: VmRSS with an interface up and no peers, and with PEERS peers added
+# through `wg addconf`; and `plexd run`'s own VmRSS.
 #
 #   sudo benches/wg-bench.sh [--runs N] [--secs S] [--peers N] [--quick] [--no-memory]
 #
-# --quick: TCP one stream and the technique rows only (what wg-pair-throughput.sh runs).
+# --quick: TCP one stream, UDP with GSO and the technique rows only (what wg-pair-throughput.sh
+# runs).
+# IMPLS="plexd-wg plexd-run" (say) measures only those implementations (default: all four).
 # Prints a Markdown block for docs/benchmarks.md on stdout (progress goes to stderr) and keeps
 # /tmp/wg-bench-<pid>.jsonl (raw numbers, one JSON object per measurement) and
 # /tmp/wg-bench-<pid>.md. Everything else it creates (namespaces, veths, TUNs, UAPI sockets,
@@ -21,7 +28,8 @@
 # Needs root, iproute2, wireguard-tools, wireguard-go, iperf3, python3, cargo; missing Debian
 # packages are installed with apt-get --no-install-recommends; boringtun-cli is built with
 # `cargo install --locked` into $BORINGTUN_ROOT (default /var/cache/plexsphere/cargo-bin) when
-# it is not on PATH. PLEXD_WG=<path> / PLEXD=<path> measure binaries built elsewhere.
+# it is not on PATH. PLEXD_WG=<path> / PLEXD=<path> / PLEXSPHERE=<path> / PLEXCTL=<path> /
+# BLAST=<path> (udp-gso-blast) measure binaries built elsewhere.
 set -euo pipefail
 umask 077
 
@@ -61,18 +69,31 @@ fi
 command -v cargo >/dev/null || [[ -n ${PLEXD_WG:-} ]] ||
   { echo "wg-bench.sh: cargo is not on PATH (sudo may drop it: sudo env PATH=\"\$PATH\" ...)" >&2; exit 1; }
 target=${CARGO_TARGET_DIR:-$here/target}
-plexd_wg=${PLEXD_WG:-} plexd=${PLEXD:-}
+plexd_wg=${PLEXD_WG:-} plexd=${PLEXD:-} plexsphere=${PLEXSPHERE:-} plexctl=${PLEXCTL:-} blast=${BLAST:-}
 if [[ -z $plexd_wg ]]; then
   say "building plexd-wg (release)"
   (cd "$here" && cargo build --release -q -p plexd-dataplane --bin plexd-wg)
   plexd_wg=$target/release/plexd-wg
 fi
-if ((memory)) && [[ -z $plexd ]]; then
+if [[ -z $blast ]]; then
+  say "building udp-gso-blast (release)"
+  (cd "$here" && cargo build --release -q -p plexsphere-benches --bin udp-gso-blast)
+  blast=$target/release/udp-gso-blast
+fi
+if [[ -z $plexd ]]; then
   say "building plexd (release)"
   if (cd "$here" && cargo build --release -q -p plexd --bin plexd); then
     plexd=$target/release/plexd
   else
-    say "plexd did not build; its own memory row is skipped"
+    say "plexd did not build; plexd-run and its own memory row are skipped"
+  fi
+fi
+if [[ -n $plexd && ( -z $plexsphere || -z $plexctl ) ]]; then
+  say "building plexsphere and plexctl (release) for plexd-run's control plane"
+  if (cd "$here" && cargo build --release -q -p plexsphere --bin plexsphere -p plexctl --bin plexctl); then
+    plexsphere=${plexsphere:-$target/release/plexsphere} plexctl=${plexctl:-$target/release/plexctl}
+  else
+    say "plexsphere or plexctl did not build; plexd-run is skipped"
   fi
 fi
 bt_root=${BORINGTUN_ROOT:-/var/cache/plexsphere/cargo-bin}
@@ -92,6 +113,10 @@ tmp=$(mktemp -d "/tmp/wg-bench-$id.XXXXXX")
 raw=/tmp/wg-bench-$id.jsonl md=/tmp/wg-bench-$id.md
 : >"$raw"
 pids=()
+# The Project plexd-run's nodes join: the lab seed's lab-nodes (no sub-range).
+run_project=019a0816-0000-7000-8000-000000000002
+ta=10.211.0.1 tb=10.211.0.2 # the tunnel addresses; plexd-run's are the mesh IPs it is given
+pc=""                       # plexd-run's control plane (its CPU is recorded, not counted)
 cleanup() {
   local p
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -123,6 +148,7 @@ select_impl() {
   impl_env=(WG_PROCESS_FOREGROUND=1)
   case $1 in
     plexd-wg*) impl="plexd-wg"; impl_cmd=("$plexd_wg" -f) ;;
+    plexd-run) impl="plexd-run"; impl_cmd=() ;;
     wireguard-go) impl="wireguard-go"; impl_cmd=(wireguard-go -f) ;;
     boringtun-cli) impl="boringtun-cli"
       impl_cmd=("$boringtun" -f --disable-drop-privileges --log "$tmp/boringtun.log") ;;
@@ -158,6 +184,7 @@ netns_down() {
     ip netns del "$n" 2>/dev/null || true
   done
   rm -f "/var/run/wireguard/$ia.sock" "/var/run/wireguard/$ib.sock"
+  ta=10.211.0.1 tb=10.211.0.2 pc=""
 }
 
 # pair_up: the selected implementation in na and nb, a tunnel 10.211.0.1 <-> 10.211.0.2 over
@@ -167,6 +194,7 @@ pair_up() {
   ip link add "v$ia" netns "$na" type veth peer name "v$ib" netns "$nb"
   ip -n "$na" addr add 10.210.0.1/24 dev "v$ia"; ip -n "$na" link set "v$ia" up
   ip -n "$nb" addr add 10.210.0.2/24 dev "v$ib"; ip -n "$nb" link set "v$ib" up
+  [[ $impl == plexd-run ]] && { run_pair_up; return; }
   start_daemon "$na" "$ia" "$tmp/a.log"; pa=$started_pid
   start_daemon "$nb" "$ib" "$tmp/b.log"; pb=$started_pid
   [[ -s $tmp/ka ]] || { wg genkey >"$tmp/ka"; wg genkey >"$tmp/kb"; }
@@ -184,20 +212,118 @@ pair_up() {
   return 1
 }
 
-# snap <ns>: "<cpu ticks of both daemons> <UdpRcvbufErrors> <UdpInErrors> <drops on :51820>"
+# plexd_env <node dir>: the environment `plexd` runs with for the node in that directory.
+plexd_env() {
+  echo "PLEXD_CONFIG=$1/etc/config.yaml PLEXD_STATE_DIR=$1/state PLEXD_RUN_DIR=$1/run" \
+    "PLEXD_UNIT_DIR=$1/units PLEXD_MACHINE_ID_FILE=$1/etc/machine-id"
+}
+
+# run_pair_up (on pair_up's veth): `plexsphere dev` in na on 10.210.0.1:8443 (the lab seed,
+# no local machines), a node token each, and `plexd run` in na and nb (userspace backend,
+# interfaces ia/ib, MTU 1420 and port 51820 by default) that enroll on first start; sets
+# pa/pb (the two plexd), pc (the control plane), ta/tb (their mesh IPs). Answers once a ping
+# crosses the mesh (60 s at most in all).
+run_pair_up() {
+  local cp=$tmp/cp node side ns iface e token
+  rm -rf "$cp" "$tmp/node-a" "$tmp/node-b"
+  mkdir -m 700 "$cp"
+  ip netns exec "$na" env PLEXSPHERE_NO_LOCAL_MACHINES=1 PLEXSPHERE_LOG=warn "$plexsphere" dev \
+    --data-dir "$cp" --listen 10.210.0.1:8443 --san 10.210.0.1 >"$cp.log" 2>&1 &
+  pc=$!; pids+=("$pc")
+  for _ in $(seq 300); do
+    grep -q 'listening on https://' "$cp.log" 2>/dev/null && break
+    kill -0 "$pc" 2>/dev/null || break
+    sleep 0.1
+  done
+  grep -q 'listening on https://' "$cp.log" 2>/dev/null ||
+    { say "plexsphere dev did not listen within 30 s; its log:"; tail -n 20 "$cp.log" >&2; return 1; }
+  for side in a b; do
+    node=$tmp/node-$side ns=$na iface=$ia
+    [[ $side == b ]] && ns=$nb iface=$ib
+    mkdir -m 700 "$node" && mkdir "$node/etc" "$node/state" "$node/run" "$node/units"
+    head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$node/etc/machine-id"
+    token=$(ip netns exec "$na" env PLEXCTL_CONFIG="$cp/plexctl.yaml" "$plexctl" bootstrap-token \
+      issue --project "$run_project" --kind node --env-prefix lab --ttl 1h --output json |
+      python3 -c 'import json, sys; print(json.load(sys.stdin)["token"])') ||
+      { say "plexctl could not issue a node token"; return 1; }
+    printf '%s\n' "$token" >"$node/etc/bootstrap-token"
+    printf 'api_url: https://10.210.0.1:8443\ntoken_file: %s\nstate_dir: %s\ntls:\n  ca_file: %s\nregistration:\n  project_id: %s\n  resource_handle: bench-%s\nwireguard:\n  backend: userspace\n  interface: %s\n' \
+      "$node/etc/bootstrap-token" "$node/state" "$cp/tls/ca.crt" "$run_project" "$side" "$iface" \
+      >"$node/etc/config.yaml"
+    read -r -a e <<<"$(plexd_env "$node")"
+    ip netns exec "$ns" env "${e[@]}" PLEXD_LOG=warn "$plexd" run >"$node/log" 2>&1 &
+    started_pid=$!; pids+=("$started_pid")
+    if [[ $side == a ]]; then pa=$started_pid; else pb=$started_pid; fi
+  done
+  # Enrolled (an identity each), then a ping over the mesh.
+  for _ in $(seq 300); do
+    [[ -s $tmp/node-a/state/identity.json && -s $tmp/node-b/state/identity.json ]] && break
+    if ! kill -0 "$pa" 2>/dev/null || ! kill -0 "$pb" 2>/dev/null; then break; fi
+    sleep 0.1
+  done
+  ta=$(mesh_ip "$tmp/node-a") tb=$(mesh_ip "$tmp/node-b")
+  if [[ -z $ta || -z $tb ]]; then
+    say "plexd-run: the nodes did not enroll within 30 s; their logs:"
+    tail -n 20 "$tmp/node-a/log" "$tmp/node-b/log" >&2
+    return 1
+  fi
+  local crossed=0 path=""
+  for _ in $(seq 60); do
+    ip netns exec "$na" ping -c 1 -W 0.5 -q "$tb" >/dev/null 2>&1 && { crossed=1; break; }
+    sleep 0.5
+  done
+  if ((!crossed)); then
+    say "plexd-run: no ping crossed the mesh ($ta -> $tb) within 60 s; their logs:"
+    tail -n 20 "$tmp/node-a/log" "$tmp/node-b/log" >&2
+    return 1
+  fi
+  # The reach runtime may start on the dev relay: measure the direct path over the veth, as
+  # the other implementations use (20 s at most; the path is recorded either way).
+  for _ in $(seq 40); do
+    path=$(run_path)
+    [[ $path == direct* ]] && break
+    sleep 0.5
+  done
+  $report record "$raw" kind=path impl=plexd-run run="$run" path="${path:-not reported}"
+  [[ $path == direct* ]] || say "plexd-run: node a's path to b is '${path:-not reported}', not direct"
+  return 0
+}
+
+# run_path: node a's path to its peer as its `plexd status` reports it: "<kind> <endpoint or
+# relay> [transport]".
+run_path() {
+  local e
+  read -r -a e <<<"$(plexd_env "$tmp/node-a")"
+  ip netns exec "$na" env "${e[@]}" "$plexd" status --output json 2>/dev/null | python3 -c '
+import json, sys
+for p in json.load(sys.stdin).get("peers") or []:
+    path = p.get("path") or {}
+    print(path.get("kind", "?"), path.get("endpoint") or path.get("relay") or "", path.get("transport") or "")
+    break' 2>/dev/null || true
+}
+
+# mesh_ip <node dir>: the mesh IP its identity holds (nothing before it enrolled).
+mesh_ip() {
+  python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["mesh_ip"])' \
+    "$1/state/identity.json" 2>/dev/null || true
+}
+
+# snap <ns>: "<cpu ticks of both daemons> <UdpRcvbufErrors> <UdpInErrors> <drops on :51820>
+# <cpu ticks of plexd-run's control plane (0 for the others)>"
 snap() {
-  local t n d
+  local t n d c=0
   t=$(($(ticks "$pa") + $(ticks "$pb")))
+  [[ -n $pc ]] && c=$(ticks "$pc")
   n=$(ip netns exec "$1" env NSTAT_HISTORY="$tmp/nstat" nstat -asz UdpRcvbufErrors UdpInErrors |
     awk '$1 == "UdpRcvbufErrors" {r = $2} $1 == "UdpInErrors" {e = $2} END {print r + 0, e + 0}')
   d=$(ip netns exec "$1" ss -uanmH 'sport = :51820' |
     grep -o ',d[0-9]*)' | tr -dc '0-9\n' | awk '{s += $1} END {print s + 0}')
-  echo "$t $n $d"
+  echo "$t $n $d $c"
 }
 
 # iperf_server: a one-test iperf3 server in nb, listening within 5 s; sets srv.
 iperf_server() {
-  ip netns exec "$nb" iperf3 -s -1 -B 10.211.0.2 >/dev/null 2>&1 &
+  ip netns exec "$nb" iperf3 -s -1 -B "$tb" >/dev/null 2>&1 &
   srv=$!
   for _ in $(seq 100); do
     ip netns exec "$nb" ss -ltnH 'sport = :5201' | grep -q . && return 0
@@ -214,13 +340,36 @@ measure() {
   l=$(load1)
   iperf_server
   read -r -a b <<<"$(snap "$rns")"
-  timeout $((SECS + 20)) ip netns exec "$na" iperf3 -c 10.211.0.2 --connect-timeout 3000 \
+  timeout $((SECS + 20)) ip netns exec "$na" iperf3 -c "$tb" --connect-timeout 3000 \
     -t "$SECS" -J "$@" >"$tmp/iperf.json" 2>/dev/null || true
   read -r -a a <<<"$(snap "$rns")"
   stop_pid "$srv"
   $report record "$raw" kind=test impl="$impl" variant="$variant" run="$run" test="$test" \
     load1="$l" clk_tck="$clk" cpu_ticks=$((a[0] - b[0])) rcvbuf_errors=$((a[1] - b[1])) \
-    in_errors=$((a[2] - b[2])) sock_drops=$((a[3] - b[3])) --iperf "$tmp/iperf.json" "$kind"
+    in_errors=$((a[2] - b[2])) sock_drops=$((a[3] - b[3])) cp_ticks=$((a[4] - b[4])) --iperf "$tmp/iperf.json" "$kind"
+}
+
+# measure_udpgso <variant> <run>: udp-gso-blast from na to a receiver in nb for SECS (UDP_SEGMENT
+# of 1200-byte datagrams, 64 KiB per send, as fast as the socket takes them); one record.
+measure_udpgso() {
+  local l b a rcv
+  l=$(load1)
+  ip netns exec "$nb" "$blast" recv "$tb:7001" --secs $((SECS + 10)) >"$tmp/recv.json" 2>"$tmp/recv.err" &
+  rcv=$!
+  for _ in $(seq 100); do
+    ip netns exec "$nb" ss -ulnH 'sport = :7001' | grep -q . && break
+    sleep 0.05
+  done
+  read -r -a b <<<"$(snap "$nb")"
+  timeout $((SECS + 10)) ip netns exec "$na" "$blast" send "$tb:7001" --secs "$SECS" \
+    >"$tmp/send.json" 2>"$tmp/send.err" || true
+  # The receiver ends 1 s after the last datagram (SECS + 10 s at most).
+  wait "$rcv" || true
+  read -r -a a <<<"$(snap "$nb")"
+  $report record "$raw" kind=test impl="$impl" variant="$1" run="$2" test=udpgso \
+    load1="$l" clk_tck="$clk" cpu_ticks=$((a[0] - b[0])) rcvbuf_errors=$((a[1] - b[1])) \
+    in_errors=$((a[2] - b[2])) sock_drops=$((a[3] - b[3])) cp_ticks=$((a[4] - b[4])) \
+    --blast "$tmp/send.json" "$tmp/recv.json"
 }
 
 # ping_under_load <run> [variant]: ping idle, then ping (20 a second, so the maximum means
@@ -228,26 +377,27 @@ measure() {
 ping_under_load() {
   local l b a load
   l=$(load1)
-  ip netns exec "$na" ping -c 10 -i 0.1 -W 1 -q 10.211.0.2 >"$tmp/idle.txt" 2>&1 || true
+  ip netns exec "$na" ping -c 10 -i 0.1 -W 1 -q "$tb" >"$tmp/idle.txt" 2>&1 || true
   iperf_server
   read -r -a b <<<"$(snap "$nb")"
-  timeout $((SECS + 20)) ip netns exec "$na" iperf3 -c 10.211.0.2 --connect-timeout 3000 \
+  timeout $((SECS + 20)) ip netns exec "$na" iperf3 -c "$tb" --connect-timeout 3000 \
     -t "$SECS" -J >"$tmp/iperf.json" 2>/dev/null &
   load=$!
   sleep 1 # the stream ramps up
-  ip netns exec "$na" ping -c $(((SECS - 2) * 20)) -i 0.05 -W 1 -q 10.211.0.2 >"$tmp/ping.txt" 2>&1 || true
+  ip netns exec "$na" ping -c $(((SECS - 2) * 20)) -i 0.05 -W 1 -q "$tb" >"$tmp/ping.txt" 2>&1 || true
   wait "$load" || true
   read -r -a a <<<"$(snap "$nb")"
   stop_pid "$srv"
   $report record "$raw" kind=test impl="$impl" variant="${2:-all-on}" run="$1" test=load \
     load1="$l" clk_tck="$clk" cpu_ticks=$((a[0] - b[0])) rcvbuf_errors=$((a[1] - b[1])) \
-    in_errors=$((a[2] - b[2])) sock_drops=$((a[3] - b[3])) --iperf "$tmp/iperf.json" tcp \
+    in_errors=$((a[2] - b[2])) sock_drops=$((a[3] - b[3])) cp_ticks=$((a[4] - b[4])) --iperf "$tmp/iperf.json" tcp \
     --ping "$tmp/ping.txt" --ping-idle "$tmp/idle.txt"
 }
 
 # --- the run ---------------------------------------------------------------------------------
 load_before=$(uptime)
 versions="plexd-wg $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$here" diff --quiet HEAD -- agent/dataplane 2>/dev/null || echo '+local changes')"
+[[ -n $plexd && -n $plexsphere && -n $plexctl ]] && versions+=" (plexd-run: plexd run and plexsphere dev of the same tree)"
 versions+=", wireguard-go $(dpkg-query -W -f='${Version}' wireguard-go 2>/dev/null || echo '?')"
 [[ -n $boringtun ]] && versions+=", $("$boringtun" --version 2>/dev/null || echo 'boringtun-cli ?')"
 versions+=", iperf3 $(iperf3 --version | awk 'NR == 1 {print $2}')"
@@ -256,9 +406,18 @@ $report record "$raw" kind=meta date="$(date -u +%Y-%m-%dT%H:%MZ)" nproc="$(npro
   runs="$RUNS" secs="$SECS" load="$load_before" versions="$versions"
 say "load before: $load_before"
 
-impls=(plexd-wg wireguard-go)
-[[ -n $boringtun ]] && impls=(plexd-wg boringtun-cli wireguard-go)
-((quick)) && tests=(tcp1) || tests=(tcp1 tcp4 tcpR udp load)
+impls=(plexd-wg)
+[[ -n $plexd && -n $plexsphere && -n $plexctl ]] && impls+=(plexd-run)
+[[ -n $boringtun ]] && impls+=(boringtun-cli)
+impls+=(wireguard-go)
+if [[ -n ${IMPLS:-} ]]; then
+  read -r -a want <<<"$IMPLS"
+  keep=()
+  for label in "${impls[@]}"; do [[ " ${want[*]} " == *" $label "* ]] && keep+=("$label"); done
+  impls=("${keep[@]}")
+  ((${#impls[@]})) || { echo "wg-bench.sh: IMPLS='$IMPLS' names none of plexd-wg plexd-run boringtun-cli wireguard-go (or it is not built)" >&2; exit 64; }
+fi
+((quick)) && tests=(tcp1 udpgso) || tests=(tcp1 tcp4 tcpR udp udpgso load)
 for run in $(seq "$RUNS"); do
   for label in "${impls[@]}"; do
     select_impl "$label"
@@ -270,6 +429,7 @@ for run in $(seq "$RUNS"); do
           tcp4) measure "$label" all-on "$run" tcp4 "$nb" -P 4 ;;
           tcpR) measure "$label" all-on "$run" tcpR "$na" -R ;;
           udp) measure "$label" all-on "$run" udp "$nb" -u -b 0 -l 1392 ;;
+          udpgso) measure_udpgso all-on "$run" ;;
           load) ping_under_load "$run" ;;
         esac
       done
@@ -280,11 +440,13 @@ done
 
 # plexd-wg with one technique off at a time (TCP one stream); then the four throughput ones
 # off. The latency techniques (the queue in front of the cipher, its AQM, small packets first,
-# the packet threads' priority) are measured with the ping under load too.
+# the packet threads' priority) are measured with the ping under load too; TUN USO, which
+# TCP never uses, with the UDP GSO row instead.
 variants=("PLEXD_WG_GRO=0" "PLEXD_WG_GSO=0" "PLEXD_WG_OFFLOAD=0" "PLEXD_WG_MMSG=0"
   "PLEXD_WG_GRO=0 PLEXD_WG_GSO=0 PLEXD_WG_OFFLOAD=0 PLEXD_WG_MMSG=0"
   "PLEXD_WG_QUEUE=0" "PLEXD_WG_AQM=0" "PLEXD_WG_PRIORITY=0" "PLEXD_WG_NICE=0"
-  "PLEXD_WG_QUEUE=0 PLEXD_WG_NICE=0")
+  "PLEXD_WG_QUEUE=0 PLEXD_WG_NICE=0" "PLEXD_WG_USO=0")
+[[ " ${impls[*]} " == *" plexd-wg "* ]] || variants=()
 for run in $(seq "$RUNS"); do
   for v in "${variants[@]}"; do
     select_impl plexd-wg
@@ -292,7 +454,10 @@ for run in $(seq "$RUNS"); do
     impl_env+=("${extra[@]}")
     say "run $run/$RUNS: plexd-wg $v"
     if pair_up; then
-      measure plexd-wg "$v" "$run" tcp1 "$nb"
+      case $v in
+        *USO*) measure_udpgso "$v" "$run" ;;
+        *) measure plexd-wg "$v" "$run" tcp1 "$nb" ;;
+      esac
       case $v in *QUEUE* | *AQM* | *PRIORITY* | *NICE*) ((quick)) || ping_under_load "$run" "$v" ;; esac
     fi
     netns_down
@@ -303,6 +468,7 @@ done
 if ((memory)); then
   $report peers "$PEERS" "$tmp/peers.conf"
   for label in "${impls[@]}"; do
+    [[ $label == plexd-run ]] && continue # its own rows follow (plexd run, no peers)
     select_impl "$label"
     say "memory: $label, no peers, then $PEERS peers"
     netns_up "$na"

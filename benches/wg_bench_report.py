@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """Records and reports for benches/wg-bench.sh (standard library only).
 
-  wg_bench_report.py record RAW key=value... [--iperf FILE tcp|udp] [--ping FILE] [--ping-idle FILE]
+  wg_bench_report.py record RAW key=value... [--iperf FILE tcp|udp] [--blast SEND RECV]
+                                             [--ping FILE] [--ping-idle FILE]
       appends one JSON line to RAW: the key=value pairs (numbers where they parse), plus what
-      the iperf3 JSON and the ping summaries say; derives Gbit/s and CPU-seconds per GB.
+      the iperf3 JSON, udp-gso-blast's two JSON lines and the ping summaries say; derives
+      Gbit/s and CPU-seconds per GB.
   wg_bench_report.py peers COUNT FILE
       writes a `wg addconf` file of COUNT peers (random keys, a /32 each, an endpoint each).
   wg_bench_report.py report RAW
@@ -23,11 +25,14 @@ import sys
 UDP_LEN = 1392  # iperf3 -l: 1420 (tunnel MTU) - 20 (IPv4) - 8 (UDP)
 REFERENCES = ["boringtun-cli", "wireguard-go"]
 OURS = "plexd-wg"
+# The whole daemon: two `plexd run` nodes with the embedded data plane (wg-bench.sh).
+DAEMON = "plexd-run"
 TESTS = [
     ("tcp1", "TCP, 1 stream"),
     ("tcp4", "TCP, 4 streams (-P 4)"),
     ("tcpR", "TCP, reverse (-R)"),
     ("udp", "UDP flood, received (-u -b 0)"),
+    ("udpgso", "UDP with GSO (QUIC-like), received"),
     ("load", "TCP, 1 stream, during the ping"),
 ]
 
@@ -68,6 +73,27 @@ def parse_iperf(path, kind):
     }
 
 
+def parse_blast(send_path, recv_path):
+    """udp-gso-blast's sender and receiver lines: Gbit/s received over the sending time."""
+    try:
+        with open(send_path, encoding="utf-8") as f:
+            sent = json.loads(f.read().strip().splitlines()[-1])
+        with open(recv_path, encoding="utf-8") as f:
+            got = json.loads(f.read().strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError) as e:
+        return {"error": f"udp-gso-blast gave no result ({type(e).__name__})"}
+    secs = sent.get("seconds") or 1.0
+    return {
+        "bytes": got["bytes"],
+        "seconds": secs,
+        "gbps": got["bytes"] * 8 / secs / 1e9,
+        "sent_gbps": sent["bytes"] * 8 / secs / 1e9,
+        "lost_pct": 100.0 * (1 - got["bytes"] / sent["bytes"]) if sent.get("bytes") else None,
+        "send_errors": sent.get("errors"),
+        "datagrams": got.get("datagrams"),
+    }
+
+
 def parse_ping(path, prefix):
     try:
         with open(path, encoding="utf-8") as f:
@@ -94,6 +120,10 @@ def record(raw, args):
             rec.update(parse_iperf(args[i + 1], args[i + 2]))
             i += 3
             continue
+        if a == "--blast":
+            rec.update(parse_blast(args[i + 1], args[i + 2]))
+            i += 3
+            continue
         if a in ("--ping", "--ping-idle"):
             rec.update(parse_ping(args[i + 1], "ping" if a == "--ping" else "idle"))
             i += 2
@@ -105,6 +135,8 @@ def record(raw, args):
         rec["cpu_s"] = rec["cpu_ticks"] / rec["clk_tck"]
         if rec.get("bytes"):
             rec["cpu_s_per_gb"] = rec["cpu_s"] / (rec["bytes"] / 1e9)
+    if rec.get("cp_ticks") and "clk_tck" in rec:
+        rec["cp_cpu_s"] = rec["cp_ticks"] / rec["clk_tck"]
     with open(raw, "a", encoding="utf-8") as f:
         f.write(json.dumps(rec, sort_keys=True) + "\n")
     if "error" in rec:
@@ -143,7 +175,10 @@ def report(raw):
     meta = next((r for r in recs if r.get("kind") == "meta"), {})
     end = next((r for r in recs if r.get("kind") == "end"), {})
     runs = [r for r in recs if r.get("kind") == "test"]
-    impls = [OURS] + [i for i in REFERENCES if any(r["impl"] == i for r in runs)]
+    present = [i for i in [OURS, DAEMON] + REFERENCES if any(r["impl"] == i for r in runs)]
+    impls = present or [OURS]
+    refs_of = [i for i in impls if i in REFERENCES]
+    ours_of = [i for i in impls if i not in REFERENCES]
     tests = [(t, label) for t, label in TESTS if any(r["test"] == t for r in runs)]
 
     def pick(impl, test, variant="all-on"):
@@ -162,8 +197,8 @@ def report(raw):
       f"-{fmt(max((r.get('load1', 0) for r in runs), default=None))}.")
     p(f"Versions: {meta.get('versions', '?')}.")
     p("")
-    p("| Gbit/s (median) | " + " | ".join(impls) + " | plexd-wg / best reference |")
-    p("|---|" + "---|" * (len(impls) + 1))
+    p("| Gbit/s (median) | " + " | ".join(impls) + "".join(f" | {o} / best reference" for o in ours_of) + " |")
+    p("|---|" + "---|" * (len(impls) + len(ours_of)))
     for test, label in tests:
         cells = []
         for i in impls:
@@ -172,20 +207,28 @@ def report(raw):
             if test == "tcp1" and v is not None:
                 vals = [r["gbps"] for r in pick(i, test) if "gbps" in r]
                 cell += f" [{min(vals):.2f}-{max(vals):.2f}]"
-            if test == "udp" and v is not None:
+            if test in ("udp", "udpgso") and v is not None:
                 cell += f" (sent {fmt(m(i, test, 'sent_gbps'))}, loss {fmt(m(i, test, 'lost_pct'), 1)}%)"
             cells.append(cell)
-        refs = [m(i, test, "gbps") for i in impls[1:]]
-        p(f"| {label} | " + " | ".join(cells) + f" | {ratio(m(OURS, test, 'gbps'), refs)} |")
+        refs = [m(i, test, "gbps") for i in refs_of]
+        p(f"| {label} | " + " | ".join(cells) + "".join(f" | {ratio(m(o, test, 'gbps'), refs)}" for o in ours_of) + " |")
     p("")
-    p("| CPU-seconds per GB moved, both daemons (median) | " + " | ".join(impls) + " | best reference / plexd-wg |")
-    p("|---|" + "---|" * (len(impls) + 1))
+    p("| CPU-seconds per GB moved, both daemons (median) | " + " | ".join(impls)
+      + "".join(f" | best reference / {o}" for o in ours_of) + " |")
+    p("|---|" + "---|" * (len(impls) + len(ours_of)))
     for test, label in tests:
         vals = [m(i, test, "cpu_s_per_gb") for i in impls]
-        p(f"| {label} | " + " | ".join(fmt(v) for v in vals) + f" | {ratio(vals[0], vals[1:], False)} |")
+        refs = [m(i, test, "cpu_s_per_gb") for i in refs_of]
+        p(f"| {label} | " + " | ".join(fmt(v) for v in vals)
+          + "".join(f" | {ratio(m(o, test, 'cpu_s_per_gb'), refs, False)}" for o in ours_of) + " |")
     p("")
-    p("Bytes are those iperf3 received; in the UDP flood the daemons also carried what the iperf3 "
-      "receiver then dropped, so that row overstates the cost per GB for all three.")
+    p("Bytes are those the receiver (iperf3, or udp-gso-blast for the GSO row) got; in the UDP rows "
+      "the daemons also carried what the receiver then dropped, so those rows overstate the cost per GB.")
+    if DAEMON in impls:
+        p("")
+        p(f"{DAEMON}: the two `plexd run` processes are counted; the control plane (`plexsphere dev`, "
+          "in namespace a) is not. Its own CPU-seconds over each test (median): "
+          + "; ".join(f"{label} {fmt(m(DAEMON, test, 'cp_cpu_s') or 0.0)}" for test, label in tests) + ".")
     p("")
     p("| Receiver UDP drops per run (median): nstat UdpRcvbufErrors / UdpInErrors; daemon sockets on :51820 | "
       + " | ".join(impls) + " |")
@@ -201,27 +244,32 @@ def report(raw):
       "(in the UDP flood that is most of it); the last figure is the daemons' sockets alone (`ss -m`, d).")
     if any(t == "load" for t, _ in tests):
         p("")
-        p("| ping through the tunnel, ms (median of runs) | " + " | ".join(impls) + " | best reference / plexd-wg |")
-        p("|---|" + "---|" * (len(impls) + 1))
+        p("| ping through the tunnel, ms (median of runs) | " + " | ".join(impls)
+          + "".join(f" | best reference / {o}" for o in ours_of) + " |")
+        p("|---|" + "---|" * (len(impls) + len(ours_of)))
         for key, label in (("idle_avg_ms", "idle, avg"), ("ping_avg_ms", "under a TCP stream, avg"),
                            ("ping_max_ms", "under a TCP stream, max"),
                            ("ping_loss_pct", "under a TCP stream, loss %")):
             vals = [m(i, "load", key) for i in impls]
-            r = ratio(vals[0], vals[1:], False) if key != "ping_loss_pct" else ""
-            p(f"| {label} | " + " | ".join(fmt(v, 3) for v in vals) + f" | {r} |")
+            refs = [m(i, "load", key) for i in refs_of]
+            r = "".join(f" | {ratio(m(o, 'load', key), refs, False) if key != 'ping_loss_pct' else ''}"
+                        for o in ours_of)
+            p(f"| {label} | " + " | ".join(fmt(v, 3) for v in vals) + f"{r} |")
     variants = []
     for r in runs:
         if r["impl"] == OURS and r.get("variant", "all-on") not in variants:
             variants.append(r.get("variant", "all-on"))
-    if len(variants) > 1:
+    if len(variants) > 1 and any(pick(OURS, "tcp1", v) for v in variants[1:]):
         base = m(OURS, "tcp1", "gbps")
         p("")
         p("| plexd-wg, TCP 1 stream, one technique off | Gbit/s (median) | vs all on | CPU-s/GB | best reference / this "
           "| ping under a TCP stream, avg / max ms (the stream's Gbit/s) |")
         p("|---|---|---|---|---|---|")
-        refs = [m(i, "tcp1", "gbps") for i in impls[1:]]
+        refs = [m(i, "tcp1", "gbps") for i in refs_of]
         refs = [x for x in refs if x]
         for v in variants:
+            if not pick(OURS, "tcp1", v):
+                continue
             g = m(OURS, "tcp1", "gbps", v)
             vs = f"{g / base:.2f}x" if g and base else "n/a"
             vr = f"{g / max(refs):.2f}x" if g and refs else "n/a"
@@ -230,6 +278,18 @@ def report(raw):
                 ping = (f"{fmt(m(OURS, 'load', 'ping_avg_ms', v), 3)} / {fmt(m(OURS, 'load', 'ping_max_ms', v), 3)}"
                         f" ({fmt(m(OURS, 'load', 'gbps', v))})")
             p(f"| {v} | {fmt(g)} | {vs} | {fmt(m(OURS, 'tcp1', 'cpu_s_per_gb', v))} | {vr} | {ping} |")
+    gso = [v for v in variants if pick(OURS, "udpgso", v)]
+    if len(gso) > 1:
+        base = m(OURS, "udpgso", "gbps")
+        p("")
+        p("| plexd-wg, UDP with GSO (QUIC-like) | Gbit/s received (median) | vs all on | sent Gbit/s | loss % "
+          "| CPU-s/GB |")
+        p("|---|---|---|---|---|---|")
+        for v in gso:
+            g = m(OURS, "udpgso", "gbps", v)
+            vs = f"{g / base:.2f}x" if g and base else "n/a"
+            p(f"| {v} | {fmt(g)} | {vs} | {fmt(m(OURS, 'udpgso', 'sent_gbps', v))} | "
+              f"{fmt(m(OURS, 'udpgso', 'lost_pct', v), 1)} | {fmt(m(OURS, 'udpgso', 'cpu_s_per_gb', v))} |")
     mem = [r for r in recs if r.get("kind") == "memory"]
     if mem:
         p("")
@@ -242,6 +302,11 @@ def report(raw):
     for r in (r for r in recs if r.get("kind") == "daemon"):
         p(f"| plexd run, wireguard.backend {r['backend']} ({r.get('how', '')}) | "
           f"{fmt(r['rss_kb'] / 1024, 1) if isinstance(r.get('rss_kb'), int) else 'n/a'} | | | |")
+    paths = [r for r in recs if r.get("kind") == "path"]
+    if paths:
+        p("")
+        p(f"{DAEMON}'s path, node a to b (`plexd status`), per run: "
+          + "; ".join(f"run {r.get('run')}: {str(r.get('path', '?')).strip()}" for r in paths) + ".")
     fails = [r for r in runs if "error" in r]
     if fails:
         p("")

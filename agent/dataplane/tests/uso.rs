@@ -2,7 +2,9 @@
 //! both sides, to a UDP receiver in the other. plexd-wg's TUN takes UDP segmentation offload
 //! (Linux 6.2 and later), so the sender's super-datagram reaches plexd-wg whole and plexd-wg
 //! cuts it before encryption: every datagram must arrive as sent, with its own length (the last
-//! one short) and a checksum the receiving kernel accepts (`InCsumErrors` stays 0).
+//! one short) and a checksum the receiving kernel accepts (`InCsumErrors` stays 0). The TUN's
+//! transmit counter tells how the datagrams reached plexd-wg: one packet per send with USO,
+//! one per datagram with `PLEXD_WG_USO=0` (the benchmark's switch), where the kernel cuts them.
 //!
 //! Needs root, `ip` and `wg`; fails (never skips) without them. Names carry the test's pid.
 
@@ -42,15 +44,46 @@ fn csum_errors(ns: &str) -> u64 {
         .unwrap_or_else(|| panic!("no Udp InCsumErrors in:\n{snmp}"))
 }
 
-#[test]
-fn a_udp_segment_sender_through_plexd_wg_delivers_every_datagram_intact() {
-    let mut lab = Lab::new('u');
-    lab.start(0, PLEXD_WG);
+/// The packets the kernel handed to the TUN `iface` in `ns` so far (what plexd-wg read).
+fn tun_tx_packets(ns: &str, iface: &str) -> u64 {
+    let path = format!("/sys/class/net/{iface}/statistics/tx_packets");
+    let text = sh(&["ip", "netns", "exec", ns, "cat", &path]);
+    text.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{path} is not a number ({e}): {text}"))
+}
+
+/// `UDP_SEGMENT` sends through two plexd-wg, the sender's side started with `env` (a wrapper
+/// script sets it); checks every datagram and returns the packets the sender's TUN carried
+/// over the sends, and how many sends there were.
+fn udp_segment_sends(tag: char, env: &str, want_uso: bool) -> (u64, u64) {
+    let mut lab = Lab::new(tag);
+    let program = if env.is_empty() {
+        PLEXD_WG.to_owned()
+    } else {
+        let wrapper = lab.dir.join("plexd-wg-env");
+        std::fs::write(
+            &wrapper,
+            format!("#!/bin/sh\nexec env {env} {PLEXD_WG} \"$@\"\n"),
+        )
+        .expect("wrapper script");
+        std::fs::set_permissions(
+            &wrapper,
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .expect("wrapper mode");
+        wrapper.display().to_string()
+    };
+    lab.start(0, &program);
     lab.start(1, PLEXD_WG);
     let log = std::fs::read_to_string(lab.log(0)).unwrap_or_default();
     assert!(
-        log.contains("uso=true"),
-        "this kernel (6.2 or later) takes TUN USO: {log}"
+        log.contains("offloads=true"),
+        "TSO/GRO stay on either way: {log}"
+    );
+    assert!(
+        log.contains(&format!("uso={want_uso}")),
+        "this kernel (6.2 or later) takes TUN USO unless {env:?} says no: {log}"
     );
     let (ka, kb) = (
         SecretKey::generate().expect("key"),
@@ -62,6 +95,7 @@ fn a_udp_segment_sender_through_plexd_wg_delivers_every_datagram_intact() {
     assert_eq!(tcp_echo(&lab.ns[0], &lab.ns[1], MESH_B, 1000).len(), 1000);
     assert!(latest_handshake(&lab, 0) > 0, "a session is up");
     let errors_before = csum_errors(&lab.ns[1]);
+    let tx_before = tun_tx_packets(&lab.ns[0], &lab.ifaces[0]);
 
     let to: SocketAddr = format!("{MESH_B}:7001").parse().expect("addr");
     let sends = 20;
@@ -101,6 +135,8 @@ fn a_udp_segment_sender_through_plexd_wg_delivers_every_datagram_intact() {
     .join()
     .expect("sender");
     let got = receiver.join().expect("receiver");
+    let tx = tun_tx_packets(&lab.ns[0], &lab.ifaces[0]) - tx_before;
+    eprintln!("{env:?}: the sender's TUN carried {tx} packets for {sends} sends");
 
     let mut want = Vec::new();
     for send in 0..sends {
@@ -130,5 +166,26 @@ fn a_udp_segment_sender_through_plexd_wg_delivers_every_datagram_intact() {
         csum_errors(&lab.ns[1]),
         errors_before,
         "no datagram arrived with a bad UDP checksum"
+    );
+    (tx, sends as u64)
+}
+
+#[test]
+fn a_udp_segment_sender_through_plexd_wg_delivers_every_datagram_intact() {
+    let (tx, sends) = udp_segment_sends('u', "", true);
+    // One super-datagram per send; a little room for what else the interface carries.
+    assert!(
+        tx < 2 * sends,
+        "with USO each send reaches plexd-wg as one packet: {tx} packets for {sends} sends"
+    );
+}
+
+#[test]
+fn plexd_wg_uso_0_leaves_the_segmentation_to_the_kernel() {
+    let (tx, sends) = udp_segment_sends('n', "PLEXD_WG_USO=0", false);
+    assert!(
+        tx >= sends * (FULL as u64 + 1),
+        "with USO off the kernel cuts each send before the TUN: {tx} packets for {sends} sends of {} datagrams",
+        FULL + 1
     );
 }

@@ -9,6 +9,8 @@
 //! Each performance technique has a switch, so it can be measured on its own:
 //! `PLEXD_WG_MMSG=0` sends and receives one datagram per system call instead of a batch;
 //! `PLEXD_WG_OFFLOAD=0` reads and writes the TUN one MTU-sized packet at a time (no TSO/GRO);
+//! `PLEXD_WG_USO=0` keeps the TCP offloads but does not ask the TUN for UDP segmentation
+//! offload, so the kernel cuts a `UDP_SEGMENT` sender's super-datagram before we read it;
 //! `PLEXD_WG_GSO=0` / `PLEXD_WG_GRO=0` turn off UDP segmentation / receive coalescing;
 //! `PLEXD_WG_QUEUE=0` processes each read batch whole, with no queue in front of the cipher
 //! (so no priority, no AQM, no byte bound); `PLEXD_WG_AQM=0` keeps the queue without CoDel;
@@ -127,7 +129,12 @@ fn run_foreground(iface: &str) -> anyhow::Result<()> {
         .thread_block()
         .context("cannot block SIGTERM/SIGINT for a clean shutdown")?;
 
-    let tun = LinuxTun::create(iface, DEFAULT_MTU, switch("PLEXD_WG_OFFLOAD"))?;
+    let tun = LinuxTun::create_with(
+        iface,
+        DEFAULT_MTU,
+        switch("PLEXD_WG_OFFLOAD"),
+        switch("PLEXD_WG_USO"),
+    )?;
     tracing::info!(
         interface = iface,
         mtu = DEFAULT_MTU,
