@@ -22,7 +22,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use boringtun::noise::TunnResult;
 
@@ -396,6 +396,31 @@ impl Prober {
     /// Whether the socket sends with GSO now (without a switch: assumed so).
     pub fn gso_in_use(&self) -> bool {
         self.offload.as_ref().is_none_or(|s| s.state().gso)
+    }
+
+    /// The peers worth probing, most recent handshake first: a handshake within `recent`, and
+    /// an allowed IP that is a single host of `src`'s family (the address its kernel answers
+    /// pings on). Peers without one are skipped.
+    pub fn candidates(&self, src: IpAddr, recent: Duration) -> Vec<(Key, IpAddr)> {
+        let wall = SystemTime::now();
+        let snapshot = self.device.snapshot(Instant::now(), wall);
+        let mut found: Vec<(SystemTime, Key, IpAddr)> = snapshot
+            .peers
+            .iter()
+            .filter_map(|p| {
+                let at = p.last_handshake?;
+                if wall.duration_since(at).unwrap_or_default() > recent {
+                    return None;
+                }
+                let host = p.allowed_ips.iter().find(|net| {
+                    net.prefix_len() == net.max_prefix_len()
+                        && net.addr().is_ipv4() == src.is_ipv4()
+                })?;
+                Some((at, p.public_key, host.addr()))
+            })
+            .collect();
+        found.sort_by(|a, b| b.0.cmp(&a.0));
+        found.into_iter().map(|(_, k, ip)| (k, ip)).collect()
     }
 
     /// Probes the path to `peer`, from our mesh address `src` to its `dst`, with inner

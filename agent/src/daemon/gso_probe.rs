@@ -1,0 +1,295 @@
+//! The GSO path probe's schedule (embedded data plane only): a thread that runs the data
+//! plane's segmentation probe ([`plexd_dataplane::probe`]) on a few peers with a recent
+//! handshake while the socket sends with UDP GSO: once the first handshakes are in after the
+//! start, then every [`GSO_PROBE_EVERY`]. A path that loses segmented datagrams is
+//! - logged as a warning that says what to do (`plexctl node set NODE --udp-offload off`),
+//! - kept for `plexd status` (which peer, the reply counts, when),
+//! - reported to the control plane as an `error` observation (`plexctl node observations`).
+//!
+//! plexd does not switch GSO off by itself: the switch follows the signed state, which the
+//! operator owns, and a probe cannot test segmentation while GSO is off, so an automatic
+//! switch could never learn that the path recovered. The kernel backend does not probe.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use plexd_dataplane::{ProbeReport, Prober, Verdict};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::core::io;
+use super::input::Input;
+
+/// How often the thread looks for the first handshakes after the start.
+pub const GSO_PROBE_FIRST_POLL: Duration = Duration::from_secs(2);
+/// Time between two rounds once the first one ran.
+pub const GSO_PROBE_EVERY: Duration = Duration::from_secs(30 * 60);
+/// A peer is probed only with a handshake this recent (its session is current: WireGuard
+/// rejects a session after 180 s without a new handshake).
+pub const GSO_PROBE_RECENT_HANDSHAKE: Duration = Duration::from_secs(180);
+/// Peers probed per round (most recent handshake first); each takes up to about 2.2 s.
+pub const GSO_PROBE_MAX_PEERS: usize = 3;
+/// Probe results kept for `plexd status` (the oldest go first).
+pub const GSO_PROBE_KEEP: usize = 16;
+
+/// What `plexd status` shows of the probe.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GsoProbeStatus {
+    /// Rounds run since plexd started.
+    pub rounds: u64,
+    pub last_round_age_secs: Option<u64>,
+    /// The latest result per peer.
+    pub peers: Vec<GsoProbePeer>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GsoProbePeer {
+    pub public_key: String,
+    pub mesh_ip: IpAddr,
+    /// `ok`, `segmented_lost` or `inconclusive`.
+    pub verdict: String,
+    /// Echo requests sent each way, and the replies to the segmented and the single ones.
+    pub sent: usize,
+    pub segmented_replies: usize,
+    pub single_replies: usize,
+    /// The inner packet size of each request (the interface MTU).
+    pub size: usize,
+    pub age_secs: u64,
+}
+
+#[derive(Debug, Default)]
+struct Board {
+    rounds: u64,
+    last_round: Option<Instant>,
+    results: BTreeMap<String, (Instant, ProbeReport)>,
+}
+
+/// The running probe thread's results; the thread ends when this is dropped.
+pub struct GsoProbe {
+    board: Arc<Mutex<Board>>,
+    _stop: mpsc::Sender<()>,
+}
+
+/// What the thread needs to know about this node.
+pub struct ProbeSetup {
+    pub node_id: Uuid,
+    pub mesh_ip: IpAddr,
+    /// The interface MTU: the size of each probe request.
+    pub mtu: usize,
+}
+
+impl GsoProbe {
+    /// Starts the thread; its findings go to the core through `tx`.
+    pub fn start(
+        prober: Prober,
+        setup: ProbeSetup,
+        tx: tokio::sync::mpsc::Sender<Input>,
+    ) -> std::io::Result<Self> {
+        let board = Arc::new(Mutex::new(Board::default()));
+        let (stop, stopped) = mpsc::channel::<()>();
+        let b = board.clone();
+        thread::Builder::new()
+            .name("gso-probe".into())
+            .spawn(move || run(&prober, &setup, &b, &stopped, &tx))?;
+        Ok(Self { board, _stop: stop })
+    }
+
+    pub fn status(&self, now: Instant) -> GsoProbeStatus {
+        let b = self.board.lock().unwrap_or_else(PoisonError::into_inner);
+        let age = |at: Instant| now.saturating_duration_since(at).as_secs();
+        GsoProbeStatus {
+            rounds: b.rounds,
+            last_round_age_secs: b.last_round.map(age),
+            peers: b
+                .results
+                .iter()
+                .map(|(key, (at, r))| GsoProbePeer {
+                    public_key: key.clone(),
+                    mesh_ip: r.dst,
+                    verdict: r.verdict.as_str().to_owned(),
+                    sent: r.sent,
+                    segmented_replies: r.segmented_replies,
+                    single_replies: r.single_replies,
+                    size: r.size,
+                    age_secs: age(*at),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Sleeps `d`; false when the owner is gone (plexd stops).
+fn pause(stopped: &mpsc::Receiver<()>, d: Duration) -> bool {
+    matches!(
+        stopped.recv_timeout(d),
+        Err(mpsc::RecvTimeoutError::Timeout) | Ok(())
+    )
+}
+
+fn run(
+    prober: &Prober,
+    setup: &ProbeSetup,
+    board: &Mutex<Board>,
+    stopped: &mpsc::Receiver<()>,
+    tx: &tokio::sync::mpsc::Sender<Input>,
+) {
+    // The first round waits for the first handshakes.
+    loop {
+        if !pause(stopped, GSO_PROBE_FIRST_POLL) {
+            return;
+        }
+        if prober.gso_in_use()
+            && !prober
+                .candidates(setup.mesh_ip, GSO_PROBE_RECENT_HANDSHAKE)
+                .is_empty()
+        {
+            break;
+        }
+    }
+    loop {
+        if prober.gso_in_use() {
+            if !round(prober, setup, board, tx) {
+                return;
+            }
+        } else {
+            tracing::debug!("the WireGuard socket does not send with UDP GSO now; no GSO probe this round");
+        }
+        if !pause(stopped, GSO_PROBE_EVERY) {
+            return;
+        }
+    }
+}
+
+/// One round; false when the daemon's loop is gone.
+fn round(
+    prober: &Prober,
+    setup: &ProbeSetup,
+    board: &Mutex<Board>,
+    tx: &tokio::sync::mpsc::Sender<Input>,
+) -> bool {
+    let peers = prober.candidates(setup.mesh_ip, GSO_PROBE_RECENT_HANDSHAKE);
+    for (key, ip) in peers.into_iter().take(GSO_PROBE_MAX_PEERS) {
+        let report = match prober.probe(&key, setup.mesh_ip, ip, setup.mtu) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!(peer = %key, "no GSO probe of this peer: {e}");
+                continue;
+            }
+        };
+        let b64 = key.to_base64();
+        tracing::debug!(peer = %b64, verdict = report.verdict.as_str(), segmented = report.segmented_replies, single = report.single_replies, "GSO probe");
+        if report.verdict == Verdict::SegmentedLost {
+            let message = lost_message(setup.node_id, &b64, &report);
+            tracing::warn!(peer = %b64, mesh_ip = %ip, "{message}");
+            if tx
+                .blocking_send(Input::Core(io::Input::Observe(message)))
+                .is_err()
+            {
+                return false;
+            }
+        }
+        let mut b = board.lock().unwrap_or_else(PoisonError::into_inner);
+        b.results.insert(b64, (Instant::now(), report));
+        while b.results.len() > GSO_PROBE_KEEP {
+            let oldest = b
+                .results
+                .iter()
+                .min_by_key(|(_, (at, _))| *at)
+                .map(|(k, _)| k.clone());
+            match oldest {
+                Some(k) => b.results.remove(&k),
+                None => break,
+            };
+        }
+    }
+    let mut b = board.lock().unwrap_or_else(PoisonError::into_inner);
+    b.rounds += 1;
+    b.last_round = Some(Instant::now());
+    true
+}
+
+/// The warning and the observation of a lost path: what was seen and what to do.
+pub fn lost_message(node_id: Uuid, peer: &str, r: &ProbeReport) -> String {
+    format!(
+        "GSO probe: the path to peer {peer} ({}) loses segmented UDP datagrams: {}/{} replies to one UDP GSO send of {} echo requests of {} bytes, {}/{} to the same sent one by one; bulk traffic on it stalls while handshakes and pings pass; switch UDP offload off for this node: plexctl node set {node_id} --udp-offload off",
+        r.dst,
+        r.segmented_replies,
+        r.sent,
+        r.sent,
+        r.size,
+        r.single_replies,
+        r.sent
+    )
+}
+
+/// The `plexd status` lines, one per peer probed.
+pub fn render(s: &GsoProbeStatus) -> Vec<String> {
+    s.peers
+        .iter()
+        .map(|p| {
+            format!(
+                "peer {} ({}): {}, {}/{} segmented and {}/{} single replies, {} s ago",
+                p.public_key,
+                p.mesh_ip,
+                p.verdict,
+                p.segmented_replies,
+                p.sent,
+                p.single_replies,
+                p.sent,
+                p.age_secs
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plexd_dataplane::Key;
+
+    #[test]
+    fn a_lost_path_says_which_peer_what_was_seen_and_what_to_do() {
+        let r = ProbeReport {
+            peer: Key([1; 32]),
+            src: "10.0.0.1".parse().unwrap(),
+            dst: "10.0.0.2".parse().unwrap(),
+            size: 1420,
+            sent: 8,
+            segmented_replies: 0,
+            single_replies: 8,
+            verdict: Verdict::SegmentedLost,
+        };
+        let id = Uuid::nil();
+        let m = lost_message(id, "KEY", &r);
+        assert!(m.contains("peer KEY (10.0.0.2)"), "{m}");
+        assert!(m.contains("0/8 replies to one UDP GSO send"), "{m}");
+        assert!(m.contains("8/8 to the same sent one by one"), "{m}");
+        assert!(
+            m.ends_with(&format!("plexctl node set {id} --udp-offload off")),
+            "{m}"
+        );
+        let s = GsoProbeStatus {
+            rounds: 1,
+            last_round_age_secs: Some(3),
+            peers: vec![GsoProbePeer {
+                public_key: "KEY".into(),
+                mesh_ip: r.dst,
+                verdict: "segmented_lost".into(),
+                sent: 8,
+                segmented_replies: 0,
+                single_replies: 8,
+                size: 1420,
+                age_secs: 3,
+            }],
+        };
+        assert_eq!(
+            render(&s),
+            vec![
+                "peer KEY (10.0.0.2): segmented_lost, 0/8 segmented and 8/8 single replies, 3 s ago"
+            ]
+        );
+    }
+}
