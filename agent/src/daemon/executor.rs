@@ -56,6 +56,8 @@ pub struct Executor {
     pub paths: crate::paths::StatePaths,
     /// The embedded data plane's UDP GSO/GRO switch ([`crate::mesh::Mesh::udp_offload`]).
     pub udp_offload: Option<Arc<plexd_dataplane::UdpOffloadSwitch>>,
+    /// The GSO path probe's thread and results (embedded data plane only).
+    pub gso_probe: Option<super::gso_probe::GsoProbe>,
 }
 
 impl Executor {
@@ -189,6 +191,9 @@ impl Executor {
                     report.udp_offload.gso = Some(s.gso);
                     report.udp_offload.gro = Some(s.gro);
                     report.udp_offload.applied = Some(s.applied);
+                }
+                if let (Answer::Status(report), Some(probe)) = (&mut answer, &self.gso_probe) {
+                    report.gso_probe = Some(probe.status(Instant::now()));
                 }
                 if let Some(w) = self.waiters.remove(&id) {
                     let _ = w.send(answer);

@@ -155,7 +155,9 @@ fn run(
                 return;
             }
         } else {
-            tracing::debug!("the WireGuard socket does not send with UDP GSO now; no GSO probe this round");
+            tracing::debug!(
+                "the WireGuard socket does not send with UDP GSO now; no GSO probe this round"
+            );
         }
         if !pause(stopped, GSO_PROBE_EVERY) {
             return;
@@ -215,13 +217,7 @@ fn round(
 pub fn lost_message(node_id: Uuid, peer: &str, r: &ProbeReport) -> String {
     format!(
         "GSO probe: the path to peer {peer} ({}) loses segmented UDP datagrams: {}/{} replies to one UDP GSO send of {} echo requests of {} bytes, {}/{} to the same sent one by one; bulk traffic on it stalls while handshakes and pings pass; switch UDP offload off for this node: plexctl node set {node_id} --udp-offload off",
-        r.dst,
-        r.segmented_replies,
-        r.sent,
-        r.sent,
-        r.size,
-        r.single_replies,
-        r.sent
+        r.dst, r.segmented_replies, r.sent, r.sent, r.size, r.single_replies, r.sent
     )
 }
 

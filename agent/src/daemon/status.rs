@@ -7,6 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use super::gso_probe::GsoProbeStatus;
 use crate::reach::io::{Path, Transport};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -35,6 +36,10 @@ pub struct StatusReport {
     /// UDP GSO/GRO of the WireGuard socket (absent from older daemons).
     #[serde(default)]
     pub udp_offload: UdpOffloadStatus,
+    /// The GSO path probe's latest results (embedded data plane only; absent otherwise and
+    /// from older daemons).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gso_probe: Option<GsoProbeStatus>,
 }
 
 /// What the signed state asks of UDP GSO/GRO and what the data plane's socket does.
@@ -243,6 +248,11 @@ pub fn render(r: &StatusReport) -> String {
     if let Some(line) = udp_offload_line(&r.udp_offload) {
         let _ = writeln!(out, "udp offload {line}");
     }
+    if let Some(probe) = &r.gso_probe {
+        for line in super::gso_probe::render(probe) {
+            let _ = writeln!(out, "gso probe   {line}");
+        }
+    }
     let _ = writeln!(
         out,
         "ingest      {} observations waiting, {} dropped and not yet reported",
@@ -364,6 +374,7 @@ pub(crate) mod tests {
                 gro: Some(false),
                 applied: Some(true),
             },
+            gso_probe: None,
         }
     }
 

@@ -17,6 +17,7 @@
 //! | `Control{..}`             | status (after a live read), leave (call, teardown, files, exit) |
 //! | `Reload{..}`              | what changes now, what waits for a restart                    |
 //! | `ReachRead{..}`           | paths kept for status; changed own candidates report soon     |
+//! | `Observe(..)`             | an `error` observation (the GSO probe's lost path)            |
 //!
 //! The wanted peers, relays and relay tokens go to the reach runtime as `Effect::Reach`
 //! ([`reach`]).
@@ -362,6 +363,7 @@ impl Core {
                 }
             }
             Input::ReachRead { paths, own } => self.on_reach_read(paths, own, now),
+            Input::Observe(message) => self.error_observation(message, now),
         }
     }
 

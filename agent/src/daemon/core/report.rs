@@ -178,6 +178,7 @@ impl Core {
                     .to_owned(),
                 ..UdpOffloadStatus::default()
             },
+            gso_probe: None,
         }
     }
 
