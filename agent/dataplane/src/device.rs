@@ -83,7 +83,7 @@ pub struct Device {
     pending: Mutex<HashSet<Key>>,
     pending_count: AtomicUsize,
     /// The segmentation probes waiting for replies (see `crate::probe`).
-    pub(crate) probes: crate::probe::Probes,
+    pub(crate) probes: crate::probe_match::Probes,
 }
 
 impl Default for Device {
@@ -113,7 +113,7 @@ impl Device {
             counters: Counters::default(),
             pending: Mutex::new(HashSet::new()),
             pending_count: AtomicUsize::new(0),
-            probes: crate::probe::Probes::default(),
+            probes: crate::probe_match::Probes::default(),
         }
     }
 

@@ -25,6 +25,7 @@ mod offload_tests;
 pub mod packet;
 pub mod peer;
 pub mod probe;
+mod probe_match;
 mod queued;
 pub mod runner;
 pub mod shutdown;

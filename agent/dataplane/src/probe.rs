@@ -20,8 +20,7 @@
 //! while one runs, the protocol byte is looked at first, and only ICMP echo replies go further.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use boringtun::noise::TunnResult;
@@ -29,11 +28,11 @@ use boringtun::noise::TunnResult;
 use crate::batch::{PacketBatch, WG_OVERHEAD};
 use crate::device::Device;
 use crate::key::Key;
+use crate::probe_match::{ECHO_REQUEST_V4, ECHO_REQUEST_V6, ICMP, ICMPV6, Track};
+pub use crate::probe_match::{PROBE_MARKER, PROBE_MAX_CONCURRENT, PROBE_PACKETS};
 use crate::side::RawSender;
 use crate::udp_offload::UdpOffloadSwitch;
 
-/// Echo requests per probe, sent once segmented and once one by one (2 x this many in all).
-pub const PROBE_PACKETS: usize = 8;
 /// Time between two single sends: the single requests must not leave as a burst.
 pub const PROBE_SINGLE_SPACING: Duration = Duration::from_millis(20);
 /// How long the probe waits for replies after its last send.
@@ -45,18 +44,6 @@ pub const PROBE_MAX_SEGMENTED_WHEN_LOST: usize = PROBE_PACKETS / 4;
 /// The smallest and largest inner packet the probe builds (IP header included).
 pub const PROBE_MIN_SIZE: usize = 128;
 pub const PROBE_MAX_SIZE: usize = 9000;
-/// Probes running at once on one device (each holds a matcher on the receive path).
-pub const PROBE_MAX_CONCURRENT: usize = 8;
-/// The start of every probe request's payload, so an unrelated echo reply that happens to
-/// carry our identifier is never taken for one.
-pub const PROBE_MARKER: &[u8; 16] = b"plexd-gso-probe\0";
-
-const ICMP: u8 = 1;
-const ICMPV6: u8 = 58;
-const ECHO_REQUEST_V4: u8 = 8;
-const ECHO_REPLY_V4: u8 = 0;
-const ECHO_REQUEST_V6: u8 = 128;
-const ECHO_REPLY_V6: u8 = 129;
 const TTL: u8 = 64;
 
 /// What a probe found out about one peer's path.
@@ -130,109 +117,6 @@ pub enum ProbeError {
     Busy,
     #[error("cannot send the probe: {0}")]
     Send(String),
-}
-
-/// The receive path's matchers, one per running probe.
-#[derive(Debug, Default)]
-pub(crate) struct Probes {
-    /// How many are registered: the packet path reads only this while none runs.
-    active: AtomicUsize,
-    list: Mutex<Vec<Arc<Track>>>,
-    next_id: AtomicU16,
-}
-
-/// The replies one probe is waiting for.
-#[derive(Debug)]
-struct Track {
-    id: u16,
-    /// The peer's mesh address: a reply must come from there.
-    from: IpAddr,
-    /// One bit per sequence number seen: the low [`PROBE_PACKETS`] bits for the segmented
-    /// requests, the next ones for the single requests.
-    seen: AtomicU64,
-}
-
-const _: () = assert!(2 * PROBE_PACKETS <= 64, "the seen bitmap holds both halves");
-
-impl Probes {
-    /// Whether `packet` (decrypted, from `src`) is the reply to a running probe; takes it then.
-    #[inline]
-    pub(crate) fn claim(&self, packet: &[u8], src: IpAddr) -> bool {
-        if self.active.load(Ordering::Relaxed) == 0 {
-            return false;
-        }
-        let Some((id, seq)) = echo_reply(packet) else {
-            return false;
-        };
-        let list = self.list.lock().unwrap_or_else(PoisonError::into_inner);
-        match list.iter().find(|t| t.id == id && t.from == src) {
-            Some(t) if usize::from(seq) < 2 * PROBE_PACKETS => {
-                t.seen.fetch_or(1 << seq, Ordering::Relaxed);
-                true
-            }
-            _ => false,
-        }
-    }
-
-    fn register(&self, from: IpAddr) -> Result<Arc<Track>, ProbeError> {
-        let mut list = self.list.lock().unwrap_or_else(PoisonError::into_inner);
-        if list.len() >= PROBE_MAX_CONCURRENT {
-            return Err(ProbeError::Busy);
-        }
-        // Identifiers start from the pid so two plexd processes' probes differ; the marker
-        // in the payload rules out the rest.
-        let start = (std::process::id() as u16).wrapping_mul(31);
-        let id = start.wrapping_add(self.next_id.fetch_add(1, Ordering::Relaxed));
-        let t = Arc::new(Track {
-            id,
-            from,
-            seen: AtomicU64::new(0),
-        });
-        list.push(t.clone());
-        self.active.store(list.len(), Ordering::Relaxed);
-        Ok(t)
-    }
-
-    fn unregister(&self, t: &Arc<Track>) {
-        let mut list = self.list.lock().unwrap_or_else(PoisonError::into_inner);
-        list.retain(|x| !Arc::ptr_eq(x, t));
-        self.active.store(list.len(), Ordering::Relaxed);
-    }
-}
-
-impl Track {
-    fn counts(&self) -> (usize, usize) {
-        let seen = self.seen.load(Ordering::Relaxed);
-        let half = (1u64 << PROBE_PACKETS) - 1;
-        (
-            (seen & half).count_ones() as usize,
-            ((seen >> PROBE_PACKETS) & half).count_ones() as usize,
-        )
-    }
-}
-
-/// The identifier and sequence number of a probe's echo reply; None for anything else. The
-/// protocol byte is read first, so other traffic costs one comparison.
-#[inline]
-fn echo_reply(p: &[u8]) -> Option<(u16, u16)> {
-    let icmp = match p.first()? >> 4 {
-        4 if p.len() >= 20 && p[9] == ICMP => {
-            let ihl = usize::from(p[0] & 0x0f) * 4;
-            let icmp = p.get(ihl..)?;
-            (icmp.first() == Some(&ECHO_REPLY_V4)).then_some(icmp)?
-        }
-        6 if p.len() >= 40 && p[6] == ICMPV6 => {
-            let icmp = &p[40..];
-            (icmp.first() == Some(&ECHO_REPLY_V6)).then_some(icmp)?
-        }
-        _ => return None,
-    };
-    if icmp.get(8..8 + PROBE_MARKER.len())? != PROBE_MARKER {
-        return None;
-    }
-    let id = u16::from_be_bytes([icmp[4], icmp[5]]);
-    let seq = u16::from_be_bytes([icmp[6], icmp[7]]);
-    Some((id, seq))
 }
 
 /// The ones' complement sum of `data` folded into `acc` (not yet inverted).
@@ -419,7 +303,7 @@ impl Prober {
                 Some((at, p.public_key, host.addr()))
             })
             .collect();
-        found.sort_by(|a, b| b.0.cmp(&a.0));
+        found.sort_by_key(|f| std::cmp::Reverse(f.0));
         found.into_iter().map(|(_, k, ip)| (k, ip)).collect()
     }
 
@@ -436,7 +320,7 @@ impl Prober {
         if !self.gso_in_use() {
             return Err(ProbeError::GsoOff);
         }
-        let track = self.device.probes.register(dst)?;
+        let track = self.device.probes.register(dst).ok_or(ProbeError::Busy)?;
         let r = self.run(&track, peer, src, dst, size);
         self.device.probes.unregister(&track);
         let (segmented_replies, single_replies) = r?;
@@ -501,6 +385,7 @@ impl Prober {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::probe_match::{ECHO_REPLY_V4, ECHO_REPLY_V6, Probes, echo_reply};
 
     fn reply_of(mut request: Vec<u8>) -> Vec<u8> {
         // What a kernel answers: addresses swapped, the type changed (checksums unchecked here).

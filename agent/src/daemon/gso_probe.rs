@@ -17,11 +17,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use plexd_dataplane::{ProbeReport, Prober, Verdict};
-use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::core::io;
 use super::input::Input;
+use super::status::{GsoProbePeer, GsoProbeStatus};
 
 /// How often the thread looks for the first handshakes after the start.
 pub const GSO_PROBE_FIRST_POLL: Duration = Duration::from_secs(2);
@@ -34,31 +34,6 @@ pub const GSO_PROBE_RECENT_HANDSHAKE: Duration = Duration::from_secs(180);
 pub const GSO_PROBE_MAX_PEERS: usize = 3;
 /// Probe results kept for `plexd status` (the oldest go first).
 pub const GSO_PROBE_KEEP: usize = 16;
-
-/// What `plexd status` shows of the probe.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GsoProbeStatus {
-    /// Rounds run since plexd started.
-    pub rounds: u64,
-    pub last_round_age_secs: Option<u64>,
-    /// The latest result per peer.
-    pub peers: Vec<GsoProbePeer>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GsoProbePeer {
-    pub public_key: String,
-    pub mesh_ip: IpAddr,
-    /// `ok`, `segmented_lost` or `inconclusive`.
-    pub verdict: String,
-    /// Echo requests sent each way, and the replies to the segmented and the single ones.
-    pub sent: usize,
-    pub segmented_replies: usize,
-    pub single_replies: usize,
-    /// The inner packet size of each request (the interface MTU).
-    pub size: usize,
-    pub age_secs: u64,
-}
 
 #[derive(Debug, Default)]
 struct Board {
@@ -221,26 +196,6 @@ pub fn lost_message(node_id: Uuid, peer: &str, r: &ProbeReport) -> String {
     )
 }
 
-/// The `plexd status` lines, one per peer probed.
-pub fn render(s: &GsoProbeStatus) -> Vec<String> {
-    s.peers
-        .iter()
-        .map(|p| {
-            format!(
-                "peer {} ({}): {}, {}/{} segmented and {}/{} single replies, {} s ago",
-                p.public_key,
-                p.mesh_ip,
-                p.verdict,
-                p.segmented_replies,
-                p.sent,
-                p.single_replies,
-                p.sent,
-                p.age_secs
-            )
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -282,7 +237,7 @@ mod tests {
             }],
         };
         assert_eq!(
-            render(&s),
+            super::super::status::gso_probe_lines(&s),
             vec![
                 "peer KEY (10.0.0.2): segmented_lost, 0/8 segmented and 8/8 single replies, 3 s ago"
             ]

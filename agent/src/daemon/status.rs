@@ -7,7 +7,6 @@ use std::net::{IpAddr, SocketAddr};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::gso_probe::GsoProbeStatus;
 use crate::reach::io::{Path, Transport};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -53,6 +52,31 @@ pub struct UdpOffloadStatus {
     pub gro: Option<bool>,
     /// Whether the data plane applied the latest setting (it does within one poll interval).
     pub applied: Option<bool>,
+}
+
+/// What `plexd status` shows of the probe.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GsoProbeStatus {
+    /// Rounds run since plexd started.
+    pub rounds: u64,
+    pub last_round_age_secs: Option<u64>,
+    /// The latest result per peer.
+    pub peers: Vec<GsoProbePeer>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GsoProbePeer {
+    pub public_key: String,
+    pub mesh_ip: IpAddr,
+    /// `ok`, `segmented_lost` or `inconclusive`.
+    pub verdict: String,
+    /// Echo requests sent each way, and the replies to the segmented and the single ones.
+    pub sent: usize,
+    pub segmented_replies: usize,
+    pub single_replies: usize,
+    /// The inner packet size of each request (the interface MTU).
+    pub size: usize,
+    pub age_secs: u64,
 }
 
 /// Observations on their way to `POST /ingest`.
@@ -195,6 +219,26 @@ fn udp_offload_line(u: &UdpOffloadStatus) -> Option<String> {
     }
 }
 
+/// The `plexd status` lines, one per peer probed.
+pub fn gso_probe_lines(s: &GsoProbeStatus) -> Vec<String> {
+    s.peers
+        .iter()
+        .map(|p| {
+            format!(
+                "peer {} ({}): {}, {}/{} segmented and {}/{} single replies, {} s ago",
+                p.public_key,
+                p.mesh_ip,
+                p.verdict,
+                p.segmented_replies,
+                p.sent,
+                p.single_replies,
+                p.sent,
+                p.age_secs
+            )
+        })
+        .collect()
+}
+
 /// The human table.
 pub fn render(r: &StatusReport) -> String {
     let mut out = String::new();
@@ -249,7 +293,7 @@ pub fn render(r: &StatusReport) -> String {
         let _ = writeln!(out, "udp offload {line}");
     }
     if let Some(probe) = &r.gso_probe {
-        for line in super::gso_probe::render(probe) {
+        for line in gso_probe_lines(probe) {
             let _ = writeln!(out, "gso probe   {line}");
         }
     }
