@@ -124,6 +124,20 @@ impl Executor {
                 });
             }
             Input::Signal(s) => self.core.handle(io::Input::Stop(s.name()), now()),
+            Input::Control(super::protocol::Request::ProbeGso, answer)
+                if self.gso_probe.is_some() =>
+            {
+                // A round now; then the status, through the loop like any status request.
+                if let Some(probe) = &self.gso_probe {
+                    let (done, tx) = (probe.run_now(), self.tx.clone());
+                    tokio::spawn(async move {
+                        let _ = done.await;
+                        let _ = tx
+                            .send(Input::Control(super::protocol::Request::Status, answer))
+                            .await;
+                    });
+                }
+            }
             Input::Control(request, answer) => {
                 self.next_control += 1;
                 let id = self.next_control;

@@ -45,7 +45,8 @@ struct Board {
 /// The running probe thread's results; the thread ends when this is dropped.
 pub struct GsoProbe {
     board: Arc<Mutex<Board>>,
-    _stop: mpsc::Sender<()>,
+    /// Asks the thread for a round now; it answers on the oneshot when the round is done.
+    wake: mpsc::Sender<tokio::sync::oneshot::Sender<()>>,
 }
 
 /// What the thread needs to know about this node.
@@ -64,12 +65,20 @@ impl GsoProbe {
         tx: tokio::sync::mpsc::Sender<Input>,
     ) -> std::io::Result<Self> {
         let board = Arc::new(Mutex::new(Board::default()));
-        let (stop, stopped) = mpsc::channel::<()>();
+        let (wake, woken) = mpsc::channel();
         let b = board.clone();
         thread::Builder::new()
             .name("gso-probe".into())
-            .spawn(move || run(&prober, &setup, &b, &stopped, &tx))?;
-        Ok(Self { board, _stop: stop })
+            .spawn(move || run(&prober, &setup, &b, &woken, &tx))?;
+        Ok(Self { board, wake })
+    }
+
+    /// Runs a round now (`plexd status --probe-gso`); the receiver fires when it is done (or
+    /// the thread is gone).
+    pub fn run_now(&self) -> tokio::sync::oneshot::Receiver<()> {
+        let (done, rx) = tokio::sync::oneshot::channel();
+        let _ = self.wake.send(done);
+        rx
     }
 
     pub fn status(&self, now: Instant) -> GsoProbeStatus {
@@ -96,34 +105,47 @@ impl GsoProbe {
     }
 }
 
-/// Sleeps `d`; false when the owner is gone (plexd stops).
-fn pause(stopped: &mpsc::Receiver<()>, d: Duration) -> bool {
-    matches!(
-        stopped.recv_timeout(d),
-        Err(mpsc::RecvTimeoutError::Timeout) | Ok(())
-    )
+/// Why the thread woke.
+enum Wake {
+    Timeout,
+    /// `plexd status --probe-gso`: a round now, then this fires.
+    Now(tokio::sync::oneshot::Sender<()>),
+    /// The owner is gone (plexd stops).
+    Stop,
 }
+
+fn pause(woken: &WakeRx, d: Duration) -> Wake {
+    match woken.recv_timeout(d) {
+        Ok(done) => Wake::Now(done),
+        Err(mpsc::RecvTimeoutError::Timeout) => Wake::Timeout,
+        Err(mpsc::RecvTimeoutError::Disconnected) => Wake::Stop,
+    }
+}
+
+type WakeRx = mpsc::Receiver<tokio::sync::oneshot::Sender<()>>;
 
 fn run(
     prober: &Prober,
     setup: &ProbeSetup,
     board: &Mutex<Board>,
-    stopped: &mpsc::Receiver<()>,
+    woken: &WakeRx,
     tx: &tokio::sync::mpsc::Sender<Input>,
 ) {
-    // The first round waits for the first handshakes.
-    loop {
-        if !pause(stopped, GSO_PROBE_FIRST_POLL) {
-            return;
+    // The first round waits for the first handshakes (or an operator's request).
+    let mut asked = loop {
+        match pause(woken, GSO_PROBE_FIRST_POLL) {
+            Wake::Stop => return,
+            Wake::Now(done) => break Some(done),
+            Wake::Timeout => {}
         }
         if prober.gso_in_use()
             && !prober
                 .candidates(setup.mesh_ip, GSO_PROBE_RECENT_HANDSHAKE)
                 .is_empty()
         {
-            break;
+            break None;
         }
-    }
+    };
     loop {
         if prober.gso_in_use() {
             if !round(prober, setup, board, tx) {
@@ -134,9 +156,14 @@ fn run(
                 "the WireGuard socket does not send with UDP GSO now; no GSO probe this round"
             );
         }
-        if !pause(stopped, GSO_PROBE_EVERY) {
-            return;
+        if let Some(done) = asked.take() {
+            let _ = done.send(());
         }
+        asked = match pause(woken, GSO_PROBE_EVERY) {
+            Wake::Stop => return,
+            Wake::Now(done) => Some(done),
+            Wake::Timeout => None,
+        };
     }
 }
 
