@@ -136,9 +136,14 @@ fn diag_cmd(
 type CmdResult = Result<(), (LogTarget, Failure)>;
 
 /// `plexd status`: asks the daemon over its socket; exit 3 when none answers.
-fn status_cmd(cli: &Cli, _args: &StatusArgs) -> CmdResult {
+fn status_cmd(cli: &Cli, args: &StatusArgs) -> CmdResult {
     let fail = |f: Failure| (LogTarget::Stderr, f);
-    let answer = block_on(socket::ask(&cli.run_dir, Request::Status))
+    let request = if args.probe_gso {
+        Request::ProbeGso
+    } else {
+        Request::Status
+    };
+    let answer = block_on(socket::ask(&cli.run_dir, request))
         .map_err(fail)?
         .map_err(|e| fail(socket_failure(e)))?;
     match answer {

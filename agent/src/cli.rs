@@ -153,7 +153,12 @@ pub struct RunArgs {
 
 /// `plexd status` takes the global `--output`.
 #[derive(Debug, Args)]
-pub struct StatusArgs {}
+pub struct StatusArgs {
+    /// Run the GSO path probe on up to 3 peers with a recent handshake first (embedded data
+    /// plane only; takes a few seconds), then show the status with its results.
+    #[arg(long)]
+    pub probe_gso: bool,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Output {

@@ -82,6 +82,8 @@ pub struct Device {
     /// how many there are, so the packet path looks at the set only while one exists.
     pending: Mutex<HashSet<Key>>,
     pending_count: AtomicUsize,
+    /// The segmentation probes waiting for replies (see `crate::probe`).
+    pub(crate) probes: crate::probe_match::Probes,
 }
 
 impl Default for Device {
@@ -111,6 +113,7 @@ impl Device {
             counters: Counters::default(),
             pending: Mutex::new(HashSet::new()),
             pending_count: AtomicUsize::new(0),
+            probes: crate::probe_match::Probes::default(),
         }
     }
 
@@ -471,7 +474,12 @@ impl Device {
         to_tun: &mut PacketBatch,
     ) {
         match state.routes.get(src) {
-            Some(owner) if Arc::ptr_eq(owner, peer) => to_tun.commit(len, from),
+            Some(owner) if Arc::ptr_eq(owner, peer) => {
+                // A probe's echo reply is counted there, not written to the host.
+                if !self.probes.claim(&to_tun.next_slot()[..len], src) {
+                    to_tun.commit(len, from);
+                }
+            }
             _ => {
                 tracing::trace!(peer = %peer.public_key(), %src, "source outside the peer's allowed IPs; dropped");
                 Counters::bump(&self.counters.not_allowed);

@@ -90,6 +90,19 @@ impl RawSender {
             .clone()
     }
 
+    /// Sends a batch from the WireGuard socket as the packet threads do (runs of equal
+    /// datagrams to one address go as one GSO send when the socket has it on); answers how
+    /// many datagrams the network took.
+    pub fn send_batch(&self, batch: &PacketBatch) -> io::Result<usize> {
+        let Some(socket) = self.current() else {
+            return Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the data plane has not bound its UDP socket yet",
+            ));
+        };
+        socket.send(batch)
+    }
+
     /// Sends one datagram from the WireGuard socket. Fails when the runner has not bound a
     /// socket yet, or the network refused the datagram.
     pub fn send(&self, datagram: &[u8], to: SocketAddr) -> io::Result<()> {

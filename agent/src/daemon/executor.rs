@@ -56,6 +56,8 @@ pub struct Executor {
     pub paths: crate::paths::StatePaths,
     /// The embedded data plane's UDP GSO/GRO switch ([`crate::mesh::Mesh::udp_offload`]).
     pub udp_offload: Option<Arc<plexd_dataplane::UdpOffloadSwitch>>,
+    /// The GSO path probe's thread and results (embedded data plane only).
+    pub gso_probe: Option<super::gso_probe::GsoProbe>,
 }
 
 impl Executor {
@@ -122,6 +124,20 @@ impl Executor {
                 });
             }
             Input::Signal(s) => self.core.handle(io::Input::Stop(s.name()), now()),
+            Input::Control(super::protocol::Request::ProbeGso, answer)
+                if self.gso_probe.is_some() =>
+            {
+                // A round now; then the status, through the loop like any status request.
+                if let Some(probe) = &self.gso_probe {
+                    let (done, tx) = (probe.run_now(), self.tx.clone());
+                    tokio::spawn(async move {
+                        let _ = done.await;
+                        let _ = tx
+                            .send(Input::Control(super::protocol::Request::Status, answer))
+                            .await;
+                    });
+                }
+            }
             Input::Control(request, answer) => {
                 self.next_control += 1;
                 let id = self.next_control;
@@ -190,6 +206,9 @@ impl Executor {
                     report.udp_offload.gso = Some(s.gso);
                     report.udp_offload.gro = Some(s.gro);
                     report.udp_offload.applied = Some(s.applied);
+                }
+                if let (Answer::Status(report), Some(probe)) = (&mut answer, &self.gso_probe) {
+                    report.gso_probe = Some(probe.status(Instant::now()));
                 }
                 if let Some(w) = self.waiters.remove(&id) {
                     let _ = w.send(answer);

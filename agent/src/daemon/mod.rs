@@ -24,6 +24,7 @@ pub mod calls;
 pub mod core;
 pub mod disk;
 pub mod executor;
+pub mod gso_probe;
 pub mod host_addrs;
 pub mod ingest;
 pub mod input;
@@ -103,6 +104,7 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
         // The reach handle is taken before the mesh moves to its thread.
         let reach = mesh.reach();
         let udp_offload = mesh.udp_offload();
+        let gso_prober = mesh.gso_prober();
         let mesh = MeshThread::start(mesh, tx.clone()).map_err(threads)?;
         let disk = DiskThread::start(settings.state.clone(), tx.clone()).map_err(threads)?;
 
@@ -120,6 +122,18 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
         // the API answers.
         let cached = cache::load(&settings.state.dir.join(cache::STATE_FILE_NAME), &acceptor);
         let (mesh_ip, mesh_cidr) = (identity.mesh_ip, identity.mesh_cidr);
+        // The GSO path probe runs with the embedded data plane only (the kernel backend has none).
+        let gso_probe = match gso_prober {
+            Some(prober) => {
+                let setup = gso_probe::ProbeSetup {
+                    node_id: identity.node_id,
+                    mesh_ip,
+                    mtu: usize::from(settings.config.wireguard.mtu),
+                };
+                Some(gso_probe::GsoProbe::start(prober, setup, tx.clone()).map_err(threads)?)
+            }
+            None => None,
+        };
         let start = Now::new(Instant::now(), SystemTime::now());
         let rotation = rotation_start(settings, &identity);
         let mut core = Core::new(
@@ -151,6 +165,7 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
             reach,
             paths: settings.state.clone(),
             udp_offload,
+            gso_probe,
         };
         let outcome = executor.run(&mut rx).await;
         if let Some(server) = metrics_server {

@@ -10,6 +10,8 @@ use super::status::StatusReport;
 #[serde(tag = "command", rename_all = "snake_case")]
 pub enum Request {
     Status,
+    /// Run the GSO path probe now, then answer the status (`plexd status --probe-gso`).
+    ProbeGso,
     Leave,
     /// Rotate the WireGuard key now (`plexd rotate-key`).
     RotateKey,

@@ -38,6 +38,10 @@ pub struct StatusReport {
     /// The Domain signing keys the node trusts (absent from older daemons).
     #[serde(default)]
     pub domain_key: DomainKeyStatus,
+    /// The GSO path probe's latest results (embedded data plane only; absent otherwise and
+    /// from older daemons).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gso_probe: Option<GsoProbeStatus>,
 }
 
 /// The pinned Domain key and, during a rotation's overlap, the announced next one.
@@ -82,6 +86,31 @@ pub struct UdpOffloadStatus {
     pub gro: Option<bool>,
     /// Whether the data plane applied the latest setting (it does within one poll interval).
     pub applied: Option<bool>,
+}
+
+/// What `plexd status` shows of the probe.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GsoProbeStatus {
+    /// Rounds run since plexd started.
+    pub rounds: u64,
+    pub last_round_age_secs: Option<u64>,
+    /// The latest result per peer.
+    pub peers: Vec<GsoProbePeer>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GsoProbePeer {
+    pub public_key: String,
+    pub mesh_ip: IpAddr,
+    /// `ok`, `segmented_lost` or `inconclusive`.
+    pub verdict: String,
+    /// Echo requests sent each way, and the replies to the segmented and the single ones.
+    pub sent: usize,
+    pub segmented_replies: usize,
+    pub single_replies: usize,
+    /// The inner packet size of each request (the interface MTU).
+    pub size: usize,
+    pub age_secs: u64,
 }
 
 /// Observations on their way to `POST /ingest`.
@@ -224,6 +253,26 @@ fn udp_offload_line(u: &UdpOffloadStatus) -> Option<String> {
     }
 }
 
+/// The `plexd status` lines, one per peer probed.
+pub fn gso_probe_lines(s: &GsoProbeStatus) -> Vec<String> {
+    s.peers
+        .iter()
+        .map(|p| {
+            format!(
+                "peer {} ({}): {}, {}/{} segmented and {}/{} single replies, {} s ago",
+                p.public_key,
+                p.mesh_ip,
+                p.verdict,
+                p.segmented_replies,
+                p.sent,
+                p.single_replies,
+                p.sent,
+                p.age_secs
+            )
+        })
+        .collect()
+}
+
 /// The human table.
 pub fn render(r: &StatusReport) -> String {
     let mut out = String::new();
@@ -279,6 +328,11 @@ pub fn render(r: &StatusReport) -> String {
     let _ = writeln!(out, "backend     {} (interface {})", r.backend, r.interface);
     if let Some(line) = udp_offload_line(&r.udp_offload) {
         let _ = writeln!(out, "udp offload {line}");
+    }
+    if let Some(probe) = &r.gso_probe {
+        for line in gso_probe_lines(probe) {
+            let _ = writeln!(out, "gso probe   {line}");
+        }
     }
     let _ = writeln!(
         out,
@@ -410,6 +464,7 @@ pub(crate) mod tests {
                     active_from: 1_700_000_000,
                 }),
             },
+            gso_probe: None,
         }
     }
 

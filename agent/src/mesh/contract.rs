@@ -75,6 +75,12 @@ pub trait Mesh: Send {
     fn udp_offload(&self) -> Option<Arc<plexd_dataplane::UdpOffloadSwitch>> {
         None
     }
+    /// The data plane's segmentation probe (does the path carry GSO super-datagrams?), taken
+    /// once at start like [`Mesh::udp_offload`]. Only the embedded data plane has one; the
+    /// kernel backend does not probe.
+    fn gso_prober(&self) -> Option<plexd_dataplane::Prober> {
+        None
+    }
 }
 
 /// `wireguard.backend: none`: an interface in memory. It runs the same diff as the real

@@ -60,6 +60,7 @@ pub struct WgMesh {
     jobs: mpsc::Sender<Job>,
     reach: Option<Arc<Runtime>>,
     udp_offload: Option<Arc<plexd_dataplane::UdpOffloadSwitch>>,
+    gso_prober: Option<plexd_dataplane::Prober>,
 }
 
 struct Worker<P: Plane, C: Control> {
@@ -107,12 +108,19 @@ impl WgMesh {
             jobs: tx,
             reach,
             udp_offload: None,
+            gso_prober: None,
         })
     }
 
     /// The embedded data plane's UDP offload switch ([`Mesh::udp_offload`]).
     pub fn with_udp_offload(mut self, switch: Arc<plexd_dataplane::UdpOffloadSwitch>) -> Self {
         self.udp_offload = Some(switch);
+        self
+    }
+
+    /// The embedded data plane's segmentation probe ([`Mesh::gso_prober`]).
+    pub fn with_gso_prober(mut self, prober: plexd_dataplane::Prober) -> Self {
+        self.gso_prober = Some(prober);
         self
     }
 
@@ -187,6 +195,10 @@ impl Mesh for WgMesh {
 
     fn udp_offload(&self) -> Option<Arc<plexd_dataplane::UdpOffloadSwitch>> {
         self.udp_offload.clone()
+    }
+
+    fn gso_prober(&self) -> Option<plexd_dataplane::Prober> {
+        self.gso_prober.clone()
     }
 }
 

@@ -205,6 +205,15 @@ impl Core {
     pub(super) fn on_control(&mut self, id: ControlId, request: Request, now: Now) {
         match request {
             Request::Status => self.read_live(LiveFor::Status(id), now),
+            // The executor runs the probe and asks for the status after it; one that reaches
+            // the core has no probe to run (the kernel or none backend).
+            Request::ProbeGso => self.emit(Effect::Answer {
+                id,
+                answer: Answer::error(
+                    "this backend does not run the GSO path probe (only the embedded userspace data plane does)",
+                    ExitCode::Io,
+                ),
+            }),
             Request::Leave if self.is_leaving() => self.emit(Effect::Answer {
                 id,
                 answer: Answer::error("a leave is already in progress", ExitCode::Io),

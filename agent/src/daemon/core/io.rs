@@ -96,6 +96,9 @@ pub enum Input {
         paths: Vec<PeerPathView>,
         own: OwnCandidates,
     },
+    /// Something a helper thread saw that the control plane should hear, as an `error`
+    /// observation (the GSO probe's lost path, with what to do).
+    Observe(String),
 }
 
 /// What the reach runtime is told ([`crate::reach::io::ReachHandle`]); none of it waits.

@@ -18,6 +18,7 @@
 //! | `Reload{..}`              | what changes now, what waits for a restart                    |
 //! | `ReachRead{..}`           | paths kept for status; changed own candidates report soon     |
 //! | a verified document       | the Domain key's announcement, promotion, or the key chain ([`domain_keys`]) |
+//! | `Observe(..)`             | an `error` observation (the GSO probe's lost path)            |
 //!
 //! The wanted peers, relays and relay tokens go to the reach runtime as `Effect::Reach`
 //! ([`reach`]).
@@ -368,6 +369,7 @@ impl Core {
                 }
             }
             Input::ReachRead { paths, own } => self.on_reach_read(paths, own, now),
+            Input::Observe(message) => self.error_observation(message, now),
         }
     }
 

@@ -185,6 +185,7 @@ impl Core {
                 generation: self.acceptor.keys().generation,
                 next: self.acceptor.keys().next.clone(),
             },
+            gso_probe: None,
         }
     }
 
