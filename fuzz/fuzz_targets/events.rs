@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
     let frame_id = (!id.is_empty()).then_some(id.as_ref());
 
     let raw = String::from_utf8_lossy(payload);
-    if let Ok(event) = acceptor.event(frame_id, &raw) {
+    if let Ok((event, _)) = acceptor.event(frame_id, &raw) {
         panic!("accepted an unsigned event: seq {}", event.seq);
     }
 
@@ -22,7 +22,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(data) = serde_json::to_string(&env) else {
         return;
     };
-    if let Ok(event) = acceptor.event(frame_id, &data) {
+    if let Ok((event, _)) = acceptor.event(frame_id, &data) {
         assert_eq!(event.node_id, NODE);
         assert_eq!(
             frame_id.map(|s| s.trim().parse::<u64>().ok()),

@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
         .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()));
 
     // Raw: an unsigned or badly signed body is never accepted.
-    if let Ok((state, _)) = acceptor.state_json(data, None) {
+    if let Ok((state, _, _)) = acceptor.state_json(data, None) {
         panic!("accepted an unsigned state: version {}", state.version);
     }
 

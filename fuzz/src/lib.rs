@@ -3,8 +3,8 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use plexd::daemon::accept::Acceptor;
-use plexsphere_wire::signed::{DomainSigner, DomainVerifier, SignContext, SignedEnvelope};
+use plexd::daemon::accept::{Acceptor, DomainKeys};
+use plexsphere_wire::signed::{DomainSigner, SignContext, SignedEnvelope};
 use uuid::Uuid;
 
 /// The node the documents are addressed to (a fixed id, so inputs can name it).
@@ -16,9 +16,12 @@ pub fn signer() -> DomainSigner {
 }
 
 pub fn acceptor() -> Acceptor {
-    let verifier = DomainVerifier::from_b64(&signer().public_key_b64())
-        .expect("the signer's own public key parses");
-    Acceptor::new(verifier, NODE)
+    let keys = DomainKeys {
+        pinned: signer().public_key_b64(),
+        generation: None,
+        next: None,
+    };
+    Acceptor::with_keys(keys, NODE).expect("the signer's own public key parses")
 }
 
 /// `payload` signed for `ctx`, as the control plane would send it.
