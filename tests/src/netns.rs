@@ -180,6 +180,33 @@ pub fn start_daemon(ns: &str, host: &Host) -> Result<Proc> {
     Proc::spawn(in_netns(ns, &cmd))
 }
 
+/// A node of `lab` made ready for `plexd run` against `cp`: a new namespace, and host files
+/// under `root/node<i>` with a config (hostname `<hostname_prefix><i>`, the YAML that
+/// `config_extra` makes for the node's WireGuard interface) and a fresh bootstrap token of the
+/// lab's node project. plexd is not started. Answers the namespace, the host and the
+/// interface.
+pub fn prepare_node(
+    lab: &mut Lab,
+    cp: &crate::ControlPlane,
+    root: &std::path::Path,
+    hostname_prefix: &str,
+    config_extra: impl FnOnce(&str) -> String,
+) -> Result<(String, Host, String)> {
+    let i = lab.nodes_len();
+    let ns = lab.add_node()?;
+    let iface = lab.wg_iface(i);
+    let host = Host::new(&root.join(format!("node{i}")))?;
+    host.write_config(
+        &cp.url,
+        &cp.ca_file(),
+        crate::LAB_NODES_PROJECT,
+        &format!("{hostname_prefix}{i}"),
+        &config_extra(&iface),
+    )?;
+    host.write_token(&cp.issue_token(crate::LAB_NODES_PROJECT)?)?;
+    Ok((ns, host, iface))
+}
+
 /// `plexsphere dev` on the host, bound to `addr` and with it in its certificate.
 pub fn start_control_plane(
     data_dir: &std::path::Path,

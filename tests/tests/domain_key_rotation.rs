@@ -19,7 +19,7 @@
 use std::time::Duration;
 
 use plexsphere_e2e::netns::{self, Lab};
-use plexsphere_e2e::{ControlPlane, Host, LAB_NODES_PROJECT, Proc, wait_until};
+use plexsphere_e2e::{ControlPlane, Host, Proc, wait_until};
 
 const BOUND: Duration = Duration::from_secs(45);
 /// The rotation's overlap: short, so the test does not wait long for the new key to sign.
@@ -32,19 +32,8 @@ fn config_extra(iface: &str) -> String {
 }
 
 fn node(lab: &mut Lab, cp: &ControlPlane, root: &std::path::Path) -> (String, Host, Proc) {
-    let i = lab.nodes_len();
-    let ns = lab.add_node().unwrap();
-    let host = Host::new(&root.join(format!("node{i}"))).unwrap();
-    host.write_config(
-        &cp.url,
-        &cp.ca_file(),
-        LAB_NODES_PROJECT,
-        &format!("rotate-agent-node{i}"),
-        &config_extra(&lab.wg_iface(i)),
-    )
-    .unwrap();
-    host.write_token(&cp.issue_token(LAB_NODES_PROJECT).unwrap())
-        .unwrap();
+    let (ns, host, _) =
+        netns::prepare_node(lab, cp, root, "rotate-agent-node", config_extra).unwrap();
     let proc = netns::start_daemon(&ns, &host).unwrap();
     (ns, host, proc)
 }

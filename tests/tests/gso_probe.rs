@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use plexsphere_e2e::netns::{self, Lab};
-use plexsphere_e2e::{ControlPlane, Host, LAB_NODES_PROJECT, Proc, wait_until};
+use plexsphere_e2e::{ControlPlane, Host, Proc, wait_until};
 
 const BOUND: Duration = Duration::from_secs(45);
 
@@ -32,20 +32,8 @@ fn node(
     root: &std::path::Path,
     before: impl FnOnce(&str),
 ) -> (String, Host, Proc) {
-    let i = lab.nodes_len();
-    let ns = lab.add_node().unwrap();
+    let (ns, host, _) = netns::prepare_node(lab, cp, root, "node", config_extra).unwrap();
     before(&ns);
-    let host = Host::new(&root.join(format!("node{i}"))).unwrap();
-    host.write_config(
-        &cp.url,
-        &cp.ca_file(),
-        LAB_NODES_PROJECT,
-        &format!("node{i}"),
-        &config_extra(&lab.wg_iface(i)),
-    )
-    .unwrap();
-    host.write_token(&cp.issue_token(LAB_NODES_PROJECT).unwrap())
-        .unwrap();
     let proc = netns::start_daemon(&ns, &host).unwrap();
     (ns, host, proc)
 }

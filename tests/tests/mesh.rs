@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use plexsphere_e2e::netns::{self, Lab};
-use plexsphere_e2e::{ControlPlane, Host, LAB_NODES_PROJECT, Proc, wait_until};
+use plexsphere_e2e::{ControlPlane, Host, Proc, wait_until};
 
 const BOUND: Duration = Duration::from_secs(60);
 
@@ -29,20 +29,8 @@ fn config_extra(backend: &str, iface: &str) -> String {
 
 /// A node namespace with a fresh token and a config for `backend`.
 fn node(lab: &mut Lab, cp: &ControlPlane, root: &std::path::Path, backend: &str) -> Node {
-    let i = lab.nodes_len();
-    let ns = lab.add_node().unwrap();
-    let iface = lab.wg_iface(i);
-    let host = Host::new(&root.join(format!("node{i}"))).unwrap();
-    host.write_config(
-        &cp.url,
-        &cp.ca_file(),
-        LAB_NODES_PROJECT,
-        &format!("node{i}"),
-        &config_extra(backend, &iface),
-    )
-    .unwrap();
-    host.write_token(&cp.issue_token(LAB_NODES_PROJECT).unwrap())
-        .unwrap();
+    let (ns, host, iface) =
+        netns::prepare_node(lab, cp, root, "node", |iface| config_extra(backend, iface)).unwrap();
     Node {
         ns,
         host,

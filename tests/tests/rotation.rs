@@ -20,7 +20,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use plexsphere_e2e::netns::{self, Lab};
-use plexsphere_e2e::{ControlPlane, Host, LAB_NODES_PROJECT, Proc, wait_until};
+use plexsphere_e2e::{ControlPlane, Host, Proc, wait_until};
 
 const BOUND: Duration = Duration::from_secs(90);
 /// Pings lost per rotation at most (see the module docs).
@@ -34,25 +34,14 @@ struct Node {
 }
 
 fn node(lab: &mut Lab, cp: &ControlPlane, root: &std::path::Path) -> Node {
-    let i = lab.nodes_len();
-    let ns = lab.add_node().unwrap();
-    let iface = lab.wg_iface(i);
-    let host = Host::new(&root.join(format!("node{i}"))).unwrap();
     // Reach off: the rotation of the paths is covered by the reach tests; here the two nodes
     // see each other directly and only the key changes.
-    let extra = format!(
-        "wireguard:\n  backend: userspace\n  interface: {iface}\n  reach:\n    enabled: false\ndaemon:\n  backoff_initial_ms: 200\n  backoff_cap_secs: 2\n  intervals:\n    heartbeat_secs: 1\n    endpoint_report_secs: 1\n    state_poll_secs: 2\n    ingest_secs: 1\n"
-    );
-    host.write_config(
-        &cp.url,
-        &cp.ca_file(),
-        LAB_NODES_PROJECT,
-        &format!("node{i}"),
-        &extra,
-    )
-    .unwrap();
-    host.write_token(&cp.issue_token(LAB_NODES_PROJECT).unwrap())
-        .unwrap();
+    let extra = |iface: &str| {
+        format!(
+            "wireguard:\n  backend: userspace\n  interface: {iface}\n  reach:\n    enabled: false\ndaemon:\n  backoff_initial_ms: 200\n  backoff_cap_secs: 2\n  intervals:\n    heartbeat_secs: 1\n    endpoint_report_secs: 1\n    state_poll_secs: 2\n    ingest_secs: 1\n"
+        )
+    };
+    let (ns, host, iface) = netns::prepare_node(lab, cp, root, "node", extra).unwrap();
     Node {
         ns,
         host,

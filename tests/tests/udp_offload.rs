@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use plexsphere_e2e::netns::{self, Lab};
-use plexsphere_e2e::{ControlPlane, Host, LAB_NODES_PROJECT, Proc, wait_until};
+use plexsphere_e2e::{ControlPlane, Host, Proc, wait_until};
 
 const BOUND: Duration = Duration::from_secs(60);
 
@@ -57,19 +57,7 @@ fn wait_offload(
 const ABOVE_MTU: u32 = 1600;
 
 fn node(lab: &mut Lab, cp: &ControlPlane, root: &std::path::Path) -> (String, Host, Proc) {
-    let i = lab.nodes_len();
-    let ns = lab.add_node().unwrap();
-    let host = Host::new(&root.join(format!("node{i}"))).unwrap();
-    host.write_config(
-        &cp.url,
-        &cp.ca_file(),
-        LAB_NODES_PROJECT,
-        &format!("node{i}"),
-        &config_extra(&lab.wg_iface(i)),
-    )
-    .unwrap();
-    host.write_token(&cp.issue_token(LAB_NODES_PROJECT).unwrap())
-        .unwrap();
+    let (ns, host, _) = netns::prepare_node(lab, cp, root, "node", config_extra).unwrap();
     let proc = netns::start_daemon(&ns, &host).unwrap();
     (ns, host, proc)
 }
