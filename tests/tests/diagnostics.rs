@@ -231,9 +231,12 @@ fn bugreport_of_an_enrolled_node_holds_none_of_its_secrets() {
                 entry.display()
             );
         }
-        // Nor the secret part of any token or credential.
-        for secret in [&token, &credential] {
-            let tail = secret.rsplit('_').next().unwrap();
+        // Nor the secret part of any token or credential. The secret is base64url and may
+        // itself hold '_', so it is cut after the fixed fields (`pxbt_<env>_<kind>_<id>_`,
+        // `pxnk_<node id>_`), not after the last '_' (a short fragment would match anything).
+        for (secret, fields) in [(&token, 5), (&credential, 3)] {
+            let tail = secret.splitn(fields, '_').nth(fields - 1).unwrap();
+            assert!(tail.len() >= 40, "{secret}: secret part {tail:?}");
             assert!(
                 !bytes.windows(tail.len()).any(|w| w == tail.as_bytes()),
                 "a secret's tail is in {}",
