@@ -14,7 +14,20 @@
 //! target/release/examples/fanout_bench --server-bin target/release/plexsphere --streams 1000,10000
 //!     [--database-url postgres://...]           # a fresh database; default: SQLite in a temp dir
 //!     [--api-url https://a,https://b --ca-file F --operator-token-file F]  # running replicas
+//!     [--envelopes domain|node]    # what the streams ask for (default domain, as plexd)
+//!     [--per-connection 1 --restart]  # a reconnect storm: see below
 //! ```
+//!
+//! `--envelopes node` opens the streams as a node that does not send
+//! `plexsphere-event-envelopes: domain` (each stream's events signed for its node, as before the
+//! Domain envelopes); `domain` as plexd does (one signed copy per event for every stream).
+//!
+//! A reconnect storm: `--per-connection 1` gives every stream its own TCP and TLS connection
+//! (every node of a fleet is its own client), and `--restart` stops the server (SIGTERM) and
+//! starts it again on the same port and data directory before each stream count, then opens
+//! all the streams at once the moment it listens, as a fleet does after a restart. The
+//! "streams failed" column counts every stream that did not open (a reset, a refused
+//! connection, a timeout, a status other than 200), and the run prints their reasons.
 //!
 //! With `--api-url` it starts nothing: the streams are spread over the URLs (e.g. three
 //! replicas behind HAProxy, or the replicas themselves), the writer uses the first, and the
@@ -51,6 +64,8 @@ struct Args {
     ca_file: Option<String>,
     token_file: Option<String>,
     server_pids: Vec<u32>,
+    domain_envelopes: bool,
+    restart: bool,
 }
 
 fn parse_args() -> Result<Args, Failure> {
@@ -64,6 +79,8 @@ fn parse_args() -> Result<Args, Failure> {
         ca_file: None,
         token_file: None,
         server_pids: Vec::new(),
+        domain_envelopes: true,
+        restart: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -88,6 +105,14 @@ fn parse_args() -> Result<Args, Failure> {
                     .map(str::parse)
                     .collect::<Result<_, _>>()?
             }
+            "--envelopes" => {
+                a.domain_envelopes = match value()?.as_str() {
+                    "domain" => true,
+                    "node" => false,
+                    other => return Err(format!("--envelopes {other:?}: domain or node").into()),
+                }
+            }
+            "--restart" => a.restart = true,
             other => return Err(format!("unknown flag {other:?} (see the file's header)").into()),
         }
     }
@@ -101,15 +126,65 @@ struct Target {
     operator_token: String,
     pids: Vec<u32>,
     child: Option<Child>,
-    _dir: Option<tempfile::TempDir>,
+    /// The data directory and port of the server started here (kept across a restart).
+    dev: Option<(tempfile::TempDir, u16)>,
 }
 
 fn start_dev(args: &Args) -> Result<Target, Failure> {
     let dir = tempfile::Builder::new().prefix("fo-bench-").tempdir()?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let (child, url, ca_pem, operator_token) = spawn_dev(args, dir.path(), port)?;
+    Ok(Target {
+        urls: vec![url],
+        ca_pem,
+        operator_token,
+        pids: vec![child.id()],
+        child: Some(child),
+        dev: Some((dir, port)),
+    })
+}
+
+/// Stops the server started here and starts it again on the same port and data directory;
+/// answers once it listens.
+fn restart(t: &mut Target, args: &Args) -> Result<(), Failure> {
+    let (dir, port) = t
+        .dev
+        .as_ref()
+        .ok_or("--restart needs the server started here")?;
+    if let Some(mut child) = t.child.take() {
+        stop(&mut child);
+    }
+    let (child, url, _, _) = spawn_dev(args, dir.path(), *port)?;
+    eprintln!("restarted the server (pid {}) at {url}", child.id());
+    t.pids = vec![child.id()];
+    t.child = Some(child);
+    Ok(())
+}
+
+fn stop(child: &mut Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+}
+
+/// `plexsphere dev` on `port`: the child, its API URL, CA and operator token.
+fn spawn_dev(
+    args: &Args,
+    dir: &std::path::Path,
+    port: u16,
+) -> Result<(Child, String, String, String), Failure> {
     let mut cmd = Command::new(&args.server_bin);
     cmd.env("PLEXSPHERE_NO_LOCAL_MACHINES", "1")
-        .args(["dev", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(dir.path())
+        .args([
+            "dev",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
+        .arg(dir)
         .args(["--register-burst", "1000000", "--register-refill-secs", "1"])
         .args(["--log-level", "warn"])
         .stdout(Stdio::piped())
@@ -137,14 +212,12 @@ fn start_dev(args: &Args) -> Result<Target, Failure> {
     let (Some(url), Some(ca), Some(token)) = (url, ca, token) else {
         return Err("plexsphere dev did not print its api url, ca file and token file".into());
     };
-    Ok(Target {
-        urls: vec![url],
-        ca_pem: std::fs::read_to_string(ca)?,
-        operator_token: std::fs::read_to_string(token)?.trim().to_owned(),
-        pids: vec![child.id()],
-        child: Some(child),
-        _dir: Some(dir),
-    })
+    Ok((
+        child,
+        url,
+        std::fs::read_to_string(ca)?,
+        std::fs::read_to_string(token)?.trim().to_owned(),
+    ))
 }
 
 fn attach(args: &Args) -> Result<Target, Failure> {
@@ -159,7 +232,7 @@ fn attach(args: &Args) -> Result<Target, Failure> {
         operator_token: std::fs::read_to_string(token)?.trim().to_owned(),
         pids: args.server_pids.clone(),
         child: None,
-        _dir: None,
+        dev: None,
     })
 }
 
@@ -179,6 +252,15 @@ fn client(ca_pem: &str) -> Result<reqwest::Client, Failure> {
     Ok(reqwest::Client::builder()
         .tls_backend_preconfigured(config)
         .build()?)
+}
+
+/// The client for `url`: HTTP/2 over TLS, or HTTP/2 without TLS for an `http://` replica
+/// behind a TLS-terminating proxy (h2c, as the streams of one connection share it).
+fn client_for(url: &str, ca_pem: &str) -> Result<reqwest::Client, Failure> {
+    if url.starts_with("http://") {
+        return Ok(reqwest::Client::builder().http2_prior_knowledge().build()?);
+    }
+    client(ca_pem)
 }
 
 /// The CPU-seconds (user + system) the processes used so far.
@@ -286,6 +368,7 @@ async fn stream(
     http: reqwest::Client,
     url: String,
     node: Arc<Node>,
+    domain_envelopes: bool,
     opened: Arc<AtomicU64>,
     delivered: Arc<AtomicU64>,
     mut stop: watch::Receiver<bool>,
@@ -294,11 +377,13 @@ async fn stream(
         frames: Vec::new(),
         failed: None,
     };
-    let resp = http
+    let mut req = http
         .get(format!("{url}/v1/nodes/{}/events", node.id))
-        .bearer_auth(&node.credential)
-        .send()
-        .await;
+        .bearer_auth(&node.credential);
+    if domain_envelopes {
+        req = req.header("plexsphere-event-envelopes", "domain");
+    }
+    let resp = req.send().await;
     let mut resp = match resp {
         Ok(r) if r.status().is_success() => r,
         Ok(r) => {
@@ -306,7 +391,7 @@ async fn stream(
             return seen;
         }
         Err(e) => {
-            seen.failed = Some(format!("{e}"));
+            seen.failed = Some(error_chain(&e));
             return seen;
         }
     };
@@ -336,11 +421,23 @@ async fn stream(
                 return seen;
             }
             Err(e) => {
-                seen.failed = Some(format!("{e}"));
+                seen.failed = Some(error_chain(&e));
                 return seen;
             }
         }
     }
+}
+
+/// An error with its sources (reqwest's own message hides a reset behind "error sending").
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -363,16 +460,19 @@ async fn run_one(
     let (stop_tx, stop) = watch::channel(false);
     let mut tasks = Vec::new();
     let open_start = Instant::now();
-    let mut http = client(&t.ca_pem)?;
+    let mut connections: Vec<reqwest::Client> = Vec::new();
     for (i, node) in nodes[..n].iter().enumerate() {
-        if i % args.per_connection == 0 {
-            http = client(&t.ca_pem)?;
+        let conn = i / args.per_connection;
+        let url = t.urls[conn % t.urls.len()].clone();
+        if connections.len() <= conn {
+            connections.push(client_for(&url, &t.ca_pem)?);
         }
-        let url = t.urls[(i / args.per_connection) % t.urls.len()].clone();
+        let http = &connections[conn];
         tasks.push(tokio::spawn(stream(
             http.clone(),
             url,
             node.clone(),
+            args.domain_envelopes,
             opened.clone(),
             delivered.clone(),
             stop.clone(),
@@ -387,7 +487,7 @@ async fn run_one(
     eprintln!("{open_now}/{n} streams open after {open_secs:.1} s");
     tokio::time::sleep(Duration::from_secs(1)).await;
 
-    let writer_http = client(&t.ca_pem)?;
+    let writer_http = client_for(&t.urls[0], &t.ca_pem)?;
     let cpu_before = cpu_secs(&t.pids);
     let mut sent = Vec::new();
     let base_delivered = delivered.load(Ordering::Relaxed);
@@ -448,8 +548,12 @@ async fn run_one(
         (Some(a), Some(b)) if deliveries > 0 => format!("{:.1}", (b - a) / deliveries as f64 * 1e6),
         _ => "-".into(),
     };
-    if let Some(first) = seens.iter().find_map(|s| s.failed.clone()) {
-        eprintln!("first stream failure: {first}");
+    let mut reasons: std::collections::BTreeMap<&str, usize> = Default::default();
+    for reason in seens.iter().filter_map(|s| s.failed.as_deref()) {
+        *reasons.entry(reason).or_default() += 1;
+    }
+    for (reason, count) in &reasons {
+        eprintln!("{count} streams failed: {reason}");
     }
     println!(
         "| {n} | {} | {deliveries} / {} | {:.1} | {:.1} | {:.1} | {cpu} | {lost_events} | {dupes} | {failed} | {open_secs:.1} |",
@@ -471,7 +575,7 @@ async fn main() -> Result<(), Failure> {
         attach(&args)?
     };
     let max = args.streams.iter().copied().max().unwrap_or(0);
-    let http = client(&target.ca_pem)?;
+    let http = client_for(&target.urls[0], &target.ca_pem)?;
     let mut nodes = register_nodes(&target, &http, max + 1).await?;
     let writer = nodes.pop().ok_or("no writer node")?;
     let nodes: Vec<Arc<Node>> = nodes.into_iter().map(Arc::new).collect();
@@ -481,15 +585,15 @@ async fn main() -> Result<(), Failure> {
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for &n in &args.streams {
+        if args.restart {
+            restart(&mut target, &args)?;
+        }
         run_one(&target, &args, &nodes, &writer, n).await?;
         // Let the server notice the closed streams before the next size.
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     if let Some(mut child) = target.child.take() {
-        let _ = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status();
-        let _ = child.wait();
+        stop(&mut child);
     }
     Ok(())
 }

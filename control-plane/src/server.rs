@@ -54,6 +54,11 @@ pub const MAX_BUFFERED_BODY: usize = plexsphere_wire::node::MAX_NODE_BODY;
 /// node of a large fleet plus their API calls; mind the process's file descriptor limit
 /// (`LimitNOFILE=` in systemd/plexsphere.service).
 pub const MAX_CONNECTIONS: usize = 20_000;
+/// The listen backlog: connections the kernel completes and queues before the server accepts
+/// them. std's `TcpListener::bind` asks for 128, so a reconnect storm (every node of a large
+/// fleet reconnecting after a restart) overflowed the queue and the kernel dropped or reset
+/// the rest; the kernel caps it at `net.core.somaxconn` (4096 by default since Linux 5.4).
+pub const LISTEN_BACKLOG: i32 = 4096;
 /// The `Retry-After` of a request refused because too many connections are open.
 pub const CONNECTIONS_RETRY_AFTER_SECS: u64 = 5;
 

@@ -95,7 +95,9 @@ async fn announce_then_sign(srv: &TestServer) {
     let pinned = a.domain_signing_public_key.clone();
     assert_eq!(a.next_signing_key, None, "no rotation yet");
     assert_eq!(statuses(&list(srv).await), [(1, SigningKeyStatus::Current)]);
+    // One stream as an older node (its own signed copies), one as plexd (Domain envelopes).
     let mut events = srv.open_events(&a, None).await;
+    let mut domain_events = srv.open_domain_events(&a, None).await;
 
     let (s, body) = rotate(srv, json!({"overlap_secs": 2})).await;
     assert_eq!(s, StatusCode::CREATED, "{body}");
@@ -111,13 +113,18 @@ async fn announce_then_sign(srv: &TestServer) {
     assert_eq!(keys[1], made);
 
     // Every node is told at once, and its state announces the next key, signed by the current.
-    let ev = events.next_event().await.unwrap();
+    events.trust(&made.public_key);
+    domain_events.trust(&made.public_key);
+    let (ev, by) = events.next_signed().await.unwrap();
     assert_eq!(
         ev.kind,
         EventKind::Resync {
             reason: ANNOUNCED_RESYNC.into()
         }
     );
+    assert_eq!(by, 0, "the current key signs the announcement");
+    assert_eq!(domain_events.next_signed().await.unwrap(), (ev.clone(), 0));
+    assert_eq!(domain_events.domain_frames, 1, "plexd gets the Domain copy");
     let env = envelope(srv, &a).await;
     let state = open_with(&env, &pinned).expect("the current key still signs");
     assert!(open_with(&env, &made.public_key).is_none());
@@ -142,22 +149,34 @@ async fn announce_then_sign(srv: &TestServer) {
 
     // After active_from the new key signs and the announcement is gone; every node is told
     // again (its stream gets a resync), and the version moved so that a node asking with its
-    // ETag gets the new document.
+    // ETag gets the new document. The streams opened before the rotation sign with the new
+    // key too: a node that moved to it refuses the old one.
     let after = wait_signed_by(srv, &a, &made.public_key).await;
     assert_eq!(after.next_signing_key, None);
-    let ev = loop {
-        let ev = events.next_event().await.unwrap();
-        match ev.kind {
-            EventKind::PeerAdded { .. } => continue, // b's registration
-            _ => break ev,
-        }
-    };
+    let mut active = Vec::new();
+    for reader in [&mut events, &mut domain_events] {
+        let (ev, by) = loop {
+            let (ev, by) = reader.next_signed().await.unwrap();
+            match ev.kind {
+                EventKind::PeerAdded { .. } => continue, // b's registration
+                _ => break (ev, by),
+            }
+        };
+        assert_eq!(
+            ev.kind,
+            EventKind::Resync {
+                reason: ACTIVE_RESYNC.into()
+            }
+        );
+        assert_eq!(by, 1, "the new key signs on a stream opened before: {ev:?}");
+        active.push(ev);
+    }
+    assert_eq!(active[0], active[1]);
     assert_eq!(
-        ev.kind,
-        EventKind::Resync {
-            reason: ACTIVE_RESYNC.into()
-        }
+        domain_events.domain_frames, 3,
+        "the announcement, b, the activation"
     );
+    let ev = active.remove(0);
     let now = open_with(&envelope(srv, &a).await, &made.public_key).unwrap();
     assert!(now.version >= ev.seq, "{} < {}", now.version, ev.seq);
     assert_eq!(

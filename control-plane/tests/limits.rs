@@ -615,3 +615,47 @@ async fn while_postgres_restarts_a_replica_answers_503_unavailable_then_recovers
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// The listen backlog the kernel gives `plexsphere`'s listener (`ss`'s Send-Q of a listening
+/// socket): `server::LISTEN_BACKLOG`, capped by `net.core.somaxconn`. std's bind asked for
+/// 128, so a reconnect storm of a large fleet overflowed the accept queue.
+#[test]
+fn the_listener_queues_a_reconnect_storm_not_128_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let (child, lines) = common::dev::start_dev(&[], dir.path());
+    let listening = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("listening on "))
+        .unwrap_or_else(|| panic!("no listening line: {lines:?}"))
+        .to_owned();
+    let port = listening.rsplit(':').next().unwrap().to_owned();
+    let out = Command::new("ss")
+        .args(["-Hltn", &format!("sport = :{port}")])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    common::dev::stop(child);
+    assert!(
+        out.status.success(),
+        "ss: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // State Recv-Q Send-Q Local Peer: Send-Q is the backlog of a listening socket.
+    let backlog: i32 = text
+        .split_whitespace()
+        .nth(2)
+        .unwrap_or_else(|| panic!("ss printed {text:?}"))
+        .parse()
+        .unwrap();
+    let somaxconn: i32 = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        backlog,
+        server::LISTEN_BACKLOG.min(somaxconn),
+        "the backlog of {listening}: {text}"
+    );
+    assert!(backlog > 128, "{text}");
+}

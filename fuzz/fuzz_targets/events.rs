@@ -1,10 +1,12 @@
-//! Events from the SSE stream: the frame's `id:` and its `data:` (a signed envelope of an
-//! event). As for the state: raw frames are refused unless signed; signed made-up payloads go
-//! through the decoder; an accepted event is ours and its seq equals the frame id.
+//! Events from the SSE stream: the frame's `id:` and its `data:` (a signed envelope of a
+//! per-node event, or of a Domain event). As for the state: raw frames are refused unless
+//! signed; signed made-up payloads go through the decoder (as either kind); an accepted event
+//! is ours and its seq equals the frame id.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use plexsphere_fuzz::{NODE, acceptor, envelope, split_at_marker};
+use plexsphere_wire::domain_event::{DomainEnvelope, EventData};
 use plexsphere_wire::signed::SignContext;
 
 fuzz_target!(|data: &[u8]| {
@@ -18,15 +20,20 @@ fuzz_target!(|data: &[u8]| {
         panic!("accepted an unsigned event: seq {}", event.seq);
     }
 
-    let env = envelope(SignContext::Event, payload);
-    let Ok(data) = serde_json::to_string(&env) else {
-        return;
-    };
-    if let Ok((event, _)) = acceptor.event(frame_id, &data) {
-        assert_eq!(event.node_id, NODE);
-        assert_eq!(
-            frame_id.map(|s| s.trim().parse::<u64>().ok()),
-            Some(Some(event.seq))
-        );
+    let node = EventData::Node(envelope(SignContext::Event, payload));
+    let domain = EventData::Domain(DomainEnvelope {
+        domain_event: envelope(SignContext::DomainEvent, payload),
+    });
+    for signed in [node, domain] {
+        let Ok(data) = serde_json::to_string(&signed) else {
+            return;
+        };
+        if let Ok((event, _)) = acceptor.event(frame_id, &data) {
+            assert_eq!(event.node_id, NODE);
+            assert_eq!(
+                frame_id.map(|s| s.trim().parse::<u64>().ok()),
+                Some(Some(event.seq))
+            );
+        }
     }
 });

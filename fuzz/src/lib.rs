@@ -9,6 +9,8 @@ use uuid::Uuid;
 
 /// The node the documents are addressed to (a fixed id, so inputs can name it).
 pub const NODE: Uuid = Uuid::from_u128(0x019a0816_0000_7000_8000_0000000000aa);
+/// The node's Domain (Domain events must name it).
+pub const DOMAIN: Uuid = Uuid::from_u128(0x019a0816_0000_7000_8000_000000000001);
 const SEED: [u8; 32] = [42; 32];
 
 pub fn signer() -> DomainSigner {
@@ -21,7 +23,9 @@ pub fn acceptor() -> Acceptor {
         generation: None,
         next: None,
     };
-    Acceptor::with_keys(keys, NODE).expect("the signer's own public key parses")
+    Acceptor::with_keys(keys, NODE)
+        .expect("the signer's own public key parses")
+        .in_domain(DOMAIN)
 }
 
 /// `payload` signed for `ctx`, as the control plane would send it.

@@ -4,9 +4,12 @@
 //! `api_url`, the CA, an admin operator token and a plexctl config, then stays in the
 //! foreground until Ctrl-C (SIGINT) or SIGTERM, and removes everything it made.
 //!
-//! `ha_lab [--replicas N] [--nats N] [--pg-port PORT] [--bench-registrations N]`:
+//! `ha_lab [--replicas N] [--nats N] [--pg-port PORT] [--bench-registrations N] [--bench-budgets]`:
 //! `--bench-registrations` registers N nodes through HAProxy with 8 clients at once, prints
 //! the rate (docs/benchmarks.md, "Several replicas") and exits instead of waiting.
+//! `--bench-budgets` starts the lab for a benchmark that runs against it (the event fan-out
+//! across the replicas, docs/benchmarks.md "Event fan-out"): a registration budget for a whole
+//! fleet from one address, the operator token also in a file, the replicas' pids printed.
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::time::Instant;
@@ -24,6 +27,7 @@ struct Args {
     nats: usize,
     pg_port: Option<u16>,
     bench: Option<usize>,
+    budgets: bool,
 }
 
 fn parse_args() -> Result<Args> {
@@ -32,6 +36,7 @@ fn parse_args() -> Result<Args> {
         nats: 3,
         pg_port: None,
         bench: None,
+        budgets: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -48,8 +53,9 @@ fn parse_args() -> Result<Args> {
                 args.pg_port = Some(u16::try_from(port).context("--pg-port is a TCP port")?);
             }
             "--bench-registrations" => args.bench = Some(value("a number of registrations")?),
+            "--bench-budgets" => args.budgets = true,
             other => bail!(
-                "unknown argument {other:?} (expected --replicas N, --nats N, --pg-port PORT or --bench-registrations N)"
+                "unknown argument {other:?} (expected --replicas N, --nats N, --pg-port PORT, --bench-registrations N or --bench-budgets)"
             ),
         }
     }
@@ -84,10 +90,11 @@ async fn main() -> Result<()> {
     let opts = LabOptions {
         replicas: args.replicas,
         nats_nodes: args.nats,
-        extra_args: match args.bench {
-            // The benchmark's clients all come through HAProxy, from one address.
-            Some(_) => vec!["--register-burst".into(), "1000000".into()],
-            None => Vec::new(),
+        // The benchmarks' clients all come from one address.
+        extra_args: if args.bench.is_some() || args.budgets {
+            vec!["--register-burst".into(), "1000000".into()]
+        } else {
+            Vec::new()
         },
         ..LabOptions::default()
     };
@@ -103,12 +110,18 @@ async fn main() -> Result<()> {
     println!("api url: {}", lab.api_url);
     println!("ca file: {}", lab.certs.ca_file.display());
     println!("operator token: {}", lab.operator_token);
+    if args.budgets {
+        let file = root.path().join("operator-token");
+        std::fs::write(&file, &lab.operator_token)?;
+        println!("operator token file: {}", file.display());
+    }
     println!("export PLEXCTL_CONFIG={}", lab.plexctl_config.display());
     for (i, r) in lab.replicas.iter().flatten().enumerate() {
         println!(
-            "replica {}: {} (data dir {})",
+            "replica {}: {} (pid {}, data dir {})",
             i + 1,
             r.url(),
+            r.proc.pid(),
             r.data_dir.display()
         );
     }

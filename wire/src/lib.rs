@@ -5,6 +5,7 @@
 //! no I/O and no server dependencies: the agent's dependency tree stays small.
 
 pub mod admin;
+pub mod domain_event;
 pub mod duration;
 pub mod error;
 pub mod host;

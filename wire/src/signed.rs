@@ -19,6 +19,8 @@ use serde::{Deserialize, Serialize};
 pub enum SignContext {
     NodeState,
     Event,
+    /// A Domain-wide event ([`crate::domain_event::DomainEvent`]).
+    DomainEvent,
     Checksums,
     /// A relay token ([`crate::reach::relay::RelayToken`]).
     RelayToken,
@@ -36,6 +38,7 @@ impl SignContext {
         match self {
             SignContext::NodeState => b"plexsphere/v1/node-state\0",
             SignContext::Event => b"plexsphere/v1/event\0",
+            SignContext::DomainEvent => b"plexsphere/v1/domain-event\0",
             SignContext::RelayToken => b"plexsphere/v1/relay-token\0",
             SignContext::KeyTransition => b"plexsphere/v1/key-transition\0",
             SignContext::KeyDerivation => b"plexsphere/v1/key-derivation\0",
@@ -74,6 +77,11 @@ impl DomainSigner {
     pub fn from_seed(seed: &[u8; 32]) -> Result<Self, VerifyError> {
         let pair = Ed25519KeyPair::from_seed_unchecked(seed).map_err(|_| VerifyError::BadKey)?;
         Ok(Self { pair })
+    }
+
+    /// The raw 32-byte public key.
+    pub fn public_key(&self) -> &[u8] {
+        self.pair.public_key().as_ref()
     }
 
     /// The public key, standard base64, as registration hands it to nodes.

@@ -1,10 +1,14 @@
 //! Whether a state document or an event may be applied: signed by the Domain key the node
 //! pinned (at registration, or by following a rotation) or by the next key a document signed
 //! with the pinned key announced, addressed to this node, not older than what is applied, and
-//! (for events) carrying the same `seq` as the SSE frame's `id:`. Pure; a refusal says why, for
+//! (for events) carrying the same `seq` as the SSE frame's `id:`. An event comes either as the
+//! node's own copy or as its Domain's one signed copy for every node
+//! ([`plexsphere_wire::domain_event`]): then it must name this node's Domain and this node as a
+//! recipient. Pure; a refusal says why, for
 //! the log. What a verified document means for the keys (an announcement, a promotion) is the
 //! core's to decide: each accepted document says which key signed it ([`SignedBy`]).
 
+use plexsphere_wire::domain_event::{DomainEvent, EventData};
 use plexsphere_wire::node::{Event, NodeState};
 use plexsphere_wire::signed::{DomainVerifier, SignContext, SignedEnvelope, VerifyError};
 use plexsphere_wire::signing_keys::SigningKey;
@@ -20,6 +24,14 @@ pub enum Refusal {
     Signature(#[from] VerifyError),
     #[error("it is addressed to node {got}, not to this node {own}")]
     OtherNode { got: Uuid, own: Uuid },
+    #[error("it is an event of Domain {got}, not of this node's Domain {own}")]
+    OtherDomain { got: Uuid, own: Uuid },
+    #[error(
+        "it is a Domain event this node does not receive (target {target:?}, about node {subject})"
+    )]
+    NotARecipient { target: Option<Uuid>, subject: Uuid },
+    #[error("it is a Domain event, and this node's Domain is not known to check it against")]
+    NoDomain,
     #[error("its version {got} is older than the applied version {applied}")]
     Older { got: u64, applied: u64 },
     #[error("its signed seq {signed} differs from the frame id `{frame_id}`")]
@@ -59,6 +71,8 @@ pub struct Acceptor {
     /// The announced next key's verifier (`keys.next` decoded).
     next: Option<DomainVerifier>,
     node_id: Uuid,
+    /// The node's Domain: Domain events must name it (none known: they are refused).
+    domain_id: Option<Uuid>,
 }
 
 impl Acceptor {
@@ -78,7 +92,14 @@ impl Acceptor {
             keys,
             next,
             node_id,
+            domain_id: None,
         })
+    }
+
+    /// Accepts Domain events of `domain_id` (the node's Domain).
+    pub fn in_domain(mut self, domain_id: Uuid) -> Self {
+        self.domain_id = Some(domain_id);
+        self
     }
 
     /// The identity's keys (pinned and next).
@@ -91,6 +112,7 @@ impl Acceptor {
             },
             id.node_id,
         )
+        .map(|a| a.in_domain(id.domain_id))
     }
 
     pub fn keys(&self) -> &DomainKeys {
@@ -133,7 +155,9 @@ impl Acceptor {
             generation: Some(key.generation),
             next: next.cloned(),
         };
+        let domain_id = self.domain_id;
         *self = Self::with_keys(keys, self.node_id)?;
+        self.domain_id = domain_id;
         Ok(())
     }
 
@@ -220,17 +244,42 @@ impl Acceptor {
         Ok((state, env, by))
     }
 
-    /// An SSE frame: `data:` is a signed envelope of an [`Event`] whose `seq` equals `id:`.
+    /// An SSE frame: `data:` is a signed envelope of an [`Event`] for this node, or of a
+    /// [`DomainEvent`] of this node's Domain that this node receives, whose `seq` equals `id:`.
+    /// Either is answered as the event addressed to this node.
     pub fn event(&self, frame_id: Option<&str>, data: &str) -> Result<(Event, SignedBy), Refusal> {
-        let env: SignedEnvelope =
+        let data: EventData =
             serde_json::from_str(data).map_err(|e| Refusal::NotAnEnvelope(e.to_string()))?;
-        let (event, by): (Event, _) = self.open(SignContext::Event, &env)?;
-        if event.node_id != self.node_id {
-            return Err(Refusal::OtherNode {
-                got: event.node_id,
-                own: self.node_id,
-            });
-        }
+        let (event, by) = match data {
+            EventData::Node(env) => {
+                let (event, by): (Event, _) = self.open(SignContext::Event, &env)?;
+                if event.node_id != self.node_id {
+                    return Err(Refusal::OtherNode {
+                        got: event.node_id,
+                        own: self.node_id,
+                    });
+                }
+                (event, by)
+            }
+            EventData::Domain(d) => {
+                let own = self.domain_id.ok_or(Refusal::NoDomain)?;
+                let (event, by): (DomainEvent, _) =
+                    self.open(SignContext::DomainEvent, &d.domain_event)?;
+                if event.domain_id != own {
+                    return Err(Refusal::OtherDomain {
+                        got: event.domain_id,
+                        own,
+                    });
+                }
+                if !event.is_for(self.node_id) {
+                    return Err(Refusal::NotARecipient {
+                        target: event.target,
+                        subject: event.subject,
+                    });
+                }
+                (event.addressed_to(self.node_id), by)
+            }
+        };
         let id = frame_id.unwrap_or("");
         let parsed: u64 = id
             .trim()
@@ -274,7 +323,13 @@ pub(crate) mod tests {
         DomainSigner::from_seed(&SEED).unwrap()
     }
     pub fn acceptor() -> Acceptor {
-        Acceptor::with_keys(keys(&signer(), None), own()).unwrap()
+        Acceptor::with_keys(keys(&signer(), None), own())
+            .unwrap()
+            .in_domain(domain())
+    }
+    /// The Domain of [`state`].
+    pub fn domain() -> Uuid {
+        Uuid::parse_str("019a0816-0000-7000-8000-000000000001").unwrap()
     }
     pub fn keys(pinned: &DomainSigner, next: Option<SigningKey>) -> DomainKeys {
         DomainKeys {
@@ -311,7 +366,7 @@ pub(crate) mod tests {
         NodeState {
             version,
             node_id: own(),
-            domain_id: Uuid::parse_str("019a0816-0000-7000-8000-000000000001").unwrap(),
+            domain_id: domain(),
             mesh_ip: "10.64.1.2".parse().unwrap(),
             mesh_cidr: "10.64.0.0/16".parse().unwrap(),
             listen_port: 51820,
@@ -336,6 +391,14 @@ pub(crate) mod tests {
             )
             .unwrap();
         serde_json::to_string(&env).unwrap()
+    }
+    /// The frame `data:` of a Domain event signed by `by`.
+    pub fn domain_event_data(by: &DomainSigner, ev: &DomainEvent) -> String {
+        let env = by.sign(SignContext::DomainEvent, ev).unwrap();
+        serde_json::to_string(&EventData::Domain(
+            plexsphere_wire::domain_event::DomainEnvelope { domain_event: env },
+        ))
+        .unwrap()
     }
 
     #[test]
@@ -447,6 +510,112 @@ pub(crate) mod tests {
         assert!(matches!(
             a.event(Some("12"), "not json"),
             Err(Refusal::NotAnEnvelope(_))
+        ));
+    }
+
+    #[test]
+    fn a_domain_event_is_accepted_only_in_its_domain_by_its_recipients() {
+        let a = acceptor();
+        let ev = |target: Option<Uuid>, subject: Uuid| DomainEvent {
+            seq: 30,
+            domain_id: domain(),
+            target,
+            subject,
+            kind: EventKind::PeerRemoved {
+                peer_node_id: subject,
+                public_key: "k".to_owned(),
+            },
+        };
+        // For every node but its subject, and for its target.
+        for good in [ev(None, peer_id(3)), ev(Some(own()), peer_id(3))] {
+            let (event, by) = a
+                .event(Some("30"), &domain_event_data(&signer(), &good))
+                .unwrap();
+            assert_eq!(
+                (event.seq, event.node_id, by),
+                (30, own(), SignedBy::Pinned)
+            );
+            assert_eq!(event.kind, good.kind);
+        }
+        // Not about this node itself, not for another target, not of another Domain.
+        let e = a
+            .event(Some("30"), &domain_event_data(&signer(), &ev(None, own())))
+            .unwrap_err();
+        assert!(matches!(e, Refusal::NotARecipient { .. }), "{e}");
+        let e = a
+            .event(
+                Some("30"),
+                &domain_event_data(&signer(), &ev(Some(peer_id(4)), peer_id(3))),
+            )
+            .unwrap_err();
+        assert!(matches!(e, Refusal::NotARecipient { .. }), "{e}");
+        let mut other = ev(None, peer_id(3));
+        other.domain_id = peer_id(9);
+        let e = a
+            .event(Some("30"), &domain_event_data(&signer(), &other))
+            .unwrap_err();
+        assert!(matches!(e, Refusal::OtherDomain { .. }), "{e}");
+        // The frame id still binds the seq.
+        let data = domain_event_data(&signer(), &ev(None, peer_id(3)));
+        assert!(matches!(
+            a.event(Some("31"), &data),
+            Err(Refusal::SeqMismatch { signed: 30, .. })
+        ));
+        // An acceptor that does not know its Domain accepts none.
+        let blind = Acceptor::with_keys(keys(&signer(), None), own()).unwrap();
+        assert!(matches!(
+            blind.event(Some("30"), &data),
+            Err(Refusal::NoDomain)
+        ));
+        // An unknown key's Domain event sends the node to the key chain, as any event.
+        let e = a
+            .event(
+                Some("30"),
+                &domain_event_data(&signer2(), &ev(None, peer_id(3))),
+            )
+            .unwrap_err();
+        assert!(is_unknown_signer(&e), "{e}");
+    }
+
+    #[test]
+    fn an_envelope_relabelled_between_node_and_domain_fails_to_verify() {
+        let a = acceptor();
+        // A per-node event's envelope presented as a Domain event, and the other way round:
+        // the signature covers the context, so neither verifies.
+        let node = signer()
+            .sign(
+                SignContext::Event,
+                &Event {
+                    seq: 5,
+                    node_id: own(),
+                    kind: EventKind::NodeRevoked,
+                },
+            )
+            .unwrap();
+        let relabelled = serde_json::to_string(&EventData::Domain(
+            plexsphere_wire::domain_event::DomainEnvelope { domain_event: node },
+        ))
+        .unwrap();
+        assert!(matches!(
+            a.event(Some("5"), &relabelled),
+            Err(Refusal::Signature(VerifyError::BadSignature))
+        ));
+        let dom = signer()
+            .sign(
+                SignContext::DomainEvent,
+                &DomainEvent {
+                    seq: 5,
+                    domain_id: domain(),
+                    target: Some(own()),
+                    subject: own(),
+                    kind: EventKind::NodeRevoked,
+                },
+            )
+            .unwrap();
+        let relabelled = serde_json::to_string(&dom).unwrap();
+        assert!(matches!(
+            a.event(Some("5"), &relabelled),
+            Err(Refusal::Signature(VerifyError::BadSignature))
         ));
     }
 

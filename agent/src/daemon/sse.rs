@@ -11,6 +11,7 @@ use bytes::Bytes;
 use eventsource_client::{self as es, Client as _, SSE};
 use futures_util::{Stream, StreamExt as _};
 use launchdarkly_sdk_transport::{ByteStream, HttpTransport, ResponseFuture, TransportError};
+use plexsphere_wire::domain_event::{DOMAIN_ENVELOPES, ENVELOPES_HEADER};
 use tokio::sync::{mpsc, oneshot};
 
 use super::calls::{CallError, NodeApi};
@@ -66,8 +67,10 @@ pub async fn connect_once(
 }
 
 fn build(api: &NodeApi, last_event_id: Option<u64>) -> Result<impl es::Client, es::Error> {
+    // Domain envelopes (one signature per event for the whole Domain) are understood.
     let mut b = es::ClientBuilder::for_url(api.url("/events").as_str())?
-        .header("Authorization", &api.bearer())?;
+        .header("Authorization", &api.bearer())?
+        .header(ENVELOPES_HEADER, DOMAIN_ENVELOPES)?;
     if let Some(host) = api.host_header() {
         b = b.header(plexsphere_wire::host::HOST_HEADER, &host)?;
     }

@@ -86,6 +86,13 @@ async fn frames_split_across_chunks_with_comments_crlf_and_multiline_data() {
         "{request}"
     );
     assert!(request.contains("Bearer pxnk_test"), "{request}");
+    // plexd understands the Domain's one signed copy of an event (wire/src/domain_event.rs).
+    assert!(
+        request
+            .to_ascii_lowercase()
+            .contains("plexsphere-event-envelopes: domain"),
+        "{request}"
+    );
     assert_eq!(msgs[0], StreamMsg::Connected);
     assert_eq!(msgs[1], StreamMsg::Activity);
     assert_eq!(

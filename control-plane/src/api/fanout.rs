@@ -5,8 +5,10 @@
 //! on the bus (`EventBus::subscribe`), reads the rows after its tip with
 //! [`events::for_domain`] between two reads of the head (to see a prune in between), appends
 //! them to the [`Ring`] and announces the new tip on a `watch` channel. A stream keeps its own
-//! cursor, picks the events addressed to its node ([`DomainEventRow::is_for`]) and signs them
-//! for that node; a stream whose cursor is older than the ring (a resume from Last-Event-ID,
+//! cursor and picks the events addressed to its node ([`DomainEventRow::is_for`]). A node that
+//! understands Domain envelopes gets the event's one signed copy for the whole Domain
+//! ([`Entry::shared_data`]: signed and encoded once per event and key, whatever the number of
+//! streams); an older node gets its own copy, signed for it. A stream whose cursor is older than the ring (a resume from Last-Event-ID,
 //! or a stream that fell [`RING_EVENTS`] events behind) reads that gap from the store itself,
 //! in bounded batches, as before.
 //!
@@ -18,6 +20,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use plexsphere_wire::domain_event::{DomainEnvelope, DomainEvent, EventData};
+use plexsphere_wire::signed::{DomainSigner, SignContext};
 use tokio::sync::watch;
 use uuid::Uuid;
 
@@ -33,11 +37,57 @@ pub const READ_BATCH: u32 = 512;
 /// streams stay open meanwhile; the events are still in the table).
 pub const READ_RETRY: Duration = Duration::from_millis(500);
 
+/// How many signed copies of one event an [`Entry`] keeps: one per Domain key that signed it
+/// (the current key; across the end of a rotation's overlap, the one before as well).
+pub const SHARED_FRAME_KEYS: usize = 2;
+
 /// One event in the ring, with when the reader was woken for it (for the delivery metric).
 #[derive(Debug)]
 pub struct Entry {
     pub row: DomainEventRow,
     pub woken: Instant,
+    /// The frame `data:` of the event's Domain envelope, per signing public key.
+    shared: Mutex<Vec<(Vec<u8>, Arc<str>)>>,
+}
+
+impl Entry {
+    pub fn new(row: DomainEventRow, woken: Instant) -> Self {
+        Self {
+            row,
+            woken,
+            shared: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The frame `data:` of this event's Domain envelope signed by `signer`: signed and
+    /// encoded by the first stream that needs it, then shared by every stream of the Domain
+    /// (the others wait for that one signature instead of making their own).
+    pub fn shared_data(
+        &self,
+        domain_id: Uuid,
+        signer: &DomainSigner,
+    ) -> Result<Arc<str>, serde_json::Error> {
+        let key = signer.public_key();
+        let mut shared = self.shared.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, data)) = shared.iter().find(|(k, _)| k == key) {
+            return Ok(data.clone());
+        }
+        let event = DomainEvent {
+            seq: self.row.seq,
+            domain_id,
+            target: self.row.target,
+            subject: self.row.subject,
+            kind: self.row.kind.clone(),
+        };
+        let env = signer.sign(SignContext::DomainEvent, &event)?;
+        let data: Arc<str> =
+            serde_json::to_string(&EventData::Domain(DomainEnvelope { domain_event: env }))?.into();
+        if shared.len() >= SHARED_FRAME_KEYS {
+            shared.remove(0);
+        }
+        shared.push((key.to_vec(), data.clone()));
+        Ok(data)
+    }
 }
 
 /// The recent events of one Domain: every event with a seq in `(base, tip]` is in `events`
@@ -105,7 +155,7 @@ impl Ring {
                 continue;
             }
             self.tip = row.seq;
-            self.events.push_back(Arc::new(Entry { row, woken }));
+            self.events.push_back(Arc::new(Entry::new(row, woken)));
         }
         self.tip = self.tip.max(complete_through);
         while self.events.len() > self.capacity {
@@ -380,6 +430,47 @@ mod tests {
         // Rows already held are not appended twice; the tip moves to what was complete.
         ring.append(vec![row(14, None, 2), row(15, None, 2)], 17, now);
         assert_eq!(seqs(ring.take(10, me)), (vec![11, 12, 15], 17));
+    }
+
+    #[test]
+    fn an_event_is_signed_once_per_key_for_every_stream() {
+        use plexsphere_wire::signed::DomainVerifier;
+        let (one, two, three) = (
+            DomainSigner::from_seed(&[1; 32]).unwrap(),
+            DomainSigner::from_seed(&[2; 32]).unwrap(),
+            DomainSigner::from_seed(&[3; 32]).unwrap(),
+        );
+        let domain = Uuid::from_u128(77);
+        let entry = Entry::new(row(5, None, 9), Instant::now());
+        let a = entry.shared_data(domain, &one).unwrap();
+        let b = entry.shared_data(domain, &one).unwrap();
+        assert!(
+            Arc::ptr_eq(&a, &b),
+            "the second stream reuses the first copy"
+        );
+        let c = entry.shared_data(domain, &two).unwrap();
+        assert_ne!(a, c, "another key signs its own copy");
+        // Each copy opens with its own key only, as the event of the Domain.
+        let open = |data: &str, by: &DomainSigner| -> Option<DomainEvent> {
+            let EventData::Domain(d) = serde_json::from_str(data).unwrap() else {
+                panic!("not a Domain envelope: {data}");
+            };
+            DomainVerifier::from_b64(&by.public_key_b64())
+                .unwrap()
+                .open(SignContext::DomainEvent, &d.domain_event)
+                .ok()
+        };
+        let ev = open(&a, &one).unwrap();
+        assert_eq!(
+            (ev.seq, ev.domain_id, ev.target, ev.subject),
+            (5, domain, None, Uuid::from_u128(9))
+        );
+        assert!(open(&a, &two).is_none() && open(&c, &two).is_some());
+        // At most SHARED_FRAME_KEYS copies: a third key pushes out the oldest.
+        entry.shared_data(domain, &three).unwrap();
+        let again = entry.shared_data(domain, &one).unwrap();
+        assert!(!Arc::ptr_eq(&a, &again), "the first copy was dropped");
+        assert_eq!(entry.shared.lock().unwrap().len(), SHARED_FRAME_KEYS);
     }
 
     #[test]

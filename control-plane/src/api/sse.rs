@@ -2,8 +2,12 @@
 //!
 //! Each connection gets its own task that takes the node's events from its Domain's ring
 //! ([`super::fanout`]: one reader per Domain reads each new event from the store once, woken
-//! by the bus) at its own pace, signs each one for this node and hands the frame to a bounded
-//! channel the response body drains. A cursor older than the ring (a resume) reads the gap
+//! by the bus) at its own pace and hands each frame to a bounded channel the response body
+//! drains. A node that asks for Domain envelopes (`plexsphere-event-envelopes: domain`) gets
+//! the event's one copy signed for the whole Domain, shared by every stream
+//! ([`super::fanout::Entry::shared_data`]); any other gets its own copy, signed for it. The key
+//! that signs is looked up for every batch, so a rotation's new key signs on streams opened
+//! before its overlap ended. A cursor older than the ring (a resume) reads the gap
 //! from the store in bounded batches. A publisher never waits for a stream. A client that
 //! accepts no frame for `slow_reader_timeout` is dropped; it resumes later with
 //! `Last-Event-ID`. A node holds at most [`MAX_STREAMS_PER_NODE`] streams at once.
@@ -17,6 +21,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use plexsphere_wire::domain_event::{DOMAIN_ENVELOPES, ENVELOPES_HEADER};
 use plexsphere_wire::node::{Event, EventKind};
 use plexsphere_wire::signed::{DomainSigner, SignContext};
 use tokio::sync::mpsc;
@@ -24,13 +29,14 @@ use tokio_stream::wrappers::ReceiverStream;
 use uuid::Uuid;
 
 use super::extract::NodeAuth;
-use super::fanout::{Hub, Member, Take};
+use super::fanout::{Entry, Hub, Member, Take};
 use super::state::AppState;
 pub use super::streams::Streams;
 use crate::error::Error;
 use crate::node_decisions::{self, Resume};
+use crate::store::domains::{self, Domain};
 use crate::store::nodes::NodeRow;
-use crate::store::{StoreError, domains, events};
+use crate::store::{StoreError, events};
 
 /// Events read from the store per query (a stream reading a gap older than the ring).
 const BATCH: u32 = 256;
@@ -129,15 +135,23 @@ pub async fn events(
     let head = events::head(&mut conn, node.domain_id).await?;
     drop(conn);
     let last_event_id = headers.get("last-event-id").and_then(|v| v.to_str().ok());
+    let domain_envelopes = headers
+        .get_all(ENVELOPES_HEADER)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|v| v.trim() == DOMAIN_ENVELOPES);
     let resume = node_decisions::resume_point(last_event_id, head);
-    tracing::info!(node_id = %node.id, last_event_id = ?last_event_id, head = head.seq, "sse: stream opened");
+    tracing::info!(node_id = %node.id, last_event_id = ?last_event_id, head = head.seq, domain_envelopes, "sse: stream opened");
 
     let (tx, rx) = mpsc::channel::<Frame>(st.config.events.stream_buffer.max(1));
     let keepalive = st.config.events.keepalive;
     let task = StreamTask {
         st,
         node,
+        domain,
         signer,
+        domain_envelopes,
         tx,
         cursor: 0,
         opened_at: Instant::now(),
@@ -156,7 +170,11 @@ pub async fn events(
 struct StreamTask {
     st: Arc<AppState>,
     node: NodeRow,
+    domain: Domain,
+    /// The Domain key that signs now (looked up again before every batch).
     signer: Arc<DomainSigner>,
+    /// The node understands Domain envelopes: ring events go out as their shared copy.
+    domain_envelopes: bool,
     tx: mpsc::Sender<Frame>,
     /// Every event for this node up to here has been sent (or was not for it).
     cursor: u64,
@@ -207,10 +225,12 @@ impl StreamTask {
         loop {
             match hub.take(self.cursor, self.node.id) {
                 Take::Events(batch, cursor) => {
+                    if !batch.is_empty() {
+                        self.refresh_signer().await?;
+                    }
                     for entry in batch {
                         let timed = (entry.woken >= self.opened_at).then_some(entry.woken);
-                        self.send_row(entry.row.seq, entry.row.kind.clone(), timed)
-                            .await?;
+                        self.send_entry(&entry, timed).await?;
                     }
                     self.cursor = cursor;
                     return Ok(());
@@ -241,6 +261,7 @@ impl StreamTask {
             return Ok(false);
         }
         let full = batch.len() >= BATCH as usize;
+        self.refresh_signer().await?;
         for ev in batch {
             self.send_row(ev.seq, ev.kind, None).await?;
         }
@@ -249,6 +270,43 @@ impl StreamTask {
             self.cursor = self.cursor.max(before.seq);
         }
         Ok(!full)
+    }
+
+    /// The key that signs now: after a rotation's overlap the new one, also on a stream that
+    /// opened before (the keyring answers from its cache; it reads the store at most every
+    /// [`crate::keys::KEY_REFRESH`]).
+    async fn refresh_signer(&mut self) -> Result<(), End> {
+        match self.st.keys.signer(&self.domain).await {
+            Ok(signer) => {
+                self.signer = signer;
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(node_id = %self.node.id, error = %e, "sse: cannot read the Domain key");
+                Err(End::Failed)
+            }
+        }
+    }
+
+    /// Sends a ring event (the shared Domain copy, or this node's own) and moves the cursor
+    /// to it; a `node_revoked` ends the stream.
+    async fn send_entry(&mut self, entry: &Entry, woken: Option<Instant>) -> Result<(), End> {
+        if !self.domain_envelopes {
+            return self
+                .send_row(entry.row.seq, entry.row.kind.clone(), woken)
+                .await;
+        }
+        let data = entry
+            .shared_data(self.domain.id, &self.signer)
+            .map_err(|_| End::Failed)?;
+        let seq = entry.row.seq;
+        self.send_frame(seq, entry.row.kind.name(), &data, woken)
+            .await?;
+        self.cursor = seq;
+        if entry.row.kind == EventKind::NodeRevoked {
+            return Err(End::Revoked);
+        }
+        Ok(())
     }
 
     /// Sends one event and moves the cursor to it; a `node_revoked` ends the stream.
@@ -288,6 +346,7 @@ impl StreamTask {
         Ok(())
     }
 
+    /// Sends this node's own copy of an event, signed for it.
     async fn send(&self, seq: u64, kind: EventKind, woken: Option<Instant>) -> Result<(), End> {
         let name = kind.name();
         let event = Event {
@@ -300,6 +359,17 @@ impl StreamTask {
             .sign(SignContext::Event, &event)
             .map_err(|_| End::Failed)?;
         let data = serde_json::to_string(&env).map_err(|_| End::Failed)?;
+        self.send_frame(seq, name, &data, woken).await
+    }
+
+    /// Hands one frame to the response body, waiting at most `slow_reader_timeout`.
+    async fn send_frame(
+        &self,
+        seq: u64,
+        name: &'static str,
+        data: &str,
+        woken: Option<Instant>,
+    ) -> Result<(), End> {
         let frame = SseEvent::default()
             .id(seq.to_string())
             .event(name)

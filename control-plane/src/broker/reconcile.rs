@@ -117,6 +117,9 @@ pub async fn reconcile_one(
     if phase == Phase::Pending {
         match pending(st, fence, blueprint, &substrate, &mut row).await {
             Ok(Some(composite)) => {
+                if !still_leading(st, &row) {
+                    return Ok(());
+                }
                 let (s, r) = (substrate.clone(), row.resource.clone());
                 if let Err(e) = blocking(move || s.provision(&r, &composite)).await {
                     facts.push(Observation::SubstrateFailed { reason: e.0 });
@@ -138,6 +141,9 @@ pub async fn reconcile_one(
         }
     }
     if phase == Phase::Deprovisioning {
+        if !still_leading(st, &row) {
+            return Ok(());
+        }
         deprovision_extras(st, &row).await?;
         let (s, r) = (substrate.clone(), row.resource.clone());
         if let Err(e) = blocking(move || s.deprovision(&r)).await {
@@ -170,6 +176,18 @@ pub async fn reconcile_one(
         }
     }
     apply(st, fence, &mut row, class, facts).await
+}
+
+/// Whether this replica still leads right before a call the database cannot fence (the
+/// substrate's provision and deprovision, the token revoke and node removal of a delete): a
+/// pass that began as leader may outlast its lease (slow substrate calls, a paused process),
+/// and then the new leader does the work instead of both.
+fn still_leading(st: &(impl BrokerHost + ?Sized), row: &ResourceRow) -> bool {
+    let leads = st.leadership().acting(Instant::now()).is_some();
+    if !leads {
+        tracing::warn!(resource_id = %row.resource.id, "this replica stopped leading during a reconcile pass; it leaves the resource to the new leader");
+    }
+    leads
 }
 
 /// Why a `Pending` pass hands the substrate nothing.

@@ -47,12 +47,26 @@ fn api_config(
 }
 
 fn bind(addr: SocketAddr) -> Result<std::net::TcpListener, Failure> {
-    let listener = std::net::TcpListener::bind(addr)
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        None,
+    )
+    .context("cannot make a TCP socket")?;
+    // As std's bind: a restarted server takes its port back at once.
+    socket
+        .set_reuse_address(true)
+        .context("cannot set SO_REUSEADDR")?;
+    socket
+        .bind(&addr.into())
         .with_context(|| format!("cannot listen on {addr}; is another process using it?"))?;
-    listener
+    socket
+        .listen(server::LISTEN_BACKLOG)
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    socket
         .set_nonblocking(true)
         .context("cannot make the listener non-blocking")?;
-    Ok(listener)
+    Ok(socket.into())
 }
 
 /// Binds `--metrics-listen` when given.

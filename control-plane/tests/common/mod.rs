@@ -118,6 +118,13 @@ impl TestServer {
     }
 
     pub async fn start_with(opts: Options) -> Self {
+        // `PLEXSPHERE_TEST_LOG=warn` (an env-filter) shows the server's log in a test's output.
+        if let Ok(filter) = std::env::var("PLEXSPHERE_TEST_LOG") {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+                .with_test_writer()
+                .try_init();
+        }
         let dir = tempfile::tempdir().unwrap();
         let certs = tls::ensure_dev_certs(&dir.path().join("tls"), &[]).unwrap();
         tls::install_ring_provider();

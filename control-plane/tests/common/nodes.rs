@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use plexsphere_wire::RegisterResponse;
+use plexsphere_wire::domain_event::{DOMAIN_ENVELOPES, DomainEvent, ENVELOPES_HEADER, EventData};
 use plexsphere_wire::node::Event;
 use plexsphere_wire::signed::{DomainVerifier, SignContext, SignedEnvelope};
 use reqwest::{Method, StatusCode};
@@ -81,9 +82,32 @@ impl TestServer {
         reg: &RegisterResponse,
         last_event_id: Option<&str>,
     ) -> SseReader {
+        self.open_events_as(client, reg, last_event_id, false).await
+    }
+
+    /// Opens `reg`'s event stream as a node that understands Domain envelopes (as plexd does).
+    pub async fn open_domain_events(
+        &self,
+        reg: &RegisterResponse,
+        last_event_id: Option<&str>,
+    ) -> SseReader {
+        self.open_events_as(&self.client, reg, last_event_id, true)
+            .await
+    }
+
+    async fn open_events_as(
+        &self,
+        client: &reqwest::Client,
+        reg: &RegisterResponse,
+        last_event_id: Option<&str>,
+        domain_envelopes: bool,
+    ) -> SseReader {
         let mut req = client
             .get(self.url(&format!("/v1/nodes/{}/events", reg.node_id)))
             .bearer_auth(&reg.node_credential);
+        if domain_envelopes {
+            req = req.header(ENVELOPES_HEADER, DOMAIN_ENVELOPES);
+        }
         if let Some(id) = last_event_id {
             req = req.header("last-event-id", id);
         }
@@ -96,8 +120,10 @@ impl TestServer {
         SseReader {
             resp,
             buf: String::new(),
-            verifier: DomainVerifier::from_b64(&reg.domain_signing_public_key).unwrap(),
+            verifiers: vec![DomainVerifier::from_b64(&reg.domain_signing_public_key).unwrap()],
             node_id: reg.node_id,
+            domain_id: reg.domain_id,
+            domain_frames: 0,
         }
     }
 
@@ -129,8 +155,12 @@ pub enum Frame {
 pub struct SseReader {
     resp: reqwest::Response,
     buf: String,
-    verifier: DomainVerifier,
+    /// The pinned key first, then the keys [`SseReader::trust`] added.
+    verifiers: Vec<DomainVerifier>,
     node_id: uuid::Uuid,
+    domain_id: uuid::Uuid,
+    /// How many of the events read came as Domain envelopes.
+    pub domain_frames: usize,
 }
 
 impl SseReader {
@@ -160,22 +190,56 @@ impl SseReader {
         }
     }
 
+    /// Accepts events signed by `key` too (standard base64), as a node told of a rotation.
+    pub fn trust(&mut self, key: &str) {
+        self.verifiers.push(DomainVerifier::from_b64(key).unwrap());
+    }
+
     /// The next event (skipping keep-alive comments), verified: signed by the Domain, for
     /// this node, with `seq` equal to the frame id and the kind's name as `event:`.
     pub async fn next_event(&mut self) -> Option<Event> {
+        self.next_signed().await.map(|(ev, _)| ev)
+    }
+
+    /// [`Self::next_event`], and which key signed it (0: the pinned one, then in the order
+    /// [`Self::trust`] added them). A Domain envelope must name this node's Domain and this
+    /// node as a recipient; it is answered as the copy addressed to this node.
+    pub async fn next_signed(&mut self) -> Option<(Event, usize)> {
         loop {
             match self.next().await? {
                 Frame::Comment(_) => continue,
                 Frame::Event { id, event, data } => {
-                    let env: SignedEnvelope = serde_json::from_str(&data).unwrap();
-                    let ev: Event = self.verifier.open(SignContext::Event, &env).unwrap();
+                    let data: EventData = serde_json::from_str(&data).unwrap();
+                    let (ev, by) = match data {
+                        EventData::Node(env) => self.open::<Event>(SignContext::Event, &env),
+                        EventData::Domain(d) => {
+                            self.domain_frames += 1;
+                            let (ev, by) =
+                                self.open::<DomainEvent>(SignContext::DomainEvent, &d.domain_event);
+                            assert_eq!(ev.domain_id, self.domain_id);
+                            assert!(ev.is_for(self.node_id), "not for this node: {ev:?}");
+                            (ev.addressed_to(self.node_id), by)
+                        }
+                    };
                     assert_eq!(ev.seq.to_string(), id);
                     assert_eq!(ev.kind.name(), event);
                     assert_eq!(ev.node_id, self.node_id);
-                    return Some(ev);
+                    return Some((ev, by));
                 }
             }
         }
+    }
+
+    fn open<T: serde::de::DeserializeOwned>(
+        &self,
+        ctx: SignContext,
+        env: &SignedEnvelope,
+    ) -> (T, usize) {
+        self.verifiers
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| v.open(ctx, env).ok().map(|doc| (doc, i)))
+            .expect("an event signed by none of the keys this node trusts")
     }
 }
 
