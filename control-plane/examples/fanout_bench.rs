@@ -258,6 +258,7 @@ fn client(ca_pem: &str) -> Result<reqwest::Client, Failure> {
 /// behind a TLS-terminating proxy (h2c, as the streams of one connection share it).
 fn client_for(url: &str, ca_pem: &str) -> Result<reqwest::Client, Failure> {
     if url.starts_with("http://") {
+        plexsphere::tls::install_ring_provider();
         return Ok(reqwest::Client::builder().http2_prior_knowledge().build()?);
     }
     client(ca_pem)
@@ -526,6 +527,7 @@ async fn run_one(
     seqs.sort_unstable();
     seqs.dedup();
     let mut lat = Vec::new();
+    let mut per_event = vec![0f64; sent.len()];
     let (mut dupes, mut failed) = (0usize, 0usize);
     for s in &seens {
         if s.failed.is_some() {
@@ -538,10 +540,17 @@ async fn run_one(
             if let Ok(k) = seqs.binary_search(seq)
                 && let Some(sent) = sent.get(k)
             {
-                lat.push(at.duration_since(*sent).as_secs_f64() * 1000.0);
+                let ms = at.duration_since(*sent).as_secs_f64() * 1000.0;
+                lat.push(ms);
+                per_event[k] = per_event[k].max(ms);
             }
         }
     }
+    let per_event: Vec<String> = per_event.iter().map(|ms| format!("{ms:.0}")).collect();
+    eprintln!(
+        "slowest delivery of each event, ms: {}",
+        per_event.join(" ")
+    );
     lat.sort_by(f64::total_cmp);
     let deliveries = lat.len();
     let cpu = match (cpu_before, cpu_after) {
