@@ -8,7 +8,8 @@
 //!   links, and the veth hands it over whole): node A says `segmented_lost` for B in `plexd
 //!   status`, and the control plane holds A's `error` observation naming the fix
 //!   (`plexctl node set NODE --udp-offload off`).
-//! - A clean path: `ok`, and no such observation.
+//! - A clean path: `ok`, and no such observation; `plexd status --probe-gso` runs one more
+//!   round at once and answers when it is done.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -169,6 +170,30 @@ fn a_clean_path_probes_ok_and_reports_nothing() {
         assert_eq!(result["verdict"], "ok", "{result}\n{}", out());
         assert_eq!(result["segmented_replies"], 8, "{result}");
     }
+    // `plexd status --probe-gso` runs a round now (the next would come in 30 minutes) and
+    // answers the status once it is done.
+    let before = host.status().unwrap().unwrap()["gso_probe"]["rounds"]
+        .as_u64()
+        .unwrap();
+    let now = host
+        .plexd(&["status", "--probe-gso", "--output", "json"])
+        .unwrap();
+    assert!(
+        now.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&now.stderr),
+        out()
+    );
+    let now: serde_json::Value = serde_json::from_slice(&now.stdout).unwrap();
+    let probe = &now["gso_probe"];
+    assert_eq!(probe["rounds"].as_u64(), Some(before + 1), "{probe}");
+    assert!(
+        probe["last_round_age_secs"]
+            .as_u64()
+            .is_some_and(|a| a <= 2),
+        "the round just ran: {probe}"
+    );
+    assert_eq!(probe["peers"][0]["verdict"], "ok", "{probe}");
     // The heartbeat and ingest run every second: a report would be there by now.
     let (node_id, _) = host.identity().unwrap();
     wait_until(BOUND, "the node's handshake observation arrived", || {

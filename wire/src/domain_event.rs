@@ -38,13 +38,20 @@ pub struct DomainEvent {
     pub kind: EventKind,
 }
 
+/// Whether `node_id` receives an event with this `target` and `subject`: its target, or with
+/// no target every node but the subject (the one rule of the control plane's store and of a
+/// node checking a Domain event).
+pub fn is_recipient(target: Option<Uuid>, subject: Uuid, node_id: Uuid) -> bool {
+    match target {
+        Some(t) => t == node_id,
+        None => subject != node_id,
+    }
+}
+
 impl DomainEvent {
     /// Whether `node_id` receives this event.
     pub fn is_for(&self, node_id: Uuid) -> bool {
-        match self.target {
-            Some(t) => t == node_id,
-            None => self.subject != node_id,
-        }
+        is_recipient(self.target, self.subject, node_id)
     }
 
     /// The event as the per-node copy `node_id` would have received.

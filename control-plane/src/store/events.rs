@@ -174,10 +174,7 @@ pub struct DomainEventRow {
 impl DomainEventRow {
     /// Whether `node_id` receives this event: the same rule as [`for_node`]'s SQL.
     pub fn is_for(&self, node_id: Uuid) -> bool {
-        match self.target {
-            Some(t) => t == node_id,
-            None => self.subject != node_id,
-        }
+        plexsphere_wire::domain_event::is_recipient(self.target, self.subject, node_id)
     }
 }
 

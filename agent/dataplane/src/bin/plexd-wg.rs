@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use nix::sys::signal::{SigSet, Signal};
 use plexd_dataplane::Device;
+use plexd_dataplane::linux::sched::PACKET_THREAD_NICE;
 use plexd_dataplane::linux::{LinuxTun, LinuxUdpBinder};
 use plexd_dataplane::runner::{QueueConfig, RunConfig, Shutdown, run};
 use plexd_dataplane::uapi_server::socket_path;
@@ -34,9 +35,6 @@ use plexd_dataplane::uapi_server::socket_path;
 const USAGE: &str = "usage: plexd-wg [-f|--foreground] <interface>";
 const DEFAULT_MTU: u32 = 1420;
 const FOREGROUND_ENV: &str = "WG_PROCESS_FOREGROUND";
-/// The packet threads' nice value: ahead of the applications whose traffic they carry, as the
-/// kernel's WireGuard is (it runs in softirq context); see `plexd_dataplane::linux::sched`.
-const PACKET_THREAD_NICE: i32 = -20;
 
 fn main() -> ExitCode {
     let mut foreground = std::env::var(FOREGROUND_ENV).is_ok_and(|v| v == "1");

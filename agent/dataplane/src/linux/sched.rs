@@ -12,6 +12,10 @@ use std::io;
 
 use nix::libc;
 
+/// The packet threads' nice value in plexd-wg and in plexd's embedded data plane: ahead of the
+/// applications whose traffic they carry, as the kernel's WireGuard is (softirq context).
+pub const PACKET_THREAD_NICE: i32 = -20;
+
 /// Sets the calling thread's nice value (-20 ..= 19). On Linux `setpriority(PRIO_PROCESS,
 /// tid)` changes that thread only.
 pub fn set_thread_nice(nice: i32) -> io::Result<()> {
