@@ -72,6 +72,13 @@ pub fn main() -> ExitCode {
 }
 
 fn init_logging(filter: &str, format: LogFormat) -> Result<(), String> {
+    // tracing-subscriber 0.3's directive parser panics on some non-ASCII text; directives are
+    // ASCII anyway.
+    if !filter.is_ascii() {
+        return Err(format!(
+            "--log-level {filter:?} is not a valid filter: use ASCII (error, warn, info, debug, trace or target=level)"
+        ));
+    }
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .map_err(|e| format!("--log-level {filter:?} is not a valid filter: {e}"))?;
     let builder = tracing_subscriber::fmt()
