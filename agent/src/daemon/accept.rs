@@ -155,9 +155,10 @@ impl Acceptor {
             generation: Some(key.generation),
             next: next.cloned(),
         };
-        let domain_id = self.domain_id;
-        *self = Self::with_keys(keys, self.node_id)?;
-        self.domain_id = domain_id;
+        *self = Self {
+            domain_id: self.domain_id,
+            ..Self::with_keys(keys, self.node_id)?
+        };
         Ok(())
     }
 

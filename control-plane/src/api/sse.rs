@@ -291,25 +291,20 @@ impl StreamTask {
     /// Sends a ring event (the shared Domain copy, or this node's own) and moves the cursor
     /// to it; a `node_revoked` ends the stream.
     async fn send_entry(&mut self, entry: &Entry, woken: Option<Instant>) -> Result<(), End> {
-        if !self.domain_envelopes {
-            return self
-                .send_row(entry.row.seq, entry.row.kind.clone(), woken)
-                .await;
+        let (seq, kind) = (entry.row.seq, &entry.row.kind);
+        if self.domain_envelopes {
+            let data = entry
+                .shared_data(self.domain.id, &self.signer)
+                .map_err(|_| End::Failed)?;
+            self.send_frame(seq, kind.name(), &data, woken).await?;
+        } else {
+            self.send(seq, kind.clone(), woken).await?;
         }
-        let data = entry
-            .shared_data(self.domain.id, &self.signer)
-            .map_err(|_| End::Failed)?;
-        let seq = entry.row.seq;
-        self.send_frame(seq, entry.row.kind.name(), &data, woken)
-            .await?;
-        self.cursor = seq;
-        if entry.row.kind == EventKind::NodeRevoked {
-            return Err(End::Revoked);
-        }
-        Ok(())
+        self.sent(seq, *kind == EventKind::NodeRevoked)
     }
 
-    /// Sends one event and moves the cursor to it; a `node_revoked` ends the stream.
+    /// Sends this node's own copy of one event and moves the cursor to it; a `node_revoked`
+    /// ends the stream.
     async fn send_row(
         &mut self,
         seq: u64,
@@ -318,6 +313,11 @@ impl StreamTask {
     ) -> Result<(), End> {
         let revoked = kind == EventKind::NodeRevoked;
         self.send(seq, kind, woken).await?;
+        self.sent(seq, revoked)
+    }
+
+    /// After an event went out: the cursor moves to it, and a `node_revoked` ends the stream.
+    fn sent(&mut self, seq: u64, revoked: bool) -> Result<(), End> {
         self.cursor = seq;
         if revoked {
             return Err(End::Revoked);
