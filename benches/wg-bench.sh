@@ -30,6 +30,13 @@
 # `cargo install --locked` into $BORINGTUN_ROOT (default /var/cache/plexsphere/cargo-bin) when
 # it is not on PATH. PLEXD_WG=<path> / PLEXD=<path> / PLEXSPHERE=<path> / PLEXCTL=<path> /
 # BLAST=<path> (udp-gso-blast) measure binaries built elsewhere.
+# plexd-run's two plexd run at the Nice= of systemd/plexd.service, as the unit runs them;
+# PLEXD_RUN_NICE=<n> runs them at n instead (0: the process priority of a plexd started by hand).
+# When that is not 0, plexd-run is also measured at nice 0 (TCP one stream and the ping under
+# it), to show what the priority buys; RUN_VARIANT=0 leaves that out.
+# TESTS="tcp1 load" runs only those tests (of tcp1 tcp4 tcpR udp udpgso load);
+# VARIANTS='PLEXD_WG_NICE=0;PLEXD_WG_QUEUE=0' only those plexd-wg variants (';' between them,
+# VARIANTS= none).
 set -euo pipefail
 umask 077
 
@@ -51,6 +58,9 @@ done
 [[ $(id -u) -eq 0 ]] || { echo "wg-bench.sh: run as root (network namespaces, TUN devices)" >&2; exit 1; }
 
 here=$(cd "$(dirname "$0")/.." && pwd)
+run_nice=${PLEXD_RUN_NICE:-$(sed -n 's/^Nice=//p' "$here/systemd/plexd.service")}
+[[ $run_nice =~ ^-?[0-9]+$ && $run_nice -ge -20 && $run_nice -le 19 ]] ||
+  { echo "wg-bench.sh: PLEXD_RUN_NICE (or systemd/plexd.service's Nice=) must be -20..19, not '$run_nice'" >&2; exit 64; }
 report="python3 $here/benches/wg_bench_report.py"
 say() { echo "wg-bench: $*" >&2; }
 
@@ -251,7 +261,7 @@ run_pair_up() {
       "$node/etc/bootstrap-token" "$node/state" "$cp/tls/ca.crt" "$run_project" "$side" "$iface" \
       >"$node/etc/config.yaml"
     read -r -a e <<<"$(plexd_env "$node")"
-    ip netns exec "$ns" env "${e[@]}" PLEXD_LOG=warn "$plexd" run >"$node/log" 2>&1 &
+    ip netns exec "$ns" nice -n "$run_nice" env "${e[@]}" PLEXD_LOG=warn "$plexd" run >"$node/log" 2>&1 &
     started_pid=$!; pids+=("$started_pid")
     if [[ $side == a ]]; then pa=$started_pid; else pb=$started_pid; fi
   done
@@ -397,7 +407,7 @@ ping_under_load() {
 # --- the run ---------------------------------------------------------------------------------
 load_before=$(uptime)
 versions="plexd-wg $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$here" diff --quiet HEAD -- agent/dataplane 2>/dev/null || echo '+local changes')"
-[[ -n $plexd && -n $plexsphere && -n $plexctl ]] && versions+=" (plexd-run: plexd run and plexsphere dev of the same tree)"
+[[ -n $plexd && -n $plexsphere && -n $plexctl ]] && versions+=" (plexd-run: plexd run at nice $run_nice and plexsphere dev of the same tree)"
 versions+=", wireguard-go $(dpkg-query -W -f='${Version}' wireguard-go 2>/dev/null || echo '?')"
 [[ -n $boringtun ]] && versions+=", $("$boringtun" --version 2>/dev/null || echo 'boringtun-cli ?')"
 versions+=", iperf3 $(iperf3 --version | awk 'NR == 1 {print $2}')"
@@ -418,6 +428,13 @@ if [[ -n ${IMPLS:-} ]]; then
   ((${#impls[@]})) || { echo "wg-bench.sh: IMPLS='$IMPLS' names none of plexd-wg plexd-run boringtun-cli wireguard-go (or it is not built)" >&2; exit 64; }
 fi
 ((quick)) && tests=(tcp1 udpgso) || tests=(tcp1 tcp4 tcpR udp udpgso load)
+if [[ -n ${TESTS:-} ]]; then
+  read -r -a tests <<<"$TESTS"
+  for t in "${tests[@]}"; do
+    [[ " tcp1 tcp4 tcpR udp udpgso load " == *" $t "* ]] ||
+      { echo "wg-bench.sh: TESTS names '$t'; the tests are tcp1 tcp4 tcpR udp udpgso load" >&2; exit 64; }
+  done
+fi
 for run in $(seq "$RUNS"); do
   for label in "${impls[@]}"; do
     select_impl "$label"
@@ -446,6 +463,7 @@ variants=("PLEXD_WG_GRO=0" "PLEXD_WG_GSO=0" "PLEXD_WG_OFFLOAD=0" "PLEXD_WG_MMSG=
   "PLEXD_WG_GRO=0 PLEXD_WG_GSO=0 PLEXD_WG_OFFLOAD=0 PLEXD_WG_MMSG=0"
   "PLEXD_WG_QUEUE=0" "PLEXD_WG_AQM=0" "PLEXD_WG_PRIORITY=0" "PLEXD_WG_NICE=0"
   "PLEXD_WG_QUEUE=0 PLEXD_WG_NICE=0" "PLEXD_WG_USO=0")
+[[ -n ${VARIANTS+set} ]] && IFS=';' read -r -a variants <<<"$VARIANTS"
 [[ " ${impls[*]} " == *" plexd-wg "* ]] || variants=()
 for run in $(seq "$RUNS"); do
   for v in "${variants[@]}"; do
@@ -463,6 +481,23 @@ for run in $(seq "$RUNS"); do
     netns_down
   done
 done
+
+# plexd-run at the applications' priority (nice 0) beside the unit's Nice=: what the unit's
+# priority buys the whole daemon (TCP one stream and the ping under it).
+if [[ " ${impls[*]} " == *" plexd-run "* && $run_nice != 0 && ${RUN_VARIANT:-1} != 0 ]]; then
+  unit_nice=$run_nice
+  for run in $(seq "$RUNS"); do
+    select_impl plexd-run
+    run_nice=0
+    say "run $run/$RUNS: plexd-run at nice 0"
+    if pair_up; then
+      measure plexd-run "nice 0" "$run" tcp1 "$nb"
+      ((quick)) || ping_under_load "$run" "nice 0"
+    fi
+    netns_down
+    run_nice=$unit_nice
+  done
+fi
 
 # --- memory ----------------------------------------------------------------------------------
 if ((memory)); then

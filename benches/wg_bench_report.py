@@ -278,6 +278,22 @@ def report(raw):
                 ping = (f"{fmt(m(OURS, 'load', 'ping_avg_ms', v), 3)} / {fmt(m(OURS, 'load', 'ping_max_ms', v), 3)}"
                         f" ({fmt(m(OURS, 'load', 'gbps', v))})")
             p(f"| {v} | {fmt(g)} | {vs} | {fmt(m(OURS, 'tcp1', 'cpu_s_per_gb', v))} | {vr} | {ping} |")
+    run_variants = []
+    for r in runs:
+        if r["impl"] == DAEMON and r.get("variant", "all-on") not in run_variants:
+            run_variants.append(r.get("variant", "all-on"))
+    if len(run_variants) > 1:
+        p("")
+        p(f"| {DAEMON}, the unit's priority and another | TCP 1 stream, Gbit/s (median) | CPU-s/GB "
+          "| ping under a TCP stream, avg / max ms (the stream's Gbit/s) |")
+        p("|---|---|---|---|")
+        for v in run_variants:
+            ping = ""
+            if pick(DAEMON, "load", v):
+                ping = (f"{fmt(m(DAEMON, 'load', 'ping_avg_ms', v), 3)} / {fmt(m(DAEMON, 'load', 'ping_max_ms', v), 3)}"
+                        f" ({fmt(m(DAEMON, 'load', 'gbps', v))})")
+            name = "the unit's Nice= (all-on)" if v == "all-on" else v
+            p(f"| {name} | {fmt(m(DAEMON, 'tcp1', 'gbps', v))} | {fmt(m(DAEMON, 'tcp1', 'cpu_s_per_gb', v))} | {ping} |")
     gso = [v for v in variants if pick(OURS, "udpgso", v)]
     if len(gso) > 1:
         base = m(OURS, "udpgso", "gbps")
@@ -327,6 +343,10 @@ CRITERION_PAIRS = [
 ]
 
 
+PIPELINE = "batch-64x1420/plexd-in-memory-pipeline"
+DEVICES = "batch-64x1420/in-memory-devices-only"
+
+
 def criterion(root):
     found = {}
     for dirpath, _, files in os.walk(root):
@@ -357,6 +377,12 @@ def criterion(root):
             print(f"| {ours} | {show(ns, tp)} | {floor.split('/', 1)[1]}: {show(fns, ftp)} | {ns / fns:.2f} |")
         else:
             print(f"| {ours} | {show(ns, tp)} | | |")
+        if ours == PIPELINE and DEVICES in found and floor in found:
+            # The pipeline less what its in-memory devices cost alone: the data plane's share.
+            own = ns - found[DEVICES][0]
+            print(f"| {ours} less {DEVICES.split('/', 1)[1]} ({show(found[DEVICES][0], {})}) "
+                  f"| {show(own, tp)} | {floor.split('/', 1)[1]}: {show(found[floor][0], found[floor][1])} "
+                  f"| {own / found[floor][0]:.2f} |")
 
 
 def main(argv):

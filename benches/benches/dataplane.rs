@@ -125,6 +125,27 @@ fn pipeline(c: &mut Criterion) {
             assert_eq!(n, N, "every packet crossed");
         })
     });
+    // The same four hops with nothing between them: what the in-memory devices alone cost
+    // (each hop copies a packet into a locked queue and out again, as a kernel buffer would).
+    // The pipeline less this is the data plane's own share, to set beside the floor.
+    let mut wire = PacketBatch::for_datagrams(N);
+    let mut plain = PacketBatch::for_packets(N);
+    let d = vec![0u8; SIZE + 32];
+    for _ in 0..N {
+        wire.push(&d, B_ADDR);
+        plain.push(&p, plexd_dataplane::batch::NO_ADDR);
+    }
+    g.bench_function("in-memory-devices-only", |b| {
+        b.iter(|| {
+            host_a.send(&inject).expect("inject");
+            tun_a.recv(&mut read_a, Duration::ZERO).expect("tun a");
+            udp_a.send(black_box(&wire)).expect("udp a");
+            udp_b.recv(&mut read_b, Duration::ZERO).expect("udp b");
+            tun_b.send(black_box(&plain)).expect("tun b");
+            let n = host_b.recv(&mut got, Duration::ZERO).expect("host b");
+            assert_eq!(n, N, "every packet crossed");
+        })
+    });
     let mut aead = RawAead::new();
     let mut bufs: Vec<Vec<u8>> = (0..N).map(|_| Vec::with_capacity(SIZE + 16)).collect();
     g.bench_function("ring-seal+open-only", |b| {

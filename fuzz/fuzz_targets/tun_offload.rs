@@ -27,9 +27,20 @@ fuzz_target!(|data: &[u8]| {
     }
     let mut coalescer = Coalescer::new();
     let mut written = 0usize;
-    let _ = coalescer.writes(&out, |h, p| {
-        assert_eq!(h.len(), VNET_HDR_LEN);
-        assert!(p.len() <= MAX_PACKET);
+    let _ = coalescer.writes(&out, |parts| {
+        assert_eq!(parts[0].len(), VNET_HDR_LEN);
+        let len: usize = parts[1..].iter().map(|p| p.len()).sum();
+        assert!(len <= MAX_PACKET);
+        if parts.len() > 2 {
+            // A merged segment: it splits back into packets that fit, as the host would.
+            let hdr = VnetHdr::parse(&parts[0]).expect("the coalescer's own header");
+            let mut merged: Vec<u8> = parts[1..].iter().flat_map(|p| p.iter().copied()).collect();
+            let mut again = PacketBatch::for_packets(MAX_SEGMENTS);
+            assert!(
+                split(hdr, &mut merged, &mut again).is_ok(),
+                "a merged segment splits"
+            );
+        }
         written += 1;
         Ok::<(), ()>(())
     });

@@ -6,6 +6,8 @@
 //! handles 64 KiB at a time. Everything else is written as it is. Only neighbours in a batch
 //! are merged, which is where one flow's packets sit after a burst.
 
+use std::io::IoSlice;
+
 use crate::batch::{MAX_PACKET, PacketBatch};
 use crate::offload::{
     F_NEEDS_CSUM, GSO_TCPV4, GSO_TCPV6, TCP, TCP_PSH, VnetHdr, be16, be32, checksum_add, fold,
@@ -87,9 +89,11 @@ fn same_flow(first: &[u8], f: &Segment, q: &[u8], qs: &Segment) -> bool {
         && first[t + 20..f.hdr_len] == q[t + 20..qs.hdr_len]
 }
 
-/// Merges TUN-bound packets; keeps its 64 KiB scratch buffer between batches.
+/// Merges TUN-bound packets. A merged segment is handed out as parts, never copied together:
+/// its patched headers (kept here between batches) and each packet's payload where it lies in
+/// the batch, for one vectored write.
 pub struct Coalescer {
-    buf: Vec<u8>,
+    head: Vec<u8>,
 }
 
 impl Default for Coalescer {
@@ -101,22 +105,23 @@ impl Default for Coalescer {
 impl Coalescer {
     pub fn new() -> Self {
         Self {
-            buf: Vec::with_capacity(MAX_PACKET),
+            head: Vec::with_capacity(128),
         }
     }
 
-    /// Calls `write(vnet header, packet)` once per write the TUN must do for `batch`.
+    /// Calls `write(parts)` once per write the TUN must do for `batch`: `parts[0]` is the
+    /// virtio-net header, the rest is the packet, in order.
     pub fn writes<E>(
         &mut self,
         batch: &PacketBatch,
-        mut write: impl FnMut(&[u8], &[u8]) -> Result<(), E>,
+        mut write: impl FnMut(&[IoSlice<'_>]) -> Result<(), E>,
     ) -> Result<(), E> {
         let plain = VnetHdr::default().encode();
         let mut i = 0;
         while i < batch.len() {
             let first = batch.get(i);
             let Some(f) = segment(first) else {
-                write(&plain, first)?;
+                write(&[IoSlice::new(&plain), IoSlice::new(first)])?;
                 i += 1;
                 continue;
             };
@@ -140,43 +145,36 @@ impl Coalescer {
                 next += 1;
             }
             if next == i + 1 {
-                write(&plain, first)?;
+                write(&[IoSlice::new(&plain), IoSlice::new(first)])?;
             } else {
-                let hdr = self.merge(batch, i, next, &f, last.flags);
-                write(&hdr.encode(), &self.buf)?;
+                let vnet = self.merge_head(first, total, &f, last.flags).encode();
+                let mut parts = Vec::with_capacity(next - i + 2);
+                parts.push(IoSlice::new(&vnet));
+                parts.push(IoSlice::new(&self.head));
+                parts.extend((i..next).map(|k| IoSlice::new(&batch.get(k)[f.hdr_len..])));
+                write(&parts)?;
             }
             i = next;
         }
         Ok(())
     }
 
-    /// Builds the merged segment of packets `from..to` in the scratch buffer.
-    fn merge(
-        &mut self,
-        batch: &PacketBatch,
-        from: usize,
-        to: usize,
-        f: &Segment,
-        last_flags: u8,
-    ) -> VnetHdr {
-        self.buf.clear();
-        self.buf.extend_from_slice(batch.get(from));
-        for k in from + 1..to {
-            self.buf.extend_from_slice(&batch.get(k)[f.hdr_len..]);
-        }
-        let b = &mut self.buf[..];
-        let len = b.len();
+    /// The headers of the merged segment (`total` bytes, starting with `first`) in `head`.
+    fn merge_head(&mut self, first: &[u8], total: usize, f: &Segment, last_flags: u8) -> VnetHdr {
+        self.head.clear();
+        self.head.extend_from_slice(&first[..f.hdr_len]);
+        let b = &mut self.head[..];
         if f.v6 {
             // total <= MAX_PACKET was checked, so the payload length fits.
-            b[4..6].copy_from_slice(&((len - 40) as u16).to_be_bytes());
+            b[4..6].copy_from_slice(&((total - 40) as u16).to_be_bytes());
         } else {
-            b[2..4].copy_from_slice(&(len as u16).to_be_bytes());
+            b[2..4].copy_from_slice(&(total as u16).to_be_bytes());
             ipv4_header_checksum(b, 20);
         }
         let t = f.ip_len;
         b[t + 13] = last_flags;
         // A partial checksum: the pseudo-header sum, which the host completes or trusts.
-        let partial = fold(pseudo_sum(b, f.v6, len - t));
+        let partial = fold(pseudo_sum(b, f.v6, total - t));
         b[t + 16..t + 18].copy_from_slice(&partial.to_be_bytes());
         VnetHdr {
             flags: F_NEEDS_CSUM,

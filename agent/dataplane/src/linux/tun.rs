@@ -303,8 +303,8 @@ impl Tun for LinuxTun {
         };
         let mut coalescer = o.coalescer.lock().unwrap_or_else(PoisonError::into_inner);
         let mut sent = 0;
-        coalescer.writes(batch, |hdr, packet| {
-            sent += usize::from(self.write_one(&[IoSlice::new(hdr), IoSlice::new(packet)])?);
+        coalescer.writes(batch, |parts| {
+            sent += usize::from(self.write_one(parts)?);
             Ok::<(), io::Error>(())
         })?;
         Ok(sent)
