@@ -15,6 +15,16 @@ use plexsphere_e2e::{ControlPlane, LAB_NODES_PROJECT, readme, wait_until};
 
 const BOUND: Duration = Duration::from_secs(120);
 
+/// The `Nice=` of the unit plexd installs (systemd/plexd.service), as /proc shows it.
+fn unit_nice() -> String {
+    let unit = include_str!("../../systemd/plexd.service");
+    let nice = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("Nice="))
+        .expect("systemd/plexd.service sets Nice=");
+    nice.trim().to_owned()
+}
+
 #[test]
 fn the_readme_hand_install_enrols_a_machine_and_a_reused_token_is_refused() {
     preflight().unwrap();
@@ -108,6 +118,18 @@ fn the_readme_hand_install_enrols_a_machine_and_a_reused_token_is_refused() {
     eprintln!("--- journalctl -u plexd:\n{journal}\n--- plexd status --output json:\n{status}");
     let status: serde_json::Value = serde_json::from_str(&status).unwrap();
     assert_eq!(status["node_id"], node_id.as_str());
+    // The unit's Nice= reaches the daemon and its packet threads (they inherit it): every
+    // thread of the running plexd at the unit's priority (field 19 of /proc/<pid>/task/*/stat).
+    let nices = m
+        .sh("pid=$(systemctl show -p MainPID --value plexd); for t in /proc/$pid/task/*/stat; do sed 's/.*) //' \"$t\" | cut -d' ' -f17; done")
+        .unwrap();
+    let nices: Vec<&str> = nices.split_whitespace().collect();
+    assert!(nices.len() >= 3, "plexd's threads: {nices:?}");
+    let want = unit_nice();
+    assert!(
+        nices.iter().all(|n| *n == want),
+        "every plexd thread at the unit's Nice={want}: {nices:?}"
+    );
     // `systemctl reload` reaches the daemon (ExecReload sends SIGHUP) and it stays up.
     m.sh("systemctl reload plexd").unwrap();
     wait_until(BOUND, "the journal shows the reload", || {
