@@ -148,7 +148,7 @@ in
         WatchdogSec = "60s";
         TimeoutStopSec = "15s";
         # The packet threads ahead of the applications, as systemd/plexd.service says.
-        Nice = -10;
+        Nice = -20;
 
         StateDirectory = "plexd";
         StateDirectoryMode = "0700";

@@ -16,6 +16,8 @@
 //! (so no priority, no AQM, no byte bound); `PLEXD_WG_AQM=0` keeps the queue without CoDel;
 //! `PLEXD_WG_PRIORITY=0` keeps it without small packets first (see `plexd_dataplane::lane`);
 //! `PLEXD_WG_NICE=0` leaves the packet threads at the process's priority instead of -20.
+//! `PLEXD_WG_QUANTUM=<bytes>` sets the bytes encrypted or decrypted between two looks at the
+//! devices (`QUANTUM_MIN`..=`QUANTUM_MAX`; 64 KiB by default).
 //!
 //! Exit codes: 0 clean stop, 1 runtime failure, 64 bad usage.
 
@@ -35,6 +37,9 @@ use plexd_dataplane::uapi_server::socket_path;
 const USAGE: &str = "usage: plexd-wg [-f|--foreground] <interface>";
 const DEFAULT_MTU: u32 = 1420;
 const FOREGROUND_ENV: &str = "WG_PROCESS_FOREGROUND";
+/// The bounds of `PLEXD_WG_QUANTUM`: one MTU-sized packet, and a lane's worth.
+const QUANTUM_MIN: usize = 1500;
+const QUANTUM_MAX: usize = 4 << 20;
 
 fn main() -> ExitCode {
     let mut foreground = std::env::var(FOREGROUND_ENV).is_ok_and(|v| v == "1");
@@ -161,13 +166,22 @@ fn run_foreground(iface: &str) -> anyhow::Result<()> {
             })
             .context("cannot start the signal thread")?;
     }
+    let quantum = match std::env::var("PLEXD_WG_QUANTUM") {
+        Err(_) => QueueConfig::default().quantum,
+        Ok(v) => match v.parse::<usize>() {
+            Ok(n) if (QUANTUM_MIN..=QUANTUM_MAX).contains(&n) => n,
+            _ => bail!(
+                "PLEXD_WG_QUANTUM={v:?}: give the bytes per quantum, {QUANTUM_MIN} to {QUANTUM_MAX}"
+            ),
+        },
+    };
     let config = RunConfig {
         uapi_socket: Some(socket_path(iface)),
         queue: QueueConfig {
             enabled: switch("PLEXD_WG_QUEUE"),
             aqm: switch("PLEXD_WG_AQM"),
             priority: switch("PLEXD_WG_PRIORITY"),
-            ..QueueConfig::default()
+            quantum,
         },
         nice: switch("PLEXD_WG_NICE").then_some(PACKET_THREAD_NICE),
         ..RunConfig::default()
