@@ -89,46 +89,42 @@ impl VnetHdr {
 
 /// Adds `data` to a one's-complement sum (big-endian 16-bit words; an odd tail is padded).
 ///
-/// Eight bytes a step with an end-around carry: a big-endian u64 is four 16-bit words, and
-/// 2^16 = 1 (mod 2^16 - 1), so its value folds to their sum, and a carry out of bit 63 is worth
-/// 1 as well (RFC 1071, "deferred carries"). Two accumulators keep two add chains in flight.
-/// The result is folded with [`fold`] like any other sum.
+/// The bulk is summed in the machine's byte order, four 32-bit words a step into 64-bit lanes
+/// (no carry is lost before 16 GiB, and the compiler turns the lanes into vector adds), then
+/// folded and put in network order: a one's-complement sum taken in the other byte order is
+/// the byte swap of the right one (RFC 1071, 2(B)). The tail, under 16 bytes, is summed word by
+/// word. About 3x faster than a word at a time (docs/benchmarks.md). `sum` is a running sum
+/// (a pseudo-header's, or an earlier result: callers stay far below 2^48); fold the result
+/// with [`fold`] like any other sum.
 pub fn checksum_add(sum: u64, data: &[u8]) -> u64 {
-    #[inline(always)]
-    fn add(acc: u64, x: u64) -> u64 {
-        let (s, carry) = acc.overflowing_add(x);
-        s + u64::from(carry)
-    }
-    let be64 = |w: &[u8]| u64::from_be_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
-    let (mut a, mut b) = (sum, 0u64);
+    let mut lanes = [0u64; 4];
     let mut blocks = data.chunks_exact(16);
-    for w in &mut blocks {
-        a = add(a, be64(&w[..8]));
-        b = add(b, be64(&w[8..]));
+    for b in &mut blocks {
+        for (i, lane) in lanes.iter_mut().enumerate() {
+            let w = [b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]];
+            *lane += u64::from(u32::from_ne_bytes(w));
+        }
     }
-    let mut acc = add(a, b);
-    let rest = blocks.remainder();
-    let mut words = rest.chunks_exact(8);
+    // Each lane is below 2^62 here, so their sum does not overflow either.
+    let bulk = u16::from_be(fold(lanes.iter().sum()));
+    sum_by_words(sum + u64::from(bulk), blocks.remainder())
+}
+
+/// The plain sum: 32-bit big-endian words, then a 16-bit one, then an odd byte padded.
+fn sum_by_words(mut sum: u64, data: &[u8]) -> u64 {
+    let mut words = data.chunks_exact(4);
     for w in &mut words {
-        acc = add(acc, be64(w));
+        sum += u64::from(u32::from_be_bytes([w[0], w[1], w[2], w[3]]));
     }
-    // The tail starts at an offset that is a multiple of 8, so its 16-bit words keep their place.
-    let mut tail = words.remainder();
-    if tail.len() >= 4 {
-        acc = add(
-            acc,
-            u64::from(u32::from_be_bytes([tail[0], tail[1], tail[2], tail[3]])),
-        );
-        tail = &tail[4..];
+    let rest = words.remainder();
+    let mut pairs = rest.chunks_exact(2);
+    for p in &mut pairs {
+        sum += u64::from(u16::from_be_bytes([p[0], p[1]]));
     }
-    if tail.len() >= 2 {
-        acc = add(acc, u64::from(u16::from_be_bytes([tail[0], tail[1]])));
-        tail = &tail[2..];
+    if let [last] = pairs.remainder() {
+        sum += u64::from(*last) << 8;
     }
-    if let [last] = tail {
-        acc = add(acc, u64::from(*last) << 8);
-    }
-    acc
+    sum
 }
 
 /// Folds a sum to 16 bits (not complemented).
