@@ -309,6 +309,12 @@ impl Keyring {
             None => {
                 let mut conn = self.store.acquire().await?;
                 if domains::has_nodes(&mut conn, domain.id).await? {
+                    // A registration that raced this one may have made the first key and then
+                    // its node since `read` found none: the key was stored before that node,
+                    // so it is seen here, and it is the one to use.
+                    if !domain_keys::list(&mut conn, domain.id).await?.is_empty() {
+                        return Ok(());
+                    }
                     return Err(KeyError::NoKey {
                         slug: domain.slug.clone(),
                         path: seed_path(&self.data_dir, &domain.slug),
