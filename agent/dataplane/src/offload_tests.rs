@@ -124,8 +124,7 @@ fn segments_round_trip(v6: bool) {
     let mut writes = Vec::new();
     Coalescer::new()
         .writes(&out, |parts| {
-            let (h, p) = one_write(parts);
-            writes.push((h, p));
+            writes.push(one_write(parts));
             Ok::<(), ()>(())
         })
         .expect("writes");
@@ -239,8 +238,8 @@ fn checksum_by_words(sum: u64, data: &[u8]) -> u16 {
 }
 
 proptest! {
-    /// The eight-bytes-a-step sum folds to what the word-by-word definition gives, for every
-    /// length and starting sum (a pseudo-header sum is passed in).
+    /// The lane-by-lane sum folds to what the word-by-word definition gives, for every length
+    /// and starting sum (a pseudo-header sum is passed in).
     #[test]
     fn checksum_add_equals_the_word_by_word_sum(
         data in proptest::collection::vec(any::<u8>(), 0..2000),

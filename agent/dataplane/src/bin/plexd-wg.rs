@@ -17,7 +17,7 @@
 //! `PLEXD_WG_PRIORITY=0` keeps it without small packets first (see `plexd_dataplane::lane`);
 //! `PLEXD_WG_NICE=0` leaves the packet threads at the process's priority instead of -20.
 //! `PLEXD_WG_QUANTUM=<bytes>` sets the bytes encrypted or decrypted between two looks at the
-//! devices (`QUANTUM_MIN`..=`QUANTUM_MAX`; 64 KiB by default).
+//! devices (1500 to 4194304; 64 KiB by default).
 //!
 //! Exit codes: 0 clean stop, 1 runtime failure, 64 bad usage.
 
