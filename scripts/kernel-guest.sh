@@ -20,7 +20,10 @@ die() { echo "kernel-guest: $*" >&2; exit 1; }
 for tool in dpkg-deb depmod modprobe cpio gzip; do
   command -v "$tool" >/dev/null || die "$tool is missing: run scripts/deps.sh (packages kmod, cpio, gzip, dpkg)"
 done
-if ! /bin/busybox --list 2>/dev/null | grep -qx insmod; then
+# The list is read whole first: under pipefail, `grep -q` stopping at its match could leave
+# busybox writing to a closed pipe (SIGPIPE), and the check would fail now and then.
+busybox_applets=$(/bin/busybox --list 2>/dev/null || true)
+if ! grep -qx insmod <<<"$busybox_applets"; then
   die "/bin/busybox (static) is missing: apt-get install busybox-static"
 fi
 mkdir -p "$cache"
