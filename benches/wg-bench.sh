@@ -456,13 +456,15 @@ for run in $(seq "$RUNS"); do
 done
 
 # plexd-wg with one technique off at a time (TCP one stream); then the four throughput ones
-# off. The latency techniques (the queue in front of the cipher, its AQM, small packets first,
+# off; then plexd's own protocol implementation inline, and with the ordered crypto pool of
+# one and two workers (switches that turn something on). The latency techniques (the queue in front of the cipher, its AQM, small packets first,
 # the packet threads' priority) are measured with the ping under load too; TUN USO, which
 # TCP never uses, with the UDP GSO row instead.
 variants=("PLEXD_WG_GRO=0" "PLEXD_WG_GSO=0" "PLEXD_WG_OFFLOAD=0" "PLEXD_WG_MMSG=0"
   "PLEXD_WG_GRO=0 PLEXD_WG_GSO=0 PLEXD_WG_OFFLOAD=0 PLEXD_WG_MMSG=0"
   "PLEXD_WG_QUEUE=0" "PLEXD_WG_AQM=0" "PLEXD_WG_PRIORITY=0" "PLEXD_WG_NICE=0"
-  "PLEXD_WG_QUEUE=0 PLEXD_WG_NICE=0" "PLEXD_WG_USO=0")
+  "PLEXD_WG_QUEUE=0 PLEXD_WG_NICE=0" "PLEXD_WG_USO=0"
+  "PLEXD_WG_PROTOCOL=plexd" "PLEXD_WG_CRYPTO_WORKERS=1" "PLEXD_WG_CRYPTO_WORKERS=2")
 [[ -n ${VARIANTS+set} ]] && IFS=';' read -r -a variants <<<"$VARIANTS"
 [[ " ${impls[*]} " == *" plexd-wg "* ]] || variants=()
 for run in $(seq "$RUNS"); do
@@ -476,7 +478,7 @@ for run in $(seq "$RUNS"); do
         *USO*) measure_udpgso "$v" "$run" ;;
         *) measure plexd-wg "$v" "$run" tcp1 "$nb" ;;
       esac
-      case $v in *QUEUE* | *AQM* | *PRIORITY* | *NICE*) ((quick)) || ping_under_load "$run" "$v" ;; esac
+      case $v in *QUEUE* | *AQM* | *PRIORITY* | *NICE* | *PROTOCOL* | *CRYPTO*) ((quick)) || ping_under_load "$run" "$v" ;; esac
     fi
     netns_down
   done

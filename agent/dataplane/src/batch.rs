@@ -227,6 +227,41 @@ impl PacketBatch {
         self.buf[..need].chunks_exact_mut(self.slot_size.max(1))
     }
 
+    /// Slot `i` whole, to work on in place (empty if `i` is not a filled slot).
+    pub fn slot_mut(&mut self, i: usize) -> &mut [u8] {
+        if i >= self.lens.len() {
+            return &mut [];
+        }
+        let start = i * self.slot_size;
+        self.buf
+            .get_mut(start..start + self.slot_size)
+            .unwrap_or(&mut [])
+    }
+
+    /// Drops the empty slots, moving the later ones down (their addresses with them).
+    pub fn retain_nonempty(&mut self) {
+        let mut kept = 0;
+        for i in 0..self.lens.len() {
+            let len = self.lens[i];
+            if len == 0 {
+                continue;
+            }
+            if kept != i {
+                let (from, to) = (i * self.slot_size, kept * self.slot_size);
+                self.buf.copy_within(from..from + len, to);
+                self.lens[kept] = len;
+                self.addrs[kept] = self.addrs[i];
+                self.srcs[kept] = self.srcs[i];
+                self.segments[kept] = self.segments[i];
+            }
+            kept += 1;
+        }
+        self.lens.truncate(kept);
+        self.addrs.truncate(kept);
+        self.srcs.truncate(kept);
+        self.segments.truncate(kept);
+    }
+
     /// Copies `packet` into the next slot (for tests, the in-memory devices, and benches).
     pub fn push(&mut self, packet: &[u8], addr: SocketAddr) {
         let slot = self.next_slot();
@@ -264,5 +299,29 @@ mod tests {
         b.clear();
         assert!(b.is_empty());
         assert_eq!(b.get(0), b"");
+    }
+
+    #[test]
+    fn empty_slots_are_dropped_and_the_rest_keep_their_order_and_addresses() {
+        let a: SocketAddr = "192.0.2.1:1".parse().expect("addr");
+        let c: SocketAddr = "192.0.2.3:3".parse().expect("addr");
+        let mut b = PacketBatch::new(16, 4);
+        for (p, addr) in [
+            (&b"one"[..], a),
+            (b"x", NO_ADDR),
+            (b"three", c),
+            (b"y", NO_ADDR),
+        ] {
+            b.push(p, addr);
+        }
+        b.truncate(1, 0);
+        b.truncate(3, 0);
+        b.slot_mut(0)[0] = b'O';
+        b.retain_nonempty();
+        assert_eq!(
+            b.iter().collect::<Vec<_>>(),
+            vec![(&b"One"[..], a), (&b"three"[..], c)]
+        );
+        assert!(b.slot_mut(2).is_empty(), "not a filled slot");
     }
 }

@@ -17,6 +17,11 @@ use boringtun::noise::handshake::parse_handshake_anon;
 use boringtun::noise::rate_limiter::RateLimiter;
 use boringtun::noise::{Packet, Tunn, TunnResult};
 
+use crate::machine::{Machine, Protocol, Step};
+use crate::noise::handshake::{DATA, DATA_HEADER, DATA_MIN, le32};
+use crate::noise::{Output, write_data_header};
+use crate::pool::{Job, Op};
+
 use crate::allowed_ips::AllowedIps;
 use crate::batch::{PacketBatch, WG_OVERHEAD};
 use crate::key::{Key, SecretKey};
@@ -54,6 +59,8 @@ pub struct Counters {
     pub side_dropped: AtomicU64,
     /// A packet or datagram the queue's AQM (CoDel) dropped from a standing queue.
     pub queue_dropped: AtomicU64,
+    /// Not a drop: packets and datagrams handed to the crypto pool to seal or open.
+    pub pooled: AtomicU64,
 }
 
 impl Counters {
@@ -68,6 +75,7 @@ pub(crate) struct State {
     pub public_key: Option<Key>,
     pub listen_port: u16,
     pub fwmark: u32,
+    pub protocol: Protocol,
     pub rate_limiter: Arc<RateLimiter>,
     pub peers: HashMap<Key, Arc<Peer>>,
     pub by_index: HashMap<u32, Arc<Peer>>,
@@ -105,6 +113,7 @@ impl Device {
                 public_key: None,
                 listen_port: 0,
                 fwmark: 0,
+                protocol: Protocol::default(),
                 rate_limiter,
                 peers: HashMap::new(),
                 by_index: HashMap::new(),
@@ -114,6 +123,30 @@ impl Device {
             pending: Mutex::new(HashSet::new()),
             pending_count: AtomicUsize::new(0),
             probes: crate::probe_match::Probes::default(),
+        }
+    }
+
+    /// An empty device whose peers use `protocol`.
+    pub fn with_protocol(protocol: Protocol) -> Self {
+        let device = Self::new();
+        device.write().protocol = protocol;
+        device
+    }
+
+    /// The protocol implementation the peers use.
+    pub fn protocol(&self) -> Protocol {
+        self.read().protocol
+    }
+
+    /// Switches the peers' protocol implementation; every session is dropped (the peers
+    /// handshake again on their next packet).
+    pub fn set_protocol(&self, protocol: Protocol) {
+        let mut state = self.write();
+        if state.protocol != protocol {
+            state.protocol = protocol;
+            for peer in state.peers.values() {
+                peer.lock().machine = None;
+            }
         }
     }
 
@@ -171,17 +204,39 @@ impl Device {
     ) {
         let state = self.read();
         for p in packets {
-            self.tun_packet(&state, now, p, to_network);
+            self.tun_packet(&state, now, p, to_network, None);
+        }
+    }
+
+    /// Like `handle_tun_iter`, for the crypto pool: a packet for a peer with a session of
+    /// plexd's own protocol is only laid out in `job` (header, counter, plaintext) with an
+    /// operation to seal it, which any thread may do (`crate::pool`); the rest as inline.
+    pub fn handle_tun_iter_deferred<'a>(
+        &self,
+        now: Instant,
+        packets: impl IntoIterator<Item = &'a [u8]>,
+        job: &mut Job,
+    ) {
+        let state = self.read();
+        for p in packets {
+            self.tun_packet(&state, now, p, &mut job.batch, Some(&mut job.ops));
         }
     }
 
     /// One packet from the TUN; see `handle_tun_packets`.
     pub fn handle_tun_packet(&self, now: Instant, packet: &[u8], to_network: &mut PacketBatch) {
         let state = self.read();
-        self.tun_packet(&state, now, packet, to_network);
+        self.tun_packet(&state, now, packet, to_network, None);
     }
 
-    fn tun_packet(&self, state: &State, now: Instant, packet: &[u8], out: &mut PacketBatch) {
+    fn tun_packet(
+        &self,
+        state: &State,
+        now: Instant,
+        packet: &[u8],
+        out: &mut PacketBatch,
+        defer: Option<&mut Vec<Op>>,
+    ) {
         let Some(dst) = Tunn::dst_address(packet) else {
             Counters::bump(&self.counters.malformed);
             return;
@@ -196,7 +251,12 @@ impl Device {
             Counters::bump(&self.counters.no_endpoint);
             return;
         };
-        let Some(tunn) = peer.tunn(&mut p, state.private_key.as_ref(), &state.rate_limiter) else {
+        let Some(machine) = peer.machine(
+            &mut p,
+            state.private_key.as_ref(),
+            &state.rate_limiter,
+            state.protocol,
+        ) else {
             Counters::bump(&self.counters.no_key);
             return;
         };
@@ -205,11 +265,29 @@ impl Device {
             Counters::bump(&self.counters.malformed);
             return;
         }
-        let (sent, queued) = match tunn.encapsulate(packet, slot) {
-            // Without a session boringtun queues the packet and answers with an initiation.
-            TunnResult::WriteToNetwork(buf) => (buf.len(), buf.first() == Some(&HANDSHAKE_INIT)),
-            TunnResult::Err(e) => {
-                tracing::debug!(peer = %peer.public_key(), error = ?e, "encapsulate failed");
+        // The pool's path: only while no peer waits for its queue to be flushed (that one
+        // ordering case stays inline).
+        if let Some(ops) = defer
+            && self.pending_count.load(Ordering::Acquire) == 0
+            && let Some(t) = machine.plexd()
+            && let Some((keys, counter)) = t.reserve_send(now, packet.is_empty())
+        {
+            write_data_header(&keys, counter, slot);
+            slot[DATA_HEADER..DATA_HEADER + packet.len()].copy_from_slice(packet);
+            let n = packet.len() + WG_OVERHEAD;
+            ops.push(Op::seal(out.len(), keys, counter, packet.len()));
+            Counters::bump(&self.counters.pooled);
+            p.tx_bytes += n as u64;
+            p.last_sent = Some(now);
+            out.commit(n, endpoint);
+            out.set_src(p.source());
+            return;
+        }
+        let (sent, queued) = match machine.encapsulate(now, packet, slot) {
+            // Without a session the machine queues the packet and answers with an initiation.
+            Step::Network(n) => (n, slot.first() == Some(&HANDSHAKE_INIT)),
+            Step::Rejected(e) => {
+                tracing::debug!(peer = %peer.public_key(), error = %e, "encapsulate failed");
                 return;
             }
             // Queued until the handshake in flight completes.
@@ -310,6 +388,133 @@ impl Device {
         self.datagram(&state, now, (from, local), datagram, to_network, to_tun);
     }
 
+    /// Like `handle_udp_iter`, for the crypto pool: a data message on a session of plexd's own
+    /// protocol is only checked and laid out in `job` with an operation to open it; the rest
+    /// (handshakes, other peers) as inline, into `job`'s batch and `to_network`. Once the
+    /// job is worked, `finish_opened` delivers it, in order.
+    pub fn handle_udp_iter_deferred<'a>(
+        &self,
+        now: Instant,
+        datagrams: impl IntoIterator<Item = (&'a [u8], SocketAddr, Option<Source>)>,
+        to_network: &mut PacketBatch,
+        job: &mut Job,
+    ) {
+        let state = self.read();
+        for (d, from, local) in datagrams {
+            if state.protocol == Protocol::Plexd
+                && d.len() >= DATA_MIN
+                && d[0] == DATA
+                && self.defer_open(&state, now, (from, local), d, job)
+            {
+                continue;
+            }
+            self.datagram(&state, now, (from, local), d, to_network, &mut job.batch);
+        }
+    }
+
+    /// Lays a data message out for the pool; false when the inline path must take it.
+    fn defer_open(
+        &self,
+        state: &State,
+        now: Instant,
+        (from, local): (SocketAddr, Option<Source>),
+        d: &[u8],
+        job: &mut Job,
+    ) -> bool {
+        let Some(peer) = state.by_index.get(&(le32(d, 4) >> 8)) else {
+            return false;
+        };
+        let mut p = peer.lock();
+        let Some(t) = p.machine.as_mut().and_then(Machine::plexd) else {
+            return false;
+        };
+        let ticket = match t.open_check(now, d) {
+            Ok(ticket) => ticket,
+            Err(e) => {
+                tracing::trace!(peer = %peer.public_key(), %from, error = %e, "datagram rejected");
+                Counters::bump(&self.counters.rejected);
+                return true;
+            }
+        };
+        let body = &d[DATA_HEADER..];
+        let slot = job.batch.next_slot();
+        if slot.len() < body.len() {
+            Counters::bump(&self.counters.malformed);
+            return true;
+        }
+        slot[..body.len()].copy_from_slice(body);
+        let i = job.batch.len();
+        job.batch.commit(body.len(), from);
+        job.batch.set_src(local);
+        job.ops.push(Op {
+            slot: i,
+            ticket,
+            len: body.len(),
+            seal: false,
+            opened: None,
+            from,
+            local,
+            datagram_len: d.len(),
+            peer: Some(peer.clone()),
+        });
+        Counters::bump(&self.counters.pooled);
+        true
+    }
+
+    /// Delivers a job the pool opened, in the order it was read: each message's counter is
+    /// marked in its replay window, the peer follows it (roaming, sticky source), and its
+    /// plaintext stays in the batch only if the peer may use its source address. Packets a
+    /// new session lets out go to `to_network`. The batch is left with the packets for the
+    /// host only.
+    pub fn finish_opened(&self, now: Instant, job: &mut Job, to_network: &mut PacketBatch) {
+        let state = self.read();
+        for op in job.ops.drain(..) {
+            let Some(peer) = op.peer else { continue };
+            let keep = match op.opened {
+                None => {
+                    tracing::trace!(peer = %peer.public_key(), from = %op.from, "data message does not authenticate");
+                    Counters::bump(&self.counters.rejected);
+                    0
+                }
+                Some(n) => {
+                    let mut p = peer.lock();
+                    let packet = &job.batch.get(op.slot)[..n];
+                    let finished = match p.machine.as_mut().and_then(Machine::plexd) {
+                        Some(t) => t.open_finish(now, &op.ticket, packet),
+                        None => Err(crate::noise::NoiseError::UnknownSession),
+                    };
+                    let keep = match finished {
+                        Ok(Output::Tunnel(len, src)) => {
+                            if self.allowed(&state, &peer, src, &packet[..len]) {
+                                len
+                            } else {
+                                0
+                            }
+                        }
+                        Ok(_) => 0,
+                        Err(e) => {
+                            tracing::trace!(peer = %peer.public_key(), from = %op.from, error = %e, "datagram rejected");
+                            Counters::bump(&self.counters.rejected);
+                            job.batch.truncate(op.slot, 0);
+                            continue;
+                        }
+                    };
+                    if p.endpoint != Some(op.from) {
+                        tracing::debug!(peer = %peer.public_key(), endpoint = %op.from, "peer endpoint updated");
+                    }
+                    p.seen_at(op.from, op.local);
+                    p.rx_bytes += op.datagram_len as u64;
+                    if self.pending_count.load(Ordering::Acquire) > 0 && self.take_pending(&peer) {
+                        self.flush_queue(&mut p, now, op.from, to_network);
+                    }
+                    keep
+                }
+            };
+            job.batch.truncate(op.slot, keep);
+        }
+        job.batch.retain_nonempty();
+    }
+
     fn find_peer(
         &self,
         state: &State,
@@ -379,7 +584,12 @@ impl Device {
         };
         let kind = datagram.first().copied().unwrap_or(0);
         let mut p = peer.lock();
-        let Some(tunn) = peer.tunn(&mut p, state.private_key.as_ref(), &state.rate_limiter) else {
+        let Some(machine) = peer.machine(
+            &mut p,
+            state.private_key.as_ref(),
+            &state.rate_limiter,
+            state.protocol,
+        ) else {
             Counters::bump(&self.counters.no_key);
             return;
         };
@@ -390,16 +600,12 @@ impl Device {
             return;
         }
         let mut answered = false;
-        match tunn.decapsulate(Some(from.ip()), datagram, slot) {
-            TunnResult::WriteToTunnelV4(buf, src) => {
-                let n = buf.len();
-                self.deliver(state, &peer, IpAddr::V4(src), n, from, to_tun);
+        match machine.decapsulate(now, from.ip(), datagram, slot) {
+            Step::Tunnel(n, src) => {
+                self.deliver(state, &peer, src, n, from, to_tun);
             }
-            TunnResult::WriteToTunnelV6(buf, src) => {
-                let n = buf.len();
-                self.deliver(state, &peer, IpAddr::V6(src), n, from, to_tun);
-            }
-            TunnResult::WriteToNetwork(buf) => {
+            Step::Network(n) => {
+                let buf = &to_tun.next_slot()[..n];
                 if buf.first() == Some(&COOKIE_REPLY) {
                     // We are under load and the sender has not proven its address yet:
                     // answer it where it is, but do not trust the address for the peer.
@@ -411,9 +617,9 @@ impl Device {
                 to_network.set_src(local);
                 answered = true;
             }
-            TunnResult::Done => {}
-            TunnResult::Err(e) => {
-                tracing::trace!(peer = %peer.public_key(), %from, error = ?e, "datagram rejected");
+            Step::Done => {}
+            Step::Rejected(e) => {
+                tracing::trace!(peer = %peer.public_key(), %from, error = %e, "datagram rejected");
                 Counters::bump(&self.counters.rejected);
                 return;
             }
@@ -449,12 +655,13 @@ impl Device {
         to_network: &mut PacketBatch,
     ) {
         let src = p.source();
-        let Some(tunn) = p.tunn.as_mut() else { return };
+        let Some(machine) = p.machine.as_mut() else {
+            return;
+        };
         loop {
             let slot = to_network.next_slot();
-            let n = match tunn.decapsulate(None, &[], slot) {
-                TunnResult::WriteToNetwork(buf) => buf.len(),
-                _ => break,
+            let Some(n) = machine.next_queued(now, slot) else {
+                break;
             };
             to_network.commit(n, to);
             to_network.set_src(src);
@@ -473,16 +680,20 @@ impl Device {
         from: SocketAddr,
         to_tun: &mut PacketBatch,
     ) {
+        if self.allowed(state, peer, src, &to_tun.next_slot()[..len]) {
+            to_tun.commit(len, from);
+        }
+    }
+
+    /// Whether a decrypted `packet` from `src` goes to the host: the source is one `peer`
+    /// may use (else counted), and it is not a probe's echo reply (counted there).
+    fn allowed(&self, state: &State, peer: &Arc<Peer>, src: IpAddr, packet: &[u8]) -> bool {
         match state.routes.get(src) {
-            Some(owner) if Arc::ptr_eq(owner, peer) => {
-                // A probe's echo reply is counted there, not written to the host.
-                if !self.probes.claim(&to_tun.next_slot()[..len], src) {
-                    to_tun.commit(len, from);
-                }
-            }
+            Some(owner) if Arc::ptr_eq(owner, peer) => !self.probes.claim(packet, src),
             _ => {
                 tracing::trace!(peer = %peer.public_key(), %src, "source outside the peer's allowed IPs; dropped");
                 Counters::bump(&self.counters.not_allowed);
+                false
             }
         }
     }
@@ -502,11 +713,15 @@ impl Device {
             };
             // A peer never used has no state machine and nothing to time, unless a
             // keepalive is due (which starts a handshake).
-            if p.tunn.is_none() && !(keepalive_due && endpoint.is_some()) {
+            if p.machine.is_none() && !(keepalive_due && endpoint.is_some()) {
                 continue;
             }
-            let Some(tunn) = peer.tunn(&mut p, state.private_key.as_ref(), &state.rate_limiter)
-            else {
+            let Some(machine) = peer.machine(
+                &mut p,
+                state.private_key.as_ref(),
+                &state.rate_limiter,
+                state.protocol,
+            ) else {
                 continue;
             };
             let mut sent = 0;
@@ -516,13 +731,13 @@ impl Device {
                 Counters::bump(&self.counters.malformed);
                 return;
             }
-            if let TunnResult::WriteToNetwork(buf) = tunn.update_timers(slot) {
-                sent = buf.len();
+            if let Some(n) = machine.update_timers(now, slot) {
+                sent = n;
             }
             if sent == 0 && keepalive_due && endpoint.is_some() {
                 // An empty packet is a keepalive; without a session it starts a handshake.
-                if let TunnResult::WriteToNetwork(buf) = tunn.encapsulate(&[], slot) {
-                    sent = buf.len();
+                if let Step::Network(n) = machine.encapsulate(now, &[], slot) {
+                    sent = n;
                 }
             }
             if let (Some(to), true) = (endpoint, sent > 0) {

@@ -18,12 +18,15 @@ pub mod key;
 pub mod lane;
 #[cfg(target_os = "linux")]
 pub mod linux;
+pub mod machine;
 pub mod memory;
+pub mod noise;
 pub mod offload;
 #[cfg(test)]
 mod offload_tests;
 pub mod packet;
 pub mod peer;
+pub mod pool;
 pub mod probe;
 mod probe_match;
 mod queued;
@@ -42,6 +45,7 @@ pub use config::{ConfigError, DeviceUpdate, PeerUpdate};
 pub use device::{Counters, Device};
 pub use io::{Tun, Udp, UdpBind};
 pub use key::{Key, KeyError, SecretKey};
+pub use machine::Protocol;
 pub use peer::{DeviceSnapshot, PeerSnapshot};
 pub use probe::{ProbeError, ProbeReport, Prober, Verdict};
 pub use side::{RawSender, SideSink};

@@ -5,11 +5,11 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
-use boringtun::noise::Tunn;
 use boringtun::noise::rate_limiter::RateLimiter;
 use ipnet::IpNet;
 
 use crate::key::{Key, SecretKey};
+use crate::machine::{Machine, Protocol};
 use crate::source::Source;
 
 /// A peer of the device. The public key and index never change; the rest is in `PeerState`.
@@ -23,10 +23,10 @@ pub struct Peer {
 
 /// The mutable part of a peer.
 pub(crate) struct PeerState {
-    /// Built on first use (`Peer::tunn`), and boxed: a `Tunn` holds its eight session slots
-    /// inline, about 12 KiB, which an inline `Option` would cost every peer even while None;
-    /// so 10k configured peers that never talk cost a pointer each here.
-    pub tunn: Option<Box<Tunn>>,
+    /// Built on first use (`Peer::machine`), and boxed: boringtun's `Tunn` holds its eight
+    /// session slots inline, about 12 KiB, which an inline `Option` would cost every peer even
+    /// while None; so 10k configured peers that never talk cost a pointer each here.
+    pub machine: Option<Machine>,
     pub endpoint: Option<SocketAddr>,
     /// The local address the peer last reached us at, and the endpoint it came from: the
     /// sticky source, used only while the endpoint is still that one (a configured endpoint
@@ -48,7 +48,7 @@ impl Peer {
             public_key,
             index,
             state: Mutex::new(PeerState {
-                tunn: None,
+                machine: None,
                 endpoint: None,
                 learned_source: None,
                 preshared_key: None,
@@ -71,24 +71,25 @@ impl Peer {
 
     /// The peer's Noise state machine, built the first time a packet, a datagram or a timer
     /// needs it; None while the device has no private key.
-    pub(crate) fn tunn<'a>(
+    pub(crate) fn machine<'a>(
         &self,
         p: &'a mut PeerState,
         private_key: Option<&SecretKey>,
         rate_limiter: &Arc<RateLimiter>,
-    ) -> Option<&'a mut Tunn> {
-        if p.tunn.is_none() {
+        protocol: Protocol,
+    ) -> Option<&'a mut Machine> {
+        if p.machine.is_none() {
             let sk = private_key?;
-            p.tunn = Some(Box::new(Tunn::new(
-                sk.static_secret(),
-                self.public_key.x25519(),
+            p.machine = Some(Machine::new(
+                protocol,
+                sk,
+                self.public_key,
                 p.preshared_key.as_ref().map(|k| *k.bytes()),
-                None,
                 self.index,
-                Some(rate_limiter.clone()),
-            )));
+                rate_limiter,
+            ));
         }
-        p.tunn.as_deref_mut()
+        p.machine.as_mut()
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, PeerState> {
@@ -119,7 +120,7 @@ impl PeerState {
 
     /// Drops the Noise state machine after a key change, or a preshared-key change: sessions
     /// in flight are dropped, and the next use builds a new one from the device's current
-    /// key and rate limiter and this peer's preshared key (`Peer::tunn`), so the arguments
+    /// key and rate limiter and this peer's preshared key (`Peer::machine`), so the arguments
     /// are no longer needed here (kept for the callers in config.rs).
     pub fn rebuild_tunn(
         &mut self,
@@ -128,7 +129,7 @@ impl PeerState {
         _index: u32,
         _rate_limiter: &Arc<RateLimiter>,
     ) {
-        self.tunn = None;
+        self.machine = None;
     }
 
     /// The wall-clock time of the last handshake, given the device clock and the wall clock
@@ -173,20 +174,26 @@ mod tests {
         assert!(
             inline < 512,
             "PeerState is {inline} bytes; keep the Tunn boxed (it is {} bytes)",
-            std::mem::size_of::<Tunn>()
+            std::mem::size_of::<boringtun::noise::Tunn>()
         );
         let peer = Peer::new(Key([7; 32]), 1);
-        assert!(peer.lock().tunn.is_none(), "built on first use only");
+        assert!(peer.lock().machine.is_none(), "built on first use only");
         let rate_limiter = Arc::new(RateLimiter::new(&Key([0; 32]).x25519(), 10));
         let sk = SecretKey::generate().expect("key");
         let mut p = peer.lock();
-        assert!(
-            peer.tunn(&mut p, None, &rate_limiter).is_none(),
-            "no key, no Tunn"
-        );
-        assert!(peer.tunn(&mut p, Some(&sk), &rate_limiter).is_some());
-        assert!(p.tunn.is_some(), "kept once built");
-        p.rebuild_tunn(Some(&sk), peer.public_key(), 1, &rate_limiter);
-        assert!(p.tunn.is_none(), "a key change drops it");
+        for protocol in [Protocol::Boringtun, Protocol::Plexd] {
+            assert!(
+                peer.machine(&mut p, None, &rate_limiter, protocol)
+                    .is_none(),
+                "no key, no state machine"
+            );
+            assert!(
+                peer.machine(&mut p, Some(&sk), &rate_limiter, protocol)
+                    .is_some()
+            );
+            assert!(p.machine.is_some(), "kept once built");
+            p.rebuild_tunn(Some(&sk), peer.public_key(), 1, &rate_limiter);
+            assert!(p.machine.is_none(), "a key change drops it");
+        }
     }
 }

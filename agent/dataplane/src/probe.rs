@@ -23,7 +23,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use boringtun::noise::TunnResult;
+use crate::machine::Step;
 
 use crate::batch::{PacketBatch, WG_OVERHEAD};
 use crate::device::Device;
@@ -226,10 +226,15 @@ impl Device {
         let mut p = peer_arc.lock();
         let endpoint = p.endpoint.ok_or(ProbeError::NoEndpoint(*peer))?;
         let src = p.source();
-        let tunn = peer_arc
-            .tunn(&mut p, state.private_key.as_ref(), &state.rate_limiter)
+        let machine = peer_arc
+            .machine(
+                &mut p,
+                state.private_key.as_ref(),
+                &state.rate_limiter,
+                state.protocol,
+            )
             .ok_or(ProbeError::NoKey)?;
-        if tunn.time_since_last_handshake().is_none() {
+        if !machine.has_session(now) {
             return Err(ProbeError::NoSession(*peer));
         }
         let mut sent = 0u64;
@@ -238,9 +243,8 @@ impl Device {
             if slot.len() < packet.len() + WG_OVERHEAD {
                 return Err(ProbeError::Size(packet.len()));
             }
-            match tunn.encapsulate(packet, slot) {
-                TunnResult::WriteToNetwork(buf) => {
-                    let n = buf.len();
+            match machine.encapsulate(now, packet, slot) {
+                Step::Network(n) => {
                     out.commit(n, endpoint);
                     out.set_src(src);
                     sent += n as u64;

@@ -16,6 +16,7 @@ use crate::lane::{
     Lane, RX_LANE_BYTES, RX_LANE_DATAGRAMS, TX_LANE_BYTES, is_urgent_datagram, is_urgent_packet,
     take_urgent,
 };
+use crate::pool::{CryptoPool, Job, Ordered};
 use crate::shutdown::Shutdown;
 use crate::side::SideSink;
 use crate::side::is_wireguard;
@@ -61,6 +62,8 @@ pub(crate) struct Loop<'a, T, U> {
     pub poll: Duration,
     pub queue: QueueConfig,
     pub shutdown: &'a Shutdown,
+    /// The crypto pool, when `RunConfig::crypto_workers` asks for one.
+    pub pool: Option<&'a Arc<CryptoPool>>,
 }
 
 /// A packet loop, as the runner starts it.
@@ -119,7 +122,18 @@ fn drain_tun<T: Tun, U: Udp>(
     Ok(())
 }
 
+/// Jobs in flight per direction and pool worker: one being worked, one being filled.
+const JOBS_PER_WORKER: usize = 2;
+
+fn ordered<T, U>(s: &Loop<'_, T, U>) -> Option<Ordered> {
+    s.pool
+        .map(|pool| Ordered::new(pool.clone(), JOBS_PER_WORKER * pool.workers().max(1)))
+}
+
 pub(super) fn tun_to_network<T: Tun, U: Udp>(s: &Loop<'_, T, U>) -> Result<(), LoopError> {
+    if let Some(ordered) = ordered(s) {
+        return tun_to_network_pooled(s, ordered);
+    }
     let q = s.queue;
     let mut lane = Lane::new(TX_LANE_BYTES, usize::MAX, q.codel());
     let mut out = PacketBatch::for_datagrams(s.batch);
@@ -200,7 +214,50 @@ fn drain_udp<T: Tun, U: Udp>(
     Ok(())
 }
 
+/// `tun_to_network` with the crypto pool: each quantum becomes a job, sealed by the pool and
+/// sent in the order read. Before the thread waits for the TUN, everything in flight is sent.
+fn tun_to_network_pooled<T: Tun, U: Udp>(
+    s: &Loop<'_, T, U>,
+    mut ordered: Ordered,
+) -> Result<(), LoopError> {
+    let q = s.queue;
+    let mut lane = Lane::new(TX_LANE_BYTES, usize::MAX, q.codel());
+    let mut urgent = PacketBatch::for_datagrams(s.batch);
+    let send = |job: &Job| -> Result<(), LoopError> {
+        if !job.batch.is_empty() {
+            (s.udp)().send(&job.batch).map_err(LoopError::Udp)?;
+        }
+        Ok(())
+    };
+    while !s.shutdown.is_triggered() {
+        if lane.is_empty() {
+            while let Some(job) = ordered.next_done(true) {
+                send(&job)?;
+                ordered.recycle(job);
+            }
+        }
+        urgent.clear();
+        drain_tun(s, &mut lane, &mut urgent)?;
+        let now = Instant::now();
+        if let Some(chunk) = lane.next_chunk(now, q.quantum) {
+            s.device.count_queue_dropped(chunk.dropped);
+            let mut job = ordered.spare(|| PacketBatch::for_datagrams(s.batch));
+            s.device
+                .handle_tun_iter_deferred(now, chunk.datagrams().map(|(p, _, _)| p), &mut job);
+            ordered.submit(job);
+        }
+        while let Some(job) = ordered.next_done(ordered.is_full()) {
+            send(&job)?;
+            ordered.recycle(job);
+        }
+    }
+    Ok(())
+}
+
 pub(super) fn network_to_tun<T: Tun, U: Udp>(s: &Loop<'_, T, U>) -> Result<(), LoopError> {
+    if let Some(ordered) = ordered(s) {
+        return network_to_tun_pooled(s, ordered);
+    }
     let q = s.queue;
     let mut lane = Lane::new(RX_LANE_BYTES, RX_LANE_DATAGRAMS, q.codel());
     let mut to_network = PacketBatch::for_datagrams(8);
@@ -228,6 +285,65 @@ pub(super) fn network_to_tun<T: Tun, U: Udp>(s: &Loop<'_, T, U>) -> Result<(), L
                 .handle_udp_iter(now, datagrams, &mut to_network, &mut to_tun);
         }
         flush(s, &udp, &mut to_network, &mut to_tun)?;
+    }
+    Ok(())
+}
+
+/// `network_to_tun` with the crypto pool: each quantum becomes a job, opened by the pool and
+/// delivered (replay window, roaming, allowed IPs) in the order read.
+fn network_to_tun_pooled<T: Tun, U: Udp>(
+    s: &Loop<'_, T, U>,
+    mut ordered: Ordered,
+) -> Result<(), LoopError> {
+    let q = s.queue;
+    let mut lane = Lane::new(RX_LANE_BYTES, RX_LANE_DATAGRAMS, q.codel());
+    let mut to_network = PacketBatch::for_datagrams(8);
+    let mut to_tun = PacketBatch::for_packets(s.batch);
+    let deliver = |mut job: Job, ordered: &mut Ordered, udp: &U, to_network: &mut PacketBatch| {
+        s.device.finish_opened(Instant::now(), &mut job, to_network);
+        if !job.batch.is_empty() {
+            s.tun.send(&job.batch).map_err(LoopError::Tun)?;
+        }
+        ordered.recycle(job);
+        if !to_network.is_empty() {
+            udp.send(to_network).map_err(LoopError::Udp)?;
+            to_network.clear();
+        }
+        Ok::<(), LoopError>(())
+    };
+    while !s.shutdown.is_triggered() {
+        let udp = (s.udp)();
+        if lane.is_empty() {
+            while let Some(job) = ordered.next_done(true) {
+                deliver(job, &mut ordered, &udp, &mut to_network)?;
+            }
+        }
+        to_network.clear();
+        to_tun.clear();
+        drain_udp(s, &udp, &mut lane, &mut to_network, &mut to_tun)?;
+        flush(s, &udp, &mut to_network, &mut to_tun)?;
+        let now = Instant::now();
+        if let Some(chunk) = lane.next_chunk(now, q.quantum) {
+            s.device.count_queue_dropped(chunk.dropped);
+            let side = s.side;
+            let datagrams = chunk.datagrams().filter(|&(d, from, _)| match side {
+                Some(side) if !is_wireguard(d) => {
+                    if !side.offer(d, from) {
+                        s.device.count_side_dropped();
+                    }
+                    false
+                }
+                _ => true,
+            });
+            let mut job = ordered.spare(|| PacketBatch::for_packets(s.batch));
+            s.device
+                .handle_udp_iter_deferred(now, datagrams, &mut to_network, &mut job);
+            ordered.submit(job);
+        }
+        flush(s, &udp, &mut to_network, &mut to_tun)?;
+        while let Some(job) = ordered.next_done(ordered.is_full()) {
+            deliver(job, &mut ordered, &udp, &mut to_network)?;
+        }
     }
     Ok(())
 }

@@ -17,6 +17,8 @@ use crate::batch::{DEFAULT_BATCH, PacketBatch};
 use crate::config::DeviceUpdate;
 use crate::device::Device;
 use crate::io::{Tun, Udp, UdpBind};
+use crate::machine::Protocol;
+use crate::pool::CryptoPool;
 pub use crate::queued::QueueConfig;
 use crate::queued::{self, Loop, LoopError, LoopFn};
 pub use crate::shutdown::Shutdown;
@@ -49,6 +51,11 @@ pub struct RunConfig {
     /// and a refusal is logged, not fatal); `None` leaves them at the process's. See
     /// `crate::linux::sched`.
     pub nice: Option<i32>,
+    /// Threads that seal and open packets beside the two packet threads (the ordered crypto
+    /// pool, `crate::pool`); 0: each packet thread does its own direction's crypto. A pool
+    /// switches the device to plexd's own protocol implementation, whose keys can leave the
+    /// peer's lock (`crate::machine::Protocol::Plexd`).
+    pub crypto_workers: usize,
 }
 
 impl Default for RunConfig {
@@ -62,6 +69,7 @@ impl Default for RunConfig {
             raw: None,
             queue: QueueConfig::default(),
             nice: None,
+            crypto_workers: 0,
         }
     }
 }
@@ -89,6 +97,7 @@ pub(crate) struct Shared<T, B: UdpBind> {
     tun: T,
     binder: B,
     udp: RwLock<Arc<B::Socket>>,
+    pool: Option<Arc<CryptoPool>>,
     config: RunConfig,
     shutdown: Shutdown,
 }
@@ -113,6 +122,7 @@ impl<T: Tun, B: UdpBind> Shared<T, B> {
             poll: self.config.poll,
             queue: self.config.queue,
             shutdown: &self.shutdown,
+            pool: self.pool.as_ref(),
         };
         job(&l).map_err(|e| match e {
             LoopError::Tun(e) => RunError::Tun(e),
@@ -185,11 +195,32 @@ where
     if let Some(raw) = &config.raw {
         raw.set(socket.clone());
     }
+    let pool = match config.crypto_workers {
+        0 => None,
+        n => {
+            if device.protocol() != Protocol::Plexd {
+                tracing::info!(
+                    "the crypto pool needs plexd's own WireGuard protocol implementation; switching to it"
+                );
+                device.set_protocol(Protocol::Plexd);
+            }
+            let nice = config.nice;
+            let pool = CryptoPool::new(n, move || {
+                if let Some(nice) = nice {
+                    set_nice(nice);
+                }
+            })
+            .map_err(|e| RunError::Thread(e.to_string()))?;
+            tracing::info!(workers = pool.workers(), "ordered crypto pool started");
+            Some(Arc::new(pool))
+        }
+    };
     let shared = Arc::new(Shared {
         device,
         tun,
         binder,
         udp: RwLock::new(socket),
+        pool,
         config,
         shutdown: shutdown.clone(),
     });

@@ -2,7 +2,8 @@
 //! `wireguard-go` in two network namespaces (scenarios after the kernel's netns.sh): replies
 //! from the address the peer sent to (sticky source, IPv4 and IPv6), falling over to a new
 //! source address when one is removed, roaming, the allowed-IPs source filter, a 34 KB MTU,
-//! and a `wg setconf` of 130k allowed IPs answered whole over UAPI.
+//! and a `wg setconf` of 130k allowed IPs answered whole over UAPI; each traffic scenario also
+//! with plexd-wg's crypto pool.
 //!
 //! Needs root, `ip`, `wg`, `ping` and `wireguard-go`; fails (never skips) without them. Names
 //! carry the prefix `cf` and the test's pid; everything is removed on drop.
@@ -11,12 +12,82 @@ mod cf;
 
 use cf::*;
 
+/// The scenarios that carry traffic run twice: plexd-wg as it is by default, and with its
+/// ordered crypto pool (`_with_the_crypto_pool`), whose packets take another path.
+fn tag(base: &str, pool: bool) -> String {
+    if pool {
+        format!("{base}p")
+    } else {
+        base.to_string()
+    }
+}
+
+#[test]
+fn replies_leave_from_the_address_the_peer_sent_to() {
+    replies_leave_from_the_address_the_peer_sent_to_case(false);
+}
+
+#[test]
+fn replies_leave_from_the_address_the_peer_sent_to_with_the_crypto_pool() {
+    replies_leave_from_the_address_the_peer_sent_to_case(true);
+}
+
+#[test]
+fn the_source_falls_over_to_a_new_address_when_the_old_one_is_removed() {
+    the_source_falls_over_to_a_new_address_when_the_old_one_is_removed_case(false);
+}
+
+#[test]
+fn the_source_falls_over_to_a_new_address_when_the_old_one_is_removed_with_the_crypto_pool() {
+    the_source_falls_over_to_a_new_address_when_the_old_one_is_removed_case(true);
+}
+
+#[test]
+fn the_endpoint_roams_to_where_an_authenticated_packet_came_from() {
+    the_endpoint_roams_to_where_an_authenticated_packet_came_from_case(false);
+}
+
+#[test]
+fn the_endpoint_roams_to_where_an_authenticated_packet_came_from_with_the_crypto_pool() {
+    the_endpoint_roams_to_where_an_authenticated_packet_came_from_case(true);
+}
+
+#[test]
+fn a_source_outside_the_peers_allowed_ips_is_dropped() {
+    a_source_outside_the_peers_allowed_ips_is_dropped_case(false);
+}
+
+#[test]
+fn a_source_outside_the_peers_allowed_ips_is_dropped_with_the_crypto_pool() {
+    a_source_outside_the_peers_allowed_ips_is_dropped_case(true);
+}
+
+#[test]
+fn a_34_kb_mtu_carries_a_large_ping() {
+    a_34_kb_mtu_carries_a_large_ping_case(false);
+}
+
+#[test]
+fn a_34_kb_mtu_carries_a_large_ping_with_the_crypto_pool() {
+    a_34_kb_mtu_carries_a_large_ping_case(true);
+}
+
+#[test]
+fn persistent_keepalive_keeps_a_nat_mapping_alive() {
+    persistent_keepalive_keeps_a_nat_mapping_alive_case(false);
+}
+
+#[test]
+fn persistent_keepalive_keeps_a_nat_mapping_alive_with_the_crypto_pool() {
+    persistent_keepalive_keeps_a_nat_mapping_alive_case(true);
+}
+
 /// A peer's interface with two addresses of each family; the other side sets its endpoint
 /// to each in turn and pings: plexd-wg must answer from the address it was sent to, or the
 /// peer roams to an address it never chose (its `wg show endpoints` changes).
-#[test]
-fn replies_leave_from_the_address_the_peer_sent_to() {
-    let mut net = Net::new("rs");
+fn replies_leave_from_the_address_the_peer_sent_to_case(pool: bool) {
+    let mut net = Net::new(&tag("rs", pool));
+    net.with_pool(pool);
     for addr in [
         "10.0.0.1/24",
         "10.0.0.2/24",
@@ -53,9 +124,9 @@ fn replies_leave_from_the_address_the_peer_sent_to() {
 
 /// plexd-wg's source address for the peer is removed (another one on the link stays): its
 /// next packets leave from the remaining address instead of failing, IPv4 and IPv6.
-#[test]
-fn the_source_falls_over_to_a_new_address_when_the_old_one_is_removed() {
-    let mut net = Net::new("fo");
+fn the_source_falls_over_to_a_new_address_when_the_old_one_is_removed_case(pool: bool) {
+    let mut net = Net::new(&tag("fo", pool));
+    net.with_pool(pool);
     net.exec(
         0,
         &[
@@ -103,9 +174,9 @@ fn the_source_falls_over_to_a_new_address_when_the_old_one_is_removed() {
 
 /// An authenticated packet from a new address moves the endpoint there (the peer changed
 /// its port); the reply follows it.
-#[test]
-fn the_endpoint_roams_to_where_an_authenticated_packet_came_from() {
-    let mut net = Net::new("ro");
+fn the_endpoint_roams_to_where_an_authenticated_packet_came_from_case(pool: bool) {
+    let mut net = Net::new(&tag("ro", pool));
+    net.with_pool(pool);
     net.add_addr(0, "10.0.0.1/24");
     net.add_addr(1, "10.0.0.2/24");
     net.start(0, PLEXD_WG, None);
@@ -127,9 +198,9 @@ fn the_endpoint_roams_to_where_an_authenticated_packet_came_from() {
 
 /// A packet whose inner source is outside the sending peer's allowed IPs is dropped; once
 /// the address is allowed, the same ping passes.
-#[test]
-fn a_source_outside_the_peers_allowed_ips_is_dropped() {
-    let mut net = Net::new("ai");
+fn a_source_outside_the_peers_allowed_ips_is_dropped_case(pool: bool) {
+    let mut net = Net::new(&tag("ai", pool));
+    net.with_pool(pool);
     net.add_addr(0, "10.0.0.1/24");
     net.add_addr(1, "10.0.0.2/24");
     net.start(0, PLEXD_WG, None);
@@ -162,9 +233,9 @@ fn a_source_outside_the_peers_allowed_ips_is_dropped() {
 
 /// A 34 KB tunnel MTU over a 64 KiB veth: a ping of 33 000 bytes crosses unfragmented both
 /// ways.
-#[test]
-fn a_34_kb_mtu_carries_a_large_ping() {
-    let mut net = Net::new("mt");
+fn a_34_kb_mtu_carries_a_large_ping_case(pool: bool) {
+    let mut net = Net::new(&tag("mt", pool));
+    net.with_pool(pool);
     for side in 0..2 {
         let veth = net.veth[side].clone();
         net.ip(side, &["link", "set", &veth, "mtu", "65535"]);
@@ -267,9 +338,9 @@ const NAT_TIMEOUT_SECS: u32 = 2;
 
 /// plexd-wg behind a NAT whose UDP mappings expire after 2 s: without persistent keepalive
 /// the peer cannot reach it once the mapping expired; with a 1 s keepalive it still can.
-#[test]
-fn persistent_keepalive_keeps_a_nat_mapping_alive() {
-    let mut net = Net::behind_nat("nt", NAT_TIMEOUT_SECS);
+fn persistent_keepalive_keeps_a_nat_mapping_alive_case(pool: bool) {
+    let mut net = Net::behind_nat(&tag("nt", pool), NAT_TIMEOUT_SECS);
+    net.with_pool(pool);
     net.start(0, PLEXD_WG, None);
     net.start(1, "wireguard-go", None);
     net.set_peer(0, &["endpoint", "10.0.2.2:2"]);

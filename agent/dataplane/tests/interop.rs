@@ -1,6 +1,8 @@
 //! Root: plexd-wg and a reference implementation — Debian's wireguard-go, and boringtun-cli
 //! (crates.io) — in two network namespaces joined by a veth, both configured with `wg set`,
-//! carry TCP both ways, each side initiating the handshake once.
+//! carry TCP both ways, each side initiating the handshake once; plexd-wg runs once as it is
+//! by default and once with its ordered crypto pool (`PLEXD_WG_CRYPTO_WORKERS`, on plexd's own
+//! protocol implementation).
 //!
 //! Needs root, `ip` (iproute2), `wg` (wireguard-tools), `wireguard-go` and `boringtun-cli`
 //! (on PATH or in /var/cache/plexsphere/cargo-bin/bin, where scripts/deps.sh installs it); it
@@ -20,12 +22,36 @@ use lab::*;
 
 #[test]
 fn plexd_wg_and_wireguard_go_carry_tcp_each_side_initiating_once() {
-    carries_tcp_each_side_initiating_once('i', "wireguard-go", &[]);
+    carries_tcp_each_side_initiating_once('i', "wireguard-go", &[], None);
 }
 
 #[test]
 fn plexd_wg_and_boringtun_cli_carry_tcp_each_side_initiating_once() {
-    let boringtun = ["boringtun-cli", "/var/cache/plexsphere/cargo-bin/bin/boringtun-cli"]
+    carries_tcp_each_side_initiating_once(
+        'b',
+        boringtun_cli(),
+        &["--disable-drop-privileges"],
+        None,
+    );
+}
+
+#[test]
+fn plexd_wg_with_the_crypto_pool_and_wireguard_go_carry_tcp_each_side_initiating_once() {
+    carries_tcp_each_side_initiating_once('j', "wireguard-go", &[], Some(2));
+}
+
+#[test]
+fn plexd_wg_with_the_crypto_pool_and_boringtun_cli_carry_tcp_each_side_initiating_once() {
+    carries_tcp_each_side_initiating_once(
+        'd',
+        boringtun_cli(),
+        &["--disable-drop-privileges"],
+        Some(2),
+    );
+}
+
+fn boringtun_cli() -> &'static str {
+    ["boringtun-cli", "/var/cache/plexsphere/cargo-bin/bin/boringtun-cli"]
         .into_iter()
         .find(|p| {
             Command::new(p)
@@ -35,21 +61,36 @@ fn plexd_wg_and_boringtun_cli_carry_tcp_each_side_initiating_once() {
         })
         .expect(
             "boringtun-cli is missing: cargo install --locked boringtun-cli --root /var/cache/plexsphere/cargo-bin (scripts/deps.sh does)",
-        );
-    // As root it would otherwise drop to nobody and lose the UAPI socket's directory.
-    carries_tcp_each_side_initiating_once('b', boringtun, &["--disable-drop-privileges"]);
+        )
+    // As root it would otherwise drop to nobody and lose the UAPI socket's directory: the
+    // callers pass --disable-drop-privileges.
 }
 
 /// plexd-wg on side a, `reference` on side b: 1 MiB echoed over TCP with plexd-wg initiating
 /// the handshake, then again after both forgot their sessions with the reference initiating.
-fn carries_tcp_each_side_initiating_once(tag: char, reference: &str, extra: &[&str]) {
+/// `pool`: plexd-wg's crypto workers.
+fn carries_tcp_each_side_initiating_once(
+    tag: char,
+    reference: &str,
+    extra: &[&str],
+    pool: Option<usize>,
+) {
     let mut lab = Lab::new(tag);
+    if let Some(n) = pool {
+        lab.env.push(("PLEXD_WG_CRYPTO_WORKERS", n.to_string()));
+    }
     let plexd = lab.start(0, PLEXD_WG);
     let log = std::fs::read_to_string(lab.log(0)).unwrap_or_default();
     assert!(
         log.contains("offloads=true"),
         "the TCP below runs through TSO/GRO: {log}"
     );
+    if let Some(n) = pool {
+        assert!(
+            log.contains(&format!("ordered crypto pool started workers={n}")),
+            "plexd-wg runs the pool: {log}"
+        );
+    }
     lab.start_args(1, reference, extra);
     let (ka, kb) = (
         SecretKey::generate().expect("key"),

@@ -35,8 +35,9 @@ impl Drop for Node {
     }
 }
 
-/// Two runners with the default `RunConfig` (queues, AQM and priority on), peers of each other.
-fn pair() -> (Node, Node) {
+/// Two runners with the default `RunConfig` (queues, AQM and priority on), peers of each other;
+/// `workers`: the crypto pool's threads (0: none).
+fn pair(workers: usize) -> (Node, Node) {
     let net = MemoryNetwork::new();
     let keys = [
         SecretKey::generate().expect("test setup"),
@@ -62,7 +63,11 @@ fn pair() -> (Node, Node) {
         let (host, tun) = tun_pair();
         let shutdown = Shutdown::new();
         let (d, s, binder) = (device.clone(), shutdown.clone(), net.binder(ip(i)));
-        let thread = std::thread::spawn(move || run(d, tun, binder, RunConfig::default(), s));
+        let config = RunConfig {
+            crypto_workers: workers,
+            ..RunConfig::default()
+        };
+        let thread = std::thread::spawn(move || run(d, tun, binder, config, s));
         Node {
             device,
             host,
@@ -187,7 +192,16 @@ fn handshake_since(node: &Node, since: SystemTime) {
 
 #[test]
 fn the_handshake_completes_while_bulk_traffic_floods_both_ways() {
-    let (a, b) = pair();
+    handshake_under_flood(0);
+}
+
+#[test]
+fn the_handshake_completes_while_bulk_traffic_floods_both_ways_through_the_crypto_pool() {
+    handshake_under_flood(2);
+}
+
+fn handshake_under_flood(workers: usize) {
+    let (a, b) = pair(workers);
     let before = SystemTime::now();
     // Both floods start before any handshake: the initiations and responses meet full queues,
     // both peers initiate at once, and boringtun queues what arrives before the session.
@@ -210,7 +224,17 @@ fn the_handshake_completes_while_bulk_traffic_floods_both_ways() {
 
 #[test]
 fn the_queues_reorder_no_flow_under_a_flood_both_ways() {
-    let (a, b) = pair();
+    no_reordering_under_flood(0);
+}
+
+/// The pool's workers finish jobs in any order; the flows still arrive in the order sent.
+#[test]
+fn the_crypto_pool_reorders_no_flow_under_a_flood_both_ways() {
+    no_reordering_under_flood(3);
+}
+
+fn no_reordering_under_flood(workers: usize) {
+    let (a, b) = pair(workers);
     let before = SystemTime::now();
     // A session first: across the very first handshake boringtun's own queue of early packets
     // is flushed by the receiving thread, and may race with the sending thread.
@@ -235,5 +259,13 @@ fn the_queues_reorder_no_flow_under_a_flood_both_ways() {
     for (name, (bulk, small)) in [("b to a", at_a), ("a to b", at_b)] {
         assert_in_order(&format!("{name}, bulk"), &bulk);
         assert_in_order(&format!("{name}, small"), &small);
+    }
+    for node in [&a, &b] {
+        let pooled = node.device.counters().pooled.load(Ordering::Relaxed);
+        if workers > 0 {
+            assert!(pooled > 100, "only {pooled} packets went through the pool");
+        } else {
+            assert_eq!(pooled, 0, "no pool, nothing pooled");
+        }
     }
 }

@@ -44,6 +44,17 @@ pub struct WireguardConfig {
     /// `wireguard.reach:` NAT traversal and relays (docs/reach.md).
     #[serde(default, skip_serializing_if = "ReachConfig::is_default")]
     pub reach: ReachConfig,
+    /// The userspace backend's ordered crypto pool: threads that seal and open one peer's
+    /// packets in parallel (0: none, the default; at most `MAX_CRYPTO_WORKERS`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub crypto_workers: u8,
+}
+
+/// The most `wireguard.crypto_workers` plexd takes.
+pub const MAX_CRYPTO_WORKERS: u8 = 64;
+
+fn is_zero(n: &u8) -> bool {
+    *n == 0
 }
 
 /// `wireguard.reach:` the reach runtime (STUN, disco path probes, relays) of the kernel and
@@ -111,6 +122,7 @@ impl Default for WireguardConfig {
             listen_port: default_listen_port(),
             mtu: default_mtu(),
             reach: ReachConfig::default(),
+            crypto_workers: 0,
         }
     }
 }

@@ -212,6 +212,16 @@ impl Config {
                 format!("wireguard.mtu: {} is outside 1280..=9000", wg.mtu),
             ));
         }
+        if wg.crypto_workers > daemon::MAX_CRYPTO_WORKERS {
+            return Err(invalid(
+                &["wireguard", "crypto_workers"],
+                format!(
+                    "wireguard.crypto_workers: {} is over {}; give 0 (no pool) or the crypto threads wanted",
+                    wg.crypto_workers,
+                    daemon::MAX_CRYPTO_WORKERS
+                ),
+            ));
+        }
         if wg.reach.enabled && wg.listen_port != 0 {
             let kernel = wg.kernel_port();
             if kernel == 0 || kernel == wg.listen_port {

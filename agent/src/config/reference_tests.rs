@@ -37,6 +37,7 @@ fn every_key_set() -> Config {
                 enabled: false,
                 kernel_port: Some(4001),
             },
+            crypto_workers: 2,
         },
         daemon: DaemonConfig {
             stall_timeout_secs: 9,

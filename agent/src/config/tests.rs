@@ -180,6 +180,13 @@ fn bad_wireguard_and_daemon_values_name_the_key() {
     );
     let e = err("wireguard:\n  mtu: 100\n");
     assert!(e.contains("wireguard.mtu"), "{e}");
+    let e = err("wireguard:\n  crypto_workers: 65\n");
+    assert!(
+        e.starts_with("/etc/plexd/config.yaml:2:3: wireguard.crypto_workers: 65 is over 64"),
+        "{e}"
+    );
+    let e = err("wireguard:\n  crypto_workers: -1\n");
+    assert!(e.contains("wireguard.crypto_workers"), "{e}");
     let e = err("daemon:\n  stall_timeout_secs: 0\n");
     assert!(
         e.starts_with("/etc/plexd/config.yaml:2:3: daemon.stall_timeout_secs"),

@@ -269,6 +269,7 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError
             uapi_socket: Some(socket),
             side: reach.as_ref().map(|r| r.side_sink()),
             raw: Some(raw.clone()),
+            crypto_workers: usize::from(cfg.crypto_workers),
             ..RunConfig::default()
         };
         thread::Builder::new()

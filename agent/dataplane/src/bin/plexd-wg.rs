@@ -18,6 +18,11 @@
 //! `PLEXD_WG_NICE=0` leaves the packet threads at the process's priority instead of -20.
 //! `PLEXD_WG_QUANTUM=<bytes>` sets the bytes encrypted or decrypted between two looks at the
 //! devices (1500 to 4194304; 64 KiB by default).
+//! `PLEXD_WG_CRYPTO_WORKERS=<n>` (0 to 64, default 0) starts the ordered crypto pool: n threads
+//! seal and open one peer's packets in parallel beside the two packet threads, released in
+//! the order read (`plexd_dataplane::pool`); it runs on plexd's own protocol implementation.
+//! `PLEXD_WG_PROTOCOL=boringtun|plexd` picks the WireGuard state machine without a pool
+//! (default boringtun; a pool implies plexd).
 //!
 //! Exit codes: 0 clean stop, 1 runtime failure, 64 bad usage.
 
@@ -28,11 +33,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use nix::sys::signal::{SigSet, Signal};
-use plexd_dataplane::Device;
 use plexd_dataplane::linux::sched::PACKET_THREAD_NICE;
 use plexd_dataplane::linux::{LinuxTun, LinuxUdpBinder};
+use plexd_dataplane::pool::MAX_WORKERS;
 use plexd_dataplane::runner::{QueueConfig, RunConfig, Shutdown, run};
 use plexd_dataplane::uapi_server::socket_path;
+use plexd_dataplane::{Device, Protocol};
 
 const USAGE: &str = "usage: plexd-wg [-f|--foreground] <interface>";
 const DEFAULT_MTU: u32 = 1420;
@@ -175,8 +181,24 @@ fn run_foreground(iface: &str) -> anyhow::Result<()> {
             ),
         },
     };
+    let crypto_workers = match std::env::var("PLEXD_WG_CRYPTO_WORKERS") {
+        Err(_) => 0,
+        Ok(v) => match v.parse::<usize>() {
+            Ok(n) if n <= MAX_WORKERS => n,
+            _ => bail!(
+                "PLEXD_WG_CRYPTO_WORKERS={v:?}: give the number of crypto threads, 0 (no pool) to {MAX_WORKERS}"
+            ),
+        },
+    };
+    let protocol = match std::env::var("PLEXD_WG_PROTOCOL") {
+        Err(_) => Protocol::default(),
+        Ok(v) => v
+            .parse::<Protocol>()
+            .map_err(|e| anyhow::anyhow!("PLEXD_WG_PROTOCOL: {e}"))?,
+    };
     let config = RunConfig {
         uapi_socket: Some(socket_path(iface)),
+        crypto_workers,
         queue: QueueConfig {
             enabled: switch("PLEXD_WG_QUEUE"),
             aqm: switch("PLEXD_WG_AQM"),
@@ -187,7 +209,7 @@ fn run_foreground(iface: &str) -> anyhow::Result<()> {
         ..RunConfig::default()
     };
     run(
-        std::sync::Arc::new(Device::new()),
+        std::sync::Arc::new(Device::with_protocol(protocol)),
         tun,
         LinuxUdpBinder {
             mmsg: switch("PLEXD_WG_MMSG"),

@@ -43,6 +43,8 @@ pub struct Net {
     pub router: Option<String>,
     children: Vec<Child>,
     dir: PathBuf,
+    /// Extra environment for every program `start` starts.
+    pub env: Vec<(&'static str, String)>,
 }
 
 impl Net {
@@ -137,6 +139,14 @@ impl Net {
         net
     }
 
+    /// With `pool`, plexd-wg runs with its ordered crypto pool (two workers, plexd's own
+    /// protocol implementation) instead of its defaults.
+    pub fn with_pool(&mut self, pool: bool) {
+        if pool {
+            self.env.push(("PLEXD_WG_CRYPTO_WORKERS", "2".into()));
+        }
+    }
+
     fn empty(tag: &str) -> Self {
         assert!(
             nix::unistd::geteuid().is_root(),
@@ -156,6 +166,7 @@ impl Net {
             router: None,
             children: Vec::new(),
             dir,
+            env: Vec::new(),
         };
         for ns in &net.ns {
             sh(&["ip", "netns", "add", ns]);
@@ -231,6 +242,7 @@ impl Net {
             ])
             .env("WG_PROCESS_FOREGROUND", "1")
             .env("LOG_LEVEL", "debug")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)

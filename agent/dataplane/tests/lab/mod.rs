@@ -39,6 +39,9 @@ pub struct Lab {
     pub ifaces: [String; 2],
     pub children: Vec<Child>,
     pub dir: PathBuf,
+    /// Extra environment for every program `start_args` starts (the references ignore
+    /// plexd-wg's variables).
+    pub env: Vec<(&'static str, String)>,
 }
 
 impl Lab {
@@ -61,6 +64,7 @@ impl Lab {
             ],
             children: Vec::new(),
             dir,
+            env: Vec::new(),
         };
         let (va, vb) = (
             format!("pxv{}{tag}a", pid % 1_000_000),
@@ -112,6 +116,7 @@ impl Lab {
             .arg(&self.ifaces[side])
             .env("WG_PROCESS_FOREGROUND", "1")
             .env("LOG_LEVEL", "debug")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)

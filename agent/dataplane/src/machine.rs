@@ -1,0 +1,187 @@
+//! A peer's WireGuard state machine: boringtun's `Tunn` (the default) or plexd's own
+//! (`crate::noise`), behind one small interface so the device's packet path is the same for
+//! both. Only plexd's own machine can hand a session's keys out of the peer's lock, which the
+//! crypto pool (`crate::pool`) needs; the device picks it with [`Protocol::Plexd`].
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use boringtun::noise::errors::WireGuardError;
+use boringtun::noise::rate_limiter::RateLimiter;
+use boringtun::noise::{Tunn, TunnResult};
+
+use crate::key::{Key, SecretKey};
+use crate::noise::{NoiseError, Output, Tunnel};
+
+/// Which WireGuard protocol implementation a device's peers use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Protocol {
+    /// boringtun's `noise::Tunn`: one packet at a time under the peer's lock.
+    #[default]
+    Boringtun,
+    /// plexd's own (`crate::noise`): the same protocol, with keys that can go to the crypto
+    /// pool's workers.
+    Plexd,
+}
+
+impl std::str::FromStr for Protocol {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "boringtun" => Ok(Self::Boringtun),
+            "plexd" => Ok(Self::Plexd),
+            other => Err(format!(
+                "unknown WireGuard protocol implementation {other:?}: use \"boringtun\" or \"plexd\""
+            )),
+        }
+    }
+}
+
+/// Why a machine refused a message.
+#[derive(Debug)]
+pub(crate) enum Rejection {
+    Boringtun(WireGuardError),
+    Plexd(NoiseError),
+}
+
+impl std::fmt::Display for Rejection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Rejection::Boringtun(e) => write!(f, "{e:?}"),
+            Rejection::Plexd(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+/// What one step produced, for either machine.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// Nothing to send or deliver (a packet may have been queued).
+    Done,
+    /// The first n bytes of the output slot go to the peer.
+    Network(usize),
+    /// The first n bytes of the output slot are a packet from this address for the host.
+    Tunnel(usize, IpAddr),
+    Rejected(Rejection),
+}
+
+pub(crate) enum Machine {
+    Boringtun(Box<Tunn>),
+    Plexd(Box<Tunnel>),
+}
+
+impl From<TunnResult<'_>> for Step {
+    fn from(r: TunnResult<'_>) -> Self {
+        match r {
+            TunnResult::Done => Step::Done,
+            TunnResult::Err(e) => Step::Rejected(Rejection::Boringtun(e)),
+            TunnResult::WriteToNetwork(b) => Step::Network(b.len()),
+            TunnResult::WriteToTunnelV4(b, a) => Step::Tunnel(b.len(), IpAddr::V4(a)),
+            TunnResult::WriteToTunnelV6(b, a) => Step::Tunnel(b.len(), IpAddr::V6(a)),
+        }
+    }
+}
+
+impl From<Result<Output, NoiseError>> for Step {
+    fn from(r: Result<Output, NoiseError>) -> Self {
+        match r {
+            Ok(Output::Done) => Step::Done,
+            Ok(Output::Network(n)) => Step::Network(n),
+            Ok(Output::Tunnel(n, a)) => Step::Tunnel(n, a),
+            Err(e) => Step::Rejected(Rejection::Plexd(e)),
+        }
+    }
+}
+
+impl Machine {
+    pub fn new(
+        protocol: Protocol,
+        private: &SecretKey,
+        peer: Key,
+        psk: Option<[u8; 32]>,
+        index: u32,
+        rate_limiter: &Arc<RateLimiter>,
+    ) -> Self {
+        match protocol {
+            Protocol::Boringtun => Machine::Boringtun(Box::new(Tunn::new(
+                private.static_secret(),
+                peer.x25519(),
+                psk,
+                None,
+                index,
+                Some(rate_limiter.clone()),
+            ))),
+            Protocol::Plexd => Machine::Plexd(Box::new(Tunnel::new(
+                private.static_secret(),
+                peer.0,
+                psk,
+                index,
+                rate_limiter.clone(),
+            ))),
+        }
+    }
+
+    /// Encrypts `packet` (empty: a keepalive) into `dst`; without a session the packet is
+    /// queued and an initiation may go out instead.
+    pub fn encapsulate(&mut self, now: Instant, packet: &[u8], dst: &mut [u8]) -> Step {
+        match self {
+            Machine::Boringtun(t) => t.encapsulate(packet, dst).into(),
+            Machine::Plexd(t) => t.encapsulate(now, packet, dst).into(),
+        }
+    }
+
+    /// Handles a datagram from `from`: plaintext, or an answer, into `dst`.
+    pub fn decapsulate(
+        &mut self,
+        now: Instant,
+        from: IpAddr,
+        datagram: &[u8],
+        dst: &mut [u8],
+    ) -> Step {
+        match self {
+            Machine::Boringtun(t) => t.decapsulate(Some(from), datagram, dst).into(),
+            Machine::Plexd(t) => t.decapsulate(now, Some(from), datagram, dst).into(),
+        }
+    }
+
+    /// The next packet queued before the session existed, sealed into `dst`.
+    pub fn next_queued(&mut self, now: Instant, dst: &mut [u8]) -> Option<usize> {
+        match self {
+            Machine::Boringtun(t) => match t.decapsulate(None, &[], dst) {
+                TunnResult::WriteToNetwork(b) => Some(b.len()),
+                _ => None,
+            },
+            Machine::Plexd(t) => t.next_queued(now, dst),
+        }
+    }
+
+    /// Runs the timers; a message for the peer (a retry, a keepalive) goes into `dst`.
+    pub fn update_timers(&mut self, now: Instant, dst: &mut [u8]) -> Option<usize> {
+        let step: Step = match self {
+            Machine::Boringtun(t) => t.update_timers(dst).into(),
+            Machine::Plexd(t) => t.update_timers(now, dst).into(),
+        };
+        match step {
+            Step::Network(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// Whether a handshake has completed (a session may exist).
+    pub fn has_session(&self, now: Instant) -> bool {
+        match self {
+            Machine::Boringtun(t) => t.time_since_last_handshake().is_some(),
+            Machine::Plexd(t) => t.has_session(now),
+        }
+    }
+
+    /// plexd's own machine, which the crypto pool works with.
+    pub fn plexd(&mut self) -> Option<&mut Tunnel> {
+        match self {
+            Machine::Plexd(t) => Some(t),
+            Machine::Boringtun(_) => None,
+        }
+    }
+}
