@@ -262,7 +262,7 @@ def report(raw):
     if len(variants) > 1 and any(pick(OURS, "tcp1", v) for v in variants[1:]):
         base = m(OURS, "tcp1", "gbps")
         p("")
-        p("| plexd-wg, TCP 1 stream, one technique off | Gbit/s (median) | vs all on | CPU-s/GB | best reference / this "
+        p("| plexd-wg, TCP 1 stream, one switch from the default | Gbit/s (median) | vs all on | CPU-s/GB | best reference / this "
           "| ping under a TCP stream, avg / max ms (the stream's Gbit/s) |")
         p("|---|---|---|---|---|---|")
         refs = [m(i, "tcp1", "gbps") for i in refs_of]

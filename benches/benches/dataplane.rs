@@ -12,7 +12,8 @@ use boringtun::noise::{Tunn, TunnResult};
 use boringtun::x25519::{PublicKey, StaticSecret};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use plexd_dataplane::memory::{MemoryNetwork, tun_pair};
-use plexd_dataplane::{AllowedIps, PacketBatch, SecretKey, Tun, Udp};
+use plexd_dataplane::pool::{CryptoPool, Job, Ordered};
+use plexd_dataplane::{AllowedIps, PacketBatch, Protocol, SecretKey, Tun, Udp};
 use plexsphere_benches::{A_ADDR, B_ADDR, Pair, RawAead, packet};
 
 const SIZES: [usize; 3] = [64, 512, 1420];
@@ -162,6 +163,70 @@ fn pipeline(c: &mut Criterion) {
     g.finish();
 }
 
+/// The ordered crypto pool's split, on plexd's own protocol: 64 x 1420 B sealed inline by the
+/// reading thread, against only the reading thread's share of the pool path (session, counter,
+/// header and plaintext laid out; no AEAD), and the whole through a pool of one and two
+/// workers (four jobs of 16 packets, released in order). The reading thread's share over the
+/// inline time bounds what more workers can give: one reading thread keeps up with about
+/// inline / share workers.
+fn crypto_pool(c: &mut Criterion) {
+    const N: usize = 64;
+    const SIZE: usize = 1420;
+    const PER_JOB: usize = 16;
+    let pair = Pair::connected_with(Protocol::Plexd);
+    let p = packet(SIZE);
+    let packets: Vec<&[u8]> = (0..N).map(|_| &p[..]).collect();
+    let mut g = c.benchmark_group("crypto-pool-64x1420");
+    g.throughput(Throughput::Bytes((N * SIZE) as u64));
+    let mut out = PacketBatch::for_datagrams(N);
+    g.bench_function("inline-seal", |b| {
+        b.iter(|| {
+            out.clear();
+            pair.a
+                .handle_tun_iter(Instant::now(), packets.iter().copied(), &mut out);
+            assert_eq!(out.len(), N);
+        })
+    });
+    let mut job = Job::new(PacketBatch::for_datagrams(N));
+    g.bench_function("reading-thread-share", |b| {
+        b.iter(|| {
+            job.batch.clear();
+            job.ops.clear();
+            pair.a
+                .handle_tun_iter_deferred(Instant::now(), packets.iter().copied(), &mut job);
+            assert_eq!(job.ops.len(), N, "every packet deferred");
+        })
+    });
+    for workers in [1, 2] {
+        let pool = Arc::new(CryptoPool::new(workers, || {}).expect("threads"));
+        let mut ordered = Ordered::new(pool, 2 * workers);
+        g.bench_function(format!("pool-{workers}-workers"), |b| {
+            b.iter(|| {
+                let mut sealed = 0;
+                for chunk in packets.chunks(PER_JOB) {
+                    let mut job = ordered.spare(|| PacketBatch::for_datagrams(PER_JOB));
+                    pair.a.handle_tun_iter_deferred(
+                        Instant::now(),
+                        chunk.iter().copied(),
+                        &mut job,
+                    );
+                    ordered.submit(job);
+                    while let Some(done) = ordered.next_done(ordered.is_full()) {
+                        sealed += done.batch.len();
+                        ordered.recycle(done);
+                    }
+                }
+                while let Some(done) = ordered.next_done(true) {
+                    sealed += done.batch.len();
+                    ordered.recycle(done);
+                }
+                assert_eq!(sealed, N);
+            })
+        });
+    }
+    g.finish();
+}
+
 fn allowed_ips(c: &mut Criterion) {
     // 10k peers: a /32 each in 10.64.0.0/16 and beyond, every tenth also routing a /24.
     let mut table = AllowedIps::new();
@@ -275,6 +340,7 @@ criterion_group!(
     encapsulate,
     decapsulate,
     pipeline,
+    crypto_pool,
     allowed_ips,
     handshake
 );

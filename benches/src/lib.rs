@@ -5,7 +5,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Instant;
 
 use plexd_dataplane::packet::ipv4_udp;
-use plexd_dataplane::{Device, DeviceUpdate, PacketBatch, PeerUpdate, SecretKey};
+use plexd_dataplane::{Device, DeviceUpdate, PacketBatch, PeerUpdate, Protocol, SecretKey};
 use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, Nonce, UnboundKey};
 
 pub const A_MESH: Ipv4Addr = Ipv4Addr::new(10, 64, 0, 1);
@@ -21,8 +21,8 @@ pub struct Pair {
     pub b: Device,
 }
 
-fn device(sk: &SecretKey, port: u16) -> Device {
-    let d = Device::new();
+fn device(sk: &SecretKey, port: u16, protocol: Protocol) -> Device {
+    let d = Device::with_protocol(protocol);
     d.apply(DeviceUpdate {
         private_key: Some(Some(sk.clone())),
         listen_port: Some(port),
@@ -44,14 +44,19 @@ fn peer(to: &SecretKey, mesh: Ipv4Addr, endpoint: SocketAddr) -> DeviceUpdate {
 }
 
 impl Pair {
-    /// Configures both devices and runs the handshake through them.
+    /// Configures both devices (boringtun's state machine) and runs the handshake through them.
     pub fn connected() -> Self {
+        Self::connected_with(Protocol::Boringtun)
+    }
+
+    /// Like `connected`, with the peers on `protocol`.
+    pub fn connected_with(protocol: Protocol) -> Self {
         let (ka, kb) = (
             SecretKey::generate().expect("random"),
             SecretKey::generate().expect("random"),
         );
-        let a = device(&ka, A_ADDR.port());
-        let b = device(&kb, B_ADDR.port());
+        let a = device(&ka, A_ADDR.port(), protocol);
+        let b = device(&kb, B_ADDR.port(), protocol);
         a.apply(peer(&kb, B_MESH, B_ADDR)).expect("peer b");
         b.apply(peer(&ka, A_MESH, A_ADDR)).expect("peer a");
         let pair = Pair { a, b };

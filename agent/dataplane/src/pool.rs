@@ -7,9 +7,10 @@
 //! the job, a quantum of the lane (about 64 KiB), is done by whichever thread gets to it
 //! first; and the reading thread hands jobs on strictly in the order it made them
 //! ([`Ordered`]), so no flow is reordered, whatever finishes first. A job's lock is held while
-//! it is worked, so waiting for the oldest job is locking it, and a job nobody has started yet
-//! is worked by the waiting thread itself instead of sleeping: with no workers at all, the
-//! pool degenerates into the inline path plus one copy.
+//! it is worked, so waiting for the oldest job is locking it; a waiting thread works rather
+//! than sleeps: the oldest job itself if nobody started it, else other queued jobs while a
+//! worker finishes it. With no workers at all the pool degenerates into the inline path plus
+//! one copy.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -152,6 +153,15 @@ impl CryptoPool {
         self.workers.len()
     }
 
+    /// Takes the oldest job no worker has started, to work it on the calling thread.
+    fn steal(&self) -> Option<Shared> {
+        self.queue
+            .jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop_front()
+    }
+
     fn submit(&self, cell: Shared) {
         if self.workers.is_empty() {
             return;
@@ -189,13 +199,18 @@ fn work(q: &Queue) {
                 jobs = q.ready.wait(jobs).unwrap_or_else(PoisonError::into_inner);
             }
         };
-        let mut c = lock(&cell);
-        if !c.done {
-            if let Some(job) = c.job.as_mut() {
-                job.work();
-            }
-            c.done = true;
+        work_cell(&cell);
+    }
+}
+
+/// Works a job unless someone did already.
+fn work_cell(cell: &Mutex<Cell>) {
+    let mut c = lock(cell);
+    if !c.done {
+        if let Some(job) = c.job.as_mut() {
+            job.work();
         }
+        c.done = true;
     }
 }
 
@@ -252,31 +267,33 @@ impl Ordered {
         self.in_flight.push_back(cell);
     }
 
-    /// The oldest job, worked. `wait`: if it is not done, wait for it (working it here if no
-    /// worker has started it); otherwise answer None while it is not done.
+    /// The oldest job, worked. `wait`: if it is not done, wait for it: work it here if no
+    /// worker has started it, and while a worker is on it, work other queued jobs (of either
+    /// direction) rather than sleep; without `wait`, answer None while it is not done.
     pub fn next_done(&mut self, wait: bool) -> Option<Job> {
-        let head = self.in_flight.front()?;
-        let job = {
-            let mut c = if wait {
-                lock(head)
-            } else {
-                match head.try_lock() {
-                    Ok(c) => c,
-                    Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-                    Err(std::sync::TryLockError::WouldBlock) => return None,
-                }
-            };
-            if !c.done {
-                if !wait {
-                    return None;
-                }
-                if let Some(job) = c.job.as_mut() {
-                    job.work();
-                }
-                c.done = true;
+        let head = self.in_flight.front()?.clone();
+        let mut c = loop {
+            match head.try_lock() {
+                Ok(c) => break c,
+                Err(std::sync::TryLockError::Poisoned(p)) => break p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) if !wait => return None,
+                Err(std::sync::TryLockError::WouldBlock) => match self.pool.steal() {
+                    Some(other) => work_cell(&other),
+                    None => break lock(&head),
+                },
             }
-            c.job.take()
         };
+        if !c.done {
+            if !wait {
+                return None;
+            }
+            if let Some(job) = c.job.as_mut() {
+                job.work();
+            }
+            c.done = true;
+        }
+        let job = c.job.take();
+        drop(c);
         self.in_flight.pop_front();
         job
     }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 use plexd_dataplane::memory::{MemoryNetwork, MemoryTun, tun_pair};
 use plexd_dataplane::packet::ipv4_udp;
 use plexd_dataplane::runner::{RunConfig, RunError, Shutdown, run};
-use plexd_dataplane::{Device, DeviceUpdate, PacketBatch, PeerUpdate, SecretKey, Tun};
+use plexd_dataplane::{Device, DeviceUpdate, PacketBatch, PeerUpdate, Protocol, SecretKey, Tun};
 
 const BULK: u8 = 1;
 const SMALL: u8 = 2;
@@ -36,8 +36,9 @@ impl Drop for Node {
 }
 
 /// Two runners with the default `RunConfig` (queues, AQM and priority on), peers of each other;
-/// `workers`: the crypto pool's threads (0: none).
-fn pair(workers: usize) -> (Node, Node) {
+/// `workers`: the crypto pool's threads (0: none; a pool runs on `Protocol::Plexd` whatever
+/// `protocol` says).
+fn pair(workers: usize, protocol: Protocol) -> (Node, Node) {
     let net = MemoryNetwork::new();
     let keys = [
         SecretKey::generate().expect("test setup"),
@@ -47,7 +48,7 @@ fn pair(workers: usize) -> (Node, Node) {
     let mesh = |i: usize| Ipv4Addr::new(10, 64, 0, 1 + i as u8);
     let mut nodes = (0..2).map(|i| {
         let other = 1 - i;
-        let device = Arc::new(Device::new());
+        let device = Arc::new(Device::with_protocol(protocol));
         let mut peer = PeerUpdate::new(keys[other].public_key());
         peer.allowed_ips
             .push(format!("{}/32", mesh(other)).parse().expect("test setup"));
@@ -192,16 +193,22 @@ fn handshake_since(node: &Node, since: SystemTime) {
 
 #[test]
 fn the_handshake_completes_while_bulk_traffic_floods_both_ways() {
-    handshake_under_flood(0);
+    handshake_under_flood(0, Protocol::Boringtun);
+}
+
+/// Both sides initiate at once under the flood: each must keep the session it answered.
+#[test]
+fn the_handshake_completes_while_bulk_traffic_floods_both_ways_on_plexds_protocol() {
+    handshake_under_flood(0, Protocol::Plexd);
 }
 
 #[test]
 fn the_handshake_completes_while_bulk_traffic_floods_both_ways_through_the_crypto_pool() {
-    handshake_under_flood(2);
+    handshake_under_flood(2, Protocol::Plexd);
 }
 
-fn handshake_under_flood(workers: usize) {
-    let (a, b) = pair(workers);
+fn handshake_under_flood(workers: usize, protocol: Protocol) {
+    let (a, b) = pair(workers, protocol);
     let before = SystemTime::now();
     // Both floods start before any handshake: the initiations and responses meet full queues,
     // both peers initiate at once, and boringtun queues what arrives before the session.
@@ -224,17 +231,22 @@ fn handshake_under_flood(workers: usize) {
 
 #[test]
 fn the_queues_reorder_no_flow_under_a_flood_both_ways() {
-    no_reordering_under_flood(0);
+    no_reordering_under_flood(0, Protocol::Boringtun);
+}
+
+#[test]
+fn the_queues_reorder_no_flow_under_a_flood_both_ways_on_plexds_protocol() {
+    no_reordering_under_flood(0, Protocol::Plexd);
 }
 
 /// The pool's workers finish jobs in any order; the flows still arrive in the order sent.
 #[test]
 fn the_crypto_pool_reorders_no_flow_under_a_flood_both_ways() {
-    no_reordering_under_flood(3);
+    no_reordering_under_flood(3, Protocol::Plexd);
 }
 
-fn no_reordering_under_flood(workers: usize) {
-    let (a, b) = pair(workers);
+fn no_reordering_under_flood(workers: usize, protocol: Protocol) {
+    let (a, b) = pair(workers, protocol);
     let before = SystemTime::now();
     // A session first: across the very first handshake boringtun's own queue of early packets
     // is flushed by the receiving thread, and may race with the sending thread.

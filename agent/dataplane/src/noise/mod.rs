@@ -131,6 +131,8 @@ pub struct Tunnel {
     reply_wanted_since: Option<Instant>,
     /// The send or receive path asked for a new handshake; the timer starts it.
     rekey_wanted: bool,
+    /// Our index of the session the peer last sent data on.
+    last_received_on: Option<u32>,
     queue: VecDeque<Vec<u8>>,
 }
 
@@ -161,6 +163,7 @@ impl Tunnel {
             keepalive_due_since: None,
             reply_wanted_since: None,
             rekey_wanted: false,
+            last_received_on: None,
             queue: VecDeque::new(),
         }
     }
@@ -405,8 +408,22 @@ impl Tunnel {
             handshake::consume_response(&self.statics, init, msg).ok_or(NoiseError::Handshake)?;
         self.handshake = None;
         self.round_since = None;
-        self.previous = self.current.take();
-        self.next = None;
+        // A session we answered meanwhile (both sides initiated at once) is what the peer
+        // sends on until it sees ours: keep it to receive on, in place of the current one.
+        // Otherwise keep the one the peer last sent on (after simultaneous initiations that
+        // is the answered one, now the previous), else the current.
+        let last = self.last_received_on;
+        self.previous = match self.next.take() {
+            Some(answered) => Some(answered),
+            None if self
+                .previous
+                .as_ref()
+                .is_some_and(|p| Some(p.keys.local_index) == last) =>
+            {
+                self.previous.take()
+            }
+            None => self.current.take(),
+        };
         self.current = Some(new_session(keys, now, true));
         // Asked for by the old session; this one is new.
         self.rekey_wanted = false;
@@ -488,6 +505,7 @@ impl Tunnel {
             self.current = self.next.take();
         }
         self.received();
+        self.last_received_on = Some(local);
         // The initiator of the current session renews it before it expires (a message on an
         // older session asks nothing, nor one while a handshake is in flight).
         let is_current = self

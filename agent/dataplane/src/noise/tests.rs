@@ -173,6 +173,64 @@ fn pair(now: Instant) -> (Tunnel, Tunnel) {
     (a, b)
 }
 
+/// Both sides initiate at once and each answers the other's initiation before its own
+/// response arrives: each must still receive on the session it answered (the peer sends on
+/// it until it sees the other), and data flows both ways on the first try.
+#[test]
+fn simultaneous_initiations_leave_both_sides_able_to_talk() {
+    let now = Instant::now();
+    let (mut a, sb, pa) = ours(None);
+    let (_, pb) = key(2);
+    let mut b = Tunnel::new(sb, pa, None, 2, limiter(&pb, 100));
+    let mut buf = vec![0u8; 256];
+    let init_a = net(
+        a.encapsulate(now, &ipv4([10, 0, 0, 1], b"from a"), &mut buf),
+        &buf,
+    );
+    let init_b = net(
+        b.encapsulate(now, &ipv4([10, 0, 0, 2], b"from b"), &mut buf),
+        &buf,
+    );
+    let resp_a = net(a.decapsulate(now, None, &init_b, &mut buf), &buf);
+    let resp_b = net(b.decapsulate(now, None, &init_a, &mut buf), &buf);
+    let ka = net(a.decapsulate(now, None, &resp_b, &mut buf), &buf);
+    let kb = net(b.decapsulate(now, None, &resp_a, &mut buf), &buf);
+    assert_eq!(b.decapsulate(now, None, &ka, &mut buf), Ok(Output::Done));
+    assert_eq!(a.decapsulate(now, None, &kb, &mut buf), Ok(Output::Done));
+    let qa = a.next_queued(now, &mut buf).expect("a's packet leaves");
+    let qa = buf[..qa].to_vec();
+    let qb = b.next_queued(now, &mut buf).expect("b's packet leaves");
+    let qb = buf[..qb].to_vec();
+    assert!(matches!(
+        b.decapsulate(now, None, &qa, &mut buf),
+        Ok(Output::Tunnel(..))
+    ));
+    assert_eq!(&buf[20..26], b"from a");
+    assert!(matches!(
+        a.decapsulate(now, None, &qb, &mut buf),
+        Ok(Output::Tunnel(..))
+    ));
+    assert_eq!(&buf[20..26], b"from b");
+    // a rekeys while b still sends on the session a answered: that one stays receivable
+    // until b moves to the new session.
+    a.rekey_wanted = true;
+    let t1 = now + Duration::from_secs(1);
+    let init = net(a.update_timers(t1, &mut buf), &buf);
+    let resp = net(b.decapsulate(t1, None, &init, &mut buf), &buf);
+    let in_flight = net(
+        b.encapsulate(t1, &ipv4([10, 0, 0, 2], b"in flight"), &mut buf),
+        &buf,
+    );
+    net(a.decapsulate(t1, None, &resp, &mut buf), &buf);
+    assert!(
+        matches!(
+            a.decapsulate(t1, None, &in_flight, &mut buf),
+            Ok(Output::Tunnel(..))
+        ),
+        "b's packet sent before it saw a's new session still opens"
+    );
+}
+
 #[test]
 fn data_opened_out_of_order_within_the_window_is_delivered_once() {
     let now = Instant::now();
