@@ -4,6 +4,9 @@
 //! and again after `plexctl node rotate-key` (the second one meets the control plane's rate
 //! limit first and goes through after its `Retry-After`); and A rotates its credential.
 //!
+//! A runs the ordered crypto pool (`wireguard.crypto_workers: 2`, plexd's own WireGuard protocol
+//! implementation), B the default (boringtun's state machine).
+//!
 //! What is checked: traffic resumes after each rotation and few packets are lost, B's
 //! interface and A's own hold the new key (and B no longer the old), the key file is the new
 //! key with no pending key left, `plexctl node get` shows `key_rotated_at`, the old credential
@@ -33,12 +36,13 @@ struct Node {
     proc: Option<Proc>,
 }
 
-fn node(lab: &mut Lab, cp: &ControlPlane, root: &std::path::Path) -> Node {
+/// `crypto_workers`: the node's `wireguard.crypto_workers` (0: the default state machine).
+fn node(lab: &mut Lab, cp: &ControlPlane, root: &std::path::Path, crypto_workers: u8) -> Node {
     // Reach off: the rotation of the paths is covered by the reach tests; here the two nodes
     // see each other directly and only the key changes.
     let extra = |iface: &str| {
         format!(
-            "wireguard:\n  backend: userspace\n  interface: {iface}\n  reach:\n    enabled: false\ndaemon:\n  backoff_initial_ms: 200\n  backoff_cap_secs: 2\n  intervals:\n    heartbeat_secs: 1\n    endpoint_report_secs: 1\n    state_poll_secs: 2\n    ingest_secs: 1\n"
+            "wireguard:\n  backend: userspace\n  interface: {iface}\n  crypto_workers: {crypto_workers}\n  reach:\n    enabled: false\ndaemon:\n  backoff_initial_ms: 200\n  backoff_cap_secs: 2\n  intervals:\n    heartbeat_secs: 1\n    endpoint_report_secs: 1\n    state_poll_secs: 2\n    ingest_secs: 1\n"
         )
     };
     let (ns, host, iface) = netns::prepare_node(lab, cp, root, "node", extra).unwrap();
@@ -181,10 +185,17 @@ fn keys_rotate_on_demand_and_by_operator_with_traffic_running_and_credentials_ro
     let tmp = tempfile::tempdir().unwrap();
     let mut lab = Lab::new().unwrap();
     let cp = netns::start_control_plane(&tmp.path().join("cp"), lab.host_addr(), &[]).unwrap();
-    let mut a = node(&mut lab, &cp, tmp.path());
-    let mut b = node(&mut lab, &cp, tmp.path());
+    // A runs the ordered crypto pool (so plexd's own protocol implementation), B the default
+    // (boringtun's): every rotation's handshakes also cross the two implementations.
+    let mut a = node(&mut lab, &cp, tmp.path(), 2);
+    let mut b = node(&mut lab, &cp, tmp.path(), 0);
     a.start();
     b.start();
+    assert!(
+        a.output().contains("ordered crypto pool started"),
+        "A's plexd runs the crypto pool:\n{}",
+        a.output()
+    );
     let (a_id, a_ip) = (a.id(), a.mesh_ip());
     let key0 = a.wg("public-key");
     assert_eq!(

@@ -1,6 +1,7 @@
 //! plexd's embedded userspace WireGuard data plane.
 //!
-//! Built on boringtun's `noise::Tunn` state machine with our own I/O: the core (`Device`,
+//! Built on boringtun's `noise::Tunn` state machine (the default) or plexd's own
+//! (`noise`, which the ordered crypto pool in `pool` needs), with our own I/O: the core (`Device`,
 //! `AllowedIps`, the UAPI text protocol) has no sockets and no clock; the runner feeds it from
 //! a TUN device and a UDP socket behind the small `Tun` and `Udp` traits, which have Linux and
 //! in-memory implementations. `plexd-wg <iface>` serves the WireGuard UAPI socket like

@@ -13,8 +13,8 @@ use crate::codel::{CODEL_INTERVAL, CODEL_TARGET, Codel};
 use crate::device::Device;
 use crate::io::{Tun, Udp};
 use crate::lane::{
-    Lane, RX_LANE_BYTES, RX_LANE_DATAGRAMS, TX_LANE_BYTES, is_urgent_datagram, is_urgent_packet,
-    take_urgent,
+    Chunk, Lane, RX_LANE_BYTES, RX_LANE_DATAGRAMS, TX_LANE_BYTES, is_urgent_datagram,
+    is_urgent_packet, take_urgent,
 };
 use crate::pool::{CryptoPool, Job, Ordered};
 use crate::shutdown::Shutdown;
@@ -271,16 +271,7 @@ pub(super) fn network_to_tun<T: Tun, U: Udp>(s: &Loop<'_, T, U>) -> Result<(), L
         let now = Instant::now();
         if let Some(chunk) = lane.next_chunk(now, q.quantum) {
             s.device.count_queue_dropped(chunk.dropped);
-            let side = s.side;
-            let datagrams = chunk.datagrams().filter(|&(d, from, _)| match side {
-                Some(side) if !is_wireguard(d) => {
-                    if !side.offer(d, from) {
-                        s.device.count_side_dropped();
-                    }
-                    false
-                }
-                _ => true,
-            });
+            let datagrams = wireguard_only(s, &chunk);
             s.device
                 .handle_udp_iter(now, datagrams, &mut to_network, &mut to_tun);
         }
@@ -325,16 +316,7 @@ fn network_to_tun_pooled<T: Tun, U: Udp>(
         let now = Instant::now();
         if let Some(chunk) = lane.next_chunk(now, q.quantum) {
             s.device.count_queue_dropped(chunk.dropped);
-            let side = s.side;
-            let datagrams = chunk.datagrams().filter(|&(d, from, _)| match side {
-                Some(side) if !is_wireguard(d) => {
-                    if !side.offer(d, from) {
-                        s.device.count_side_dropped();
-                    }
-                    false
-                }
-                _ => true,
-            });
+            let datagrams = wireguard_only(s, &chunk);
             let mut job = ordered.spare(|| PacketBatch::for_packets(s.batch));
             s.device
                 .handle_udp_iter_deferred(now, datagrams, &mut to_network, &mut job);
@@ -346,6 +328,23 @@ fn network_to_tun_pooled<T: Tun, U: Udp>(
         }
     }
     Ok(())
+}
+
+/// The chunk's WireGuard datagrams; the others go to the side channel (counted when it is
+/// full).
+fn wireguard_only<'c, T, U>(
+    s: &'c Loop<'_, T, U>,
+    chunk: &'c Chunk<'_>,
+) -> impl Iterator<Item = (&'c [u8], SocketAddr, Option<Source>)> + 'c {
+    chunk.datagrams().filter(move |&(d, from, _)| match s.side {
+        Some(side) if !is_wireguard(d) => {
+            if !side.offer(d, from) {
+                s.device.count_side_dropped();
+            }
+            false
+        }
+        _ => true,
+    })
 }
 
 fn flush<T: Tun, U: Udp>(

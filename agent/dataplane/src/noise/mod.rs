@@ -33,7 +33,7 @@ use session::{ReplayWindow, Session};
 
 /// The protocol's limits (whitepaper section 6.1).
 pub const REKEY_AFTER_MESSAGES: u64 = 1 << 60;
-pub const REJECT_AFTER_MESSAGES: u64 = u64::MAX - (1 << 13);
+pub use session::REJECT_AFTER_MESSAGES;
 pub const REKEY_AFTER_TIME: Duration = Duration::from_secs(120);
 pub const REJECT_AFTER_TIME: Duration = Duration::from_secs(180);
 pub const REKEY_ATTEMPT_TIME: Duration = Duration::from_secs(90);

@@ -4,6 +4,10 @@ use std::time::Instant;
 
 use super::crypto::AeadKey;
 
+/// The last counters of a session are never used (whitepaper section 6.1); re-exported by the
+/// protocol module with its other limits.
+pub const REJECT_AFTER_MESSAGES: u64 = u64::MAX - (1 << 13);
+
 /// The keys of one session, immutable once the handshake made them, so any thread may seal or
 /// open with them; the counters and the replay window stay with the peer's state machine.
 pub struct Keys {
@@ -50,7 +54,7 @@ impl ReplayWindow {
     /// Whether `counter` may still be new: below the highest accepted by less than `WINDOW`
     /// and not seen, or above it (a cheap look before the decryption).
     pub fn may_accept(&self, counter: u64) -> bool {
-        if counter >= super::REJECT_AFTER_MESSAGES {
+        if counter >= REJECT_AFTER_MESSAGES {
             return false;
         }
         if counter >= self.next {
@@ -113,7 +117,7 @@ mod tests {
         assert!(!w.accept(100_000 - WINDOW + 1), "and only once");
         assert!(w.accept(100_000 - 64), "a word the jump cleared");
         assert!(
-            !w.accept(super::super::REJECT_AFTER_MESSAGES),
+            !w.accept(REJECT_AFTER_MESSAGES),
             "the last counters are never used"
         );
     }
