@@ -262,3 +262,44 @@ fn wireguard_control_drives_plexd_wg_started_in_the_background() {
         "{p:?}"
     );
 }
+
+/// A bad value of a performance switch is refused with exit status 1 and a message naming
+/// the variable and what it takes, before the interface exists.
+#[test]
+fn bad_switch_values_are_refused_before_the_interface_is_created() {
+    let lab = Lab::new('e');
+    for (var, value, says) in [
+        ("PLEXD_WG_CRYPTO_WORKERS", "65", "0 (no pool) to 64"),
+        ("PLEXD_WG_CRYPTO_WORKERS", "two", "0 (no pool) to 64"),
+        (
+            "PLEXD_WG_PROTOCOL",
+            "wireguard-go",
+            "use \"boringtun\" or \"plexd\"",
+        ),
+        ("PLEXD_WG_QUANTUM", "100", "1500 to 4194304"),
+    ] {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &lab.ns[0], PLEXD_WG, "-f", &lab.ifaces[0]])
+            .env(var, value)
+            .output()
+            .expect("run plexd-wg");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{var}={value}: {stderr}");
+        assert!(
+            stderr.contains(var) && stderr.contains(says),
+            "{var}={value}: {stderr}"
+        );
+        assert!(
+            !stderr.contains("TUN interface created"),
+            "{var}={value}: refused only after creating the interface: {stderr}"
+        );
+        let link = Command::new("ip")
+            .args(["-n", &lab.ns[0], "link", "show", &lab.ifaces[0]])
+            .output()
+            .expect("ip link");
+        assert!(
+            !link.status.success(),
+            "{var}={value}: the interface exists"
+        );
+    }
+}

@@ -138,6 +138,31 @@ fn run_foreground(iface: &str) -> anyhow::Result<()> {
         .thread_block()
         .context("cannot block SIGTERM/SIGINT for a clean shutdown")?;
 
+    // The switches first: a bad value is refused before anything is created.
+    let quantum = match std::env::var("PLEXD_WG_QUANTUM") {
+        Err(_) => QueueConfig::default().quantum,
+        Ok(v) => match v.parse::<usize>() {
+            Ok(n) if (QUANTUM_MIN..=QUANTUM_MAX).contains(&n) => n,
+            _ => bail!(
+                "PLEXD_WG_QUANTUM={v:?}: give the bytes per quantum, {QUANTUM_MIN} to {QUANTUM_MAX}"
+            ),
+        },
+    };
+    let crypto_workers = match std::env::var("PLEXD_WG_CRYPTO_WORKERS") {
+        Err(_) => 0,
+        Ok(v) => match v.parse::<usize>() {
+            Ok(n) if n <= MAX_WORKERS => n,
+            _ => bail!(
+                "PLEXD_WG_CRYPTO_WORKERS={v:?}: give the number of crypto threads, 0 (no pool) to {MAX_WORKERS}"
+            ),
+        },
+    };
+    let protocol = match std::env::var("PLEXD_WG_PROTOCOL") {
+        Err(_) => Protocol::default(),
+        Ok(v) => v
+            .parse::<Protocol>()
+            .map_err(|e| anyhow::anyhow!("PLEXD_WG_PROTOCOL: {e}"))?,
+    };
     let tun = LinuxTun::create_with(
         iface,
         DEFAULT_MTU,
@@ -172,30 +197,6 @@ fn run_foreground(iface: &str) -> anyhow::Result<()> {
             })
             .context("cannot start the signal thread")?;
     }
-    let quantum = match std::env::var("PLEXD_WG_QUANTUM") {
-        Err(_) => QueueConfig::default().quantum,
-        Ok(v) => match v.parse::<usize>() {
-            Ok(n) if (QUANTUM_MIN..=QUANTUM_MAX).contains(&n) => n,
-            _ => bail!(
-                "PLEXD_WG_QUANTUM={v:?}: give the bytes per quantum, {QUANTUM_MIN} to {QUANTUM_MAX}"
-            ),
-        },
-    };
-    let crypto_workers = match std::env::var("PLEXD_WG_CRYPTO_WORKERS") {
-        Err(_) => 0,
-        Ok(v) => match v.parse::<usize>() {
-            Ok(n) if n <= MAX_WORKERS => n,
-            _ => bail!(
-                "PLEXD_WG_CRYPTO_WORKERS={v:?}: give the number of crypto threads, 0 (no pool) to {MAX_WORKERS}"
-            ),
-        },
-    };
-    let protocol = match std::env::var("PLEXD_WG_PROTOCOL") {
-        Err(_) => Protocol::default(),
-        Ok(v) => v
-            .parse::<Protocol>()
-            .map_err(|e| anyhow::anyhow!("PLEXD_WG_PROTOCOL: {e}"))?,
-    };
     let config = RunConfig {
         uapi_socket: Some(socket_path(iface)),
         crypto_workers,
