@@ -18,14 +18,16 @@ use boringtun::noise::rate_limiter::RateLimiter;
 use boringtun::noise::{Packet, Tunn, TunnResult};
 
 use crate::machine::{Machine, Protocol, Step};
-use crate::noise::handshake::{DATA, DATA_HEADER, DATA_MIN, le32};
+use crate::noise::handshake::{
+    COOKIE_REPLY, DATA, DATA_HEADER, DATA_MIN, INITIATION, INITIATION_LEN, RESPONSE, le32,
+};
 use crate::noise::{Output, write_data_header};
-use crate::pool::{Job, Op};
+use crate::pool::{Job, Op, OpKind, Opening};
 
 use crate::allowed_ips::AllowedIps;
 use crate::batch::{PacketBatch, WG_OVERHEAD};
 use crate::key::{Key, SecretKey};
-use crate::peer::Peer;
+use crate::peer::{Peer, PeerState};
 use crate::source::Source;
 
 /// Handshake messages per second the device takes before it asks for cookies (boringtun's
@@ -33,10 +35,8 @@ use crate::source::Source;
 /// once inside the peer's state machine), so the effective figure is about half.
 pub const HANDSHAKE_RATE_LIMIT: u64 = 100;
 
-/// The smallest output slot boringtun accepts (a handshake initiation).
-const MIN_SLOT: usize = 148;
-const COOKIE_REPLY: u8 = 3;
-const HANDSHAKE_INIT: u8 = 1;
+/// The smallest output slot a state machine accepts (a handshake initiation).
+const MIN_SLOT: usize = INITIATION_LEN;
 
 /// Why packets were dropped, counted since the device started.
 #[derive(Debug, Default)]
@@ -67,6 +67,16 @@ impl Counters {
     fn bump(c: &AtomicU64) {
         c.fetch_add(1, Ordering::Relaxed);
     }
+}
+
+/// An authenticated datagram of `len` bytes came from `from` to our `local` address: the peer
+/// follows it there (roaming) and is answered from where it sent to (sticky source).
+fn follow(peer: &Peer, p: &mut PeerState, from: SocketAddr, local: Option<Source>, len: usize) {
+    if p.endpoint != Some(from) {
+        tracing::debug!(peer = %peer.public_key(), endpoint = %from, "peer endpoint updated");
+    }
+    p.seen_at(from, local);
+    p.rx_bytes += len as u64;
 }
 
 /// Device-wide configuration and the peer tables; written only by configuration changes.
@@ -285,7 +295,7 @@ impl Device {
         }
         let (sent, queued) = match machine.encapsulate(now, packet, slot) {
             // Without a session the machine queues the packet and answers with an initiation.
-            Step::Network(n) => (n, slot.first() == Some(&HANDSHAKE_INIT)),
+            Step::Network(n) => (n, slot.first() == Some(&INITIATION)),
             Step::Rejected(e) => {
                 tracing::debug!(peer = %peer.public_key(), error = %e, "encapsulate failed");
                 return;
@@ -450,12 +460,13 @@ impl Device {
             slot: i,
             ticket,
             len: body.len(),
-            seal: false,
-            opened: None,
-            from,
-            local,
-            datagram_len: d.len(),
-            peer: Some(peer.clone()),
+            kind: OpKind::Open(Opening {
+                peer: peer.clone(),
+                from,
+                local,
+                datagram_len: d.len(),
+                opened: None,
+            }),
         });
         Counters::bump(&self.counters.pooled);
         true
@@ -469,50 +480,50 @@ impl Device {
     pub fn finish_opened(&self, now: Instant, job: &mut Job, to_network: &mut PacketBatch) {
         let state = self.read();
         for op in job.ops.drain(..) {
-            let Some(peer) = op.peer else { continue };
-            let keep = match op.opened {
-                None => {
-                    tracing::trace!(peer = %peer.public_key(), from = %op.from, "data message does not authenticate");
-                    Counters::bump(&self.counters.rejected);
-                    0
-                }
-                Some(n) => {
-                    let mut p = peer.lock();
-                    let packet = &job.batch.get(op.slot)[..n];
-                    let finished = match p.machine.as_mut().and_then(Machine::plexd) {
-                        Some(t) => t.open_finish(now, &op.ticket, packet),
-                        None => Err(crate::noise::NoiseError::UnknownSession),
-                    };
-                    let keep = match finished {
-                        Ok(Output::Tunnel(len, src)) => {
-                            if self.allowed(&state, &peer, src, &packet[..len]) {
-                                len
-                            } else {
-                                0
-                            }
-                        }
-                        Ok(_) => 0,
-                        Err(e) => {
-                            tracing::trace!(peer = %peer.public_key(), from = %op.from, error = %e, "datagram rejected");
-                            Counters::bump(&self.counters.rejected);
-                            job.batch.truncate(op.slot, 0);
-                            continue;
-                        }
-                    };
-                    if p.endpoint != Some(op.from) {
-                        tracing::debug!(peer = %peer.public_key(), endpoint = %op.from, "peer endpoint updated");
-                    }
-                    p.seen_at(op.from, op.local);
-                    p.rx_bytes += op.datagram_len as u64;
-                    if self.pending_count.load(Ordering::Acquire) > 0 && self.take_pending(&peer) {
-                        self.flush_queue(&mut p, now, op.from, to_network);
-                    }
-                    keep
-                }
-            };
+            let OpKind::Open(o) = &op.kind else { continue };
+            let keep = self.finish_one(&state, now, &op, o, job.batch.get(op.slot), to_network);
             job.batch.truncate(op.slot, keep);
         }
         job.batch.retain_nonempty();
+    }
+
+    /// One opened data message (`slot`: its slot, plaintext first): how many of its bytes go
+    /// to the host (0: none).
+    fn finish_one(
+        &self,
+        state: &State,
+        now: Instant,
+        op: &Op,
+        o: &Opening,
+        slot: &[u8],
+        to_network: &mut PacketBatch,
+    ) -> usize {
+        let peer = &o.peer;
+        let Some(n) = o.opened else {
+            tracing::trace!(peer = %peer.public_key(), from = %o.from, "data message does not authenticate");
+            Counters::bump(&self.counters.rejected);
+            return 0;
+        };
+        let packet = &slot[..n];
+        let mut p = peer.lock();
+        let finished = match p.machine.as_mut().and_then(Machine::plexd) {
+            Some(t) => t.open_finish(now, &op.ticket, packet),
+            None => Err(crate::noise::NoiseError::UnknownSession),
+        };
+        let keep = match finished {
+            Ok(Output::Tunnel(len, src)) if self.allowed(state, peer, src, &packet[..len]) => len,
+            Ok(_) => 0,
+            Err(e) => {
+                tracing::trace!(peer = %peer.public_key(), from = %o.from, error = %e, "datagram rejected");
+                Counters::bump(&self.counters.rejected);
+                return 0;
+            }
+        };
+        follow(peer, &mut p, o.from, o.local, o.datagram_len);
+        if self.pending_count.load(Ordering::Acquire) > 0 && self.take_pending(peer) {
+            self.flush_queue(&mut p, now, o.from, to_network);
+        }
+        keep
     }
 
     fn find_peer(
@@ -624,16 +635,10 @@ impl Device {
                 return;
             }
         }
-        // Authenticated: follow the peer to wherever it sends from (roaming), and answer
-        // from the address it sent to (sticky source).
-        if p.endpoint != Some(from) {
-            tracing::debug!(peer = %peer.public_key(), endpoint = %from, "peer endpoint updated");
-        }
-        p.seen_at(from, local);
-        p.rx_bytes += datagram.len() as u64;
+        follow(&peer, &mut p, from, local, datagram.len());
         if answered {
             // An initiation we answered, or a response we confirmed with a keepalive.
-            if kind == 1 || kind == 2 {
+            if kind == INITIATION || kind == RESPONSE {
                 p.last_handshake = Some(now);
             }
             p.tx_bytes += to_network.get(to_network.len() - 1).len() as u64;
@@ -649,7 +654,7 @@ impl Device {
     /// Sends what boringtun queued while the handshake was in flight.
     fn flush_queue(
         &self,
-        p: &mut crate::peer::PeerState,
+        p: &mut PeerState,
         now: Instant,
         to: SocketAddr,
         to_network: &mut PacketBatch,

@@ -34,14 +34,23 @@ pub struct Op {
     /// Seal: the plaintext's length (after the 16-byte header). Open: the ciphertext's with
     /// its tag (from the slot's start).
     pub len: usize,
-    pub seal: bool,
-    /// Open: the plaintext's length once it authenticated.
-    pub opened: Option<usize>,
-    /// Open: who sent it, to where, and the datagram's length (for the peer's counters).
+    pub kind: OpKind,
+}
+
+/// Which way an operation goes, with what the receive side needs once it is done.
+pub enum OpKind {
+    Seal,
+    Open(Opening),
+}
+
+/// A received data message: who sent it, and its plaintext's length once it authenticated.
+pub struct Opening {
+    pub peer: Arc<Peer>,
     pub from: SocketAddr,
     pub local: Option<Source>,
+    /// The datagram's length (for the peer's counters).
     pub datagram_len: usize,
-    pub peer: Option<Arc<Peer>>,
+    pub opened: Option<usize>,
 }
 
 impl Op {
@@ -50,12 +59,7 @@ impl Op {
             slot,
             ticket: OpenTicket { keys, counter },
             len,
-            seal: true,
-            opened: None,
-            from: crate::batch::NO_ADDR,
-            local: None,
-            datagram_len: 0,
-            peer: None,
+            kind: OpKind::Seal,
         }
     }
 }
@@ -85,14 +89,17 @@ impl Job {
         for op in &mut self.ops {
             let slot = self.batch.slot_mut(op.slot);
             let keys = &op.ticket.keys;
-            if op.seal {
-                if let Some(buf) = slot.get_mut(DATA_HEADER..) {
-                    keys.send.seal(op.ticket.counter, &[], buf, op.len);
+            match &mut op.kind {
+                OpKind::Seal => {
+                    if let Some(buf) = slot.get_mut(DATA_HEADER..) {
+                        keys.send.seal(op.ticket.counter, &[], buf, op.len);
+                    }
                 }
-            } else {
-                op.opened = slot
-                    .get_mut(..op.len)
-                    .and_then(|buf| keys.recv.open(op.ticket.counter, &[], buf));
+                OpKind::Open(o) => {
+                    o.opened = slot
+                        .get_mut(..op.len)
+                        .and_then(|buf| keys.recv.open(op.ticket.counter, &[], buf));
+                }
             }
         }
     }
@@ -368,6 +375,7 @@ mod tests {
         let pool = Arc::new(CryptoPool::new(2, || {}).expect("threads"));
         let mut ordered = Ordered::new(pool, 2);
         let k = keys();
+        let peer = Arc::new(Peer::new(crate::key::Key([7; 32]), 1));
         let mut job = ordered.spare(|| PacketBatch::new(256, 4));
         for (i, c) in [0u64, 1, 2].into_iter().enumerate() {
             let mut buf = [0u8; 64];
@@ -378,12 +386,25 @@ mod tests {
             }
             job.batch.push(&buf[..n], crate::batch::NO_ADDR);
             let mut op = Op::seal(i, k.clone(), c, n);
-            op.seal = false;
+            op.kind = OpKind::Open(Opening {
+                peer: peer.clone(),
+                from: crate::batch::NO_ADDR,
+                local: None,
+                datagram_len: n + DATA_HEADER,
+                opened: None,
+            });
             job.ops.push(op);
         }
         ordered.submit(job);
         let done = ordered.next_done(true).expect("job");
-        let opened: Vec<_> = done.ops.iter().map(|o| o.opened).collect();
+        let opened: Vec<_> = done
+            .ops
+            .iter()
+            .map(|o| match &o.kind {
+                OpKind::Open(o) => o.opened,
+                OpKind::Seal => panic!("an open stays an open"),
+            })
+            .collect();
         assert_eq!(opened, vec![Some(4), None, Some(4)]);
         assert_eq!(&done.batch.get(2)[..4], b"data");
     }

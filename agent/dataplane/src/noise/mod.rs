@@ -31,6 +31,8 @@ use handshake::{
 pub use session::Keys;
 use session::{ReplayWindow, Session};
 
+use crate::offload::{be16, be32};
+
 /// The protocol's limits (whitepaper section 6.1).
 pub const REKEY_AFTER_MESSAGES: u64 = 1 << 60;
 pub use session::REJECT_AFTER_MESSAGES;
@@ -173,12 +175,6 @@ impl Tunnel {
         self.current.as_ref().is_some_and(|s| usable(s, now))
     }
 
-    /// How long ago the last session was made.
-    pub fn time_since_last_handshake(&self, now: Instant) -> Option<Duration> {
-        self.last_handshake
-            .map(|at| now.saturating_duration_since(at))
-    }
-
     fn new_local_index(&mut self) -> u32 {
         self.next_local = self.next_local.wrapping_add(1);
         (self.index << 8) | u32::from(self.next_local)
@@ -291,19 +287,20 @@ impl Tunnel {
 
     /// TAI64N of the wall clock, but always above the last one we sent.
     fn next_timestamp(&mut self) -> [u8; 12] {
+        let last = self.last_sent_timestamp;
         let mut t = crypto::tai64n(SystemTime::now());
-        if t <= self.last_sent_timestamp {
-            let nanos = u32::from_be_bytes([
-                self.last_sent_timestamp[8],
-                self.last_sent_timestamp[9],
-                self.last_sent_timestamp[10],
-                self.last_sent_timestamp[11],
-            ]);
-            t = self.last_sent_timestamp;
-            match nanos.checked_add(1 << 24).filter(|n| *n < 1_000_000_000) {
+        if t <= last {
+            // One step of the label's resolution (2^24 ns) past the last, into the next
+            // second when it runs over.
+            t = last;
+            match be32(&last, 8)
+                .checked_add(1 << 24)
+                .filter(|n| *n < 1_000_000_000)
+            {
                 Some(n) => t[8..].copy_from_slice(&n.to_be_bytes()),
                 None => {
-                    let secs = be64(&t[..8]) + 1;
+                    let [a, b, c, d, e, f, g, h, ..] = last;
+                    let secs = u64::from_be_bytes([a, b, c, d, e, f, g, h]) + 1;
                     t[..8].copy_from_slice(&secs.to_be_bytes());
                     t[8..].copy_from_slice(&0u32.to_be_bytes());
                 }
@@ -588,12 +585,6 @@ impl Tunnel {
     }
 }
 
-fn be64(b: &[u8]) -> u64 {
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&b[..8]);
-    u64::from_be_bytes(w)
-}
-
 fn new_session(keys: Keys, now: Instant, initiator: bool) -> Session {
     Session {
         keys: Arc::new(keys),
@@ -632,15 +623,12 @@ pub fn ip_length_and_source(p: &[u8]) -> Option<(usize, IpAddr)> {
     let (len, src) = match p.first()? >> 4 {
         4 if p.len() >= 20 => {
             let src: [u8; 4] = p[12..16].try_into().ok()?;
-            (
-                usize::from(u16::from_be_bytes([p[2], p[3]])),
-                IpAddr::V4(Ipv4Addr::from(src)),
-            )
+            (usize::from(be16(p, 2)), IpAddr::V4(Ipv4Addr::from(src)))
         }
         6 if p.len() >= 40 => {
             let src: [u8; 16] = p[8..24].try_into().ok()?;
             (
-                usize::from(u16::from_be_bytes([p[4], p[5]])) + 40,
+                usize::from(be16(p, 4)) + 40,
                 IpAddr::V6(Ipv6Addr::from(src)),
             )
         }
