@@ -35,9 +35,9 @@ pub async fn restore(
     check_tree(from)?;
     let manifest_path = from.join(MANIFEST);
     let text = files::read_small(&manifest_path, MANIFEST_LIMIT).map_err(|e| match e {
-        Failure::Runtime(e) => Failure::Runtime(
-            e.context(format!("pass --from the directory plexsphere backup wrote")),
-        ),
+        Failure::Runtime(e) => Failure::Runtime(anyhow::anyhow!(
+            "{e:#}; pass --from the directory plexsphere backup wrote"
+        )),
         other => other,
     })?;
     let outside = outside_kek(kek_file, &data.data_dir)?;
@@ -274,6 +274,7 @@ async fn restore_external(
             }
             continue;
         }
+        ensure_data_dir(&data.data_dir)?;
         if let Some(parent) = rel.parent() {
             create_dirs_below(&data.data_dir, parent)?;
         }
