@@ -75,9 +75,13 @@ pub fn secret(rel: &Path) -> Option<&'static str> {
         Some(
             "is plexsphere dev's admin operator token: the whole operator API of the server (tokens, nodes, Domains) until it is revoked",
         )
+    } else if rel == Path::new("tls/ca.key") {
+        Some(
+            "is the private key of dev's lab CA: sign certificates the nodes trust for any name, impersonate the API to them and read their credentials",
+        )
     } else if in_dir("tls") && ext == Some("key") {
         Some(
-            "is a private key of dev's lab TLS (the CA's signs certificates the nodes trust): impersonate the API to the nodes and read their credentials",
+            "is a private key of dev's API certificate: serve as the API at its names, to nodes that reach that address, and read their credentials",
         )
     } else {
         None

@@ -150,7 +150,7 @@ pub async fn restore(
         k.write_new(&path)
             .map_err(|e| Failure::Config(e.to_string()))?;
         eprintln!(
-            "wrote the key-encryption key {} to {} (where plexsphere dev reads it; serve: pass it with --key-encryption-key-file instead and remove this copy)",
+            "wrote the key-encryption key {} to {} (where plexsphere dev reads it)",
             k.origin(),
             path.display()
         );
@@ -200,9 +200,14 @@ fn left_out(rel: &Path, data_dir: &Path) -> String {
         "not needed: the database holds the Domain's key, sealed (checked above)".to_owned()
     } else if rel == Path::new("operator-token") {
         "plexsphere dev makes a new admin operator token at its start; the old one keeps working for whoever holds it until `plexsphere operator-token revoke`".to_owned()
-    } else {
+    } else if rel == Path::new("tls/ca.key") {
         format!(
             "copy it from the old data directory to {} (mode 0600) before plexsphere dev starts, or dev makes a new lab CA the nodes do not trust (they would have to enrol again)",
+            dst.display()
+        )
+    } else {
+        format!(
+            "copy it from the old data directory to {} (mode 0600) before plexsphere dev starts, or dev makes a new certificate (under the lab CA when its key is there)",
             dst.display()
         )
     };
