@@ -222,7 +222,7 @@ fn tcp_connections_are_capped_per_source_and_64() {
         t0,
     );
     let (tx, _rx) = mpsc::channel(4);
-    let mut open = |c: &mut Core, a: &str| c.open_tcp(tx.clone(), a.parse().unwrap(), t0);
+    let open = |c: &mut Core, a: &str| c.open_tcp(tx.clone(), a.parse().unwrap(), t0);
     let a = open(&mut c, "192.0.2.1:1000").unwrap();
     open(&mut c, "192.0.2.1:1001").unwrap();
     assert!(
