@@ -179,6 +179,11 @@ async fn serve(
         let mut buf = vec![0u8; MAX_STREAM_FRAME];
         let mut registered = false;
         loop {
+            // A read that finds its bytes waiting completes whatever the deadline says, so a
+            // connection that never pauses is held to it here.
+            if !registered && Instant::now() >= register_by {
+                return Err(Closed::Unregistered);
+            }
             let mut len = [0u8; 2];
             match within(registered, register_by, rd.read_exact(&mut len)).await {
                 Err(why) => return Err(why),
