@@ -184,7 +184,7 @@ impl Core {
         now: Instant,
     ) -> Option<ConnId> {
         let source = conn_source(addr.ip());
-        if self.per_source.get(&source).copied().unwrap_or(0) >= self.limits.max_tcp_per_source {
+        if self.per_source.get(&source).copied().unwrap_or(0) >= self.limits.tcp_per_source() {
             self.counters.tcp_refused_per_source.inc();
             self.hit(Limit::TcpPerSource, now);
             return None;
@@ -282,7 +282,7 @@ impl Core {
             ),
             Limit::TcpPerSource => tracing::warn!(
                 times,
-                max = l.max_tcp_per_source,
+                max = l.tcp_per_source(),
                 "a source address (or IPv6 /64) holds as many TCP connections as it may; new ones from it are closed (raise --max-tcp-per-source)"
             ),
             Limit::PrefixAnswers => tracing::warn!(

@@ -323,3 +323,23 @@ fn a_registered_address_is_answered_beyond_the_prefix_bucket() {
         Frame::Registered { .. }
     ));
 }
+
+#[test]
+fn one_source_always_leaves_a_slot() {
+    let limits = |global, per_source| Limits {
+        max_tcp_connections: global,
+        max_tcp_per_source: per_source,
+        ..Limits::default()
+    };
+    assert_eq!(limits(10_000, 256).tcp_per_source(), 256);
+    assert_eq!(limits(100, 256).tcp_per_source(), 99);
+    assert_eq!(limits(1, 256).tcp_per_source(), 1);
+    let t0 = Instant::now();
+    let mut c = core(limits(3, 256), t0);
+    let (tx, _rx) = mpsc::channel(4);
+    let a: SocketAddr = "192.0.2.1:1".parse().unwrap();
+    assert!(c.open_tcp(tx.clone(), a, t0).is_some());
+    assert!(c.open_tcp(tx.clone(), a, t0).is_some());
+    assert!(c.open_tcp(tx.clone(), a, t0).is_none());
+    assert!(c.open_tcp(tx, "192.0.2.2:1".parse().unwrap(), t0).is_some());
+}

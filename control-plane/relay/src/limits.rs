@@ -11,8 +11,9 @@ pub const DEFAULT_MAX_NODES: usize = 10_000;
 /// TCP connections open at once (`--max-tcp-connections`); past it a new one is closed.
 pub const DEFAULT_MAX_TCP_CONNECTIONS: usize = 10_000;
 /// TCP connections open at once from one source address, or one IPv6 /64
-/// (`--max-tcp-per-source`); past it a new one is closed at accept, before any TLS work. It
-/// must stay below `--max-tcp-connections`, so one source never holds them all.
+/// (`--max-tcp-per-source`); past it a new one is closed at accept, before any TLS work. It is
+/// held below `--max-tcp-connections` ([`Limits::tcp_per_source`]), so one source never holds
+/// them all.
 pub const DEFAULT_MAX_TCP_PER_SOURCE: usize = 256;
 /// A TCP connection that has not registered this long after its accept is closed
 /// (`--tcp-register-within-secs`): the TLS handshake, `hello`, `challenge` and `register`
@@ -91,6 +92,14 @@ impl Default for Limits {
 }
 
 impl Limits {
+    /// The per-source cap in force: `max_tcp_per_source`, but at most one below
+    /// `max_tcp_connections` (when that is above 1), so one source always leaves a slot.
+    pub fn tcp_per_source(&self) -> usize {
+        self.max_tcp_per_source
+            .min(self.max_tcp_connections.saturating_sub(1))
+            .max(1)
+    }
+
     /// Says which knob is out of range.
     pub fn check(&self) -> Result<(), String> {
         if self.max_nodes == 0 {
@@ -99,11 +108,8 @@ impl Limits {
         if self.max_tcp_connections == 0 {
             return Err("--max-tcp-connections must be at least 1".into());
         }
-        if self.max_tcp_per_source == 0 || self.max_tcp_per_source >= self.max_tcp_connections {
-            return Err(
-                "--max-tcp-per-source must be at least 1 and below --max-tcp-connections, so one source never holds every connection"
-                    .into(),
-            );
+        if self.max_tcp_per_source == 0 {
+            return Err("--max-tcp-per-source must be at least 1".into());
         }
         if self.tcp_register_within.is_zero() {
             return Err("--tcp-register-within-secs must be at least 1".into());

@@ -84,7 +84,7 @@ pub struct RelayLimitArgs {
     #[arg(long, env = "PLEXSPHERE_RELAY_MAX_TCP_CONNECTIONS", default_value_t = rl::DEFAULT_MAX_TCP_CONNECTIONS)]
     pub max_tcp_connections: usize,
     /// TCP connections open at once from one source address (IPv6: one /64); past it new ones
-    /// are closed at accept. Below --max-tcp-connections.
+    /// are closed at accept. At most --max-tcp-connections minus one is in force.
     #[arg(long, env = "PLEXSPHERE_RELAY_MAX_TCP_PER_SOURCE", default_value_t = rl::DEFAULT_MAX_TCP_PER_SOURCE)]
     pub max_tcp_per_source: usize,
     /// Seconds a TCP connection has from its accept to register (TLS, hello, register); then
