@@ -296,6 +296,8 @@ pub struct ServeArgs {
     /// Answer STUN Binding requests on this UDP address (e.g. 0.0.0.0:3478).
     #[arg(long, env = "PLEXSPHERE_STUN_LISTEN")]
     pub stun_listen: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    pub stun_limits: super::relay::StunLimitArgs,
     /// Also serve `GET /metrics` without authentication on this plain-HTTP address (meant
     /// for loopback or a private network; the API's own `/metrics` needs a read-only token).
     #[arg(long, env = "PLEXSPHERE_METRICS_LISTEN")]
@@ -389,6 +391,8 @@ pub struct DevArgs {
     /// STUN on UDP; default: the listen IP, port 3478 (port 0 when --listen has port 0).
     #[arg(long, env = "PLEXSPHERE_STUN_LISTEN")]
     pub stun_listen: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    pub stun_limits: super::relay::StunLimitArgs,
     /// Also serve `GET /metrics` without authentication on this plain-HTTP address (meant
     /// for loopback or a private network; the API's own `/metrics` needs a read-only token).
     #[arg(long, env = "PLEXSPHERE_METRICS_LISTEN")]
