@@ -635,6 +635,13 @@ impl Device {
                 return;
             }
         }
+        if kind == COOKIE_REPLY {
+            // A cookie reply only stores a cookie for our next initiation. Anyone who saw that
+            // initiation and knows the peer's public key (every other peer of it does) can
+            // make one that opens, so, like the kernel, the peer does not roam on it: only an
+            // authenticated data message or handshake moves the endpoint.
+            return;
+        }
         follow(&peer, &mut p, from, local, datagram.len());
         if answered {
             // An initiation we answered, or a response we confirmed with a keepalive.
