@@ -69,8 +69,9 @@ impl Counters {
     }
 }
 
-/// An authenticated datagram of `len` bytes came from `from` to our `local` address: the peer
-/// follows it there (roaming) and is answered from where it sent to (sticky source).
+/// An authenticated data message or handshake of `len` bytes came from `from` to our `local`
+/// address: the peer follows it there (roaming) and is answered from where it sent to (sticky
+/// source). A cookie reply never gets here (see `datagram`).
 fn follow(peer: &Peer, p: &mut PeerState, from: SocketAddr, local: Option<Source>, len: usize) {
     if p.endpoint != Some(from) {
         tracing::debug!(peer = %peer.public_key(), endpoint = %from, "peer endpoint updated");
