@@ -34,25 +34,36 @@
 //! | [`doc_tests`] | running the document's tests; [`validate`] = parse + names + tests |
 //! | [`inventory`] | the Domain's nodes and Projects as the compiler sees them |
 //! | [`eval`] | the plain evaluator (scans rules): the reference for tests and explain |
+//! | [`compile`] | (policy, inventory) -> [`Compiled`]: node sets, classes, prefix rules |
+//! | [`view`] | one node's [`NodeView`]: its peer set and per-peer grants (signed-state data) |
+//! | [`filter`] | [`NodeFilter`]: the view as O(1) lookups (bitmaps per distinct port set) |
 //! | [`error`] | [`PolicyError`] with [`Location`]; [`limits`]: every bound |
 
+mod bitset;
 pub mod check;
+pub mod compile;
 pub mod doc_tests;
 pub mod document;
 pub mod error;
 pub mod eval;
+pub mod filter;
 mod groups;
 pub mod inventory;
 pub mod limits;
 mod locate;
 pub mod model;
 pub mod ports;
+mod resolve;
 pub mod selector;
+pub mod view;
 
 pub use check::check_names;
+pub use compile::{Compiled, RouteRule};
 pub use doc_tests::{run_tests, validate};
 pub use document::{DEFAULT_DOCUMENT, default_document, parse};
 pub use error::{ErrorKind, Location, PolicyError, PolicyErrors};
+pub use filter::{NodeFilter, PeerRef, ViewError};
 pub use inventory::{Inventory, NodeInfo, ProjectInfo};
 pub use model::{Expect, Group, Policy, PolicyTest, Rule};
 pub use ports::{Access, PortRange, PortSet, Proto, ProtoSet};
+pub use view::{Grant, NodeView, PeerView};

@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+use serde::{Deserialize, Serialize};
+
 /// The protocol of one packet, as far as the policy cares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Proto {
@@ -100,7 +102,7 @@ impl ProtoSet {
 }
 
 /// Inclusive port range.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct PortRange {
     pub first: u16,
     pub last: u16,
@@ -154,7 +156,9 @@ impl fmt::Display for PortRange {
 }
 
 /// A set of ports as sorted, disjoint, non-adjacent ranges (so equal sets compare equal).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+/// Deserializing normalizes (and drops backwards ranges).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(from = "Vec<PortRange>")]
 pub struct PortSet(Vec<PortRange>);
 
 impl PortSet {
@@ -167,7 +171,7 @@ impl PortSet {
     }
 
     pub fn from_ranges(ranges: impl IntoIterator<Item = PortRange>) -> PortSet {
-        let mut v: Vec<PortRange> = ranges.into_iter().collect();
+        let mut v: Vec<PortRange> = ranges.into_iter().filter(|r| r.first <= r.last).collect();
         v.sort();
         let mut out: Vec<PortRange> = Vec::with_capacity(v.len());
         for r in v {
@@ -229,6 +233,12 @@ impl PortSet {
     }
 }
 
+impl From<Vec<PortRange>> for PortSet {
+    fn from(v: Vec<PortRange>) -> PortSet {
+        PortSet::from_ranges(v)
+    }
+}
+
 fn range(first: u32, last: u32) -> PortRange {
     PortRange {
         first: u16::try_from(first).unwrap_or(u16::MAX),
@@ -249,7 +259,7 @@ impl fmt::Display for PortSet {
 }
 
 /// What one node may send another: per protocol, the ports (tcp and udp) or a yes/no.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Access {
     pub tcp: PortSet,
     pub udp: PortSet,
@@ -273,6 +283,18 @@ impl Access {
         }
         self.icmp |= protos.contains(Proto::Icmp);
         self.other |= protos.has(ProtoSet::OTHER);
+    }
+
+    /// Adds everything `o` grants.
+    pub fn add_access(&mut self, o: &Access) {
+        if !o.tcp.is_empty() {
+            self.tcp = self.tcp.union(&o.tcp);
+        }
+        if !o.udp.is_empty() {
+            self.udp = self.udp.union(&o.udp);
+        }
+        self.icmp |= o.icmp;
+        self.other |= o.other;
     }
 
     pub fn allows(&self, proto: Proto, port: u16) -> bool {

@@ -1,0 +1,123 @@
+//! One node's share of a compiled policy: its peer set and, per peer, what the peer may
+//! open on it (inbound) and what it may open on the peer (outbound). Plain data the control
+//! plane can put into the node's signed state; plexd turns it into a
+//! [`crate::filter::NodeFilter`] for the packet path.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::compile::Compiled;
+use crate::ports::Access;
+
+/// What one peer may open, with the lines of the rules that allow it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Grant {
+    pub access: Access,
+    pub lines: Vec<u32>,
+}
+
+/// A peer of the node: the node talks to it over WireGuard.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerView {
+    pub id: Uuid,
+    pub name: String,
+    /// The peer's mesh addresses: the only sources its packets may carry.
+    pub addrs: Vec<IpAddr>,
+    /// Index into [`NodeView::grants`]: what the peer may open on this node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inbound: Option<u32>,
+    /// Index into [`NodeView::grants`]: what this node may open on the peer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outbound: Option<u32>,
+}
+
+/// A node's compiled view. Peers appear iff some rule connects them to the node in either
+/// direction (WireGuard needs both ends for replies); the grants are deduplicated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeView {
+    pub node: Uuid,
+    /// This node's own mesh addresses (the destinations inbound packets must carry).
+    pub addrs: Vec<IpAddr>,
+    pub grants: Vec<Grant>,
+    pub peers: Vec<PeerView>,
+}
+
+impl NodeView {
+    /// The peer set's ids.
+    pub fn peer_ids(&self) -> impl Iterator<Item = Uuid> + '_ {
+        self.peers.iter().map(|p| p.id)
+    }
+
+    pub fn grant(&self, index: Option<u32>) -> Option<&Grant> {
+        index.and_then(|i| self.grants.get(i as usize))
+    }
+}
+
+#[derive(Default)]
+struct Interner {
+    grants: Vec<Grant>,
+    index: HashMap<Grant, u32>,
+}
+
+impl Interner {
+    fn add(&mut self, g: Grant) -> u32 {
+        if let Some(&i) = self.index.get(&g) {
+            return i;
+        }
+        let i = u32::try_from(self.grants.len()).unwrap_or(u32::MAX);
+        self.grants.push(g.clone());
+        self.index.insert(g, i);
+        i
+    }
+}
+
+impl Compiled {
+    /// The view of node `id`, or `None` when the inventory has no such node.
+    pub fn node_view(&self, id: Uuid) -> Option<NodeView> {
+        let me = self.node_index(id)?;
+        let (my_src, my_dst) = (self.src.class[me], self.dst.class[me]);
+        let mut interner = Interner::default();
+        let mut grant_of = |acc: Access, lines: Vec<u32>| {
+            (!acc.is_empty()).then(|| interner.add(Grant { access: acc, lines }))
+        };
+        // Inbound depends only on the peer's source class, outbound on its destination class.
+        let inbound: Vec<Option<u32>> = (0..self.src.sigs.len())
+            .map(|sc| {
+                let (a, l) = self.class_access(u32::try_from(sc).unwrap_or(u32::MAX), my_dst);
+                grant_of(a, l)
+            })
+            .collect();
+        let outbound: Vec<Option<u32>> = (0..self.dst.sigs.len())
+            .map(|dc| {
+                let (a, l) = self.class_access(my_src, u32::try_from(dc).unwrap_or(u32::MAX));
+                grant_of(a, l)
+            })
+            .collect();
+        let peers = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != me)
+            .filter_map(|(i, node)| {
+                let inb = inbound[self.src.class[i] as usize];
+                let out = outbound[self.dst.class[i] as usize];
+                (inb.is_some() || out.is_some()).then(|| PeerView {
+                    id: node.id,
+                    name: node.name.clone(),
+                    addrs: node.addrs().collect(),
+                    inbound: inb,
+                    outbound: out,
+                })
+            })
+            .collect();
+        Some(NodeView {
+            node: id,
+            addrs: self.nodes[me].addrs().collect(),
+            grants: interner.grants,
+            peers,
+        })
+    }
+}
