@@ -37,21 +37,27 @@
 //! | [`compile`] | (policy, inventory) -> [`Compiled`]: node sets, classes, prefix rules |
 //! | [`view`] | one node's [`NodeView`]: its peer set and per-peer grants (signed-state data) |
 //! | [`filter`] | [`NodeFilter`]: the view as O(1) lookups (bitmaps per distinct port set) |
+//! | [`packet`] | raw IPv4/IPv6 bytes -> [`Packet`] (addresses, TCP/UDP ports, ICMP echo id) |
+//! | [`flow`] | [`FlowTable`]: flows this node opened, bounded, idle timeouts, O(1) |
+//! | [`decide`] | the per-packet [`Decision`] (inbound and outbound) with its reason |
 //! | [`error`] | [`PolicyError`] with [`Location`]; [`limits`]: every bound |
 
 mod bitset;
 pub mod check;
 pub mod compile;
+pub mod decide;
 pub mod doc_tests;
 pub mod document;
 pub mod error;
 pub mod eval;
 pub mod filter;
+pub mod flow;
 mod groups;
 pub mod inventory;
 pub mod limits;
 mod locate;
 pub mod model;
+pub mod packet;
 pub mod ports;
 mod resolve;
 pub mod selector;
@@ -61,9 +67,12 @@ pub use check::check_names;
 pub use compile::{Compiled, RouteRule};
 pub use doc_tests::{run_tests, validate};
 pub use document::{DEFAULT_DOCUMENT, default_document, parse};
+pub use decide::{Decision, inbound, inbound_bytes, outbound, outbound_bytes, prune_flows};
 pub use error::{ErrorKind, Location, PolicyError, PolicyErrors};
 pub use filter::{NodeFilter, PeerRef, ViewError};
+pub use flow::{FlowKey, FlowTable};
 pub use inventory::{Inventory, NodeInfo, ProjectInfo};
 pub use model::{Expect, Group, Policy, PolicyTest, Rule};
+pub use packet::{Packet, PacketError, parse_packet};
 pub use ports::{Access, PortRange, PortSet, Proto, ProtoSet};
 pub use view::{Grant, NodeView, PeerView};
