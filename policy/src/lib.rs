@@ -40,16 +40,20 @@
 //! | [`packet`] | raw IPv4/IPv6 bytes -> [`Packet`] (addresses, TCP/UDP ports, ICMP echo id) |
 //! | [`flow`] | [`FlowTable`]: flows this node opened, bounded, idle timeouts, O(1) |
 //! | [`decide`] | the per-packet [`Decision`] (inbound and outbound) with its reason |
+//! | [`explain`] | why A may (not) reach B: the rule and line, or the rule that would |
+//! | [`diff`] | [`reach_diff`]: which node pairs gain or lose which ports, as lines |
 //! | [`error`] | [`PolicyError`] with [`Location`]; [`limits`]: every bound |
 
 mod bitset;
 pub mod check;
 pub mod compile;
 pub mod decide;
+pub mod diff;
 pub mod doc_tests;
 pub mod document;
 pub mod error;
 pub mod eval;
+pub mod explain;
 pub mod filter;
 pub mod flow;
 mod groups;
@@ -68,7 +72,9 @@ pub use compile::{Compiled, RouteRule};
 pub use doc_tests::{run_tests, validate};
 pub use document::{DEFAULT_DOCUMENT, default_document, parse};
 pub use decide::{Decision, inbound, inbound_bytes, outbound, outbound_bytes, prune_flows};
+pub use diff::{DiffEntry, ReachDiff, reach_diff};
 pub use error::{ErrorKind, Location, PolicyError, PolicyErrors};
+pub use explain::{Explanation, explain, parse_what};
 pub use filter::{NodeFilter, PeerRef, ViewError};
 pub use flow::{FlowKey, FlowTable};
 pub use inventory::{Inventory, NodeInfo, ProjectInfo};
