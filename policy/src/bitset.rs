@@ -26,8 +26,11 @@ impl BitSet {
         }
     }
 
+    #[cfg(test)]
     pub fn contains(&self, i: usize) -> bool {
-        self.words.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
+        self.words
+            .get(i / 64)
+            .is_some_and(|w| w & (1 << (i % 64)) != 0)
     }
 
     pub fn union_with(&mut self, o: &BitSet) {
@@ -42,6 +45,7 @@ impl BitSet {
         }
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.words.iter().all(|&w| w == 0)
     }

@@ -115,7 +115,12 @@ impl Compiled {
         let n = inv.nodes.len();
         Compiled {
             nodes: inv.nodes.clone(),
-            by_id: inv.nodes.iter().enumerate().map(|(i, x)| (x.id, i)).collect(),
+            by_id: inv
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(i, x)| (x.id, i))
+                .collect(),
             rules: policy
                 .rules
                 .iter()
@@ -153,7 +158,10 @@ impl Compiled {
     pub(crate) fn class_access(&self, sc: u32, dc: u32) -> (Access, Vec<u32>) {
         let mut acc = Access::default();
         let mut lines = Vec::new();
-        if let (Some(s), Some(d)) = (self.src.sigs.get(sc as usize), self.dst.sigs.get(dc as usize)) {
+        if let (Some(s), Some(d)) = (
+            self.src.sigs.get(sc as usize),
+            self.dst.sigs.get(dc as usize),
+        ) {
             for r in s.common(d) {
                 acc.add_access(&self.rules[r].access);
                 lines.push(self.rules[r].line);

@@ -41,7 +41,10 @@ pub enum Drop {
     NotFromThisNode,
     SpoofedSource,
     /// No rule allows this protocol and port (0 for icmp and other protocols).
-    NoRule { proto: Proto, port: u16 },
+    NoRule {
+        proto: Proto,
+        port: u16,
+    },
     Malformed(PacketError),
 }
 
@@ -61,13 +64,27 @@ impl fmt::Display for Decision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Decision::Accept(Accept::Rule) => f.write_str("accepted: a rule allows it"),
-            Decision::Accept(Accept::Reply) => f.write_str("accepted: a reply to a flow this node opened"),
-            Decision::Accept(Accept::IcmpError) => f.write_str("accepted: an ICMP error about a flow of this node"),
-            Decision::Accept(Accept::LaterFragment) => f.write_str("accepted: a later fragment from a peer"),
-            Decision::Drop(Drop::UnknownPeer) => f.write_str("dropped: the peer is not in this node's filter"),
-            Decision::Drop(Drop::NotForThisNode) => f.write_str("dropped: the destination is not this node"),
-            Decision::Drop(Drop::NotFromThisNode) => f.write_str("dropped: the source is not this node"),
-            Decision::Drop(Drop::SpoofedSource) => f.write_str("dropped: the source address is not the peer's"),
+            Decision::Accept(Accept::Reply) => {
+                f.write_str("accepted: a reply to a flow this node opened")
+            }
+            Decision::Accept(Accept::IcmpError) => {
+                f.write_str("accepted: an ICMP error about a flow of this node")
+            }
+            Decision::Accept(Accept::LaterFragment) => {
+                f.write_str("accepted: a later fragment from a peer")
+            }
+            Decision::Drop(Drop::UnknownPeer) => {
+                f.write_str("dropped: the peer is not in this node's filter")
+            }
+            Decision::Drop(Drop::NotForThisNode) => {
+                f.write_str("dropped: the destination is not this node")
+            }
+            Decision::Drop(Drop::NotFromThisNode) => {
+                f.write_str("dropped: the source is not this node")
+            }
+            Decision::Drop(Drop::SpoofedSource) => {
+                f.write_str("dropped: the source address is not the peer's")
+            }
             Decision::Drop(Drop::NoRule { proto, port }) => {
                 if proto.has_ports() {
                     write!(f, "dropped: no rule allows {proto}/{port}")
@@ -87,7 +104,13 @@ fn no_rule(pkt: &Packet) -> Decision {
 
 /// The inbound decision for a parsed packet from `peer` (None: the tunnel's peer is not in
 /// the filter).
-pub fn inbound(filter: &NodeFilter, peer: Option<PeerRef>, pkt: &Packet, flows: &mut FlowTable, now: Instant) -> Decision {
+pub fn inbound(
+    filter: &NodeFilter,
+    peer: Option<PeerRef>,
+    pkt: &Packet,
+    flows: &mut FlowTable,
+    now: Instant,
+) -> Decision {
     let Some(peer) = peer else {
         return Decision::Drop(Drop::UnknownPeer);
     };
@@ -158,7 +181,13 @@ pub fn inbound(filter: &NodeFilter, peer: Option<PeerRef>, pkt: &Packet, flows: 
 }
 
 /// [`inbound`] for raw bytes: a packet that does not parse is dropped.
-pub fn inbound_bytes(filter: &NodeFilter, peer: Option<PeerRef>, bytes: &[u8], flows: &mut FlowTable, now: Instant) -> Decision {
+pub fn inbound_bytes(
+    filter: &NodeFilter,
+    peer: Option<PeerRef>,
+    bytes: &[u8],
+    flows: &mut FlowTable,
+    now: Instant,
+) -> Decision {
     match packet::parse_packet(bytes) {
         Ok(p) => inbound(filter, peer, &p, flows, now),
         Err(e) => Decision::Drop(Drop::Malformed(e)),
@@ -166,7 +195,13 @@ pub fn inbound_bytes(filter: &NodeFilter, peer: Option<PeerRef>, bytes: &[u8], f
 }
 
 /// The outbound decision for a packet this node sends to `peer`; records new flows.
-pub fn outbound(filter: &NodeFilter, peer: Option<PeerRef>, pkt: &Packet, flows: &mut FlowTable, now: Instant) -> Decision {
+pub fn outbound(
+    filter: &NodeFilter,
+    peer: Option<PeerRef>,
+    pkt: &Packet,
+    flows: &mut FlowTable,
+    now: Instant,
+) -> Decision {
     let Some(peer) = peer else {
         return Decision::Drop(Drop::UnknownPeer);
     };
@@ -215,7 +250,13 @@ pub fn outbound(filter: &NodeFilter, peer: Option<PeerRef>, pkt: &Packet, flows:
 }
 
 /// [`outbound`] for raw bytes.
-pub fn outbound_bytes(filter: &NodeFilter, peer: Option<PeerRef>, bytes: &[u8], flows: &mut FlowTable, now: Instant) -> Decision {
+pub fn outbound_bytes(
+    filter: &NodeFilter,
+    peer: Option<PeerRef>,
+    bytes: &[u8],
+    flows: &mut FlowTable,
+    now: Instant,
+) -> Decision {
     match packet::parse_packet(bytes) {
         Ok(p) => outbound(filter, peer, &p, flows, now),
         Err(e) => Decision::Drop(Drop::Malformed(e)),
@@ -229,7 +270,11 @@ pub fn prune_flows(filter: &NodeFilter, flows: &mut FlowTable) {
     flows.retain(|k| {
         filter.is_own(&k.local)
             && filter.peer_by_addr(&k.remote).is_some_and(|p| {
-                let port = if k.proto.has_ports() { k.remote_port } else { 0 };
+                let port = if k.proto.has_ports() {
+                    k.remote_port
+                } else {
+                    0
+                };
                 filter.outbound_allows(p, k.proto, port)
             })
     });

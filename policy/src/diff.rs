@@ -25,7 +25,12 @@ pub struct DiffEntry {
 const NAMES_SHOWN: usize = 5;
 
 fn names(v: &[String]) -> String {
-    let mut s = v.iter().take(NAMES_SHOWN).cloned().collect::<Vec<_>>().join(", ");
+    let mut s = v
+        .iter()
+        .take(NAMES_SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
     if v.len() > NAMES_SHOWN {
         s.push_str(&format!(" and {} more", v.len() - NAMES_SHOWN));
     }

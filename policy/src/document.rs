@@ -114,7 +114,7 @@ pub fn parse(text: &str) -> Result<Policy, PolicyErrors> {
     }
     let raw: RawDoc = serde_yaml::from_str(text).map_err(|e| {
         let mut err = PolicyError::from_yaml(&e);
-        if err.message.contains("alias") {
+        if err.message.contains("alias") || err.message.contains("alphabetic or numeric") {
             err.message
                 .push_str("; a bare * starts a YAML alias: quote it, '*'");
         }

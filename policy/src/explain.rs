@@ -17,10 +17,18 @@ pub fn parse_what(s: &str) -> Result<(Proto, u16), String> {
     let (a, b) = s
         .split_once('/')
         .ok_or_else(|| format!("`{s}`: write PORT/PROTO like 5432/tcp or 53/udp, or icmp"))?;
-    let (port, proto) = if a.parse::<u16>().is_ok() { (a, b) } else { (b, a) };
+    let (port, proto) = if a.parse::<u16>().is_ok() {
+        (a, b)
+    } else {
+        (b, a)
+    };
     let proto = match Proto::parse(proto) {
         Some(p) if p.has_ports() => p,
-        _ => return Err(format!("`{s}`: the protocol is tcp or udp (icmp has no port)")),
+        _ => {
+            return Err(format!(
+                "`{s}`: the protocol is tcp or udp (icmp has no port)"
+            ));
+        }
     };
     let port = port
         .parse::<u16>()
@@ -57,7 +65,12 @@ fn suggestion(src: &NodeInfo, dst: &NodeInfo, what: Option<(Proto, u16)>) -> Str
 }
 
 /// Why `src` may (or may not) open `what` on `dst`; without `what`, everything it may open.
-pub fn explain(policy: &Policy, src: &NodeInfo, dst: &NodeInfo, what: Option<(Proto, u16)>) -> Explanation {
+pub fn explain(
+    policy: &Policy,
+    src: &NodeInfo,
+    dst: &NodeInfo,
+    what: Option<(Proto, u16)>,
+) -> Explanation {
     let (access, all_rules) = eval::access(policy, src, dst);
     let pair = format!("{} -> {}", src.name, dst.name);
     let mut lines = Vec::new();

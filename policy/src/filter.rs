@@ -76,11 +76,21 @@ pub struct PeerRef(u32);
 /// Why a view cannot become a filter (the data plane then keeps the peer closed).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ViewError {
-    #[error("peer {peer} names grant {index}, but the view has {count} grants; the view is corrupt: fetch the node's state again")]
-    BadGrant { peer: Uuid, index: u32, count: usize },
-    #[error("peer {0} appears twice in the view; the view is corrupt: fetch the node's state again")]
+    #[error(
+        "peer {peer} names grant {index}, but the view has {count} grants; the view is corrupt: fetch the node's state again"
+    )]
+    BadGrant {
+        peer: Uuid,
+        index: u32,
+        count: usize,
+    },
+    #[error(
+        "peer {0} appears twice in the view; the view is corrupt: fetch the node's state again"
+    )]
     DuplicatePeer(Uuid),
-    #[error("the view has {0} distinct port sets, the limit is {MAX_PORT_SETS}: simplify the policy's port lists")]
+    #[error(
+        "the view has {0} distinct port sets, the limit is {MAX_PORT_SETS}: simplify the policy's port lists"
+    )]
     TooManyPortSets(usize),
 }
 
@@ -203,7 +213,9 @@ impl NodeFilter {
     }
 
     pub fn peer_name(&self, peer: PeerRef) -> &str {
-        self.slots.get(peer.0 as usize).map_or("?", |s| s.name.as_str())
+        self.slots
+            .get(peer.0 as usize)
+            .map_or("?", |s| s.name.as_str())
     }
 
     #[inline]

@@ -47,7 +47,10 @@ struct List {
     tail: u32,
 }
 
-const EMPTY: List = List { head: NIL, tail: NIL };
+const EMPTY: List = List {
+    head: NIL,
+    tail: NIL,
+};
 
 fn list_of(p: Proto) -> u8 {
     match p {
@@ -58,7 +61,12 @@ fn list_of(p: Proto) -> u8 {
     }
 }
 
-const IDLE: [Duration; 4] = [TCP_FLOW_IDLE, UDP_FLOW_IDLE, ICMP_FLOW_IDLE, OTHER_FLOW_IDLE];
+const IDLE: [Duration; 4] = [
+    TCP_FLOW_IDLE,
+    UDP_FLOW_IDLE,
+    ICMP_FLOW_IDLE,
+    OTHER_FLOW_IDLE,
+];
 
 /// Counters for metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -69,10 +69,10 @@ pub mod view;
 
 pub use check::check_names;
 pub use compile::{Compiled, RouteRule};
-pub use doc_tests::{run_tests, validate};
-pub use document::{DEFAULT_DOCUMENT, default_document, parse};
 pub use decide::{Decision, inbound, inbound_bytes, outbound, outbound_bytes, prune_flows};
 pub use diff::{DiffEntry, ReachDiff, reach_diff};
+pub use doc_tests::{run_tests, validate};
+pub use document::{DEFAULT_DOCUMENT, default_document, parse};
 pub use error::{ErrorKind, Location, PolicyError, PolicyErrors};
 pub use explain::{Explanation, explain, parse_what};
 pub use filter::{NodeFilter, PeerRef, ViewError};

@@ -27,18 +27,30 @@ pub struct Inner {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Icmp {
-    EchoRequest { id: u16 },
-    EchoReply { id: u16 },
+    EchoRequest {
+        id: u16,
+    },
+    EchoReply {
+        id: u16,
+    },
     /// Destination unreachable, packet too big, time exceeded, parameter problem; `None`
     /// when the quoted header does not parse.
     Error(Option<Inner>),
-    Other { kind: u8 },
+    Other {
+        kind: u8,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum L4 {
-    Tcp { sport: u16, dport: u16 },
-    Udp { sport: u16, dport: u16 },
+    Tcp {
+        sport: u16,
+        dport: u16,
+    },
+    Udp {
+        sport: u16,
+        dport: u16,
+    },
     Icmp(Icmp),
     Other(u8),
     /// A fragment other than the first, of this IP protocol.
@@ -253,7 +265,11 @@ fn inner(b: &[u8]) -> Option<Inner> {
     let t = b.get(ip.l4_at..)?;
     let (proto, sport, dport) = match ip.proto {
         TCP | UDP => {
-            let p = if ip.proto == TCP { Proto::Tcp } else { Proto::Udp };
+            let p = if ip.proto == TCP {
+                Proto::Tcp
+            } else {
+                Proto::Udp
+            };
             (p, be16(t, 0)?, be16(t, 2)?)
         }
         ICMP4 | ICMP6 => (Proto::Icmp, be16(t, 4)?, 0),

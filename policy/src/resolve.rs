@@ -25,7 +25,9 @@ impl<'a> Resolver<'a> {
         let mut tags: HashMap<&str, BitSet> = HashMap::new();
         for (i, node) in inv.nodes.iter().enumerate() {
             for t in &node.tags {
-                tags.entry(t.as_str()).or_insert_with(|| BitSet::new(n)).insert(i);
+                tags.entry(t.as_str())
+                    .or_insert_with(|| BitSet::new(n))
+                    .insert(i);
             }
         }
         Self {
@@ -50,7 +52,11 @@ impl<'a> Resolver<'a> {
         let n = self.inv.nodes.len();
         match a {
             Atom::All => BitSet::full(n),
-            Atom::Tag(t) => self.tags.get(t.as_str()).cloned().unwrap_or_else(|| BitSet::new(n)),
+            Atom::Tag(t) => self
+                .tags
+                .get(t.as_str())
+                .cloned()
+                .unwrap_or_else(|| BitSet::new(n)),
             Atom::Project(NameOrId::Name(s)) => self.matching(|x| &x.project_slug == s),
             Atom::Project(NameOrId::Id(id)) => self.matching(|x| &x.project_id == id),
             Atom::Node(NameOrId::Name(s)) => self.matching(|x| &x.name == s),
@@ -169,7 +175,10 @@ mod tests {
             subtract(net("10.0.0.0/8"), net("10.128.0.0/9")),
             vec![net("10.0.0.0/9")]
         );
-        assert_eq!(subtract(net("10.0.0.0/8"), net("11.0.0.0/8")), vec![net("10.0.0.0/8")]);
+        assert_eq!(
+            subtract(net("10.0.0.0/8"), net("11.0.0.0/8")),
+            vec![net("10.0.0.0/8")]
+        );
         assert!(subtract(net("10.1.0.0/16"), net("10.0.0.0/8")).is_empty());
         let rest = subtract(net("10.0.0.0/8"), net("10.1.2.0/24"));
         assert_eq!(rest.len(), 16);
