@@ -124,5 +124,21 @@ pub fn reach_diff(old: &Compiled, new: &Compiled) -> ReachDiff {
             });
         }
     }
-    ReachDiff { entries }
+    // Lines with the same sources and the same change become one.
+    let mut merged: Vec<DiffEntry> = Vec::new();
+    let mut at: HashMap<(Vec<String>, Access, Access), usize> = HashMap::new();
+    for e in entries {
+        let key = (e.srcs.clone(), e.gained.clone(), e.lost.clone());
+        match at.get(&key) {
+            Some(&i) => {
+                merged[i].dsts.extend(e.dsts);
+                merged[i].pairs += e.pairs;
+            }
+            None => {
+                at.insert(key, merged.len());
+                merged.push(e);
+            }
+        }
+    }
+    ReachDiff { entries: merged }
 }
