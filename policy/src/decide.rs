@@ -174,6 +174,7 @@ pub fn inbound(
         L4::LaterFragment(_) => return Decision::Accept(Accept::LaterFragment),
     };
     match (ok, pkt.l4) {
+        (true, L4::Icmp(Icmp::EchoReply { .. })) => Decision::Accept(Accept::Reply),
         (true, L4::Icmp(_)) => Decision::Accept(Accept::Rule),
         (true, _) => Decision::Accept(Accept::Reply),
         (false, _) => no_rule(pkt),
