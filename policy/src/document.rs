@@ -7,9 +7,8 @@ use serde::Deserialize;
 use serde_yaml::Value;
 
 use crate::error::{Collector, ErrorKind, Location, PolicyError, PolicyErrors};
-use crate::limits::{
-    MAX_DECLARED_TAGS, MAX_DOCUMENT_BYTES, MAX_GROUPS, MAX_LIST_LEN, MAX_RULES, MAX_TESTS,
-};
+use crate::fields::{scalar, selectors, strings};
+use crate::limits::{MAX_DECLARED_TAGS, MAX_DOCUMENT_BYTES, MAX_GROUPS, MAX_RULES, MAX_TESTS};
 use crate::locate::Locator;
 use crate::model::{Expect, Group, Policy, PolicyTest, Rule};
 use crate::ports::{PortRange, PortSet, Proto, ProtoSet};
@@ -337,84 +336,4 @@ fn test(
         expect,
         at,
     })
-}
-
-/// A YAML scalar as text (`5432` and `"5432"` alike).
-fn scalar(v: &Value) -> Option<String> {
-    match v {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    }
-}
-
-/// A scalar or a list of scalars, as text.
-fn strings(
-    v: &Value,
-    field: &str,
-    bad: &dyn Fn(String) -> PolicyError,
-    errs: &mut Collector,
-) -> Vec<String> {
-    let items: Vec<&Value> = match v {
-        Value::Sequence(s) => s.iter().collect(),
-        other => vec![other],
-    };
-    if items.is_empty() {
-        errs.push(bad(format!(
-            "`{field}` is an empty list: name at least one"
-        )));
-    }
-    if items.len() > MAX_LIST_LEN {
-        errs.push(bad(format!(
-            "`{field}` has {} entries, the limit is {MAX_LIST_LEN}",
-            items.len()
-        )));
-        return Vec::new();
-    }
-    items
-        .into_iter()
-        .filter_map(|i| {
-            let s = scalar(i);
-            if s.is_none() {
-                errs.push(bad(format!(
-                    "`{field}` takes a word, a number or a list of them"
-                )));
-            }
-            s
-        })
-        .collect()
-}
-
-/// A selector or a list of selectors, each located in the text.
-fn selectors(
-    v: &Value,
-    what: &str,
-    at: Location,
-    until: u32,
-    loc: &Locator,
-    errs: &mut Collector,
-) -> Vec<Selector> {
-    let bad = |msg: String| PolicyError::new(ErrorKind::Invalid, at, format!("{what}: {msg}"));
-    let mut out = Vec::new();
-    let mut from = at;
-    for s in strings(v, "selector", &bad, errs) {
-        let place = loc.find(&s, from, until);
-        from = place;
-        match selector::parse(&s) {
-            Ok(mut sel) => {
-                sel.at = place;
-                out.push(sel);
-            }
-            Err(e) => errs.push(PolicyError::new(
-                if e.message.contains("limit") {
-                    ErrorKind::Limit
-                } else {
-                    ErrorKind::Invalid
-                },
-                place.shifted(e.offset),
-                format!("{what}: {}", e.message),
-            )),
-        }
-    }
-    out
 }

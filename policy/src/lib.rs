@@ -29,7 +29,7 @@
 //! | [`selector`] | the selector grammar (`tag:`, `project:`, `node:`, `group:`, `*`, CIDR, `-`) |
 //! | [`ports`] | protocols, port ranges and sets, [`Access`] (what one node may open on another) |
 //! | [`model`] | the parsed document: [`Policy`], [`Rule`], [`Group`], [`PolicyTest`] |
-//! | `groups`, `locate` | group checks (unknown, cycles, depth); line and column lookup |
+//! | `groups`, `locate`, `fields` | group checks (unknown, cycles, depth); line and column lookup; field readers |
 //! | [`check`] | names against the Domain (unknown project, node, tag) |
 //! | [`doc_tests`] | running the document's tests; [`validate`] = parse + names + tests |
 //! | [`inventory`] | the Domain's nodes and Projects as the compiler sees them |
@@ -54,6 +54,7 @@ pub mod document;
 pub mod error;
 pub mod eval;
 pub mod explain;
+mod fields;
 pub mod filter;
 pub mod flow;
 mod groups;
