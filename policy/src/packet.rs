@@ -164,30 +164,25 @@ fn ip_header(b: &[u8], whole: bool) -> Result<(Ip, usize), PacketError> {
             let mut at = 40;
             let mut frag_offset = 0;
             let mut walked = 0;
-            loop {
-                match next {
-                    0 | 43 | 60 | 51 | 44 => {
-                        walked += 1;
-                        if walked > MAX_IPV6_EXT_HEADERS {
-                            return Err(PacketError::TooManyExtensionHeaders);
-                        }
-                        let h = b.get(at..(at + 8).min(end)).filter(|h| h.len() == 8);
-                        let h = h.ok_or(PacketError::Truncated)?;
-                        let len = match next {
-                            44 => {
-                                frag_offset = be16(h, 2).unwrap_or(0) >> 3;
-                                8
-                            }
-                            51 => (usize::from(h[1]) + 2) * 4,
-                            _ => (usize::from(h[1]) + 1) * 8,
-                        };
-                        next = h[0];
-                        at += len;
-                        if frag_offset > 0 {
-                            break;
-                        }
+            while matches!(next, 0 | 43 | 60 | 51 | 44) {
+                walked += 1;
+                if walked > MAX_IPV6_EXT_HEADERS {
+                    return Err(PacketError::TooManyExtensionHeaders);
+                }
+                let h = b.get(at..(at + 8).min(end)).filter(|h| h.len() == 8);
+                let h = h.ok_or(PacketError::Truncated)?;
+                let len = match next {
+                    44 => {
+                        frag_offset = be16(h, 2).unwrap_or(0) >> 3;
+                        8
                     }
-                    _ => break,
+                    51 => (usize::from(h[1]) + 2) * 4,
+                    _ => (usize::from(h[1]) + 1) * 8,
+                };
+                next = h[0];
+                at += len;
+                if frag_offset > 0 {
+                    break;
                 }
             }
             let ip = Ip {

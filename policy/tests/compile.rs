@@ -1,5 +1,6 @@
 //! Table tests of the compiler: per node, the peer set and what the filter lets in, checked
 //! against the plain evaluator on every row; explain and the reachability diff.
+#![allow(clippy::unwrap_used)] // test helpers: a failure here is a test failure
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! The document: what parses, what is refused, and that every refusal says where (line
 //! and column) and what to do.
+#![allow(clippy::unwrap_used)] // test helpers: a failure here is a test failure
 
 mod common;
 

@@ -2,6 +2,7 @@
 //! subtraction, ports, protocols) and inventories, every node's compiled filter agrees
 //! with the plain evaluator on every pair and packet kind, and so does the peer set. And
 //! no input makes the parsers panic.
+#![allow(clippy::unwrap_used)] // test helpers: a failure here is a test failure
 
 mod common;
 

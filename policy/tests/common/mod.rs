@@ -1,6 +1,6 @@
 //! Inventories for the tests: nodes by name, Project and tags, addresses from the name's
 //! position.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used)] // test helpers: a failure here is a test failure
 
 use std::net::{Ipv4Addr, Ipv6Addr};
 
