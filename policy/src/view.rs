@@ -54,6 +54,35 @@ impl NodeView {
     pub fn grant(&self, index: Option<u32>) -> Option<&Grant> {
         index.and_then(|i| self.grants.get(i as usize))
     }
+
+    /// The filter as lines a person reads (what `plexd policy` shows), one per peer and
+    /// direction: `from web (10.64.0.1): may open tcp 5432 (rule lines 2)`.
+    pub fn describe(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for p in &self.peers {
+            let addrs: Vec<String> = p.addrs.iter().map(|a| a.to_string()).collect();
+            let who = format!("{} ({})", p.name, addrs.join(", "));
+            for (dir, g) in [("from", p.inbound), ("to", p.outbound)] {
+                if let Some(g) = self.grant(g) {
+                    let lines: Vec<String> = g.lines.iter().map(|l| l.to_string()).collect();
+                    let verb = if dir == "from" {
+                        "may open here"
+                    } else {
+                        "this node may open"
+                    };
+                    out.push(format!(
+                        "{dir} {who}: {verb} {} (rule lines {})",
+                        g.access,
+                        lines.join(", ")
+                    ));
+                }
+            }
+        }
+        if out.is_empty() {
+            out.push("no peers: no rule connects this node to another".to_string());
+        }
+        out
+    }
 }
 
 #[derive(Default)]

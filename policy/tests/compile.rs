@@ -131,6 +131,44 @@ fn the_peer_set_holds_exactly_the_nodes_a_rule_connects_either_way() {
     assert!(json.contains("5432"));
 }
 
+#[test]
+fn a_view_describes_itself_and_a_corrupt_view_yields_no_filter() {
+    let inv = common::web_db_ci();
+    let c = Compiled::new(&parse(WEB_TO_DB).unwrap(), &inv);
+    let mut v = c.node_view(common::node(&inv, "db").id).unwrap();
+    assert_eq!(
+        v.describe(),
+        vec!["from web (10.64.0.1, fd00::1): may open here tcp 5432 (rule lines 2)"]
+    );
+    let ci = c.node_view(common::node(&inv, "ci").id).unwrap();
+    assert_eq!(
+        ci.describe(),
+        vec!["no peers: no rule connects this node to another"]
+    );
+    v.peers[0].inbound = Some(7);
+    assert!(matches!(
+        NodeFilter::new(&v),
+        Err(plexsphere_policy::ViewError::BadGrant { index: 7, .. })
+    ));
+    v.peers[0].inbound = Some(0);
+    v.peers.push(v.peers[0].clone());
+    assert!(matches!(
+        NodeFilter::new(&v),
+        Err(plexsphere_policy::ViewError::DuplicatePeer(_))
+    ));
+    // A closed filter lets nothing in.
+    let closed = NodeFilter::closed(v.node, v.addrs.clone());
+    let syn = packet(&inv, "web", "db", Proto::Tcp, 1, 5432);
+    let d = inbound(
+        &closed,
+        closed.peer(&common::node(&inv, "web").id),
+        &syn,
+        &mut FlowTable::default(),
+        Instant::now(),
+    );
+    assert_eq!(d, Decision::Drop(Drop::UnknownPeer));
+}
+
 fn serde_json_like(v: &plexsphere_policy::NodeView) -> String {
     serde_yaml::to_string(v).unwrap()
 }

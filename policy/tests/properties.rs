@@ -11,7 +11,8 @@ use std::time::Instant;
 use plexsphere_policy::eval::{self, Verdict};
 use plexsphere_policy::packet::{Icmp, L4};
 use plexsphere_policy::{
-    Compiled, FlowTable, Inventory, NodeFilter, Packet, Proto, inbound, parse, parse_packet,
+    Compiled, FlowKey, FlowTable, Inventory, NodeFilter, Packet, Proto, inbound, parse,
+    parse_packet, reach_diff,
 };
 use proptest::prelude::*;
 
@@ -170,6 +171,61 @@ proptest! {
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn the_diff_agrees_with_pairwise_access(old in document(), new in document(), spec in inventory_strategy()) {
+        let (po, pn) = (parse(&old).unwrap(), parse(&new).unwrap());
+        let inv = build_inventory(&spec);
+        let diff = reach_diff(&Compiled::new(&po, &inv), &Compiled::new(&pn, &inv));
+        let mut seen = std::collections::HashMap::new();
+        for e in &diff.entries {
+            for s in &e.srcs {
+                for d in &e.dsts {
+                    if s != d {
+                        prop_assert!(seen.insert((s.clone(), d.clone()), (e.gained.clone(), e.lost.clone())).is_none());
+                    }
+                }
+            }
+        }
+        for s in &inv.nodes {
+            for d in &inv.nodes {
+                if s.id == d.id {
+                    continue;
+                }
+                let (a, b) = (eval::access(&po, s, d).0, eval::access(&pn, s, d).0);
+                let want = (b.minus(&a), a.minus(&b));
+                let got = seen.remove(&(s.name.clone(), d.name.clone()));
+                if want.0.is_empty() && want.1.is_empty() {
+                    prop_assert!(got.is_none(), "{} -> {} listed without a change", s.name, d.name);
+                } else {
+                    prop_assert_eq!(got, Some(want), "{} -> {}", s.name, d.name);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_flow_table_stays_bounded_and_answers_only_for_opened_flows(
+        ops in prop::collection::vec((any::<bool>(), 0..4u8, 0..6u16, 0..400u64), 0..200),
+        cap in 1..8usize,
+    ) {
+        let t0 = Instant::now();
+        let mut table = FlowTable::new(cap);
+        let mut opened = std::collections::HashSet::new();
+        let mut now = t0;
+        for (open, proto, port, step) in ops {
+            now += std::time::Duration::from_secs(step);
+            let proto = [Proto::Tcp, Proto::Udp, Proto::Icmp, Proto::Other(47)][usize::from(proto)];
+            let key = FlowKey { proto, local: "10.64.0.1".parse().unwrap(), local_port: port, remote: "10.64.0.2".parse().unwrap(), remote_port: 9 };
+            if open {
+                table.opened(key, now);
+                opened.insert(key);
+            } else if table.reply(&key, now) {
+                prop_assert!(opened.contains(&key));
+            }
+            prop_assert!(table.len() <= cap);
         }
     }
 
