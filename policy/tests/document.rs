@@ -347,3 +347,22 @@ tests:
         "{e}"
     );
 }
+
+#[test]
+fn alias_bombs_and_deep_nesting_are_refused_not_expanded() {
+    let mut bomb = String::from(
+        "groups:\n  g0: &a0 [tag:x, tag:x, tag:x, tag:x, tag:x, tag:x, tag:x, tag:x, tag:x, tag:x]\n",
+    );
+    for i in 1..9 {
+        let refs = vec![format!("*a{}", i - 1); 10].join(", ");
+        bomb.push_str(&format!("  g{i}: &a{i} [{refs}]\n"));
+    }
+    bomb.push_str("rules: []\n");
+    let (k, _, msg) = first(&parse(&bomb).unwrap_err());
+    assert_eq!(k, ErrorKind::Syntax);
+    assert!(msg.contains("repetition limit"), "{msg}");
+    let deep = format!("groups:\n  g: {}{}\n", "[".repeat(5000), "]".repeat(5000));
+    let (k, _, msg) = first(&parse(&deep).unwrap_err());
+    assert_eq!(k, ErrorKind::Syntax);
+    assert!(msg.contains("recursion limit"), "{msg}");
+}
