@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 
 use ipnet::IpNet;
+use uuid::Uuid;
 
 use crate::bitset::BitSet;
 use crate::inventory::Inventory;
@@ -12,56 +13,112 @@ use crate::limits::MAX_GROUP_DEPTH;
 use crate::model::Policy;
 use crate::selector::{Atom, NameOrId, Selector};
 
+/// Where each node is, by every key a selector can name, so an atom costs the size of its
+/// answer plus one bitset, never a scan of the inventory.
+#[derive(Default)]
+struct Index<'a> {
+    tags: HashMap<&'a str, Vec<usize>>,
+    names: HashMap<&'a str, Vec<usize>>,
+    ids: HashMap<Uuid, Vec<usize>>,
+    slugs: HashMap<&'a str, Vec<usize>>,
+    projects: HashMap<Uuid, Vec<usize>>,
+    /// Mesh addresses, sorted, for CIDR ranges.
+    v4: Vec<(u32, usize)>,
+    v6: Vec<(u128, usize)>,
+}
+
 pub(crate) struct Resolver<'a> {
     policy: &'a Policy,
     inv: &'a Inventory,
-    tags: HashMap<&'a str, BitSet>,
+    index: Index<'a>,
     groups: HashMap<String, BitSet>,
 }
 
 impl<'a> Resolver<'a> {
     pub fn new(policy: &'a Policy, inv: &'a Inventory) -> Self {
-        let n = inv.nodes.len();
-        let mut tags: HashMap<&str, BitSet> = HashMap::new();
+        let mut index = Index::default();
         for (i, node) in inv.nodes.iter().enumerate() {
             for t in &node.tags {
-                tags.entry(t.as_str())
-                    .or_insert_with(|| BitSet::new(n))
-                    .insert(i);
+                index.tags.entry(t.as_str()).or_default().push(i);
+            }
+            index.names.entry(node.name.as_str()).or_default().push(i);
+            index.ids.entry(node.id).or_default().push(i);
+            index
+                .slugs
+                .entry(node.project_slug.as_str())
+                .or_default()
+                .push(i);
+            index.projects.entry(node.project_id).or_default().push(i);
+            if let Some(a) = node.ipv4 {
+                index.v4.push((u32::from(a), i));
+            }
+            if let Some(a) = node.ipv6 {
+                index.v6.push((u128::from(a), i));
             }
         }
+        index.v4.sort_unstable();
+        index.v6.sort_unstable();
         Self {
             policy,
             inv,
-            tags,
+            index,
             groups: HashMap::new(),
         }
     }
 
-    fn matching(&self, f: impl Fn(&crate::inventory::NodeInfo) -> bool) -> BitSet {
+    fn set(&self, members: impl IntoIterator<Item = usize>) -> BitSet {
         let mut s = BitSet::new(self.inv.nodes.len());
-        for (i, node) in self.inv.nodes.iter().enumerate() {
-            if f(node) {
-                s.insert(i);
-            }
+        for i in members {
+            s.insert(i);
         }
         s
+    }
+
+    fn listed(&self, map: &HashMap<&str, Vec<usize>>, key: &str) -> BitSet {
+        self.set(map.get(key).into_iter().flatten().copied())
+    }
+
+    fn by_id(&self, map: &HashMap<Uuid, Vec<usize>>, key: &Uuid) -> BitSet {
+        self.set(map.get(key).into_iter().flatten().copied())
+    }
+
+    /// The nodes whose mesh address is inside `net` (two binary searches).
+    fn cidr(&self, net: &IpNet) -> BitSet {
+        fn range<T: Ord + Copy>(v: &[(T, usize)], lo: T, hi: T) -> &[(T, usize)] {
+            let a = v.partition_point(|&(x, _)| x < lo);
+            let b = v.partition_point(|&(x, _)| x <= hi);
+            v.get(a..b.max(a)).unwrap_or(&[])
+        }
+        match net {
+            IpNet::V4(n) => {
+                let r = range(
+                    &self.index.v4,
+                    u32::from(n.network()),
+                    u32::from(n.broadcast()),
+                );
+                self.set(r.iter().map(|&(_, i)| i))
+            }
+            IpNet::V6(n) => {
+                let r = range(
+                    &self.index.v6,
+                    u128::from(n.network()),
+                    u128::from(n.broadcast()),
+                );
+                self.set(r.iter().map(|&(_, i)| i))
+            }
+        }
     }
 
     fn atom(&mut self, a: &Atom, depth: usize) -> BitSet {
         let n = self.inv.nodes.len();
         match a {
             Atom::All => BitSet::full(n),
-            Atom::Tag(t) => self
-                .tags
-                .get(t.as_str())
-                .cloned()
-                .unwrap_or_else(|| BitSet::new(n)),
-            Atom::Project(NameOrId::Name(s)) => self.matching(|x| &x.project_slug == s),
-            Atom::Project(NameOrId::Id(id)) => self.matching(|x| &x.project_id == id),
-            Atom::Node(NameOrId::Name(s)) => self.matching(|x| &x.name == s),
-            Atom::Node(NameOrId::Id(id)) => self.matching(|x| &x.id == id),
-            Atom::Cidr(net) => self.matching(|x| x.addrs().any(|ip| net.contains(&ip))),
+            Atom::Tag(t) => self.listed(&self.index.tags, t.as_str()),
+            Atom::Project(NameOrId::Name(s)) => self.listed(&self.index.slugs, s.as_str()),
+            Atom::Project(NameOrId::Id(id)) => self.by_id(&self.index.projects, id),
+            Atom::Node(NameOrId::Name(s)) => self.listed(&self.index.names, s.as_str()),
+            Atom::Node(NameOrId::Id(id)) => self.by_id(&self.index.ids, id),
+            Atom::Cidr(net) => self.cidr(net),
             Atom::Group(g) => {
                 if let Some(s) = self.groups.get(g) {
                     return s.clone();
