@@ -40,7 +40,7 @@
 //! | [`packet`] | raw IPv4/IPv6 bytes -> [`Packet`] (addresses, TCP/UDP ports, ICMP echo id) |
 //! | [`flow`] | [`FlowTable`]: flows this node opened, bounded, idle timeouts, O(1) |
 //! | [`decide`] | the per-packet [`Decision`] (inbound and outbound) with its reason |
-//! | [`explain`] | why A may (not) reach B: the rule and line, or the rule that would |
+//! | [`mod@explain`] | why A may (not) reach B: the rule and line, or the rule that would |
 //! | [`diff`] | [`reach_diff`]: which node pairs gain or lose which ports, as lines |
 //! | [`error`] | [`PolicyError`] with [`Location`]; [`limits`]: every bound |
 
