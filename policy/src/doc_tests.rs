@@ -4,7 +4,7 @@
 //! tried with a stand-in node that has just that tag (or Project), so a document can be
 //! tested before its nodes exist (`plexctl policy test` offline).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use uuid::Uuid;
 
@@ -114,16 +114,24 @@ fn run_one(
             } else {
                 Expect::Deny
             };
-            let non_self = smembers
+            // Pairs other than a node to itself, counted without walking them all.
+            let dids: HashSet<Uuid> = dmembers.iter().map(|&d| dsts[d].id).collect();
+            let both = smembers
                 .iter()
-                .flat_map(|&s| dmembers.iter().map(move |&d| (s, d)))
-                .filter(|&(s, d)| srcs[s].id != dsts[d].id);
-            let n = non_self.clone().count();
+                .filter(|&&s| dids.contains(&srcs[s].id))
+                .count();
+            let n = smembers.len() * dmembers.len() - both;
             pairs += n;
             if got != t.expect && n > 0 {
                 failing += n;
                 if first.is_none() {
-                    first = non_self.take(1).next().map(|(s, d)| (s, d, rule));
+                    first = smembers
+                        .iter()
+                        .find_map(|&s| {
+                            let d = dmembers.iter().find(|&&d| dsts[d].id != srcs[s].id)?;
+                            Some((s, *d))
+                        })
+                        .map(|(s, d)| (s, d, rule));
                 }
             }
         }

@@ -207,6 +207,36 @@ proptest! {
     }
 
     #[test]
+    fn document_tests_agree_with_every_pair(
+        doc in document(),
+        spec in inventory_strategy(),
+        sides in (atom(3), atom(3)),
+        probe in prop::sample::select(PROBES.to_vec()),
+        accept in any::<bool>(),
+    ) {
+        let inv = build_inventory(&spec);
+        let (proto, port) = probe;
+        prop_assume!(!matches!(proto, Proto::Other(_)));
+        let expect = if accept { "accept" } else { "deny" };
+        let port_field = if proto.has_ports() { format!(", port: {port}") } else { String::new() };
+        let full = format!(
+            "{doc}tests:\n  - {{src: {}, dst: {}, proto: {proto}{port_field}, expect: {expect}}}\n",
+            sides.0, sides.1
+        );
+        let policy = parse(&full).map_err(|e| TestCaseError::fail(format!("{full}\n{e}")))?;
+        let t = &policy.tests[0];
+        let srcs: Vec<_> = inv.nodes.iter().filter(|n| eval::selects(&policy, &t.src, n)).collect();
+        let dsts: Vec<_> = inv.nodes.iter().filter(|n| eval::selects(&policy, &t.dst, n)).collect();
+        let pairs: Vec<_> = srcs.iter().flat_map(|s| dsts.iter().map(move |d| (*s, *d))).filter(|(s, d)| s.id != d.id).collect();
+        prop_assume!(!srcs.is_empty() && !dsts.is_empty() && !pairs.is_empty());
+        let all_hold = pairs.iter().all(|(s, d)| {
+            (eval::decide(&policy, s, d, proto, port) != Verdict::Deny) == accept
+        });
+        let ran = plexsphere_policy::run_tests(&policy, &inv);
+        prop_assert_eq!(ran.is_ok(), all_hold, "{}\n{:?}", full, ran);
+    }
+
+    #[test]
     fn the_flow_table_stays_bounded_and_answers_only_for_opened_flows(
         ops in prop::collection::vec((any::<bool>(), 0..4u8, 0..6u16, 0..400u64), 0..200),
         cap in 1..8usize,
