@@ -172,6 +172,19 @@ fn compile(c: &mut Criterion) {
     g.bench_function("one_node_view_of_10000", |b| {
         b.iter(|| compiled.node_view(black_box(id)))
     });
+    let on_demand = compiled.clone().untabulated();
+    g.bench_function("one_node_view_of_10000_untabulated", |b| {
+        b.iter(|| on_demand.node_view(black_box(id)))
+    });
+    g.bench_function("all_10000_views", |b| {
+        b.iter(|| {
+            inv.nodes
+                .iter()
+                .filter_map(|n| compiled.node_view(n.id))
+                .map(|v| v.peers.len())
+                .sum::<usize>()
+        })
+    });
     g.finish();
 }
 

@@ -44,6 +44,10 @@ pub struct RouteRule {
     pub access: Access,
 }
 
+fn to_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
 /// One side's partition of the nodes into classes.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Side {
@@ -88,7 +92,17 @@ pub struct Compiled {
     pub(crate) src: Side,
     pub(crate) dst: Side,
     routes: Vec<RouteRule>,
+    /// The grant of every (source class, destination class) pair, when there are at most
+    /// [`CLASS_TABLE_MAX`] pairs: an index into `table_grants` (or `NO_GRANT`), row-major
+    /// by source class. With it a node's view costs one step per class and per node.
+    pub(crate) table: Option<Vec<u32>>,
+    pub(crate) table_grants: Vec<crate::view::Grant>,
 }
+
+/// Class pairs up to which [`Compiled::new`] tabulates every pair's grant (a real fleet has
+/// a few hundred; past this, views compute their pairs on demand).
+pub const CLASS_TABLE_MAX: usize = 65_536;
+pub(crate) const NO_GRANT: u32 = u32::MAX;
 
 impl Compiled {
     pub fn new(policy: &Policy, inv: &Inventory) -> Compiled {
@@ -113,7 +127,7 @@ impl Compiled {
             dst_sets.push(resolver.nodes(&r.dst));
         }
         let n = inv.nodes.len();
-        Compiled {
+        let mut c = Compiled {
             nodes: inv.nodes.clone(),
             by_id: inv
                 .nodes
@@ -132,7 +146,46 @@ impl Compiled {
             src: Side::build(n, &src_sets),
             dst: Side::build(n, &dst_sets),
             routes,
+            table: None,
+            table_grants: Vec::new(),
+        };
+        c.tabulate();
+        c
+    }
+
+    /// The same policy without the class table, so views compute their pairs on demand (what
+    /// a fleet with more than [`CLASS_TABLE_MAX`] class pairs gets); for tests and benches.
+    pub fn untabulated(mut self) -> Compiled {
+        self.table = None;
+        self.table_grants = Vec::new();
+        self
+    }
+
+    fn tabulate(&mut self) {
+        let (s, d) = (self.src.sigs.len(), self.dst.sigs.len());
+        if s.saturating_mul(d) > CLASS_TABLE_MAX {
+            return;
         }
+        let mut index: HashMap<crate::view::Grant, u32> = HashMap::new();
+        let mut grants = Vec::new();
+        let mut table = Vec::with_capacity(s * d);
+        for sc in 0..s {
+            for dc in 0..d {
+                let (access, lines) = self.class_access(to_u32(sc), to_u32(dc));
+                if access.is_empty() {
+                    table.push(NO_GRANT);
+                    continue;
+                }
+                let g = crate::view::Grant { access, lines };
+                let id = *index.entry(g.clone()).or_insert_with(|| {
+                    grants.push(g);
+                    to_u32(grants.len() - 1)
+                });
+                table.push(id);
+            }
+        }
+        self.table = Some(table);
+        self.table_grants = grants;
     }
 
     pub fn nodes(&self) -> &[NodeInfo] {

@@ -9,7 +9,7 @@ use std::net::IpAddr;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::compile::Compiled;
+use crate::compile::{Compiled, NO_GRANT};
 use crate::ports::Access;
 
 /// What one peer may open, with the lines of the rules that allow it.
@@ -85,6 +85,10 @@ impl NodeView {
     }
 }
 
+fn to_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
 #[derive(Default)]
 struct Interner {
     grants: Vec<Grant>,
@@ -109,22 +113,41 @@ impl Compiled {
         let me = self.node_index(id)?;
         let (my_src, my_dst) = (self.src.class[me], self.dst.class[me]);
         let mut interner = Interner::default();
-        let mut grant_of = |acc: Access, lines: Vec<u32>| {
-            (!acc.is_empty()).then(|| interner.add(Grant { access: acc, lines }))
+        let (s_count, d_count) = (self.src.sigs.len(), self.dst.sigs.len());
+        let (inbound, outbound): (Vec<Option<u32>>, Vec<Option<u32>>) = match &self.table {
+            // Tabulated: look the pairs up, interning each global grant once.
+            Some(table) => {
+                let mut local: HashMap<u32, u32> = HashMap::new();
+                let mut pick = |global: u32| {
+                    (global != NO_GRANT).then(|| {
+                        *local.entry(global).or_insert_with(|| {
+                            interner.add(self.table_grants[global as usize].clone())
+                        })
+                    })
+                };
+                let inb = (0..s_count)
+                    .map(|sc| pick(table[sc * d_count + my_dst as usize]))
+                    .collect();
+                let out = (0..d_count)
+                    .map(|dc| pick(table[my_src as usize * d_count + dc]))
+                    .collect();
+                (inb, out)
+            }
+            // Inbound depends only on the peer's source class, outbound on its destination
+            // class.
+            None => {
+                let mut grant_of = |(acc, lines): (Access, Vec<u32>)| {
+                    (!acc.is_empty()).then(|| interner.add(Grant { access: acc, lines }))
+                };
+                let inb = (0..s_count)
+                    .map(|sc| grant_of(self.class_access(to_u32(sc), my_dst)))
+                    .collect();
+                let out = (0..d_count)
+                    .map(|dc| grant_of(self.class_access(my_src, to_u32(dc))))
+                    .collect();
+                (inb, out)
+            }
         };
-        // Inbound depends only on the peer's source class, outbound on its destination class.
-        let inbound: Vec<Option<u32>> = (0..self.src.sigs.len())
-            .map(|sc| {
-                let (a, l) = self.class_access(u32::try_from(sc).unwrap_or(u32::MAX), my_dst);
-                grant_of(a, l)
-            })
-            .collect();
-        let outbound: Vec<Option<u32>> = (0..self.dst.sigs.len())
-            .map(|dc| {
-                let (a, l) = self.class_access(my_src, u32::try_from(dc).unwrap_or(u32::MAX));
-                grant_of(a, l)
-            })
-            .collect();
         let peers = self
             .nodes
             .iter()

@@ -143,9 +143,12 @@ proptest! {
         let policy = parse(&doc).map_err(|e| TestCaseError::fail(format!("{doc}\n{e}")))?;
         let inv = build_inventory(&spec);
         let c = Compiled::new(&policy, &inv);
+        let untabulated = c.clone().untabulated();
         let now = Instant::now();
         for dst in &inv.nodes {
             let view = c.node_view(dst.id).unwrap();
+            let on_demand = untabulated.node_view(dst.id);
+            prop_assert_eq!(Some(&view), on_demand.as_ref());
             let filter = NodeFilter::new(&view).unwrap();
             for src in &inv.nodes {
                 if src.id == dst.id {
