@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 
 use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::bitset::BitSet;
@@ -20,6 +21,13 @@ use crate::inventory::{Inventory, NodeInfo};
 use crate::model::Policy;
 use crate::ports::Access;
 use crate::resolve::Resolver;
+
+/// What one peer may open, with the lines of the rules that allow it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Grant {
+    pub access: Access,
+    pub lines: Vec<u32>,
+}
 
 /// What one rule grants, and where it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,7 +104,7 @@ pub struct Compiled {
     /// [`CLASS_TABLE_MAX`] pairs: an index into `table_grants` (or `NO_GRANT`), row-major
     /// by source class. With it a node's view costs one step per class and per node.
     pub(crate) table: Option<Vec<u32>>,
-    pub(crate) table_grants: Vec<crate::view::Grant>,
+    pub(crate) table_grants: Vec<Grant>,
 }
 
 /// Class pairs up to which [`Compiled::new`] tabulates every pair's grant (a real fleet has
@@ -166,7 +174,7 @@ impl Compiled {
         if s.saturating_mul(d) > CLASS_TABLE_MAX {
             return;
         }
-        let mut index: HashMap<crate::view::Grant, u32> = HashMap::new();
+        let mut index: HashMap<Grant, u32> = HashMap::new();
         let mut grants = Vec::new();
         let mut table = Vec::with_capacity(s * d);
         for sc in 0..s {
@@ -176,7 +184,7 @@ impl Compiled {
                     table.push(NO_GRANT);
                     continue;
                 }
-                let g = crate::view::Grant { access, lines };
+                let g = Grant { access, lines };
                 let id = *index.entry(g.clone()).or_insert_with(|| {
                     grants.push(g);
                     to_u32(grants.len() - 1)

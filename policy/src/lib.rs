@@ -69,7 +69,7 @@ pub mod selector;
 pub mod view;
 
 pub use check::check_names;
-pub use compile::{Compiled, RouteRule};
+pub use compile::{Compiled, Grant, RouteRule};
 pub use decide::{Decision, inbound, inbound_bytes, outbound, outbound_bytes, prune_flows};
 pub use diff::{DiffEntry, ReachDiff, reach_diff};
 pub use doc_tests::{run_tests, validate};
@@ -82,4 +82,4 @@ pub use inventory::{Inventory, NodeInfo, ProjectInfo};
 pub use model::{Expect, Group, Policy, PolicyTest, Rule};
 pub use packet::{Packet, PacketError, parse_packet};
 pub use ports::{Access, PortRange, PortSet, Proto, ProtoSet};
-pub use view::{Grant, NodeView, PeerView};
+pub use view::{NodeView, PeerView};

@@ -9,15 +9,8 @@ use std::net::IpAddr;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::compile::{Compiled, NO_GRANT};
+use crate::compile::{Compiled, Grant, NO_GRANT};
 use crate::ports::Access;
-
-/// What one peer may open, with the lines of the rules that allow it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Grant {
-    pub access: Access,
-    pub lines: Vec<u32>,
-}
 
 /// A peer of the node: the node talks to it over WireGuard.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
