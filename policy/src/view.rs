@@ -1,0 +1,168 @@
+//! One node's share of a compiled policy: its peer set and, per peer, what the peer may
+//! open on it (inbound) and what it may open on the peer (outbound). Plain data the control
+//! plane can put into the node's signed state; plexd turns it into a
+//! [`crate::filter::NodeFilter`] for the packet path.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::compile::{Compiled, Grant, NO_GRANT};
+use crate::ports::Access;
+
+/// A peer of the node: the node talks to it over WireGuard.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PeerView {
+    pub id: Uuid,
+    pub name: String,
+    /// The peer's mesh addresses: the only sources its packets may carry.
+    pub addrs: Vec<IpAddr>,
+    /// Index into [`NodeView::grants`]: what the peer may open on this node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inbound: Option<u32>,
+    /// Index into [`NodeView::grants`]: what this node may open on the peer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outbound: Option<u32>,
+}
+
+/// A node's compiled view. Peers appear iff some rule connects them to the node in either
+/// direction (WireGuard needs both ends for replies); the grants are deduplicated.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeView {
+    pub node: Uuid,
+    /// This node's own mesh addresses (the destinations inbound packets must carry).
+    pub addrs: Vec<IpAddr>,
+    pub grants: Vec<Grant>,
+    pub peers: Vec<PeerView>,
+}
+
+impl NodeView {
+    /// The peer set's ids.
+    pub fn peer_ids(&self) -> impl Iterator<Item = Uuid> + '_ {
+        self.peers.iter().map(|p| p.id)
+    }
+
+    pub fn grant(&self, index: Option<u32>) -> Option<&Grant> {
+        index.and_then(|i| self.grants.get(i as usize))
+    }
+
+    /// The filter as lines a person reads (what `plexd policy` shows), one per peer and
+    /// direction: `from web (10.64.0.1): may open tcp 5432 (rule lines 2)`.
+    pub fn describe(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for p in &self.peers {
+            let addrs: Vec<String> = p.addrs.iter().map(|a| a.to_string()).collect();
+            let who = format!("{} ({})", p.name, addrs.join(", "));
+            for (dir, g) in [("from", p.inbound), ("to", p.outbound)] {
+                if let Some(g) = self.grant(g) {
+                    let lines: Vec<String> = g.lines.iter().map(|l| l.to_string()).collect();
+                    let verb = if dir == "from" {
+                        "may open here"
+                    } else {
+                        "this node may open"
+                    };
+                    out.push(format!(
+                        "{dir} {who}: {verb} {} (rule lines {})",
+                        g.access,
+                        lines.join(", ")
+                    ));
+                }
+            }
+        }
+        if out.is_empty() {
+            out.push("no peers: no rule connects this node to another".to_string());
+        }
+        out
+    }
+}
+
+fn to_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+#[derive(Default)]
+struct Interner {
+    grants: Vec<Grant>,
+    index: HashMap<Grant, u32>,
+}
+
+impl Interner {
+    fn add(&mut self, g: Grant) -> u32 {
+        if let Some(&i) = self.index.get(&g) {
+            return i;
+        }
+        let i = u32::try_from(self.grants.len()).unwrap_or(u32::MAX);
+        self.grants.push(g.clone());
+        self.index.insert(g, i);
+        i
+    }
+}
+
+impl Compiled {
+    /// The view of node `id`, or `None` when the inventory has no such node.
+    pub fn node_view(&self, id: Uuid) -> Option<NodeView> {
+        let me = self.node_index(id)?;
+        let (my_src, my_dst) = (self.src.class[me], self.dst.class[me]);
+        let mut interner = Interner::default();
+        let (s_count, d_count) = (self.src.sigs.len(), self.dst.sigs.len());
+        let (inbound, outbound): (Vec<Option<u32>>, Vec<Option<u32>>) = match &self.table {
+            // Tabulated: look the pairs up, interning each global grant once.
+            Some(table) => {
+                let mut local: HashMap<u32, u32> = HashMap::new();
+                let mut pick = |global: u32| {
+                    (global != NO_GRANT).then(|| {
+                        *local.entry(global).or_insert_with(|| {
+                            interner.add(self.table_grants[global as usize].clone())
+                        })
+                    })
+                };
+                let inb = (0..s_count)
+                    .map(|sc| pick(table[sc * d_count + my_dst as usize]))
+                    .collect();
+                let out = (0..d_count)
+                    .map(|dc| pick(table[my_src as usize * d_count + dc]))
+                    .collect();
+                (inb, out)
+            }
+            // Inbound depends only on the peer's source class, outbound on its destination
+            // class.
+            None => {
+                let mut grant_of = |(acc, lines): (Access, Vec<u32>)| {
+                    (!acc.is_empty()).then(|| interner.add(Grant { access: acc, lines }))
+                };
+                let inb = (0..s_count)
+                    .map(|sc| grant_of(self.class_access(to_u32(sc), my_dst)))
+                    .collect();
+                let out = (0..d_count)
+                    .map(|dc| grant_of(self.class_access(my_src, to_u32(dc))))
+                    .collect();
+                (inb, out)
+            }
+        };
+        let peers = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != me)
+            .filter_map(|(i, node)| {
+                let inb = inbound[self.src.class[i] as usize];
+                let out = outbound[self.dst.class[i] as usize];
+                (inb.is_some() || out.is_some()).then(|| PeerView {
+                    id: node.id,
+                    name: node.name.clone(),
+                    addrs: node.addrs().collect(),
+                    inbound: inb,
+                    outbound: out,
+                })
+            })
+            .collect();
+        Some(NodeView {
+            node: id,
+            addrs: self.nodes[me].addrs().collect(),
+            grants: interner.grants,
+            peers,
+        })
+    }
+}
