@@ -34,9 +34,11 @@ pub fn now_unix() -> i64 {
 pub fn token(signer: &DomainSigner, node: &NodeKey, expires_at: i64) -> Vec<u8> {
     let t = RelayToken {
         domain_id: uuid::Uuid::nil(),
-        node_id: uuid::Uuid::nil(),
+        // One node id a key: relays keep one registration a node id.
+        node_id: uuid::Uuid::from_bytes(node[..16].try_into().unwrap()),
         public_key: STANDARD.encode(node),
         expires_at,
+        key_generation: 1,
     };
     serde_json::to_vec(&signer.sign(SignContext::RelayToken, &t).unwrap()).unwrap()
 }
