@@ -155,6 +155,7 @@ fn tls_relay(
         let mut s = rustls::StreamOwned::new(conn, tcp);
         let mut pending = Vec::new();
         let mut buf = [0u8; 4096];
+        let (mut seal, mut counter) = (None, 0u64);
         loop {
             let n = match s.read(&mut buf) {
                 Ok(0) | Err(_) => return,
@@ -178,12 +179,22 @@ fn tls_relay(
                     } => {
                         let shared = plexsphere_wire::reach::shared_secret(&relay_secret, &node);
                         let _ = registered_tx
-                            .send(relay::proof_matches(&shared, &cookie, &node, &proof));
+                            .send(relay::sealed_proof_matches(&shared, &cookie, &node, &proof));
+                        seal = Some(relay::FrameKey::new(&shared));
+                        counter += 1;
                         Frame::Registered { lease_secs: 60 }
                     }
                     Frame::Send { dst, payload } => Frame::Recv { src: dst, payload },
                     Frame::Ping { nonce } => Frame::Pong { nonce },
                     _ => continue,
+                };
+                // What a relay seals for a sealed registration, sealed.
+                let answer = match (&seal, &answer) {
+                    (Some(k), Frame::Registered { .. } | Frame::Pong { .. }) => {
+                        counter += 1;
+                        k.seal(counter, &answer)
+                    }
+                    _ => answer,
                 };
                 if s.write_all(&answer.to_stream())
                     .and_then(|()| s.flush())
