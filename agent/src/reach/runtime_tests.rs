@@ -266,6 +266,24 @@ fn relayed_over_tls(udp: Option<SocketAddr>) {
         registered.recv_timeout(Duration::from_secs(10)).unwrap(),
         "the register over TLS carried a good proof"
     );
+    if let Some(udp) = udp {
+        // The connection runs over TLS: a UDP frame from the relay's address is none of its
+        // business, even one that is sealed right and newer (a relay confused about transports,
+        // or one captured and held back); over TCP it would have ended the registration.
+        use plexsphere_wire::reach::relay::{self, Frame};
+        let key = relay::FrameKey::new(&plexsphere_wire::reach::shared_secret(
+            &relay_secret,
+            &plexsphere_wire::reach::public_key(&[0x11; 32]),
+        ));
+        let expired = Frame::Refused {
+            code: relay::RefuseCode::Expired,
+            reason: "over UDP".into(),
+        };
+        let before = rt.shared.unknown_src.load(Ordering::Relaxed);
+        rt.offer(&key.seal(u64::MAX - 1, &expired).to_datagram(), udp);
+        // Dropped and counted, not handed to the connection.
+        wait(|| (rt.shared.unknown_src.load(Ordering::Relaxed) > before).then_some(()));
+    }
     let peer = PeerKey([0x22; 32]);
     // A wanted peer: relays name a datagram's sender by key prefix, which maps to wanted peers.
     rt.set_peers(vec![crate::reach::io::PeerReach {
