@@ -48,6 +48,8 @@ pub const SILENT_DOWN: Duration = Duration::from_secs(7);
 pub const MAX_QUEUED: usize = 32;
 /// An unsealed `refused` makes the node say `hello` again at most this often.
 pub const HINT_EVERY: Duration = Duration::from_secs(1);
+/// Dropped unauthentic frames are logged (with how many) at most this often.
+pub const UNAUTHENTIC_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// What the node proves and shows.
 #[derive(Clone)]
@@ -134,6 +136,8 @@ pub struct RelayConn {
     renew: bool,
     /// Sealed frames dropped (bad tag or old counter) and unsealed answers ignored.
     pub dropped_unauthentic: u64,
+    /// When the last warning about them went out, and the count then.
+    warned: Option<(Instant, u64)>,
 }
 
 impl RelayConn {
@@ -156,6 +160,7 @@ impl RelayConn {
             last_hint: None,
             renew: false,
             dropped_unauthentic: 0,
+            warned: None,
         }
     }
 
@@ -338,18 +343,18 @@ impl RelayConn {
                         return self.authentic(inner, id, now);
                     }
                     Ok(_) => {
-                        self.dropped_unauthentic += 1;
+                        self.unauthentic(now);
                         tracing::debug!(relay = %self.name, counter, last = self.counter, "a replayed sealed frame from the relay's address; dropped");
                     }
                     Err(e) => {
-                        self.dropped_unauthentic += 1;
+                        self.unauthentic(now);
                         tracing::debug!(relay = %self.name, "a sealed frame that does not open ({e}); dropped");
                     }
                 }
             }
             Frame::Refused { code, reason } => {
                 // Unsealed: anyone who can send from the relay's address could have sent it.
-                self.dropped_unauthentic += 1;
+                self.unauthentic(now);
                 let hint_due = self
                     .last_hint
                     .is_none_or(|t| now.saturating_duration_since(t) >= HINT_EVERY);
@@ -369,7 +374,7 @@ impl RelayConn {
                 }
             }
             Frame::Registered { .. } | Frame::PeerGone { .. } | Frame::Pong { .. } => {
-                self.dropped_unauthentic += 1;
+                self.unauthentic(now);
                 tracing::debug!(relay = %self.name, "an unsealed answer from the relay's address (a spoofer, or a relay older than sealed answers); dropped");
             }
             Frame::Recv { src, payload } => {
@@ -379,6 +384,20 @@ impl RelayConn {
             other => return self.authentic(other, id, now),
         }
         (out, notes)
+    }
+
+    /// Counts a dropped unauthentic frame; warns at most every [`UNAUTHENTIC_LOG_EVERY`].
+    fn unauthentic(&mut self, now: Instant) {
+        self.dropped_unauthentic += 1;
+        let due = self
+            .warned
+            .is_none_or(|(t, _)| now.saturating_duration_since(t) >= UNAUTHENTIC_LOG_EVERY);
+        if due {
+            let since = self.warned.map_or(0, |(_, n)| n);
+            let dropped = self.dropped_unauthentic - since;
+            self.warned = Some((now, self.dropped_unauthentic));
+            tracing::warn!(relay = %self.name, dropped, "relay {}: dropped {dropped} unauthenticated or replayed answers from its address (a spoofer, or a relay without sealed answers: upgrade it)", self.name);
+        }
     }
 
     /// A frame that is authentic, or that needs not be (challenge, ping).
