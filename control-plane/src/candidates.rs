@@ -15,12 +15,13 @@
 //! | mesh range | the Domain's `mesh_cidr` | the same | the tunnel would carry its own underlay |
 //! | port 0 | `listen_port` 0, a reflexive port 0 | the same | not a port a datagram can go to |
 //!
-//! An IPv4-mapped IPv6 address (`::ffff:a.b.c.d`) is judged as the IPv4 address it maps to. A
-//! report carries at most [`MAX_CANDIDATES`] addresses (local plus reflexive); duplicates
-//! collapse. Its `home_relay` must name a relay of the server's settings. The address the
-//! server observes the report coming from is kept as a candidate only when it is none of the
-//! refused kinds (a node talking to the API over loopback or over the mesh is not reachable
-//! there).
+//! The table is `plexsphere_wire::endpoint`'s, which the agent's reach engine applies to the
+//! candidates a peer names in disco messages too. An IPv4-mapped IPv6 address
+//! (`::ffff:a.b.c.d`) is judged as the IPv4 address it maps to. A report carries at most
+//! [`MAX_CANDIDATES`] addresses (local plus reflexive); duplicates collapse. Its `home_relay`
+//! must name a relay of the server's settings. The address the server observes the report
+//! coming from is kept as a candidate only when it is none of the refused kinds (a node talking
+//! to the API over loopback or over the mesh is not reachable there).
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -31,56 +32,7 @@ use plexsphere_wire::node::{EndpointReport, MAX_CANDIDATES, RelaySpec};
 /// plus the observed one.
 pub const MAX_ADVERTISED: usize = MAX_CANDIDATES + 1;
 
-/// Why an address cannot be an endpoint peers send to (one row of the table above).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unusable {
-    Unspecified,
-    Loopback,
-    LinkLocal,
-    Multicast,
-    Broadcast,
-    MeshRange,
-}
-
-impl Unusable {
-    /// What the address is and what sending there would do, for an error message.
-    pub fn describe(self) -> &'static str {
-        match self {
-            Unusable::Unspecified => "unspecified: not a destination",
-            Unusable::Loopback => "a loopback address: every peer would send to itself",
-            Unusable::LinkLocal => {
-                "link-local: peers would send to their own link (169.254.169.254 is a cloud metadata service)"
-            }
-            Unusable::Multicast => "multicast: a group, not a node",
-            Unusable::Broadcast => "the broadcast address: every host on the peer's link",
-            Unusable::MeshRange => {
-                "inside the Domain's mesh range: the tunnel cannot carry its own underlay"
-            }
-        }
-    }
-}
-
-/// Why `ip` cannot be an endpoint, or `None` when peers may send to it.
-pub fn unusable(ip: IpAddr, mesh: IpNet) -> Option<Unusable> {
-    // `::ffff:a.b.c.d` reaches a.b.c.d: judge it as that.
-    let ip = match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
-    };
-    let kind = match ip {
-        IpAddr::V4(a) if a.is_unspecified() => Some(Unusable::Unspecified),
-        IpAddr::V4(a) if a.is_loopback() => Some(Unusable::Loopback),
-        IpAddr::V4(a) if a.is_link_local() => Some(Unusable::LinkLocal),
-        IpAddr::V4(a) if a.is_multicast() => Some(Unusable::Multicast),
-        IpAddr::V4(a) if a.is_broadcast() => Some(Unusable::Broadcast),
-        IpAddr::V6(a) if a.is_unspecified() => Some(Unusable::Unspecified),
-        IpAddr::V6(a) if a.is_loopback() => Some(Unusable::Loopback),
-        IpAddr::V6(a) if a.segments()[0] & 0xffc0 == 0xfe80 => Some(Unusable::LinkLocal),
-        IpAddr::V6(a) if a.is_multicast() => Some(Unusable::Multicast),
-        _ => None,
-    };
-    kind.or_else(|| mesh.contains(&ip).then_some(Unusable::MeshRange))
-}
+pub use plexsphere_wire::endpoint::{Unusable, unusable};
 
 /// Why an endpoint report is refused; the message names the field, the address and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -4,82 +4,14 @@
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 use std::collections::BTreeSet;
-use std::path::Path;
+use std::os::unix::fs::PermissionsExt as _;
 use std::process::Command;
 use std::sync::Arc;
-use std::time::Duration;
-
-use plexsphere_wire::RegisterResponse;
-use plexsphere_wire::node::NodeState;
-use plexsphere_wire::signed::{DomainVerifier, SignContext, SignedEnvelope};
 
 mod common;
 
-use common::dev::BIN;
-use common::process::{DevProcess, join_all};
-
-const ANSWER_WITHIN: Duration = Duration::from_secs(20);
-
-/// Runs `plexsphere <args>` to its end: exit code, stdout and stderr.
-fn plexsphere(args: &[&str]) -> (Option<i32>, String, String) {
-    let out = Command::new(BIN).args(args).output().unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn path(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-/// Registers one node per token (key numbers from `first_key`); answers their registrations.
-async fn enrol(dev: Arc<DevProcess>, tokens: Vec<String>, first_key: u32) -> Vec<RegisterResponse> {
-    let calls = tokens.into_iter().enumerate().map(|(i, token)| {
-        let dev = dev.clone();
-        async move {
-            let key = first_key + u32::try_from(i).unwrap();
-            let (status, body) = dev.register(&token, key, ANSWER_WITHIN).await.unwrap();
-            assert_eq!(status, 201, "{body}");
-            serde_json::from_value::<RegisterResponse>(body).unwrap()
-        }
-    });
-    join_all(calls).await
-}
-
-/// A node's heartbeat and signed state against `dev`, with its own credential: the state must
-/// verify with the Domain key the node got at registration. Answers the state's version.
-async fn node_works(dev: &DevProcess, reg: &RegisterResponse) -> u64 {
-    let heartbeat = serde_json::json!({
-        "uptime_secs": 1,
-        "plexd_version": "0.1.0",
-        "state_version": null,
-        "peers": {"configured": 0, "connected": 0},
-    });
-    let r = dev
-        .client
-        .post(dev.url(&format!("/v1/nodes/{}/heartbeat", reg.node_id)))
-        .bearer_auth(&reg.node_credential)
-        .json(&heartbeat)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200, "{:?}", r.text().await);
-    let r = dev
-        .client
-        .get(dev.url(&format!("/v1/nodes/{}/state", reg.node_id)))
-        .bearer_auth(&reg.node_credential)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let env: SignedEnvelope = r.json().await.unwrap();
-    let verifier = DomainVerifier::from_b64(&reg.domain_signing_public_key).unwrap();
-    let state: NodeState = verifier.open(SignContext::NodeState, &env).unwrap();
-    assert_eq!(state.mesh_ip, reg.mesh_ip);
-    state.version
-}
+use common::backup::{enrol, list_files, node_works, path, plexsphere};
+use common::process::DevProcess;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_backup_under_load_restores_into_a_server_the_nodes_keep_working_with() {
@@ -128,23 +60,35 @@ async fn a_backup_under_load_restores_into_a_server_the_nodes_keep_working_with(
         .chain(&during)
         .map(|r| r.node_id.to_string())
         .collect();
-    // dev's key-encryption key goes with its backup (the Domain keys are sealed under it).
-    assert_eq!(
-        std::fs::metadata(out.join("key-encryption-key"))
-            .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777)
-            .unwrap(),
-        0o600
-    );
+    // Every file of the backup is 0600 (the database is sensitive); dev's key-encryption key
+    // is a secret and stays out (backup_integrity.rs checks the whole list).
+    for rel in list_files(&out) {
+        let mode = std::fs::metadata(out.join(&rel))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{rel}");
+    }
+    assert!(!out.join("key-encryption-key").exists());
 
+    // The KEK kept apart is given to restore; dev's lab TLS keys, secrets too, are copied
+    // from the old data directory as docs/upgrade-and-backup.md says.
+    let kek = live.join("key-encryption-key");
     let (code, stdout, stderr) = plexsphere(&[
         "restore",
         "--from",
         path(&out),
         "--data-dir",
         path(&restored),
+        "--key-encryption-key-file",
+        path(&kek),
     ]);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stdout.contains("restored"), "{stdout}");
+    for key in ["ca.key", "server.key"] {
+        assert!(stderr.contains(&format!("tls/{key}")), "{stderr}");
+        std::fs::copy(live.join("tls").join(key), restored.join("tls").join(key)).unwrap();
+    }
     // The newest state a node can have applied from the old server: every registration after
     // the backup raised it.
     let mut seen = 0;
@@ -154,6 +98,11 @@ async fn a_backup_under_load_restores_into_a_server_the_nodes_keep_working_with(
     Arc::into_inner(dev).unwrap().stop();
 
     let back = DevProcess::start(&restored, &[]);
+    // The same lab CA the nodes trust.
+    assert_eq!(
+        std::fs::read(restored.join("tls/ca.crt")).unwrap(),
+        std::fs::read(live.join("tls/ca.crt")).unwrap()
+    );
     let nodes = back.node_ids().await;
     for reg in &before {
         assert!(nodes.contains(&reg.node_id.to_string()));
@@ -186,13 +135,13 @@ async fn a_backup_under_load_restores_into_a_server_the_nodes_keep_working_with(
     ]);
     assert_eq!(code, Some(64), "{stderr}");
     assert!(stderr.contains("already holds a database"), "{stderr}");
-    let key = out.join("key-encryption-key");
     // Another key of the same form: the first base64 character changed to another letter
     // (flipping a bit could make it no base64 at all, 6 characters in 64, which is refused
-    // as malformed before any comparison).
-    let mut kek = std::fs::read(&key).unwrap();
-    kek[0] = if kek[0] == b'A' { b'B' } else { b'A' };
-    std::fs::write(&key, kek).unwrap();
+    // as malformed before any comparison). The manifest's MAC does not verify under it.
+    let other_kek = dir.path().join("other-kek");
+    let mut text = std::fs::read(&kek).unwrap();
+    text[0] = if text[0] == b'A' { b'B' } else { b'A' };
+    std::fs::write(&other_kek, text).unwrap();
     let elsewhere = dir.path().join("elsewhere");
     let (code, _, stderr) = plexsphere(&[
         "restore",
@@ -200,13 +149,33 @@ async fn a_backup_under_load_restores_into_a_server_the_nodes_keep_working_with(
         path(&out),
         "--data-dir",
         path(&elsewhere),
+        "--key-encryption-key-file",
+        path(&other_kek),
+    ]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("does not verify"), "{stderr}");
+    assert!(!elsewhere.exists());
+    // A file changed and its manifest line left: damage.
+    let cert = out.join("tls").join("ca.crt");
+    let mut pem = std::fs::read(&cert).unwrap();
+    let at = pem.len() / 2;
+    pem[at] = if pem[at] == b'A' { b'B' } else { b'A' };
+    std::fs::write(&cert, pem).unwrap();
+    let (code, _, stderr) = plexsphere(&[
+        "restore",
+        "--from",
+        path(&out),
+        "--data-dir",
+        path(&elsewhere),
+        "--key-encryption-key-file",
+        path(&kek),
     ]);
     assert_eq!(code, Some(1), "{stderr}");
     assert!(
         stderr.contains("does not match the backup's manifest"),
         "{stderr}"
     );
-    assert!(!elsewhere.join("plexsphere.db").exists());
+    assert!(!elsewhere.exists());
 }
 
 /// Runs a Postgres client tool (`pg_dump`, `pg_restore`) to its end; it must succeed.

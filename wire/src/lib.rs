@@ -7,6 +7,7 @@
 pub mod admin;
 pub mod domain_event;
 pub mod duration;
+pub mod endpoint;
 pub mod error;
 pub mod host;
 pub mod node;

@@ -69,8 +69,9 @@ impl Counters {
     }
 }
 
-/// An authenticated datagram of `len` bytes came from `from` to our `local` address: the peer
-/// follows it there (roaming) and is answered from where it sent to (sticky source).
+/// An authenticated data message or handshake of `len` bytes came from `from` to our `local`
+/// address: the peer follows it there (roaming) and is answered from where it sent to (sticky
+/// source). A cookie reply never gets here (see `datagram`).
 fn follow(peer: &Peer, p: &mut PeerState, from: SocketAddr, local: Option<Source>, len: usize) {
     if p.endpoint != Some(from) {
         tracing::debug!(peer = %peer.public_key(), endpoint = %from, "peer endpoint updated");
@@ -634,6 +635,13 @@ impl Device {
                 Counters::bump(&self.counters.rejected);
                 return;
             }
+        }
+        if kind == COOKIE_REPLY {
+            // A cookie reply only stores a cookie for our next initiation. Anyone who saw that
+            // initiation and knows the peer's public key (every other peer of it does) can
+            // make one that opens, so, like the kernel, the peer does not roam on it: only an
+            // authenticated data message or handshake moves the endpoint.
+            return;
         }
         follow(&peer, &mut p, from, local, datagram.len());
         if answered {

@@ -103,8 +103,9 @@ impl Peer {
 }
 
 impl PeerState {
-    /// An authenticated datagram came from `from` to our `local` address: the endpoint and
-    /// the source follow it (roaming).
+    /// An authenticated data message or handshake came from `from` to our `local` address:
+    /// the endpoint and the source follow it (roaming). Never called for a cookie reply,
+    /// which anyone who knows the peer's public key and saw our initiation can make.
     pub fn seen_at(&mut self, from: SocketAddr, local: Option<Source>) {
         self.endpoint = Some(from);
         self.learned_source = local.map(|l| (from, l));

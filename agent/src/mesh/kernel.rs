@@ -221,6 +221,7 @@ fn start_reach(
     let socket = Arc::new(socket);
     let runtime = Runtime::start(RuntimeSetup {
         secret: node.private_key(),
+        mesh: node.mesh_net(),
         mode: Mode::Kernel,
         underlay: socket.clone(),
         listen_port: Box::new(move || listen),

@@ -41,6 +41,14 @@ impl NodeSetup {
         }
     }
 
+    /// The Domain's mesh range (`mesh_cidr`): the mesh IP with the prefix, or the mesh IP
+    /// alone when the prefix does not fit its family.
+    pub fn mesh_net(&self) -> ipnet::IpNet {
+        ipnet::IpNet::new(self.mesh_ip, self.prefix)
+            .map(|n| n.trunc())
+            .unwrap_or_else(|_| ipnet::IpNet::from(self.mesh_ip))
+    }
+
     /// Relays over TCP check their certificates with this trust (the API's: build it with
     /// `crate::tls::client_config` from `tls.ca_file` / `tls.ca_sha256`). Its ALPN is dropped.
     /// Without it, relays are used over UDP only.

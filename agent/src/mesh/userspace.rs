@@ -240,6 +240,7 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError
         };
         let setup = RuntimeSetup {
             secret: node.private_key(),
+            mesh: node.mesh_net(),
             mode: Mode::Userspace,
             underlay: Arc::new(raw.clone()),
             listen_port: Box::new(port.clone()),

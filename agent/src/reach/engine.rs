@@ -10,10 +10,11 @@
 //! | `Relays` | the relays to fall back on, in the state's order |
 //! | `LocalAddrs`, `Reflexive`, `HomeRelay` | `Candidates` when they changed; probe every peer |
 //! | `NetworkChanged` | probe every peer |
-//! | `DiscoDirect` ping | pong to where it came from; a new address is learned and pinged |
+//! | any disco message | dropped unless it opens with the pair key and its stamp is new (`engine_guard`) |
+//! | `DiscoDirect` ping | from an address peers may send to, within its source budget: pong there; a new address is learned and pinged |
 //! | `DiscoRelayed` ping | pong through the same relay |
 //! | pong | counts only for a tx id we sent to that destination within [`TX_LIFETIME`] |
-//! | call-me-maybe | ping every address in it at once |
+//! | call-me-maybe | ping every distinct address in it that peers may send to, at once |
 //! | `RelayUp` / `RelayDown` / `PeerGone` | relays usable or not; peers on a lost relay probe every other |
 //! | `Tick` | heartbeats, scheduled probe rounds, dead paths, expiry |
 //!
@@ -22,6 +23,7 @@
 //! addresses, so the peer punches towards us at the same moment. The path is the fastest
 //! confirmed direct candidate (with [`RTT_HYSTERESIS`]), else a relay ([`super::engine_choice`]).
 
+use ipnet::IpNet;
 use plexsphere_wire::node::{NatReport, RelaySpec};
 use plexsphere_wire::reach::disco::{self, TxId};
 use std::collections::BTreeMap;
@@ -43,14 +45,33 @@ pub struct Counters {
     pub unauthentic: u64,
     /// Pongs with a tx id we did not send to that destination, or too old.
     pub stray_pongs: u64,
-    /// Sends skipped because a per-peer budget was spent.
+    /// Sends skipped because a per-peer or per-source budget was spent.
     pub rate_limited: u64,
+    /// Authentic messages whose stamp was seen before or is too old (replays).
+    pub replayed: u64,
+    /// Addresses a peer named (or a ping came from) that peers may not send to: loopback,
+    /// link-local, the mesh range, ... (`plexsphere_wire::endpoint`); never probed.
+    pub unusable: u64,
+    /// Messages of another disco version (an older plexd).
+    pub other_version: u64,
 }
 
 /// Seals and numbers what the engine sends.
 pub(super) struct Sealer {
     pub own: [u8; 32],
     pub new_tx: Box<dyn FnMut() -> TxId + Send>,
+    /// The stamp of the last message sealed.
+    pub last_stamp: u64,
+    /// The wall clock of the input being handled, in microseconds since the Unix epoch.
+    pub wall_micros: u64,
+}
+
+impl Sealer {
+    /// The next stamp ([`disco::next_stamp`]): strictly increasing.
+    pub fn stamp(&mut self) -> u64 {
+        self.last_stamp = disco::next_stamp(self.last_stamp, self.wall_micros);
+        self.last_stamp
+    }
 }
 
 /// What the engine knows of this node and its relays.
@@ -71,6 +92,8 @@ pub(super) struct Local {
 pub struct Engine {
     /// Our WireGuard private key: each peer's pair key is derived from it once.
     secret: [u8; 32],
+    /// The Domain's mesh range: never a candidate (`plexsphere_wire::endpoint`).
+    pub(super) mesh: IpNet,
     pub(super) sealer: Sealer,
     pub(super) peers: BTreeMap<PeerKey, Peer>,
     pub(super) local: Local,
@@ -78,18 +101,26 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// An engine for the node with this WireGuard private key.
-    pub fn new(secret: [u8; 32]) -> Self {
-        Self::with_tx_source(secret, Box::new(disco::new_tx))
+    /// An engine for the node with this WireGuard private key, in a Domain with this mesh
+    /// range.
+    pub fn new(secret: [u8; 32], mesh: IpNet) -> Self {
+        Self::with_tx_source(secret, mesh, Box::new(disco::new_tx))
     }
 
     /// The same, with tx ids from `new_tx` (tests make them predictable).
-    pub fn with_tx_source(secret: [u8; 32], new_tx: Box<dyn FnMut() -> TxId + Send>) -> Self {
+    pub fn with_tx_source(
+        secret: [u8; 32],
+        mesh: IpNet,
+        new_tx: Box<dyn FnMut() -> TxId + Send>,
+    ) -> Self {
         Self {
             secret,
+            mesh,
             sealer: Sealer {
                 own: plexsphere_wire::reach::public_key(&secret),
                 new_tx,
+                last_stamp: 0,
+                wall_micros: 0,
             },
             peers: BTreeMap::new(),
             local: Local::default(),
@@ -101,6 +132,10 @@ impl Engine {
     pub fn handle(&mut self, now: Now, input: Input) -> Vec<Effect> {
         let mut out = Vec::new();
         let t = now.mono;
+        self.sealer.wall_micros = now
+            .wall
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
         // A disco message or a relay's "not registered" concerns one peer: only its path is
         // chosen again (the sender key is read unauthenticated, only to pick the peer).
         let only: Option<Option<PeerKey>> = match &input {

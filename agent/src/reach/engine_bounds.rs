@@ -8,6 +8,23 @@ use plexsphere_wire::node::MAX_CANDIDATES;
 pub const MAX_STATE_CANDIDATES: usize = MAX_CANDIDATES;
 /// The most learned (peer-reflexive or call-me-maybe) candidates per peer; the oldest goes.
 pub const MAX_LEARNED_CANDIDATES: usize = 8;
+/// A learned candidate without a pong for this long (since it was learned, or since its last
+/// pong) is forgotten, unless it is the path: a peer that names it again gets it probed anew.
+/// Past [`CANDIDATE_FRESH`], so a candidate that stops answering is first left, then dropped.
+pub const LEARNED_LIFETIME: Duration = Duration::from_secs(40);
+/// Disco stamps remembered per peer (each is accepted once): more than a peer sends in two
+/// seconds at its full budgets, so probes reordered between a relay and a direct path pass.
+pub const DISCO_REPLAY_WINDOW: usize = 128;
+/// A disco message whose stamp is this much older than the newest one accepted from the same
+/// peer is refused (the sender's clock on both sides, so the nodes' clocks need not agree).
+pub const DISCO_MAX_AGE: Duration = Duration::from_secs(10);
+/// Pongs sent (and pings answered with a ping back, or call-me-maybes punched) per peer and
+/// source address or relay per second, at most: one probe round's pings from one address fit,
+/// and a flood from one source leaves the rest of [`MAX_PONGS_PER_SEC`] to the others.
+pub const MAX_ANSWERS_PER_SOURCE_PER_SEC: u32 = 8;
+/// Sources (addresses and relays) with a budget per peer; a new one past it is refused until
+/// one has been quiet for a second.
+pub const MAX_PING_SOURCES: usize = 16;
 /// The most pings in flight per peer (tx ids kept); past it the oldest is forgotten.
 pub const MAX_OUTSTANDING_TX: usize = 64;
 /// A pong counts only this long after its ping.

@@ -16,15 +16,17 @@ use super::engine_sim::{Net, engine, key_of, relay, secret};
 use super::io::{Effect, Input, Now, Path, PeerReach, TICK};
 
 /// One engine (node 0) with node 1 as its peer, and a way to speak as node 1.
-struct Lone {
-    engine: super::engine::Engine,
-    now: Now,
-    pair: PairKey,
-    peer: SocketAddr,
+pub(super) struct Lone {
+    pub engine: super::engine::Engine,
+    pub now: Now,
+    pub pair: PairKey,
+    pub peer: SocketAddr,
+    /// The stamp of node 1's last message.
+    pub stamp: u64,
 }
 
 impl Lone {
-    fn new() -> (Self, Vec<Effect>) {
+    pub fn new() -> (Self, Vec<Effect>) {
         let mut engine = engine(1);
         let net = Net::new([false, false]);
         let now = net.at();
@@ -38,38 +40,67 @@ impl Lone {
                 now,
                 pair,
                 peer,
+                stamp: 0,
             },
             out,
         )
     }
 
-    fn as_peer(&mut self, from: SocketAddr, m: &Message) -> Vec<Effect> {
-        let datagram = self.pair.seal(&key_of(2).0, m);
+    /// `m` sealed by node 1 with its next stamp.
+    pub fn seal(&mut self, m: &Message) -> Vec<u8> {
+        self.stamp += 1;
+        self.pair.seal(&key_of(2).0, self.stamp, m)
+    }
+
+    /// `m` from node 1, arriving from `from`.
+    pub fn as_peer(&mut self, from: SocketAddr, m: &Message) -> Vec<Effect> {
+        let datagram = self.seal(m);
+        self.deliver(from, datagram)
+    }
+
+    /// A datagram arriving from `from`.
+    pub fn deliver(&mut self, from: SocketAddr, datagram: Vec<u8>) -> Vec<Effect> {
         self.engine
             .handle(self.now, Input::DiscoDirect { from, datagram })
     }
 
-    fn later(&mut self, d: Duration) -> Vec<Effect> {
+    /// What node 1 reads in a datagram node 0 sent.
+    pub fn read(&self, datagram: &[u8]) -> Option<Message> {
+        self.pair.open(datagram).ok().map(|o| o.message)
+    }
+
+    pub fn later(&mut self, d: Duration) -> Vec<Effect> {
         self.now.mono += d;
         self.engine.handle(self.now, Input::Tick)
     }
 
     /// The tx ids of the pings in `out` sent directly to `to`.
-    fn pings_to(&self, out: &[Effect], to: SocketAddr) -> Vec<[u8; 12]> {
+    pub fn pings_to(&self, out: &[Effect], to: SocketAddr) -> Vec<[u8; 12]> {
         out.iter()
             .filter_map(|e| match e {
-                Effect::SendDirect { to: t, datagram } if *t == to => {
-                    match self.pair.open(datagram) {
-                        Ok(Message::Ping { tx }) => Some(tx),
-                        _ => None,
-                    }
-                }
+                Effect::SendDirect { to: t, datagram } if *t == to => match self.read(datagram) {
+                    Some(Message::Ping { tx }) => Some(tx),
+                    _ => None,
+                },
                 _ => None,
             })
             .collect()
     }
 
-    fn path(&self) -> Path {
+    /// The tx ids of the pongs in `out` sent directly to `to`.
+    pub fn pongs_to(&self, out: &[Effect], to: SocketAddr) -> Vec<[u8; 12]> {
+        out.iter()
+            .filter_map(|e| match e {
+                Effect::SendDirect { to: t, datagram } if *t == to => match self.read(datagram) {
+                    Some(Message::Pong { tx, .. }) => Some(tx),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub fn path(&self) -> Path {
         self.engine.paths()[0].path.clone()
     }
 }
@@ -85,7 +116,7 @@ fn forged_and_altered_disco_changes_nothing() {
 
     // Not a wanted peer: sealed by node 3 for node 0.
     let stranger = PairKey::new(&shared_secret(&secret(3), &public_key(&secret(1))));
-    let datagram = stranger.seal(&key_of(3).0, &pong);
+    let datagram = stranger.seal(&key_of(3).0, 1, &pong);
     let out = a.engine.handle(
         a.now,
         Input::DiscoDirect {
@@ -97,7 +128,7 @@ fn forged_and_altered_disco_changes_nothing() {
     assert_eq!(a.engine.counters().unknown_sender, 1);
 
     // Node 3 claiming to be node 1 (its sender key, node 3's pair key).
-    let mut datagram = stranger.seal(&key_of(3).0, &pong);
+    let mut datagram = stranger.seal(&key_of(3).0, 2, &pong);
     datagram[4..36].copy_from_slice(&key_of(2).0);
     assert!(
         a.engine
@@ -111,7 +142,7 @@ fn forged_and_altered_disco_changes_nothing() {
             .is_empty()
     );
     // A real pong with one bit flipped.
-    let mut datagram = a.pair.seal(&key_of(2).0, &pong);
+    let mut datagram = a.seal(&pong);
     let last = datagram.len() - 1;
     datagram[last] ^= 1;
     assert!(
@@ -126,7 +157,7 @@ fn forged_and_altered_disco_changes_nothing() {
             .is_empty()
     );
     // Relayed, but the relay's source is not the sealer.
-    let datagram = a.pair.seal(&key_of(2).0, &pong);
+    let datagram = a.seal(&pong);
     let src = key_of(3);
     let relayed = Input::DiscoRelayed {
         relay: "r1".into(),
@@ -186,10 +217,10 @@ fn a_flood_of_pings_stays_within_the_bounds() {
         let second = (n / 1000) as usize;
         for e in out {
             if let Effect::SendDirect { datagram, .. } = e {
-                match a.pair.open(&datagram) {
-                    Ok(Message::Pong { .. }) => sent[second].0 += 1,
-                    Ok(_) => sent[second].1 += 1,
-                    Err(e) => panic!("{e}"),
+                match a.read(&datagram) {
+                    Some(Message::Pong { .. }) => sent[second].0 += 1,
+                    Some(_) => sent[second].1 += 1,
+                    None => panic!("node 1 cannot read {datagram:?}"),
                 }
             }
         }
@@ -214,8 +245,8 @@ fn a_ping_from_a_new_address_is_answered_there_and_learned() {
     let roamed = SocketAddr::from(([192, 0, 2, 50], 60001));
     let out = a.as_peer(roamed, &Message::Ping { tx: [9; 12] });
     let pong = out.iter().find_map(|e| match e {
-        Effect::SendDirect { to, datagram } if *to == roamed => match a.pair.open(datagram) {
-            Ok(Message::Pong { tx, observed }) => Some((tx, observed)),
+        Effect::SendDirect { to, datagram } if *to == roamed => match a.read(datagram) {
+            Some(Message::Pong { tx, observed }) => Some((tx, observed)),
             _ => None,
         },
         _ => None,
@@ -239,12 +270,9 @@ fn call_me_maybe_pings_every_address_at_once() {
     let addrs: Vec<SocketAddr> = (1..=4)
         .map(|p| SocketAddr::from(([192, 0, 2, 60], 50000 + p)))
         .collect();
-    let datagram = a.pair.seal(
-        &key_of(2).0,
-        &Message::CallMeMaybe {
-            addrs: addrs.clone(),
-        },
-    );
+    let datagram = a.seal(&Message::CallMeMaybe {
+        addrs: addrs.clone(),
+    });
     let input = Input::DiscoRelayed {
         relay: "r1".into(),
         src: key_of(2),

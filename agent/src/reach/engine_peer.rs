@@ -9,17 +9,19 @@ use std::time::{Duration, Instant};
 use plexsphere_wire::reach::disco::{PairKey, TxId};
 
 use super::engine_bounds::{
-    CANDIDATE_FRESH, DIRECT_DEAD_AFTER, GONE_HOLD, MAX_LEARNED_CANDIDATES, MAX_OUTSTANDING_TX,
-    MAX_STATE_CANDIDATES, MISSED_PINGS, PING_TIMEOUT, TX_LIFETIME,
+    CANDIDATE_FRESH, DIRECT_DEAD_AFTER, GONE_HOLD, LEARNED_LIFETIME, MAX_LEARNED_CANDIDATES,
+    MAX_OUTSTANDING_TX, MAX_STATE_CANDIDATES, MISSED_PINGS, PING_TIMEOUT, TX_LIFETIME,
 };
+use super::engine_guard::{Replay, Sources};
 use super::io::{Path, PeerReach};
 
 /// One direct address of a peer.
 #[derive(Debug, Clone)]
 pub(super) struct Candidate {
     pub addr: SocketAddr,
-    /// Learned (a ping came from it, or a call-me-maybe named it) rather than from the state.
-    pub learned: bool,
+    /// Learned (a ping came from it, or a call-me-maybe named it) rather than from the state,
+    /// and when.
+    pub learned: Option<Instant>,
     pub last_pong: Option<Instant>,
     pub rtt: Option<Duration>,
     pub last_ping: Option<Instant>,
@@ -31,7 +33,7 @@ pub(super) struct Candidate {
 }
 
 impl Candidate {
-    fn new(addr: SocketAddr, learned: bool) -> Self {
+    fn new(addr: SocketAddr, learned: Option<Instant>) -> Self {
         Self {
             addr,
             learned,
@@ -61,6 +63,15 @@ impl Candidate {
             .last_pong
             .is_some_and(|p| now.saturating_duration_since(p) < CANDIDATE_FRESH);
         fresh && !self.dead(now)
+    }
+
+    /// A learned candidate with no pong for [`LEARNED_LIFETIME`] (since its last pong, or
+    /// since it was learned).
+    fn stale(&self, now: Instant) -> bool {
+        self.learned.is_some_and(|at| {
+            let heard = self.last_pong.map_or(at, |p| p.max(at));
+            now.saturating_duration_since(heard) >= LEARNED_LIFETIME
+        })
     }
 }
 
@@ -117,6 +128,12 @@ impl Budget {
         self.used += 1;
         true
     }
+
+    /// Nothing taken for `quiet` (a source that may be forgotten).
+    pub fn idle(&self, now: Instant, quiet: Duration) -> bool {
+        self.window
+            .is_none_or(|w| now.saturating_duration_since(w) >= quiet)
+    }
 }
 
 pub(super) struct Peer {
@@ -135,6 +152,12 @@ pub(super) struct Peer {
     pub last_probe: Option<Instant>,
     pub pings: Budget,
     pub pongs: Budget,
+    /// The stamps of the peer's disco messages (each is taken once).
+    pub replay: Replay,
+    /// A budget per source of the peer's disco messages.
+    pub sources: Sources,
+    /// The peer spoke another disco version, and we said so in the journal (once).
+    pub warned_version: bool,
 }
 
 impl Peer {
@@ -152,6 +175,9 @@ impl Peer {
             last_probe: None,
             pings: Budget::new(pings),
             pongs: Budget::new(pongs),
+            replay: Replay::default(),
+            sources: Sources::default(),
+            warned_version: false,
         };
         peer.set_reach(reach);
         peer
@@ -172,11 +198,11 @@ impl Peer {
                 .iter()
                 .find(|c| c.addr == *addr)
                 .cloned()
-                .unwrap_or_else(|| Candidate::new(*addr, false));
-            c.learned = false;
+                .unwrap_or_else(|| Candidate::new(*addr, None));
+            c.learned = None;
             next.push(c);
         }
-        for c in self.candidates.iter().filter(|c| c.learned) {
+        for c in self.candidates.iter().filter(|c| c.learned.is_some()) {
             if !next.iter().any(|n| n.addr == c.addr) {
                 next.push(c.clone());
             }
@@ -186,27 +212,39 @@ impl Peer {
         changed
     }
 
-    /// Adds a learned candidate; answers whether it is new. Past
-    /// [`MAX_LEARNED_CANDIDATES`] the oldest learned one goes (never the current path).
-    pub fn learn(&mut self, addr: SocketAddr) -> bool {
+    /// Adds a learned candidate (the caller checked it is an address peers may send to);
+    /// answers whether it is new. Past [`MAX_LEARNED_CANDIDATES`] the oldest learned one goes
+    /// (never the current path).
+    pub fn learn(&mut self, addr: SocketAddr, now: Instant) -> bool {
         if self.candidates.iter().any(|c| c.addr == addr) {
             return false;
         }
-        self.candidates.push(Candidate::new(addr, true));
-        if self.candidates.iter().filter(|c| c.learned).count() > MAX_LEARNED_CANDIDATES {
-            let current = match &self.path {
-                Path::Direct { endpoint } => Some(*endpoint),
-                _ => None,
-            };
+        self.candidates.push(Candidate::new(addr, Some(now)));
+        if self
+            .candidates
+            .iter()
+            .filter(|c| c.learned.is_some())
+            .count()
+            > MAX_LEARNED_CANDIDATES
+        {
+            let current = self.current();
             if let Some(i) = self
                 .candidates
                 .iter()
-                .position(|c| c.learned && Some(c.addr) != current)
+                .position(|c| c.learned.is_some() && Some(c.addr) != current)
             {
                 self.candidates.remove(i);
             }
         }
         true
+    }
+
+    /// The direct endpoint the peer's path is on, if it is direct.
+    fn current(&self) -> Option<SocketAddr> {
+        match &self.path {
+            Path::Direct { endpoint } => Some(*endpoint),
+            _ => None,
+        }
     }
 
     pub fn candidate(&self, addr: SocketAddr) -> Option<&Candidate> {
@@ -255,8 +293,12 @@ impl Peer {
         Some(rtt)
     }
 
-    /// Forgets pings past [`TX_LIFETIME`] and "not registered" answers past [`GONE_HOLD`].
+    /// Forgets pings past [`TX_LIFETIME`], "not registered" answers past [`GONE_HOLD`], and
+    /// learned candidates without a pong for [`LEARNED_LIFETIME`] (never the current path).
     pub fn expire(&mut self, now: Instant) {
+        let current = self.current();
+        self.candidates
+            .retain(|c| Some(c.addr) == current || !c.stale(now));
         self.sent
             .retain(|s| now.saturating_duration_since(s.at) <= TX_LIFETIME);
         self.gone

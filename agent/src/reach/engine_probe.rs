@@ -1,16 +1,22 @@
 //! What the engine sends and what it does with the disco messages it gets: probe rounds,
 //! heartbeats, pongs, call-me-maybe punching, learned candidates. Every send goes through a
-//! per-peer budget ([`MAX_PINGS_PER_SEC`], [`MAX_PONGS_PER_SEC`]).
+//! per-peer budget ([`MAX_PINGS_PER_SEC`], [`MAX_PONGS_PER_SEC`]); every answer to a message
+//! through its source's budget first (`engine_guard`). An address is a candidate only when
+//! peers may send to it (`plexsphere_wire::endpoint`: no loopback, link-local, metadata
+//! service, mesh range, multicast or port 0), whether the state, a call-me-maybe or a ping's
+//! source names it.
 
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use plexsphere_wire::reach::disco::{self, Message};
+use plexsphere_wire::endpoint;
+use plexsphere_wire::reach::disco::Message;
 
 use super::engine::{
     Counters, DIRECT_PROBE_INTERVAL, Engine, HEARTBEAT_INTERVAL, MAX_PINGS_PER_SEC,
     MAX_PONGS_PER_SEC, PROBE_INTERVAL, RETRY_INTERVAL, Sealer,
 };
+use super::engine_guard::Origin;
 use super::engine_peer::{Dest, Peer};
 use super::io::{Effect, Path, PeerReach};
 use crate::peer_key::PeerKey;
@@ -36,7 +42,8 @@ impl Outbox<'_> {
             self.counters.rate_limited += 1;
             return;
         }
-        let datagram = peer.pair.seal(&self.sealer.own, &message);
+        let stamp = self.sealer.stamp();
+        let datagram = peer.pair.seal(&self.sealer.own, stamp, &message);
         if datagram.is_empty() {
             // The system random source failed to give a nonce; nothing safe to send.
             return;
@@ -61,19 +68,29 @@ impl Outbox<'_> {
     }
 }
 
-/// An address a peer may name that is worth a ping: not unspecified, multicast or port 0.
-fn probeable(addr: &SocketAddr) -> bool {
-    addr.port() != 0 && !addr.ip().is_unspecified() && !addr.ip().is_multicast()
-}
-
 impl Engine {
+    /// The addresses of `addrs` peers may send to ([`endpoint::sendable`]), IPv4-mapped ones
+    /// as IPv4, without duplicates, in their order; the others are counted.
+    fn usable(&mut self, addrs: Vec<SocketAddr>) -> Vec<SocketAddr> {
+        let mut out: Vec<SocketAddr> = Vec::with_capacity(addrs.len());
+        for addr in addrs.into_iter().map(endpoint::canonical) {
+            if !endpoint::sendable(addr, self.mesh) {
+                self.counters.unusable += 1;
+            } else if !out.contains(&addr) {
+                out.push(addr);
+            }
+        }
+        out
+    }
+
     /// The whole wanted set: new peers are probed at once, changed ones too, gone ones forgotten.
     pub(super) fn set_peers(&mut self, peers: Vec<PeerReach>, now: Instant, out: &mut Vec<Effect>) {
         let own = PeerKey(self.sealer.own);
         let wanted: Vec<PeerReach> = peers.into_iter().filter(|p| p.key != own).collect();
         self.peers
             .retain(|key, _| wanted.iter().any(|p| p.key == *key));
-        for reach in wanted {
+        for mut reach in wanted {
+            reach.endpoints = self.usable(std::mem::take(&mut reach.endpoints));
             let key = reach.key;
             let changed = match self.peers.get_mut(&key) {
                 Some(peer) => peer.set_reach(reach),
@@ -220,9 +237,20 @@ impl Engine {
         let Some((key, message)) = self.open(None, datagram) else {
             return;
         };
+        let answers = !matches!(message, Message::Pong { .. });
+        if answers && !endpoint::sendable(from, self.mesh) {
+            // Nothing is answered to, learned from or punched for an address peers may not
+            // send to (a spoofed 169.254.169.254, loopback, the mesh range).
+            self.counters.unusable += 1;
+            return;
+        }
         let Some(peer) = self.peers.get_mut(&key) else {
             return;
         };
+        if answers && !peer.sources.take(Origin::Addr(from.ip()), now) {
+            self.counters.rate_limited += 1;
+            return;
+        }
         let mut post = Outbox {
             sealer: &mut self.sealer,
             counters: &mut self.counters,
@@ -236,7 +264,7 @@ impl Engine {
                 // A new address is learned; one that does not answer us yet is pinged back at
                 // once, while the peer's NAT holds the mapping its ping just opened.
                 let known_alive = peer.candidate(from).is_some_and(|c| c.alive(now));
-                let new = probeable(&from) && peer.learn(from);
+                let new = peer.learn(from, now);
                 if new || (!known_alive && peer.candidate(from).is_some()) {
                     post.ping(key, peer, Dest::Direct(from));
                 }
@@ -267,6 +295,11 @@ impl Engine {
         };
         // Whatever the relay carried from the peer proves the peer is registered there now.
         peer.gone.remove(relay);
+        let answers = !matches!(message, Message::Pong { .. });
+        if answers && !peer.sources.take(Origin::Relay(relay.to_owned()), now) {
+            self.counters.rate_limited += 1;
+            return;
+        }
         let mut post = Outbox {
             sealer: &mut self.sealer,
             counters: &mut self.counters,
@@ -293,8 +326,9 @@ impl Engine {
         }
     }
 
-    /// "Probe me now at these addresses": ping every one of them at once.
+    /// "Probe me now at these addresses": ping every distinct one peers may send to at once.
     fn punch(&mut self, key: PeerKey, addrs: Vec<SocketAddr>, now: Instant, out: &mut Vec<Effect>) {
+        let addrs = self.usable(addrs);
         let Some(peer) = self.peers.get_mut(&key) else {
             return;
         };
@@ -304,34 +338,9 @@ impl Engine {
             effects: out,
             now,
         };
-        for addr in addrs.into_iter().filter(probeable) {
-            peer.learn(addr);
+        for addr in addrs {
+            peer.learn(addr, now);
             post.ping(key, peer, Dest::Direct(addr));
-        }
-    }
-
-    /// The wanted peer a datagram is from and what it says; anything else is dropped and
-    /// counted. A relayed datagram must be sealed by the relay's source.
-    fn open(&mut self, src: Option<PeerKey>, datagram: &[u8]) -> Option<(PeerKey, Message)> {
-        let Ok(sender) = disco::sender(datagram) else {
-            self.counters.unknown_sender += 1;
-            return None;
-        };
-        let key = PeerKey(sender);
-        if src.is_some_and(|s| s != key) {
-            self.counters.unauthentic += 1;
-            return None;
-        }
-        let Some(peer) = self.peers.get(&key) else {
-            self.counters.unknown_sender += 1;
-            return None;
-        };
-        match peer.pair.open(datagram) {
-            Ok(message) => Some((key, message)),
-            Err(_) => {
-                self.counters.unauthentic += 1;
-                None
-            }
         }
     }
 }

@@ -38,8 +38,22 @@ pub fn counting_tx(seed: u8) -> Box<dyn FnMut() -> TxId + Send> {
     })
 }
 
+/// The mesh range of the simulated Domain.
+pub fn mesh() -> ipnet::IpNet {
+    ipnet::IpNet::from(
+        ipnet::Ipv4Net::new(std::net::Ipv4Addr::new(10, 64, 0, 0), 16).unwrap_or_default(),
+    )
+}
+
+/// Node 1 as node 0's state lists it, with these endpoints.
+pub fn net_spec_with(endpoints: Vec<SocketAddr>) -> PeerReach {
+    let mut spec = Net::new([false, false]).spec(1, None);
+    spec.endpoints = endpoints;
+    spec
+}
+
 pub fn engine(n: u8) -> Engine {
-    Engine::with_tx_source(secret(n), counting_tx(n))
+    Engine::with_tx_source(secret(n), mesh(), counting_tx(n))
 }
 
 pub fn relay(name: &str, port: u16) -> RelaySpec {

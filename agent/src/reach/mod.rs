@@ -2,7 +2,7 @@
 //!
 //! - [`io`]: the contract between the sans-IO engine and the runtime that owns the sockets.
 //! - [`engine`]: the sans-IO path choice per peer (with `engine_peer`, `engine_probe`,
-//!   `engine_choice`).
+//!   `engine_choice`, and `engine_guard`: disco replay windows and source budgets).
 //! - [`runtime`]: the thread that drives the engine and performs its effects (docs/reach.md),
 //!   with [`stun`] (reflexive addresses, NAT report), [`relay_client`] (registration and
 //!   relayed frames; [`relay_client_tcp`] over TCP with TLS) and [`forward`] (the loopback
@@ -13,6 +13,9 @@ pub mod engine_bounds;
 mod engine_choice;
 #[cfg(test)]
 mod engine_disco_tests;
+mod engine_guard;
+#[cfg(test)]
+mod engine_guard_tests;
 mod engine_peer;
 mod engine_probe;
 #[cfg(test)]

@@ -99,7 +99,7 @@ impl Loop {
     pub(crate) fn new(setup: RuntimeSetup, shared: Arc<Shared>) -> Self {
         let t = Instant::now();
         Self {
-            engine: Engine::new(setup.secret),
+            engine: Engine::new(setup.secret, setup.mesh),
             id: Identity::new(setup.secret),
             setup,
             shared,
@@ -207,7 +207,7 @@ impl Loop {
             "reach: the WireGuard key rotated; registering with the relays again and probing every path with the new key"
         );
         self.setup.secret = secret;
-        self.engine = Engine::new(secret);
+        self.engine = Engine::new(secret, self.setup.mesh);
         self.id = Identity::new(secret);
         self.conns.clear();
         self.links.clear();

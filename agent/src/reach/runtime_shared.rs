@@ -55,6 +55,8 @@ pub type PortFn = Box<dyn Fn() -> u16 + Send>;
 pub struct RuntimeSetup {
     /// The node's WireGuard private key (disco keys, relay proofs).
     pub secret: [u8; 32],
+    /// The Domain's mesh range (never a disco candidate).
+    pub mesh: ipnet::IpNet,
     pub mode: Mode,
     /// Where reach's datagrams go out (the WireGuard socket, or the underlay socket).
     pub underlay: Arc<dyn Underlay>,

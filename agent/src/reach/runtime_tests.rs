@@ -63,6 +63,7 @@ fn kernel_mode_carries_every_peer_through_a_forwarder_over_the_underlay() {
     let set = Arc::new(Mutex::new(Vec::new()));
     let rt = Runtime::start(RuntimeSetup {
         secret: [0x11; 32],
+        mesh: "10.64.0.0/16".parse().unwrap(),
         mode: Mode::Kernel,
         underlay: underlay.clone(),
         listen_port: Box::new(move || underlay_addr.port()),
@@ -238,6 +239,7 @@ fn relayed_over_tls(udp: Option<SocketAddr>) {
     let underlay = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
     let rt = Runtime::start(RuntimeSetup {
         secret: [0x11; 32],
+        mesh: "10.64.0.0/16".parse().unwrap(),
         mode: Mode::Userspace,
         underlay,
         listen_port: Box::new(move || wg_port),

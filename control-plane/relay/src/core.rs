@@ -4,18 +4,18 @@
 //!
 //! | frame from a peer | answer |
 //! |---|---|
-//! | `hello{node}` | `challenge{cookie(peer address, node, epoch)}` |
+//! | `hello{node}` | `challenge{cookie(peer address, node, epoch)}` (strangers: prefix rate) |
 //! | `register` with a stale or foreign cookie, or a wrong proof | `refused{bad_proof}` |
 //! | `register` with a token no trusted Domain signed, or for another key | `refused{bad_token}` |
 //! | `register` with an expired token | `refused{expired}` |
 //! | `register` whose token names an older key generation of its node than a live token seen | `refused{bad_token}` |
 //! | `register` of a new node id at `max_nodes` | `refused{busy}` |
 //! | `register` that checks out | `registered{LEASE_SECS}`; the key is bound to this peer until the lease or the token ends, and replaces its node id's other registration |
-//! | `send{dst}` from a peer with no registration | `refused{not_registered}` (global rate) |
+//! | `send{dst}` from a peer with no registration | `refused{not_registered}` (prefix and global rate) |
 //! | `send{dst}` over the node's frame or byte budget | `refused{busy}` (node's answer rate) |
 //! | `send{dst}` to a key with no live registration | `peer_gone{dst}` (node's answer rate) |
 //! | `send{dst}` otherwise | `recv{src, payload}` to `dst`'s peer |
-//! | `ping{nonce}` | `pong{nonce}` |
+//! | `ping{nonce}` from a registered peer | `pong{nonce}` (a stranger's: nothing, counted) |
 //! | anything else | nothing (counted) |
 //!
 //! A registration made with the sealed proof gets its `registered`, `refused`, `peer gone` and
@@ -23,6 +23,12 @@
 //! answers to a peer with no registration (and every `refused` before the proof checked out)
 //! are plain: a node takes those as a hint to say `hello` again. A node id has one
 //! registration at a time; limits and budgets are per node id.
+//!
+//! Every answer to a UDP source with no registration (`challenge`, `refused`, and the STUN
+//! answers of the UDP thread through [`Core::may_answer`]) takes a token of its source /24 or
+//! /48 ([`crate::prefix`]), so the relay reflects a bounded rate to any network whatever
+//! source a datagram names. A TCP peer has completed a handshake, so it is not charged; its
+//! connections are bounded per source instead ([`Core::open_tcp`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -40,6 +46,7 @@ use tokio::sync::mpsc;
 use crate::bucket::TokenBucket;
 use crate::cookie::CookieKey;
 use crate::limits::{LIMIT_LOG_EVERY, Limits};
+use crate::prefix::{Prefix, PrefixBuckets, conn_source};
 use crate::stats::Counters;
 
 /// One TCP connection's number, unique for the relay's life.
@@ -123,6 +130,8 @@ struct TcpConn {
 enum Limit {
     MaxNodes,
     MaxTcp,
+    TcpPerSource,
+    PrefixAnswers,
     NodeBudget,
     Refusals,
 }
@@ -149,6 +158,10 @@ pub struct Core {
     /// The registered key of each key prefix (data frames name nodes by prefix).
     by_prefix: HashMap<KeyPrefix, NodeKey>,
     conns: HashMap<ConnId, TcpConn>,
+    /// Open TCP connections per source address (IPv6: /64).
+    per_source: HashMap<Prefix, usize>,
+    /// Answers to unregistered UDP sources, per /24 or /48.
+    strangers: PrefixBuckets,
     next_conn: ConnId,
     refusals: TokenBucket,
     logged: HashMap<Limit, (Instant, u64)>,
@@ -165,6 +178,7 @@ impl Core {
         now: Instant,
     ) -> Self {
         let refusals = TokenBucket::new(limits.refusals_per_sec, limits.refusals_per_sec, now);
+        let strangers = PrefixBuckets::new(limits.prefix_answers, now);
         Self {
             secret,
             counter: 0,
@@ -177,6 +191,8 @@ impl Core {
             by_peer: HashMap::new(),
             by_prefix: HashMap::new(),
             conns: HashMap::new(),
+            per_source: HashMap::new(),
+            strangers,
             next_conn: 1,
             refusals,
             logged: HashMap::new(),
@@ -189,13 +205,20 @@ impl Core {
         self.nodes.len()
     }
 
-    /// A new TCP connection's writer queue, or `None` at `max_tcp_connections`.
+    /// A new TCP connection's writer queue, or `None` at `max_tcp_connections` or when its
+    /// source holds `max_tcp_per_source` already.
     pub fn open_tcp(
         &mut self,
         tx: mpsc::Sender<Vec<u8>>,
         addr: SocketAddr,
         now: Instant,
     ) -> Option<ConnId> {
+        let source = conn_source(addr.ip());
+        if self.per_source.get(&source).copied().unwrap_or(0) >= self.limits.tcp_per_source() {
+            self.counters.tcp_refused_per_source.inc();
+            self.hit(Limit::TcpPerSource, now);
+            return None;
+        }
         if self.conns.len() >= self.limits.max_tcp_connections {
             self.hit(Limit::MaxTcp, now);
             return None;
@@ -203,19 +226,29 @@ impl Core {
         let id = self.next_conn;
         self.next_conn += 1;
         self.conns.insert(id, TcpConn { tx, addr });
+        *self.per_source.entry(source).or_insert(0) += 1;
         Some(id)
     }
 
     /// Forgets a closed TCP connection and the registration bound to it.
     pub fn close_tcp(&mut self, id: ConnId) {
-        self.conns.remove(&id);
+        if let Some(conn) = self.conns.remove(&id) {
+            let source = conn_source(conn.addr.ip());
+            if let Some(n) = self.per_source.get_mut(&source) {
+                *n -= 1;
+                if *n == 0 {
+                    self.per_source.remove(&source);
+                }
+            }
+        }
         if let Some(node) = self.by_peer.remove(&Peer::Tcp(id)) {
             self.forget(&node);
         }
     }
 
-    /// Drops every registration whose lease (or token) ended.
+    /// Drops every registration whose lease (or token) ended, and prunes idle answer buckets.
     pub fn sweep(&mut self, now: Instant) {
+        self.strangers.tick(now);
         let (by_peer, by_prefix, by_id) = (&mut self.by_peer, &mut self.by_prefix, &mut self.by_id);
         self.nodes.retain(|key, r| {
             let live = r.expires > now;
@@ -304,6 +337,17 @@ impl Core {
                 max = l.max_tcp_connections,
                 "the relay is at its limit of TCP connections; new ones are closed (raise --max-tcp-connections)"
             ),
+            Limit::TcpPerSource => tracing::warn!(
+                times,
+                max = l.tcp_per_source(),
+                "a source address (or IPv6 /64) holds as many TCP connections as it may; new ones from it are closed (raise --max-tcp-per-source)"
+            ),
+            Limit::PrefixAnswers => tracing::warn!(
+                times,
+                rate = l.prefix_answers.per_sec,
+                burst = l.prefix_answers.burst,
+                "a source /24 or /48 with no registration asked for more answers than it gets; the rest go unanswered (--prefix-answers-per-sec, --prefix-answers-burst)"
+            ),
             Limit::NodeBudget => tracing::warn!(
                 times,
                 frames = l.node_frames_per_sec,
@@ -318,9 +362,24 @@ impl Core {
         }
     }
 
-    /// A `refused` for a peer, if the global refusal rate allows one now.
+    /// Whether `peer` may be answered now: always when it is registered or a TCP connection,
+    /// else when its source /24 or /48 has an answer left (a drop is counted and logged).
+    pub fn may_answer(&mut self, peer: Peer, now: Instant) -> bool {
+        let Peer::Udp(addr) = peer else { return true };
+        if self.by_peer.contains_key(&peer) || self.strangers.take(addr.ip(), now) {
+            return true;
+        }
+        self.counters.dropped_prefix_rate.inc();
+        self.hit(Limit::PrefixAnswers, now);
+        false
+    }
+
+    /// A `refused` for a peer, if its prefix's rate and the global refusal rate allow one now.
     fn refuse(&mut self, peer: Peer, code: RefuseCode, reason: &str, now: Instant) -> Option<Out> {
         self.counters.refused.inc();
+        if !self.may_answer(peer, now) {
+            return None;
+        }
         if !self.refusals.take(1, now) {
             self.hit(Limit::Refusals, now);
             return None;
@@ -339,6 +398,9 @@ impl Core {
     pub fn handle(&mut self, peer: Peer, frame: Frame, now: Now) -> Option<Out> {
         match frame {
             Frame::Hello { node } => {
+                if !self.may_answer(peer, now.mono) {
+                    return None;
+                }
                 let cookie = self.cookies.make(self.address(peer)?, &node, now.unix);
                 Some(Out {
                     to: self.to(peer)?,
@@ -351,10 +413,14 @@ impl Core {
                 proof,
                 token,
             } => self.register(peer, node, &cookie, &proof, &token, now),
-            Frame::Ping { nonce } => Some(Out {
+            Frame::Ping { nonce } if self.by_peer.contains_key(&peer) => Some(Out {
                 to: self.to(peer)?,
                 frame: self.seal_for(peer, Frame::Pong { nonce }, now.unix),
             }),
+            Frame::Ping { .. } => {
+                self.counters.dropped_unregistered.inc();
+                None
+            }
             Frame::Send { dst, payload } => match self.forward(peer, &dst, payload.len(), now) {
                 Forward::Deliver { to, src } => Some(Out {
                     to,

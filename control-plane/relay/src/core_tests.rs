@@ -241,5 +241,139 @@ fn a_closed_tcp_connection_takes_its_registration_along() {
     assert_eq!(c.registered(), 0);
 }
 
+#[test]
+fn tcp_connections_are_capped_per_source_and_64() {
+    let t0 = Instant::now();
+    let mut c = core(
+        Limits {
+            max_tcp_connections: 10,
+            max_tcp_per_source: 2,
+            ..Limits::default()
+        },
+        t0,
+    );
+    let (tx, _rx) = mpsc::channel(4);
+    let open = |c: &mut Core, a: &str| c.open_tcp(tx.clone(), a.parse().unwrap(), t0);
+    let a = open(&mut c, "192.0.2.1:1000").unwrap();
+    open(&mut c, "192.0.2.1:1001").unwrap();
+    assert!(
+        open(&mut c, "192.0.2.1:1002").is_none(),
+        "a third from one address"
+    );
+    // The neighbour address is another source; one IPv6 /64 is one source.
+    assert!(open(&mut c, "192.0.2.2:1000").is_some());
+    open(&mut c, "[2001:db8:0:1::1]:1").unwrap();
+    open(&mut c, "[2001:db8:0:1::2]:1").unwrap();
+    assert!(
+        open(&mut c, "[2001:db8:0:1:ffff::3]:1").is_none(),
+        "the same /64"
+    );
+    assert!(open(&mut c, "[2001:db8:0:2::1]:1").is_some(), "another /64");
+    assert_eq!(c.counters.tcp_refused_per_source.get(), 2);
+    // A closed connection gives its source a slot back.
+    c.close_tcp(a);
+    assert!(open(&mut c, "192.0.2.1:1003").is_some());
+}
+
+#[test]
+fn strangers_get_no_pong_and_answers_within_their_prefixs_bucket() {
+    let t0 = Instant::now();
+    let mut c = core(
+        Limits {
+            prefix_answers: crate::prefix::PrefixLimits {
+                per_sec: 1,
+                burst: 3,
+                max_prefixes: 8,
+            },
+            ..Limits::default()
+        },
+        t0,
+    );
+    let now = at(t0, 0);
+    // A ping from nobody gets nothing.
+    assert!(
+        c.handle(udp(5), Frame::Ping { nonce: [1; 8] }, now)
+            .is_none()
+    );
+    assert_eq!(c.counters.dropped_unregistered.get(), 1);
+    // Hellos from one /24 (whatever the port or the address within it): 3 challenges.
+    let hello = Frame::Hello { node: [7; 32] };
+    let answered = (0..20u16)
+        .filter(|p| {
+            let from = Peer::Udp(SocketAddr::from(([192, 0, 2, (p % 5) as u8], 2000 + p)));
+            c.handle(from, hello.clone(), now).is_some()
+        })
+        .count();
+    assert_eq!(answered, 3);
+    assert_eq!(c.counters.dropped_prefix_rate.get(), 17);
+    // The same /24's STUN and refusals draw on the same (empty) bucket.
+    assert!(!c.may_answer(udp(9), now.mono));
+    assert!(matches!(c.forward(udp(9), &[0; 8], 10, now), Forward::Drop));
+    // Another /24 has its own; a TCP connection is never charged.
+    let other = Peer::Udp(SocketAddr::from(([198, 51, 100, 1], 1)));
+    assert!(c.handle(other, hello.clone(), now).is_some());
+    assert!(c.may_answer(Peer::Tcp(1), now.mono));
+    // A second later, one more for the first /24.
+    let later = at(t0, 1);
+    assert!(c.handle(udp(3), hello.clone(), later).is_some());
+    assert!(c.handle(udp(3), hello, later).is_none());
+}
+
+#[test]
+fn a_registered_address_is_answered_beyond_the_prefix_bucket() {
+    let t0 = Instant::now();
+    let mut c = core(
+        Limits {
+            prefix_answers: crate::prefix::PrefixLimits {
+                per_sec: 1,
+                burst: 2,
+                max_prefixes: 8,
+            },
+            ..Limits::default()
+        },
+        t0,
+    );
+    let now = at(t0, 0);
+    // The challenge takes one of the two tokens of 192.0.2.0/24; `registered` is not charged.
+    assert!(matches!(
+        register(&mut c, udp(1), [1; 32], now),
+        Frame::Registered { .. }
+    ));
+    // From now on the registered address gets pongs, STUN and renewals however often.
+    for i in 0..10u8 {
+        assert!(c.may_answer(udp(1), now.mono));
+        assert!(matches!(
+            c.handle(udp(1), Frame::Ping { nonce: [i; 8] }, now)
+                .unwrap()
+                .frame,
+            Frame::Pong { .. }
+        ));
+    }
+    assert!(matches!(
+        register(&mut c, udp(1), [1; 32], now),
+        Frame::Registered { .. }
+    ));
+}
+
+#[test]
+fn one_source_always_leaves_a_slot() {
+    let limits = |global, per_source| Limits {
+        max_tcp_connections: global,
+        max_tcp_per_source: per_source,
+        ..Limits::default()
+    };
+    assert_eq!(limits(10_000, 256).tcp_per_source(), 256);
+    assert_eq!(limits(100, 256).tcp_per_source(), 99);
+    assert_eq!(limits(1, 256).tcp_per_source(), 1);
+    let t0 = Instant::now();
+    let mut c = core(limits(3, 256), t0);
+    let (tx, _rx) = mpsc::channel(4);
+    let a: SocketAddr = "192.0.2.1:1".parse().unwrap();
+    assert!(c.open_tcp(tx.clone(), a, t0).is_some());
+    assert!(c.open_tcp(tx.clone(), a, t0).is_some());
+    assert!(c.open_tcp(tx.clone(), a, t0).is_none());
+    assert!(c.open_tcp(tx, "192.0.2.2:1".parse().unwrap(), t0).is_some());
+}
+
 #[path = "core_seal_tests.rs"]
 mod seal;

@@ -6,7 +6,7 @@
 //! clock.
 //!
 //! - [`core`]: the decisions (registrations, budgets, where a `send` goes), no sockets, time
-//!   passed in; [`cookie`], [`bucket`], [`limits`] are its parts.
+//!   passed in; [`cookie`], [`bucket`], [`prefix`], [`limits`] are its parts.
 //! - `udp` (a blocking thread) and `tcp` (tokio tasks with rustls) perform them, meeting in
 //!   `shared` (the core behind its lock, the counters, delivery on either transport).
 //! - [`relay::start`] binds and starts; [`stun::answer`] is the pure STUN responder, and
@@ -17,6 +17,7 @@ pub mod cookie;
 pub mod core;
 pub mod limits;
 mod mmsg;
+pub mod prefix;
 pub mod relay;
 mod shared;
 pub mod stats;

@@ -4,10 +4,37 @@
 
 use std::time::Duration;
 
+use crate::prefix::PrefixLimits;
+
 /// Nodes registered at once (`--max-nodes`); past it `register` is refused with `Busy`.
 pub const DEFAULT_MAX_NODES: usize = 10_000;
 /// TCP connections open at once (`--max-tcp-connections`); past it a new one is closed.
 pub const DEFAULT_MAX_TCP_CONNECTIONS: usize = 10_000;
+/// TCP connections open at once from one source address, or one IPv6 /64
+/// (`--max-tcp-per-source`); past it a new one is closed at accept, before any TLS work. It is
+/// held below `--max-tcp-connections` ([`Limits::tcp_per_source`]), so one source never holds
+/// them all.
+pub const DEFAULT_MAX_TCP_PER_SOURCE: usize = 256;
+/// A TCP connection that has not registered this long after its accept is closed
+/// (`--tcp-register-within-secs`): the TLS handshake, `hello`, `challenge` and `register`
+/// must be done by then; pings and other frames do not extend it.
+pub const DEFAULT_TCP_REGISTER_WITHIN: Duration = Duration::from_secs(10);
+/// Answers a second to one source /24 (IPv4) or /48 (IPv6) that is not registered: STUN
+/// answers, `challenge`, `refused` (`--prefix-answers-per-sec`). A forged source names its
+/// victim, so this bounds what the relay reflects to any one network.
+pub const DEFAULT_PREFIX_ANSWERS_PER_SEC: u64 = 100;
+/// Answers one such prefix may get at once (`--prefix-answers-burst`).
+pub const DEFAULT_PREFIX_ANSWERS_BURST: u64 = 200;
+/// Source prefixes with a bucket of their own (`--max-answer-prefixes`); past it (after the
+/// idle ones are pruned) new prefixes share one bucket of the same rate. About 100 bytes each.
+pub const DEFAULT_MAX_ANSWER_PREFIXES: usize = 65_536;
+/// The per-prefix answer limits with their defaults (the relay's and the control plane's STUN
+/// responder's).
+pub const DEFAULT_PREFIX_ANSWERS: PrefixLimits = PrefixLimits {
+    per_sec: DEFAULT_PREFIX_ANSWERS_PER_SEC,
+    burst: DEFAULT_PREFIX_ANSWERS_BURST,
+    max_prefixes: DEFAULT_MAX_ANSWER_PREFIXES,
+};
 /// Frames a second one registered node may send (`--node-frames-per-sec`); 0: no limit.
 pub const DEFAULT_NODE_FRAMES_PER_SEC: u64 = 100_000;
 /// Bytes a second one registered node may send (`--node-bytes-per-sec`): 1 Gbit/s; 0: no limit.
@@ -38,6 +65,10 @@ pub const LIMIT_LOG_EVERY: Duration = Duration::from_secs(10);
 pub struct Limits {
     pub max_nodes: usize,
     pub max_tcp_connections: usize,
+    pub max_tcp_per_source: usize,
+    pub tcp_register_within: Duration,
+    /// Answers to unregistered sources, per /24 or /48.
+    pub prefix_answers: PrefixLimits,
     pub node_frames_per_sec: u64,
     pub node_bytes_per_sec: u64,
     pub node_answers_per_sec: u64,
@@ -49,6 +80,9 @@ impl Default for Limits {
         Self {
             max_nodes: DEFAULT_MAX_NODES,
             max_tcp_connections: DEFAULT_MAX_TCP_CONNECTIONS,
+            max_tcp_per_source: DEFAULT_MAX_TCP_PER_SOURCE,
+            tcp_register_within: DEFAULT_TCP_REGISTER_WITHIN,
+            prefix_answers: DEFAULT_PREFIX_ANSWERS,
             node_frames_per_sec: DEFAULT_NODE_FRAMES_PER_SEC,
             node_bytes_per_sec: DEFAULT_NODE_BYTES_PER_SEC,
             node_answers_per_sec: DEFAULT_NODE_ANSWERS_PER_SEC,
@@ -58,6 +92,14 @@ impl Default for Limits {
 }
 
 impl Limits {
+    /// The per-source cap in force: `max_tcp_per_source`, but at most one below
+    /// `max_tcp_connections` (when that is above 1), so one source always leaves a slot.
+    pub fn tcp_per_source(&self) -> usize {
+        self.max_tcp_per_source
+            .min(self.max_tcp_connections.saturating_sub(1))
+            .max(1)
+    }
+
     /// Says which knob is out of range.
     pub fn check(&self) -> Result<(), String> {
         if self.max_nodes == 0 {
@@ -66,6 +108,17 @@ impl Limits {
         if self.max_tcp_connections == 0 {
             return Err("--max-tcp-connections must be at least 1".into());
         }
+        if self.max_tcp_per_source == 0 {
+            return Err("--max-tcp-per-source must be at least 1".into());
+        }
+        if self.tcp_register_within.is_zero() {
+            return Err("--tcp-register-within-secs must be at least 1".into());
+        }
+        self.prefix_answers.check([
+            "--prefix-answers-per-sec",
+            "--prefix-answers-burst",
+            "--max-answer-prefixes",
+        ])?;
         if self.node_answers_per_sec == 0 || self.refusals_per_sec == 0 {
             return Err("--node-answers-per-sec and --refusals-per-sec must be at least 1".into());
         }

@@ -206,10 +206,13 @@ pub async fn start(config: RelayConfig) -> Result<RelayHandle, StartError> {
     };
     let tcp_task = match (tcp, &config.tls) {
         (Some(listener), Some(t)) => {
-            let acceptor = tokio_rustls::TlsAcceptor::from(t.config.clone());
+            let accept = crate::tcp::Accept {
+                acceptor: tokio_rustls::TlsAcceptor::from(t.config.clone()),
+                register_within: config.limits.tcp_register_within,
+            };
             Some(tokio::spawn(crate::tcp::accept_loop(
                 listener,
-                acceptor,
+                accept,
                 shared.clone(),
                 stop_rx,
             )))

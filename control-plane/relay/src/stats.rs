@@ -46,6 +46,12 @@ macro_rules! counters {
 counters! {
     /// STUN Binding requests answered.
     stun_answered,
+    /// Answers to an unregistered source (STUN, `challenge`, `refused`) left unsent because its
+    /// /24 or /48 was over `--prefix-answers-per-sec`.
+    dropped_prefix_rate,
+    /// Frames from a peer that has not registered and gets no answer to them (`ping`, and over
+    /// TCP everything but `hello` and `register`).
+    dropped_unregistered,
     /// Datagrams that were neither STUN nor a relay frame, or did not decode.
     dropped_unknown,
     /// Relay frames a node never sends (`recv`, `challenge`...).
@@ -70,4 +76,10 @@ counters! {
     /// TCP connections accepted, and closed for a TLS, framing or idle reason.
     tcp_accepted,
     tcp_closed_error,
+    /// TCP connections closed at accept: their source address (or /64) held
+    /// `--max-tcp-per-source` already.
+    tcp_refused_per_source,
+    /// TCP connections closed because they had not registered within
+    /// `--tcp-register-within-secs` of their accept.
+    tcp_closed_unregistered,
 }

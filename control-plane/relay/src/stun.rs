@@ -7,17 +7,26 @@
 //! 420 (Unknown Attribute) error response that RFC 8489 §6.3.1 asks for. Anything else
 //! (responses, indications, other methods, malformed bytes) gets no answer at all: a STUN
 //! server never answers what it cannot read, so it is no reflector.
+//!
+//! An answer carries what the node needs and nothing more (no SOFTWARE attribute, an empty
+//! reason phrase in the 420): a Binding success answer is 32 bytes for IPv4 and 44 for IPv6,
+//! 1.6x and 2.2x the smallest 20-byte request (it was 48 and 60, 2.4x and 3.0x, with SOFTWARE).
+//! And since a forged source names its victim, answers are budgeted per source /24 or /48
+//! ([`Responder`] here, the relay's core on its UDP port).
 
 use std::net::{IpAddr, SocketAddr};
+use std::time::Instant;
 
 use bytecodec::{DecodeExt as _, EncodeExt as _};
-use stun_codec::rfc5389::attributes::{ErrorCode, Software, UnknownAttributes, XorMappedAddress};
-use stun_codec::rfc5389::errors::UnknownAttribute;
+use stun_codec::rfc5389::attributes::{ErrorCode, UnknownAttributes, XorMappedAddress};
 use stun_codec::rfc5389::{Attribute, methods::BINDING};
 use stun_codec::{Attribute as _, Message, MessageClass, MessageDecoder, MessageEncoder};
 
-/// What the responder names itself in the SOFTWARE attribute of its answers.
-pub const SOFTWARE: &str = "plexsphere";
+use crate::limits::LIMIT_LOG_EVERY;
+use crate::prefix::{PrefixBuckets, PrefixLimits};
+
+/// The error code of an answer to a request with an unknown comprehension-required attribute.
+const UNKNOWN_ATTRIBUTE: u16 = 420;
 
 /// The answer to a STUN datagram from `from`, or `None` when it gets none.
 pub fn answer(request: &[u8], from: SocketAddr) -> Option<Vec<u8>> {
@@ -34,7 +43,7 @@ pub fn answer(request: &[u8], from: SocketAddr) -> Option<Vec<u8>> {
         .map(|a| a.get_type())
         .filter(|t| t.is_comprehension_required())
         .collect();
-    let mut response = if unknown.is_empty() {
+    let response = if unknown.is_empty() {
         let mut ok = Message::<Attribute>::new(
             MessageClass::SuccessResponse,
             BINDING,
@@ -48,13 +57,11 @@ pub fn answer(request: &[u8], from: SocketAddr) -> Option<Vec<u8>> {
             BINDING,
             message.transaction_id(),
         );
-        err.add_attribute(ErrorCode::from(UnknownAttribute));
+        // The reason phrase is for people and optional; the code says it all, in 8 bytes.
+        err.add_attribute(ErrorCode::new(UNKNOWN_ATTRIBUTE, String::new()).ok()?);
         err.add_attribute(UnknownAttributes::new(unknown));
         err
     };
-    if let Ok(software) = Software::new(SOFTWARE.to_owned()) {
-        response.add_attribute(software);
-    }
     MessageEncoder::new().encode_into_bytes(response).ok()
 }
 
@@ -97,14 +104,59 @@ pub fn mapped_address(response: &[u8], transaction_id: [u8; 12]) -> Option<Socke
         .map(|a| a.address())
 }
 
-/// Answers Binding requests on `socket` until the future is dropped; everything else is
-/// ignored. What `plexsphere serve --stun-listen` runs.
-pub async fn serve(socket: tokio::net::UdpSocket) {
+/// The control plane's responder: [`answer`] within a budget per source /24 or /48, with
+/// what it answered and dropped counted, and a drop logged at most every [`LIMIT_LOG_EVERY`].
+pub struct Responder {
+    buckets: PrefixBuckets,
+    pub answered: u64,
+    pub dropped: u64,
+    logged: Option<(Instant, u64)>,
+}
+
+impl Responder {
+    pub fn new(limits: PrefixLimits, now: Instant) -> Self {
+        Self {
+            buckets: PrefixBuckets::new(limits, now),
+            answered: 0,
+            dropped: 0,
+            logged: None,
+        }
+    }
+
+    /// The answer to send to `from`, if it gets one and its prefix has one left.
+    pub fn reply(&mut self, request: &[u8], from: SocketAddr, now: Instant) -> Option<Vec<u8>> {
+        self.buckets.tick(now);
+        let reply = answer(request, from)?;
+        if self.buckets.take(from.ip(), now) {
+            self.answered += 1;
+            return Some(reply);
+        }
+        self.dropped += 1;
+        let (last, times) = self.logged.get_or_insert((now - LIMIT_LOG_EVERY * 2, 0));
+        *times += 1;
+        if now.saturating_duration_since(*last) >= LIMIT_LOG_EVERY {
+            let limits = self.buckets.limits();
+            tracing::warn!(
+                times = std::mem::take(times),
+                rate = limits.per_sec,
+                burst = limits.burst,
+                "a source /24 or /48 sent more STUN requests than it gets answers; the rest go unanswered (--stun-answers-per-sec, --stun-answers-burst)"
+            );
+            *last = now;
+        }
+        None
+    }
+}
+
+/// Answers Binding requests on `socket` until the future is dropped, within `limits` per
+/// source /24 or /48; everything else is ignored. What `plexsphere serve --stun-listen` runs.
+pub async fn serve(socket: tokio::net::UdpSocket, limits: PrefixLimits) {
     let mut buf = vec![0u8; 2048];
+    let mut responder = Responder::new(limits, Instant::now());
     loop {
         match socket.recv_from(&mut buf).await {
             Ok((n, from)) => {
-                if let Some(reply) = answer(&buf[..n], from) {
+                if let Some(reply) = responder.reply(&buf[..n], from, Instant::now()) {
                     let _ = socket.send_to(&reply, from).await;
                 }
             }
@@ -176,5 +228,66 @@ mod tests {
         assert_eq!(resp[0] & 0x01, 0x01, "an error response class");
         assert!(resp.windows(2).any(|w| w == [0x77, 0x77]));
         assert_eq!(mapped_address(&resp, [4; 12]), None);
+        // Header, ERROR-CODE with no reason phrase, UNKNOWN-ATTRIBUTES: 1.3x the request.
+        assert_eq!(resp.len(), 20 + 8 + 8, "{} bytes", resp.len());
+    }
+
+    #[test]
+    fn answers_carry_no_software_and_nothing_but_the_address() {
+        for (from, len) in [("192.0.2.1:1", 32), ("[2001:db8::1]:1", 44)] {
+            let from: SocketAddr = from.parse().unwrap();
+            let req = binding_request([5; 12]);
+            assert_eq!(req.len(), 20);
+            let resp = answer(&req, from).unwrap();
+            let message = MessageDecoder::<Attribute>::new()
+                .decode_from_bytes(&resp)
+                .unwrap()
+                .unwrap();
+            assert!(
+                message
+                    .get_attribute::<stun_codec::rfc5389::attributes::Software>()
+                    .is_none(),
+                "a SOFTWARE attribute in the answer"
+            );
+            assert_eq!(message.attributes().count(), 1, "XOR-MAPPED-ADDRESS alone");
+            // Amplification: 1.6x (IPv4) and 2.2x (IPv6) the smallest request.
+            assert_eq!(resp.len(), len, "answer to {from}");
+        }
+    }
+
+    #[test]
+    fn the_responder_answers_a_flood_within_its_prefixs_bucket() {
+        let limits = PrefixLimits {
+            per_sec: 10,
+            burst: 25,
+            max_prefixes: 16,
+        };
+        let t0 = Instant::now();
+        let mut r = Responder::new(limits, t0);
+        let req = binding_request([6; 12]);
+        let flood: SocketAddr = "198.51.100.7:4000".parse().unwrap();
+        let neighbour: SocketAddr = "198.51.100.99:4000".parse().unwrap();
+        let other: SocketAddr = "203.0.113.1:4000".parse().unwrap();
+        let answered = (0..1000)
+            .filter(|_| r.reply(&req, flood, t0).is_some())
+            .count();
+        assert_eq!(answered, 25);
+        assert!(r.reply(&req, neighbour, t0).is_none(), "the same /24");
+        assert!(
+            r.reply(&req, other, t0).is_some(),
+            "another /24 has its own"
+        );
+        // A second later: the rate's worth again.
+        let t1 = t0 + std::time::Duration::from_secs(1);
+        assert_eq!(
+            (0..1000)
+                .filter(|_| r.reply(&req, flood, t1).is_some())
+                .count(),
+            10
+        );
+        assert_eq!((r.answered, r.dropped), (36, 1966));
+        // What gets no answer costs no token.
+        assert!(r.reply(b"not stun", other, t1).is_none());
+        assert_eq!(r.dropped, 1966);
     }
 }

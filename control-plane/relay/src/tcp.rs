@@ -2,23 +2,38 @@
 //! connection a reader (frames in, with the idle timeout) and a writer that drains a bounded
 //! queue ([`TCP_QUEUE_FRAMES`]); a frame for a full queue is dropped and counted, so a reader
 //! that does not keep up costs bounded memory and never slows the senders.
+//!
+//! Strangers get little: a connection is counted against its source address (IPv6: /64) at
+//! accept and closed there, before any TLS work, when that source holds
+//! `--max-tcp-per-source` already; until it registers only `hello` and `register` are
+//! handled (the rest is dropped and counted, a `ping` gets no `pong`), and one that has not
+//! registered within `--tcp-register-within-secs` of its accept is closed.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use plexsphere_wire::reach::relay::Frame;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
 use crate::core::{Now, Peer};
 use crate::limits::{MAX_STREAM_FRAME, TCP_IDLE_TIMEOUT, TCP_QUEUE_FRAMES, TLS_HANDSHAKE_TIMEOUT};
 use crate::shared::{Shared, deliver};
 
+/// What every connection gets: the TLS acceptor and the registration deadline.
+#[derive(Clone)]
+pub(crate) struct Accept {
+    pub(crate) acceptor: TlsAcceptor,
+    pub(crate) register_within: Duration,
+}
+
 pub(crate) async fn accept_loop(
     listener: TcpListener,
-    acceptor: TlsAcceptor,
+    accept: Accept,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -29,11 +44,26 @@ pub(crate) async fn accept_loop(
         };
         match accepted {
             Ok((stream, addr)) => {
+                let register_by = Instant::now() + accept.register_within;
+                shared.counters.tcp_accepted.inc();
+                let (tx, rx) = mpsc::channel::<Vec<u8>>(TCP_QUEUE_FRAMES);
+                // Counted here, before a task or a handshake, so a flood of connections from
+                // one source costs no TLS work past its cap and leaves the others their room.
+                let Some(id) = shared.core().open_tcp(tx, addr, std::time::Instant::now()) else {
+                    drop(stream);
+                    continue;
+                };
                 let _ = stream.set_nodelay(true);
+                let conn = Conn {
+                    addr,
+                    id,
+                    register_by,
+                };
                 tokio::spawn(connection(
                     stream,
-                    addr,
-                    acceptor.clone(),
+                    conn,
+                    rx,
+                    accept.acceptor.clone(),
                     shared.clone(),
                     stop.clone(),
                 ));
@@ -53,6 +83,8 @@ enum Closed {
     Eof,
     #[error("no frame within the idle timeout (or the TLS handshake timeout)")]
     Idle,
+    #[error("not registered within --tcp-register-within-secs of its accept")]
+    Unregistered,
     #[error("{0}")]
     Io(std::io::Error),
     #[error("a frame of {0} bytes, over the limit of {MAX_STREAM_FRAME}")]
@@ -61,26 +93,33 @@ enum Closed {
     Malformed,
 }
 
+/// One accepted connection: where from, its number, and when it must have registered.
+struct Conn {
+    addr: SocketAddr,
+    id: crate::core::ConnId,
+    register_by: Instant,
+}
+
 async fn connection(
     stream: TcpStream,
-    addr: SocketAddr,
+    conn: Conn,
+    rx: mpsc::Receiver<Vec<u8>>,
     acceptor: TlsAcceptor,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
 ) {
-    shared.counters.tcp_accepted.inc();
-    let (tx, rx) = mpsc::channel::<Vec<u8>>(TCP_QUEUE_FRAMES);
-    // Counted before the handshake, so a flood of connections costs no TLS work past the limit.
-    let Some(id) = shared.core().open_tcp(tx, addr, std::time::Instant::now()) else {
-        return;
-    };
+    let (addr, id) = (conn.addr, conn.id);
     let result = tokio::select! {
-        r = serve(stream, addr, acceptor, &shared, id, rx) => r,
+        r = serve(stream, &conn, acceptor, &shared, rx) => r,
         _ = stop.changed() => Ok(Closed::Eof),
     };
     shared.core().close_tcp(id);
     match result {
         Ok(Closed::Eof) => tracing::debug!(%addr, "relay connection closed"),
+        Err(Closed::Unregistered) => {
+            shared.counters.tcp_closed_unregistered.inc();
+            tracing::debug!(%addr, reason = %Closed::Unregistered, "relay connection closed");
+        }
         Ok(why) | Err(why) => {
             shared.counters.tcp_closed_error.inc();
             tracing::debug!(%addr, reason = %why, "relay connection closed");
@@ -88,20 +127,40 @@ async fn connection(
     }
 }
 
+/// Reads with the registration deadline until the connection registered, then with the idle
+/// timeout.
+async fn within<T>(
+    registered: bool,
+    register_by: Instant,
+    read: impl std::future::Future<Output = std::io::Result<T>>,
+) -> Result<std::io::Result<T>, Closed> {
+    if registered {
+        tokio::time::timeout(TCP_IDLE_TIMEOUT, read)
+            .await
+            .map_err(|_| Closed::Idle)
+    } else {
+        tokio::time::timeout_at(register_by, read)
+            .await
+            .map_err(|_| Closed::Unregistered)
+    }
+}
+
 async fn serve(
     stream: TcpStream,
-    addr: SocketAddr,
+    conn: &Conn,
     acceptor: TlsAcceptor,
     shared: &Shared,
-    id: crate::core::ConnId,
     mut rx: mpsc::Receiver<Vec<u8>>,
 ) -> Result<Closed, Closed> {
-    let tls = match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+    let (addr, id, register_by) = (conn.addr, conn.id, conn.register_by);
+    let handshake_by = register_by.min(Instant::now() + TLS_HANDSHAKE_TIMEOUT);
+    let tls = match tokio::time::timeout_at(handshake_by, acceptor.accept(stream)).await {
         Ok(Ok(tls)) => tls,
         Ok(Err(e)) => {
             tracing::debug!(%addr, error = %e, "TLS handshake failed");
             return Err(Closed::Io(e));
         }
+        Err(_) if handshake_by == register_by => return Err(Closed::Unregistered),
         Err(_) => return Err(Closed::Idle),
     };
     let (mut rd, mut wr) = tokio::io::split(tls);
@@ -118,10 +177,16 @@ async fn serve(
     };
     let reader = async {
         let mut buf = vec![0u8; MAX_STREAM_FRAME];
+        let mut registered = false;
         loop {
+            // A read that finds its bytes waiting completes whatever the deadline says, so a
+            // connection that never pauses is held to it here.
+            if !registered && Instant::now() >= register_by {
+                return Err(Closed::Unregistered);
+            }
             let mut len = [0u8; 2];
-            match tokio::time::timeout(TCP_IDLE_TIMEOUT, rd.read_exact(&mut len)).await {
-                Err(_) => return Err(Closed::Idle),
+            match within(registered, register_by, rd.read_exact(&mut len)).await {
+                Err(why) => return Err(why),
                 Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
                     return Ok(Closed::Eof);
                 }
@@ -132,14 +197,20 @@ async fn serve(
             if len > MAX_STREAM_FRAME {
                 return Err(Closed::TooLong(len));
             }
-            match tokio::time::timeout(TCP_IDLE_TIMEOUT, rd.read_exact(&mut buf[..len])).await {
-                Err(_) => return Err(Closed::Idle),
+            match within(registered, register_by, rd.read_exact(&mut buf[..len])).await {
+                Err(why) => return Err(why),
                 Ok(Err(e)) => return Err(Closed::Io(e)),
                 Ok(Ok(_)) => {}
             }
             let frame = Frame::decode(&buf[..len]).map_err(|_| Closed::Malformed)?;
+            if !registered && !matches!(frame, Frame::Hello { .. } | Frame::Register { .. }) {
+                // Before its registration a connection is answered nothing but the exchange.
+                shared.counters.dropped_unregistered.inc();
+                continue;
+            }
             let out = shared.core().handle(Peer::Tcp(id), frame, Now::system());
             if let Some(out) = out {
+                registered |= matches!(out.frame, Frame::Registered { .. });
                 deliver(shared, out);
             }
         }

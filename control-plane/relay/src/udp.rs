@@ -77,9 +77,12 @@ fn datagram(
 ) -> Option<SocketAddr> {
     match classify(buf) {
         Kind::Stun => match crate::stun::answer(buf, from) {
+            // Charged to the sender's /24 or /48 unless it is a registered node.
             Some(answer) => {
-                shared.counters.stun_answered.inc();
-                let _ = socket.send_to(&answer, from);
+                if shared.core().may_answer(Peer::Udp(from), Instant::now()) {
+                    shared.counters.stun_answered.inc();
+                    let _ = socket.send_to(&answer, from);
+                }
             }
             None => shared.counters.dropped_unknown.inc(),
         },

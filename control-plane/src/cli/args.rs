@@ -51,14 +51,25 @@ pub enum Command {
     OperatorToken(OperatorTokenCommand),
     /// Bring the database schema up to date and exit.
     Migrate(DataArgs),
-    /// Copy the embedded database (online, while the server runs), the Domain keys and the
-    /// dev certificates into a new directory.
+    /// Copy the embedded database (online, while the server runs; the Domain keys are in it,
+    /// sealed) and the dev certificates into a new directory, with a manifest keyed under the
+    /// key-encryption key. Secrets stay out unless --include-secrets.
     Backup {
         #[command(flatten)]
         data: DataArgs,
         /// The directory to write the backup to (created 0700; must be new or empty).
         #[arg(long)]
         out: PathBuf,
+        /// The key-encryption key the Domain keys are sealed under: it keys the manifest (and
+        /// is checked against the sealed keys); default: `key-encryption-key` in the data
+        /// directory (`plexsphere dev`), or the systemd credential.
+        #[arg(long, env = "PLEXSPHERE_KEY_ENCRYPTION_KEY_FILE")]
+        key_encryption_key_file: Option<PathBuf>,
+        /// Also copy the secrets of the data directory: dev's key-encryption key, older Domain
+        /// seed files, dev's TLS private keys and operator token (each named on stderr, with
+        /// what a holder of the backup can do with it).
+        #[arg(long)]
+        include_secrets: bool,
     },
     /// Bring a backup back into an empty data directory (with --database-url: after
     /// `pg_restore`, bring the Domain keys back, migrate, and move the event logs ahead).
@@ -70,11 +81,16 @@ pub enum Command {
         from: PathBuf,
         #[command(flatten)]
         data: DataArgs,
-        /// The key-encryption key the restored Domain keys are sealed under (checked here);
-        /// default: `key-encryption-key` in --from or the data directory, or the systemd
-        /// credential.
+        /// The key-encryption key the restored Domain keys are sealed under (the manifest's MAC
+        /// and the sealed keys are checked with it); default: `key-encryption-key` in the data
+        /// directory, the systemd credential, or (a backup taken with --include-secrets) the
+        /// one in --from.
         #[arg(long, env = "PLEXSPHERE_KEY_ENCRYPTION_KEY_FILE")]
         key_encryption_key_file: Option<PathBuf>,
+        /// Accept a backup of an older plexsphere whose manifest has no MAC (format 1): its
+        /// files are checked for damage only, not for tampering.
+        #[arg(long)]
+        allow_unkeyed_backup: bool,
     },
     /// Run a relay for nodes that cannot reach each other directly (or `relay keygen`).
     Relay(super::relay::RelayCommand),
@@ -280,6 +296,8 @@ pub struct ServeArgs {
     /// Answer STUN Binding requests on this UDP address (e.g. 0.0.0.0:3478).
     #[arg(long, env = "PLEXSPHERE_STUN_LISTEN")]
     pub stun_listen: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    pub stun_limits: super::relay::StunLimitArgs,
     /// Also serve `GET /metrics` without authentication on this plain-HTTP address (meant
     /// for loopback or a private network; the API's own `/metrics` needs a read-only token).
     #[arg(long, env = "PLEXSPHERE_METRICS_LISTEN")]
@@ -373,6 +391,8 @@ pub struct DevArgs {
     /// STUN on UDP; default: the listen IP, port 3478 (port 0 when --listen has port 0).
     #[arg(long, env = "PLEXSPHERE_STUN_LISTEN")]
     pub stun_listen: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    pub stun_limits: super::relay::StunLimitArgs,
     /// Also serve `GET /metrics` without authentication on this plain-HTTP address (meant
     /// for loopback or a private network; the API's own `/metrics` needs a read-only token).
     #[arg(long, env = "PLEXSPHERE_METRICS_LISTEN")]

@@ -1,6 +1,7 @@
 //! How a `plexsphere` command failed: bad configuration (exit 64) or at run time (exit 1).
 
 /// A failure and how the process should exit.
+#[derive(Debug)]
 pub enum Failure {
     Config(String),
     Runtime(anyhow::Error),

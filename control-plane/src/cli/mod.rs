@@ -114,12 +114,34 @@ async fn dispatch(cmd: Command) -> Result<(), Failure> {
             admin::token_revoke(&data, &id).await
         }
         Command::Migrate(data) => admin::migrate(&data).await,
-        Command::Backup { data, out } => backup::backup(&data, &out).await,
+        Command::Backup {
+            data,
+            out,
+            key_encryption_key_file,
+            include_secrets,
+        } => {
+            backup::backup(
+                &data,
+                &out,
+                key_encryption_key_file.as_deref(),
+                include_secrets,
+            )
+            .await
+        }
         Command::Restore {
             from,
             data,
             key_encryption_key_file,
-        } => backup::restore(&from, &data, key_encryption_key_file.as_deref()).await,
+            allow_unkeyed_backup,
+        } => {
+            backup::restore(
+                &from,
+                &data,
+                key_encryption_key_file.as_deref(),
+                allow_unkeyed_backup,
+            )
+            .await
+        }
         Command::Relay(cmd) => relay::relay(cmd).await,
         Command::DomainKey(args) => keys::domain_key(&args).await,
         Command::Kek(cmd) => keys::kek(cmd).await,

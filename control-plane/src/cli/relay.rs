@@ -13,6 +13,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use clap::{Args, Subcommand};
 use plexsphere_relay::limits as rl;
+use plexsphere_relay::prefix::PrefixLimits;
 use plexsphere_relay::{Limits, RelayConfig, RelayHandle, TlsListen};
 use ring::rand::{SecureRandom as _, SystemRandom};
 
@@ -82,6 +83,23 @@ pub struct RelayLimitArgs {
     /// TCP connections open at once; past it new ones are closed.
     #[arg(long, env = "PLEXSPHERE_RELAY_MAX_TCP_CONNECTIONS", default_value_t = rl::DEFAULT_MAX_TCP_CONNECTIONS)]
     pub max_tcp_connections: usize,
+    /// TCP connections open at once from one source address (IPv6: one /64); past it new ones
+    /// are closed at accept. At most --max-tcp-connections minus one is in force.
+    #[arg(long, env = "PLEXSPHERE_RELAY_MAX_TCP_PER_SOURCE", default_value_t = rl::DEFAULT_MAX_TCP_PER_SOURCE)]
+    pub max_tcp_per_source: usize,
+    /// Seconds a TCP connection has from its accept to register (TLS, hello, register); then
+    /// it is closed.
+    #[arg(long, env = "PLEXSPHERE_RELAY_TCP_REGISTER_WITHIN_SECS", default_value_t = rl::DEFAULT_TCP_REGISTER_WITHIN.as_secs())]
+    pub tcp_register_within_secs: u64,
+    /// Answers a second (STUN, challenge, refused) to one unregistered source /24 or /48.
+    #[arg(long, env = "PLEXSPHERE_RELAY_PREFIX_ANSWERS_PER_SEC", default_value_t = rl::DEFAULT_PREFIX_ANSWERS_PER_SEC)]
+    pub prefix_answers_per_sec: u64,
+    /// Answers one such /24 or /48 may get at once.
+    #[arg(long, env = "PLEXSPHERE_RELAY_PREFIX_ANSWERS_BURST", default_value_t = rl::DEFAULT_PREFIX_ANSWERS_BURST)]
+    pub prefix_answers_burst: u64,
+    /// Source prefixes with an answer budget of their own; past it they share one.
+    #[arg(long, env = "PLEXSPHERE_RELAY_MAX_ANSWER_PREFIXES", default_value_t = rl::DEFAULT_MAX_ANSWER_PREFIXES)]
+    pub max_answer_prefixes: usize,
     /// Frames a second one node may send (0: no limit).
     #[arg(long, env = "PLEXSPHERE_RELAY_NODE_FRAMES_PER_SEC", default_value_t = rl::DEFAULT_NODE_FRAMES_PER_SEC)]
     pub node_frames_per_sec: u64,
@@ -96,11 +114,50 @@ pub struct RelayLimitArgs {
     pub refusals_per_sec: u64,
 }
 
+/// The control plane's STUN responder's budget per source /24 or /48 (`serve --stun-listen`,
+/// `dev`); the same defaults as a relay's `--prefix-answers-*`.
+#[derive(Debug, Clone, Args)]
+pub struct StunLimitArgs {
+    /// STUN answers a second to one source /24 (IPv4) or /48 (IPv6).
+    #[arg(long, env = "PLEXSPHERE_STUN_ANSWERS_PER_SEC", default_value_t = rl::DEFAULT_PREFIX_ANSWERS_PER_SEC)]
+    pub stun_answers_per_sec: u64,
+    /// STUN answers one such /24 or /48 may get at once.
+    #[arg(long, env = "PLEXSPHERE_STUN_ANSWERS_BURST", default_value_t = rl::DEFAULT_PREFIX_ANSWERS_BURST)]
+    pub stun_answers_burst: u64,
+    /// Source prefixes with a STUN budget of their own; past it they share one.
+    #[arg(long, env = "PLEXSPHERE_STUN_MAX_PREFIXES", default_value_t = rl::DEFAULT_MAX_ANSWER_PREFIXES)]
+    pub stun_max_prefixes: usize,
+}
+
+impl StunLimitArgs {
+    pub(super) fn limits(&self) -> Result<PrefixLimits, Failure> {
+        let l = PrefixLimits {
+            per_sec: self.stun_answers_per_sec,
+            burst: self.stun_answers_burst,
+            max_prefixes: self.stun_max_prefixes,
+        };
+        l.check([
+            "--stun-answers-per-sec",
+            "--stun-answers-burst",
+            "--stun-max-prefixes",
+        ])
+        .map_err(Failure::Config)?;
+        Ok(l)
+    }
+}
+
 impl RelayLimitArgs {
     fn limits(&self) -> Result<Limits, Failure> {
         let l = Limits {
             max_nodes: self.max_nodes,
             max_tcp_connections: self.max_tcp_connections,
+            max_tcp_per_source: self.max_tcp_per_source,
+            tcp_register_within: std::time::Duration::from_secs(self.tcp_register_within_secs),
+            prefix_answers: PrefixLimits {
+                per_sec: self.prefix_answers_per_sec,
+                burst: self.prefix_answers_burst,
+                max_prefixes: self.max_answer_prefixes,
+            },
             node_frames_per_sec: self.node_frames_per_sec,
             node_bytes_per_sec: self.node_bytes_per_sec,
             node_answers_per_sec: self.node_answers_per_sec,
@@ -293,14 +350,18 @@ pub(super) fn print_relay(handle: &RelayHandle) {
 
 /// Binds the STUN responder (`--stun-listen`) before the server starts; the task answers until
 /// it is aborted.
-pub(super) async fn start_stun(addr: SocketAddr) -> Result<tokio::task::JoinHandle<()>, Failure> {
+pub(super) async fn start_stun(
+    addr: SocketAddr,
+    limits: &StunLimitArgs,
+) -> Result<tokio::task::JoinHandle<()>, Failure> {
+    let limits = limits.limits()?;
     let socket = tokio::net::UdpSocket::bind(addr).await.with_context(|| {
         format!("cannot listen for STUN on UDP {addr}; is another process using it?")
     })?;
     let bound = socket.local_addr().unwrap_or(addr);
     println!("stun: udp {bound}");
     tracing::info!(address = %bound, "answering STUN Binding requests");
-    Ok(tokio::spawn(plexsphere_relay::stun::serve(socket)))
+    Ok(tokio::spawn(plexsphere_relay::stun::serve(socket, limits)))
 }
 
 /// The relay `plexsphere dev` embeds: UDP and TLS on the dev address, the lab certificate,

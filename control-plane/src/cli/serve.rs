@@ -268,7 +268,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
         .with_keyring(keys);
     let downloads = open_downloads(&args.downloads, downloads_config, &state, None).await?;
     let stun = match args.stun_listen {
-        Some(a) => Some(super::relay::start_stun(a).await?),
+        Some(a) => Some(super::relay::start_stun(a, &args.stun_limits).await?),
         None => None,
     };
     let result = run(listener, transport, state, downloads, metrics, serving).await;
@@ -497,6 +497,7 @@ async fn dev_reach(
 ) -> Result<(tokio::task::JoinHandle<()>, plexsphere_relay::RelayHandle), Failure> {
     let at = |port: u16| SocketAddr::new(listen.ip(), if listen.port() == 0 { 0 } else { port });
     let stun_addr = args.stun_listen.unwrap_or_else(|| at(3478));
+    let stun_limits = args.stun_limits.limits()?;
     let stun_socket = tokio::net::UdpSocket::bind(stun_addr)
         .await
         .with_context(|| {
@@ -522,7 +523,7 @@ async fn dev_reach(
             .context("cannot read the STUN address")?,
     );
     println!("stun: udp {stun_bound}");
-    let stun = tokio::spawn(plexsphere_relay::stun::serve(stun_socket));
+    let stun = tokio::spawn(plexsphere_relay::stun::serve(stun_socket, stun_limits));
     let relay = super::relay::start_dev_relay(
         data_dir,
         args.relay_udp.unwrap_or_else(|| at(3479)),

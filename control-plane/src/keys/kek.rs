@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use ring::rand::{SecureRandom as _, SystemRandom};
+use ring::{hkdf, hmac};
 
 /// Bytes of a KEK.
 pub const KEK_LEN: usize = 32;
@@ -74,6 +75,24 @@ impl Kek {
 
     pub(super) fn bytes(&self) -> &[u8; KEK_LEN] {
         &self.bytes
+    }
+
+    /// An HMAC-SHA256 key derived from this KEK for one purpose (HKDF-SHA256, `label` as its
+    /// info): keys of different labels are independent of each other and of the sealing key,
+    /// and none of them gives the KEK back.
+    pub fn derive_hmac_key(&self, label: &[u8]) -> hmac::Key {
+        let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, &[]).extract(&self.bytes);
+        let info = [label];
+        let okm = prk.expand(&info, hmac::HMAC_SHA256).unwrap_or_else(|_| {
+            unreachable!("HKDF-SHA256 gives up to 8160 bytes; an HMAC-SHA256 key is 32")
+        });
+        hmac::Key::from(okm)
+    }
+
+    /// Writes this KEK to a new file `out` as base64 text, mode 0600 (what [`generate`] writes);
+    /// never overwrites, never follows a symlink at `out`.
+    pub fn write_new(&self, out: &Path) -> Result<(), KekError> {
+        write_new(out, &self.bytes)
     }
 
     /// Where the key was read from (for messages).
@@ -146,6 +165,13 @@ pub fn generate(out: &Path) -> Result<Kek, KekError> {
     SystemRandom::new()
         .fill(&mut bytes)
         .map_err(|_| KekError::Random)?;
+    write_new(out, &bytes)?;
+    Ok(Kek::from_bytes(bytes, out.display().to_string()))
+}
+
+/// Writes `bytes` to a new file `out` as base64 text, mode 0600 (`create_new`: an existing
+/// file or symlink at `out` is refused, never followed).
+fn write_new(out: &Path, bytes: &[u8; KEK_LEN]) -> Result<(), KekError> {
     let io = |action| {
         let path = out.to_owned();
         move |source| KekError::Io {
@@ -169,7 +195,7 @@ pub fn generate(out: &Path) -> Result<Kek, KekError> {
     f.write_all(format!("{}\n", STANDARD.encode(bytes)).as_bytes())
         .map_err(io("write"))?;
     f.sync_all().map_err(io("sync"))?;
-    Ok(Kek::from_bytes(bytes, out.display().to_string()))
+    Ok(())
 }
 
 #[cfg(test)]
@@ -222,6 +248,24 @@ mod tests {
         let found = Kek::locate(Some(&other.path().join("k")), Some(creds.path())).unwrap();
         assert_eq!(found.bytes(), flag.bytes());
         assert_ne!(flag.bytes(), cred.bytes());
+    }
+
+    #[test]
+    fn derived_keys_depend_on_the_kek_and_the_label() {
+        let a = Kek::from_bytes([1; KEK_LEN], "a");
+        let b = Kek::from_bytes([2; KEK_LEN], "b");
+        let tag = |k: &Kek, label: &[u8]| hmac::sign(&k.derive_hmac_key(label), b"m");
+        assert_eq!(tag(&a, b"x").as_ref(), tag(&a, b"x").as_ref());
+        assert_ne!(tag(&a, b"x").as_ref(), tag(&a, b"y").as_ref());
+        assert_ne!(tag(&a, b"x").as_ref(), tag(&b, b"x").as_ref());
+        // Written back, the same key reads in.
+        let dir = tempfile::tempdir().unwrap();
+        a.write_new(&dir.path().join("k")).unwrap();
+        assert_eq!(Kek::read(&dir.path().join("k")).unwrap().bytes(), a.bytes());
+        assert!(matches!(
+            a.write_new(&dir.path().join("k")),
+            Err(KekError::Exists(_))
+        ));
     }
 
     #[test]

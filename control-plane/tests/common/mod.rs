@@ -2,6 +2,7 @@
 //! module) on 127.0.0.1:0, with a real SQLite file in a temp dir.
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod backup;
 pub mod broker;
 pub mod dev;
 pub mod nodes;

@@ -2,31 +2,44 @@
 //! directly or through a relay.
 //!
 //! ```text
-//! "pxd\x01" | sender public key (32) | nonce (12) | ChaCha20-Poly1305(message) with tag (16)
-//! message = type (1) | fields
+//! "pxd\x02" | sender public key (32) | nonce (12) | ChaCha20-Poly1305(message) with tag (16)
+//! message = type (1) | stamp (8) | fields
 //!   1 ping          tx id (12)
 //!   2 pong          tx id (12) | the address the ping came from (family, address, port)
 //!   3 call-me-maybe count (1) | addresses (family, address, port) x count
 //! ```
 //!
 //! The key is the HKDF of the X25519 shared secret of the two nodes' WireGuard keys, under a
-//! label of its own, so it is never a WireGuard key. Only a holder of one of the two private
-//! keys can seal or open a message; the sender key in clear text only says which pair key to
-//! try. A pong answers a ping only when it carries the tx id the pinger chose at random, so a
-//! replayed pong proves nothing; a replayed ping costs one pong to where it came from.
+//! label of its own (per version), so it is never a WireGuard key. Only a holder of one of the
+//! two private keys can seal or open a message; the sender key in clear text only says which
+//! pair key to try. A pong answers a ping only when it carries the tx id the pinger chose at
+//! random, so a replayed pong proves nothing.
+//!
+//! The **stamp** (big endian) is the sender's clock in microseconds since the Unix epoch, made
+//! strictly increasing by its sender ([`next_stamp`]): every message a node seals has a stamp
+//! greater than the one before, across restarts too (as long as its clock does not step back
+//! past the last stamp; WireGuard's handshake timestamps have the same rule). A receiver
+//! accepts each stamp of a sender key once, within a small window (the agent's
+//! `reach::engine_guard`), so a captured ping replayed costs nothing but its opening.
+//!
+//! Version 1 (`pxd\x01`, no stamp) is refused with [`DecodeError::Version`]: its pings could
+//! be replayed without limit. A version-1 node classifies version-2 datagrams as unknown and
+//! drops them; the pair keeps its relay path until both run version 2.
 
 use std::net::SocketAddr;
 
 use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, Nonce, UnboundKey};
 use ring::rand::{SecureRandom, SystemRandom};
 
-use super::{DISCO_MAGIC, DecodeError, MAX_DATAGRAM, Reader, put_addr};
+use super::{DISCO_MAGIC, DISCO_VERSION, DecodeError, MAX_DATAGRAM, Reader, put_addr};
 
 /// The most addresses a call-me-maybe carries (more are cut off when sealing).
 pub const MAX_CALL_ME_MAYBE: usize = 16;
 /// Bytes before the sealed message: magic, sender key, nonce.
 pub const HEADER: usize = 4 + 32 + 12;
 const TAG: usize = 16;
+/// Bytes of the sealed message before its fields: type, stamp.
+const MESSAGE_HEAD: usize = 1 + 8;
 
 pub type TxId = [u8; 12];
 
@@ -40,6 +53,19 @@ pub enum Message {
     CallMeMaybe { addrs: Vec<SocketAddr> },
 }
 
+/// An opened message with the stamp its sender gave it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Opened {
+    pub stamp: u64,
+    pub message: Message,
+}
+
+/// The stamp of the next message a sender seals: its clock in microseconds since the Unix
+/// epoch (`wall_micros`), or one more than the `last` stamp when the clock did not move on.
+pub fn next_stamp(last: u64, wall_micros: u64) -> u64 {
+    wall_micros.max(last.saturating_add(1))
+}
+
 /// The key one pair of nodes seals its disco messages with.
 pub struct PairKey {
     key: LessSafeKey,
@@ -48,7 +74,7 @@ pub struct PairKey {
 impl PairKey {
     /// From the X25519 shared secret of the pair ([`super::shared_secret`]).
     pub fn new(shared: &[u8; 32]) -> Self {
-        let bytes = super::derive(shared, b"plexd disco v1", b"pair key");
+        let bytes = super::derive(shared, b"plexd disco v2", b"pair key");
         // A 32-byte key is always a valid ChaCha20-Poly1305 key.
         let unbound = match UnboundKey::new(&CHACHA20_POLY1305, &bytes) {
             Ok(k) => k,
@@ -59,21 +85,24 @@ impl PairKey {
         }
     }
 
-    /// Seals `message` from `sender` (our public key) into a datagram.
-    pub fn seal(&self, sender: &[u8; 32], message: &Message) -> Vec<u8> {
+    /// Seals `message` from `sender` (our public key) with `stamp` ([`next_stamp`]) into a
+    /// datagram.
+    pub fn seal(&self, sender: &[u8; 32], stamp: u64, message: &Message) -> Vec<u8> {
         let mut plain = Vec::with_capacity(64);
+        let kind = match message {
+            Message::Ping { .. } => 1,
+            Message::Pong { .. } => 2,
+            Message::CallMeMaybe { .. } => 3,
+        };
+        plain.push(kind);
+        plain.extend_from_slice(&stamp.to_be_bytes());
         match message {
-            Message::Ping { tx } => {
-                plain.push(1);
-                plain.extend_from_slice(tx);
-            }
+            Message::Ping { tx } => plain.extend_from_slice(tx),
             Message::Pong { tx, observed } => {
-                plain.push(2);
                 plain.extend_from_slice(tx);
                 put_addr(&mut plain, *observed);
             }
             Message::CallMeMaybe { addrs } => {
-                plain.push(3);
                 let addrs = &addrs[..addrs.len().min(MAX_CALL_ME_MAYBE)];
                 plain.push(addrs.len() as u8);
                 for a in addrs {
@@ -104,15 +133,13 @@ impl PairKey {
     }
 
     /// Opens a datagram sealed with this pair key ([`sender`] tells which key to use).
-    pub fn open(&self, datagram: &[u8]) -> Result<Message, DecodeError> {
+    pub fn open(&self, datagram: &[u8]) -> Result<Opened, DecodeError> {
         if datagram.len() > MAX_DATAGRAM {
             return Err(DecodeError::Long(datagram.len()));
         }
-        if datagram.len() < HEADER + TAG + 1 {
+        check_magic(datagram)?;
+        if datagram.len() < HEADER + TAG + MESSAGE_HEAD {
             return Err(DecodeError::Short(datagram.len()));
-        }
-        if datagram[..4] != DISCO_MAGIC {
-            return Err(DecodeError::Magic);
         }
         let (header, sealed) = datagram.split_at(HEADER);
         let mut nonce = [0u8; 12];
@@ -131,18 +158,32 @@ impl PairKey {
 }
 
 /// The sender's public key of a disco datagram, read before anything is authenticated: it only
-/// selects the pair key to try.
+/// selects the pair key to try. Another version of disco is [`DecodeError::Version`].
 pub fn sender(datagram: &[u8]) -> Result<[u8; 32], DecodeError> {
-    let mut r = Reader::new(datagram);
-    if r.take(4)? != DISCO_MAGIC {
-        return Err(DecodeError::Magic);
-    }
+    check_magic(datagram)?;
+    let mut r = Reader::new(&datagram[4..]);
     r.array::<32>()
 }
 
-fn decode(plain: &[u8]) -> Result<Message, DecodeError> {
+/// `pxd` and our version; `pxd` with another version byte is refused as that version.
+fn check_magic(datagram: &[u8]) -> Result<(), DecodeError> {
+    let Some(magic) = datagram.get(..4) else {
+        return Err(DecodeError::Short(datagram.len()));
+    };
+    if magic[..3] != DISCO_MAGIC[..3] {
+        return Err(DecodeError::Magic);
+    }
+    if magic[3] != DISCO_VERSION {
+        return Err(DecodeError::Version(magic[3]));
+    }
+    Ok(())
+}
+
+fn decode(plain: &[u8]) -> Result<Opened, DecodeError> {
     let mut r = Reader::new(plain);
-    let message = match r.u8()? {
+    let kind = r.u8()?;
+    let stamp = u64::from_be_bytes(r.array()?);
+    let message = match kind {
         1 => Message::Ping { tx: r.array()? },
         2 => Message::Pong {
             tx: r.array()?,
@@ -164,7 +205,7 @@ fn decode(plain: &[u8]) -> Result<Message, DecodeError> {
     if !r.is_empty() {
         return Err(DecodeError::Field("trailing bytes"));
     }
-    Ok(message)
+    Ok(Opened { stamp, message })
 }
 
 /// A fresh random tx id.

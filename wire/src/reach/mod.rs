@@ -6,7 +6,7 @@
 //! |---|---|
 //! | WireGuard | type 1..=4, then three zero bytes |
 //! | STUN (RFC 8489) | two zero top bits, and the magic cookie `0x2112A442` at bytes 4..8 |
-//! | disco ([`disco`]) | `pxd\x01` |
+//! | disco ([`disco`]) | `pxd` and a version byte (`\x02` now; other versions are refused) |
 //! | relay ([`relay`]) | `pxr\x01` (over UDP; over TCP the frames are length-prefixed) |
 //!
 //! Disco messages are the authenticated path probes between two nodes (sealed with a key both
@@ -21,8 +21,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// The magic cookie of every STUN message (RFC 8489 §5).
 pub const STUN_COOKIE: [u8; 4] = [0x21, 0x12, 0xA4, 0x42];
-/// The first bytes of a disco message.
-pub const DISCO_MAGIC: [u8; 4] = *b"pxd\x01";
+/// The disco version this node speaks ([`disco`] says what changed).
+pub const DISCO_VERSION: u8 = 2;
+/// The first bytes of a disco message: `pxd` and the version.
+pub const DISCO_MAGIC: [u8; 4] = *b"pxd\x02";
 /// The first bytes of a relay frame sent over UDP.
 pub const RELAY_MAGIC: [u8; 4] = *b"pxr\x01";
 
@@ -46,7 +48,9 @@ pub fn classify(datagram: &[u8]) -> Kind {
     if datagram.len() >= 4 && (1..=4).contains(&datagram[0]) && datagram[1..4] == [0, 0, 0] {
         return Kind::WireGuard;
     }
-    if datagram.len() >= 4 && datagram[..4] == DISCO_MAGIC {
+    // Every version of disco is disco, so an old peer's message is refused by name
+    // (`DecodeError::Version`) rather than dropped as unknown.
+    if datagram.len() >= 4 && datagram[..3] == DISCO_MAGIC[..3] && datagram[3] != 0 {
         return Kind::Disco;
     }
     if datagram.len() >= 4 && datagram[..4] == RELAY_MAGIC {
@@ -74,6 +78,10 @@ pub enum DecodeError {
     Field(&'static str),
     #[error("the message does not authenticate (wrong key, or altered on the way)")]
     Unauthentic,
+    #[error(
+        "disco version {0} is not spoken here (this node speaks version {DISCO_VERSION}); upgrade the sender's plexd"
+    )]
+    Version(u8),
 }
 
 /// Reads fields front to back; every read is bounds-checked.

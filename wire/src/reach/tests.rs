@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 
-use super::disco::{Message, PairKey, new_tx, sender};
+use super::disco::{Message, Opened, PairKey, new_tx, next_stamp, sender};
 use super::relay::{Frame, MAX_REASON, RefuseCode, proof, proof_matches};
 use super::*;
 
@@ -25,6 +25,8 @@ fn kinds_are_told_apart_by_their_first_bytes() {
     stun[0] = 0x01;
     stun[1] = 0x01;
     assert_eq!(classify(&stun), Kind::Stun);
+    assert_eq!(classify(b"pxd\x02rest"), Kind::Disco);
+    // An older (or newer) disco version is still disco, so it is refused by name.
     assert_eq!(classify(b"pxd\x01rest"), Kind::Disco);
     assert_eq!(classify(b"pxr\x01rest"), Kind::Relay);
     assert_eq!(classify(&[5, 0, 0, 0]), Kind::Unknown);
@@ -50,11 +52,36 @@ fn both_sides_of_a_pair_derive_one_disco_key() {
             addrs: vec!["198.51.100.7:51820".parse().unwrap(), observed],
         },
     ] {
-        let sealed = a.seal(&a_pk, &m);
+        let stamp = 1_764_963_000_123_456;
+        let sealed = a.seal(&a_pk, stamp, &m);
+        assert_eq!(&sealed[..4], b"pxd\x02");
         assert_eq!(classify(&sealed), Kind::Disco);
         assert_eq!(sender(&sealed).unwrap(), a_pk);
-        assert_eq!(b.open(&sealed).unwrap(), m);
+        assert_eq!(b.open(&sealed).unwrap(), Opened { stamp, message: m });
     }
+}
+
+#[test]
+fn stamps_grow_strictly_and_version_1_is_refused_by_name() {
+    assert_eq!(next_stamp(0, 5), 5);
+    assert_eq!(next_stamp(5, 5), 6, "the clock did not move: one more");
+    assert_eq!(
+        next_stamp(9, 3),
+        10,
+        "the clock stepped back: still one more"
+    );
+    let (a_sk, a_pk) = keypair(1);
+    let (_, b_pk) = keypair(2);
+    let a = PairKey::new(&shared_secret(&a_sk, &b_pk));
+    let mut old = a.seal(&a_pk, 1, &Message::Ping { tx: new_tx() });
+    old[3] = 1;
+    assert_eq!(sender(&old), Err(DecodeError::Version(1)));
+    assert_eq!(a.open(&old), Err(DecodeError::Version(1)));
+    assert!(
+        DecodeError::Version(1)
+            .to_string()
+            .contains("upgrade the sender's plexd")
+    );
 }
 
 #[test]
@@ -64,17 +91,17 @@ fn a_disco_message_from_outside_the_pair_or_altered_is_refused() {
     let (c_sk, _) = keypair(3);
     let a = PairKey::new(&shared_secret(&a_sk, &b_pk));
     let stranger = PairKey::new(&shared_secret(&c_sk, &b_pk));
-    let sealed = stranger.seal(&a_pk, &Message::Ping { tx: new_tx() });
+    let sealed = stranger.seal(&a_pk, 7, &Message::Ping { tx: new_tx() });
     // The stranger claims to be A, but cannot know A's pair key with B.
     let b_view = PairKey::new(&shared_secret(&[2; 32], &a_pk));
     assert_eq!(b_view.open(&sealed), Err(DecodeError::Unauthentic));
-    let mut good = a.seal(&a_pk, &Message::Ping { tx: new_tx() });
+    let mut good = a.seal(&a_pk, 7, &Message::Ping { tx: new_tx() });
     assert!(b_view.open(&good).is_ok());
     let last = good.len() - 1;
     good[last] ^= 1;
     assert_eq!(b_view.open(&good), Err(DecodeError::Unauthentic));
     // A changed sender key in the header is caught too (it is authenticated data).
-    let mut relabeled = a.seal(&a_pk, &Message::Ping { tx: new_tx() });
+    let mut relabeled = a.seal(&a_pk, 7, &Message::Ping { tx: new_tx() });
     relabeled[5] ^= 1;
     assert_eq!(b_view.open(&relabeled), Err(DecodeError::Unauthentic));
     assert!(matches!(

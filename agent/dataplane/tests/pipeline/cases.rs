@@ -363,3 +363,53 @@ fn a_flow_keeps_its_order_across_the_first_handshake_on_the_responder_side() {
         "b's early packet first, then the later one"
     );
 }
+
+#[test]
+fn a_forged_cookie_reply_from_another_address_does_not_move_the_endpoint() {
+    use boringtun::noise::TunnResult;
+    use boringtun::noise::rate_limiter::RateLimiter;
+    use boringtun::x25519::PublicKey;
+
+    let (mut a, _) = node(1);
+    let (mut b, _) = node(2);
+    link(&a, &b, true, None);
+    link(&b, &a, false, None);
+    let now = Instant::now();
+    let mut wire = Wire::new();
+    send(&a, now, b.mesh, b"first", &mut wire);
+    assert_eq!(wire.len(), 1);
+    let init = wire[0].2.clone();
+    assert_eq!(init[0], 1, "a's initiation, seen on the way");
+
+    // Anyone who saw the initiation and knows b's public key (every peer of b does) can make
+    // a cookie reply to it that a's state machine opens.
+    let forger = RateLimiter::new(&PublicKey::from(b.key.0), 0);
+    let attacker = SocketAddr::from(([203, 0, 113, 66], 40000));
+    let mut buf = [0u8; 256];
+    let Err(TunnResult::WriteToNetwork(cookie)) =
+        forger.verify_packet(Some(attacker.ip()), &init, &mut buf)
+    else {
+        panic!("the forger makes a cookie reply");
+    };
+    let cookie = cookie.to_vec();
+    assert_eq!(cookie[0], 3);
+    for _ in 0..2 {
+        let mut net = PacketBatch::for_datagrams(4);
+        let mut tun = PacketBatch::for_packets(4);
+        a.device
+            .handle_udp_datagram(now, attacker, &cookie, &mut net, &mut tun);
+        assert!(net.is_empty() && tun.is_empty());
+        assert_eq!(
+            a.device.peer(&b.key).expect("b").endpoint(),
+            Some(b.addr),
+            "a cookie reply (here forged, then replayed) does not move the endpoint"
+        );
+    }
+    let snap = a.device.snapshot(now, std::time::SystemTime::now());
+    assert_eq!(snap.peers[0].rx_bytes, 0, "nothing was received from b");
+
+    // The handshake still completes with b at its own address, and traffic flows.
+    pump(&mut [&mut a, &mut b], now, &mut wire);
+    assert_eq!(payloads(&mut b), vec![b"first".to_vec()]);
+    assert_eq!(a.device.peer(&b.key).expect("b").endpoint(), Some(b.addr));
+}

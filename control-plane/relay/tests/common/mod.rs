@@ -102,6 +102,21 @@ impl Link {
 
     pub async fn tcp(relay: &RelayHandle, tls: &Tls) -> Link {
         let tcp = TcpStream::connect(relay.tls_addr.unwrap()).await.unwrap();
+        Link::tls_over(tcp, tls).await
+    }
+
+    /// A UDP link from a loopback address of its own (127.x.y.z stands for another source).
+    pub async fn udp_from(relay: &RelayHandle, ip: [u8; 4]) -> Link {
+        let sock = UdpSocket::bind(SocketAddr::from((ip, 0))).await.unwrap();
+        Link::Udp(sock, relay.udp_addr.unwrap())
+    }
+
+    /// A TLS link from a loopback address of its own.
+    pub async fn tcp_from(relay: &RelayHandle, tls: &Tls, ip: [u8; 4]) -> Link {
+        Link::tls_over(tcp_from(relay, ip).await.unwrap(), tls).await
+    }
+
+    pub async fn tls_over(tcp: TcpStream, tls: &Tls) -> Link {
         let connector = tokio_rustls::TlsConnector::from(tls.client.clone());
         let name = ServerName::try_from("relay.test").unwrap();
         Link::Tcp(Box::new(connector.connect(name, tcp).await.unwrap()))
@@ -152,6 +167,24 @@ impl Link {
             Link::Udp(s, _) => s.local_addr().unwrap(),
             Link::Tcp(s) => s.get_ref().0.local_addr().unwrap(),
         }
+    }
+}
+
+/// A plain TCP connection to the relay's TLS port from loopback address `ip`.
+pub async fn tcp_from(relay: &RelayHandle, ip: [u8; 4]) -> std::io::Result<TcpStream> {
+    let sock = tokio::net::TcpSocket::new_v4()?;
+    sock.bind(SocketAddr::from((ip, 0)))?;
+    sock.connect(relay.tls_addr.unwrap()).await
+}
+
+/// Waits (bounded by [`WAIT`]) until the relay closes `stream`: a read that ends (EOF or a
+/// reset). Panics when it is still open then, or when the relay sends something.
+pub async fn closed_by_relay<S: tokio::io::AsyncRead + Unpin>(stream: &mut S, what: &str) {
+    let mut buf = [0u8; 256];
+    match tokio::time::timeout(WAIT, stream.read(&mut buf)).await {
+        Err(_) => panic!("{what}: still open after {WAIT:?}"),
+        Ok(Ok(0)) | Ok(Err(_)) => {}
+        Ok(Ok(n)) => panic!("{what}: the relay sent {n} bytes"),
     }
 }
 
