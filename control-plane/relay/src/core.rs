@@ -205,6 +205,11 @@ impl Core {
         self.nodes.len()
     }
 
+    /// Whether `peer` holds a registration (live or not yet swept).
+    pub fn is_registered(&self, peer: Peer) -> bool {
+        self.by_peer.contains_key(&peer)
+    }
+
     /// A new TCP connection's writer queue, or `None` at `max_tcp_connections` or when its
     /// source holds `max_tcp_per_source` already.
     pub fn open_tcp(

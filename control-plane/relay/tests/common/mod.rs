@@ -234,6 +234,33 @@ impl Node {
         self.link.recv().await
     }
 
+    /// Registers with a good token and the sealed proof (as plexd does); answers the key the
+    /// relay seals this node's answers with. Panics unless a sealed `registered` comes back.
+    pub async fn register_sealed(&mut self) -> plexsphere_wire::reach::relay::FrameKey {
+        use plexsphere_wire::reach::relay::{FrameKey, sealed_proof};
+        let relay_pk = plexsphere_wire::reach::public_key(&RELAY_SK);
+        let shared = plexsphere_wire::reach::shared_secret(&self.sk, &relay_pk);
+        let cookie = self.challenge().await;
+        let token = token(&domain(), &self.pk, now_unix() + 600);
+        self.link
+            .send(&Frame::Register {
+                node: self.pk,
+                cookie,
+                proof: sealed_proof(&shared, &cookie, &self.pk),
+                token,
+            })
+            .await;
+        let key = FrameKey::new(&shared);
+        match self.link.recv().await {
+            Frame::Sealed { counter, body, tag } => {
+                let inner = key.open(counter, &body, &tag).unwrap();
+                assert!(matches!(inner, Frame::Registered { .. }), "{inner:?}");
+            }
+            f => panic!("want a sealed registered, got {f:?}"),
+        }
+        key
+    }
+
     /// Registers with a good token; panics unless registered.
     pub async fn register(&mut self) {
         let t = token(&domain(), &self.pk, now_unix() + 600);
