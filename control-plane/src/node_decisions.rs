@@ -24,15 +24,27 @@ pub struct Reach<'a> {
     pub relay_token: &'a SignedEnvelope,
 }
 
-/// The token relays accept from `me` until `now` + [`TOKEN_TTL_SECS`]: it names the node's
-/// Domain, id and WireGuard key.
+/// The token relays accept from `me` until `now` + [`TOKEN_TTL_SECS`] (minutes: heartbeats
+/// renew it, and a revoked node gets no new one): it names the node's Domain, id, WireGuard key
+/// and that key's generation (when the control plane recorded it: the last key rotation, else
+/// the registration), so a relay refuses the node's older keys once it saw a newer one.
 pub fn relay_token(me: &NodeRow, now: i64) -> RelayToken {
     RelayToken {
         domain_id: me.domain_id,
         node_id: me.id,
         public_key: me.wireguard_public_key.clone(),
         expires_at: now.saturating_add(TOKEN_TTL_SECS),
+        key_generation: key_generation(me),
     }
+}
+
+/// The generation of `me`'s current key: the Unix second of its last key rotation, or of its
+/// registration. A rotation comes at least `MIN_ROTATION_GAP_SECS` after the previous one, and
+/// a first rotation after the registration, so a newer key never has a lower generation.
+pub fn key_generation(me: &NodeRow) -> i64 {
+    me.rotation
+        .key_rotated_at
+        .map_or(me.registered_at, |t| t.max(me.registered_at))
 }
 
 /// How a node reaches `n`. The keepalive rule is simple and honest: the server cannot tell
@@ -216,12 +228,17 @@ mod tests {
     }
 
     #[test]
-    fn a_relay_token_names_the_node_and_its_key_for_a_day() {
-        let me = node(7, "10.64.0.7");
+    fn a_relay_token_names_the_node_its_key_and_the_key_generation_for_minutes() {
+        let mut me = node(7, "10.64.0.7");
         let t = relay_token(&me, 1_000);
         assert_eq!((t.domain_id, t.node_id), (me.domain_id, me.id));
         assert_eq!(t.public_key, "key-7");
-        assert_eq!(t.expires_at, 1_000 + 24 * 3600);
+        assert_eq!(t.expires_at, 1_000 + 600);
+        assert_eq!(t.key_generation, me.registered_at);
+        me.rotation.key_rotated_at = Some(me.registered_at + 40);
+        let rotated = relay_token(&me, 1_100);
+        assert_eq!(rotated.key_generation, me.registered_at + 40);
+        assert!(rotated.key_generation > t.key_generation);
     }
 
     #[test]

@@ -91,6 +91,21 @@ async fn states_list_the_relays_and_carry_a_relay_token_signed_by_the_domain() {
         (a.node_id, &token.public_key)
     );
     assert!(fresh.expires_at >= token.expires_at);
+    // Minutes, not a day: a revoked node's last token runs out soon.
+    assert!(
+        fresh.expires_at <= after + 10 * 60 + 5,
+        "a relay token lives 10 minutes: {fresh:?}"
+    );
+    assert!(fresh.key_generation > 0, "{fresh:?}");
+    assert_eq!(fresh.key_generation, token.key_generation, "same key");
+    // A revoked node gets no fresh token: relays drop it when the one it has expires.
+    let (s, view) = srv
+        .op_post(&format!("/v1/nodes/{}/revoke", a.node_id), json!({}))
+        .await;
+    assert_eq!(s, StatusCode::OK, "{view}");
+    let (s, ack) = srv.heartbeat(&a).await;
+    assert_eq!(s, StatusCode::FORBIDDEN, "{ack}");
+    assert!(ack.get("relay_token").is_none(), "{ack}");
     srv.stop().await;
 }
 

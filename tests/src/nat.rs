@@ -25,6 +25,7 @@ mod mesh;
 mod observe;
 mod probe;
 mod rules;
+mod spoof;
 mod topology;
 mod wg;
 
@@ -32,6 +33,7 @@ pub use mesh::{LabNode, NodeSpec, ReachLab, RelayInfo, node_config};
 pub use observe::{LongStream, PeerPath, peer_entry};
 pub use probe::{UdpEcho, udp_mapped_from};
 pub use rules::{NatMode, ruleset};
+pub use spoof::{nat_mapped_port, send_spoofed};
 pub use topology::{
     MAX_NODES_PER_ROUTER, MAX_ROUTERS, MAX_SERVERS, PUBLIC_GATEWAY, PUBLIC_PREFIX, Topology,
 };

@@ -156,6 +156,8 @@ fn relay_stand_in(
             .set_read_timeout(Some(Duration::from_millis(50)))
             .unwrap();
         let mut at: HashMap<[u8; 32], SocketAddr> = HashMap::new();
+        let mut keys = HashMap::new();
+        let mut counter = 0u64;
         let mut buf = vec![0u8; 65535];
         while !stop.load(Ordering::Relaxed) {
             let Ok((n, from)) = socket.recv_from(&mut buf) else {
@@ -169,7 +171,12 @@ fn relay_stand_in(
                     at.insert(node, from);
                     (Frame::Challenge { cookie: [5; 32] }, from)
                 }
-                Frame::Register { .. } => (Frame::Registered { lease_secs: 60 }, from),
+                Frame::Register { node, .. } => {
+                    // Answers a relay seals, sealed under the node's key (relay secret 0x77).
+                    let shared = plexsphere_wire::reach::shared_secret(&[0x77; 32], &node);
+                    keys.insert(from, plexsphere_wire::reach::relay::FrameKey::new(&shared));
+                    (Frame::Registered { lease_secs: 60 }, from)
+                }
                 Frame::Send { dst, payload } => {
                     let src = at.iter().find(|(_, a)| **a == from).map(|(k, _)| *k);
                     let to = at
@@ -185,6 +192,13 @@ fn relay_stand_in(
                 }
                 Frame::Ping { nonce } => (Frame::Pong { nonce }, from),
                 _ => continue,
+            };
+            let answer = match (&answer, keys.get(&to)) {
+                (Frame::Registered { .. } | Frame::Pong { .. }, Some(k)) => {
+                    counter += 1;
+                    k.seal(counter, &answer)
+                }
+                _ => answer,
             };
             let _ = socket.send_to(&answer.to_datagram(), to);
         }

@@ -6,19 +6,25 @@
 //! |---|---|---|
 //! | idle | poll, with a token | `hello` -> hello sent |
 //! | idle | poll, no token | nothing (says so once) |
-//! | hello sent | `challenge` | `register` (proof, token) -> registering |
+//! | hello sent | `challenge` | `register` (sealed proof, token) -> registering |
 //! | registering | `registered` | up (note [`Note::Up`]), queued sends flushed, `ping` |
 //! | hello sent / registering | no answer in [`ANSWER_WITHIN`] | `hello` again; after [`GIVE_UP`] without any answer: down |
-//! | up | [`REREGISTER_SECS`] since registered | `hello` (re-registration; stays up) |
+//! | up | [`REREGISTER_SECS`] since registered, or a new token | `hello` (re-registration with the newest token; stays up) |
 //! | up | [`KEEPALIVE`] since the last ping | `ping` |
 //! | up | nothing heard from the relay for [`SILENT_DOWN`] | down (a relay that died) |
 //! | up | no `registered` for a whole lease | down |
 //! | any | `refused` expired / bad token | down, waits for a new token ([`RelayConn::set_token`]) |
 //! | any | `refused` not registered / bad proof | `hello` again |
 //! | any | `refused` busy | down, `hello` again after [`BUSY_BACKOFF`] |
+//! | any | an unsealed `refused` (any code) | a hint: `hello` again, at most once per [`HINT_EVERY`]; nothing else changes |
 //! | down | [`RETRY_AFTER`] later | `hello` |
 //! | any | `recv`, `peer gone` | [`Note::Recv`], [`Note::PeerGone`] |
 //! | any | `ping` | `pong`; `pong` to our ping: the RTT |
+//!
+//! `registered`, `refused`, `peer gone` and `pong` count only sealed (authenticated under the
+//! node's and the relay's keys, `Frame::Sealed`) with a counter above the last one accepted;
+//! unsealed or replayed ones are dropped (an unsealed `refused` is the hint above). Only they
+//! prove the relay alive. `recv` is not sealed: the datagram inside authenticates itself.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -40,6 +46,10 @@ pub const KEEPALIVE: Duration = Duration::from_secs(2);
 pub const SILENT_DOWN: Duration = Duration::from_secs(7);
 /// Sends waiting for the registration, per connection; more are dropped.
 pub const MAX_QUEUED: usize = 32;
+/// An unsealed `refused` makes the node say `hello` again at most this often.
+pub const HINT_EVERY: Duration = Duration::from_secs(1);
+/// Dropped unauthentic frames are logged (with how many) at most this often.
+pub const UNAUTHENTIC_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// What the node proves and shows.
 #[derive(Clone)]
@@ -118,6 +128,16 @@ pub struct RelayConn {
     last_heard: Instant,
     /// Last time a keepalive ping went out.
     last_ping: Instant,
+    /// The counter of the last sealed frame accepted: older or equal ones are replays.
+    counter: u64,
+    /// Last time an unsealed `refused` made the node say `hello`.
+    last_hint: Option<Instant>,
+    /// A new token came while up: register again with it now.
+    renew: bool,
+    /// Sealed frames dropped (bad tag or old counter) and unsealed answers ignored.
+    pub dropped_unauthentic: u64,
+    /// When the last warning about them went out, and the count then.
+    warned: Option<(Instant, u64)>,
 }
 
 impl RelayConn {
@@ -136,7 +156,23 @@ impl RelayConn {
             last_used: now,
             last_heard: now,
             last_ping: now,
+            counter: 0,
+            last_hint: None,
+            renew: false,
+            dropped_unauthentic: 0,
+            warned: None,
         }
+    }
+
+    /// The counter of the last sealed frame accepted (a new connection to the same relay
+    /// starts from it: [`RelayConn::resume_counter`]).
+    pub fn counter(&self) -> u64 {
+        self.counter
+    }
+
+    /// Starts from a counter an earlier connection to this relay accepted.
+    pub fn resume_counter(&mut self, counter: u64) {
+        self.counter = self.counter.max(counter);
     }
 
     pub fn is_up(&self) -> bool {
@@ -153,6 +189,10 @@ impl RelayConn {
 
     /// A new relay token (JSON of the signed envelope): a connection waiting for one retries.
     pub fn set_token(&mut self, token: Vec<u8>) {
+        if self.token.as_ref() != Some(&token) && self.is_up() {
+            // The relay ends a registration when its token expires: renew it now.
+            self.renew = true;
+        }
         self.token = Some(token);
         self.said_no_token = false;
         if self.state == (State::Down { until: None }) {
@@ -255,7 +295,7 @@ impl RelayConn {
                         Some(now),
                         &mut notes,
                     );
-                } else if age >= Duration::from_secs(REREGISTER_SECS)
+                } else if (age >= Duration::from_secs(REREGISTER_SECS) || self.renew)
                     && self.token.is_some()
                     && self
                         .rehello
@@ -264,6 +304,7 @@ impl RelayConn {
                     // Hello again while up; `registered` moves when the relay answers.
                     out.push(Frame::Hello { node: id.public });
                     self.rehello = Some(now);
+                    self.renew = false;
                     self.ping = Some(self.next_ping(now, &mut out));
                 } else if now.saturating_duration_since(self.last_ping) >= KEEPALIVE {
                     self.ping = Some(self.next_ping(now, &mut out));
@@ -289,11 +330,83 @@ impl RelayConn {
         (nonce, now)
     }
 
-    /// A frame from the relay: frames to send back and what changed.
+    /// A frame from the relay: frames to send back and what changed. Registered, refused,
+    /// peer gone and pong act only sealed (see the module docs).
     pub fn handle(&mut self, frame: Frame, id: &Identity, now: Instant) -> (Vec<Frame>, Vec<Note>) {
         let (mut out, mut notes) = (Vec::new(), Vec::new());
+        match frame {
+            Frame::Sealed { counter, body, tag } => {
+                let shared = plexsphere_wire::reach::shared_secret(&id.secret, &self.relay_key);
+                match relay::FrameKey::new(&shared).open(counter, &body, &tag) {
+                    Ok(inner) if counter > self.counter => {
+                        self.counter = counter;
+                        return self.authentic(inner, id, now);
+                    }
+                    Ok(_) => {
+                        self.unauthentic(now);
+                        tracing::debug!(relay = %self.name, counter, last = self.counter, "a replayed sealed frame from the relay's address; dropped");
+                    }
+                    Err(e) => {
+                        self.unauthentic(now);
+                        tracing::debug!(relay = %self.name, "a sealed frame that does not open ({e}); dropped");
+                    }
+                }
+            }
+            Frame::Refused { code, reason } => {
+                // Unsealed: anyone who can send from the relay's address could have sent it.
+                self.unauthentic(now);
+                let hint_due = self
+                    .last_hint
+                    .is_none_or(|t| now.saturating_duration_since(t) >= HINT_EVERY);
+                if hint_due && self.token.is_some() {
+                    tracing::debug!(relay = %self.name, code = ?code, "an unauthenticated refusal ({reason}); saying hello again");
+                    self.last_hint = Some(now);
+                    match self.state {
+                        State::Hello { since, .. } | State::Registering { since, .. } => {
+                            self.hello(id, now, since, &mut out)
+                        }
+                        State::Up { .. } => {
+                            out.push(Frame::Hello { node: id.public });
+                            self.rehello = Some(now);
+                        }
+                        State::Idle | State::Down { .. } => {}
+                    }
+                }
+            }
+            Frame::Registered { .. } | Frame::PeerGone { .. } | Frame::Pong { .. } => {
+                self.unauthentic(now);
+                tracing::debug!(relay = %self.name, "an unsealed answer from the relay's address (a spoofer, or a relay older than sealed answers); dropped");
+            }
+            Frame::Recv { src, payload } => {
+                self.last_used = now;
+                notes.push(Note::Recv { src, payload });
+            }
+            other => return self.authentic(other, id, now),
+        }
+        (out, notes)
+    }
+
+    /// Counts a dropped unauthentic frame; warns at most every [`UNAUTHENTIC_LOG_EVERY`].
+    fn unauthentic(&mut self, now: Instant) {
+        self.dropped_unauthentic += 1;
+        let due = self
+            .warned
+            .is_none_or(|(t, _)| now.saturating_duration_since(t) >= UNAUTHENTIC_LOG_EVERY);
+        if due {
+            let since = self.warned.map_or(0, |(_, n)| n);
+            let dropped = self.dropped_unauthentic - since;
+            self.warned = Some((now, self.dropped_unauthentic));
+            tracing::warn!(relay = %self.name, dropped, "relay {}: dropped {dropped} unauthenticated or replayed answers from its address (a spoofer, or a relay without sealed answers: upgrade it)", self.name);
+        }
+    }
+
+    /// A frame that is authentic, or that needs not be (challenge, ping).
+    fn authentic(&mut self, frame: Frame, id: &Identity, now: Instant) -> (Vec<Frame>, Vec<Note>) {
+        let (mut out, mut notes) = (Vec::new(), Vec::new());
         self.last_used = now;
-        self.last_heard = now;
+        if !matches!(frame, Frame::Challenge { .. } | Frame::Ping { .. }) {
+            self.last_heard = now;
+        }
         match frame {
             Frame::Challenge { cookie } => {
                 let Some(token) = self.token.clone() else {
@@ -308,7 +421,7 @@ impl RelayConn {
                 out.push(Frame::Register {
                     node: id.public,
                     cookie,
-                    proof: relay::proof(&shared, &cookie, &id.public),
+                    proof: relay::sealed_proof(&shared, &cookie, &id.public),
                     token,
                 });
                 if let Some(since) = since {
@@ -386,8 +499,11 @@ impl RelayConn {
                     self.ping = None;
                 }
             }
-            // Frames only a node sends: a confused relay; ignored.
-            Frame::Hello { .. } | Frame::Register { .. } | Frame::Send { .. } => {}
+            // Frames only a node sends, or sealed twice: a confused relay; ignored.
+            Frame::Hello { .. }
+            | Frame::Register { .. }
+            | Frame::Send { .. }
+            | Frame::Sealed { .. } => {}
         }
         (out, notes)
     }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 
+use plexsphere_wire::reach::relay::FrameKey;
 use plexsphere_wire::reach::{public_key, shared_secret};
 
 use super::*;
@@ -13,8 +14,14 @@ use super::*;
 const RELAY_SECRET: [u8; 32] = [0x52; 32];
 const NODE_SECRET: [u8; 32] = [0x4e; 32];
 
-/// Answers hello with a challenge, a register with a good proof and the expected token with
-/// registered (else refused), send with recv from the destination, ping with pong.
+/// `frame` sealed by the relay for the node (as a relay answers a sealed registration).
+fn sealed(counter: u64, frame: Frame) -> Frame {
+    FrameKey::new(&shared_secret(&RELAY_SECRET, &public_key(&NODE_SECRET))).seal(counter, &frame)
+}
+
+/// Answers hello with a challenge, a register with a good sealed proof and the expected token
+/// with registered (else refused), send with recv from the destination, ping with pong; what a
+/// relay seals, sealed.
 fn stand_in(token: Vec<u8>) -> (SocketAddr, Arc<AtomicBool>, thread::JoinHandle<()>) {
     let s = UdpSocket::bind("127.0.0.1:0").unwrap();
     s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
@@ -24,6 +31,11 @@ fn stand_in(token: Vec<u8>) -> (SocketAddr, Arc<AtomicBool>, thread::JoinHandle<
     let t = thread::spawn(move || {
         let mut buf = [0u8; 4096];
         let cookie = [0xC0; 32];
+        let mut counter = 0;
+        let mut seal = |f: Frame| {
+            counter += 1;
+            sealed(counter, f)
+        };
         while !st.load(Ordering::Relaxed) {
             let Ok((n, from)) = s.recv_from(&mut buf) else {
                 continue;
@@ -37,22 +49,22 @@ fn stand_in(token: Vec<u8>) -> (SocketAddr, Arc<AtomicBool>, thread::JoinHandle<
                     token: t,
                 }) => {
                     let shared = shared_secret(&RELAY_SECRET, &node);
-                    if !relay::proof_matches(&shared, &c, &node, &proof) || c != cookie {
+                    if !relay::sealed_proof_matches(&shared, &c, &node, &proof) || c != cookie {
                         Frame::Refused {
                             code: RefuseCode::BadProof,
                             reason: "bad proof".into(),
                         }
                     } else if t != token {
-                        Frame::Refused {
+                        seal(Frame::Refused {
                             code: RefuseCode::Expired,
                             reason: "the token expired".into(),
-                        }
+                        })
                     } else {
-                        Frame::Registered { lease_secs: 60 }
+                        seal(Frame::Registered { lease_secs: 60 })
                     }
                 }
                 Ok(Frame::Send { dst, payload }) => Frame::Recv { src: dst, payload },
-                Ok(Frame::Ping { nonce }) => Frame::Pong { nonce },
+                Ok(Frame::Ping { nonce }) => seal(Frame::Pong { nonce }),
                 _ => continue,
             };
             let _ = s.send_to(&answer.to_datagram(), from);
@@ -201,7 +213,7 @@ fn an_up_relay_that_goes_silent_is_down_within_seconds_not_at_the_lease_end() {
     );
     conn.poll(&id, t0);
     conn.handle(Frame::Challenge { cookie: [1; 32] }, &id, t0);
-    let (_, notes) = conn.handle(Frame::Registered { lease_secs: 60 }, &id, t0);
+    let (_, notes) = conn.handle(sealed(1, Frame::Registered { lease_secs: 60 }), &id, t0);
     assert!(matches!(notes[..], [Note::Up { .. }]), "{notes:?}");
     // Keepalive pings go out while it answers, and answers keep it up.
     let (out, notes) = conn.poll(&id, t0 + KEEPALIVE);
@@ -210,7 +222,11 @@ fn an_up_relay_that_goes_silent_is_down_within_seconds_not_at_the_lease_end() {
         "{out:?}"
     );
     assert!(notes.is_empty());
-    conn.handle(Frame::Pong { nonce: [0; 8] }, &id, t0 + KEEPALIVE);
+    conn.handle(
+        sealed(2, Frame::Pong { nonce: [0; 8] }),
+        &id,
+        t0 + KEEPALIVE,
+    );
     let (_, notes) = conn.poll(&id, t0 + KEEPALIVE + SILENT_DOWN - Duration::from_millis(1));
     assert!(notes.is_empty(), "still heard recently: {notes:?}");
     // Then silence: down once nothing was heard for SILENT_DOWN, long before the lease ends.
@@ -222,3 +238,6 @@ fn an_up_relay_that_goes_silent_is_down_within_seconds_not_at_the_lease_end() {
     assert!(SILENT_DOWN < Duration::from_secs(60));
     assert!(conn.is_down());
 }
+
+#[path = "relay_client_seal_tests.rs"]
+mod seal;

@@ -58,6 +58,9 @@ pub(crate) struct Loop {
     conns: HashMap<String, RelayConn>,
     /// Relays whose connection runs over TCP with TLS.
     links: HashMap<String, TcpLink>,
+    /// The last sealed-frame counter accepted from each relay: a new connection to it goes on
+    /// from there, so frames captured earlier stay replays.
+    floors: HashMap<String, u64>,
     /// The relay each relayed peer's forwarder goes through.
     relayed: HashMap<PeerKey, String>,
     udp_blocked: bool,
@@ -104,6 +107,7 @@ impl Loop {
             stun_servers: Vec::new(),
             conns: HashMap::new(),
             links: HashMap::new(),
+            floors: HashMap::new(),
             relayed: HashMap::new(),
             udp_blocked: false,
             home: 0,
@@ -431,7 +435,8 @@ impl Loop {
             Ok(link) => {
                 tracing::info!(relay = name, %addr, "relay {name}: over TCP with TLS to {addr}");
                 self.links.insert(name.to_owned(), link);
-                let c = RelayConn::new(name.to_owned(), key, self.token.clone(), t);
+                let mut c = RelayConn::new(name.to_owned(), key, self.token.clone(), t);
+                c.resume_counter(self.floors.get(name).copied().unwrap_or(0));
                 self.conns.insert(name.to_owned(), c);
                 self.reroute(name);
                 true
@@ -536,7 +541,8 @@ impl Loop {
         if !self.conns.contains_key(name) {
             let r = self.relays.iter().find(|r| r.spec.name == name)?;
             let tcp_first = r.udp.is_none() || self.udp_blocked;
-            let c = RelayConn::new(name.to_owned(), r.key, self.token.clone(), t);
+            let mut c = RelayConn::new(name.to_owned(), r.key, self.token.clone(), t);
+            c.resume_counter(self.floors.get(name).copied().unwrap_or(0));
             self.conns.insert(name.to_owned(), c);
             if tcp_first {
                 self.open_tcp(name, t);
@@ -580,6 +586,13 @@ impl Loop {
                     tracing::trace!(%from, "relay frame from an address no relay has; dropped");
                     return;
                 };
+                if self.links.contains_key(&name) {
+                    // The connection runs over TCP with TLS: a UDP frame from the relay's
+                    // address is not part of it (a spoofer's, or a late one).
+                    self.shared.unknown_src.fetch_add(1, Ordering::Relaxed);
+                    tracing::trace!(relay = %name, "UDP relay frame for a connection over TCP; dropped");
+                    return;
+                }
                 match Frame::from_datagram(datagram) {
                     Ok(f) => self.relay_frame(&name, f),
                     Err(e) => tracing::debug!(relay = %name, "unreadable relay frame: {e}"),
@@ -597,6 +610,7 @@ impl Loop {
             return;
         };
         let (out, notes) = conn.handle(frame, &self.id, t);
+        self.floors.insert(name.to_owned(), conn.counter());
         for f in out {
             self.send_frame(name, &f);
         }

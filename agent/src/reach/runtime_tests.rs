@@ -156,6 +156,7 @@ fn tls_relay(
         let mut s = rustls::StreamOwned::new(conn, tcp);
         let mut pending = Vec::new();
         let mut buf = [0u8; 4096];
+        let (mut seal, mut counter) = (None, 0u64);
         loop {
             let n = match s.read(&mut buf) {
                 Ok(0) | Err(_) => return,
@@ -179,12 +180,22 @@ fn tls_relay(
                     } => {
                         let shared = plexsphere_wire::reach::shared_secret(&relay_secret, &node);
                         let _ = registered_tx
-                            .send(relay::proof_matches(&shared, &cookie, &node, &proof));
+                            .send(relay::sealed_proof_matches(&shared, &cookie, &node, &proof));
+                        seal = Some(relay::FrameKey::new(&shared));
+                        counter += 1;
                         Frame::Registered { lease_secs: 60 }
                     }
                     Frame::Send { dst, payload } => Frame::Recv { src: dst, payload },
                     Frame::Ping { nonce } => Frame::Pong { nonce },
                     _ => continue,
+                };
+                // What a relay seals for a sealed registration, sealed.
+                let answer = match (&seal, &answer) {
+                    (Some(k), Frame::Registered { .. } | Frame::Pong { .. }) => {
+                        counter += 1;
+                        k.seal(counter, &answer)
+                    }
+                    _ => answer,
                 };
                 if s.write_all(&answer.to_stream())
                     .and_then(|()| s.flush())
@@ -257,6 +268,24 @@ fn relayed_over_tls(udp: Option<SocketAddr>) {
         registered.recv_timeout(Duration::from_secs(10)).unwrap(),
         "the register over TLS carried a good proof"
     );
+    if let Some(udp) = udp {
+        // The connection runs over TLS: a UDP frame from the relay's address is none of its
+        // business, even one that is sealed right and newer (a relay confused about transports,
+        // or one captured and held back); over TCP it would have ended the registration.
+        use plexsphere_wire::reach::relay::{self, Frame};
+        let key = relay::FrameKey::new(&plexsphere_wire::reach::shared_secret(
+            &relay_secret,
+            &plexsphere_wire::reach::public_key(&[0x11; 32]),
+        ));
+        let expired = Frame::Refused {
+            code: relay::RefuseCode::Expired,
+            reason: "over UDP".into(),
+        };
+        let before = rt.shared.unknown_src.load(Ordering::Relaxed);
+        rt.offer(&key.seal(u64::MAX - 1, &expired).to_datagram(), udp);
+        // Dropped and counted, not handed to the connection.
+        wait(|| (rt.shared.unknown_src.load(Ordering::Relaxed) > before).then_some(()));
+    }
     let peer = PeerKey([0x22; 32]);
     // A wanted peer: relays name a datagram's sender by key prefix, which maps to wanted peers.
     rt.set_peers(vec![crate::reach::io::PeerReach {

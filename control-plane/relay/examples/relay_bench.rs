@@ -35,9 +35,11 @@ fn register(sock: &UdpSocket, relay: SocketAddr, sk: [u8; 32], signer: &DomainSi
         plexsphere_wire::reach::shared_secret(&sk, &plexsphere_wire::reach::public_key(&RELAY_SK));
     let token = RelayToken {
         domain_id: uuid::Uuid::nil(),
-        node_id: uuid::Uuid::nil(),
+        // One node id a key: relays keep one registration a node id.
+        node_id: uuid::Uuid::from_bytes(node[..16].try_into().unwrap()),
         public_key: STANDARD.encode(node),
-        expires_at: i64::MAX,
+        expires_at: time::OffsetDateTime::now_utc().unix_timestamp() + 600,
+        key_generation: 1,
     };
     let token = serde_json::to_vec(&signer.sign(SignContext::RelayToken, &token).unwrap()).unwrap();
     let frame = Frame::Register {

@@ -8,14 +8,21 @@
 //! | `register` with a stale or foreign cookie, or a wrong proof | `refused{bad_proof}` |
 //! | `register` with a token no trusted Domain signed, or for another key | `refused{bad_token}` |
 //! | `register` with an expired token | `refused{expired}` |
-//! | `register` of a new key at `max_nodes` | `refused{busy}` |
-//! | `register` that checks out | `registered{LEASE_SECS}`; the key is bound to this peer |
+//! | `register` whose token names an older key generation of its node than a live token seen | `refused{bad_token}` |
+//! | `register` of a new node id at `max_nodes` | `refused{busy}` |
+//! | `register` that checks out | `registered{LEASE_SECS}`; the key is bound to this peer until the lease or the token ends, and replaces its node id's other registration |
 //! | `send{dst}` from a peer with no registration | `refused{not_registered}` (prefix and global rate) |
 //! | `send{dst}` over the node's frame or byte budget | `refused{busy}` (node's answer rate) |
 //! | `send{dst}` to a key with no live registration | `peer_gone{dst}` (node's answer rate) |
 //! | `send{dst}` otherwise | `recv{src, payload}` to `dst`'s peer |
 //! | `ping{nonce}` from a registered peer | `pong{nonce}` (a stranger's: nothing, counted) |
 //! | anything else | nothing (counted) |
+//!
+//! A registration made with the sealed proof gets its `registered`, `refused`, `peer gone` and
+//! `pong` sealed (`Frame::Sealed`, under the node's [`FrameKey`], with the relay's counter);
+//! answers to a peer with no registration (and every `refused` before the proof checked out)
+//! are plain: a node takes those as a hint to say `hello` again. A node id has one
+//! registration at a time; limits and budgets are per node id.
 //!
 //! Every answer to a UDP source with no registration (`challenge`, `refused`, and the STUN
 //! answers of the UDP thread through [`Core::may_answer`]) takes a token of its source /24 or
@@ -30,7 +37,8 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use plexsphere_wire::reach::relay::{
-    Frame, KeyPrefix, LEASE_SECS, NodeKey, RefuseCode, RelayToken, prefix,
+    Frame, FrameKey, KeyPrefix, LEASE_SECS, NodeKey, RefuseCode, RelayToken, TOKEN_CLOCK_SKEW_SECS,
+    TOKEN_TTL_SECS, prefix,
 };
 use plexsphere_wire::signed::{DomainVerifier, SignContext, SignedEnvelope};
 use tokio::sync::mpsc;
@@ -97,9 +105,16 @@ impl Now {
     }
 }
 
+/// A node as its tokens name it: Domain id and node id.
+type NodeId = (uuid::Uuid, uuid::Uuid);
+
 struct Registration {
     peer: Peer,
+    /// The lease's end, or the token's expiry when sooner.
     expires: Instant,
+    id: NodeId,
+    /// `Some` when the node registered with the sealed proof: its answers are sealed.
+    seal: Option<FrameKey>,
     frames: TokenBucket,
     bytes: TokenBucket,
     answers: TokenBucket,
@@ -121,8 +136,20 @@ enum Limit {
     Refusals,
 }
 
+/// The newest key generation a token of a node id showed, until that token expires.
+struct Generation {
+    generation: i64,
+    until: Instant,
+}
+
 pub struct Core {
     secret: [u8; 32],
+    /// The counter of the last sealed frame: strictly increasing, and at least the Unix time in
+    /// microseconds, so a restarted relay goes on above what it sent before.
+    counter: u64,
+    /// The registered key of each node id (one registration a node id).
+    by_id: HashMap<NodeId, NodeKey>,
+    generations: HashMap<NodeId, Generation>,
     cookies: CookieKey,
     domains: Vec<DomainVerifier>,
     limits: Limits,
@@ -154,6 +181,9 @@ impl Core {
         let strangers = PrefixBuckets::new(limits.prefix_answers, now);
         Self {
             secret,
+            counter: 0,
+            by_id: HashMap::new(),
+            generations: HashMap::new(),
             cookies: CookieKey::new(&cookie_secret),
             domains,
             limits,
@@ -173,6 +203,11 @@ impl Core {
     /// Nodes with a registration (live or not yet swept).
     pub fn registered(&self) -> usize {
         self.nodes.len()
+    }
+
+    /// Whether `peer` holds a registration (live or not yet swept).
+    pub fn is_registered(&self, peer: Peer) -> bool {
+        self.by_peer.contains_key(&peer)
     }
 
     /// A new TCP connection's writer queue, or `None` at `max_tcp_connections` or when its
@@ -216,28 +251,55 @@ impl Core {
         }
     }
 
-    /// Drops every registration whose lease ended, and prunes idle answer buckets.
+    /// Drops every registration whose lease (or token) ended, and prunes idle answer buckets.
     pub fn sweep(&mut self, now: Instant) {
         self.strangers.tick(now);
-        let (by_peer, by_prefix) = (&mut self.by_peer, &mut self.by_prefix);
+        let (by_peer, by_prefix, by_id) = (&mut self.by_peer, &mut self.by_prefix, &mut self.by_id);
         self.nodes.retain(|key, r| {
             let live = r.expires > now;
             if !live {
-                by_peer.remove(&r.peer);
+                if by_peer.get(&r.peer) == Some(key) {
+                    by_peer.remove(&r.peer);
+                }
                 if by_prefix.get(&prefix(key)) == Some(key) {
                     by_prefix.remove(&prefix(key));
+                }
+                if by_id.get(&r.id) == Some(key) {
+                    by_id.remove(&r.id);
                 }
             }
             live
         });
+        self.generations.retain(|_, g| g.until > now);
     }
 
-    /// Drops `node`'s registration and its prefix.
+    /// Drops `node`'s registration, its prefix, its node id and its peer's binding.
     fn forget(&mut self, node: &NodeKey) {
-        self.nodes.remove(node);
+        if let Some(r) = self.nodes.remove(node) {
+            if self.by_peer.get(&r.peer) == Some(node) {
+                self.by_peer.remove(&r.peer);
+            }
+            if self.by_id.get(&r.id) == Some(node) {
+                self.by_id.remove(&r.id);
+            }
+        }
         if self.by_prefix.get(&prefix(node)) == Some(node) {
             self.by_prefix.remove(&prefix(node));
         }
+    }
+
+    /// `frame` as `peer`'s registration gets it: sealed when it registered for sealed answers.
+    fn seal_for(&mut self, peer: Peer, frame: Frame, now_unix: u64) -> Frame {
+        let Some(key) = self
+            .by_peer
+            .get(&peer)
+            .and_then(|n| self.nodes.get(n))
+            .and_then(|r| r.seal.as_ref())
+        else {
+            return frame;
+        };
+        self.counter = (self.counter + 1).max(now_unix.saturating_mul(1_000_000));
+        key.seal(self.counter, &frame)
     }
 
     fn to(&self, peer: Peer) -> Option<To> {
@@ -358,7 +420,7 @@ impl Core {
             } => self.register(peer, node, &cookie, &proof, &token, now),
             Frame::Ping { nonce } if self.by_peer.contains_key(&peer) => Some(Out {
                 to: self.to(peer)?,
-                frame: Frame::Pong { nonce },
+                frame: self.seal_for(peer, Frame::Pong { nonce }, now.unix),
             }),
             Frame::Ping { .. } => {
                 self.counters.dropped_unregistered.inc();
@@ -380,7 +442,8 @@ impl Core {
             | Frame::Registered { .. }
             | Frame::Recv { .. }
             | Frame::Refused { .. }
-            | Frame::PeerGone { .. } => {
+            | Frame::PeerGone { .. }
+            | Frame::Sealed { .. } => {
                 self.counters.dropped_unexpected.inc();
                 None
             }
@@ -401,28 +464,79 @@ impl Core {
             return self.refuse(peer, RefuseCode::BadProof, "the cookie is not from this relay for this address and key, or older than a minute: send hello again", now.mono);
         }
         let shared = plexsphere_wire::reach::shared_secret(&self.secret, &node);
-        if !plexsphere_wire::reach::relay::proof_matches(&shared, cookie, &node, proof) {
+        use plexsphere_wire::reach::relay::{proof_matches, sealed_proof_matches};
+        let seal = if sealed_proof_matches(&shared, cookie, &node, proof) {
+            Some(FrameKey::new(&shared))
+        } else if proof_matches(&shared, cookie, &node, proof) {
+            None
+        } else {
             return self.refuse(peer, RefuseCode::BadProof, "the proof does not match this key and this relay's public key: check the relay key in the node's state", now.mono);
+        };
+        // From here the node proved its key: its refusals are sealed when it asked for that.
+        let token = match self.check_token(&node, token, now.unix) {
+            Ok(t) => t,
+            Err((code, reason)) => return self.refuse_proved(peer, seal, code, reason, now),
+        };
+        let id = (token.domain_id, token.node_id);
+        if self
+            .generations
+            .get(&id)
+            .is_some_and(|g| g.until > now.mono && g.generation > token.key_generation)
+        {
+            return self.refuse_proved(peer, seal, RefuseCode::BadToken, "the token is for an older key of this node (it rotated its key): register with the token of the current key", now);
         }
-        if let Err((code, reason)) = self.check_token(&node, token, now.unix) {
-            return self.refuse(peer, code, reason, now.mono);
-        }
-        if !self.nodes.contains_key(&node) && self.nodes.len() >= self.limits.max_nodes {
+        let new_id = !self.nodes.contains_key(&node) && !self.by_id.contains_key(&id);
+        if new_id && self.nodes.len() >= self.limits.max_nodes {
             self.sweep(now.mono);
             if self.nodes.len() >= self.limits.max_nodes {
                 self.hit(Limit::MaxNodes, now.mono);
-                return self.refuse(peer, RefuseCode::Busy, "this relay has as many nodes registered as it takes (--max-nodes): use another relay", now.mono);
+                return self.refuse_proved(peer, seal, RefuseCode::Busy, "this relay has as many nodes registered as it takes (--max-nodes): use another relay", now);
             }
         }
-        self.bind(peer, node, now.mono);
+        // The token's end, on the monotonic clock (check_token saw it in the future).
+        let left = u64::try_from(token.expires_at)
+            .unwrap_or(0)
+            .saturating_sub(now.unix);
+        let token_end = now.mono + Duration::from_secs(left);
+        let g = self.generations.entry(id).or_insert(Generation {
+            generation: token.key_generation,
+            until: token_end,
+        });
+        if token.key_generation >= g.generation {
+            g.until = if token.key_generation > g.generation {
+                token_end
+            } else {
+                g.until.max(token_end)
+            };
+            g.generation = token.key_generation;
+        }
+        self.bind(peer, node, id, seal, token_end, now.mono);
         self.counters.registrations.inc();
         tracing::debug!(node = %STANDARD.encode(node), ?peer, "registered");
+        let registered = Frame::Registered {
+            lease_secs: LEASE_SECS,
+        };
         Some(Out {
             to: self.to(peer)?,
-            frame: Frame::Registered {
-                lease_secs: LEASE_SECS,
-            },
+            frame: self.seal_for(peer, registered, now.unix),
         })
+    }
+
+    /// A refusal to a node that proved its key: sealed under `seal` when it asked for that.
+    fn refuse_proved(
+        &mut self,
+        peer: Peer,
+        seal: Option<FrameKey>,
+        code: RefuseCode,
+        reason: &str,
+        now: Now,
+    ) -> Option<Out> {
+        let mut out = self.refuse(peer, code, reason, now.mono)?;
+        if let Some(key) = seal {
+            self.counter = (self.counter + 1).max(now.unix.saturating_mul(1_000_000));
+            out.frame = key.seal(self.counter, &out.frame);
+        }
+        Some(out)
     }
 
     fn check_token(
@@ -430,7 +544,7 @@ impl Core {
         node: &NodeKey,
         token: &[u8],
         now_unix: u64,
-    ) -> Result<(), (RefuseCode, &'static str)> {
+    ) -> Result<RelayToken, (RefuseCode, &'static str)> {
         let env: SignedEnvelope = serde_json::from_slice(token).map_err(|_| {
             (
                 RefuseCode::BadToken,
@@ -451,19 +565,36 @@ impl Core {
                 "the token was issued for another WireGuard key",
             ));
         }
-        if token.expires_at <= i64::try_from(now_unix).unwrap_or(i64::MAX) {
+        let now = i64::try_from(now_unix).unwrap_or(i64::MAX);
+        if token.expires_at <= now {
             return Err((
                 RefuseCode::Expired,
                 "the token has expired: pull a fresh state from the control plane",
             ));
         }
-        Ok(())
+        if token.expires_at > now.saturating_add(TOKEN_TTL_SECS + TOKEN_CLOCK_SKEW_SECS) {
+            return Err((
+                RefuseCode::BadToken,
+                "the token lives longer than relays accept (10 minutes): upgrade the control plane, or check the relay's clock",
+            ));
+        }
+        Ok(token)
     }
 
-    /// Binds `node` to `peer` (replacing its older binding, and whatever key `peer` had).
-    fn bind(&mut self, peer: Peer, node: NodeKey, now: Instant) {
+    /// Binds `node` to `peer` (replacing its older binding, whatever key `peer` had, and the
+    /// other key of its node id) until the lease or the token ends.
+    fn bind(
+        &mut self,
+        peer: Peer,
+        node: NodeKey,
+        id: NodeId,
+        seal: Option<FrameKey>,
+        token_end: Instant,
+        now: Instant,
+    ) {
         if let Some(old) = self.nodes.get(&node)
             && old.peer != peer
+            && self.by_peer.get(&old.peer) == Some(&node)
         {
             self.by_peer.remove(&old.peer);
         }
@@ -471,14 +602,30 @@ impl Core {
             && other != node
         {
             self.forget(&other);
+            self.by_peer.insert(peer, node);
+        }
+        if let Some(other) = self.by_id.insert(id, node)
+            && other != node
+        {
+            // The node's other key (an older generation, or the same one): replaced.
+            self.forget(&other);
+            self.by_id.insert(id, node);
+        }
+        if let Some(r) = self.nodes.get(&node)
+            && r.id != id
+            && self.by_id.get(&r.id) == Some(&node)
+        {
+            self.by_id.remove(&r.id);
         }
         self.by_prefix.insert(prefix(&node), node);
-        let lease = now + Duration::from_secs(u64::from(LEASE_SECS));
+        let lease = (now + Duration::from_secs(u64::from(LEASE_SECS))).min(token_end);
         let l = &self.limits;
         match self.nodes.get_mut(&node) {
             Some(r) => {
                 r.peer = peer;
                 r.expires = lease;
+                r.id = id;
+                r.seal = seal;
             }
             None => {
                 self.nodes.insert(
@@ -486,6 +633,8 @@ impl Core {
                     Registration {
                         peer,
                         expires: lease,
+                        id,
+                        seal,
                         frames: TokenBucket::new(l.node_frames_per_sec, l.node_frames_per_sec, now),
                         bytes: TokenBucket::new(l.node_bytes_per_sec, l.node_bytes_per_sec, now),
                         answers: TokenBucket::new(
@@ -515,13 +664,16 @@ impl Core {
             let answer = reg.answers.take(1, now.mono);
             self.hit(Limit::NodeBudget, now.mono);
             return match (answer, self.to(peer)) {
-                (true, Some(to)) => Forward::Answer(Out {
-                    to,
-                    frame: Frame::Refused {
+                (true, Some(to)) => {
+                    let busy = Frame::Refused {
                         code: RefuseCode::Busy,
                         reason: "over this node's budget at this relay; frames are dropped".into(),
-                    },
-                }),
+                    };
+                    Forward::Answer(Out {
+                        to,
+                        frame: self.seal_for(peer, busy, now.unix),
+                    })
+                }
                 _ => Forward::Drop,
             };
         }
@@ -542,7 +694,7 @@ impl Core {
                 match (answer, self.to(peer)) {
                     (true, Some(to)) => Forward::Answer(Out {
                         to,
-                        frame: Frame::PeerGone { dst: *dst },
+                        frame: self.seal_for(peer, Frame::PeerGone { dst: *dst }, now.unix),
                     }),
                     _ => Forward::Drop,
                 }

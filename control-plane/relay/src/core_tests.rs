@@ -23,11 +23,18 @@ fn core(limits: Limits, t0: Instant) -> Core {
 }
 
 fn token(node: &NodeKey, expires_at: i64) -> Vec<u8> {
+    // One node id a key, unless a test says otherwise.
+    let id = uuid::Uuid::from_bytes(node[..16].try_into().unwrap());
+    token_for(id, 1, node, expires_at)
+}
+
+fn token_for(node_id: uuid::Uuid, key_generation: i64, node: &NodeKey, expires_at: i64) -> Vec<u8> {
     let t = RelayToken {
         domain_id: uuid::Uuid::nil(),
-        node_id: uuid::Uuid::nil(),
+        node_id,
         public_key: STANDARD.encode(node),
         expires_at,
+        key_generation,
     };
     serde_json::to_vec(&signer().sign(SignContext::RelayToken, &t).unwrap()).unwrap()
 }
@@ -35,18 +42,42 @@ fn token(node: &NodeKey, expires_at: i64) -> Vec<u8> {
 /// Runs hello + register for node secret `sk` from `peer`; the answer's frame.
 fn register(core: &mut Core, peer: Peer, sk: [u8; 32], now: Now) -> Frame {
     let node = plexsphere_wire::reach::public_key(&sk);
+    register_token(
+        core,
+        peer,
+        sk,
+        token(&node, now.unix as i64 + 600),
+        false,
+        now,
+    )
+}
+
+/// Runs hello + register with `token`, with the sealed proof when `sealed`.
+fn register_token(
+    core: &mut Core,
+    peer: Peer,
+    sk: [u8; 32],
+    token: Vec<u8>,
+    sealed: bool,
+    now: Now,
+) -> Frame {
+    let node = plexsphere_wire::reach::public_key(&sk);
     let cookie = match core.handle(peer, Frame::Hello { node }, now).unwrap().frame {
         Frame::Challenge { cookie } => cookie,
         f => panic!("want a challenge, got {f:?}"),
     };
     let relay_pk = plexsphere_wire::reach::public_key(&RELAY_SK);
     let shared = plexsphere_wire::reach::shared_secret(&sk, &relay_pk);
-    let proof = plexsphere_wire::reach::relay::proof(&shared, &cookie, &node);
+    let proof = if sealed {
+        plexsphere_wire::reach::relay::sealed_proof(&shared, &cookie, &node)
+    } else {
+        plexsphere_wire::reach::relay::proof(&shared, &cookie, &node)
+    };
     let frame = Frame::Register {
         node,
         cookie,
         proof,
-        token: token(&node, now.unix as i64 + 600),
+        token,
     };
     core.handle(peer, frame, now).unwrap().frame
 }
@@ -343,3 +374,6 @@ fn one_source_always_leaves_a_slot() {
     assert!(c.open_tcp(tx.clone(), a, t0).is_none());
     assert!(c.open_tcp(tx, "192.0.2.2:1".parse().unwrap(), t0).is_some());
 }
+
+#[path = "core_seal_tests.rs"]
+mod seal;

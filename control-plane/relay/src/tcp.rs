@@ -208,9 +208,14 @@ async fn serve(
                 shared.counters.dropped_unregistered.inc();
                 continue;
             }
-            let out = shared.core().handle(Peer::Tcp(id), frame, Now::system());
+            let out = {
+                let mut core = shared.core();
+                let out = core.handle(Peer::Tcp(id), frame, Now::system());
+                // Registered (its answer may be sealed: the core knows, not the frame's type).
+                registered |= core.is_registered(Peer::Tcp(id));
+                out
+            };
             if let Some(out) = out {
-                registered |= matches!(out.frame, Frame::Registered { .. });
                 deliver(shared, out);
             }
         }

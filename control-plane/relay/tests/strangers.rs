@@ -161,9 +161,11 @@ async fn a_connection_that_does_not_register_in_time_is_closed() {
         ..Limits::default()
     };
     let relay = relay(limits, &tls).await;
-    // A node that registers in time stays, past the deadline.
+    // A node that registers in time stays, past the deadline; one with sealed answers too.
     let mut node = Node::new(1, Link::tcp(&relay, &tls).await);
     node.register().await;
+    let mut sealed = Node::new(6, Link::tcp_from(&relay, &tls, [127, 0, 0, 6]).await);
+    let key = sealed.register_sealed().await;
 
     // A plain TCP socket that never starts TLS.
     let mut idle = tcp_from(&relay, [127, 0, 0, 2]).await.unwrap();
@@ -200,7 +202,17 @@ async fn a_connection_that_does_not_register_in_time_is_closed() {
     // Every deadline above has passed for the node's connection too (it was accepted first).
     node.link.send(&Frame::Ping { nonce: [3; 8] }).await;
     assert_eq!(node.link.recv().await, Frame::Pong { nonce: [3; 8] });
-    assert_eq!(relay.registered(), 1);
+    sealed.link.send(&Frame::Ping { nonce: [4; 8] }).await;
+    match sealed.link.recv().await {
+        Frame::Sealed { counter, body, tag } => {
+            assert_eq!(
+                key.open(counter, &body, &tag).unwrap(),
+                Frame::Pong { nonce: [4; 8] }
+            );
+        }
+        f => panic!("want a sealed pong, got {f:?}"),
+    }
+    assert_eq!(relay.registered(), 2);
 }
 
 #[tokio::test]

@@ -16,7 +16,21 @@
 //!   8 peer gone   destination key prefix (8)                    relay -> node
 //!   9 ping        nonce (8)                                      either way
 //!  10 pong        nonce (8)                                      either way
+//!  11 sealed      counter (u64) | frame (4, 7, 8 or 10) | tag (16) relay -> node
 //! ```
+//!
+//! `sealed` ([`FrameKey`]) is how a relay answers a node that registered with the sealed proof
+//! ([`sealed_proof`]): `registered`, `refused`, `peer gone` and `pong` go inside it,
+//! authenticated with a MAC under a key derived from the registration's X25519 shared secret,
+//! with a counter that only grows for the relay's life (and across restarts: it starts at the
+//! relay's Unix time in microseconds). A node acts on these four only when sealed and newer
+//! than the last it accepted; an unsealed `refused` is a hint to say `hello` again, nothing
+//! more. A spoofer who can send from the relay's address cannot forge them, and a replayed one
+//! carries an old counter. `challenge` cannot be sealed (it comes before the proof) and needs
+//! not be: a forged cookie only makes the relay refuse the `register`. `recv` is not sealed: its
+//! datagram is WireGuard or disco, each authenticated end to end (WireGuard keeps its own
+//! replay window), and 24 more bytes on every data frame would push a 1452-byte WireGuard
+//! datagram past a 1500-byte underlay; a forged `recv` is dropped by the peer's WireGuard.
 //!
 //! Data frames name a node by the first 8 bytes of its key ([`KeyPrefix`]), so that a relayed
 //! WireGuard datagram of a 1420-byte tunnel MTU (1452 bytes) plus the 13-byte UDP frame head
@@ -35,6 +49,9 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::{DecodeError, MAX_DATAGRAM, RELAY_MAGIC, Reader};
+
+mod seal;
+pub use seal::{FrameKey, SEALED_TAG, sealed_proof, sealed_proof_matches};
 
 /// The largest WireGuard datagram a `send` or `recv` carries.
 pub const MAX_PAYLOAD: usize = MAX_DATAGRAM - 64;
@@ -93,6 +110,13 @@ pub enum Frame {
     },
     Pong {
         nonce: [u8; 8],
+    },
+    /// One of `registered`, `refused`, `peer gone`, `pong`, authenticated ([`FrameKey`]).
+    Sealed {
+        counter: u64,
+        /// The inner frame's bytes.
+        body: Vec<u8>,
+        tag: [u8; SEALED_TAG],
     },
 }
 
@@ -202,6 +226,12 @@ impl Frame {
                 out.push(10);
                 out.extend_from_slice(nonce);
             }
+            Frame::Sealed { counter, body, tag } => {
+                out.push(11);
+                out.extend_from_slice(&counter.to_be_bytes());
+                out.extend_from_slice(body);
+                out.extend_from_slice(tag);
+            }
         }
     }
 
@@ -250,6 +280,22 @@ impl Frame {
             8 => Frame::PeerGone { dst: r.array()? },
             9 => Frame::Ping { nonce: r.array()? },
             10 => Frame::Pong { nonce: r.array()? },
+            11 => {
+                let counter = u64::from_be_bytes(r.array()?);
+                let rest = r.rest();
+                // The inner frame and the tag; a sealed frame is small (a `refused` at most).
+                if rest.len() <= SEALED_TAG || rest.len() > SEALED_TAG + 2 + MAX_REASON {
+                    return Err(DecodeError::Field("sealed frame length"));
+                }
+                let (body, tag) = rest.split_at(rest.len() - SEALED_TAG);
+                let mut t = [0u8; SEALED_TAG];
+                t.copy_from_slice(tag);
+                Frame::Sealed {
+                    counter,
+                    body: body.to_vec(),
+                    tag: t,
+                }
+            }
             t => return Err(DecodeError::Type(t)),
         };
         if !r.is_empty() {
@@ -346,11 +392,24 @@ pub struct RelayToken {
     pub public_key: String,
     /// Unix seconds after which relays refuse it.
     pub expires_at: i64,
+    /// Which of the node's keys it is for: the Unix second the control plane recorded
+    /// `public_key` for the node (its registration, or its last key rotation; rotations are at
+    /// least 30 s apart, so a later key has a higher one). A relay that saw a token of a higher
+    /// generation for the node refuses lower ones while that token lives. Absent in tokens of
+    /// older control planes: 0.
+    #[serde(default)]
+    pub key_generation: i64,
 }
 
-/// How long a token the control plane issues lasts, in seconds (a node pulls a fresh state well
-/// before: every state carries a new one).
-pub const TOKEN_TTL_SECS: i64 = 24 * 3600;
+/// How long a token the control plane issues lasts, in seconds: 10 minutes. Every heartbeat
+/// answer (30 s by default) and every state carries a fresh one, and the node registers again
+/// with it, so a live node never runs out; a revoked node gets none, so relays drop it at most
+/// this long after its revocation (its registration ends when its token expires).
+pub const TOKEN_TTL_SECS: i64 = 10 * 60;
+/// How far a relay's clock may run behind the control plane's: a token that expires more than
+/// [`TOKEN_TTL_SECS`] + this from the relay's now is refused (it was not issued by a control
+/// plane that keeps the bound above, e.g. a 24-hour token of an older version).
+pub const TOKEN_CLOCK_SKEW_SECS: i64 = 60;
 /// How long a relay keeps a registration without a new `register`, in seconds.
 pub const LEASE_SECS: u16 = 60;
 /// A node registers again this often, in seconds (also keeps NAT bindings alive).

@@ -137,6 +137,11 @@ fn relay_frames_round_trip_over_udp_and_tcp() {
         Frame::PeerGone { dst: [6; 8] },
         Frame::Ping { nonce: [7; 8] },
         Frame::Pong { nonce: [8; 8] },
+        Frame::Sealed {
+            counter: 9,
+            body: vec![10, 1, 2, 3, 4, 5, 6, 7, 8],
+            tag: [9; 16],
+        },
     ];
     for f in frames {
         let d = f.to_datagram();
@@ -221,4 +226,63 @@ fn a_refusal_with_invalid_utf8_decodes_within_the_bound_and_round_trips() {
     assert!(reason.len() <= MAX_REASON, "{} bytes", reason.len());
     let frame = Frame::decode(&bytes).unwrap();
     assert_eq!(Frame::decode(&frame.encode()).unwrap(), frame);
+}
+
+#[test]
+fn sealed_frames_open_only_under_the_pairs_key_and_unaltered() {
+    use super::relay::{FrameKey, sealed_proof, sealed_proof_matches};
+    let (node_sk, node_pk) = keypair(1);
+    let (relay_sk, relay_pk) = keypair(2);
+    let node_side = FrameKey::new(&shared_secret(&node_sk, &relay_pk));
+    let relay_side = FrameKey::new(&shared_secret(&relay_sk, &node_pk));
+    let inner = Frame::Refused {
+        code: RefuseCode::Busy,
+        reason: "busy".into(),
+    };
+    let sealed = relay_side.seal(7, &inner);
+    // Over UDP and TCP it decodes to itself, and opens to the inner frame.
+    assert_eq!(Frame::from_datagram(&sealed.to_datagram()).unwrap(), sealed);
+    let Frame::Sealed { counter, body, tag } = sealed.clone() else {
+        panic!("{sealed:?}")
+    };
+    assert_eq!(node_side.open(counter, &body, &tag).unwrap(), inner);
+    // Another counter, another body, another key: unauthentic.
+    assert_eq!(
+        node_side.open(counter + 1, &body, &tag),
+        Err(DecodeError::Unauthentic)
+    );
+    let mut altered = body.clone();
+    altered[1] = 1;
+    assert_eq!(
+        node_side.open(counter, &altered, &tag),
+        Err(DecodeError::Unauthentic)
+    );
+    let (_, other_pk) = keypair(3);
+    let stranger = FrameKey::new(&shared_secret(&relay_sk, &other_pk));
+    assert_eq!(
+        stranger.open(counter, &body, &tag),
+        Err(DecodeError::Unauthentic)
+    );
+    // Only the four relay answers go inside.
+    let Frame::Sealed { counter, body, tag } = relay_side.seal(8, &Frame::Hello { node: node_pk })
+    else {
+        panic!()
+    };
+    assert!(node_side.open(counter, &body, &tag).is_err());
+    // The sealed proof is not the plain one, and needs the node's private key.
+    let shared = shared_secret(&node_sk, &relay_pk);
+    let p = sealed_proof(&shared, &[5; 32], &node_pk);
+    assert_ne!(p, proof(&shared, &[5; 32], &node_pk));
+    assert!(sealed_proof_matches(
+        &shared_secret(&relay_sk, &node_pk),
+        &[5; 32],
+        &node_pk,
+        &p
+    ));
+    assert!(!sealed_proof_matches(
+        &shared_secret(&relay_sk, &other_pk),
+        &[5; 32],
+        &node_pk,
+        &p
+    ));
 }

@@ -34,9 +34,11 @@ pub fn now_unix() -> i64 {
 pub fn token(signer: &DomainSigner, node: &NodeKey, expires_at: i64) -> Vec<u8> {
     let t = RelayToken {
         domain_id: uuid::Uuid::nil(),
-        node_id: uuid::Uuid::nil(),
+        // One node id a key: relays keep one registration a node id.
+        node_id: uuid::Uuid::from_bytes(node[..16].try_into().unwrap()),
         public_key: STANDARD.encode(node),
         expires_at,
+        key_generation: 1,
     };
     serde_json::to_vec(&signer.sign(SignContext::RelayToken, &t).unwrap()).unwrap()
 }
@@ -230,6 +232,33 @@ impl Node {
             })
             .await;
         self.link.recv().await
+    }
+
+    /// Registers with a good token and the sealed proof (as plexd does); answers the key the
+    /// relay seals this node's answers with. Panics unless a sealed `registered` comes back.
+    pub async fn register_sealed(&mut self) -> plexsphere_wire::reach::relay::FrameKey {
+        use plexsphere_wire::reach::relay::{FrameKey, sealed_proof};
+        let relay_pk = plexsphere_wire::reach::public_key(&RELAY_SK);
+        let shared = plexsphere_wire::reach::shared_secret(&self.sk, &relay_pk);
+        let cookie = self.challenge().await;
+        let token = token(&domain(), &self.pk, now_unix() + 600);
+        self.link
+            .send(&Frame::Register {
+                node: self.pk,
+                cookie,
+                proof: sealed_proof(&shared, &cookie, &self.pk),
+                token,
+            })
+            .await;
+        let key = FrameKey::new(&shared);
+        match self.link.recv().await {
+            Frame::Sealed { counter, body, tag } => {
+                let inner = key.open(counter, &body, &tag).unwrap();
+                assert!(matches!(inner, Frame::Registered { .. }), "{inner:?}");
+            }
+            f => panic!("want a sealed registered, got {f:?}"),
+        }
+        key
     }
 
     /// Registers with a good token; panics unless registered.

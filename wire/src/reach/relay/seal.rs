@@ -1,0 +1,105 @@
+//! Authenticated relay-to-node frames: the `sealed` frame and the proof that asks for them.
+//!
+//! A node that registers with [`sealed_proof`] (instead of [`super::proof`]) gets every
+//! `registered`, `refused`, `peer gone` and `pong` of that registration inside a
+//! [`super::Frame::Sealed`]: a counter, the inner frame and a 16-byte HMAC-SHA256 tag under
+//! [`FrameKey`], which both ends derive from the X25519 shared secret of the node key and the
+//! relay key (the secret the registration proof already uses, under another label). The relay's
+//! counter only grows; the node keeps the highest it accepted and drops anything not above it.
+
+use super::{Frame, NodeKey};
+use crate::reach::DecodeError;
+
+/// Bytes of a sealed frame's tag (HMAC-SHA256, truncated).
+pub const SEALED_TAG: usize = 16;
+
+/// The proof of a `register` that asks for sealed answers: like [`super::proof`], under its own
+/// label, so a relay tells which kind of answers the node understands from the proof itself
+/// (and a relay that predates sealing refuses it as a bad proof).
+pub fn sealed_proof(shared: &[u8; 32], cookie: &[u8; 32], node: &NodeKey) -> [u8; 32] {
+    let key = crate::reach::derive(shared, b"plexd relay v1", b"register proof, sealed answers");
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &key);
+    let mut msg = Vec::with_capacity(64);
+    msg.extend_from_slice(cookie);
+    msg.extend_from_slice(node);
+    let tag = ring::hmac::sign(&key, &msg);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(tag.as_ref());
+    out
+}
+
+/// Whether `given` is the [`sealed_proof`], in constant time.
+pub fn sealed_proof_matches(
+    shared: &[u8; 32],
+    cookie: &[u8; 32],
+    node: &NodeKey,
+    given: &[u8; 32],
+) -> bool {
+    let key = crate::reach::derive(shared, b"plexd relay v1", b"register proof, sealed answers");
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &key);
+    let mut msg = Vec::with_capacity(64);
+    msg.extend_from_slice(cookie);
+    msg.extend_from_slice(node);
+    ring::hmac::verify(&key, &msg, given).is_ok()
+}
+
+/// The key that seals one node's frames at one relay.
+#[derive(Clone)]
+pub struct FrameKey(ring::hmac::Key);
+
+impl std::fmt::Debug for FrameKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FrameKey(..)")
+    }
+}
+
+impl FrameKey {
+    /// From the X25519 shared secret of the node key and the relay key.
+    pub fn new(shared: &[u8; 32]) -> Self {
+        let key = crate::reach::derive(shared, b"plexd relay v1", b"relay to node frames");
+        Self(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &key))
+    }
+
+    fn tag(&self, counter: u64, body: &[u8]) -> [u8; SEALED_TAG] {
+        let mut ctx = ring::hmac::Context::with_key(&self.0);
+        ctx.update(&[11]);
+        ctx.update(&counter.to_be_bytes());
+        ctx.update(body);
+        let full = ctx.sign();
+        let mut out = [0u8; SEALED_TAG];
+        out.copy_from_slice(&full.as_ref()[..SEALED_TAG]);
+        out
+    }
+
+    /// `frame` sealed with `counter`.
+    pub fn seal(&self, counter: u64, frame: &Frame) -> Frame {
+        let body = frame.encode();
+        let tag = self.tag(counter, &body);
+        Frame::Sealed { counter, body, tag }
+    }
+
+    /// The counter and the inner frame of a sealed frame whose tag checks out. Only
+    /// `registered`, `refused`, `peer gone` and `pong` may be inside.
+    pub fn open(
+        &self,
+        counter: u64,
+        body: &[u8],
+        tag: &[u8; SEALED_TAG],
+    ) -> Result<Frame, DecodeError> {
+        let want = self.tag(counter, body);
+        // Every byte is compared, whatever the first difference.
+        let diff = want.iter().zip(tag).fold(0u8, |acc, (a, b)| acc | (a ^ b));
+        if diff != 0 {
+            return Err(DecodeError::Unauthentic);
+        }
+        match Frame::decode(body)? {
+            f @ (Frame::Registered { .. }
+            | Frame::Refused { .. }
+            | Frame::PeerGone { .. }
+            | Frame::Pong { .. }) => Ok(f),
+            _ => Err(DecodeError::Field(
+                "a sealed frame holds registered, refused, peer gone or pong",
+            )),
+        }
+    }
+}
