@@ -288,7 +288,17 @@ pub async fn until(
     what: &str,
     cond: impl Fn(&plexsphere_relay::Stats) -> bool,
 ) {
-    let deadline = tokio::time::Instant::now() + WAIT;
+    until_within(relay, what, WAIT, cond).await
+}
+
+/// [`until`] with its own bound, for floods whose accepts lag behind on a loaded machine.
+pub async fn until_within(
+    relay: &RelayHandle,
+    what: &str,
+    within: Duration,
+    cond: impl Fn(&plexsphere_relay::Stats) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + within;
     while !cond(&relay.stats()) {
         assert!(
             tokio::time::Instant::now() < deadline,
