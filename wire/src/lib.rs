@@ -10,6 +10,7 @@ pub mod duration;
 pub mod error;
 pub mod host;
 pub mod node;
+pub mod proof;
 pub mod reach;
 pub mod register;
 pub mod rotation;

@@ -180,6 +180,9 @@ impl Req {
     }
 }
 
+/// The answer of a fake `POST /v1/register/challenge` (the X25519 base point, a fixed nonce).
+pub const CHALLENGE: &str = r#"{"server_public_key":"CQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=","nonce":"4102444800.r.t","expires_at":4102444800}"#;
+
 pub type Handler = Arc<dyn Fn(&Req) -> Answer + Send + Sync>;
 
 /// A real TLS server (rustls over std TcpStream) answering every request with `answer`.
@@ -193,8 +196,18 @@ pub struct TlsServer {
 }
 
 impl TlsServer {
+    /// Every registration asks for a challenge first: that path gets [`CHALLENGE`].
     pub fn start(pki: &TestPki, answer: Answer) -> Self {
-        Self::start_with(pki, Arc::new(move |_: &Req| answer.clone()))
+        Self::start_with(
+            pki,
+            Arc::new(move |req: &Req| {
+                if req.path == plexsphere_wire::proof::REGISTER_CHALLENGE_PATH {
+                    Answer::json(200, CHALLENGE)
+                } else {
+                    answer.clone()
+                }
+            }),
+        )
     }
 
     /// A server that answers each request with what `handler` says (one thread per connection).
@@ -227,7 +240,10 @@ impl TlsServer {
                 std::thread::spawn(move || {
                     let mut tls = rustls::StreamOwned::new(conn, tcp);
                     if let Some(req) = read_request(&mut tls) {
-                        seen.lock().unwrap().push(req.body.clone());
+                        // A registration's challenge is not counted among the bodies.
+                        if req.path != plexsphere_wire::proof::REGISTER_CHALLENGE_PATH {
+                            seen.lock().unwrap().push(req.body.clone());
+                        }
                         seen_lines
                             .lock()
                             .unwrap()
