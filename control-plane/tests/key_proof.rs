@@ -113,31 +113,40 @@ async fn the_nodes_own_proved_replay_still_recovers_a_lost_answer() {
     srv.stop().await;
 }
 
-async fn same_key_and_same_prefix_from_another_token_are_409(srv: TestServer) {
-    let secret = wg_secret(9_201);
+/// A node registered with the key of `secret` from a token of its own: its id.
+async fn registered(srv: &TestServer, secret: [u8; 32]) -> String {
     let key = remember(secret);
     let (s, b) = srv
         .register(&register_body(&srv.issue_token(LAB_NODES).await.token, &key))
         .await;
     assert_eq!(s, StatusCode::CREATED, "{b}");
-    let first = b["node_id"].as_str().unwrap().to_owned();
+    b["node_id"].as_str().unwrap().to_owned()
+}
 
+async fn same_key_from_another_token_is_409(srv: TestServer) {
+    let secret = wg_secret(9_201);
+    let first = registered(&srv, secret).await;
     // The same key (its holder proves it) from another token: two live nodes, one key.
     let (s, b) = srv
-        .register(&register_body(&srv.issue_token(LAB_NODES).await.token, &key))
+        .register(&register_body(
+            &srv.issue_token(LAB_NODES).await.token,
+            &remember(secret),
+        ))
         .await;
     assert_code(s, &b, 409, "key_in_use");
     assert!(b["message"].as_str().unwrap().contains(&first), "{b}");
+    srv.stop().await;
+}
 
+async fn same_prefix_from_another_token_is_409(srv: TestServer) {
+    let first = registered(&srv, wg_secret(9_301)).await;
     // A live node whose key shares only the first 8 bytes of another key (made here by
     // editing the first node's row: nobody can make such a key pair without 2^64 tries).
-    let other_secret = wg_secret(9_202);
-    let other_key = remember(other_secret);
+    let other_key = remember(wg_secret(9_302));
     let mut shared = STANDARD.decode(&other_key).unwrap();
     shared[8..].copy_from_slice(&[0x11; 24]);
-    let shared_key = STANDARD.encode(&shared);
     sqlx::query("UPDATE nodes SET wireguard_public_key = $1 WHERE id = $2")
-        .bind(shared_key.clone())
+        .bind(STANDARD.encode(&shared))
         .bind(first.clone())
         .execute(srv.store.pool())
         .await
@@ -165,7 +174,7 @@ async fn same_key_and_same_prefix_from_another_token_are_409(srv: TestServer) {
         .await;
     assert!(clash.is_err(), "the unique index let two live nodes share a prefix");
 
-    // Revoked, the first node's key and prefix are free again.
+    // Revoked, the first node's prefix is free again.
     let (s, b) = srv
         .op_post(&format!("/v1/nodes/{first}/revoke"), json!({}))
         .await;
@@ -178,16 +187,29 @@ async fn same_key_and_same_prefix_from_another_token_are_409(srv: TestServer) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn same_key_and_same_prefix_from_another_token_are_409_on_sqlite() {
-    same_key_and_same_prefix_from_another_token_are_409(TestServer::start().await).await;
+async fn same_key_from_another_token_is_409_on_sqlite() {
+    same_key_from_another_token_is_409(TestServer::start().await).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn same_key_and_same_prefix_from_another_token_are_409_on_postgres() {
+async fn same_key_from_another_token_is_409_on_postgres() {
     let Some(srv) = postgres::server().await else {
         return;
     };
-    same_key_and_same_prefix_from_another_token_are_409(srv).await;
+    same_key_from_another_token_is_409(srv).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_prefix_from_another_token_is_409_on_sqlite() {
+    same_prefix_from_another_token_is_409(TestServer::start().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_prefix_from_another_token_is_409_on_postgres() {
+    let Some(srv) = postgres::server().await else {
+        return;
+    };
+    same_prefix_from_another_token_is_409(srv).await;
 }
 
 /// Nonces go only to holders of a known token.
