@@ -205,6 +205,39 @@ async fn a_key_in_use_by_another_node_is_refused_and_bad_keys_are_invalid() {
     assert_code(s, &body, 422, "invalid_request");
 }
 
+/// Issue 24: a rotation to a key whose first 8 bytes (the relay's prefix) a live node of the
+/// Domain has is refused with 409 `key_prefix_in_use`, naming that node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_to_a_key_sharing_a_live_nodes_prefix_is_409() {
+    let srv = TestServer::start().await;
+    let (sa, new) = ([51u8; 32], [52u8; 32]);
+    let a = enrol_with(&srv, sa).await;
+    let b = srv.enrol(LAB_NODES).await;
+    // B's key shares the first 8 bytes of A's next key (edited in: nobody makes such a pair).
+    let mut shared = public_key(&new).to_vec();
+    shared[8..].copy_from_slice(&[0x22; 24]);
+    sqlx::query("UPDATE nodes SET wireguard_public_key = $1 WHERE id = $2")
+        .bind(STANDARD.encode(&shared))
+        .bind(b.node_id.to_string())
+        .execute(srv.store.pool())
+        .await
+        .unwrap();
+    // The prefix column is schema 16's (this fix); before it the statement fails, harmlessly.
+    let _ = sqlx::query("UPDATE nodes SET key_prefix = $1 WHERE id = $2")
+        .bind(STANDARD.encode(&shared[..8]).trim_end_matches('=').to_owned())
+        .bind(b.node_id.to_string())
+        .execute(srv.store.pool())
+        .await;
+    let ch = challenge(&srv, &a).await;
+    let (s, _, body) = rotate(&srv, &a, &request(&a, &ch, (sa, sa), (new, new))).await;
+    assert_code(s, &body, 409, "key_prefix_in_use");
+    assert!(
+        body["message"].as_str().unwrap().contains(&b.node_id.to_string()),
+        "{body}"
+    );
+    assert_eq!(srv.node_view(a.node_id).await["wireguard_public_key"], pubkey(sa));
+}
+
 /// A credential rotation's body: the key of `secret` and its proof over a fresh challenge.
 async fn credential_body(srv: &TestServer, reg: &RegisterResponse, secret: [u8; 32]) -> Value {
     let c = challenge(srv, reg).await;
