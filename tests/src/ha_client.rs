@@ -36,7 +36,7 @@ pub fn client(ca_file: &Path) -> Result<reqwest::Client> {
         .context("building the HTTP client")
 }
 
-/// A distinct, valid WireGuard public key per call (a counter in the first bytes).
+/// A distinct WireGuard private key per call (a counter in the first bytes).
 pub fn fresh_wg_key() -> [u8; 32] {
     static NEXT: AtomicU32 = AtomicU32::new(1);
     let mut k = [0u8; 32];

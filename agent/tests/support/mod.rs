@@ -180,8 +180,21 @@ impl Req {
     }
 }
 
-/// The answer of a fake `POST /v1/register/challenge` (the X25519 base point, a fixed nonce).
-pub const CHALLENGE: &str = r#"{"server_public_key":"CQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=","nonce":"4102444800.r.t","expires_at":4102444800}"#;
+/// The fake control plane's X25519 proof secret.
+pub const SERVER_PROOF_SECRET: [u8; 32] = [3; 32];
+
+/// The answer of a fake `POST /v1/register/challenge` (the key of [`SERVER_PROOF_SECRET`], a
+/// fixed nonce).
+pub fn challenge() -> String {
+    use base64::Engine as _;
+    let server = plexsphere_wire::reach::public_key(&SERVER_PROOF_SECRET);
+    serde_json::json!({
+        "server_public_key": base64::engine::general_purpose::STANDARD.encode(server),
+        "nonce": "4102444800.r.t",
+        "expires_at": 4_102_444_800_i64,
+    })
+    .to_string()
+}
 
 pub type Handler = Arc<dyn Fn(&Req) -> Answer + Send + Sync>;
 
@@ -202,7 +215,7 @@ impl TlsServer {
             pki,
             Arc::new(move |req: &Req| {
                 if req.path == plexsphere_wire::proof::REGISTER_CHALLENGE_PATH {
-                    Answer::json(200, CHALLENGE)
+                    Answer::json(200, &challenge())
                 } else {
                     answer.clone()
                 }

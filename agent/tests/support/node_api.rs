@@ -91,7 +91,7 @@ pub fn control_plane(state: SignedEnvelope, events: String) -> Handler {
     Arc::new(move |req: &Req| {
         let p = req.path.as_str();
         if p == plexsphere_wire::proof::REGISTER_CHALLENGE_PATH {
-            Answer::json(200, super::CHALLENGE)
+            Answer::json(200, &super::challenge())
         } else if p == "/v1/register" {
             Answer::json(201, &registered())
         } else if p.ends_with("/heartbeat") {
