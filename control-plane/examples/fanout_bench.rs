@@ -328,7 +328,10 @@ async fn register_nodes(
                 let token = &tokens[i / 1000];
                 // Every registration proves its key over a challenge of its token.
                 let c: plexsphere_wire::proof::Challenge = http
-                    .post(format!("{base}{}", plexsphere_wire::proof::REGISTER_CHALLENGE_PATH))
+                    .post(format!(
+                        "{base}{}",
+                        plexsphere_wire::proof::REGISTER_CHALLENGE_PATH
+                    ))
                     .json(&json!({ "bootstrap_token": token }))
                     .send()
                     .await?

@@ -207,12 +207,14 @@ impl Registrar<'_> {
     ) -> Result<std::sync::Arc<plexsphere_wire::signed::DomainSigner>, Error> {
         let domain = {
             let mut conn = self.store.acquire().await?;
-            let project = projects::get(&mut conn, project_id)
-                .await?
-                .ok_or_else(|| Error::Internal(format!("a token names a missing project {project_id}")))?;
+            let project = projects::get(&mut conn, project_id).await?.ok_or_else(|| {
+                Error::Internal(format!("a token names a missing project {project_id}"))
+            })?;
             domains::get(&mut conn, project.domain_id)
                 .await?
-                .ok_or_else(|| Error::Internal(format!("project {project_id} names a missing domain")))?
+                .ok_or_else(|| {
+                    Error::Internal(format!("project {project_id} names a missing domain"))
+                })?
         };
         Ok(self.keys.signer(&domain).await?)
     }

@@ -45,7 +45,11 @@ fn secrets(signer: &DomainSigner) -> Secrets {
 fn tag(s: &Secrets, token_id: &str, expires: i64, random: &str) -> String {
     let mut buf = Vec::new();
     buf.extend_from_slice(&s.nonce_key);
-    buf.extend_from_slice(&u32::try_from(token_id.len()).unwrap_or(u32::MAX).to_be_bytes());
+    buf.extend_from_slice(
+        &u32::try_from(token_id.len())
+            .unwrap_or(u32::MAX)
+            .to_be_bytes(),
+    );
     buf.extend_from_slice(token_id.as_bytes());
     buf.extend_from_slice(&expires.to_be_bytes());
     buf.extend_from_slice(random.as_bytes());
@@ -67,7 +71,10 @@ fn nonce_ok(s: &Secrets, token_id: &str, text: &str, now: i64) -> bool {
     };
     now <= expires
         && expires <= now.saturating_add(CHALLENGE_TTL_SECS)
-        && constant_time_eq(tag(s, token_id, expires, random).as_bytes(), given.as_bytes())
+        && constant_time_eq(
+            tag(s, token_id, expires, random).as_bytes(),
+            given.as_bytes(),
+        )
 }
 
 /// Checks a registration's proof for its key against the token `token_id` at `now`.

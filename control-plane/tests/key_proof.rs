@@ -72,7 +72,10 @@ async fn a_reusable_token_and_a_public_key_do_not_take_over_a_node_right_after_i
         .register_unproved(&register_body(&token, &v_key), None)
         .await;
     assert_code(s, &b, 422, "proof_required");
-    assert!(b["message"].as_str().unwrap().contains("upgrade plexd"), "{b}");
+    assert!(
+        b["message"].as_str().unwrap().contains("upgrade plexd"),
+        "{b}"
+    );
     assert!(b.get("node_credential").is_none(), "{b}");
     // With a challenge of its own and a proof made with its own private key.
     let (s, b) = forged(&srv, &token, &v_key, wg_secret(9_002)).await;
@@ -117,7 +120,10 @@ async fn the_nodes_own_proved_replay_still_recovers_a_lost_answer() {
 async fn registered(srv: &TestServer, secret: [u8; 32]) -> String {
     let key = remember(secret);
     let (s, b) = srv
-        .register(&register_body(&srv.issue_token(LAB_NODES).await.token, &key))
+        .register(&register_body(
+            &srv.issue_token(LAB_NODES).await.token,
+            &key,
+        ))
         .await;
     assert_eq!(s, StatusCode::CREATED, "{b}");
     b["node_id"].as_str().unwrap().to_owned()
@@ -152,14 +158,20 @@ async fn same_prefix_from_another_token_is_409(srv: TestServer) {
         .await
         .unwrap();
     // The prefix column is schema 16's (this fix); before it the statement fails, harmlessly.
-    let prefix = STANDARD.encode(&shared[..8]).trim_end_matches('=').to_owned();
+    let prefix = STANDARD
+        .encode(&shared[..8])
+        .trim_end_matches('=')
+        .to_owned();
     let _ = sqlx::query("UPDATE nodes SET key_prefix = $1 WHERE id = $2")
         .bind(prefix.clone())
         .bind(first.clone())
         .execute(srv.store.pool())
         .await;
     let (s, b) = srv
-        .register(&register_body(&srv.issue_token(LAB_NODES).await.token, &other_key))
+        .register(&register_body(
+            &srv.issue_token(LAB_NODES).await.token,
+            &other_key,
+        ))
         .await;
     assert_code(s, &b, 409, "key_prefix_in_use");
     assert!(b["message"].as_str().unwrap().contains(&first), "{b}");
@@ -172,7 +184,10 @@ async fn same_prefix_from_another_token_is_409(srv: TestServer) {
         .bind(third.node_id.to_string())
         .execute(srv.store.pool())
         .await;
-    assert!(clash.is_err(), "the unique index let two live nodes share a prefix");
+    assert!(
+        clash.is_err(),
+        "the unique index let two live nodes share a prefix"
+    );
 
     // Revoked, the first node's prefix is free again.
     let (s, b) = srv
@@ -180,7 +195,10 @@ async fn same_prefix_from_another_token_is_409(srv: TestServer) {
         .await;
     assert!(s.is_success(), "{b}");
     let (s, b) = srv
-        .register(&register_body(&srv.issue_token(LAB_NODES).await.token, &other_key))
+        .register(&register_body(
+            &srv.issue_token(LAB_NODES).await.token,
+            &other_key,
+        ))
         .await;
     assert_eq!(s, StatusCode::CREATED, "{b}");
     srv.stop().await;

@@ -224,7 +224,12 @@ async fn a_rotation_to_a_key_sharing_a_live_nodes_prefix_is_409() {
         .unwrap();
     // The prefix column is schema 16's (this fix); before it the statement fails, harmlessly.
     let _ = sqlx::query("UPDATE nodes SET key_prefix = $1 WHERE id = $2")
-        .bind(STANDARD.encode(&shared[..8]).trim_end_matches('=').to_owned())
+        .bind(
+            STANDARD
+                .encode(&shared[..8])
+                .trim_end_matches('=')
+                .to_owned(),
+        )
         .bind(b.node_id.to_string())
         .execute(srv.store.pool())
         .await;
@@ -232,10 +237,16 @@ async fn a_rotation_to_a_key_sharing_a_live_nodes_prefix_is_409() {
     let (s, _, body) = rotate(&srv, &a, &request(&a, &ch, (sa, sa), (new, new))).await;
     assert_code(s, &body, 409, "key_prefix_in_use");
     assert!(
-        body["message"].as_str().unwrap().contains(&b.node_id.to_string()),
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains(&b.node_id.to_string()),
         "{body}"
     );
-    assert_eq!(srv.node_view(a.node_id).await["wireguard_public_key"], pubkey(sa));
+    assert_eq!(
+        srv.node_view(a.node_id).await["wireguard_public_key"],
+        pubkey(sa)
+    );
 }
 
 /// A credential rotation's body: the key of `secret` and its proof over a fresh challenge.
@@ -253,7 +264,11 @@ async fn credential_body(srv: &TestServer, reg: &RegisterResponse, secret: [u8; 
     })
 }
 
-async fn rotate_credential(srv: &TestServer, reg: &RegisterResponse, body: &Value) -> reqwest::Response {
+async fn rotate_credential(
+    srv: &TestServer,
+    reg: &RegisterResponse,
+    body: &Value,
+) -> reqwest::Response {
     srv.node_req(Method::POST, reg, "/credential")
         .json(body)
         .send()
@@ -272,7 +287,10 @@ async fn a_credential_rotation_without_the_private_key_is_refused() {
     let r = rotate_credential(&srv, &a, &json!({})).await;
     let (s, body) = (r.status(), r.json::<Value>().await.unwrap());
     assert_code(s, &body, 422, "proof_required");
-    assert!(body["message"].as_str().unwrap().contains("upgrade plexd"), "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("upgrade plexd"),
+        "{body}"
+    );
     // A proof made with another private key for A's public key.
     let mut forged = credential_body(&srv, &a, [42u8; 32]).await;
     forged["public_key"] = pubkey(sa).into();
@@ -294,7 +312,10 @@ async fn a_credential_rotation_without_the_private_key_is_refused() {
     assert!(srv.node_view(a.node_id).await["credential_rotated_at"].is_null());
     // The holder of the key rotates.
     let good = credential_body(&srv, &a, sa).await;
-    assert_eq!(rotate_credential(&srv, &a, &good).await.status(), StatusCode::OK);
+    assert_eq!(
+        rotate_credential(&srv, &a, &good).await.status(),
+        StatusCode::OK
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -55,7 +55,10 @@ pub async fn prove(
     secret: &[u8; 32],
 ) -> std::result::Result<(String, String), String> {
     let r = http
-        .post(format!("{base}{}", plexsphere_wire::proof::REGISTER_CHALLENGE_PATH))
+        .post(format!(
+            "{base}{}",
+            plexsphere_wire::proof::REGISTER_CHALLENGE_PATH
+        ))
         .json(&json!({ "bootstrap_token": token }))
         .timeout(REQUEST_TIMEOUT)
         .send()

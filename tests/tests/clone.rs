@@ -151,7 +151,10 @@ fn a_copy_that_sends_what_the_state_dir_holds_is_a_clone_and_cannot_rotate_the_c
         .as_str()
         .unwrap()
         .to_owned();
-    let held = read("host.json")["fingerprint"].as_str().unwrap().to_owned();
+    let held = read("host.json")["fingerprint"]
+        .as_str()
+        .unwrap()
+        .to_owned();
 
     let http = plexsphere_e2e::ha_client::client(&cp.ca_file()).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -169,9 +172,17 @@ fn a_copy_that_sends_what_the_state_dir_holds_is_a_clone_and_cannot_rotate_the_c
         })
     };
     let (s, body) = call(reqwest::Method::POST, "/credential");
-    assert_eq!((s, body["code"].as_str()), (409, Some("clone_refused")), "{body}");
+    assert_eq!(
+        (s, body["code"].as_str()),
+        (409, Some("clone_refused")),
+        "{body}"
+    );
     let (s, body) = call(reqwest::Method::GET, "/key");
-    assert_eq!((s, body["code"].as_str()), (409, Some("clone_refused")), "{body}");
+    assert_eq!(
+        (s, body["code"].as_str()),
+        (409, Some("clone_refused")),
+        "{body}"
+    );
 
     // Recorded as a clone; the credential is the original's.
     let view = cp.node(&id).unwrap();
@@ -179,10 +190,16 @@ fn a_copy_that_sends_what_the_state_dir_holds_is_a_clone_and_cannot_rotate_the_c
     assert!(view["credential_rotated_at"].is_null(), "{view}");
     // The original keeps working.
     let before = view["last_heartbeat_at"].as_str().unwrap().to_owned();
-    wait_until(BOUND, "the original heartbeats after the copy was refused", || {
-        let n = cp.node(&id)?;
-        Ok((n["last_heartbeat_at"].as_str() != Some(&before) && n["status"] == "online")
-            .then_some(()))
-    })
+    wait_until(
+        BOUND,
+        "the original heartbeats after the copy was refused",
+        || {
+            let n = cp.node(&id)?;
+            Ok(
+                (n["last_heartbeat_at"].as_str() != Some(&before) && n["status"] == "online")
+                    .then_some(()),
+            )
+        },
+    )
     .unwrap_or_else(|e| panic!("{e}\n--- plexd a:\n{}", proc_a.output()));
 }

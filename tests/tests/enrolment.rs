@@ -239,7 +239,8 @@ fn a_neighbour_with_the_groups_token_and_vs_public_key_cannot_take_over_v_after_
         .unwrap();
     let token = issued.lines().next().unwrap().trim().to_owned();
     let v = node(&cp, tmp.path(), "v", &cp.url);
-    v.write_machine_id("3d1219c7c4c5404aaa1f6d2a48adfda4").unwrap();
+    v.write_machine_id("3d1219c7c4c5404aaa1f6d2a48adfda4")
+        .unwrap();
     v.write_token(&token).unwrap();
     let out = v.plexd(&["join"]).unwrap();
     assert!(out.status.success(), "join: {}", stderr(&out));

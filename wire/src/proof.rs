@@ -129,7 +129,12 @@ pub fn verify_register(
 }
 
 /// The node's credential rotation proof.
-pub fn prove_credential(secret: &[u8; 32], server: &[u8; 32], node_id: Uuid, nonce: &str) -> String {
+pub fn prove_credential(
+    secret: &[u8; 32],
+    server: &[u8; 32],
+    node_id: Uuid,
+    nonce: &str,
+) -> String {
     let public = crate::reach::public_key(secret);
     prove(
         CREDENTIAL_LABEL,
@@ -171,13 +176,29 @@ mod tests {
     #[test]
     fn a_registration_proof_verifies_only_for_its_key_token_and_nonce() {
         let (server, node_s, other_s) = ([7u8; 32], [1u8; 32], [2u8; 32]);
-        let (sp, node, other) = (public_key(&server), public_key(&node_s), public_key(&other_s));
+        let (sp, node, other) = (
+            public_key(&server),
+            public_key(&node_s),
+            public_key(&other_s),
+        );
         let p = prove_register(&node_s, &sp, "tok1", "n1");
         assert!(verify_register(&server, &node, "tok1", "n1", &p));
-        assert!(!verify_register(&server, &other, "tok1", "n1", &p), "other key");
-        assert!(!verify_register(&server, &node, "tok2", "n1", &p), "other token");
-        assert!(!verify_register(&server, &node, "tok1", "n2", &p), "other nonce");
-        assert!(!verify_register(&server, &[0; 32], "tok1", "n1", &p), "low order");
+        assert!(
+            !verify_register(&server, &other, "tok1", "n1", &p),
+            "other key"
+        );
+        assert!(
+            !verify_register(&server, &node, "tok2", "n1", &p),
+            "other token"
+        );
+        assert!(
+            !verify_register(&server, &node, "tok1", "n2", &p),
+            "other nonce"
+        );
+        assert!(
+            !verify_register(&server, &[0; 32], "tok1", "n1", &p),
+            "low order"
+        );
         assert!(!verify_register(&server, &node, "tok1", "n1", "%%"));
         // A proof made without the private key (with another key, for this public key) fails.
         let forged = prove_register(&other_s, &sp, "tok1", "n1");
@@ -191,7 +212,13 @@ mod tests {
         let id = Uuid::from_u128(3);
         let c = prove_credential(&node_s, &sp, id, "n");
         assert!(verify_credential(&server, &node, id, "n", &c));
-        assert!(!verify_credential(&server, &node, Uuid::from_u128(4), "n", &c));
+        assert!(!verify_credential(
+            &server,
+            &node,
+            Uuid::from_u128(4),
+            "n",
+            &c
+        ));
         let r = prove_register(&node_s, &sp, &id.to_string(), "n");
         assert!(!verify_credential(&server, &node, id, "n", &r));
     }

@@ -384,8 +384,14 @@ mod tests {
         // Version 2 holds the stored value: the sent one written there is not this host's.
         assert_eq!(judge(Some(&b(2, 1, &fp.sent)), node(1), &fp), Check::Moved);
         // Version 1 (an older plexd) holds the sent value: this host's is upgraded.
-        assert_eq!(judge(Some(&b(1, 1, &fp.sent)), node(1), &fp), Check::Upgrade);
-        assert_eq!(judge(Some(&b(1, 1, &other.sent)), node(1), &fp), Check::Moved);
+        assert_eq!(
+            judge(Some(&b(1, 1, &fp.sent)), node(1), &fp),
+            Check::Upgrade
+        );
+        assert_eq!(
+            judge(Some(&b(1, 1, &other.sent)), node(1), &fp),
+            Check::Moved
+        );
         // A binding of an earlier enrolment (another node id) is replaced.
         assert_eq!(
             judge(Some(&b(2, 9, &other.stored)), node(1), &fp),
@@ -431,11 +437,18 @@ mod tests {
             Err(HostError::Cloned(_))
         ));
         let sent = check_or_bind(&state, node(1), &mx, OffsetDateTime::UNIX_EPOCH).unwrap();
-        assert_eq!(sent.to_hex(), old.fingerprint, "the control plane's binding holds");
+        assert_eq!(
+            sent.to_hex(),
+            old.fingerprint,
+            "the control plane's binding holds"
+        );
         let now = load(&path).unwrap().unwrap();
         assert_eq!(now.version, HOST_FILE_VERSION);
         assert_ne!(now.fingerprint, old.fingerprint);
-        assert_eq!(check_or_bind(&state, node(1), &mx, OffsetDateTime::UNIX_EPOCH).unwrap(), sent);
+        assert_eq!(
+            check_or_bind(&state, node(1), &mx, OffsetDateTime::UNIX_EPOCH).unwrap(),
+            sent
+        );
     }
 
     #[test]

@@ -203,7 +203,11 @@ impl DevProcess {
         let body = register_body(token, &wg_key(n));
         let prove = super::prove::prove_body(&self.client, &self.base, &body);
         let body = tokio::time::timeout(limit, prove).await.ok()?;
-        let send = self.client.post(self.url("/v1/register")).json(&body).send();
+        let send = self
+            .client
+            .post(self.url("/v1/register"))
+            .json(&body)
+            .send();
         let r = tokio::time::timeout(limit, send).await.ok()?.ok()?;
         let status = r.status().as_u16();
         let body = tokio::time::timeout(limit, r.json::<Value>())

@@ -149,11 +149,13 @@ impl Server {
             .await
             .unwrap();
         let server = plexsphere_wire::rotation::key_bytes(&c.server_public_key).unwrap();
-        let id = plexsphere_wire::secret::BootstrapToken::parse(&token).unwrap().id;
+        let id = plexsphere_wire::secret::BootstrapToken::parse(&token)
+            .unwrap()
+            .id;
         let key = plexsphere_wire::reach::public_key(&secret);
-        body["wireguard_public_key"] =
-            base64::engine::general_purpose::STANDARD.encode(key).into();
-        body["proof"] = plexsphere_wire::proof::prove_register(&secret, &server, &id, &c.nonce).into();
+        body["wireguard_public_key"] = base64::engine::general_purpose::STANDARD.encode(key).into();
+        body["proof"] =
+            plexsphere_wire::proof::prove_register(&secret, &server, &id, &c.nonce).into();
         body["nonce"] = c.nonce.into();
         body
     }
