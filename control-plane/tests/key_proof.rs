@@ -246,3 +246,125 @@ async fn the_challenge_needs_a_known_token() {
     assert_eq!(b["code"], "token_unknown");
     srv.stop().await;
 }
+
+/// Schema 16 on a database that already holds nodes: every live node's `key_prefix` is what
+/// plexsphere computes (all 64 values of the 11th base64 character), and rows that already
+/// clash (one key twice, one prefix twice) do not stop the migration: the oldest keeps its
+/// prefix, the others get none.
+async fn upgrading_computes_prefixes_and_keeps_clashing_rows(url: String) {
+    use plexsphere::store::Store;
+    use sqlx::Row as _;
+    let store = Store::connect(&url).await.unwrap();
+    plexsphere::store::migrator()
+        .run_to(15, store.pool())
+        .await
+        .unwrap();
+    let manifest = plexsphere::seed::parse(plexsphere::seed::LAB_SEED, "lab").unwrap();
+    plexsphere::seed::apply(&store, &manifest, "lab", time::OffsetDateTime::now_utc())
+        .await
+        .unwrap();
+    let domain: String = sqlx::query("SELECT domain_id FROM projects WHERE id = $1")
+        .bind(LAB_NODES)
+        .fetch_one(store.pool())
+        .await
+        .unwrap()
+        .try_get("domain_id")
+        .unwrap();
+    let insert = |id: String, ip: String, key: [u8; 32], at: i64, revoked: Option<i64>| {
+        let (store, domain) = (&store, domain.clone());
+        async move {
+            sqlx::query(
+                "INSERT INTO nodes (id, domain_id, project_id, hostname, arch, plexd_version, mesh_ip, wireguard_public_key, credential_sha256, registered_at, revoked_at) \
+                 VALUES ($1, $2, $3, 'old', 'amd64', '0.1.0', $4, $5, 'x', $6, $7)",
+            )
+            .bind(id)
+            .bind(domain)
+            .bind(LAB_NODES)
+            .bind(ip)
+            .bind(STANDARD.encode(key))
+            .bind(at)
+            .bind(revoked)
+            .execute(store.pool())
+            .await
+            .unwrap();
+        }
+    };
+    let id = |n: u32| format!("019a0816-0000-7000-8000-{n:012x}");
+    // 64 keys: the 11th base64 character takes every value.
+    let mut keys = Vec::new();
+    for i in 0u8..64 {
+        let mut k = [0u8; 32];
+        k[0] = i;
+        k[7] = i >> 2;
+        k[8] = (i & 3) << 6;
+        k[31] = 1;
+        keys.push(k);
+        insert(
+            id(u32::from(i) + 1),
+            format!("10.64.0.{}", u32::from(i) + 10),
+            k,
+            100,
+            None,
+        )
+        .await;
+    }
+    // Clashes with key 0, all registered after it: the same key, the same prefix; and a
+    // revoked node with the same key (outside the index).
+    let same_key = keys[0];
+    let mut same_prefix = keys[0];
+    same_prefix[20] = 0xee;
+    insert(id(100), "10.64.0.100".into(), same_key, 200, None).await;
+    insert(id(101), "10.64.0.101".into(), same_prefix, 150, None).await;
+    insert(id(102), "10.64.0.102".into(), same_key, 50, Some(60)).await;
+
+    store.migrate().await.unwrap();
+    let prefix_of = |n: u32| {
+        let pool = store.pool().clone();
+        async move {
+            sqlx::query("SELECT key_prefix FROM nodes WHERE id = $1")
+                .bind(id(n))
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+                .try_get::<Option<String>, _>("key_prefix")
+                .unwrap()
+        }
+    };
+    for (i, k) in keys.iter().enumerate() {
+        let n = u32::try_from(i).unwrap() + 1;
+        assert_eq!(
+            prefix_of(n).await.as_deref(),
+            Some(plexsphere_wire::proof::key_prefix(k).as_str()),
+            "key {i}: {}",
+            STANDARD.encode(k)
+        );
+    }
+    assert_eq!(
+        prefix_of(100).await,
+        None,
+        "a second live node with one key"
+    );
+    assert_eq!(
+        prefix_of(101).await,
+        None,
+        "a second live node with one prefix"
+    );
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrading_to_version_16_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    upgrading_computes_prefixes_and_keeps_clashing_rows(plexsphere::store::Store::sqlite_url(
+        dir.path(),
+    ))
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrading_to_version_16_on_postgres() {
+    let Some(url) = postgres::scratch_database().await else {
+        return;
+    };
+    upgrading_computes_prefixes_and_keeps_clashing_rows(url).await;
+}
