@@ -174,9 +174,14 @@ impl Registrar<'_> {
                         .map(|n| (n.id, n.registered_at));
                 (row, made)
             };
-            let signer = self.domain_signer(row.project_id).await?;
+            let keys = self.domain_keys(row.project_id).await?;
             let verdict = judge(&row, &token, req.project_id, now, made)?;
-            crate::register_proof::check(&signer, req, &row.id, now)?;
+            crate::register_proof::check(
+                &crate::register_proof::proof_signers(&keys, now),
+                req,
+                &row.id,
+                now,
+            )?;
             let outcome = match verdict {
                 TokenVerdict::Fresh => {
                     store::retry("register", Error::is_lost_race_or_ip_clash, || {
@@ -198,13 +203,10 @@ impl Registrar<'_> {
         Err(Error::TokenConsumed)
     }
 
-    /// Reads (or makes) the key of the project's Domain before any transaction (making it
-    /// writes on another connection, which on SQLite would wait for the transaction's lock),
-    /// and answers its current signer (the proofs' secrets derive from it).
-    pub(crate) async fn domain_signer(
-        &self,
-        project_id: Uuid,
-    ) -> Result<std::sync::Arc<plexsphere_wire::signed::DomainSigner>, Error> {
+    /// Reads (or makes) the keys of the project's Domain before any transaction (making them
+    /// writes on another connection, which on SQLite would wait for the transaction's lock);
+    /// the proofs' secrets derive from them.
+    pub(crate) async fn domain_keys(&self, project_id: Uuid) -> Result<crate::keys::KeySet, Error> {
         let domain = {
             let mut conn = self.store.acquire().await?;
             let project = projects::get(&mut conn, project_id).await?.ok_or_else(|| {
@@ -216,7 +218,7 @@ impl Registrar<'_> {
                     Error::Internal(format!("project {project_id} names a missing domain"))
                 })?
         };
-        Ok(self.keys.signer(&domain).await?)
+        Ok(self.keys.keys(&domain).await?)
     }
 
     /// One attempt at a new node. `None`: other callers took the token's last use first.

@@ -20,7 +20,10 @@ use plexsphere_wire::rotation::CHALLENGE_TTL_SECS;
 use plexsphere_wire::secret::{BootstrapToken, SecretPart, TokenKind, constant_time_eq, sha256};
 use plexsphere_wire::signed::{DomainSigner, SignContext};
 
+use std::sync::Arc;
+
 use crate::error::Error;
+use crate::keys::KeySet;
 use crate::register::Registrar;
 use crate::store::{self, tokens};
 
@@ -77,9 +80,23 @@ fn nonce_ok(s: &Secrets, token_id: &str, text: &str, now: i64) -> bool {
         )
 }
 
-/// Checks a registration's proof for its key against the token `token_id` at `now`.
+/// The signers a registration's proof at `now` may be made under: the Domain's current one
+/// (the challenge's) and, for a challenge answered just before a signing-key generation became
+/// current, the one that was current [`CHALLENGE_TTL_SECS`] ago.
+pub fn proof_signers(keys: &KeySet, now: i64) -> Vec<Arc<DomainSigner>> {
+    let current = keys.current(now);
+    let before = keys.current(now.saturating_sub(CHALLENGE_TTL_SECS));
+    let mut out = vec![current.signer.clone()];
+    if before.generation != current.generation {
+        out.push(before.signer.clone());
+    }
+    out
+}
+
+/// Checks a registration's proof for its key against the token `token_id` at `now`, under any
+/// of `signers` ([`proof_signers`]).
 pub fn check(
-    signer: &DomainSigner,
+    signers: &[Arc<DomainSigner>],
     req: &RegisterRequest,
     token_id: &str,
     now: i64,
@@ -90,13 +107,17 @@ pub fn check(
     let key = plexsphere_wire::rotation::key_bytes(&req.wireguard_public_key).ok_or_else(|| {
         Error::Invalid("wireguard_public_key must be the standard base64 of 32 bytes".into())
     })?;
-    let s = secrets(signer);
-    if !nonce_ok(&s, token_id, nonce, now) {
+    // The nonce says which signer made it: its tag checks under that one only.
+    let Some(s) = signers
+        .iter()
+        .map(|signer| secrets(signer))
+        .find(|s| nonce_ok(s, token_id, nonce, now))
+    else {
         tracing::warn!(token_id, "registration refused: unknown or expired nonce");
         return Err(Error::ProofInvalid(
             "the registration's nonce is unknown, expired or for another token; ask for a fresh one (POST /v1/register/challenge) and register again".into(),
         ));
-    }
+    };
     if !verify_register(&s.x25519, &key, token_id, nonce, proof) {
         tracing::warn!(token_id, key = %req.wireguard_public_key, "registration refused: the proof of possession does not match the key");
         return Err(Error::ProofInvalid(
@@ -129,8 +150,8 @@ impl Registrar<'_> {
         if row.revoked_at.is_some() {
             return Err(Error::TokenRevoked);
         }
-        let signer = self.domain_signer(row.project_id).await?;
-        let s = secrets(&signer);
+        let keys = self.domain_keys(row.project_id).await?;
+        let s = secrets(&keys.current(now).signer);
         let random = SecretPart::generate()
             .map_err(|e| Error::Internal(format!("cannot draw a nonce: {e}")))?;
         let expires_at = now.saturating_add(CHALLENGE_TTL_SECS);

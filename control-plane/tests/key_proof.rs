@@ -368,3 +368,34 @@ async fn upgrading_to_version_16_on_postgres() {
     };
     upgrading_computes_prefixes_and_keeps_clashing_rows(url).await;
 }
+
+/// The proof key derives from the Domain's signing key: a challenge answered just before a new
+/// signing-key generation becomes current still proves after it (within its 5 minutes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_challenge_from_before_a_domain_key_rotation_still_proves_after_it() {
+    let srv = TestServer::start().await;
+    let token = srv.issue_token(LAB_NODES).await.token;
+    let secret = wg_secret(9_401);
+    let key = remember(secret);
+    let before = challenge(&srv, &token).await;
+    let (s, body) = srv
+        .op_post("/v1/domains/lab/signing-keys", json!({"overlap_secs": 2}))
+        .await;
+    assert_eq!(s, StatusCode::CREATED, "{body}");
+    srv.wait_for("the new signing key is current", async || {
+        challenge(&srv, &token).await.server_public_key != before.server_public_key
+    })
+    .await;
+    let server: [u8; 32] = STANDARD
+        .decode(&before.server_public_key)
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let id = BootstrapToken::parse(&token).unwrap().id;
+    let mut req = register_body(&token, &key);
+    req["proof"] = prove_register(&secret, &server, &id, &before.nonce).into();
+    req["nonce"] = before.nonce.into();
+    let (s, _, b) = srv.register_unproved(&req, None).await;
+    assert_eq!(s, StatusCode::CREATED, "{b}");
+    srv.stop().await;
+}
