@@ -174,8 +174,8 @@ impl Registrar<'_> {
                         .map(|n| (n.id, n.registered_at));
                 (row, made)
             };
-            let keys = self.domain_keys(row.project_id).await?;
             let verdict = judge(&row, &token, req.project_id, now, made)?;
+            let keys = self.domain_keys(row.project_id).await?;
             crate::register_proof::check(
                 &crate::register_proof::proof_signers(&keys, now),
                 req,
