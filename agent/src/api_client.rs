@@ -3,6 +3,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use plexsphere_wire::proof::{
+    Challenge, REGISTER_CHALLENGE_PATH, RegisterChallengeRequest, prove_register,
+};
+use plexsphere_wire::secret::BootstrapToken;
 use plexsphere_wire::{ApiError, REGISTER_PATH, RegisterRequest, RegisterResponse};
 
 use crate::config::ApiUrl;
@@ -40,6 +44,34 @@ pub enum RegisterAnswer {
         error: ApiError,
         retry_after: Option<Duration>,
     },
+}
+
+/// What one unauthenticated POST answered.
+enum Answer<R> {
+    Ok {
+        status: u16,
+        response: R,
+    },
+    Refused {
+        status: u16,
+        error: ApiError,
+        retry_after: Option<Duration>,
+    },
+}
+
+/// A control plane without `POST /v1/register/challenge` (404 or 405) is older than this
+/// plexd: say so instead of "no such endpoint".
+fn older_server(status: u16, error: ApiError) -> ApiError {
+    if status == 404 || status == 405 {
+        return ApiError::new(
+            "challenge_unsupported",
+            format!(
+                "the control plane has no {REGISTER_CHALLENGE_PATH} ({}): it is older than this plexd, which proves its WireGuard key at registration; upgrade the control plane or use a plexd of its version",
+                error.code
+            ),
+        );
+    }
+    error
 }
 
 /// The API could not be asked at all.
@@ -126,13 +158,67 @@ impl ApiClient {
         &self.stream_http
     }
 
-    /// `POST /v1/register`. A refusal is an answer, not an error.
-    pub async fn register(&self, req: &RegisterRequest) -> Result<RegisterAnswer, ApiClientError> {
-        let url = self.base.join(REGISTER_PATH);
+    /// `POST /v1/register/challenge` then `POST /v1/register` with the proof that this node
+    /// holds `secret`, the WireGuard private key of `req.wireguard_public_key` (the request's
+    /// `nonce` and `proof` are filled here). A refusal of either is an answer, not an error.
+    pub async fn register(
+        &self,
+        req: &RegisterRequest,
+        secret: &[u8; 32],
+    ) -> Result<RegisterAnswer, ApiClientError> {
+        let ask = RegisterChallengeRequest {
+            bootstrap_token: req.bootstrap_token.clone(),
+        };
+        let challenge: Challenge = match self.post_public(REGISTER_CHALLENGE_PATH, &ask).await? {
+            Answer::Ok { response, .. } => response,
+            Answer::Refused {
+                status,
+                error,
+                retry_after,
+            } => {
+                return Ok(RegisterAnswer::Refused {
+                    status,
+                    error: older_server(status, error),
+                    retry_after,
+                });
+            }
+        };
+        let server = plexsphere_wire::rotation::key_bytes(&challenge.server_public_key)
+            .ok_or_else(|| ApiClientError::BadAnswer {
+                url: self.base.to_string(),
+                status: 200,
+                reason: "the challenge's server_public_key is not base64 of 32 bytes".into(),
+            })?;
+        let token_id = BootstrapToken::parse(&req.bootstrap_token)
+            .map(|t| t.id)
+            .unwrap_or_default();
+        let mut proved = req.clone();
+        proved.proof = Some(prove_register(secret, &server, &token_id, &challenge.nonce));
+        proved.nonce = Some(challenge.nonce);
+        Ok(match self.post_public(REGISTER_PATH, &proved).await? {
+            Answer::Ok { status, response } => RegisterAnswer::Registered { status, response },
+            Answer::Refused {
+                status,
+                error,
+                retry_after,
+            } => RegisterAnswer::Refused {
+                status,
+                error,
+                retry_after,
+            },
+        })
+    }
+
+    /// One unauthenticated POST: 200/201 with its JSON, or a refusal with its code.
+    async fn post_public<B: serde::Serialize, R: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<Answer<R>, ApiClientError> {
         let resp = self
             .http
-            .post(url)
-            .json(req)
+            .post(self.base.join(path))
+            .json(body)
             .send()
             .await
             .map_err(|e| self.classify(&e))?;
@@ -150,7 +236,7 @@ impl ApiClient {
                     status,
                     reason: e.to_string(),
                 })?;
-            return Ok(RegisterAnswer::Registered { status, response });
+            return Ok(Answer::Ok { status, response });
         }
         let error = serde_json::from_slice::<ApiError>(&body).unwrap_or_else(|_| {
             ApiError::new(
@@ -158,7 +244,7 @@ impl ApiClient {
                 format!("HTTP {status}: {}", quote(&body)),
             )
         });
-        Ok(RegisterAnswer::Refused {
+        Ok(Answer::Refused {
             status,
             error,
             retry_after,

@@ -135,6 +135,26 @@ fn trusted_via_ca_file_registers_saves_identity_and_removes_token() {
         !requests[0].contains(key.trim()),
         "the private key never leaves the node"
     );
+    // The registration proves the key over the challenge's nonce, bound to the token.
+    assert_eq!(req.nonce.as_deref(), Some("4102444800.r.t"));
+    let public = plexsphere_wire::rotation::key_bytes(&req.wireguard_public_key).unwrap();
+    let token_id = plexsphere_wire::secret::BootstrapToken::parse(&token)
+        .unwrap()
+        .id;
+    assert!(plexsphere_wire::proof::verify_register(
+        &support::SERVER_PROOF_SECRET,
+        &public,
+        &token_id,
+        "4102444800.r.t",
+        req.proof.as_deref().unwrap(),
+    ));
+    assert!(
+        server.lines.lock().unwrap().starts_with(&[
+            "POST /v1/register/challenge".to_owned(),
+            "POST /v1/register".to_owned()
+        ]),
+        "a challenge, then the registration"
+    );
 
     // A second join needs no token and does not call the API.
     let again = node.plexd(&["join"]);

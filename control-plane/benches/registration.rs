@@ -79,8 +79,22 @@ impl Bench {
         let start = Instant::now();
         for token in tokens {
             self.registered += 1;
-            let mut key = [0u8; 32];
-            key[..4].copy_from_slice(&self.registered.to_be_bytes());
+            let mut secret = [0u8; 32];
+            secret[..4].copy_from_slice(&self.registered.to_be_bytes());
+            secret[31] = 0x5a;
+            let key = plexsphere_wire::reach::public_key(&secret);
+            // A registration is two calls now: the challenge, then the proved request.
+            let now = plexsphere::store::unix(OffsetDateTime::now_utc());
+            let ask = plexsphere_wire::proof::RegisterChallengeRequest {
+                bootstrap_token: token.clone(),
+            };
+            let challenge = registrar
+                .challenge(&ask, now)
+                .await
+                .map_err(|e| format!("challenge {}: {e}", self.registered))?;
+            let server = plexsphere_wire::rotation::key_bytes(&challenge.server_public_key)
+                .ok_or("the challenge's key is not 32 bytes")?;
+            let token_id = plexsphere_wire::secret::BootstrapToken::parse(token)?.id;
             let req = RegisterRequest {
                 bootstrap_token: token.clone(),
                 wireguard_public_key: STANDARD.encode(key),
@@ -89,6 +103,13 @@ impl Bench {
                 plexd_version: "0.1.0".into(),
                 project_id: None,
                 resource_handle: None,
+                proof: Some(plexsphere_wire::proof::prove_register(
+                    &secret,
+                    &server,
+                    &token_id,
+                    &challenge.nonce,
+                )),
+                nonce: Some(challenge.nonce),
             };
             registrar
                 .register(&req, OffsetDateTime::now_utc())

@@ -321,17 +321,37 @@ async fn register_nodes(
                 if i >= n {
                     return Ok::<_, Failure>(out);
                 }
-                let mut key = [0u8; 32];
-                key[..8].copy_from_slice(&(i as u64 + 1).to_be_bytes());
-                key[31] = 0x5a;
+                let mut secret = [0u8; 32];
+                secret[..8].copy_from_slice(&(i as u64 + 1).to_be_bytes());
+                secret[31] = 0x5a;
+                let key = plexsphere_wire::reach::public_key(&secret);
+                let token = &tokens[i / 1000];
+                // Every registration proves its key over a challenge of its token.
+                let c: plexsphere_wire::proof::Challenge = http
+                    .post(format!(
+                        "{base}{}",
+                        plexsphere_wire::proof::REGISTER_CHALLENGE_PATH
+                    ))
+                    .json(&json!({ "bootstrap_token": token }))
+                    .send()
+                    .await?
+                    .error_for_status()?
+                    .json()
+                    .await?;
+                let server = plexsphere_wire::rotation::key_bytes(&c.server_public_key)
+                    .ok_or("the challenge's key is not 32 bytes")?;
+                let id = plexsphere_wire::secret::BootstrapToken::parse(token)?.id;
+                let proof = plexsphere_wire::proof::prove_register(&secret, &server, &id, &c.nonce);
                 let r: Value = http
                     .post(format!("{base}/v1/register"))
                     .json(&json!({
-                        "bootstrap_token": tokens[i / 1000],
+                        "bootstrap_token": token,
                         "wireguard_public_key": STANDARD.encode(key),
                         "hostname": format!("fo-{i}"),
                         "arch": "amd64",
                         "plexd_version": "0.1.0",
+                        "nonce": c.nonce,
+                        "proof": proof,
                     }))
                     .send()
                     .await?

@@ -100,6 +100,21 @@ pub enum Error {
     /// to (its state directory was copied); see `crate::clone`.
     #[error("{0}")]
     CloneRefused(String),
+    /// 422 `proof_required`: no proof of possession of the WireGuard private key (a plexd
+    /// older than this control plane).
+    #[error("{0}")]
+    ProofRequired(String),
+    /// 403 `proof_invalid`: a proof that does not match the key, or an unknown or expired
+    /// nonce.
+    #[error("{0}")]
+    ProofInvalid(String),
+    /// 409 `key_in_use`: another live node of the Domain has this WireGuard key.
+    #[error("{0}")]
+    KeyInUse(String),
+    /// 409 `key_prefix_in_use`: another live node of the Domain has a key with the same first
+    /// 8 bytes (the prefix relay frames name nodes by).
+    #[error("{0}")]
+    KeyPrefixInUse(String),
     #[error("{0}")]
     NotFound(String),
     #[error("{0}")]

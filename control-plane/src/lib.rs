@@ -25,6 +25,7 @@ pub mod node_settings;
 pub mod operator_tokens;
 pub mod ratelimit;
 pub mod register;
+pub mod register_proof;
 pub mod seed;
 pub mod server;
 pub mod store;

@@ -5,7 +5,8 @@
 //!   and the key changes only when the stored key is still the old one (compare and swap, so
 //!   a replayed request changes nothing); every peer hears `peer_updated` in the same
 //!   transaction. A repeat of a change already made answers it as done.
-//! - Credential: a node asks for a new credential; it is stored as pending, becomes the
+//! - Credential: a node proves its WireGuard private key (over a key challenge's nonce, its own
+//!   label) and asks for a new credential; it is stored as pending, becomes the
 //!   credential at its first use, and the old one still works [`CREDENTIAL_GRACE_SECS`] after
 //!   that (calls the node sent before it switched).
 //! - Both are limited to one change per [`MIN_ROTATION_GAP_SECS`] per node (429).
@@ -15,6 +16,7 @@
 //! same in every replica and across restarts.
 
 use plexsphere_wire::node::EventKind;
+use plexsphere_wire::proof::CredentialRotation;
 use plexsphere_wire::rotation::{self, CHALLENGE_TTL_SECS, KeyChallenge, KeyRotated, KeyRotation};
 use plexsphere_wire::secret::{NodeCredential, sha256};
 use plexsphere_wire::signed::{DomainSigner, SignContext};
@@ -38,12 +40,12 @@ const SECRET_LABEL: &[u8] = b"plexsphere key-rotation secret v1";
 const NONCE_LABEL: &[u8] = b"plexsphere key-rotation nonce v1";
 
 /// The Domain's proof secret (X25519) and nonce key.
-struct Secrets {
-    x25519: [u8; 32],
+pub(crate) struct Secrets {
+    pub(crate) x25519: [u8; 32],
     nonce_key: [u8; 32],
 }
 
-fn secrets(signer: &DomainSigner) -> Secrets {
+pub(crate) fn secrets(signer: &DomainSigner) -> Secrets {
     let derive = |label: &[u8]| sha256(&signer.sign_bytes(SignContext::KeyDerivation, label));
     Secrets {
         x25519: derive(SECRET_LABEL),
@@ -217,7 +219,18 @@ impl NodeOps<'_> {
                 "another node has this WireGuard key; generate a fresh key pair".into(),
             ));
         }
-        if !rot::set_key(&mut tx, id, old, new, now).await? {
+        crate::register::key_unique(&mut tx, row.domain_id, new, Some(id)).await?;
+        let swapped = match rot::set_key(&mut tx, id, old, new, now).await {
+            Ok(done) => done,
+            // Another writer took a key with this prefix between the check and the update.
+            Err(e) if e.is_unique_violation() => {
+                return Err(Error::KeyPrefixInUse(
+                    "another node of this Domain took a WireGuard key with the same first 8 bytes meanwhile; generate a fresh key pair".into(),
+                ));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if !swapped {
             return Err(Error::Conflict(
                 "the node's key changed meanwhile; ask for a fresh challenge".into(),
             ));
@@ -233,12 +246,44 @@ impl NodeOps<'_> {
         Ok(KeyOutcome::Changed(row, seq))
     }
 
-    /// `POST /v1/nodes/{id}/credential`: a new credential, pending until its first use.
+    /// `POST /v1/nodes/{id}/credential`: a new credential, pending until its first use. The
+    /// caller proves the node's WireGuard private key (over a nonce of `GET /v1/nodes/{id}/key`),
+    /// so a credential alone (leaked from a backup or a log) cannot replace itself.
     pub async fn rotate_credential(
         &self,
         node: &NodeRow,
+        req: &CredentialRotation,
         now: i64,
     ) -> Result<NodeCredential, Error> {
+        let (Some(key), Some(nonce), Some(proof)) = (
+            req.public_key.as_deref(),
+            req.nonce.as_deref(),
+            req.proof.as_deref(),
+        ) else {
+            return Err(Error::ProofRequired(
+                "a credential rotation must prove the node's WireGuard private key (public_key, nonce from GET /v1/nodes/{id}/key, proof), and this plexd sent none: it is too old; upgrade plexd".into(),
+            ));
+        };
+        if key != node.wireguard_public_key {
+            return Err(Error::ProofInvalid(format!(
+                "public_key is not this node's key on the control plane ({}); prove the current key",
+                node.wireguard_public_key
+            )));
+        }
+        let claimed = rotation::key_bytes(key).ok_or_else(|| {
+            Error::Invalid("public_key must be the standard base64 of 32 bytes".into())
+        })?;
+        let s = secrets(&*self.signer_of(node).await?);
+        if !nonce_ok(&s, node.id, nonce, now) {
+            tracing::warn!(node_id = %node.id, "credential rotation refused: unknown or expired nonce");
+            return Err(Error::ProofInvalid("the rotation's nonce is unknown or expired; ask for a fresh challenge (GET /v1/nodes/{id}/key)".into()));
+        }
+        if !plexsphere_wire::proof::verify_credential(&s.x25519, &claimed, node.id, nonce, proof) {
+            tracing::warn!(node_id = %node.id, "credential rotation refused: the proof of possession does not match the node's key");
+            return Err(Error::ProofInvalid(
+                "the proof of possession does not match the node's WireGuard key: the request was not made by the holder of its private key".into(),
+            ));
+        }
         if let Some(secs) = too_soon(node.rotation.credential_rotated_at, now) {
             return Err(Error::RotationLimited(secs));
         }

@@ -4,9 +4,14 @@
 //! and judged first (outside any transaction). The transaction that follows starts with a
 //! write, a conditional UPDATE that takes one use, so the database settles a race: of the
 //! callers racing on a token, only as many as it has uses left change the row; a loser
-//! re-reads and lands on the replay rule or finds the token used up. A replay (same token,
-//! same WireGuard key, within [`REPLAY_WINDOW_SECS`] of the node's registration, node never
-//! authenticated) gets the same node and a fresh credential, and takes no use. A transaction lost to a concurrent writer is retried whole. The mesh IP is
+//! re-reads and lands on the replay rule or finds the token used up. Every registration proves
+//! the WireGuard private key of its key over a nonce bound to the token
+//! ([`crate::register_proof`]). A replay (same token, same WireGuard key, a fresh proof, within
+//! [`REPLAY_WINDOW_SECS`] of the node's registration, node never authenticated) gets the same
+//! node and a fresh credential, and takes no use; once the node authenticated, never. A live
+//! node's key and its first 8 bytes are unique in a Domain: a clash is refused with 409
+//! (`key_in_use`, `key_prefix_in_use`, naming the other node), and a unique index on
+//! `(domain_id, key_prefix)` among live nodes settles two replicas racing. A transaction lost to a concurrent writer is retried whole. The mesh IP is
 //! picked under its range's cursor lock ([`mesh_ips::allocate`]), so concurrent registrations take
 //! turns instead of colliding. A new node is announced to the others of its Domain
 //! (`peer_added`) in the same transaction.
@@ -169,8 +174,15 @@ impl Registrar<'_> {
                         .map(|n| (n.id, n.registered_at));
                 (row, made)
             };
-            self.warm_key(row.project_id).await?;
-            let outcome = match judge(&row, &token, req.project_id, now, made)? {
+            let verdict = judge(&row, &token, req.project_id, now, made)?;
+            let keys = self.domain_keys(row.project_id).await?;
+            crate::register_proof::check(
+                &crate::register_proof::proof_signers(&keys, now),
+                req,
+                &row.id,
+                now,
+            )?;
+            let outcome = match verdict {
                 TokenVerdict::Fresh => {
                     store::retry("register", Error::is_lost_race_or_ip_clash, || {
                         self.create(&row, req, now)
@@ -191,20 +203,22 @@ impl Registrar<'_> {
         Err(Error::TokenConsumed)
     }
 
-    /// Reads (or makes) the key of the project's Domain before any transaction: making it
-    /// writes on another connection, which on SQLite would wait for the transaction's lock.
-    async fn warm_key(&self, project_id: Uuid) -> Result<(), Error> {
+    /// Reads (or makes) the keys of the project's Domain before any transaction (making them
+    /// writes on another connection, which on SQLite would wait for the transaction's lock);
+    /// the proofs' secrets derive from them.
+    pub(crate) async fn domain_keys(&self, project_id: Uuid) -> Result<crate::keys::KeySet, Error> {
         let domain = {
             let mut conn = self.store.acquire().await?;
-            let Some(project) = projects::get(&mut conn, project_id).await? else {
-                return Ok(());
-            };
-            domains::get(&mut conn, project.domain_id).await?
+            let project = projects::get(&mut conn, project_id).await?.ok_or_else(|| {
+                Error::Internal(format!("a token names a missing project {project_id}"))
+            })?;
+            domains::get(&mut conn, project.domain_id)
+                .await?
+                .ok_or_else(|| {
+                    Error::Internal(format!("project {project_id} names a missing domain"))
+                })?
         };
-        if let Some(d) = domain {
-            self.keys.keys(&d).await?;
-        }
-        Ok(())
+        Ok(self.keys.keys(&domain).await?)
     }
 
     /// One attempt at a new node. `None`: other callers took the token's last use first.
@@ -239,6 +253,7 @@ impl Registrar<'_> {
                 (domain.mesh_cidr, reserved)
             }
         };
+        key_unique(&mut tx, domain.id, &req.wireguard_public_key, None).await?;
         let mesh_ip = mesh_ips::allocate(&mut tx, domain.id, range, &reserved)
             .await?
             .ok_or(Error::MeshRangeExhausted(range))?;
@@ -343,6 +358,30 @@ impl Registrar<'_> {
             created: false,
         }))
     }
+}
+
+/// Refuses a key that another live node of `domain` (not `except`) has, or whose first 8
+/// bytes another live node's key has (409, naming that node). The unique index on
+/// `(domain_id, key_prefix)` among live nodes backs this up when two writers race.
+pub async fn key_unique(
+    conn: &mut sqlx::AnyConnection,
+    domain: Uuid,
+    key: &str,
+    except: Option<Uuid>,
+) -> Result<(), Error> {
+    let Some((other, other_key)) = nodes::key_clash(conn, domain, key, except).await? else {
+        return Ok(());
+    };
+    tracing::warn!(domain_id = %domain, key, other_node = %other, "refused a WireGuard key that clashes with another live node's");
+    Err(if other_key == key {
+        Error::KeyInUse(format!(
+            "node {other} of this Domain already has this WireGuard public key; a key names one node: generate a fresh key pair (remove the state dir's wireguard.key) and try again"
+        ))
+    } else {
+        Error::KeyPrefixInUse(format!(
+            "node {other} of this Domain has a WireGuard public key with the same first 8 bytes (relay frames name nodes by them); generate a fresh key pair (remove the state dir's wireguard.key) and try again"
+        ))
+    })
 }
 
 impl Error {

@@ -9,6 +9,8 @@ fn req() -> RegisterRequest {
         plexd_version: "0.1.0".into(),
         project_id: None,
         resource_handle: Some("web-1".into()),
+        nonce: None,
+        proof: None,
     }
 }
 

@@ -79,9 +79,11 @@ async fn dev_logs_stream_open_and_close_and_sigterm_ends_open_streams() {
         .json()
         .await
         .unwrap();
+    let body =
+        common::prove::prove_body(&client, &base, &register_body(&issued.token, &wg_key(1))).await;
     let reg: RegisterResponse = client
         .post(format!("{base}/v1/register"))
-        .json(&register_body(&issued.token, &wg_key(1)))
+        .json(&body)
         .send()
         .await
         .unwrap()

@@ -57,6 +57,7 @@ fn every_route_has_an_access_and_only_reads_are_open_to_read_only() {
         [
             ("GET", "/v1/version"),
             ("GET", "/v1/ca.crt"),
+            ("POST", "/v1/register/challenge"),
             ("POST", "/v1/register"),
             ("GET", "/healthz"),
             ("GET", "/readyz")

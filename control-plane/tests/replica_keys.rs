@@ -167,12 +167,15 @@ async fn two_replicas_with_one_kek_sign_with_one_domain_key() {
         .json()
         .await
         .unwrap();
+    let body = common::prove::prove_body(
+        &client,
+        &a.base,
+        &common::register_body(issued["token"].as_str().unwrap(), &common::wg_key(1)),
+    )
+    .await;
     let reg: Value = client
         .post(format!("{}{}", a.base, plexsphere_wire::REGISTER_PATH))
-        .json(&common::register_body(
-            issued["token"].as_str().unwrap(),
-            &common::wg_key(1),
-        ))
+        .json(&body)
         .send()
         .await
         .unwrap()

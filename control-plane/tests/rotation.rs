@@ -16,7 +16,7 @@ use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
 fn pubkey(secret: [u8; 32]) -> String {
-    STANDARD.encode(public_key(&secret))
+    common::prove::remember(secret)
 }
 
 /// A node registered with the public key of `secret`.
@@ -205,16 +205,125 @@ async fn a_key_in_use_by_another_node_is_refused_and_bad_keys_are_invalid() {
     assert_code(s, &body, 422, "invalid_request");
 }
 
+/// Issue 24: a rotation to a key whose first 8 bytes (the relay's prefix) a live node of the
+/// Domain has is refused with 409 `key_prefix_in_use`, naming that node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotation_to_a_key_sharing_a_live_nodes_prefix_is_409() {
+    let srv = TestServer::start().await;
+    let (sa, new) = ([51u8; 32], [52u8; 32]);
+    let a = enrol_with(&srv, sa).await;
+    let b = srv.enrol(LAB_NODES).await;
+    // B's key shares the first 8 bytes of A's next key (edited in: nobody makes such a pair).
+    let mut shared = public_key(&new).to_vec();
+    shared[8..].copy_from_slice(&[0x22; 24]);
+    sqlx::query("UPDATE nodes SET wireguard_public_key = $1 WHERE id = $2")
+        .bind(STANDARD.encode(&shared))
+        .bind(b.node_id.to_string())
+        .execute(srv.store.pool())
+        .await
+        .unwrap();
+    // The prefix column is schema 16's (this fix); before it the statement fails, harmlessly.
+    let _ = sqlx::query("UPDATE nodes SET key_prefix = $1 WHERE id = $2")
+        .bind(
+            STANDARD
+                .encode(&shared[..8])
+                .trim_end_matches('=')
+                .to_owned(),
+        )
+        .bind(b.node_id.to_string())
+        .execute(srv.store.pool())
+        .await;
+    let ch = challenge(&srv, &a).await;
+    let (s, _, body) = rotate(&srv, &a, &request(&a, &ch, (sa, sa), (new, new))).await;
+    assert_code(s, &body, 409, "key_prefix_in_use");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains(&b.node_id.to_string()),
+        "{body}"
+    );
+    assert_eq!(
+        srv.node_view(a.node_id).await["wireguard_public_key"],
+        pubkey(sa)
+    );
+}
+
+/// A credential rotation's body: the key of `secret` and its proof over a fresh challenge.
+async fn credential_body(srv: &TestServer, reg: &RegisterResponse, secret: [u8; 32]) -> Value {
+    let c = challenge(srv, reg).await;
+    let server: [u8; 32] = STANDARD
+        .decode(&c.server_public_key)
+        .unwrap()
+        .try_into()
+        .unwrap();
+    json!({
+        "public_key": STANDARD.encode(public_key(&secret)),
+        "nonce": c.nonce,
+        "proof": plexsphere_wire::proof::prove_credential(&secret, &server, reg.node_id, &c.nonce),
+    })
+}
+
+async fn rotate_credential(
+    srv: &TestServer,
+    reg: &RegisterResponse,
+    body: &Value,
+) -> reqwest::Response {
+    srv.node_req(Method::POST, reg, "/credential")
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+/// Issue 24: a node's credential alone (a copied identity.json, a leaked backup) rotated the
+/// credential and locked the original out. Now the rotation proves the WireGuard private key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_credential_rotation_without_the_private_key_is_refused() {
+    let srv = TestServer::start().await;
+    let sa = [41u8; 32];
+    let a = enrol_with(&srv, sa).await;
+    // An older plexd's empty body, or only the public key: the proof is required.
+    let r = rotate_credential(&srv, &a, &json!({})).await;
+    let (s, body) = (r.status(), r.json::<Value>().await.unwrap());
+    assert_code(s, &body, 422, "proof_required");
+    assert!(
+        body["message"].as_str().unwrap().contains("upgrade plexd"),
+        "{body}"
+    );
+    // A proof made with another private key for A's public key.
+    let mut forged = credential_body(&srv, &a, [42u8; 32]).await;
+    forged["public_key"] = pubkey(sa).into();
+    let r = rotate_credential(&srv, &a, &forged).await;
+    let (s, body) = (r.status(), r.json::<Value>().await.unwrap());
+    assert_code(s, &body, 403, "proof_invalid");
+    // Another key than the node's (proved by its holder) does not rotate A's credential.
+    let other = credential_body(&srv, &a, [43u8; 32]).await;
+    let r = rotate_credential(&srv, &a, &other).await;
+    let (s, body) = (r.status(), r.json::<Value>().await.unwrap());
+    assert_code(s, &body, 403, "proof_invalid");
+    // A proof over a made-up nonce.
+    let mut stale = credential_body(&srv, &a, sa).await;
+    stale["nonce"] = "4102444800.r.0000".into();
+    let r = rotate_credential(&srv, &a, &stale).await;
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    // Nothing changed: the credential is the one registration handed out.
+    assert_eq!(srv.heartbeat(&a).await.0, StatusCode::OK);
+    assert!(srv.node_view(a.node_id).await["credential_rotated_at"].is_null());
+    // The holder of the key rotates.
+    let good = credential_body(&srv, &a, sa).await;
+    assert_eq!(
+        rotate_credential(&srv, &a, &good).await.status(),
+        StatusCode::OK
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_old_credential_works_until_the_new_one_is_used_and_its_grace() {
     let srv = TestServer::start().await;
-    let a = srv.enrol(LAB_NODES).await;
-    let r = srv
-        .node_req(Method::POST, &a, "/credential")
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap();
+    let sa = [44u8; 32];
+    let a = enrol_with(&srv, sa).await;
+    let r = rotate_credential(&srv, &a, &credential_body(&srv, &a, sa).await).await;
     assert_eq!(r.status(), StatusCode::OK);
     let body: Value = r.json().await.unwrap();
     let fresh = body["node_credential"].as_str().unwrap().to_owned();
@@ -233,12 +342,7 @@ async fn the_old_credential_works_until_the_new_one_is_used_and_its_grace() {
     // The old one keeps working inside its grace (calls sent before the switch).
     assert_eq!(srv.heartbeat(&a).await.0, StatusCode::OK);
     // A second rotation right away is limited.
-    let r = srv
-        .node_req(Method::POST, &new, "/credential")
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap();
+    let r = rotate_credential(&srv, &new, &credential_body(&srv, &new, sa).await).await;
     assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
     assert!(r.headers().get("retry-after").is_some());
 }

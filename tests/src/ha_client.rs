@@ -36,15 +36,45 @@ pub fn client(ca_file: &Path) -> Result<reqwest::Client> {
         .context("building the HTTP client")
 }
 
-/// A distinct, valid WireGuard public key per call (a counter in the first bytes).
-pub fn fresh_wg_key() -> String {
-    use base64::Engine as _;
+/// A distinct WireGuard private key per call (a counter in the first bytes).
+pub fn fresh_wg_key() -> [u8; 32] {
     static NEXT: AtomicU32 = AtomicU32::new(1);
     let mut k = [0u8; 32];
     k[..4].copy_from_slice(&NEXT.fetch_add(1, Ordering::Relaxed).to_be_bytes());
     k[4..8].copy_from_slice(&std::process::id().to_be_bytes());
     k[31] = 0x5a;
-    base64::engine::general_purpose::STANDARD.encode(k)
+    k
+}
+
+/// `POST /v1/register/challenge` for `token`, and the registration proof of `secret`'s key:
+/// the body's `nonce` and `proof` (every registration proves its WireGuard private key).
+pub async fn prove(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    secret: &[u8; 32],
+) -> std::result::Result<(String, String), String> {
+    let r = http
+        .post(format!(
+            "{base}{}",
+            plexsphere_wire::proof::REGISTER_CHALLENGE_PATH
+        ))
+        .json(&json!({ "bootstrap_token": token }))
+        .timeout(REQUEST_TIMEOUT)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = r.status().as_u16();
+    let text = r.text().await.map_err(|e| e.to_string())?;
+    let c: plexsphere_wire::proof::Challenge =
+        serde_json::from_str(&text).map_err(|_| format!("challenge {status}: {text}"))?;
+    let server = plexsphere_wire::rotation::key_bytes(&c.server_public_key)
+        .ok_or_else(|| format!("the challenge's key is not 32 bytes: {text}"))?;
+    let id = plexsphere_wire::secret::BootstrapToken::parse(token)
+        .map_err(|e| format!("the token: {e}"))?
+        .id;
+    let proof = plexsphere_wire::proof::prove_register(secret, &server, &id, &c.nonce);
+    Ok((c.nonce, proof))
 }
 
 /// The operator's calls.
@@ -104,15 +134,23 @@ pub async fn register_once(
     http: &reqwest::Client,
     base: &str,
     token: &str,
-    key: &str,
+    secret: &[u8; 32],
     hostname: &str,
 ) -> Attempt {
+    use base64::Engine as _;
+    let (nonce, proof) = match prove(http, base, token, secret).await {
+        Ok(p) => p,
+        Err(e) => return Attempt::NoAnswer(e),
+    };
+    let key = plexsphere_wire::reach::public_key(secret);
     let body = json!({
         "bootstrap_token": token,
-        "wireguard_public_key": key,
+        "wireguard_public_key": base64::engine::general_purpose::STANDARD.encode(key),
         "hostname": hostname,
         "arch": "amd64",
         "plexd_version": "0.1.0",
+        "nonce": nonce,
+        "proof": proof,
     });
     let sent = http
         .post(format!("{base}/v1/register"))

@@ -45,6 +45,25 @@ impl Host {
         self.root.join("etc/machine-id")
     }
 
+    /// The `Plexd-Host` value plexd on this host sends for `node_id` (64 hex), computed as plexd
+    /// does from the machine id (`plexd::identity::host::fingerprint`): the state dir does not
+    /// hold it. The machine id is this host's own, or the real `/etc/machine-id`.
+    pub fn sent_fingerprint(&self, node_id: &str) -> Result<String> {
+        let file = if self.machine_id_file().exists() {
+            self.machine_id_file()
+        } else {
+            PathBuf::from("/etc/machine-id")
+        };
+        let machine_id = std::fs::read_to_string(&file)?.trim().to_ascii_lowercase();
+        let node: u128 = u128::from_str_radix(&node_id.replace('-', ""), 16)?;
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, machine_id.as_bytes());
+        let mut ctx = ring::hmac::Context::with_key(&key);
+        ctx.update(b"plexd host binding v1\0");
+        ctx.update(&node.to_be_bytes());
+        let tag = ctx.sign();
+        Ok(tag.as_ref().iter().map(|b| format!("{b:02x}")).collect())
+    }
+
     /// Gives this host its own machine id (plexd binds its state dir to it).
     pub fn write_machine_id(&self, id: &str) -> Result<()> {
         std::fs::create_dir_all(self.root.join("etc"))?;

@@ -127,3 +127,79 @@ fn a_copied_state_dir_is_refused_and_the_original_keeps_working() {
     })
     .unwrap_or_else(|e| panic!("{e}\n--- plexd a:\n{}", proc_a.output()));
 }
+
+/// Issue 24: a copy that runs no plexd at all. It reads what the state dir holds (the
+/// credential in identity.json, the binding in host.json) and calls the API with them. Before
+/// the fix host.json held the very `Plexd-Host` value plexd sends, so the copy was taken for
+/// the same host: it rotated the credential (no proof of the key was asked either), and the
+/// original was locked out with no clone recorded.
+#[test]
+fn a_copy_that_sends_what_the_state_dir_holds_is_a_clone_and_cannot_rotate_the_credential() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cp = ControlPlane::start_dev_with(&tmp.path().join("cp"), KEEPALIVE).unwrap();
+    let a = node(&cp, tmp.path(), "a", &cp.url);
+    a.write_machine_id(X).unwrap();
+    let (proc_a, status) = start(&a);
+    let id = status["node_id"].as_str().unwrap().to_owned();
+
+    let copy = tmp.path().join("copy");
+    copy_dir(&a.state_dir(), &copy);
+    let read = |name: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(copy.join(name)).unwrap()).unwrap()
+    };
+    let credential = read("identity.json")["node_credential"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let held = read("host.json")["fingerprint"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let http = plexsphere_e2e::ha_client::client(&cp.ca_file()).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let call = |method: reqwest::Method, tail: &str| {
+        let r = http
+            .request(method, format!("{}/v1/nodes/{id}{tail}", cp.url))
+            .bearer_auth(&credential)
+            .header(plexsphere_wire::host::HOST_HEADER, &held)
+            .json(&serde_json::json!({}))
+            .send();
+        rt.block_on(async {
+            let r = r.await.unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<serde_json::Value>().await.unwrap())
+        })
+    };
+    let (s, body) = call(reqwest::Method::POST, "/credential");
+    assert_eq!(
+        (s, body["code"].as_str()),
+        (409, Some("clone_refused")),
+        "{body}"
+    );
+    let (s, body) = call(reqwest::Method::GET, "/key");
+    assert_eq!(
+        (s, body["code"].as_str()),
+        (409, Some("clone_refused")),
+        "{body}"
+    );
+
+    // Recorded as a clone; the credential is the original's.
+    let view = cp.node(&id).unwrap();
+    assert!(view["clone"]["requests"].as_u64().unwrap() >= 1, "{view}");
+    assert!(view["credential_rotated_at"].is_null(), "{view}");
+    // The original keeps working.
+    let before = view["last_heartbeat_at"].as_str().unwrap().to_owned();
+    wait_until(
+        BOUND,
+        "the original heartbeats after the copy was refused",
+        || {
+            let n = cp.node(&id)?;
+            Ok(
+                (n["last_heartbeat_at"].as_str() != Some(&before) && n["status"] == "online")
+                    .then_some(()),
+            )
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}\n--- plexd a:\n{}", proc_a.output()));
+}

@@ -207,6 +207,8 @@ struct Recorder {
     url: String,
     ca: std::path::PathBuf,
     state_dir: std::path::PathBuf,
+    /// The node's `Plexd-Host` (computed from its machine id: the state dir does not hold it).
+    host: String,
 }
 
 /// Records what the real server answers the node with its own credential (an attacker on the
@@ -220,10 +222,7 @@ fn record(r: &Recorder, path: &str, extra: &[&str], secs: u32) -> Vec<u8> {
         identity["node_credential"].as_str().unwrap(),
     );
     // The node's host binding travels with every call: an attacker on the path sees it too.
-    let host: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(r.state_dir.join("host.json")).unwrap())
-            .unwrap();
-    let fingerprint = host["fingerprint"].as_str().unwrap();
+    let fingerprint = &r.host;
     let mut cmd = std::process::Command::new("curl");
     cmd.args(["-sN", "--max-time", &secs.to_string(), "--cacert"])
         .arg(&r.ca)
@@ -265,6 +264,9 @@ fn a_replaying_proxy_cannot_roll_a_node_back_past_a_revocation() {
         url: cp.url.clone(),
         ca: cp.ca_file(),
         state_dir: a.state_dir(),
+        host: a
+            .sent_fingerprint(before["node_id"].as_str().unwrap())
+            .unwrap(),
     };
 
     // Record the live stream while b joins: its signed peer_added.

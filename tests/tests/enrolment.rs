@@ -213,3 +213,73 @@ fn revoked_tokens_are_refused_and_listed_as_revoked() {
     assert_eq!(out.status.code(), Some(11), "{}", stderr(&out));
     assert!(stderr(&out).contains("token_revoked"), "{}", stderr(&out));
 }
+
+/// Issue 24, reproduced on main with `plexd join` and curl: a fleet neighbour holds the
+/// group's reusable token (it sits in every machine's user data) and node v's public key (every
+/// peer receives it). Right after v's join, before its daemon's first call, one registration
+/// with them was answered 200 with v's node id and a new credential, and v's own credential was
+/// refused for good. Now the neighbour cannot prove v's key; v keeps its credential and joins.
+#[test]
+fn a_neighbour_with_the_groups_token_and_vs_public_key_cannot_take_over_v_after_its_join() {
+    use base64::Engine as _;
+    use plexsphere_e2e::daemon::{KEEPALIVE, node, start};
+    let tmp = tempfile::tempdir().unwrap();
+    let cp = ControlPlane::start_dev_with(&tmp.path().join("cp"), KEEPALIVE).unwrap();
+    let issued = cp
+        .plexctl_ok(&[
+            "bootstrap-token",
+            "issue",
+            "--project",
+            LAB_NODES_PROJECT,
+            "--env-prefix",
+            "asg",
+            "--uses",
+            "5",
+        ])
+        .unwrap();
+    let token = issued.lines().next().unwrap().trim().to_owned();
+    let v = node(&cp, tmp.path(), "v", &cp.url);
+    v.write_machine_id("3d1219c7c4c5404aaa1f6d2a48adfda4")
+        .unwrap();
+    v.write_token(&token).unwrap();
+    let out = v.plexd(&["join"]).unwrap();
+    assert!(out.status.success(), "join: {}", stderr(&out));
+    let (node_id, _) = identity_lines(&stdout(&out));
+
+    // v's public key, as its peers hold it.
+    let private = std::fs::read_to_string(v.state_dir().join("wireguard.key")).unwrap();
+    let secret: [u8; 32] = base64::engine::general_purpose::STANDARD
+        .decode(private.trim())
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let public = base64::engine::general_purpose::STANDARD
+        .encode(plexsphere_wire::reach::public_key(&secret));
+    let http = plexsphere_e2e::ha_client::client(&cp.ca_file()).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (status, body) = rt.block_on(async {
+        let r = http
+            .post(format!("{}/v1/register", cp.url))
+            .json(&serde_json::json!({
+                "bootstrap_token": token,
+                "wireguard_public_key": public,
+                "hostname": "neighbour",
+                "arch": "amd64",
+                "plexd_version": "0.1.0",
+            }))
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json::<serde_json::Value>().await.unwrap())
+    });
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (422, Some("proof_required")),
+        "{body}"
+    );
+
+    // v's daemon authenticates with its own credential and its event stream connects.
+    let (_proc, status) = start(&v);
+    assert_eq!(status["node_id"], node_id.as_str(), "{status}");
+}

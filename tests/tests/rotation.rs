@@ -138,23 +138,17 @@ fn wait_replies(p: &Proc, n: usize) {
     .unwrap_or_else(|e| panic!("{e}\n--- ping:\n{}", p.output()));
 }
 
-/// `GET /state` as node `a` would send it (its credential given, its `Plexd-Host`): the
-/// status code.
+/// `GET /state` as node `a` would send it (its credential given, its `Plexd-Host`, computed from
+/// its machine id as plexd does: the state dir does not hold it): the status code.
 fn state_status(cp: &ControlPlane, a: &Node, id: &str, credential: &str) -> u16 {
-    let binding: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(a.host.state_dir().join("host.json")).unwrap(),
-    )
-    .unwrap();
+    let host = a.host.sent_fingerprint(id).unwrap();
     let out = Command::new("curl")
         .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
         .arg(cp.ca_file())
         .arg("-H")
         .arg(format!("Authorization: Bearer {credential}"))
         .arg("-H")
-        .arg(format!(
-            "Plexd-Host: {}",
-            binding["fingerprint"].as_str().unwrap()
-        ))
+        .arg(format!("Plexd-Host: {host}"))
         .arg(format!(
             "{}/v1/nodes/{id}/state",
             cp.url.trim_end_matches('/')

@@ -77,6 +77,18 @@ pub mod codes {
     /// one bound to the node: its state directory was copied to another host. Final: the
     /// copy must be removed and enrolled with its own token.
     pub const CLONE_REFUSED: &str = "clone_refused";
+    /// 422: the request carries no proof of possession of the node's WireGuard private key
+    /// (registration, credential rotation): the plexd is older than this control plane;
+    /// upgrade it.
+    pub const PROOF_REQUIRED: &str = "proof_required";
+    /// 403: the proof of possession does not match the key (made without its private key), or
+    /// its nonce is unknown or expired; ask for a fresh challenge.
+    pub const PROOF_INVALID: &str = "proof_invalid";
+    /// 409: another live node of the Domain has this WireGuard public key; the message names it.
+    pub const KEY_IN_USE: &str = "key_in_use";
+    /// 409: another live node of the Domain has a WireGuard public key with the same first 8
+    /// bytes (the prefix relay frames name nodes by); the message names it.
+    pub const KEY_PREFIX_IN_USE: &str = "key_prefix_in_use";
     /// 404: the addressed object does not exist.
     pub const NOT_FOUND: &str = "not_found";
     /// 404: no plexd build for the requested platform.

@@ -27,6 +27,15 @@ pub struct RegisterRequest {
     /// `registration.resource_handle` from the node's config, when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_handle: Option<String>,
+    /// The nonce of `POST /v1/register/challenge` (bound to the token, expiring). Required by
+    /// this control plane; absent only from a plexd too old to prove its key (refused with
+    /// `proof_required`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nonce: Option<String>,
+    /// The proof of possession of the WireGuard private key
+    /// ([`crate::proof::prove_register`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proof: Option<String>,
 }
 
 /// How often the node should do each periodic task, in seconds. The node adds jitter.
@@ -82,6 +91,10 @@ mod tests {
         let minimal = r#"{"bootstrap_token":"t","wireguard_public_key":"k","hostname":"h","arch":"arm64","plexd_version":"1"}"#;
         let r: RegisterRequest = serde_json::from_str(minimal).unwrap();
         assert_eq!(r.project_id, None);
+        assert_eq!((r.nonce, r.proof), (None, None));
+        let proved = r#"{"bootstrap_token":"t","wireguard_public_key":"k","hostname":"h","arch":"arm64","plexd_version":"1","nonce":"n","proof":"p"}"#;
+        let r: RegisterRequest = serde_json::from_str(proved).unwrap();
+        assert_eq!(serde_json::to_string(&r).unwrap(), proved);
         let typo = r#"{"bootstrap_token":"t","wireguard_public_key":"k","hostname":"h","arch":"arm64","plexd_version":"1","projectid":"x"}"#;
         let err = serde_json::from_str::<RegisterRequest>(typo).unwrap_err();
         assert!(

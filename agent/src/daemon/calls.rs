@@ -271,9 +271,12 @@ impl NodeApi {
         self.post_json("/key", r).await
     }
 
-    /// `POST /v1/nodes/{id}/credential`.
-    pub async fn rotate_credential(&self) -> Result<CredentialRotated, CallError> {
-        self.post_json("/credential", &serde_json::json!({})).await
+    /// `POST /v1/nodes/{id}/credential` with the proof of the node's key.
+    pub async fn rotate_credential(
+        &self,
+        r: &plexsphere_wire::proof::CredentialRotation,
+    ) -> Result<CredentialRotated, CallError> {
+        self.post_json("/credential", r).await
     }
 
     /// `GET /v1/nodes/{id}/signing-keys`: the Domain's key chain (verified by the caller,

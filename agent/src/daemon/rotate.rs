@@ -95,11 +95,39 @@ pub async fn discard(paths: StatePaths) {
     }
 }
 
-/// The credential rotation: the new credential is saved in the identity (atomically, 0600)
-/// before any call uses it; until then the old one works (the control plane keeps the new one
-/// pending until its first use).
+/// The credential rotation: the node proves its WireGuard private key over a challenge's nonce
+/// (a credential alone does not replace itself); the new credential is saved in the identity
+/// (atomically, 0600) before any call uses it; until then the old one works (the control plane
+/// keeps the new one pending until its first use).
 pub async fn rotate_credential(api: NodeApi, paths: StatePaths) -> Result<(), CallError> {
-    let answer = api.rotate_credential().await?;
+    let key_file = paths.key_file();
+    let current = blocking(move || {
+        let (current, generated) = NodeKey::load_or_generate(&key_file).map_err(disk)?;
+        if generated {
+            return Err(disk(format!(
+                "{} was missing; this node's registered key is lost",
+                key_file.display()
+            )));
+        }
+        Ok(current)
+    })
+    .await?;
+    let challenge = api.key_challenge().await?;
+    let server = rotation::key_bytes(&challenge.server_public_key).ok_or_else(|| {
+        CallError::BadAnswer("the challenge's server_public_key is not base64 of 32 bytes".into())
+    })?;
+    let proof = plexsphere_wire::proof::prove_credential(
+        &current.secret().to_bytes(),
+        &server,
+        api.node_id(),
+        &challenge.nonce,
+    );
+    let req = plexsphere_wire::proof::CredentialRotation {
+        public_key: Some(current.public_base64()),
+        nonce: Some(challenge.nonce),
+        proof: Some(proof),
+    };
+    let answer = api.rotate_credential(&req).await?;
     let parsed = plexsphere_wire::secret::NodeCredential::parse(&answer.node_credential)
         .map_err(|e| CallError::BadAnswer(format!("the new credential: {e}")))?;
     if parsed.node_id != api.node_id() {

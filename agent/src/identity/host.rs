@@ -1,13 +1,25 @@
 //! The host binding: which host a state directory belongs to, so a copy of it (a golden image
 //! made after enrolment) refuses to run instead of impersonating the node.
 //!
-//! The fingerprint is HMAC-SHA256 keyed by the host's machine id over a fixed label and the
-//! node id (the idea of systemd's `sd_id128_get_machine_app_specific`): stable for one host and
-//! one node, different on another host, and neither the machine id nor a value that another
-//! enrolment of the same host shares ever leaves the host. `host.json` in the state dir records
-//! the one the node was enrolled with; every start recomputes it ([`check_or_bind`]) and plexd
-//! sends it with every authenticated request (`Plexd-Host`), so the control plane also notices
-//! a copy whose local check was skipped or edited.
+//! Two values derive from the host's machine id, each HMAC-SHA256 keyed by it over a label of
+//! its own and the node id (the idea of systemd's `sd_id128_get_machine_app_specific`): stable
+//! for one host and one node, different on another host, and neither the machine id nor a value
+//! that another enrolment of the same host shares ever leaves the host.
+//! - the *sent* fingerprint ([`fingerprint`]): plexd sends it with every authenticated request
+//!   (`Plexd-Host`), and the control plane binds the node to the first one it sees. It is
+//!   never written to disk: it is recomputed from the machine id at every start.
+//! - the *stored* fingerprint ([`stored_fingerprint`]): `host.json` in the state dir records it
+//!   for the host the node was enrolled on; every start recomputes it ([`check_or_bind`]).
+//!
+//! So a copy of the state dir on another host holds nothing that it could send as the
+//! original's `Plexd-Host`: even with the local check skipped or edited, the control plane sees
+//! another host's fingerprint and refuses (and records) the copy (`clone_refused`), which can
+//! then neither rotate the credential nor lock the original out.
+//!
+//! Upgrade: a `host.json` of version 1 (written by an older plexd) holds the sent fingerprint.
+//! A start that finds it matching this host rewrites it as version 2 with the stored one (the
+//! sent value is unchanged, so the control plane's binding stays valid); a version 1 file that
+//! does not match is a copy, as before.
 //!
 //! The machine id is read from `/etc/machine-id`, or the file `PLEXD_MACHINE_ID_FILE` names
 //! (for tests and containers whose machine id lives elsewhere). A missing, empty, malformed or
@@ -29,13 +41,17 @@ pub const DEFAULT_MACHINE_ID_FILE: &str = "/etc/machine-id";
 pub const MACHINE_ID_ENV: &str = "PLEXD_MACHINE_ID_FILE";
 /// The binding's file name inside the state dir.
 pub const HOST_FILE_NAME: &str = "host.json";
-/// The version of `host.json` this plexd writes and reads.
-pub const HOST_FILE_VERSION: u32 = 1;
+/// The version of `host.json` this plexd writes (it reads 1 and 2: see the module's upgrade).
+pub const HOST_FILE_VERSION: u32 = 2;
+/// The version of `host.json` whose fingerprint is the sent one (older plexd).
+pub const HOST_FILE_VERSION_SENT: u32 = 1;
 /// A machine id is 32 hex characters and a newline (machine-id(5)); more than this many bytes
 /// is not a machine-id file.
 pub const MAX_MACHINE_ID_FILE: u64 = 256;
-/// The HMAC's label: a fingerprint means nothing outside plexd's host binding.
+/// The sent fingerprint's HMAC label: a fingerprint means nothing outside plexd's host binding.
 const LABEL: &[u8] = b"plexd host binding v1\0";
+/// The stored fingerprint's HMAC label (`host.json` version 2).
+const STORED_LABEL: &[u8] = b"plexd host binding stored v2\0";
 
 /// The machine-id file this process reads.
 pub fn machine_id_file() -> PathBuf {
@@ -44,11 +60,20 @@ pub fn machine_id_file() -> PathBuf {
         .map_or_else(|| PathBuf::from(DEFAULT_MACHINE_ID_FILE), PathBuf::from)
 }
 
-/// The host's fingerprint for `node_id`.
+/// The host's fingerprint for `node_id` that plexd sends (`Plexd-Host`); never written down.
 pub fn fingerprint(machine_id: &MachineId, node_id: Uuid) -> HostFingerprint {
+    derive(machine_id, LABEL, node_id)
+}
+
+/// The host's fingerprint for `node_id` that `host.json` records; never sent.
+pub fn stored_fingerprint(machine_id: &MachineId, node_id: Uuid) -> HostFingerprint {
+    derive(machine_id, STORED_LABEL, node_id)
+}
+
+fn derive(machine_id: &MachineId, label: &[u8], node_id: Uuid) -> HostFingerprint {
     let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, machine_id.0.as_bytes());
     let mut ctx = ring::hmac::Context::with_key(&key);
-    ctx.update(LABEL);
+    ctx.update(label);
     ctx.update(node_id.as_bytes());
     let tag = ctx.sign();
     let mut out = [0u8; plexsphere_wire::host::FINGERPRINT_LEN];
@@ -108,7 +133,7 @@ pub struct HostBinding {
     pub version: u32,
     /// The node the binding is for (a binding left by an earlier enrolment is not this one's).
     pub node_id: Uuid,
-    /// The fingerprint, 64 hex.
+    /// The stored fingerprint, 64 hex (version 1: the sent one).
     pub fingerprint: String,
     #[serde(with = "time::serde::rfc3339")]
     pub bound_at: OffsetDateTime,
@@ -124,16 +149,36 @@ pub enum Check {
     Unbound,
     /// Bound to another host: the state dir was copied.
     Moved,
+    /// Bound to this host by an older plexd (version 1, the sent fingerprint on disk): rewrite
+    /// it as version 2.
+    Upgrade,
 }
 
-/// Compares the stored binding with this host's fingerprint for `node_id`. Pure.
-pub fn judge(stored: Option<&HostBinding>, node_id: Uuid, current: &HostFingerprint) -> Check {
+/// This host's two fingerprints for one node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fingerprints {
+    pub sent: HostFingerprint,
+    pub stored: HostFingerprint,
+}
+
+impl Fingerprints {
+    pub fn of(machine_id: &MachineId, node_id: Uuid) -> Self {
+        Self {
+            sent: fingerprint(machine_id, node_id),
+            stored: stored_fingerprint(machine_id, node_id),
+        }
+    }
+}
+
+/// Compares the stored binding with this host's fingerprints for `node_id`. Pure.
+pub fn judge(stored: Option<&HostBinding>, node_id: Uuid, current: &Fingerprints) -> Check {
     match stored {
         Some(b) if b.node_id == node_id => {
-            if HostFingerprint::parse(&b.fingerprint).ok().as_ref() == Some(current) {
-                Check::Same
-            } else {
-                Check::Moved
+            let on_disk = HostFingerprint::parse(&b.fingerprint).ok();
+            match b.version {
+                HOST_FILE_VERSION_SENT if on_disk == Some(current.sent) => Check::Upgrade,
+                HOST_FILE_VERSION if on_disk == Some(current.stored) => Check::Same,
+                _ => Check::Moved,
             }
         }
         _ => Check::Unbound,
@@ -188,25 +233,31 @@ pub fn check_or_bind(
     machine_id_file: &Path,
     now: OffsetDateTime,
 ) -> Result<HostFingerprint, HostError> {
-    let current = fingerprint(&MachineId::read(machine_id_file)?, node_id);
+    let current = Fingerprints::of(&MachineId::read(machine_id_file)?, node_id);
     let path = state_dir.join(HOST_FILE_NAME);
     let stored = load(&path)?;
     match judge(stored.as_ref(), node_id, &current) {
-        Check::Same => Ok(current),
+        Check::Same => Ok(current.sent),
+        Check::Upgrade => {
+            bind(&path, node_id, &current.stored, now)?;
+            tracing::info!(node_id = %node_id, path = %path.display(), "rewrote the host binding as version {HOST_FILE_VERSION} (it no longer holds the fingerprint plexd sends)");
+            Ok(current.sent)
+        }
         Check::Moved => Err(HostError::Cloned(clone_message(
             state_dir,
             node_id,
             NoticedBy::LocalCheck,
         ))),
         Check::Unbound => {
-            bind(&path, node_id, &current, now)?;
+            bind(&path, node_id, &current.stored, now)?;
             tracing::info!(node_id = %node_id, path = %path.display(), machine_id_file = %machine_id_file.display(), "bound this state directory to this host (its machine id); a copy of it on another host will refuse to run");
-            Ok(current)
+            Ok(current.sent)
         }
     }
 }
 
-/// Writes the binding for `node_id` (0600, atomically), replacing any other.
+/// Writes the binding for `node_id` with this host's stored fingerprint `fp` (0600,
+/// atomically), replacing any other.
 pub fn bind(
     path: &Path,
     node_id: Uuid,
@@ -239,9 +290,9 @@ pub fn load(path: &Path) -> Result<Option<HostBinding>, HostError> {
         reason,
     };
     let b: HostBinding = serde_json::from_str(&text).map_err(|e| corrupt(e.to_string()))?;
-    if b.version != HOST_FILE_VERSION {
+    if b.version != HOST_FILE_VERSION && b.version != HOST_FILE_VERSION_SENT {
         return Err(corrupt(format!(
-            "it has version {}; this plexd reads version {HOST_FILE_VERSION}",
+            "it has version {}; this plexd reads versions {HOST_FILE_VERSION_SENT} and {HOST_FILE_VERSION}",
             b.version
         )));
     }
@@ -315,23 +366,89 @@ mod tests {
     }
 
     #[test]
-    fn judge_tells_same_moved_and_unbound() {
-        let fp = fingerprint(&id(X), node(1));
-        let other = fingerprint(&id(Y), node(1));
-        let b = |n: u128, fp: &HostFingerprint| HostBinding {
-            version: 1,
+    fn judge_tells_same_moved_unbound_and_upgrade() {
+        let fp = Fingerprints::of(&id(X), node(1));
+        let other = Fingerprints::of(&id(Y), node(1));
+        let b = |v: u32, n: u128, fp: &HostFingerprint| HostBinding {
+            version: v,
             node_id: node(n),
             fingerprint: fp.to_hex(),
             bound_at: OffsetDateTime::UNIX_EPOCH,
         };
         assert_eq!(judge(None, node(1), &fp), Check::Unbound);
-        assert_eq!(judge(Some(&b(1, &fp)), node(1), &fp), Check::Same);
-        assert_eq!(judge(Some(&b(1, &other)), node(1), &fp), Check::Moved);
+        assert_eq!(judge(Some(&b(2, 1, &fp.stored)), node(1), &fp), Check::Same);
+        assert_eq!(
+            judge(Some(&b(2, 1, &other.stored)), node(1), &fp),
+            Check::Moved
+        );
+        // Version 2 holds the stored value: the sent one written there is not this host's.
+        assert_eq!(judge(Some(&b(2, 1, &fp.sent)), node(1), &fp), Check::Moved);
+        // Version 1 (an older plexd) holds the sent value: this host's is upgraded.
+        assert_eq!(
+            judge(Some(&b(1, 1, &fp.sent)), node(1), &fp),
+            Check::Upgrade
+        );
+        assert_eq!(
+            judge(Some(&b(1, 1, &other.sent)), node(1), &fp),
+            Check::Moved
+        );
         // A binding of an earlier enrolment (another node id) is replaced.
-        assert_eq!(judge(Some(&b(9, &other)), node(1), &fp), Check::Unbound);
-        let mut garbled = b(1, &fp);
+        assert_eq!(
+            judge(Some(&b(2, 9, &other.stored)), node(1), &fp),
+            Check::Unbound
+        );
+        let mut garbled = b(2, 1, &fp.stored);
         garbled.fingerprint = "zz".into();
         assert_eq!(judge(Some(&garbled), node(1), &fp), Check::Moved);
+    }
+
+    /// The attack of a copied state dir: read what it stores and send it as `Plexd-Host`.
+    /// Before version 2 the file held exactly the value sent.
+    #[test]
+    fn the_state_dir_never_holds_the_value_sent() {
+        let dir = tempfile::tempdir().unwrap();
+        let mx = dir.path().join("x");
+        std::fs::write(&mx, format!("{X}\n")).unwrap();
+        let sent = check_or_bind(dir.path(), node(1), &mx, OffsetDateTime::UNIX_EPOCH).unwrap();
+        assert_eq!(sent, fingerprint(&id(X), node(1)));
+        let text = std::fs::read_to_string(dir.path().join(HOST_FILE_NAME)).unwrap();
+        assert!(!text.contains(&sent.to_hex()), "{text}");
+    }
+
+    #[test]
+    fn a_version_1_binding_of_this_host_is_rewritten_and_keeps_the_sent_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mx, my) = (dir.path().join("x"), dir.path().join("y"));
+        std::fs::write(&mx, format!("{X}\n")).unwrap();
+        std::fs::write(&my, format!("{Y}\n")).unwrap();
+        let state = dir.path().join("s");
+        std::fs::create_dir(&state).unwrap();
+        let path = state.join(HOST_FILE_NAME);
+        let old = HostBinding {
+            version: 1,
+            node_id: node(1),
+            fingerprint: fingerprint(&id(X), node(1)).to_hex(),
+            bound_at: OffsetDateTime::UNIX_EPOCH,
+        };
+        std::fs::write(&path, serde_json::to_vec(&old).unwrap()).unwrap();
+        // Another host's copy of the old file is still a copy.
+        assert!(matches!(
+            check_or_bind(&state, node(1), &my, OffsetDateTime::UNIX_EPOCH),
+            Err(HostError::Cloned(_))
+        ));
+        let sent = check_or_bind(&state, node(1), &mx, OffsetDateTime::UNIX_EPOCH).unwrap();
+        assert_eq!(
+            sent.to_hex(),
+            old.fingerprint,
+            "the control plane's binding holds"
+        );
+        let now = load(&path).unwrap().unwrap();
+        assert_eq!(now.version, HOST_FILE_VERSION);
+        assert_ne!(now.fingerprint, old.fingerprint);
+        assert_eq!(
+            check_or_bind(&state, node(1), &mx, OffsetDateTime::UNIX_EPOCH).unwrap(),
+            sent
+        );
     }
 
     #[test]

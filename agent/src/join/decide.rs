@@ -92,6 +92,16 @@ pub fn refusal(
             "the API at {api_url} has no free mesh address for this node: {} (mesh_range_exhausted, HTTP {status}); ask an operator to free addresses or widen the range, then start plexd again",
             err.message
         ),
+        codes::PROOF_REQUIRED | codes::PROOF_INVALID => format!(
+            "the API at {api_url} refused this node's proof of its WireGuard key: {} ({}, HTTP {status}); check that this plexd ({}) matches the control plane's version, then start plexd again",
+            err.message,
+            err.code,
+            env!("CARGO_PKG_VERSION")
+        ),
+        codes::KEY_IN_USE | codes::KEY_PREFIX_IN_USE => format!(
+            "the API at {api_url} refused this node's WireGuard key: {} ({}, HTTP {status}); remove the key file in the state dir (a fresh key is made), then start plexd again",
+            err.message, err.code
+        ),
         _ if status >= 500 => format!(
             "the API at {api_url} failed: {} ({}, HTTP {status}); check the server's log, then start plexd again",
             err.message, err.code

@@ -2,7 +2,10 @@
 //!
 //! The order matters: the WireGuard key is saved before the API is called (so a crash after the
 //! server's commit can replay the token with the same key), the identity is saved before the
-//! token file is removed, and an enrolled node never needs a token again.
+//! token file is removed, and an enrolled node never needs a token again. Each attempt asks
+//! for a challenge (`POST /v1/register/challenge`) and proves the WireGuard private key with
+//! the registration, so the token and the public key alone (a fleet neighbour has both)
+//! register nothing.
 
 mod decide;
 pub mod result;
@@ -103,7 +106,10 @@ pub async fn join(s: &JoinSettings) -> Result<Joined, Failure> {
             .resource_handle
             .as_ref()
             .map(|h| h.as_str().to_owned()),
+        nonce: None,
+        proof: None,
     };
+    let secret = key.secret().to_bytes();
 
     let started = Instant::now();
     let mut attempts = 0u32;
@@ -112,7 +118,7 @@ pub async fn join(s: &JoinSettings) -> Result<Joined, Failure> {
     let response = loop {
         attempts += 1;
         tracing::info!(api_url = %api_url, attempt = attempts, hostname = %request.hostname, "registering with the control plane");
-        let answer = match client.register(&request).await {
+        let answer = match client.register(&request, &secret).await {
             Ok(answer) => answer,
             // The network may not be up yet (cloud-init, early boot): retried within
             // --max-wait. A certificate the trust refuses, or a bad answer, is not.
@@ -191,7 +197,7 @@ pub async fn join(s: &JoinSettings) -> Result<Joined, Failure> {
     host::bind(
         &s.state.dir.join(host::HOST_FILE_NAME),
         id.node_id,
-        &host::fingerprint(&machine_id, id.node_id),
+        &host::stored_fingerprint(&machine_id, id.node_id),
         OffsetDateTime::now_utc(),
     )?;
     if let Err(e) = std::fs::remove_file(&s.token_file) {

@@ -180,6 +180,22 @@ impl Req {
     }
 }
 
+/// The fake control plane's X25519 proof secret.
+pub const SERVER_PROOF_SECRET: [u8; 32] = [3; 32];
+
+/// The answer of a fake `POST /v1/register/challenge` (the key of [`SERVER_PROOF_SECRET`], a
+/// fixed nonce).
+pub fn challenge() -> String {
+    use base64::Engine as _;
+    let server = plexsphere_wire::reach::public_key(&SERVER_PROOF_SECRET);
+    serde_json::json!({
+        "server_public_key": base64::engine::general_purpose::STANDARD.encode(server),
+        "nonce": "4102444800.r.t",
+        "expires_at": 4_102_444_800_i64,
+    })
+    .to_string()
+}
+
 pub type Handler = Arc<dyn Fn(&Req) -> Answer + Send + Sync>;
 
 /// A real TLS server (rustls over std TcpStream) answering every request with `answer`.
@@ -193,8 +209,18 @@ pub struct TlsServer {
 }
 
 impl TlsServer {
+    /// Every registration asks for a challenge first: that path gets [`CHALLENGE`].
     pub fn start(pki: &TestPki, answer: Answer) -> Self {
-        Self::start_with(pki, Arc::new(move |_: &Req| answer.clone()))
+        Self::start_with(
+            pki,
+            Arc::new(move |req: &Req| {
+                if req.path == plexsphere_wire::proof::REGISTER_CHALLENGE_PATH {
+                    Answer::json(200, &challenge())
+                } else {
+                    answer.clone()
+                }
+            }),
+        )
     }
 
     /// A server that answers each request with what `handler` says (one thread per connection).
@@ -227,7 +253,10 @@ impl TlsServer {
                 std::thread::spawn(move || {
                     let mut tls = rustls::StreamOwned::new(conn, tcp);
                     if let Some(req) = read_request(&mut tls) {
-                        seen.lock().unwrap().push(req.body.clone());
+                        // A registration's challenge is not counted among the bodies.
+                        if req.path != plexsphere_wire::proof::REGISTER_CHALLENGE_PATH {
+                            seen.lock().unwrap().push(req.body.clone());
+                        }
                         seen_lines
                             .lock()
                             .unwrap()

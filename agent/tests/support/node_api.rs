@@ -90,7 +90,9 @@ pub fn control_plane(state: SignedEnvelope, events: String) -> Handler {
     let state_json = serde_json::to_string(&state).unwrap();
     Arc::new(move |req: &Req| {
         let p = req.path.as_str();
-        if p == "/v1/register" {
+        if p == plexsphere_wire::proof::REGISTER_CHALLENGE_PATH {
+            Answer::json(200, &super::challenge())
+        } else if p == "/v1/register" {
             Answer::json(201, &registered())
         } else if p.ends_with("/heartbeat") {
             Answer::json(

@@ -5,7 +5,6 @@
 
 mod common;
 
-use base64::Engine as _;
 use common::*;
 use serde_json::{Value, json};
 
@@ -17,11 +16,10 @@ fn field<'a>(text: &'a str, label: &str) -> Option<&'a str> {
 
 /// Registers a node with `token` as `hostname`, optionally with a resource handle.
 async fn register(srv: &Server, token: &str, n: u8, hostname: &str, handle: Option<&str>) -> Value {
-    let mut key = [9u8; 32];
-    key[0] = n;
+    let mut secret = [9u8; 32];
+    secret[1] = n; // not byte 0: X25519 clears its low 3 bits
     let mut body = json!({
         "bootstrap_token": token,
-        "wireguard_public_key": base64::engine::general_purpose::STANDARD.encode(key),
         "hostname": hostname,
         "arch": "amd64",
         "plexd_version": "0.1.0",
@@ -29,6 +27,7 @@ async fn register(srv: &Server, token: &str, n: u8, hostname: &str, handle: Opti
     if let Some(h) = handle {
         body["resource_handle"] = h.into();
     }
+    let body = srv.proved(body, secret).await;
     let r = srv
         .client
         .post(format!("{}/v1/register", srv.base))

@@ -50,6 +50,10 @@ pub fn classify(e: &Error) -> (StatusCode, &'static str) {
         Error::InsufficientScope(_) => (StatusCode::FORBIDDEN, codes::INSUFFICIENT_SCOPE),
         Error::NodeRevoked => (StatusCode::FORBIDDEN, codes::NODE_REVOKED),
         Error::CloneRefused(_) => (StatusCode::CONFLICT, codes::CLONE_REFUSED),
+        Error::ProofRequired(_) => (StatusCode::UNPROCESSABLE_ENTITY, codes::PROOF_REQUIRED),
+        Error::ProofInvalid(_) => (StatusCode::FORBIDDEN, codes::PROOF_INVALID),
+        Error::KeyInUse(_) => (StatusCode::CONFLICT, codes::KEY_IN_USE),
+        Error::KeyPrefixInUse(_) => (StatusCode::CONFLICT, codes::KEY_PREFIX_IN_USE),
         Error::NotFound(_) => (StatusCode::NOT_FOUND, codes::NOT_FOUND),
         Error::Conflict(_) => (StatusCode::CONFLICT, codes::CONFLICT),
         Error::Store(s) if s.is_unreachable() => {

@@ -338,3 +338,27 @@ impl FromRequestParts<Arc<AppState>> for RegisterBudget {
         }
     }
 }
+
+/// Takes one request from the client's budget of registration challenges (the same limit as
+/// registrations, a bucket of its own), or refuses with 429.
+pub struct RegisterChallengeBudget;
+
+impl FromRequestParts<Arc<AppState>> for RegisterChallengeBudget {
+    type Rejection = Error;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Self, Error> {
+        let client = request_client(parts, state);
+        let decision = state
+            .register_challenge_limiter
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .check(client_key(client), Instant::now());
+        match decision {
+            Decision::Allow => Ok(RegisterChallengeBudget),
+            Decision::Limited { retry_after } => {
+                tracing::warn!(client = %client, "registration challenge rate limit reached");
+                Err(Error::RateLimited(Decision::retry_after_secs(retry_after)))
+            }
+        }
+    }
+}

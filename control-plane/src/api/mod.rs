@@ -40,6 +40,7 @@ fn routes() -> Routes {
     Routes::default()
         .add(Get, "/v1/version", Public, public::version)
         .add(Get, "/v1/ca.crt", Public, public::ca_cert)
+        .add(Post, plexsphere_wire::proof::REGISTER_CHALLENGE_PATH, Public, public::register_challenge)
         .add(Post, plexsphere_wire::REGISTER_PATH, Public, public::register)
         .add(Get, "/v1/domains", READ, operator::list_domains)
         .add(Get, "/v1/projects", READ, operator::list_projects)

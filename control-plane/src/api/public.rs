@@ -7,10 +7,11 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use plexsphere_wire::admin::VersionInfo;
+use plexsphere_wire::proof::{Challenge, RegisterChallengeRequest};
 use plexsphere_wire::register::MAX_REGISTER_BODY;
 use plexsphere_wire::{RegisterRequest, RegisterResponse};
 
-use super::extract::{ApiJson, RegisterBudget};
+use super::extract::{ApiJson, RegisterBudget, RegisterChallengeBudget};
 use super::state::AppState;
 use crate::error::Error;
 use crate::register::Registrar;
@@ -27,6 +28,22 @@ pub async fn ca_cert(State(st): State<Arc<AppState>>) -> Result<Response, Error>
         Error::NotFound("this server was not started with a CA it knows (only `plexsphere dev` serves its lab CA)".into())
     })?;
     Ok(([(header::CONTENT_TYPE, "application/x-pem-file")], pem).into_response())
+}
+
+/// `POST /v1/register/challenge`: the nonce and key a registration's proof is made with.
+pub async fn register_challenge(
+    State(st): State<Arc<AppState>>,
+    _budget: RegisterChallengeBudget,
+    ApiJson(req): ApiJson<RegisterChallengeRequest, MAX_REGISTER_BODY>,
+) -> Result<Json<Challenge>, Error> {
+    let registrar = Registrar {
+        store: &st.store,
+        keys: &st.keys,
+        bus: st.bus.as_ref(),
+        intervals: st.config.intervals,
+    };
+    let now = crate::store::unix(st.now());
+    Ok(Json(registrar.challenge(&req, now).await?))
 }
 
 pub async fn register(

@@ -9,6 +9,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
 use plexsphere_wire::node::MAX_NODE_BODY;
+use plexsphere_wire::proof::CredentialRotation;
 use plexsphere_wire::rotation::{CredentialRotated, KeyChallenge, KeyRotated, KeyRotation};
 
 use super::extract::{ApiJson, NodeAuth, Operator, UuidPath};
@@ -39,9 +40,10 @@ pub async fn rotate_key(
 pub async fn rotate_credential(
     State(st): State<Arc<AppState>>,
     NodeAuth { node }: NodeAuth,
+    ApiJson(req): ApiJson<CredentialRotation, MAX_NODE_BODY>,
 ) -> Result<Json<CredentialRotated>, Error> {
     let now = store::unix(st.now());
-    let cred = st.node_ops().rotate_credential(&node, now).await?;
+    let cred = st.node_ops().rotate_credential(&node, &req, now).await?;
     Ok(Json(CredentialRotated {
         node_credential: cred.expose(),
     }))

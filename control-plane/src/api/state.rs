@@ -107,6 +107,9 @@ pub struct AppState {
     pub keys: Keyring,
     pub config: ApiConfig,
     pub register_limiter: Mutex<RateLimiter>,
+    /// `POST /v1/register/challenge`'s budgets per client (the registration's limit, a bucket
+    /// of its own: a join takes one of each).
+    pub register_challenge_limiter: Mutex<RateLimiter>,
     /// The node routes' budgets, per node id.
     pub node_limiter: Mutex<RateLimiter<uuid::Uuid>>,
     /// Whether this replica runs the broker's reconcile loop and maintenance (`leader`).
@@ -142,6 +145,7 @@ impl AppState {
             keys: Keyring::with_data_dir_kek(store.clone(), data_dir),
             store,
             register_limiter: Mutex::new(RateLimiter::new(config.register_rate_limit)),
+            register_challenge_limiter: Mutex::new(RateLimiter::new(config.register_rate_limit)),
             node_limiter: Mutex::new(RateLimiter::new(config.node_rate_limit.0)),
             leadership: Arc::new(crate::leader::Leadership::single()),
             config,

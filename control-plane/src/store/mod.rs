@@ -203,6 +203,13 @@ pub fn migrator() -> Migrator {
             include_str!("../../migrations/0015_domain_key_rotation.sql").into_sql_str(),
             false,
         ),
+        Migration::new(
+            16,
+            Cow::Borrowed("unique key prefix"),
+            MigrationType::Simple,
+            include_str!("../../migrations/0016_key_prefix.sql").into_sql_str(),
+            false,
+        ),
     ];
     Migrator::with_migrations(migrations)
 }

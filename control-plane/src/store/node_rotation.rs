@@ -59,13 +59,14 @@ pub async fn set_key(
     now: i64,
 ) -> Result<bool, StoreError> {
     let done = sqlx::query(
-        "UPDATE nodes SET wireguard_public_key = $1, key_rotated_at = $2, rotate_key_requested_at = NULL \
+        "UPDATE nodes SET wireguard_public_key = $1, key_rotated_at = $2, rotate_key_requested_at = NULL, key_prefix = $5 \
          WHERE id = $3 AND wireguard_public_key = $4 AND revoked_at IS NULL",
     )
     .bind(new.to_owned())
     .bind(now)
     .bind(id.to_string())
     .bind(old.to_owned())
+    .bind(super::key_prefix_of(new))
     .execute(&mut *conn)
     .await?;
     Ok(done.rows_affected() == 1)

@@ -206,8 +206,8 @@ fn opt_col<T: TryFrom<i64>>(
 
 pub async fn insert(conn: &mut AnyConnection, n: &NodeRow) -> Result<(), StoreError> {
     sqlx::query(
-        "INSERT INTO nodes (id, domain_id, project_id, hostname, arch, plexd_version, mesh_ip, wireguard_public_key, resource_handle, credential_sha256, registered_at, last_seen_at, revoked_at, bootstrap_token_id, ephemeral_offline_secs) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+        "INSERT INTO nodes (id, domain_id, project_id, hostname, arch, plexd_version, mesh_ip, wireguard_public_key, resource_handle, credential_sha256, registered_at, last_seen_at, revoked_at, bootstrap_token_id, ephemeral_offline_secs, key_prefix) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
     )
     .bind(n.id.to_string())
     .bind(n.domain_id.to_string())
@@ -224,9 +224,43 @@ pub async fn insert(conn: &mut AnyConnection, n: &NodeRow) -> Result<(), StoreEr
     .bind(n.revoked_at)
     .bind(n.origin.bootstrap_token_id.clone())
     .bind(n.origin.ephemeral_offline_secs.map(sat_i64))
+    .bind(key_prefix_of(&n.wireguard_public_key))
     .execute(&mut *conn)
     .await?;
     Ok(())
+}
+
+/// `nodes.key_prefix` of a key in standard base64: its first 8 bytes
+/// (`plexsphere_wire::proof::key_prefix`); `None` for a text that is no key.
+pub fn key_prefix_of(key: &str) -> Option<String> {
+    plexsphere_wire::rotation::key_bytes(key).map(|k| plexsphere_wire::proof::key_prefix(&k))
+}
+
+/// A live node of `domain` other than `except` whose key is `key` or shares its first 8
+/// bytes: its id and key (the exact key first).
+pub async fn key_clash(
+    conn: &mut AnyConnection,
+    domain: Uuid,
+    key: &str,
+    except: Option<Uuid>,
+) -> Result<Option<(Uuid, String)>, StoreError> {
+    let row = sqlx::query(
+        "SELECT id, wireguard_public_key FROM nodes \
+         WHERE domain_id = $1 AND revoked_at IS NULL AND id <> $2 \
+         AND (wireguard_public_key = $3 OR key_prefix = $4) \
+         ORDER BY CASE WHEN wireguard_public_key = $3 THEN 0 ELSE 1 END, registered_at LIMIT 1",
+    )
+    .bind(domain.to_string())
+    .bind(except.map_or_else(String::new, |e| e.to_string()))
+    .bind(key.to_owned())
+    .bind(key_prefix_of(key))
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let id = parse_col("nodes.id", &row.try_get::<String, _>("id")?)?;
+    Ok(Some((id, row.try_get("wireguard_public_key")?)))
 }
 
 /// The node `token_id` made for this WireGuard key, if any (the replay rule's lookup).

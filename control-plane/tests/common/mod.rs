@@ -9,14 +9,13 @@ pub mod nodes;
 pub mod operators;
 pub mod postgres;
 pub mod process;
+pub mod prove;
 pub mod replica;
 
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use ipnet::IpNet;
 use plexsphere::api::{self, ApiConfig, AppState, EventConfig};
 use plexsphere::broker::BrokerConfig;
@@ -257,6 +256,16 @@ impl TestServer {
         body: &Value,
         xff: Option<&str>,
     ) -> (StatusCode, Option<String>, Value) {
+        let body = prove::prove_body(&self.client, &self.base, body).await;
+        self.register_unproved(&body, xff).await
+    }
+
+    /// POSTs a registration body as it is (no challenge, no proof added).
+    pub async fn register_unproved(
+        &self,
+        body: &Value,
+        xff: Option<&str>,
+    ) -> (StatusCode, Option<String>, Value) {
         let mut req = self.client.post(self.url("/v1/register")).json(body);
         if let Some(x) = xff {
             req = req.header("x-forwarded-for", x);
@@ -276,12 +285,9 @@ impl TestServer {
     }
 }
 
-/// A distinct, valid WireGuard public key per number.
+/// A distinct, valid WireGuard public key per number (of the secret [`prove::wg_secret`]).
 pub fn wg_key(n: u32) -> String {
-    let mut k = [0u8; 32];
-    k[..4].copy_from_slice(&n.to_be_bytes());
-    k[31] = 0x5a;
-    STANDARD.encode(k)
+    prove::remember(prove::wg_secret(n))
 }
 
 pub fn register_body(token: &str, key: &str) -> Value {

@@ -200,10 +200,13 @@ impl DevProcess {
     /// One registration with token `token` and key number `n`, bounded by `limit`: answers
     /// the status and body, or None when no answer came in time (a hang).
     pub async fn register(&self, token: &str, n: u32, limit: Duration) -> Option<(u16, Value)> {
+        let body = register_body(token, &wg_key(n));
+        let prove = super::prove::prove_body(&self.client, &self.base, &body);
+        let body = tokio::time::timeout(limit, prove).await.ok()?;
         let send = self
             .client
             .post(self.url("/v1/register"))
-            .json(&register_body(token, &wg_key(n)))
+            .json(&body)
             .send();
         let r = tokio::time::timeout(limit, send).await.ok()?.ok()?;
         let status = r.status().as_u16();

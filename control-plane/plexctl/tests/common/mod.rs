@@ -5,7 +5,6 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use base64::Engine as _;
 use plexsphere::api::{self, ApiConfig, AppState};
 use plexsphere::server::{self, Transport};
 use plexsphere::store::Store;
@@ -134,6 +133,33 @@ impl Server {
         stdout
     }
 
+    /// A registration `body` (its token set) with the key of `secret` and the proof of it over
+    /// a fresh challenge (`POST /v1/register/challenge`).
+    pub async fn proved(&self, mut body: Value, secret: [u8; 32]) -> Value {
+        use base64::Engine as _;
+        let token = body["bootstrap_token"].as_str().unwrap().to_owned();
+        let c: plexsphere_wire::proof::Challenge = self
+            .client
+            .post(format!("{}/v1/register/challenge", self.base))
+            .json(&json!({ "bootstrap_token": token }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let server = plexsphere_wire::rotation::key_bytes(&c.server_public_key).unwrap();
+        let id = plexsphere_wire::secret::BootstrapToken::parse(&token)
+            .unwrap()
+            .id;
+        let key = plexsphere_wire::reach::public_key(&secret);
+        body["wireguard_public_key"] = base64::engine::general_purpose::STANDARD.encode(key).into();
+        body["proof"] =
+            plexsphere_wire::proof::prove_register(&secret, &server, &id, &c.nonce).into();
+        body["nonce"] = c.nonce.into();
+        body
+    }
+
     /// A node registered with a token plexctl issued.
     pub async fn enrol(&self, n: u8) -> RegisterResponse {
         let issued: Value = serde_json::from_str(
@@ -151,15 +177,19 @@ impl Server {
                 .await,
         )
         .unwrap();
-        let mut key = [7u8; 32];
-        key[0] = n;
-        let body = json!({
-            "bootstrap_token": issued["token"],
-            "wireguard_public_key": base64::engine::general_purpose::STANDARD.encode(key),
-            "hostname": format!("node-{n}"),
-            "arch": "amd64",
-            "plexd_version": "0.1.0",
-        });
+        let mut secret = [7u8; 32];
+        secret[1] = n; // not byte 0: X25519 clears its low 3 bits
+        let body = self
+            .proved(
+                json!({
+                    "bootstrap_token": issued["token"],
+                    "hostname": format!("node-{n}"),
+                    "arch": "amd64",
+                    "plexd_version": "0.1.0",
+                }),
+                secret,
+            )
+            .await;
         let r = self
             .client
             .post(format!("{}/v1/register", self.base))

@@ -1,0 +1,190 @@
+//! Proof of possession at registration (`plexsphere_wire::proof` has the protocol).
+//!
+//! `POST /v1/register/challenge` takes the bootstrap token, checks it is a known node token of
+//! a live project, and answers the Domain's X25519 proof key (the one key rotation uses) and a
+//! stateless nonce: `<expires>.<random>.<tag>`, the tag a MAC under the Domain's registration
+//! nonce key over the token id, the expiry and the random part. Nothing is stored: any replica
+//! checks it. `POST /v1/register` then needs the nonce and the proof made with the WireGuard
+//! private key of the key it registers; without them it is refused (`proof_required`, an older
+//! plexd: upgrade), with a wrong one or an expired nonce too (`proof_invalid`).
+//!
+//! So a bootstrap token alone (a reusable one sits in every machine's user data) and a node's
+//! public key (every peer has it) no longer register that key, nor replay that node's
+//! registration.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use plexsphere_wire::RegisterRequest;
+use plexsphere_wire::proof::{Challenge, RegisterChallengeRequest, verify_register};
+use plexsphere_wire::rotation::CHALLENGE_TTL_SECS;
+use plexsphere_wire::secret::{BootstrapToken, SecretPart, TokenKind, constant_time_eq, sha256};
+use plexsphere_wire::signed::{DomainSigner, SignContext};
+
+use std::sync::Arc;
+
+use crate::error::Error;
+use crate::keys::KeySet;
+use crate::register::Registrar;
+use crate::store::{self, tokens};
+
+/// The label the registration nonce key is derived with (distinct from key rotation's).
+const NONCE_LABEL: &[u8] = b"plexsphere registration nonce v1";
+
+/// What `POST /v1/register` tells a plexd that sent no proof.
+pub const UPGRADE: &str = "this control plane requires a proof of the node's WireGuard private key at registration (nonce and proof from POST /v1/register/challenge), and this plexd sent none: it is too old; upgrade plexd to this control plane's version and run plexd join again";
+
+struct Secrets {
+    x25519: [u8; 32],
+    nonce_key: [u8; 32],
+}
+
+fn secrets(signer: &DomainSigner) -> Secrets {
+    Secrets {
+        x25519: crate::node_rotation::secrets(signer).x25519,
+        nonce_key: sha256(&signer.sign_bytes(SignContext::KeyDerivation, NONCE_LABEL)),
+    }
+}
+
+fn tag(s: &Secrets, token_id: &str, expires: i64, random: &str) -> String {
+    let mut buf = Vec::new();
+    buf.extend_from_slice(&s.nonce_key);
+    buf.extend_from_slice(
+        &u32::try_from(token_id.len())
+            .unwrap_or(u32::MAX)
+            .to_be_bytes(),
+    );
+    buf.extend_from_slice(token_id.as_bytes());
+    buf.extend_from_slice(&expires.to_be_bytes());
+    buf.extend_from_slice(random.as_bytes());
+    hex::encode(&sha256(&buf)[..16])
+}
+
+fn nonce(s: &Secrets, token_id: &str, expires: i64, random: &str) -> String {
+    format!("{expires}.{random}.{}", tag(s, token_id, expires, random))
+}
+
+/// Whether `text` is a nonce this Domain issued for `token_id` that has not expired at `now`.
+fn nonce_ok(s: &Secrets, token_id: &str, text: &str, now: i64) -> bool {
+    let mut parts = text.splitn(3, '.');
+    let (Some(exp), Some(random), Some(given)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    let Ok(expires) = exp.parse::<i64>() else {
+        return false;
+    };
+    now <= expires
+        && expires <= now.saturating_add(CHALLENGE_TTL_SECS)
+        && constant_time_eq(
+            tag(s, token_id, expires, random).as_bytes(),
+            given.as_bytes(),
+        )
+}
+
+/// The signers a registration's proof at `now` may be made under: the Domain's current one
+/// (the challenge's) and, for a challenge answered just before a signing-key generation became
+/// current, the one that was current [`CHALLENGE_TTL_SECS`] ago.
+pub fn proof_signers(keys: &KeySet, now: i64) -> Vec<Arc<DomainSigner>> {
+    let current = keys.current(now);
+    let before = keys.current(now.saturating_sub(CHALLENGE_TTL_SECS));
+    let mut out = vec![current.signer.clone()];
+    if before.generation != current.generation {
+        out.push(before.signer.clone());
+    }
+    out
+}
+
+/// Checks a registration's proof for its key against the token `token_id` at `now`, under any
+/// of `signers` ([`proof_signers`]).
+pub fn check(
+    signers: &[Arc<DomainSigner>],
+    req: &RegisterRequest,
+    token_id: &str,
+    now: i64,
+) -> Result<(), Error> {
+    let (Some(nonce), Some(proof)) = (req.nonce.as_deref(), req.proof.as_deref()) else {
+        return Err(Error::ProofRequired(UPGRADE.into()));
+    };
+    let key = plexsphere_wire::rotation::key_bytes(&req.wireguard_public_key).ok_or_else(|| {
+        Error::Invalid("wireguard_public_key must be the standard base64 of 32 bytes".into())
+    })?;
+    // The nonce says which signer made it: its tag checks under that one only.
+    let Some(s) = signers
+        .iter()
+        .map(|signer| secrets(signer))
+        .find(|s| nonce_ok(s, token_id, nonce, now))
+    else {
+        tracing::warn!(token_id, "registration refused: unknown or expired nonce");
+        return Err(Error::ProofInvalid(
+            "the registration's nonce is unknown, expired or for another token; ask for a fresh one (POST /v1/register/challenge) and register again".into(),
+        ));
+    };
+    if !verify_register(&s.x25519, &key, token_id, nonce, proof) {
+        tracing::warn!(token_id, key = %req.wireguard_public_key, "registration refused: the proof of possession does not match the key");
+        return Err(Error::ProofInvalid(
+            "the proof of possession does not match wireguard_public_key: the request was not made by the holder of its private key".into(),
+        ));
+    }
+    Ok(())
+}
+
+impl Registrar<'_> {
+    /// `POST /v1/register/challenge`: a nonce for a registration with this token.
+    pub async fn challenge(
+        &self,
+        req: &RegisterChallengeRequest,
+        now: i64,
+    ) -> Result<Challenge, Error> {
+        let token = BootstrapToken::parse(&req.bootstrap_token).map_err(|_| Error::TokenUnknown)?;
+        let row = {
+            let mut conn = self.store.acquire().await?;
+            tokens::get(&mut conn, &token.id)
+                .await?
+                .ok_or(Error::TokenUnknown)?
+        };
+        if !store::secret_matches(&token.secret, &row.secret_sha256) {
+            return Err(Error::TokenUnknown);
+        }
+        if row.kind != TokenKind::Node.as_str() || token.kind != TokenKind::Node {
+            return Err(Error::TokenKindMismatch);
+        }
+        if row.revoked_at.is_some() {
+            return Err(Error::TokenRevoked);
+        }
+        let keys = self.domain_keys(row.project_id).await?;
+        let s = secrets(&keys.current(now).signer);
+        let random = SecretPart::generate()
+            .map_err(|e| Error::Internal(format!("cannot draw a nonce: {e}")))?;
+        let expires_at = now.saturating_add(CHALLENGE_TTL_SECS);
+        Ok(Challenge {
+            server_public_key: STANDARD.encode(plexsphere_wire::reach::public_key(&s.x25519)),
+            nonce: nonce(&s, &row.id, expires_at, random.expose()),
+            expires_at,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nonces_are_bound_to_token_and_time() {
+        let s = Secrets {
+            x25519: [1; 32],
+            nonce_key: [2; 32],
+        };
+        let n = nonce(&s, "tok", 1300, "r");
+        assert!(nonce_ok(&s, "tok", &n, 1000));
+        assert!(nonce_ok(&s, "tok", &n, 1300));
+        assert!(!nonce_ok(&s, "tok", &n, 1301), "expired");
+        assert!(!nonce_ok(&s, "tok2", &n, 1000), "other token");
+        assert!(!nonce_ok(&s, "tok", &n, 900), "expiry further than the TTL");
+        assert!(!nonce_ok(&s, "tok", &n.replace(".r.", ".x."), 1000));
+        assert!(!nonce_ok(&s, "tok", "1300.r", 1000));
+        let other = Secrets {
+            x25519: [1; 32],
+            nonce_key: [3; 32],
+        };
+        assert!(!nonce_ok(&other, "tok", &n, 1000), "another Domain's nonce");
+    }
+}
