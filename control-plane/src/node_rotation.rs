@@ -36,7 +36,6 @@ pub use plexsphere_wire::rotation::MIN_ROTATION_GAP_SECS;
 /// How long the old credential keeps working after the new one was first used, in seconds.
 pub const CREDENTIAL_GRACE_SECS: i64 = 30;
 
-const SECRET_LABEL: &[u8] = b"plexsphere key-rotation secret v1";
 const NONCE_LABEL: &[u8] = b"plexsphere key-rotation nonce v1";
 
 /// The Domain's proof secret (X25519) and nonce key.
@@ -48,7 +47,7 @@ pub(crate) struct Secrets {
 pub(crate) fn secrets(signer: &DomainSigner) -> Secrets {
     let derive = |label: &[u8]| sha256(&signer.sign_bytes(SignContext::KeyDerivation, label));
     Secrets {
-        x25519: derive(SECRET_LABEL),
+        x25519: crate::key_proof::proof_secret(signer),
         nonce_key: derive(NONCE_LABEL),
     }
 }
@@ -219,7 +218,7 @@ impl NodeOps<'_> {
                 "another node has this WireGuard key; generate a fresh key pair".into(),
             ));
         }
-        crate::register::key_unique(&mut tx, row.domain_id, new, Some(id)).await?;
+        crate::key_proof::key_unique(&mut tx, row.domain_id, new, Some(id)).await?;
         let swapped = match rot::set_key(&mut tx, id, old, new, now).await {
             Ok(done) => done,
             // Another writer took a key with this prefix between the check and the update.

@@ -6,7 +6,7 @@
 //! callers racing on a token, only as many as it has uses left change the row; a loser
 //! re-reads and lands on the replay rule or finds the token used up. Every registration proves
 //! the WireGuard private key of its key over a nonce bound to the token
-//! ([`crate::register_proof`]). A replay (same token, same WireGuard key, a fresh proof, within
+//! ([`crate::key_proof`]). A replay (same token, same WireGuard key, a fresh proof, within
 //! [`REPLAY_WINDOW_SECS`] of the node's registration, node never authenticated) gets the same
 //! node and a fresh credential, and takes no use; once the node authenticated, never. A live
 //! node's key and its first 8 bytes are unique in a Domain: a clash is refused with 409
@@ -19,6 +19,7 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use ipnet::IpNet;
+use plexsphere_wire::proof::{Challenge, RegisterChallengeRequest};
 use plexsphere_wire::secret::{BootstrapToken, NodeCredential, TokenKind};
 use plexsphere_wire::{Intervals, RegisterRequest, RegisterResponse};
 use time::OffsetDateTime;
@@ -176,8 +177,8 @@ impl Registrar<'_> {
             };
             let verdict = judge(&row, &token, req.project_id, now, made)?;
             let keys = self.domain_keys(row.project_id).await?;
-            crate::register_proof::check(
-                &crate::register_proof::proof_signers(&keys, now),
+            crate::key_proof::check(
+                &crate::key_proof::proof_signers(&keys, now),
                 req,
                 &row.id,
                 now,
@@ -253,7 +254,7 @@ impl Registrar<'_> {
                 (domain.mesh_cidr, reserved)
             }
         };
-        key_unique(&mut tx, domain.id, &req.wireguard_public_key, None).await?;
+        crate::key_proof::key_unique(&mut tx, domain.id, &req.wireguard_public_key, None).await?;
         let mesh_ip = mesh_ips::allocate(&mut tx, domain.id, range, &reserved)
             .await?
             .ok_or(Error::MeshRangeExhausted(range))?;
@@ -360,28 +361,33 @@ impl Registrar<'_> {
     }
 }
 
-/// Refuses a key that another live node of `domain` (not `except`) has, or whose first 8
-/// bytes another live node's key has (409, naming that node). The unique index on
-/// `(domain_id, key_prefix)` among live nodes backs this up when two writers race.
-pub async fn key_unique(
-    conn: &mut sqlx::AnyConnection,
-    domain: Uuid,
-    key: &str,
-    except: Option<Uuid>,
-) -> Result<(), Error> {
-    let Some((other, other_key)) = nodes::key_clash(conn, domain, key, except).await? else {
-        return Ok(());
-    };
-    tracing::warn!(domain_id = %domain, key, other_node = %other, "refused a WireGuard key that clashes with another live node's");
-    Err(if other_key == key {
-        Error::KeyInUse(format!(
-            "node {other} of this Domain already has this WireGuard public key; a key names one node: generate a fresh key pair (remove the state dir's wireguard.key) and try again"
-        ))
-    } else {
-        Error::KeyPrefixInUse(format!(
-            "node {other} of this Domain has a WireGuard public key with the same first 8 bytes (relay frames name nodes by them); generate a fresh key pair (remove the state dir's wireguard.key) and try again"
-        ))
-    })
+impl Registrar<'_> {
+    /// `POST /v1/register/challenge`: a nonce for a registration with this token
+    /// ([`crate::key_proof`]).
+    pub async fn challenge(
+        &self,
+        req: &RegisterChallengeRequest,
+        now: i64,
+    ) -> Result<Challenge, Error> {
+        let token = BootstrapToken::parse(&req.bootstrap_token).map_err(|_| Error::TokenUnknown)?;
+        let row = {
+            let mut conn = self.store.acquire().await?;
+            tokens::get(&mut conn, &token.id)
+                .await?
+                .ok_or(Error::TokenUnknown)?
+        };
+        if !store::secret_matches(&token.secret, &row.secret_sha256) {
+            return Err(Error::TokenUnknown);
+        }
+        if row.kind != TokenKind::Node.as_str() || token.kind != TokenKind::Node {
+            return Err(Error::TokenKindMismatch);
+        }
+        if row.revoked_at.is_some() {
+            return Err(Error::TokenRevoked);
+        }
+        let keys = self.domain_keys(row.project_id).await?;
+        crate::key_proof::challenge(&keys.current(now).signer, &row.id, now)
+    }
 }
 
 impl Error {

@@ -168,6 +168,12 @@ pub fn key_prefix(key: &[u8; 32]) -> String {
     STANDARD_NO_PAD.encode(&key[..KEY_PREFIX_LEN])
 }
 
+/// [`key_prefix`] of a key in standard base64 (as `wg pubkey` prints it); `None` for a text
+/// that is no key.
+pub fn key_prefix_of(key: &str) -> Option<String> {
+    crate::rotation::key_bytes(key).map(|k| key_prefix(&k))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,7 +25,8 @@
 
 use ipnet::IpNet;
 use plexsphere_wire::node::{NatReport, RelaySpec};
-use plexsphere_wire::reach::disco::{self, TxId};
+use plexsphere_wire::reach::DecodeError;
+use plexsphere_wire::reach::disco::{self, Message, TxId};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
@@ -258,6 +259,75 @@ impl Engine {
             reflexive: own.reflexive,
             home_relay: own.home_relay,
             nat: own.nat,
+        }
+    }
+}
+
+impl Engine {
+    /// The wanted peer a datagram is from and what it says, once per stamp; anything else is
+    /// dropped and counted. A relayed datagram must be sealed by the relay's source.
+    pub(super) fn open(
+        &mut self,
+        src: Option<PeerKey>,
+        datagram: &[u8],
+    ) -> Option<(PeerKey, Message)> {
+        let sender = match disco::sender(datagram) {
+            Ok(sender) => sender,
+            Err(DecodeError::Version(v)) => {
+                self.other_version(v, datagram);
+                return None;
+            }
+            Err(_) => {
+                self.counters.unknown_sender += 1;
+                return None;
+            }
+        };
+        let key = PeerKey(sender);
+        if src.is_some_and(|s| s != key) {
+            self.counters.unauthentic += 1;
+            return None;
+        }
+        let Some(peer) = self.peers.get_mut(&key) else {
+            self.counters.unknown_sender += 1;
+            return None;
+        };
+        match peer.pair.open(datagram) {
+            Ok(opened) if peer.replay.accept(opened.stamp) => Some((key, opened.message)),
+            Ok(_) => {
+                self.counters.replayed += 1;
+                None
+            }
+            Err(_) => {
+                self.counters.unauthentic += 1;
+                None
+            }
+        }
+    }
+
+    /// A disco datagram of version `v`: counted, and said once per wanted peer (its key is
+    /// where every version put it), since the pair stays off the direct path until both
+    /// sides speak this version.
+    fn other_version(&mut self, v: u8, datagram: &[u8]) {
+        self.counters.other_version += 1;
+        let Some(key) = datagram
+            .get(4..36)
+            .and_then(|k| <[u8; 32]>::try_from(k).ok())
+        else {
+            return;
+        };
+        let key = PeerKey(key);
+        if let Some(peer) = self.peers.get_mut(&key)
+            && !peer.warned_version
+        {
+            peer.warned_version = true;
+            tracing::warn!(
+                peer = %peer.reach.hostname,
+                key = %key,
+                "{}: its disco messages are version {v}, this plexd speaks version {} (replay-protected); the pair stays on a relay until {} runs this plexd version too",
+                peer.reach.hostname,
+                plexsphere_wire::reach::DISCO_VERSION,
+                peer.reach.hostname
+            );
         }
     }
 }

@@ -4,7 +4,7 @@
 //! ([`Sources`]: [`MAX_ANSWERS_PER_SOURCE_PER_SEC`] per source, at most [`MAX_PING_SOURCES`]
 //! sources per peer), on top of the peer's own budgets.
 //!
-//! `Engine::open` (here) checks the stamp after the message authenticates (so a forger cannot
+//! `Engine::open` (in engine.rs, so that this file needs nothing of the engine) checks the stamp after the message authenticates (so a forger cannot
 //! move the window) and before anything is answered, learned or counted against a budget: a
 //! captured ping replayed any number of times costs one AEAD opening each. A message of
 //! another disco version is counted and said once per peer.
@@ -16,12 +16,6 @@ use std::time::{Duration, Instant};
 use super::engine_bounds::{
     DISCO_MAX_AGE, DISCO_REPLAY_WINDOW, MAX_ANSWERS_PER_SOURCE_PER_SEC, MAX_PING_SOURCES,
 };
-use plexsphere_wire::reach::DecodeError;
-use plexsphere_wire::reach::disco::{self, Message};
-
-use super::engine::Engine;
-use super::engine_peer::Budget;
-use crate::peer_key::PeerKey;
 
 /// The stamps one sender key used lately.
 #[derive(Debug, Default)]
@@ -93,72 +87,43 @@ impl Sources {
     }
 }
 
-impl Engine {
-    /// The wanted peer a datagram is from and what it says, once per stamp; anything else is
-    /// dropped and counted. A relayed datagram must be sealed by the relay's source.
-    pub(super) fn open(
-        &mut self,
-        src: Option<PeerKey>,
-        datagram: &[u8],
-    ) -> Option<(PeerKey, Message)> {
-        let sender = match disco::sender(datagram) {
-            Ok(sender) => sender,
-            Err(DecodeError::Version(v)) => {
-                self.other_version(v, datagram);
-                return None;
-            }
-            Err(_) => {
-                self.counters.unknown_sender += 1;
-                return None;
-            }
-        };
-        let key = PeerKey(sender);
-        if src.is_some_and(|s| s != key) {
-            self.counters.unauthentic += 1;
-            return None;
-        }
-        let Some(peer) = self.peers.get_mut(&key) else {
-            self.counters.unknown_sender += 1;
-            return None;
-        };
-        match peer.pair.open(datagram) {
-            Ok(opened) if peer.replay.accept(opened.stamp) => Some((key, opened.message)),
-            Ok(_) => {
-                self.counters.replayed += 1;
-                None
-            }
-            Err(_) => {
-                self.counters.unauthentic += 1;
-                None
-            }
+/// At most `max` sends in any one-second window.
+#[derive(Debug, Clone)]
+pub(super) struct Budget {
+    window: Option<Instant>,
+    used: u32,
+    max: u32,
+}
+
+impl Budget {
+    pub fn new(max: u32) -> Self {
+        Self {
+            window: None,
+            used: 0,
+            max,
         }
     }
 
-    /// A disco datagram of version `v`: counted, and said once per wanted peer (its key is
-    /// where every version put it), since the pair stays off the direct path until both
-    /// sides speak this version.
-    fn other_version(&mut self, v: u8, datagram: &[u8]) {
-        self.counters.other_version += 1;
-        let Some(key) = datagram
-            .get(4..36)
-            .and_then(|k| <[u8; 32]>::try_from(k).ok())
-        else {
-            return;
-        };
-        let key = PeerKey(key);
-        if let Some(peer) = self.peers.get_mut(&key)
-            && !peer.warned_version
-        {
-            peer.warned_version = true;
-            tracing::warn!(
-                peer = %peer.reach.hostname,
-                key = %key,
-                "{}: its disco messages are version {v}, this plexd speaks version {} (replay-protected); the pair stays on a relay until {} runs this plexd version too",
-                peer.reach.hostname,
-                plexsphere_wire::reach::DISCO_VERSION,
-                peer.reach.hostname
-            );
+    /// Takes one send if the current window has room.
+    pub fn take(&mut self, now: Instant) -> bool {
+        let fresh = self
+            .window
+            .is_none_or(|w| now.saturating_duration_since(w) >= Duration::from_secs(1));
+        if fresh {
+            self.window = Some(now);
+            self.used = 0;
         }
+        if self.used >= self.max {
+            return false;
+        }
+        self.used += 1;
+        true
+    }
+
+    /// Nothing taken for `quiet` (a source that may be forgotten).
+    pub fn idle(&self, now: Instant, quiet: Duration) -> bool {
+        self.window
+            .is_none_or(|w| now.saturating_duration_since(w) >= quiet)
     }
 }
 

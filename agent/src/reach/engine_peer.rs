@@ -12,7 +12,7 @@ use super::engine_bounds::{
     CANDIDATE_FRESH, DIRECT_DEAD_AFTER, GONE_HOLD, LEARNED_LIFETIME, MAX_LEARNED_CANDIDATES,
     MAX_OUTSTANDING_TX, MAX_STATE_CANDIDATES, MISSED_PINGS, PING_TIMEOUT, TX_LIFETIME,
 };
-use super::engine_guard::{Replay, Sources};
+use super::engine_guard::{Budget, Replay, Sources};
 use super::io::{Path, PeerReach};
 
 /// One direct address of a peer.
@@ -94,46 +94,6 @@ struct Sent {
 pub(super) struct Heard {
     pub at: Instant,
     pub rtt: Duration,
-}
-
-/// At most `max` sends in any one-second window.
-#[derive(Debug, Clone)]
-pub(super) struct Budget {
-    window: Option<Instant>,
-    used: u32,
-    max: u32,
-}
-
-impl Budget {
-    pub fn new(max: u32) -> Self {
-        Self {
-            window: None,
-            used: 0,
-            max,
-        }
-    }
-
-    /// Takes one send if the current window has room.
-    pub fn take(&mut self, now: Instant) -> bool {
-        let fresh = self
-            .window
-            .is_none_or(|w| now.saturating_duration_since(w) >= Duration::from_secs(1));
-        if fresh {
-            self.window = Some(now);
-            self.used = 0;
-        }
-        if self.used >= self.max {
-            return false;
-        }
-        self.used += 1;
-        true
-    }
-
-    /// Nothing taken for `quiet` (a source that may be forgotten).
-    pub fn idle(&self, now: Instant, quiet: Duration) -> bool {
-        self.window
-            .is_none_or(|w| now.saturating_duration_since(w) >= quiet)
-    }
 }
 
 pub(super) struct Peer {

@@ -30,9 +30,7 @@
 
 mod files;
 mod manifest;
-mod restore;
-
-pub use restore::restore;
+pub mod restore;
 
 use std::fs;
 use std::path::{Path, PathBuf};

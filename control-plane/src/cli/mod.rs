@@ -134,7 +134,7 @@ async fn dispatch(cmd: Command) -> Result<(), Failure> {
             key_encryption_key_file,
             allow_unkeyed_backup,
         } => {
-            backup::restore(
+            backup::restore::restore(
                 &from,
                 &data,
                 key_encryption_key_file.as_deref(),

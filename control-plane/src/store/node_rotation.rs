@@ -66,7 +66,7 @@ pub async fn set_key(
     .bind(now)
     .bind(id.to_string())
     .bind(old.to_owned())
-    .bind(super::key_prefix_of(new))
+    .bind(plexsphere_wire::proof::key_prefix_of(new))
     .execute(&mut *conn)
     .await?;
     Ok(done.rows_affected() == 1)

@@ -224,16 +224,10 @@ pub async fn insert(conn: &mut AnyConnection, n: &NodeRow) -> Result<(), StoreEr
     .bind(n.revoked_at)
     .bind(n.origin.bootstrap_token_id.clone())
     .bind(n.origin.ephemeral_offline_secs.map(sat_i64))
-    .bind(key_prefix_of(&n.wireguard_public_key))
+    .bind(plexsphere_wire::proof::key_prefix_of(&n.wireguard_public_key))
     .execute(&mut *conn)
     .await?;
     Ok(())
-}
-
-/// `nodes.key_prefix` of a key in standard base64: its first 8 bytes
-/// (`plexsphere_wire::proof::key_prefix`); `None` for a text that is no key.
-pub fn key_prefix_of(key: &str) -> Option<String> {
-    plexsphere_wire::rotation::key_bytes(key).map(|k| plexsphere_wire::proof::key_prefix(&k))
 }
 
 /// A live node of `domain` other than `except` whose key is `key` or shares its first 8
@@ -253,7 +247,7 @@ pub async fn key_clash(
     .bind(domain.to_string())
     .bind(except.map_or_else(String::new, |e| e.to_string()))
     .bind(key.to_owned())
-    .bind(key_prefix_of(key))
+    .bind(plexsphere_wire::proof::key_prefix_of(key))
     .fetch_optional(&mut *conn)
     .await?;
     let Some(row) = row else {

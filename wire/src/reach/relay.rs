@@ -53,6 +53,37 @@ use super::{DecodeError, MAX_DATAGRAM, RELAY_MAGIC, Reader};
 mod seal;
 pub use seal::{FrameKey, SEALED_TAG, sealed_proof, sealed_proof_matches};
 
+impl FrameKey {
+    /// `frame` sealed with `counter`.
+    pub fn seal(&self, counter: u64, frame: &Frame) -> Frame {
+        let body = frame.encode();
+        let tag = self.tag(counter, &body);
+        Frame::Sealed { counter, body, tag }
+    }
+
+    /// The counter and the inner frame of a sealed frame whose tag checks out. Only
+    /// `registered`, `refused`, `peer gone` and `pong` may be inside.
+    pub fn open(
+        &self,
+        counter: u64,
+        body: &[u8],
+        tag: &[u8; SEALED_TAG],
+    ) -> Result<Frame, DecodeError> {
+        if !self.checks(counter, body, tag) {
+            return Err(DecodeError::Unauthentic);
+        }
+        match Frame::decode(body)? {
+            f @ (Frame::Registered { .. }
+            | Frame::Refused { .. }
+            | Frame::PeerGone { .. }
+            | Frame::Pong { .. }) => Ok(f),
+            _ => Err(DecodeError::Field(
+                "a sealed frame holds registered, refused, peer gone or pong",
+            )),
+        }
+    }
+}
+
 /// The largest WireGuard datagram a `send` or `recv` carries.
 pub const MAX_PAYLOAD: usize = MAX_DATAGRAM - 64;
 /// The largest token a `register` carries, in bytes.

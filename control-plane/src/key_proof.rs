@@ -1,4 +1,4 @@
-//! Proof of possession at registration (`plexsphere_wire::proof` has the protocol).
+//! Proof of possession of a WireGuard key (`plexsphere_wire::proof` has the protocol), and a live node key's uniqueness in its Domain.
 //!
 //! `POST /v1/register/challenge` takes the bootstrap token, checks it is a known node token of
 //! a live project, and answers the Domain's X25519 proof key (the one key rotation uses) and a
@@ -15,23 +15,32 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use plexsphere_wire::RegisterRequest;
-use plexsphere_wire::proof::{Challenge, RegisterChallengeRequest, verify_register};
+use plexsphere_wire::proof::{Challenge, verify_register};
 use plexsphere_wire::rotation::CHALLENGE_TTL_SECS;
-use plexsphere_wire::secret::{BootstrapToken, SecretPart, TokenKind, constant_time_eq, sha256};
+use plexsphere_wire::secret::{SecretPart, constant_time_eq, sha256};
 use plexsphere_wire::signed::{DomainSigner, SignContext};
 
 use std::sync::Arc;
+use uuid::Uuid;
 
 use crate::error::Error;
 use crate::keys::KeySet;
-use crate::register::Registrar;
-use crate::store::{self, tokens};
+use crate::store::nodes;
 
 /// The label the registration nonce key is derived with (distinct from key rotation's).
 const NONCE_LABEL: &[u8] = b"plexsphere registration nonce v1";
 
 /// What `POST /v1/register` tells a plexd that sent no proof.
 pub const UPGRADE: &str = "this control plane requires a proof of the node's WireGuard private key at registration (nonce and proof from POST /v1/register/challenge), and this plexd sent none: it is too old; upgrade plexd to this control plane's version and run plexd join again";
+
+/// The label the Domain's X25519 proof secret is derived with: one secret for registration and
+/// for key and credential rotation (its public half is what nodes prove their keys to).
+const PROOF_SECRET_LABEL: &[u8] = b"plexsphere key-rotation secret v1";
+
+/// The Domain's X25519 proof secret.
+pub(crate) fn proof_secret(signer: &DomainSigner) -> [u8; 32] {
+    sha256(&signer.sign_bytes(SignContext::KeyDerivation, PROOF_SECRET_LABEL))
+}
 
 struct Secrets {
     x25519: [u8; 32],
@@ -40,7 +49,7 @@ struct Secrets {
 
 fn secrets(signer: &DomainSigner) -> Secrets {
     Secrets {
-        x25519: crate::node_rotation::secrets(signer).x25519,
+        x25519: proof_secret(signer),
         nonce_key: sha256(&signer.sign_bytes(SignContext::KeyDerivation, NONCE_LABEL)),
     }
 }
@@ -127,40 +136,41 @@ pub fn check(
     Ok(())
 }
 
-impl Registrar<'_> {
-    /// `POST /v1/register/challenge`: a nonce for a registration with this token.
-    pub async fn challenge(
-        &self,
-        req: &RegisterChallengeRequest,
-        now: i64,
-    ) -> Result<Challenge, Error> {
-        let token = BootstrapToken::parse(&req.bootstrap_token).map_err(|_| Error::TokenUnknown)?;
-        let row = {
-            let mut conn = self.store.acquire().await?;
-            tokens::get(&mut conn, &token.id)
-                .await?
-                .ok_or(Error::TokenUnknown)?
-        };
-        if !store::secret_matches(&token.secret, &row.secret_sha256) {
-            return Err(Error::TokenUnknown);
-        }
-        if row.kind != TokenKind::Node.as_str() || token.kind != TokenKind::Node {
-            return Err(Error::TokenKindMismatch);
-        }
-        if row.revoked_at.is_some() {
-            return Err(Error::TokenRevoked);
-        }
-        let keys = self.domain_keys(row.project_id).await?;
-        let s = secrets(&keys.current(now).signer);
-        let random = SecretPart::generate()
-            .map_err(|e| Error::Internal(format!("cannot draw a nonce: {e}")))?;
-        let expires_at = now.saturating_add(CHALLENGE_TTL_SECS);
-        Ok(Challenge {
-            server_public_key: STANDARD.encode(plexsphere_wire::reach::public_key(&s.x25519)),
-            nonce: nonce(&s, &row.id, expires_at, random.expose()),
-            expires_at,
-        })
-    }
+/// A challenge for a registration with the token `token_id`, under the Domain key `signer`.
+pub fn challenge(signer: &DomainSigner, token_id: &str, now: i64) -> Result<Challenge, Error> {
+    let s = secrets(signer);
+    let random =
+        SecretPart::generate().map_err(|e| Error::Internal(format!("cannot draw a nonce: {e}")))?;
+    let expires_at = now.saturating_add(CHALLENGE_TTL_SECS);
+    Ok(Challenge {
+        server_public_key: STANDARD.encode(plexsphere_wire::reach::public_key(&s.x25519)),
+        nonce: nonce(&s, token_id, expires_at, random.expose()),
+        expires_at,
+    })
+}
+
+/// Refuses a key that another live node of `domain` (not `except`) has, or whose first 8
+/// bytes another live node's key has (409, naming that node). The unique index on
+/// `(domain_id, key_prefix)` among live nodes backs this up when two writers race.
+pub async fn key_unique(
+    conn: &mut sqlx::AnyConnection,
+    domain: Uuid,
+    key: &str,
+    except: Option<Uuid>,
+) -> Result<(), Error> {
+    let Some((other, other_key)) = nodes::key_clash(conn, domain, key, except).await? else {
+        return Ok(());
+    };
+    tracing::warn!(domain_id = %domain, key, other_node = %other, "refused a WireGuard key that clashes with another live node's");
+    Err(if other_key == key {
+        Error::KeyInUse(format!(
+            "node {other} of this Domain already has this WireGuard public key; a key names one node: generate a fresh key pair (remove the state dir's wireguard.key) and try again"
+        ))
+    } else {
+        Error::KeyPrefixInUse(format!(
+            "node {other} of this Domain has a WireGuard public key with the same first 8 bytes (relay frames name nodes by them); generate a fresh key pair (remove the state dir's wireguard.key) and try again"
+        ))
+    })
 }
 
 #[cfg(test)]
