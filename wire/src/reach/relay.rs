@@ -386,15 +386,7 @@ fn bounded_reason(bytes: &[u8]) -> String {
 /// node (with its private key and the relay's public key) and the relay (with its private key
 /// and the node's public key) compute the same shared secret; see [`super::shared_secret`].
 pub fn proof(shared: &[u8; 32], cookie: &[u8; 32], node: &NodeKey) -> [u8; 32] {
-    let key = super::derive(shared, b"plexd relay v1", b"register proof");
-    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &key);
-    let mut msg = Vec::with_capacity(64);
-    msg.extend_from_slice(cookie);
-    msg.extend_from_slice(node);
-    let tag = ring::hmac::sign(&key, &msg);
-    let mut out = [0u8; 32];
-    out.copy_from_slice(tag.as_ref());
-    out
+    seal::labelled_proof(shared, cookie, node, b"register proof")
 }
 
 /// Whether `proof` is right, in constant time.
@@ -404,12 +396,7 @@ pub fn proof_matches(
     node: &NodeKey,
     given: &[u8; 32],
 ) -> bool {
-    let want = proof(shared, cookie, node);
-    // Every byte is compared, whatever the first difference.
-    want.iter()
-        .zip(given)
-        .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-        == 0
+    seal::same(&proof(shared, cookie, node), given)
 }
 
 /// What a relay accepts from a node: signed by the Domain (context `RelayToken`), carried in

@@ -12,11 +12,15 @@
 /// Bytes of a sealed frame's tag (HMAC-SHA256, truncated).
 pub const SEALED_TAG: usize = 16;
 
-/// The proof of a `register` that asks for sealed answers: like [`super::proof`], under its own
-/// label, so a relay tells which kind of answers the node understands from the proof itself
-/// (and a relay that predates sealing refuses it as a bad proof).
-pub fn sealed_proof(shared: &[u8; 32], cookie: &[u8; 32], node: &[u8; 32]) -> [u8; 32] {
-    let key = crate::reach::derive(shared, b"plexd relay v1", b"register proof, sealed answers");
+/// The HMAC a `register` carries under `label`: it shows the node holds the private key of
+/// `node` (both ends compute `shared`), and the label says which answers it wants.
+pub(super) fn labelled_proof(
+    shared: &[u8; 32],
+    cookie: &[u8; 32],
+    node: &[u8; 32],
+    label: &[u8],
+) -> [u8; 32] {
+    let key = crate::reach::derive(shared, b"plexd relay v1", label);
     let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &key);
     let mut msg = Vec::with_capacity(64);
     msg.extend_from_slice(cookie);
@@ -27,6 +31,18 @@ pub fn sealed_proof(shared: &[u8; 32], cookie: &[u8; 32], node: &[u8; 32]) -> [u
     out
 }
 
+/// Whether `a` and `b` are equal, comparing every byte whatever the first difference.
+pub(super) fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The proof of a `register` that asks for sealed answers: like [`super::proof`], under its own
+/// label, so a relay tells which kind of answers the node understands from the proof itself
+/// (and a relay that predates sealing refuses it as a bad proof).
+pub fn sealed_proof(shared: &[u8; 32], cookie: &[u8; 32], node: &[u8; 32]) -> [u8; 32] {
+    labelled_proof(shared, cookie, node, b"register proof, sealed answers")
+}
+
 /// Whether `given` is the [`sealed_proof`], in constant time.
 pub fn sealed_proof_matches(
     shared: &[u8; 32],
@@ -34,12 +50,7 @@ pub fn sealed_proof_matches(
     node: &[u8; 32],
     given: &[u8; 32],
 ) -> bool {
-    let key = crate::reach::derive(shared, b"plexd relay v1", b"register proof, sealed answers");
-    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &key);
-    let mut msg = Vec::with_capacity(64);
-    msg.extend_from_slice(cookie);
-    msg.extend_from_slice(node);
-    ring::hmac::verify(&key, &msg, given).is_ok()
+    same(&sealed_proof(shared, cookie, node), given)
 }
 
 /// The key that seals one node's frames at one relay.
@@ -73,7 +84,6 @@ impl FrameKey {
     /// Whether `tag` is this key's tag of `counter` and `body`; every byte is compared,
     /// whatever the first difference.
     pub(super) fn checks(&self, counter: u64, body: &[u8], tag: &[u8; SEALED_TAG]) -> bool {
-        let want = self.tag(counter, body);
-        want.iter().zip(tag).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+        same(&self.tag(counter, body), tag)
     }
 }
