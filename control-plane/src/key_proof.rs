@@ -54,26 +54,27 @@ fn secrets(signer: &DomainSigner) -> Secrets {
     }
 }
 
-fn tag(s: &Secrets, token_id: &str, expires: i64, random: &str) -> String {
+/// A stateless nonce of `subject` (what it is bound to) expiring at `expires`:
+/// `<expires>.<random>.<tag>`, the tag the first 16 bytes of SHA-256 over the nonce key, the
+/// subject, the expiry and the random part. Registration binds its nonces to the token id,
+/// key and credential rotation theirs to the node id; each under its own nonce key.
+pub(crate) fn nonce(nonce_key: &[u8; 32], subject: &[u8], expires: i64, random: &str) -> String {
+    let tag = nonce_tag(nonce_key, subject, expires, random);
+    format!("{expires}.{random}.{tag}")
+}
+
+fn nonce_tag(nonce_key: &[u8; 32], subject: &[u8], expires: i64, random: &str) -> String {
     let mut buf = Vec::new();
-    buf.extend_from_slice(&s.nonce_key);
-    buf.extend_from_slice(
-        &u32::try_from(token_id.len())
-            .unwrap_or(u32::MAX)
-            .to_be_bytes(),
-    );
-    buf.extend_from_slice(token_id.as_bytes());
+    buf.extend_from_slice(nonce_key);
+    buf.extend_from_slice(subject);
     buf.extend_from_slice(&expires.to_be_bytes());
     buf.extend_from_slice(random.as_bytes());
     hex::encode(&sha256(&buf)[..16])
 }
 
-fn nonce(s: &Secrets, token_id: &str, expires: i64, random: &str) -> String {
-    format!("{expires}.{random}.{}", tag(s, token_id, expires, random))
-}
-
-/// Whether `text` is a nonce this Domain issued for `token_id` that has not expired at `now`.
-fn nonce_ok(s: &Secrets, token_id: &str, text: &str, now: i64) -> bool {
+/// Whether `text` is a [`nonce`] of `subject` under `nonce_key` that has not expired at `now`
+/// (and whose expiry is no further than [`CHALLENGE_TTL_SECS`] ahead).
+pub(crate) fn nonce_ok(nonce_key: &[u8; 32], subject: &[u8], text: &str, now: i64) -> bool {
     let mut parts = text.splitn(3, '.');
     let (Some(exp), Some(random), Some(given)) = (parts.next(), parts.next(), parts.next()) else {
         return false;
@@ -84,9 +85,19 @@ fn nonce_ok(s: &Secrets, token_id: &str, text: &str, now: i64) -> bool {
     now <= expires
         && expires <= now.saturating_add(CHALLENGE_TTL_SECS)
         && constant_time_eq(
-            tag(s, token_id, expires, random).as_bytes(),
+            nonce_tag(nonce_key, subject, expires, random).as_bytes(),
             given.as_bytes(),
         )
+}
+
+/// What a registration nonce is bound to: the token id, length first.
+fn token_subject(token_id: &str) -> Vec<u8> {
+    let mut subject = u32::try_from(token_id.len())
+        .unwrap_or(u32::MAX)
+        .to_be_bytes()
+        .to_vec();
+    subject.extend_from_slice(token_id.as_bytes());
+    subject
 }
 
 /// The signers a registration's proof at `now` may be made under: the Domain's current one
@@ -117,10 +128,11 @@ pub fn check(
         Error::Invalid("wireguard_public_key must be the standard base64 of 32 bytes".into())
     })?;
     // The nonce says which signer made it: its tag checks under that one only.
+    let subject = token_subject(token_id);
     let Some(s) = signers
         .iter()
         .map(|signer| secrets(signer))
-        .find(|s| nonce_ok(s, token_id, nonce, now))
+        .find(|s| nonce_ok(&s.nonce_key, &subject, nonce, now))
     else {
         tracing::warn!(token_id, "registration refused: unknown or expired nonce");
         return Err(Error::ProofInvalid(
@@ -144,7 +156,12 @@ pub fn challenge(signer: &DomainSigner, token_id: &str, now: i64) -> Result<Chal
     let expires_at = now.saturating_add(CHALLENGE_TTL_SECS);
     Ok(Challenge {
         server_public_key: STANDARD.encode(plexsphere_wire::reach::public_key(&s.x25519)),
-        nonce: nonce(&s, token_id, expires_at, random.expose()),
+        nonce: nonce(
+            &s.nonce_key,
+            &token_subject(token_id),
+            expires_at,
+            random.expose(),
+        ),
         expires_at,
     })
 }
@@ -177,24 +194,32 @@ pub async fn key_unique(
 mod tests {
     use super::*;
 
+    fn tok_nonce(s: &Secrets, token_id: &str, expires: i64, random: &str) -> String {
+        nonce(&s.nonce_key, &token_subject(token_id), expires, random)
+    }
+
+    fn tok_ok(s: &Secrets, token_id: &str, text: &str, now: i64) -> bool {
+        nonce_ok(&s.nonce_key, &token_subject(token_id), text, now)
+    }
+
     #[test]
     fn nonces_are_bound_to_token_and_time() {
         let s = Secrets {
             x25519: [1; 32],
             nonce_key: [2; 32],
         };
-        let n = nonce(&s, "tok", 1300, "r");
-        assert!(nonce_ok(&s, "tok", &n, 1000));
-        assert!(nonce_ok(&s, "tok", &n, 1300));
-        assert!(!nonce_ok(&s, "tok", &n, 1301), "expired");
-        assert!(!nonce_ok(&s, "tok2", &n, 1000), "other token");
-        assert!(!nonce_ok(&s, "tok", &n, 900), "expiry further than the TTL");
-        assert!(!nonce_ok(&s, "tok", &n.replace(".r.", ".x."), 1000));
-        assert!(!nonce_ok(&s, "tok", "1300.r", 1000));
+        let n = tok_nonce(&s, "tok", 1300, "r");
+        assert!(tok_ok(&s, "tok", &n, 1000));
+        assert!(tok_ok(&s, "tok", &n, 1300));
+        assert!(!tok_ok(&s, "tok", &n, 1301), "expired");
+        assert!(!tok_ok(&s, "tok2", &n, 1000), "other token");
+        assert!(!tok_ok(&s, "tok", &n, 900), "expiry further than the TTL");
+        assert!(!tok_ok(&s, "tok", &n.replace(".r.", ".x."), 1000));
+        assert!(!tok_ok(&s, "tok", "1300.r", 1000));
         let other = Secrets {
             x25519: [1; 32],
             nonce_key: [3; 32],
         };
-        assert!(!nonce_ok(&other, "tok", &n, 1000), "another Domain's nonce");
+        assert!(!tok_ok(&other, "tok", &n, 1000), "another Domain's nonce");
     }
 }

@@ -52,34 +52,14 @@ pub(crate) fn secrets(signer: &DomainSigner) -> Secrets {
     }
 }
 
-/// The nonce for `node` expiring at `expires`: `<expires>.<random>.<tag>`.
+/// The rotation nonce for `node` expiring at `expires` ([`crate::key_proof::nonce`]).
 fn nonce(s: &Secrets, node: Uuid, expires: i64, random: &str) -> String {
-    let tag = nonce_tag(s, node, expires, random);
-    format!("{expires}.{random}.{tag}")
-}
-
-fn nonce_tag(s: &Secrets, node: Uuid, expires: i64, random: &str) -> String {
-    let mut buf = Vec::new();
-    buf.extend_from_slice(&s.nonce_key);
-    buf.extend_from_slice(node.as_bytes());
-    buf.extend_from_slice(&expires.to_be_bytes());
-    buf.extend_from_slice(random.as_bytes());
-    hex::encode(&sha256(&buf)[..16])
+    crate::key_proof::nonce(&s.nonce_key, node.as_bytes(), expires, random)
 }
 
 /// Whether `text` is a nonce this Domain issued to `node` that has not expired at `now`.
 fn nonce_ok(s: &Secrets, node: Uuid, text: &str, now: i64) -> bool {
-    let mut parts = text.splitn(3, '.');
-    let (Some(exp), Some(random), Some(tag)) = (parts.next(), parts.next(), parts.next()) else {
-        return false;
-    };
-    let Ok(expires) = exp.parse::<i64>() else {
-        return false;
-    };
-    let want = nonce_tag(s, node, expires, random);
-    now <= expires
-        && expires <= now.saturating_add(CHALLENGE_TTL_SECS)
-        && plexsphere_wire::secret::constant_time_eq(want.as_bytes(), tag.as_bytes())
+    crate::key_proof::nonce_ok(&s.nonce_key, node.as_bytes(), text, now)
 }
 
 /// Seconds left before `last + MIN_ROTATION_GAP_SECS`, when that is in the future.
