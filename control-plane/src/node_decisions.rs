@@ -92,6 +92,7 @@ pub fn node_state(
         stun: reach.stun.to_vec(),
         udp_offload: me.udp_offload,
         next_signing_key,
+        policy: None,
     }
 }
 

@@ -192,6 +192,21 @@ pub struct NodeState {
     /// and moves to the next key with the first document it signs. Absent outside an overlap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_signing_key: Option<crate::signing_keys::SigningKey>,
+    /// The access policy this node enforces: the version of its Domain's policy document and
+    /// the node's compiled share of it (its peer set and, per peer, what may be opened in each
+    /// direction; docs/policy.md). `peers` holds exactly the view's peers. Absent only from a
+    /// server older than policies: the node then filters nothing, as before. A view the node
+    /// cannot turn into a filter closes the interface (fail closed), never opens it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<PolicyState>,
+}
+
+/// What [`NodeState::policy`] carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyState {
+    /// The version of the Domain's policy document this view was compiled from.
+    pub version: u64,
+    pub view: plexsphere_policy::view::NodeView,
 }
 
 /// Whether a node's WireGuard socket uses UDP GSO and GRO (`"on"`/`"off"` in JSON). Some Linux

@@ -378,6 +378,7 @@ pub(crate) mod tests {
             stun: vec![],
             udp_offload: None,
             next_signing_key: None,
+            policy: None,
         }
     }
     pub fn event_data(seq: u64, node: Uuid, kind: EventKind) -> String {

@@ -66,6 +66,7 @@ pub fn state_signed_by(by: &DomainSigner, version: u64, peers: Vec<PeerSpec>) ->
         stun: vec![],
         udp_offload: None,
         next_signing_key: None,
+        policy: None,
     };
     by.sign(SignContext::NodeState, &s).unwrap()
 }
