@@ -24,6 +24,7 @@ pub mod node_ops;
 pub mod node_rotation;
 pub mod node_settings;
 pub mod operator_tokens;
+pub mod policy_ops;
 pub mod ratelimit;
 pub mod register;
 pub mod seed;

@@ -282,6 +282,7 @@ pub fn issue_request(
         ttl_secs,
         max_uses: (uses != 1).then_some(uses),
         ephemeral_offline_secs,
+        tags: Vec::new(),
     })
 }
 

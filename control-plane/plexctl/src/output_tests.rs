@@ -26,6 +26,7 @@ fn token(id: &str, status: TokenStatus, consumed_by: Option<uuid::Uuid>) -> Toke
         max_uses: 1,
         ephemeral_offline_secs: None,
         nodes: consumed_by.into_iter().collect(),
+        tags: Vec::new(),
     }
 }
 
@@ -78,6 +79,7 @@ fn node_view() -> NodeView {
         clone: None,
         ephemeral_offline_secs: None,
         udp_offload: None,
+        tags: Vec::new(),
     }
 }
 
@@ -106,6 +108,7 @@ fn issued_token_starts_with_the_bare_token() {
         expires_at: datetime!(2026-11-30 11:00:00 UTC),
         max_uses: 1,
         ephemeral_offline_secs: None,
+        tags: Vec::new(),
     };
     assert_eq!(
         issued_token(&issued),
