@@ -29,10 +29,12 @@ use crate::store::{self, Store, StoreError, events, nodes};
 pub const MAX_DIFF_LINES: usize = 1_000;
 /// The most diff lines stored as a version's summary (`policy history`).
 pub const MAX_SUMMARY_LINES: usize = 100;
-/// The largest JSON body of `PUT .../policy` and `POST .../policy/validate`: a document at
-/// the policy crate's limit (1 MiB) with room for JSON escaping. A larger body is
-/// `413 body_too_large`; a document over 1 MiB in a smaller body is `422 policy_invalid`.
-pub const POLICY_BODY_LIMIT: usize = 4 * plexsphere_policy::limits::MAX_DOCUMENT_BYTES;
+/// The largest JSON body of `PUT .../policy` and `POST .../policy/validate` (2 MiB): a
+/// document at the policy crate's limit (1 MiB) with room for JSON escaping (a newline or a
+/// quote costs two bytes). A larger body is `413 body_too_large`; a document over 1 MiB in a
+/// smaller body is `422 policy_invalid` (kind `limit`). Every other route keeps 256 KiB
+/// (`server::MAX_BUFFERED_BODY`).
+pub const POLICY_BODY_LIMIT: usize = 2 * plexsphere_policy::limits::MAX_DOCUMENT_BYTES;
 
 /// The reason a policy change's resync event gives.
 pub fn policy_resync_reason(version: u64) -> String {
@@ -267,6 +269,24 @@ mod tests {
         assert_eq!(errs.0[0].location.line, 2, "{errs}");
         // A stored document that no longer parses is diffed as deny-all.
         assert!(!plan("{", new, &inv()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn only_the_policy_document_routes_take_large_bodies() {
+        use crate::server::{MAX_BUFFERED_BODY, buffered_body_limit};
+        for p in ["/v1/domains/lab/policy", "/v1/domains/lab/policy/validate"] {
+            assert_eq!(buffered_body_limit(p), POLICY_BODY_LIMIT, "{p}");
+        }
+        for p in [
+            "/v1/domains/lab/policy/rollback",
+            "/v1/domains//policy",
+            "/v1/domains/lab/signing-keys",
+            "/v1/register",
+            "/v1/domains/lab/policyx",
+        ] {
+            assert_eq!(buffered_body_limit(p), MAX_BUFFERED_BODY, "{p}");
+        }
+        assert!(POLICY_BODY_LIMIT > plexsphere_policy::limits::MAX_DOCUMENT_BYTES);
     }
 
     #[test]

@@ -134,6 +134,7 @@ pub async fn history(
     Path(domain): Path<String>,
     query: Result<Query<HistoryQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<List<PolicyVersionView>>, Error> {
+    let domain = visible_domain(&st, &op, &domain).await?;
     let Query(q) = query.map_err(|e| Error::BadRequest(format!("bad query string: {e}")))?;
     let limit = q.limit.unwrap_or(DEFAULT_HISTORY_PAGE);
     if !(1..=MAX_HISTORY_PAGE).contains(&limit) {
@@ -141,7 +142,6 @@ pub async fn history(
             "limit must be between 1 and {MAX_HISTORY_PAGE}; page with ?before=VERSION"
         )));
     }
-    let domain = visible_domain(&st, &op, &domain).await?;
     let rows =
         policies::history(&mut *st.store.acquire().await?, domain.id, limit, q.before).await?;
     let items = rows
@@ -211,6 +211,7 @@ pub async fn explain(
     Path(domain): Path<String>,
     query: Result<Query<ExplainQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<PolicyExplanation>, Error> {
+    let domain = visible_domain(&st, &op, &domain).await?;
     let Query(q) = query.map_err(|e| {
         Error::BadRequest(format!(
             "bad query string: {e}; give ?src=NODE&dst=NODE and optionally &what=5432/tcp"
@@ -223,7 +224,6 @@ pub async fn explain(
         .map(plexsphere_policy::parse_what)
         .transpose()
         .map_err(Error::BadRequest)?;
-    let domain = visible_domain(&st, &op, &domain).await?;
     let now = store::unix(st.now());
     let mut c = st.store.acquire().await?;
     let row = policies::current_or_default(&mut c, domain.id).await?;
