@@ -286,7 +286,7 @@ mod tests {
         ] {
             assert_eq!(buffered_body_limit(p), MAX_BUFFERED_BODY, "{p}");
         }
-        assert!(POLICY_BODY_LIMIT > plexsphere_policy::limits::MAX_DOCUMENT_BYTES);
+        const { assert!(POLICY_BODY_LIMIT > plexsphere_policy::limits::MAX_DOCUMENT_BYTES) };
     }
 
     #[test]
