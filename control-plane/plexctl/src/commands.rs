@@ -137,7 +137,7 @@ async fn tokens(
         } => {
             let ephemeral = ephemeral.then_some(ephemeral_offline.as_str());
             let mut request = issue_request(kind, env_prefix, ttl, *uses, ephemeral)?;
-            request.tags = crate::policy::checked_tags(tags)?;
+            request.tags = crate::tags::checked_tags(tags)?;
             let api = &operator_api(settings)?;
             let project = project_id(api, project).await?;
             let path = ["v1", "projects", &project.to_string(), "bootstrap-tokens"];
@@ -220,17 +220,17 @@ async fn nodes(cmd: &NodeCommand, format: Format, settings: &Settings) -> Result
             render(format, &node, output::node)
         }
         NodeCommand::Tag { id, tags } => {
-            let change = crate::policy::TagChange::Add(tags);
-            let node = crate::policy::tag_node(settings, id, change).await?;
+            let change = crate::tags::TagChange::Add(tags);
+            let node = crate::tags::tag_node(settings, id, change).await?;
             render(format, &node, output::node)
         }
         NodeCommand::Untag { id, tags, all } => {
             let change = if *all {
-                crate::policy::TagChange::Clear
+                crate::tags::TagChange::Clear
             } else {
-                crate::policy::TagChange::Remove(tags)
+                crate::tags::TagChange::Remove(tags)
             };
-            let node = crate::policy::tag_node(settings, id, change).await?;
+            let node = crate::tags::tag_node(settings, id, change).await?;
             render(format, &node, output::node)
         }
         NodeCommand::Set { id, udp_offload } => {

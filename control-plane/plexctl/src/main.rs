@@ -22,6 +22,7 @@ mod policy;
 mod policy_output;
 mod secret;
 mod session;
+mod tags;
 mod wait;
 
 use std::io::Write as _;
