@@ -197,7 +197,7 @@ fn status_and_plexd_policy_say_whether_the_filter_is_installed_or_closed_and_why
     };
     h.step(Input::Mesh {
         id,
-        answer: MeshAnswer::Applied(Ok(vec![]), Some(Err(closed))),
+        answer: MeshAnswer::Applied(Ok(vec![]), Some(Err(Box::new(closed)))),
     });
     let e = h.step(Input::Control {
         id: 1,
