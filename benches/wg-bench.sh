@@ -29,7 +29,7 @@
 # packages are installed with apt-get --no-install-recommends; boringtun-cli is built with
 # `cargo install --locked` into $BORINGTUN_ROOT (default /var/cache/plexsphere/cargo-bin) when
 # it is not on PATH. PLEXD_WG=<path> / PLEXD=<path> / PLEXSPHERE=<path> / PLEXCTL=<path> /
-# BLAST=<path> (udp-gso-blast) measure binaries built elsewhere.
+# BLAST=<path> (udp-gso-blast) / VIEWS=<path> (policy-views) measure binaries built elsewhere.
 # plexd-run's two plexd run at the Nice= of systemd/plexd.service, as the unit runs them;
 # PLEXD_RUN_NICE=<n> runs them at n instead (0: the process priority of a plexd started by hand).
 # When that is not 0, plexd-run is also measured at nice 0 (TCP one stream and the ping under
@@ -92,9 +92,12 @@ if [[ -z $blast ]]; then
   (cd "$here" && cargo build --release -q -p plexsphere-benches --bin udp-gso-blast)
   blast=$target/release/udp-gso-blast
 fi
-views=$target/release/policy-views
-say "building policy-views (release)"
-(cd "$here" && cargo build --release -q -p plexsphere-benches --bin policy-views)
+views=${VIEWS:-}
+if [[ -z $views ]]; then
+  say "building policy-views (release)"
+  (cd "$here" && cargo build --release -q -p plexsphere-benches --bin policy-views)
+  views=$target/release/policy-views
+fi
 if [[ -z $plexd ]]; then
   say "building plexd (release)"
   if (cd "$here" && cargo build --release -q -p plexd --bin plexd); then
