@@ -420,7 +420,7 @@ impl Core {
         {
             self.apply_again = true;
         } else {
-            let set = Arc::new(self.wanted.list());
+            let set = Arc::new(self.in_view(self.wanted.list()));
             self.ask_apply(set, now);
         }
         self.update_status();

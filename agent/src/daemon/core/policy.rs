@@ -39,6 +39,23 @@ impl Core {
         self.policy = policy.map(Arc::new);
     }
 
+    /// Under a policy, only the view's peers are configured (the control plane sends no
+    /// others; a peer it sent anyway, or an event about one, stays off the interface and
+    /// is named in the journal).
+    pub(super) fn in_view(&self, mut peers: Vec<PeerSpec>) -> Vec<PeerSpec> {
+        let Some(policy) = &self.policy else {
+            return peers;
+        };
+        peers.retain(|p| {
+            let known = policy.view.peers.iter().any(|v| v.id == p.node_id);
+            if !known {
+                tracing::warn!(peer = %p.node_id, policy_version = policy.version, "peer {} ({}) is not in policy version {}'s view: not configured", p.hostname, p.node_id, policy.version);
+            }
+            known
+        });
+        peers
+    }
+
     /// Asks the mesh thread to apply `set` under the current policy.
     pub(super) fn ask_apply(&mut self, set: Arc<Vec<PeerSpec>>, now: Now) {
         let version = self.policy.as_ref().map(|p| p.version);

@@ -110,14 +110,15 @@ fn a_starting_node_installs_the_cached_filter_before_its_first_peer() {
             _ => None,
         })
         .collect();
+    // The view names peer 3 only: peer 4 stays off the interface (see below).
     assert_eq!(
         applies,
-        vec![(2, Some(3))],
+        vec![(1, Some(3))],
         "the cached policy goes with the first apply"
     );
     let (mut mesh, mut installed) = (Recorder::default(), InstalledPolicy::default());
     run(&e, &mut mesh, &mut installed);
-    assert_eq!(mesh.calls, vec!["policy Some(3)", "apply 2 peers"]);
+    assert_eq!(mesh.calls, vec!["policy Some(3)", "apply 1 peers"]);
 }
 
 #[test]
@@ -247,4 +248,20 @@ fn status_and_plexd_policy_say_whether_the_filter_is_installed_or_closed_and_why
     };
     assert_eq!(r.status.filter, FilterState::Installed);
     assert_eq!(r.status.version, Some(4));
+}
+
+#[test]
+fn under_a_policy_only_the_views_peers_are_configured() {
+    let mut h = harness();
+    let mut s = one_state(7, 3); // peers 3, 4, 5; the view names only 3
+    s.policy = Some(policy(3));
+    let e = h.step(cached(&s));
+    assert_eq!(applies(&e), vec![1], "{e:?}");
+    let live = h.mesh.live_peers().unwrap();
+    assert_eq!(live.len(), 1);
+    assert_eq!(h.mesh.policy_version(), Some(3));
+    // Without a policy (an older server) every peer is configured, as before.
+    let mut h = harness();
+    let e = h.step(cached(&one_state(7, 3)));
+    assert_eq!(applies(&e), vec![3]);
 }
