@@ -227,11 +227,12 @@ impl Device {
             Decision::Accept(_) => true,
             Decision::Drop(why) => {
                 self.counters.policy.count(inbound, &why);
-                let name = match p.policy.slot {
+                let slot = p.policy.slot;
+                let name = || match slot {
                     Some(slot) => policy.filter.peer_name(slot).to_owned(),
                     None => peer.public_key().to_string(),
                 };
-                p.policy.log(&name, inbound, &why, now);
+                p.policy.log(name, inbound, &why, now);
                 false
             }
         }

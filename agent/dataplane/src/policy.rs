@@ -216,7 +216,14 @@ impl PeerPolicy {
     /// Logs a drop unless this peer's drops of that reason were logged less than
     /// [`POLICY_LOG_EVERY`] ago (then counted into the next line). Answers whether it
     /// logged.
-    pub fn log(&mut self, peer: &str, inbound: bool, why: &Why, now: Instant) -> bool {
+    /// The peer's name is only made for a line that is written.
+    pub fn log(
+        &mut self,
+        peer: impl FnOnce() -> String,
+        inbound: bool,
+        why: &Why,
+        now: Instant,
+    ) -> bool {
         let i = reason_index(why);
         if self.logged[i].is_some_and(|t| now.saturating_duration_since(t) < POLICY_LOG_EVERY) {
             self.quiet[i] += 1;
@@ -225,6 +232,7 @@ impl PeerPolicy {
         let more = std::mem::take(&mut self.quiet[i]);
         self.logged[i] = Some(now);
         let dir = if inbound { "from" } else { "to" };
+        let peer = peer();
         tracing::warn!(
             peer,
             reason = REASONS[i],
@@ -250,16 +258,21 @@ mod tests {
             proto: Proto::Tcp,
             port: 22,
         };
-        assert!(p.log("web", true, &no_rule, t0));
+        assert!(p.log(|| "web".into(), true, &no_rule, t0));
         // A flood within the interval: no line, counted for the next one.
         for i in 0..1000 {
-            assert!(!p.log("web", true, &no_rule, t0 + Duration::from_millis(i)));
+            assert!(!p.log(
+                || "web".into(),
+                true,
+                &no_rule,
+                t0 + Duration::from_millis(i)
+            ));
         }
         assert!(
-            p.log("web", true, &Why::SpoofedSource, t0),
+            p.log(|| "web".into(), true, &Why::SpoofedSource, t0),
             "another reason has its own pace"
         );
-        assert!(p.log("web", true, &no_rule, t0 + POLICY_LOG_EVERY));
+        assert!(p.log(|| "web".into(), true, &no_rule, t0 + POLICY_LOG_EVERY));
         assert_eq!(
             p.quiet[reason_index(&no_rule)],
             0,
