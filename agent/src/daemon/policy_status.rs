@@ -104,7 +104,10 @@ pub fn status_lines(p: &PolicyStatus) -> Vec<String> {
         .version
         .map_or_else(|| "none".to_owned(), |v| format!("version {v}"));
     let mut out = vec![match p.filter {
-        FilterState::Pending => "no state applied yet: nothing passes until one is".to_owned(),
+        FilterState::Pending => {
+            "no state applied yet (the embedded data plane lets nothing through until one is)"
+                .to_owned()
+        }
         FilterState::None => {
             "none: the control plane sends no policy; nothing is filtered".to_owned()
         }
