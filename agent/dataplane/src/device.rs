@@ -28,7 +28,10 @@ use crate::allowed_ips::AllowedIps;
 use crate::batch::{PacketBatch, WG_OVERHEAD};
 use crate::key::{Key, SecretKey};
 use crate::peer::{Peer, PeerState};
+use crate::policy::PeerPolicy;
+use crate::policy::{PolicyDrops, PolicyFilter};
 use crate::source::Source;
+use plexsphere_policy::{Decision, decide};
 
 /// Handshake messages per second the device takes before it asks for cookies (boringtun's
 /// device uses the same figure). Each initiation is verified twice (once to find its peer,
@@ -61,6 +64,8 @@ pub struct Counters {
     pub queue_dropped: AtomicU64,
     /// Not a drop: packets and datagrams handed to the crypto pool to seal or open.
     pub pooled: AtomicU64,
+    /// Packets the access policy's filter dropped, per direction and reason.
+    pub policy: PolicyDrops,
 }
 
 impl Counters {
@@ -91,6 +96,30 @@ pub(crate) struct State {
     pub peers: HashMap<Key, Arc<Peer>>,
     pub by_index: HashMap<u32, Arc<Peer>>,
     pub routes: AllowedIps<Arc<Peer>>,
+    /// The access policy's filter (None: no filter; see `crate::policy`).
+    pub policy: Option<PolicyFilter>,
+}
+
+/// Gives every peer its slot in the policy filter: the filter's peer whose mesh address
+/// the peer's allowed IPs route (once per filter or peer change, never per packet).
+pub(crate) fn resolve_policy_slots(state: &State) {
+    let Some(policy) = &state.policy else {
+        for peer in state.peers.values() {
+            peer.lock().policy.slot = None;
+        }
+        return;
+    };
+    let mut slots: HashMap<Key, plexsphere_policy::PeerRef> = HashMap::new();
+    for (slot, addrs) in &policy.peers {
+        for a in addrs {
+            if let Some(peer) = state.routes.get(*a) {
+                slots.entry(peer.public_key()).or_insert(*slot);
+            }
+        }
+    }
+    for (key, peer) in &state.peers {
+        peer.lock().policy.slot = slots.get(key).copied();
+    }
 }
 
 /// A userspace WireGuard device; see the module docs.
@@ -129,11 +158,83 @@ impl Device {
                 peers: HashMap::new(),
                 by_index: HashMap::new(),
                 routes: AllowedIps::new(),
+                policy: None,
             }),
             counters: Counters::default(),
             pending: Mutex::new(HashSet::new()),
             pending_count: AtomicUsize::new(0),
             probes: crate::probe_match::Probes::default(),
+        }
+    }
+
+    /// Installs the access policy's filter (None: no filter), atomically for every lane:
+    /// packets decided after this call use it. The flows the new filter would not let this
+    /// node open are forgotten in the same step, so a revoked flow's replies stop with it.
+    pub fn set_policy(&self, policy: Option<PolicyFilter>) {
+        let mut state = self.write();
+        for peer in state.peers.values() {
+            let flows = &mut peer.lock().policy.flows;
+            match &policy {
+                Some(p) => decide::prune_flows(&p.filter, flows),
+                None => *flows = PeerPolicy::flow_table(),
+            }
+        }
+        state.policy = policy;
+        resolve_policy_slots(&state);
+    }
+
+    /// The installed filter's version and why it is closed, if it is (None: no filter).
+    pub fn policy(&self) -> Option<(Option<u64>, Option<String>)> {
+        self.read()
+            .policy
+            .as_ref()
+            .map(|p| (p.version(), p.closed_reason().map(str::to_owned)))
+    }
+
+    /// The flows in the peers' flow tables.
+    pub fn policy_flows(&self) -> usize {
+        self.read()
+            .peers
+            .values()
+            .map(|p| p.lock().policy.flows.len())
+            .sum()
+    }
+
+    /// The policy's decision on a packet to or from `peer`; a drop is counted and logged
+    /// at a bounded rate. Always true without a filter.
+    fn policy_passes(
+        &self,
+        state: &State,
+        peer: &Peer,
+        p: &mut PeerState,
+        inbound: bool,
+        packet: &[u8],
+        now: Instant,
+    ) -> bool {
+        let Some(policy) = &state.policy else {
+            return true;
+        };
+        // The peer's own flow table, under the peer's lock the caller holds: both lanes
+        // take it for this peer anyway, so a reply finds its flow on any lane, at no extra
+        // lock.
+        let (slot, flows) = (p.policy.slot, &mut p.policy.flows);
+        let decision = if inbound {
+            decide::inbound_bytes(&policy.filter, slot, packet, flows, now)
+        } else {
+            decide::outbound_bytes(&policy.filter, slot, packet, flows, now)
+        };
+        match decision {
+            Decision::Accept(_) => true,
+            Decision::Drop(why) => {
+                self.counters.policy.count(inbound, &why);
+                let slot = p.policy.slot;
+                let name = || match slot {
+                    Some(slot) => policy.filter.peer_name(slot).to_owned(),
+                    None => peer.public_key().to_string(),
+                };
+                p.policy.log(name, inbound, &why, now);
+                false
+            }
         }
     }
 
@@ -258,6 +359,9 @@ impl Device {
             return;
         };
         let mut p = peer.lock();
+        if !packet.is_empty() && !self.policy_passes(state, peer, &mut p, false, packet, now) {
+            return;
+        }
         let Some(endpoint) = p.endpoint else {
             Counters::bump(&self.counters.no_endpoint);
             return;
@@ -512,7 +616,11 @@ impl Device {
             None => Err(crate::noise::NoiseError::UnknownSession),
         };
         let keep = match finished {
-            Ok(Output::Tunnel(len, src)) if self.allowed(state, peer, src, &packet[..len]) => len,
+            Ok(Output::Tunnel(len, src))
+                if self.allowed(state, peer, &mut p, src, &packet[..len], now) =>
+            {
+                len
+            }
             Ok(_) => 0,
             Err(e) => {
                 tracing::trace!(peer = %peer.public_key(), from = %o.from, error = %e, "datagram rejected");
@@ -614,7 +722,7 @@ impl Device {
         let mut answered = false;
         match machine.decapsulate(now, from.ip(), datagram, slot) {
             Step::Tunnel(n, src) => {
-                self.deliver(state, &peer, src, n, from, to_tun);
+                self.deliver(state, &peer, &mut p, (src, n, now), from, to_tun);
             }
             Step::Network(n) => {
                 let buf = &to_tun.next_slot()[..n];
@@ -688,21 +796,33 @@ impl Device {
         &self,
         state: &State,
         peer: &Arc<Peer>,
-        src: IpAddr,
-        len: usize,
+        p: &mut PeerState,
+        (src, len, now): (IpAddr, usize, Instant),
         from: SocketAddr,
         to_tun: &mut PacketBatch,
     ) {
-        if self.allowed(state, peer, src, &to_tun.next_slot()[..len]) {
+        if self.allowed(state, peer, p, src, &to_tun.next_slot()[..len], now) {
             to_tun.commit(len, from);
         }
     }
 
     /// Whether a decrypted `packet` from `src` goes to the host: the source is one `peer`
-    /// may use (else counted), and it is not a probe's echo reply (counted there).
-    fn allowed(&self, state: &State, peer: &Arc<Peer>, src: IpAddr, packet: &[u8]) -> bool {
+    /// may use (else counted), it is not a probe's echo reply (counted there), and the
+    /// policy's filter lets it in (else counted and logged).
+    fn allowed(
+        &self,
+        state: &State,
+        peer: &Arc<Peer>,
+        p: &mut PeerState,
+        src: IpAddr,
+        packet: &[u8],
+        now: Instant,
+    ) -> bool {
         match state.routes.get(src) {
-            Some(owner) if Arc::ptr_eq(owner, peer) => !self.probes.claim(packet, src),
+            Some(owner) if Arc::ptr_eq(owner, peer) => {
+                !self.probes.claim(packet, src)
+                    && self.policy_passes(state, peer, p, true, packet, now)
+            }
             _ => {
                 tracing::trace!(peer = %peer.public_key(), %src, "source outside the peer's allowed IPs; dropped");
                 Counters::bump(&self.counters.not_allowed);

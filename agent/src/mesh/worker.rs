@@ -8,7 +8,7 @@ use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
-use plexsphere_wire::node::PeerSpec;
+use plexsphere_wire::node::{PeerSpec, PolicyState};
 
 use super::contract::{LivePeer, Mesh, MeshError};
 use super::diff::{self, EndpointOwners, LiveConfig, MeshChange, MeshUpdate, RotationOnly};
@@ -31,6 +31,9 @@ pub trait Control: Send + 'static {
     fn apply(&self, update: &MeshUpdate) -> std::io::Result<()>;
     /// Replaces the interface's private key; the peers stay.
     fn set_private_key(&self, key: [u8; 32]) -> std::io::Result<()>;
+    /// Installs the policy's filter ([`Mesh::set_policy`]); on `Err` nothing from a peer
+    /// may pass (fail closed).
+    fn set_policy(&self, policy: Option<&PolicyState>) -> std::io::Result<()>;
 }
 
 /// What a backend adds to the shared code: is its data plane alive, and how it goes away.
@@ -51,6 +54,7 @@ enum Job {
     Teardown(Reply<()>),
     Stop(Reply<()>),
     SetKey([u8; 32], Reply<()>),
+    SetPolicy(Option<Box<PolicyState>>, Reply<()>),
 }
 
 /// A WireGuard interface driven through wireguard-control by a worker thread.
@@ -61,6 +65,7 @@ pub struct WgMesh {
     reach: Option<Arc<Runtime>>,
     udp_offload: Option<Arc<plexd_dataplane::UdpOffloadSwitch>>,
     gso_prober: Option<plexd_dataplane::Prober>,
+    policy_reader: Option<plexd_dataplane::PolicyReader>,
 }
 
 struct Worker<P: Plane, C: Control> {
@@ -109,6 +114,7 @@ impl WgMesh {
             reach,
             udp_offload: None,
             gso_prober: None,
+            policy_reader: None,
         })
     }
 
@@ -121,6 +127,12 @@ impl WgMesh {
     /// The embedded data plane's segmentation probe ([`Mesh::gso_prober`]).
     pub fn with_gso_prober(mut self, prober: plexd_dataplane::Prober) -> Self {
         self.gso_prober = Some(prober);
+        self
+    }
+
+    /// The embedded data plane's policy counters ([`Mesh::policy_reader`]).
+    pub fn with_policy_reader(mut self, reader: plexd_dataplane::PolicyReader) -> Self {
+        self.policy_reader = Some(reader);
         self
     }
 
@@ -186,6 +198,11 @@ impl Mesh for WgMesh {
         self.call(|tx| Job::SetKey(key, tx))
     }
 
+    fn set_policy(&mut self, policy: Option<&PolicyState>) -> Result<(), MeshError> {
+        let policy = policy.map(|p| Box::new(p.clone()));
+        self.call(|tx| Job::SetPolicy(policy, tx))
+    }
+
     fn reach(&self) -> Arc<dyn ReachHandle> {
         match &self.reach {
             Some(r) => r.clone(),
@@ -199,6 +216,10 @@ impl Mesh for WgMesh {
 
     fn gso_prober(&self) -> Option<plexd_dataplane::Prober> {
         self.gso_prober.clone()
+    }
+
+    fn policy_reader(&self) -> Option<plexd_dataplane::PolicyReader> {
+        self.policy_reader.clone()
     }
 }
 
@@ -230,6 +251,14 @@ impl<P: Plane, C: Control> Worker<P, C> {
                     {
                         reach.set_secret(key);
                     }
+                    let _ = reply.send(r);
+                }
+                Ok(Job::SetPolicy(policy, reply)) => {
+                    let r = self.plane.check().and_then(|()| {
+                        self.ctl
+                            .set_policy(policy.as_deref())
+                            .map_err(|e| format!("cannot install the policy filter: {e}"))
+                    });
                     let _ = reply.send(r);
                 }
                 Ok(Job::Teardown(reply)) => {
