@@ -25,12 +25,20 @@ pub mod key;
 pub mod link;
 #[cfg(target_os = "linux")]
 pub mod netlink;
+#[cfg(target_os = "linux")]
+pub mod nft;
 pub mod setup;
 #[cfg(target_os = "linux")]
 pub mod userspace;
 pub mod wg;
 pub mod worker;
 
+#[cfg(test)]
+#[cfg(target_os = "linux")]
+mod nft_root_tests;
+#[cfg(test)]
+#[cfg(target_os = "linux")]
+mod nft_tests;
 #[cfg(test)]
 #[cfg(target_os = "linux")]
 mod reach_root_tests;
