@@ -109,10 +109,15 @@ impl Device {
             state.by_index.clear();
             state.routes.clear();
         }
-        for change in update.peers {
-            apply_peer(state, change)?;
+        let changed = update.replace_peers || !update.peers.is_empty();
+        let applied = update
+            .peers
+            .into_iter()
+            .try_for_each(|change| apply_peer(state, change));
+        if changed && state.policy.is_some() {
+            crate::device::resolve_policy_slots(state);
         }
-        Ok(())
+        applied
     }
 
     /// Records the port the runner actually bound (when 0 was asked for).

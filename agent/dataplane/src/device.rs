@@ -28,7 +28,9 @@ use crate::allowed_ips::AllowedIps;
 use crate::batch::{PacketBatch, WG_OVERHEAD};
 use crate::key::{Key, SecretKey};
 use crate::peer::{Peer, PeerState};
+use crate::policy::{PolicyDrops, PolicyFilter};
 use crate::source::Source;
+use plexsphere_policy::{Decision, FlowTable, decide};
 
 /// Handshake messages per second the device takes before it asks for cookies (boringtun's
 /// device uses the same figure). Each initiation is verified twice (once to find its peer,
@@ -61,6 +63,8 @@ pub struct Counters {
     pub queue_dropped: AtomicU64,
     /// Not a drop: packets and datagrams handed to the crypto pool to seal or open.
     pub pooled: AtomicU64,
+    /// Packets the access policy's filter dropped, per direction and reason.
+    pub policy: PolicyDrops,
 }
 
 impl Counters {
@@ -91,6 +95,30 @@ pub(crate) struct State {
     pub peers: HashMap<Key, Arc<Peer>>,
     pub by_index: HashMap<u32, Arc<Peer>>,
     pub routes: AllowedIps<Arc<Peer>>,
+    /// The access policy's filter (None: no filter; see `crate::policy`).
+    pub policy: Option<PolicyFilter>,
+}
+
+/// Gives every peer its slot in the policy filter: the filter's peer whose mesh address
+/// the peer's allowed IPs route (once per filter or peer change, never per packet).
+pub(crate) fn resolve_policy_slots(state: &State) {
+    let Some(policy) = &state.policy else {
+        for peer in state.peers.values() {
+            peer.lock().policy.slot = None;
+        }
+        return;
+    };
+    let mut slots: HashMap<Key, plexsphere_policy::PeerRef> = HashMap::new();
+    for (slot, addrs) in &policy.peers {
+        for a in addrs {
+            if let Some(peer) = state.routes.get(*a) {
+                slots.entry(peer.public_key()).or_insert(*slot);
+            }
+        }
+    }
+    for (key, peer) in &state.peers {
+        peer.lock().policy.slot = slots.get(key).copied();
+    }
 }
 
 /// A userspace WireGuard device; see the module docs.
@@ -103,6 +131,8 @@ pub struct Device {
     pending_count: AtomicUsize,
     /// The segmentation probes waiting for replies (see `crate::probe`).
     pub(crate) probes: crate::probe_match::Probes,
+    /// The flows this node opened through the policy filter (see `crate::policy`).
+    flows: Mutex<FlowTable>,
 }
 
 impl Default for Device {
@@ -129,11 +159,79 @@ impl Device {
                 peers: HashMap::new(),
                 by_index: HashMap::new(),
                 routes: AllowedIps::new(),
+                policy: None,
             }),
             counters: Counters::default(),
             pending: Mutex::new(HashSet::new()),
             pending_count: AtomicUsize::new(0),
             probes: crate::probe_match::Probes::default(),
+            flows: Mutex::new(FlowTable::default()),
+        }
+    }
+
+    /// Installs the access policy's filter (None: no filter), atomically for every lane:
+    /// packets decided after this call use it. The flows the new filter would not let this
+    /// node open are forgotten in the same step, so a revoked flow's replies stop with it.
+    pub fn set_policy(&self, policy: Option<PolicyFilter>) {
+        let mut state = self.write();
+        let mut flows = self.flows.lock().unwrap_or_else(PoisonError::into_inner);
+        match &policy {
+            Some(p) => decide::prune_flows(&p.filter, &mut flows),
+            None => *flows = FlowTable::default(),
+        }
+        state.policy = policy;
+        resolve_policy_slots(&state);
+    }
+
+    /// The installed filter's version and why it is closed, if it is (None: no filter).
+    pub fn policy(&self) -> Option<(Option<u64>, Option<String>)> {
+        self.read()
+            .policy
+            .as_ref()
+            .map(|p| (p.version(), p.closed_reason().map(str::to_owned)))
+    }
+
+    /// The flows in the policy's flow table.
+    pub fn policy_flows(&self) -> usize {
+        self.flows
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    /// The policy's decision on a packet to or from `peer`; a drop is counted and logged
+    /// at a bounded rate. Always true without a filter.
+    fn policy_passes(
+        &self,
+        state: &State,
+        peer: &Peer,
+        p: &mut PeerState,
+        inbound: bool,
+        packet: &[u8],
+        now: Instant,
+    ) -> bool {
+        let Some(policy) = &state.policy else {
+            return true;
+        };
+        let decision = {
+            let mut flows = self.flows.lock().unwrap_or_else(PoisonError::into_inner);
+            if inbound {
+                decide::inbound_bytes(&policy.filter, p.policy.slot, packet, &mut flows, now)
+            } else {
+                decide::outbound_bytes(&policy.filter, p.policy.slot, packet, &mut flows, now)
+            }
+        };
+        match decision {
+            Decision::Accept(_) => true,
+            Decision::Drop(why) => {
+                self.counters.policy.count(inbound, &why);
+                let name = match p.policy.slot {
+                    Some(slot) => policy.filter.peer_name(slot).to_owned(),
+                    None => peer.public_key().to_string(),
+                };
+                p.policy.log(&name, inbound, &why, now);
+                false
+            }
         }
     }
 
@@ -258,6 +356,9 @@ impl Device {
             return;
         };
         let mut p = peer.lock();
+        if !packet.is_empty() && !self.policy_passes(state, peer, &mut p, false, packet, now) {
+            return;
+        }
         let Some(endpoint) = p.endpoint else {
             Counters::bump(&self.counters.no_endpoint);
             return;
@@ -512,7 +613,11 @@ impl Device {
             None => Err(crate::noise::NoiseError::UnknownSession),
         };
         let keep = match finished {
-            Ok(Output::Tunnel(len, src)) if self.allowed(state, peer, src, &packet[..len]) => len,
+            Ok(Output::Tunnel(len, src))
+                if self.allowed(state, peer, &mut p, src, &packet[..len], now) =>
+            {
+                len
+            }
             Ok(_) => 0,
             Err(e) => {
                 tracing::trace!(peer = %peer.public_key(), from = %o.from, error = %e, "datagram rejected");
@@ -614,7 +719,7 @@ impl Device {
         let mut answered = false;
         match machine.decapsulate(now, from.ip(), datagram, slot) {
             Step::Tunnel(n, src) => {
-                self.deliver(state, &peer, src, n, from, to_tun);
+                self.deliver(state, &peer, &mut p, (src, n, now), from, to_tun);
             }
             Step::Network(n) => {
                 let buf = &to_tun.next_slot()[..n];
@@ -688,21 +793,33 @@ impl Device {
         &self,
         state: &State,
         peer: &Arc<Peer>,
-        src: IpAddr,
-        len: usize,
+        p: &mut PeerState,
+        (src, len, now): (IpAddr, usize, Instant),
         from: SocketAddr,
         to_tun: &mut PacketBatch,
     ) {
-        if self.allowed(state, peer, src, &to_tun.next_slot()[..len]) {
+        if self.allowed(state, peer, p, src, &to_tun.next_slot()[..len], now) {
             to_tun.commit(len, from);
         }
     }
 
     /// Whether a decrypted `packet` from `src` goes to the host: the source is one `peer`
-    /// may use (else counted), and it is not a probe's echo reply (counted there).
-    fn allowed(&self, state: &State, peer: &Arc<Peer>, src: IpAddr, packet: &[u8]) -> bool {
+    /// may use (else counted), it is not a probe's echo reply (counted there), and the
+    /// policy's filter lets it in (else counted and logged).
+    fn allowed(
+        &self,
+        state: &State,
+        peer: &Arc<Peer>,
+        p: &mut PeerState,
+        src: IpAddr,
+        packet: &[u8],
+        now: Instant,
+    ) -> bool {
         match state.routes.get(src) {
-            Some(owner) if Arc::ptr_eq(owner, peer) => !self.probes.claim(packet, src),
+            Some(owner) if Arc::ptr_eq(owner, peer) => {
+                !self.probes.claim(packet, src)
+                    && self.policy_passes(state, peer, p, true, packet, now)
+            }
             _ => {
                 tracing::trace!(peer = %peer.public_key(), %src, "source outside the peer's allowed IPs; dropped");
                 Counters::bump(&self.counters.not_allowed);

@@ -40,6 +40,8 @@ pub(crate) struct PeerState {
     pub last_handshake: Option<Instant>,
     pub rx_bytes: u64,
     pub tx_bytes: u64,
+    /// Its slot in the policy filter and its drop log's pacing (`crate::policy`).
+    pub policy: crate::policy::PeerPolicy,
 }
 
 impl Peer {
@@ -57,6 +59,7 @@ impl Peer {
                 last_handshake: None,
                 rx_bytes: 0,
                 tx_bytes: 0,
+                policy: crate::policy::PeerPolicy::default(),
             }),
         }
     }

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
-use plexsphere_wire::node::PeerSpec;
+use plexsphere_wire::node::{PeerSpec, PolicyState};
 
 use super::diff::{self, LiveConfig, MeshChange, PeerOp};
 use super::endpoints::EndpointBook;
@@ -58,6 +58,16 @@ pub trait Mesh: Send {
     fn live_peers(&self) -> Result<Vec<LivePeer>, MeshError>;
     /// Removes the interface (leave). SIGTERM never calls this: the mesh keeps working.
     fn teardown(&mut self) -> Result<(), MeshError>;
+    /// Installs the access policy's filter (the signed state's `policy`): every packet a peer
+    /// sends is checked against what the view lets it open on this node, and what this node
+    /// sends against what it may open (docs/policy.md "On the node"). `None` (a server older
+    /// than policies) removes the filter: every peer reaches every port, as before.
+    ///
+    /// Fail closed: on `Err` the backend lets no packet from a peer through (a closed
+    /// filter, or no filter and the caller applies no peers; see `daemon::mesh_thread`), and
+    /// the daemon says so in its journal, metrics and `plexd status`. There is deliberately
+    /// no default: a WireGuard backend that forgot this would run unfiltered.
+    fn set_policy(&mut self, policy: Option<&PolicyState>) -> Result<(), MeshError>;
     /// Replaces the interface's private key (a key rotation): the peers stay and handshake
     /// again with the new key; the reach runtime takes it too. Backends without a key (`none`)
     /// have nothing to change.
@@ -89,6 +99,15 @@ pub trait Mesh: Send {
 #[derive(Debug, Default)]
 pub struct NoneMesh {
     peers: Vec<LiveConfig>,
+    /// The policy version last set (nothing carries packets here, so nothing is filtered).
+    policy: Option<u64>,
+}
+
+impl NoneMesh {
+    /// The version of the policy last set (tests check the daemon's order through it).
+    pub fn policy_version(&self) -> Option<u64> {
+        self.policy
+    }
 }
 
 impl Mesh for NoneMesh {
@@ -150,6 +169,12 @@ impl Mesh for NoneMesh {
 
     fn teardown(&mut self) -> Result<(), MeshError> {
         self.peers.clear();
+        Ok(())
+    }
+
+    /// No packet ever crosses this backend: the version is kept, nothing is installed.
+    fn set_policy(&mut self, policy: Option<&PolicyState>) -> Result<(), MeshError> {
+        self.policy = policy.map(|p| p.version);
         Ok(())
     }
 }

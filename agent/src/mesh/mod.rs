@@ -115,6 +115,14 @@ impl Mesh for Leftover {
         Ok(vec![])
     }
 
+    /// A leftover interface is only torn down, never configured: nothing to filter.
+    fn set_policy(
+        &mut self,
+        _policy: Option<&plexsphere_wire::node::PolicyState>,
+    ) -> Result<(), MeshError> {
+        Ok(())
+    }
+
     #[cfg(target_os = "linux")]
     fn teardown(&mut self) -> Result<(), MeshError> {
         if self.cfg.backend == Backend::None {

@@ -20,7 +20,7 @@ use plexd_dataplane::linux::{LinuxTun, LinuxUdpBinder, SwitchedBinder};
 use plexd_dataplane::runner::{self, RunConfig, Shutdown};
 use plexd_dataplane::uapi_server::socket_path;
 use plexd_dataplane::{
-    Device, DeviceUpdate, Key, PeerUpdate, RawSender, SecretKey, UdpOffloadSwitch,
+    Device, DeviceUpdate, Key, PeerUpdate, PolicyFilter, RawSender, SecretKey, UdpOffloadSwitch,
 };
 
 use super::diff::{LiveConfig, MeshUpdate, PeerKey, PeerOp};
@@ -176,6 +176,24 @@ impl Control for DirectControl {
             })
             .map_err(io::Error::other)
     }
+
+    /// The view's filter, atomically for every lane; a view that cannot become a filter
+    /// installs the closed one and answers `Err` (fail closed).
+    fn set_policy(&self, policy: Option<&plexsphere_wire::node::PolicyState>) -> io::Result<()> {
+        let Some(policy) = policy else {
+            self.device.set_policy(None);
+            return Ok(());
+        };
+        let (filter, error) = PolicyFilter::from_view(policy.version, &policy.view);
+        self.device.set_policy(Some(filter));
+        match error {
+            None => Ok(()),
+            Some(e) => Err(io::Error::other(format!(
+                "the filter of policy version {} cannot be built ({e}); nothing passes to or from any peer until a usable policy arrives",
+                policy.version
+            ))),
+        }
+    }
 }
 
 /// The reach runtime's way to the embedded data plane: one peer's endpoint, nothing else of
@@ -230,6 +248,11 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError
         })
         .map_err(|e| runtime("set the private key", &name, e))?;
     device.set_listen_port(cfg.listen_port);
+    // Closed until the daemon installs the cached or fetched state's policy (or none, for a
+    // server older than policies): no packet crosses before the node knows its filter.
+    device.set_policy(Some(PolicyFilter::closed(
+        "plexd has not installed a policy yet (starting)",
+    )));
     // The reach runtime first: the data plane hands it the socket's other datagrams from the
     // start, and its sends go out of the data plane's socket once that is bound.
     let raw = RawSender::new();

@@ -82,6 +82,18 @@ impl super::worker::Control for WgControl {
             .set_private_key(Key(key))
             .apply(&self.iface, self.backend)
     }
+
+    /// No policy: nothing to install. A policy: refused until the nftables filter exists
+    /// (the daemon then applies no peers: fail closed).
+    fn set_policy(&self, policy: Option<&plexsphere_wire::node::PolicyState>) -> io::Result<()> {
+        match policy {
+            None => Ok(()),
+            Some(p) => Err(io::Error::other(format!(
+                "policy enforcement for the kernel backend is not built yet (policy version {}); no peer is configured until it is",
+                p.version
+            ))),
+        }
+    }
 }
 
 impl WgControl {

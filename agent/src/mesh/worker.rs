@@ -8,7 +8,7 @@ use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
-use plexsphere_wire::node::PeerSpec;
+use plexsphere_wire::node::{PeerSpec, PolicyState};
 
 use super::contract::{LivePeer, Mesh, MeshError};
 use super::diff::{self, EndpointOwners, LiveConfig, MeshChange, MeshUpdate, RotationOnly};
@@ -31,6 +31,9 @@ pub trait Control: Send + 'static {
     fn apply(&self, update: &MeshUpdate) -> std::io::Result<()>;
     /// Replaces the interface's private key; the peers stay.
     fn set_private_key(&self, key: [u8; 32]) -> std::io::Result<()>;
+    /// Installs the policy's filter ([`Mesh::set_policy`]); on `Err` nothing from a peer
+    /// may pass (fail closed).
+    fn set_policy(&self, policy: Option<&PolicyState>) -> std::io::Result<()>;
 }
 
 /// What a backend adds to the shared code: is its data plane alive, and how it goes away.
@@ -51,6 +54,7 @@ enum Job {
     Teardown(Reply<()>),
     Stop(Reply<()>),
     SetKey([u8; 32], Reply<()>),
+    SetPolicy(Option<Box<PolicyState>>, Reply<()>),
 }
 
 /// A WireGuard interface driven through wireguard-control by a worker thread.
@@ -186,6 +190,11 @@ impl Mesh for WgMesh {
         self.call(|tx| Job::SetKey(key, tx))
     }
 
+    fn set_policy(&mut self, policy: Option<&PolicyState>) -> Result<(), MeshError> {
+        let policy = policy.map(|p| Box::new(p.clone()));
+        self.call(|tx| Job::SetPolicy(policy, tx))
+    }
+
     fn reach(&self) -> Arc<dyn ReachHandle> {
         match &self.reach {
             Some(r) => r.clone(),
@@ -230,6 +239,14 @@ impl<P: Plane, C: Control> Worker<P, C> {
                     {
                         reach.set_secret(key);
                     }
+                    let _ = reply.send(r);
+                }
+                Ok(Job::SetPolicy(policy, reply)) => {
+                    let r = self.plane.check().and_then(|()| {
+                        self.ctl
+                            .set_policy(policy.as_deref())
+                            .map_err(|e| format!("cannot install the policy filter: {e}"))
+                    });
                     let _ = reply.send(r);
                 }
                 Ok(Job::Teardown(reply)) => {

@@ -1,0 +1,190 @@
+//! The access policy's filter on the packet path (issue 25, docs/policy.md "On the node").
+//!
+//! The device holds at most one [`PolicyFilter`] in its state, next to the peer tables, so
+//! the lanes read it under the read lock they already take per batch; installing one takes
+//! the write lock, like a peer change, and is atomic for every lane. Each WireGuard peer
+//! keeps its slot in the filter (`PeerRef`), resolved once when the filter or the peers
+//! change: a device peer is the filter's peer whose mesh address its allowed IPs route.
+//!
+//! Per packet: [`plexsphere_policy::decide::inbound_bytes`] after decryption (the security
+//! boundary: the sender may be the attacker) and `outbound_bytes` before encryption. O(1):
+//! a parse of the headers, a slot index, a bit test, and a flow-table lookup for replies.
+//!
+//! The flow table is one per device, under a mutex: a reply must find the flow its request
+//! opened whichever lane (thread) it arrives on, and sharding it by flow would need the
+//! parse before the lock (an ICMP error names its flow only inside). The lock is held for
+//! one decision (tens of nanoseconds), never across I/O or crypto.
+//!
+//! No filter (`None`): every packet passes, as before policies. A closed filter
+//! ([`PolicyFilter::closed`]) lets nothing from or to a peer through.
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use plexsphere_policy::decide::Drop as Why;
+use plexsphere_policy::view::NodeView;
+use plexsphere_policy::{NodeFilter, PeerRef, ViewError};
+
+/// A peer's drops of one reason are logged at most once per this long (the count of the
+/// drops in between goes into the next line).
+pub const POLICY_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// The reasons a packet is dropped by the policy, in counter order.
+pub const REASONS: [&str; REASON_COUNT] = [
+    "unknown_peer",
+    "not_for_this_node",
+    "not_from_this_node",
+    "spoofed_source",
+    "no_rule",
+    "malformed",
+];
+pub const REASON_COUNT: usize = 6;
+
+/// The index of a drop reason in [`REASONS`].
+pub fn reason_index(why: &Why) -> usize {
+    match why {
+        Why::UnknownPeer => 0,
+        Why::NotForThisNode => 1,
+        Why::NotFromThisNode => 2,
+        Why::SpoofedSource => 3,
+        Why::NoRule { .. } => 4,
+        Why::Malformed(_) => 5,
+    }
+}
+
+/// Packets the policy dropped since the device started, per direction and reason.
+#[derive(Debug, Default)]
+pub struct PolicyDrops {
+    /// Decrypted packets from a peer (the peer tried to reach this node).
+    pub inbound: [AtomicU64; REASON_COUNT],
+    /// Packets from the host to a peer.
+    pub outbound: [AtomicU64; REASON_COUNT],
+}
+
+impl PolicyDrops {
+    /// `(reason, inbound, outbound)` for every reason.
+    pub fn read(&self) -> Vec<(&'static str, u64, u64)> {
+        REASONS
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                (
+                    *r,
+                    self.inbound[i].load(Ordering::Relaxed),
+                    self.outbound[i].load(Ordering::Relaxed),
+                )
+            })
+            .collect()
+    }
+
+    pub(crate) fn count(&self, inbound: bool, why: &Why) {
+        let side = if inbound {
+            &self.inbound
+        } else {
+            &self.outbound
+        };
+        side[reason_index(why)].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// What the device enforces: a view's filter, or a closed one.
+#[derive(Debug)]
+pub struct PolicyFilter {
+    pub(crate) filter: NodeFilter,
+    /// The policy version (None: closed before any policy was known).
+    version: Option<u64>,
+    /// Why the filter is closed (None: the view's filter is installed).
+    closed: Option<String>,
+    /// Per filter peer, its mesh addresses (to find the WireGuard peer that routes them).
+    pub(crate) peers: Vec<(PeerRef, Vec<IpAddr>)>,
+}
+
+impl PolicyFilter {
+    /// The view's filter; a view that cannot become one gives the closed filter and the
+    /// reason (fail closed: never allow-all on error).
+    pub fn from_view(version: u64, view: &NodeView) -> (PolicyFilter, Option<ViewError>) {
+        match NodeFilter::new(view) {
+            Ok(filter) => {
+                let peers = view
+                    .peers
+                    .iter()
+                    .filter_map(|p| filter.peer(&p.id).map(|r| (r, p.addrs.clone())))
+                    .collect();
+                (
+                    PolicyFilter {
+                        filter,
+                        version: Some(version),
+                        closed: None,
+                        peers,
+                    },
+                    None,
+                )
+            }
+            Err(e) => {
+                let why = format!("the view of policy version {version} is unusable: {e}");
+                let mut f = PolicyFilter::closed(&why);
+                f.version = Some(version);
+                (f, Some(e))
+            }
+        }
+    }
+
+    /// A filter that lets nothing through, for `why`.
+    pub fn closed(why: &str) -> PolicyFilter {
+        PolicyFilter {
+            filter: NodeFilter::closed(uuid_nil(), Vec::new()),
+            version: None,
+            closed: Some(why.to_owned()),
+            peers: Vec::new(),
+        }
+    }
+
+    pub fn version(&self) -> Option<u64> {
+        self.version
+    }
+
+    /// Why nothing passes (None: the view's filter is installed).
+    pub fn closed_reason(&self) -> Option<&str> {
+        self.closed.as_deref()
+    }
+
+    pub fn filter(&self) -> &NodeFilter {
+        &self.filter
+    }
+}
+
+fn uuid_nil() -> uuid::Uuid {
+    uuid::Uuid::nil()
+}
+
+/// A peer's policy state: its slot, and when each reason was last logged.
+#[derive(Debug, Default)]
+pub(crate) struct PeerPolicy {
+    pub slot: Option<PeerRef>,
+    logged: [Option<Instant>; REASON_COUNT],
+    quiet: [u64; REASON_COUNT],
+}
+
+impl PeerPolicy {
+    /// Logs a drop unless this peer's drops of that reason were logged less than
+    /// [`POLICY_LOG_EVERY`] ago (then counted into the next line).
+    pub fn log(&mut self, peer: &str, inbound: bool, why: &Why, now: Instant) {
+        let i = reason_index(why);
+        if self.logged[i].is_some_and(|t| now.saturating_duration_since(t) < POLICY_LOG_EVERY) {
+            self.quiet[i] += 1;
+            return;
+        }
+        let more = std::mem::take(&mut self.quiet[i]);
+        self.logged[i] = Some(now);
+        let dir = if inbound { "from" } else { "to" };
+        tracing::warn!(
+            peer,
+            reason = REASONS[i],
+            suppressed = more,
+            "policy: a packet {dir} peer {peer} {}; ({more} more like it since the last line, one line per peer and reason every {} s)",
+            plexsphere_policy::Decision::Drop(*why),
+            POLICY_LOG_EVERY.as_secs()
+        );
+    }
+}
