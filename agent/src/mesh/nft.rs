@@ -44,6 +44,7 @@ use plexsphere_policy::compile::Grant;
 use plexsphere_policy::filter::{NodeFilter, ViewError};
 use plexsphere_policy::ports::PortSet;
 use plexsphere_policy::view::NodeView;
+use plexsphere_wire::node::PolicyState;
 
 /// The program plexd runs (Debian's `nftables` package).
 pub const NFT: &str = "nft";
@@ -350,4 +351,57 @@ pub fn exists(iface: &str) -> Result<bool, NftError> {
         .status()
         .map_err(NftError::Spawn)?;
     Ok(out.success())
+}
+
+/// The kernel backend's [`super::contract::Mesh::set_policy`]: installs the view's filter,
+/// or removes the table for no policy. Fail closed: a view that cannot become a filter, or
+/// a filter nft refuses, leaves the closed table (everything from the interface dropped)
+/// and answers `Err`, on which the daemon configures no peers either (so even a closed table
+/// nft could not install lets nothing through) and says so in its journal, metrics and
+/// `plexd status`.
+pub fn set_policy(iface: &str, policy: Option<&PolicyState>) -> std::io::Result<()> {
+    let Some(policy) = policy else {
+        return match remove(iface) {
+            Ok(()) => Ok(()),
+            // No nft, so no table plexd could have made: nothing to remove.
+            Err(NftError::Spawn(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(std::io::Error::other(format!(
+                "cannot remove the policy table ({e}); the last policy's filter stays in force until `nft delete table inet {}`",
+                table_name(iface)
+            ))),
+        };
+    };
+    let version = policy.version;
+    let why = match install(iface, Some(&policy.view)) {
+        Ok(Installed::Filter | Installed::Removed) => {
+            tracing::info!(interface = iface, policy_version = version, table = %table_name(iface), "policy: nftables filter installed");
+            return Ok(());
+        }
+        Ok(Installed::Closed(e)) => {
+            format!("the view of policy version {version} cannot become a filter ({e})")
+        }
+        Err(e) => match install_closed(iface) {
+            Ok(()) => format!("cannot install the filter of policy version {version} ({e})"),
+            Err(closed) => format!(
+                "cannot install the filter of policy version {version} ({e}), nor the closed table ({closed})"
+            ),
+        },
+    };
+    tracing::error!(interface = iface, policy_version = version, "policy: {why}; nothing from any peer passes until a usable policy is installed");
+    Err(std::io::Error::other(format!(
+        "{why}; nothing from any peer passes until a usable policy is installed"
+    )))
+}
+
+/// `plexd leave` and `plexd uninstall`: the table goes with the interface. No nft means no
+/// table plexd could have made.
+pub fn remove_on_leave(iface: &str) -> Result<(), String> {
+    match remove(iface) {
+        Ok(()) => Ok(()),
+        Err(NftError::Spawn(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!(
+            "cannot remove the policy table ({e}); run `nft delete table inet {}`",
+            table_name(iface)
+        )),
+    }
 }
