@@ -63,6 +63,7 @@ pub fn main(cli: Cli) -> i32 {
             block_on(crate::daemon::run(&s, cli.run_dir.clone()))?
         }),
         Command::Status(args) => status_cmd(&cli, args),
+        Command::Policy => policy_cmd(&cli),
         Command::Leave(args) => match leave(&cli, args.ca_file.clone()) {
             Ok(message) => {
                 print_message(json, &message);
@@ -165,6 +166,42 @@ fn status_cmd(cli: &Cli, args: &StatusArgs) -> CmdResult {
         Answer::Error { message, .. } | Answer::Left { message } | Answer::Rotated { message } => {
             Err(fail(Failure::new(ExitCode::ServerRefused, message)))
         }
+        Answer::Policy(_) => Err(fail(Failure::new(
+            ExitCode::Io,
+            "the daemon answered a status request with its policy",
+        ))),
+    }
+}
+
+/// `plexd policy`: the policy the running daemon enforces; exit 3 when none answers.
+fn policy_cmd(cli: &Cli) -> CmdResult {
+    let fail = |f: Failure| (LogTarget::Stderr, f);
+    let answer = block_on(socket::ask(&cli.run_dir, Request::Policy))
+        .map_err(fail)?
+        .map_err(|e| fail(socket_failure(e)))?;
+    match answer {
+        Answer::Policy(report) => {
+            match cli.output {
+                Output::Json => {
+                    let json = serde_json::to_string_pretty(&report).map_err(|e| {
+                        fail(Failure::new(
+                            ExitCode::Io,
+                            format!("cannot encode the policy: {e}"),
+                        ))
+                    })?;
+                    println!("{json}");
+                }
+                Output::Table => print!("{}", crate::daemon::policy_status::render_report(&report)),
+            }
+            Ok(())
+        }
+        Answer::Error { message, .. } => Err(fail(Failure::new(ExitCode::ServerRefused, message))),
+        Answer::Status(_) | Answer::Left { .. } | Answer::Rotated { .. } => {
+            Err(fail(Failure::new(
+                ExitCode::Io,
+                "the daemon answered a policy request with something else",
+            )))
+        }
     }
 }
 
@@ -193,7 +230,7 @@ fn rotate_cmd(cli: &Cli, req: Request) -> CmdResult {
                 .unwrap_or(ExitCode::ServerRefused);
             Err(fail(Failure::new(code, message)))
         }
-        Answer::Status(_) | Answer::Left { .. } => Err(fail(Failure::new(
+        Answer::Status(_) | Answer::Left { .. } | Answer::Policy(_) => Err(fail(Failure::new(
             ExitCode::Io,
             "the daemon answered a rotation with something else",
         ))),
@@ -218,7 +255,7 @@ fn leave(cli: &Cli, ca_flag: Option<PathBuf>) -> Result<String, (LogTarget, Fail
                 .unwrap_or(ExitCode::ServerRefused);
             Err((LogTarget::Stderr, Failure::new(code, message)))
         }
-        Ok(Answer::Status(_) | Answer::Rotated { .. }) => Err((
+        Ok(Answer::Status(_) | Answer::Rotated { .. } | Answer::Policy(_)) => Err((
             LogTarget::Stderr,
             Failure::new(ExitCode::Io, "the daemon answered a leave with a status"),
         )),

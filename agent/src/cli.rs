@@ -47,6 +47,9 @@ pub enum Command {
     Status(StatusArgs),
     /// Deregister this node, tear the mesh down and remove its identity and key.
     Leave(LeaveArgs),
+    /// Show the access policy this node enforces: its version, whether the filter is
+    /// installed or closed (and why), drops, and per peer what may be opened each way.
+    Policy,
     /// Leave, then stop and disable the unit and remove it and the state dir (and with
     /// --purge the config and token).
     Uninstall(UninstallArgs),

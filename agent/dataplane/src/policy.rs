@@ -158,6 +158,26 @@ fn uuid_nil() -> uuid::Uuid {
     uuid::Uuid::nil()
 }
 
+/// The daemon's read-only handle on the filter's counters (for `plexd status` and metrics).
+#[derive(Clone)]
+pub struct PolicyReader(std::sync::Arc<crate::Device>);
+
+impl PolicyReader {
+    pub fn new(device: std::sync::Arc<crate::Device>) -> Self {
+        Self(device)
+    }
+
+    /// `(reason, inbound, outbound)` drop counts.
+    pub fn drops(&self) -> Vec<(&'static str, u64, u64)> {
+        self.0.counters().policy.read()
+    }
+
+    /// Flows in the flow table.
+    pub fn flows(&self) -> usize {
+        self.0.policy_flows()
+    }
+}
+
 /// A peer's policy state: its slot, and when each reason was last logged.
 #[derive(Debug, Default)]
 pub(crate) struct PeerPolicy {

@@ -58,6 +58,8 @@ pub struct Executor {
     pub udp_offload: Option<Arc<plexd_dataplane::UdpOffloadSwitch>>,
     /// The GSO path probe's thread and results (embedded data plane only).
     pub gso_probe: Option<super::gso_probe::GsoProbe>,
+    /// The policy filter's counters (embedded data plane only).
+    pub policy_reader: Option<plexd_dataplane::PolicyReader>,
 }
 
 impl Executor {
@@ -209,6 +211,16 @@ impl Executor {
                 }
                 if let (Answer::Status(report), Some(probe)) = (&mut answer, &self.gso_probe) {
                     report.gso_probe = Some(probe.status(Instant::now()));
+                }
+                if let Some(reader) = &self.policy_reader {
+                    let status = match &mut answer {
+                        Answer::Status(report) => report.policy.as_mut(),
+                        Answer::Policy(report) => Some(&mut report.status),
+                        _ => None,
+                    };
+                    if let Some(status) = status {
+                        super::policy_status::add_counters(status, reader);
+                    }
                 }
                 if let Some(w) = self.waiters.remove(&id) {
                     let _ = w.send(answer);

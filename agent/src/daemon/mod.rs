@@ -32,6 +32,7 @@ pub mod leave;
 pub mod mesh_thread;
 pub mod metrics;
 pub mod notify;
+pub mod policy_status;
 pub mod protocol;
 pub mod rotate;
 pub mod schedule;
@@ -105,6 +106,7 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
         let reach = mesh.reach();
         let udp_offload = mesh.udp_offload();
         let gso_prober = mesh.gso_prober();
+        let policy_reader = mesh.policy_reader();
         let mesh = MeshThread::start(mesh, tx.clone()).map_err(threads)?;
         let disk = DiskThread::start(settings.state.clone(), tx.clone()).map_err(threads)?;
 
@@ -166,6 +168,7 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
             paths: settings.state.clone(),
             udp_offload,
             gso_probe,
+            policy_reader,
         };
         let outcome = executor.run(&mut rx).await;
         if let Some(server) = metrics_server {

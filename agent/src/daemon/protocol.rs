@@ -17,6 +17,8 @@ pub enum Request {
     RotateKey,
     /// Rotate the node credential now (`plexd rotate-credential`).
     RotateCredential,
+    /// The policy this node enforces (`plexd policy`).
+    Policy,
 }
 
 /// The answer, as one JSON document.
@@ -24,6 +26,7 @@ pub enum Request {
 #[serde(rename_all = "snake_case")]
 pub enum Answer {
     Status(Box<StatusReport>),
+    Policy(Box<super::policy_status::PolicyReport>),
     Left {
         message: String,
     },

@@ -42,6 +42,10 @@ pub struct StatusReport {
     /// from older daemons).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gso_probe: Option<GsoProbeStatus>,
+    /// The access policy: version, filter installed or closed, drops (absent from older
+    /// daemons).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<super::policy_status::PolicyStatus>,
 }
 
 /// The pinned Domain key and, during a rotation's overlap, the announced next one.
@@ -334,6 +338,11 @@ pub fn render(r: &StatusReport) -> String {
             let _ = writeln!(out, "gso probe   {line}");
         }
     }
+    if let Some(policy) = &r.policy {
+        for line in super::policy_status::status_lines(policy) {
+            let _ = writeln!(out, "policy      {line}");
+        }
+    }
     let _ = writeln!(
         out,
         "ingest      {} observations waiting, {} dropped and not yet reported",
@@ -465,6 +474,7 @@ pub(crate) mod tests {
                 }),
             },
             gso_probe: None,
+            policy: None,
         }
     }
 

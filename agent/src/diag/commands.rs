@@ -78,6 +78,10 @@ pub(crate) fn daemon_status(run_dir: &Path) -> Result<StatusReport, Failure> {
         Answer::Error { message, .. } | Answer::Left { message } | Answer::Rotated { message } => {
             Err(Failure::new(ExitCode::ServerRefused, message))
         }
+        Answer::Policy(_) => Err(Failure::new(
+            ExitCode::Io,
+            "the daemon answered a status request with its policy",
+        )),
     }
 }
 

@@ -91,6 +91,11 @@ pub trait Mesh: Send {
     fn gso_prober(&self) -> Option<plexd_dataplane::Prober> {
         None
     }
+    /// The policy filter's drop counters and flow table, taken once at start like
+    /// [`Mesh::udp_offload`]. Only the embedded data plane counts per packet here.
+    fn policy_reader(&self) -> Option<plexd_dataplane::PolicyReader> {
+        None
+    }
 }
 
 /// `wireguard.backend: none`: an interface in memory. It runs the same diff as the real

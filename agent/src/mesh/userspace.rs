@@ -327,7 +327,12 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError
     setup_link(cfg, node).map_err(OpenError::Runtime)?;
     tracing::info!(interface = %name, socket = %socket.display(), listen_port = cfg.listen_port, "the embedded userspace WireGuard data plane is running on {name}, UDP port {}", cfg.listen_port);
     let prober = plexd_dataplane::Prober::new(device.clone(), raw, Some(udp_offload.clone()));
+    let reader = plexd_dataplane::PolicyReader::new(device.clone());
     WgMesh::start("userspace", &name, DirectControl::new(device), plane, reach)
-        .map(|m| m.with_udp_offload(udp_offload).with_gso_prober(prober))
+        .map(|m| {
+            m.with_udp_offload(udp_offload)
+                .with_gso_prober(prober)
+                .with_policy_reader(reader)
+        })
         .map_err(|e| OpenError::Runtime(e.to_string()))
 }

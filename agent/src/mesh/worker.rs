@@ -65,6 +65,7 @@ pub struct WgMesh {
     reach: Option<Arc<Runtime>>,
     udp_offload: Option<Arc<plexd_dataplane::UdpOffloadSwitch>>,
     gso_prober: Option<plexd_dataplane::Prober>,
+    policy_reader: Option<plexd_dataplane::PolicyReader>,
 }
 
 struct Worker<P: Plane, C: Control> {
@@ -113,6 +114,7 @@ impl WgMesh {
             reach,
             udp_offload: None,
             gso_prober: None,
+            policy_reader: None,
         })
     }
 
@@ -125,6 +127,12 @@ impl WgMesh {
     /// The embedded data plane's segmentation probe ([`Mesh::gso_prober`]).
     pub fn with_gso_prober(mut self, prober: plexd_dataplane::Prober) -> Self {
         self.gso_prober = Some(prober);
+        self
+    }
+
+    /// The embedded data plane's policy counters ([`Mesh::policy_reader`]).
+    pub fn with_policy_reader(mut self, reader: plexd_dataplane::PolicyReader) -> Self {
+        self.policy_reader = Some(reader);
         self
     }
 
@@ -208,6 +216,10 @@ impl Mesh for WgMesh {
 
     fn gso_prober(&self) -> Option<plexd_dataplane::Prober> {
         self.gso_prober.clone()
+    }
+
+    fn policy_reader(&self) -> Option<plexd_dataplane::PolicyReader> {
+        self.policy_reader.clone()
     }
 }
 

@@ -226,6 +226,10 @@ impl Core {
                 });
                 self.emit(Effect::Call(Call::Leave));
             }
+            Request::Policy => {
+                let answer = Answer::Policy(Box::new(self.policy_report()));
+                self.emit(Effect::Answer { id, answer });
+            }
             Request::RotateKey => self.rotate_now(id, super::rotation_state::Kind::Key, now),
             Request::RotateCredential => {
                 self.rotate_now(id, super::rotation_state::Kind::Credential, now)
@@ -239,10 +243,13 @@ impl Core {
             return;
         };
         match (pending, answer) {
-            (Pending::Apply(sent), MeshAnswer::Applied(res)) => {
+            (Pending::Apply(sent, version), MeshAnswer::Applied(res, policy)) => {
+                if let Some(r) = policy {
+                    self.policy_installed(version, r, now);
+                }
                 self.applied(sent, res.map_err(|e| e.to_string()), now)
             }
-            (Pending::Apply(sent), _) => {
+            (Pending::Apply(sent, _), _) => {
                 self.applied(sent, Err("the mesh thread is busy".to_owned()), now)
             }
             (Pending::Live(why), MeshAnswer::Live(res)) => {
@@ -335,6 +342,7 @@ impl Core {
             self.wanted.apply(&e.kind);
         }
         self.state_version = Some(version);
+        self.take_policy(state.policy.clone());
         self.envelope = Some(env);
         self.last_seq = self.last_seq.max(version);
         tracing::info!(

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant, SystemTime};
 use std::net::SocketAddr;
 
 use plexsphere_wire::node::{
-    EndpointAck, EndpointReport, Heartbeat, HeartbeatAck, IngestBatch, PeerSpec, RelaySpec,
+    EndpointAck, EndpointReport, Heartbeat, HeartbeatAck, IngestBatch, PeerSpec, PolicyState,
+    RelaySpec,
 };
 use plexsphere_wire::signed::SignedEnvelope;
 
@@ -187,8 +188,10 @@ pub enum Call {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MeshOp {
     /// Make the interface's peers equal to these (shared: the core keeps the same list to
-    /// name what changed).
-    Apply(Arc<Vec<PeerSpec>>),
+    /// name what changed), under this policy (the signed state's; `None`: no filter). The
+    /// mesh thread installs the policy's filter FIRST when it differs from the installed
+    /// one, and applies no peers while it cannot (`super::super::mesh_thread::run_apply`).
+    Apply(Arc<Vec<PeerSpec>>, Option<Arc<PolicyState>>),
     /// Read the live peers.
     ReadLive,
     /// Remove the interface (leave).
@@ -200,7 +203,11 @@ pub enum MeshOp {
 /// The mesh thread's answer to one [`MeshOp`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MeshAnswer {
-    Applied(Result<Vec<MeshChange>, MeshError>),
+    /// The peers applied, and the policy's install when it was (re)installed first.
+    Applied(
+        Result<Vec<MeshChange>, MeshError>,
+        Option<Result<(), MeshError>>,
+    ),
     Live(Result<Vec<LivePeer>, MeshError>),
     TornDown(Result<(), MeshError>),
     KeySet(Result<(), MeshError>),

@@ -32,6 +32,7 @@ pub mod answers;
 pub mod domain_keys;
 pub mod domain_keys_state;
 pub mod io;
+pub mod policy;
 pub mod reach;
 pub mod reload;
 pub mod report;
@@ -105,7 +106,8 @@ enum LiveFor {
 /// What a mesh job was for, kept until its answer comes.
 #[derive(Debug, Clone)]
 enum Pending {
-    Apply(Arc<Vec<PeerSpec>>),
+    /// The peers and the policy version sent with them.
+    Apply(Arc<Vec<PeerSpec>>, Option<u64>),
     Live(LiveFor),
     Teardown,
     /// A key rotation's switch of the interface key.
@@ -148,6 +150,10 @@ pub struct Core {
     wanted: DesiredPeers,
     envelope: Option<SignedEnvelope>,
     state_version: Option<u64>,
+    /// The signed state's access policy (None: it carries none), sent with every apply.
+    policy: Option<Arc<plexsphere_wire::node::PolicyState>>,
+    /// What `plexd status` says of it (`policy`).
+    policy_status: super::policy_status::PolicyStatus,
     /// The signed state's UDP GSO/GRO switch, as last handed to the data plane.
     udp_offload: Option<plexsphere_wire::node::UdpOffload>,
     /// Events applied on top of `envelope`, in order.
@@ -253,6 +259,8 @@ impl Core {
             wanted: DesiredPeers::default(),
             envelope: None,
             state_version: None,
+            policy: None,
+            policy_status: Default::default(),
             udp_offload: None,
             events: vec![],
             last_seq: 0,
@@ -408,12 +416,12 @@ impl Core {
         if self
             .mesh_jobs
             .values()
-            .any(|p| matches!(p, Pending::Apply(_)))
+            .any(|p| matches!(p, Pending::Apply(..)))
         {
             self.apply_again = true;
         } else {
             let set = Arc::new(self.wanted.list());
-            self.ask_mesh(MeshOp::Apply(set.clone()), Pending::Apply(set), now);
+            self.ask_apply(set, now);
         }
         self.update_status();
     }
@@ -447,8 +455,7 @@ impl Core {
         self.wanted = DesiredPeers::default();
         self.feed_reach_peers();
         self.apply_again = false;
-        let set = Arc::new(vec![]);
-        self.ask_mesh(MeshOp::Apply(set.clone()), Pending::Apply(set), now);
+        self.ask_apply(Arc::new(vec![]), now);
         self.exit(Outcome::Gone(REVOKED.to_owned()));
     }
 }

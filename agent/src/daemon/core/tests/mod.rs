@@ -49,6 +49,8 @@ pub struct Harness {
     pub now: Now,
     pub t0: Instant,
     pub mesh: NoneMesh,
+    /// The mesh thread's record of the installed policy (`mesh_thread::run_apply`).
+    pub installed: crate::daemon::mesh_thread::InstalledPolicy,
     /// Answer mesh jobs at once (off: tests of a slow or stuck mesh answer them by hand).
     pub auto_mesh: bool,
     /// Mesh jobs not answered (with `auto_mesh` off).
@@ -82,6 +84,7 @@ pub fn harness_with(config: Config, watchdog: Option<Duration>) -> Harness {
         now,
         t0,
         mesh: NoneMesh::default(),
+        installed: Default::default(),
         auto_mesh: true,
         held: vec![],
         auto_disk: true,
@@ -127,7 +130,12 @@ impl Harness {
 
     pub fn run_mesh(&mut self, op: &MeshOp) -> MeshAnswer {
         match op {
-            MeshOp::Apply(set) => MeshAnswer::Applied(self.mesh.apply(set.clone())),
+            MeshOp::Apply(set, policy) => crate::daemon::mesh_thread::run_apply(
+                &mut self.mesh,
+                &mut self.installed,
+                set.clone(),
+                policy.clone(),
+            ),
             MeshOp::ReadLive => MeshAnswer::Live(self.mesh.live_peers()),
             MeshOp::Teardown => MeshAnswer::TornDown(self.mesh.teardown()),
             MeshOp::SetKey(k) => MeshAnswer::KeySet(self.mesh.set_private_key(k.0)),
@@ -238,7 +246,7 @@ pub fn applies(effects: &[Effect]) -> Vec<usize> {
         .iter()
         .filter_map(|e| match e {
             Effect::Mesh {
-                op: MeshOp::Apply(set),
+                op: MeshOp::Apply(set, _),
                 ..
             } => Some(set.len()),
             _ => None,

@@ -1,0 +1,104 @@
+//! The access policy in the core: the signed state's `policy` goes with every apply to the
+//! mesh thread, which installs its filter before the peers (`mesh_thread::run_apply`); the
+//! answer says whether it was installed, and `plexd status` / `plexd policy` say so.
+//!
+//! A starting plexd applies the cached state (`on_cache`) with its policy before any
+//! state from the API, so the cached filter is in place before the first peer is.
+
+use std::sync::Arc;
+
+use plexsphere_wire::node::{PeerSpec, PolicyState};
+
+use super::super::policy_status::{FilterState, PolicyReport, PolicyStatus};
+use super::{Core, MeshOp, Now, Pending};
+use crate::mesh::MeshError;
+
+impl Core {
+    /// A new state's policy (kept for the next apply, which `install_state` asks for).
+    pub(super) fn take_policy(&mut self, policy: Option<PolicyState>) {
+        let same = match (&self.policy, &policy) {
+            (Some(a), Some(b)) => **a == *b,
+            (None, None) => true,
+            _ => false,
+        };
+        if same {
+            return;
+        }
+        match &policy {
+            Some(p) => tracing::info!(
+                policy_version = p.version,
+                peers = p.view.peers.len(),
+                "the signed state carries policy version {} ({} peers in this node's view); installing its filter before the peers",
+                p.version,
+                p.view.peers.len()
+            ),
+            None => {
+                tracing::info!("the signed state carries no policy: nothing is filtered")
+            }
+        }
+        self.policy = policy.map(Arc::new);
+    }
+
+    /// Asks the mesh thread to apply `set` under the current policy.
+    pub(super) fn ask_apply(&mut self, set: Arc<Vec<PeerSpec>>, now: Now) {
+        let version = self.policy.as_ref().map(|p| p.version);
+        self.ask_mesh(
+            MeshOp::Apply(set.clone(), self.policy.clone()),
+            Pending::Apply(set, version),
+            now,
+        );
+    }
+
+    /// The mesh thread (re)installed the policy sent with an apply.
+    pub(super) fn policy_installed(
+        &mut self,
+        version: Option<u64>,
+        r: Result<(), MeshError>,
+        now: Now,
+    ) {
+        let peers = self.policy.as_ref().map_or(0, |p| p.view.peers.len());
+        self.policy_status = match r {
+            Ok(()) => PolicyStatus {
+                version,
+                filter: if version.is_some() {
+                    FilterState::Installed
+                } else {
+                    FilterState::None
+                },
+                why: None,
+                peers,
+                ..PolicyStatus::default()
+            },
+            Err(e) => {
+                let why = e.to_string();
+                tracing::error!(policy_version = ?version, "the policy filter is CLOSED: nothing passes to or from any peer until it can be installed: {why}");
+                self.error_observation(format!("policy filter closed: {why}"), now);
+                PolicyStatus {
+                    version,
+                    filter: FilterState::Closed,
+                    why: Some(why),
+                    peers,
+                    ..PolicyStatus::default()
+                }
+            }
+        };
+    }
+
+    /// What `plexd status` shows of the policy (the executor adds the data plane's drop
+    /// counters and flow count).
+    pub(super) fn policy_status(&self) -> PolicyStatus {
+        self.policy_status.clone()
+    }
+
+    /// What `plexd policy` shows.
+    pub(super) fn policy_report(&self) -> PolicyReport {
+        PolicyReport {
+            status: self.policy_status(),
+            lines: self
+                .policy
+                .as_ref()
+                .map(|p| p.view.describe())
+                .unwrap_or_default(),
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! What `plexd status` and `plexd policy` show of the access policy (docs/policy.md "On the
+//! node"): the version the signed state carries, whether its filter is installed or closed
+//! (and why), the data plane's drop counters and flow table, and the view's own lines.
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+/// The filter's state on this node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FilterState {
+    /// No state applied yet: the embedded data plane lets nothing through until one is.
+    #[default]
+    Pending,
+    /// The signed state carries no policy (a control plane older than policies): nothing
+    /// is filtered, every peer reaches every port, as before.
+    None,
+    /// The view's filter is installed.
+    Installed,
+    /// Nothing passes to or from any peer: the filter could not be installed (`why`).
+    Closed,
+}
+
+/// One reason's drop counts (`plexd_dataplane::policy::REASONS`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DropCount {
+    pub reason: String,
+    /// Packets from peers (decrypted, stopped before the host).
+    pub inbound: u64,
+    /// Packets from the host to peers (stopped before encryption).
+    pub outbound: u64,
+}
+
+/// The policy part of `plexd status`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyStatus {
+    /// The policy version of the applied signed state (None: it carries no policy).
+    pub version: Option<u64>,
+    pub filter: FilterState,
+    /// Why the filter is closed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+    /// Peers in the view.
+    pub peers: usize,
+    /// Flows in the data plane's flow table (embedded data plane only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flows: Option<usize>,
+    /// Drops per reason (embedded data plane only; empty otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drops: Vec<DropCount>,
+}
+
+/// What `plexd policy` shows.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyReport {
+    pub status: PolicyStatus,
+    /// `NodeView::describe()`: one line per peer and direction.
+    pub lines: Vec<String>,
+}
+
+/// The data plane's drop counters and flow count, read when a report is answered.
+pub fn add_counters(status: &mut PolicyStatus, reader: &plexd_dataplane::PolicyReader) {
+    status.flows = Some(reader.flows());
+    status.drops = reader
+        .drops()
+        .into_iter()
+        .map(|(reason, inbound, outbound)| DropCount {
+            reason: reason.to_owned(),
+            inbound,
+            outbound,
+        })
+        .collect();
+}
+
+/// The `policy` lines of `plexd status`.
+pub fn status_lines(p: &PolicyStatus) -> Vec<String> {
+    let version = p
+        .version
+        .map_or_else(|| "none".to_owned(), |v| format!("version {v}"));
+    let mut out = vec![match p.filter {
+        FilterState::Pending => "no state applied yet: nothing passes until one is".to_owned(),
+        FilterState::None => {
+            "none: the control plane sends no policy; nothing is filtered".to_owned()
+        }
+        FilterState::Installed => format!("{version}, filter installed, {} peers", p.peers),
+        FilterState::Closed => format!(
+            "{version}, filter CLOSED (nothing passes to or from any peer): {}",
+            p.why.as_deref().unwrap_or("unknown reason")
+        ),
+    }];
+    if let Some(n) = p.flows {
+        out.push(format!("{n} flows in the flow table"));
+    }
+    let dropped: Vec<String> = p
+        .drops
+        .iter()
+        .filter(|d| d.inbound + d.outbound > 0)
+        .map(|d| format!("{} {} in / {} out", d.reason, d.inbound, d.outbound))
+        .collect();
+    if !p.drops.is_empty() {
+        out.push(if dropped.is_empty() {
+            "dropped nothing".to_owned()
+        } else {
+            format!("dropped: {}", dropped.join(", "))
+        });
+    }
+    out
+}
+
+/// `plexd policy`'s text.
+pub fn render_report(r: &PolicyReport) -> String {
+    let mut out = String::new();
+    for line in status_lines(&r.status) {
+        let _ = writeln!(out, "policy  {line}");
+    }
+    for line in &r.lines {
+        let _ = writeln!(out, "  {line}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn closed_and_drops_are_said() {
+        let p = PolicyStatus {
+            version: Some(4),
+            filter: FilterState::Closed,
+            why: Some("the view is corrupt".into()),
+            peers: 2,
+            flows: Some(3),
+            drops: vec![
+                DropCount {
+                    reason: "no_rule".into(),
+                    inbound: 5,
+                    outbound: 1,
+                },
+                DropCount {
+                    reason: "spoofed_source".into(),
+                    inbound: 0,
+                    outbound: 0,
+                },
+            ],
+        };
+        let lines = status_lines(&p);
+        assert!(lines[0].contains("version 4, filter CLOSED"), "{lines:?}");
+        assert!(lines[0].contains("the view is corrupt"));
+        assert_eq!(lines[2], "dropped: no_rule 5 in / 1 out");
+        let none = status_lines(&PolicyStatus {
+            filter: FilterState::None,
+            ..PolicyStatus::default()
+        });
+        assert!(none[0].contains("nothing is filtered"));
+    }
+}
