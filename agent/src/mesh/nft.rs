@@ -387,7 +387,11 @@ pub fn set_policy(iface: &str, policy: Option<&PolicyState>) -> std::io::Result<
             ),
         },
     };
-    tracing::error!(interface = iface, policy_version = version, "policy: {why}; nothing from any peer passes until a usable policy is installed");
+    tracing::error!(
+        interface = iface,
+        policy_version = version,
+        "policy: {why}; nothing from any peer passes until a usable policy is installed"
+    );
     Err(std::io::Error::other(format!(
         "{why}; nothing from any peer passes until a usable policy is installed"
     )))
