@@ -21,6 +21,8 @@ const BOUND: Duration = Duration::from_secs(20);
 const A: &str = "10.99.0.1";
 const B: &str = "10.99.0.2";
 const A2: &str = "10.98.0.1";
+const A6: &str = "fd99::1";
+const B6: &str = "fd99::2";
 const B2: &str = "10.98.0.2";
 
 fn sh(args: &[&str]) {
@@ -30,6 +32,13 @@ fn sh(args: &[&str]) {
         "{args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `ip -n NS ARGS` (ARGS split on spaces).
+fn ip(ns: &str, args: &str) {
+    let mut all = vec!["ip", "-n", ns];
+    all.extend(args.split(' '));
+    sh(&all);
 }
 
 /// Namespaces `a` and `b`, deleted on drop. `mesh` is B's filtered interface.
@@ -53,32 +62,18 @@ impl Lab {
         sh(&["ip", "netns", "add", &b]);
         for (link, ip_a, ip_b) in [(&lab.mesh, A, B), (&other, A2, B2)] {
             let peer = format!("{link}p");
-            sh(&[
-                "ip", "-n", &b, "link", "add", link, "type", "veth", "peer", "name", &peer,
-                "netns", &a,
-            ]);
-            sh(&[
-                "ip",
-                "-n",
+            ip(
                 &b,
-                "addr",
-                "add",
-                &format!("{ip_b}/24"),
-                "dev",
-                link,
-            ]);
-            sh(&[
-                "ip",
-                "-n",
-                &a,
-                "addr",
-                "add",
-                &format!("{ip_a}/24"),
-                "dev",
-                &peer,
-            ]);
-            sh(&["ip", "-n", &b, "link", "set", link, "up"]);
-            sh(&["ip", "-n", &a, "link", "set", &peer, "up"]);
+                &format!("link add {link} type veth peer name {peer} netns {a}"),
+            );
+            ip(&b, &format!("addr add {ip_b}/24 dev {link}"));
+            ip(&a, &format!("addr add {ip_a}/24 dev {peer}"));
+            if link == &lab.mesh {
+                ip(&b, &format!("addr add {B6}/64 dev {link} nodad"));
+                ip(&a, &format!("addr add {A6}/64 dev {peer} nodad"));
+            }
+            ip(&b, &format!("link set {link} up"));
+            ip(&a, &format!("link set {peer} up"));
         }
         for ns in [&a, &b] {
             sh(&["ip", "-n", ns, "link", "set", "lo", "up"]);
@@ -159,12 +154,14 @@ impl Drop for Lab {
 
 /// A TCP listener in B on `addr:port`, accepting in the background.
 fn listen(lab: &Lab, addr: &str, port: u16) -> TcpListener {
-    let at: SocketAddr = format!("{addr}:{port}").parse().unwrap();
+    let ip: std::net::IpAddr = addr.parse().unwrap();
+    let at = SocketAddr::from((ip, port));
     lab.in_b(move || TcpListener::bind(at).unwrap())
 }
 
 fn connects(lab: &Lab, from_b: bool, to: &str, port: u16) -> bool {
-    let at: SocketAddr = format!("{to}:{port}").parse().unwrap();
+    let ip: std::net::IpAddr = to.parse().unwrap();
+    let at = SocketAddr::from((ip, port));
     let go = move || TcpStream::connect_timeout(&at, DROPPED_AFTER).is_ok();
     if from_b { lab.in_b(go) } else { lab.in_a(go) }
 }
@@ -461,4 +458,33 @@ fn the_userspace_backend_removes_a_table_the_kernel_backend_left() {
     });
     assert!(before);
     assert!(!after);
+}
+
+/// IPv6 takes the same way through the per-family maps.
+#[test]
+fn ipv6_peers_get_the_same_filter() {
+    let lab = Lab::new("6");
+    let _l = (
+        listen(&lab, B6, 5432),
+        listen(&lab, B6, 5433),
+        listen(&lab, B, 5432),
+    );
+    assert!(connects(&lab, false, B6, 5433));
+    let v = view(
+        &[B, B6],
+        vec![grant(&[(5432, 5432)], &[], false, false)],
+        vec![peer(1, &[A, A6], Some(0), None)],
+    );
+    lab.install(Some(v)).unwrap();
+    assert!(connects(&lab, false, B6, 5432));
+    assert!(!connects(&lab, false, B6, 5433));
+    // A view without B's IPv6 address: every IPv6 packet from the interface is dropped.
+    let v4only = view(
+        &[B],
+        vec![grant(&[(5432, 5432)], &[], false, false)],
+        vec![peer(1, &[A, A6], Some(0), None)],
+    );
+    lab.install(Some(v4only)).unwrap();
+    assert!(!connects(&lab, false, B6, 5432));
+    assert!(connects(&lab, false, B, 5432));
 }
