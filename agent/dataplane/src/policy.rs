@@ -188,12 +188,13 @@ pub(crate) struct PeerPolicy {
 
 impl PeerPolicy {
     /// Logs a drop unless this peer's drops of that reason were logged less than
-    /// [`POLICY_LOG_EVERY`] ago (then counted into the next line).
-    pub fn log(&mut self, peer: &str, inbound: bool, why: &Why, now: Instant) {
+    /// [`POLICY_LOG_EVERY`] ago (then counted into the next line). Answers whether it
+    /// logged.
+    pub fn log(&mut self, peer: &str, inbound: bool, why: &Why, now: Instant) -> bool {
         let i = reason_index(why);
         if self.logged[i].is_some_and(|t| now.saturating_duration_since(t) < POLICY_LOG_EVERY) {
             self.quiet[i] += 1;
-            return;
+            return false;
         }
         let more = std::mem::take(&mut self.quiet[i]);
         self.logged[i] = Some(now);
@@ -205,6 +206,38 @@ impl PeerPolicy {
             "policy: a packet {dir} peer {peer} {}; ({more} more like it since the last line, one line per peer and reason every {} s)",
             plexsphere_policy::Decision::Drop(*why),
             POLICY_LOG_EVERY.as_secs()
+        );
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use plexsphere_policy::Proto;
+
+    #[test]
+    fn drops_are_logged_once_per_peer_and_reason_per_interval() {
+        let mut p = PeerPolicy::default();
+        let t0 = Instant::now();
+        let no_rule = Why::NoRule {
+            proto: Proto::Tcp,
+            port: 22,
+        };
+        assert!(p.log("web", true, &no_rule, t0));
+        // A flood within the interval: no line, counted for the next one.
+        for i in 0..1000 {
+            assert!(!p.log("web", true, &no_rule, t0 + Duration::from_millis(i)));
+        }
+        assert!(
+            p.log("web", true, &Why::SpoofedSource, t0),
+            "another reason has its own pace"
+        );
+        assert!(p.log("web", true, &no_rule, t0 + POLICY_LOG_EVERY));
+        assert_eq!(
+            p.quiet[reason_index(&no_rule)],
+            0,
+            "the line carried the count"
         );
     }
 }

@@ -177,6 +177,28 @@ mod tests {
     }
 
     #[test]
+    fn the_policy_survives_the_cache_round_trip() {
+        // A restarting node enforces the cached policy before the API answers: it must come
+        // back from the file exactly as signed.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join(STATE_FILE_NAME);
+        let mut s = state(7, vec![peer(3)]);
+        let view: plexsphere_policy::view::NodeView = serde_json::from_value(serde_json::json!({
+            "node": own(),
+            "addrs": ["10.64.1.2"],
+            "grants": [],
+            "peers": [{"id": super::super::accept::tests::peer_id(3), "name": "node-3", "addrs": ["10.64.1.3"]}]
+        }))
+        .unwrap();
+        s.policy = Some(plexsphere_wire::node::PolicyState { version: 12, view });
+        let env = signer().sign(SignContext::NodeState, &s).unwrap();
+        save(&p, &env, &[], 7).unwrap();
+        let c = load(&p, &acceptor()).unwrap().unwrap();
+        assert_eq!(c.state.policy, s.policy);
+        assert!(c.state.policy.is_some());
+    }
+
+    #[test]
     fn a_cache_signed_by_the_next_key_loads_and_promotes_and_the_old_key_is_refused_after() {
         use super::super::accept::tests::{key_of, keys, signer2};
         let with_next =

@@ -107,7 +107,7 @@ pub fn run_apply(
     } else {
         let r = mesh.set_policy(policy.as_deref());
         installed.0 = r.is_ok().then(|| policy.clone());
-        Some(r)
+        Some(r.map_err(Box::new))
     };
     let peers = if installed.0.is_some() {
         peers

@@ -44,6 +44,12 @@ struct PeerLabel {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct DropLabels {
+    direction: &'static str,
+    reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct PeerPathLabels {
     peer: String,
     path: &'static str,
@@ -184,9 +190,54 @@ pub fn render(r: &StatusReport) -> Result<String, std::fmt::Error> {
     );
     reg.register("peer_rx_bytes", "Bytes received from a peer", rx);
     reg.register("peer_tx_bytes", "Bytes sent to a peer", tx);
+    if let Some(p) = &r.policy {
+        policy_metrics(&mut reg, p);
+    }
     let mut out = String::new();
     prometheus_client::encoding::prometheus_text::encode(&mut out, &reg)?;
     Ok(out)
+}
+
+/// The access policy: its version, whether the filter is closed, drops per reason (labels:
+/// two directions and the data plane's closed list of reasons).
+fn policy_metrics(reg: &mut Registry, p: &super::policy_status::PolicyStatus) {
+    use super::policy_status::FilterState;
+    gauge(
+        reg,
+        "policy_version",
+        "Version of the access policy the node enforces (-1: the control plane sends none)",
+        p.version.map_or(-1, int),
+    );
+    gauge(
+        reg,
+        "policy_filter_closed",
+        "1 while the policy filter could not be installed and nothing passes to or from any peer",
+        i64::from(p.filter == FilterState::Closed),
+    );
+    if let Some(n) = p.flows {
+        gauge(
+            reg,
+            "policy_flows",
+            "Flows in the policy's flow table",
+            int(u64::try_from(n).unwrap_or(u64::MAX)),
+        );
+    }
+    let drops: Family<DropLabels, Counter> = Family::default();
+    for d in &p.drops {
+        for (direction, n) in [("inbound", d.inbound), ("outbound", d.outbound)] {
+            drops
+                .get_or_create(&DropLabels {
+                    direction,
+                    reason: d.reason.clone(),
+                })
+                .inc_by(n);
+        }
+    }
+    reg.register(
+        "policy_dropped_packets",
+        "Packets the access policy's filter dropped, by direction and reason",
+        drops,
+    );
 }
 
 /// Binds the listener (before the loop starts, so a taken port is a clear error at start).
@@ -362,6 +413,37 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("web-3"), "{text}");
+    }
+
+    #[test]
+    fn the_policy_renders_its_version_closed_filter_and_drops() {
+        use super::super::policy_status::{DropCount, FilterState, PolicyStatus};
+        let mut r = super::super::status::tests::report();
+        r.policy = Some(PolicyStatus {
+            version: Some(5),
+            filter: FilterState::Closed,
+            why: Some("x".into()),
+            peers: 1,
+            flows: Some(2),
+            drops: vec![DropCount {
+                reason: "no_rule".into(),
+                inbound: 4,
+                outbound: 1,
+            }],
+        });
+        let text = render(&r).unwrap_or_default();
+        for line in [
+            "plexd_policy_version 5",
+            "plexd_policy_filter_closed 1",
+            "plexd_policy_flows 2",
+            "plexd_policy_dropped_packets_total{direction=\"inbound\",reason=\"no_rule\"} 4",
+            "plexd_policy_dropped_packets_total{direction=\"outbound\",reason=\"no_rule\"} 1",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "no line {line:?} in\n{text}"
+            );
+        }
     }
 
     #[test]

@@ -57,6 +57,31 @@ pub struct PolicyReport {
     pub status: PolicyStatus,
     /// `NodeView::describe()`: one line per peer and direction.
     pub lines: Vec<String>,
+    /// The view itself (what `plexd ping` checks a peer against).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub view: Option<plexsphere_policy::view::NodeView>,
+}
+
+/// Why the policy of `version` keeps this node from pinging `peer` (named `name`), if it
+/// does: the view has no document, so the answer names the rule that would be needed.
+pub fn ping_refusal(
+    view: &plexsphere_policy::view::NodeView,
+    version: u64,
+    peer: uuid::Uuid,
+    name: &str,
+) -> Option<String> {
+    let Some(p) = view.peers.iter().find(|p| p.id == peer) else {
+        return Some(format!(
+            "{name} is not a peer of this node: no rule of policy version {version} connects this node and {name} in either direction (plexctl policy explain shows why)"
+        ));
+    };
+    let icmp = view.grant(p.outbound).is_some_and(|g| g.access.icmp);
+    (!icmp).then(|| {
+        format!(
+            "no rule of policy version {version} lets this node open icmp to {name}; a rule such as `- {{src: node:{}, dst: node:{name}, proto: icmp}}` would (plexd policy lists what it may open)",
+            view.node
+        )
+    })
 }
 
 /// The data plane's drop counters and flow count, read when a report is answered.
@@ -154,5 +179,43 @@ mod tests {
             ..PolicyStatus::default()
         });
         assert!(none[0].contains("nothing is filtered"));
+    }
+
+    #[test]
+    fn ping_names_the_rule_that_would_be_needed() {
+        use plexsphere_policy::{Compiled, Inventory, NodeInfo, ProjectInfo, parse};
+        let project = uuid::Uuid::from_u128(100);
+        let node = |i: u128, name: &str| NodeInfo {
+            id: uuid::Uuid::from_u128(i),
+            name: name.into(),
+            project_id: project,
+            project_slug: "p".into(),
+            tags: vec![name.into()],
+            ipv4: Some(std::net::Ipv4Addr::new(10, 64, 0, i as u8)),
+            ipv6: None,
+        };
+        let inv = Inventory {
+            projects: vec![ProjectInfo {
+                id: project,
+                slug: "p".into(),
+            }],
+            nodes: vec![node(1, "web"), node(2, "db"), node(3, "ci")],
+            tags: vec![],
+        };
+        let doc = "rules:\n  - {src: tag:web, dst: tag:db, proto: tcp, ports: 5432}\n  - {src: tag:ci, dst: tag:db, proto: icmp}\n";
+        let c = Compiled::new(&parse(doc).unwrap(), &inv);
+        let web = c.node_view(uuid::Uuid::from_u128(1)).unwrap();
+        let db = uuid::Uuid::from_u128(2);
+        let why = ping_refusal(&web, 9, db, "db").unwrap();
+        assert!(
+            why.starts_with("no rule of policy version 9 lets this node open icmp to db"),
+            "{why}"
+        );
+        assert!(why.contains("dst: node:db, proto: icmp"), "{why}");
+        let ci = uuid::Uuid::from_u128(3);
+        let why = ping_refusal(&web, 9, ci, "ci").unwrap();
+        assert!(why.contains("ci is not a peer of this node"), "{why}");
+        let ci_view = c.node_view(ci).unwrap();
+        assert_eq!(ping_refusal(&ci_view, 9, db, "db"), None, "ci may ping db");
     }
 }

@@ -85,6 +85,24 @@ pub(crate) fn daemon_status(run_dir: &Path) -> Result<StatusReport, Failure> {
     }
 }
 
+/// The policy the daemon enforces (`plexd policy`'s answer).
+pub(crate) fn daemon_policy(
+    run_dir: &Path,
+) -> Result<crate::daemon::policy_status::PolicyReport, Failure> {
+    let rt = runtime()?;
+    let answer = rt
+        .block_on(socket::ask(run_dir, Request::Policy))
+        .map_err(|e| Failure::new(ExitCode::Io, e))?;
+    match answer {
+        Answer::Policy(r) => Ok(*r),
+        Answer::Error { message, .. } => Err(Failure::new(ExitCode::ServerRefused, message)),
+        _ => Err(Failure::new(
+            ExitCode::Io,
+            "the daemon answered a policy request with something else",
+        )),
+    }
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -103,8 +121,25 @@ pub fn ping(ctx: &Context, args: &PingArgs) -> Result<(), Failure> {
             ),
         )
     })?;
-    let peer =
-        ping::resolve(&status.peers, &args.peer).map_err(|m| Failure::new(ExitCode::Usage, m))?;
+    // The policy in force, when the daemon has one (an older daemon answers without).
+    let policy = daemon_policy(&ctx.run_dir)
+        .ok()
+        .and_then(|r| Some((r.status.version?, r.view?)));
+    let peer = ping::resolve(&status.peers, &args.peer).map_err(|m| {
+        let m = match &policy {
+            Some((version, _)) => format!(
+                "{m}; policy version {version} is in force: only nodes a rule connects to this node are its peers (plexd policy lists them)"
+            ),
+            None => m,
+        };
+        Failure::new(ExitCode::Usage, m)
+    })?;
+    if let Some((version, view)) = &policy
+        && let Some(why) =
+            crate::daemon::policy_status::ping_refusal(view, *version, peer.node_id, &peer.hostname)
+    {
+        return Err(Failure::new(ExitCode::CheckFailed, why));
+    }
     let sock = EchoSocket::open(peer.mesh_ip).map_err(|m| Failure::new(ExitCode::Io, m))?;
     if !ctx.json {
         let head = PingReport::new(peer, sock.kind(), Vec::new());

@@ -245,7 +245,7 @@ impl Core {
         match (pending, answer) {
             (Pending::Apply(sent, version), MeshAnswer::Applied(res, policy)) => {
                 if let Some(r) = policy {
-                    self.policy_installed(version, r, now);
+                    self.policy_installed(version, r.map_err(|e| *e), now);
                 }
                 self.applied(sent, res.map_err(|e| e.to_string()), now)
             }

@@ -206,7 +206,7 @@ pub enum MeshAnswer {
     /// The peers applied, and the policy's install when it was (re)installed first.
     Applied(
         Result<Vec<MeshChange>, MeshError>,
-        Option<Result<(), MeshError>>,
+        Option<Result<(), Box<MeshError>>>,
     ),
     Live(Result<Vec<LivePeer>, MeshError>),
     TornDown(Result<(), MeshError>),

@@ -99,6 +99,7 @@ impl Core {
                 .as_ref()
                 .map(|p| p.view.describe())
                 .unwrap_or_default(),
+            view: self.policy.as_ref().map(|p| p.view.clone()),
         }
     }
 }

@@ -1,0 +1,250 @@
+//! The access policy in the daemon: the signed state's policy goes with every apply, its
+//! filter is installed before the peers (also from the cache at start), a filter that cannot
+//! be installed leaves the interface without peers and is said in status and `plexd policy`.
+
+use std::sync::Arc;
+
+use plexsphere_policy::view::{NodeView, PeerView};
+use plexsphere_wire::node::{PeerSpec, PolicyState};
+
+use super::super::super::accept::tests::peer_id;
+use super::*;
+use crate::daemon::cache::Cached;
+use crate::daemon::mesh_thread::{InstalledPolicy, run_apply};
+use crate::daemon::policy_status::FilterState;
+use crate::daemon::protocol::{Answer, Request};
+use crate::mesh::diff::MeshChange;
+use crate::mesh::{LivePeer, Mesh, MeshError};
+
+fn policy(version: u64) -> PolicyState {
+    PolicyState {
+        version,
+        view: NodeView {
+            node: super::super::super::accept::tests::own(),
+            addrs: vec!["10.64.1.2".parse().unwrap()],
+            grants: vec![],
+            peers: vec![PeerView {
+                id: peer_id(3),
+                name: "node-3".into(),
+                addrs: vec!["10.64.1.3".parse().unwrap()],
+                inbound: None,
+                outbound: None,
+            }],
+        },
+    }
+}
+
+/// A mesh that writes down what it was asked, in order; `fail` refuses every policy.
+#[derive(Default)]
+struct Recorder {
+    calls: Vec<String>,
+    fail: bool,
+}
+
+impl Mesh for Recorder {
+    fn backend(&self) -> &'static str {
+        "test"
+    }
+    fn apply(&mut self, desired: Arc<Vec<PeerSpec>>) -> Result<Vec<MeshChange>, MeshError> {
+        self.calls.push(format!("apply {} peers", desired.len()));
+        Ok(vec![])
+    }
+    fn live_peers(&self) -> Result<Vec<LivePeer>, MeshError> {
+        Ok(vec![])
+    }
+    fn teardown(&mut self) -> Result<(), MeshError> {
+        Ok(())
+    }
+    fn set_policy(&mut self, policy: Option<&PolicyState>) -> Result<(), MeshError> {
+        self.calls
+            .push(format!("policy {:?}", policy.map(|p| p.version)));
+        if self.fail {
+            return Err(MeshError {
+                backend: "test",
+                interface: "plexd0".into(),
+                what: "cannot install".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+fn cached(s: &NodeState) -> Input {
+    let envelope = signer().sign(SignContext::NodeState, s).unwrap();
+    Input::CacheLoaded(Ok(Some(Box::new(Cached {
+        promoted: false,
+        state: s.clone(),
+        envelope,
+        events: vec![],
+        last_seq: s.version,
+    }))))
+}
+
+/// The mesh jobs the effects ask for, run through the mesh thread's apply on `mesh`.
+fn run(effects: &[Effect], mesh: &mut Recorder, installed: &mut InstalledPolicy) {
+    for e in effects {
+        if let Effect::Mesh {
+            op: MeshOp::Apply(set, policy),
+            ..
+        } = e
+        {
+            run_apply(mesh, installed, set.clone(), policy.clone());
+        }
+    }
+}
+
+#[test]
+fn a_starting_node_installs_the_cached_filter_before_its_first_peer() {
+    let mut h = harness();
+    h.auto_mesh = false;
+    let mut s = one_state(7, 2);
+    s.policy = Some(policy(3));
+    let e = h.step(cached(&s));
+    let applies: Vec<_> = e
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Mesh {
+                op: MeshOp::Apply(set, p),
+                ..
+            } => Some((set.len(), p.as_ref().map(|p| p.version))),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        applies,
+        vec![(2, Some(3))],
+        "the cached policy goes with the first apply"
+    );
+    let (mut mesh, mut installed) = (Recorder::default(), InstalledPolicy::default());
+    run(&e, &mut mesh, &mut installed);
+    assert_eq!(mesh.calls, vec!["policy Some(3)", "apply 2 peers"]);
+}
+
+#[test]
+fn the_filter_goes_in_before_the_peers_and_only_when_it_changes() {
+    let (mut mesh, mut installed) = (Recorder::default(), InstalledPolicy::default());
+    let peers = Arc::new(one_state(1, 2).peers);
+    let p3 = Some(Arc::new(policy(3)));
+    run_apply(&mut mesh, &mut installed, peers.clone(), p3.clone());
+    run_apply(&mut mesh, &mut installed, peers.clone(), p3.clone());
+    // The same policy in a new Arc (a new state with the same view) is no change either.
+    run_apply(
+        &mut mesh,
+        &mut installed,
+        peers.clone(),
+        Some(Arc::new(policy(3))),
+    );
+    run_apply(
+        &mut mesh,
+        &mut installed,
+        peers.clone(),
+        Some(Arc::new(policy(4))),
+    );
+    // A server older than policies: the filter is removed.
+    run_apply(&mut mesh, &mut installed, peers.clone(), None);
+    assert_eq!(
+        mesh.calls,
+        vec![
+            "policy Some(3)",
+            "apply 2 peers",
+            "apply 2 peers",
+            "apply 2 peers",
+            "policy Some(4)",
+            "apply 2 peers",
+            "policy None",
+            "apply 2 peers",
+        ]
+    );
+}
+
+#[test]
+fn a_filter_that_cannot_be_installed_leaves_no_peer_and_is_tried_again() {
+    let mut mesh = Recorder {
+        fail: true,
+        ..Recorder::default()
+    };
+    let mut installed = InstalledPolicy::default();
+    let peers = Arc::new(one_state(1, 2).peers);
+    let p3 = Some(Arc::new(policy(3)));
+    let answer = run_apply(&mut mesh, &mut installed, peers.clone(), p3.clone());
+    assert!(matches!(answer, MeshAnswer::Applied(Ok(_), Some(Err(_)))));
+    mesh.fail = false;
+    run_apply(&mut mesh, &mut installed, peers.clone(), p3.clone());
+    assert_eq!(
+        mesh.calls,
+        vec![
+            "policy Some(3)",
+            "apply 0 peers",
+            "policy Some(3)",
+            "apply 2 peers"
+        ],
+        "no peer while the filter is not installed"
+    );
+}
+
+#[test]
+fn status_and_plexd_policy_say_whether_the_filter_is_installed_or_closed_and_why() {
+    let mut h = harness();
+    h.auto_mesh = false;
+    let mut s = one_state(7, 1);
+    s.policy = Some(policy(3));
+    h.step(cached(&s));
+    let (id, _) = h.held.remove(0);
+    let closed = MeshError {
+        backend: "userspace",
+        interface: "plexd0".into(),
+        what: "the view is corrupt".into(),
+    };
+    h.step(Input::Mesh {
+        id,
+        answer: MeshAnswer::Applied(Ok(vec![]), Some(Err(Box::new(closed)))),
+    });
+    let e = h.step(Input::Control {
+        id: 1,
+        request: Request::Policy,
+    });
+    let report = e
+        .iter()
+        .find_map(|e| match e {
+            Effect::Answer {
+                answer: Answer::Policy(r),
+                ..
+            } => Some(r.clone()),
+            _ => None,
+        })
+        .expect("a policy answer");
+    assert_eq!(report.status.filter, FilterState::Closed);
+    assert_eq!(report.status.version, Some(3));
+    assert!(
+        report
+            .status
+            .why
+            .as_deref()
+            .unwrap()
+            .contains("the view is corrupt"),
+        "{report:?}"
+    );
+    assert_eq!(
+        report.lines,
+        vec!["no peers: no rule connects this node to another"]
+    );
+
+    // The next state installs it: status says so.
+    let mut s = one_state(8, 1);
+    s.policy = Some(policy(4));
+    h.auto_mesh = true;
+    h.state_answer(&s);
+    let e = h.step(Input::Control {
+        id: 2,
+        request: Request::Policy,
+    });
+    let Some(Effect::Answer {
+        answer: Answer::Policy(r),
+        ..
+    }) = e.last()
+    else {
+        panic!("{e:?}");
+    };
+    assert_eq!(r.status.filter, FilterState::Installed);
+    assert_eq!(r.status.version, Some(4));
+}
