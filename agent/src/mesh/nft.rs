@@ -397,6 +397,16 @@ pub fn set_policy(iface: &str, policy: Option<&PolicyState>) -> std::io::Result<
     )))
 }
 
+/// Installs `policy` again when its table is gone (an `nft flush ruleset`, an
+/// nftables.service restart); `Ok(true)` when it did. A table that exists is left as it is
+/// (its rules are not compared). Cannot tell: nothing done.
+pub fn restore(iface: &str, policy: &PolicyState) -> std::io::Result<bool> {
+    match exists(iface) {
+        Ok(true) | Err(_) => Ok(false),
+        Ok(false) => set_policy(iface, Some(policy)).map(|()| true),
+    }
+}
+
 /// `plexd leave` and `plexd uninstall`: the table goes with the interface. No nft means no
 /// table plexd could have made.
 pub fn remove_on_leave(iface: &str) -> Result<(), String> {

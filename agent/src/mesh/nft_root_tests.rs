@@ -488,3 +488,30 @@ fn ipv6_peers_get_the_same_filter() {
     assert!(!connects(&lab, false, B6, 5432));
     assert!(connects(&lab, false, B, 5432));
 }
+
+/// `nft flush ruleset` (what Debian's nftables.service runs on a restart) removes plexd's
+/// table; the worker's periodic `restore` puts it back.
+#[test]
+fn a_flushed_table_is_restored() {
+    use plexsphere_wire::node::PolicyState;
+    let lab = Lab::new("f");
+    let _l = (listen(&lab, B, 5432), listen(&lab, B, 5433));
+    let state = PolicyState {
+        version: 3,
+        view: b_view(false, &[(5432, 5432)]),
+    };
+    let (mesh, s) = (lab.mesh.clone(), state.clone());
+    lab.in_b(move || nft::set_policy(&mesh, Some(&s))).unwrap();
+    assert!(!connects(&lab, false, B, 5433));
+    lab.in_b(|| sh(&["nft", "flush", "ruleset"]));
+    assert!(connects(&lab, false, B, 5433), "flushed: unfiltered");
+    let (mesh, s) = (lab.mesh.clone(), state.clone());
+    assert!(lab.in_b(move || nft::restore(&mesh, &s)).unwrap());
+    assert!(!connects(&lab, false, B, 5433), "restored");
+    assert!(connects(&lab, false, B, 5432));
+    let (mesh, s) = (lab.mesh.clone(), state);
+    assert!(
+        !lab.in_b(move || nft::restore(&mesh, &s)).unwrap(),
+        "in place: nothing to do"
+    );
+}

@@ -99,6 +99,12 @@ impl super::worker::Control for WgControl {
             ))),
         }
     }
+
+    /// The table is back if an `nft flush ruleset` (or anything else) removed it.
+    #[cfg(target_os = "linux")]
+    fn restore_policy(&self, policy: &plexsphere_wire::node::PolicyState) -> io::Result<bool> {
+        super::nft::restore(&self.iface.as_str_lossy(), policy)
+    }
 }
 
 impl WgControl {

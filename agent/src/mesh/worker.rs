@@ -34,6 +34,12 @@ pub trait Control: Send + 'static {
     /// Installs the policy's filter ([`Mesh::set_policy`]); on `Err` nothing from a peer
     /// may pass (fail closed).
     fn set_policy(&self, policy: Option<&PolicyState>) -> std::io::Result<()>;
+    /// Puts `policy`'s filter back if something outside plexd removed it (the kernel
+    /// backend's nftables table after an `nft flush ruleset`); `Ok(true)` when it did. The
+    /// worker asks every [`RECONCILE_EVERY`]. A filter in plexd's memory cannot be lost.
+    fn restore_policy(&self, _policy: &PolicyState) -> std::io::Result<bool> {
+        Ok(false)
+    }
 }
 
 /// What a backend adds to the shared code: is its data plane alive, and how it goes away.
@@ -77,6 +83,8 @@ struct Worker<P: Plane, C: Control> {
     last_error: Option<String>,
     /// The reach runtime, whose peers' endpoints the diff leaves alone.
     reach: Option<Arc<Runtime>>,
+    /// The policy last installed (for [`Control::restore_policy`]).
+    policy: Option<Box<PolicyState>>,
 }
 
 impl WgMesh {
@@ -98,6 +106,7 @@ impl WgMesh {
             book: EndpointBook::new(),
             last_error: None,
             reach: reach.clone(),
+            policy: None,
         };
         thread::Builder::new()
             .name("wg-control".into())
@@ -259,6 +268,7 @@ impl<P: Plane, C: Control> Worker<P, C> {
                             .set_policy(policy.as_deref())
                             .map_err(|e| format!("cannot install the policy filter: {e}"))
                     });
+                    self.policy = if r.is_ok() { policy } else { None };
                     let _ = reply.send(r);
                 }
                 Ok(Job::Teardown(reply)) => {
@@ -277,6 +287,7 @@ impl<P: Plane, C: Control> Worker<P, C> {
                     return;
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {
+                    self.restore_policy();
                     if self.desired.is_none() {
                         continue;
                     }
@@ -292,6 +303,21 @@ impl<P: Plane, C: Control> Worker<P, C> {
                 }
                 // The daemon stopped (SIGTERM): the interface stays as it is.
                 Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+        }
+    }
+
+    fn restore_policy(&mut self) {
+        let Some(policy) = &self.policy else {
+            return;
+        };
+        match self.ctl.restore_policy(policy) {
+            Ok(false) => {}
+            Ok(true) => {
+                tracing::warn!(interface = %self.iface, policy_version = policy.version, "policy: the filter was gone (removed outside plexd, e.g. `nft flush ruleset` or an nftables.service restart); installed it again");
+            }
+            Err(e) => {
+                tracing::error!(interface = %self.iface, policy_version = policy.version, "policy: the filter was gone and cannot be installed again: {e}; retrying every {} s", RECONCILE_EVERY.as_secs());
             }
         }
     }
