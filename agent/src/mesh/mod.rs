@@ -45,6 +45,9 @@ mod reach_root_tests;
 #[cfg(test)]
 #[cfg(target_os = "linux")]
 mod root_tests;
+#[cfg(test)]
+#[cfg(target_os = "linux")]
+mod worker_tests;
 
 use std::sync::Arc;
 
