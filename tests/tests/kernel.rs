@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -264,7 +265,8 @@ fn policy_in_guest(lab: &ReachLab, user: usize, g: &GuestNode) {
     })
     .unwrap();
 
-    let view = user_may_open(&g.host.identity().unwrap().0, guest_ip, user_ip, OPEN_PORT);
+    let node = g.host.identity().unwrap().0;
+    let view = user_may_open(&node, guest_ip, user_ip, &[OPEN_PORT, LIVE_PORT]);
     install_view(lab, g, "plexk0", Some(&view));
     assert!(connect(OPEN_PORT).is_ok(), "the granted port");
     let shut = connect(SHUT_PORT).unwrap_err();
@@ -281,6 +283,60 @@ fn policy_in_guest(lab: &ReachLab, user: usize, g: &GuestNode) {
     .unwrap();
     assert!(!ping.status.success(), "no icmp grant");
 
+    // A live flow on a granted port, then a view without that port: the guest's kernel drops
+    // the flow's next segment (its table's counter rises, nothing arrives); granted again,
+    // TCP's retransmission gets through.
+    let recv = lab.dir.path().join("live.txt");
+    g.guest
+        .run_ok(
+            &format!(
+                "setsid busybox nc -l -p {LIVE_PORT} > {} 2>/dev/null &",
+                recv.display()
+            ),
+            CMD_BOUND,
+        )
+        .unwrap();
+    let at = SocketAddr::from((guest_ip, LIVE_PORT));
+    let mut live = wait_until(BOUND, "the live listener accepts", || {
+        netns::on_thread_in(&user_ns, move || {
+            Ok(std::net::TcpStream::connect_timeout(&at, DROPPED_AFTER).ok())
+        })
+        .join()
+        .unwrap()
+    })
+    .unwrap();
+    let arrived = |what: &str| {
+        std::fs::read_to_string(&recv)
+            .unwrap_or_default()
+            .contains(what)
+    };
+    live.write_all(b"hello\n").unwrap();
+    wait_until(BOUND, "the live flow carries data", || {
+        Ok(arrived("hello").then_some(()))
+    })
+    .unwrap();
+    let before = guest_drops(g, &table);
+    install_view(
+        lab,
+        g,
+        "plexk0",
+        Some(&user_may_open(&node, guest_ip, user_ip, &[OPEN_PORT])),
+    );
+    live.write_all(b"again\n").unwrap();
+    wait_until(BOUND, "the revoked flow's segment is dropped", || {
+        Ok((guest_drops(g, &table) > before).then_some(()))
+    })
+    .unwrap();
+    assert!(
+        !arrived("again"),
+        "data of a revoked flow reached the guest"
+    );
+    install_view(lab, g, "plexk0", Some(&view));
+    wait_until(BOUND, "granted again, the retransmission arrives", || {
+        Ok(arrived("again").then_some(()))
+    })
+    .unwrap();
+
     install_view(lab, g, "plexk0", None);
     assert!(connect(SHUT_PORT).is_ok(), "no table: every port again");
 }
@@ -288,15 +344,29 @@ fn policy_in_guest(lab: &ReachLab, user: usize, g: &GuestNode) {
 /// A port the view grants and one it does not (both listening in the guest).
 const OPEN_PORT: u16 = 7000;
 const SHUT_PORT: u16 = 7001;
+/// The port of the live flow a revocation cuts.
+const LIVE_PORT: u16 = 7002;
+
+/// Every packet the guest's table counted (its drops).
+fn guest_drops(g: &GuestNode, table: &str) -> u64 {
+    let out = g
+        .guest
+        .run_ok(&format!("nft list table inet {table}"), CMD_BOUND)
+        .unwrap_or_default();
+    out.split("counter packets ")
+        .skip(1)
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
 /// How long a dropped connection attempt is given.
 const DROPPED_AFTER: Duration = Duration::from_secs(2);
 
-/// The guest node's view when the userspace node may open tcp `port` on it and nothing else.
+/// The guest node's view when the userspace node may open tcp `ports` on it and nothing else.
 fn user_may_open(
     node: &str,
     own: std::net::Ipv4Addr,
     user: std::net::Ipv4Addr,
-    port: u16,
+    ports: &[u16],
 ) -> plexsphere_policy::view::NodeView {
     use plexsphere_policy::compile::Grant;
     use plexsphere_policy::ports::{Access, PortRange, PortSet};
@@ -306,10 +376,7 @@ fn user_may_open(
         addrs: vec![own.into()],
         grants: vec![Grant {
             access: Access {
-                tcp: PortSet::from_ranges([PortRange {
-                    first: port,
-                    last: port,
-                }]),
+                tcp: PortSet::from_ranges(ports.iter().map(|&p| PortRange { first: p, last: p })),
                 ..Access::default()
             },
             lines: vec![1],
