@@ -29,7 +29,7 @@
 # packages are installed with apt-get --no-install-recommends; boringtun-cli is built with
 # `cargo install --locked` into $BORINGTUN_ROOT (default /var/cache/plexsphere/cargo-bin) when
 # it is not on PATH. PLEXD_WG=<path> / PLEXD=<path> / PLEXSPHERE=<path> / PLEXCTL=<path> /
-# BLAST=<path> (udp-gso-blast) measure binaries built elsewhere.
+# BLAST=<path> (udp-gso-blast) / VIEWS=<path> (policy-views) measure binaries built elsewhere.
 # plexd-run's two plexd run at the Nice= of systemd/plexd.service, as the unit runs them;
 # PLEXD_RUN_NICE=<n> runs them at n instead (0: the process priority of a plexd started by hand).
 # When that is not 0, plexd-run is also measured at nice 0 (TCP one stream and the ping under
@@ -37,6 +37,8 @@
 # TESTS="tcp1 load" runs only those tests (of tcp1 tcp4 tcpR udp udpgso load);
 # VARIANTS='PLEXD_WG_NICE=0;PLEXD_WG_QUEUE=0' only those plexd-wg variants (';' between them,
 # VARIANTS= none).
+# The variant PLEXD_WG_POLICY_RULES=1000 runs plexd-wg with a 1,000-rule access policy's filter
+# on both ends (issue 25; views compiled by the policy-views bin, loaded via PLEXD_WG_POLICY_VIEWS).
 set -euo pipefail
 umask 077
 
@@ -89,6 +91,12 @@ if [[ -z $blast ]]; then
   say "building udp-gso-blast (release)"
   (cd "$here" && cargo build --release -q -p plexsphere-benches --bin udp-gso-blast)
   blast=$target/release/udp-gso-blast
+fi
+views=${VIEWS:-}
+if [[ -z $views ]]; then
+  say "building policy-views (release)"
+  (cd "$here" && cargo build --release -q -p plexsphere-benches --bin policy-views)
+  views=$target/release/policy-views
 fi
 if [[ -z $plexd ]]; then
   say "building plexd (release)"
@@ -464,7 +472,8 @@ variants=("PLEXD_WG_GRO=0" "PLEXD_WG_GSO=0" "PLEXD_WG_OFFLOAD=0" "PLEXD_WG_MMSG=
   "PLEXD_WG_GRO=0 PLEXD_WG_GSO=0 PLEXD_WG_OFFLOAD=0 PLEXD_WG_MMSG=0"
   "PLEXD_WG_QUEUE=0" "PLEXD_WG_AQM=0" "PLEXD_WG_PRIORITY=0" "PLEXD_WG_NICE=0"
   "PLEXD_WG_QUEUE=0 PLEXD_WG_NICE=0" "PLEXD_WG_USO=0"
-  "PLEXD_WG_PROTOCOL=plexd" "PLEXD_WG_CRYPTO_WORKERS=1" "PLEXD_WG_CRYPTO_WORKERS=2")
+  "PLEXD_WG_PROTOCOL=plexd" "PLEXD_WG_CRYPTO_WORKERS=1" "PLEXD_WG_CRYPTO_WORKERS=2"
+  "PLEXD_WG_POLICY_RULES=1000")
 [[ -n ${VARIANTS+set} ]] && IFS=';' read -r -a variants <<<"$VARIANTS"
 [[ " ${impls[*]} " == *" plexd-wg "* ]] || variants=()
 for run in $(seq "$RUNS"); do
@@ -472,6 +481,15 @@ for run in $(seq "$RUNS"); do
     select_impl plexd-wg
     read -r -a extra <<<"$v"
     impl_env+=("${extra[@]}")
+    # PLEXD_WG_POLICY_RULES=N: both ends enforce an N-rule access policy (issue 25) that lets
+    # a open tcp/udp 5201 and icmp on b; the views are compiled here, plexd-wg loads them.
+    for e in "${extra[@]}"; do
+      if [[ $e == PLEXD_WG_POLICY_RULES=* ]]; then
+        mkdir -p "$tmp/views"
+        "$views" "${e#*=}" "$tmp/views/$ia.json" "$tmp/views/$ib.json" "$ta" "$tb"
+        impl_env+=("PLEXD_WG_POLICY_VIEWS=$tmp/views")
+      fi
+    done
     say "run $run/$RUNS: plexd-wg $v"
     if pair_up; then
       case $v in

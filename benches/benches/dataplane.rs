@@ -126,6 +126,29 @@ fn pipeline(c: &mut Criterion) {
             assert_eq!(n, N, "every packet crossed");
         })
     });
+    // The same pipeline with the access policy's filter on both devices (1,000 rules):
+    // a's outbound decision (and flow table) before sealing, b's inbound after opening.
+    let policed = Pair::connected().with_policy(1000);
+    g.bench_function("plexd-in-memory-pipeline-policy-1000-rules", |b| {
+        b.iter(|| {
+            host_a.send(&inject).expect("inject");
+            tun_a.recv(&mut read_a, Duration::ZERO).expect("tun a");
+            out_a.clear();
+            policed
+                .a
+                .handle_tun_packets(Instant::now(), &read_a, &mut out_a);
+            udp_a.send(&out_a).expect("udp a");
+            udp_b.recv(&mut read_b, Duration::ZERO).expect("udp b");
+            net_b.clear();
+            to_tun_b.clear();
+            policed
+                .b
+                .handle_udp_datagrams(Instant::now(), &read_b, &mut net_b, &mut to_tun_b);
+            tun_b.send(&to_tun_b).expect("tun b");
+            let n = host_b.recv(&mut got, Duration::ZERO).expect("host b");
+            assert_eq!(n, N, "every packet crossed the filters");
+        })
+    });
     // The same four hops with nothing between them: what the in-memory devices alone cost
     // (each hop copies a packet into a locked queue and out again, as a kernel buffer would).
     // The pipeline less this is the data plane's own share, to set beside the floor.

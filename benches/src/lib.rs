@@ -146,3 +146,97 @@ impl RawAead {
         self.counter
     }
 }
+
+/// A Domain of 1,000 nodes (role tags `r0`..`r39`) in which `a` and `b` are two of them
+/// (tags `bench-a`, `bench-b`), under a policy of `rules` rules: role -> role TCP ports, UDP
+/// ranges, ICMP, and in the middle the one that lets a open tcp/udp 9 and 5201 and icmp on b.
+/// Answers a's and b's compiled views (what their signed states would carry).
+pub fn policy_views(
+    rules: usize,
+    a: Ipv4Addr,
+    b: Ipv4Addr,
+) -> (
+    plexsphere_policy::view::NodeView,
+    plexsphere_policy::view::NodeView,
+) {
+    use plexsphere_policy::{Compiled, Inventory, NodeInfo, ProjectInfo};
+    const NODES: usize = 1000;
+    const ROLES: usize = 40;
+    let project = uuid::Uuid::from_u128(0x10_0000);
+    let nodes = (0..NODES)
+        .map(|i| {
+            let mut tags = vec![format!("r{}", i % ROLES)];
+            let ipv4 = match i {
+                0 => {
+                    tags.push("bench-a".into());
+                    a
+                }
+                1 => {
+                    tags.push("bench-b".into());
+                    b
+                }
+                _ => Ipv4Addr::from(0x0a63_0000u32 + i as u32),
+            };
+            NodeInfo {
+                id: uuid::Uuid::from_u128(i as u128 + 1),
+                name: format!("n{i}"),
+                project_id: project,
+                project_slug: "p".into(),
+                tags,
+                ipv4: Some(ipv4),
+                ipv6: None,
+            }
+        })
+        .collect();
+    let inv = Inventory {
+        projects: vec![ProjectInfo {
+            id: project,
+            slug: "p".into(),
+        }],
+        nodes,
+        tags: Vec::new(),
+    };
+    let mut doc = String::from("rules:\n");
+    for i in 0..rules {
+        if i == rules / 2 {
+            doc.push_str(
+                "  - {src: tag:bench-a, dst: tag:bench-b, proto: [tcp, udp], ports: [9, 5201]}\n",
+            );
+            continue;
+        }
+        if i == rules / 2 + 1 {
+            doc.push_str("  - {src: tag:bench-a, dst: tag:bench-b, proto: icmp}\n");
+            continue;
+        }
+        let (s, d) = ((i * 7 + 3) % ROLES, (i * 13 + 5) % ROLES);
+        let port = 1000 + (i % 50_000) as u16;
+        doc.push_str(&match i % 3 {
+            0 => format!("  - {{src: tag:r{s}, dst: tag:r{d}, proto: tcp, ports: {port}}}\n"),
+            1 => format!(
+                "  - {{src: tag:r{s}, dst: tag:r{d}, proto: udp, ports: {port}-{}}}\n",
+                port + 10
+            ),
+            _ => format!("  - {{src: tag:r{s}, dst: tag:r{d}, proto: icmp}}\n"),
+        });
+    }
+    let policy = plexsphere_policy::parse(&doc).expect("the bench document parses");
+    let c = Compiled::new(&policy, &inv);
+    let view = |i: u128| {
+        c.node_view(uuid::Uuid::from_u128(i))
+            .expect("a node of the inventory")
+    };
+    (view(1), view(2))
+}
+
+impl Pair {
+    /// Installs a `rules`-rule policy's filters on both devices ([`policy_views`]).
+    pub fn with_policy(self, rules: usize) -> Self {
+        let (va, vb) = policy_views(rules, A_MESH, B_MESH);
+        for (d, v) in [(&self.a, va), (&self.b, vb)] {
+            let (f, e) = plexd_dataplane::PolicyFilter::from_view(1, &v);
+            assert!(e.is_none(), "the bench view builds a filter");
+            d.set_policy(Some(f));
+        }
+        self
+    }
+}

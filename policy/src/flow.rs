@@ -10,6 +10,7 @@
 //! on the spot).
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher, RandomState};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
@@ -68,6 +69,81 @@ const IDLE: [Duration; 4] = [
     OTHER_FLOW_IDLE,
 ];
 
+/// The flow table's hasher: a multiply-rotate mix over the key's words (FxHash's step)
+/// from a random seed per table, finished with murmur3's avalanche. The packet path hashes
+/// a flow key once or twice per packet, and std's SipHash was most of the filter's cost.
+/// Keyed by the seed, and the keys a table holds are the flows this node opened (a peer
+/// only chooses what is looked up, which builds no chain), so a collision flood is not
+/// something a peer can mount.
+#[derive(Debug, Clone)]
+struct FlowHash {
+    seed: u64,
+}
+
+impl FlowHash {
+    fn new() -> Self {
+        Self {
+            seed: RandomState::new().hash_one(0x666c_6f77_u64),
+        }
+    }
+}
+
+impl BuildHasher for FlowHash {
+    type Hasher = FlowHasher;
+    fn build_hasher(&self) -> FlowHasher {
+        FlowHasher(self.seed)
+    }
+}
+
+struct FlowHasher(u64);
+
+impl FlowHasher {
+    #[inline]
+    fn add(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+}
+
+impl Hasher for FlowHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            self.add(u64::from_le_bytes(w));
+        }
+    }
+    #[inline]
+    fn write_u8(&mut self, v: u8) {
+        self.add(u64::from(v));
+    }
+    #[inline]
+    fn write_u16(&mut self, v: u16) {
+        self.add(u64::from(v));
+    }
+    #[inline]
+    fn write_u32(&mut self, v: u32) {
+        self.add(u64::from(v));
+    }
+    #[inline]
+    fn write_u64(&mut self, v: u64) {
+        self.add(v);
+    }
+    #[inline]
+    fn write_usize(&mut self, v: usize) {
+        self.add(v as u64);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        let mut h = self.0;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        h ^ (h >> 33)
+    }
+}
+
 /// Counters for metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FlowStats {
@@ -77,7 +153,7 @@ pub struct FlowStats {
 
 #[derive(Debug, Clone)]
 pub struct FlowTable {
-    map: HashMap<FlowKey, u32>,
+    map: HashMap<FlowKey, u32, FlowHash>,
     slots: Vec<Slot>,
     free: Vec<u32>,
     lists: [List; 4],
@@ -95,7 +171,7 @@ impl FlowTable {
     /// A table of at most `capacity` flows (at least 1).
     pub fn new(capacity: usize) -> Self {
         Self {
-            map: HashMap::new(),
+            map: HashMap::with_hasher(FlowHash::new()),
             slots: Vec::new(),
             free: Vec::new(),
             lists: [EMPTY; 4],

@@ -28,9 +28,10 @@ use crate::allowed_ips::AllowedIps;
 use crate::batch::{PacketBatch, WG_OVERHEAD};
 use crate::key::{Key, SecretKey};
 use crate::peer::{Peer, PeerState};
+use crate::policy::PeerPolicy;
 use crate::policy::{PolicyDrops, PolicyFilter};
 use crate::source::Source;
-use plexsphere_policy::{Decision, FlowTable, decide};
+use plexsphere_policy::{Decision, decide};
 
 /// Handshake messages per second the device takes before it asks for cookies (boringtun's
 /// device uses the same figure). Each initiation is verified twice (once to find its peer,
@@ -131,8 +132,6 @@ pub struct Device {
     pending_count: AtomicUsize,
     /// The segmentation probes waiting for replies (see `crate::probe`).
     pub(crate) probes: crate::probe_match::Probes,
-    /// The flows this node opened through the policy filter (see `crate::policy`).
-    flows: Mutex<FlowTable>,
 }
 
 impl Default for Device {
@@ -165,7 +164,6 @@ impl Device {
             pending: Mutex::new(HashSet::new()),
             pending_count: AtomicUsize::new(0),
             probes: crate::probe_match::Probes::default(),
-            flows: Mutex::new(FlowTable::default()),
         }
     }
 
@@ -174,10 +172,12 @@ impl Device {
     /// node open are forgotten in the same step, so a revoked flow's replies stop with it.
     pub fn set_policy(&self, policy: Option<PolicyFilter>) {
         let mut state = self.write();
-        let mut flows = self.flows.lock().unwrap_or_else(PoisonError::into_inner);
-        match &policy {
-            Some(p) => decide::prune_flows(&p.filter, &mut flows),
-            None => *flows = FlowTable::default(),
+        for peer in state.peers.values() {
+            let flows = &mut peer.lock().policy.flows;
+            match &policy {
+                Some(p) => decide::prune_flows(&p.filter, flows),
+                None => *flows = PeerPolicy::flow_table(),
+            }
         }
         state.policy = policy;
         resolve_policy_slots(&state);
@@ -191,12 +191,13 @@ impl Device {
             .map(|p| (p.version(), p.closed_reason().map(str::to_owned)))
     }
 
-    /// The flows in the policy's flow table.
+    /// The flows in the peers' flow tables.
     pub fn policy_flows(&self) -> usize {
-        self.flows
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.read()
+            .peers
+            .values()
+            .map(|p| p.lock().policy.flows.len())
+            .sum()
     }
 
     /// The policy's decision on a packet to or from `peer`; a drop is counted and logged
@@ -213,13 +214,14 @@ impl Device {
         let Some(policy) = &state.policy else {
             return true;
         };
-        let decision = {
-            let mut flows = self.flows.lock().unwrap_or_else(PoisonError::into_inner);
-            if inbound {
-                decide::inbound_bytes(&policy.filter, p.policy.slot, packet, &mut flows, now)
-            } else {
-                decide::outbound_bytes(&policy.filter, p.policy.slot, packet, &mut flows, now)
-            }
+        // The peer's own flow table, under the peer's lock the caller holds: both lanes
+        // take it for this peer anyway, so a reply finds its flow on any lane, at no extra
+        // lock.
+        let (slot, flows) = (p.policy.slot, &mut p.policy.flows);
+        let decision = if inbound {
+            decide::inbound_bytes(&policy.filter, slot, packet, flows, now)
+        } else {
+            decide::outbound_bytes(&policy.filter, slot, packet, flows, now)
         };
         match decision {
             Decision::Accept(_) => true,

@@ -49,7 +49,7 @@ pub use io::{Tun, Udp, UdpBind};
 pub use key::{Key, KeyError, SecretKey};
 pub use machine::Protocol;
 pub use peer::{DeviceSnapshot, PeerSnapshot};
-pub use policy::{POLICY_LOG_EVERY, PolicyDrops, PolicyFilter, PolicyReader};
+pub use policy::{PEER_FLOW_CAPACITY, POLICY_LOG_EVERY, PolicyDrops, PolicyFilter, PolicyReader};
 pub use probe::{ProbeError, ProbeReport, Prober, Verdict};
 pub use side::{RawSender, SideSink};
 pub use source::Source;

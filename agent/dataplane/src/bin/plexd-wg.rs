@@ -209,8 +209,24 @@ fn run_foreground(iface: &str) -> anyhow::Result<()> {
         nice: switch("PLEXD_WG_NICE").then_some(PACKET_THREAD_NICE),
         ..RunConfig::default()
     };
+    let device = std::sync::Arc::new(Device::with_protocol(protocol));
+    // A benchmark's access policy (wg-bench): the compiled view in DIR/<iface>.json, as a
+    // signed state would carry it; no variable, no filter (plexd-wg filters nothing).
+    if let Ok(dir) = std::env::var("PLEXD_WG_POLICY_VIEWS") {
+        let path = Path::new(&dir).join(format!("{iface}.json"));
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read the policy view {}", path.display()))?;
+        let view: plexsphere_policy::view::NodeView = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not a policy view", path.display()))?;
+        let (filter, error) = plexd_dataplane::PolicyFilter::from_view(1, &view);
+        if let Some(e) = error {
+            anyhow::bail!("the policy view {} gives no filter: {e}", path.display());
+        }
+        device.set_policy(Some(filter));
+        tracing::info!(interface = iface, view = %path.display(), peers = view.peers.len(), "policy filter installed");
+    }
     run(
-        std::sync::Arc::new(Device::with_protocol(protocol)),
+        device,
         tun,
         LinuxUdpBinder {
             mmsg: switch("PLEXD_WG_MMSG"),
