@@ -339,18 +339,29 @@ pub fn remove(iface: &str) -> Result<(), NftError> {
     run(iface, &ruleset(iface, None))
 }
 
-/// Whether `iface`'s table exists (for `plexd status` and the tests).
+/// Whether `iface`'s table exists (the worker asks every reconcile: `nft list tables`
+/// prints only the names, never the table's elements).
 pub fn exists(iface: &str) -> Result<bool, NftError> {
     if !valid_iface(iface) {
         return Err(NftError::BadInterface(iface.to_owned()));
     }
     let out = Command::new(NFT)
-        .args(["list", "table", "inet", &table_name(iface)])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
+        .args(["list", "tables", "inet"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
         .map_err(NftError::Spawn)?;
-    Ok(out.success())
+    if !out.status.success() {
+        return Err(NftError::Refused {
+            iface: iface.to_owned(),
+            status: out.status.to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        });
+    }
+    let line = format!("table inet {}", table_name(iface));
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .any(|l| l.trim() == line))
 }
 
 /// The kernel backend's [`super::contract::Mesh::set_policy`]: installs the view's filter,
@@ -399,11 +410,14 @@ pub fn set_policy(iface: &str, policy: Option<&PolicyState>) -> std::io::Result<
 
 /// Installs `policy` again when its table is gone (an `nft flush ruleset`, an
 /// nftables.service restart); `Ok(true)` when it did. A table that exists is left as it is
-/// (its rules are not compared). Cannot tell: nothing done.
+/// (its rules are not compared). Cannot tell (nft fails): `Err`, nothing done.
 pub fn restore(iface: &str, policy: &PolicyState) -> std::io::Result<bool> {
     match exists(iface) {
-        Ok(true) | Err(_) => Ok(false),
+        Ok(true) => Ok(false),
         Ok(false) => set_policy(iface, Some(policy)).map(|()| true),
+        Err(e) => Err(std::io::Error::other(format!(
+            "cannot tell whether the policy table is in place ({e})"
+        ))),
     }
 }
 
