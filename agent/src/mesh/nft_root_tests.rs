@@ -515,3 +515,59 @@ fn a_flushed_table_is_restored() {
         "in place: nothing to do"
     );
 }
+
+/// A network C behind B: the mesh may not route through B into it (the policy grants
+/// nothing to route), but C's own flows out through the mesh get their replies.
+#[test]
+fn the_mesh_interface_forwards_only_replies() {
+    struct Gone(String);
+    impl Drop for Gone {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+        }
+    }
+    let lab = Lab::new("w");
+    let c = format!("pkwc{}", std::process::id() % 100_000);
+    sh(&["ip", "netns", "add", &c]);
+    let _c = Gone(c.clone());
+    let link = format!("pkwl{}", std::process::id() % 100_000);
+    ip(
+        &lab.b,
+        &format!("link add {link} type veth peer name {link}c netns {c}"),
+    );
+    ip(&lab.b, &format!("addr add 10.97.0.2/24 dev {link}"));
+    ip(&c, &format!("addr add 10.97.0.3/24 dev {link}c"));
+    ip(&lab.b, &format!("link set {link} up"));
+    ip(&c, &format!("link set {link}c up"));
+    ip(&c, "route add default via 10.97.0.2");
+    ip(&lab.a, &format!("route add 10.97.0.0/24 via {B}"));
+    sh(&[
+        "ip",
+        "netns",
+        "exec",
+        &lab.b,
+        "sysctl",
+        "-qw",
+        "net.ipv4.ip_forward=1",
+    ]);
+    let in_c = |at: SocketAddr| Lab::run(&c, move || TcpListener::bind(at).unwrap());
+    let _lc = in_c("10.97.0.3:80".parse().unwrap());
+    let _la = lab.in_a(|| TcpListener::bind(SocketAddr::from(([10, 99, 0, 1], 9000))).unwrap());
+    let from_c = |to: SocketAddr| {
+        Lab::run(&c, move || {
+            TcpStream::connect_timeout(&to, DROPPED_AFTER).is_ok()
+        })
+    };
+    assert!(connects(&lab, false, "10.97.0.3", 80), "no table: routed");
+
+    // A may open every tcp port on B itself; routing through B is not B's to grant.
+    lab.install(Some(b_view(false, &[(0, u16::MAX)]))).unwrap();
+    assert!(
+        !connects(&lab, false, "10.97.0.3", 80),
+        "routed into C from the mesh"
+    );
+    assert!(
+        from_c(SocketAddr::from(([10, 99, 0, 1], 9000))),
+        "C's flow out gets its replies"
+    );
+}
