@@ -122,6 +122,9 @@ fn open_node(i: usize) -> WgMesh {
     };
     let node = NodeSetup::new(SECRETS[i], MESH[i].parse().unwrap(), 16);
     let mut m = userspace::open(&cfg, &node).unwrap();
+    // The embedded data plane starts closed; no policy (an older server's state) opens it,
+    // as the daemon's first apply does.
+    m.set_policy(None).unwrap();
     let other = 1 - i;
     m.apply(Arc::new(vec![spec(other)])).unwrap();
     m
