@@ -85,6 +85,8 @@ struct Worker<P: Plane, C: Control> {
     reach: Option<Arc<Runtime>>,
     /// The policy last installed (for [`Control::restore_policy`]).
     policy: Option<Box<PolicyState>>,
+    /// The last restore error, logged once until it changes.
+    restore_error: Option<String>,
 }
 
 impl WgMesh {
@@ -107,6 +109,7 @@ impl WgMesh {
             last_error: None,
             reach: reach.clone(),
             policy: None,
+            restore_error: None,
         };
         thread::Builder::new()
             .name("wg-control".into())
@@ -311,15 +314,19 @@ impl<P: Plane, C: Control> Worker<P, C> {
         let Some(policy) = &self.policy else {
             return;
         };
-        match self.ctl.restore_policy(policy) {
+        let r = self.ctl.restore_policy(policy);
+        let error = r.as_ref().err().map(ToString::to_string);
+        match r {
             Ok(false) => {}
             Ok(true) => {
                 tracing::warn!(interface = %self.iface, policy_version = policy.version, "policy: the filter was gone (removed outside plexd, e.g. `nft flush ruleset` or an nftables.service restart); installed it again");
             }
-            Err(e) => {
+            Err(e) if self.restore_error != error => {
                 tracing::error!(interface = %self.iface, policy_version = policy.version, "policy: the filter was gone and cannot be installed again: {e}; retrying every {} s", RECONCILE_EVERY.as_secs());
             }
+            Err(_) => {}
         }
+        self.restore_error = error;
     }
 
     fn reconcile(&mut self, periodic: bool) -> Result<Vec<MeshChange>, String> {
