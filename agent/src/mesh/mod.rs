@@ -35,6 +35,9 @@ pub mod worker;
 
 #[cfg(test)]
 #[cfg(target_os = "linux")]
+mod nft_life_tests;
+#[cfg(test)]
+#[cfg(target_os = "linux")]
 mod nft_root_tests;
 #[cfg(test)]
 #[cfg(target_os = "linux")]

@@ -14,18 +14,18 @@ use super::nft::{self, Installed, NftError};
 use super::nft_tests::{grant, peer, view};
 
 /// How long a connection that the filter drops is given before the test calls it dropped.
-const DROPPED_AFTER: Duration = Duration::from_millis(800);
+pub(super) const DROPPED_AFTER: Duration = Duration::from_millis(800);
 /// The bound on waiting for something that must happen.
-const BOUND: Duration = Duration::from_secs(20);
+pub(super) const BOUND: Duration = Duration::from_secs(20);
 
-const A: &str = "10.99.0.1";
-const B: &str = "10.99.0.2";
-const A2: &str = "10.98.0.1";
-const A6: &str = "fd99::1";
-const B6: &str = "fd99::2";
-const B2: &str = "10.98.0.2";
+pub(super) const A: &str = "10.99.0.1";
+pub(super) const B: &str = "10.99.0.2";
+pub(super) const A2: &str = "10.98.0.1";
+pub(super) const A6: &str = "fd99::1";
+pub(super) const B6: &str = "fd99::2";
+pub(super) const B2: &str = "10.98.0.2";
 
-fn sh(args: &[&str]) {
+pub(super) fn sh(args: &[&str]) {
     let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
     assert!(
         out.status.success(),
@@ -35,21 +35,21 @@ fn sh(args: &[&str]) {
 }
 
 /// `ip -n NS ARGS` (ARGS split on spaces).
-fn ip(ns: &str, args: &str) {
+pub(super) fn ip(ns: &str, args: &str) {
     let mut all = vec!["ip", "-n", ns];
     all.extend(args.split(' '));
     sh(&all);
 }
 
 /// Namespaces `a` and `b`, deleted on drop. `mesh` is B's filtered interface.
-struct Lab {
-    a: String,
-    b: String,
-    mesh: String,
+pub(super) struct Lab {
+    pub(super) a: String,
+    pub(super) b: String,
+    pub(super) mesh: String,
 }
 
 impl Lab {
-    fn new(tag: &str) -> Lab {
+    pub(super) fn new(tag: &str) -> Lab {
         let id = std::process::id() % 100_000;
         let (a, b) = (format!("pk{tag}a{id}"), format!("pk{tag}b{id}"));
         let lab = Lab {
@@ -82,7 +82,7 @@ impl Lab {
     }
 
     /// Runs `f` on a thread inside namespace `ns` (sockets it makes stay there).
-    fn run<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    pub(super) fn run<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
         let path = format!("/run/netns/{ns}");
         std::thread::spawn(move || {
             let fd = std::fs::File::open(&path).unwrap();
@@ -93,22 +93,25 @@ impl Lab {
         .unwrap()
     }
 
-    fn in_a<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+    pub(super) fn in_a<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
         Lab::run(&self.a, f)
     }
 
-    fn in_b<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+    pub(super) fn in_b<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
         Lab::run(&self.b, f)
     }
 
     /// `nft` on B's mesh interface.
-    fn install(&self, v: Option<plexsphere_policy::view::NodeView>) -> Result<Installed, NftError> {
+    pub(super) fn install(
+        &self,
+        v: Option<plexsphere_policy::view::NodeView>,
+    ) -> Result<Installed, NftError> {
         let mesh = self.mesh.clone();
         self.in_b(move || nft::install(&mesh, v.as_ref()))
     }
 
     /// The packets B's table dropped (every counter in it).
-    fn dropped(&self) -> u64 {
+    pub(super) fn dropped(&self) -> u64 {
         let table = nft::table_name(&self.mesh);
         let out = self.in_b(move || {
             Command::new("nft")
@@ -123,7 +126,7 @@ impl Lab {
             .sum()
     }
 
-    fn listing(&self) -> String {
+    pub(super) fn listing(&self) -> String {
         let table = nft::table_name(&self.mesh);
         let out = self.in_b(move || {
             Command::new("nft")
@@ -153,13 +156,13 @@ impl Drop for Lab {
 }
 
 /// A TCP listener in B on `addr:port`, accepting in the background.
-fn listen(lab: &Lab, addr: &str, port: u16) -> TcpListener {
+pub(super) fn listen(lab: &Lab, addr: &str, port: u16) -> TcpListener {
     let ip: std::net::IpAddr = addr.parse().unwrap();
     let at = SocketAddr::from((ip, port));
     lab.in_b(move || TcpListener::bind(at).unwrap())
 }
 
-fn connects(lab: &Lab, from_b: bool, to: &str, port: u16) -> bool {
+pub(super) fn connects(lab: &Lab, from_b: bool, to: &str, port: u16) -> bool {
     let ip: std::net::IpAddr = to.parse().unwrap();
     let at = SocketAddr::from((ip, port));
     let go = move || TcpStream::connect_timeout(&at, DROPPED_AFTER).is_ok();
@@ -176,7 +179,7 @@ fn udp_arrives(lab: &Lab, port: u16) -> bool {
 }
 
 /// B's view: A (web) may open tcp 5432 and udp 53 on B; B may open tcp 9000 on A.
-fn b_view(icmp: bool, inbound_tcp: &[(u16, u16)]) -> plexsphere_policy::view::NodeView {
+pub(super) fn b_view(icmp: bool, inbound_tcp: &[(u16, u16)]) -> plexsphere_policy::view::NodeView {
     view(
         &[B],
         vec![
@@ -348,118 +351,6 @@ fn nft_run(input: &str) -> (bool, String) {
     )
 }
 
-#[test]
-fn set_policy_fails_closed_when_nft_refuses_the_view() {
-    use plexsphere_wire::node::PolicyState;
-    let lab = Lab::new("p");
-    let _l = (listen(&lab, B, 5432), listen(&lab, B2, 5432));
-    let state = |view| PolicyState { version: 7, view };
-    // Two peers claiming one address: nft refuses the map ("File exists"), so plexd falls
-    // back to the closed table and answers Err.
-    let clash = view(
-        &[B],
-        vec![
-            grant(&[(5432, 5432)], &[], true, false),
-            grant(&[(22, 22)], &[], false, false),
-        ],
-        vec![peer(1, &[A], Some(0), None), peer(2, &[A], Some(1), None)],
-    );
-    let mesh = lab.mesh.clone();
-    let err = lab
-        .in_b(move || nft::set_policy(&mesh, Some(&state(clash))))
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("policy version 7"), "{err}");
-    assert!(err.contains("nothing from any peer passes"), "{err}");
-    let closed = lab.listing();
-    assert!(
-        closed.contains("counter") && !closed.contains("jump"),
-        "{closed}"
-    );
-    assert!(
-        !connects(&lab, false, B, 5432),
-        "closed: nothing from the interface"
-    );
-    assert!(
-        connects(&lab, false, B2, 5432),
-        "another interface is untouched"
-    );
-
-    let mesh = lab.mesh.clone();
-    lab.in_b(move || nft::set_policy(&mesh, Some(&state(b_view(false, &[(5432, 5432)])))))
-        .unwrap();
-    assert!(connects(&lab, false, B, 5432));
-    let mesh = lab.mesh.clone();
-    lab.in_b(move || nft::set_policy(&mesh, None)).unwrap();
-    assert!(lab.listing().is_empty(), "no policy: no table");
-}
-
-/// A fresh namespace on a thread of its own (root).
-fn in_fresh_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    std::thread::spawn(move || {
-        nix::sched::unshare(CloneFlags::CLONE_NEWNET).unwrap();
-        f()
-    })
-    .join()
-    .unwrap()
-}
-
-fn wg_cfg(backend: crate::config::Backend, tag: &str) -> crate::config::WireguardConfig {
-    crate::config::WireguardConfig {
-        backend,
-        interface: format!("pkt{tag}{}", std::process::id() % 100_000),
-        listen_port: 0,
-        ..crate::config::WireguardConfig::default()
-    }
-}
-
-/// `plexd leave` / `plexd uninstall` without a daemon (the leftover interface of a kernel
-/// node): the interface and its policy table go.
-#[test]
-fn leave_removes_the_table_with_the_interface() {
-    let c = wg_cfg(crate::config::Backend::Kernel, "l");
-    let (before, after, link) = in_fresh_netns(move || {
-        let other = format!("{}p", c.interface);
-        sh(&[
-            "ip",
-            "link",
-            "add",
-            &c.interface,
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &other,
-        ]);
-        nft::install_closed(&c.interface).unwrap();
-        let before = nft::exists(&c.interface).unwrap();
-        super::for_leave(&c).teardown().unwrap();
-        let link = super::netlink::link(&c.interface).unwrap();
-        (before, nft::exists(&c.interface).unwrap(), link)
-    });
-    assert!(before);
-    assert!(!after, "the table is gone");
-    assert!(link.is_none(), "the interface is gone");
-}
-
-/// A node that switched from the kernel backend to the userspace one: the stale table would
-/// filter the TUN device with an old view; the userspace start removes it.
-#[test]
-fn the_userspace_backend_removes_a_table_the_kernel_backend_left() {
-    let c = wg_cfg(crate::config::Backend::Userspace, "s");
-    let (before, after) = in_fresh_netns(move || {
-        nft::install_closed(&c.interface).unwrap();
-        let before = nft::exists(&c.interface).unwrap();
-        let node = super::NodeSetup::new([0x41; 32], "10.77.0.2".parse().unwrap(), 16);
-        let mut m = super::open(&c, &node).unwrap();
-        let after = nft::exists(&c.interface).unwrap();
-        m.teardown().unwrap();
-        (before, after)
-    });
-    assert!(before);
-    assert!(!after);
-}
-
 /// IPv6 takes the same way through the per-family maps.
 #[test]
 fn ipv6_peers_get_the_same_filter() {
@@ -487,33 +378,6 @@ fn ipv6_peers_get_the_same_filter() {
     lab.install(Some(v4only)).unwrap();
     assert!(!connects(&lab, false, B6, 5432));
     assert!(connects(&lab, false, B, 5432));
-}
-
-/// `nft flush ruleset` (what Debian's nftables.service runs on a restart) removes plexd's
-/// table; the worker's periodic `restore` puts it back.
-#[test]
-fn a_flushed_table_is_restored() {
-    use plexsphere_wire::node::PolicyState;
-    let lab = Lab::new("f");
-    let _l = (listen(&lab, B, 5432), listen(&lab, B, 5433));
-    let state = PolicyState {
-        version: 3,
-        view: b_view(false, &[(5432, 5432)]),
-    };
-    let (mesh, s) = (lab.mesh.clone(), state.clone());
-    lab.in_b(move || nft::set_policy(&mesh, Some(&s))).unwrap();
-    assert!(!connects(&lab, false, B, 5433));
-    lab.in_b(|| sh(&["nft", "flush", "ruleset"]));
-    assert!(connects(&lab, false, B, 5433), "flushed: unfiltered");
-    let (mesh, s) = (lab.mesh.clone(), state.clone());
-    assert!(lab.in_b(move || nft::restore(&mesh, &s)).unwrap());
-    assert!(!connects(&lab, false, B, 5433), "restored");
-    assert!(connects(&lab, false, B, 5432));
-    let (mesh, s) = (lab.mesh.clone(), state);
-    assert!(
-        !lab.in_b(move || nft::restore(&mesh, &s)).unwrap(),
-        "in place: nothing to do"
-    );
 }
 
 /// A network C behind B: the mesh may not route through B into it (the policy grants
