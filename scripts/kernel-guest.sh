@@ -63,7 +63,9 @@ mkdir -p "$stage"/{bin,dev,proc,sys,newroot,modules}
 cp /bin/busybox "$stage/bin/busybox"
 # Every module, once, in dependency order.
 : >"$stage/modules.order"
-for m in virtio_pci virtio_net 9pnet_virtio 9p wireguard; do
+# nf_tables and what plexd's policy table uses (mesh::nft): conntrack state (nft_ct), the
+# drop log's rate (nft_limit) and the log itself (nft_log, nf_log_syslog).
+for m in virtio_pci virtio_net 9pnet_virtio 9p wireguard nf_tables nft_ct nft_limit nft_log nf_log_syslog; do
   modprobe -d "$tree" -S "$version" --show-depends "$m" | awk '$1 == "insmod" {print $2}'
 done | awk '!seen[$0]++' | while read -r ko; do
   name=$(basename "$ko")

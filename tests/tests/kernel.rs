@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -220,6 +221,194 @@ fn plexd_with_the_kernel_backend_in_a_guest_meshes_with_a_userspace_node() {
     let link = g.guest.run_ok("ip -d link show plexk0", CMD_BOUND).unwrap();
     assert!(link.contains("wireguard"), "{link}");
     mesh_with_guest(&lab, user, &g);
+    policy_in_guest(&lab, user, &g);
+}
+
+/// The guest's kernel interface under plexd's nftables table (`plexd::mesh::nft`): plexd put
+/// the closed table in place at start and removed it when the state said "no policy" (this
+/// control plane sends none), so the mesh above worked; then a view that lets the userspace
+/// node open tcp [`OPEN_PORT`] only: that port connects, [`SHUT_PORT`] (listening too) and
+/// ping are dropped; removing the table opens everything again.
+fn policy_in_guest(lab: &ReachLab, user: usize, g: &GuestNode) {
+    let table = plexd::mesh::nft::table_name("plexk0");
+    let listed = g
+        .guest
+        .run(&format!("nft list table inet {table}"), CMD_BOUND)
+        .unwrap();
+    assert_ne!(
+        listed.rc, 0,
+        "plexd removed its start-up table: {}",
+        listed.out
+    );
+    let user_ip = lab.mesh_ip(user).unwrap();
+    let guest_ip: std::net::Ipv4Addr = g.host.identity().unwrap().1.parse().unwrap();
+    for port in [OPEN_PORT, SHUT_PORT] {
+        g.guest
+            .run_ok(
+                &format!("setsid busybox nc -ll -p {port} -e /bin/true >/dev/null 2>&1 &"),
+                CMD_BOUND,
+            )
+            .unwrap();
+    }
+    let user_ns = lab.nodes[user].ns.clone();
+    let connect = |port: u16| {
+        let at = SocketAddr::from((guest_ip, port));
+        netns::on_thread_in(&user_ns, move || {
+            Ok(std::net::TcpStream::connect_timeout(&at, DROPPED_AFTER).map(drop))
+        })
+        .join()
+        .unwrap()
+        .unwrap()
+    };
+    wait_until(BOUND, "both guest listeners accept", || {
+        Ok((connect(OPEN_PORT).is_ok() && connect(SHUT_PORT).is_ok()).then_some(()))
+    })
+    .unwrap();
+
+    let node = g.host.identity().unwrap().0;
+    let view = user_may_open(&node, guest_ip, user_ip, &[OPEN_PORT, LIVE_PORT]);
+    install_view(lab, g, "plexk0", Some(&view));
+    assert!(connect(OPEN_PORT).is_ok(), "the granted port");
+    let shut = connect(SHUT_PORT).unwrap_err();
+    assert_eq!(
+        shut.kind(),
+        std::io::ErrorKind::TimedOut,
+        "dropped, not refused: {shut}"
+    );
+    let ping = netns::exec(
+        &user_ns,
+        "ping",
+        &["-c", "1", "-W", "1", &guest_ip.to_string()],
+    )
+    .unwrap();
+    assert!(!ping.status.success(), "no icmp grant");
+
+    // A live flow on a granted port, then a view without that port: the guest's kernel drops
+    // the flow's next segment (its table's counter rises, nothing arrives); granted again,
+    // TCP's retransmission gets through.
+    let recv = lab.dir.path().join("live.txt");
+    g.guest
+        .run_ok(
+            &format!(
+                "setsid busybox nc -l -p {LIVE_PORT} > {} 2>/dev/null &",
+                recv.display()
+            ),
+            CMD_BOUND,
+        )
+        .unwrap();
+    let at = SocketAddr::from((guest_ip, LIVE_PORT));
+    let mut live = wait_until(BOUND, "the live listener accepts", || {
+        netns::on_thread_in(&user_ns, move || {
+            Ok(std::net::TcpStream::connect_timeout(&at, DROPPED_AFTER).ok())
+        })
+        .join()
+        .unwrap()
+    })
+    .unwrap();
+    let arrived = |what: &str| {
+        std::fs::read_to_string(&recv)
+            .unwrap_or_default()
+            .contains(what)
+    };
+    live.write_all(b"hello\n").unwrap();
+    wait_until(BOUND, "the live flow carries data", || {
+        Ok(arrived("hello").then_some(()))
+    })
+    .unwrap();
+    let before = guest_drops(g, &table);
+    install_view(
+        lab,
+        g,
+        "plexk0",
+        Some(&user_may_open(&node, guest_ip, user_ip, &[OPEN_PORT])),
+    );
+    live.write_all(b"again\n").unwrap();
+    wait_until(BOUND, "the revoked flow's segment is dropped", || {
+        Ok((guest_drops(g, &table) > before).then_some(()))
+    })
+    .unwrap();
+    assert!(
+        !arrived("again"),
+        "data of a revoked flow reached the guest"
+    );
+    install_view(lab, g, "plexk0", Some(&view));
+    wait_until(BOUND, "granted again, the retransmission arrives", || {
+        Ok(arrived("again").then_some(()))
+    })
+    .unwrap();
+
+    install_view(lab, g, "plexk0", None);
+    assert!(connect(SHUT_PORT).is_ok(), "no table: every port again");
+}
+
+/// A port the view grants and one it does not (both listening in the guest).
+const OPEN_PORT: u16 = 7000;
+const SHUT_PORT: u16 = 7001;
+/// The port of the live flow a revocation cuts.
+const LIVE_PORT: u16 = 7002;
+
+/// Every packet the guest's table counted (its drops).
+fn guest_drops(g: &GuestNode, table: &str) -> u64 {
+    let out = g
+        .guest
+        .run_ok(&format!("nft list table inet {table}"), CMD_BOUND)
+        .unwrap_or_default();
+    out.split("counter packets ")
+        .skip(1)
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+/// How long a dropped connection attempt is given.
+const DROPPED_AFTER: Duration = Duration::from_secs(2);
+
+/// The guest node's view when the userspace node may open tcp `ports` on it and nothing else.
+fn user_may_open(
+    node: &str,
+    own: std::net::Ipv4Addr,
+    user: std::net::Ipv4Addr,
+    ports: &[u16],
+) -> plexsphere_policy::view::NodeView {
+    use plexsphere_policy::compile::Grant;
+    use plexsphere_policy::ports::{Access, PortRange, PortSet};
+    use plexsphere_policy::view::{NodeView, PeerView};
+    NodeView {
+        node: node.parse().unwrap_or_default(),
+        addrs: vec![own.into()],
+        grants: vec![Grant {
+            access: Access {
+                tcp: PortSet::from_ranges(ports.iter().map(|&p| PortRange { first: p, last: p })),
+                ..Access::default()
+            },
+            lines: vec![1],
+        }],
+        peers: vec![PeerView {
+            id: uuid_of(1),
+            name: "user".to_owned(),
+            addrs: vec![user.into()],
+            inbound: Some(0),
+            outbound: None,
+        }],
+    }
+}
+
+fn uuid_of(n: u128) -> uuid::Uuid {
+    uuid::Uuid::from_u128(n)
+}
+
+/// Installs `view`'s table (or removes it: `None`) on the guest's `iface` with the guest's
+/// `nft`, exactly the transaction plexd's kernel backend runs. The web/db/ci matrix grows
+/// from here: once the control plane sends views, plexd installs them itself.
+fn install_view(
+    lab: &ReachLab,
+    g: &GuestNode,
+    iface: &str,
+    view: Option<&plexsphere_policy::view::NodeView>,
+) {
+    let file = lab.dir.path().join("policy.nft");
+    std::fs::write(&file, plexd::mesh::nft::ruleset(iface, view)).unwrap();
+    g.guest
+        .run_ok(&format!("nft -f {}", file.display()), CMD_BOUND)
+        .unwrap_or_else(|e| panic!("{e:#}\n--- console:\n{}", g.guest.console()));
 }
 
 /// Pings both ways and a TCP transfer from the guest into the userspace node.

@@ -22,6 +22,7 @@ use crate::reach::runtime::{Mode, PathControl, Runtime, RuntimeSetup};
 
 use super::link::setup_link;
 use super::netlink;
+use super::nft;
 use super::setup::{NodeSetup, OpenError};
 use super::wg::{WgControl, iface_name};
 use super::worker::{Plane, WgMesh};
@@ -109,18 +110,21 @@ impl Plane for KernelPlane {
         Ok(())
     }
 
+    /// Removes the interface, then its policy table (`super::nft`).
     fn teardown(&mut self) -> Result<(), String> {
         match netlink::delete_link(&self.iface) {
             Ok(true) => {
                 tracing::info!(interface = %self.iface, "removed the WireGuard interface");
-                Ok(())
             }
-            Ok(false) => Ok(()),
-            Err(e) => Err(format!(
-                "cannot delete the interface ({e}); run `ip link del {}`",
-                self.iface
-            )),
+            Ok(false) => {}
+            Err(e) => {
+                return Err(format!(
+                    "cannot delete the interface ({e}); run `ip link del {}`",
+                    self.iface
+                ));
+            }
         }
+        nft::remove_on_leave(&self.iface)
     }
 }
 
@@ -159,6 +163,13 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError
         KernelError::NotWireguard { .. } => OpenError::Config(e.to_string()),
         KernelError::Io { .. } => OpenError::Runtime(e.to_string()),
     })?;
+    // Closed until the daemon installs the cached or fetched state's policy (or none, for a
+    // server older than policies): an adopted interface's peers carry nothing unfiltered.
+    // Without nft the daemon's set_policy decides (no policy: nothing to filter; a policy:
+    // no peers).
+    if let Err(e) = nft::install_closed(&cfg.interface) {
+        tracing::warn!(interface = %cfg.interface, "policy: cannot install the closed nftables table at start ({e})");
+    }
     let reach = cfg.reach.enabled;
     // With reach, the kernel moves to the port next to listen_port first (an adopted interface
     // may still hold listen_port from a run without reach), then plexd takes listen_port.

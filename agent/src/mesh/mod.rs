@@ -25,6 +25,8 @@ pub mod key;
 pub mod link;
 #[cfg(target_os = "linux")]
 pub mod netlink;
+#[cfg(target_os = "linux")]
+pub mod nft;
 pub mod setup;
 #[cfg(target_os = "linux")]
 pub mod userspace;
@@ -33,10 +35,22 @@ pub mod worker;
 
 #[cfg(test)]
 #[cfg(target_os = "linux")]
+mod nft_life_tests;
+#[cfg(test)]
+#[cfg(target_os = "linux")]
+mod nft_root_tests;
+#[cfg(test)]
+#[cfg(target_os = "linux")]
+mod nft_tests;
+#[cfg(test)]
+#[cfg(target_os = "linux")]
 mod reach_root_tests;
 #[cfg(test)]
 #[cfg(target_os = "linux")]
 mod root_tests;
+#[cfg(test)]
+#[cfg(target_os = "linux")]
+mod worker_tests;
 
 use std::sync::Arc;
 
@@ -66,14 +80,27 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<Box<dyn Mesh>, Op
             ))),
             Err(e) => Err(e),
         },
-        Backend::Userspace => Ok(Box::new(userspace::open(cfg, node)?)),
+        Backend::Userspace => {
+            no_kernel_table(cfg);
+            Ok(Box::new(userspace::open(cfg, node)?))
+        }
         Backend::Auto => match kernel::open(cfg, node) {
             Ok(m) => Ok(Box::new(m)),
             Err(e) => {
                 tracing::warn!(interface = %cfg.interface, "{e}; using the userspace data plane");
+                no_kernel_table(cfg);
                 Ok(Box::new(userspace::open(cfg, node)?))
             }
         },
+    }
+}
+
+/// The userspace data plane filters on its own: a table the kernel backend left on this
+/// interface name (a node switched backends) would filter its TUN device with a stale view.
+#[cfg(target_os = "linux")]
+fn no_kernel_table(cfg: &WireguardConfig) {
+    if let Err(e) = nft::remove_on_leave(&cfg.interface) {
+        tracing::warn!(interface = %cfg.interface, "policy: the kernel backend's table is still there: {e}");
     }
 }
 
@@ -120,21 +147,25 @@ impl Mesh for Leftover {
         if self.cfg.backend == Backend::None {
             return Ok(());
         }
+        let error = |what: String| MeshError {
+            backend: self.backend(),
+            interface: self.cfg.interface.clone(),
+            what,
+        };
         match netlink::delete_link(&self.cfg.interface) {
             Ok(true) => {
                 tracing::info!(interface = %self.cfg.interface, "removed the WireGuard interface");
-                Ok(())
             }
-            Ok(false) => Ok(()),
-            Err(e) => Err(MeshError {
-                backend: self.backend(),
-                interface: self.cfg.interface.clone(),
-                what: format!(
+            Ok(false) => {}
+            Err(e) => {
+                return Err(error(format!(
                     "cannot delete the interface ({e}); run `ip link del {}`",
                     self.cfg.interface
-                ),
-            }),
+                )));
+            }
         }
+        // The kernel backend's policy table (`nft`); any backend may have left one behind.
+        nft::remove_on_leave(&self.cfg.interface).map_err(error)
     }
 
     #[cfg(not(target_os = "linux"))]

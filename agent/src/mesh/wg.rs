@@ -83,16 +83,27 @@ impl super::worker::Control for WgControl {
             .apply(&self.iface, self.backend)
     }
 
-    /// No policy: nothing to install. A policy: refused until the nftables filter exists
-    /// (the daemon then applies no peers: fail closed).
+    /// The nftables table of the interface (`super::nft`); elsewhere than Linux there is
+    /// none, so a policy is refused (the daemon then applies no peers: fail closed).
     fn set_policy(&self, policy: Option<&plexsphere_wire::node::PolicyState>) -> io::Result<()> {
+        #[cfg(target_os = "linux")]
+        {
+            super::nft::set_policy(&self.iface.as_str_lossy(), policy)
+        }
+        #[cfg(not(target_os = "linux"))]
         match policy {
             None => Ok(()),
             Some(p) => Err(io::Error::other(format!(
-                "policy enforcement for the kernel backend is not built yet (policy version {}); no peer is configured until it is",
+                "policy enforcement needs nftables (Linux); policy version {} is not enforced, so no peer is configured",
                 p.version
             ))),
         }
+    }
+
+    /// The table is back if an `nft flush ruleset` (or anything else) removed it.
+    #[cfg(target_os = "linux")]
+    fn restore_policy(&self, policy: &plexsphere_wire::node::PolicyState) -> io::Result<bool> {
+        super::nft::restore(&self.iface.as_str_lossy(), policy)
     }
 }
 

@@ -34,6 +34,12 @@ pub trait Control: Send + 'static {
     /// Installs the policy's filter ([`Mesh::set_policy`]); on `Err` nothing from a peer
     /// may pass (fail closed).
     fn set_policy(&self, policy: Option<&PolicyState>) -> std::io::Result<()>;
+    /// Puts `policy`'s filter back if something outside plexd removed it (the kernel
+    /// backend's nftables table after an `nft flush ruleset`); `Ok(true)` when it did. The
+    /// worker asks every [`RECONCILE_EVERY`]. A filter in plexd's memory cannot be lost.
+    fn restore_policy(&self, _policy: &PolicyState) -> std::io::Result<bool> {
+        Ok(false)
+    }
 }
 
 /// What a backend adds to the shared code: is its data plane alive, and how it goes away.
@@ -77,6 +83,10 @@ struct Worker<P: Plane, C: Control> {
     last_error: Option<String>,
     /// The reach runtime, whose peers' endpoints the diff leaves alone.
     reach: Option<Arc<Runtime>>,
+    /// The policy last installed (for [`Control::restore_policy`]).
+    policy: Option<Box<PolicyState>>,
+    /// The last restore error, logged once until it changes.
+    restore_error: Option<String>,
 }
 
 impl WgMesh {
@@ -98,6 +108,8 @@ impl WgMesh {
             book: EndpointBook::new(),
             last_error: None,
             reach: reach.clone(),
+            policy: None,
+            restore_error: None,
         };
         thread::Builder::new()
             .name("wg-control".into())
@@ -259,6 +271,7 @@ impl<P: Plane, C: Control> Worker<P, C> {
                             .set_policy(policy.as_deref())
                             .map_err(|e| format!("cannot install the policy filter: {e}"))
                     });
+                    self.policy = if r.is_ok() { policy } else { None };
                     let _ = reply.send(r);
                 }
                 Ok(Job::Teardown(reply)) => {
@@ -277,6 +290,7 @@ impl<P: Plane, C: Control> Worker<P, C> {
                     return;
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {
+                    self.restore_policy();
                     if self.desired.is_none() {
                         continue;
                     }
@@ -294,6 +308,25 @@ impl<P: Plane, C: Control> Worker<P, C> {
                 Err(mpsc::RecvTimeoutError::Disconnected) => return,
             }
         }
+    }
+
+    fn restore_policy(&mut self) {
+        let Some(policy) = &self.policy else {
+            return;
+        };
+        let r = self.ctl.restore_policy(policy);
+        let error = r.as_ref().err().map(ToString::to_string);
+        match r {
+            Ok(false) => {}
+            Ok(true) => {
+                tracing::warn!(interface = %self.iface, policy_version = policy.version, "policy: the filter was gone (removed outside plexd, e.g. `nft flush ruleset` or an nftables.service restart); installed it again");
+            }
+            Err(e) if self.restore_error != error => {
+                tracing::error!(interface = %self.iface, policy_version = policy.version, "policy: the filter was gone and cannot be installed again: {e}; retrying every {} s", RECONCILE_EVERY.as_secs());
+            }
+            Err(_) => {}
+        }
+        self.restore_error = error;
     }
 
     fn reconcile(&mut self, periodic: bool) -> Result<Vec<MeshChange>, String> {
