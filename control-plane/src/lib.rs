@@ -24,6 +24,8 @@ pub mod node_ops;
 pub mod node_rotation;
 pub mod node_settings;
 pub mod operator_tokens;
+pub mod policy_cache;
+pub mod policy_view;
 pub mod ratelimit;
 pub mod register;
 pub mod seed;
