@@ -19,10 +19,11 @@ use prometheus_client::metrics::histogram::Histogram;
 use uuid::Uuid;
 
 use crate::error::Error;
-use crate::policy_view::{CompiledPolicy, DEFAULT_POLICY_VERSION, inventory};
+use crate::policy_view::{self, CompiledPolicy, DEFAULT_POLICY_VERSION, Verdict, inventory};
 use crate::store::nodes::NodeRow;
 use crate::store::projects::{self, Project};
 use crate::store::{events, nodes};
+use plexsphere_wire::node::EventKind;
 
 /// The policy a Domain runs: its version and document (`None`: the default document).
 #[derive(Debug, Clone)]
@@ -217,5 +218,48 @@ impl PolicyCache {
         drop(conn);
         self.get_locked(&slot, &source, &live, &projects, head)
             .await
+    }
+
+    /// Whether node `me`'s stream sends the event `kind` at `seq`: a peer event only when the
+    /// policy connects `me` to its subject, decided by a compile that includes every change
+    /// through `floor` (the stream's start, or the last `resync` it passed: a policy or tag
+    /// change appends one); when that compile does not know `me` or the subject, by one read
+    /// from the store after the event (never "allow because unknown"); when that does not
+    /// know them either, [`policy_view::unknown_verdict`] (a `peer_removed` goes to the nodes
+    /// the previous compile connected to the gone node, or to all when none knew it).
+    pub async fn may_send(
+        &self,
+        store: &crate::store::Store,
+        domain_id: Uuid,
+        me: Uuid,
+        floor: u64,
+        seq: u64,
+        kind: &EventKind,
+    ) -> Result<bool, Error> {
+        if policy_view::peer_subject(kind).is_none() {
+            return Ok(true);
+        }
+        let policy = match self.current(domain_id).filter(|p| p.as_of() >= floor) {
+            Some(p) => p,
+            None => self.refresh(store, domain_id, floor).await?,
+        };
+        let mut verdict = policy_view::verdict(&policy, me, kind);
+        if verdict == Verdict::Unknown {
+            let policy = self.refresh(store, domain_id, floor.max(seq)).await?;
+            verdict = policy_view::verdict(&policy, me, kind);
+        }
+        if verdict == Verdict::Unknown {
+            let prev = self.previous(domain_id);
+            verdict = match prev {
+                Some(prev) if matches!(kind, EventKind::PeerRemoved { .. }) => {
+                    match policy_view::verdict(&prev, me, kind) {
+                        Verdict::Unknown => policy_view::unknown_verdict(kind),
+                        v => v,
+                    }
+                }
+                _ => policy_view::unknown_verdict(kind),
+            };
+        }
+        Ok(verdict == Verdict::Send)
     }
 }
