@@ -31,6 +31,7 @@ pub mod register;
 pub mod seed;
 pub mod server;
 pub mod store;
+pub mod tags;
 pub mod tls;
 pub mod views;
 

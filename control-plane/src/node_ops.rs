@@ -15,7 +15,7 @@ use crate::candidates;
 use crate::error::Error;
 use crate::keys::Keyring;
 use crate::node_decisions;
-use crate::policy_cache::{PolicyCache, policy_source};
+use crate::policy_cache::{PolicyCache, policy_version};
 use crate::store::domains::Domain;
 use crate::store::nodes::{HeartbeatRecord, NodeReach, NodeRow};
 use crate::store::{self, Store, StoreError, domains, events, nodes, projects};
@@ -143,11 +143,18 @@ impl NodeOps<'_> {
         let domain = domain_of(&mut conn, &me).await?;
         let live = nodes::live_in_domain(&mut conn, me.domain_id).await?;
         let projects = projects::in_domain(&mut conn, me.domain_id).await?;
-        let source = policy_source(&mut conn, me.domain_id).await?;
+        let policy_version = policy_version(&mut conn, me.domain_id).await?;
         drop(conn);
         let policy = self
             .policies
-            .get(me.domain_id, &source, &live, &projects, version)
+            .get(
+                self.store,
+                me.domain_id,
+                policy_version,
+                &live,
+                &projects,
+                version,
+            )
             .await?;
         let token = self.relay_token(&domain, &me, now).await?;
         let reach = node_decisions::Reach {

@@ -22,25 +22,46 @@ use crate::error::Error;
 use crate::policy_view::{self, CompiledPolicy, DEFAULT_POLICY_VERSION, Verdict, inventory};
 use crate::store::nodes::NodeRow;
 use crate::store::projects::{self, Project};
-use crate::store::{events, nodes};
+use crate::store::{Store, StoreError, events, nodes, policies};
+use plexsphere_policy::Policy;
 use plexsphere_wire::node::EventKind;
+use sqlx::Row as _;
 
-/// The policy a Domain runs: its version and document (`None`: the default document).
-#[derive(Debug, Clone)]
-pub struct PolicySource {
-    pub version: u64,
-    pub document: Option<String>,
+/// The version of the Domain's current policy ([`DEFAULT_POLICY_VERSION`] when none is
+/// stored: `store::policies`' module doc): one small read per state build; the document
+/// itself is read only when the cache has no compile of that version.
+pub async fn policy_version(conn: &mut sqlx::AnyConnection, domain_id: Uuid) -> Result<u64, Error> {
+    let row = sqlx::query("SELECT MAX(version) AS v FROM policies WHERE domain_id = $1")
+        .bind(domain_id.to_string())
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(StoreError::from)?;
+    let v: Option<i64> = row.try_get("v").map_err(StoreError::from)?;
+    match v {
+        None => Ok(DEFAULT_POLICY_VERSION),
+        Some(v) => {
+            u64::try_from(v).map_err(|_| Error::from(StoreError::corrupt("policies.version", v)))
+        }
+    }
 }
 
-/// The Domain's current policy document from the store.
-pub async fn policy_source(
-    conn: &mut sqlx::AnyConnection,
-    domain_id: Uuid,
-) -> Result<PolicySource, Error> {
-    let _ = (conn, domain_id);
-    Ok(PolicySource {
-        version: DEFAULT_POLICY_VERSION,
-        document: None,
+/// The document of version `version` (the default document for [`DEFAULT_POLICY_VERSION`]).
+async fn policy_document(store: &Store, domain_id: Uuid, version: u64) -> Result<Policy, Error> {
+    if version == DEFAULT_POLICY_VERSION {
+        return Ok(plexsphere_policy::default_document());
+    }
+    let mut conn = store.acquire().await?;
+    let row = policies::get(&mut conn, domain_id, version)
+        .await?
+        .ok_or_else(|| {
+            Error::Internal(format!(
+                "the Domain's policy version {version} is missing from the store"
+            ))
+        })?;
+    plexsphere_policy::parse(&row.document).map_err(|e| {
+        Error::Internal(format!(
+            "the Domain's policy version {version} no longer parses ({e}); the nodes keep enforcing the state they have; set the policy again (plexctl policy set)"
+        ))
     })
 }
 
@@ -105,33 +126,39 @@ impl PolicyCache {
     /// head read before the rows): the cached one when its key matches, else compiled once.
     pub async fn get(
         &self,
+        store: &Store,
         domain_id: Uuid,
-        source: &PolicySource,
+        version: u64,
         live: &[NodeRow],
         projects: &[Project],
         as_of: u64,
     ) -> Result<Arc<CompiledPolicy>, Error> {
         let slot = self.slot(domain_id);
-        if let Some(hit) = Self::hit(&slot, source, live, projects, as_of) {
+        if let Some(hit) = Self::hit(&slot, version, live, projects, as_of) {
             return Ok(hit);
         }
         let _compiling = slot.compiling.lock().await;
-        self.get_locked(&slot, source, live, projects, as_of).await
+        self.get_locked(store, domain_id, &slot, version, live, projects, as_of)
+            .await
     }
 
     /// [`PolicyCache::get`] with the slot's `compiling` lock held.
+    #[allow(clippy::too_many_arguments)]
     async fn get_locked(
         &self,
+        store: &Store,
+        domain_id: Uuid,
         slot: &Slot,
-        source: &PolicySource,
+        version: u64,
         live: &[NodeRow],
         projects: &[Project],
         as_of: u64,
     ) -> Result<Arc<CompiledPolicy>, Error> {
-        if let Some(hit) = Self::hit(slot, source, live, projects, as_of) {
+        if let Some(hit) = Self::hit(slot, version, live, projects, as_of) {
             return Ok(hit);
         }
-        let compiled = self.compile(source, live, projects, as_of).await?;
+        let policy = policy_document(store, domain_id, version).await?;
+        let compiled = self.compile(version, policy, live, projects, as_of).await?;
         let mut entries = slot.entries.lock().unwrap_or_else(|p| p.into_inner());
         // A caller that read the rows before the current entry's does not replace it.
         let newer = entries.current.as_ref().is_none_or(|c| as_of >= c.as_of());
@@ -143,13 +170,13 @@ impl PolicyCache {
 
     fn hit(
         slot: &Slot,
-        source: &PolicySource,
+        version: u64,
         live: &[NodeRow],
         projects: &[Project],
         as_of: u64,
     ) -> Option<Arc<CompiledPolicy>> {
         let current = Self::entries(slot).current?;
-        if !current.is_for(source.version, live, projects) {
+        if !current.is_for(version, live, projects) {
             return None;
         }
         current.seen_at(as_of);
@@ -158,20 +185,12 @@ impl PolicyCache {
 
     async fn compile(
         &self,
-        source: &PolicySource,
+        version: u64,
+        policy: Policy,
         live: &[NodeRow],
         projects: &[Project],
         as_of: u64,
     ) -> Result<Arc<CompiledPolicy>, Error> {
-        let version = source.version;
-        let policy = match &source.document {
-            None => plexsphere_policy::default_document(),
-            Some(text) => plexsphere_policy::parse(text).map_err(|e| {
-                Error::Internal(format!(
-                    "the Domain's policy version {version} no longer parses ({e}); the nodes keep enforcing the state they have; set the policy again (plexctl policy set)"
-                ))
-            })?,
-        };
         let inv = inventory(live, projects);
         let started = Instant::now();
         let compiled = tokio::task::spawn_blocking(move || {
@@ -191,7 +210,7 @@ impl PolicyCache {
     /// (one read for all the streams that ask at once: the others wait and find it).
     pub async fn refresh(
         &self,
-        store: &crate::store::Store,
+        store: &Store,
         domain_id: Uuid,
         at_least: u64,
     ) -> Result<Arc<CompiledPolicy>, Error> {
@@ -214,9 +233,9 @@ impl PolicyCache {
         let head = events::head(&mut conn, domain_id).await?.seq;
         let live = nodes::live_in_domain(&mut conn, domain_id).await?;
         let projects = projects::in_domain(&mut conn, domain_id).await?;
-        let source = policy_source(&mut conn, domain_id).await?;
+        let version = policy_version(&mut conn, domain_id).await?;
         drop(conn);
-        self.get_locked(&slot, &source, &live, &projects, head)
+        self.get_locked(store, domain_id, &slot, version, &live, &projects, head)
             .await
     }
 
@@ -229,7 +248,7 @@ impl PolicyCache {
     /// the previous compile connected to the gone node, or to all when none knew it).
     pub async fn may_send(
         &self,
-        store: &crate::store::Store,
+        store: &Store,
         domain_id: Uuid,
         me: Uuid,
         floor: u64,

@@ -25,8 +25,7 @@ pub const DEFAULT_POLICY_VERSION: u64 = 0;
 
 /// The tags of a node as the compiler names them (without `tag:`).
 pub fn node_tags(n: &NodeRow) -> &[String] {
-    let _ = n;
-    &[]
+    &n.tags
 }
 
 /// One node as the compiler sees it.
@@ -34,8 +33,7 @@ fn node_info(n: &NodeRow, projects: &[ProjectInfo]) -> NodeInfo {
     let slug = projects
         .iter()
         .find(|p| p.id == n.project_id)
-        .map(|p| p.slug.clone())
-        .unwrap_or_default();
+        .map_or_else(|| n.project_id.to_string(), |p| p.slug.clone());
     let (ipv4, ipv6) = match n.mesh_ip {
         IpAddr::V4(a) => (Some(a), None),
         IpAddr::V6(a) => (None, Some(a)),

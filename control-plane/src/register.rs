@@ -285,6 +285,8 @@ impl Registrar<'_> {
                 ephemeral_offline_secs: row.usage.ephemeral_offline_secs,
             },
             udp_offload: None,
+            // The token's tags, fixed when it was issued (issue 25).
+            tags: row.tags.clone(),
         };
         nodes::insert(&mut tx, &node).await?;
         let added = EventKind::PeerAdded {

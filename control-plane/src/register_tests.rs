@@ -61,6 +61,7 @@ fn row(token: &BootstrapToken) -> TokenRow {
         resource_id: None,
         usage: crate::store::tokens::TokenUsage::default(),
         uses: 0,
+        tags: Vec::new(),
     }
 }
 

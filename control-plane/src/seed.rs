@@ -247,6 +247,8 @@ async fn apply_once(store: &Store, m: &Manifest, now: i64) -> Result<SeedReport,
                     created_at: now,
                 };
                 domains::insert(&mut tx, &domain).await?;
+                // Every Domain starts with the explicit allow-all policy as version 1.
+                crate::store::policies::insert_default(&mut tx, domain.id, now).await?;
                 report.domains_created.push(d.slug.clone());
                 domain
             }

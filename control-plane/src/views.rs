@@ -156,6 +156,7 @@ mod tests {
             resource_id: None,
             usage: crate::store::tokens::TokenUsage::default(),
             uses: 0,
+            tags: Vec::new(),
         }
     }
 

@@ -22,6 +22,7 @@ mod open;
 
 pub use open::probe_writable;
 pub mod operators;
+pub mod policies;
 pub mod projects;
 pub mod resources;
 pub mod tokens;
@@ -208,6 +209,13 @@ pub fn migrator() -> Migrator {
             Cow::Borrowed("unique key prefix"),
             MigrationType::Simple,
             include_str!("../../migrations/0016_key_prefix.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
+            17,
+            Cow::Borrowed("access policy"),
+            MigrationType::Simple,
+            include_str!("../../migrations/0017_policy.sql").into_sql_str(),
             false,
         ),
     ];

@@ -51,6 +51,8 @@ pub struct NodeRow {
     pub origin: NodeOrigin,
     /// The operator's UDP GSO/GRO switch (`None`: the node's default; schema version 14).
     pub udp_offload: Option<UdpOffload>,
+    /// The node's tags, names without `tag:`, sorted (schema version 17, `crate::tags`).
+    pub tags: Vec<String>,
 }
 
 /// Where a node came from: the bootstrap token it registered with (`None` for nodes older
@@ -81,7 +83,7 @@ macro_rules! select_nodes {
             "SELECT id, domain_id, project_id, hostname, arch, plexd_version, mesh_ip, wireguard_public_key, resource_handle, credential_sha256, registered_at, last_seen_at, revoked_at, listen_port, endpoints, \
              last_heartbeat_at, uptime_secs, applied_state_version, peers_configured, peers_connected, observations_dropped, \
              local_endpoints, reflexive_endpoints, observed_endpoint, home_relay, nat_mapping, udp_blocked, \
-             key_rotated_at, credential_rotated_at, pending_credential_sha256, previous_credential_sha256, previous_credential_until, rotate_key_requested_at, rotate_credential_requested_at, host_fingerprint, bootstrap_token_id, ephemeral_offline_secs, udp_offload FROM nodes ",
+             key_rotated_at, credential_rotated_at, pending_credential_sha256, previous_credential_sha256, previous_credential_until, rotate_key_requested_at, rotate_credential_requested_at, host_fingerprint, bootstrap_token_id, ephemeral_offline_secs, udp_offload, tags FROM nodes ",
             $tail
         )
     };
@@ -117,6 +119,7 @@ impl NodeRow {
             host_fingerprint: None,
             origin: NodeOrigin::default(),
             udp_offload: None,
+            tags: Vec::new(),
         }
     }
 }
@@ -130,6 +133,7 @@ impl std::fmt::Debug for NodeRow {
             .field("mesh_ip", &self.mesh_ip)
             .field("last_seen_at", &self.last_seen_at)
             .field("revoked_at", &self.revoked_at)
+            .field("tags", &self.tags)
             .finish_non_exhaustive()
     }
 }
@@ -190,6 +194,7 @@ fn from_row(row: &sqlx::any::AnyRow) -> Result<NodeRow, StoreError> {
                 UdpOffload::parse(&t).ok_or_else(|| StoreError::corrupt("nodes.udp_offload", t))
             })
             .transpose()?,
+        tags: crate::tags::split(&row.try_get::<String, _>("tags")?),
     })
 }
 
@@ -206,8 +211,8 @@ fn opt_col<T: TryFrom<i64>>(
 
 pub async fn insert(conn: &mut AnyConnection, n: &NodeRow) -> Result<(), StoreError> {
     sqlx::query(
-        "INSERT INTO nodes (id, domain_id, project_id, hostname, arch, plexd_version, mesh_ip, wireguard_public_key, resource_handle, credential_sha256, registered_at, last_seen_at, revoked_at, bootstrap_token_id, ephemeral_offline_secs, key_prefix) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+        "INSERT INTO nodes (id, domain_id, project_id, hostname, arch, plexd_version, mesh_ip, wireguard_public_key, resource_handle, credential_sha256, registered_at, last_seen_at, revoked_at, bootstrap_token_id, ephemeral_offline_secs, key_prefix, tags) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
     )
     .bind(n.id.to_string())
     .bind(n.domain_id.to_string())
@@ -225,6 +230,7 @@ pub async fn insert(conn: &mut AnyConnection, n: &NodeRow) -> Result<(), StoreEr
     .bind(n.origin.bootstrap_token_id.clone())
     .bind(n.origin.ephemeral_offline_secs.map(sat_i64))
     .bind(plexsphere_wire::proof::key_prefix_of(&n.wireguard_public_key))
+    .bind(crate::tags::join(&n.tags))
     .execute(&mut *conn)
     .await?;
     Ok(())
@@ -464,6 +470,21 @@ pub async fn set_udp_offload(
             .bind(id.to_string())
             .execute(&mut *conn)
             .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Replaces the tags of a live node (checked names, `crate::tags::normalize`); answers
+/// whether the node is live.
+pub async fn set_tags(
+    conn: &mut AnyConnection,
+    id: Uuid,
+    tags: &[String],
+) -> Result<bool, StoreError> {
+    let done = sqlx::query("UPDATE nodes SET tags = $1 WHERE id = $2 AND revoked_at IS NULL")
+        .bind(crate::tags::join(tags))
+        .bind(id.to_string())
+        .execute(&mut *conn)
+        .await?;
     Ok(done.rows_affected() == 1)
 }
 

@@ -26,6 +26,9 @@ pub struct TokenRow {
     pub usage: TokenUsage,
     /// How many nodes it made so far (at most `usage.max_uses`).
     pub uses: u32,
+    /// The tags every node it makes gets at registration, fixed when issued (schema version
+    /// 17; names without `tag:`, sorted, `crate::tags`).
+    pub tags: Vec<String>,
 }
 
 /// The most nodes one token may make: a bound on what a leaked reusable token can enrol.
@@ -117,12 +120,18 @@ impl TokenRow {
             resource_id,
             usage: TokenUsage::default(),
             uses: 0,
+            tags: Vec::new(),
         }
     }
 
     /// The same row with another use limit and ephemeral setting.
     pub fn with_usage(self, usage: TokenUsage) -> Self {
         TokenRow { usage, ..self }
+    }
+
+    /// The same row with the tags its nodes get (checked names, `crate::tags::normalize`).
+    pub fn with_tags(self, tags: Vec<String>) -> Self {
+        TokenRow { tags, ..self }
     }
 
     /// Whether every use is taken.
@@ -142,6 +151,7 @@ impl std::fmt::Debug for TokenRow {
             .field("revoked_at", &self.revoked_at)
             .field("usage", &self.usage)
             .field("uses", &self.uses)
+            .field("tags", &self.tags)
             .finish_non_exhaustive()
     }
 }
@@ -181,6 +191,7 @@ fn from_row(row: &sqlx::any::AnyRow) -> Result<TokenRow, StoreError> {
                 .transpose()?,
         },
         uses: count_col(row, "uses")?,
+        tags: crate::tags::split(&row.try_get::<String, _>("tags")?),
     })
 }
 
@@ -192,8 +203,8 @@ fn count_col(row: &sqlx::any::AnyRow, column: &'static str) -> Result<u32, Store
 
 pub async fn insert(conn: &mut AnyConnection, t: &TokenRow) -> Result<(), StoreError> {
     sqlx::query(
-        "INSERT INTO bootstrap_tokens (id, project_id, kind, env_prefix, secret_sha256, created_at, expires_at, consumed_at, consumed_by_node, revoked_at, resource_id, max_uses, uses, ephemeral_offline_secs) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+        "INSERT INTO bootstrap_tokens (id, project_id, kind, env_prefix, secret_sha256, created_at, expires_at, consumed_at, consumed_by_node, revoked_at, resource_id, max_uses, uses, ephemeral_offline_secs, tags) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
     )
     .bind(t.id.clone())
     .bind(t.project_id.to_string())
@@ -213,13 +224,14 @@ pub async fn insert(conn: &mut AnyConnection, t: &TokenRow) -> Result<(), StoreE
             .ephemeral_offline_secs
             .map(|s| i64::try_from(s).unwrap_or(i64::MAX)),
     )
+    .bind(crate::tags::join(&t.tags))
     .execute(&mut *conn)
     .await?;
     Ok(())
 }
 
 /// What `from_row` reads, in the order the table declares it.
-const COLUMNS: &str = "id, project_id, kind, env_prefix, secret_sha256, created_at, expires_at, consumed_at, consumed_by_node, revoked_at, resource_id, max_uses, uses, ephemeral_offline_secs";
+const COLUMNS: &str = "id, project_id, kind, env_prefix, secret_sha256, created_at, expires_at, consumed_at, consumed_by_node, revoked_at, resource_id, max_uses, uses, ephemeral_offline_secs, tags";
 
 pub async fn get(conn: &mut AnyConnection, id: &str) -> Result<Option<TokenRow>, StoreError> {
     let sql = sqlx::AssertSqlSafe(format!(
