@@ -159,7 +159,11 @@ async fn the_peer_added_of_a_new_node_reaches_only_the_streams_the_policy_connec
         srv.state.streams.open_for(db.node_id) == 1 && srv.state.streams.open_for(ci.node_id) == 1
     })
     .await;
-    // x is new: no compile knows it yet. db must get it (x may open db), ci must not.
+    // The Domain's compile is current (a state pull) and does not know x, the new node: db
+    // must get x (x may open db), ci must not.
+    let compiles = srv.state.policies.compiles();
+    state(&srv, &db).await;
+    assert_eq!(srv.state.policies.compiles(), compiles + 1);
     let x = srv.enrol(LAB_NODES).await;
     let ev = on_db.next_event().await.unwrap();
     assert!(
