@@ -115,6 +115,11 @@ pub enum Error {
     /// 8 bytes (the prefix relay frames name nodes by).
     #[error("{0}")]
     KeyPrefixInUse(String),
+    /// 422 `policy_invalid`: an access policy document that does not parse, names what the
+    /// Domain does not know, breaks a limit or fails its tests. The body lists every problem
+    /// with line and column (`api::error`); the policy in force is unchanged.
+    #[error("the policy document was refused (the policy in force is unchanged):\n{0}")]
+    PolicyInvalid(plexsphere_policy::PolicyErrors),
     #[error("{0}")]
     NotFound(String),
     #[error("{0}")]

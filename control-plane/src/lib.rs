@@ -25,6 +25,7 @@ pub mod node_rotation;
 pub mod node_settings;
 pub mod operator_tokens;
 pub mod policy_cache;
+pub mod policy_ops;
 pub mod policy_view;
 pub mod ratelimit;
 pub mod register;

@@ -51,9 +51,27 @@ pub const HTTP2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 pub const HTTP2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a request body may take to arrive.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
-/// The largest request body any route takes (the node routes' 256 KiB); a larger one is
+/// The largest request body any route takes (the node routes' 256 KiB) but the two access
+/// policy routes that carry a whole document ([`buffered_body_limit`]); a larger one is
 /// answered `413 body_too_large` before any handler runs.
 pub const MAX_BUFFERED_BODY: usize = plexsphere_wire::node::MAX_NODE_BODY;
+
+/// The body bound of a request path: [`crate::policy_ops::POLICY_BODY_LIMIT`] (a policy
+/// document up to the policy crate's 1 MiB, JSON-escaped) for `/v1/domains/{domain}/policy`
+/// and `.../policy/validate`, [`MAX_BUFFERED_BODY`] for every other path.
+pub fn buffered_body_limit(path: &str) -> usize {
+    let policy_route = path
+        .strip_prefix("/v1/domains/")
+        .and_then(|rest| rest.split_once('/'))
+        .is_some_and(|(domain, tail)| {
+            !domain.is_empty() && matches!(tail, "policy" | "policy/validate")
+        });
+    if policy_route {
+        crate::policy_ops::POLICY_BODY_LIMIT
+    } else {
+        MAX_BUFFERED_BODY
+    }
+}
 /// The default cap on open connections (`--max-connections`): room for one event stream per
 /// node of a large fleet plus their API calls; mind the process's file descriptor limit
 /// (`LimitNOFILE=` in systemd/plexsphere.service).
@@ -214,17 +232,13 @@ async fn guard_request(State(guard): State<Arc<Guard>>, req: Request, next: Next
     if body.is_end_stream() {
         return next.run(Request::from_parts(parts, body)).await;
     }
-    match tokio::time::timeout(
-        BODY_READ_TIMEOUT,
-        axum::body::to_bytes(body, MAX_BUFFERED_BODY),
-    )
-    .await
-    {
+    let limit = buffered_body_limit(parts.uri.path());
+    match tokio::time::timeout(BODY_READ_TIMEOUT, axum::body::to_bytes(body, limit)).await {
         Ok(Ok(bytes)) => {
             next.run(Request::from_parts(parts, Body::from(bytes)))
                 .await
         }
-        Ok(Err(_)) => Error::BodyTooLarge(MAX_BUFFERED_BODY).into_response(),
+        Ok(Err(_)) => Error::BodyTooLarge(limit).into_response(),
         Err(_) => Error::BadRequest(format!(
             "the request body did not arrive within {} s; send the whole body at once",
             BODY_READ_TIMEOUT.as_secs()

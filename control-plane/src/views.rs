@@ -47,6 +47,7 @@ pub fn token_view(row: &TokenRow, now: i64) -> Result<TokenView, StoreError> {
         max_uses: row.usage.max_uses,
         ephemeral_offline_secs: row.usage.ephemeral_offline_secs,
         nodes: Vec::new(),
+        tags: row.tags.clone(),
     })
 }
 
@@ -108,6 +109,7 @@ pub fn node_view(row: &NodeRow, now: i64, offline_after: i64) -> Result<NodeView
         clone: None,
         ephemeral_offline_secs: row.origin.ephemeral_offline_secs,
         udp_offload: row.udp_offload,
+        tags: row.tags.clone(),
     })
 }
 

@@ -25,6 +25,10 @@ pub struct IssueTokenRequest {
     /// offline this many seconds (120 to 7 days). Absent: not ephemeral.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ephemeral_offline_secs: Option<u64>,
+    /// Tags every node the token makes gets at registration (`tag:` optional; at most 32).
+    /// Absent: none. An older server refuses the field (it knows no tags).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
 }
 
 /// The answer to issuing a token: the only time its text is ever shown.
@@ -45,6 +49,10 @@ pub struct IssuedToken {
     /// Set when its nodes are ephemeral: removed after this many seconds offline.
     #[serde(default)]
     pub ephemeral_offline_secs: Option<u64>,
+    /// The tags its nodes get at registration (names without `tag:`; empty from older
+    /// servers).
+    #[serde(default)]
+    pub tags: Vec<String>,
 }
 
 /// What older servers mean by a token's use limit: single use.
@@ -105,6 +113,10 @@ pub struct TokenView {
     /// The nodes it made that still exist, oldest first (empty from older servers).
     #[serde(default)]
     pub nodes: Vec<Uuid>,
+    /// The tags its nodes get at registration, fixed when it was issued (names without
+    /// `tag:`; empty from older servers).
+    #[serde(default)]
+    pub tags: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -207,6 +219,10 @@ pub struct NodeView {
     /// absent: the node's default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp_offload: Option<crate::node::UdpOffload>,
+    /// The node's tags, names without `tag:`, sorted (`PUT /v1/nodes/{id}/tags`; empty from
+    /// older servers). Access policy rules select nodes by them.
+    #[serde(default)]
+    pub tags: Vec<String>,
 }
 
 impl NodeView {
@@ -442,7 +458,7 @@ mod tests {
 
     #[test]
     fn token_view_json_is_pinned() {
-        let json = r#"{"id":"0123456789abcdef","project_id":"019a0816-0000-7000-8000-000000000002","kind":"node","env_prefix":"lab","status":"consumed","created_at":"2026-11-30T10:00:00Z","expires_at":"2026-11-30T11:00:00Z","consumed_at":"2026-11-30T10:05:00Z","consumed_by_node":"019a0816-0000-7000-8000-0000000000aa","revoked_at":null,"resource_id":null,"uses":3,"max_uses":3,"ephemeral_offline_secs":1800,"nodes":["019a0816-0000-7000-8000-0000000000aa"]}"#;
+        let json = r#"{"id":"0123456789abcdef","project_id":"019a0816-0000-7000-8000-000000000002","kind":"node","env_prefix":"lab","status":"consumed","created_at":"2026-11-30T10:00:00Z","expires_at":"2026-11-30T11:00:00Z","consumed_at":"2026-11-30T10:05:00Z","consumed_by_node":"019a0816-0000-7000-8000-0000000000aa","revoked_at":null,"resource_id":null,"uses":3,"max_uses":3,"ephemeral_offline_secs":1800,"nodes":["019a0816-0000-7000-8000-0000000000aa"],"tags":["ci"]}"#;
         let v: TokenView = serde_json::from_str(json).unwrap();
         assert_eq!(v.status, TokenStatus::Consumed);
         assert_eq!((v.uses, v.max_uses), (3, 3));
@@ -455,6 +471,7 @@ mod tests {
         let v: TokenView = serde_json::from_str(json).unwrap();
         assert_eq!((v.uses, v.max_uses, v.ephemeral_offline_secs), (0, 1, None));
         assert!(v.nodes.is_empty());
+        assert!(v.tags.is_empty());
     }
 
     #[test]
@@ -466,6 +483,11 @@ mod tests {
             (Some(50), Some(1800))
         );
         assert_eq!(serde_json::to_string(&r).unwrap(), json);
+        let tagged =
+            r#"{"kind":"node","env_prefix":"asg","ttl_secs":3600,"tags":["tag:ci","web"]}"#;
+        let r: IssueTokenRequest = serde_json::from_str(tagged).unwrap();
+        assert_eq!(r.tags, vec!["tag:ci", "web"]);
+        assert_eq!(serde_json::to_string(&r).unwrap(), tagged);
         let old = r#"{"kind":"node","env_prefix":"lab","ttl_secs":3600}"#;
         let r: IssueTokenRequest = serde_json::from_str(old).unwrap();
         assert_eq!((r.max_uses, r.ephemeral_offline_secs), (None, None));
@@ -474,7 +496,7 @@ mod tests {
 
     #[test]
     fn node_view_json_is_pinned() {
-        let json = r#"{"id":"019a0816-0000-7000-8000-0000000000aa","domain_id":"019a0816-0000-7000-8000-000000000000","project_id":"019a0816-0000-7000-8000-000000000002","hostname":"edge-1","arch":"amd64","plexd_version":"0.2.0","mesh_ip":"10.64.1.1","wireguard_public_key":"k","resource_handle":null,"status":"online","registered_at":"2026-11-30T10:00:00Z","last_seen_at":"2026-11-30T10:05:00Z","endpoints":["192.0.2.10:51820"],"last_heartbeat_at":"2026-11-30T10:04:30Z","uptime_secs":3600,"applied_state_version":7,"peers_configured":3,"peers_connected":2,"observations_dropped":5,"candidates":[{"kind":"local","address":"192.0.2.10:51820"},{"kind":"reflexive","address":"198.51.100.7:40001"},{"kind":"observed","address":"198.51.100.7:51820"}],"home_relay":"r1","nat":{"mapping":"endpoint_independent","udp_blocked":false},"clone":null}"#;
+        let json = r#"{"id":"019a0816-0000-7000-8000-0000000000aa","domain_id":"019a0816-0000-7000-8000-000000000000","project_id":"019a0816-0000-7000-8000-000000000002","hostname":"edge-1","arch":"amd64","plexd_version":"0.2.0","mesh_ip":"10.64.1.1","wireguard_public_key":"k","resource_handle":null,"status":"online","registered_at":"2026-11-30T10:00:00Z","last_seen_at":"2026-11-30T10:05:00Z","endpoints":["192.0.2.10:51820"],"last_heartbeat_at":"2026-11-30T10:04:30Z","uptime_secs":3600,"applied_state_version":7,"peers_configured":3,"peers_connected":2,"observations_dropped":5,"candidates":[{"kind":"local","address":"192.0.2.10:51820"},{"kind":"reflexive","address":"198.51.100.7:40001"},{"kind":"observed","address":"198.51.100.7:51820"}],"home_relay":"r1","nat":{"mapping":"endpoint_independent","udp_blocked":false},"clone":null,"tags":["db","prod"]}"#;
         let v: NodeView = serde_json::from_str(json).unwrap();
         assert_eq!(v.status, NodeStatus::Online);
         assert_eq!(v.candidates[1].kind, CandidateKind::Reflexive);
@@ -520,6 +542,7 @@ mod tests {
         assert!(v.candidates.is_empty());
         assert_eq!((v.home_relay.as_deref(), v.nat.as_ref()), (None, None));
         assert_eq!(v.clone, None);
+        assert!(v.tags.is_empty());
         let back: serde_json::Value = serde_json::to_value(&v).unwrap();
         assert_eq!(back["last_heartbeat_at"], serde_json::Value::Null);
         assert_eq!(back["observations_dropped"], 0);

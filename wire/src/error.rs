@@ -91,6 +91,10 @@ pub mod codes {
     pub const KEY_PREFIX_IN_USE: &str = "key_prefix_in_use";
     /// 404: the addressed object does not exist.
     pub const NOT_FOUND: &str = "not_found";
+    /// 422: an access policy document that does not parse, names what the Domain does not
+    /// know, breaks a limit or fails one of its tests; the body lists each problem with line
+    /// and column (`policy_admin::PolicyRefusal`). The policy in force is unchanged.
+    pub const POLICY_INVALID: &str = "policy_invalid";
     /// 404: no plexd build for the requested platform.
     pub const UNKNOWN_PLATFORM: &str = "unknown_platform";
     /// 502: the upstream plexd mirror is unreachable and nothing is cached.

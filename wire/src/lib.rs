@@ -11,6 +11,7 @@ pub mod endpoint;
 pub mod error;
 pub mod host;
 pub mod node;
+pub mod policy_admin;
 pub mod proof;
 pub mod reach;
 pub mod register;

@@ -59,6 +59,9 @@ pub enum Command {
     /// List domains, their signing keys, and rotate a Domain's signing key
     #[command(subcommand)]
     Domain(DomainCommand),
+    /// Show, test, change, explain and roll back a Domain's access policy (docs/policy.md)
+    #[command(subcommand)]
+    Policy(crate::policy::PolicyCommand),
     /// Create, show, list and delete resources the broker provisions
     #[command(subcommand)]
     Resource(ResourceCommand),
@@ -108,6 +111,11 @@ pub enum TokenCommand {
             requires = "ephemeral"
         )]
         ephemeral_offline: String,
+        /// A tag every node the token registers gets (`web` or `tag:web`; repeat for more, at
+        /// most 32). Needs a token not limited to a project: whoever holds the bootstrap token
+        /// enrols machines with what the policy grants these tags
+        #[arg(long = "tag", value_name = "TAG")]
+        tags: Vec<String>,
     },
     /// List a project's bootstrap tokens: status, uses of the limit, ephemeral, the nodes made
     List {
@@ -178,6 +186,32 @@ pub enum NodeCommand {
         /// The node's id or name (the NAME column of `node list`)
         #[arg(value_name = "NODE")]
         id: String,
+    },
+    /// Add tags to a node (`web` or `tag:web`); access policy rules select nodes by tag, and
+    /// every node of the Domain applies the change at once
+    Tag {
+        /// The node's id or name (the NAME column of `node list`)
+        #[arg(value_name = "NODE")]
+        id: String,
+        /// The tags to add
+        #[arg(value_name = "TAG", required = true)]
+        tags: Vec<String>,
+    },
+    /// Remove tags from a node (or all of them with --all)
+    Untag {
+        /// The node's id or name (the NAME column of `node list`)
+        #[arg(value_name = "NODE")]
+        id: String,
+        /// The tags to remove
+        #[arg(
+            value_name = "TAG",
+            required_unless_present = "all",
+            conflicts_with = "all"
+        )]
+        tags: Vec<String>,
+        /// Remove every tag of the node
+        #[arg(long)]
+        all: bool,
     },
     /// Change a node's settings that its signed state carries; the node applies them at once
     Set {

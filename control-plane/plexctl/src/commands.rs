@@ -46,6 +46,7 @@ pub async fn run(
         Command::CloudCredential(cmd) => broker::credentials(cmd, format, settings).await,
         Command::Blueprint(ListCommand::List) => broker::blueprints(format, settings).await,
         Command::Domain(cmd) => domains(cmd, format, settings).await,
+        Command::Policy(cmd) => crate::policy::run(cmd, format, settings).await,
     }
 }
 
@@ -132,9 +133,11 @@ async fn tokens(
             uses,
             ephemeral,
             ephemeral_offline,
+            tags,
         } => {
             let ephemeral = ephemeral.then_some(ephemeral_offline.as_str());
-            let request = issue_request(kind, env_prefix, ttl, *uses, ephemeral)?;
+            let mut request = issue_request(kind, env_prefix, ttl, *uses, ephemeral)?;
+            request.tags = crate::policy::checked_tags(tags)?;
             let api = &operator_api(settings)?;
             let project = project_id(api, project).await?;
             let path = ["v1", "projects", &project.to_string(), "bootstrap-tokens"];
@@ -216,6 +219,20 @@ async fn nodes(cmd: &NodeCommand, format: Format, settings: &Settings) -> Result
             let node: NodeView = api.post::<(), _>(&["v1", "nodes", &id, what], None).await?;
             render(format, &node, output::node)
         }
+        NodeCommand::Tag { id, tags } => {
+            let change = crate::policy::TagChange::Add(tags);
+            let node = crate::policy::tag_node(settings, id, change).await?;
+            render(format, &node, output::node)
+        }
+        NodeCommand::Untag { id, tags, all } => {
+            let change = if *all {
+                crate::policy::TagChange::Clear
+            } else {
+                crate::policy::TagChange::Remove(tags)
+            };
+            let node = crate::policy::tag_node(settings, id, change).await?;
+            render(format, &node, output::node)
+        }
         NodeCommand::Set { id, udp_offload } => {
             let api = &operator_api(settings)?;
             let id = node_id(api, id).await?.to_string();
@@ -282,6 +299,7 @@ pub fn issue_request(
         ttl_secs,
         max_uses: (uses != 1).then_some(uses),
         ephemeral_offline_secs,
+        tags: Vec::new(),
     })
 }
 

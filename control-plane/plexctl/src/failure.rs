@@ -21,6 +21,10 @@ pub enum Failure {
     /// `--wait` saw the resource settle in Failed (or vanish): exit 1.
     #[error("{0}")]
     ResourceFailed(String),
+    /// An access policy document with problems, one `FILE:LINE:COLUMN: message` per line
+    /// (`policy test`, `policy set`): exit 1.
+    #[error("{0}")]
+    PolicyInvalid(String),
     /// `--wait` gave up at `--timeout`: exit 2.
     #[error("{0}")]
     WaitTimedOut(String),
@@ -31,7 +35,10 @@ impl Failure {
         match self {
             Failure::Config(_) | Failure::Usage(_) => 64,
             Failure::Client(e) => e.exit_code(),
-            Failure::NotFound(_) | Failure::Json(_) | Failure::ResourceFailed(_) => 1,
+            Failure::NotFound(_)
+            | Failure::Json(_)
+            | Failure::ResourceFailed(_)
+            | Failure::PolicyInvalid(_) => 1,
             Failure::WaitTimedOut(_) => 2,
         }
     }

@@ -18,6 +18,8 @@ mod observations;
 mod operator_tokens;
 mod output;
 mod plain_http;
+mod policy;
+mod policy_output;
 mod secret;
 mod session;
 mod wait;

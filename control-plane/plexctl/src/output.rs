@@ -112,7 +112,7 @@ fn text(value: &str) -> String {
 /// `bootstrap-token issue`: the bare token text first, alone on its line.
 pub fn issued_token(t: &IssuedToken) -> String {
     let mut out = format!("{}\n", t.token);
-    out.push_str(&details(&[
+    let mut pairs = vec![
         ("id", t.id.clone()),
         ("project", t.project_id.to_string()),
         ("kind", t.kind.as_str().to_owned()),
@@ -120,11 +120,26 @@ pub fn issued_token(t: &IssuedToken) -> String {
         ("expires at", time(t.expires_at)),
         ("uses", uses_left(t.max_uses)),
         ("ephemeral", ephemeral(t.ephemeral_offline_secs)),
-    ]));
+    ];
+    if !t.tags.is_empty() {
+        pairs.push(("tags", tags(&t.tags)));
+    }
+    out.push_str(&details(&pairs));
     out.push_str(
         "note: the token is shown only once; store it now (on the node: /etc/plexd/bootstrap-token, mode 0600)\n",
     );
     out
+}
+
+/// Tags as `tag:NAME` (what a policy names them by), comma-separated, or `-`.
+fn tags(list: &[String]) -> String {
+    if list.is_empty() {
+        return "-".to_owned();
+    }
+    list.iter()
+        .map(|t| format!("tag:{t}"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// `1 node` / `3 nodes` may register with a token.
@@ -173,6 +188,7 @@ pub fn tokens(items: &[TokenView]) -> String {
                 time(t.created_at),
                 time(t.expires_at),
                 token_nodes(t),
+                tags(&t.tags),
             ]
         })
         .collect();
@@ -187,6 +203,7 @@ pub fn tokens(items: &[TokenView]) -> String {
             "CREATED",
             "EXPIRES",
             "NODES",
+            "TAGS",
         ],
         &rows,
     )
@@ -206,6 +223,7 @@ pub fn nodes(items: &[NodeView]) -> String {
                 endpoints(&n.endpoints, ","),
                 text(&n.plexd_version),
                 n.project_id.to_string(),
+                tags(&n.tags),
             ]
         })
         .collect();
@@ -220,6 +238,7 @@ pub fn nodes(items: &[NodeView]) -> String {
             "ENDPOINTS",
             "VERSION",
             "PROJECT",
+            "TAGS",
         ],
         &rows,
     )
@@ -292,6 +311,9 @@ pub fn node(n: &NodeView) -> String {
     }
     if let Some(u) = n.udp_offload {
         pairs.push(("udp offload", u.as_str().to_owned()));
+    }
+    if !n.tags.is_empty() {
+        pairs.push(("tags", tags(&n.tags)));
     }
     pairs.extend([
         ("last seen", opt(n.last_seen_at, time)),

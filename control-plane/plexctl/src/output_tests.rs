@@ -26,6 +26,7 @@ fn token(id: &str, status: TokenStatus, consumed_by: Option<uuid::Uuid>) -> Toke
         max_uses: 1,
         ephemeral_offline_secs: None,
         nodes: consumed_by.into_iter().collect(),
+        tags: Vec::new(),
     }
 }
 
@@ -78,6 +79,7 @@ fn node_view() -> NodeView {
         clone: None,
         ephemeral_offline_secs: None,
         udp_offload: None,
+        tags: Vec::new(),
     }
 }
 
@@ -106,6 +108,7 @@ fn issued_token_starts_with_the_bare_token() {
         expires_at: datetime!(2026-11-30 11:00:00 UTC),
         max_uses: 1,
         ephemeral_offline_secs: None,
+        tags: Vec::new(),
     };
     assert_eq!(
         issued_token(&issued),
@@ -126,6 +129,14 @@ note: the token is shown only once; store it now (on the node: /etc/plexd/bootst
         ..issued
     };
     let text = issued_token(&reusable);
+    let tagged = issued_token(&IssuedToken {
+        tags: vec!["ci".to_owned(), "web".to_owned()],
+        ..reusable.clone()
+    });
+    assert!(
+        tagged.contains("\nephemeral:   yes: its nodes are removed after 1h30m offline\ntags:        tag:ci,tag:web\nnote:"),
+        "{tagged}"
+    );
     assert!(
         text.contains("\nuses:        up to 3 nodes\nephemeral:   yes: its nodes are removed after 1h30m offline\n"),
         "{text}"
@@ -139,6 +150,7 @@ fn token_list_shows_status_uses_and_the_nodes_made() {
     reusable.uses = 2;
     reusable.ephemeral_offline_secs = Some(1_800);
     reusable.nodes = vec![NODE, uuid!("019a0816-0000-7000-8000-0000000000bb")];
+    reusable.tags = vec!["ci".to_owned()];
     // An older server names only the consumer of a single-use token (and sends no uses).
     let mut old = token("00000000000000bb", TokenStatus::Consumed, Some(NODE));
     old.nodes = Vec::new();
@@ -156,12 +168,12 @@ fn token_list_shows_status_uses_and_the_nodes_made() {
     assert_eq!(
         tokens(&items),
         "\
-ID                KIND  ENV  STATUS    USES  EPHEMERAL  CREATED               EXPIRES               NODES
-0123456789abcdef  node  lab  consumed  1/1   -          2026-11-30T10:00:00Z  2026-11-30T11:00:00Z  019a0816-0000-7000-8000-0000000000aa
-fedcba9876543210  node  lab  active    0/1   -          2026-11-30T10:00:00Z  2026-11-30T11:00:00Z  -
-00000000000000aa  node  lab  active    2/3   30m        2026-11-30T10:00:00Z  2026-11-30T11:00:00Z  019a0816-0000-7000-8000-0000000000aa,019a0816-0000-7000-8000-0000000000bb
-00000000000000bb  node  lab  consumed  0/1   -          2026-11-30T10:00:00Z  2026-11-30T11:00:00Z  019a0816-0000-7000-8000-0000000000aa
-00000000000000cc  node  lab  consumed  1/1   -          2026-11-30T10:00:00Z  2026-11-30T11:00:00Z  -
+ID                KIND  ENV  STATUS    USES  EPHEMERAL  CREATED               EXPIRES               NODES                                                                      TAGS
+0123456789abcdef  node  lab  consumed  1/1   -          2026-11-30T10:00:00Z  2026-11-30T11:00:00Z  019a0816-0000-7000-8000-0000000000aa                                       -
+fedcba9876543210  node  lab  active    0/1   -          2026-11-30T10:00:00Z  2026-11-30T11:00:00Z  -                                                                          -
+00000000000000aa  node  lab  active    2/3   30m        2026-11-30T10:00:00Z  2026-11-30T11:00:00Z  019a0816-0000-7000-8000-0000000000aa,019a0816-0000-7000-8000-0000000000bb  tag:ci
+00000000000000bb  node  lab  consumed  0/1   -          2026-11-30T10:00:00Z  2026-11-30T11:00:00Z  019a0816-0000-7000-8000-0000000000aa                                       -
+00000000000000cc  node  lab  consumed  1/1   -          2026-11-30T10:00:00Z  2026-11-30T11:00:00Z  -                                                                          -
 "
     );
 }
@@ -178,12 +190,14 @@ fn node_list_and_node_get() {
     // A broker node: named by its resource handle, and ephemeral.
     never_seen.resource_handle = Some("db-main".to_owned());
     never_seen.ephemeral_offline_secs = Some(1_800);
+    never_seen.tags = vec!["db".to_owned(), "prod".to_owned()];
+    assert!(node(&never_seen).contains("\ntags:             tag:db,tag:prod\n"));
     assert_eq!(
         nodes(&[node_view(), never_seen]),
         "\
-ID                                    NAME     HOSTNAME  MESH IP    STATUS                LAST SEEN             ENDPOINTS                            VERSION  PROJECT
-019a0816-0000-7000-8000-0000000000aa  edge-1   edge-1    10.64.1.1  online                2026-11-30T10:06:07Z  192.0.2.10:51820,198.51.100.7:40000  0.1.0    019a0816-0000-7000-8000-000000000002
-019a0816-0000-7000-8000-0000000000bb  db-main  db        10.64.1.2  registered+ephemeral  -                     -                                    0.1.0    019a0816-0000-7000-8000-000000000002
+ID                                    NAME     HOSTNAME  MESH IP    STATUS                LAST SEEN             ENDPOINTS                            VERSION  PROJECT                               TAGS
+019a0816-0000-7000-8000-0000000000aa  edge-1   edge-1    10.64.1.1  online                2026-11-30T10:06:07Z  192.0.2.10:51820,198.51.100.7:40000  0.1.0    019a0816-0000-7000-8000-000000000002  -
+019a0816-0000-7000-8000-0000000000bb  db-main  db        10.64.1.2  registered+ephemeral  -                     -                                    0.1.0    019a0816-0000-7000-8000-000000000002  tag:db,tag:prod
 "
     );
     assert_eq!(

@@ -3,6 +3,7 @@
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use plexsphere_wire::policy_admin::{PolicyProblem, PolicyRefusal};
 use plexsphere_wire::{ApiError, codes};
 
 use crate::error::Error;
@@ -54,6 +55,7 @@ pub fn classify(e: &Error) -> (StatusCode, &'static str) {
         Error::ProofInvalid(_) => (StatusCode::FORBIDDEN, codes::PROOF_INVALID),
         Error::KeyInUse(_) => (StatusCode::CONFLICT, codes::KEY_IN_USE),
         Error::KeyPrefixInUse(_) => (StatusCode::CONFLICT, codes::KEY_PREFIX_IN_USE),
+        Error::PolicyInvalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, codes::POLICY_INVALID),
         Error::NotFound(_) => (StatusCode::NOT_FOUND, codes::NOT_FOUND),
         Error::Conflict(_) => (StatusCode::CONFLICT, codes::CONFLICT),
         Error::Store(s) if s.is_unreachable() => {
@@ -115,7 +117,18 @@ impl IntoResponse for Error {
             (Error::Store(s), None) if s.is_busy() => Some(BUSY_RETRY_AFTER_SECS),
             _ => None,
         };
-        let mut resp = (status, Json(ApiError::new(code, message))).into_response();
+        let mut resp = match &self {
+            Error::PolicyInvalid(errors) => (
+                status,
+                Json(PolicyRefusal {
+                    code: code.to_owned(),
+                    message,
+                    errors: policy_problems(errors),
+                }),
+            )
+                .into_response(),
+            _ => (status, Json(ApiError::new(code, message))).into_response(),
+        };
         if let Some(secs) = retry_after
             && let Ok(v) = HeaderValue::from_str(&secs.to_string())
         {
@@ -123,4 +136,26 @@ impl IntoResponse for Error {
         }
         resp
     }
+}
+
+/// A document's problems as the API lists them (line and column 1-based; column 0 = the line).
+pub fn policy_problems(errors: &plexsphere_policy::PolicyErrors) -> Vec<PolicyProblem> {
+    use plexsphere_policy::ErrorKind;
+    errors
+        .0
+        .iter()
+        .map(|e| PolicyProblem {
+            kind: match e.kind {
+                ErrorKind::Syntax => "syntax",
+                ErrorKind::Invalid => "invalid",
+                ErrorKind::Unknown => "unknown",
+                ErrorKind::Limit => "limit",
+                ErrorKind::TestFailed => "test_failed",
+            }
+            .to_owned(),
+            line: e.location.line,
+            column: e.location.column,
+            message: e.message.clone(),
+        })
+        .collect()
 }

@@ -109,6 +109,8 @@ pub struct RouteScope(pub OperatorScope);
 #[derive(Debug, Clone)]
 pub struct Operator {
     pub id: String,
+    /// The token's name (what audit records show with its id).
+    pub name: String,
     pub scope: OperatorScope,
     /// The one project this token is limited to; `None`: every project.
     pub project_id: Option<Uuid>,
@@ -194,6 +196,7 @@ impl FromRequestParts<Arc<AppState>> for Operator {
         }
         Ok(Operator {
             id: row.id,
+            name: row.name,
             scope: grant.scope,
             project_id: grant.project_id,
         })

@@ -11,6 +11,7 @@ mod node;
 mod node_settings;
 mod observations;
 mod operator;
+mod policy;
 mod public;
 mod rotation;
 pub mod routes;
@@ -25,7 +26,7 @@ use axum::Router;
 use axum::http::StatusCode;
 
 use crate::error::Error;
-pub use routes::{ADMIN, Access, OPERATE, READ, RouteSpec, Routes, Verb};
+pub use routes::{ADMIN, Access, COMPUTE_ONLY_POSTS, OPERATE, READ, RouteSpec, Routes, Verb};
 pub use state::{ApiConfig, AppState, Clock, EventConfig};
 pub use state::{NODE_RATE_LIMIT, NodeRateLimit};
 
@@ -78,6 +79,13 @@ fn routes() -> Routes {
         .add(Get, "/v1/domains/{domain}/signing-keys", READ, signing_keys::list)
         .add(Post, "/v1/domains/{domain}/signing-keys", ADMIN, signing_keys::rotate)
         .add(Get, "/v1/nodes/{node_id}/signing-keys", Node, signing_keys::chain)
+        .add(Get, "/v1/domains/{domain}/policy", READ, policy::get)
+        .add(Put, "/v1/domains/{domain}/policy", ADMIN, policy::set)
+        .add(Post, "/v1/domains/{domain}/policy/validate", READ, policy::validate)
+        .add(Get, "/v1/domains/{domain}/policy/history", READ, policy::history)
+        .add(Post, "/v1/domains/{domain}/policy/rollback", ADMIN, policy::rollback)
+        .add(Get, "/v1/domains/{domain}/policy/explain", READ, policy::explain)
+        .add(Put, "/v1/nodes/{node_id}/tags", OPERATE, policy::set_node_tags)
         .add(Get, "/healthz", Public, health::healthz)
         .add(Get, "/readyz", Public, health::readyz)
         .add(Get, "/metrics", READ, health::metrics)

@@ -119,16 +119,27 @@ pub async fn issue_token(
     }
     let usage = TokenUsage::checked(req.max_uses.unwrap_or(1), req.ephemeral_offline_secs)
         .map_err(|e| Error::Invalid(e.to_string()))?;
+    let tags = crate::tags::normalize(&req.tags).map_err(|e| Error::Invalid(e.to_string()))?;
     let mut c = st.store.acquire().await?;
     require_project(&mut c, &op, project_id).await?;
+    if !tags.is_empty()
+        && let Some(p) = op.project_id
+    {
+        return Err(Error::Forbidden(format!(
+            "issuing a bootstrap token with tags needs an operator or admin token that is not limited to a project (this one, {}, is limited to project {p}): every node the token makes gets those tags, and what a tag reaches is set by the Domain's policy, across projects",
+            op.id
+        )));
+    }
     let token = BootstrapToken::generate(&req.env_prefix, req.kind)
         .map_err(|e| Error::Internal(e.to_string()))?;
-    let row = TokenRow::issued(&token, project_id, st.now(), req.ttl_secs, None).with_usage(usage);
+    let row = TokenRow::issued(&token, project_id, st.now(), req.ttl_secs, None)
+        .with_usage(usage)
+        .with_tags(tags);
     tokens::insert(&mut c, &row).await?;
     tracing::info!(
         token_id = %row.id, project_id = %project_id, operator = %op.id,
         max_uses = usage.max_uses, ephemeral_offline_secs = ?usage.ephemeral_offline_secs,
-        "bootstrap token issued"
+        tags = ?row.tags, "bootstrap token issued"
     );
     let view = token_view(&row, row.created_at)?;
     Ok((
@@ -143,6 +154,7 @@ pub async fn issue_token(
             expires_at: view.expires_at,
             max_uses: usage.max_uses,
             ephemeral_offline_secs: usage.ephemeral_offline_secs,
+            tags: row.tags.clone(),
         }),
     ))
 }

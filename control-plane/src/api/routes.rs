@@ -69,6 +69,10 @@ pub const READ: Access = Access::Operator(OperatorScope::ReadOnly);
 pub const OPERATE: Access = Access::Operator(OperatorScope::Operator);
 pub const ADMIN: Access = Access::Operator(OperatorScope::Admin);
 
+/// The POST routes open to `read-only` tokens: each computes an answer from its body and
+/// stores nothing (a body too large for a query string). Every other write needs more.
+pub const COMPUTE_ONLY_POSTS: &[&str] = &["/v1/domains/{domain}/policy/validate"];
+
 /// One row of the route table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RouteSpec {

@@ -140,7 +140,11 @@ fn announce_when_active(st: &Arc<AppState>, active_from: i64) {
 
 /// The Domain named by `name` (its id or slug), if the token may see it: a project-bound token
 /// sees its project's Domain only (another one answers 404, as a missing one does).
-async fn visible_domain(st: &AppState, op: &Operator, name: &str) -> Result<Domain, Error> {
+pub(super) async fn visible_domain(
+    st: &AppState,
+    op: &Operator,
+    name: &str,
+) -> Result<Domain, Error> {
     let mut conn = st.store.acquire().await?;
     let found = match Uuid::parse_str(name) {
         Ok(id) => domains::get(&mut conn, id).await?,

@@ -189,6 +189,14 @@ impl AppState {
     }
 
     /// The node operations over this state's store, keys and bus.
+    /// The access policy and tag operations (`crate::policy_ops`).
+    pub fn policy_ops(&self) -> crate::policy_ops::PolicyOps<'_> {
+        crate::policy_ops::PolicyOps {
+            store: &self.store,
+            bus: self.bus.as_ref(),
+        }
+    }
+
     pub fn node_ops(&self) -> NodeOps<'_> {
         NodeOps {
             store: &self.store,
