@@ -165,12 +165,6 @@ async fn the_peer_added_of_a_new_node_reaches_only_the_streams_the_policy_connec
     state(&srv, &db).await;
     assert_eq!(srv.state.policies.compiles(), compiles + 1);
     let x = srv.enrol(LAB_NODES).await;
-    let ev = on_db.next_event().await.unwrap();
-    assert!(
-        matches!(&ev.kind, EventKind::PeerAdded { peer } if peer.node_id == x.node_id),
-        "{ev:?}"
-    );
-    let added_at = ev.seq;
     // x's endpoints: db hears of them, ci does not.
     let r = srv
         .node_req(Method::POST, &x, "/endpoints")
@@ -179,12 +173,21 @@ async fn the_peer_added_of_a_new_node_reaches_only_the_streams_the_policy_connec
         .await
         .unwrap();
     assert_eq!(r.status(), StatusCode::OK);
+    // A marker every node gets: it bounds the wait (keep-alives never end a stream).
+    let marker = set_tags(&srv, &db, &["db"]).await;
     let ev = on_db.next_event().await.unwrap();
     assert!(
-        matches!(&ev.kind, EventKind::EndpointChanged { peer_node_id, .. } if *peer_node_id == x.node_id)
+        matches!(&ev.kind, EventKind::PeerAdded { peer } if peer.node_id == x.node_id),
+        "db got {ev:?}"
     );
-    // A marker every node gets: ci's next event is it, nothing of x before.
-    let marker = set_tags(&srv, &db, &["db"]).await;
+    let added_at = ev.seq;
+    let ev = on_db.next_event().await.unwrap();
+    assert!(
+        matches!(&ev.kind, EventKind::EndpointChanged { peer_node_id, .. } if *peer_node_id == x.node_id),
+        "db got {ev:?}"
+    );
+    assert_eq!(on_db.next_event().await.unwrap().seq, marker);
+    // ci's next event is the marker: nothing of x before it.
     let ev = on_ci.next_event().await.unwrap();
     assert_eq!(ev.seq, marker, "ci got {ev:?}");
     assert!(matches!(ev.kind, EventKind::Resync { .. }));
@@ -202,7 +205,10 @@ async fn the_peer_added_of_a_new_node_reaches_only_the_streams_the_policy_connec
     assert_eq!(ev.seq, marker, "ci's replay: {ev:?}");
     let mut db_again = srv.open_events(&db, Some(&from)).await;
     let ev = db_again.next_event().await.unwrap();
-    assert!(matches!(&ev.kind, EventKind::PeerAdded { peer } if peer.node_id == x.node_id));
+    assert!(
+        matches!(&ev.kind, EventKind::PeerAdded { peer } if peer.node_id == x.node_id),
+        "db's replay: {ev:?}"
+    );
     srv.stop().await;
 }
 
@@ -236,10 +242,16 @@ async fn after_a_policy_change_the_next_state_has_the_new_version_and_peers() {
             .unwrap();
         assert_eq!(r.status(), StatusCode::OK);
     }
+    let marker = set_tags(&srv, &db, &["db"]).await;
     let ev = on_ci.next_event().await.unwrap();
     assert!(
         matches!(&ev.kind, EventKind::EndpointChanged { peer_node_id, .. } if *peer_node_id == db.node_id),
         "{ev:?}"
+    );
+    assert_eq!(
+        on_ci.next_event().await.unwrap().seq,
+        marker,
+        "nothing of web"
     );
     srv.stop().await;
 }
