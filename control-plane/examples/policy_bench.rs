@@ -48,6 +48,11 @@ const ENFORCE_BOUND: Duration = Duration::from_secs(300);
 const REGISTER_PARALLEL: usize = 32;
 /// Streams per HTTP/2 connection.
 const PER_CONNECTION: usize = 100;
+/// State pulls one simulated node makes at most (a 503 while the server is busy, or a state
+/// of the old version, makes it pull again).
+const PULLS: usize = 1000;
+/// How long a simulated node waits after a 503 before it pulls again.
+const RETRY_AFTER: Duration = Duration::from_millis(200);
 /// Tags of the restrictive policy.
 const TAGS: usize = 100;
 
@@ -324,6 +329,7 @@ async fn node(
     node: Arc<Node>,
     want: u64,
     opened: Arc<AtomicU64>,
+    retries: Arc<AtomicU64>,
     mut armed: watch::Receiver<bool>,
 ) -> Enforced {
     let mut resp = http
@@ -352,13 +358,22 @@ async fn node(
             buf.drain(..end + 2);
         }
     }
-    for _ in 0..50 {
-        let env: SignedEnvelope = http
+    for _ in 0..PULLS {
+        let r = http
             .get(format!("{url}/v1/nodes/{}/state", node.id))
             .bearer_auth(&node.credential)
             .send()
             .await
-            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        if r.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE
+            || r.status() == reqwest::StatusCode::TOO_MANY_REQUESTS
+        {
+            // What plexd does too: the server is busy, pull again shortly.
+            retries.fetch_add(1, Ordering::Relaxed);
+            tokio::time::sleep(RETRY_AFTER).await;
+            continue;
+        }
+        let env: SignedEnvelope = r
             .error_for_status()
             .map_err(|e| e.to_string())?
             .json()
@@ -378,7 +393,7 @@ async fn node(
         return Ok((Instant::now(), state.peers.len()));
     }
     Err(format!(
-        "no state with policy version {want} after 50 pulls"
+        "no state with policy version {want} after {PULLS} pulls"
     ))
 }
 
@@ -441,6 +456,7 @@ async fn run_one(args: &Args, n: usize) -> Result<(), Failure> {
     };
     want += 1;
     let opened = Arc::new(AtomicU64::new(0));
+    let retries = Arc::new(AtomicU64::new(0));
     let (arm, armed) = watch::channel(false);
     let mut tasks = Vec::new();
     let mut connections: Vec<reqwest::Client> = Vec::new();
@@ -456,6 +472,7 @@ async fn run_one(args: &Args, n: usize) -> Result<(), Failure> {
             nd.clone(),
             want,
             opened.clone(),
+            retries.clone(),
             armed.clone(),
         )));
     }
@@ -501,7 +518,7 @@ async fn run_one(args: &Args, n: usize) -> Result<(), Failure> {
         eprintln!("a node failed: {e}");
     }
     println!(
-        "| {n} | {} | {:.0} | {}/{n} | {:.0} | {:.0} | {:.0} | {cpu} | {} |",
+        "| {n} | {} | {:.0} | {}/{n} | {:.0} | {:.0} | {:.0} | {cpu} | {} | {} |",
         if args.tags {
             "100 tags, each reaches 2"
         } else {
@@ -513,6 +530,7 @@ async fn run_one(args: &Args, n: usize) -> Result<(), Failure> {
         percentile(&lat, 0.99),
         lat.last().copied().unwrap_or(f64::NAN),
         format_args!("{committed:.0}"),
+        retries.load(Ordering::Relaxed),
     );
     stop(&mut server.child);
     Ok(())
@@ -522,9 +540,9 @@ async fn run_one(args: &Args, n: usize) -> Result<(), Failure> {
 async fn main() -> Result<(), Failure> {
     let args = parse_args()?;
     println!(
-        "| nodes | policy | peers per state | nodes enforcing | p50 ms | p99 ms | max ms | server CPU s | PUT answered ms |"
+        "| nodes | policy | peers per state | nodes enforcing | p50 ms | p99 ms | max ms | server CPU s | PUT answered ms | state pulls answered 503 |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for &n in &args.nodes {
         run_one(&args, n).await?;
     }
