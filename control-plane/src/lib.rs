@@ -17,6 +17,7 @@ pub mod ipam;
 pub mod key_proof;
 pub mod keys;
 pub mod leader;
+pub mod live_cache;
 pub mod maintenance;
 pub mod metrics;
 pub mod node_decisions;

@@ -14,6 +14,7 @@ use crate::bus::EventBus;
 use crate::candidates;
 use crate::error::Error;
 use crate::keys::Keyring;
+use crate::live_cache::LiveCache;
 use crate::node_decisions;
 use crate::policy_cache::{PolicyCache, policy_version};
 use crate::store::domains::Domain;
@@ -33,6 +34,8 @@ pub struct NodeOps<'a> {
     pub stun: &'a [SocketAddr],
     /// Each Domain's compiled access policy.
     pub policies: &'a PolicyCache,
+    /// Each Domain's live node rows at the newest head a state build read.
+    pub live: &'a LiveCache,
 }
 
 impl NodeOps<'_> {
@@ -141,7 +144,7 @@ impl NodeOps<'_> {
             .ok_or(Error::Unauthorized(GONE))?;
         let version = events::head(&mut conn, me.domain_id).await?.seq;
         let domain = domain_of(&mut conn, &me).await?;
-        let live = nodes::live_in_domain(&mut conn, me.domain_id).await?;
+        let live = self.live.live(&mut conn, me.domain_id, version).await?;
         let projects = projects::in_domain(&mut conn, me.domain_id).await?;
         let policy_version = policy_version(&mut conn, me.domain_id).await?;
         drop(conn);

@@ -13,6 +13,7 @@ use time::OffsetDateTime;
 use crate::broker::{Broker, BrokerConfig, BrokerHost};
 use crate::bus::{EventBus, InProcessBus};
 use crate::keys::Keyring;
+use crate::live_cache::LiveCache;
 use crate::maintenance::{MaintenanceHost, Schedule};
 use crate::metrics::Metrics;
 use crate::node_ops::NodeOps;
@@ -125,6 +126,8 @@ pub struct AppState {
     pub metrics: Metrics,
     /// Each Domain's compiled access policy (`crate::policy_cache`).
     pub policies: PolicyCache,
+    /// Each Domain's live node rows for the state builds (`crate::live_cache`).
+    pub live: LiveCache,
 }
 
 impl AppState {
@@ -162,6 +165,7 @@ impl AppState {
             streams: Streams::default(),
             metrics,
             policies,
+            live: LiveCache::default(),
         }
     }
 
@@ -205,6 +209,7 @@ impl AppState {
             relays: &self.config.relays,
             stun: &self.config.stun_advertise,
             policies: &self.policies,
+            live: &self.live,
         }
     }
 }
