@@ -31,6 +31,11 @@ fn delivery_buckets() -> impl Iterator<Item = f64> {
     exponential_buckets(0.0005, 2.0, 15)
 }
 
+/// Policy compile durations: 0.1 ms up to ~1.6 s, doubling (15 buckets).
+fn compile_buckets() -> impl Iterator<Item = f64> {
+    exponential_buckets(0.0001, 2.0, 15)
+}
+
 fn request_histogram() -> Histogram {
     Histogram::new(request_buckets())
 }
@@ -103,6 +108,8 @@ pub struct Metrics {
     pub transitions: Family<TransitionLabels, Counter>,
     pub broker_leader: Gauge,
     pub event_bus_connected: Gauge,
+    pub policy_compiles: Counter,
+    pub policy_compile_seconds: Histogram,
 }
 
 impl Default for Metrics {
@@ -123,6 +130,8 @@ impl Default for Metrics {
             transitions: Family::default(),
             broker_leader: Gauge::default(),
             event_bus_connected: Gauge::default(),
+            policy_compiles: Counter::default(),
+            policy_compile_seconds: Histogram::new(compile_buckets()),
         };
         m.register_all();
         m
@@ -201,6 +210,16 @@ impl Metrics {
             "event_bus_connected",
             "1 while the event bus carries notices between replicas (NATS connected and consuming; always 1 without NATS), else 0: streams then hear of other replicas' events by polling the database",
             self.event_bus_connected.clone(),
+        );
+        r.register(
+            "policy_compiles",
+            "Compiles of a Domain's access policy over its inventory (one per policy version and inventory change: a new node, a tag, a Project; not an endpoint change)",
+            self.policy_compiles.clone(),
+        );
+        r.register(
+            "policy_compile_seconds",
+            "Time one compile of a Domain's access policy took",
+            self.policy_compile_seconds.clone(),
         );
     }
 

@@ -3,14 +3,17 @@
 //! `If-None-Match` matching, and when an ephemeral node is removed. Which endpoints a node may report and which the server
 //! advertises are `candidates.rs`'s.
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
 
 use ipnet::IpNet;
-use plexsphere_wire::node::{NAT_KEEPALIVE_SECS, NodeState, PeerSpec, RelaySpec};
+use plexsphere_wire::node::{NAT_KEEPALIVE_SECS, NodeState, PeerSpec, PolicyState, RelaySpec};
 use plexsphere_wire::reach::relay::{RelayToken, TOKEN_TTL_SECS};
 use plexsphere_wire::signed::SignedEnvelope;
 use plexsphere_wire::signing_keys::SigningKey;
+use uuid::Uuid;
 
+use crate::policy_view::CompiledPolicy;
 use crate::store::domains::Domain;
 use crate::store::events::Head;
 use crate::store::nodes::NodeRow;
@@ -63,8 +66,11 @@ pub fn peer_spec(n: &NodeRow) -> PeerSpec {
     }
 }
 
-/// `me`'s desired state: every other live node of its Domain as a peer, and `reach`;
-/// `next_signing_key` is the key a rotation announced (while its overlap lasts).
+/// `me`'s desired state: the other live nodes of its Domain that `policy` connects to it
+/// (in either direction) as peers, the policy's version and `me`'s view, and `reach`;
+/// `next_signing_key` is the key a rotation announced (while its overlap lasts). A node the
+/// compile does not know gets no peer and an empty view (fail closed).
+#[allow(clippy::too_many_arguments)]
 pub fn node_state(
     me: &NodeRow,
     domain: &Domain,
@@ -73,7 +79,10 @@ pub fn node_state(
     now: i64,
     reach: Reach<'_>,
     next_signing_key: Option<SigningKey>,
+    policy: &CompiledPolicy,
 ) -> NodeState {
+    let view = policy.view(me);
+    let connected: HashSet<Uuid> = view.peer_ids().collect();
     NodeState {
         version,
         node_id: me.id,
@@ -83,7 +92,7 @@ pub fn node_state(
         listen_port: me.listen_port.unwrap_or(plexsphere_wire::WIREGUARD_PORT),
         peers: live
             .iter()
-            .filter(|n| n.id != me.id && n.revoked_at.is_none())
+            .filter(|n| n.id != me.id && n.revoked_at.is_none() && connected.contains(&n.id))
             .map(peer_spec)
             .collect(),
         issued_at: now,
@@ -92,7 +101,10 @@ pub fn node_state(
         stun: reach.stun.to_vec(),
         udp_offload: me.udp_offload,
         next_signing_key,
-        policy: None,
+        policy: Some(PolicyState {
+            version: policy.version,
+            view,
+        }),
     }
 }
 
@@ -159,10 +171,15 @@ pub fn ephemeral_expired(node: &NodeRow, now: i64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use uuid::Uuid;
 
     fn node(n: u128, ip: &str) -> NodeRow {
         NodeRow::for_test(n, ip)
+    }
+
+    /// The default (allow-all) document compiled over `live`.
+    fn allow_all(live: &[NodeRow]) -> CompiledPolicy {
+        let inv = crate::policy_view::inventory(live, &[]);
+        CompiledPolicy::new(0, &plexsphere_policy::default_document(), &inv, 0)
     }
 
     #[test]
@@ -197,7 +214,8 @@ mod tests {
             stun: &stun,
             relay_token: &token,
         };
-        let s = node_state(&me, &domain, &all, 7, 99, reach, None);
+        let policy = allow_all(&all);
+        let s = node_state(&me, &domain, &all, 7, 99, reach, None, &policy);
         assert_eq!(s.relays, relays);
         assert_eq!(s.stun, stun);
         assert_eq!(s.relay_token.as_ref(), Some(&token));
@@ -216,7 +234,7 @@ mod tests {
             udp_offload: Some(plexsphere_wire::node::UdpOffload::Off),
             ..me.clone()
         };
-        let s = node_state(&off, &domain, &all, 8, 99, reach, None);
+        let s = node_state(&off, &domain, &all, 8, 99, reach, None, &policy);
         assert_eq!(s.udp_offload, Some(plexsphere_wire::node::UdpOffload::Off));
         assert_eq!(s.next_signing_key, None);
         let next = SigningKey {
@@ -224,7 +242,16 @@ mod tests {
             public_key: "pk".into(),
             active_from: 500,
         };
-        let s = node_state(&off, &domain, &all, 8, 99, reach, Some(next.clone()));
+        let s = node_state(
+            &off,
+            &domain,
+            &all,
+            8,
+            99,
+            reach,
+            Some(next.clone()),
+            &policy,
+        );
         assert_eq!(s.next_signing_key, Some(next));
     }
 

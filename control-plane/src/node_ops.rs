@@ -14,10 +14,12 @@ use crate::bus::EventBus;
 use crate::candidates;
 use crate::error::Error;
 use crate::keys::Keyring;
+use crate::live_cache::LiveCache;
 use crate::node_decisions;
+use crate::policy_cache::{PolicyCache, policy_version};
 use crate::store::domains::Domain;
 use crate::store::nodes::{HeartbeatRecord, NodeReach, NodeRow};
-use crate::store::{self, Store, StoreError, domains, events, nodes};
+use crate::store::{self, Store, StoreError, domains, events, nodes, projects};
 
 const GONE: &str =
     "this node no longer exists (deleted); register it again with a fresh bootstrap token";
@@ -30,6 +32,10 @@ pub struct NodeOps<'a> {
     pub bus: &'a dyn EventBus,
     pub relays: &'a [RelaySpec],
     pub stun: &'a [SocketAddr],
+    /// Each Domain's compiled access policy.
+    pub policies: &'a PolicyCache,
+    /// Each Domain's live node rows at the newest head a state build read.
+    pub live: &'a LiveCache,
 }
 
 impl NodeOps<'_> {
@@ -125,6 +131,8 @@ impl NodeOps<'_> {
 
     /// The node's desired state, signed by its Domain; the version is read before the peers,
     /// so the document is never older than its version (a newer one only repeats a delta).
+    /// Its peers are the live nodes the Domain's policy connects to it, and it carries the
+    /// policy version and the node's compiled view (the compile is cached per Domain).
     pub async fn signed_state(
         &self,
         node_id: Uuid,
@@ -136,7 +144,21 @@ impl NodeOps<'_> {
             .ok_or(Error::Unauthorized(GONE))?;
         let version = events::head(&mut conn, me.domain_id).await?.seq;
         let domain = domain_of(&mut conn, &me).await?;
-        let live = nodes::live_in_domain(&mut conn, me.domain_id).await?;
+        let live = self.live.live(&mut conn, me.domain_id, version).await?;
+        let projects = projects::in_domain(&mut conn, me.domain_id).await?;
+        let policy_version = policy_version(&mut conn, me.domain_id).await?;
+        drop(conn);
+        let policy = self
+            .policies
+            .get(
+                self.store,
+                me.domain_id,
+                policy_version,
+                &live,
+                &projects,
+                version,
+            )
+            .await?;
         let token = self.relay_token(&domain, &me, now).await?;
         let reach = node_decisions::Reach {
             relays: self.relays,
@@ -144,7 +166,8 @@ impl NodeOps<'_> {
             relay_token: &token,
         };
         let (signer, next_key) = self.keys.signing(&domain).await?;
-        let doc = node_decisions::node_state(&me, &domain, &live, version, now, reach, next_key);
+        let doc =
+            node_decisions::node_state(&me, &domain, &live, version, now, reach, next_key, &policy);
         let env = signer
             .sign(SignContext::NodeState, &doc)
             .map_err(|e| Error::Internal(format!("cannot encode a node state: {e}")))?;

@@ -154,6 +154,7 @@ pub async fn events(
         domain_envelopes,
         tx,
         cursor: 0,
+        policy_floor: 0,
         opened_at: Instant::now(),
     };
     tokio::spawn(task.run(resume, member, opened));
@@ -178,6 +179,9 @@ struct StreamTask {
     tx: mpsc::Sender<Frame>,
     /// Every event for this node up to here has been sent (or was not for it).
     cursor: u64,
+    /// Peer events are filtered by a compile of the policy that includes every change
+    /// through this seq (the stream's start, then the last `resync` it passed).
+    policy_floor: u64,
     /// Events the bus announced after this are timed from the reader's wake-up
     /// (`plexsphere_event_delivery_seconds`); replays of older ones are not.
     opened_at: Instant,
@@ -194,7 +198,10 @@ impl StreamTask {
 
     async fn serve(&mut self, resume: Resume, member: &mut Member) -> End {
         match resume {
-            Resume::After(seq) => self.cursor = seq,
+            Resume::After(seq) => {
+                self.cursor = seq;
+                self.policy_floor = seq;
+            }
             Resume::Resync { head, reason } => {
                 tracing::info!(node_id = %self.node.id, head, reason, "sse: resync");
                 if let Err(end) = self.resync(head, reason).await {
@@ -229,6 +236,10 @@ impl StreamTask {
                         self.refresh_signer().await?;
                     }
                     for entry in batch {
+                        if !self.allowed(entry.row.seq, &entry.row.kind).await? {
+                            self.cursor = entry.row.seq;
+                            continue;
+                        }
                         let timed = (entry.woken >= self.opened_at).then_some(entry.woken);
                         self.send_entry(&entry, timed).await?;
                     }
@@ -263,6 +274,10 @@ impl StreamTask {
         let full = batch.len() >= BATCH as usize;
         self.refresh_signer().await?;
         for ev in batch {
+            if !self.allowed(ev.seq, &ev.kind).await? {
+                self.cursor = ev.seq;
+                continue;
+            }
             self.send_row(ev.seq, ev.kind, None).await?;
         }
         if !full {
@@ -343,7 +358,33 @@ impl StreamTask {
         };
         self.send(head, kind, None).await?;
         self.cursor = head;
+        self.policy_floor = self.policy_floor.max(head);
         Ok(())
+    }
+
+    /// Whether this node may receive the event at `seq` (`PolicyCache::may_send`: a peer
+    /// event only when the Domain's policy connects the node to its subject). A `resync`
+    /// (a policy or tag change appends one) raises the compile the next ones need.
+    async fn allowed(&mut self, seq: u64, kind: &EventKind) -> Result<bool, End> {
+        if matches!(kind, EventKind::Resync { .. }) {
+            self.policy_floor = self.policy_floor.max(seq);
+        }
+        let (me, domain) = (self.node.id, self.domain.id);
+        let store = &self.st.store;
+        match (self.st.policies)
+            .may_send(store, domain, me, self.policy_floor, seq, kind)
+            .await
+        {
+            Ok(true) => Ok(true),
+            Ok(false) => {
+                tracing::debug!(node_id = %me, seq, event = kind.name(), "sse: event hidden by the policy");
+                Ok(false)
+            }
+            Err(e) => {
+                tracing::warn!(node_id = %me, error = %e, "sse: cannot compile the Domain's policy");
+                Err(End::Failed)
+            }
+        }
     }
 
     /// Sends this node's own copy of an event, signed for it.

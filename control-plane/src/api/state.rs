@@ -13,9 +13,11 @@ use time::OffsetDateTime;
 use crate::broker::{Broker, BrokerConfig, BrokerHost};
 use crate::bus::{EventBus, InProcessBus};
 use crate::keys::Keyring;
+use crate::live_cache::LiveCache;
 use crate::maintenance::{MaintenanceHost, Schedule};
 use crate::metrics::Metrics;
 use crate::node_ops::NodeOps;
+use crate::policy_cache::PolicyCache;
 use crate::ratelimit::{RateLimit, RateLimiter};
 use crate::store::Store;
 
@@ -122,6 +124,10 @@ pub struct AppState {
     pub broker: Broker,
     /// The Prometheus series of `/metrics` (docs/metrics.md).
     pub metrics: Metrics,
+    /// Each Domain's compiled access policy (`crate::policy_cache`).
+    pub policies: PolicyCache,
+    /// Each Domain's live node rows for the state builds (`crate::live_cache`).
+    pub live: LiveCache,
 }
 
 impl AppState {
@@ -140,6 +146,11 @@ impl AppState {
         config: ApiConfig,
         broker: BrokerConfig,
     ) -> Self {
+        let metrics = Metrics::default();
+        let policies = PolicyCache::new(
+            metrics.policy_compiles.clone(),
+            metrics.policy_compile_seconds.clone(),
+        );
         Self {
             broker: Broker::new(data_dir, broker),
             keys: Keyring::with_data_dir_kek(store.clone(), data_dir),
@@ -152,7 +163,9 @@ impl AppState {
             clock: Arc::new(OffsetDateTime::now_utc),
             bus: Arc::new(InProcessBus::new()),
             streams: Streams::default(),
-            metrics: Metrics::default(),
+            metrics,
+            policies,
+            live: LiveCache::default(),
         }
     }
 
@@ -195,6 +208,8 @@ impl AppState {
             bus: self.bus.as_ref(),
             relays: &self.config.relays,
             stun: &self.config.stun_advertise,
+            policies: &self.policies,
+            live: &self.live,
         }
     }
 }
