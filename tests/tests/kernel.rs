@@ -217,31 +217,78 @@ fn guest_and_user(modes: &[NatMode], relays: usize) -> (ReachLab, usize, GuestNo
 #[test]
 fn plexd_with_the_kernel_backend_in_a_guest_meshes_with_a_userspace_node() {
     let _one = one_guest();
-    let (lab, user, g) = guest_and_user(&[NatMode::None, NatMode::None], 0);
+    let (mut lab, user, g) = guest_and_user(&[NatMode::None, NatMode::None], 0);
     let link = g.guest.run_ok("ip -d link show plexk0", CMD_BOUND).unwrap();
     assert!(link.contains("wireguard"), "{link}");
     mesh_with_guest(&lab, user, &g);
-    policy_in_guest(&lab, user, &g);
+    policy_in_guest(&mut lab, user, &g);
 }
 
-/// The guest's kernel interface under plexd's nftables table (`plexd::mesh::nft`): plexd put
-/// the closed table in place at start and removed it when the state said "no policy" (this
-/// control plane sends none), so the mesh above worked; then a view that lets the userspace
-/// node open tcp [`OPEN_PORT`] only: that port connects, [`SHUT_PORT`] (listening too) and
-/// ping are dropped; removing the table opens everything again.
-fn policy_in_guest(lab: &ReachLab, user: usize, g: &GuestNode) {
+/// The web/db/ci matrix with the kernel backend: the guest's plexd is db, the userspace node
+/// web and a second userspace node ci; the Domain's policy (through `plexctl policy set`) lets
+/// web open tcp [`OPEN_PORT`] and [`LIVE_PORT`] on db and nothing else. plexd installs the
+/// view's nftables table on the guest's kernel interface (`plexd::mesh::nft`) itself: the
+/// granted port connects, [`SHUT_PORT`] (listening too) and ping are dropped, ci has no db
+/// peer and reaches nothing, db cannot open a connection to web; a revocation cuts a live flow
+/// into the kernel interface and a new grant lets its retransmission through.
+fn policy_in_guest(lab: &mut ReachLab, user: usize, g: &GuestNode) {
     let table = plexd::mesh::nft::table_name("plexk0");
+    // Under the Domain's default allow-all document plexd replaced its closed start-up table
+    // with the view's (the mesh above ran through it).
     let listed = g
         .guest
-        .run(&format!("nft list table inet {table}"), CMD_BOUND)
+        .run_ok(&format!("nft list table inet {table}"), CMD_BOUND)
         .unwrap();
-    assert_ne!(
-        listed.rc, 0,
-        "plexd removed its start-up table: {}",
-        listed.out
-    );
+    assert!(listed.contains("chain"), "plexd's table: {listed}");
+
+    let ci = lab
+        .add_node(&NodeSpec {
+            router: 1,
+            backend: "userspace",
+        })
+        .unwrap();
+    lab.start_node(ci).unwrap();
     let user_ip = lab.mesh_ip(user).unwrap();
     let guest_ip: std::net::Ipv4Addr = g.host.identity().unwrap().1.parse().unwrap();
+    let db_id = g.host.identity().unwrap().0;
+    for (id, tag) in [
+        (db_id.clone(), "tag:db"),
+        (lab.nodes[user].host.identity().unwrap().0, "tag:web"),
+        (lab.nodes[ci].host.identity().unwrap().0, "tag:ci"),
+    ] {
+        lab.plexctl_ok(&["node", "tag", &id, tag]).unwrap();
+    }
+    let set = |ports: &str| {
+        let file = lab.dir.path().join("policy.yaml");
+        std::fs::write(
+            &file,
+            format!(
+                "tags: [web, db, ci]\nrules:\n  - {{src: tag:web, dst: tag:db, proto: tcp, ports: [{ports}]}}\n"
+            ),
+        )
+        .unwrap();
+        lab.plexctl_ok(&["policy", "set", file.to_str().unwrap(), "--yes"])
+            .unwrap();
+        let got: serde_json::Value = serde_json::from_str(
+            &lab.plexctl_ok(&["policy", "get", "--output", "json"])
+                .unwrap(),
+        )
+        .unwrap();
+        let v = got["version"].as_u64().unwrap();
+        wait_until(
+            BOUND,
+            &format!("the guest enforces policy version {v}"),
+            || {
+                Ok(g.status()?.filter(|s| {
+                    s["policy"]["version"].as_u64() == Some(v)
+                        && s["policy"]["filter"] == "installed"
+                }))
+            },
+        )
+        .unwrap_or_else(|e| panic!("{e:#}\n--- guest plexd:\n{}", g.output()));
+    };
+    set(&format!("{OPEN_PORT}, {LIVE_PORT}"));
+
     for port in [OPEN_PORT, SHUT_PORT] {
         g.guest
             .run_ok(
@@ -250,26 +297,24 @@ fn policy_in_guest(lab: &ReachLab, user: usize, g: &GuestNode) {
             )
             .unwrap();
     }
-    let user_ns = lab.nodes[user].ns.clone();
-    let connect = |port: u16| {
+    let connect_from = |ns: String, port: u16| {
         let at = SocketAddr::from((guest_ip, port));
-        netns::on_thread_in(&user_ns, move || {
+        netns::on_thread_in(&ns, move || {
             Ok(std::net::TcpStream::connect_timeout(&at, DROPPED_AFTER).map(drop))
         })
         .join()
         .unwrap()
         .unwrap()
     };
-    wait_until(BOUND, "both guest listeners accept", || {
-        Ok((connect(OPEN_PORT).is_ok() && connect(SHUT_PORT).is_ok()).then_some(()))
+    let user_ns = lab.nodes[user].ns.clone();
+    let ci_ns = lab.nodes[ci].ns.clone();
+    wait_until(BOUND, "web connects to the granted port", || {
+        Ok(connect_from(user_ns.clone(), OPEN_PORT)
+            .is_ok()
+            .then_some(()))
     })
-    .unwrap();
-
-    let node = g.host.identity().unwrap().0;
-    let view = user_may_open(&node, guest_ip, user_ip, &[OPEN_PORT, LIVE_PORT]);
-    install_view(lab, g, "plexk0", Some(&view));
-    assert!(connect(OPEN_PORT).is_ok(), "the granted port");
-    let shut = connect(SHUT_PORT).unwrap_err();
+    .unwrap_or_else(|e| panic!("{e:#}\n--- guest plexd:\n{}\n{}", g.output(), lab.dump()));
+    let shut = connect_from(user_ns.clone(), SHUT_PORT).unwrap_err();
     assert_eq!(
         shut.kind(),
         std::io::ErrorKind::TimedOut,
@@ -282,10 +327,44 @@ fn policy_in_guest(lab: &ReachLab, user: usize, g: &GuestNode) {
     )
     .unwrap();
     assert!(!ping.status.success(), "no icmp grant");
+    assert!(
+        connect_from(ci_ns.clone(), OPEN_PORT).is_err(),
+        "ci reaches nothing on db"
+    );
+    let ci_key = {
+        let out = netns::exec(&ci_ns, "wg", &["show", &lab.nodes[ci].iface, "public-key"]).unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let peers = g.guest.run_ok("wg show plexk0 peers", CMD_BOUND).unwrap();
+    assert!(
+        !ci_key.is_empty() && !peers.contains(&ci_key),
+        "db lists no ci peer: {peers}"
+    );
+    // db cannot open a connection to web (web's userspace filter drops it; web listens).
+    let (tx, rx) = std::sync::mpsc::channel();
+    let _listener = netns::on_thread_in(&user_ns, move || {
+        let l = std::net::TcpListener::bind((user_ip, WEB_PORT))?;
+        tx.send(())?;
+        let _ = l.accept();
+        Ok(())
+    });
+    rx.recv_timeout(BOUND).unwrap();
+    let opened = g
+        .guest
+        .run(
+            &format!("timeout 3 bash -c 'echo > /dev/tcp/{user_ip}/{WEB_PORT}'"),
+            CMD_BOUND,
+        )
+        .unwrap();
+    assert_ne!(
+        opened.rc, 0,
+        "db opened a connection to web: {}",
+        opened.out
+    );
 
-    // A live flow on a granted port, then a view without that port: the guest's kernel drops
-    // the flow's next segment (its table's counter rises, nothing arrives); granted again,
-    // TCP's retransmission gets through.
+    // A live flow on a granted port, then a policy without that port: the guest's kernel
+    // drops the flow's next segment (its table's counter rises, nothing arrives); granted
+    // again, TCP's retransmission gets through.
     let recv = lab.dir.path().join("live.txt");
     g.guest
         .run_ok(
@@ -297,8 +376,10 @@ fn policy_in_guest(lab: &ReachLab, user: usize, g: &GuestNode) {
         )
         .unwrap();
     let at = SocketAddr::from((guest_ip, LIVE_PORT));
+    let live_ns = user_ns.clone();
     let mut live = wait_until(BOUND, "the live listener accepts", || {
-        netns::on_thread_in(&user_ns, move || {
+        let ns = live_ns.clone();
+        netns::on_thread_in(&ns, move || {
             Ok(std::net::TcpStream::connect_timeout(&at, DROPPED_AFTER).ok())
         })
         .join()
@@ -315,31 +396,40 @@ fn policy_in_guest(lab: &ReachLab, user: usize, g: &GuestNode) {
         Ok(arrived("hello").then_some(()))
     })
     .unwrap();
-    let before = guest_drops(g, &table);
-    install_view(
-        lab,
-        g,
-        "plexk0",
-        Some(&user_may_open(&node, guest_ip, user_ip, &[OPEN_PORT])),
-    );
+    // Both ends cut the revoked flow: web's own filter (it may no longer open the port) and
+    // the guest's table; whichever drops the next segment counts it.
+    let web_drops = |lab: &ReachLab| {
+        let out = netns::plexd(
+            &user_ns,
+            &lab.nodes[user].host,
+            &["policy", "--output", "json"],
+        )
+        .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        v["status"]["drops"].as_array().map_or(0, |d| {
+            d.iter().filter_map(|r| r["outbound"].as_u64()).sum::<u64>()
+        })
+    };
+    let before = guest_drops(g, &table) + web_drops(lab);
+    set(&OPEN_PORT.to_string());
     live.write_all(b"again\n").unwrap();
     wait_until(BOUND, "the revoked flow's segment is dropped", || {
-        Ok((guest_drops(g, &table) > before).then_some(()))
+        Ok((guest_drops(g, &table) + web_drops(lab) > before).then_some(()))
     })
     .unwrap();
     assert!(
         !arrived("again"),
         "data of a revoked flow reached the guest"
     );
-    install_view(lab, g, "plexk0", Some(&view));
+    set(&format!("{OPEN_PORT}, {LIVE_PORT}"));
     wait_until(BOUND, "granted again, the retransmission arrives", || {
         Ok(arrived("again").then_some(()))
     })
     .unwrap();
-
-    install_view(lab, g, "plexk0", None);
-    assert!(connect(SHUT_PORT).is_ok(), "no table: every port again");
 }
+
+/// A port web listens on that db may not open.
+const WEB_PORT: u16 = 7003;
 
 /// A port the view grants and one it does not (both listening in the guest).
 const OPEN_PORT: u16 = 7000;
@@ -360,56 +450,6 @@ fn guest_drops(g: &GuestNode, table: &str) -> u64 {
 }
 /// How long a dropped connection attempt is given.
 const DROPPED_AFTER: Duration = Duration::from_secs(2);
-
-/// The guest node's view when the userspace node may open tcp `ports` on it and nothing else.
-fn user_may_open(
-    node: &str,
-    own: std::net::Ipv4Addr,
-    user: std::net::Ipv4Addr,
-    ports: &[u16],
-) -> plexsphere_policy::view::NodeView {
-    use plexsphere_policy::compile::Grant;
-    use plexsphere_policy::ports::{Access, PortRange, PortSet};
-    use plexsphere_policy::view::{NodeView, PeerView};
-    NodeView {
-        node: node.parse().unwrap_or_default(),
-        addrs: vec![own.into()],
-        grants: vec![Grant {
-            access: Access {
-                tcp: PortSet::from_ranges(ports.iter().map(|&p| PortRange { first: p, last: p })),
-                ..Access::default()
-            },
-            lines: vec![1],
-        }],
-        peers: vec![PeerView {
-            id: uuid_of(1),
-            name: "user".to_owned(),
-            addrs: vec![user.into()],
-            inbound: Some(0),
-            outbound: None,
-        }],
-    }
-}
-
-fn uuid_of(n: u128) -> uuid::Uuid {
-    uuid::Uuid::from_u128(n)
-}
-
-/// Installs `view`'s table (or removes it: `None`) on the guest's `iface` with the guest's
-/// `nft`, exactly the transaction plexd's kernel backend runs. The web/db/ci matrix grows
-/// from here: once the control plane sends views, plexd installs them itself.
-fn install_view(
-    lab: &ReachLab,
-    g: &GuestNode,
-    iface: &str,
-    view: Option<&plexsphere_policy::view::NodeView>,
-) {
-    let file = lab.dir.path().join("policy.nft");
-    std::fs::write(&file, plexd::mesh::nft::ruleset(iface, view)).unwrap();
-    g.guest
-        .run_ok(&format!("nft -f {}", file.display()), CMD_BOUND)
-        .unwrap_or_else(|e| panic!("{e:#}\n--- console:\n{}", g.guest.console()));
-}
 
 /// Pings both ways and a TCP transfer from the guest into the userspace node.
 fn mesh_with_guest(lab: &ReachLab, user: usize, g: &GuestNode) {

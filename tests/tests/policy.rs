@@ -92,23 +92,31 @@ impl Node {
         self.proc.as_ref().map(Proc::output).unwrap_or_default()
     }
 
-    /// `plexd policy --output json`.
-    fn policy(&self) -> serde_json::Value {
+    /// `plexd policy --output json`; `None` while the daemon does not answer (starting).
+    fn try_policy(&self) -> Option<serde_json::Value> {
         let out = netns::plexd(&self.ns, &self.host, &["policy", "--output", "json"]).unwrap();
-        assert!(
-            out.status.success(),
-            "plexd policy on {}: {}",
-            self.name,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
+        if !out.status.success() {
+            return None;
+        }
+        Some(serde_json::from_slice(&out.stdout).unwrap())
+    }
+
+    fn policy(&self) -> serde_json::Value {
+        self.try_policy()
+            .unwrap_or_else(|| panic!("plexd policy on {} failed:\n{}", self.name, self.output()))
     }
 
     fn wait_policy_version(&self, version: u64) {
         wait_until(
             BOUND,
             &format!("{} enforces policy version {version}", self.name),
-            || Ok((self.policy()["status"]["version"].as_u64() == Some(version)).then_some(())),
+            || {
+                let v = self.try_policy();
+                Ok(v.filter(|p| {
+                    p["status"]["version"].as_u64() == Some(version)
+                        && p["status"]["filter"] == "installed"
+                }))
+            },
         )
         .unwrap_or_else(|e| panic!("{e}\n--- plexd {}:\n{}", self.name, self.output()));
     }
