@@ -190,7 +190,7 @@ pub enum MeshOp {
     /// Make the interface's peers equal to these (shared: the core keeps the same list to
     /// name what changed), under this policy (the signed state's; `None`: no filter). The
     /// mesh thread installs the policy's filter FIRST when it differs from the installed
-    /// one, and applies no peers while it cannot (`super::super::mesh_thread::run_apply`).
+    /// one, and applies no peers while it cannot (the mesh thread's `run_apply`).
     Apply(Arc<Vec<PeerSpec>>, Option<Arc<PolicyState>>),
     /// Read the live peers.
     ReadLive,

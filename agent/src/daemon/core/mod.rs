@@ -32,6 +32,7 @@ pub mod answers;
 pub mod domain_keys;
 pub mod domain_keys_state;
 pub mod io;
+pub mod mesh_apply;
 pub mod policy;
 pub mod reach;
 pub mod reload;

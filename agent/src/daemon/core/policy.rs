@@ -1,5 +1,5 @@
 //! The access policy in the core: the signed state's `policy` goes with every apply to the
-//! mesh thread, which installs its filter before the peers (`mesh_thread::run_apply`); the
+//! mesh thread, which installs its filter before the peers (the mesh thread's `run_apply`); the
 //! answer says whether it was installed, and `plexd status` / `plexd policy` say so.
 //!
 //! A starting plexd applies the cached state (`on_cache`) with its policy before any

@@ -44,17 +44,11 @@ use plexsphere_wire::node::PolicyState;
 
 mod ruleset;
 
-pub use ruleset::{closed_ruleset, ruleset, table_name};
+pub use ruleset::{LOG_PER_SECOND, LOG_PREFIX, MAX_IFACE_LEN, closed_ruleset, ruleset, table_name};
 use ruleset::{filter_ruleset, valid_iface};
 
 /// The program plexd runs (Debian's `nftables` package).
 pub const NFT: &str = "nft";
-/// The log prefix of dropped packets (kernel log, so the journal).
-pub const LOG_PREFIX: &str = "plexd-policy drop: ";
-/// Drop log lines per second per table (the burst is twice that).
-pub const LOG_PER_SECOND: u32 = 5;
-/// Linux's interface name limit (IFNAMSIZ - 1).
-pub const MAX_IFACE_LEN: usize = 15;
 
 /// Why the filter could not be installed or removed.
 #[derive(Debug, thiserror::Error)]

@@ -9,7 +9,12 @@ use plexsphere_policy::filter::NodeFilter;
 use plexsphere_policy::ports::PortSet;
 use plexsphere_policy::view::NodeView;
 
-use super::{LOG_PER_SECOND, LOG_PREFIX, MAX_IFACE_LEN};
+/// The log prefix of dropped packets (kernel log, so the journal).
+pub const LOG_PREFIX: &str = "plexd-policy drop: ";
+/// Drop log lines per second per table (the burst is twice that).
+pub const LOG_PER_SECOND: u32 = 5;
+/// Linux's interface name limit (IFNAMSIZ - 1).
+pub const MAX_IFACE_LEN: usize = 15;
 
 /// The table's name for `iface`.
 pub fn table_name(iface: &str) -> String {

@@ -50,8 +50,8 @@ pub struct Harness {
     pub now: Now,
     pub t0: Instant,
     pub mesh: NoneMesh,
-    /// The mesh thread's record of the installed policy (`mesh_thread::run_apply`).
-    pub installed: crate::daemon::mesh_thread::InstalledPolicy,
+    /// The mesh thread's record of the installed policy (`mesh_apply::run_apply`).
+    pub installed: crate::daemon::core::mesh_apply::InstalledPolicy,
     /// Answer mesh jobs at once (off: tests of a slow or stuck mesh answer them by hand).
     pub auto_mesh: bool,
     /// Mesh jobs not answered (with `auto_mesh` off).
@@ -131,7 +131,7 @@ impl Harness {
 
     pub fn run_mesh(&mut self, op: &MeshOp) -> MeshAnswer {
         match op {
-            MeshOp::Apply(set, policy) => crate::daemon::mesh_thread::run_apply(
+            MeshOp::Apply(set, policy) => crate::daemon::core::mesh_apply::run_apply(
                 &mut self.mesh,
                 &mut self.installed,
                 set.clone(),

@@ -10,7 +10,7 @@ use plexsphere_wire::node::{PeerSpec, PolicyState};
 use super::super::super::accept::tests::peer_id;
 use super::*;
 use crate::daemon::cache::Cached;
-use crate::daemon::mesh_thread::{InstalledPolicy, run_apply};
+use crate::daemon::core::mesh_apply::{InstalledPolicy, run_apply};
 use crate::daemon::policy_status::FilterState;
 use crate::daemon::protocol::{Answer, Request};
 use crate::mesh::diff::MeshChange;
