@@ -488,6 +488,7 @@ async fn run_one(args: &Args, n: usize) -> Result<(), Failure> {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let pid = server.child.id();
     let cpu_before = cpu_secs(pid);
+    let client_before = cpu_secs(std::process::id());
     arm.send_replace(true);
     let t0 = Instant::now();
     let version = put_policy(&server, &http, &domain, &after).await?;
@@ -513,12 +514,16 @@ async fn run_one(args: &Args, n: usize) -> Result<(), Failure> {
         (Some(a), Some(b)) => format!("{:.1}", b - a),
         _ => "-".into(),
     };
+    let client_cpu = match (client_before, cpu_secs(std::process::id())) {
+        (Some(a), Some(b)) => format!("{:.1}", b - a),
+        _ => "-".into(),
+    };
     lat.sort_by(f64::total_cmp);
     for e in failed.iter().take(5) {
         eprintln!("a node failed: {e}");
     }
     println!(
-        "| {n} | {} | {:.0} | {}/{n} | {:.0} | {:.0} | {:.0} | {cpu} | {} | {} |",
+        "| {n} | {} | {:.0} | {}/{n} | {:.0} | {:.0} | {:.0} | {cpu} | {client_cpu} | {} | {} |",
         if args.tags {
             "100 tags, each reaches 2"
         } else {
@@ -540,9 +545,9 @@ async fn run_one(args: &Args, n: usize) -> Result<(), Failure> {
 async fn main() -> Result<(), Failure> {
     let args = parse_args()?;
     println!(
-        "| nodes | policy | peers per state | nodes enforcing | p50 ms | p99 ms | max ms | server CPU s | PUT answered ms | state pulls answered 503 |"
+        "| nodes | policy | peers per state | nodes enforcing | p50 ms | p99 ms | max ms | server CPU s | bench client CPU s | PUT answered ms | state pulls answered 503 |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for &n in &args.nodes {
         run_one(&args, n).await?;
     }

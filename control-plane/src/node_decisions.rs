@@ -325,3 +325,7 @@ mod tests {
         assert!(!ephemeral_expired(&n, 9_999));
     }
 }
+
+#[cfg(test)]
+#[path = "node_state_tests.rs"]
+mod policy_tests;

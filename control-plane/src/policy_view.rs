@@ -206,7 +206,3 @@ pub fn unknown_verdict(kind: &EventKind) -> Verdict {
         _ => Verdict::Hide,
     }
 }
-
-#[cfg(test)]
-#[path = "policy_view_tests.rs"]
-mod tests;

@@ -283,3 +283,36 @@ async fn the_compile_is_redone_on_a_tag_change_and_not_on_an_endpoint_change() {
     assert_eq!(srv.state.policies.compiles(), compiles + 1);
     srv.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_rows_never_serve_a_peer_as_it_was_before_an_event() {
+    let srv = TestServer::start().await;
+    let (web, db) = srv.enrol_pair().await;
+    let spec = |s: &NodeState| s.peers.iter().find(|p| p.node_id == db.node_id).cloned();
+    let before = spec(&state(&srv, &web).await).unwrap();
+    // Pulled again at the same head: the same rows.
+    assert_eq!(spec(&state(&srv, &web).await).unwrap(), before);
+    // db's endpoints change: web's next state has them.
+    let r = srv
+        .node_req(Method::POST, &db, "/endpoints")
+        .json(&json!({"listen_port": 51820, "addresses": ["192.0.2.44"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let after = spec(&state(&srv, &web).await).unwrap();
+    assert_ne!(after.endpoints, before.endpoints);
+    assert!(
+        after
+            .endpoints
+            .iter()
+            .any(|e| e.to_string() == "192.0.2.44:51820")
+    );
+    // db is revoked: web's next state no longer lists it.
+    let (status, body) = srv
+        .op_post(&format!("/v1/nodes/{}/revoke", db.node_id), json!({}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(spec(&state(&srv, &web).await).is_none());
+    srv.stop().await;
+}

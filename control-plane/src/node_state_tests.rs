@@ -4,9 +4,10 @@ use plexsphere_wire::node::{EventKind, NodeState};
 use plexsphere_wire::signed::SignedEnvelope;
 use uuid::Uuid;
 
-use super::*;
-use crate::node_decisions::{Reach, node_state, peer_spec};
+use super::{Reach, node_state, peer_spec};
+use crate::policy_view::*;
 use crate::store::domains::Domain;
+use crate::store::nodes::NodeRow;
 
 const WEB_TO_DB: &str = "rules:\n  - {src: 'node:web', dst: 'node:db', proto: tcp, ports: 5432}\n";
 
