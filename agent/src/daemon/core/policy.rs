@@ -7,7 +7,8 @@
 
 use std::sync::Arc;
 
-use plexsphere_wire::node::{PeerSpec, PolicyState};
+use plexsphere_wire::node::{EventKind, PeerSpec, PolicyState};
+use uuid::Uuid;
 
 use super::super::policy_status::{FilterState, PolicyReport, PolicyStatus};
 use super::{Core, MeshOp, Now, Pending};
@@ -54,6 +55,21 @@ impl Core {
             known
         });
         peers
+    }
+
+    /// Whether `kind` adds or updates a peer the current policy's view does not name. The
+    /// control plane sends a peer event only to nodes its policy connects to the peer, so such
+    /// an event means the view this node holds is older than the peer (a node that registered
+    /// after this node's last state): the node pulls its state for the new view, which names
+    /// the peer and its grants. Without a policy nothing is outside the view.
+    pub(super) fn names_peer_outside_view(&self, kind: &EventKind) -> Option<Uuid> {
+        let policy = self.policy.as_ref()?;
+        let peer = match kind {
+            EventKind::PeerAdded { peer } | EventKind::PeerUpdated { peer } => peer,
+            _ => return None,
+        };
+        let known = policy.view.peers.iter().any(|v| v.id == peer.node_id);
+        (!known).then_some(peer.node_id)
     }
 
     /// Asks the mesh thread to apply `set` under the current policy.

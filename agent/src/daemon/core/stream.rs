@@ -174,8 +174,13 @@ impl Core {
                 self.schedule.run_soon(Task::StatePoll, now.at);
             }
             Delta::Changed => {
+                let outside = self.names_peer_outside_view(&ev.kind);
                 self.events.push((ev, frame));
                 self.apply_mesh(now);
+                if let Some(peer) = outside {
+                    tracing::info!(%peer, "the control plane sent a peer this node's policy view does not name yet (it registered after this node's last state); pulling the full state for the new view");
+                    self.schedule.run_soon(Task::StatePoll, now.at);
+                }
             }
             Delta::Unchanged => self.events.push((ev, frame)),
         }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use plexsphere_policy::view::{NodeView, PeerView};
 use plexsphere_wire::node::{PeerSpec, PolicyState};
 
-use super::super::super::accept::tests::peer_id;
+use super::super::super::accept::tests::{peer, peer_id};
 use super::*;
 use crate::daemon::cache::Cached;
 use crate::daemon::core::mesh_apply::{InstalledPolicy, run_apply};
@@ -264,4 +264,41 @@ fn under_a_policy_only_the_views_peers_are_configured() {
     let mut h = harness();
     let e = h.step(cached(&one_state(7, 3)));
     assert_eq!(applies(&e), vec![3]);
+}
+
+/// A node whose view came before a peer registered: the control plane sends it the peer's
+/// `peer_added` (its policy connects the two) but the view the node holds does not name the
+/// peer, so the node pulls its state for the new view instead of leaving the peer off until
+/// its next state poll (the broker's machines, which poll every few minutes, never met).
+#[test]
+fn a_peer_added_outside_the_view_pulls_the_state_for_the_new_view() {
+    let mut h = harness();
+    let mut s = one_state(7, 1); // peer 3, named by the view
+    s.policy = Some(policy(3));
+    h.up(&s);
+    let mut e = h.frame(1, 8, EventKind::PeerAdded { peer: peer(9) });
+    e.extend(h.wake());
+    assert!(
+        calls(&e).iter().any(|c| matches!(c, Call::State { .. })),
+        "a state pull follows a peer the view does not name: {e:?}"
+    );
+    // A peer the view names is applied from the event alone.
+    let mut h = harness();
+    let mut s = one_state(7, 1);
+    let mut p = policy(3);
+    p.view.peers.push(PeerView {
+        id: peer_id(9),
+        name: "node-9".into(),
+        addrs: vec!["10.64.1.9".parse().unwrap()],
+        inbound: None,
+        outbound: None,
+    });
+    s.policy = Some(p);
+    h.up(&s);
+    let mut e = h.frame(1, 8, EventKind::PeerAdded { peer: peer(9) });
+    e.extend(h.wake());
+    assert!(
+        !calls(&e).iter().any(|c| matches!(c, Call::State { .. })),
+        "no pull for a peer the view names: {e:?}"
+    );
 }
