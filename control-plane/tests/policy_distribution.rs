@@ -212,6 +212,32 @@ async fn the_peer_added_of_a_new_node_reaches_only_the_streams_the_policy_connec
     srv.stop().await;
 }
 
+/// A node that resumes from before its own registration (`Last-Event-ID: 0`, as the HA
+/// test's streams do) gets the earlier nodes' `peer_added` under allow-all: the events are
+/// decided with a compile that knows the node (the stream's start), not one as of the event,
+/// which cannot know a node that registered later (the first build hid them all).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_resuming_from_before_its_registration_gets_the_earlier_peers() {
+    let srv = TestServer::start().await;
+    let a = srv.enrol(LAB_NODES).await;
+    // The Domain's compile now knows a only (a state pull), then b registers.
+    state(&srv, &a).await;
+    let b = srv.enrol(LAB_NODES).await;
+    let mut on_b = srv.open_events(&b, Some("0")).await;
+    // A marker every node gets bounds the wait (keep-alives never end a stream).
+    let marker = set_tags(&srv, &a, &["a"]).await;
+    let ev = on_b.next_event().await.unwrap();
+    assert!(
+        ev.seq < marker,
+        "b got the marker before a's peer_added: {ev:?}"
+    );
+    assert!(
+        matches!(&ev.kind, EventKind::PeerAdded { peer } if peer.node_id == a.node_id),
+        "b's replay from 0 starts with a's peer_added: {ev:?}"
+    );
+    srv.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_policy_change_the_next_state_has_the_new_version_and_peers() {
     let srv = TestServer::start().await;

@@ -469,7 +469,10 @@ fn wg_listen_port(n: &Node) -> u16 {
 
 /// plexd-wg in `n`'s namespace on a new interface with `n`'s WireGuard key and listen port.
 fn hostile_wg(n: &Node, port: u16) -> (String, Proc) {
-    let iface = "hostile0".to_owned();
+    // Unique per test process, and a socket a killed earlier run left behind is removed
+    // first (wg would find it, fail to connect and fall back to the kernel's netlink).
+    let iface = format!("hst{}", std::process::id() % 100_000);
+    let _ = std::fs::remove_file(format!("/var/run/wireguard/{iface}.sock"));
     let mut cmd = std::process::Command::new(plexsphere_e2e::bin("plexd-wg").unwrap());
     cmd.args(["-f", &iface]).env("WG_PROCESS_FOREGROUND", "1");
     let proc = Proc::spawn(netns::in_netns(&n.ns, &cmd)).unwrap();

@@ -154,7 +154,7 @@ pub async fn events(
         domain_envelopes,
         tx,
         cursor: 0,
-        policy_floor: 0,
+        policy_floor: head.seq,
         opened_at: Instant::now(),
     };
     tokio::spawn(task.run(resume, member, opened));
@@ -200,7 +200,10 @@ impl StreamTask {
         match resume {
             Resume::After(seq) => {
                 self.cursor = seq;
-                self.policy_floor = seq;
+                // The node is live as of the stream's start (the floor set at open), also
+                // when it resumes from before its own registration: events older than the
+                // node are decided with a compile that knows it.
+                self.policy_floor = self.policy_floor.max(seq);
             }
             Resume::Resync { head, reason } => {
                 tracing::info!(node_id = %self.node.id, head, reason, "sse: resync");
