@@ -5,6 +5,7 @@
 //! A starting plexd applies the cached state (`on_cache`) with its policy before any
 //! state from the API, so the cached filter is in place before the first peer is.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use plexsphere_wire::node::{EventKind, PeerSpec, PolicyState};
@@ -47,8 +48,10 @@ impl Core {
         let Some(policy) = &self.policy else {
             return peers;
         };
+        // One set per apply: a scan of the view per peer was O(peers^2) on every apply.
+        let named: HashSet<Uuid> = policy.view.peer_ids().collect();
         peers.retain(|p| {
-            let known = policy.view.peers.iter().any(|v| v.id == p.node_id);
+            let known = named.contains(&p.node_id);
             if !known {
                 tracing::warn!(peer = %p.node_id, policy_version = policy.version, "peer {} ({}) is not in policy version {}'s view: not configured", p.hostname, p.node_id, policy.version);
             }
