@@ -50,6 +50,7 @@ fn peer(i: u32) -> PeerSpec {
         ))],
         persistent_keepalive_secs: None,
         home_relay: None,
+        dns_name: None,
     }
 }
 

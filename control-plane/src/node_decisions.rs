@@ -63,6 +63,7 @@ pub fn peer_spec(n: &NodeRow) -> PeerSpec {
         endpoints: n.endpoints.clone(),
         persistent_keepalive_secs: Some(NAT_KEEPALIVE_SECS),
         home_relay: n.reach.home_relay.clone(),
+        dns_name: None,
     }
 }
 
@@ -105,6 +106,8 @@ pub fn node_state(
             version: policy.version,
             view,
         }),
+        dns: None,
+        served_routes: Vec::new(),
     }
 }
 

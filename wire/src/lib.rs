@@ -16,6 +16,7 @@ pub mod proof;
 pub mod reach;
 pub mod register;
 pub mod rotation;
+pub mod routes;
 pub mod secret;
 pub mod signed;
 pub mod signing_keys;

@@ -148,7 +148,10 @@ pub struct PeerSpec {
     /// WireGuard public key, standard base64.
     pub public_key: String,
     pub mesh_ip: IpAddr,
-    /// What the peer may send from (its mesh IP as a host route).
+    /// What the peer may send from and what this node sends to it: its mesh IPs as host
+    /// routes first, then the subnet routes this node reaches through the peer (it is their
+    /// primary router and the policy lets this node use them), then `0.0.0.0/0` and `::/0`
+    /// when this node uses the peer as its exit (docs/routes.md).
     pub allowed_ips: Vec<IpNet>,
     /// Candidate endpoints, best first (reported local addresses, then the reflexive one).
     pub endpoints: Vec<SocketAddr>,
@@ -157,6 +160,10 @@ pub struct PeerSpec {
     /// The relay the peer keeps a connection to (a [`RelaySpec::name`] of this state).
     #[serde(default)]
     pub home_relay: Option<String>,
+    /// The peer's DNS label in its Domain (unique there): it answers as
+    /// `<dns_name>.<NodeState::dns suffix>`. Absent from a server older than names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns_name: Option<String>,
 }
 
 /// A node's whole desired state, signed by the Domain (context `NodeState`).
@@ -199,6 +206,15 @@ pub struct NodeState {
     /// cannot turn into a filter closes the interface (fail closed), never opens it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<PolicyState>,
+    /// This node's DNS name and its Domain's suffix (docs/dns.md). Absent from a server older
+    /// than names: plexd then answers no names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns: Option<crate::routes::DnsState>,
+    /// The subnet routes (and the exit's `0.0.0.0/0`, `::/0`) this node carries as a router,
+    /// with its role in each (docs/routes.md). A router forwards and masquerades only for
+    /// routes listed here; peers reach them through the CIDRs in its `allowed_ips`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub served_routes: Vec<crate::routes::ServedRoute>,
 }
 
 /// What [`NodeState::policy`] carries.

@@ -361,6 +361,7 @@ pub(crate) mod tests {
             endpoints: vec![format!("192.0.2.{n}:51820").parse().unwrap()],
             persistent_keepalive_secs: None,
             home_relay: None,
+            dns_name: None,
         }
     }
     pub fn state(version: u64, peers: Vec<PeerSpec>) -> NodeState {
@@ -379,6 +380,8 @@ pub(crate) mod tests {
             udp_offload: None,
             next_signing_key: None,
             policy: None,
+            dns: None,
+            served_routes: Vec::new(),
         }
     }
     pub fn event_data(seq: u64, node: Uuid, kind: EventKind) -> String {

@@ -199,6 +199,7 @@ mod tests {
             endpoints: vec![format!("192.0.2.{n}:51820").parse().unwrap()],
             persistent_keepalive_secs: None,
             home_relay: None,
+            dns_name: None,
         }
     }
 

@@ -20,6 +20,7 @@ fn spec(n: u32) -> PeerSpec {
         endpoints: vec![SocketAddr::from(([192, 0, b[2], b[3]], 51820))],
         persistent_keepalive_secs: None,
         home_relay: None,
+        dns_name: None,
     }
 }
 

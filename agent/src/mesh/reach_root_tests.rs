@@ -110,6 +110,7 @@ fn spec(i: usize) -> PeerSpec {
         endpoints: vec![SocketAddr::new(UNDERLAY[i].parse().unwrap(), PORT)],
         persistent_keepalive_secs: None,
         home_relay: None,
+        dns_name: None,
     }
 }
 

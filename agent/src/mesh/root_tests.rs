@@ -53,6 +53,7 @@ fn peer(n: u8) -> PeerSpec {
         endpoints: vec![format!("192.0.2.{n}:51820").parse().unwrap()],
         persistent_keepalive_secs: Some(25),
         home_relay: None,
+        dns_name: None,
     }
 }
 

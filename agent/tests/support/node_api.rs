@@ -36,6 +36,7 @@ pub fn peer(n: u8) -> PeerSpec {
         endpoints: vec![format!("192.0.2.{n}:51820").parse().unwrap()],
         persistent_keepalive_secs: None,
         home_relay: None,
+        dns_name: None,
     }
 }
 
@@ -67,6 +68,8 @@ pub fn state_signed_by(by: &DomainSigner, version: u64, peers: Vec<PeerSpec>) ->
         udp_offload: None,
         next_signing_key: None,
         policy: None,
+        dns: None,
+        served_routes: Vec::new(),
     };
     by.sign(SignContext::NodeState, &s).unwrap()
 }
