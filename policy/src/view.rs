@@ -25,6 +25,24 @@ pub struct PeerView {
     /// Index into [`NodeView::grants`]: what this node may open on the peer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outbound: Option<u32>,
+    /// Client side: the subnet routes (and exit prefixes) this node may open through the peer,
+    /// which is their primary router, each with what may be opened there. The prefixes are
+    /// the route's CIDR cut to what the rules grant (docs/routes.md); the same prefixes are
+    /// in the peer's allowed IPs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes_out: Vec<RouteGrant>,
+    /// Router side: what the peer may open in the routes this node serves (packets from the
+    /// peer to an address that is not this node's, forwarded out of the mesh).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routes_in: Vec<RouteGrant>,
+}
+
+/// One prefix of a subnet route with the grant that applies to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteGrant {
+    pub prefix: ipnet::IpNet,
+    /// Index into [`NodeView::grants`].
+    pub grant: u32,
 }
 
 /// A node's compiled view. Peers appear iff some rule connects them to the node in either
@@ -150,6 +168,8 @@ impl Compiled {
                 let inb = inbound[self.src.class[i] as usize];
                 let out = outbound[self.dst.class[i] as usize];
                 (inb.is_some() || out.is_some()).then(|| PeerView {
+                    routes_out: Vec::new(),
+                    routes_in: Vec::new(),
                     id: node.id,
                     name: node.name.clone(),
                     addrs: node.addrs().collect(),

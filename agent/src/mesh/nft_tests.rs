@@ -42,6 +42,8 @@ pub(crate) fn peer(
         addrs: addrs.iter().map(|a| a.parse::<IpAddr>().unwrap()).collect(),
         inbound,
         outbound,
+        routes_out: Vec::new(),
+        routes_in: Vec::new(),
     }
 }
 

@@ -29,6 +29,8 @@ fn policy(version: u64) -> PolicyState {
                 addrs: vec!["10.64.1.3".parse().unwrap()],
                 inbound: None,
                 outbound: None,
+                routes_out: Vec::new(),
+                routes_in: Vec::new(),
             }],
         },
     }
@@ -292,6 +294,8 @@ fn a_peer_added_outside_the_view_pulls_the_state_for_the_new_view() {
         addrs: vec!["10.64.1.9".parse().unwrap()],
         inbound: None,
         outbound: None,
+        routes_out: Vec::new(),
+        routes_in: Vec::new(),
     });
     s.policy = Some(p);
     h.up(&s);
