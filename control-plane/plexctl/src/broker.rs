@@ -15,7 +15,7 @@ use crate::cli_broker::{CredentialCommand, ResourceCommand, WaitArgs};
 use crate::config::Settings;
 use crate::failure::Failure;
 use crate::output::{self, Format, render};
-use crate::session::{confirm, operator_api, project_id as project_id_of};
+use crate::session::{confirm, operator_api, project_or_sole};
 use crate::wait::{self, Ended, Goal};
 
 /// The body of `POST /v1/projects/{id}/resources`.
@@ -63,7 +63,7 @@ pub async fn resources(
                 create_request(kind, blueprint_version_id, cloud_credential_id, parameters)?;
             let wait = wait_settings(wait)?;
             let api = &operator_api(settings)?;
-            let project = project_id_of(api, project_id).await?;
+            let project = project_or_sole(api, project_id.as_deref()).await?;
             let path = ["v1", "projects", &project.to_string(), "resources"];
             let created: Resource = api.post(&path, Some(&request)).await?;
             match wait {
@@ -90,7 +90,7 @@ pub async fn resources(
         }
         ResourceCommand::List { project_id } => {
             let api = &operator_api(settings)?;
-            let project = project_id_of(api, project_id).await?;
+            let project = project_or_sole(api, project_id.as_deref()).await?;
             let path = ["v1", "projects", &project.to_string(), "resources"];
             let list: Items<Resource> = api.get(&path, &[]).await?;
             render(format, list.items.as_slice(), out::resources)

@@ -214,7 +214,7 @@ fn create_posts_the_checked_body_and_waits_to_ready() {
     let mut wait = no_wait();
     wait.wait = true;
     let cmd = ResourceCommand::Create {
-        project_id: PROJECT.into(),
+        project_id: Some(PROJECT.into()),
         kind: "bucket".into(),
         blueprint_version_id: BLUEPRINT.into(),
         cloud_credential_id: CREDENTIAL.into(),
@@ -255,7 +255,7 @@ fn a_refused_parameter_is_the_servers_one_line_and_exit_1() {
     let (addr, _) = lab.serve_each(vec![http("422 Unprocessable Entity", body)]);
     let settings = settings_for(addr, lab.ca_file());
     let cmd = ResourceCommand::Create {
-        project_id: PROJECT.into(),
+        project_id: Some(PROJECT.into()),
         kind: "bucket".into(),
         blueprint_version_id: BLUEPRINT.into(),
         cloud_credential_id: CREDENTIAL.into(),

@@ -8,9 +8,9 @@ use clap::{Args, Subcommand};
 pub enum ResourceCommand {
     /// Declare a resource; the server accepts it (202) and provisions it asynchronously
     Create {
-        /// The project's id or slug
+        /// The project's id or slug (optional when the operator token sees one project)
         #[arg(long, visible_alias = "project", value_name = "PROJECT")]
-        project_id: String,
+        project_id: Option<String>,
         /// The resource kind; must be the blueprint's (see `plexctl blueprint list`)
         #[arg(long, value_name = "KIND")]
         kind: String,
@@ -36,9 +36,9 @@ pub enum ResourceCommand {
     },
     /// List a project's resources
     List {
-        /// The project's id or slug
+        /// The project's id or slug (optional when the operator token sees one project)
         #[arg(long, visible_alias = "project", value_name = "PROJECT")]
-        project_id: String,
+        project_id: Option<String>,
     },
     /// Deprovision a resource; Deleted once the substrate confirms it is gone
     Delete {

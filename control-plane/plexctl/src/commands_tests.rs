@@ -5,7 +5,7 @@ use uuid::uuid;
 use super::*;
 use crate::client::ClientError;
 use crate::config::ConfigError;
-use crate::session::{confirmed, project_by_slug};
+use crate::session::{confirmed, project_by_slug, sole_project};
 
 fn msg(r: Result<impl std::fmt::Debug, Failure>) -> (u8, String) {
     match r {
@@ -114,6 +114,17 @@ fn projects_are_found_by_slug() {
         text.contains(&p2.to_string()) && text.contains(&p3.to_string()),
         "{text}"
     );
+    // Without --project: the one project the token sees, else a list to choose from.
+    assert_eq!(sole_project(&all[..1]).unwrap(), p1);
+    let (code, text) = msg(sole_project(&all));
+    assert_eq!(code, 64);
+    assert!(
+        text.contains("pass --project")
+            && text.contains("lab-nodes")
+            && text.contains(&p3.to_string()),
+        "{text}"
+    );
+    assert_eq!(msg(sole_project(&[])).0, 1);
 }
 
 #[test]

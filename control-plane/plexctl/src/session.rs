@@ -54,6 +54,40 @@ pub async fn project_id(api: &Api, given: &str) -> Result<Uuid, Failure> {
     project_by_slug(&list.items, given.trim())
 }
 
+/// [`project_id`] when one is given; without one, the only project the operator's token sees
+/// (a token bound to one project, or a Domain with one project); with several, the error
+/// lists them.
+pub async fn project_or_sole(api: &Api, given: Option<&str>) -> Result<Uuid, Failure> {
+    match given {
+        Some(g) => project_id(api, g).await,
+        None => {
+            let list: List<ProjectView> = api.get(&["v1", "projects"], &[]).await?;
+            sole_project(&list.items)
+        }
+    }
+}
+
+/// The one project of `projects`, or an error that says to pass `--project` and lists them.
+pub fn sole_project(projects: &[ProjectView]) -> Result<Uuid, Failure> {
+    match projects {
+        [one] => Ok(one.id),
+        [] => Err(Failure::NotFound(
+            "the operator token sees no project; create one with `plexctl project create`".into(),
+        )),
+        many => {
+            let names: Vec<String> = many
+                .iter()
+                .map(|p| format!("{} ({})", p.slug, p.id))
+                .collect();
+            Err(Failure::Usage(format!(
+                "the operator token sees {} projects: pass --project with one of {}",
+                many.len(),
+                names.join(", ")
+            )))
+        }
+    }
+}
+
 /// Finds the one project with this slug.
 pub fn project_by_slug(projects: &[ProjectView], slug: &str) -> Result<Uuid, Failure> {
     let found: Vec<&ProjectView> = projects.iter().filter(|p| p.slug == slug).collect();
