@@ -1,10 +1,12 @@
 //! The UAPI unix socket (`/var/run/wireguard/<iface>.sock`): accepts connections, reads
 //! requests up to their empty line, and writes the answers `uapi` formats. The socket file is
-//! removed when the listener is dropped.
+//! removed when the listener is dropped, if it is still the file this listener bound: an
+//! instance for the same interface started while this one was exiting has put its own socket
+//! at the path, and must keep it (WireGuard's netns.sh restarts an interface at once).
 
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::fd::AsFd;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -46,6 +48,8 @@ pub enum UapiServerError {
 pub struct UapiListener {
     listener: UnixListener,
     path: PathBuf,
+    /// The device and inode of the socket file this listener bound.
+    file: (u64, u64),
 }
 
 impl UapiListener {
@@ -71,9 +75,11 @@ impl UapiListener {
         let listener = UnixListener::bind(path).map_err(err)?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
         listener.set_nonblocking(true).map_err(err)?;
+        let meta = std::fs::symlink_metadata(path).map_err(err)?;
         Ok(Self {
             listener,
             path: path.to_owned(),
+            file: (meta.dev(), meta.ino()),
         })
     }
 
@@ -111,7 +117,11 @@ impl UapiListener {
 
 impl Drop for UapiListener {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        let ours =
+            std::fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.file);
+        if ours {
+            let _ = std::fs::remove_file(&self.path);
+        }
     }
 }
 
@@ -155,5 +165,29 @@ fn serve_connection(stream: UnixStream, handle: &impl Fn(Request) -> String) -> 
             }
         };
         writer.write_all(answer.as_bytes())?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exiting_listener_leaves_the_socket_of_the_instance_that_replaced_it() {
+        let dir = std::env::temp_dir().join(format!("plexd-uapi-{}", std::process::id()));
+        let path = dir.join("wg-restart.sock");
+        let old = UapiListener::bind(&path).expect("bind the first instance");
+        // The old instance is exiting; its file went away (or was found stale) and the new
+        // instance bound its own socket at the same path.
+        std::fs::remove_file(&path).expect("remove");
+        let new = UapiListener::bind(&path).expect("bind the second instance");
+        drop(old);
+        assert!(
+            UnixStream::connect(&path).is_ok(),
+            "the new instance's socket must survive the old one's exit"
+        );
+        drop(new);
+        assert!(!path.exists(), "the last listener removes its own socket");
+        let _ = std::fs::remove_dir(&dir);
     }
 }
