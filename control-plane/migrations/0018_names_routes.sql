@@ -20,7 +20,10 @@ ALTER TABLE domains ADD COLUMN dns_suffix TEXT NOT NULL DEFAULT 'mesh.internal';
 -- What each node advertises: one row per (node, cidr). An exit is two rows of kind 'exit'
 -- (0.0.0.0/0 and ::/0). A row outlives its withdrawal (advertised = 0) while it is approved
 -- or denied, so a route a node offers again keeps its decision; a withdrawn pending row is
--- deleted. Booleans are BIGINT 0/1, times unix seconds.
+-- deleted. `primary_since` is set while the row carries traffic: the primary router of its
+-- (Domain, cidr), chosen by the control plane (`routes_select::select`) so every peer sees
+-- the same one, or an exit in service; it is when the row became that. Booleans are
+-- BIGINT 0/1, times unix seconds.
 CREATE TABLE node_routes (
     node_id TEXT NOT NULL REFERENCES nodes(id) ON DELETE CASCADE,
     domain_id TEXT NOT NULL REFERENCES domains(id),
@@ -34,16 +37,7 @@ CREATE TABLE node_routes (
     approval TEXT NOT NULL,
     approved_at BIGINT,
     approved_by TEXT,
+    primary_since BIGINT,
     PRIMARY KEY (node_id, cidr)
 );
 CREATE INDEX node_routes_domain ON node_routes (domain_id, cidr);
-
--- The primary router of each (Domain, cidr), chosen by the control plane
--- (`routes_select::select`) so every peer sees the same one; `since` is when it became it.
-CREATE TABLE route_primaries (
-    domain_id TEXT NOT NULL REFERENCES domains(id),
-    cidr TEXT NOT NULL,
-    node_id TEXT NOT NULL,
-    since BIGINT NOT NULL,
-    PRIMARY KEY (domain_id, cidr)
-);

@@ -26,6 +26,7 @@ pub mod operators;
 pub mod policies;
 pub mod projects;
 pub mod resources;
+pub mod routes;
 
 pub mod tokens;
 
