@@ -27,7 +27,7 @@ pub enum Renamed {
     /// No live node with that id.
     NoNode,
     /// The node as it is now.
-    Done(NodeRow),
+    Done(Box<NodeRow>),
 }
 
 impl NameOps<'_> {
@@ -53,7 +53,7 @@ impl NameOps<'_> {
             tracing::info!(node_id = %node.id, name = %node.dns_name, seq, "node renamed; every node of the Domain pulls its new state");
             self.bus.notify(node.domain_id, seq);
         }
-        Ok(Renamed::Done(node))
+        Ok(Renamed::Done(Box::new(node)))
     }
 
     async fn rename_attempt(
