@@ -1,6 +1,7 @@
 //! Subnet routes and exits in the compile (issue 27): grants cut to the rules' prefixes, `*`,
 //! overlapping rules, exits only for the nodes that name them and without the mesh range,
 //! routes a node may not use absent from its view, and `auto_approvers`.
+#![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
 mod common;
 
@@ -126,7 +127,7 @@ fn an_exit_serves_only_the_nodes_that_name_it_without_the_mesh_ranges() {
     let c = Compiled::with_routes(
         &plexsphere_policy::default_document(),
         &lab(),
-        &routes(&[exit.clone()]),
+        &routes(std::slice::from_ref(&exit)),
     );
     let a = out(&c, 2, 1).unwrap();
     assert!(a.len() > 2, "{a:?}");

@@ -217,3 +217,14 @@ pub async fn exit_users(
         })
         .collect()
 }
+
+/// Whether `node` carries any route or exit now.
+pub async fn carries_any(conn: &mut AnyConnection, node: Uuid) -> Result<bool, StoreError> {
+    let row = sqlx::query(
+        "SELECT COUNT(*) AS n FROM node_routes WHERE node_id = $1 AND primary_since IS NOT NULL",
+    )
+    .bind(node.to_string())
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(row.try_get::<i64, _>("n")? > 0)
+}
