@@ -76,7 +76,18 @@ async fn primary(srv: &TestServer) -> Option<Uuid> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_route_is_approved_carried_by_one_primary_and_fails_over() {
-    let srv = TestServer::start().await;
+    approve_and_fail_over(&TestServer::start().await).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_is_approved_carried_by_one_primary_and_fails_over_on_postgres() {
+    let Some(srv) = postgres::server().await else {
+        return;
+    };
+    approve_and_fail_over(&srv).await;
+}
+
+async fn approve_and_fail_over(srv: &TestServer) {
     let (r1, r2) = srv.enrol_pair().await;
     let a = srv.enrol(LAB_NODES).await;
 
