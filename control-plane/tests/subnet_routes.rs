@@ -91,22 +91,22 @@ async fn approve_and_fail_over(srv: &TestServer) {
     let (r1, r2) = srv.enrol_pair().await;
     let a = srv.enrol(LAB_NODES).await;
 
-    let (s, ack) = report(&srv, &r1, route(true)).await;
+    let (s, ack) = report(srv, &r1, route(true)).await;
     assert_eq!(s, StatusCode::OK, "{ack}");
     assert_eq!(ack["routes"][0]["approval"], "pending", "{ack}");
     assert_eq!(ack["routes"][0]["role"], "inactive", "{ack}");
     assert_eq!(ack["renew_secs"], 1);
     assert_eq!(
-        routes_via(&srv, &a, r1.node_id).await.unwrap(),
+        routes_via(srv, &a, r1.node_id).await.unwrap(),
         Vec::<String>::new(),
         "pending carries nothing"
     );
 
-    let (s, entry) = decide(&srv, "approve", r1.node_id, NET).await;
+    let (s, entry) = decide(srv, "approve", r1.node_id, NET).await;
     assert_eq!(s, StatusCode::OK, "{entry}");
     assert_eq!(entry["routers"][0]["role"], "primary", "{entry}");
-    assert_eq!(routes_via(&srv, &a, r1.node_id).await.unwrap(), vec![NET]);
-    let s1 = state(&srv, &r1).await;
+    assert_eq!(routes_via(srv, &a, r1.node_id).await.unwrap(), vec![NET]);
+    let s1 = state(srv, &r1).await;
     assert_eq!(s1.served_routes.len(), 1);
     assert_eq!(s1.served_routes[0].role, RouterRole::Primary);
     let view = s1.policy.unwrap().view;
@@ -118,17 +118,17 @@ async fn approve_and_fail_over(srv: &TestServer) {
     );
 
     // A second router stands by: the prefix stays on the primary only.
-    report(&srv, &r2, route(true)).await;
-    decide(&srv, "approve", r2.node_id, NET).await;
-    assert_eq!(primary(&srv).await, Some(r1.node_id));
+    report(srv, &r2, route(true)).await;
+    decide(srv, "approve", r2.node_id, NET).await;
+    assert_eq!(primary(srv).await, Some(r1.node_id));
     assert_eq!(
-        routes_via(&srv, &a, r2.node_id).await.unwrap(),
+        routes_via(srv, &a, r2.node_id).await.unwrap(),
         Vec::<String>::new()
     );
 
     // r1's probe fails: r2 takes over at once (no router passed the hold-down: the longest
     // healthy one anyway), and r1 does not take back over when it recovers.
-    let (_, ack) = report(&srv, &r1, route(false)).await;
+    let (_, ack) = report(srv, &r1, route(false)).await;
     assert!(
         ack["routes"][0]["reason"]
             .as_str()
@@ -136,22 +136,22 @@ async fn approve_and_fail_over(srv: &TestServer) {
             .contains("probe of 10.1.0.5 fails"),
         "{ack}"
     );
-    assert_eq!(primary(&srv).await, Some(r2.node_id));
-    assert_eq!(routes_via(&srv, &a, r2.node_id).await.unwrap(), vec![NET]);
+    assert_eq!(primary(srv).await, Some(r2.node_id));
+    assert_eq!(routes_via(srv, &a, r2.node_id).await.unwrap(), vec![NET]);
     assert_eq!(
-        routes_via(&srv, &a, r1.node_id).await.unwrap(),
+        routes_via(srv, &a, r1.node_id).await.unwrap(),
         Vec::<String>::new()
     );
-    report(&srv, &r1, route(true)).await;
-    report(&srv, &r2, route(true)).await;
-    assert_eq!(primary(&srv).await, Some(r2.node_id), "no pre-emption");
+    report(srv, &r1, route(true)).await;
+    report(srv, &r2, route(true)).await;
+    assert_eq!(primary(srv).await, Some(r2.node_id), "no pre-emption");
 
     // r2 is killed (stops reporting) while r1 renews: the leader's sweep moves the route
     // once r2's lease expired.
     let deadline = tokio::time::Instant::now() + BOUND;
     loop {
-        report(&srv, &r1, route(true)).await;
-        if primary(&srv).await == Some(r1.node_id) {
+        report(srv, &r1, route(true)).await;
+        if primary(srv).await == Some(r1.node_id) {
             break;
         }
         assert!(
@@ -160,8 +160,8 @@ async fn approve_and_fail_over(srv: &TestServer) {
         );
         tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }
-    assert_eq!(routes_via(&srv, &a, r1.node_id).await.unwrap(), vec![NET]);
-    let r2_row = list(&srv).await[0]
+    assert_eq!(routes_via(srv, &a, r1.node_id).await.unwrap(), vec![NET]);
+    let r2_row = list(srv).await[0]
         .routers
         .iter()
         .find(|r| r.node_id == r2.node_id)
@@ -170,16 +170,16 @@ async fn approve_and_fail_over(srv: &TestServer) {
     assert!(r2_row.reason.contains("no report for"), "{r2_row:?}");
 
     // Denying the primary moves nothing back to it; withdrawing (an empty report) ends it.
-    let (s, _) = decide(&srv, "deny", r1.node_id, NET).await;
+    let (s, _) = decide(srv, "deny", r1.node_id, NET).await;
     assert_eq!(s, StatusCode::OK);
-    assert_eq!(primary(&srv).await, None, "r2 is gone, r1 denied");
+    assert_eq!(primary(srv).await, None, "r2 is gone, r1 denied");
     assert_eq!(
-        routes_via(&srv, &a, r1.node_id).await.unwrap(),
+        routes_via(srv, &a, r1.node_id).await.unwrap(),
         Vec::<String>::new()
     );
-    let (s, _) = report(&srv, &r1, json!({})).await;
+    let (s, _) = report(srv, &r1, json!({})).await;
     assert_eq!(s, StatusCode::OK);
-    assert!(state(&srv, &r1).await.served_routes.is_empty());
+    assert!(state(srv, &r1).await.served_routes.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
