@@ -306,6 +306,28 @@ async fn the_policy_decides_who_uses_a_route_and_auto_approves() {
         None,
         "b may not use the route"
     );
+    // explain answers for an address behind the router: the rule, and who carries it.
+    let (_, domains) = srv.op_get("/v1/domains").await;
+    let domain = domains["items"][0]["slug"].as_str().unwrap().to_owned();
+    let explain = |dst: &str, what: &str| {
+        format!(
+            "/v1/domains/{domain}/policy/explain?src={}&dst={dst}&what={what}",
+            a.node_id
+        )
+    };
+    let (s, e) = srv.op_get(&explain("10.1.0.9", "22/tcp")).await;
+    assert_eq!(s, StatusCode::OK, "{e}");
+    assert_eq!(e["allowed"], true, "{e}");
+    let text = e["lines"].to_string();
+    assert!(
+        text.contains("line 4") && text.contains("carried by"),
+        "{e}"
+    );
+    let (_, e) = srv.op_get(&explain("10.1.0.200", "22/tcp")).await;
+    assert_eq!(e["allowed"], false, "outside the granted /25: {e}");
+    let (_, e) = srv.op_get(&explain("10.1.0.9", "80/tcp")).await;
+    assert_eq!(e["allowed"], false, "another port: {e}");
+
     // An untagged router's route stays pending.
     let (_, ack) = report(
         &srv,

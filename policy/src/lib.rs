@@ -80,7 +80,7 @@ pub use diff::{DiffEntry, ReachDiff, reach_diff};
 pub use doc_tests::{run_tests, validate};
 pub use document::{DEFAULT_DOCUMENT, default_document, parse};
 pub use error::{ErrorKind, Location, PolicyError, PolicyErrors};
-pub use explain::{Explanation, explain, parse_what};
+pub use explain::{Explanation, explain, explain_address, parse_what};
 pub use filter::{NodeFilter, PeerRef, ViewError};
 pub use flow::{FlowKey, FlowTable};
 pub use inventory::{Inventory, NodeInfo, ProjectInfo, RouteInfo, RouteInventory};

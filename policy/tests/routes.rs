@@ -191,3 +191,21 @@ fn auto_approvers_parse_check_and_decide() {
         assert!(text.contains(want), "{bad}: {text}");
     }
 }
+
+#[test]
+fn explain_answers_for_an_address_behind_a_router() {
+    let inv = lab();
+    let policy =
+        parse("rules:\n  - {src: tag:client, dst: '10.1.0.0/25', proto: tcp, ports: 22}\n")
+            .unwrap();
+    let a = node(&inv, "a");
+    let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+    let tcp22 = Some((plexsphere_policy::Proto::Tcp, 22));
+    let e = plexsphere_policy::explain_address(&policy, a, ip("10.1.0.9"), tcp22);
+    assert!(e.allowed, "{e}");
+    assert!(e.lines[0].contains("line 2"), "{e}");
+    assert!(!plexsphere_policy::explain_address(&policy, a, ip("10.1.0.200"), tcp22).allowed);
+    let c = node(&inv, "c");
+    let e = plexsphere_policy::explain_address(&policy, c, ip("10.1.0.9"), tcp22);
+    assert!(!e.allowed && e.lines[1].contains("dst: '10.1.0.9'"), "{e}");
+}
