@@ -220,7 +220,24 @@ impl NodeOps<'_> {
         let kind = EventKind::PeerUpdated {
             peer: node_decisions::peer_spec(&row),
         };
-        let seq = events::append(&mut tx, row.domain_id, None, id, &kind, now).await?;
+        let mut seq = events::append(&mut tx, row.domain_id, None, id, &kind, now).await?;
+        // A router's `peer_updated` carries its mesh host routes only (its route prefixes
+        // differ per receiver): a resync right after it makes its clients pull the prefixes
+        // back with the new key (docs/routes.md).
+        if crate::store::routes::carries_any(&mut tx, id).await? {
+            let resync = EventKind::Resync {
+                reason: format!("router {id} rotated its key"),
+            };
+            seq = events::append(
+                &mut tx,
+                row.domain_id,
+                None,
+                uuid::Uuid::nil(),
+                &resync,
+                now,
+            )
+            .await?;
+        }
         tx.commit().await.map_err(StoreError::from)?;
         Ok(KeyOutcome::Changed(row, seq))
     }

@@ -131,3 +131,55 @@ pub fn explain(
         lines,
     }
 }
+
+/// Why `src` may (or may not) open `what` on an address outside the mesh (`dst` a CIDR
+/// destination: a host behind a subnet router or an exit, docs/routes.md). Which router
+/// carries the address is the control plane's to say; this answers the rules.
+pub fn explain_address(
+    policy: &Policy,
+    src: &NodeInfo,
+    dst: std::net::IpAddr,
+    what: Option<(Proto, u16)>,
+) -> Explanation {
+    let empty = crate::inventory::Inventory::default();
+    let resolver = crate::resolve::Resolver::new(policy, &empty);
+    let holds = |i: usize| {
+        let r = &policy.rules[i];
+        eval::selects_any(policy, &r.src, src)
+            && resolver.prefixes(&r.dst).iter().any(|p| p.contains(&dst))
+            && what.is_none_or(|(proto, port)| r.covers(proto, port))
+    };
+    let rules: Vec<usize> = (0..policy.rules.len()).filter(|&i| holds(i)).collect();
+    let label = match what {
+        Some((p, port)) if p.has_ports() => format!(" {p}/{port}"),
+        Some((p, _)) => format!(" {p}"),
+        None => String::new(),
+    };
+    let pair = format!("{} -> {dst}{label}", src.name);
+    let mut lines = Vec::new();
+    match rules.first() {
+        Some(&r) => {
+            lines.push(format!("{pair}: allowed by {}", policy.rules[r]));
+            for &o in &rules[1..] {
+                lines.push(format!("  also allowed by {}", policy.rules[o]));
+            }
+        }
+        None => {
+            let tail = match what {
+                Some((p, port)) if p.has_ports() => format!(", proto: {p}, ports: {port}"),
+                Some((p, _)) => format!(", proto: {p}"),
+                None => String::new(),
+            };
+            lines.push(format!("{pair}: no rule allows it"));
+            lines.push(format!(
+                "  a rule that would allow it: {{src: 'node:{}', dst: '{dst}'{tail}}} (or name a tag and the route's CIDR)",
+                src.name
+            ));
+        }
+    }
+    Explanation {
+        allowed: !rules.is_empty(),
+        rules,
+        lines,
+    }
+}

@@ -237,14 +237,31 @@ pub async fn explain(
             ))
         })
     };
-    let (src, dst) = (find(&q.src)?, find(&q.dst)?);
+    let src = find(&q.src)?;
     let policy = plexsphere_policy::parse(&row.document).map_err(|e| {
         Error::Internal(format!(
             "the stored policy version {} does not parse: {e}",
             row.version
         ))
     })?;
-    let e = plexsphere_policy::explain(&policy, src, dst, what);
+    // An address outside the mesh (a host behind a subnet router or an exit): the rules,
+    // then which router carries it now (issue 27).
+    let addr = q
+        .dst
+        .parse::<std::net::IpAddr>()
+        .ok()
+        .filter(|a| !inv.nodes.iter().any(|n| n.addrs().any(|m| m == *a)));
+    let e = match addr {
+        Some(a) => {
+            let mut e = plexsphere_policy::explain_address(&policy, src, a, what);
+            let mut c = st.store.acquire().await?;
+            let routes = crate::routes_ops::route_inventory(&mut c, domain.id).await?;
+            drop(c);
+            e.lines.push(carried_by(&routes, &inv, src.id, a));
+            e
+        }
+        None => plexsphere_policy::explain(&policy, src, find(&q.dst)?, what),
+    };
     Ok(Json(PolicyExplanation {
         version: row.version,
         allowed: e.allowed,
@@ -278,4 +295,45 @@ pub async fn set_node_tags(
         })?;
     tracing::info!(node_id = %id, operator = %op.id, tags = ?row.tags, "node tags set by an operator");
     Ok(Json(node_view(&row, now, st.config.offline_after_secs())?))
+}
+
+/// Which router carries `addr` for `src` now: the most specific subnet route in service that
+/// holds it, else the exit `src` uses, else none.
+fn carried_by(
+    routes: &plexsphere_policy::RouteInventory,
+    inv: &plexsphere_policy::Inventory,
+    src: uuid::Uuid,
+    addr: std::net::IpAddr,
+) -> String {
+    let name = |id: uuid::Uuid| {
+        inv.nodes
+            .iter()
+            .find(|n| n.id == id)
+            .map_or_else(|| id.to_string(), |n| n.name.clone())
+    };
+    let route = routes
+        .routes
+        .iter()
+        .filter(|r| !r.exit && r.cidr.contains(&addr))
+        .max_by_key(|r| r.cidr.prefix_len());
+    if let Some(r) = route {
+        return format!(
+            "{addr} is in route {} carried by {} (its primary router now)",
+            r.cidr,
+            name(r.router)
+        );
+    }
+    match routes
+        .routes
+        .iter()
+        .find(|r| r.exit && r.users.contains(&src))
+    {
+        Some(r) => format!(
+            "{addr} is outside every route: it goes through the exit {}",
+            name(r.router)
+        ),
+        None => format!(
+            "no approved route in service holds {addr} and the node uses no exit: nothing carries it (`plexctl route list`)"
+        ),
+    }
 }
