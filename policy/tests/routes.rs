@@ -211,6 +211,13 @@ fn a_router_forwards_only_granted_flows_of_its_clients_and_only_their_replies_ba
         denied(Proto::Tcp, 22)
     );
     assert_eq!(from_a(&tcp(A, 40002, H2, 22), &mut flows), RULE);
+    // The router's own LAN address is an address of the route: the route's grant.
+    let lan_ip = Ipv4Addr::new(10, 1, 0, 1);
+    assert_eq!(from_a(&tcp(A, 40010, lan_ip, 22), &mut flows), RULE);
+    assert_eq!(
+        from_a(&tcp(A, 40011, Ipv4Addr::new(10, 1, 0, 200), 22), &mut flows),
+        denied(Proto::Tcp, 22)
+    );
     // A prefix the client was not granted, and a spoofed (another node's) source.
     assert_eq!(
         from_a(&tcp(A, 40003, OUT, 5432), &mut flows),

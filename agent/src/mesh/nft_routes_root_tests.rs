@@ -116,6 +116,8 @@ fn listeners(l: &Lan) -> Vec<TcpListener> {
     vec![
         bind(&l.h, "10.1.0.50:5432"),
         bind(&l.h, "10.1.0.50:22"),
+        bind(&l.lab.b, "10.1.0.1:5432"),
+        bind(&l.lab.b, "10.1.0.1:22"),
         bind(&l.lab.a, "10.99.0.1:9000"),
     ]
 }

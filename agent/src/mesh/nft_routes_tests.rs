@@ -58,6 +58,9 @@ fn a_router_forwards_a_clients_flows_by_the_grant_of_the_longest_prefix() {
     assert!(r.contains("  chain mesh_fwd {\n    ct direction reply accept\n    ct state related meta l4proto { icmp, ipv6-icmp } accept\n    ip saddr vmap @fwd4\n    ip6 saddr vmap @fwd6\n    limit rate 5/second burst 10 packets log prefix \"plexd-policy drop: \" level info\n    counter drop\n  }"), "{r}");
     assert!(r.contains("  chain forward {\n    type filter hook forward priority filter; policy accept;\n    iifname \"wg0\" jump mesh_fwd\n    oifname \"wg0\" jump mesh_fwd_out\n  }"), "{r}");
     assert!(!r.contains("established"), "{r}");
+    // The router's own address inside a served prefix: the same grant, before the check
+    // that input is for this node's mesh addresses.
+    assert!(r.contains("  chain mesh_in {\n    ip saddr vmap @fwd4\n    ip6 saddr vmap @fwd6\n    ip daddr != { 10.64.0.2 } counter drop\n"), "{r}");
 }
 
 #[test]

@@ -85,6 +85,10 @@ impl Routes {
         self.out.is_empty() && self.inb.is_empty()
     }
 
+    pub(super) fn serves(&self) -> bool {
+        !self.inb.is_empty()
+    }
+
     pub(super) fn uses(&self) -> bool {
         !self.out.is_empty()
     }

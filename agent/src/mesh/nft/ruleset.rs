@@ -187,6 +187,11 @@ pub(super) fn filter_ruleset(iface: &str, view: &NodeView) -> String {
         a
     };
     out.push_str("  chain mesh_in {\n");
+    if routes.serves() {
+        // A client's packet to an address of this host inside a served prefix (its LAN
+        // address): the route's grant, as for the prefix's other hosts.
+        out.push_str("    ip saddr vmap @fwd4\n    ip6 saddr vmap @fwd6\n");
+    }
     for (v6, (fam, nfproto)) in [(false, ("ip", "ipv4")), (true, ("ip6", "ipv6"))] {
         let own = own(v6);
         if own.is_empty() {
