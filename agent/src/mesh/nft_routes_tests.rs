@@ -79,7 +79,10 @@ fn a_router_lets_back_only_replies_its_grants_still_hold_and_nothing_a_lan_host_
     );
     // The served prefixes, merged.
     assert!(r.contains("  set served4 {\n    type ipv4_addr\n    flags interval\n    elements = { 10.1.0.0-10.1.0.255 }\n  }"), "{r}");
-    assert!(r.contains("  chain mesh_fwd_out {\n    ct state related meta l4proto { icmp, ipv6-icmp } accept\n    ct direction reply ip daddr vmap @rep4\n    ct direction reply ip6 daddr vmap @rep6\n    ct direction reply counter drop\n    ip saddr @served4 counter drop\n    ip6 saddr @served6 counter drop\n    jump route_out\n  }"), "{r}");
+    assert!(r.contains("  chain mesh_fwd_out {\n    ct state related meta l4proto { icmp, ipv6-icmp } accept\n    ct direction reply ip daddr vmap @rep4\n    ct direction reply ip6 daddr vmap @rep6\n    ct direction reply counter drop\n    jump route_out\n  }"), "{r}");
+    // A served host's own flow into the mesh: dropped after source NAT (so this host's
+    // masqueraded flows, its containers', still pass).
+    assert!(r.contains("  chain postrouting {\n    type filter hook postrouting priority srcnat + 10; policy accept;\n    oifname \"wg0\" ct direction original ip saddr @served4 counter drop\n    oifname \"wg0\" ct direction original ip6 saddr @served6 counter drop\n  }"), "{r}");
 }
 
 #[test]
@@ -95,7 +98,7 @@ fn a_client_opens_only_granted_flows_into_a_route_and_takes_only_their_replies()
     assert!(r.contains("    ct direction reply ip6 saddr vmap @out6\n    ct direction reply ip saddr vmap @rsrc4\n    ct direction reply ip6 saddr vmap @rsrc6\n"), "{r}");
     assert!(r.contains("  chain output {\n    type filter hook output priority filter; policy accept;\n    oifname \"wg0\" jump route_out\n  }"), "{r}");
     assert!(r.contains("  chain route_out {\n    ct state related meta l4proto { icmp, ipv6-icmp } accept\n    ip daddr vmap @rdst4\n    ip6 daddr vmap @rdst6\n  }"), "{r}");
-    assert_eq!(r.matches("hook ").count(), 3, "{r}");
+    assert_eq!(r.matches("hook ").count(), 4, "{r}");
 }
 
 #[test]
@@ -110,7 +113,15 @@ fn a_view_without_routes_keeps_the_table_it_had() {
         r.contains("iifname \"wg0\" ct direction reply accept\n    iifname \"wg0\" counter drop\n"),
         "{r}"
     );
-    for name in ["mesh_fwd", "rdst", "rsrc", "served", "hook output", "rto_"] {
+    for name in [
+        "mesh_fwd",
+        "rdst",
+        "rsrc",
+        "served",
+        "hook output",
+        "hook postrouting",
+        "rto_",
+    ] {
         assert!(!r.contains(name), "{name}: {r}");
     }
 }

@@ -11,7 +11,10 @@
 //! - to the mesh (`oifname`): replies (`ct direction reply`) towards a client pass through
 //!   `rep_<peer>`, whose map on the source jumps to the prefix's grant checked on the source
 //!   port (`out_<grant>`: the port the client opened); a reply no grant holds any more is
-//!   dropped; a flow a host of a served prefix opens towards the mesh is dropped.
+//!   dropped;
+//! - hook `postrouting` (after source NAT, so this host's own masqueraded flows, e.g. its
+//!   containers', keep working): a flow whose source is still inside a served prefix (a
+//!   LAN host opening a flow into the mesh) is dropped.
 //!
 //! Client (a peer's `routes_out`):
 //! - hook `output` (and `forward` to the mesh): a packet to a route prefix jumps, through an
@@ -83,6 +86,17 @@ impl Routes {
 
     pub(super) fn is_empty(&self) -> bool {
         self.out.is_empty() && self.inb.is_empty()
+    }
+
+    /// The router's postrouting chain, after source NAT (`srcnat + 10`).
+    pub(super) fn write_postrouting(&self, out: &mut String, iface: &str) {
+        if self.inb.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "  chain postrouting {{\n    type filter hook postrouting priority srcnat + 10; policy accept;\n    oifname \"{iface}\" ct direction original ip saddr @served4 counter drop\n    oifname \"{iface}\" ct direction original ip6 saddr @served6 counter drop\n  }}"
+        );
     }
 
     pub(super) fn serves(&self) -> bool {
@@ -202,10 +216,10 @@ impl Routes {
             "  chain mesh_fwd {{\n    ct direction reply accept\n    ct state related meta l4proto {{ icmp, ipv6-icmp }} accept\n    ip saddr vmap @fwd4\n    ip6 saddr vmap @fwd6\n    limit rate {LOG_PER_SECOND}/second burst {} packets log prefix \"{LOG_PREFIX}\" level info\n    counter drop\n  }}",
             LOG_PER_SECOND * 2
         );
-        // To the mesh: replies only while the client's grant holds them; nothing a served
-        // host opens; the client's own routes checked like its output.
+        // To the mesh: replies only while the client's grant holds them; the client's own
+        // routes checked like its output.
         out.push_str(
-            "  chain mesh_fwd_out {\n    ct state related meta l4proto { icmp, ipv6-icmp } accept\n    ct direction reply ip daddr vmap @rep4\n    ct direction reply ip6 daddr vmap @rep6\n    ct direction reply counter drop\n    ip saddr @served4 counter drop\n    ip6 saddr @served6 counter drop\n    jump route_out\n  }\n",
+            "  chain mesh_fwd_out {\n    ct state related meta l4proto { icmp, ipv6-icmp } accept\n    ct direction reply ip daddr vmap @rep4\n    ct direction reply ip6 daddr vmap @rep6\n    ct direction reply counter drop\n    jump route_out\n  }\n",
         );
     }
 }

@@ -237,6 +237,7 @@ pub(super) fn filter_ruleset(iface: &str, view: &NodeView) -> String {
             "  chain forward {{\n    type filter hook forward priority filter; policy accept;\n    iifname \"{name}\" jump mesh_fwd\n    oifname \"{name}\" jump mesh_fwd_out\n  }}"
         );
     }
+    routes.write_postrouting(&mut out, &name);
     if routes.uses() {
         let _ = writeln!(
             out,
