@@ -443,3 +443,56 @@ proptest! {
         }
     }
 }
+
+fn v6_tcp(src: Ipv6Addr, sport: u16, dst: Ipv6Addr, dport: u16) -> Vec<u8> {
+    let mut t = vec![0u8; 20];
+    t[0..2].copy_from_slice(&sport.to_be_bytes());
+    t[2..4].copy_from_slice(&dport.to_be_bytes());
+    t[12] = 0x50;
+    let mut p = vec![0x60, 0, 0, 0, 0, 20, 6, 64];
+    p.extend_from_slice(&src.octets());
+    p.extend_from_slice(&dst.octets());
+    p.extend_from_slice(&t);
+    p
+}
+
+#[test]
+fn ipv6_routes_get_the_same_decisions() {
+    let (a6, r6) = (
+        Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 1),
+        Ipv6Addr::new(0xfd00, 0, 0, 0, 0, 0, 0, 2),
+    );
+    let h6 = Ipv6Addr::new(0xfd10, 0, 0, 0, 0, 0, 0, 0x50);
+    let (mut a, mut r) = views(vec![RouteGrant {
+        prefix: "fd10::/64".parse().unwrap(),
+        grant: 0,
+    }]);
+    a.addrs.push(a6.into());
+    a.peers[0].addrs.push(r6.into());
+    r.addrs.push(r6.into());
+    r.peers[0].addrs.push(a6.into());
+    let (a, r) = (NodeFilter::new(&a).unwrap(), NodeFilter::new(&r).unwrap());
+    let (pr, pa) = (a.peer(&id(2)), r.peer(&id(1)));
+    let now = Instant::now();
+    let (mut fa, mut fr) = (FlowTable::default(), FlowTable::default());
+    let open = v6_tcp(a6, 40000, h6, 5432);
+    assert_eq!(outbound_bytes(&a, pr, &open, &mut fa, now), RULE);
+    assert_eq!(inbound_bytes(&r, pa, &open, &mut fr, now), RULE);
+    let back = v6_tcp(h6, 5432, a6, 40000);
+    assert_eq!(outbound_bytes(&r, pa, &back, &mut fr, now), REPLY);
+    assert_eq!(inbound_bytes(&a, pr, &back, &mut fa, now), REPLY);
+    let ssh = v6_tcp(a6, 40001, h6, 22);
+    assert_eq!(
+        outbound_bytes(&a, pr, &ssh, &mut fa, now),
+        denied(Proto::Tcp, 22)
+    );
+    assert_eq!(
+        inbound_bytes(&r, pa, &ssh, &mut fr, now),
+        denied(Proto::Tcp, 22)
+    );
+    let injected = v6_tcp(h6, 5432, a6, 40999);
+    assert_eq!(
+        outbound_bytes(&r, pa, &injected, &mut fr, now),
+        denied(Proto::Tcp, 40999)
+    );
+}

@@ -10,7 +10,7 @@ use std::process::Command;
 use plexsphere_policy::view::{NodeView, RouteGrant};
 
 use super::nft::{self, Installed};
-use super::nft_root_tests::{A, B, DROPPED_AFTER, Lab, ip, sh};
+use super::nft_root_tests::{A, A6, B, B6, BOUND, DROPPED_AFTER, Lab, ip, sh};
 use super::nft_tests::{grant, peer, view};
 
 const H: &str = "10.1.0.50";
@@ -188,4 +188,46 @@ fn the_client_opens_only_granted_flows_into_the_route_and_takes_their_replies() 
         !connects_from(&l.h, A, 9000),
         "input: a flow from the LAN is no reply"
     );
+}
+
+#[test]
+fn ipv6_routes_get_the_same_forward_rules() {
+    let l = lan("6");
+    let link = format!("pkl6{}", std::process::id() % 100_000);
+    ip(&l.lab.b, &format!("addr add fd01::1/64 dev {link} nodad"));
+    ip(&l.h, &format!("addr add fd01::50/64 dev {link}h nodad"));
+    ip(&l.h, "-6 route add fd99::/64 via fd01::1");
+    ip(&l.lab.a, &format!("-6 route add fd01::/64 via {B6}"));
+    sh(&[
+        "ip",
+        "netns",
+        "exec",
+        &l.lab.b,
+        "sysctl",
+        "-qw",
+        "net.ipv6.conf.all.forwarding=1",
+    ]);
+    let bind = |at: &str| {
+        let at: SocketAddr = at.parse().unwrap();
+        in_ns(&l.h, move || TcpListener::bind(at).unwrap())
+    };
+    let _l = (bind("[fd01::50]:5432"), bind("[fd01::50]:22"));
+    // Neighbour discovery through the router settles first (link-local DAD): bounded.
+    let start = std::time::Instant::now();
+    while !connects_from(&l.lab.a, "fd01::50", 22) {
+        assert!(start.elapsed() < BOUND, "no table: routed within {BOUND:?}");
+    }
+    let mut a = peer(1, &[A, A6], None, None);
+    a.routes_in = vec![RouteGrant {
+        prefix: "fd01::/64".parse().unwrap(),
+        grant: 0,
+    }];
+    let v = view(
+        &[B, B6],
+        vec![grant(&[(5432, 5432)], &[], true, false)],
+        vec![a],
+    );
+    assert_eq!(l.lab.install(Some(v)).unwrap(), Installed::Filter);
+    assert!(connects_from(&l.lab.a, "fd01::50", 5432));
+    assert!(!connects_from(&l.lab.a, "fd01::50", 22));
 }
