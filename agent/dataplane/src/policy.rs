@@ -204,7 +204,9 @@ pub(crate) struct PeerPolicy {
     pub slot: Option<PeerRef>,
     pub flows: FlowTable,
     logged: [Option<Instant>; REASON_COUNT],
-    quiet: [u64; REASON_COUNT],
+    /// Drops since the last line, per reason (u32: a peer's state stays under 512 bytes,
+    /// `peer.rs`; saturates, far beyond what 10 s can bring).
+    quiet: [u32; REASON_COUNT],
 }
 
 impl Default for PeerPolicy {
@@ -237,10 +239,10 @@ impl PeerPolicy {
     ) -> bool {
         let i = reason_index(why);
         if self.logged[i].is_some_and(|t| now.saturating_duration_since(t) < POLICY_LOG_EVERY) {
-            self.quiet[i] += 1;
+            self.quiet[i] = self.quiet[i].saturating_add(1);
             return false;
         }
-        let more = std::mem::take(&mut self.quiet[i]);
+        let more = u64::from(std::mem::take(&mut self.quiet[i]));
         self.logged[i] = Some(now);
         let dir = if inbound { "from" } else { "to" };
         let peer = peer();
