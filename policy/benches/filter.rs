@@ -2,6 +2,11 @@
 //! a compiled lookup, never a scan), next to the plain evaluator that does scan; and the
 //! compile time for 10,000 nodes x 1,000 rules, plus one node's view from it.
 //!
+//! Routed traffic (issue 27): the router's decision on a client's packet into a served
+//! prefix and the client's on its packet into a route, with 1 and 256 prefixes a peer (the
+//! longest-prefix lookup is a binary search in the peer's ranges), beside the direct
+//! decision of the same hand-made view.
+//!
 //! Run: `cargo bench -p plexsphere-policy --bench filter -- --quick`
 
 use std::hint::black_box;
@@ -10,9 +15,10 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use plexsphere_policy::packet::L4;
+use plexsphere_policy::view::{NodeView, PeerView, RouteGrant};
 use plexsphere_policy::{
-    Compiled, FlowTable, Inventory, NodeFilter, NodeInfo, Packet, Policy, ProjectInfo, Proto, eval,
-    inbound, inbound_bytes, parse,
+    Access, Compiled, FlowTable, Grant, Inventory, NodeFilter, NodeInfo, Packet, Policy, PortRange,
+    PortSet, ProjectInfo, Proto, eval, inbound, inbound_bytes, outbound, parse,
 };
 use uuid::Uuid;
 
@@ -188,5 +194,101 @@ fn compile(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, per_packet, compile);
+/// A router (10.64.0.2) serving client 10.64.0.1 `prefixes` /24s of 10.128.0.0/9 with four
+/// grants in turn (one of them tcp 5432), and the client's view of it; the client may also
+/// open tcp 5432 on the router itself (the direct case).
+fn routed_views(prefixes: usize) -> (NodeView, NodeView) {
+    let grants: Vec<Grant> = (0..4u16)
+        .map(|i| Grant {
+            access: Access {
+                tcp: PortSet::from_ranges([PortRange {
+                    first: 5432 + i * 10,
+                    last: 5432 + i * 10,
+                }]),
+                udp: PortSet::empty(),
+                icmp: i == 0,
+                other: false,
+            },
+            lines: vec![u32::from(i) + 1],
+        })
+        .collect();
+    let routes: Vec<RouteGrant> = (0..prefixes)
+        .map(|i| RouteGrant {
+            prefix: ipnet::IpNet::new(Ipv4Addr::from(0x0a80_0000 + (i as u32) * 256).into(), 24)
+                .unwrap_or_default(),
+            grant: if i + 1 == prefixes {
+                0
+            } else {
+                (i % 3) as u32 + 1
+            },
+        })
+        .collect();
+    let peer = |n: u8, out: Vec<RouteGrant>, inb: Vec<RouteGrant>| PeerView {
+        id: Uuid::from_u128(u128::from(n)),
+        name: format!("n{n}"),
+        addrs: vec![Ipv4Addr::new(10, 64, 0, n).into()],
+        inbound: (n == 1).then_some(0),
+        outbound: (n == 2).then_some(0),
+        routes_out: out,
+        routes_in: inb,
+    };
+    let view = |n: u8, p: PeerView| NodeView {
+        node: Uuid::from_u128(u128::from(n)),
+        addrs: vec![Ipv4Addr::new(10, 64, 0, n).into()],
+        grants: grants.clone(),
+        peers: vec![p],
+    };
+    (
+        view(2, peer(1, Vec::new(), routes.clone())),
+        view(1, peer(2, routes, Vec::new())),
+    )
+}
+
+fn routed(c: &mut Criterion) {
+    let mut g = c.benchmark_group("policy_routed");
+    g.measurement_time(Duration::from_secs(2))
+        .warm_up_time(Duration::from_millis(500));
+    let tcp = |src: Ipv4Addr, dst: Ipv4Addr| Packet {
+        src: src.into(),
+        dst: dst.into(),
+        l4: L4::Tcp {
+            sport: 40000,
+            dport: 5432,
+        },
+    };
+    let (client, router) = (Ipv4Addr::new(10, 64, 0, 1), Ipv4Addr::new(10, 64, 0, 2));
+    for prefixes in [1usize, 256] {
+        let (rv, cv) = routed_views(prefixes);
+        let (Ok(rf), Ok(cf)) = (NodeFilter::new(&rv), NodeFilter::new(&cv)) else {
+            return;
+        };
+        let (rp, cp) = (rf.peer(&Uuid::from_u128(1)), cf.peer(&Uuid::from_u128(2)));
+        // The last prefix: the one with the tcp 5432 grant.
+        let host = Ipv4Addr::from(0x0a80_0000 + (prefixes as u32 - 1) * 256 + 50);
+        let now = Instant::now();
+        let mut flows = FlowTable::default();
+        let (fwd, open, direct) = (tcp(client, host), tcp(client, host), tcp(client, router));
+        assert!(inbound(&rf, rp, &fwd, &mut flows, now).is_accept());
+        assert!(outbound(&cf, cp, &open, &mut flows, now).is_accept());
+        assert!(inbound(&rf, rp, &direct, &mut flows, now).is_accept());
+        g.bench_with_input(
+            BenchmarkId::new("router_forward_decide", prefixes),
+            &prefixes,
+            |b, _| b.iter(|| inbound(&rf, black_box(rp), black_box(&fwd), &mut flows, now)),
+        );
+        g.bench_with_input(
+            BenchmarkId::new("client_open_decide", prefixes),
+            &prefixes,
+            |b, _| b.iter(|| outbound(&cf, black_box(cp), black_box(&open), &mut flows, now)),
+        );
+        g.bench_with_input(
+            BenchmarkId::new("direct_decide_same_view", prefixes),
+            &prefixes,
+            |b, _| b.iter(|| inbound(&rf, black_box(rp), black_box(&direct), &mut flows, now)),
+        );
+    }
+    g.finish();
+}
+
+criterion_group!(benches, per_packet, compile, routed);
 criterion_main!(benches);

@@ -22,10 +22,13 @@
 //! - anything else: a rate-limited log line (`plexd-policy drop`), counted, dropped.
 //!
 //! Forward (packets from the mesh this node would route): only replies to flows that left
-//! through the interface; the policy grants nothing to route yet.
+//! through the interface, and what the view's route grants allow (`routes`: a router's
+//! clients into its served prefixes and their replies back; a client's packets into a
+//! route).
 //!
-//! Output: no chain. The receiver is the boundary (the peer drops what its policy refuses),
-//! and a reply to a flow this node opened where it may not is dropped here on the way back.
+//! Output: no chain without routes. The receiver is the boundary (the peer drops what its
+//! policy refuses), and a reply to a flow this node opened where it may not is dropped here
+//! on the way back. A client of a route gets an output chain for packets into the route.
 //!
 //! Spoofed sources: the kernel's WireGuard drops a decrypted packet whose source is not in
 //! the sending peer's allowed IPs, and allowed IPs never overlap between peers, so a source
@@ -42,6 +45,7 @@ use plexsphere_policy::filter::{NodeFilter, ViewError};
 use plexsphere_policy::view::NodeView;
 use plexsphere_wire::node::PolicyState;
 
+mod routes;
 mod ruleset;
 
 pub use ruleset::{LOG_PER_SECOND, LOG_PREFIX, MAX_IFACE_LEN, closed_ruleset, ruleset, table_name};
