@@ -60,6 +60,8 @@ pub struct Executor {
     pub gso_probe: Option<super::gso_probe::GsoProbe>,
     /// The policy filter's counters (embedded data plane only).
     pub policy_reader: Option<plexd_dataplane::PolicyReader>,
+    /// The resolver for mesh names (`dns.enabled`, docs/dns.md).
+    pub dns: Option<crate::dns::runtime::Runtime>,
 }
 
 impl Executor {
@@ -250,6 +252,11 @@ impl Executor {
             }
             Effect::DiscardPendingKey => {
                 tokio::spawn(super::rotate::discard(self.paths.clone()));
+            }
+            Effect::Dns(zone) => {
+                if let Some(dns) = &self.dns {
+                    dns.update(zone);
+                }
             }
             Effect::Exit(o) => return Some(o),
         }
