@@ -22,6 +22,8 @@ pub mod zone;
 
 #[cfg(test)]
 mod answer_tests;
+#[cfg(test)]
+mod root_tests;
 
 use std::time::Duration;
 
