@@ -20,6 +20,7 @@ pub mod leader;
 pub mod live_cache;
 pub mod maintenance;
 pub mod metrics;
+pub mod names_ops;
 pub mod node_decisions;
 pub mod node_ops;
 pub mod node_rotation;

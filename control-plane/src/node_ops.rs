@@ -147,6 +147,10 @@ impl NodeOps<'_> {
         let live = self.live.live(&mut conn, me.domain_id, version).await?;
         let projects = projects::in_domain(&mut conn, me.domain_id).await?;
         let policy_version = policy_version(&mut conn, me.domain_id).await?;
+        let extras = node_decisions::Extras {
+            dns_suffix: crate::store::names::suffix(&mut conn, me.domain_id).await?,
+            served: Vec::new(),
+        };
         drop(conn);
         let policy = self
             .policies
@@ -166,8 +170,9 @@ impl NodeOps<'_> {
             relay_token: &token,
         };
         let (signer, next_key) = self.keys.signing(&domain).await?;
-        let doc =
-            node_decisions::node_state(&me, &domain, &live, version, now, reach, next_key, &policy);
+        let doc = node_decisions::node_state(
+            &me, &domain, &live, version, now, reach, next_key, &policy, &extras,
+        );
         let env = signer
             .sign(SignContext::NodeState, &doc)
             .map_err(|e| Error::Internal(format!("cannot encode a node state: {e}")))?;
