@@ -68,6 +68,50 @@ fn fqdn(label: &str) -> String {
     format!("{label}.{SUFFIX}")
 }
 
+/// `count` broker machines with plexd running.
+fn machines(lab: &BrokerLab, count: usize) -> Vec<Node> {
+    (0..count)
+        .map(|_| {
+            let out = lab
+                .create(r#"{"release":"bookworm"}"#, &["--wait", "--timeout", "10m"])
+                .unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            let r = json(&String::from_utf8_lossy(&out.stdout)).unwrap();
+            let id = r["node_id"].as_str().unwrap().to_owned();
+            let mesh_ip = lab.cp.node(&id).unwrap()["mesh_ip"].as_str().unwrap().to_owned();
+            Node {
+                rid: r["id"].as_str().unwrap().to_owned(),
+                id,
+                mesh_ip,
+            }
+        })
+        .collect()
+}
+
+/// Installs systemd-resolved in `n` (its image has none), with the test's DNS server on the
+/// bridge as the machine's normal DNS, and starts it.
+fn install_resolved(lab: &BrokerLab, n: &Node, debs: &[std::path::PathBuf]) {
+    let m = lab.machine(&n.rid).unwrap();
+    for deb in debs {
+        let name = deb.file_name().unwrap().to_str().unwrap();
+        std::fs::copy(deb, m.merged().join("root").join(name)).unwrap();
+    }
+    sh_ok(
+        lab,
+        n,
+        &format!(
+            "mkdir -p /etc/systemd/resolved.conf.d && printf '[Resolve]\\nDNS={HOST_IP}\\n' > /etc/systemd/resolved.conf.d/upstream.conf"
+        ),
+    );
+    let (_, out) = sh(lab, n, "DEBIAN_FRONTEND=noninteractive dpkg -i /root/*.deb 2>&1");
+    eprintln!("--- dpkg -i in {}:\n{out}", n.rid);
+    sh_ok(
+        lab,
+        n,
+        "rm -f /etc/resolv.conf && ln -s ../run/systemd/resolve/stub-resolv.conf /etc/resolv.conf && systemctl restart systemd-resolved && systemctl is-active systemd-resolved",
+    );
+}
+
 #[test]
 fn names_resolve_through_resolved_follow_renames_policy_and_revocation() {
     preflight().unwrap();
@@ -84,28 +128,7 @@ fn names_resolve_through_resolved_follow_renames_policy_and_revocation() {
     )
     .unwrap();
 
-    let mut nodes = Vec::new();
-    for _ in 0..2 {
-        let out = lab
-            .create(r#"{"release":"bookworm"}"#, &["--wait", "--timeout", "10m"])
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let r = json(&String::from_utf8_lossy(&out.stdout)).unwrap();
-        let id = r["node_id"].as_str().unwrap().to_owned();
-        let mesh_ip = cp.node(&id).unwrap()["mesh_ip"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        nodes.push(Node {
-            rid: r["id"].as_str().unwrap().to_owned(),
-            id,
-            mesh_ip,
-        });
-    }
+    let nodes = machines(&lab, 2);
     let (a, b) = (&nodes[0], &nodes[1]);
     cp.plexctl_ok(&["node", "rename", &a.id, "alpha"]).unwrap();
     cp.plexctl_ok(&["node", "rename", &b.id, "beta"]).unwrap();
@@ -113,29 +136,7 @@ fn names_resolve_through_resolved_follow_renames_policy_and_revocation() {
     // systemd-resolved into each machine, after plexd started: plexd sets the link when
     // resolved appears on the bus (the same path as a restart of resolved).
     for n in &nodes {
-        let m = lab.machine(&n.rid).unwrap();
-        for deb in &debs {
-            let name = deb.file_name().unwrap().to_str().unwrap();
-            std::fs::copy(deb, m.merged().join("root").join(name)).unwrap();
-        }
-        sh_ok(
-            &lab,
-            n,
-            &format!(
-                "mkdir -p /etc/systemd/resolved.conf.d && printf '[Resolve]\\nDNS={HOST_IP}\\n' > /etc/systemd/resolved.conf.d/upstream.conf"
-            ),
-        );
-        let (_, out) = sh(
-            &lab,
-            n,
-            "DEBIAN_FRONTEND=noninteractive dpkg -i /root/*.deb 2>&1",
-        );
-        eprintln!("--- dpkg -i in {}:\n{out}", n.rid);
-        sh_ok(
-            &lab,
-            n,
-            "rm -f /etc/resolv.conf && ln -s ../run/systemd/resolve/stub-resolv.conf /etc/resolv.conf && systemctl restart systemd-resolved && systemctl is-active systemd-resolved",
-        );
+        install_resolved(&lab, n, &debs);
     }
 
     // By name, both ways: resolvectl, getent (NSS), ping.
@@ -275,4 +276,48 @@ fn names_resolve_through_resolved_follow_renames_policy_and_revocation() {
     );
     let status = sh_ok(&lab, b, "resolvectl domain");
     assert!(!status.contains(SUFFIX), "{status}");
+}
+
+/// The DNS benchmark (docs/benchmarks.md, "DNS"; benches/dns-bench.sh runs it): in one machine
+/// with systemd-resolved, `dns-bench query` against plexd's resolver on the mesh address and
+/// against resolved's stub (127.0.0.53) for the node's own name. It prints, asserts nothing.
+#[test]
+#[ignore = "a benchmark: benches/dns-bench.sh"]
+fn benchmark_plexd_against_resolveds_stub() {
+    preflight().unwrap();
+    let bench = std::path::PathBuf::from(
+        std::env::var_os("DNS_BENCH").expect("DNS_BENCH: the path of a release dns-bench"),
+    );
+    let debs = resolved_debs().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let bridge = format!("plxdb{}", std::process::id() % 10000);
+    let lab = BrokerLab::start(&tmp.path().join("cp"), &bridge, "172.30.244.1").unwrap();
+    let nodes = machines(&lab, 1);
+    let a = &nodes[0];
+    lab.cp.plexctl_ok(&["node", "rename", &a.id, "alpha"]).unwrap();
+    install_resolved(&lab, a, &debs);
+    let mesh_ip = a.mesh_ip.clone();
+    wait_query(&lab, a, &fqdn("alpha"), "the own name", BOUND, |out, ok| {
+        ok && out.contains(&mesh_ip)
+    });
+    let m = lab.machine(&a.rid).unwrap();
+    std::fs::copy(&bench, m.merged().join("root/dns-bench")).unwrap();
+    let name = fqdn("alpha");
+    for inflight in [1, 8] {
+        for (what, server) in [
+            ("plexd", format!("{}:53", a.mesh_ip)),
+            ("resolved stub", "127.0.0.53:53".to_owned()),
+        ] {
+            let out = sh_ok(
+                &lab,
+                a,
+                &format!("/root/dns-bench query {server} {name} 5 {inflight}"),
+            );
+            eprintln!("--- {what}: {out}");
+        }
+    }
+    let rss = sh_ok(&lab, a, "grep VmRSS /proc/$(systemctl show -p MainPID --value plexd)/status");
+    eprintln!("--- plexd's resident memory in the machine: {rss}");
+    let names = sh_ok(&lab, a, "/root/dns-bench names 10000");
+    eprintln!("--- {names}");
 }
