@@ -75,10 +75,17 @@ fn machines(lab: &BrokerLab, count: usize) -> Vec<Node> {
             let out = lab
                 .create(r#"{"release":"bookworm"}"#, &["--wait", "--timeout", "10m"])
                 .unwrap();
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             let r = json(&String::from_utf8_lossy(&out.stdout)).unwrap();
             let id = r["node_id"].as_str().unwrap().to_owned();
-            let mesh_ip = lab.cp.node(&id).unwrap()["mesh_ip"].as_str().unwrap().to_owned();
+            let mesh_ip = lab.cp.node(&id).unwrap()["mesh_ip"]
+                .as_str()
+                .unwrap()
+                .to_owned();
             Node {
                 rid: r["id"].as_str().unwrap().to_owned(),
                 id,
@@ -103,7 +110,11 @@ fn install_resolved(lab: &BrokerLab, n: &Node, debs: &[std::path::PathBuf]) {
             "mkdir -p /etc/systemd/resolved.conf.d && printf '[Resolve]\\nDNS={HOST_IP}\\n' > /etc/systemd/resolved.conf.d/upstream.conf"
         ),
     );
-    let (_, out) = sh(lab, n, "DEBIAN_FRONTEND=noninteractive dpkg -i /root/*.deb 2>&1");
+    let (_, out) = sh(
+        lab,
+        n,
+        "DEBIAN_FRONTEND=noninteractive dpkg -i /root/*.deb 2>&1",
+    );
     eprintln!("--- dpkg -i in {}:\n{out}", n.rid);
     sh_ok(
         lab,
@@ -162,7 +173,7 @@ fn names_resolve_through_resolved_follow_renames_policy_and_revocation() {
             "resolvectl domain plexd0; resolvectl dns plexd0; resolvectl default-route plexd0",
         );
         assert!(link.contains(&format!("~{SUFFIX}")), "{link}");
-        assert!(link.contains(&format!("{}", me.mesh_ip)), "{link}");
+        assert!(link.contains(&me.mesh_ip), "{link}");
         assert!(link.contains("no"), "never the default route: {link}");
     }
     drop(upstream);
@@ -294,7 +305,9 @@ fn benchmark_plexd_against_resolveds_stub() {
     let lab = BrokerLab::start(&tmp.path().join("cp"), &bridge, "172.30.244.1").unwrap();
     let nodes = machines(&lab, 1);
     let a = &nodes[0];
-    lab.cp.plexctl_ok(&["node", "rename", &a.id, "alpha"]).unwrap();
+    lab.cp
+        .plexctl_ok(&["node", "rename", &a.id, "alpha"])
+        .unwrap();
     install_resolved(&lab, a, &debs);
     let mesh_ip = a.mesh_ip.clone();
     wait_query(&lab, a, &fqdn("alpha"), "the own name", BOUND, |out, ok| {
@@ -316,7 +329,11 @@ fn benchmark_plexd_against_resolveds_stub() {
             eprintln!("--- {what}: {out}");
         }
     }
-    let rss = sh_ok(&lab, a, "grep VmRSS /proc/$(systemctl show -p MainPID --value plexd)/status");
+    let rss = sh_ok(
+        &lab,
+        a,
+        "grep VmRSS /proc/$(systemctl show -p MainPID --value plexd)/status",
+    );
     eprintln!("--- plexd's resident memory in the machine: {rss}");
     let names = sh_ok(&lab, a, "/root/dns-bench names 10000");
     eprintln!("--- {names}");

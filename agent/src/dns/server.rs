@@ -166,10 +166,10 @@ async fn serve_udp(shared: Arc<Shared>, udp: UdpSocket) {
         if !shared.admit(src.ip(), n) {
             continue;
         }
-        if let Some(out) = shared.answer(&buf[..n], Transport::Udp) {
-            if let Err(e) = udp.send_to(&out, src).await {
-                tracing::debug!(%src, "DNS: UDP send: {e}");
-            }
+        if let Some(out) = shared.answer(&buf[..n], Transport::Udp)
+            && let Err(e) = udp.send_to(&out, src).await
+        {
+            tracing::debug!(%src, "DNS: UDP send: {e}");
         }
     }
 }

@@ -15,7 +15,12 @@ use hickory_proto::rr::{Name, RecordType};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let r = match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+    let r = match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
         ["query", server, name, secs, inflight] => query(server, name, secs, inflight),
         ["names", n] => names(n),
         _ => Err("usage: dns-bench query SERVER NAME SECS INFLIGHT | dns-bench names N".into()),
@@ -69,7 +74,11 @@ fn query(server: &str, name: &str, secs: &str, inflight: &str) -> Result<(), Str
 type ClientResult = Result<(Vec<Duration>, u64, u64), String>;
 
 fn client(server: SocketAddr, name: Name, until: Instant, seed: u16) -> ClientResult {
-    let bind = if server.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" };
+    let bind = if server.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    };
     let socket = UdpSocket::bind(bind).map_err(|e| e.to_string())?;
     socket.connect(server).map_err(|e| e.to_string())?;
     socket
@@ -89,7 +98,9 @@ fn client(server: SocketAddr, name: Name, until: Instant, seed: u16) -> ClientRe
         loop {
             match socket.recv(&mut buf) {
                 Ok(n) => {
-                    let Ok(m) = Message::from_vec(&buf[..n]) else { continue };
+                    let Ok(m) = Message::from_vec(&buf[..n]) else {
+                        continue;
+                    };
                     if m.metadata.id != id {
                         continue;
                     }
