@@ -26,6 +26,10 @@ use super::limit::{Discard, Discards, RateLimit};
 use super::zone::Zone;
 use super::{LOG_EVERY, MAX_QUERIES_PER_SEC, MAX_QUERY_BYTES, MAX_TCP_CONNECTIONS, TCP_IDLE};
 
+/// After a failed accept (out of file descriptors), the listener waits this long before the
+/// next, so the error does not spin a core.
+const ACCEPT_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// What the listeners share with the daemon: the table (replaced on every change of the
 /// names) and the counters.
 pub struct Shared {
@@ -181,8 +185,8 @@ async fn serve_tcp(shared: Arc<Shared>, tcp: TcpListener) {
             Ok(x) => x,
             Err(e) => {
                 tracing::debug!("DNS: TCP accept: {e}");
-                // An accept error (EMFILE) repeats at once; yield before the next try.
-                tokio::task::yield_now().await;
+                // An accept error (EMFILE) repeats at once: wait before the next try.
+                tokio::time::sleep(ACCEPT_BACKOFF).await;
                 continue;
             }
         };
