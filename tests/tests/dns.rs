@@ -177,6 +177,11 @@ fn names_resolve_through_resolved_follow_renames_policy_and_revocation() {
         assert!(link.contains("no"), "never the default route: {link}");
     }
     drop(upstream);
+    let status = sh_ok(&lab, a, "plexd status");
+    assert!(
+        status.contains(&format!("{}:53, 2 names under {SUFFIX}", a.mesh_ip)),
+        "{status}"
+    );
 
     // dig over TCP, from the host inside the machine's network namespace (its source is the
     // machine's own mesh address, so plexd answers).

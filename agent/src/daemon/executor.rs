@@ -214,6 +214,9 @@ impl Executor {
                 if let (Answer::Status(report), Some(probe)) = (&mut answer, &self.gso_probe) {
                     report.gso_probe = Some(probe.status(Instant::now()));
                 }
+                if let (Answer::Status(report), Some(dns)) = (&mut answer, &self.dns) {
+                    report.dns = Some(dns.status());
+                }
                 if let Some(reader) = &self.policy_reader {
                     let status = match &mut answer {
                         Answer::Status(report) => report.policy.as_mut(),
