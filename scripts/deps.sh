@@ -26,6 +26,7 @@ packages=(
   gcc-aarch64-linux-gnu libc6-dev-arm64-cross # scripts/dist: the aarch64 linker and ring's C compiler (and headers)
   qemu-user-static              # tests/tests/portable.rs runs the arm64 binaries under qemu-aarch64-static
   lintian rpmlint rpm           # scripts/package lints the .deb and .rpm files; tests/tests/packages.rs reads the RPMs
+  dnsutils knot-dnsutils        # plexd's resolver tests and benchmark ask it with dig and kdig
 )
 
 missing=()

@@ -13,6 +13,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod diag;
+pub mod dns;
 pub mod exit;
 pub mod fsutil;
 pub mod identity;

@@ -8,6 +8,7 @@ pub mod broker;
 pub mod control_plane;
 pub mod daemon;
 pub mod dist;
+pub mod dns;
 pub mod ha;
 pub mod ha_client;
 pub mod host;

@@ -2,6 +2,7 @@
 //! and the line.
 
 mod daemon;
+pub mod dns;
 mod locate;
 pub mod metrics;
 pub mod rotation;
@@ -48,6 +49,9 @@ pub struct Config {
     /// The opt-in Prometheus listener (docs/metrics.md).
     #[serde(default, skip_serializing_if = "metrics::MetricsConfig::is_default")]
     pub metrics: metrics::MetricsConfig,
+    /// The resolver for mesh names (docs/dns.md).
+    #[serde(default, skip_serializing_if = "dns::DnsConfig::is_default")]
+    pub dns: dns::DnsConfig,
 }
 
 fn is_false(b: &bool) -> bool {

@@ -57,6 +57,11 @@ fn every_key_set() -> Config {
             listen: Some("127.0.0.1:9586".parse().expect("addr")),
             allow_non_loopback: true,
         },
+        dns: super::dns::DnsConfig {
+            enabled: false,
+            port: 5353,
+            resolved: false,
+        },
         rotation: RotationConfig {
             key_interval: Interval(Some(Duration::from_secs(3600))),
             credential_interval: Interval(None),

@@ -60,6 +60,8 @@ pub struct Executor {
     pub gso_probe: Option<super::gso_probe::GsoProbe>,
     /// The policy filter's counters (embedded data plane only).
     pub policy_reader: Option<plexd_dataplane::PolicyReader>,
+    /// The resolver for mesh names (`dns.enabled`, docs/dns.md).
+    pub dns: Option<crate::dns::runtime::Runtime>,
 }
 
 impl Executor {
@@ -212,6 +214,9 @@ impl Executor {
                 if let (Answer::Status(report), Some(probe)) = (&mut answer, &self.gso_probe) {
                     report.gso_probe = Some(probe.status(Instant::now()));
                 }
+                if let (Answer::Status(report), Some(dns)) = (&mut answer, &self.dns) {
+                    report.dns = Some(dns.status());
+                }
                 if let Some(reader) = &self.policy_reader {
                     let status = match &mut answer {
                         Answer::Status(report) => report.policy.as_mut(),
@@ -250,6 +255,11 @@ impl Executor {
             }
             Effect::DiscardPendingKey => {
                 tokio::spawn(super::rotate::discard(self.paths.clone()));
+            }
+            Effect::Dns(zone) => {
+                if let Some(dns) = &self.dns {
+                    dns.update(zone);
+                }
             }
             Effect::Exit(o) => return Some(o),
         }

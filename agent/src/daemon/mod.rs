@@ -122,6 +122,7 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
 
         // The cache is read (and verified) before the loop starts, so the mesh works before
         // the API answers.
+        let dns = start_dns(settings, &identity);
         let cached = cache::load(&settings.state.dir.join(cache::STATE_FILE_NAME), &acceptor);
         let (mesh_ip, mesh_cidr) = (identity.mesh_ip, identity.mesh_cidr);
         // The GSO path probe runs with the embedded data plane only (the kernel backend has none).
@@ -169,8 +170,12 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
             udp_offload,
             gso_probe,
             policy_reader,
+            dns,
         };
         let outcome = executor.run(&mut rx).await;
+        if let Some(dns) = executor.dns.take() {
+            dns.stop().await;
+        }
         if let Some(server) = metrics_server {
             server.abort();
             let _ = server.await;
@@ -258,6 +263,27 @@ fn open_mesh(
 }
 
 /// How old the key and the credential are, and whether a key rotation was left unfinished.
+/// The resolver for mesh names, unless `dns.enabled: false` (docs/dns.md); a port it cannot
+/// have is logged and plexd runs without it.
+fn start_dns(
+    settings: &JoinSettings,
+    identity: &crate::identity::Identity,
+) -> Option<crate::dns::runtime::Runtime> {
+    let config = &settings.config.dns;
+    if !config.enabled {
+        return None;
+    }
+    let start = crate::dns::runtime::Start {
+        config,
+        interface: &settings.config.wireguard.interface,
+        mesh_ip: identity.mesh_ip,
+        mesh: identity.mesh_cidr,
+    };
+    crate::dns::runtime::Runtime::start(start)
+        .inspect_err(|e| tracing::warn!("{e}"))
+        .ok()
+}
+
 fn rotation_start(
     settings: &JoinSettings,
     identity: &crate::identity::Identity,

@@ -46,6 +46,9 @@ pub struct StatusReport {
     /// daemons).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<super::policy_status::PolicyStatus>,
+    /// The resolver for mesh names (docs/dns.md): absent with `dns.enabled: false`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns: Option<crate::dns::runtime::DnsStatus>,
 }
 
 /// The pinned Domain key and, during a rotation's overlap, the announced next one.
@@ -343,6 +346,9 @@ pub fn render(r: &StatusReport) -> String {
             let _ = writeln!(out, "policy      {line}");
         }
     }
+    if let Some(dns) = &r.dns {
+        let _ = writeln!(out, "dns         {}", dns.line());
+    }
     let _ = writeln!(
         out,
         "ingest      {} observations waiting, {} dropped and not yet reported",
@@ -474,6 +480,7 @@ pub(crate) mod tests {
                 }),
             },
             gso_probe: None,
+            dns: None,
             policy: None,
         }
     }

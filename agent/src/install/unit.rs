@@ -97,7 +97,7 @@ mod tests {
             "DeviceAllow=/dev/net/tun rw",
             "BindPaths=-/dev/net/tun",
             "PrivateDevices=yes",
-            "CapabilityBoundingSet=CAP_NET_ADMIN\n",
+            "CapabilityBoundingSet=CAP_NET_ADMIN CAP_NET_BIND_SERVICE\n",
         ] {
             assert!(UNIT_TEMPLATE.contains(needle), "{needle}");
         }

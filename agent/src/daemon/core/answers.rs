@@ -343,6 +343,7 @@ impl Core {
         }
         self.state_version = Some(version);
         self.take_policy(state.policy.clone());
+        self.dns = state.dns.clone();
         self.envelope = Some(env);
         self.last_seq = self.last_seq.max(version);
         tracing::info!(

@@ -277,6 +277,9 @@ pub enum Effect {
     /// write them to the identity file (answers nothing; a failure is logged, and the node
     /// keeps using them until it stops).
     SaveDomainKeys(super::super::accept::DomainKeys),
+    /// The names the resolver answers changed (docs/dns.md; `None`: no names, every query
+    /// REFUSED). Answers nothing.
+    Dns(Option<Arc<crate::dns::zone::Zone>>),
     /// End the daemon.
     Exit(Outcome),
 }

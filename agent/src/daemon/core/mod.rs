@@ -33,6 +33,7 @@ pub mod domain_keys;
 pub mod domain_keys_state;
 pub mod io;
 pub mod mesh_apply;
+pub mod names;
 pub mod policy;
 pub mod reach;
 pub mod reload;
@@ -155,6 +156,9 @@ pub struct Core {
     policy: Option<Arc<plexsphere_wire::node::PolicyState>>,
     /// What `plexd status` says of it (`policy`).
     policy_status: super::policy_status::PolicyStatus,
+    /// The signed state's names (docs/dns.md), and the table last handed to the resolver.
+    dns: Option<plexsphere_wire::routes::DnsState>,
+    dns_sent: Option<Arc<crate::dns::zone::Zone>>,
     /// The signed state's UDP GSO/GRO switch, as last handed to the data plane.
     udp_offload: Option<plexsphere_wire::node::UdpOffload>,
     /// Events applied on top of `envelope`, in order.
@@ -263,6 +267,8 @@ impl Core {
             policy: None,
             policy_status: Default::default(),
             udp_offload: None,
+            dns: None,
+            dns_sent: None,
             events: vec![],
             last_seq: 0,
             full_pull: false,

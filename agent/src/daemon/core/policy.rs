@@ -77,6 +77,7 @@ impl Core {
 
     /// Asks the mesh thread to apply `set` under the current policy.
     pub(super) fn ask_apply(&mut self, set: Arc<Vec<PeerSpec>>, now: Now) {
+        self.feed_names(&set);
         let version = self.policy.as_ref().map(|p| p.version);
         self.ask_mesh(
             MeshOp::Apply(set.clone(), self.policy.clone()),

@@ -64,6 +64,7 @@ impl Core {
             ("wireguard", old.wireguard != new.wireguard),
             ("state_dir", old.state_dir != new.state_dir),
             ("metrics", old.metrics != new.metrics),
+            ("dns", old.dns != new.dns),
         ] {
             if differs {
                 tracing::warn!("SIGHUP: {key} changed; it takes effect when plexd restarts");
@@ -75,6 +76,7 @@ impl Core {
         new.wireguard = old.wireguard;
         new.state_dir = old.state_dir;
         new.metrics = old.metrics;
+        new.dns = old.dns;
         self.config = new;
         if changed.is_empty() {
             tracing::info!(config = %path.display(), "SIGHUP: config reloaded; nothing changed");

@@ -186,6 +186,7 @@ impl Core {
                 next: self.acceptor.keys().next.clone(),
             },
             gso_probe: None,
+            dns: None,
             policy: Some(self.policy_status()),
         }
     }

@@ -6,6 +6,7 @@ mod calls;
 mod domain_keys;
 mod leave;
 mod lifecycle;
+mod names;
 mod policy;
 mod reach;
 mod rotation;
