@@ -4,6 +4,10 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The port plexd listens on (systemd-resolved's link DNS server is an address; with another
+/// port it must be `SetLinkDNSEx`, which plexd uses, so tests may pick a free one).
+pub const DNS_PORT: u16 = 53;
+
 /// `dns:`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -29,18 +33,18 @@ fn is_true(b: &bool) -> bool {
 }
 
 fn port() -> u16 {
-    crate::dns::DNS_PORT
+    DNS_PORT
 }
 
 fn is_default_port(p: &u16) -> bool {
-    *p == crate::dns::DNS_PORT
+    *p == DNS_PORT
 }
 
 impl Default for DnsConfig {
     fn default() -> Self {
         DnsConfig {
             enabled: true,
-            port: crate::dns::DNS_PORT,
+            port: DNS_PORT,
             resolved: true,
         }
     }

@@ -49,6 +49,4 @@ pub const LOG_EVERY: Duration = Duration::from_secs(10);
 /// At most this many names in the table (the node itself and its peers); past it, names are
 /// left out with a log line. The control plane's own Domain limits keep states far smaller.
 pub const MAX_NAMES: usize = 100_000;
-/// The port plexd listens on (systemd-resolved's link DNS server is an address; with another
-/// port it must be `SetLinkDNSEx`, which plexd uses, so tests may pick a free one).
-pub const DNS_PORT: u16 = 53;
+pub use crate::config::dns::DNS_PORT;

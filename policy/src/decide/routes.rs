@@ -12,7 +12,7 @@
 
 use std::time::Instant;
 
-use super::{Accept, Decision, Drop, route_denied};
+use super::verdict::{Accept, Decision, Drop, route_denied};
 use crate::filter::{NodeFilter, PeerRef};
 use crate::flow::{FlowKey, FlowTable};
 use crate::packet::{Icmp, Inner, L4, Packet};

@@ -45,6 +45,7 @@ use plexsphere_policy::filter::{NodeFilter, ViewError};
 use plexsphere_policy::view::NodeView;
 use plexsphere_wire::node::PolicyState;
 
+mod log;
 mod routes;
 mod ruleset;
 

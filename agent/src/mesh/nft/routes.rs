@@ -32,7 +32,7 @@ use std::net::IpAddr;
 use plexsphere_policy::filter::disjoint;
 use plexsphere_policy::view::{NodeView, RouteGrant};
 
-use super::ruleset::{LOG_PER_SECOND, LOG_PREFIX};
+use super::log::{LOG_PER_SECOND, LOG_PREFIX};
 
 /// Disjoint address ranges, each with a grant index.
 type Ranges = Vec<(IpAddr, IpAddr, u32)>;

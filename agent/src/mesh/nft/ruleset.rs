@@ -11,10 +11,7 @@ use plexsphere_policy::view::NodeView;
 
 use super::routes::Routes;
 
-/// The log prefix of dropped packets (kernel log, so the journal).
-pub const LOG_PREFIX: &str = "plexd-policy drop: ";
-/// Drop log lines per second per table (the burst is twice that).
-pub const LOG_PER_SECOND: u32 = 5;
+pub use super::log::{LOG_PER_SECOND, LOG_PREFIX};
 /// Linux's interface name limit (IFNAMSIZ - 1).
 pub const MAX_IFACE_LEN: usize = 15;
 
