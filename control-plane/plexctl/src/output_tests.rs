@@ -188,8 +188,9 @@ fn node_list_and_node_get() {
     never_seen.status = NodeStatus::Registered;
     never_seen.last_seen_at = None;
     never_seen.endpoints = Vec::new();
-    // A broker node: named by its resource handle, and ephemeral.
+    // A broker node, ephemeral; its DNS name is the NAME column.
     never_seen.resource_handle = Some("db-main".to_owned());
+    never_seen.name = Some("db-main".to_owned());
     never_seen.ephemeral_offline_secs = Some(1_800);
     never_seen.tags = vec!["db".to_owned(), "prod".to_owned()];
     assert!(node(&never_seen).contains("\ntags:             tag:db,tag:prod\n"));

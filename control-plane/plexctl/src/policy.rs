@@ -66,7 +66,7 @@ pub enum PolicyCommand {
         /// The source node's id or name
         #[arg(value_name = "SRC")]
         src: String,
-        /// The destination node's id or name
+        /// The destination node's id or name, or an address behind a subnet router or exit
         #[arg(value_name = "DST")]
         dst: String,
         /// What SRC opens on DST: 5432/tcp, 53/udp or icmp (left out: everything it may)
@@ -159,8 +159,12 @@ pub async fn run(
         } => {
             let api = &operator_api(settings)?;
             let domain = domain_of(api, domain.as_deref()).await?;
-            let (src, dst) = (node_id(api, src).await?, node_id(api, dst).await?);
-            let (src, dst) = (src.to_string(), dst.to_string());
+            let src = node_id(api, src).await?.to_string();
+            // An address outside the mesh (a host behind a subnet router) goes as it is.
+            let dst = match dst.trim().parse::<std::net::IpAddr>() {
+                Ok(a) => a.to_string(),
+                Err(_) => node_id(api, dst).await?.to_string(),
+            };
             let mut query = vec![("src", src.as_str()), ("dst", dst.as_str())];
             if let Some(w) = what {
                 query.push(("what", w.as_str()));

@@ -113,20 +113,18 @@ async fn a_reusable_ephemeral_token_and_nodes_by_name() {
         .await;
     assert_eq!(by_name, by_id);
 
-    // A third node takes the last use with a name that is already taken: ambiguous.
-    register(&srv, &token, 3, "web-2", None).await;
-    let (code, _, err) = srv.plexctl(&["node", "get", "web-2"]).await;
-    assert_eq!(code, 64, "{err}");
-    assert!(
-        err.starts_with("plexctl: the name `web-2` matches 2 nodes: "),
-        "{err}"
-    );
-    assert!(err.contains(b["node_id"].as_str().unwrap()), "{err}");
+    // A third node takes the last use with a host name that is already a name: it is named
+    // uniquely (names are unique among the live nodes of a Domain), so nothing is ambiguous.
+    let c = register(&srv, &token, 3, "web-2", None).await;
+    let by_name = srv.plexctl_ok(&["node", "get", "web-2-2"]).await;
+    assert_eq!(field(&by_name, "id"), c["node_id"].as_str(), "{by_name}");
+    let by_name = srv.plexctl_ok(&["node", "get", "web-2"]).await;
+    assert_eq!(field(&by_name, "id"), b["node_id"].as_str(), "{by_name}");
     let (code, _, err) = srv.plexctl(&["node", "rotate-key", "web-9"]).await;
     assert_eq!(code, 1, "{err}");
     assert_eq!(
         err.trim_end(),
-        "plexctl: no node is named `web-9` (names that start the same: web-1, web-2); see `plexctl node list`"
+        "plexctl: no node is named `web-9` (names that start the same: web-1, web-2, web-2-2); see `plexctl node list`"
     );
     // The token is used up now.
     let list = srv

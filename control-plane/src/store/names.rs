@@ -125,10 +125,11 @@ pub async fn set_suffix(
 }
 
 /// Names the live nodes that have no name yet (registered before schema version 18), oldest
-/// first, each from its host name made unique. Idempotent; runs after every migration.
+/// first, each from its resource handle (a broker machine) or else its host name, made
+/// unique (what `plexctl` showed as NAME before). Idempotent; runs after every migration.
 pub async fn backfill(conn: &mut AnyConnection) -> Result<usize, StoreError> {
     let rows = sqlx::query(
-        "SELECT id, domain_id, hostname FROM nodes WHERE dns_name IS NULL AND revoked_at IS NULL \
+        "SELECT id, domain_id, hostname, resource_handle FROM nodes WHERE dns_name IS NULL AND revoked_at IS NULL \
          ORDER BY registered_at, id",
     )
     .fetch_all(&mut *conn)
@@ -138,7 +139,9 @@ pub async fn backfill(conn: &mut AnyConnection) -> Result<usize, StoreError> {
         let id: Uuid = parse_col("nodes.id", &r.try_get::<String, _>("id")?)?;
         let domain: Uuid = parse_col("nodes.domain_id", &r.try_get::<String, _>("domain_id")?)?;
         let hostname: String = r.try_get("hostname")?;
-        let name = pick_for_hostname(conn, domain, &hostname).await?;
+        let handle: Option<String> = r.try_get("resource_handle")?;
+        let source = handle.as_deref().unwrap_or(&hostname);
+        let name = pick_for_hostname(conn, domain, source).await?;
         let done = sqlx::query("UPDATE nodes SET dns_name = $1 WHERE id = $2 AND dns_name IS NULL")
             .bind(name)
             .bind(id.to_string())
