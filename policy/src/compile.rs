@@ -12,7 +12,6 @@
 
 use std::collections::HashMap;
 
-use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -21,6 +20,7 @@ use crate::inventory::{Inventory, NodeInfo, RouteInventory};
 use crate::model::Policy;
 use crate::ports::Access;
 use crate::resolve::Resolver;
+pub use crate::route_grants::RouteRule;
 
 /// What one peer may open, with the lines of the rules that allow it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -34,22 +34,6 @@ pub struct Grant {
 pub(crate) struct CompiledRule {
     pub access: Access,
     pub line: u32,
-}
-
-/// A rule whose destination names address prefixes (`*` or a CIDR): what decides who may use
-/// a subnet route or an exit and what they may open in it (`route_grants`); node-to-node
-/// traffic is covered by the classes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RouteRule {
-    /// Index of the rule in the document, and its line.
-    pub rule: usize,
-    pub line: u32,
-    /// The nodes the rule's `src` selects, sorted by id.
-    pub src_nodes: Vec<Uuid>,
-    /// The address prefixes the rule's `src` names (traffic from routed subnets).
-    pub src_prefixes: Vec<IpNet>,
-    pub dst_prefixes: Vec<IpNet>,
-    pub access: Access,
 }
 
 fn to_u32(n: usize) -> u32 {

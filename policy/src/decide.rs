@@ -50,8 +50,8 @@ use crate::ports::Proto;
 mod routes;
 mod verdict;
 
-pub use verdict::{Accept, Decision, Drop};
 use verdict::no_rule;
+pub use verdict::{Accept, Decision, Drop};
 
 /// The inbound decision for a parsed packet from `peer` (None: the tunnel's peer is not in
 /// the filter).

@@ -46,6 +46,7 @@
 //! | [`diff`] | [`reach_diff`]: which node pairs gain or lose which ports, as lines |
 //! | [`error`] | [`PolicyError`] with [`Location`]; [`limits`]: every bound |
 
+mod approve;
 pub mod approvers;
 mod bitset;
 pub mod check;
@@ -69,10 +70,12 @@ pub mod packet;
 pub mod ports;
 mod resolve;
 pub mod route_grants;
+mod route_use;
 pub mod selector;
 pub mod view;
 
-pub use approvers::{AutoApprovers, auto_approves};
+pub use approve::auto_approves;
+pub use approvers::AutoApprovers;
 pub use check::check_names;
 pub use compile::{Compiled, Grant, RouteRule};
 pub use decide::{Decision, inbound, inbound_bytes, outbound, outbound_bytes, prune_flows};

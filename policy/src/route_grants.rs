@@ -16,11 +16,26 @@ use std::collections::HashSet;
 use ipnet::IpNet;
 use uuid::Uuid;
 
-use crate::compile::{Compiled, RouteRule};
 use crate::inventory::{RouteInfo, RouteInventory};
 use crate::limits::MAX_ROUTES;
 use crate::ports::Access;
 use crate::resolve::subtract;
+
+/// A rule whose destination names address prefixes (`*` or a CIDR): what decides who may use
+/// a subnet route or an exit and what they may open in it (`route_grants`); node-to-node
+/// traffic is covered by the classes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteRule {
+    /// Index of the rule in the document, and its line.
+    pub rule: usize,
+    pub line: u32,
+    /// The nodes the rule's `src` selects, sorted by id.
+    pub src_nodes: Vec<Uuid>,
+    /// The address prefixes the rule's `src` names (traffic from routed subnets).
+    pub src_prefixes: Vec<IpNet>,
+    pub dst_prefixes: Vec<IpNet>,
+    pub access: Access,
+}
 
 /// The routes of a compile, with what each may carry and who may use it.
 #[derive(Debug, Clone, Default)]
@@ -112,61 +127,4 @@ pub struct PrefixGrant {
     pub prefix: IpNet,
     pub access: Access,
     pub lines: Vec<u32>,
-}
-
-impl Compiled {
-    /// The routes this compile knows (in service), in the order given.
-    pub fn route_infos(&self) -> &[RouteInfo] {
-        &self.route_table.routes
-    }
-
-    /// What `client` may open through route `index` (of [`Compiled::route_infos`]), one
-    /// entry per prefix, sorted; empty when it may not use the route.
-    pub fn route_grants(&self, index: usize, client: Uuid) -> Vec<PrefixGrant> {
-        let t = &self.route_table;
-        let Some(clients) = t.clients.get(index) else {
-            return Vec::new();
-        };
-        if clients.binary_search(&client).is_err() {
-            return Vec::new();
-        }
-        let base = &t.base[index];
-        let mut entries: Vec<(IpNet, &Access, u32)> = Vec::new();
-        for rule in self.routes() {
-            if rule.src_nodes.binary_search(&client).is_err() {
-                continue;
-            }
-            for d in &rule.dst_prefixes {
-                for b in base {
-                    if let Some(p) = overlap(*b, *d) {
-                        entries.push((p, &rule.access, rule.line));
-                    }
-                }
-            }
-        }
-        let mut prefixes: Vec<IpNet> = entries.iter().map(|e| e.0).collect();
-        prefixes.sort_unstable();
-        prefixes.dedup();
-        prefixes
-            .into_iter()
-            .map(|p| {
-                let mut access = Access::default();
-                let mut lines = Vec::new();
-                for (q, a, line) in &entries {
-                    if q.contains(&p) {
-                        access.add_access(a);
-                        lines.push(*line);
-                    }
-                }
-                lines.sort_unstable();
-                lines.dedup();
-                PrefixGrant {
-                    prefix: p,
-                    access,
-                    lines,
-                }
-            })
-            .filter(|g| !g.access.is_empty())
-            .collect()
-    }
 }

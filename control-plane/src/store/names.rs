@@ -10,7 +10,7 @@ use plexsphere_wire::routes::{DEFAULT_DNS_SUFFIX, MAX_LABEL_LEN, label_from_host
 use sqlx::{AnyConnection, Row as _};
 use uuid::Uuid;
 
-use super::{StoreError, parse_col};
+use super::error::{StoreError, parse_col};
 
 /// `base`, or `base-N` for the smallest N >= 2 that `taken` does not hold; `base` is cut so
 /// the label stays within [`MAX_LABEL_LEN`] (and loses a `-` the cut leaves at its end).
