@@ -5,6 +5,7 @@ mod daemon;
 mod locate;
 pub mod metrics;
 pub mod rotation;
+pub mod routes;
 pub mod values;
 
 use std::path::{Path, PathBuf};
@@ -48,6 +49,9 @@ pub struct Config {
     /// The opt-in Prometheus listener (docs/metrics.md).
     #[serde(default, skip_serializing_if = "metrics::MetricsConfig::is_default")]
     pub metrics: metrics::MetricsConfig,
+    /// Subnet routes and exit nodes (docs/routes.md).
+    #[serde(default, skip_serializing_if = "routes::RoutesConfig::is_default")]
+    pub routes: routes::RoutesConfig,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -148,6 +152,13 @@ impl Config {
             return Err(ConfigError::Invalid {
                 path: path.to_path_buf(),
                 at: locate::key(text, &["metrics", "listen"]),
+                what,
+            });
+        }
+        if let Some((keys, what)) = config.routes.problem() {
+            return Err(ConfigError::Invalid {
+                path: path.to_path_buf(),
+                at: locate::key(text, keys),
                 what,
             });
         }
