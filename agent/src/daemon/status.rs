@@ -46,6 +46,10 @@ pub struct StatusReport {
     /// daemons).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<super::policy_status::PolicyStatus>,
+    /// Subnet routes and exits: what this node offers, serves and routes (absent from older
+    /// daemons).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routes: Option<crate::routes::status::RoutesStatus>,
 }
 
 /// The pinned Domain key and, during a rotation's overlap, the announced next one.
@@ -343,6 +347,11 @@ pub fn render(r: &StatusReport) -> String {
             let _ = writeln!(out, "policy      {line}");
         }
     }
+    if let Some(routes) = &r.routes {
+        for line in routes.lines() {
+            let _ = writeln!(out, "routes      {line}");
+        }
+    }
     let _ = writeln!(
         out,
         "ingest      {} observations waiting, {} dropped and not yet reported",
@@ -475,6 +484,7 @@ pub(crate) mod tests {
             },
             gso_probe: None,
             policy: None,
+            routes: None,
         }
     }
 

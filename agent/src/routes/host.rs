@@ -126,11 +126,17 @@ impl Host {
         let mut errors = Vec::new();
         self.remove_rules(&mut errors);
         self.sync_routes(&BTreeSet::new(), &mut errors);
-        if self.nat.is_some() {
-            match router::nft(&router::remove_ruleset(&self.iface)) {
+        match self.nat.as_deref() {
+            // At start: whatever a previous run left (no nft: nothing it could have left).
+            Some("") => match router::remove_on_leave(&self.iface) {
                 Ok(()) => self.nat = None,
                 Err(e) => errors.push(e),
-            }
+            },
+            Some(_) => match router::nft(&router::remove_ruleset(&self.iface)) {
+                Ok(()) => self.nat = None,
+                Err(e) => errors.push(e),
+            },
+            None => {}
         }
         for s in [self.src_valid_mark.take(), self.forwarding.take()]
             .into_iter()

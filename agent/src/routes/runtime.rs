@@ -15,6 +15,7 @@ use plexsphere_wire::node::PeerSpec;
 use plexsphere_wire::routes::{RoutesAck, ServedRoute};
 use tokio::sync::{mpsc, oneshot};
 
+use super::RoutesOp;
 use super::host::Host;
 use super::netlink::TABLE_MAIN;
 use super::plan::{self, HostPlan};
@@ -30,20 +31,6 @@ pub const STOP_REPORT: Duration = Duration::from_secs(2);
 pub const STOP_HOST: Duration = Duration::from_secs(10);
 /// Probe results waiting for the task (a probe thread waits when it is full).
 const PROBE_QUEUE: usize = 64;
-
-/// What the core tells the routes task.
-#[derive(Debug, Clone)]
-pub enum RoutesOp {
-    /// `routes:` of the config (start and every reload).
-    Config(RoutesConfig),
-    /// The peers as applied to the interface.
-    Peers(Arc<Vec<PeerSpec>>),
-    /// The signed state's routes this node serves and its relays' addresses.
-    State {
-        served: Vec<ServedRoute>,
-        relays: Vec<IpAddr>,
-    },
-}
 
 enum Msg {
     Op(RoutesOp),

@@ -277,6 +277,8 @@ pub enum Effect {
     /// write them to the identity file (answers nothing; a failure is logged, and the node
     /// keeps using them until it stops).
     SaveDomainKeys(super::super::accept::DomainKeys),
+    /// Tell the routes task (docs/routes.md; answers nothing).
+    Routes(crate::routes::RoutesOp),
     /// End the daemon.
     Exit(Outcome),
 }

@@ -78,6 +78,9 @@ impl Core {
     /// Asks the mesh thread to apply `set` under the current policy.
     pub(super) fn ask_apply(&mut self, set: Arc<Vec<PeerSpec>>, now: Now) {
         let version = self.policy.as_ref().map(|p| p.version);
+        self.emit(super::Effect::Routes(crate::routes::RoutesOp::Peers(
+            set.clone(),
+        )));
         self.ask_mesh(
             MeshOp::Apply(set.clone(), self.policy.clone()),
             Pending::Apply(set, version),

@@ -187,6 +187,7 @@ impl Core {
             },
             gso_probe: None,
             policy: Some(self.policy_status()),
+            routes: None,
         }
     }
 
