@@ -11,6 +11,7 @@ pub mod dist;
 pub mod ha;
 pub mod ha_client;
 pub mod host;
+pub mod lan;
 pub mod machines;
 pub mod nat;
 pub mod netns;
