@@ -19,6 +19,7 @@ pub mod process;
 pub mod proxy;
 pub mod qemu;
 pub mod readme;
+pub mod route_lab;
 pub mod scrape;
 pub mod wait;
 
