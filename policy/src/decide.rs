@@ -17,6 +17,28 @@
 //! Outbound (a packet from the host to `peer`): a reply to what the peer may open here
 //! passes; a new flow passes only where the rules let this node open it on the peer, and
 //! is recorded in the flow table so its replies pass the inbound check.
+//!
+//! Routed traffic (issue 27, subnet routes and exits; docs/policy.md "Routed traffic"): the
+//! filter's slot of a peer also holds its `routes_out` (this node is the client, the peer its
+//! router) and `routes_in` (this node is the router, the peer its client), prefixes with
+//! grants, looked up longest prefix first in that one peer's ranges.
+//!
+//! | side, direction | packet | outcome |
+//! |---|---|---|
+//! | router, inbound from client X | destination not this node, in none of X's `routes_in` | Drop `NotForThisNode` |
+//! | router, inbound from X | destination in X's `routes_in`, source not X's mesh address | Drop `SpoofedSource` |
+//! | router, inbound from X | the prefix's grant allows proto/port: forwarded, the flow recorded | Accept `Rule` |
+//! | router, inbound from X | an ICMP error about a reply of a recorded flow | Accept `IcmpError` |
+//! | router, inbound from X | anything else | Drop `RouteDenied` |
+//! | router, outbound to X | source in X's `routes_in`, destination X: a reply of a recorded flow (or an ICMP error about one) | Accept `Reply` / `IcmpError` |
+//! | router, outbound to X | source in X's `routes_in`, no flow (a LAN host opening, an injected reply) | Drop `RouteDenied` |
+//! | client, outbound to router R | destination in R's `routes_out`: the grant allows it, the flow recorded | Accept `Rule` |
+//! | client, outbound to R | destination neither R's mesh address nor in R's `routes_out` | Drop `RouteDenied` |
+//! | client, inbound from R | source in R's `routes_out`, destination this node: a reply of a recorded flow (or an ICMP error about one) | Accept `Reply` / `IcmpError` |
+//! | client, inbound from R | source in R's `routes_out`, no flow | Drop `RouteDenied` |
+//!
+//! A later fragment passes wherever its addresses pass the checks above (its first
+//! fragment was decided). Every other case is the direct one of the tables above.
 
 use std::fmt;
 use std::time::Instant;
@@ -25,6 +47,8 @@ use crate::filter::{NodeFilter, PeerRef};
 use crate::flow::{FlowKey, FlowTable};
 use crate::packet::{self, Icmp, L4, Packet, PacketError};
 use crate::ports::Proto;
+
+mod routes;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Accept {
@@ -46,6 +70,13 @@ pub enum Drop {
         port: u16,
     },
     Malformed(PacketError),
+    /// Routed traffic no route grant allows: a new flow the grant of the route's prefix
+    /// does not allow, or a packet from inside a route that is no reply of a recorded flow
+    /// (0 for icmp and other protocols).
+    RouteDenied {
+        proto: Proto,
+        port: u16,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,6 +124,19 @@ impl fmt::Display for Decision {
                 }
             }
             Decision::Drop(Drop::Malformed(e)) => write!(f, "dropped: {e}"),
+            Decision::Drop(Drop::RouteDenied { proto, port }) => {
+                if proto.has_ports() {
+                    write!(
+                        f,
+                        "dropped: routed {proto}/{port} that no route grant allows and no flow answers"
+                    )
+                } else {
+                    write!(
+                        f,
+                        "dropped: routed {proto} that no route grant allows and no flow answers"
+                    )
+                }
+            }
         }
     }
 }
@@ -100,6 +144,11 @@ impl fmt::Display for Decision {
 fn no_rule(pkt: &Packet) -> Decision {
     let (proto, port) = pkt.proto_port();
     Decision::Drop(Drop::NoRule { proto, port })
+}
+
+fn route_denied(pkt: &Packet) -> Decision {
+    let (proto, port) = pkt.proto_port();
+    Decision::Drop(Drop::RouteDenied { proto, port })
 }
 
 /// The inbound decision for a parsed packet from `peer` (None: the tunnel's peer is not in
@@ -115,9 +164,12 @@ pub fn inbound(
         return Decision::Drop(Drop::UnknownPeer);
     };
     if !filter.is_own(&pkt.dst) {
-        return Decision::Drop(Drop::NotForThisNode);
+        return routes::forward_in(filter, peer, pkt, flows, now);
     }
     if !filter.peer_has(peer, &pkt.src) {
+        if filter.route_out(peer, &pkt.src).is_some() {
+            return routes::reply_in(filter, peer, pkt, flows, now);
+        }
         return Decision::Drop(Drop::SpoofedSource);
     }
     let reply = |proto, local_port, remote_port, flows: &mut FlowTable| {
@@ -149,6 +201,10 @@ pub fn inbound(
                 return Decision::Accept(Accept::Rule);
             }
             let about_ours = filter.is_own(&inner.src) && filter.peer_has(peer, &inner.dst);
+            // From the router itself, about a flow this node opened through it.
+            if filter.is_own(&inner.src) && filter.route_out(peer, &inner.dst).is_some() {
+                return routes::icmp_error_in(pkt, &inner, flows, now);
+            }
             let key = FlowKey {
                 proto: inner.proto,
                 local: inner.src,
@@ -207,7 +263,10 @@ pub fn outbound(
         return Decision::Drop(Drop::UnknownPeer);
     };
     if !filter.is_own(&pkt.src) {
-        return Decision::Drop(Drop::NotFromThisNode);
+        return routes::reply_out(filter, peer, pkt, flows, now);
+    }
+    if !filter.peer_has(peer, &pkt.dst) {
+        return routes::open_out(filter, peer, pkt, flows, now);
     }
     let open = |proto, local_port, remote_port, flows: &mut FlowTable| {
         let key = FlowKey {
@@ -267,16 +326,26 @@ pub fn outbound_bytes(
 /// After a policy change: forgets the flows the new filter would not let this node open,
 /// so a revoked peer's replies stop at once (the peer's own filter already drops this
 /// node's packets). O(flows), once per change.
+///
+/// A table of one peer's flows that may hold route flows (this node a route's client)
+/// needs [`prune_peer_flows`]: a route flow's remote address names no peer, so here it is
+/// always forgotten. Flows a peer opened through this node (its router) are kept while
+/// the peer's grant allows them.
 pub fn prune_flows(filter: &NodeFilter, flows: &mut FlowTable) {
     flows.retain(|k| {
-        filter.is_own(&k.local)
-            && filter.peer_by_addr(&k.remote).is_some_and(|p| {
-                let port = if k.proto.has_ports() {
-                    k.remote_port
-                } else {
-                    0
-                };
-                filter.outbound_allows(p, k.proto, port)
-            })
+        filter
+            .peer_by_addr(&k.remote)
+            .is_some_and(|p| routes::keeps(filter, p, k))
     });
+}
+
+/// [`prune_flows`] for the flow table of one peer (`None`: the peer is not in the new
+/// filter, every flow goes): keeps the flows with the peer the new filter still lets be
+/// opened: this node's to the peer, this node's through the peer (a route's client), the
+/// peer's through this node (its router).
+pub fn prune_peer_flows(filter: &NodeFilter, peer: Option<PeerRef>, flows: &mut FlowTable) {
+    match peer {
+        Some(p) => flows.retain(|k| routes::keeps(filter, p, k)),
+        None => flows.retain(|_| false),
+    }
 }

@@ -5,6 +5,14 @@
 //! Memory: a peer slot is about 100 bytes plus its addresses; a grant holds its two port
 //! sets; each distinct port set other than "none" and "all" is one shared 8 KiB bitmap
 //! (65,536 bits), at most [`MAX_PORT_SETS`] of them (32 MiB; a real policy has a handful).
+//!
+//! Routes (issue 27): a slot also holds the peer's route prefixes, both ways: `routes_out`
+//! (this node is the client: the prefixes it may open through the peer, its router) and
+//! `routes_in` (this node is the router: what the peer may open in the routes it serves),
+//! each flattened into disjoint ranges with the grant of the longest prefix (`routes`), at
+//! most [`MAX_ROUTE_PREFIXES_PER_PEER`] prefixes a peer and direction: a longer list refuses
+//! the view (fail closed). A lookup is a binary search in one peer's ranges, never a scan of
+//! the peers.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -14,7 +22,18 @@ use uuid::Uuid;
 
 use crate::limits::MAX_PORT_SETS;
 use crate::ports::{PortSet, Proto};
-use crate::view::NodeView;
+use crate::view::{NodeView, RouteGrant};
+
+mod routes;
+
+use routes::RouteTable;
+pub use routes::disjoint;
+
+/// Route prefixes one peer may carry in one direction (`routes_out` or `routes_in` of its
+/// [`crate::view::PeerView`]). A real router serves a handful of CIDRs; an exit's
+/// `0.0.0.0/0` and `::/0` minus the mesh range, cut to what the rules grant, are a few dozen.
+/// Past it the view is refused and the data plane stays closed.
+pub const MAX_ROUTE_PREFIXES_PER_PEER: usize = 256;
 
 /// 65,536 bits: one per port.
 type Bitmap = [u64; 1024];
@@ -38,7 +57,7 @@ impl Ports {
 }
 
 #[derive(Debug, Clone)]
-struct FastGrant {
+pub(crate) struct FastGrant {
     tcp: Ports,
     udp: Ports,
     icmp: bool,
@@ -47,7 +66,7 @@ struct FastGrant {
 
 impl FastGrant {
     #[inline]
-    fn allows(&self, proto: Proto, port: u16) -> bool {
+    pub(crate) fn allows(&self, proto: Proto, port: u16) -> bool {
         match proto {
             Proto::Tcp => self.tcp.contains(port),
             Proto::Udp => self.udp.contains(port),
@@ -66,6 +85,10 @@ struct Slot {
     addrs: Vec<IpAddr>,
     inbound: u32,
     outbound: u32,
+    /// Client side: what this node may open through the peer.
+    routes_out: RouteTable,
+    /// Router side: what the peer may open in the routes this node serves.
+    routes_in: RouteTable,
 }
 
 /// A peer of the filter, found once with [`NodeFilter::peer`] (the data plane keeps it
@@ -88,6 +111,14 @@ pub enum ViewError {
         "peer {0} appears twice in the view; the view is corrupt: fetch the node's state again"
     )]
     DuplicatePeer(Uuid),
+    #[error(
+        "peer {peer} carries {count} route prefixes {direction}, the limit is {MAX_ROUTE_PREFIXES_PER_PEER}: the view is refused (nothing passes); serve fewer or wider routes to this node"
+    )]
+    TooManyRoutePrefixes {
+        peer: Uuid,
+        direction: &'static str,
+        count: usize,
+    },
     #[error(
         "the view has {0} distinct port sets, the limit is {MAX_PORT_SETS}: simplify the policy's port lists"
     )]
@@ -163,6 +194,20 @@ impl NodeFilter {
             grants,
             lines: view.grants.iter().map(|g| g.lines.clone()).collect(),
         };
+        let table = |peer: Uuid, list: &[RouteGrant], direction: &'static str| {
+            if list.len() > MAX_ROUTE_PREFIXES_PER_PEER {
+                return Err(ViewError::TooManyRoutePrefixes {
+                    peer,
+                    direction,
+                    count: list.len(),
+                });
+            }
+            let mut prefixes = Vec::with_capacity(list.len());
+            for r in list {
+                prefixes.push((r.prefix, check(peer, Some(r.grant))?));
+            }
+            Ok(RouteTable::new(&prefixes))
+        };
         for p in &view.peers {
             let r = PeerRef(u32::try_from(filter.slots.len()).unwrap_or(u32::MAX));
             if filter.by_id.insert(p.id, r).is_some() {
@@ -177,6 +222,8 @@ impl NodeFilter {
                 addrs: p.addrs.clone(),
                 inbound: check(p.id, p.inbound)?,
                 outbound: check(p.id, p.outbound)?,
+                routes_out: table(p.id, &p.routes_out, "out (routes_out)")?,
+                routes_in: table(p.id, &p.routes_in, "in (routes_in)")?,
             });
         }
         Ok(filter)
@@ -233,6 +280,54 @@ impl NodeFilter {
     #[inline]
     fn grant(&self, index: u32) -> Option<&FastGrant> {
         self.grants.get(index as usize)
+    }
+
+    /// Client side: the grant of the longest of `peer`'s `routes_out` prefixes holding
+    /// `addr` (None: no route through the peer holds it). A binary search in the peer's
+    /// ranges.
+    #[inline]
+    pub(crate) fn route_out(&self, peer: PeerRef, addr: &IpAddr) -> Option<&FastGrant> {
+        let s = self.slots.get(peer.0 as usize)?;
+        self.grant(s.routes_out.get(addr)?)
+    }
+
+    /// Router side: the grant of the longest of `peer`'s `routes_in` prefixes holding
+    /// `addr` (None: this node serves the peer no route holding it).
+    #[inline]
+    pub(crate) fn route_in(&self, peer: PeerRef, addr: &IpAddr) -> Option<&FastGrant> {
+        let s = self.slots.get(peer.0 as usize)?;
+        self.grant(s.routes_in.get(addr)?)
+    }
+
+    /// May this node open `proto`/`port` on `addr` through `peer`, a route's router?
+    /// None: `addr` is in none of the peer's `routes_out` prefixes.
+    pub fn route_out_allows(
+        &self,
+        peer: PeerRef,
+        addr: &IpAddr,
+        proto: Proto,
+        port: u16,
+    ) -> Option<bool> {
+        self.route_out(peer, addr).map(|g| g.allows(proto, port))
+    }
+
+    /// May `peer` open `proto`/`port` on `addr` in a route this node serves? None: `addr`
+    /// is in none of the peer's `routes_in` prefixes.
+    pub fn route_in_allows(
+        &self,
+        peer: PeerRef,
+        addr: &IpAddr,
+        proto: Proto,
+        port: u16,
+    ) -> Option<bool> {
+        self.route_in(peer, addr).map(|g| g.allows(proto, port))
+    }
+
+    /// Whether `peer` has route prefixes in either direction.
+    pub fn has_routes(&self, peer: PeerRef) -> bool {
+        self.slots
+            .get(peer.0 as usize)
+            .is_some_and(|s| !s.routes_out.is_empty() || !s.routes_in.is_empty())
     }
 
     /// May `peer` open `proto`/`port` on this node? O(1): an index and a bit test.

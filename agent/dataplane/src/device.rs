@@ -109,17 +109,28 @@ pub(crate) fn resolve_policy_slots(state: &State) {
         }
         return;
     };
+    let slots = policy_slots(policy, &state.routes);
+    for (key, peer) in &state.peers {
+        peer.lock().policy.slot = slots.get(key).copied();
+    }
+}
+
+/// Per WireGuard peer, its slot in `policy`: the filter's peer whose mesh address its
+/// allowed IPs route (a route prefix never holds a mesh address, so a router's extra
+/// prefixes change nothing here).
+fn policy_slots(
+    policy: &PolicyFilter,
+    routes: &AllowedIps<Arc<Peer>>,
+) -> HashMap<Key, plexsphere_policy::PeerRef> {
     let mut slots: HashMap<Key, plexsphere_policy::PeerRef> = HashMap::new();
     for (slot, addrs) in &policy.peers {
         for a in addrs {
-            if let Some(peer) = state.routes.get(*a) {
+            if let Some(peer) = routes.get(*a) {
                 slots.entry(peer.public_key()).or_insert(*slot);
             }
         }
     }
-    for (key, peer) in &state.peers {
-        peer.lock().policy.slot = slots.get(key).copied();
-    }
+    slots
 }
 
 /// A userspace WireGuard device; see the module docs.
@@ -172,11 +183,16 @@ impl Device {
     /// node open are forgotten in the same step, so a revoked flow's replies stop with it.
     pub fn set_policy(&self, policy: Option<PolicyFilter>) {
         let mut state = self.write();
-        for peer in state.peers.values() {
+        // Each peer's flows are pruned with its slot in the new filter: a route flow's
+        // remote address (a host behind the peer) names no peer of the filter.
+        let slots = policy.as_ref().map(|p| policy_slots(p, &state.routes));
+        for (key, peer) in &state.peers {
             let flows = &mut peer.lock().policy.flows;
-            match &policy {
-                Some(p) => decide::prune_flows(&p.filter, flows),
-                None => *flows = PeerPolicy::flow_table(),
+            match (&policy, &slots) {
+                (Some(p), Some(slots)) => {
+                    decide::prune_peer_flows(&p.filter, slots.get(key).copied(), flows);
+                }
+                _ => *flows = PeerPolicy::flow_table(),
             }
         }
         state.policy = policy;

@@ -18,6 +18,13 @@
 //! 0.90x on wg-bench's one TCP stream (both lanes of the stream's peer meeting on it).
 //! Capacity per peer: [`PEER_FLOW_CAPACITY`] (the oldest idle flow goes first when full).
 //!
+//! Routed traffic (issue 27): cryptokey routing already sends a packet for a route prefix
+//! to the peer whose allowed IPs hold it (the route's primary router) and accepts from a
+//! peer the sources its allowed IPs hold (a reply from a host behind the router; on the
+//! router, the client's mesh address); the filter's decisions then keep what the grants of
+//! the peer's `routes_out`/`routes_in` allow (docs/policy.md "Routed traffic"). A route
+//! flow is kept in the flow table of the peer it goes through, like a direct one.
+//!
 //! No filter (`None`): every packet passes, as before policies. A closed filter
 //! ([`PolicyFilter::closed`]) lets nothing from or to a peer through.
 
@@ -34,8 +41,10 @@ use plexsphere_policy::{FlowTable, NodeFilter, PeerRef, ViewError};
 pub const POLICY_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// Flows this node may have open with one peer (about 100 bytes each: ~800 KiB full);
-/// past it the flow idle longest is forgotten (its replies are then dropped). Only this
-/// node's own traffic opens flows, so a peer cannot fill it.
+/// past it the flow idle longest is forgotten (its replies are then dropped). This node's
+/// own traffic opens flows, and, on a subnet router, the flows the peer opens through it
+/// (so a client can fill only its own table: it evicts its own flows, never another
+/// peer's).
 pub const PEER_FLOW_CAPACITY: usize = 8192;
 
 /// The reasons a packet is dropped by the policy, in counter order.
@@ -46,8 +55,9 @@ pub const REASONS: [&str; REASON_COUNT] = [
     "spoofed_source",
     "no_rule",
     "malformed",
+    "route_denied",
 ];
-pub const REASON_COUNT: usize = 6;
+pub const REASON_COUNT: usize = 7;
 
 /// The index of a drop reason in [`REASONS`].
 pub fn reason_index(why: &Why) -> usize {
@@ -58,6 +68,7 @@ pub fn reason_index(why: &Why) -> usize {
         Why::SpoofedSource => 3,
         Why::NoRule { .. } => 4,
         Why::Malformed(_) => 5,
+        Why::RouteDenied { .. } => 6,
     }
 }
 

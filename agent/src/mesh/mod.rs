@@ -41,6 +41,12 @@ mod nft_life_tests;
 mod nft_root_tests;
 #[cfg(test)]
 #[cfg(target_os = "linux")]
+mod nft_routes_root_tests;
+#[cfg(test)]
+#[cfg(target_os = "linux")]
+mod nft_routes_tests;
+#[cfg(test)]
+#[cfg(target_os = "linux")]
 mod nft_tests;
 #[cfg(test)]
 #[cfg(target_os = "linux")]

@@ -42,6 +42,7 @@ use plexsphere_policy::filter::{NodeFilter, ViewError};
 use plexsphere_policy::view::NodeView;
 use plexsphere_wire::node::PolicyState;
 
+mod routes;
 mod ruleset;
 
 pub use ruleset::{LOG_PER_SECOND, LOG_PREFIX, MAX_IFACE_LEN, closed_ruleset, ruleset, table_name};

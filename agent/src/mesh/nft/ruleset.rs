@@ -9,6 +9,8 @@ use plexsphere_policy::filter::NodeFilter;
 use plexsphere_policy::ports::PortSet;
 use plexsphere_policy::view::NodeView;
 
+use super::routes::Routes;
+
 /// The log prefix of dropped packets (kernel log, so the journal).
 pub const LOG_PREFIX: &str = "plexd-policy drop: ";
 /// Drop log lines per second per table (the burst is twice that).
@@ -152,6 +154,15 @@ pub(super) fn filter_ruleset(iface: &str, view: &NodeView) -> String {
             }
         }
     }
+    // The route chains check a grant both ways: the destination ports of a new flow
+    // (`in_<g>`), the source ports of its replies (`out_<g>`).
+    let routes = Routes::new(view);
+    for g in routes.grants() {
+        if let Some(g) = usize::try_from(g).ok().filter(|&g| g < view.grants.len()) {
+            used[0][g] = true;
+            used[1][g] = true;
+        }
+    }
     for (dir, (chain, port)) in [("in", "dport"), ("out", "sport")].into_iter().enumerate() {
         for (i, g) in view.grants.iter().enumerate() {
             if used[dir][i] {
@@ -160,6 +171,9 @@ pub(super) fn filter_ruleset(iface: &str, view: &NodeView) -> String {
         }
         map(&mut out, &format!("{chain}4"), "ipv4_addr", &elems[dir][0]);
         map(&mut out, &format!("{chain}6"), "ipv6_addr", &elems[dir][1]);
+    }
+    if !routes.is_empty() {
+        routes.write(&mut out);
     }
     let own = |v6: bool| -> Vec<String> {
         let mut a: Vec<String> = view
@@ -192,6 +206,12 @@ pub(super) fn filter_ruleset(iface: &str, view: &NodeView) -> String {
          \x20   ct direction reply ip saddr vmap @out4\n\
          \x20   ct direction reply ip6 saddr vmap @out6\n",
     );
+    if routes.uses() {
+        // Replies from inside a route through a peer: the route's grant on the source port.
+        out.push_str(
+            "    ct direction reply ip saddr vmap @rsrc4\n    ct direction reply ip6 saddr vmap @rsrc6\n",
+        );
+    }
     let _ = writeln!(
         out,
         "    limit rate {LOG_PER_SECOND}/second burst {} packets log prefix \"{LOG_PREFIX}\" level info\n    counter drop\n  }}",
@@ -201,10 +221,23 @@ pub(super) fn filter_ruleset(iface: &str, view: &NodeView) -> String {
         out,
         "  chain input {{\n    type filter hook input priority filter; policy accept;\n    iifname \"{name}\" jump mesh_in\n  }}"
     );
-    let _ = writeln!(
-        out,
-        "  chain forward {{\n    type filter hook forward priority filter; policy accept;\n    iifname \"{name}\" ct direction reply accept\n    iifname \"{name}\" counter drop\n  }}"
-    );
+    if routes.is_empty() {
+        let _ = writeln!(
+            out,
+            "  chain forward {{\n    type filter hook forward priority filter; policy accept;\n    iifname \"{name}\" ct direction reply accept\n    iifname \"{name}\" counter drop\n  }}"
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "  chain forward {{\n    type filter hook forward priority filter; policy accept;\n    iifname \"{name}\" jump mesh_fwd\n    oifname \"{name}\" jump mesh_fwd_out\n  }}"
+        );
+    }
+    if routes.uses() {
+        let _ = writeln!(
+            out,
+            "  chain output {{\n    type filter hook output priority filter; policy accept;\n    oifname \"{name}\" jump route_out\n  }}"
+        );
+    }
     out.push_str("}\n");
     out
 }
