@@ -362,6 +362,7 @@ impl Core {
                 .iter()
                 .flat_map(|r| [r.udp, r.tls])
                 .flatten()
+                .chain(state.stun.iter().copied())
                 .map(|a| a.ip())
                 .collect(),
         }));

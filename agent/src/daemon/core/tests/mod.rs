@@ -9,6 +9,7 @@ mod lifecycle;
 mod policy;
 mod reach;
 mod rotation;
+mod routes;
 mod stream;
 
 use std::time::{Duration, Instant, SystemTime};
