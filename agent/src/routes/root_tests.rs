@@ -97,13 +97,24 @@ fn routes_the_exit_and_the_router_come_out_byte_for_byte() {
         let mesh = net("10.77.0.0/16");
         let peers = [
             peer(3, "r", &["10.77.0.3/32", "10.1.0.0/24", "fd12:3456::/48"]),
-            peer(4, "e", &["10.77.0.4/32", "0.0.0.0/5", "11.0.0.0/8", "::/1"]),
+            peer(
+                4,
+                "e",
+                &[
+                    "10.77.0.4/32",
+                    "0.0.0.0/5",
+                    "11.0.0.0/8",
+                    "128.0.0.0/1",
+                    "::/1",
+                ],
+            ),
         ];
         let served = [ServedRoute {
             cidr: net("10.9.0.0/24"),
             role: RouterRole::Primary,
         }];
-        let exempt: BTreeSet<IpAddr> = ["192.0.2.9".parse().unwrap()].into();
+        // The control plane, reached through the default route (not on the LAN).
+        let exempt: BTreeSet<IpAddr> = ["203.0.113.9".parse().unwrap()].into();
         let mut host = Host::start("pxr0", mesh, vec![51820]);
         assert_eq!(snapshot(), before, "starting changes nothing");
 
@@ -121,7 +132,7 @@ fn routes_the_exit_and_the_router_come_out_byte_for_byte() {
         assert!(t.contains("11.0.0.0/8 dev pxr0 proto 112"), "{t}");
         let rules = sh(&["ip", "rule", "show"]);
         for want in [
-            "5200:\tfrom all to 192.0.2.9 lookup main",
+            "5200:\tfrom all to 203.0.113.9 lookup main",
             "5210:\tfrom all lookup main suppress_prefixlength 0",
             "5220:\tnot from all fwmark 0x706c lookup 28780",
         ] {
@@ -140,7 +151,15 @@ fn routes_the_exit_and_the_router_come_out_byte_for_byte() {
         // The kernel takes the exit's path for the internet, not for the LAN or the mesh.
         let get = |dst: &str| sh(&["ip", "route", "get", dst]);
         assert!(get("1.1.1.1").contains("dev pxr0"), "{}", get("1.1.1.1"));
-        assert!(get("192.0.2.9").contains("dev eth0"));
+        let cp = get("203.0.113.9");
+        assert!(
+            cp.contains("via 192.0.2.1 dev eth0"),
+            "the control plane stays off: {cp}"
+        );
+        assert!(
+            get("203.0.113.10").contains("dev pxr0"),
+            "its neighbour does not"
+        );
         assert!(get("192.0.2.77").contains("dev eth0"));
         assert!(get("10.77.0.4").contains("dev pxr0"));
         let marked = sh(&["ip", "route", "get", "1.1.1.1", "mark", "0x706c"]);
