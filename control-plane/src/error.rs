@@ -124,6 +124,12 @@ pub enum Error {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    /// 409 `name_taken`: another live node of the Domain holds the DNS name.
+    #[error("{0}")]
+    NameTaken(String),
+    /// 400 `route_refused`: a route report with routes that cannot be routes; nothing stored.
+    #[error("{0}")]
+    RouteRefused(String),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]

@@ -7,8 +7,10 @@ use std::collections::HashSet;
 use std::net::SocketAddr;
 
 use ipnet::IpNet;
+use plexsphere_policy::NodeView;
 use plexsphere_wire::node::{NAT_KEEPALIVE_SECS, NodeState, PeerSpec, PolicyState, RelaySpec};
 use plexsphere_wire::reach::relay::{RelayToken, TOKEN_TTL_SECS};
+use plexsphere_wire::routes::{DnsState, ServedRoute};
 use plexsphere_wire::signed::SignedEnvelope;
 use plexsphere_wire::signing_keys::SigningKey;
 use uuid::Uuid;
@@ -63,8 +65,39 @@ pub fn peer_spec(n: &NodeRow) -> PeerSpec {
         endpoints: n.endpoints.clone(),
         persistent_keepalive_secs: Some(NAT_KEEPALIVE_SECS),
         home_relay: n.reach.home_relay.clone(),
-        dns_name: None,
+        dns_name: Some(n.dns_name.clone()),
     }
+}
+
+/// What a node's state carries of names and routes (issue 27): its Domain's DNS suffix and
+/// the routes it serves as a router, with its role in each.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Extras {
+    pub dns_suffix: String,
+    pub served: Vec<ServedRoute>,
+}
+
+impl Default for Extras {
+    fn default() -> Self {
+        Self {
+            dns_suffix: plexsphere_wire::routes::DEFAULT_DNS_SUFFIX.to_owned(),
+            served: Vec::new(),
+        }
+    }
+}
+
+/// `n`'s spec as `me` sees it: its host routes, then the route prefixes `view` lets `me`
+/// open through it (it is their primary router, or `me`'s exit), deduplicated.
+fn peer_spec_in(n: &NodeRow, view: &NodeView) -> PeerSpec {
+    let mut spec = peer_spec(n);
+    if let Some(p) = view.peers.iter().find(|p| p.id == n.id) {
+        for g in &p.routes_out {
+            if !spec.allowed_ips.contains(&g.prefix) {
+                spec.allowed_ips.push(g.prefix);
+            }
+        }
+    }
+    spec
 }
 
 /// `me`'s desired state: the other live nodes of its Domain that `policy` connects to it
@@ -81,6 +114,7 @@ pub fn node_state(
     reach: Reach<'_>,
     next_signing_key: Option<SigningKey>,
     policy: &CompiledPolicy,
+    extras: &Extras,
 ) -> NodeState {
     let view = policy.view(me);
     let connected: HashSet<Uuid> = view.peer_ids().collect();
@@ -94,7 +128,7 @@ pub fn node_state(
         peers: live
             .iter()
             .filter(|n| n.id != me.id && n.revoked_at.is_none() && connected.contains(&n.id))
-            .map(peer_spec)
+            .map(|n| peer_spec_in(n, &view))
             .collect(),
         issued_at: now,
         relays: reach.relays.to_vec(),
@@ -106,8 +140,11 @@ pub fn node_state(
             version: policy.version,
             view,
         }),
-        dns: None,
-        served_routes: Vec::new(),
+        dns: Some(DnsState {
+            suffix: extras.dns_suffix.clone(),
+            name: me.dns_name.clone(),
+        }),
+        served_routes: extras.served.clone(),
     }
 }
 
@@ -218,7 +255,17 @@ mod tests {
             relay_token: &token,
         };
         let policy = allow_all(&all);
-        let s = node_state(&me, &domain, &all, 7, 99, reach, None, &policy);
+        let s = node_state(
+            &me,
+            &domain,
+            &all,
+            7,
+            99,
+            reach,
+            None,
+            &policy,
+            &Extras::default(),
+        );
         assert_eq!(s.relays, relays);
         assert_eq!(s.stun, stun);
         assert_eq!(s.relay_token.as_ref(), Some(&token));
@@ -237,7 +284,17 @@ mod tests {
             udp_offload: Some(plexsphere_wire::node::UdpOffload::Off),
             ..me.clone()
         };
-        let s = node_state(&off, &domain, &all, 8, 99, reach, None, &policy);
+        let s = node_state(
+            &off,
+            &domain,
+            &all,
+            8,
+            99,
+            reach,
+            None,
+            &policy,
+            &Extras::default(),
+        );
         assert_eq!(s.udp_offload, Some(plexsphere_wire::node::UdpOffload::Off));
         assert_eq!(s.next_signing_key, None);
         let next = SigningKey {
@@ -254,6 +311,7 @@ mod tests {
             reach,
             Some(next.clone()),
             &policy,
+            &Extras::default(),
         );
         assert_eq!(s.next_signing_key, Some(next));
     }

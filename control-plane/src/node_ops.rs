@@ -147,6 +147,11 @@ impl NodeOps<'_> {
         let live = self.live.live(&mut conn, me.domain_id, version).await?;
         let projects = projects::in_domain(&mut conn, me.domain_id).await?;
         let policy_version = policy_version(&mut conn, me.domain_id).await?;
+        let extras = node_decisions::Extras {
+            dns_suffix: crate::store::names::suffix(&mut conn, me.domain_id).await?,
+            served: crate::routes_ops::served(&mut conn, me.id).await?,
+        };
+        let routes = crate::routes_ops::route_inventory(&mut conn, me.domain_id).await?;
         drop(conn);
         let policy = self
             .policies
@@ -156,6 +161,7 @@ impl NodeOps<'_> {
                 policy_version,
                 &live,
                 &projects,
+                &routes,
                 version,
             )
             .await?;
@@ -166,8 +172,9 @@ impl NodeOps<'_> {
             relay_token: &token,
         };
         let (signer, next_key) = self.keys.signing(&domain).await?;
-        let doc =
-            node_decisions::node_state(&me, &domain, &live, version, now, reach, next_key, &policy);
+        let doc = node_decisions::node_state(
+            &me, &domain, &live, version, now, reach, next_key, &policy, &extras,
+        );
         let env = signer
             .sign(SignContext::NodeState, &doc)
             .map_err(|e| Error::Internal(format!("cannot encode a node state: {e}")))?;

@@ -4,7 +4,7 @@ use plexsphere_wire::node::{EventKind, NodeState};
 use plexsphere_wire::signed::SignedEnvelope;
 use uuid::Uuid;
 
-use super::{Reach, node_state, peer_spec};
+use super::{Extras, Reach, node_state, peer_spec};
 use crate::policy_view::*;
 use crate::store::domains::Domain;
 use crate::store::nodes::NodeRow;
@@ -46,7 +46,17 @@ fn state(me: &NodeRow, live: &[NodeRow], policy: &CompiledPolicy) -> NodeState {
         stun: &[],
         relay_token: &token,
     };
-    node_state(me, &domain, live, 7, 99, reach, None, policy)
+    node_state(
+        me,
+        &domain,
+        live,
+        7,
+        99,
+        reach,
+        None,
+        policy,
+        &Extras::default(),
+    )
 }
 
 fn peer_names(s: &NodeState) -> Vec<String> {

@@ -23,7 +23,7 @@ use crate::policy_view::{self, CompiledPolicy, DEFAULT_POLICY_VERSION, Verdict, 
 use crate::store::nodes::NodeRow;
 use crate::store::projects::{self, Project};
 use crate::store::{Store, StoreError, events, nodes, policies};
-use plexsphere_policy::Policy;
+use plexsphere_policy::{Policy, RouteInventory};
 use plexsphere_wire::node::EventKind;
 use sqlx::Row as _;
 
@@ -122,8 +122,10 @@ impl PolicyCache {
         Self::entries(&self.slot(domain_id)).previous
     }
 
-    /// The compile of `source` over `live` and `projects`, read at event seq `as_of` (the
-    /// head read before the rows): the cached one when its key matches, else compiled once.
+    /// The compile of `source` over `live`, `projects` and `routes`, read at event seq
+    /// `as_of` (the head read before the rows): the cached one when its key matches, else
+    /// compiled once.
+    #[allow(clippy::too_many_arguments)]
     pub async fn get(
         &self,
         store: &Store,
@@ -131,15 +133,18 @@ impl PolicyCache {
         version: u64,
         live: &[NodeRow],
         projects: &[Project],
+        routes: &RouteInventory,
         as_of: u64,
     ) -> Result<Arc<CompiledPolicy>, Error> {
         let slot = self.slot(domain_id);
-        if let Some(hit) = Self::hit(&slot, version, live, projects, as_of) {
+        if let Some(hit) = Self::hit(&slot, version, live, projects, routes, as_of) {
             return Ok(hit);
         }
         let _compiling = slot.compiling.lock().await;
-        self.get_locked(store, domain_id, &slot, version, live, projects, as_of)
-            .await
+        self.get_locked(
+            store, domain_id, &slot, version, live, projects, routes, as_of,
+        )
+        .await
     }
 
     /// [`PolicyCache::get`] with the slot's `compiling` lock held.
@@ -152,13 +157,16 @@ impl PolicyCache {
         version: u64,
         live: &[NodeRow],
         projects: &[Project],
+        routes: &RouteInventory,
         as_of: u64,
     ) -> Result<Arc<CompiledPolicy>, Error> {
-        if let Some(hit) = Self::hit(slot, version, live, projects, as_of) {
+        if let Some(hit) = Self::hit(slot, version, live, projects, routes, as_of) {
             return Ok(hit);
         }
         let policy = policy_document(store, domain_id, version).await?;
-        let compiled = self.compile(version, policy, live, projects, as_of).await?;
+        let compiled = self
+            .compile(version, policy, live, projects, routes, as_of)
+            .await?;
         let mut entries = slot.entries.lock().unwrap_or_else(|p| p.into_inner());
         // A caller that read the rows before the current entry's does not replace it.
         let newer = entries.current.as_ref().is_none_or(|c| as_of >= c.as_of());
@@ -173,10 +181,11 @@ impl PolicyCache {
         version: u64,
         live: &[NodeRow],
         projects: &[Project],
+        routes: &RouteInventory,
         as_of: u64,
     ) -> Option<Arc<CompiledPolicy>> {
         let current = Self::entries(slot).current?;
-        if !current.is_for(version, live, projects) {
+        if !current.is_for(version, live, projects) || current.routes != *routes {
             return None;
         }
         current.seen_at(as_of);
@@ -189,12 +198,16 @@ impl PolicyCache {
         policy: Policy,
         live: &[NodeRow],
         projects: &[Project],
+        routes: &RouteInventory,
         as_of: u64,
     ) -> Result<Arc<CompiledPolicy>, Error> {
         let inv = inventory(live, projects);
+        let routes = routes.clone();
         let started = Instant::now();
         let compiled = tokio::task::spawn_blocking(move || {
-            Arc::new(CompiledPolicy::new(version, &policy, &inv, as_of))
+            Arc::new(CompiledPolicy::with_routes(
+                version, &policy, &inv, &routes, as_of,
+            ))
         })
         .await
         .map_err(|e| Error::Internal(format!("the policy compile failed: {e}")))?;
@@ -234,9 +247,12 @@ impl PolicyCache {
         let live = nodes::live_in_domain(&mut conn, domain_id).await?;
         let projects = projects::in_domain(&mut conn, domain_id).await?;
         let version = policy_version(&mut conn, domain_id).await?;
+        let routes = crate::routes_ops::route_inventory(&mut conn, domain_id).await?;
         drop(conn);
-        self.get_locked(store, domain_id, &slot, version, &live, &projects, head)
-            .await
+        self.get_locked(
+            store, domain_id, &slot, version, &live, &projects, &routes, head,
+        )
+        .await
     }
 
     /// Whether node `me`'s stream sends the event `kind` at `seq`: a peer event only when the

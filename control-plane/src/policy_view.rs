@@ -12,7 +12,9 @@
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use plexsphere_policy::{Compiled, Inventory, NodeInfo, NodeView, Policy, ProjectInfo};
+use plexsphere_policy::{
+    Compiled, Inventory, NodeInfo, NodeView, Policy, ProjectInfo, RouteInventory,
+};
 use plexsphere_wire::node::EventKind;
 use uuid::Uuid;
 
@@ -77,6 +79,8 @@ pub struct CompiledPolicy {
     pub version: u64,
     pub compiled: Compiled,
     projects: Vec<ProjectInfo>,
+    /// The routes in service the compile used (part of the cache key).
+    pub routes: RouteInventory,
     /// The newest event seq whose change this inventory is known to include (the head read
     /// before the node rows): a subject it does not know with a seq up to here is not live.
     as_of: AtomicU64,
@@ -85,10 +89,22 @@ pub struct CompiledPolicy {
 impl CompiledPolicy {
     /// Compiles `policy` (version `version`) over `inv`, read at event seq `as_of`.
     pub fn new(version: u64, policy: &Policy, inv: &Inventory, as_of: u64) -> Self {
+        Self::with_routes(version, policy, inv, &RouteInventory::default(), as_of)
+    }
+
+    /// [`CompiledPolicy::new`] for a Domain whose routes in service are `routes` (issue 27).
+    pub fn with_routes(
+        version: u64,
+        policy: &Policy,
+        inv: &Inventory,
+        routes: &RouteInventory,
+        as_of: u64,
+    ) -> Self {
         Self {
             version,
-            compiled: Compiled::new(policy, inv),
+            compiled: Compiled::with_routes(policy, inv, routes),
             projects: inv.projects.clone(),
+            routes: routes.clone(),
             as_of: AtomicU64::new(as_of),
         }
     }

@@ -287,6 +287,11 @@ impl Registrar<'_> {
             udp_offload: None,
             // The token's tags, fixed when it was issued (issue 25).
             tags: row.tags.clone(),
+            // The host name's label, made unique in the Domain (issue 27); a concurrent
+            // registration that took it meanwhile makes the unique index refuse this one,
+            // and the attempt is retried (`is_lost_race_or_ip_clash`).
+            dns_name: crate::store::names::pick_for_hostname(&mut tx, domain.id, &req.hostname)
+                .await?,
         };
         nodes::insert(&mut tx, &node).await?;
         let added = EventKind::PeerAdded {

@@ -68,6 +68,7 @@ pub fn node_view(row: &NodeRow, now: i64, offline_after: i64) -> Result<NodeView
         domain_id: row.domain_id,
         project_id: row.project_id,
         hostname: row.hostname.clone(),
+        name: Some(row.dns_name.clone()),
         arch: row.arch.clone(),
         plexd_version: row.plexd_version.clone(),
         mesh_ip: row.mesh_ip,

@@ -26,7 +26,6 @@ impl BitSet {
         }
     }
 
-    #[cfg(test)]
     pub fn contains(&self, i: usize) -> bool {
         self.words
             .get(i / 64)

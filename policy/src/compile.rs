@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::bitset::BitSet;
-use crate::inventory::{Inventory, NodeInfo};
+use crate::inventory::{Inventory, NodeInfo, RouteInventory};
 use crate::model::Policy;
 use crate::ports::Access;
 use crate::resolve::Resolver;
@@ -36,15 +36,15 @@ pub(crate) struct CompiledRule {
     pub line: u32,
 }
 
-/// A rule whose destination names address prefixes (`*` or a CIDR): kept for the subnet
-/// routes to come, where a router node will check traffic from its peers to the prefixes
-/// it routes. Nothing enforces these yet; node-to-node traffic is covered by the classes.
+/// A rule whose destination names address prefixes (`*` or a CIDR): what decides who may use
+/// a subnet route or an exit and what they may open in it (`route_grants`); node-to-node
+/// traffic is covered by the classes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteRule {
     /// Index of the rule in the document, and its line.
     pub rule: usize,
     pub line: u32,
-    /// The nodes the rule's `src` selects.
+    /// The nodes the rule's `src` selects, sorted by id.
     pub src_nodes: Vec<Uuid>,
     /// The address prefixes the rule's `src` names (traffic from routed subnets).
     pub src_prefixes: Vec<IpNet>,
@@ -105,6 +105,8 @@ pub struct Compiled {
     /// by source class. With it a node's view costs one step per class and per node.
     pub(crate) table: Option<Vec<u32>>,
     pub(crate) table_grants: Vec<Grant>,
+    /// The subnet routes and exits in service, with who may use each (`route_grants`).
+    pub(crate) route_table: crate::route_grants::RouteTable,
 }
 
 /// Class pairs up to which [`Compiled::new`] tabulates every pair's grant (a real fleet has
@@ -113,19 +115,28 @@ pub const CLASS_TABLE_MAX: usize = 65_536;
 pub(crate) const NO_GRANT: u32 = u32::MAX;
 
 impl Compiled {
+    /// The compile of a Domain without routes.
     pub fn new(policy: &Policy, inv: &Inventory) -> Compiled {
+        Self::with_routes(policy, inv, &RouteInventory::default())
+    }
+
+    /// The compile of a Domain whose routes in service are `routes` (issue 27): views then
+    /// carry `routes_out`/`routes_in`, and routers are peers of the nodes that may use them.
+    pub fn with_routes(policy: &Policy, inv: &Inventory, routes: &RouteInventory) -> Compiled {
         let mut resolver = Resolver::new(policy, inv);
         let mut src_sets = Vec::with_capacity(policy.rules.len());
         let mut dst_sets = Vec::with_capacity(policy.rules.len());
-        let mut routes = Vec::new();
+        let mut prefix_rules = Vec::new();
         for (i, r) in policy.rules.iter().enumerate() {
             let s = resolver.nodes(&r.src);
             let dst_prefixes = resolver.prefixes(&r.dst);
             if !dst_prefixes.is_empty() {
-                routes.push(RouteRule {
+                let mut src_nodes: Vec<Uuid> = s.iter().map(|n| inv.nodes[n].id).collect();
+                src_nodes.sort_unstable();
+                prefix_rules.push(RouteRule {
                     rule: i,
                     line: r.at.line,
-                    src_nodes: s.iter().map(|n| inv.nodes[n].id).collect(),
+                    src_nodes,
                     src_prefixes: resolver.prefixes(&r.src),
                     dst_prefixes,
                     access: r.access(),
@@ -153,7 +164,8 @@ impl Compiled {
                 .collect(),
             src: Side::build(n, &src_sets),
             dst: Side::build(n, &dst_sets),
-            routes,
+            route_table: crate::route_grants::RouteTable::build(routes, &prefix_rules),
+            routes: prefix_rules,
             table: None,
             table_grants: Vec::new(),
         };
@@ -204,7 +216,7 @@ impl Compiled {
         self.by_id.get(&id).copied()
     }
 
-    /// Rules with address-prefix destinations (for subnet routes, later).
+    /// Rules with address-prefix destinations (what subnet routes and exits are granted by).
     pub fn routes(&self) -> &[RouteRule] {
         &self.routes
     }
@@ -239,12 +251,19 @@ impl Compiled {
         }
     }
 
-    /// Whether two nodes are WireGuard peers (some rule connects them either way).
+    /// Whether two nodes are WireGuard peers (some rule connects them either way, or one
+    /// routes for the other).
     pub fn connected(&self, a: usize, b: usize) -> bool {
         let meets = |s: usize, d: usize| match (self.src.class.get(s), self.dst.class.get(d)) {
             (Some(&sc), Some(&dc)) => self.src.sigs[sc as usize].meets(&self.dst.sigs[dc as usize]),
             _ => false,
         };
-        a != b && (meets(a, b) || meets(b, a))
+        a != b
+            && (meets(a, b)
+                || meets(b, a)
+                || match (self.nodes.get(a), self.nodes.get(b)) {
+                    (Some(x), Some(y)) => self.route_table.links(x.id, y.id),
+                    _ => false,
+                })
     }
 }

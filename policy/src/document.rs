@@ -59,6 +59,8 @@ struct RawDoc {
     rules: Vec<RawRule>,
     #[serde(default)]
     tests: Vec<RawTest>,
+    #[serde(default)]
+    auto_approvers: Option<crate::approvers::RawApprovers>,
 }
 
 #[derive(Deserialize)]
@@ -210,6 +212,9 @@ pub fn parse(text: &str) -> Result<Policy, PolicyErrors> {
 
     let mut policy = Policy::new(raw.tags, groups, rules);
     policy.tests = tests;
+    if let Some(a) = &raw.auto_approvers {
+        policy.auto_approvers = crate::approvers::parse(a, &loc, &mut errs);
+    }
     crate::groups::check(&policy, &mut errs);
     errs.finish(policy)
 }

@@ -69,3 +69,28 @@ impl Inventory {
         self.tags.iter().any(|t| t == tag) || self.nodes.iter().any(|n| n.has_tag(tag))
     }
 }
+
+/// A subnet route or an exit in service (issue 27, docs/routes.md): its router (the primary
+/// the control plane chose, for a route) and, for an exit, the nodes whose `use_exit` names
+/// it. Only approved routes that carry traffic are listed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteInfo {
+    pub router: Uuid,
+    /// The route's CIDR; for an exit `0.0.0.0/0` (it stands for `::/0` too).
+    pub cidr: ipnet::IpNet,
+    #[serde(default)]
+    pub exit: bool,
+    /// For an exit: the nodes that use it (sorted).
+    #[serde(default)]
+    pub users: Vec<Uuid>,
+}
+
+/// The routes of a Domain as the compiler sees them, beside the [`Inventory`]: the mesh
+/// ranges (an exit's prefixes leave them out) and the routes in service, at most
+/// [`crate::limits::MAX_ROUTES`] (more are ignored; the control plane refuses reports
+/// beyond its own lower limit first).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct RouteInventory {
+    pub mesh: Vec<ipnet::IpNet>,
+    pub routes: Vec<RouteInfo>,
+}

@@ -36,6 +36,8 @@
 //! | [`eval`] | the plain evaluator (scans rules): the reference for tests and explain |
 //! | [`compile`] | (policy, inventory) -> [`Compiled`]: node sets, classes, prefix rules |
 //! | [`view`] | one node's [`NodeView`]: its peer set and per-peer grants (signed-state data) |
+//! | [`approvers`] | `auto_approvers`: whose routes and exits are approved without an operator |
+//! | [`route_grants`] | subnet routes and exits: who may use which, with what (`routes_out`/`routes_in`) |
 //! | [`filter`] | [`NodeFilter`]: the view as O(1) lookups (bitmaps per distinct port set) |
 //! | [`packet`] | raw IPv4/IPv6 bytes -> [`Packet`] (addresses, TCP/UDP ports, ICMP echo id) |
 //! | [`flow`] | [`FlowTable`]: flows this node opened, bounded, idle timeouts, O(1) |
@@ -44,6 +46,7 @@
 //! | [`diff`] | [`reach_diff`]: which node pairs gain or lose which ports, as lines |
 //! | [`error`] | [`PolicyError`] with [`Location`]; [`limits`]: every bound |
 
+pub mod approvers;
 mod bitset;
 pub mod check;
 pub mod compile;
@@ -65,9 +68,11 @@ pub mod model;
 pub mod packet;
 pub mod ports;
 mod resolve;
+pub mod route_grants;
 pub mod selector;
 pub mod view;
 
+pub use approvers::{AutoApprovers, auto_approves};
 pub use check::check_names;
 pub use compile::{Compiled, Grant, RouteRule};
 pub use decide::{Decision, inbound, inbound_bytes, outbound, outbound_bytes, prune_flows};
@@ -78,7 +83,7 @@ pub use error::{ErrorKind, Location, PolicyError, PolicyErrors};
 pub use explain::{Explanation, explain, parse_what};
 pub use filter::{NodeFilter, PeerRef, ViewError};
 pub use flow::{FlowKey, FlowTable};
-pub use inventory::{Inventory, NodeInfo, ProjectInfo};
+pub use inventory::{Inventory, NodeInfo, ProjectInfo, RouteInfo, RouteInventory};
 pub use model::{Expect, Group, Policy, PolicyTest, Rule};
 pub use packet::{Packet, PacketError, parse_packet};
 pub use ports::{Access, PortRange, PortSet, Proto, ProtoSet};

@@ -47,3 +47,6 @@ pub const FLOW_EXPIRY_BATCH: usize = 8;
 
 /// IPv6 extension headers the packet parser walks before it gives up (drops the packet).
 pub const MAX_IPV6_EXT_HEADERS: usize = 8;
+/// The most routes (subnet routes and exits in service) a compile considers: a node's view
+/// costs O(routes x rules with prefix destinations) on top of its peers.
+pub const MAX_ROUTES: usize = 1_024;

@@ -16,6 +16,8 @@ pub struct Policy {
     pub groups: Vec<Group>,
     pub rules: Vec<Rule>,
     pub tests: Vec<PolicyTest>,
+    /// Whose routes and exits are approved without an operator (issue 27).
+    pub auto_approvers: crate::approvers::AutoApprovers,
     pub(crate) group_index: HashMap<String, usize>,
 }
 
@@ -31,6 +33,7 @@ impl Policy {
             groups,
             rules,
             tests: Vec::new(),
+            auto_approvers: Default::default(),
             group_index,
         }
     }
@@ -53,6 +56,18 @@ impl Policy {
             out.push((&t.src, format!("test {} src", i + 1)));
             out.push((&t.dst, format!("test {} dst", i + 1)));
         }
+        for (prefix, sels) in &self.auto_approvers.routes {
+            out.extend(
+                sels.iter()
+                    .map(|s| (s, format!("auto_approvers routes {prefix}"))),
+            );
+        }
+        out.extend(
+            self.auto_approvers
+                .exit
+                .iter()
+                .map(|s| (s, "auto_approvers exit".to_string())),
+        );
         out
     }
 }

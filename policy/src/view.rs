@@ -159,7 +159,7 @@ impl Compiled {
                 (inb, out)
             }
         };
-        let peers = self
+        let mut peers: Vec<PeerView> = self
             .nodes
             .iter()
             .enumerate()
@@ -178,11 +178,79 @@ impl Compiled {
                 })
             })
             .collect();
+        self.add_route_grants(id, &mut peers, &mut interner);
         Some(NodeView {
             node: id,
             addrs: self.nodes[me].addrs().collect(),
             grants: interner.grants,
             peers,
         })
+    }
+}
+
+impl Compiled {
+    /// Adds `me`'s route grants to its peers (a router becomes a peer of the nodes that may
+    /// use its routes, and they of it): `routes_out` on each router `me` may use,
+    /// `routes_in` on each node that may use a route `me` serves.
+    fn add_route_grants(&self, me: Uuid, peers: &mut Vec<PeerView>, interner: &mut Interner) {
+        for (index, route) in self.route_infos().iter().enumerate() {
+            let uses = |client: Uuid| self.route_grants(index, client);
+            if route.router == me {
+                let clients = self.route_table.clients[index].clone();
+                for client in clients {
+                    let grants = uses(client);
+                    if let Some(peer) = self.peer_entry(peers, client)
+                        && !grants.is_empty()
+                    {
+                        for g in grants {
+                            let grant = interner.add(Grant {
+                                access: g.access,
+                                lines: g.lines,
+                            });
+                            peer.routes_in.push(RouteGrant {
+                                prefix: g.prefix,
+                                grant,
+                            });
+                        }
+                    }
+                }
+            } else {
+                let grants = uses(me);
+                if grants.is_empty() {
+                    continue;
+                }
+                if let Some(peer) = self.peer_entry(peers, route.router) {
+                    for g in grants {
+                        let grant = interner.add(Grant {
+                            access: g.access,
+                            lines: g.lines,
+                        });
+                        peer.routes_out.push(RouteGrant {
+                            prefix: g.prefix,
+                            grant,
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// The peer entry of node `id`, added (with no node-to-node grant) when missing; `None`
+    /// for a node the compile does not know.
+    fn peer_entry<'a>(&self, peers: &'a mut Vec<PeerView>, id: Uuid) -> Option<&'a mut PeerView> {
+        if let Some(i) = peers.iter().position(|p| p.id == id) {
+            return peers.get_mut(i);
+        }
+        let node = &self.nodes[self.node_index(id)?];
+        peers.push(PeerView {
+            id,
+            name: node.name.clone(),
+            addrs: node.addrs().collect(),
+            inbound: None,
+            outbound: None,
+            routes_out: Vec::new(),
+            routes_in: Vec::new(),
+        });
+        peers.last_mut()
     }
 }

@@ -147,6 +147,10 @@ pub struct NodeView {
     pub domain_id: Uuid,
     pub project_id: Uuid,
     pub hostname: String,
+    /// The node's DNS name in its Domain (`<name>.<suffix>`, docs/dns.md); absent from
+    /// servers older than names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     pub arch: String,
     pub plexd_version: String,
     pub mesh_ip: IpAddr,
@@ -226,9 +230,15 @@ pub struct NodeView {
 }
 
 impl NodeView {
-    /// The node's name as operators see and type it: its resource handle when it has one,
-    /// else its hostname.
+    /// The node's name as operators see and type it: its DNS name (`name`), or from a
+    /// server older than names its resource handle when it has one, else its hostname.
     pub fn name(&self) -> &str {
+        self.name.as_deref().unwrap_or_else(|| self.legacy_name())
+    }
+
+    /// What [`NodeView::name`] was before DNS names: the resource handle, else the hostname
+    /// (`plexctl` still finds a node by it when no DNS name matches).
+    pub fn legacy_name(&self) -> &str {
         self.resource_handle.as_deref().unwrap_or(&self.hostname)
     }
 }

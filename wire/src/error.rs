@@ -89,6 +89,13 @@ pub mod codes {
     /// 409: another live node of the Domain has a WireGuard public key with the same first 8
     /// bytes (the prefix relay frames name nodes by); the message names it.
     pub const KEY_PREFIX_IN_USE: &str = "key_prefix_in_use";
+    /// 409: another live node of the Domain holds this DNS name (`PUT /v1/nodes/{id}/name`);
+    /// the message names it.
+    pub const NAME_TAKEN: &str = "name_taken";
+    /// 400: a route report names a route that cannot be one (reserved, too large, the mesh
+    /// range, a probe outside it, a duplicate, too many); the message names every refused
+    /// route and nothing is stored.
+    pub const ROUTE_REFUSED: &str = "route_refused";
     /// 404: the addressed object does not exist.
     pub const NOT_FOUND: &str = "not_found";
     /// 422: an access policy document that does not parse, names what the Domain does not

@@ -5,8 +5,8 @@
 //! |---|---|
 //! | route report (node) | `PUT /v1/nodes/{id}/routes` ([`RoutesReport`] -> [`RoutesAck`]) |
 //! | route list (operator) | `GET /v1/routes` (-> `Vec<`[`RouteEntry`]`>`) |
-//! | approve / deny (operator) | `POST /v1/routes/approve`, `POST /v1/routes/deny` ([`RouteDecision`] -> 204) |
-//! | rename a node (operator) | `PUT /v1/nodes/{id}/name` ([`RenameRequest`] -> 204) |
+//! | approve / deny (operator) | `POST /v1/routes/approve`, `POST /v1/routes/deny` ([`RouteDecision`] -> the route's [`RouteEntry`]) |
+//! | rename a node (operator) | `PUT /v1/nodes/{id}/name` ([`RenameRequest`] -> the node's `admin::NodeView`) |
 //! | a Domain's DNS suffix (operator) | `GET`/`PUT /v1/domains/{id}/dns` ([`DnsSettings`]) |
 //!
 //! A node that advertises anything sends its report when its configuration or a probe's

@@ -62,6 +62,12 @@ pub enum Command {
     /// Show, test, change, explain and roll back a Domain's access policy (docs/policy.md)
     #[command(subcommand)]
     Policy(crate::policy::PolicyCommand),
+    /// Show and set a Domain's DNS suffix (nodes answer `<name>.<suffix>`, docs/dns.md)
+    #[command(subcommand)]
+    Dns(crate::routes::DnsCommand),
+    /// List subnet routes and exits with their routers, approve and deny them (docs/routes.md)
+    #[command(subcommand)]
+    Route(crate::routes::RouteCommand),
     /// Create, show, list and delete resources the broker provisions
     #[command(subcommand)]
     Resource(ResourceCommand),
@@ -212,6 +218,16 @@ pub enum NodeCommand {
         /// Remove every tag of the node
         #[arg(long)]
         all: bool,
+    },
+    /// Rename a node: its DNS name in the Domain (`<name>.<suffix>`), a DNS label of a-z,
+    /// 0-9 and '-' unique among the Domain's live nodes; every node applies it at once
+    Rename {
+        /// The node's id or name (the NAME column of `node list`)
+        #[arg(value_name = "NODE")]
+        id: String,
+        /// The new name
+        #[arg(value_name = "NAME")]
+        name: String,
     },
     /// Change a node's settings that its signed state carries; the node applies them at once
     Set {

@@ -47,6 +47,8 @@ pub async fn run(
         Command::Blueprint(ListCommand::List) => broker::blueprints(format, settings).await,
         Command::Domain(cmd) => domains(cmd, format, settings).await,
         Command::Policy(cmd) => crate::policy::run(cmd, format, settings).await,
+        Command::Dns(cmd) => crate::routes::dns(cmd, format, settings).await,
+        Command::Route(cmd) => crate::routes::run(cmd, format, settings).await,
     }
 }
 
@@ -217,6 +219,15 @@ async fn nodes(cmd: &NodeCommand, format: Format, settings: &Settings) -> Result
                 _ => "rotate-credential",
             };
             let node: NodeView = api.post::<(), _>(&["v1", "nodes", &id, what], None).await?;
+            render(format, &node, output::node)
+        }
+        NodeCommand::Rename { id, name } => {
+            plexsphere_wire::routes::check_label(name)
+                .map_err(|e| crate::failure::Failure::Usage(e.to_string()))?;
+            let api = &operator_api(settings)?;
+            let id = node_id(api, id).await?.to_string();
+            let body = plexsphere_wire::routes::RenameRequest { name: name.clone() };
+            let node: NodeView = api.put(&["v1", "nodes", &id, "name"], &body).await?;
             render(format, &node, output::node)
         }
         NodeCommand::Tag { id, tags } => {

@@ -20,6 +20,7 @@ mod output;
 mod plain_http;
 mod policy;
 mod policy_output;
+mod routes;
 mod secret;
 mod session;
 mod tags;

@@ -1,6 +1,6 @@
 //! Nodes by name: every command that takes a node id also takes its name, the NAME column of
-//! `plexctl node list` (its resource handle when it has one, else its hostname;
-//! `NodeView::name`). A name must match exactly one node the token can see; an unknown or
+//! `plexctl node list` (its DNS name; when none matches, its resource handle when it has one,
+//! else its hostname; `NodeView::name`). A name must match exactly one node the token can see; an unknown or
 //! ambiguous name is an error that lists the candidates.
 
 use plexsphere_wire::admin::{List, NodeView};
@@ -42,7 +42,11 @@ fn check_name(given: &str) -> Result<(), Failure> {
 /// the name, so a name reused after a revocation means the live node.
 pub fn node_by_name(nodes: &[NodeView], name: &str) -> Result<Uuid, Failure> {
     use plexsphere_wire::admin::NodeStatus;
-    let named: Vec<&NodeView> = nodes.iter().filter(|n| n.name() == name).collect();
+    let mut named: Vec<&NodeView> = nodes.iter().filter(|n| n.name() == name).collect();
+    if named.is_empty() {
+        // The name before DNS names (resource handle, else hostname) still finds a node.
+        named = nodes.iter().filter(|n| n.legacy_name() == name).collect();
+    }
     let live: Vec<&NodeView> = named
         .iter()
         .copied()

@@ -101,7 +101,7 @@ fn opt<T>(value: Option<T>, show: impl FnOnce(T) -> String) -> String {
     value.map(show).unwrap_or_else(|| "-".to_owned())
 }
 
-fn text(value: &str) -> String {
+pub(crate) fn text(value: &str) -> String {
     if value.is_empty() {
         "-".to_owned()
     } else {

@@ -36,6 +36,7 @@ fn node_view() -> NodeView {
         domain_id: DOMAIN,
         project_id: PROJECT,
         hostname: "edge-1".to_owned(),
+        name: Some("edge-1".to_owned()),
         arch: "amd64".to_owned(),
         plexd_version: "0.1.0".to_owned(),
         mesh_ip: "10.64.1.1".parse().unwrap(),

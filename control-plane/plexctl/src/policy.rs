@@ -211,7 +211,7 @@ fn read(file: &Path) -> Result<String, Failure> {
 }
 
 /// The Domain given, or the only one the token sees.
-async fn domain_of(api: &Api, given: Option<&str>) -> Result<String, Failure> {
+pub(crate) async fn domain_of(api: &Api, given: Option<&str>) -> Result<String, Failure> {
     if let Some(d) = given {
         return Ok(d.trim().to_owned());
     }

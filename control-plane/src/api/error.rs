@@ -58,6 +58,8 @@ pub fn classify(e: &Error) -> (StatusCode, &'static str) {
         Error::PolicyInvalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, codes::POLICY_INVALID),
         Error::NotFound(_) => (StatusCode::NOT_FOUND, codes::NOT_FOUND),
         Error::Conflict(_) => (StatusCode::CONFLICT, codes::CONFLICT),
+        Error::NameTaken(_) => (StatusCode::CONFLICT, codes::NAME_TAKEN),
+        Error::RouteRefused(_) => (StatusCode::BAD_REQUEST, codes::ROUTE_REFUSED),
         Error::Store(s) if s.is_unreachable() => {
             (StatusCode::SERVICE_UNAVAILABLE, codes::UNAVAILABLE)
         }

@@ -7,6 +7,7 @@ pub mod error;
 pub mod extract;
 pub mod fanout;
 pub mod health;
+mod names;
 mod node;
 mod node_settings;
 mod observations;
@@ -19,6 +20,7 @@ mod signing_keys;
 pub mod sse;
 mod state;
 mod streams;
+mod subnet;
 
 use std::sync::Arc;
 
@@ -86,6 +88,13 @@ fn routes() -> Routes {
         .add(Post, "/v1/domains/{domain}/policy/rollback", ADMIN, policy::rollback)
         .add(Get, "/v1/domains/{domain}/policy/explain", READ, policy::explain)
         .add(Put, "/v1/nodes/{node_id}/tags", OPERATE, policy::set_node_tags)
+        .add(Put, "/v1/nodes/{node_id}/name", OPERATE, names::rename)
+        .add(Put, "/v1/nodes/{node_id}/routes", Node, subnet::report)
+        .add(Get, "/v1/routes", READ, subnet::list)
+        .add(Post, "/v1/routes/approve", OPERATE, subnet::approve)
+        .add(Post, "/v1/routes/deny", OPERATE, subnet::deny)
+        .add(Get, "/v1/domains/{domain}/dns", READ, names::get_dns)
+        .add(Put, "/v1/domains/{domain}/dns", ADMIN, names::set_dns)
         .add(Get, "/healthz", Public, health::healthz)
         .add(Get, "/readyz", Public, health::readyz)
         .add(Get, "/metrics", READ, health::metrics)

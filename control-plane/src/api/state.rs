@@ -201,6 +201,14 @@ impl AppState {
         }
     }
 
+    /// The rename and DNS suffix operations (`crate::names_ops`).
+    pub fn name_ops(&self) -> crate::names_ops::NameOps<'_> {
+        crate::names_ops::NameOps {
+            store: &self.store,
+            bus: self.bus.as_ref(),
+        }
+    }
+
     pub fn node_ops(&self) -> NodeOps<'_> {
         NodeOps {
             store: &self.store,

@@ -15,6 +15,7 @@ pub mod fault;
 mod health;
 pub mod lease;
 pub mod mesh_ips;
+pub mod names;
 pub mod node_hosts;
 pub mod nodes;
 pub mod observations;
@@ -25,6 +26,8 @@ pub mod operators;
 pub mod policies;
 pub mod projects;
 pub mod resources;
+pub mod routes;
+
 pub mod tokens;
 
 use std::borrow::Cow;
@@ -86,8 +89,12 @@ impl Store {
     }
 
     /// Brings the schema up to date. Safe to run on every start and from several replicas.
+    /// Nodes registered before schema version 18 are given DNS names here
+    /// ([`names::backfill`]).
     pub async fn migrate(&self) -> Result<(), StoreError> {
         migrator().run(&self.pool).await?;
+        let mut conn = self.acquire().await?;
+        names::backfill(&mut conn).await?;
         Ok(())
     }
 
@@ -216,6 +223,13 @@ pub fn migrator() -> Migrator {
             Cow::Borrowed("access policy"),
             MigrationType::Simple,
             include_str!("../../migrations/0017_policy.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
+            18,
+            Cow::Borrowed("names and routes"),
+            MigrationType::Simple,
+            include_str!("../../migrations/0018_names_routes.sql").into_sql_str(),
             false,
         ),
     ];

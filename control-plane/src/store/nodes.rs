@@ -53,6 +53,9 @@ pub struct NodeRow {
     pub udp_offload: Option<UdpOffload>,
     /// The node's tags, names without `tag:`, sorted (schema version 17, `crate::tags`).
     pub tags: Vec<String>,
+    /// The node's DNS label, unique among the live nodes of its Domain (schema version 18,
+    /// `store::names`); a row not named yet reads its host name's label.
+    pub dns_name: String,
 }
 
 /// Where a node came from: the bootstrap token it registered with (`None` for nodes older
@@ -83,7 +86,7 @@ macro_rules! select_nodes {
             "SELECT id, domain_id, project_id, hostname, arch, plexd_version, mesh_ip, wireguard_public_key, resource_handle, credential_sha256, registered_at, last_seen_at, revoked_at, listen_port, endpoints, \
              last_heartbeat_at, uptime_secs, applied_state_version, peers_configured, peers_connected, observations_dropped, \
              local_endpoints, reflexive_endpoints, observed_endpoint, home_relay, nat_mapping, udp_blocked, \
-             key_rotated_at, credential_rotated_at, pending_credential_sha256, previous_credential_sha256, previous_credential_until, rotate_key_requested_at, rotate_credential_requested_at, host_fingerprint, bootstrap_token_id, ephemeral_offline_secs, udp_offload, tags FROM nodes ",
+             key_rotated_at, credential_rotated_at, pending_credential_sha256, previous_credential_sha256, previous_credential_until, rotate_key_requested_at, rotate_credential_requested_at, host_fingerprint, bootstrap_token_id, ephemeral_offline_secs, udp_offload, tags, dns_name FROM nodes ",
             $tail
         )
     };
@@ -120,6 +123,7 @@ impl NodeRow {
             origin: NodeOrigin::default(),
             udp_offload: None,
             tags: Vec::new(),
+            dns_name: format!("node-{n}"),
         }
     }
 }
@@ -134,6 +138,7 @@ impl std::fmt::Debug for NodeRow {
             .field("last_seen_at", &self.last_seen_at)
             .field("revoked_at", &self.revoked_at)
             .field("tags", &self.tags)
+            .field("dns_name", &self.dns_name)
             .finish_non_exhaustive()
     }
 }
@@ -195,6 +200,12 @@ fn from_row(row: &sqlx::any::AnyRow) -> Result<NodeRow, StoreError> {
             })
             .transpose()?,
         tags: crate::tags::split(&row.try_get::<String, _>("tags")?),
+        dns_name: match row.try_get::<Option<String>, _>("dns_name")? {
+            Some(n) => n,
+            None => {
+                plexsphere_wire::routes::label_from_hostname(&row.try_get::<String, _>("hostname")?)
+            }
+        },
     })
 }
 
@@ -211,8 +222,8 @@ fn opt_col<T: TryFrom<i64>>(
 
 pub async fn insert(conn: &mut AnyConnection, n: &NodeRow) -> Result<(), StoreError> {
     sqlx::query(
-        "INSERT INTO nodes (id, domain_id, project_id, hostname, arch, plexd_version, mesh_ip, wireguard_public_key, resource_handle, credential_sha256, registered_at, last_seen_at, revoked_at, bootstrap_token_id, ephemeral_offline_secs, key_prefix, tags) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
+        "INSERT INTO nodes (id, domain_id, project_id, hostname, arch, plexd_version, mesh_ip, wireguard_public_key, resource_handle, credential_sha256, registered_at, last_seen_at, revoked_at, bootstrap_token_id, ephemeral_offline_secs, key_prefix, tags, dns_name) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)",
     )
     .bind(n.id.to_string())
     .bind(n.domain_id.to_string())
@@ -231,6 +242,7 @@ pub async fn insert(conn: &mut AnyConnection, n: &NodeRow) -> Result<(), StoreEr
     .bind(n.origin.ephemeral_offline_secs.map(sat_i64))
     .bind(plexsphere_wire::proof::key_prefix_of(&n.wireguard_public_key))
     .bind(crate::tags::join(&n.tags))
+    .bind(n.dns_name.clone())
     .execute(&mut *conn)
     .await?;
     Ok(())
