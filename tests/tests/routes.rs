@@ -231,6 +231,13 @@ fn a_node_uses_an_exit_and_turning_it_off_restores_its_routing_byte_for_byte() {
         !ping(&a.ns, internet.host()),
         "no way to the internet without the exit"
     );
+    // The kernel adds IPv6 link-local routes once duplicate address detection is done: the
+    // snapshot waits for that, so it holds only what plexd could change.
+    wait_until(BOUND, "no tentative IPv6 address on the client", || {
+        let out = netns::exec(&a.ns, "ip", &["-6", "addr", "show", "tentative"]).unwrap();
+        Ok(out.stdout.is_empty().then_some(()))
+    })
+    .unwrap();
     let before = routing(&a.ns);
 
     a.set_routes(&format!("routes:\n  use_exit: {}\n", e.id()));
