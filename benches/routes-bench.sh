@@ -4,7 +4,7 @@
 # Measured in one run: one iperf3 TCP stream over the direct mesh path (client -> router's
 # mesh IP) and one through the router to the LAN host (subnet route, masquerade); then 10
 # failovers (SIGKILL of the primary router while the client pings the LAN host every 20 ms),
-# each the time from the kill to the first answered ping after it, with median and max.
+# each the longest time between two answered pings around the kill, with median and max.
 #
 #   sudo benches/routes-bench.sh [--secs S] [--debug]
 #
