@@ -25,4 +25,5 @@ pub mod mesh;
 pub mod paths;
 pub mod peer_key;
 pub mod reach;
+pub mod routes;
 pub mod tls;

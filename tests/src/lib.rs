@@ -12,6 +12,7 @@ pub mod dns;
 pub mod ha;
 pub mod ha_client;
 pub mod host;
+pub mod lan;
 pub mod machines;
 pub mod nat;
 pub mod netns;
@@ -19,6 +20,7 @@ pub mod process;
 pub mod proxy;
 pub mod qemu;
 pub mod readme;
+pub mod route_lab;
 pub mod scrape;
 pub mod wait;
 

@@ -6,6 +6,7 @@ pub mod dns;
 mod locate;
 pub mod metrics;
 pub mod rotation;
+pub mod routes;
 pub mod values;
 
 use std::path::{Path, PathBuf};
@@ -52,6 +53,9 @@ pub struct Config {
     /// The resolver for mesh names (docs/dns.md).
     #[serde(default, skip_serializing_if = "dns::DnsConfig::is_default")]
     pub dns: dns::DnsConfig,
+    /// Subnet routes and exit nodes (docs/routes.md).
+    #[serde(default, skip_serializing_if = "routes::RoutesConfig::is_default")]
+    pub routes: routes::RoutesConfig,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -152,6 +156,13 @@ impl Config {
             return Err(ConfigError::Invalid {
                 path: path.to_path_buf(),
                 at: locate::key(text, &["metrics", "listen"]),
+                what,
+            });
+        }
+        if let Some((keys, what)) = config.routes.problem() {
+            return Err(ConfigError::Invalid {
+                path: path.to_path_buf(),
+                at: locate::key(text, keys),
                 what,
             });
         }

@@ -62,6 +62,15 @@ fn every_key_set() -> Config {
             port: 5353,
             resolved: false,
         },
+        routes: super::routes::RoutesConfig {
+            advertise: vec![super::routes::AdvertiseEntry {
+                cidr: "10.1.0.0/24".parse().expect("cidr"),
+                probe: Some("10.1.0.5".parse().expect("ip")),
+            }],
+            snat: false,
+            exit: true,
+            use_exit: Some("gw-1".to_owned()),
+        },
         rotation: RotationConfig {
             key_interval: Interval(Some(Duration::from_secs(3600))),
             credential_interval: Interval(None),

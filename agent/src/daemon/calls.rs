@@ -228,6 +228,17 @@ impl NodeApi {
         self.post_json("/endpoints", r).await
     }
 
+    /// `PUT /v1/nodes/{id}/routes`: what this node offers and which exit it uses.
+    pub async fn routes(
+        &self,
+        r: &plexsphere_wire::routes::RoutesReport,
+    ) -> Result<plexsphere_wire::routes::RoutesAck, CallError> {
+        json_answer(
+            self.send(self.api.http().put(self.url("/routes")).json(r))
+                .await?,
+        )
+    }
+
     pub async fn ingest(&self, b: &IngestBatch) -> Result<(), CallError> {
         let (status, headers, bytes) = self
             .send(self.api.http().post(self.url("/ingest")).json(b))

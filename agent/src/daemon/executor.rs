@@ -62,6 +62,8 @@ pub struct Executor {
     pub policy_reader: Option<plexd_dataplane::PolicyReader>,
     /// The resolver for mesh names (`dns.enabled`, docs/dns.md).
     pub dns: Option<crate::dns::runtime::Runtime>,
+    /// The routes task (reports, probes, the host's routes); docs/routes.md.
+    pub routes: Option<crate::routes::RoutesHandle>,
 }
 
 impl Executor {
@@ -227,6 +229,9 @@ impl Executor {
                         super::policy_status::add_counters(status, reader);
                     }
                 }
+                if let (Answer::Status(report), Some(routes)) = (&mut answer, &self.routes) {
+                    report.routes = Some(routes.status());
+                }
                 if let Some(w) = self.waiters.remove(&id) {
                     let _ = w.send(answer);
                 }
@@ -250,6 +255,11 @@ impl Executor {
                 ReachOp::Relays { relays, stun } => self.reach.set_relays(relays, stun),
                 ReachOp::RelayToken(token) => self.reach.set_relay_token(token),
             },
+            Effect::Routes(op) => {
+                if let Some(routes) = &self.routes {
+                    routes.send(op);
+                }
+            }
             Effect::PromoteKey => {
                 tokio::spawn(super::rotate::promote(self.paths.clone()));
             }

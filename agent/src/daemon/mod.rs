@@ -108,6 +108,7 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
         let gso_prober = mesh.gso_prober();
         let policy_reader = mesh.policy_reader();
         let mesh = MeshThread::start(mesh, tx.clone()).map_err(threads)?;
+        let routes = start_routes(settings, &identity, &api, backend);
         let disk = DiskThread::start(settings.state.clone(), tx.clone()).map_err(threads)?;
 
         let (alive_tx, mut alive_rx) = mpsc::channel::<()>(1);
@@ -171,10 +172,16 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
             gso_probe,
             policy_reader,
             dns,
+            routes: Some(routes),
         };
         let outcome = executor.run(&mut rx).await;
         if let Some(dns) = executor.dns.take() {
             dns.stop().await;
+        }
+        // Routes are withdrawn and the host's routes, rules and nat table removed while the
+        // interface is still there.
+        if let Some(routes) = executor.routes.take() {
+            routes.stop().await;
         }
         if let Some(server) = metrics_server {
             server.abort();
@@ -212,6 +219,29 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
     }
     .instrument(span)
     .await
+}
+
+/// The routes task: reports, probes and the host's routes (docs/routes.md).
+fn start_routes(
+    settings: &JoinSettings,
+    identity: &crate::identity::Identity,
+    api: &calls::NodeApi,
+    backend: &'static str,
+) -> crate::routes::RoutesHandle {
+    let wg = &settings.config.wireguard;
+    let mut ports = vec![wg.listen_port];
+    if backend == "kernel" && wg.reach.enabled {
+        ports.push(wg.kernel_port());
+    }
+    ports.retain(|p| *p != 0);
+    crate::routes::RoutesHandle::start(crate::routes::RoutesSetup {
+        api: api.clone(),
+        iface: wg.interface.clone(),
+        mesh: identity.mesh_cidr,
+        ports,
+        host: backend != "none",
+        config: settings.config.routes.clone(),
+    })
 }
 
 /// The data plane for this node: its key, mesh IP and prefix on the configured backend.

@@ -49,6 +49,10 @@ pub struct StatusReport {
     /// The resolver for mesh names (docs/dns.md): absent with `dns.enabled: false`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dns: Option<crate::dns::runtime::DnsStatus>,
+    /// Subnet routes and exits: what this node offers, serves and routes (absent from older
+    /// daemons).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub routes: Option<crate::routes::status::RoutesStatus>,
 }
 
 /// The pinned Domain key and, during a rotation's overlap, the announced next one.
@@ -349,6 +353,11 @@ pub fn render(r: &StatusReport) -> String {
     if let Some(dns) = &r.dns {
         let _ = writeln!(out, "dns         {}", dns.line());
     }
+    if let Some(routes) = &r.routes {
+        for line in routes.lines() {
+            let _ = writeln!(out, "routes      {line}");
+        }
+    }
     let _ = writeln!(
         out,
         "ingest      {} observations waiting, {} dropped and not yet reported",
@@ -482,6 +491,7 @@ pub(crate) mod tests {
             gso_probe: None,
             dns: None,
             policy: None,
+            routes: None,
         }
     }
 

@@ -170,6 +170,10 @@ impl Mesh for Leftover {
                 )));
             }
         }
+        // The routes' nat table and exit rules a crashed run may have left.
+        if let Err(e) = crate::routes::remove_leftovers(&self.cfg.interface) {
+            tracing::warn!(interface = %self.cfg.interface, "routes: {e}");
+        }
         // The kernel backend's policy table (`nft`); any backend may have left one behind.
         nft::remove_on_leave(&self.cfg.interface).map_err(error)
     }

@@ -37,7 +37,10 @@ fn kind_name(k: &InfoKind) -> String {
     }
 }
 
-fn request(msg: RouteNetlinkMessage, flags: u16) -> io::Result<Vec<RouteNetlinkMessage>> {
+pub(crate) fn request(
+    msg: RouteNetlinkMessage,
+    flags: u16,
+) -> io::Result<Vec<RouteNetlinkMessage>> {
     Ok(netlink_request_rtnl(msg, Some(flags))?
         .into_iter()
         .filter_map(|m: NetlinkMessage<RouteNetlinkMessage>| match m.payload {

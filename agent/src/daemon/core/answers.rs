@@ -356,6 +356,17 @@ impl Core {
             self.ready_after_apply = true;
         }
         self.feed_reach_state(&state);
+        self.emit(Effect::Routes(crate::routes::RoutesOp::State {
+            served: state.served_routes.clone(),
+            relays: state
+                .relays
+                .iter()
+                .flat_map(|r| [r.udp, r.tls])
+                .flatten()
+                .chain(state.stun.iter().copied())
+                .map(|a| a.ip())
+                .collect(),
+        }));
         if state.udp_offload != self.udp_offload {
             self.udp_offload = state.udp_offload;
             self.emit(Effect::UdpOffload(state.udp_offload));

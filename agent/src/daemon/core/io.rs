@@ -280,6 +280,8 @@ pub enum Effect {
     /// The names the resolver answers changed (docs/dns.md; `None`: no names, every query
     /// REFUSED). Answers nothing.
     Dns(Option<Arc<crate::dns::zone::Zone>>),
+    /// Tell the routes task (docs/routes.md; answers nothing).
+    Routes(crate::routes::RoutesOp),
     /// End the daemon.
     Exit(Outcome),
 }

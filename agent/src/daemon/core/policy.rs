@@ -79,6 +79,9 @@ impl Core {
     pub(super) fn ask_apply(&mut self, set: Arc<Vec<PeerSpec>>, now: Now) {
         self.feed_names(&set);
         let version = self.policy.as_ref().map(|p| p.version);
+        self.emit(super::Effect::Routes(crate::routes::RoutesOp::Peers(
+            set.clone(),
+        )));
         self.ask_mesh(
             MeshOp::Apply(set.clone(), self.policy.clone()),
             Pending::Apply(set, version),

@@ -49,6 +49,12 @@ impl Core {
             self.schedule.set_intervals(merged, now.at, unit);
             changed.push("daemon (intervals and stall timeout apply now; the backoff and ingest sizes after a restart)".to_owned());
         }
+        if old.routes != new.routes {
+            self.emit(Effect::Routes(crate::routes::RoutesOp::Config(
+                new.routes.clone(),
+            )));
+            changed.push("routes (reported now)".to_owned());
+        }
         if old.api_url != new.api_url {
             // An enrolled node keeps the origin saved in its identity, also across restarts.
             let to = new.api_url.as_ref().map_or("(none)", |u| u.as_str());

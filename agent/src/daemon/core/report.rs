@@ -188,6 +188,7 @@ impl Core {
             gso_probe: None,
             dns: None,
             policy: Some(self.policy_status()),
+            routes: None,
         }
     }
 

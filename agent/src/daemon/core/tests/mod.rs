@@ -10,6 +10,7 @@ mod names;
 mod policy;
 mod reach;
 mod rotation;
+mod routes;
 mod stream;
 
 use std::time::{Duration, Instant, SystemTime};
