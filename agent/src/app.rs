@@ -374,7 +374,7 @@ fn remove_plexd(
             ));
         }
         let wireguard = config.map(|c| c.wireguard.clone()).unwrap_or_default();
-        let mut mesh = crate::mesh::for_leave(&wireguard);
+        let mut mesh = crate::mesh::for_leave(&wireguard, crate::routes::remove_leftovers);
         let removed = leave::cleanup(&settings.state, mesh.as_mut());
         report.push(format!(
             "removed node {}'s files here ({}); it is still registered on {}: an operator removes it with plexctl node revoke {}",

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use super::calls::NodeApi;
 use super::core::io::{self, Call, CallResult, Effect, MeshAnswer, Now, Outcome, ReachOp};
 use super::core::{ControlId, Core};
 use super::disk::DiskThread;
@@ -23,6 +22,7 @@ use super::notify;
 use super::protocol::Answer;
 use super::sse;
 use crate::config::Config;
+use crate::node_api::NodeApi;
 use crate::reach::io::ReachHandle;
 
 /// Inputs waiting for the loop: answers of calls, stream messages, mesh answers, socket

@@ -4,12 +4,12 @@
 use std::path::PathBuf;
 
 use super::cache::STATE_FILE_NAME;
-use super::calls::{CallError, LeaveAnswer, NodeApi};
 use crate::api_client::ApiClient;
 use crate::exit::{ExitCode, Failure};
 use crate::identity::Identity;
 use crate::join::JoinSettings;
 use crate::mesh::Mesh;
+use crate::node_api::{CallError, LeaveAnswer, NodeApi};
 use crate::paths::StatePaths;
 
 /// Removes what makes this host a node; returns the files removed.
@@ -130,7 +130,7 @@ pub async fn leave_direct(s: &JoinSettings) -> Result<String, Failure> {
     let client = ApiClient::new(url, &s.trust, s.dropped_ca.clone())?;
     let api = NodeApi::new(client, id.node_id, id.node_credential.clone()).with_host(host);
     let answer = api.leave().await;
-    let mut mesh = crate::mesh::for_leave(&s.config.wireguard);
+    let mut mesh = crate::mesh::for_leave(&s.config.wireguard, crate::routes::remove_leftovers);
     finish(&id, answer, &s.state, mesh.as_mut())
 }
 

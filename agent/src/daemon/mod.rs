@@ -12,7 +12,7 @@
 //! | `executor.rs`   | the loop over [`input::Input`] performing effects           |
 //! | `mesh_thread.rs`| the thread that owns the data plane, behind a bounded queue |
 //! | `disk.rs`       | the thread that writes the cache and removes files on leave |
-//! | `calls.rs`, `sse.rs` | the node API calls and the event stream (HTTP)         |
+//! | `sse.rs` (and `crate::node_api`) | the node API calls and the event stream (HTTP) |
 //! | `socket.rs`, `protocol.rs` | the status socket and its JSON                   |
 //! | `accept.rs`, `cache.rs` | verifying signed state and events; the cache file   |
 //! | `schedule.rs`, `backoff.rs`, `ingest.rs` | pure timing and queueing parts the core uses |
@@ -20,7 +20,6 @@
 
 pub mod accept;
 pub mod cache;
-pub mod calls;
 pub mod core;
 pub mod disk;
 pub mod executor;
@@ -87,7 +86,7 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
         let url = ApiUrl::parse(&identity.api_url).map_err(|e| bad_identity(format!("api_url: {e}")))?;
         let client = ApiClient::new(url, &settings.trust, settings.dropped_ca.clone())?;
         let host = crate::identity::host::check_or_bind(&settings.state.dir, identity.node_id, &crate::identity::host::machine_id_file(), time::OffsetDateTime::now_utc())?;
-        let api = calls::NodeApi::new(client, identity.node_id, identity.node_credential.clone()).with_host(host);
+        let api = crate::node_api::NodeApi::new(client, identity.node_id, identity.node_credential.clone()).with_host(host);
         // The metrics listener, when configured: bound before anything else listens, so a
         // taken address fails the start with a clear error.
         let metrics_server = match settings.config.metrics.listen {
@@ -225,7 +224,7 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
 fn start_routes(
     settings: &JoinSettings,
     identity: &crate::identity::Identity,
-    api: &calls::NodeApi,
+    api: &crate::node_api::NodeApi,
     backend: &'static str,
 ) -> crate::routes::RoutesHandle {
     let wg = &settings.config.wireguard;

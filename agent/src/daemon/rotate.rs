@@ -4,10 +4,10 @@
 
 use plexsphere_wire::rotation::{self, KeyRotation};
 
-use super::calls::{CallError, NodeApi};
 use super::core::io::KeyDone;
 use crate::identity::rotation::{self as files, KeySecret};
 use crate::identity::{Identity, NodeKey, SecretString};
+use crate::node_api::{CallError, NodeApi};
 use crate::paths::StatePaths;
 
 fn disk(e: impl std::fmt::Display) -> CallError {

@@ -14,10 +14,10 @@ use launchdarkly_sdk_transport::{ByteStream, HttpTransport, ResponseFuture, Tran
 use plexsphere_wire::domain_event::{DOMAIN_ENVELOPES, ENVELOPES_HEADER};
 use tokio::sync::{mpsc, oneshot};
 
-use super::calls::{CallError, NodeApi};
 use super::core::io::{self, StreamMsg};
 use super::input::Input;
 use super::sse_bound::FrameBound;
+use crate::node_api::{CallError, NodeApi};
 
 /// The largest error body read from a refused stream request.
 const MAX_ERROR_BODY: usize = 16 * 1024;

@@ -5,7 +5,6 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use super::icmp::EchoSocket;
 use super::netcheck::NetcheckReport;
 use super::netcheck_probe::{self, NetcheckInput};
 use super::ping::{self, PingReport};
@@ -14,6 +13,7 @@ use crate::config::Config;
 use crate::daemon::protocol::{Answer, Request};
 use crate::daemon::status::StatusReport;
 use crate::daemon::{accept, cache, socket};
+use crate::echo::EchoSocket;
 use crate::exit::{ExitCode, Failure};
 use crate::identity::Identity;
 use crate::paths::{self, ConfigPaths, StatePaths};

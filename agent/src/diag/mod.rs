@@ -16,7 +16,6 @@
 pub mod bugreport;
 pub mod collect;
 pub mod commands;
-pub mod icmp;
 pub mod netcheck;
 pub mod netcheck_probe;
 pub mod ping;

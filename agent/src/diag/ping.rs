@@ -8,11 +8,11 @@ use serde::Serialize;
 use uuid::Uuid;
 
 use crate::daemon::status::{PeerPath, PeerStatus};
+pub use crate::echo::{PAYLOAD_LEN, Reply, checksum, echo_reply_seq, echo_request};
 
 /// The shortest node id prefix `plexd ping` accepts (shorter ones match too many nodes).
 pub const MIN_ID_PREFIX: usize = 4;
-/// The payload of every echo request, in bytes: 8 bytes of a per-run token, then zeros.
-pub const PAYLOAD_LEN: usize = 56;
+
 /// How many peer names an "unknown peer" message lists.
 const LISTED_PEERS: usize = 10;
 
@@ -83,69 +83,6 @@ fn names(peers: &[PeerStatus]) -> String {
         list.push(format!("and {} more", peers.len() - LISTED_PEERS));
     }
     list.join(", ")
-}
-
-/// An ICMP (v4) or ICMPv6 echo request. The v4 checksum is filled in; the kernel fills the
-/// ICMPv6 one (it covers a pseudo header only the kernel knows) and, on a ping socket, the
-/// identifier.
-pub fn echo_request(v6: bool, ident: u16, seq: u16, token: [u8; 8]) -> Vec<u8> {
-    let mut p = vec![0u8; 8 + PAYLOAD_LEN];
-    p[0] = if v6 { 128 } else { 8 };
-    p[4..6].copy_from_slice(&ident.to_be_bytes());
-    p[6..8].copy_from_slice(&seq.to_be_bytes());
-    p[8..16].copy_from_slice(&token);
-    if !v6 {
-        let sum = checksum(&p);
-        p[2..4].copy_from_slice(&sum.to_be_bytes());
-    }
-    p
-}
-
-/// The sequence number of an echo reply carrying `token`, or `None` for anything else (other
-/// ICMP traffic a raw socket sees). `with_ip_header`: the datagram starts with the IPv4 header
-/// (a raw v4 socket's do).
-pub fn echo_reply_seq(
-    datagram: &[u8],
-    v6: bool,
-    with_ip_header: bool,
-    token: [u8; 8],
-) -> Option<u16> {
-    let icmp = if with_ip_header {
-        let ihl = usize::from(datagram.first()? & 0x0f) * 4;
-        datagram.get(ihl..)?
-    } else {
-        datagram
-    };
-    let reply_type = if v6 { 129 } else { 0 };
-    if icmp.len() < 16 || icmp[0] != reply_type || icmp[1] != 0 || icmp[8..16] != token {
-        return None;
-    }
-    Some(u16::from_be_bytes([icmp[6], icmp[7]]))
-}
-
-/// The Internet checksum (RFC 1071).
-pub fn checksum(data: &[u8]) -> u16 {
-    let mut sum: u32 = 0;
-    for chunk in data.chunks(2) {
-        let word = match chunk {
-            [a, b] => u16::from_be_bytes([*a, *b]),
-            [a] => u16::from_be_bytes([*a, 0]),
-            _ => 0,
-        };
-        sum += u32::from(word);
-    }
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
-/// One request's outcome.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Reply {
-    pub seq: u16,
-    /// The round trip in milliseconds; `None`: no reply within `--timeout`.
-    pub rtt_ms: Option<f64>,
 }
 
 /// What `plexd ping` found (`--output json` prints it).

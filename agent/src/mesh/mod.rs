@@ -110,20 +110,29 @@ fn no_kernel_table(cfg: &WireguardConfig) {
     }
 }
 
-/// What `plexd leave` tears down when no daemon runs: a leftover interface, nothing started.
-pub fn for_leave(cfg: &WireguardConfig) -> Box<dyn Mesh> {
-    Box::new(Leftover::new(cfg))
+/// Removes what else a run left for an interface name (the routes' tables and rules:
+/// `crate::routes::remove_leftovers`, passed in so the mesh does not depend on the routes).
+pub type LeftoverCleanup = fn(&str) -> Result<(), String>;
+
+/// What `plexd leave` tears down when no daemon runs: a leftover interface, nothing started,
+/// and what `also` removes for it.
+pub fn for_leave(cfg: &WireguardConfig, also: LeftoverCleanup) -> Box<dyn Mesh> {
+    Box::new(Leftover::new(cfg, also))
 }
 
 /// What `plexd leave` tears down when no daemon runs: the interface, if one was left.
 #[derive(Debug)]
 pub struct Leftover {
     cfg: WireguardConfig,
+    also: LeftoverCleanup,
 }
 
 impl Leftover {
-    pub fn new(cfg: &WireguardConfig) -> Self {
-        Self { cfg: cfg.clone() }
+    pub fn new(cfg: &WireguardConfig, also: LeftoverCleanup) -> Self {
+        Self {
+            cfg: cfg.clone(),
+            also,
+        }
     }
 }
 
@@ -171,7 +180,7 @@ impl Mesh for Leftover {
             }
         }
         // The routes' nat table and exit rules a crashed run may have left.
-        if let Err(e) = crate::routes::remove_leftovers(&self.cfg.interface) {
+        if let Err(e) = (self.also)(&self.cfg.interface) {
             tracing::warn!(interface = %self.cfg.interface, "routes: {e}");
         }
         // The kernel backend's policy table (`nft`); any backend may have left one behind.

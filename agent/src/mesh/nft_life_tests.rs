@@ -93,7 +93,7 @@ fn leave_removes_the_table_with_the_interface() {
         ]);
         nft::install_closed(&c.interface).unwrap();
         let before = nft::exists(&c.interface).unwrap();
-        super::for_leave(&c).teardown().unwrap();
+        super::for_leave(&c, |_| Ok(())).teardown().unwrap();
         let link = super::netlink::link(&c.interface).unwrap();
         (before, nft::exists(&c.interface).unwrap(), link)
     });

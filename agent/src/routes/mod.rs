@@ -11,6 +11,7 @@
 //! | [`runtime`] | the task tying them to the daemon ([`RoutesHandle`]) |
 //! | [`status`] | `routes` of `plexd status` |
 
+mod op;
 pub mod plan;
 pub mod report;
 pub mod status;
@@ -32,20 +33,7 @@ mod root_tests;
 #[cfg(target_os = "linux")]
 pub use runtime::{RoutesHandle, RoutesSetup};
 
-/// What the core tells the routes task.
-#[derive(Debug, Clone, PartialEq)]
-pub enum RoutesOp {
-    /// `routes:` of the config (start and every reload).
-    Config(crate::config::routes::RoutesConfig),
-    /// The peers as applied to the interface.
-    Peers(std::sync::Arc<Vec<plexsphere_wire::node::PeerSpec>>),
-    /// The signed state's routes this node serves, and its relays' and STUN servers'
-    /// addresses (kept off an exit's tunnel).
-    State {
-        served: Vec<plexsphere_wire::routes::ServedRoute>,
-        relays: Vec<std::net::IpAddr>,
-    },
-}
+pub use op::RoutesOp;
 
 /// `plexd leave` / `plexd uninstall` without a running daemon: the nat table and the exit's
 /// policy rules a crashed run may have left (the routes go with the interface).

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use ipnet::IpNet;
 use tokio::sync::mpsc;
 
-use crate::diag::icmp::EchoSocket;
+use crate::echo::EchoSocket;
 
 /// How often each probe target is pinged.
 pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);

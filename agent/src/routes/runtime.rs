@@ -15,15 +15,15 @@ use plexsphere_wire::node::PeerSpec;
 use plexsphere_wire::routes::{RoutesAck, ServedRoute};
 use tokio::sync::{mpsc, oneshot};
 
-use super::RoutesOp;
 use super::host::Host;
 use super::netlink::TABLE_MAIN;
+use super::op::RoutesOp;
 use super::plan::{self, HostPlan};
 use super::probe::{ProbeResult, Probes};
 use super::report::Reporter;
 use super::status::{AdvertisedStatus, RoutesStatus};
 use crate::config::routes::RoutesConfig;
-use crate::daemon::calls::NodeApi;
+use crate::node_api::NodeApi;
 
 /// How long a stopping plexd waits for its withdrawal to be answered.
 pub const STOP_REPORT: Duration = Duration::from_secs(2);

@@ -8,7 +8,6 @@ use plexsphere_wire::node::NodeState;
 use plexsphere_wire::signed::SignedEnvelope;
 
 use super::super::cache::Cached;
-use super::super::calls::{CallError, StateAnswer};
 use super::super::leave;
 use super::super::protocol::{Answer, Request};
 use super::super::schedule::Task;
@@ -20,6 +19,7 @@ use super::{
 };
 use crate::backoff;
 use crate::exit::ExitCode;
+use crate::node_api::{CallError, StateAnswer};
 
 impl Core {
     /// The common part of every call's answer. `false` when it ended the daemon (revoked or

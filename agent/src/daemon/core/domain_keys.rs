@@ -17,9 +17,9 @@ pub use super::domain_keys_state::{KEY_CHAIN_INTERVAL, KeyChainFetch};
 use plexsphere_wire::signing_keys::{SigningKey, SigningKeyChain, follow};
 
 use super::super::accept::SignedBy;
-use super::super::calls::CallError;
 use super::super::schedule::Task;
 use super::{Call, Core, Effect, Now};
+use crate::node_api::CallError;
 
 fn generation(g: Option<u64>) -> String {
     g.map_or_else(|| "unknown".to_owned(), |g| g.to_string())

@@ -18,12 +18,12 @@ use plexsphere_wire::node::{
 use plexsphere_wire::signed::SignedEnvelope;
 
 use super::super::cache::{Cached, CachedEvent};
-use super::super::calls::{CallError, LeaveAnswer, StateAnswer};
 use super::super::protocol::{Answer, Request};
 use crate::config::Config;
 use crate::mesh::LivePeer;
 use crate::mesh::MeshError;
 use crate::mesh::diff::MeshChange;
+use crate::node_api::{CallError, LeaveAnswer, StateAnswer};
 use crate::reach::io::{OwnCandidates, PeerPathView, PeerReach};
 
 /// The two clocks an input arrives with: `at` for deadlines and ages, `wall` for what the

@@ -26,7 +26,6 @@ use std::time::{Duration, Instant};
 
 use plexsphere_wire::node::HeartbeatAck;
 
-use super::super::calls::CallError;
 use super::super::protocol::Answer;
 use super::io::KeyDone;
 use super::rotation_state::Kind;
@@ -34,6 +33,7 @@ pub use super::rotation_state::{RotationStart, Rotations};
 use super::{Call, ControlId, Core, DELETED, Effect, MeshOp, Now, Outcome, Pending};
 use crate::exit::ExitCode;
 use crate::mesh::MeshError;
+use crate::node_api::CallError;
 
 /// A failed rotation is tried again after this long (or the server's `Retry-After`).
 pub const ROTATION_RETRY: Duration = Duration::from_secs(30);

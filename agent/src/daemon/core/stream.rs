@@ -4,11 +4,11 @@
 use plexsphere_wire::node::EventKind;
 
 use super::super::cache::CachedEvent;
-use super::super::calls::CallError;
 use super::super::schedule::Task;
 use super::wanted::Delta;
 use super::{Core, DELETED, Effect, MAX_CACHED_EVENTS, Now, Outcome, Stream, StreamMsg};
 use crate::backoff;
+use crate::node_api::CallError;
 
 impl Core {
     pub(super) fn open_stream(&mut self, now: Now) {

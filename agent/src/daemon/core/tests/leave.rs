@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 
 use super::*;
-use crate::daemon::calls::LeaveAnswer;
 use crate::daemon::protocol::{Answer, Request};
+use crate::node_api::LeaveAnswer;
 
 fn answer_of(e: &[Effect], id: ControlId) -> Option<&Answer> {
     e.iter().find_map(|e| match e {

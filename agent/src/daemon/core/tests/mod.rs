@@ -19,12 +19,12 @@ use plexsphere_wire::node::{EventKind, HeartbeatAck, NodeState};
 use plexsphere_wire::signed::SignContext;
 
 use super::super::accept::tests::{acceptor, event_data, own, signer, state};
-use super::super::calls::{CallError, StateAnswer};
 use super::*;
 use crate::config::Config;
 use crate::identity::Identity;
 use crate::jitter::Jitter;
 use crate::mesh::{Mesh as _, NoneMesh};
+use crate::node_api::{CallError, StateAnswer};
 use crate::paths::StatePaths;
 
 pub const SEED: u64 = 0x5eed;

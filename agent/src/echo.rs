@@ -7,9 +7,11 @@ use std::io::Read as _;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
+use serde::Serialize;
 use socket2::{Domain, Protocol, Socket, Type};
 
-use super::ping::{self, Reply};
+/// The payload of every echo request, in bytes: 8 bytes of a per-run token, then zeros.
+pub const PAYLOAD_LEN: usize = 56;
 
 /// The longest datagram read (an echo reply with its IP header fits easily).
 const MAX_DATAGRAM: usize = 1500;
@@ -66,7 +68,7 @@ impl EchoSocket {
         for i in 0..count {
             let seq = u16::try_from(i + 1).unwrap_or(u16::MAX);
             let started = Instant::now();
-            let packet = ping::echo_request(self.v6, ident, seq, token);
+            let packet = echo_request(self.v6, ident, seq, token);
             self.sock
                 .send(&packet)
                 .map_err(|e| format!("cannot send an echo request: {e}"))?;
@@ -102,7 +104,7 @@ impl EchoSocket {
             match (&self.sock).read(&mut buf) {
                 Ok(n) => {
                     let with_header = self.raw && !self.v6;
-                    if ping::echo_reply_seq(&buf[..n], self.v6, with_header, token) == Some(seq) {
+                    if echo_reply_seq(&buf[..n], self.v6, with_header, token) == Some(seq) {
                         return Ok(Some(started.elapsed()));
                     }
                 }
@@ -124,4 +126,67 @@ impl EchoSocket {
             }
         }
     }
+}
+
+/// An ICMP (v4) or ICMPv6 echo request. The v4 checksum is filled in; the kernel fills the
+/// ICMPv6 one (it covers a pseudo header only the kernel knows) and, on a ping socket, the
+/// identifier.
+pub fn echo_request(v6: bool, ident: u16, seq: u16, token: [u8; 8]) -> Vec<u8> {
+    let mut p = vec![0u8; 8 + PAYLOAD_LEN];
+    p[0] = if v6 { 128 } else { 8 };
+    p[4..6].copy_from_slice(&ident.to_be_bytes());
+    p[6..8].copy_from_slice(&seq.to_be_bytes());
+    p[8..16].copy_from_slice(&token);
+    if !v6 {
+        let sum = checksum(&p);
+        p[2..4].copy_from_slice(&sum.to_be_bytes());
+    }
+    p
+}
+
+/// The sequence number of an echo reply carrying `token`, or `None` for anything else (other
+/// ICMP traffic a raw socket sees). `with_ip_header`: the datagram starts with the IPv4 header
+/// (a raw v4 socket's do).
+pub fn echo_reply_seq(
+    datagram: &[u8],
+    v6: bool,
+    with_ip_header: bool,
+    token: [u8; 8],
+) -> Option<u16> {
+    let icmp = if with_ip_header {
+        let ihl = usize::from(datagram.first()? & 0x0f) * 4;
+        datagram.get(ihl..)?
+    } else {
+        datagram
+    };
+    let reply_type = if v6 { 129 } else { 0 };
+    if icmp.len() < 16 || icmp[0] != reply_type || icmp[1] != 0 || icmp[8..16] != token {
+        return None;
+    }
+    Some(u16::from_be_bytes([icmp[6], icmp[7]]))
+}
+
+/// The Internet checksum (RFC 1071).
+pub fn checksum(data: &[u8]) -> u16 {
+    let mut sum: u32 = 0;
+    for chunk in data.chunks(2) {
+        let word = match chunk {
+            [a, b] => u16::from_be_bytes([*a, *b]),
+            [a] => u16::from_be_bytes([*a, 0]),
+            _ => 0,
+        };
+        sum += u32::from(word);
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+/// One request's outcome.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Reply {
+    pub seq: u16,
+    /// The round trip in milliseconds; `None`: no reply within `--timeout`.
+    pub rtt_ms: Option<f64>,
 }
