@@ -60,6 +60,19 @@ for t in x86_64-unknown-linux-musl aarch64-unknown-linux-musl; do
   rustup target list --installed | grep -qx "$t" || rustup target add "$t"
 done
 
+# systemd-resolved and its NSS module for the Debian machines of tests/tests/dns.rs (their image
+# has none): downloaded with the host's apt into a cache, so the tests themselves go to no mirror.
+debs=/var/cache/plexsphere/debs
+for pkg in systemd-resolved libnss-resolve; do
+  if ! compgen -G "$debs/${pkg}_*.deb" >/dev/null; then
+    if [[ $(id -u) -eq 0 ]]; then
+      mkdir -p "$debs"
+      (cd "$debs" && apt-get download -qq "$pkg")
+    else
+      echo "deps: $pkg's .deb is missing from $debs; run as root" >&2
+    fi
+  fi
+done
 # boringtun-cli, the second reference WireGuard peer (interop tests, benchmarks), from crates.io,
 # built once into a cache outside the clone.
 bt_root=/var/cache/plexsphere/cargo-bin

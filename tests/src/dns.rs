@@ -4,7 +4,6 @@
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -78,8 +77,8 @@ impl Drop for UpstreamDns {
 }
 
 /// The Debian packages of systemd-resolved (and its NSS module) for bookworm machines,
-/// downloaded once with the host's apt into `/var/cache/plexsphere/debs` (the image is built
-/// from the host's mirror, so the versions match its systemd).
+/// which scripts/deps.sh downloads with the host's apt into `/var/cache/plexsphere/debs` (the
+/// image is built from the host's mirror, so the versions match its systemd).
 pub fn resolved_debs() -> Result<Vec<PathBuf>> {
     let dir = PathBuf::from("/var/cache/plexsphere/debs");
     std::fs::create_dir_all(&dir)?;
@@ -98,17 +97,10 @@ pub fn resolved_debs() -> Result<Vec<PathBuf>> {
             out.push(p);
             continue;
         }
-        let st = Command::new("apt-get")
-            .args(["download", pkg])
-            .current_dir(&dir)
-            .status()
-            .context("apt-get download")?;
-        if !st.success() {
-            bail!(
-                "apt-get download {pkg} failed; the DNS machine test needs the host's Debian mirror once"
-            );
-        }
-        out.push(find(&dir)?.with_context(|| format!("{pkg}'s .deb after apt-get download"))?);
+        bail!(
+            "{pkg}'s .deb is not in {}: scripts/deps.sh downloads it (as root) before the tests",
+            dir.display()
+        );
     }
     Ok(out)
 }
