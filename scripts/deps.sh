@@ -27,6 +27,7 @@ packages=(
   qemu-user-static              # tests/tests/portable.rs runs the arm64 binaries under qemu-aarch64-static
   lintian rpmlint rpm           # scripts/package lints the .deb and .rpm files; tests/tests/packages.rs reads the RPMs
   dnsutils knot-dnsutils        # plexd's resolver tests and benchmark ask it with dig and kdig
+  chromium chromium-driver      # the console's browser tests and benchmark (tests/src/browser.rs, benches/console-bench.sh)
 )
 
 missing=()
@@ -82,5 +83,32 @@ if ! command -v boringtun-cli >/dev/null && [[ ! -x $bt_root/bin/boringtun-cli ]
     cargo install --locked -q boringtun-cli --root "$bt_root"
   else
     echo "deps: boringtun-cli is missing; run as root or: cargo install --locked boringtun-cli --root $bt_root" >&2
+  fi
+fi
+
+# The OpenID Provider of the sign-in tests (tests/oidc/provider.mjs): the npm packages of the
+# committed lock, installed with `npm ci` into a cache outside the clone, again only when the
+# lock changed.
+# Debian's nodejs and npm, unless a node with npm is there already (NodeSource's nodejs
+# carries its own npm and conflicts with Debian's).
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  if [[ $(id -u) -eq 0 ]]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm
+  else
+    echo "deps: nodejs and npm are missing; run as root (sudo) or install them" >&2
+  fi
+fi
+oidc_dir=/var/cache/plexsphere/oidc-provider
+oidc_src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../tests/oidc" && pwd)
+if ! cmp -s "$oidc_src/package-lock.json" "$oidc_dir/package-lock.json" 2>/dev/null \
+  || [[ ! -d $oidc_dir/node_modules/oidc-provider ]]; then
+  if [[ -w /var/cache/plexsphere || $(id -u) -eq 0 ]]; then
+    echo "deps: npm ci of the test OpenID Provider into $oidc_dir"
+    mkdir -p "$oidc_dir"
+    cp "$oidc_src/package.json" "$oidc_src/package-lock.json" "$oidc_dir/"
+    npm ci --prefix "$oidc_dir" --no-audit --no-fund --loglevel=error
+  else
+    echo "deps: the test OpenID Provider is missing from $oidc_dir; run as root" >&2
   fi
 fi

@@ -24,6 +24,7 @@ pub mod join;
 pub mod logging;
 pub mod mesh;
 pub mod node_api;
+pub mod path_report;
 pub mod paths;
 pub mod peer_key;
 pub mod reach;

@@ -239,6 +239,17 @@ impl NodeApi {
         )
     }
 
+    /// `PUT /v1/nodes/{id}/paths`: each peer's path as this node sees it (issue 28).
+    pub async fn paths(
+        &self,
+        r: &plexsphere_wire::paths::PathsReport,
+    ) -> Result<plexsphere_wire::paths::PathsAck, CallError> {
+        json_answer(
+            self.send(self.api.http().put(self.url("/paths")).json(r))
+                .await?,
+        )
+    }
+
     pub async fn ingest(&self, b: &IngestBatch) -> Result<(), CallError> {
         let (status, headers, bytes) = self
             .send(self.api.http().post(self.url("/ingest")).json(b))

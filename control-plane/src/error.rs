@@ -80,6 +80,20 @@ pub enum Error {
         gap = plexsphere_wire::rotation::MIN_ROTATION_GAP_SECS
     )]
     RotationLimited(u64),
+    /// 429 `rate_limited` with `Retry-After`: a node reported its paths again too soon
+    /// (`plexsphere_wire::paths::PATHS_MIN_GAP_MS`).
+    #[error(
+        "this node reported its paths less than {gap} ms ago; retry after {0} s",
+        gap = plexsphere_wire::paths::PATHS_MIN_GAP_MS
+    )]
+    PathsTooSoon(u64),
+    /// 429 `rate_limited` with `Retry-After` ([`STREAM_RETRY_AFTER_SECS`]): the caller already
+    /// holds this many console event streams open on this replica.
+    #[error(
+        "you already have {0} console event streams open on this server (the limit); close a console tab or retry after {secs} s",
+        secs = STREAM_RETRY_AFTER_SECS
+    )]
+    TooManyConsoleStreams(usize),
     #[error("{0}")]
     Unauthorized(&'static str),
     /// 403 `forbidden`: valid credentials that do not allow this call.
@@ -130,6 +144,21 @@ pub enum Error {
     /// 400 `route_refused`: a route report with routes that cannot be routes; nothing stored.
     #[error("{0}")]
     RouteRefused(String),
+    /// 403 `csrf_required`: a cookie-authenticated write without the CSRF header, or from
+    /// another origin (`auth::csrf`).
+    #[error("{0}")]
+    CsrfRequired(String),
+    /// 400 `sign_in_failed`: an OpenID sign-in refused (`auth`); nothing changed.
+    #[error("{0}")]
+    SignInFailed(String),
+    /// 401 `session_expired`: a session past its lifetime or idle timeout, or signed out.
+    #[error("{0}")]
+    SessionExpired(String),
+    /// 404 `sign_in_disabled`: no `--oidc-issuer` on this server.
+    #[error(
+        "sign-in is not configured on this server (start it with --oidc-issuer); use an operator token"
+    )]
+    SignInDisabled,
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]

@@ -183,6 +183,11 @@ impl Keyring {
         }
     }
 
+    /// An HMAC key derived from this replica's KEK for one purpose ([`Kek::derive_hmac_key`]).
+    pub fn derive_hmac_key(&self, label: &[u8]) -> Result<ring::hmac::Key, KeyError> {
+        Ok(self.kek()?.derive_hmac_key(label))
+    }
+
     /// The key that signs the Domain's documents now.
     pub async fn signer(&self, domain: &Domain) -> Result<Arc<DomainSigner>, KeyError> {
         let set = self.keys(domain).await?;

@@ -5,6 +5,8 @@
 //! The binary (`src/bin/plexsphere.rs`) is a thin shell over [`cli`].
 
 pub mod api;
+pub mod audit;
+pub mod auth;
 pub mod broker;
 pub mod bus;
 pub mod bus_nats;
@@ -12,6 +14,7 @@ pub mod bus_poll;
 pub mod candidates;
 pub mod cli;
 pub mod clone;
+pub mod console;
 pub mod error;
 pub mod ipam;
 pub mod key_proof;
@@ -26,11 +29,13 @@ pub mod node_ops;
 pub mod node_rotation;
 pub mod node_settings;
 pub mod operator_tokens;
+pub mod path_map;
 pub mod policy_cache;
 pub mod policy_ops;
 pub mod policy_view;
 pub mod ratelimit;
 pub mod register;
+pub mod relay_health;
 pub mod routes_admin;
 pub mod routes_approve;
 pub mod routes_ops;

@@ -110,6 +110,7 @@ pub struct Metrics {
     pub event_bus_connected: Gauge,
     pub policy_compiles: Counter,
     pub policy_compile_seconds: Histogram,
+    pub audit_write_failures: Counter,
 }
 
 impl Default for Metrics {
@@ -132,6 +133,7 @@ impl Default for Metrics {
             event_bus_connected: Gauge::default(),
             policy_compiles: Counter::default(),
             policy_compile_seconds: Histogram::new(compile_buckets()),
+            audit_write_failures: Counter::default(),
         };
         m.register_all();
         m
@@ -141,6 +143,11 @@ impl Default for Metrics {
 impl Metrics {
     fn register_all(&mut self) {
         let r = &mut self.registry;
+        r.register(
+            "audit_write_failures",
+            "Changes made whose audit row could not be written afterwards (docs/audit.md)",
+            self.audit_write_failures.clone(),
+        );
         r.register(
             "http_requests",
             "HTTP requests answered, by route template, method and status code",

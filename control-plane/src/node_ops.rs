@@ -342,6 +342,7 @@ async fn removal_events(
         public_key: node.wireguard_public_key.clone(),
     };
     events::append(tx, node.domain_id, None, node.id, &removed, now).await?;
+    crate::store::paths::forget_node(tx, node.id).await?;
     events::append(
         tx,
         node.domain_id,

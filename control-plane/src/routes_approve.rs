@@ -2,7 +2,7 @@
 //! the small reads the route operations share.
 
 use ipnet::IpNet;
-use plexsphere_policy::{NodeInfo, Policy};
+use plexsphere_policy::NodeApprovals;
 use sqlx::{AnyConnection, Row as _};
 use uuid::Uuid;
 
@@ -14,11 +14,10 @@ use crate::store::{StoreError, policies};
 /// `approved_by` of a row the policy approved.
 pub const AUTO_APPROVER: &str = "policy auto_approvers";
 
-/// The Domain's policy and inventory as of one report, for one node's rows.
+/// What the Domain's policy auto-approves for one node, as of one report (resolved once
+/// for all the report's rows).
 pub struct AutoApprover {
-    policy: Option<Policy>,
-    inv: plexsphere_policy::Inventory,
-    node: Option<NodeInfo>,
+    approvals: NodeApprovals,
 }
 
 impl AutoApprover {
@@ -30,28 +29,27 @@ impl AutoApprover {
         let wanted = policy.as_ref().is_some_and(|p| {
             !p.auto_approvers.routes.is_empty() || !p.auto_approvers.exit.is_empty()
         });
-        if !wanted {
+        let (Some(policy), true) = (policy, wanted) else {
             return Ok(Self {
-                policy: None,
-                inv: Default::default(),
-                node: None,
+                approvals: NodeApprovals::default(),
             });
-        }
+        };
         let inv = policies::inventory(conn, me.domain_id, 0).await?;
-        let node = inv.nodes.iter().find(|n| n.id == me.id).cloned();
-        Ok(Self { policy, inv, node })
+        let approvals = match inv.nodes.iter().find(|n| n.id == me.id) {
+            Some(node) => NodeApprovals::of(&policy, &inv, node),
+            // Not in the inventory (revoked meanwhile): nothing is approved.
+            None => NodeApprovals::default(),
+        };
+        Ok(Self { approvals })
     }
 
     /// Whether the policy approves this node's route `cidr` (of `kind`).
     pub fn approves(&self, cidr: IpNet, kind: Kind) -> bool {
-        let (Some(policy), Some(node)) = (&self.policy, &self.node) else {
-            return false;
-        };
         let cidr = match kind {
             Kind::Route => Some(cidr),
             Kind::Exit => None,
         };
-        plexsphere_policy::auto_approves(policy, &self.inv, node, cidr)
+        self.approvals.approves(cidr)
     }
 }
 

@@ -262,7 +262,7 @@ async fn a_route_without_a_scope_is_refused() {
     );
     parts
         .extensions
-        .insert(api::extract::RouteScope(OperatorScope::Admin));
+        .insert(api::extract::RouteScope(api::Need::Admin));
     assert!(
         api::extract::Operator::from_request_parts(&mut parts, &srv.state)
             .await

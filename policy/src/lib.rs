@@ -74,7 +74,7 @@ mod route_use;
 pub mod selector;
 pub mod view;
 
-pub use approve::auto_approves;
+pub use approve::{NodeApprovals, auto_approves};
 pub use approvers::AutoApprovers;
 pub use check::check_names;
 pub use compile::{Compiled, Grant, RouteRule};

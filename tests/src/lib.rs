@@ -5,6 +5,7 @@
 //! test executable was built into; `scripts/test` builds them first.
 
 pub mod broker;
+pub mod browser;
 pub mod control_plane;
 pub mod daemon;
 pub mod dist;
@@ -16,6 +17,7 @@ pub mod lan;
 pub mod machines;
 pub mod nat;
 pub mod netns;
+pub mod oidc;
 pub mod process;
 pub mod proxy;
 pub mod qemu;

@@ -71,6 +71,16 @@ pub mod codes {
     pub const OPERATOR_TOKEN_EXPIRED: &str = "operator_token_expired";
     /// 403: the operator token's scope does not allow this route (read-only on a write...).
     pub const INSUFFICIENT_SCOPE: &str = "insufficient_scope";
+    /// 403: a cookie-authenticated write without the CSRF header (`X-Plexsphere-CSRF`) equal to
+    /// the CSRF cookie, or from another origin; nothing changed.
+    pub const CSRF_REQUIRED: &str = "csrf_required";
+    /// 400: an OpenID sign-in was refused (wrong state, expired or replayed attempt, an ID token
+    /// that failed a check); nothing changed, sign in again.
+    pub const SIGN_IN_FAILED: &str = "sign_in_failed";
+    /// 401: the session expired (lifetime or idle timeout) or was signed out; sign in again.
+    pub const SESSION_EXPIRED: &str = "session_expired";
+    /// 404: sign-in is not configured on this server (no `--oidc-issuer`).
+    pub const SIGN_IN_DISABLED: &str = "sign_in_disabled";
     /// 403: the node was revoked by an operator; its credential no longer works.
     pub const NODE_REVOKED: &str = "node_revoked";
     /// 409: the node's credential came with another host's fingerprint (or none) than the

@@ -5,12 +5,14 @@
 //! no I/O and no server dependencies: the agent's dependency tree stays small.
 
 pub mod admin;
+pub mod audit;
 pub mod domain_event;
 pub mod duration;
 pub mod endpoint;
 pub mod error;
 pub mod host;
 pub mod node;
+pub mod paths;
 pub mod policy_admin;
 pub mod proof;
 pub mod reach;

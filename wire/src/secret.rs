@@ -81,7 +81,8 @@ impl SecretPart {
         Ok(Self(URL_SAFE_NO_PAD.encode(bytes)))
     }
 
-    fn parse(s: &str) -> Result<Self, SecretFormatError> {
+    /// Parses the text form of a secret (43 base64url characters of 32 bytes).
+    pub fn parse(s: &str) -> Result<Self, SecretFormatError> {
         if s.len() != SECRET_CHARS {
             return Err(SecretFormatError::Secret);
         }

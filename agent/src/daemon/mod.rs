@@ -108,6 +108,8 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
         let policy_reader = mesh.policy_reader();
         let mesh = MeshThread::start(mesh, tx.clone()).map_err(threads)?;
         let routes = start_routes(settings, &identity, &api, backend);
+        // Each peer's path for the console (issue 28); stops with the daemon.
+        let path_report = crate::path_report::PathsHandle::start(api.clone(), reach.clone());
         let disk = DiskThread::start(settings.state.clone(), tx.clone()).map_err(threads)?;
 
         let (alive_tx, mut alive_rx) = mpsc::channel::<()>(1);
@@ -174,6 +176,7 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
             routes: Some(routes),
         };
         let outcome = executor.run(&mut rx).await;
+        path_report.stop();
         if let Some(dns) = executor.dns.take() {
             dns.stop().await;
         }

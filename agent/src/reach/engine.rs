@@ -202,8 +202,14 @@ impl Engine {
                     peer.gone.insert(relay, t);
                 }
             }
-            // The engine decides on disco alone; status reads handshakes from the data plane.
-            Input::Handshakes(_) => {}
+            // The engine decides on disco alone; it keeps handshakes for the path report.
+            Input::Handshakes(hs) => {
+                for (key, at) in hs {
+                    if let Some(peer) = self.peers.get_mut(&key) {
+                        peer.handshake = at;
+                    }
+                }
+            }
             Input::Tick => self.tick(t, &mut out),
         }
         match only {
@@ -227,6 +233,8 @@ impl Engine {
                     .rtt
                     .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
                 reason: p.reason.clone(),
+                node_id: p.reach.node_id,
+                last_handshake: p.handshake,
             })
             .collect();
         views.sort_by(|a, b| a.hostname.cmp(&b.hostname));

@@ -109,6 +109,8 @@ pub(super) struct Peer {
     pub path: Path,
     pub rtt: Option<Duration>,
     pub reason: String,
+    /// The data plane's last handshake with the peer (`Input::Handshakes`; only reported).
+    pub handshake: Option<std::time::SystemTime>,
     pub last_probe: Option<Instant>,
     pub pings: Budget,
     pub pongs: Budget,
@@ -132,6 +134,7 @@ impl Peer {
             path: Path::None,
             rtt: None,
             reason: "not probed yet".to_owned(),
+            handshake: None,
             last_probe: None,
             pings: Budget::new(pings),
             pongs: Budget::new(pongs),

@@ -121,6 +121,12 @@ pub struct PeerPathView {
     /// Why the path is what it is, for the journal and status ("direct 192.0.2.7:51820
     /// answered in 3 ms", "no direct candidate answered; via relay r1 over udp").
     pub reason: String,
+    /// The peer's node id (for the path report; status names peers by key and host name).
+    #[serde(skip)]
+    pub node_id: uuid::Uuid,
+    /// The data plane's last handshake with the peer, as the runtime last read it.
+    #[serde(skip)]
+    pub last_handshake: Option<SystemTime>,
 }
 
 /// The engine's clock inputs, so tests step time.

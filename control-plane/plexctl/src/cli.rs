@@ -68,6 +68,9 @@ pub enum Command {
     /// List subnet routes and exits with their routers, approve and deny them (docs/routes.md)
     #[command(subcommand)]
     Route(crate::routes::RouteCommand),
+    /// List the audit log and verify that it is the one plexsphere wrote (docs/audit.md)
+    #[command(subcommand)]
+    Audit(crate::audit::AuditCommand),
     /// Create, show, list and delete resources the broker provisions
     #[command(subcommand)]
     Resource(ResourceCommand),
@@ -84,6 +87,17 @@ pub enum Command {
     /// List, create and revoke operator tokens (needs an admin token)
     #[command(subcommand)]
     OperatorToken(OperatorTokenCommand),
+    /// Sign in through the server's OpenID issuer and keep a short-lived session (docs/auth.md)
+    Login {
+        /// Use the loopback redirect even when the issuer offers the device authorization grant
+        #[arg(long)]
+        no_device: bool,
+    },
+    /// End the session `plexctl login` kept (revoked at the server) and delete it
+    Logout,
+    /// Bind, unbind and list roles of people (subjects, e-mail addresses, groups)
+    #[command(subcommand)]
+    Role(crate::roles::RoleCommand),
 }
 
 #[derive(Debug, Subcommand)]

@@ -34,6 +34,9 @@ pub async fn run(
         Command::Version => version(format, settings).await,
         Command::Whoami => operator_tokens::whoami(format, settings).await,
         Command::OperatorToken(cmd) => operator_tokens::run(cmd, format, settings).await,
+        Command::Login { no_device } => crate::login::login(settings, *no_device).await,
+        Command::Logout => crate::login::logout(settings).await,
+        Command::Role(cmd) => crate::roles::run(cmd, format, settings).await,
         Command::BootstrapToken(cmd) => tokens(cmd, format, settings).await,
         Command::Node(cmd) => nodes(cmd, format, settings).await,
         Command::Project(ListCommand::List) => {
@@ -49,6 +52,7 @@ pub async fn run(
         Command::Policy(cmd) => crate::policy::run(cmd, format, settings).await,
         Command::Dns(cmd) => crate::routes::dns(cmd, format, settings).await,
         Command::Route(cmd) => crate::routes::run(cmd, format, settings).await,
+        Command::Audit(cmd) => crate::audit::run(cmd, format, settings).await,
     }
 }
 

@@ -224,6 +224,8 @@ pub struct Settings {
     pub ca_file: Option<(PathBuf, Origin)>,
     /// The config file used, or the default one would be read from (for messages).
     pub config_hint: String,
+    /// Where `plexctl login` keeps the session (beside the config file); `None`: nowhere.
+    pub session_file: Option<PathBuf>,
 }
 
 /// Applies flag > environment > file, per setting. A token and a token file count as one
@@ -268,6 +270,7 @@ pub fn resolve(
         token,
         ca_file,
         config_hint,
+        session_file: None,
     })
 }
 

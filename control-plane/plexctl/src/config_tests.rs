@@ -202,6 +202,7 @@ fn server_urls_are_checked() {
         token: None,
         ca_file: None,
         config_hint: String::new(),
+        session_file: None,
     };
     assert!(with("https://127.0.0.1:8443").server_url().is_ok());
     assert!(with("http://localhost:8080/base/").server_url().is_ok());
@@ -332,6 +333,7 @@ fn the_token_file_is_read_trimmed_and_checked() {
         )),
         ca_file: None,
         config_hint: String::new(),
+        session_file: None,
     };
     assert_eq!(
         settings(&path)

@@ -25,9 +25,15 @@ pub enum Failure {
     /// (`policy test`, `policy set`): exit 1.
     #[error("{0}")]
     PolicyInvalid(String),
+    /// `plexctl login` did not get a session (the issuer or the server refused): exit 1.
+    #[error("{0}")]
+    Login(String),
     /// `--wait` gave up at `--timeout`: exit 2.
     #[error("{0}")]
     WaitTimedOut(String),
+    /// `audit verify` found the chain tampered with, one problem per line: exit 1.
+    #[error("{0}")]
+    AuditTampered(String),
 }
 
 impl Failure {
@@ -38,7 +44,9 @@ impl Failure {
             Failure::NotFound(_)
             | Failure::Json(_)
             | Failure::ResourceFailed(_)
-            | Failure::PolicyInvalid(_) => 1,
+            | Failure::PolicyInvalid(_)
+            | Failure::AuditTampered(_)
+            | Failure::Login(_) => 1,
             Failure::WaitTimedOut(_) => 2,
         }
     }

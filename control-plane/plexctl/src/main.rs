@@ -5,6 +5,7 @@
 //! saw the resource fail; 2 the server is not trusted or not reachable, or `--wait` timed out;
 //! 64 a usage or configuration error.
 
+mod audit;
 mod broker;
 mod broker_output;
 mod cli;
@@ -13,6 +14,7 @@ mod client;
 mod commands;
 mod config;
 mod failure;
+mod login;
 mod names;
 mod observations;
 mod operator_tokens;
@@ -20,6 +22,7 @@ mod output;
 mod plain_http;
 mod policy;
 mod policy_output;
+mod roles;
 mod routes;
 mod secret;
 mod session;
@@ -108,7 +111,11 @@ fn settings(
         Some(l) => config::load_file(l)?.map(|layer| (l.path.clone(), layer)),
         None => None,
     };
-    config::resolve(flags, from_env, file, hint)
+    let mut settings = config::resolve(flags, from_env, file, hint)?;
+    settings.session_file = location
+        .as_ref()
+        .map(|l| l.path.with_file_name(login::SESSION_FILE));
+    Ok(settings)
 }
 
 /// Prints the result; a closed pipe (`plexctl ... | head`) is not an error.

@@ -8,10 +8,14 @@ use crate::client::Api;
 use crate::config::Settings;
 use crate::failure::Failure;
 
-/// The operator API at the configured server, with the operator token and CA file.
+/// The operator API at the configured server, with the session `plexctl login` saved for it
+/// when there is one, else the operator token, and the CA file.
 pub fn operator_api(settings: &Settings) -> Result<Api, Failure> {
     let server = settings.server_url()?;
-    let token = settings.operator_token()?;
+    let token = match crate::login::saved(settings) {
+        Some(s) => crate::secret::Secret::new(s.session),
+        None => settings.operator_token()?,
+    };
     let ca_file = settings.ca_file.as_ref().map(|(path, _)| path.as_path());
     Ok(Api::new(server, Some(token), ca_file)?)
 }

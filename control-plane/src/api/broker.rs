@@ -134,6 +134,15 @@ pub async fn create_credential(
     };
     cred_store::insert(&mut *st.store.acquire().await?, &row).await?;
     tracing::info!(credential_id = %id, provider = %row.provider, operator = %op.id, "cloud credential created");
+    let detail = serde_json::json!({"name": row.name, "provider": row.provider});
+    st.audit(super::audit_record::by(
+        &op,
+        None,
+        "cloud-credential.create",
+        format!("cloud-credential/{id}"),
+        detail,
+    ))
+    .await;
     Ok((StatusCode::CREATED, Json(credential_view(&row)?)))
 }
 
@@ -158,6 +167,15 @@ pub async fn revoke_credential(
     }
     let row = cred_store::get(&mut c, id).await?.ok_or_else(not_found)?;
     tracing::info!(credential_id = %id, operator = %op.id, "cloud credential revoked");
+    let detail = serde_json::json!({"name": row.name});
+    st.audit(super::audit_record::by(
+        &op,
+        None,
+        "cloud-credential.revoke",
+        format!("cloud-credential/{id}"),
+        detail,
+    ))
+    .await;
     Ok(Json(credential_view(&row)?))
 }
 
@@ -249,6 +267,18 @@ pub async fn create_resource(
     };
     resources::insert(&mut c, &row).await?;
     tracing::info!(resource_id = %row.resource.id, project_id = %project_id, blueprint = %blueprint.label(), operator = %op.id, "resource accepted");
+    let detail = serde_json::json!({"project_id": project_id, "kind": row.resource.kind, "blueprint": blueprint.label(), "cloud_credential_id": cred_id});
+    st.audit_in_project(
+        project_id,
+        super::audit_record::by(
+            &op,
+            None,
+            "resource.create",
+            format!("resource/{}", row.resource.id),
+            detail,
+        ),
+    )
+    .await;
     broker.wake();
     Ok((StatusCode::ACCEPTED, Json(row.resource)))
 }
@@ -313,6 +343,19 @@ pub async fn delete_resource(
                 if resources::update(&mut c, &mut row, store::unix(now)).await? {
                     st.metrics.transition(from.as_str(), to.as_str());
                     tracing::info!(resource_id = %id, operator = %op.id, "resource delete requested");
+                    let project = row.resource.project_id;
+                    let detail = serde_json::json!({"project_id": project, "from": from.as_str()});
+                    st.audit_in_project(
+                        project,
+                        super::audit_record::by(
+                            &op,
+                            None,
+                            "resource.delete",
+                            format!("resource/{id}"),
+                            detail,
+                        ),
+                    )
+                    .await;
                     st.broker.wake();
                     return Ok((StatusCode::ACCEPTED, Json(row.resource)));
                 }

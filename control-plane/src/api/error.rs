@@ -44,6 +44,8 @@ pub fn classify(e: &Error) -> (StatusCode, &'static str) {
         Error::RateLimited(_)
         | Error::NodeRateLimited(_)
         | Error::RotationLimited(_)
+        | Error::PathsTooSoon(_)
+        | Error::TooManyConsoleStreams(_)
         | Error::TooManyStreams(_) => (StatusCode::TOO_MANY_REQUESTS, codes::RATE_LIMITED),
         Error::Unauthorized(_) => (StatusCode::UNAUTHORIZED, codes::UNAUTHORIZED),
         Error::Forbidden(_) => (StatusCode::FORBIDDEN, codes::FORBIDDEN),
@@ -57,6 +59,10 @@ pub fn classify(e: &Error) -> (StatusCode, &'static str) {
         Error::KeyPrefixInUse(_) => (StatusCode::CONFLICT, codes::KEY_PREFIX_IN_USE),
         Error::PolicyInvalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, codes::POLICY_INVALID),
         Error::NotFound(_) => (StatusCode::NOT_FOUND, codes::NOT_FOUND),
+        Error::CsrfRequired(_) => (StatusCode::FORBIDDEN, codes::CSRF_REQUIRED),
+        Error::SignInFailed(_) => (StatusCode::BAD_REQUEST, codes::SIGN_IN_FAILED),
+        Error::SessionExpired(_) => (StatusCode::UNAUTHORIZED, codes::SESSION_EXPIRED),
+        Error::SignInDisabled => (StatusCode::NOT_FOUND, codes::SIGN_IN_DISABLED),
         Error::Conflict(_) => (StatusCode::CONFLICT, codes::CONFLICT),
         Error::NameTaken(_) => (StatusCode::CONFLICT, codes::NAME_TAKEN),
         Error::RouteRefused(_) => (StatusCode::BAD_REQUEST, codes::ROUTE_REFUSED),
@@ -110,11 +116,14 @@ impl IntoResponse for Error {
             (
                 Error::RateLimited(secs)
                 | Error::NodeRateLimited(secs)
-                | Error::RotationLimited(secs),
+                | Error::RotationLimited(secs)
+                | Error::PathsTooSoon(secs),
                 _,
             ) => Some(*secs),
             _ if unreachable => Some(UNREACHABLE_RETRY_AFTER_SECS),
-            (Error::TooManyStreams(_), _) => Some(crate::error::STREAM_RETRY_AFTER_SECS),
+            (Error::TooManyStreams(_) | Error::TooManyConsoleStreams(_), _) => {
+                Some(crate::error::STREAM_RETRY_AFTER_SECS)
+            }
             (_, Some(_)) => Some(STORAGE_RETRY_AFTER_SECS),
             (Error::Store(s), None) if s.is_busy() => Some(BUSY_RETRY_AFTER_SECS),
             _ => None,

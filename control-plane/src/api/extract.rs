@@ -14,11 +14,13 @@ use serde::de::DeserializeOwned;
 use uuid::Uuid;
 
 use super::state::AppState;
+use crate::auth::roles::{Need, Reach, Role, RoleGrant};
+use crate::auth::session::{self, SessionSecret};
 use crate::error::Error;
 use crate::operator_tokens::{self, Refusal};
 use crate::ratelimit::{Decision, client_addr, client_key};
 use crate::store::nodes::NodeRow;
-use crate::store::{self, nodes, operators};
+use crate::store::{self, nodes, operators, projects};
 
 /// The body limit of every JSON endpoint but registration.
 pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
@@ -96,36 +98,140 @@ impl<S: Send + Sync> FromRequestParts<S> for TokenIdPath {
     }
 }
 
-/// The scope a route requires of an operator token. The router (`api::routes`) attaches it
-/// to every operator route from its one route table; a route without it is refused (500),
-/// never served unscoped.
+/// What a route needs of its caller ([`Need`]). The router (`api::routes`) attaches it to
+/// every operator route from its one route table; a route without it is refused (500),
+/// never served unchecked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RouteScope(pub OperatorScope);
+pub struct RouteScope(pub Need);
 
-/// An authenticated operator (`Authorization: Bearer pxop_...`) whose token's scope covers the
-/// route's [`RouteScope`]. Refusals: missing, malformed, unknown, wrong or revoked 401
-/// `unauthorized`; expired 401 `operator_token_expired`; a scope below the route's 403
-/// `insufficient_scope`. Success records the token's last use (at most once a minute).
+/// How the caller authenticated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Via {
+    /// An operator token (`pxop_...`).
+    Token,
+    /// A person's session (cookie or `pxss_...`); `session_id` is the public id.
+    Session { session_id: String },
+}
+
+/// The person behind a session, as the issuer's ID token named them at sign-in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Person {
+    pub issuer: String,
+    pub subject: String,
+    pub email: Option<String>,
+    pub name: Option<String>,
+}
+
+/// An authenticated operator: an operator token (`Authorization: Bearer pxop_...`), a
+/// person's bearer session (`Authorization: Bearer pxss_...`, what `plexctl login` keeps) or
+/// the console's session cookie, whose roles allow the route's [`RouteScope`]. ONE check for
+/// both: a token is a role on its project or the platform (`auth::roles`), a person has the
+/// roles their bindings give them NOW (computed at every request; a session left with no role
+/// is revoked). A cookie-authenticated write needs the CSRF header and our `Origin`
+/// (`auth::session::check_write`).
+///
+/// Refusals: missing, malformed, unknown, wrong or revoked 401 `unauthorized`; an expired
+/// token 401 `operator_token_expired`; an expired, idle or signed-out session 401
+/// `session_expired`; a role below the route's need 403 `insufficient_scope`; a cookie write
+/// without CSRF or from another origin 403 `csrf_required`. Success records the last use.
 #[derive(Debug, Clone)]
 pub struct Operator {
+    /// The token's id, or the session's public id.
     pub id: String,
-    /// The token's name (what audit records show with its id).
+    /// The token's name, or the person's e-mail address (else subject).
     pub name: String,
+    /// A token's scope; for a session the scope its best role corresponds to.
     pub scope: OperatorScope,
-    /// The one project this token is limited to; `None`: every project.
+    /// The one project this caller is limited to; `None`: not limited to one project (a
+    /// token of every project, or a person with a platform role for this need). A person
+    /// whose reach is some Domains or several projects is answered as limited (the first of
+    /// them) by handlers that read this field; [`Operator::sees`] knows the whole reach.
     pub project_id: Option<Uuid>,
+    pub via: Via,
+    /// `Some` for sessions.
+    pub person: Option<Person>,
+    /// Every role the caller holds (a token: exactly one).
+    pub roles: Vec<RoleGrant>,
+    /// The route's need.
+    pub need: Need,
+    /// What the roles reach for the need.
+    pub reach: Reach,
+    /// `(project, its Domain)` of every project the caller reaches for the need, when the
+    /// reach is not everything.
+    pub reached_projects: Vec<(Uuid, Uuid)>,
 }
 
 impl Operator {
-    /// Whether the token may see the resources of `project`.
+    /// Whether the caller may see the resources of `project`.
     pub fn sees(&self, project: Uuid) -> bool {
-        self.project_id.is_none_or(|p| p == project)
+        self.reach.all || self.reached_projects.iter().any(|(p, _)| *p == project)
     }
 
-    /// `not_found` unless the token may see the resources of `project`: to a project-bound
-    /// token another project's objects do not exist (404, the same answer as a missing id).
+    /// `not_found` unless the caller may see the resources of `project`: to a caller limited
+    /// to some projects, another project's objects do not exist (404, the same answer as a
+    /// missing id).
     pub fn require(&self, project: Uuid, not_found: impl FnOnce() -> Error) -> Result<(), Error> {
         if self.sees(project) {
+            Ok(())
+        } else {
+            Err(not_found())
+        }
+    }
+
+    /// Whether the caller reaches `domain` for the route's need: a platform role, a role on
+    /// the Domain, or (for reads) a role on one of its projects.
+    pub fn sees_domain(&self, domain: Uuid) -> bool {
+        self.reach.all
+            || self.reach.domains.contains(&domain)
+            || (matches!(self.need, Need::Read | Need::Audit)
+                && self.reached_projects.iter().any(|(_, d)| *d == domain))
+    }
+
+    /// For changes that reach a whole Domain (its policy, DNS suffix, signing key, names,
+    /// tags, routes): a platform role, or a role on that Domain, for the route's need; a
+    /// caller limited to projects is refused (403) with `what` saying why.
+    pub fn domain_wide(&self, domain: Uuid, what: &str) -> Result<(), Error> {
+        if self.reach.all || self.reach.domains.contains(&domain) {
+            return Ok(());
+        }
+        Err(Error::Forbidden(format!(
+            "{what}; {} reaches only some projects of this Domain: it needs this role on the Domain or the platform (a token not limited to a project)",
+            self.describe()
+        )))
+    }
+
+    /// For what belongs to no Domain (the platform's audit chain): a platform role.
+    pub fn platform_wide(&self, what: &str) -> Result<(), Error> {
+        if self.reach.all {
+            return Ok(());
+        }
+        Err(Error::Forbidden(format!(
+            "{what}; {} has no platform role for it (a token not limited to a project, or a platform role binding)",
+            self.describe()
+        )))
+    }
+
+    /// The Domains the caller reaches for the route's need ([`Operator::sees_domain`]) of
+    /// `all` (every Domain's id).
+    pub fn seen_domains(&self, all: impl IntoIterator<Item = Uuid>) -> Vec<Uuid> {
+        all.into_iter().filter(|d| self.sees_domain(*d)).collect()
+    }
+
+    /// "this token (ID)" or "this session (ID)", for messages.
+    fn describe(&self) -> String {
+        match &self.via {
+            Via::Token => format!("this token ({})", self.id),
+            Via::Session { session_id } => format!("this session ({session_id})"),
+        }
+    }
+
+    /// `not_found` unless the caller reaches `domain` ([`Operator::sees_domain`]).
+    pub fn require_domain(
+        &self,
+        domain: Uuid,
+        not_found: impl FnOnce() -> Error,
+    ) -> Result<(), Error> {
+        if self.sees_domain(domain) {
             Ok(())
         } else {
             Err(not_found())
@@ -142,65 +248,233 @@ fn bearer(parts: &Parts) -> Option<&str> {
         .and_then(|v| v.strip_prefix("Bearer "))
 }
 
-const NO_OPERATOR: &str = "an operator token is required: send `Authorization: Bearer pxop_...` (create one with `plexsphere operator-token create`)";
+const NO_OPERATOR: &str = "an operator token or a session is required: send `Authorization: Bearer pxop_...` (create one with `plexsphere operator-token create`), sign in with `plexctl login`, or sign in to the console";
 const BAD_OPERATOR: &str = "the operator token is not valid (unknown, wrong or revoked); create a new one with `plexsphere operator-token create`";
+const BAD_SESSION: &str = "the session is not valid (unknown or wrong secret); sign in again (`plexctl login`, or the console's Sign in)";
+
+fn route_need(parts: &Parts) -> Result<Need, Error> {
+    match parts.extensions.get::<RouteScope>().copied() {
+        Some(RouteScope(need)) => Ok(need),
+        None => Err(Error::Internal(format!(
+            "{} {} has no scope in the route table (api::routes); it is refused until it gets one",
+            parts.method,
+            parts.uri.path()
+        ))),
+    }
+}
+
+/// The projects `reach` covers, with their Domains (nothing to look up for a full reach).
+async fn reached_projects(
+    conn: &mut store::Conn,
+    reach: &Reach,
+) -> Result<Vec<(Uuid, Uuid)>, Error> {
+    if reach.all {
+        return Ok(Vec::new());
+    }
+    let rows = projects::list(conn).await?;
+    Ok(rows
+        .into_iter()
+        .filter(|p| reach.projects.contains(&p.id) || reach.domains.contains(&p.domain_id))
+        .map(|p| (p.id, p.domain_id))
+        .collect())
+}
 
 impl FromRequestParts<Arc<AppState>> for Operator {
     type Rejection = Error;
 
     async fn from_request_parts(parts: &mut Parts, state: &Arc<AppState>) -> Result<Self, Error> {
-        let text = bearer(parts).ok_or(Error::Unauthorized(NO_OPERATOR))?;
-        let token = OperatorToken::parse(text).map_err(|_| Error::Unauthorized(BAD_OPERATOR))?;
-        let mut conn = state.store.acquire().await?;
-        let row = operators::get(&mut conn, &token.id)
-            .await?
-            .ok_or(Error::Unauthorized(BAD_OPERATOR))?;
-        drop(conn);
-        if !store::secret_matches(&token.secret, &row.secret_sha256) {
-            return Err(Error::Unauthorized(BAD_OPERATOR));
+        match bearer(parts) {
+            Some(text) if text.trim_start().starts_with(session::SESSION_PREFIX) => {
+                let secret = SessionSecret::parse(text).ok_or(Error::Unauthorized(BAD_SESSION))?;
+                session_operator(parts, state, &secret, session::Kind::Bearer).await
+            }
+            Some(text) => token_operator(parts, state, text).await,
+            None => {
+                let cookies = parts
+                    .headers
+                    .get_all(header::COOKIE)
+                    .iter()
+                    .filter_map(|v| v.to_str().ok());
+                match session::cookie(cookies, session::SESSION_COOKIE) {
+                    Some(value) => {
+                        let secret =
+                            SessionSecret::parse(value).ok_or(Error::Unauthorized(BAD_SESSION))?;
+                        session_operator(parts, state, &secret, session::Kind::Cookie).await
+                    }
+                    None => Err(Error::Unauthorized(NO_OPERATOR)),
+                }
+            }
         }
-        let now = store::unix(state.now());
-        let grant = match operator_tokens::grant(&row, now)? {
-            Ok(grant) => grant,
-            Err(Refusal::Revoked) => return Err(Error::Unauthorized(BAD_OPERATOR)),
-            Err(Refusal::Expired { at }) => {
-                let when = store::from_unix("operator_tokens.expires_at", at)?
-                    .format(&time::format_description::well_known::Rfc3339)
-                    .unwrap_or_else(|_| at.to_string());
-                return Err(Error::OperatorTokenExpired(format!(
-                    "the operator token {} ({}) expired at {when}; create a new one with `plexsphere operator-token create --scope ... --expires-in ...` on the server host, or `plexctl operator-token create` with an admin token",
-                    row.id, row.name
+    }
+}
+
+async fn token_operator(
+    parts: &Parts,
+    state: &Arc<AppState>,
+    text: &str,
+) -> Result<Operator, Error> {
+    let token = OperatorToken::parse(text).map_err(|_| Error::Unauthorized(BAD_OPERATOR))?;
+    let mut conn = state.store.acquire().await?;
+    let row = operators::get(&mut conn, &token.id)
+        .await?
+        .ok_or(Error::Unauthorized(BAD_OPERATOR))?;
+    if !store::secret_matches(&token.secret, &row.secret_sha256) {
+        return Err(Error::Unauthorized(BAD_OPERATOR));
+    }
+    let now = store::unix(state.now());
+    let grant = match operator_tokens::grant(&row, now)? {
+        Ok(grant) => grant,
+        Err(Refusal::Revoked) => return Err(Error::Unauthorized(BAD_OPERATOR)),
+        Err(Refusal::Expired { at }) => {
+            let when = store::from_unix("operator_tokens.expires_at", at)?
+                .format(&time::format_description::well_known::Rfc3339)
+                .unwrap_or_else(|_| at.to_string());
+            return Err(Error::OperatorTokenExpired(format!(
+                "the operator token {} ({}) expired at {when}; create a new one with `plexsphere operator-token create --scope ... --expires-in ...` on the server host, or `plexctl operator-token create` with an admin token",
+                row.id, row.name
+            )));
+        }
+    };
+    operator_tokens::record_use(&state.store, &row.id, row.last_used_at, now);
+    let need = route_need(parts)?;
+    let role = RoleGrant::of_token(grant.scope, grant.project_id);
+    if !role.role.allows(need) {
+        let needs = match need {
+            Need::Audit => "a read-only or admin token (the audit log)".to_owned(),
+            other => other.token_scope().as_str().to_owned(),
+        };
+        return Err(Error::InsufficientScope(format!(
+            "this operator token ({}) has scope {}, and {} {} needs {needs}; use a token with that scope (`plexctl whoami` shows this one's)",
+            row.id,
+            grant.scope.as_str(),
+            parts.method,
+            parts.uri.path(),
+        )));
+    }
+    if grant.legacy {
+        tracing::debug!(operator_token_id = %row.id, "a legacy operator token (admin, no expiry) was used; replace it with a scoped one");
+    }
+    let reach = Reach::of(&[role], need);
+    let reached = reached_projects(&mut conn, &reach).await?;
+    Ok(Operator {
+        id: row.id,
+        name: row.name,
+        scope: grant.scope,
+        project_id: grant.project_id,
+        via: Via::Token,
+        person: None,
+        roles: vec![role],
+        need,
+        reach,
+        reached_projects: reached,
+    })
+}
+
+/// The operator-token scope a person's best role corresponds to (for handlers that show it).
+fn scope_of(roles: &[RoleGrant]) -> OperatorScope {
+    if roles.iter().any(|g| g.role == Role::Admin) {
+        OperatorScope::Admin
+    } else if roles.iter().any(|g| g.role == Role::Member) {
+        OperatorScope::Operator
+    } else {
+        OperatorScope::ReadOnly
+    }
+}
+
+async fn session_operator(
+    parts: &Parts,
+    state: &Arc<AppState>,
+    secret: &SessionSecret,
+    kind: session::Kind,
+) -> Result<Operator, Error> {
+    let (row, roles) = super::session_check::live_session(state, secret, kind).await?;
+    let need = route_need(parts)?;
+    if kind == session::Kind::Cookie && !is_safe(&parts.method) {
+        let auth = state
+            .auth
+            .as_ref()
+            .ok_or(Error::Unauthorized(BAD_SESSION))?;
+        let origin = parts
+            .headers
+            .get(header::ORIGIN)
+            .and_then(|v| v.to_str().ok());
+        let csrf = parts
+            .headers
+            .get(session::CSRF_HEADER)
+            .and_then(|v| v.to_str().ok());
+        match session::check_write(
+            origin,
+            &auth.config.public_origin,
+            csrf,
+            row.csrf_sha256.as_deref(),
+        ) {
+            Ok(()) => {}
+            Err(session::CsrfRefusal::Origin(o)) => {
+                return Err(Error::CsrfRequired(format!(
+                    "a cookie-authenticated write from origin {o:?} is refused: only the console on {} may write with this session",
+                    auth.config.public_origin
                 )));
             }
-        };
-        operator_tokens::record_use(&state.store, &row.id, row.last_used_at, now);
-        let Some(RouteScope(needed)) = parts.extensions.get::<RouteScope>().copied() else {
-            return Err(Error::Internal(format!(
-                "{} {} has no scope in the route table (api::routes); it is refused until it gets one",
-                parts.method,
-                parts.uri.path()
-            )));
-        };
-        if grant.scope < needed {
-            return Err(Error::InsufficientScope(format!(
-                "this operator token ({}) has scope {}, and {} {} needs {}; use a token with that scope (`plexctl whoami` shows this one's)",
-                row.id,
-                grant.scope.as_str(),
-                parts.method,
-                parts.uri.path(),
-                needed.as_str()
-            )));
+            Err(session::CsrfRefusal::Token) => {
+                return Err(Error::CsrfRequired(format!(
+                    "a cookie-authenticated write needs the header {} with the value of the {} cookie; nothing was changed",
+                    "X-Plexsphere-CSRF",
+                    session::CSRF_COOKIE
+                )));
+            }
         }
-        if grant.legacy {
-            tracing::debug!(operator_token_id = %row.id, "a legacy operator token (admin, no expiry) was used; replace it with a scoped one");
-        }
-        Ok(Operator {
-            id: row.id,
-            name: row.name,
-            scope: grant.scope,
-            project_id: grant.project_id,
-        })
     }
+    let reach = Reach::of(&roles, need);
+    if reach.is_empty() {
+        let held = roles
+            .iter()
+            .map(|g| match g.scope.id() {
+                Some(id) => format!("{} on {} {id}", g.role.as_str(), g.scope.kind()),
+                None => format!("{} on the platform", g.role.as_str()),
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(Error::InsufficientScope(format!(
+            "your roles ({held}) do not allow {} {} (it needs {}); ask an admin to bind you a role that does (`plexctl role bind`)",
+            parts.method,
+            parts.uri.path(),
+            need.as_str()
+        )));
+    }
+    let mut conn = state.store.acquire().await?;
+    let reached = reached_projects(&mut conn, &reach).await?;
+    let project_id = if reach.all {
+        None
+    } else {
+        reached.first().map(|(p, _)| *p).or(Some(Uuid::nil()))
+    };
+    let name = row.email.clone().unwrap_or_else(|| row.subject.clone());
+    Ok(Operator {
+        id: row.id.clone(),
+        name,
+        scope: scope_of(&roles),
+        project_id,
+        via: Via::Session {
+            session_id: row.id.clone(),
+        },
+        person: Some(Person {
+            issuer: row.issuer.clone(),
+            subject: row.subject.clone(),
+            email: row.email.clone(),
+            name: row.name.clone(),
+        }),
+        roles,
+        need,
+        reach,
+        reached_projects: reached,
+    })
+}
+
+fn is_safe(method: &axum::http::Method) -> bool {
+    matches!(
+        *method,
+        axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS
+    )
 }
 
 /// An authenticated node (`Authorization: Bearer pxnk_...`) calling about itself: the path's

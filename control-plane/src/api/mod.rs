@@ -2,7 +2,11 @@
 //! file of handlers per audience (`public`, `operator`, `node`, `sse`, `observations`,
 //! `broker`), the extractors in `extract.rs`.
 
+mod audit;
+mod audit_record;
+pub mod auth;
 mod broker;
+mod console_events;
 pub mod error;
 pub mod extract;
 pub mod fanout;
@@ -12,10 +16,14 @@ mod node;
 mod node_settings;
 mod observations;
 mod operator;
+mod paths;
+mod paths_shared;
 mod policy;
 mod public;
+mod roles;
 mod rotation;
 pub mod routes;
+mod session_check;
 mod signing_keys;
 pub mod sse;
 mod state;
@@ -28,7 +36,10 @@ use axum::Router;
 use axum::http::StatusCode;
 
 use crate::error::Error;
-pub use routes::{ADMIN, Access, COMPUTE_ONLY_POSTS, OPERATE, READ, RouteSpec, Routes, Verb};
+pub use routes::{
+    ADMIN, AUDIT, Access, COMPUTE_ONLY_POSTS, Need, OPERATE, READ, RouteSpec, Routes, SELF_POSTS,
+    Verb,
+};
 pub use state::{ApiConfig, AppState, Clock, EventConfig};
 pub use state::{NODE_RATE_LIMIT, NodeRateLimit};
 
@@ -95,6 +106,22 @@ fn routes() -> Routes {
         .add(Post, "/v1/routes/deny", OPERATE, subnet::deny)
         .add(Get, "/v1/domains/{domain}/dns", READ, names::get_dns)
         .add(Put, "/v1/domains/{domain}/dns", ADMIN, names::set_dns)
+        .add(Get, "/v1/audit", AUDIT, audit::list)
+        .add(Post, "/v1/audit/verify", AUDIT, audit::verify)
+        .add(Put, "/v1/nodes/{node_id}/paths", Node, paths::report)
+        .add(Get, "/v1/nodes/{node_id}/paths", READ, paths::node_paths)
+        .add(Get, "/v1/mesh/map", READ, paths::mesh_map)
+        .add(Get, "/v1/relays", READ, paths::relays)
+        .add(Get, "/v1/console/events", READ, console_events::events)
+        .add(Get, "/v1/auth/config", Public, auth::config)
+        .add(Get, "/v1/auth/sign-in", Public, auth::sign_in)
+        .add(Get, "/v1/auth/callback", Public, auth::callback)
+        .add(Post, "/v1/auth/session", Public, auth::exchange)
+        .add(Post, "/v1/auth/sign-out", READ, auth::sign_out)
+        .add(Get, "/v1/auth/whoami", READ, auth::whoami)
+        .add(Get, "/v1/role-bindings", READ, roles::list)
+        .add(Post, "/v1/role-bindings", ADMIN, roles::bind)
+        .add(Post, "/v1/role-bindings/{id}/delete", ADMIN, roles::unbind)
         .add(Get, "/healthz", Public, health::healthz)
         .add(Get, "/readyz", Public, health::readyz)
         .add(Get, "/metrics", READ, health::metrics)
@@ -109,7 +136,8 @@ pub fn route_table() -> Vec<RouteSpec> {
 pub fn router(state: Arc<AppState>) -> Router {
     routes()
         .router
-        .fallback(|| async { Error::NotFound("no such endpoint; see docs/api.md".into()) })
+        // The API's paths answer the JSON 404; every other path is the web console's.
+        .fallback(crate::console::fallback)
         .method_not_allowed_fallback(|| async {
             let mut resp = axum::response::IntoResponse::into_response(Error::BadRequest(
                 "this method is not allowed on this endpoint; see docs/api.md".into(),

@@ -18,16 +18,6 @@ use crate::names_ops::Renamed;
 use crate::store::{self, names};
 use crate::views::node_view;
 
-pub(super) fn unlimited(op: &Operator, what: &str) -> Result<(), Error> {
-    match op.project_id {
-        None => Ok(()),
-        Some(p) => Err(Error::Forbidden(format!(
-            "{what}; this token ({}) is limited to project {p}: use a token that is not limited to a project",
-            op.id
-        ))),
-    }
-}
-
 /// `PUT /v1/nodes/{id}/name`: the node as it is now; 422 for a name that is not a DNS label,
 /// 409 `name_taken`.
 pub async fn rename(
@@ -36,10 +26,10 @@ pub async fn rename(
     UuidPath(id): UuidPath,
     ApiJson(req): ApiJson<RenameRequest>,
 ) -> Result<Json<NodeView>, Error> {
-    super::operator::require_node(&mut st.store.acquire().await?, &op, id).await?;
-    unlimited(
-        &op,
-        "renaming a node needs an operator or admin token that is not limited to a project: every node of the Domain resolves the name",
+    let node = super::operator::require_node(&mut st.store.acquire().await?, &op, id).await?;
+    op.domain_wide(
+        node.domain_id,
+        "renaming a node reaches the whole Domain: every node of the Domain resolves the name",
     )?;
     let now = store::unix(st.now());
     match st.name_ops().rename(id, &req.name, now).await? {
@@ -48,6 +38,15 @@ pub async fn rename(
         ))),
         Renamed::Done(row) => {
             tracing::info!(node_id = %id, operator = %op.id, name = %row.dns_name, "node renamed by an operator");
+            let detail = serde_json::json!({"name": row.dns_name});
+            st.audit(super::audit_record::by(
+                &op,
+                Some(row.domain_id),
+                "node.rename",
+                format!("node/{id}"),
+                detail,
+            ))
+            .await;
             Ok(Json(node_view(&row, now, st.config.offline_after_secs())?))
         }
     }
@@ -72,9 +71,9 @@ pub async fn set_dns(
     ApiJson(req): ApiJson<DnsSettings>,
 ) -> Result<Json<DnsSettings>, Error> {
     let domain = visible_domain(&st, &op, &domain).await?;
-    unlimited(
-        &op,
-        "setting the DNS suffix needs an admin token that is not limited to a project: it renames every node of the Domain",
+    op.domain_wide(
+        domain.id,
+        "setting the DNS suffix renames every node of the Domain",
     )?;
     let now = store::unix(st.now());
     if !st
@@ -85,5 +84,14 @@ pub async fn set_dns(
         return Err(Error::NotFound("the Domain is gone".into()));
     }
     tracing::info!(domain_id = %domain.id, operator = %op.id, suffix = %req.suffix, "DNS suffix set by an operator");
+    let detail = serde_json::json!({"suffix": req.suffix});
+    st.audit(super::audit_record::by(
+        &op,
+        Some(domain.id),
+        "domain.dns-suffix",
+        format!("domain/{}", domain.id),
+        detail,
+    ))
+    .await;
     Ok(Json(DnsSettings { suffix: req.suffix }))
 }

@@ -34,5 +34,14 @@ pub async fn set_udp_offload(
         })?;
     let setting = req.udp_offload.map_or("default", UdpOffload::as_str);
     tracing::info!(node_id = %id, operator = %op.id, udp_offload = setting, "UDP offload set by an operator");
+    let detail = serde_json::json!({"udp_offload": setting, "name": row.dns_name});
+    st.audit(super::audit_record::by(
+        &op,
+        Some(row.domain_id),
+        "node.udp-offload",
+        format!("node/{id}"),
+        detail,
+    ))
+    .await;
     Ok(Json(node_view(&row, now, st.config.offline_after_secs())?))
 }

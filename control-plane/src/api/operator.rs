@@ -15,6 +15,7 @@ use uuid::Uuid;
 
 use super::extract::{ApiJson, Operator, TokenIdPath, UuidPath};
 use super::state::AppState;
+use crate::audit;
 use crate::error::Error;
 use crate::operator_tokens::{self, OperatorTokenError, TokenSpec};
 use crate::store::nodes::NodeRow;
@@ -33,14 +34,10 @@ pub async fn list_domains(
     op: Operator,
 ) -> Result<Json<List<DomainView>>, Error> {
     let mut c = st.store.acquire().await?;
-    let only = match op.project_id {
-        None => None,
-        Some(p) => Some(projects::get(&mut c, p).await?.map(|p| p.domain_id)),
-    };
     let rows = domains::list(&mut c).await?;
     let mut items = Vec::with_capacity(rows.len());
     for d in rows {
-        if only.is_some_and(|domain| domain != Some(d.id)) {
+        if !op.sees_domain(d.id) {
             continue;
         }
         items.push(DomainView {
@@ -86,10 +83,11 @@ fn no_node(id: Uuid) -> Error {
 
 /// Not found (404) unless the Project exists and the operator's token may see it (to a
 /// project-bound token, other projects do not exist).
-pub(super) async fn require_project(c: &mut Conn, op: &Operator, id: Uuid) -> Result<(), Error> {
+/// The project's Domain, or 404 when there is no such project or the caller may not see it.
+pub(super) async fn require_project(c: &mut Conn, op: &Operator, id: Uuid) -> Result<Uuid, Error> {
     op.require(id, || no_project(id))?;
     match projects::get(c, id).await? {
-        Some(_) => Ok(()),
+        Some(p) => Ok(p.domain_id),
         None => Err(no_project(id)),
     }
 }
@@ -121,21 +119,39 @@ pub async fn issue_token(
         .map_err(|e| Error::Invalid(e.to_string()))?;
     let tags = crate::tags::normalize(&req.tags).map_err(|e| Error::Invalid(e.to_string()))?;
     let mut c = st.store.acquire().await?;
-    require_project(&mut c, &op, project_id).await?;
-    if !tags.is_empty()
-        && let Some(p) = op.project_id
-    {
-        return Err(Error::Forbidden(format!(
-            "issuing a bootstrap token with tags needs an operator or admin token that is not limited to a project (this one, {}, is limited to project {p}): every node the token makes gets those tags, and what a tag reaches is set by the Domain's policy, across projects",
-            op.id
-        )));
+    let domain = require_project(&mut c, &op, project_id).await?;
+    if !tags.is_empty() {
+        op.domain_wide(
+            domain,
+            "issuing a bootstrap token with tags: every node the token makes gets those tags, and what a tag reaches is set by the Domain's policy, across projects",
+        )?;
     }
     let token = BootstrapToken::generate(&req.env_prefix, req.kind)
         .map_err(|e| Error::Internal(e.to_string()))?;
     let row = TokenRow::issued(&token, project_id, st.now(), req.ttl_secs, None)
         .with_usage(usage)
         .with_tags(tags);
-    tokens::insert(&mut c, &row).await?;
+    // The token and its audit row commit together.
+    let domain = projects::get(&mut c, project_id)
+        .await?
+        .map(|p| p.domain_id);
+    drop(c);
+    let pepper = st
+        .pepper_key()
+        .map_err(|e| Error::Internal(e.to_string()))?;
+    let detail = serde_json::json!({"project_id": project_id, "kind": req.kind, "max_uses": usage.max_uses,
+        "ephemeral_offline_secs": usage.ephemeral_offline_secs, "tags": row.tags, "expires_at": row.expires_at});
+    let entry = super::audit_record::by(
+        &op,
+        domain,
+        "token.issue",
+        format!("bootstrap-token/{}", row.id),
+        detail,
+    );
+    let mut tx = st.store.begin().await?;
+    tokens::insert(&mut tx, &row).await?;
+    audit::record(&mut tx, &pepper, &entry, row.created_at).await?;
+    tx.commit().await.map_err(StoreError::from)?;
     tracing::info!(
         token_id = %row.id, project_id = %project_id, operator = %op.id,
         max_uses = usage.max_uses, ephemeral_offline_secs = ?usage.ephemeral_offline_secs,
@@ -187,7 +203,7 @@ pub async fn revoke_token(
 ) -> Result<Json<TokenView>, Error> {
     let mut c = st.store.acquire().await?;
     let now = store::unix(st.now());
-    if op.project_id.is_some() {
+    if !op.reach.all {
         let project = tokens::get(&mut c, &id).await?.map(|t| t.project_id);
         if !project.is_some_and(|p| op.sees(p)) {
             return Err(Error::NotFound(format!("no bootstrap token with id {id}")));
@@ -205,6 +221,18 @@ pub async fn revoke_token(
         .await?
         .ok_or_else(|| Error::NotFound(format!("no bootstrap token with id {id}")))?;
     tracing::info!(token_id = %id, operator = %op.id, "bootstrap token revoked");
+    let detail = serde_json::json!({"project_id": row.project_id});
+    st.audit_in_project(
+        row.project_id,
+        super::audit_record::by(
+            &op,
+            None,
+            "token.revoke",
+            format!("bootstrap-token/{id}"),
+            detail,
+        ),
+    )
+    .await;
     Ok(Json(token_view(&row, now)?))
 }
 
@@ -232,7 +260,14 @@ pub async fn list_nodes(
     {
         return Ok(Json(List { items: Vec::new() }));
     }
-    let project_id = project_id.or(op.project_id);
+    // One reached project: the store filters; a person reaching several (or Domains): every
+    // node, filtered to what they see.
+    let project_id = project_id.or(match op.reached_projects.as_slice() {
+        [(only, _)] => Some(*only),
+        _ => op
+            .project_id
+            .filter(|_| op.reached_projects.is_empty() && !op.reach.all),
+    });
     let now = store::unix(st.now());
     let hb = st.config.offline_after_secs();
     let mut conn = st.store.acquire().await?;
@@ -240,6 +275,7 @@ pub async fn list_nodes(
     let items = nodes::list(&mut conn, project_id)
         .await?
         .iter()
+        .filter(|n| op.sees(n.project_id))
         .map(|n| {
             let mut v = node_view(n, now, hb)?;
             v.clone = clones.get(&n.id).map(clone_view).transpose()?;
@@ -281,6 +317,15 @@ pub async fn revoke_node(
         .await?
         .ok_or_else(|| no_node(id))?;
     tracing::info!(node_id = %id, operator = %op.id, "node revocation requested by an operator");
+    let detail = serde_json::json!({"project_id": row.project_id, "name": row.dns_name});
+    st.audit(super::audit_record::by(
+        &op,
+        Some(row.domain_id),
+        "node.revoke",
+        format!("node/{id}"),
+        detail,
+    ))
+    .await;
     Ok(Json(node_view(&row, now, st.config.offline_after_secs())?))
 }
 
@@ -343,6 +388,15 @@ pub async fn create_operator_token(
         .await
         .map_err(token_error)?;
     tracing::info!(operator_token_id = %row.id, operator = %op.id, "operator token created through the API");
+    let detail = serde_json::json!({"name": row.name, "scope": row.scope, "project_id": row.project_id, "expires_at": row.expires_at});
+    st.audit(super::audit_record::by(
+        &op,
+        None,
+        "operator-token.create",
+        format!("operator-token/{}", row.id),
+        detail,
+    ))
+    .await;
     Ok((
         StatusCode::CREATED,
         Json(CreatedOperatorToken {
@@ -371,5 +425,14 @@ pub async fn revoke_operator_token(
         .await?
         .ok_or_else(not_found)?;
     tracing::info!(operator_token_id = %id, operator = %op.id, "operator token revoked through the API");
+    let detail = serde_json::json!({"name": row.name});
+    st.audit(super::audit_record::by(
+        &op,
+        None,
+        "operator-token.revoke",
+        format!("operator-token/{id}"),
+        detail,
+    ))
+    .await;
     Ok(Json(operator_tokens::view(&row, store::unix(now))?))
 }

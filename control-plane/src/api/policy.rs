@@ -31,16 +31,6 @@ use crate::views::node_view;
 /// How many versions `policy/history` lists when `?limit=` is absent.
 pub const DEFAULT_HISTORY_PAGE: u32 = 20;
 
-fn unlimited(op: &Operator, what: &str) -> Result<(), Error> {
-    match op.project_id {
-        None => Ok(()),
-        Some(p) => Err(Error::Forbidden(format!(
-            "{what}; this token ({}) is limited to project {p}: use a token that is not limited to a project",
-            op.id
-        ))),
-    }
-}
-
 fn author(op: &Operator) -> String {
     format!("{} ({})", op.name, op.id)
 }
@@ -100,11 +90,11 @@ pub async fn set(
     Path(domain): Path<String>,
     ApiJson(req): ApiJson<SetPolicyRequest, POLICY_BODY_LIMIT>,
 ) -> Result<Json<PolicyChange>, Error> {
-    unlimited(
-        &op,
-        "changing a Domain's access policy needs an admin token: the policy governs every project of the Domain",
-    )?;
     let domain = visible_domain(&st, &op, &domain).await?;
+    op.domain_wide(
+        domain.id,
+        "a Domain's access policy governs every project of the Domain",
+    )?;
     let author = author(&op);
     let change = st
         .policy_ops()
@@ -118,6 +108,17 @@ pub async fn set(
             now: store::unix(st.now()),
         })
         .await?;
+    if change.applied {
+        let detail = serde_json::json!({"previous_version": change.previous_version, "version": change.version, "diff": change.diff});
+        st.audit(super::audit_record::by(
+            &op,
+            Some(domain.id),
+            "policy.set",
+            format!("domain/{}", domain.id),
+            detail,
+        ))
+        .await;
+    }
     Ok(Json(change))
 }
 
@@ -166,11 +167,11 @@ pub async fn rollback(
     Path(domain): Path<String>,
     ApiJson(req): ApiJson<RollbackPolicyRequest>,
 ) -> Result<Json<PolicyChange>, Error> {
-    unlimited(
-        &op,
-        "rolling back a Domain's access policy needs an admin token: the policy governs every project of the Domain",
-    )?;
     let domain = visible_domain(&st, &op, &domain).await?;
+    op.domain_wide(
+        domain.id,
+        "a Domain's access policy governs every project of the Domain",
+    )?;
     let old = policies::get(&mut *st.store.acquire().await?, domain.id, req.version)
         .await?
         .ok_or_else(|| {
@@ -193,6 +194,17 @@ pub async fn rollback(
             now: store::unix(st.now()),
         })
         .await?;
+    if change.applied {
+        let detail = serde_json::json!({"to_version": req.version, "previous_version": change.previous_version, "version": change.version, "diff": change.diff});
+        st.audit(super::audit_record::by(
+            &op,
+            Some(domain.id),
+            "policy.rollback",
+            format!("domain/{}", domain.id),
+            detail,
+        ))
+        .await;
+    }
     Ok(Json(change))
 }
 
@@ -278,10 +290,10 @@ pub async fn set_node_tags(
     ApiJson(req): ApiJson<SetTagsRequest>,
 ) -> Result<Json<NodeView>, Error> {
     let tags = crate::tags::normalize(&req.tags).map_err(|e| Error::Invalid(e.to_string()))?;
-    super::operator::require_node(&mut st.store.acquire().await?, &op, id).await?;
-    unlimited(
-        &op,
-        "tagging a node needs an operator or admin token that is not limited to a project: what a tag reaches is set by the Domain's policy, across projects",
+    let node = super::operator::require_node(&mut st.store.acquire().await?, &op, id).await?;
+    op.domain_wide(
+        node.domain_id,
+        "what a tag reaches is set by the Domain's policy, across projects",
     )?;
     let now = store::unix(st.now());
     let row = st
@@ -294,6 +306,15 @@ pub async fn set_node_tags(
             ))
         })?;
     tracing::info!(node_id = %id, operator = %op.id, tags = ?row.tags, "node tags set by an operator");
+    let detail = serde_json::json!({"tags": row.tags, "name": row.dns_name});
+    st.audit(super::audit_record::by(
+        &op,
+        Some(row.domain_id),
+        "node.tag",
+        format!("node/{id}"),
+        detail,
+    ))
+    .await;
     Ok(Json(node_view(&row, now, st.config.offline_after_secs())?))
 }
 

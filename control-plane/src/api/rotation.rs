@@ -56,7 +56,7 @@ async fn request(
     what: Request,
 ) -> Result<(StatusCode, Json<NodeView>), Error> {
     // A token bound to a project sees only that project's nodes.
-    super::operator::require_node(&mut st.store.acquire().await?, op, id).await?;
+    let node = super::operator::require_node(&mut st.store.acquire().await?, op, id).await?;
     let now = store::unix(st.now());
     if !st.node_ops().request_rotation(id, what, now).await? {
         return Err(Error::NotFound(format!(
@@ -64,6 +64,19 @@ async fn request(
         )));
     }
     tracing::info!(node_id = %id, operator = %op.id, what = ?what, "rotation requested by an operator; the node rotates at its next heartbeat");
+    let action = match what {
+        Request::Key => "node.rotate-key",
+        Request::Credential => "node.rotate-credential",
+    };
+    let detail = serde_json::json!({"project_id": node.project_id, "name": node.dns_name});
+    st.audit(super::audit_record::by(
+        op,
+        Some(node.domain_id),
+        action,
+        format!("node/{id}"),
+        detail,
+    ))
+    .await;
     let row = nodes::get(&mut *st.store.acquire().await?, id)
         .await?
         .ok_or_else(|| Error::NotFound(format!("no node with id {id}")))?;

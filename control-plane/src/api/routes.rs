@@ -7,14 +7,13 @@
 
 use std::sync::Arc;
 
+use super::extract::RouteScope;
+use super::state::AppState;
+pub use crate::auth::roles::Need;
 use axum::Extension;
 use axum::Router;
 use axum::handler::Handler;
 use axum::routing::{MethodFilter, on};
-use plexsphere_wire::admin::OperatorScope;
-
-use super::extract::RouteScope;
-use super::state::AppState;
 
 /// The HTTP methods the API uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -60,18 +59,26 @@ pub enum Access {
     Public,
     /// A node about itself, with its credential (`pxnk_...`).
     Node,
-    /// An operator token of at least this scope (`pxop_...`).
-    Operator(OperatorScope),
+    /// An operator token (`pxop_...`) or a person's session whose role allows this need
+    /// (`auth::roles`: a token's scope maps onto a role).
+    Operator(Need),
 }
 
 /// Shorthands for the table.
-pub const READ: Access = Access::Operator(OperatorScope::ReadOnly);
-pub const OPERATE: Access = Access::Operator(OperatorScope::Operator);
-pub const ADMIN: Access = Access::Operator(OperatorScope::Admin);
+pub const READ: Access = Access::Operator(Need::Read);
+pub const OPERATE: Access = Access::Operator(Need::Operate);
+pub const ADMIN: Access = Access::Operator(Need::Admin);
+/// Reading the audit log: auditors and admins (read-only and admin tokens).
+pub const AUDIT: Access = Access::Operator(Need::Audit);
 
 /// The POST routes open to `read-only` tokens: each computes an answer from its body and
 /// stores nothing (a body too large for a query string). Every other write needs more.
-pub const COMPUTE_ONLY_POSTS: &[&str] = &["/v1/domains/{domain}/policy/validate"];
+pub const COMPUTE_ONLY_POSTS: &[&str] =
+    &["/v1/domains/{domain}/policy/validate", "/v1/audit/verify"];
+
+/// The POST routes any signed-in caller may call about its own session (sign-out): they
+/// change nothing but the caller's own session.
+pub const SELF_POSTS: &[&str] = &["/v1/auth/sign-out"];
 
 /// One row of the route table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,7 +105,7 @@ impl Routes {
     {
         let method_router = on(verb.filter(), handler);
         let method_router = match access {
-            Access::Operator(scope) => method_router.layer(Extension(RouteScope(scope))),
+            Access::Operator(need) => method_router.layer(Extension(RouteScope(need))),
             Access::Public | Access::Node => method_router,
         };
         self.router = self.router.route(path, method_router);

@@ -23,7 +23,7 @@ use crate::error::Error;
 use crate::keys::{self, KeyError};
 use crate::store::domain_keys::{self, StoredKey};
 use crate::store::domains::{self, Domain};
-use crate::store::{StoreError, from_unix, projects};
+use crate::store::{StoreError, from_unix};
 
 /// `GET /v1/domains/{domain}/signing-keys`: every generation, oldest first.
 pub async fn list(
@@ -59,12 +59,11 @@ pub async fn rotate(
             "overlap_secs {overlap} is longer than the {MAX_OVERLAP_SECS} s (30 days) a rotation may last; give 0 to {MAX_OVERLAP_SECS} (default {DEFAULT_OVERLAP_SECS})"
         )));
     }
-    if op.project_id.is_some() {
-        return Err(Error::Forbidden(
-            "a Domain's signing key signs for every project of the Domain: rotating it needs an admin token that is not limited to one project".into(),
-        ));
-    }
     let domain = visible_domain(&st, &op, &domain).await?;
+    op.domain_wide(
+        domain.id,
+        "a Domain's signing key signs for every project of the Domain",
+    )?;
     let rotated = st
         .keys
         .rotate(&domain, overlap)
@@ -77,6 +76,15 @@ pub async fn rotate(
         })?;
     st.bus.notify(domain.id, rotated.seq);
     tracing::info!(domain = %domain.slug, operator = %op.id, generation = rotated.key.generation, overlap_secs = overlap, "Domain signing key rotated by an operator");
+    let detail = serde_json::json!({"generation": rotated.key.generation, "overlap_secs": overlap, "active_from": rotated.key.active_from});
+    st.audit(super::audit_record::by(
+        &op,
+        Some(domain.id),
+        "domain.signing-key-rotate",
+        format!("domain/{}", domain.id),
+        detail,
+    ))
+    .await;
     announce_when_active(&st, rotated.key.active_from);
     let now = keys::unix_now();
     let status = if rotated.key.active_from > now {
@@ -156,12 +164,7 @@ pub(super) async fn visible_domain(
         ))
     };
     let domain = found.ok_or_else(not_found)?;
-    if let Some(p) = op.project_id {
-        let project_domain = projects::get(&mut conn, p).await?.map(|p| p.domain_id);
-        if project_domain != Some(domain.id) {
-            return Err(not_found());
-        }
-    }
+    op.require_domain(domain.id, not_found)?;
     Ok(domain)
 }
 

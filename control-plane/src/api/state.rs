@@ -128,6 +128,13 @@ pub struct AppState {
     pub policies: PolicyCache,
     /// Each Domain's live node rows for the state builds (`crate::live_cache`).
     pub live: LiveCache,
+    /// Where the audit pepper comes from (`crate::audit::pepper`): derived from the KEK unless
+    /// [`AppState::with_audit_pepper`] gives one.
+    pub pepper: crate::audit::Pepper,
+    /// The path routes' report slots, relay health and console streams (`api::paths`).
+    pub paths: super::paths_shared::PathsShared,
+    /// Sign-in (`--oidc-issuer`); `None`: operators use tokens only.
+    pub auth: Option<Arc<crate::auth::Auth>>,
 }
 
 impl AppState {
@@ -166,7 +173,16 @@ impl AppState {
             metrics,
             policies,
             live: LiveCache::default(),
+            pepper: crate::audit::Pepper::FromKek,
+            paths: super::paths_shared::PathsShared::default(),
+            auth: None,
         }
+    }
+
+    /// Uses this audit pepper (`--audit-pepper-file`, the systemd credential, `plexsphere dev`'s).
+    pub fn with_audit_pepper(mut self, pepper: crate::audit::Pepper) -> Self {
+        self.pepper = pepper;
+        self
     }
 
     /// Uses these Domain keys (a replica's KEK) instead of the data directory's own KEK.
@@ -183,6 +199,11 @@ impl AppState {
     }
 
     /// Uses another bus than the in-process one.
+    pub fn with_auth(mut self, auth: Option<Arc<crate::auth::Auth>>) -> Self {
+        self.auth = auth;
+        self
+    }
+
     pub fn with_bus(mut self, bus: Arc<dyn EventBus>) -> Self {
         self.bus = bus;
         self
@@ -244,6 +265,16 @@ impl BrokerHost for AppState {
     }
     fn leadership(&self) -> &crate::leader::Leadership {
         &self.leadership
+    }
+    fn audit_pepper(&self) -> Option<ring::hmac::Key> {
+        match self.pepper_key() {
+            Ok(k) => Some(k),
+            Err(e) => {
+                self.metrics.audit_write_failures.inc();
+                tracing::error!(error = %e, "the broker's phase changes cannot be audited: no audit pepper");
+                None
+            }
+        }
     }
 }
 

@@ -9,14 +9,12 @@ use axum::Json;
 use axum::extract::State;
 use plexsphere_wire::node::MAX_NODE_BODY;
 use plexsphere_wire::routes::{Approval, RouteDecision, RouteEntry, RoutesAck, RoutesReport};
-use uuid::Uuid;
 
 use super::extract::{ApiJson, NodeAuth, Operator};
-use super::names::unlimited;
 use super::state::AppState;
 use crate::error::Error;
 use crate::routes_ops::RouteOps;
-use crate::store::{self, domains, projects};
+use crate::store::{self, domains};
 
 fn ops(st: &AppState) -> RouteOps<'_> {
     RouteOps {
@@ -41,17 +39,7 @@ pub async fn list(
     op: Operator,
 ) -> Result<Json<Vec<RouteEntry>>, Error> {
     let mut conn = st.store.acquire().await?;
-    let seen: Vec<Uuid> = match op.project_id {
-        None => domains::list(&mut conn)
-            .await?
-            .iter()
-            .map(|d| d.id)
-            .collect(),
-        Some(p) => projects::get(&mut conn, p)
-            .await?
-            .map(|p| vec![p.domain_id])
-            .unwrap_or_default(),
-    };
+    let seen = op.seen_domains(domains::list(&mut conn).await?.iter().map(|d| d.id));
     drop(conn);
     let now = store::unix(st.now());
     Ok(Json(ops(&st).list(&seen, now).await?))
@@ -63,23 +51,37 @@ async fn decide(
     req: &RouteDecision,
     approval: Approval,
 ) -> Result<Json<RouteEntry>, Error> {
-    super::operator::require_node(&mut st.store.acquire().await?, op, req.node_id).await?;
-    unlimited(
-        op,
-        "approving or denying a route needs an operator or admin token that is not limited to a project: an approved route carries traffic for every node the Domain's policy lets use it",
+    let node =
+        super::operator::require_node(&mut st.store.acquire().await?, op, req.node_id).await?;
+    op.domain_wide(
+        node.domain_id,
+        "approving or denying a route reaches the whole Domain: an approved route carries traffic for every node the Domain's policy lets use it",
     )?;
     let now = store::unix(st.now());
     let by = format!("{} ({})", op.name, op.id);
-    ops(st)
+    let entry = ops(st)
         .decide(req.node_id, req.cidr, approval, &by, now)
         .await?
-        .map(Json)
         .ok_or_else(|| {
             Error::NotFound(format!(
                 "node {} does not advertise {}; `plexctl route list` shows what each node advertises",
                 req.node_id, req.cidr
             ))
-        })
+        })?;
+    let action = match approval {
+        Approval::Approved => "route.approve",
+        _ => "route.deny",
+    };
+    let detail = serde_json::json!({"cidr": req.cidr.to_string(), "name": node.dns_name});
+    st.audit(super::audit_record::by(
+        op,
+        Some(node.domain_id),
+        action,
+        format!("node/{}", req.node_id),
+        detail,
+    ))
+    .await;
+    Ok(Json(entry))
 }
 
 /// `POST /v1/routes/approve`.

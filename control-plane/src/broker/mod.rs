@@ -42,6 +42,11 @@ pub trait BrokerHost: Send + Sync {
     fn metrics(&self) -> &crate::metrics::Metrics;
     /// Whether this replica leads (holds the broker lease): only the leader reconciles.
     fn leadership(&self) -> &crate::leader::Leadership;
+    /// The audit pepper the broker's phase changes are recorded under (docs/audit.md);
+    /// `None`: a host that keeps no audit log (tests of the broker alone).
+    fn audit_pepper(&self) -> Option<ring::hmac::Key> {
+        None
+    }
 }
 
 impl<T: BrokerHost + ?Sized> BrokerHost for Arc<T> {
@@ -65,6 +70,9 @@ impl<T: BrokerHost + ?Sized> BrokerHost for Arc<T> {
     }
     fn leadership(&self) -> &crate::leader::Leadership {
         (**self).leadership()
+    }
+    fn audit_pepper(&self) -> Option<ring::hmac::Key> {
+        (**self).audit_pepper()
     }
 }
 

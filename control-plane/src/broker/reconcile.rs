@@ -17,10 +17,11 @@ use plexsphere_broker::{Blueprint, Class, Observation, Outcome, Phase};
 use super::BrokerHost;
 use super::provision::{self, PendingStep};
 use super::substrate::{Substrate, SubstrateError};
+use crate::audit;
 use crate::error::Error;
 use crate::leader::Fence;
 use crate::store::resources::{self, ResourceRow};
-use crate::store::{self, StoreError, tokens};
+use crate::store::{self, StoreError, projects, tokens};
 
 /// Starts the loop; it ends by itself once the state is gone (the server stopped).
 pub fn spawn<S: BrokerHost + 'static>(state: &Arc<S>) -> tokio::task::JoinHandle<()> {
@@ -294,10 +295,10 @@ async fn apply(
     facts: Vec<Observation>,
 ) -> Result<(), Error> {
     let now = st.now();
-    let mut moved = false;
+    let mut moves = Vec::new();
     for obs in &facts {
         if let Outcome::Moved { from, to } = row.resource.observe(class, obs, now) {
-            moved = true;
+            moves.push(serde_json::json!({"from": from.as_str(), "to": to.as_str(), "observed": obs.describe().to_string()}));
             st.metrics().transition(from.as_str(), to.as_str());
             tracing::info!(
                 resource_id = %row.resource.id,
@@ -307,12 +308,30 @@ async fn apply(
             );
         }
     }
-    if !moved {
+    if moves.is_empty() {
         return Ok(());
     }
-    let mut conn = st.store().acquire().await?;
-    if !resources::update_as(&mut conn, row, store::unix(now), fence.at_now()).await? {
+    // The phase change and its audit rows commit together.
+    let mut tx = st.store().begin().await?;
+    if !resources::update_as(&mut tx, row, store::unix(now), fence.at_now()).await? {
         tracing::debug!(resource_id = %row.resource.id, "resource changed meanwhile (or this replica lost the broker lease); the next pass decides again");
+        return Ok(());
     }
+    if let Some(pepper) = st.audit_pepper() {
+        let domain = projects::get(&mut tx, row.resource.project_id)
+            .await?
+            .map(|p| p.domain_id);
+        for detail in moves {
+            let entry = audit::AuditEntry {
+                domain_id: domain,
+                actor: audit::Actor::broker(),
+                action: "resource.phase",
+                target: format!("resource/{}", row.resource.id),
+                detail,
+            };
+            audit::record(&mut tx, &pepper, &entry, store::unix(now)).await?;
+        }
+    }
+    tx.commit().await.map_err(StoreError::from)?;
     Ok(())
 }

@@ -10,6 +10,7 @@ use time::format_description::well_known::Rfc3339;
 use uuid::Uuid;
 
 use super::args::DataArgs;
+use super::audit::{AuditKeyArgs, host_pepper, record_host};
 use super::failure::Failure;
 use crate::operator_tokens::{self, TokenSpec};
 use crate::seed::{self, SeedReport};
@@ -113,13 +114,26 @@ async fn resolve_project(store: &Store, text: &str) -> Result<Uuid, Failure> {
     }
 }
 
+/// What `plexsphere operator-token create` was asked for.
+pub struct TokenArgs<'a> {
+    pub name: &'a str,
+    pub scope: &'a str,
+    pub project: Option<&'a str>,
+    pub expires_in: &'a str,
+}
+
 pub async fn token_create(
     data: &DataArgs,
-    name: &str,
-    scope: &str,
-    project: Option<&str>,
-    expires_in: &str,
+    audit: &AuditKeyArgs,
+    args: TokenArgs<'_>,
 ) -> Result<(), Failure> {
+    let TokenArgs {
+        name,
+        scope,
+        project,
+        expires_in,
+    } = args;
+    let pepper = host_pepper(&data.data_dir, audit)?;
     let scope = OperatorScope::parse(scope).ok_or_else(|| {
         Failure::Config(format!(
             "--scope {scope:?} is not one of read-only, operator, admin"
@@ -139,9 +153,18 @@ pub async fn token_create(
         expiry,
     };
     spec.check().map_err(|e| Failure::Config(e.to_string()))?;
-    let (token, _) = operator_tokens::create_scoped(&store, &spec, OffsetDateTime::now_utc())
+    let (token, row) = operator_tokens::create_scoped(&store, &spec, OffsetDateTime::now_utc())
         .await
         .context("cannot create the operator token")?;
+    let detail = serde_json::json!({"name": row.name, "scope": row.scope, "project_id": row.project_id, "expires_at": row.expires_at});
+    record_host(
+        &store,
+        pepper.as_ref(),
+        "operator-token.create",
+        format!("operator-token/{}", row.id),
+        detail,
+    )
+    .await?;
     println!("{}", token.expose());
     store.close().await;
     Ok(())
@@ -195,11 +218,23 @@ pub async fn token_list(data: &DataArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-pub async fn token_revoke(data: &DataArgs, id: &str) -> Result<(), Failure> {
+pub async fn token_revoke(data: &DataArgs, audit: &AuditKeyArgs, id: &str) -> Result<(), Failure> {
+    let pepper = host_pepper(&data.data_dir, audit)?;
     let store = open_store(data).await?;
     let found = operator_tokens::revoke(&store, id, OffsetDateTime::now_utc())
         .await
         .context("cannot revoke the operator token")?;
+    if found {
+        let detail = serde_json::json!({});
+        record_host(
+            &store,
+            pepper.as_ref(),
+            "operator-token.revoke",
+            format!("operator-token/{id}"),
+            detail,
+        )
+        .await?;
+    }
     store.close().await;
     if !found {
         return Err(Failure::Runtime(anyhow::anyhow!(

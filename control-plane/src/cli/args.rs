@@ -100,6 +100,9 @@ pub enum Command {
     /// The key-encryption key the Domain keys are sealed under in the database.
     #[command(subcommand)]
     Kek(super::keys::KekCommand),
+    /// The audit pepper people's identifiers and the audit chains are keyed with (docs/audit.md).
+    #[command(subcommand)]
+    AuditPepper(super::audit::AuditPepperCommand),
     /// Release-signing keys for plexd releases served from a mirror (docs/downloads.md).
     #[command(subcommand)]
     ReleaseKey(super::downloads::ReleaseKeyCommand),
@@ -307,6 +310,11 @@ pub struct ServeArgs {
     /// `$CREDENTIALS_DIRECTORY/plexsphere-kek`.
     #[arg(long, env = "PLEXSPHERE_KEY_ENCRYPTION_KEY_FILE")]
     pub key_encryption_key_file: Option<PathBuf>,
+    /// The audit pepper (`plexsphere audit-pepper generate` makes one; every replica needs the
+    /// same); default: the systemd credential `$CREDENTIALS_DIRECTORY/plexsphere-audit-pepper`,
+    /// else derived from the key-encryption key (docs/audit.md).
+    #[arg(long, env = "PLEXSPHERE_AUDIT_PEPPER_FILE")]
+    pub audit_pepper_file: Option<PathBuf>,
     #[command(flatten)]
     pub limits: LimitArgs,
     #[command(flatten)]
@@ -318,6 +326,91 @@ pub struct ServeArgs {
     /// The event bus between replicas (`--nats-url`).
     #[command(flatten)]
     pub bus: super::bus::BusArgs,
+    #[command(flatten)]
+    pub oidc: OidcArgs,
+}
+
+/// Sign-in through an OpenID Connect issuer (docs/auth.md); off without `--oidc-issuer`.
+#[derive(Debug, Clone, Args)]
+pub struct OidcArgs {
+    /// The issuer URL (https; http only on loopback). Enables the console's sign-in and
+    /// `plexctl login`.
+    #[arg(long, env = "PLEXSPHERE_OIDC_ISSUER")]
+    pub oidc_issuer: Option<String>,
+    /// The console's client id at the issuer (redirect URI `<public url>/v1/auth/callback`).
+    #[arg(long, env = "PLEXSPHERE_OIDC_CLIENT_ID")]
+    pub oidc_client_id: Option<String>,
+    /// A file holding the console client's secret.
+    #[arg(long, env = "PLEXSPHERE_OIDC_CLIENT_SECRET_FILE")]
+    pub oidc_client_secret_file: Option<PathBuf>,
+    /// plexctl's (public) client id at the issuer; without it `plexctl login` is off.
+    #[arg(long, env = "PLEXSPHERE_OIDC_CLI_CLIENT_ID")]
+    pub oidc_cli_client_id: Option<String>,
+    /// The ID token claim that lists a person's groups.
+    #[arg(long, env = "PLEXSPHERE_OIDC_GROUPS_CLAIM", default_value = "groups")]
+    pub oidc_groups_claim: String,
+    /// The scopes asked of the issuer.
+    #[arg(long, env = "PLEXSPHERE_OIDC_SCOPES", default_value = crate::api::auth::SCOPES)]
+    pub oidc_scopes: String,
+    /// A CA file for an issuer under a private CA (beside the system's roots).
+    #[arg(long, env = "PLEXSPHERE_OIDC_CA_FILE")]
+    pub oidc_ca_file: Option<PathBuf>,
+    /// A session's lifetime from sign-in, in seconds.
+    #[arg(long, env = "PLEXSPHERE_SESSION_LIFETIME_SECS", default_value_t = crate::auth::session::SESSION_LIFETIME.as_secs())]
+    pub session_lifetime_secs: u64,
+    /// A session ends after this many seconds without a request.
+    #[arg(long, env = "PLEXSPHERE_SESSION_IDLE_TIMEOUT_SECS", default_value_t = crate::auth::session::SESSION_IDLE_TIMEOUT.as_secs())]
+    pub session_idle_timeout_secs: u64,
+}
+
+impl OidcArgs {
+    /// The sign-in of these flags (`None` without `--oidc-issuer`) for an API reached at
+    /// `public_url`.
+    pub fn auth(
+        &self,
+        public_url: &str,
+    ) -> Result<Option<std::sync::Arc<crate::auth::Auth>>, String> {
+        let Some(issuer) = &self.oidc_issuer else {
+            return Ok(None);
+        };
+        let client_id = self
+            .oidc_client_id
+            .clone()
+            .ok_or("--oidc-client-id is required with --oidc-issuer")?;
+        let secret_file = self
+            .oidc_client_secret_file
+            .as_ref()
+            .ok_or("--oidc-client-secret-file is required with --oidc-issuer")?;
+        let secret = std::fs::read_to_string(secret_file)
+            .map_err(|e| {
+                format!(
+                    "cannot read --oidc-client-secret-file {}: {e}",
+                    secret_file.display()
+                )
+            })?
+            .trim()
+            .to_owned();
+        if self.session_lifetime_secs == 0 || self.session_idle_timeout_secs == 0 {
+            return Err(
+                "--session-lifetime-secs and --session-idle-timeout-secs must be at least 1".into(),
+            );
+        }
+        let public_origin = crate::auth::session::origin_of(public_url)
+            .ok_or_else(|| format!("the public URL {public_url:?} is not a URL"))?;
+        let config = crate::auth::AuthConfig {
+            issuer: issuer.trim_end_matches('/').to_owned(),
+            client_id,
+            client_secret: secret,
+            cli_client_id: self.oidc_cli_client_id.clone(),
+            groups_claim: self.oidc_groups_claim.clone(),
+            scopes: self.oidc_scopes.clone(),
+            public_origin,
+            session_lifetime: Duration::from_secs(self.session_lifetime_secs),
+            session_idle_timeout: Duration::from_secs(self.session_idle_timeout_secs),
+            ca_file: self.oidc_ca_file.clone(),
+        };
+        crate::auth::Auth::new(config).map(|a| Some(std::sync::Arc::new(a)))
+    }
 }
 
 /// The broker's knobs.
@@ -411,6 +504,8 @@ pub struct DevArgs {
     pub downloads: DownloadArgs,
     #[command(flatten)]
     pub broker: BrokerArgs,
+    #[command(flatten)]
+    pub oidc: OidcArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -442,6 +537,8 @@ pub enum OperatorTokenCommand {
         /// When the token stops working: 90d, 12h, 1d12h... or `never` (admin only)
         #[arg(long, default_value = crate::operator_tokens::DEFAULT_EXPIRES_IN, value_name = "DURATION")]
         expires_in: String,
+        #[command(flatten)]
+        audit: super::audit::AuditKeyArgs,
     },
     /// List tokens (never their secrets).
     List {
@@ -453,6 +550,8 @@ pub enum OperatorTokenCommand {
         #[command(flatten)]
         data: DataArgs,
         id: String,
+        #[command(flatten)]
+        audit: super::audit::AuditKeyArgs,
     },
 }
 

@@ -44,6 +44,7 @@ use self::files::{
 use self::manifest::{Entry, Manifest};
 use super::args::DataArgs;
 use super::failure::Failure;
+use crate::audit::pepper::DEV_PEPPER_FILE;
 use crate::keys::Kek;
 use crate::keys::kek::{CREDENTIAL_NAME, DEV_KEK_FILE};
 use crate::store::{Store, events};
@@ -54,7 +55,7 @@ const DB_FILE: &str = "plexsphere.db";
 const MANIFEST: &str = "BACKUP";
 /// What besides the database a backup carries, relative to the data directory.
 const CARRIED_DIRS: [&str; 2] = ["domain-keys", "tls"];
-const CARRIED_FILES: [&str; 2] = ["operator-token", DEV_KEK_FILE];
+const CARRIED_FILES: [&str; 3] = ["operator-token", DEV_KEK_FILE, DEV_PEPPER_FILE];
 
 /// Whether a data directory's file (relative path) is a secret, and what a holder of it can do:
 /// a backup leaves these out unless `--include-secrets`.
@@ -68,6 +69,10 @@ pub fn secret(rel: &Path) -> Option<&'static str> {
     } else if in_dir("domain-keys") {
         Some(
             "is a Domain signing key in the clear (an older version's seed file): sign states and events every node of that Domain accepts",
+        )
+    } else if rel == Path::new(DEV_PEPPER_FILE) {
+        Some(
+            "keys plexsphere dev's audit log: with write access to the database, rewrite its chains so that they verify; test guesses of people's e-mails against it",
         )
     } else if rel == Path::new("operator-token") {
         Some(

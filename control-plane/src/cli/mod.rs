@@ -8,6 +8,7 @@
 
 mod admin;
 mod args;
+mod audit;
 mod backup;
 mod bus;
 mod downloads;
@@ -106,12 +107,21 @@ async fn dispatch(cmd: Command) -> Result<(), Failure> {
             scope,
             project,
             expires_in,
-        }) => admin::token_create(&data, &name, &scope, project.as_deref(), &expires_in).await,
+            audit,
+        }) => {
+            let spec = admin::TokenArgs {
+                name: &name,
+                scope: &scope,
+                project: project.as_deref(),
+                expires_in: &expires_in,
+            };
+            admin::token_create(&data, &audit, spec).await
+        }
         Command::OperatorToken(OperatorTokenCommand::List { data }) => {
             admin::token_list(&data).await
         }
-        Command::OperatorToken(OperatorTokenCommand::Revoke { data, id }) => {
-            admin::token_revoke(&data, &id).await
+        Command::OperatorToken(OperatorTokenCommand::Revoke { data, id, audit }) => {
+            admin::token_revoke(&data, &audit, &id).await
         }
         Command::Migrate(data) => admin::migrate(&data).await,
         Command::Backup {
@@ -145,6 +155,7 @@ async fn dispatch(cmd: Command) -> Result<(), Failure> {
         Command::Relay(cmd) => relay::relay(cmd).await,
         Command::DomainKey(args) => keys::domain_key(&args).await,
         Command::Kek(cmd) => keys::kek(cmd).await,
+        Command::AuditPepper(cmd) => audit::audit_pepper(cmd),
         Command::ReleaseKey(cmd) => downloads::release_key(cmd),
         Command::Release(cmd) => downloads::release(cmd),
     }

@@ -221,6 +221,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
     let config = api_config(&args.limits, &args.node_api, None)?;
     let nats = args.bus.config()?;
     let kek = super::keys::replica_kek(args.key_encryption_key_file.as_deref())?;
+    let pepper = super::audit::serve_pepper(args.audit_pepper_file.as_deref())?;
     let serving = serving(&args.limits, &args.broker)?;
     let downloads_config = args.downloads.config(&args.data.data_dir)?;
     let catalog = load_catalog(&args.broker)?;
@@ -256,6 +257,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
         .unwrap_or_else(|| format!("{}://{bound}", transport.scheme()));
     let ca_file = args.data.data_dir.join("tls").join("ca.crt");
     let ca_pem = std::fs::read_to_string(&ca_file).ok();
+    let auth = args.oidc.auth(&public_url).map_err(Failure::Config)?;
     let broker = broker_config(&args.broker, catalog, public_url, ca_pem, machines);
     let postgres = args
         .data
@@ -265,7 +267,9 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
     let (bus, bus_tasks) = super::bus::start(nats, &store, postgres).await?;
     let state = AppState::with_broker_config(store, &args.data.data_dir, config, broker)
         .with_bus(bus)
-        .with_keyring(keys);
+        .with_keyring(keys)
+        .with_audit_pepper(pepper)
+        .with_auth(auth);
     let downloads = open_downloads(&args.downloads, downloads_config, &state, None).await?;
     let stun = match args.stun_listen {
         Some(a) => Some(super::relay::start_stun(a, &args.stun_limits).await?),
@@ -463,7 +467,21 @@ pub async fn dev(args: DevArgs) -> Result<(), Failure> {
         Some(certs.ca_pem.clone()),
         machines,
     );
-    let state = AppState::with_broker_config(store, &data_dir, config, broker).with_keyring(keys);
+    let auth = args.oidc.auth(&api_url).map_err(Failure::Config)?;
+    if let Some(a) = &auth {
+        println!(
+            "sign-in: {} (redirect URI {})",
+            a.config.issuer,
+            a.redirect_uri()
+        );
+    }
+    // dev keeps its audit pepper in its data directory too.
+    let pepper =
+        crate::audit::Pepper::dev(&data_dir).map_err(|e| Failure::Config(e.to_string()))?;
+    let state = AppState::with_broker_config(store, &data_dir, config, broker)
+        .with_keyring(keys)
+        .with_auth(auth)
+        .with_audit_pepper(pepper);
     let downloads =
         open_downloads(&args.downloads, downloads_config, &state, lab.as_deref()).await?;
     println!(

@@ -89,6 +89,12 @@ impl Kek {
         hmac::Key::from(okm)
     }
 
+    /// These 32 bytes themselves as an HMAC-SHA256 key: for a file of the KEK's format that
+    /// holds another secret (the audit pepper, `crate::audit::pepper`), never for the KEK.
+    pub(crate) fn as_hmac_key(&self) -> hmac::Key {
+        hmac::Key::new(hmac::HMAC_SHA256, &self.bytes)
+    }
+
     /// Writes this KEK to a new file `out` as base64 text, mode 0600 (what [`generate`] writes);
     /// never overwrites, never follows a symlink at `out`.
     pub fn write_new(&self, out: &Path) -> Result<(), KekError> {

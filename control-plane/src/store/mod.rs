@@ -20,13 +20,16 @@ pub mod node_hosts;
 pub mod nodes;
 pub mod observations;
 mod open;
+pub mod paths;
 
 pub use open::probe_writable;
 pub mod operators;
 pub mod policies;
 pub mod projects;
 pub mod resources;
+pub mod roles;
 pub mod routes;
+pub mod sessions;
 
 pub mod tokens;
 
@@ -230,6 +233,27 @@ pub fn migrator() -> Migrator {
             Cow::Borrowed("names and routes"),
             MigrationType::Simple,
             include_str!("../../migrations/0018_names_routes.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
+            19,
+            Cow::Borrowed("auth"),
+            MigrationType::Simple,
+            include_str!("../../migrations/0019_auth.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
+            20,
+            Cow::Borrowed("audit log"),
+            MigrationType::Simple,
+            include_str!("../../migrations/0020_audit.sql").into_sql_str(),
+            false,
+        ),
+        Migration::new(
+            21,
+            Cow::Borrowed("paths"),
+            MigrationType::Simple,
+            include_str!("../../migrations/0021_paths.sql").into_sql_str(),
             false,
         ),
     ];

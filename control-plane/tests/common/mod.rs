@@ -43,6 +43,8 @@ pub struct Options {
     /// The relays and STUN servers every node's state lists.
     pub relays: Vec<plexsphere_wire::node::RelaySpec>,
     pub stun_advertise: Vec<std::net::SocketAddr>,
+    /// Sign-in (sessions are answered only with it).
+    pub auth: Option<Arc<plexsphere::auth::Auth>>,
 }
 
 impl Default for Options {
@@ -63,6 +65,7 @@ impl Default for Options {
             database_url: None,
             relays: Vec::new(),
             stun_advertise: Vec::new(),
+            auth: None,
         }
     }
 }
@@ -164,12 +167,10 @@ impl TestServer {
             reconcile_every: Duration::from_millis(200),
             ..BrokerConfig::default()
         };
-        let state = Arc::new(AppState::with_broker_config(
-            store.clone(),
-            dir.path(),
-            config,
-            broker,
-        ));
+        let state = Arc::new(
+            AppState::with_broker_config(store.clone(), dir.path(), config, broker)
+                .with_auth(opts.auth),
+        );
         plexsphere::maintenance::spawn(&state);
         plexsphere::broker::reconcile::spawn(&state);
         let (tx, rx) = oneshot::channel::<()>();

@@ -55,5 +55,13 @@ pub async fn call(
     }
     let r = req.send().await.unwrap();
     let status = r.status();
+    // An event stream (`GET /v1/console/events`) never ends: its status is the answer.
+    let stream = r
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
+    if stream {
+        return (status, Value::Null);
+    }
     (status, r.json().await.unwrap_or(Value::Null))
 }

@@ -159,6 +159,8 @@ pub struct Core {
     /// The signed state's names (docs/dns.md), and the table last handed to the resolver.
     dns: Option<plexsphere_wire::routes::DnsState>,
     dns_sent: Option<Arc<crate::dns::zone::Zone>>,
+    /// The hash of the inputs `dns_sent` was built from (`names.rs`).
+    dns_key: Option<u64>,
     /// The signed state's UDP GSO/GRO switch, as last handed to the data plane.
     udp_offload: Option<plexsphere_wire::node::UdpOffload>,
     /// Events applied on top of `envelope`, in order.
@@ -269,6 +271,7 @@ impl Core {
             udp_offload: None,
             dns: None,
             dns_sent: None,
+            dns_key: None,
             events: vec![],
             last_seq: 0,
             full_pull: false,

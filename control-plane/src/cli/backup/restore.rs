@@ -198,6 +198,11 @@ fn left_out(rel: &Path, data_dir: &Path) -> String {
         "the key-encryption key given was written there (above), or was there already".to_owned()
     } else if rel.starts_with("domain-keys") {
         "not needed: the database holds the Domain's key, sealed (checked above)".to_owned()
+    } else if rel == Path::new(crate::audit::pepper::DEV_PEPPER_FILE) {
+        format!(
+            "copy it from the old data directory to {} (mode 0600) before plexsphere dev starts, or dev makes a new one and `plexctl audit verify` reports every older row as not written by plexsphere (their MACs were made under the old pepper)",
+            dst.display()
+        )
     } else if rel == Path::new("operator-token") {
         "plexsphere dev makes a new admin operator token at its start; the old one keeps working for whoever holds it until `plexsphere operator-token revoke`".to_owned()
     } else if rel == Path::new("tls/ca.key") {

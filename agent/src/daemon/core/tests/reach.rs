@@ -121,6 +121,8 @@ fn status_shows_the_runtimes_paths_and_falls_back_to_none() {
         },
         rtt_ms: Some(31),
         reason: "3 pings unanswered".into(),
+        node_id: s.peers[0].node_id,
+        last_handshake: None,
     };
     h.step(Input::ReachRead {
         paths: vec![relayed],
