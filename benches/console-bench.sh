@@ -13,6 +13,9 @@
 # Needs chromium, chromium-driver and sqlite3 (scripts/deps.sh). The benchmark itself is the
 # example tests/examples/console_bench.rs.
 set -euo pipefail
+bench=console-bench.sh
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
 
 nodes=10000 pairs=3000 loads=20 profile=release
 while (($#)); do
@@ -29,19 +32,9 @@ for v in "$nodes" "$pairs" "$loads"; do
   [[ $v =~ ^[0-9]+$ ]] || { echo "console-bench.sh: --nodes, --pairs and --loads take numbers" >&2; exit 64; }
 done
 ((loads >= 1 && nodes >= 1)) || { echo "console-bench.sh: --nodes and --loads must be at least 1" >&2; exit 64; }
-for t in chromium chromedriver sqlite3; do
-  command -v "$t" >/dev/null || { echo "console-bench.sh: $t is missing: run scripts/deps.sh" >&2; exit 1; }
-done
+bench_need chromium chromedriver sqlite3
 
-here=$(cd "$(dirname "$0")/.." && pwd)
-cd "$here"
-# shellcheck source=../scripts/env.sh
-source scripts/env.sh
-flag=()
-[[ $profile == release ]] && flag=(--release)
-echo "console-bench: building the $profile binaries" >&2
-cargo build -q "${flag[@]}" -p plexsphere --bin plexsphere -p plexctl --bin plexctl >&2
-export PLEXSPHERE_BIN_DIR=$CARGO_TARGET_DIR/$profile RUST_BACKTRACE=0
+bench_build "$profile" -p plexsphere --bin plexsphere -p plexctl --bin plexctl
 export CONSOLE_BENCH_NODES=$nodes CONSOLE_BENCH_PAIRS=$pairs CONSOLE_BENCH_LOADS=$loads
 echo "console-bench: running (binaries from $PLEXSPHERE_BIN_DIR)" >&2
 cargo run -q "${flag[@]}" -p plexsphere-e2e --example console_bench

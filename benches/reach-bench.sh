@@ -16,6 +16,9 @@
 # Needs root, iproute2, nftables, conntrack, iperf3, wireguard-tools, cargo (scripts/deps.sh).
 # The benchmark itself is the example tests/examples/reach_bench.rs.
 set -euo pipefail
+bench=reach-bench.sh
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
 
 secs=5 profile=release
 while (($#)); do
@@ -27,21 +30,12 @@ while (($#)); do
   esac
 done
 [[ $secs =~ ^[0-9]+$ && $secs -ge 2 ]] || { echo "reach-bench.sh: --secs must be a number >= 2" >&2; exit 64; }
-[[ $(id -u) -eq 0 ]] || { echo "reach-bench.sh: run as root (network namespaces, nftables)" >&2; exit 1; }
-for t in ip nft conntrack iperf3 wg; do
-  command -v "$t" >/dev/null || { echo "reach-bench.sh: $t is missing: run scripts/deps.sh" >&2; exit 1; }
-done
+bench_root
+bench_need ip nft conntrack iperf3 wg
 
-here=$(cd "$(dirname "$0")/.." && pwd)
-cd "$here"
-# shellcheck source=../scripts/env.sh
-source scripts/env.sh
-flag=()
-[[ $profile == release ]] && flag=(--release)
-echo "reach-bench: building the $profile binaries" >&2
-cargo build -q "${flag[@]}" -p plexd --bin plexd -p plexsphere --bin plexsphere \
-  -p plexctl --bin plexctl -p plexd-dataplane --bin plexd-wg >&2
-export PLEXSPHERE_BIN_DIR=$CARGO_TARGET_DIR/$profile REACH_BENCH_SECS=$secs RUST_BACKTRACE=0
+bench_build "$profile" -p plexd --bin plexd -p plexsphere --bin plexsphere \
+  -p plexctl --bin plexctl -p plexd-dataplane --bin plexd-wg
+export REACH_BENCH_SECS=$secs
 echo "reach-bench: running (binaries from $PLEXSPHERE_BIN_DIR)" >&2
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT

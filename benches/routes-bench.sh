@@ -14,6 +14,9 @@
 # Needs root, iproute2, nftables, iperf3, cargo (scripts/deps.sh). The benchmark itself is the
 # example tests/examples/routes_bench.rs.
 set -euo pipefail
+bench=routes-bench.sh
+# shellcheck source=lib.sh
+source "$(dirname "$0")/lib.sh"
 
 secs=5 profile=release
 while (($#)); do
@@ -25,19 +28,10 @@ while (($#)); do
   esac
 done
 [[ $secs =~ ^[0-9]+$ && $secs -ge 2 ]] || { echo "routes-bench.sh: --secs must be a number >= 2" >&2; exit 64; }
-[[ $(id -u) -eq 0 ]] || { echo "routes-bench.sh: run as root (network namespaces, nftables)" >&2; exit 1; }
-for t in ip nft iperf3 ping; do
-  command -v "$t" >/dev/null || { echo "routes-bench.sh: $t is missing: run scripts/deps.sh" >&2; exit 1; }
-done
+bench_root
+bench_need ip nft iperf3 ping
 
-here=$(cd "$(dirname "$0")/.." && pwd)
-cd "$here"
-# shellcheck source=../scripts/env.sh
-source scripts/env.sh
-flag=()
-[[ $profile == release ]] && flag=(--release)
-echo "routes-bench: building the $profile binaries" >&2
-cargo build -q "${flag[@]}" -p plexd --bin plexd -p plexsphere --bin plexsphere -p plexctl --bin plexctl >&2
-export PLEXSPHERE_BIN_DIR=$CARGO_TARGET_DIR/$profile ROUTES_BENCH_SECS=$secs RUST_BACKTRACE=0
+bench_build "$profile" -p plexd --bin plexd -p plexsphere --bin plexsphere -p plexctl --bin plexctl
+export ROUTES_BENCH_SECS=$secs
 echo "routes-bench: running (binaries from $PLEXSPHERE_BIN_DIR)" >&2
 cargo run -q "${flag[@]}" -p plexsphere-e2e --example routes_bench

@@ -8,6 +8,9 @@
 //!
 //! [`Browser`] signs in the way a person would, without a browser: it follows the redirects,
 //! keeps the cookies and posts the issuer's plain HTML forms (login, consent, device code).
+//!
+//! [`call`] and [`bind_role`] talk to the control plane's API with a bearer token or a
+//! browser's cookies (and CSRF header), for the sign-in and console tests.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -524,4 +527,93 @@ mod tests {
             ]
         );
     }
+}
+
+// ---- Calls to the control plane, as a person (cookies, CSRF) or a token ----
+
+/// How a call to the control plane authenticates.
+pub enum Auth<'a> {
+    Bearer(&'a str),
+    Cookie {
+        jar: &'a str,
+        csrf: Option<&'a str>,
+    },
+    Origin {
+        jar: &'a str,
+        csrf: &'a str,
+        origin: &'a str,
+    },
+}
+
+/// One call to the control plane's API: its status and its JSON body (or the text, as a
+/// JSON string, when the body is not JSON).
+pub async fn call(
+    http: &reqwest::Client,
+    method: reqwest::Method,
+    url: &str,
+    auth: Auth<'_>,
+    body: Option<Value>,
+) -> Result<(u16, Value)> {
+    let mut req = http.request(method, url).timeout(REQUEST_TIMEOUT);
+    req = match auth {
+        Auth::Bearer(t) => req.bearer_auth(t),
+        Auth::Cookie { jar, csrf } => {
+            let r = req.header("cookie", jar);
+            match csrf {
+                Some(c) => r.header("x-plexsphere-csrf", c),
+                None => r,
+            }
+        }
+        Auth::Origin { jar, csrf, origin } => req
+            .header("cookie", jar)
+            .header("x-plexsphere-csrf", csrf)
+            .header("origin", origin),
+    };
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let r = req.send().await?;
+    let status = r.status().as_u16();
+    let text = r.text().await?;
+    Ok((
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    ))
+}
+
+/// A role binding to make (`POST /v1/role-bindings`).
+pub struct RoleBinding<'a> {
+    pub role: &'a str,
+    /// `platform`, `domain` or `project`.
+    pub scope: &'a str,
+    pub scope_id: Option<&'a str>,
+    /// `subject`, `email` or `group`.
+    pub kind: &'a str,
+    pub who: &'a str,
+}
+
+/// Binds a role with the `admin` token of the control plane at `base`; answers the binding's id.
+pub async fn bind_role(
+    http: &reqwest::Client,
+    base: &str,
+    admin: &str,
+    b: RoleBinding<'_>,
+) -> Result<String> {
+    let body = json!({"role": b.role, "scope": b.scope, "scope_id": b.scope_id, "principal_kind": b.kind, "principal": b.who});
+    let url = format!("{base}/v1/role-bindings");
+    let (status, v) = call(
+        http,
+        reqwest::Method::POST,
+        &url,
+        Auth::Bearer(admin),
+        Some(body),
+    )
+    .await?;
+    anyhow::ensure!(
+        status == 201,
+        "binding {} as {}: {status} {v}",
+        b.who,
+        b.role
+    );
+    Ok(v["id"].as_str().context("a binding id")?.to_owned())
 }

@@ -4,7 +4,8 @@
 use anyhow::{Context, Result};
 use base64::Engine as _;
 use plexsphere_e2e::oidc::{
-    Browser, CLI_CLIENT_ID, CONSOLE_CLIENT_ID, Issuer, http_client, post_form,
+    Auth, Browser, CLI_CLIENT_ID, CONSOLE_CLIENT_ID, Issuer, RoleBinding, bind_role, call,
+    http_client, post_form,
 };
 use serde_json::Value;
 
@@ -197,15 +198,14 @@ impl Lab {
         kind: &str,
         who: &str,
     ) -> Result<String> {
-        let (status, v) = self
-            .admin(
-                Method::POST,
-                "/v1/role-bindings",
-                Some(json!({"role": role, "scope": scope, "scope_id": id, "principal_kind": kind, "principal": who})),
-            )
-            .await?;
-        assert_eq!(status, 201, "{v}");
-        Ok(v["id"].as_str().context("a binding id")?.to_owned())
+        let binding = RoleBinding {
+            role,
+            scope,
+            scope_id: id,
+            kind,
+            who,
+        };
+        bind_role(&self.http, &self.cp.url, &self.admin, binding).await
     }
 
     /// Signs `user` in through the console's flow; the browser then holds the cookies.
@@ -243,55 +243,6 @@ impl Lab {
         )
         .await
     }
-}
-
-enum Auth<'a> {
-    Bearer(&'a str),
-    Cookie {
-        jar: &'a str,
-        csrf: Option<&'a str>,
-    },
-    Origin {
-        jar: &'a str,
-        csrf: &'a str,
-        origin: &'a str,
-    },
-}
-
-async fn call(
-    http: &reqwest::Client,
-    method: Method,
-    url: &str,
-    auth: Auth<'_>,
-    body: Option<Value>,
-) -> Result<(u16, Value)> {
-    let mut req = http
-        .request(method, url)
-        .timeout(std::time::Duration::from_secs(20));
-    req = match auth {
-        Auth::Bearer(t) => req.bearer_auth(t),
-        Auth::Cookie { jar, csrf } => {
-            let r = req.header("cookie", jar);
-            match csrf {
-                Some(c) => r.header("x-plexsphere-csrf", c),
-                None => r,
-            }
-        }
-        Auth::Origin { jar, csrf, origin } => req
-            .header("cookie", jar)
-            .header("x-plexsphere-csrf", csrf)
-            .header("origin", origin),
-    };
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let r = req.send().await?;
-    let status = r.status().as_u16();
-    let text = r.text().await?;
-    Ok((
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    ))
 }
 
 fn token_body() -> Value {
@@ -644,60 +595,34 @@ async fn the_id_token_exchange_refuses_forged_foreign_stale_and_replayed_tokens(
             .await
         }
     };
-    let es = json!({"alg": "ES256"});
+    let sign = |key: &'static str, f: &dyn Fn(&mut Value)| {
+        lab.issuer.sign(json!({"alg": "ES256"}), claims(f), key)
+    };
     let cases = [
         (
             "forged (another key, the issuer's kid)",
-            lab.issuer
-                .sign(es.clone(), claims(&|_| {}), "foreign")
-                .await?,
+            sign("foreign", &|_| {}).await?,
         ),
-        (
-            "alg none",
-            lab.issuer.sign(es.clone(), claims(&|_| {}), "none").await?,
-        ),
+        ("alg none", sign("none", &|_| {}).await?),
         (
             "the console's audience",
-            lab.issuer
-                .sign(
-                    es.clone(),
-                    claims(&|c| c["aud"] = json!(CONSOLE_CLIENT_ID)),
-                    "current",
-                )
-                .await?,
+            sign("current", &|c| c["aud"] = json!(CONSOLE_CLIENT_ID)).await?,
         ),
         (
             "another issuer",
-            lab.issuer
-                .sign(
-                    es.clone(),
-                    claims(&|c| c["iss"] = json!("http://127.0.0.1:1")),
-                    "current",
-                )
-                .await?,
+            sign("current", &|c| c["iss"] = json!("http://127.0.0.1:1")).await?,
         ),
         (
             "expired",
-            lab.issuer
-                .sign(
-                    es.clone(),
-                    claims(&|c| {
-                        c["iat"] = json!(now - 4000);
-                        c["exp"] = json!(now - 3000);
-                    }),
-                    "current",
-                )
-                .await?,
+            sign("current", &|c| {
+                c["iat"] = json!(now - 4000);
+                c["exp"] = json!(now - 3000);
+            })
+            .await?,
         ),
         (
             "stale (iat 20 min ago)",
-            lab.issuer
-                .sign(
-                    es.clone(),
-                    claims(&|c| c["iat"] = json!(now - 1200)),
-                    "current",
-                )
-                .await?,
+            sign("current", &|c| c["iat"] = json!(now - 1200)).await?,
         ),
     ];
     for (what, token) in cases {
@@ -708,10 +633,7 @@ async fn the_id_token_exchange_refuses_forged_foreign_stale_and_replayed_tokens(
             "{what}: {v}"
         );
     }
-    let good = lab
-        .issuer
-        .sign(es.clone(), claims(&|_| {}), "current")
-        .await?;
+    let good = sign("current", &|_| {}).await?;
     let (s, v) = exchange(good.clone()).await?;
     assert_eq!(s, 201, "{v}");
     let session = v["session"].as_str().context("a session")?.to_owned();

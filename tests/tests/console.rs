@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use plexsphere_e2e::browser::{Browser, PAGE_BOUND, WINDOW};
 use plexsphere_e2e::netns::{self, Lab};
-use plexsphere_e2e::oidc::{CLI_CLIENT_ID, CONSOLE_CLIENT_ID, Issuer, password};
+use plexsphere_e2e::oidc::{
+    Auth, CLI_CLIENT_ID, CONSOLE_CLIENT_ID, Issuer, RoleBinding, bind_role, call, password,
+};
 use plexsphere_e2e::{
     ControlPlane, Host, LAB_NODES_PROJECT, OPENSTACK_PROJECT, Proc, ha_client, wait_until,
 };
@@ -80,20 +82,10 @@ impl Api {
         token: &str,
         body: Option<Value>,
     ) -> (u16, Value) {
-        let mut r = self
-            .http
-            .request(method, format!("{}{path}", self.base))
-            .bearer_auth(token);
-        if let Some(b) = body {
-            r = r.json(&b);
-        }
-        let resp = r.send().await.unwrap();
-        let status = resp.status().as_u16();
-        let text = resp.text().await.unwrap();
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
+        let url = format!("{}{path}", self.base);
+        call(&self.http, method, &url, Auth::Bearer(token), body)
+            .await
+            .unwrap()
     }
 
     async fn bind(
@@ -105,11 +97,16 @@ impl Api {
         kind: &str,
         who: &str,
     ) {
-        let (s, v) = self
-            .call(reqwest::Method::POST, "/v1/role-bindings", admin,
-                Some(json!({"role": role, "scope": scope, "scope_id": scope_id, "principal_kind": kind, "principal": who})))
-            .await;
-        assert_eq!(s, 201, "binding {who}: {v}");
+        let binding = RoleBinding {
+            role,
+            scope,
+            scope_id,
+            kind,
+            who,
+        };
+        bind_role(&self.http, &self.base, admin, binding)
+            .await
+            .unwrap();
     }
 }
 

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use ring::hmac;
 
+use crate::keys::kek::{generate_or_read, secret_file};
 use crate::keys::{Kek, KekError, Keyring};
 
 /// The systemd credential name a replica looks for in `$CREDENTIALS_DIRECTORY`.
@@ -87,26 +88,17 @@ impl Pepper {
         flag: Option<&Path>,
         credentials_dir: Option<&Path>,
     ) -> Result<Self, PepperError> {
-        if let Some(path) = flag {
-            return Self::read(path);
+        match secret_file(flag, credentials_dir, CREDENTIAL_NAME) {
+            Some(path) => Self::read(&path),
+            None => Ok(Pepper::FromKek),
         }
-        if let Some(dir) = credentials_dir {
-            let path = dir.join(CREDENTIAL_NAME);
-            if path.exists() {
-                return Self::read(&path);
-            }
-        }
-        Ok(Pepper::FromKek)
     }
 
     /// `plexsphere dev`'s pepper: `<data-dir>/audit-pepper`, made on first start.
     pub fn dev(data_dir: &Path) -> Result<Self, PepperError> {
-        let path = data_dir.join(DEV_PEPPER_FILE);
-        match crate::keys::kek::generate(&path) {
-            Ok(kek) => Ok(Self::from_kek_file(kek)),
-            Err(KekError::Exists(_)) => Self::read(&path),
-            Err(e) => Err(file_error(e)),
-        }
+        generate_or_read(&data_dir.join(DEV_PEPPER_FILE))
+            .map(Self::from_kek_file)
+            .map_err(file_error)
     }
 
     /// Where it comes from (for messages; never the bytes).

@@ -142,26 +142,40 @@ impl Kek {
     /// The KEK of a replica: `flag` (the file option) when given, else the systemd credential
     /// in `credentials_dir` (`$CREDENTIALS_DIRECTORY`), else [`KekError::Missing`].
     pub fn locate(flag: Option<&Path>, credentials_dir: Option<&Path>) -> Result<Self, KekError> {
-        if let Some(path) = flag {
-            return Self::read(path);
+        match secret_file(flag, credentials_dir, CREDENTIAL_NAME) {
+            Some(path) => Self::read(&path),
+            None => Err(KekError::Missing),
         }
-        if let Some(dir) = credentials_dir {
-            let path = dir.join(CREDENTIAL_NAME);
-            if path.exists() {
-                return Self::read(&path);
-            }
-        }
-        Err(KekError::Missing)
     }
 
     /// `plexsphere dev`'s KEK: `<data-dir>/key-encryption-key`, made on first start.
     pub fn dev(data_dir: &Path) -> Result<Self, KekError> {
-        let path = data_dir.join(DEV_KEK_FILE);
-        match generate(&path) {
-            Ok(kek) => Ok(kek),
-            Err(KekError::Exists(_)) => Self::read(&path),
-            Err(e) => Err(e),
-        }
+        generate_or_read(&data_dir.join(DEV_KEK_FILE))
+    }
+}
+
+/// Where a replica's secret file is (the KEK, the audit pepper), first match wins: the file
+/// option when given, else the systemd credential `credential` in `credentials_dir`
+/// (`$CREDENTIALS_DIRECTORY`) when it is there; `None` when neither names one.
+pub fn secret_file(
+    flag: Option<&Path>,
+    credentials_dir: Option<&Path>,
+    credential: &str,
+) -> Option<PathBuf> {
+    if let Some(path) = flag {
+        return Some(path.to_owned());
+    }
+    credentials_dir
+        .map(|dir| dir.join(credential))
+        .filter(|path| path.exists())
+}
+
+/// A secret file `plexsphere dev` keeps in its data directory: made on first start, read after.
+pub fn generate_or_read(path: &Path) -> Result<Kek, KekError> {
+    match generate(path) {
+        Ok(kek) => Ok(kek),
+        Err(KekError::Exists(_)) => Kek::read(path),
+        Err(e) => Err(e),
     }
 }
 

@@ -200,12 +200,7 @@ pub async fn between(
     if nodes.len() > 200 {
         return in_domain(conn, domain, 0).await;
     }
-    let list = nodes
-        .iter()
-        .map(|n| format!("'{n}'"))
-        .collect::<Vec<_>>()
-        .join(",");
-    // The list is of UUIDs formatted here, never of caller text.
+    let list = uuid_list(nodes);
     let sql = format!(
         "SELECT {COLUMNS} FROM node_paths p WHERE p.domain_id = $1 AND (p.node_id IN ({list}) OR p.peer_node_id IN ({list}))"
     );
@@ -300,12 +295,7 @@ pub async fn map_nodes_by_id(
     if ids.is_empty() {
         return Ok(vec![]);
     }
-    // The list is of UUIDs formatted here, never of caller text.
-    let list = ids
-        .iter()
-        .map(|n| format!("'{n}'"))
-        .collect::<Vec<_>>()
-        .join(",");
+    let list = uuid_list(ids);
     let sql = format!(
         "SELECT id, project_id, COALESCE(dns_name, hostname) AS name, mesh_ip, last_seen_at, plexd_version \
          FROM nodes WHERE id IN ({list}) AND revoked_at IS NULL ORDER BY id"
@@ -326,12 +316,7 @@ pub async fn live_in_domain(
     if ids.is_empty() {
         return Ok(std::collections::HashSet::new());
     }
-    // The list is of UUIDs formatted here, never of caller text.
-    let list = ids
-        .iter()
-        .map(|n| format!("'{n}'"))
-        .collect::<Vec<_>>()
-        .join(",");
+    let list = uuid_list(ids);
     let sql = format!(
         "SELECT id FROM nodes WHERE domain_id = $1 AND revoked_at IS NULL AND id IN ({list})"
     );
@@ -342,6 +327,15 @@ pub async fn live_in_domain(
     rows.iter()
         .map(|r| parse_col("nodes.id", &r.try_get::<String, _>("id")?))
         .collect()
+}
+
+/// `'id1','id2',...` for an SQL `IN (...)` list. Only UUIDs, formatted here, ever go into it
+/// (never caller text), so the list cannot carry SQL.
+fn uuid_list(ids: &[Uuid]) -> String {
+    ids.iter()
+        .map(|id| format!("'{id}'"))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn map_node(r: &sqlx::any::AnyRow) -> Result<MapNode, StoreError> {

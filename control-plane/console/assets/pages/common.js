@@ -1,7 +1,7 @@
 // What several pages share: the Projects and Domains the caller sees, and pickers for them.
 
-import { get, items } from '../api.js';
-import { field, h } from '../dom.js';
+import { enc, get, items } from '../api.js';
+import { field, h, put } from '../dom.js';
 
 export async function projectsById() {
   const list = items(await get('/v1/projects'));
@@ -39,4 +39,27 @@ export function throttle(fn, ms) {
     if (timer) return;
     timer = setTimeout(() => { timer = null; fn(); }, ms);
   };
+}
+
+/**
+ * The Project a per-Project page shows (`?project=`, else the first the caller sees), with
+ * the Projects and the picker's options; `null` (and the page says so) when the caller sees none.
+ */
+export async function projectOfPage(main, ctx, title) {
+  const projects = await projectsById();
+  const options = [...projects.values()].map((p) => [p.id, projectLabel(projects, p.id)]);
+  const project = chosen(ctx, 'project', options);
+  if (!project) {
+    put(main, h('h1', {}, title), h('p', {}, 'You see no Project.'));
+    return null;
+  }
+  return { projects, project, options };
+}
+
+/** The Project picker of a per-Project page at `path` (plain text when there is one Project). */
+export function projectChoice(state, path) {
+  const { projects, project, options } = state;
+  return options.length > 1
+    ? picker('Project', options, project, (p) => state.go(`${path}?project=${enc(p)}`))
+    : h('p', {}, `Project ${projectLabel(projects, project)}`);
 }

@@ -2,7 +2,7 @@
 
 import { enc, get, items } from '../api.js';
 import { ago, badge, h, put, say, table } from '../dom.js';
-import { chosen, picker, projectLabel, projectsById, throttle } from './common.js';
+import { projectChoice, projectOfPage, throttle } from './common.js';
 
 let state = null;
 
@@ -12,10 +12,10 @@ function phase(r) {
 }
 
 function draw() {
-  const { main, projects, project, options, list } = state;
+  const { main, list } = state;
   put(main,
     h('h1', {}, 'Resources'),
-    options.length > 1 ? picker('Project', options, project, (p) => state.go(`/resources?project=${enc(p)}`)) : h('p', {}, `Project ${projectLabel(projects, project)}`),
+    projectChoice(state, '/resources'),
     list.length
       ? table(null, ['Id', 'Kind', 'Phase', 'Node', 'Created'], list.map((r) => [
         h('code', {}, r.id), r.kind, badge(phase(r), String(phase(r)).toLowerCase()),
@@ -31,14 +31,9 @@ async function reload() {
 }
 
 export async function show(main, ctx) {
-  const projects = await projectsById();
-  const options = [...projects.values()].map((p) => [p.id, projectLabel(projects, p.id)]);
-  const project = chosen(ctx, 'project', options);
-  if (!project) {
-    put(main, h('h1', {}, 'Resources'), h('p', {}, 'You see no Project.'));
-    return;
-  }
-  state = { main, projects, project, options, go: ctx.go, list: [] };
+  const page = await projectOfPage(main, ctx, 'Resources');
+  if (!page) return;
+  state = { main, ...page, go: ctx.go, list: [] };
   await reload();
   state.refetch = throttle(() => state && reload().catch((e) => say(e.message, true)), 1000);
 }

@@ -4,7 +4,7 @@
 import { enc, get, items, post } from '../api.js';
 import { ago, badge, field, h, put, say, table } from '../dom.js';
 import { can } from '../session.js';
-import { chosen, picker, projectLabel, projectsById } from './common.js';
+import { projectChoice, projectOfPage } from './common.js';
 
 let state = null;
 
@@ -68,11 +68,11 @@ async function revoke(t) {
 }
 
 function draw() {
-  const { main, projects, project, list, options } = state;
+  const { main, projects, project, list } = state;
   const operate = can('operate', { project }, projects);
   put(main,
     h('h1', {}, 'Bootstrap tokens'),
-    options.length > 1 ? picker('Project', options, project, (p) => state.go(`/tokens?project=${enc(p)}`)) : h('p', {}, `Project ${projectLabel(projects, project)}`),
+    projectChoice(state, '/tokens'),
     state.issued ? issuedBox(state.issued) : null,
     operate ? issueForm() : null,
     list.length
@@ -92,14 +92,9 @@ async function reload() {
 }
 
 export async function show(main, ctx) {
-  const projects = await projectsById();
-  const options = [...projects.values()].map((p) => [p.id, projectLabel(projects, p.id)]);
-  const project = chosen(ctx, 'project', options);
-  if (!project) {
-    put(main, h('h1', {}, 'Bootstrap tokens'), h('p', {}, 'You see no Project.'));
-    return;
-  }
-  state = { main, projects, project, options, go: ctx.go, issued: null, list: [] };
+  const page = await projectOfPage(main, ctx, 'Bootstrap tokens');
+  if (!page) return;
+  state = { main, ...page, go: ctx.go, issued: null, list: [] };
   await reload();
 }
 
