@@ -12,6 +12,7 @@ packages=(
   systemd                       # systemd-analyze verify of the unit in the tests
   wireguard-tools wireguard-go  # the reference WireGuard peers of the interop tests (`wg`, userspace)
   iperf3                        # the whole-system benchmark
+  ncat iptables                 # WireGuard's netns.sh (tests/wireguard-go): its UDP listener and NAT rule
   openssl                       # the install script verifies the checksums signature with it
   shellcheck                    # lints cloud-init/install-plexd.sh
   cloud-init                    # `cloud-init schema` validates the broker's documents

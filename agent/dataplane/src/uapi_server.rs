@@ -3,6 +3,9 @@
 //! removed when the listener is dropped, if it is still the file this listener bound: an
 //! instance for the same interface started while this one was exiting has put its own socket
 //! at the path, and must keep it (WireGuard's netns.sh restarts an interface at once).
+//! The other way round, a new instance that finds the path still served waits up to
+//! [`TAKEOVER_WAIT`] for the exiting one to let go before it says the socket is in use; and
+//! [`served_by`] lets the process that started an instance tell its socket from the old one's.
 
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::fd::AsFd;
@@ -26,6 +29,13 @@ pub const MAX_REQUEST: usize = 64 << 20;
 /// A client that sends nothing (or reads nothing) for this long is hung up on, so one stuck
 /// client cannot hold the socket (served one connection at a time) for good.
 pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long [`UapiListener::bind`] waits for a process that still serves the path to stop
+/// (an instance whose interface was just deleted is exiting) before it answers
+/// [`UapiServerError::InUse`].
+pub const TAKEOVER_WAIT: Duration = Duration::from_secs(5);
+/// How often the path is tried again meanwhile.
+const TAKEOVER_POLL: Duration = Duration::from_millis(20);
 
 /// The socket path for an interface.
 pub fn socket_path(iface: &str) -> PathBuf {
@@ -66,11 +76,19 @@ impl UapiListener {
                 .map_err(err)?;
         }
         if path.exists() {
-            if UnixStream::connect(path).is_ok() {
-                return Err(UapiServerError::InUse(path.to_owned()));
+            let deadline = std::time::Instant::now() + TAKEOVER_WAIT;
+            while UnixStream::connect(path).is_ok() {
+                if std::time::Instant::now() >= deadline {
+                    return Err(UapiServerError::InUse(path.to_owned()));
+                }
+                std::thread::sleep(TAKEOVER_POLL);
             }
-            // A stale socket from a process that died.
-            std::fs::remove_file(path).map_err(err)?;
+            // A stale socket from a process that died, or one that an exiting instance
+            // stopped serving and has not removed yet (its drop leaves ours alone).
+            match std::fs::remove_file(path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(err(e)),
+                _ => {}
+            }
         }
         let listener = UnixListener::bind(path).map_err(err)?;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(err)?;
@@ -123,6 +141,17 @@ impl Drop for UapiListener {
             let _ = std::fs::remove_file(&self.path);
         }
     }
+}
+
+/// Whether the UAPI socket at `path` is served by the process `pid` (the peer credentials of a
+/// connection name the process that listens): a starter waits for this, not for any answer,
+/// since an exiting instance of the same interface may still answer at the path.
+pub fn served_by(path: &Path, pid: u32) -> bool {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    let Ok(stream) = UnixStream::connect(path) else {
+        return false;
+    };
+    getsockopt(&stream, PeerCredentials).is_ok_and(|cred| i64::from(cred.pid()) == i64::from(pid))
 }
 
 /// Reads requests until the client closes; answers each.
@@ -188,6 +217,38 @@ mod tests {
         );
         drop(new);
         assert!(!path.exists(), "the last listener removes its own socket");
+        let _ = std::fs::remove_dir(&dir);
+    }
+
+    #[test]
+    fn a_new_listener_waits_for_an_exiting_one_to_let_go() {
+        let dir = std::env::temp_dir().join(format!("plexd-uapi-wait-{}", std::process::id()));
+        let path = dir.join("wg-wait.sock");
+        let old = UapiListener::bind(&path).expect("bind the first instance");
+        // The old instance stops serving a moment after the new one starts.
+        let exiting = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            drop(old);
+        });
+        let new = UapiListener::bind(&path).expect("the new instance takes the path over");
+        exiting.join().expect("the old instance's thread");
+        assert!(
+            served_by(&path, std::process::id()),
+            "the path is served, by this process's new listener"
+        );
+        drop(new);
+        let _ = std::fs::remove_dir(&dir);
+    }
+
+    #[test]
+    fn served_by_names_the_listening_process_only() {
+        let dir = std::env::temp_dir().join(format!("plexd-uapi-pid-{}", std::process::id()));
+        let path = dir.join("wg-pid.sock");
+        assert!(!served_by(&path, std::process::id()), "nothing listens yet");
+        let l = UapiListener::bind(&path).expect("bind");
+        assert!(served_by(&path, std::process::id()));
+        assert!(!served_by(&path, std::process::id() + 1), "another pid");
+        drop(l);
         let _ = std::fs::remove_dir(&dir);
     }
 }

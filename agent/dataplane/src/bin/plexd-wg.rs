@@ -37,12 +37,15 @@ use plexd_dataplane::linux::sched::PACKET_THREAD_NICE;
 use plexd_dataplane::linux::{LinuxTun, LinuxUdpBinder};
 use plexd_dataplane::pool::MAX_WORKERS;
 use plexd_dataplane::runner::{QueueConfig, RunConfig, Shutdown, run};
-use plexd_dataplane::uapi_server::socket_path;
+use plexd_dataplane::uapi_server::{TAKEOVER_WAIT, served_by, socket_path};
 use plexd_dataplane::{Device, Protocol};
 
 const USAGE: &str = "usage: plexd-wg [-f|--foreground] <interface>";
 const DEFAULT_MTU: u32 = 1420;
 const FOREGROUND_ENV: &str = "WG_PROCESS_FOREGROUND";
+/// How long the background start waits for the new instance's socket (beyond the time that
+/// instance may wait for an exiting one: `TAKEOVER_WAIT`).
+const STARTUP_WAIT: Duration = Duration::from_secs(10);
 /// The bounds of `PLEXD_WG_QUANTUM`: one MTU-sized packet, and a lane's worth.
 const QUANTUM_MIN: usize = 1500;
 const QUANTUM_MAX: usize = 4 << 20;
@@ -95,7 +98,9 @@ fn start_background(iface: &str) -> anyhow::Result<()> {
         .spawn()
         .context("cannot start plexd-wg in the background")?;
     let path = socket_path(iface);
-    let deadline = Instant::now() + Duration::from_secs(10);
+    // The child may first wait for an exiting instance to let go of the path.
+    let bound = STARTUP_WAIT + TAKEOVER_WAIT;
+    let deadline = Instant::now() + bound;
     while Instant::now() < deadline {
         if let Some(status) = child
             .try_wait()
@@ -106,14 +111,17 @@ fn start_background(iface: &str) -> anyhow::Result<()> {
                 path.display()
             );
         }
-        if std::os::unix::net::UnixStream::connect(&path).is_ok() {
+        // Its own socket: an instance of the same interface that is exiting may still
+        // answer at the path for a moment (netns.sh deletes an interface and starts it again).
+        if served_by(&path, child.id()) {
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     bail!(
-        "the background plexd-wg did not serve {} within 10 s; run `plexd-wg -f {iface}` to see why",
-        path.display()
+        "the background plexd-wg did not serve {} within {} s; run `plexd-wg -f {iface}` to see why",
+        path.display(),
+        bound.as_secs()
     )
 }
 
