@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The whole-system benchmark of plexd's userspace WireGuard (plexd-wg) against the references,
-# boringtun-cli and Debian's wireguard-go, in the same run, and of the whole daemon: two
+# boringtun-cli, Debian's wireguard-go and Debian's Nebula (a userspace mesh VPN of its own
+# protocol: two nodes with certificates of one CA, static host map, no lighthouse), in the
+# same run, and of the whole daemon: two
 # `plexd run` nodes (plexd-run: userspace backend, the embedded data plane) enrolled against a
 # local control plane (`plexsphere dev`, in namespace a on the veth's address). For each
 # implementation, repeated RUNS times (implementations interleaved, so a drifting machine load
@@ -19,13 +21,15 @@
 #
 # --quick: TCP one stream, UDP with GSO and the technique rows only (what wg-pair-throughput.sh
 # runs).
-# IMPLS="plexd-wg plexd-run" (say) measures only those implementations (default: all four).
+# IMPLS="plexd-wg plexd-run" (say) measures only those implementations (default: all five).
+# Nebula has no UAPI: it is left out of the memory rows (no `wg addconf`); its relay mode is
+# not measured (it needs a third node as relay and a lighthouse).
 # Prints a Markdown block for docs/benchmarks.md on stdout (progress goes to stderr) and keeps
 # /tmp/wg-bench-<pid>.jsonl (raw numbers, one JSON object per measurement) and
 # /tmp/wg-bench-<pid>.md. Everything else it creates (namespaces, veths, TUNs, UAPI sockets,
 # processes, files) carries its pid and is removed on exit; traffic stays inside its namespaces.
 #
-# Needs root, iproute2, wireguard-tools, wireguard-go, iperf3, python3, cargo; missing Debian
+# Needs root, iproute2, wireguard-tools, wireguard-go, nebula, iperf3, python3, cargo; missing Debian
 # packages are installed with apt-get --no-install-recommends; boringtun-cli is built with
 # `cargo install --locked` into $BORINGTUN_ROOT (default /var/cache/plexsphere/cargo-bin) when
 # it is not on PATH. PLEXD_WG=<path> / PLEXD=<path> / PLEXSPHERE=<path> / PLEXCTL=<path> /
@@ -69,7 +73,7 @@ say() { echo "wg-bench: $*" >&2; }
 # --- the tools and the implementations -------------------------------------------------------
 need=()
 for t in ip:iproute2 ss:iproute2 nstat:iproute2 wg:wireguard-tools wireguard-go:wireguard-go \
-         iperf3:iperf3 ping:iputils-ping python3:python3 timeout:coreutils; do
+         nebula:nebula nebula-cert:nebula iperf3:iperf3 ping:iputils-ping python3:python3 timeout:coreutils; do
   command -v "${t%%:*}" >/dev/null || need+=("${t#*:}")
 done
 if ((${#need[@]})); then
@@ -168,6 +172,7 @@ select_impl() {
     plexd-wg*) impl="plexd-wg"; impl_cmd=("$plexd_wg" -f) ;;
     plexd-run) impl="plexd-run"; impl_cmd=() ;;
     wireguard-go) impl="wireguard-go"; impl_cmd=(wireguard-go -f) ;;
+    nebula) impl="nebula"; impl_cmd=() ;;
     boringtun-cli) impl="boringtun-cli"
       impl_cmd=("$boringtun" -f --disable-drop-privileges --log "$tmp/boringtun.log") ;;
   esac
@@ -213,6 +218,7 @@ pair_up() {
   ip -n "$na" addr add 10.210.0.1/24 dev "v$ia"; ip -n "$na" link set "v$ia" up
   ip -n "$nb" addr add 10.210.0.2/24 dev "v$ib"; ip -n "$nb" link set "v$ib" up
   [[ $impl == plexd-run ]] && { run_pair_up; return; }
+  [[ $impl == nebula ]] && { nebula_pair_up; return; }
   start_daemon "$na" "$ia" "$tmp/a.log"; pa=$started_pid
   start_daemon "$nb" "$ib" "$tmp/b.log"; pb=$started_pid
   [[ -s $tmp/ka ]] || { wg genkey >"$tmp/ka"; wg genkey >"$tmp/kb"; }
@@ -227,6 +233,49 @@ pair_up() {
     ip netns exec "$na" ping -c 1 -W 0.5 -q 10.211.0.2 >/dev/null 2>&1 && return 0
   done
   say "$impl: no ping crossed the tunnel within 10 s"
+  return 1
+}
+
+# nebula_pair_up (on pair_up's veth): a CA and a certificate per side (10.211.0.1/24 and
+# .2/24: the tunnel addresses the others use), `nebula` in na and nb on UDP 51820 with the
+# other's veth address in its static host map, no lighthouse, a firewall that lets everything
+# in (as the WireGuard pairs filter nothing), MTU 1420, 10 MiB socket buffers (Nebula's own
+# advice for throughput; its default drops under a stream); sets pa/pb. Answers once a ping crosses
+# the tunnel (10 s at most).
+nebula_pair_up() {
+  local pki=$tmp/nebula side ns iface peer_ip peer_veth
+  if [[ ! -s $pki/ca.crt ]]; then
+    mkdir -p "$pki"
+    nebula-cert ca -name wg-bench -out-crt "$pki/ca.crt" -out-key "$pki/ca.key" >/dev/null
+    nebula-cert sign -ca-crt "$pki/ca.crt" -ca-key "$pki/ca.key" -name a -ip 10.211.0.1/24 \
+      -out-crt "$pki/a.crt" -out-key "$pki/a.key" >/dev/null
+    nebula-cert sign -ca-crt "$pki/ca.crt" -ca-key "$pki/ca.key" -name b -ip 10.211.0.2/24 \
+      -out-crt "$pki/b.crt" -out-key "$pki/b.key" >/dev/null
+  fi
+  for side in a b; do
+    ns=$na iface=$ia peer_ip=10.211.0.2 peer_veth=10.210.0.2
+    [[ $side == b ]] && ns=$nb iface=$ib peer_ip=10.211.0.1 peer_veth=10.210.0.1
+    cat >"$pki/$side.yml" <<EOF
+pki: {ca: $pki/ca.crt, cert: $pki/$side.crt, key: $pki/$side.key}
+static_host_map: {"$peer_ip": ["$peer_veth:51820"]}
+lighthouse: {am_lighthouse: false, interval: 60, hosts: []}
+listen: {host: 0.0.0.0, port: 51820, read_buffer: 10485760, write_buffer: 10485760}
+punchy: {punch: false}
+tun: {disabled: false, dev: $iface, mtu: 1420}
+logging: {level: warning, format: text}
+firewall:
+  outbound: [{port: any, proto: any, host: any}]
+  inbound: [{port: any, proto: any, host: any}]
+EOF
+    ip netns exec "$ns" nebula -config "$pki/$side.yml" >"$tmp/$side.log" 2>&1 &
+    started_pid=$!; pids+=("$started_pid")
+    if [[ $side == a ]]; then pa=$started_pid; else pb=$started_pid; fi
+  done
+  for _ in $(seq 20); do
+    ip netns exec "$na" ping -c 1 -W 0.5 -q 10.211.0.2 >/dev/null 2>&1 && return 0
+  done
+  say "nebula: no ping crossed the tunnel within 10 s; its logs:"
+  tail -n 20 "$tmp/a.log" "$tmp/b.log" >&2
   return 1
 }
 
@@ -418,6 +467,7 @@ versions="plexd-wg $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '
 [[ -n $plexd && -n $plexsphere && -n $plexctl ]] && versions+=" (plexd-run: plexd run at nice $run_nice and plexsphere dev of the same tree)"
 versions+=", wireguard-go $(dpkg-query -W -f='${Version}' wireguard-go 2>/dev/null || echo '?')"
 [[ -n $boringtun ]] && versions+=", $("$boringtun" --version 2>/dev/null || echo 'boringtun-cli ?')"
+versions+=", nebula $(dpkg-query -W -f='${Version}' nebula 2>/dev/null || echo '?')"
 versions+=", iperf3 $(iperf3 --version | awk 'NR == 1 {print $2}')"
 $report record "$raw" kind=meta date="$(date -u +%Y-%m-%dT%H:%MZ)" nproc="$(nproc)" \
   kernel="$(uname -r)" cpu="$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)" \
@@ -427,13 +477,13 @@ say "load before: $load_before"
 impls=(plexd-wg)
 [[ -n $plexd && -n $plexsphere && -n $plexctl ]] && impls+=(plexd-run)
 [[ -n $boringtun ]] && impls+=(boringtun-cli)
-impls+=(wireguard-go)
+impls+=(wireguard-go nebula)
 if [[ -n ${IMPLS:-} ]]; then
   read -r -a want <<<"$IMPLS"
   keep=()
   for label in "${impls[@]}"; do [[ " ${want[*]} " == *" $label "* ]] && keep+=("$label"); done
   impls=("${keep[@]}")
-  ((${#impls[@]})) || { echo "wg-bench.sh: IMPLS='$IMPLS' names none of plexd-wg plexd-run boringtun-cli wireguard-go (or it is not built)" >&2; exit 64; }
+  ((${#impls[@]})) || { echo "wg-bench.sh: IMPLS='$IMPLS' names none of plexd-wg plexd-run boringtun-cli wireguard-go nebula (or it is not built)" >&2; exit 64; }
 fi
 ((quick)) && tests=(tcp1 udpgso) || tests=(tcp1 tcp4 tcpR udp udpgso load)
 if [[ -n ${TESTS:-} ]]; then
@@ -524,6 +574,7 @@ if ((memory)); then
   $report peers "$PEERS" "$tmp/peers.conf"
   for label in "${impls[@]}"; do
     [[ $label == plexd-run ]] && continue # its own rows follow (plexd run, no peers)
+    [[ $label == nebula ]] && continue    # no UAPI to add peers through
     select_impl "$label"
     say "memory: $label, no peers, then $PEERS peers"
     netns_up "$na"

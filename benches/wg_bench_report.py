@@ -23,7 +23,7 @@ import statistics
 import sys
 
 UDP_LEN = 1392  # iperf3 -l: 1420 (tunnel MTU) - 20 (IPv4) - 8 (UDP)
-REFERENCES = ["boringtun-cli", "wireguard-go"]
+REFERENCES = ["boringtun-cli", "wireguard-go", "nebula"]
 OURS = "plexd-wg"
 # The whole daemon: two `plexd run` nodes with the embedded data plane (wg-bench.sh).
 DAEMON = "plexd-run"
