@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The reach benchmark: per NAT topology (routing only, both EIM, both EDM, one router dropping
-# UDP), two plexd nodes behind their routers with the control plane and two relays on a
+# UDP, one EIM router whose input accepts the unsolicited with one routed node, both such
+# routers), two plexd nodes behind their routers with the control plane and two relays on a
 # public segment, all in network namespaces (tests/src/nat.rs). Measured in one run: the time
 # from both daemons up to the first ping over the mesh and to a direct path, and one iperf3
 # TCP stream over the path each topology gives (direct, relay over UDP, relay over TCP) with

@@ -171,7 +171,7 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(5);
     let relays = if relay_available() { 2 } else { 0 };
-    let topologies: [(&'static str, &[NatMode], bool); 4] = [
+    let topologies: [(&'static str, &[NatMode], bool); 6] = [
         (
             "routing only (no NAT)",
             &[NatMode::None, NatMode::None],
@@ -182,6 +182,16 @@ fn main() {
         (
             "one drops UDP, one EIM",
             &[NatMode::DropUdp, NatMode::Eim],
+            true,
+        ),
+        (
+            "one EIM input accept, one routed",
+            &[NatMode::EimInputAccept, NatMode::None],
+            true,
+        ),
+        (
+            "both EIM input accept",
+            &[NatMode::EimInputAccept, NatMode::EimInputAccept],
             true,
         ),
     ];

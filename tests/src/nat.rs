@@ -16,7 +16,8 @@
 //! Every router's firewall drops new connections addressed to the router itself on its WAN
 //! side, as a home router's does. That also keeps a datagram from a peer that arrives before
 //! the inside host has sent anything from creating a conntrack entry for the router itself
-//! (which would make the host's later mapping pick another port).
+//! (which would make the host's later mapping pick another port). [`NatMode::EimInputAccept`]
+//! is the router without that rule, whose mappings an early datagram moves.
 //!
 //! Needs `ip` (iproute2), `nft` (nftables) and `conntrack` (conntrack).
 

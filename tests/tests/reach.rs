@@ -135,6 +135,29 @@ fn both_behind_edm_are_relayed_over_udp() {
     }
 }
 
+/// Node 0 behind an "EIM, input accept" router (its input keeps what arrives unsolicited, so a
+/// ping of node 1 that reaches it before node 0 sent to node 1 moves node 0's mapping towards
+/// node 1 to another port), node 1 routed without NAT. Node 0's pings reach node 1 from
+/// whatever port the router gave them, node 1 answers them there and probes that address
+/// (peer-reflexive): direct both ways, node 1's endpoint for node 0 on router 0's address.
+#[test]
+fn one_behind_eim_input_accept_and_one_routed_go_direct_where_the_pings_come_from() {
+    let lab = lab(&[NatMode::EimInputAccept, NatMode::None]);
+    for (from, to) in [(0, 1), (1, 0)] {
+        lab.wait_path(from, to, "direct", PATH_BOUND, |p| {
+            direct(p) && p.rtt_ms.is_some()
+        })
+        .unwrap();
+    }
+    let p = lab.path(1, 0).unwrap().unwrap();
+    assert_eq!(
+        p.endpoint.map(|e| e.ip()),
+        Some(std::net::IpAddr::V4(lab.topo.router_wan(0))),
+        "{p:?}"
+    );
+    mesh_carries_traffic(&lab);
+}
+
 /// Node 0's router drops every outbound UDP datagram (TCP to the API and the relays passes):
 /// node 0 reaches the relay over TCP/TLS and says so; node 1 (EIM) reaches node 0 through a
 /// relay too (no direct path can exist), over UDP, its own leg to the relay.

@@ -6,10 +6,10 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, SocketAddrV4};
 use std::time::Duration;
 
-use plexsphere_e2e::nat::{NatMode, Topology, UdpEcho, WgPeer, udp_mapped_from};
+use plexsphere_e2e::nat::{NatMode, Topology, UdpEcho, WgPeer, send_spoofed, udp_mapped_from};
 use plexsphere_e2e::{bin, netns, wait_until};
 
 /// How long a probe waits for an echo's answer before it counts the datagram as blocked.
@@ -51,6 +51,43 @@ fn eim_keeps_one_mapping_towards_two_destinations_and_the_port_when_free() {
         vec![Some(wan), Some(wan)],
         "EIM: the router's address, the port kept"
     );
+}
+
+/// "EIM, input accept": a datagram from outside that reaches the router's public port before
+/// the inside host sent to its source leaves a conntrack entry of the router's own, which holds
+/// the tuple: the host's mapping towards that source takes another port, towards everyone else
+/// it keeps its own. A router that drops such datagrams at its input keeps nothing of them.
+#[test]
+fn eim_input_accept_moves_the_mapping_towards_a_source_that_arrived_first() {
+    for mode in [NatMode::EimInputAccept, NatMode::Eim] {
+        let (topo, node, echoes) = one_router(mode);
+        let wan = SocketAddrV4::new(topo.router_wan(0), LOCAL_PORT);
+        let SocketAddr::V4(early) = echoes[1].addr else {
+            panic!("the echoes are IPv4")
+        };
+        send_spoofed(topo.public_ns(), early, wan, vec![b"early".to_vec()]).unwrap();
+        let seen = mapped(&node, &echoes);
+        assert_eq!(
+            seen[0],
+            Some(SocketAddr::V4(wan)),
+            "{mode:?}: the port kept"
+        );
+        let towards_early = seen[1].unwrap();
+        assert_eq!(
+            towards_early.ip(),
+            std::net::IpAddr::V4(*wan.ip()),
+            "{mode:?}"
+        );
+        if mode == NatMode::EimInputAccept {
+            assert_ne!(
+                towards_early.port(),
+                LOCAL_PORT,
+                "the router's own entry holds the tuple: {seen:?}"
+            );
+        } else {
+            assert_eq!(towards_early.port(), LOCAL_PORT, "{seen:?}");
+        }
+    }
 }
 
 #[test]
@@ -182,6 +219,38 @@ fn plexd_wg_peers_behind_edm_routers_do_not_connect() {
         Ok((a.has_handshake()? || b.has_handshake()?).then_some(()))
     });
     assert!(connected.is_err(), "EDM routers let a handshake through");
+    assert!(!ping(&a.ns, "10.99.0.2"));
+}
+
+/// Behind "EIM, input accept" routers the first handshake of one side reaches the other
+/// side's router before that side sent anything: the router keeps it (its own input), the
+/// other side's datagrams to the first leave from another port, which reaches the first
+/// side's router as just as unsolicited; every retry refreshes both entries, and no handshake
+/// completes (what plexd's timed punch avoids, docs/reach.md).
+#[test]
+fn plexd_wg_peers_behind_eim_input_accept_routers_do_not_connect() {
+    const NO_HANDSHAKE_FOR: Duration = Duration::from_secs(10);
+    let (_dir, topo, a, b) = punch(NatMode::EimInputAccept, &bin("plexd-wg").unwrap());
+    let connected = wait_until(
+        NO_HANDSHAKE_FOR,
+        "a handshake behind EIM, input accept",
+        || Ok((a.has_handshake()? || b.has_handshake()?).then_some(())),
+    );
+    let table = |r: usize| {
+        let ns = topo.router_ns(r).unwrap().to_owned();
+        String::from_utf8_lossy(
+            &netns::exec(&ns, "conntrack", &["-L", "-p", "udp"])
+                .unwrap()
+                .stdout,
+        )
+        .into_owned()
+    };
+    assert!(
+        connected.is_err(),
+        "a handshake passed\n--- router 0:\n{}\n--- router 1:\n{}",
+        table(0),
+        table(1)
+    );
     assert!(!ping(&a.ns, "10.99.0.2"));
 }
 

@@ -13,15 +13,17 @@
 //! | any disco message | dropped unless it opens with the pair key and its stamp is new (`engine_guard`) |
 //! | `DiscoDirect` ping | from an address peers may send to, within its source budget: pong there; a new address is learned and pinged |
 //! | `DiscoRelayed` ping | pong through the same relay |
-//! | pong | counts only for a tx id we sent to that destination within [`TX_LIFETIME`] |
+//! | pong | counts only for a tx id we sent to that destination within [`TX_LIFETIME`]; a relay's pong starts the punch a probe round wants (`engine_punch`) |
 //! | call-me-maybe | ping every distinct address in it that peers may send to, at once |
 //! | `RelayUp` / `RelayDown` / `PeerGone` | relays usable or not; peers on a lost relay probe every other |
-//! | `Tick` | heartbeats, scheduled probe rounds, dead paths, expiry |
+//! | `Tick` | due punches, heartbeats, scheduled probe rounds, dead paths, expiry |
 //!
-//! A probe round pings every direct candidate and, through the peer's home relay (else every
-//! relay of the state in order), sends a ping and a call-me-maybe with our local and reflexive
-//! addresses, so the peer punches towards us at the same moment. The path is the fastest
-//! confirmed direct candidate (with [`RTT_HYSTERESIS`]), else a relay ([`super::engine_choice`]).
+//! A probe round pings every direct candidate that answers lately, and the peer through its
+//! home relay (else every relay of the state in order). The relay's pong starts a punch: a
+//! call-me-maybe with our local and reflexive addresses through that relay, and the cold
+//! candidates pinged half the pong's round trip later ([`Engine::poll_timeout`]), when the
+//! peer's answering pings leave its NAT. The path is the fastest confirmed direct candidate
+//! (with [`RTT_HYSTERESIS`]), else a relay ([`super::engine_choice`]).
 
 use ipnet::IpNet;
 use plexsphere_wire::node::{NatReport, RelaySpec};

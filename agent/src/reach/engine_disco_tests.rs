@@ -12,7 +12,7 @@ use super::engine::{
     MAX_LEARNED_CANDIDATES, MAX_OUTSTANDING_TX, MAX_PINGS_PER_SEC, MAX_PONGS_PER_SEC,
     MAX_STATE_CANDIDATES, TX_LIFETIME,
 };
-use super::engine_sim::{Net, engine, key_of, relay, secret};
+use super::engine_sim::{Net, engine, key_of, secret};
 use super::io::{Effect, Input, Now, Path, PeerReach, TICK};
 
 /// One engine (node 0) with node 1 as its peer, and a way to speak as node 1.
@@ -26,12 +26,13 @@ pub(super) struct Lone {
 }
 
 impl Lone {
+    /// No relay in the state: nothing to time a punch through, so the first probe round
+    /// pings every candidate at once (`engine_punch`).
     pub fn new() -> (Self, Vec<Effect>) {
         let mut engine = engine(1);
         let net = Net::new([false, false]);
         let now = net.at();
-        let mut out = engine.handle(now, Input::Relays(vec![relay("r1", 3478)]));
-        out.extend(engine.handle(now, Input::Peers(vec![net.spec(1, None)])));
+        let out = engine.handle(now, Input::Peers(vec![net.spec(1, None)]));
         let pair = PairKey::new(&shared_secret(&secret(2), &public_key(&secret(1))));
         let peer = net.nodes[1].addr;
         (
@@ -373,4 +374,25 @@ fn our_own_key_is_never_a_peer() {
     e.handle(net.at(), Input::Peers(vec![own, other]));
     assert_eq!(e.paths().len(), 1);
     assert_eq!(e.paths()[0].hostname, "node-1");
+}
+
+#[test]
+fn a_forged_ping_from_a_new_address_adds_no_candidate() {
+    let (mut a, _) = Lone::new();
+    let spoofed = SocketAddr::from(([192, 0, 2, 77], 40000));
+    // Sealed by node 3 under node 1's sender key, and a real ping with one bit flipped.
+    let stranger = PairKey::new(&shared_secret(&secret(3), &public_key(&secret(1))));
+    let ping = Message::Ping { tx: [5; 12] };
+    let mut forged = stranger.seal(&key_of(3).0, 1, &ping);
+    forged[4..36].copy_from_slice(&key_of(2).0);
+    let mut altered = a.seal(&ping);
+    let last = altered.len() - 1;
+    altered[last] ^= 1;
+    for datagram in [forged, altered] {
+        let out = a.deliver(spoofed, datagram);
+        assert!(out.is_empty(), "answered: {out:?}");
+    }
+    let peer = a.engine.peers.values().next().expect("the peer");
+    assert!(peer.candidate(spoofed).is_none(), "learned a forged source");
+    assert_eq!(a.engine.counters().unauthentic, 2);
 }

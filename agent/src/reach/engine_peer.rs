@@ -120,6 +120,12 @@ pub(super) struct Peer {
     pub sources: Sources,
     /// The peer spoke another disco version, and we said so in the journal (once).
     pub warned_version: bool,
+    /// The last probe round pinged through a relay: the first pong through a relay starts the
+    /// punch (`engine_punch`).
+    pub punch_wanted: bool,
+    /// When the cold candidates are pinged: half the relay round trip after the relay's pong
+    /// (and our call-me-maybe), the moment the peer's answering pings leave its NAT.
+    pub punch_at: Option<Instant>,
 }
 
 impl Peer {
@@ -141,6 +147,8 @@ impl Peer {
             replay: Replay::default(),
             sources: Sources::default(),
             warned_version: false,
+            punch_wanted: false,
+            punch_at: None,
         };
         peer.set_reach(reach);
         peer

@@ -23,17 +23,17 @@ use crate::peer_key::PeerKey;
 
 /// Where sends go while one input is handled: the sealer and tx ids, the drop counters, the
 /// effects being answered, and the time.
-struct Outbox<'a> {
-    sealer: &'a mut Sealer,
-    counters: &'a mut Counters,
-    effects: &'a mut Vec<Effect>,
-    now: Instant,
+pub(super) struct Outbox<'a> {
+    pub sealer: &'a mut Sealer,
+    pub counters: &'a mut Counters,
+    pub effects: &'a mut Vec<Effect>,
+    pub now: Instant,
 }
 
 impl Outbox<'_> {
     /// Seals `message` for `peer` and adds the effect that carries it to `dest`, if the
     /// peer's budget allows. A ping's tx id is remembered for its pong.
-    fn send(&mut self, key: PeerKey, peer: &mut Peer, dest: Dest, message: Message) {
+    pub fn send(&mut self, key: PeerKey, peer: &mut Peer, dest: Dest, message: Message) {
         let allowed = match message {
             Message::Pong { .. } => peer.pongs.take(self.now),
             Message::Ping { .. } | Message::CallMeMaybe { .. } => peer.pings.take(self.now),
@@ -62,7 +62,7 @@ impl Outbox<'_> {
     }
 
     /// A ping with a fresh tx id.
-    fn ping(&mut self, key: PeerKey, peer: &mut Peer, dest: Dest) {
+    pub fn ping(&mut self, key: PeerKey, peer: &mut Peer, dest: Dest) {
         let tx = (self.sealer.new_tx)();
         self.send(key, peer, dest, Message::Ping { tx });
     }
@@ -114,41 +114,39 @@ impl Engine {
         }
     }
 
-    /// A probe round: a ping to every direct candidate; a ping and a call-me-maybe through the
-    /// relays [`Self::probe_relays`] names.
+    /// A probe round: a ping to every direct candidate that answers lately and through the
+    /// relays [`Self::probe_relays`] names; the candidates that do not answer (cold) wait for
+    /// the punch the relay's pong starts (`engine_punch`). Without a relay to ping through,
+    /// cold candidates are pinged at once: nothing can time them.
     pub(super) fn probe(&mut self, key: PeerKey, now: Instant, out: &mut Vec<Effect>) {
         let Some(peer) = self.peers.get(&key) else {
             return;
         };
         let relays = self.probe_relays(peer);
-        let mut ours: Vec<SocketAddr> = self.local.addrs.clone();
-        for a in &self.local.reflexive {
-            if !ours.contains(a) {
-                ours.push(*a);
-            }
-        }
         let Some(peer) = self.peers.get_mut(&key) else {
             return;
         };
         peer.last_probe = Some(now);
-        let addrs: Vec<SocketAddr> = peer.candidates.iter().map(|c| c.addr).collect();
+        let now_pinged: Vec<SocketAddr> = peer
+            .candidates
+            .iter()
+            .filter(|c| relays.is_empty() || c.alive(now))
+            .map(|c| c.addr)
+            .collect();
+        // Every round with a relay ends in a punch, cold candidates or not: its call-me-maybe
+        // brings the peer to our addresses (ours may be new, after roaming).
+        peer.punch_wanted = !relays.is_empty();
         let mut post = Outbox {
             sealer: &mut self.sealer,
             counters: &mut self.counters,
             effects: out,
             now,
         };
-        for addr in addrs {
+        for addr in now_pinged {
             post.ping(key, peer, Dest::Direct(addr));
         }
         for relay in relays {
-            post.ping(key, peer, Dest::Relay(relay.clone()));
-            if !ours.is_empty() {
-                let cmm = Message::CallMeMaybe {
-                    addrs: ours.clone(),
-                };
-                post.send(key, peer, Dest::Relay(relay), cmm);
-            }
+            post.ping(key, peer, Dest::Relay(relay));
         }
     }
 
@@ -186,6 +184,7 @@ impl Engine {
 
     /// Time passed: expiry, the heartbeat on a direct path, scheduled probe rounds.
     pub(super) fn tick(&mut self, now: Instant, out: &mut Vec<Effect>) {
+        self.fire_punches(now, out);
         let keys: Vec<PeerKey> = self.peers.keys().copied().collect();
         for key in keys {
             let Some(peer) = self.peers.get_mut(&key) else {
@@ -300,15 +299,15 @@ impl Engine {
             self.counters.rate_limited += 1;
             return;
         }
-        let mut post = Outbox {
-            sealer: &mut self.sealer,
-            counters: &mut self.counters,
-            effects: out,
-            now,
-        };
         let dest = Dest::Relay(relay.to_owned());
         match message {
             Message::Ping { tx } => {
+                let mut post = Outbox {
+                    sealer: &mut self.sealer,
+                    counters: &mut self.counters,
+                    effects: out,
+                    now,
+                };
                 let observed = SocketAddr::from(([0, 0, 0, 0], 0));
                 let pong = Message::Pong { tx, observed };
                 post.send(key, peer, dest.clone(), pong);
@@ -317,16 +316,18 @@ impl Engine {
                     post.ping(key, peer, dest);
                 }
             }
-            Message::Pong { tx, .. } => {
-                if peer.take_pong(&tx, &dest, now).is_none() {
-                    post.counters.stray_pongs += 1;
-                }
-            }
+            Message::Pong { tx, .. } => match peer.take_pong(&tx, &dest, now) {
+                // The peer is there and knows us, and the round trip is measured: punch.
+                Some(rtt) if peer.punch_wanted => self.start_punch(key, relay, rtt, now, out),
+                Some(_) => {}
+                None => self.counters.stray_pongs += 1,
+            },
             Message::CallMeMaybe { addrs } => self.punch(key, addrs, now, out),
         }
     }
 
-    /// "Probe me now at these addresses": ping every distinct one peers may send to at once.
+    /// "Probe me now at these addresses": ping every distinct one peers may send to at once
+    /// (the peer times its own pings to ours, `engine_punch`).
     fn punch(&mut self, key: PeerKey, addrs: Vec<SocketAddr>, now: Instant, out: &mut Vec<Effect>) {
         let addrs = self.usable(addrs);
         let Some(peer) = self.peers.get_mut(&key) else {

@@ -1,7 +1,9 @@
 //! A simulated network for the engine's tests: two engines, a direct link that can drop
-//! datagrams per direction (a NAT that lets nothing in, or a firewall), and relays that carry
-//! relayed datagrams between the nodes registered with them, answer `PeerGone` for a node that
-//! is not, and can die. Time is a fixed clock stepped by the simulation; nothing sleeps.
+//! datagrams per direction (a NAT that lets nothing in, or a firewall) or pass a NAT router per
+//! node ([`super::engine_sim_nat`], applied when a datagram leaves and when it arrives), and
+//! relays that carry relayed datagrams between the nodes registered with them, answer
+//! `PeerGone` for a node that is not, and can die. Time is a fixed clock stepped by the
+//! simulation (ticks every [`TICK`], and when an engine's `poll_timeout` asks); nothing sleeps.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -11,6 +13,7 @@ use plexsphere_wire::node::RelaySpec;
 use plexsphere_wire::reach::disco::TxId;
 
 use super::engine::Engine;
+use super::engine_sim_nat::Router;
 use super::io::{Effect, Input, Now, Path, PeerReach, TICK, Transport};
 use crate::peer_key::PeerKey;
 
@@ -78,6 +81,17 @@ pub struct Node {
     pub up: BTreeSet<String>,
 }
 
+/// What happens at a moment of the simulation, to one node.
+enum Event {
+    Input(Input),
+    /// A direct datagram reaches the node's router (or the node, without one).
+    Arrive {
+        src: SocketAddr,
+        dst: SocketAddr,
+        datagram: Vec<u8>,
+    },
+}
+
 pub struct Net {
     pub start: Instant,
     pub now: Instant,
@@ -85,14 +99,26 @@ pub struct Net {
     pub nodes: [Node; 2],
     /// `drop_direct[i]`: direct datagrams node `i` sends are lost.
     pub drop_direct: [bool; 2],
+    /// The NAT router in front of each node, if any: `nodes[i].addr` is then its inside address.
+    pub nat: [Option<Router>; 2],
     pub alive: BTreeSet<String>,
-    queue: Vec<(Instant, usize, Input)>,
+    queue: Vec<(Instant, usize, Event)>,
 }
 
 impl Net {
     /// Nodes 0 and 1 (keys from secrets 1 and 2), both homed on `r1`, relays `r1` and `r2`
     /// alive, each listing the other with its address and one address that never answers.
     pub fn new(drop_direct: [bool; 2]) -> Self {
+        let mut net = Self::unintroduced(drop_direct, [None, None]);
+        net.introduce(0);
+        net.introduce(1);
+        net
+    }
+
+    /// Nodes 0 and 1 behind the routers `nat` (with a router, a node's address is its inside
+    /// one, 10.200.`i`.10, and its router's WAN address with its port is its reflexive
+    /// candidate, as STUN would report it); neither knows the other yet ([`Net::introduce`]).
+    pub fn unintroduced(drop_direct: [bool; 2], nat: [Option<Router>; 2]) -> Self {
         let start = Instant::now();
         let node = |n: u8, addr: SocketAddr| Node {
             engine: engine(n),
@@ -102,15 +128,20 @@ impl Net {
             log: Vec::new(),
             up: BTreeSet::new(),
         };
+        let addr = |i: u8, public: SocketAddr| match &nat[usize::from(i)] {
+            Some(_) => SocketAddr::from(([10, 200, i, 10], public.port())),
+            None => public,
+        };
         let mut net = Self {
             start,
             now: start,
             next_tick: start,
             nodes: [
-                node(1, SocketAddr::from(([192, 0, 2, 1], 51820))),
-                node(2, SocketAddr::from(([198, 51, 100, 2], 41641))),
+                node(1, addr(0, SocketAddr::from(([192, 0, 2, 1], 51820)))),
+                node(2, addr(1, SocketAddr::from(([198, 51, 100, 2], 41641)))),
             ],
             drop_direct,
+            nat,
             alive: ["r1".to_owned(), "r2".to_owned()].into(),
             queue: Vec::new(),
         };
@@ -118,14 +149,36 @@ impl Net {
             let own = net.nodes[i].addr;
             net.deliver(i, Input::Relays(vec![relay("r1", 3478), relay("r2", 3479)]));
             net.deliver(i, Input::LocalAddrs(vec![own]));
+            if let Some(public) = net.public(i)
+                && public != own
+            {
+                let nat = plexsphere_wire::node::NatReport {
+                    mapping: plexsphere_wire::node::NatMapping::EndpointIndependent,
+                    ..Default::default()
+                };
+                let addrs = vec![public];
+                net.deliver(i, Input::Reflexive { addrs, nat });
+            }
             net.connect(i, "r1");
             net.deliver(i, Input::HomeRelay(Some("r1".to_owned())));
         }
-        for i in 0..2 {
-            let other = net.spec(1 - i, Some("r1"));
-            net.deliver(i, Input::Peers(vec![other]));
-        }
         net
+    }
+
+    /// Node `i` learns of the other node (its state lists it now).
+    pub fn introduce(&mut self, i: usize) {
+        let other = self.spec(1 - i, Some("r1"));
+        self.deliver(i, Input::Peers(vec![other]));
+    }
+
+    /// Node `i`'s address as the world sees it with its port kept: its router's WAN address,
+    /// or its own.
+    pub fn public(&self, i: usize) -> Option<SocketAddr> {
+        let own = self.nodes.get(i)?.addr;
+        Some(match &self.nat[i] {
+            Some(r) => SocketAddr::new(r.wan, own.port()),
+            None => own,
+        })
     }
 
     /// How node `i` is listed in the other's state.
@@ -134,7 +187,10 @@ impl Net {
             key: self.nodes[i].key,
             node_id: uuid::Uuid::from_u128(i as u128 + 1),
             hostname: format!("node-{i}"),
-            endpoints: vec![self.nodes[i].addr, SocketAddr::from(([10, 9, 9, 9], 51820))],
+            endpoints: match self.public(i) {
+                Some(public) if public != self.nodes[i].addr => vec![public, self.nodes[i].addr],
+                _ => vec![self.nodes[i].addr, SocketAddr::from(([10, 9, 9, 9], 51820))],
+            },
             home_relay: home.map(str::to_owned),
         }
     }
@@ -183,11 +239,20 @@ impl Net {
         self.nodes[i].log.push((self.now, effect.clone()));
         match effect {
             Effect::SendDirect { to, datagram } => {
-                if to == self.nodes[j].addr && !self.drop_direct[i] {
-                    let from = self.nodes[i].addr;
-                    let input = Input::DiscoDirect { from, datagram };
-                    self.queue.push((self.now + DIRECT_LATENCY, j, input));
+                if self.drop_direct[i] {
+                    return;
                 }
+                let inside = self.nodes[i].addr;
+                let src = match &mut self.nat[i] {
+                    Some(router) => router.outbound(inside, to, self.now),
+                    None => inside,
+                };
+                let arrive = Event::Arrive {
+                    src,
+                    dst: to,
+                    datagram,
+                };
+                self.queue.push((self.now + DIRECT_LATENCY, j, arrive));
             }
             Effect::SendRelayed {
                 relay,
@@ -208,9 +273,10 @@ impl Net {
                         src,
                         datagram,
                     };
-                    self.queue.push((at, j, input));
+                    self.queue.push((at, j, Event::Input(input)));
                 } else {
-                    self.queue.push((at, i, Input::PeerGone { relay, dst }));
+                    let gone = Input::PeerGone { relay, dst };
+                    self.queue.push((at, i, Event::Input(gone)));
                 }
             }
             Effect::SetPath { path, .. } => self.nodes[i].path = path,
@@ -218,13 +284,31 @@ impl Net {
         }
     }
 
-    /// Runs the network for `d`: deliveries in time order, a tick every [`TICK`].
+    /// A direct datagram reaches node `j`'s router (or node `j`): delivered if it lets it in.
+    fn arrive(&mut self, j: usize, src: SocketAddr, dst: SocketAddr, datagram: Vec<u8>) {
+        let reached = match &mut self.nat[j] {
+            Some(router) => router.inbound(src, dst, self.now).is_some(),
+            None => dst == self.nodes[j].addr,
+        };
+        if reached {
+            let from = src;
+            self.deliver(j, Input::DiscoDirect { from, datagram });
+        }
+    }
+
+    /// Runs the network for `d`: deliveries in time order, a tick every [`TICK`] and whenever
+    /// an engine's `poll_timeout` comes.
     pub fn run(&mut self, d: Duration) {
         let end = self.now + d;
         loop {
             let first = (0..self.queue.len()).min_by_key(|&k| self.queue[k].0);
             let next_q = first.map(|k| self.queue[k].0);
-            let next = next_q.map_or(self.next_tick, |q| q.min(self.next_tick));
+            let polls = [0, 1].map(|i| self.nodes[i].engine.poll_timeout());
+            let next_poll = polls.iter().flatten().min().copied();
+            let mut next = next_q.map_or(self.next_tick, |q| q.min(self.next_tick));
+            if let Some(p) = next_poll {
+                next = next.min(p.max(self.now));
+            }
             if next > end {
                 self.now = end;
                 return;
@@ -232,8 +316,18 @@ impl Net {
             self.now = next;
             match first {
                 Some(k) if next_q == Some(next) => {
-                    let (_, to, input) = self.queue.remove(k);
-                    self.deliver(to, input);
+                    let (_, to, event) = self.queue.remove(k);
+                    match event {
+                        Event::Input(input) => self.deliver(to, input),
+                        Event::Arrive { src, dst, datagram } => self.arrive(to, src, dst, datagram),
+                    }
+                }
+                _ if next < self.next_tick => {
+                    for (i, poll) in polls.iter().enumerate() {
+                        if poll.is_some_and(|p| p <= next) {
+                            self.deliver(i, Input::Tick);
+                        }
+                    }
                 }
                 _ => {
                     self.next_tick += TICK;

@@ -2,6 +2,7 @@
 //!
 //! - [`io`]: the contract between the sans-IO engine and the runtime that owns the sockets.
 //! - [`engine`]: the sans-IO path choice per peer (with `engine_peer`, `engine_probe`,
+//!   `engine_punch` (cold candidates pinged in a punch timed through a relay),
 //!   `engine_choice`, and `engine_guard`: disco replay windows and source budgets).
 //! - [`runtime`]: the thread that drives the engine and performs its effects (docs/reach.md),
 //!   with [`stun`] (reflexive addresses, NAT report), [`relay_client`] (registration and
@@ -18,8 +19,13 @@ mod engine_guard;
 mod engine_guard_tests;
 mod engine_peer;
 mod engine_probe;
+mod engine_punch;
+#[cfg(test)]
+mod engine_punch_tests;
 #[cfg(test)]
 mod engine_sim;
+#[cfg(test)]
+mod engine_sim_nat;
 #[cfg(test)]
 mod engine_tests;
 pub mod forward;

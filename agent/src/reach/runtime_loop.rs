@@ -129,7 +129,11 @@ impl Loop {
     pub(crate) fn run(mut self, rx: &Receiver<Event>) {
         tracing::debug!(mode = ?self.setup.mode, port = (self.setup.listen_port)(), "reach runtime started");
         while !self.shared.stop.load(Ordering::Relaxed) {
-            match rx.recv_timeout(TICK) {
+            // A punch the engine timed wakes the loop before the tick (engine_punch).
+            let wait = self.engine.poll_timeout().map_or(TICK, |at| {
+                at.saturating_duration_since(Instant::now()).min(TICK)
+            });
+            match rx.recv_timeout(wait) {
                 Ok(Event::Datagram { datagram, from }) => self.datagram(&datagram, from),
                 Ok(Event::Tcp { relay, event }) => self.tcp(relay, event),
                 Ok(Event::Wake) | Err(RecvTimeoutError::Timeout) => {}
@@ -150,6 +154,12 @@ impl Loop {
                 self.next_tick = Instant::now() + TICK;
                 self.timers();
                 self.publish();
+            } else if self
+                .engine
+                .poll_timeout()
+                .is_some_and(|at| at <= Instant::now())
+            {
+                self.input(Input::Tick);
             }
         }
         self.fwds.clear();

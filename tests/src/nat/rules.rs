@@ -7,6 +7,12 @@ pub enum NatMode {
     /// towards every destination (endpoint-independent mapping). Filtering is Linux
     /// conntrack's: only the exact remote address and port of an outbound flow gets in.
     Eim,
+    /// `masquerade` as [`NatMode::Eim`], but the router's own input accepts what arrives
+    /// unsolicited on its WAN side (as many Linux NAT gateways and cloud NAT instances do):
+    /// a datagram that reaches the router's public port before the inside host sent to its
+    /// source creates a conntrack entry of the router's own, and the host's later mapping
+    /// towards that source takes another port (the tuple is taken). "EIM, input accept".
+    EimInputAccept,
     /// `masquerade random`: a fresh port per destination (endpoint-dependent mapping).
     Edm,
     /// `masquerade`, and every UDP datagram forwarded outwards dropped; TCP passes.
@@ -21,7 +27,7 @@ const NAT_TABLE: &str = "pxnat";
 /// The nftables ruleset a router in `mode` loads (it replaces whatever was there).
 pub fn ruleset(mode: NatMode) -> String {
     let masquerade = match mode {
-        NatMode::Eim | NatMode::DropUdp => "oifname \"wan\" masquerade",
+        NatMode::Eim | NatMode::EimInputAccept | NatMode::DropUdp => "oifname \"wan\" masquerade",
         NatMode::Edm => "oifname \"wan\" masquerade random",
         NatMode::None => "",
     };
@@ -29,6 +35,12 @@ pub fn ruleset(mode: NatMode) -> String {
         "oifname \"wan\" meta l4proto udp drop"
     } else {
         ""
+    };
+    // A home router's firewall: nothing new reaches the router itself from the WAN side.
+    let input = if mode == NatMode::EimInputAccept {
+        ""
+    } else {
+        "iifname \"wan\" ct state new drop"
     };
     // One statement a line; a chain may not be named `fwd` (an nft keyword).
     format!(
@@ -40,7 +52,7 @@ table ip {NAT_TABLE} {{
   }}
   chain inbound {{
     type filter hook input priority filter; policy accept;
-    iifname \"wan\" ct state new drop
+    {input}
   }}
   chain forward {{
     type filter hook forward priority filter; policy accept;

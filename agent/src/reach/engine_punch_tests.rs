@@ -1,0 +1,129 @@
+//! The punch through NAT routers whose own input accepts unsolicited datagrams ("EIM, input
+//! accept", [`super::engine_sim_nat`]): an early ping moves the peer's mapping for good, so
+//! cold candidates are pinged only in a punch both nodes time through a relay; a ping from an
+//! address the peer never advertised is answered there (peer-reflexive).
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use super::engine_sim::{Net, is_direct, is_relay};
+use super::engine_sim_nat::Router;
+use super::io::{Effect, Path};
+
+const SECOND: Duration = Duration::from_secs(1);
+/// Node 1 learns of node 0 this much later than node 0 learns of node 1 (the control plane
+/// tells them apart), so an untimed ping would reach node 1's router first.
+const INTRODUCED_LATER: Duration = Duration::from_millis(300);
+
+fn wan(i: u8) -> IpAddr {
+    IpAddr::from([203, 0, 113, 100 + i])
+}
+
+fn accepting(i: u8) -> Option<Router> {
+    Some(Router::new(wan(i), true))
+}
+
+/// Both behind accepting routers; node 0 learns of node 1 first.
+fn staggered(nat: [Option<Router>; 2]) -> Net {
+    let mut net = Net::unintroduced([false, false], nat);
+    net.introduce(0);
+    net.run(INTRODUCED_LATER);
+    net.introduce(1);
+    net
+}
+
+#[test]
+fn behind_two_input_accepting_routers_the_timed_punch_finds_the_direct_path() {
+    let mut net = staggered([accepting(0), accepting(1)]);
+    let took = net
+        .run_until(10 * SECOND, is_direct)
+        .expect("direct within 10 s");
+    assert!(took < SECOND, "the first punch passes: {took:?}");
+    for i in 0..2 {
+        let want = net.public(1 - i).map(|endpoint| Path::Direct { endpoint });
+        assert_eq!(
+            Some(net.nodes[i].path.clone()),
+            want,
+            "node {i}: no mapping moved"
+        );
+    }
+    // And it holds: heartbeats pass both routers.
+    net.run(20 * SECOND);
+    assert!(is_direct(&net.nodes[0].path) && is_direct(&net.nodes[1].path));
+}
+
+#[test]
+fn no_cold_ping_leaves_before_the_peer_answers_through_a_relay() {
+    let mut net = Net::unintroduced([false, false], [accepting(0), accepting(1)]);
+    net.introduce(0);
+    net.run(12 * SECOND);
+    let direct = net.nodes[0]
+        .log
+        .iter()
+        .filter(|(_, e)| matches!(e, Effect::SendDirect { .. }))
+        .count();
+    assert_eq!(
+        direct, 0,
+        "node 1 does not know node 0 yet: nothing to time a punch with"
+    );
+    assert!(
+        is_relay("r1")(&net.nodes[0].path),
+        "on node 1's home relay meanwhile: {:?}",
+        net.nodes[0].path
+    );
+    net.introduce(1);
+    net.run_until(10 * SECOND, is_direct)
+        .expect("direct once both know each other");
+}
+
+#[test]
+fn a_ping_from_a_moved_mapping_is_answered_where_it_came_from() {
+    // Node 0 behind an accepting router that an early datagram from node 1 reached first:
+    // node 0's mapping towards node 1 is another port than STUN saw. Node 1 has a public
+    // address; it finds node 0 where node 0's pings come from (peer-reflexive).
+    let mut net = Net::unintroduced([false, false], [accepting(0), None]);
+    let (p0, p1) = (net.public(0).unwrap(), net.public(1).unwrap());
+    let now = net.now;
+    if let Some(router) = net.nat[0].as_mut() {
+        assert_eq!(router.inbound(p1, p0, now), None);
+    }
+    net.introduce(0);
+    net.introduce(1);
+    net.run_until(10 * SECOND, is_direct).expect("direct");
+    assert_eq!(net.nodes[0].path, Path::Direct { endpoint: p1 });
+    let Path::Direct { endpoint } = net.nodes[1].path.clone() else {
+        panic!("node 1: {:?}", net.nodes[1].path)
+    };
+    assert_eq!(endpoint.ip(), p0.ip());
+    assert_ne!(
+        endpoint, p0,
+        "the moved mapping, learned from node 0's ping"
+    );
+    let view = &net.nodes[1].engine.paths()[0];
+    assert!(view.reason.starts_with("pong in"), "{view:?}");
+}
+
+#[test]
+fn an_entry_an_early_ping_left_on_both_routers_keeps_the_pair_relayed() {
+    // The limit of the timed punch: if both routers already hold entries for the pair's
+    // tuples (an untimed ping of an older plexd, say), every punch refreshes them and the
+    // pair stays on its relay (docs/reach.md).
+    let mut net = Net::unintroduced([false, false], [accepting(0), accepting(1)]);
+    let (p0, p1) = (net.public(0).unwrap(), net.public(1).unwrap());
+    let now = net.now;
+    for (i, src, dst) in [(0, p1, p0), (1, p0, p1)] {
+        if let Some(router) = net.nat[i].as_mut() {
+            assert_eq!(router.inbound(src, dst, now), None);
+        }
+    }
+    net.introduce(0);
+    net.introduce(1);
+    net.run(30 * SECOND);
+    for i in 0..2 {
+        assert!(
+            is_relay("r1")(&net.nodes[i].path),
+            "node {i}: {:?}",
+            net.nodes[i].path
+        );
+    }
+}
