@@ -507,28 +507,6 @@ fn unescape(s: &str) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_the_device_confirm_form() {
-        let html = r#"<form id="op.deviceConfirmForm" method="post" action="http://127.0.0.1:1/device">
-<input type="hidden" name="xsrf" value="e9&amp;3"/>
-<input type="hidden" name="confirm" value="yes"/>
-</form><button type="submit" form="op.deviceConfirmForm">Continue</button>"#;
-        let f = parse_form(html).expect("a form");
-        assert_eq!(f.action, "http://127.0.0.1:1/device");
-        assert_eq!(
-            f.fields,
-            vec![
-                ("xsrf".to_owned(), "e9&3".to_owned()),
-                ("confirm".to_owned(), "yes".to_owned())
-            ]
-        );
-    }
-}
-
 // ---- Calls to the control plane, as a person (cookies, CSRF) or a token ----
 
 /// How a call to the control plane authenticates.
@@ -616,4 +594,26 @@ pub async fn bind_role(
         b.role
     );
     Ok(v["id"].as_str().context("a binding id")?.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_device_confirm_form() {
+        let html = r#"<form id="op.deviceConfirmForm" method="post" action="http://127.0.0.1:1/device">
+<input type="hidden" name="xsrf" value="e9&amp;3"/>
+<input type="hidden" name="confirm" value="yes"/>
+</form><button type="submit" form="op.deviceConfirmForm">Continue</button>"#;
+        let f = parse_form(html).expect("a form");
+        assert_eq!(f.action, "http://127.0.0.1:1/device");
+        assert_eq!(
+            f.fields,
+            vec![
+                ("xsrf".to_owned(), "e9&3".to_owned()),
+                ("confirm".to_owned(), "yes".to_owned())
+            ]
+        );
+    }
 }
