@@ -60,6 +60,16 @@ fn relayed_over(transport: &'static str) -> impl Fn(&PeerPath) -> bool {
     move |p| p.is_relayed_over(transport) && p.relay.is_some()
 }
 
+/// Node `from` carries its peer `to`, relayed over UDP, inside its userspace data plane: the
+/// peer's WireGuard endpoint is a relay endpoint, not a loopback forwarder (127.0.0.1).
+fn no_forwarder(lab: &ReachLab, from: usize, to: usize) {
+    let p = lab.path(from, to).unwrap().unwrap();
+    assert!(
+        p.is_relayed_in_data_plane() && !p.wg_endpoint.is_some_and(|e| e.ip().is_loopback()),
+        "node {from}'s peer {to} relayed over UDP without a loopback forwarder: {p:?}"
+    );
+}
+
 /// `plexctl node get` of node `i`: its NAT mapping as it measured it, and its candidates.
 fn nat_of(lab: &ReachLab, i: usize) -> (String, Vec<serde_json::Value>) {
     let id = lab.nodes[i].host.identity().unwrap().0;
@@ -129,6 +139,7 @@ fn both_behind_edm_are_relayed_over_udp() {
     for (from, to) in [(0, 1), (1, 0)] {
         let p = lab.path(from, to).unwrap().unwrap();
         assert!(relayed_over("udp")(&p), "{p:?}");
+        no_forwarder(&lab, from, to);
     }
     for i in 0..2 {
         assert_eq!(nat_of(&lab, i).0, "endpoint_dependent", "node {i}");
@@ -169,6 +180,8 @@ fn one_behind_a_udp_dropping_router_is_relayed_over_tcp() {
     lab.wait_path(1, 0, "relayed over UDP", PATH_BOUND, relayed_over("udp"))
         .unwrap();
     mesh_carries_traffic(&lab);
+    // Node 1's leg is UDP: inside its data plane. Node 0's is TCP: a forwarder carries it.
+    no_forwarder(&lab, 1, 0);
     let id = lab.nodes[0].host.identity().unwrap().0;
     let out = lab
         .plexctl_ok(&["node", "get", &id, "--output", "json"])
@@ -204,6 +217,7 @@ fn one_edm_and_one_eim_are_relayed() {
     for (from, to) in [(0, 1), (1, 0)] {
         let p = lab.path(from, to).unwrap().unwrap();
         assert!(relayed_over("udp")(&p), "still relayed: {p:?}");
+        no_forwarder(&lab, from, to);
     }
 }
 
@@ -227,6 +241,9 @@ fn relayed_pair_upgrades_to_direct_when_the_nats_allow_it_without_dropping_tcp()
         .unwrap();
     }
     lab.wait_ping(0, 1, BOUND).unwrap();
+    for (from, to) in [(0, 1), (1, 0)] {
+        no_forwarder(&lab, from, to);
+    }
     let stream = lab.long_stream(0, 1).unwrap();
     let before = stream.wait_flowing(0, 256 << 10, BOUND).unwrap();
 
@@ -268,4 +285,7 @@ fn a_killed_relay_moves_the_pair_to_the_other_relay() {
         .unwrap();
     }
     mesh_carries_traffic(&lab);
+    for (from, to) in [(0, 1), (1, 0)] {
+        no_forwarder(&lab, from, to);
+    }
 }

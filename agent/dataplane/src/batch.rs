@@ -195,6 +195,31 @@ impl PacketBatch {
         }
     }
 
+    /// Sets the address of packet `i` (where it goes).
+    pub fn set_addr(&mut self, i: usize, addr: SocketAddr) {
+        if let Some(a) = self.addrs.get_mut(i) {
+            *a = addr;
+        }
+    }
+
+    /// Puts `head` in front of packet `i`, in its own slot: the packet moves up by the head's
+    /// length. False (and nothing changes) when `i` is not a filled slot or the slot has no
+    /// room for both.
+    pub fn prepend(&mut self, i: usize, head: &[u8]) -> bool {
+        let Some(&len) = self.lens.get(i) else {
+            return false;
+        };
+        if len + head.len() > self.slot_size {
+            return false;
+        }
+        let start = i * self.slot_size;
+        let slot = &mut self.buf[start..start + self.slot_size];
+        slot.copy_within(..len, head.len());
+        slot[..head.len()].copy_from_slice(head);
+        self.lens[i] = len + head.len();
+        true
+    }
+
     /// The bytes the filled slots hold.
     pub fn bytes(&self) -> usize {
         self.lens.iter().sum()

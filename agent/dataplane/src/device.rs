@@ -30,6 +30,7 @@ use crate::key::{Key, SecretKey};
 use crate::peer::{Peer, PeerState};
 use crate::policy::PeerPolicy;
 use crate::policy::{PolicyDrops, PolicyFilter};
+use crate::relay::{RelayError, RelayTable};
 use crate::source::Source;
 use plexsphere_policy::{Decision, decide};
 
@@ -66,6 +67,9 @@ pub struct Counters {
     pub pooled: AtomicU64,
     /// Packets the access policy's filter dropped, per direction and reason.
     pub policy: PolicyDrops,
+    /// A WireGuard datagram unwrapped from a relay `recv` that names another peer than the
+    /// one it authenticates as (see `crate::relay`): dropped, the endpoint unchanged.
+    pub relay_misnamed: AtomicU64,
 }
 
 impl Counters {
@@ -143,6 +147,8 @@ pub struct Device {
     pending_count: AtomicUsize,
     /// The segmentation probes waiting for replies (see `crate::probe`).
     pub(crate) probes: crate::probe_match::Probes,
+    /// The relays this data plane frames for (see `crate::relay`).
+    relays: RelayTable,
 }
 
 impl Default for Device {
@@ -175,6 +181,7 @@ impl Device {
             pending: Mutex::new(HashSet::new()),
             pending_count: AtomicUsize::new(0),
             probes: crate::probe_match::Probes::default(),
+            relays: RelayTable::new(),
         }
     }
 
@@ -280,6 +287,33 @@ impl Device {
 
     pub fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// The relays the packet threads frame for and unwrap from (see `crate::relay`).
+    pub fn relays(&self) -> &RelayTable {
+        &self.relays
+    }
+
+    /// The endpoint "through the relay at `relay` (UDP) to `peer`", to set as the peer's
+    /// endpoint; the relay's frames are unwrapped from now on.
+    pub fn relay_endpoint(&self, relay: SocketAddr, peer: &Key) -> Result<SocketAddr, RelayError> {
+        let mut prefix = [0u8; 8];
+        prefix.copy_from_slice(&peer.0[..8]);
+        self.relays.endpoint(relay, &prefix)
+    }
+
+    /// Whether a datagram from `from` may be `peer`'s: a relay endpoint names the peer by its
+    /// key prefix, and a datagram that authenticates as another peer is not let move that
+    /// peer's endpoint (counted, dropped).
+    fn relay_names(&self, peer: &Peer, from: SocketAddr) -> bool {
+        match crate::relay::decode(from) {
+            Some((_, prefix)) if peer.public_key().0[..8] != prefix => {
+                tracing::trace!(peer = %peer.public_key(), %from, "a relayed datagram names another peer than it authenticates as; dropped");
+                Counters::bump(&self.counters.relay_misnamed);
+                false
+            }
+            _ => true,
+        }
     }
 
     /// Counts packets a queue's AQM dropped (see `crate::lane`).
@@ -555,6 +589,9 @@ impl Device {
         let Some(peer) = state.by_index.get(&(le32(d, 4) >> 8)) else {
             return false;
         };
+        if !self.relay_names(peer, from) {
+            return true;
+        }
         let mut p = peer.lock();
         let Some(t) = p.machine.as_mut().and_then(Machine::plexd) else {
             return false;
@@ -718,6 +755,9 @@ impl Device {
         let Some(peer) = self.find_peer(state, (from, local), datagram, to_network) else {
             return;
         };
+        if !self.relay_names(&peer, from) {
+            return;
+        }
         let kind = datagram.first().copied().unwrap_or(0);
         let mut p = peer.lock();
         let Some(machine) = peer.machine(

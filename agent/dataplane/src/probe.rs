@@ -352,7 +352,9 @@ impl Prober {
         for seq in 0..2 * PROBE_PACKETS {
             requests.push(echo_request(src, dst, size, track.id, seq as u16)?);
         }
-        let send = |batch: &PacketBatch| {
+        // A relayed peer's probes go through its relay like its traffic (`crate::relay`).
+        let send = |batch: &mut PacketBatch| {
+            self.device.relays().frame(batch);
             self.socket
                 .send_batch(batch)
                 .map_err(|e| ProbeError::Send(e.to_string()))
@@ -365,7 +367,7 @@ impl Prober {
             &requests[..PROBE_PACKETS],
             &mut batch,
         )?;
-        send(&batch)?;
+        send(&mut batch)?;
         // The single half: one datagram per send, spaced.
         for request in &requests[PROBE_PACKETS..] {
             std::thread::sleep(PROBE_SINGLE_SPACING);
@@ -376,7 +378,7 @@ impl Prober {
                 std::slice::from_ref(request),
                 &mut batch,
             )?;
-            send(&batch)?;
+            send(&mut batch)?;
         }
         let deadline = Instant::now() + PROBE_REPLY_WAIT;
         while Instant::now() < deadline && track.counts() != (PROBE_PACKETS, PROBE_PACKETS) {

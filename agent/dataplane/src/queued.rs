@@ -17,6 +17,7 @@ use crate::lane::{
     is_urgent_packet, take_urgent,
 };
 use crate::pool::{CryptoPool, Job, Ordered};
+use crate::relay::send_framed;
 use crate::shutdown::Shutdown;
 use crate::side::SideSink;
 use crate::side::is_wireguard;
@@ -110,7 +111,7 @@ fn drain_tun<T: Tun, U: Udp>(
                 s.device.handle_tun_packet(now, p, out)
             });
             if !out.is_empty() {
-                (s.udp)().send(out).map_err(LoopError::Udp)?;
+                send_framed(s.device.relays(), &*(s.udp)(), out).map_err(LoopError::Udp)?;
                 out.clear();
             }
         }
@@ -147,14 +148,14 @@ pub(super) fn tun_to_network<T: Tun, U: Udp>(s: &Loop<'_, T, U>) -> Result<(), L
                 .handle_tun_iter(now, chunk.datagrams().map(|(p, _, _)| p), &mut out);
         }
         if !out.is_empty() {
-            (s.udp)().send(&out).map_err(LoopError::Udp)?;
+            send_framed(s.device.relays(), &*(s.udp)(), &mut out).map_err(LoopError::Udp)?;
         }
     }
     Ok(())
 }
 
-/// One datagram outside a chunk (an urgent one): WireGuard to the device, the rest to the side
-/// channel.
+/// One datagram outside a chunk (an urgent one): WireGuard (relayed WireGuard unwrapped, see
+/// [`crate::relay`]) to the device, the rest to the side channel.
 fn urgent_datagram<T: Tun, U: Udp>(
     s: &Loop<'_, T, U>,
     now: Instant,
@@ -163,16 +164,34 @@ fn urgent_datagram<T: Tun, U: Udp>(
     to_network: &mut PacketBatch,
     to_tun: &mut PacketBatch,
 ) {
-    match s.side {
-        Some(side) if !is_wireguard(d) => {
-            if !side.offer(d, from) {
-                s.device.count_side_dropped();
-            }
-        }
-        _ => s
-            .device
-            .handle_udp_datagram_at(now, (from, local), d, to_network, to_tun),
+    let Some((d, from)) = wireguard(s, d, from) else {
+        return;
+    };
+    s.device
+        .handle_udp_datagram_at(now, (from, local), d, to_network, to_tun);
+}
+
+/// The WireGuard datagram in `d` and its source for the device: `d` itself, or the inner
+/// datagram of a relay `recv` with the relay endpoint as its source; None when `d` went to the
+/// side channel (counted when it is full).
+fn wireguard<'d, T, U>(
+    s: &Loop<'_, T, U>,
+    d: &'d [u8],
+    from: SocketAddr,
+) -> Option<(&'d [u8], SocketAddr)> {
+    let Some(side) = s.side else {
+        return Some((d, from));
+    };
+    if is_wireguard(d) {
+        return Some((d, from));
     }
+    if let Some(relayed) = s.device.relays().unwrap(d, from) {
+        return Some(relayed);
+    }
+    if !side.offer(d, from) {
+        s.device.count_side_dropped();
+    }
+    None
 }
 
 /// Reads the socket into the lane; see `drain_tun`.
@@ -223,16 +242,16 @@ fn tun_to_network_pooled<T: Tun, U: Udp>(
     let q = s.queue;
     let mut lane = Lane::new(TX_LANE_BYTES, usize::MAX, q.codel());
     let mut urgent = PacketBatch::for_datagrams(s.batch);
-    let send = |job: &Job| -> Result<(), LoopError> {
+    let send = |job: &mut Job| -> Result<(), LoopError> {
         if !job.batch.is_empty() {
-            (s.udp)().send(&job.batch).map_err(LoopError::Udp)?;
+            send_framed(s.device.relays(), &*(s.udp)(), &mut job.batch).map_err(LoopError::Udp)?;
         }
         Ok(())
     };
     while !s.shutdown.is_triggered() {
         if lane.is_empty() {
-            while let Some(job) = ordered.next_done(true) {
-                send(&job)?;
+            while let Some(mut job) = ordered.next_done(true) {
+                send(&mut job)?;
                 ordered.recycle(job);
             }
         }
@@ -246,8 +265,8 @@ fn tun_to_network_pooled<T: Tun, U: Udp>(
                 .handle_tun_iter_deferred(now, chunk.datagrams().map(|(p, _, _)| p), &mut job);
             ordered.submit(job);
         }
-        while let Some(job) = ordered.next_done(ordered.is_full()) {
-            send(&job)?;
+        while let Some(mut job) = ordered.next_done(ordered.is_full()) {
+            send(&mut job)?;
             ordered.recycle(job);
         }
     }
@@ -297,7 +316,7 @@ fn network_to_tun_pooled<T: Tun, U: Udp>(
         }
         ordered.recycle(job);
         if !to_network.is_empty() {
-            udp.send(to_network).map_err(LoopError::Udp)?;
+            send_framed(s.device.relays(), udp, to_network).map_err(LoopError::Udp)?;
             to_network.clear();
         }
         Ok::<(), LoopError>(())
@@ -330,21 +349,15 @@ fn network_to_tun_pooled<T: Tun, U: Udp>(
     Ok(())
 }
 
-/// The chunk's WireGuard datagrams; the others go to the side channel (counted when it is
-/// full).
+/// The chunk's WireGuard datagrams, relayed ones unwrapped; the others go to the side channel
+/// (counted when it is full).
 fn wireguard_only<'c, T, U>(
     s: &'c Loop<'_, T, U>,
     chunk: &'c Chunk<'_>,
 ) -> impl Iterator<Item = (&'c [u8], SocketAddr, Option<Source>)> + 'c {
-    chunk.datagrams().filter(move |&(d, from, _)| match s.side {
-        Some(side) if !is_wireguard(d) => {
-            if !side.offer(d, from) {
-                s.device.count_side_dropped();
-            }
-            false
-        }
-        _ => true,
-    })
+    chunk
+        .datagrams()
+        .filter_map(move |(d, from, local)| wireguard(s, d, from).map(|(d, from)| (d, from, local)))
 }
 
 fn flush<T: Tun, U: Udp>(
@@ -358,7 +371,7 @@ fn flush<T: Tun, U: Udp>(
         to_tun.clear();
     }
     if !to_network.is_empty() {
-        udp.send(to_network).map_err(LoopError::Udp)?;
+        send_framed(s.device.relays(), udp, to_network).map_err(LoopError::Udp)?;
         to_network.clear();
     }
     Ok(())

@@ -21,6 +21,7 @@ use crate::machine::Protocol;
 use crate::pool::CryptoPool;
 pub use crate::queued::QueueConfig;
 use crate::queued::{self, Loop, LoopError, LoopFn};
+use crate::relay::send_framed;
 pub use crate::shutdown::Shutdown;
 use crate::side::{RawSender, SideSink, is_wireguard};
 use crate::uapi::{self, EADDRINUSE, EINVAL, Request};
@@ -306,7 +307,7 @@ fn tun_to_network<T: Tun, B: UdpBind>(s: &Shared<T, B>) -> Result<(), RunError> 
         s.device
             .handle_tun_packets(Instant::now(), &packets, &mut out);
         if !out.is_empty() {
-            s.udp().send(&out).map_err(RunError::Udp)?;
+            send_framed(s.device.relays(), &*s.udp(), &mut out).map_err(RunError::Udp)?;
         }
     }
     Ok(())
@@ -341,6 +342,15 @@ fn network_to_tun<T: Tun, B: UdpBind>(s: &Shared<T, B>) -> Result<(), RunError> 
                             &mut to_network,
                             &mut to_tun,
                         );
+                    } else if let Some((inner, relay)) = s.device.relays().unwrap(d, from) {
+                        // Relayed WireGuard: the device sees the relay endpoint as its source.
+                        s.device.handle_udp_datagram_at(
+                            now,
+                            (relay, local),
+                            inner,
+                            &mut to_network,
+                            &mut to_tun,
+                        );
                     } else if !side.offer(d, from) {
                         s.device.count_side_dropped();
                     }
@@ -354,7 +364,7 @@ fn network_to_tun<T: Tun, B: UdpBind>(s: &Shared<T, B>) -> Result<(), RunError> 
             s.tun.send(&to_tun).map_err(RunError::Tun)?;
         }
         if !to_network.is_empty() {
-            udp.send(&to_network).map_err(RunError::Udp)?;
+            send_framed(s.device.relays(), &*udp, &mut to_network).map_err(RunError::Udp)?;
         }
     }
     Ok(())
@@ -368,7 +378,7 @@ fn timers<T: Tun, B: UdpBind>(s: &Shared<T, B>) -> Result<(), RunError> {
         out.clear();
         s.device.handle_timer(Instant::now(), &mut out);
         if !out.is_empty() {
-            s.udp().send(&out).map_err(RunError::Udp)?;
+            send_framed(s.device.relays(), &*s.udp(), &mut out).map_err(RunError::Udp)?;
         }
     }
     Ok(())

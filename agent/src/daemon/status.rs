@@ -151,8 +151,9 @@ pub struct PeerStatus {
     #[serde(default)]
     pub public_key: String,
     pub mesh_ip: IpAddr,
-    /// The data plane's endpoint for the peer (a relayed peer's is a local forwarder or
-    /// the relay, as the runtime carries it).
+    /// The data plane's endpoint for the peer (a relayed peer's is the data plane's relay
+    /// endpoint in `100::/64` over UDP, or a loopback forwarder over TCP or with the kernel
+    /// backend; docs/reach.md).
     pub endpoint: Option<SocketAddr>,
     /// The path its traffic takes (the reach runtime's choice).
     #[serde(default)]

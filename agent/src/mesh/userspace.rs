@@ -216,6 +216,21 @@ impl PathControl for DeviceEndpoints {
             .map_err(io::Error::other)
     }
 
+    fn relay_endpoint(
+        &self,
+        relay: std::net::SocketAddr,
+        peer: PeerKey,
+    ) -> io::Result<Option<std::net::SocketAddr>> {
+        self.device
+            .relay_endpoint(relay, &Key(peer.0))
+            .map(Some)
+            .map_err(io::Error::other)
+    }
+
+    fn set_relays(&self, relays: &[std::net::SocketAddr]) -> io::Result<()> {
+        self.device.relays().set(relays).map_err(io::Error::other)
+    }
+
     fn handshakes(&self) -> io::Result<Vec<(PeerKey, Option<SystemTime>)>> {
         let s = self.device.snapshot(Instant::now(), SystemTime::now());
         Ok(s.peers

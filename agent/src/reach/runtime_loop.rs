@@ -61,8 +61,11 @@ pub(crate) struct Loop {
     /// The last sealed-frame counter accepted from each relay: a new connection to it goes on
     /// from there, so frames captured earlier stay replays.
     floors: HashMap<String, u64>,
-    /// The relay each relayed peer's forwarder goes through.
+    /// The relay each relayed peer goes through (its forwarder's, or the data plane's relay
+    /// endpoint's).
     relayed: HashMap<PeerKey, String>,
+    /// The relays the data plane unwraps frames from, as last told (`PathControl::set_relays`).
+    plane_relays: Vec<SocketAddr>,
     udp_blocked: bool,
     home: usize,
     home_up: Option<String>,
@@ -109,6 +112,7 @@ impl Loop {
             links: HashMap::new(),
             floors: HashMap::new(),
             relayed: HashMap::new(),
+            plane_relays: Vec::new(),
             udp_blocked: false,
             home: 0,
             home_up: None,
@@ -161,6 +165,7 @@ impl Loop {
             {
                 self.input(Input::Tick);
             }
+            self.sync_plane_relays();
         }
         self.fwds.clear();
         self.links.clear();
@@ -406,15 +411,68 @@ impl Loop {
         }
     }
 
-    /// Points the forwarders through relay `name` at its current transport.
-    fn reroute(&self, name: &str) {
-        for (peer, relay) in &self.relayed {
-            if relay == name
-                && let Some(f) = self.fwds.get(peer)
-            {
-                f.fwd.set_route(self.relay_route(name, *peer));
+    /// Carries the peers relayed through relay `name` over its current transport.
+    fn reroute(&mut self, name: &str) {
+        let peers: Vec<PeerKey> = self
+            .relayed
+            .iter()
+            .filter(|(_, relay)| relay.as_str() == name)
+            .map(|(peer, _)| *peer)
+            .collect();
+        for peer in peers {
+            self.carry_relayed(peer, name);
+        }
+    }
+
+    /// Carries `peer` through relay `name`: over UDP with the userspace data plane, as the
+    /// data plane's own relay endpoint (no forwarder); otherwise (TCP, the kernel, a data
+    /// plane that cannot take one more relay) through the peer's forwarder.
+    fn carry_relayed(&mut self, peer: PeerKey, name: &str) {
+        if self.setup.mode == Mode::Userspace
+            && !self.links.contains_key(name)
+            && let Some(udp) = self.relay_udp(name)
+        {
+            match self.setup.control.relay_endpoint(udp, peer) {
+                Ok(Some(endpoint)) => {
+                    self.fwds.remove(&peer);
+                    self.set_endpoint(peer, endpoint);
+                    return;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(peer_key = %peer, relay = name, "the data plane cannot carry the peer through relay {name} itself ({e}); using a loopback forwarder");
+                }
             }
         }
+        if let Some(f) = self.forwarder(peer) {
+            f.set_route(self.relay_route(name, peer));
+            self.index_direct(peer, None, &f);
+        }
+    }
+
+    /// Tells the data plane which relays' frames to unwrap: those with a connection over UDP
+    /// (registered, or registering). Only when that set changed.
+    fn sync_plane_relays(&mut self) {
+        if self.setup.mode != Mode::Userspace {
+            return;
+        }
+        let mut relays: Vec<SocketAddr> = self
+            .conns
+            .keys()
+            .filter(|name| !self.links.contains_key(*name))
+            .filter_map(|name| self.relay_udp(name))
+            .collect();
+        relays.sort();
+        relays.dedup();
+        if relays == self.plane_relays {
+            return;
+        }
+        if let Err(e) = self.setup.control.set_relays(&relays) {
+            tracing::warn!(
+                "the data plane takes frames from only some relays ({e}); the others' peers use loopback forwarders"
+            );
+        }
+        self.plane_relays = relays;
     }
 
     /// Moves relay `name` to TCP with TLS; `false` when it has no TLS address or this node no
@@ -537,10 +595,7 @@ impl Loop {
                     let _ = self.open_tcp(relay, t);
                 }
                 self.relayed.insert(peer, relay.clone());
-                if let Some(f) = self.forwarder(peer) {
-                    f.set_route(self.relay_route(relay, peer));
-                    self.index_direct(peer, None, &f);
-                }
+                self.carry_relayed(peer, relay);
             }
         }
         tracing::info!(peer_key = %peer, path = ?path, "reach: path set");

@@ -31,8 +31,9 @@ pub const RELAY_IDLE: Duration = Duration::from_secs(60);
 /// How the data plane is carried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    /// The embedded data plane: direct paths are the peer's endpoint itself; only relayed
-    /// peers get a forwarder.
+    /// The embedded data plane: direct paths are the peer's endpoint itself, and so are
+    /// paths through a relay over UDP (the data plane frames them); only peers relayed over
+    /// TCP get a forwarder.
     Userspace,
     /// Kernel WireGuard on another port: every peer's endpoint is its forwarder, and direct
     /// paths go out of plexd's underlay socket.
@@ -44,6 +45,21 @@ pub enum Mode {
 pub trait PathControl: Send + 'static {
     fn set_endpoint(&self, peer: PeerKey, endpoint: SocketAddr) -> io::Result<()>;
     fn handshakes(&self) -> io::Result<Vec<(PeerKey, Option<SystemTime>)>>;
+
+    /// The data plane's own endpoint "through the relay at `relay` (its UDP address) to
+    /// `peer`", when the data plane frames for relays itself (the userspace one:
+    /// `plexd_dataplane::relay`); `None`: a loopback forwarder carries the peer (kernel).
+    fn relay_endpoint(&self, relay: SocketAddr, peer: PeerKey) -> io::Result<Option<SocketAddr>> {
+        let _ = (relay, peer);
+        Ok(None)
+    }
+
+    /// The relays whose `recv` frames the data plane unwraps itself: the ones the runtime has
+    /// a connection with over UDP. Frames from any other address stay with the runtime.
+    fn set_relays(&self, relays: &[SocketAddr]) -> io::Result<()> {
+        let _ = relays;
+        Ok(())
+    }
 }
 
 /// The host's addresses worth offering as candidates (already filtered).

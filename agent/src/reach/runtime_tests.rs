@@ -319,3 +319,97 @@ fn relayed_over_tls(udp: Option<SocketAddr>) {
     });
     rt.stop();
 }
+
+/// Records what a data plane that frames for relays itself is told.
+struct PlaneRecorder {
+    endpoints: Arc<Mutex<Vec<(PeerKey, SocketAddr)>>>,
+    relays: Arc<Mutex<Vec<Vec<SocketAddr>>>>,
+}
+
+/// What the stand-in data plane answers as the relay endpoint of any peer.
+const RELAY_ENDPOINT: &str = "[100::2222:2222:2222:2222]:1";
+
+impl PathControl for PlaneRecorder {
+    fn set_endpoint(&self, peer: PeerKey, endpoint: SocketAddr) -> io::Result<()> {
+        lock(&self.endpoints).push((peer, endpoint));
+        Ok(())
+    }
+
+    fn handshakes(&self) -> io::Result<Vec<(PeerKey, Option<SystemTime>)>> {
+        Ok(vec![])
+    }
+
+    fn relay_endpoint(&self, _relay: SocketAddr, _peer: PeerKey) -> io::Result<Option<SocketAddr>> {
+        Ok(Some(RELAY_ENDPOINT.parse().unwrap()))
+    }
+
+    fn set_relays(&self, relays: &[SocketAddr]) -> io::Result<()> {
+        lock(&self.relays).push(relays.to_vec());
+        Ok(())
+    }
+}
+
+/// Userspace, a path through a relay over UDP: the peer's endpoint is the data plane's relay
+/// endpoint (no loopback forwarder), and the data plane is told to take that relay's frames.
+#[test]
+fn userspace_relays_over_udp_inside_the_data_plane_without_a_forwarder() {
+    use base64::Engine as _;
+    let relay = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let relay_addr = relay.local_addr().unwrap();
+    let (endpoints, relays) = (
+        Arc::new(Mutex::new(Vec::new())),
+        Arc::new(Mutex::new(Vec::new())),
+    );
+    let underlay = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+    let rt = Runtime::start(RuntimeSetup {
+        secret: [0x11; 32],
+        mesh: "10.64.0.0/16".parse().unwrap(),
+        mode: Mode::Userspace,
+        underlay,
+        listen_port: Box::new(|| 51820),
+        wg_port: Box::new(|| 51820),
+        control: Box::new(PlaneRecorder {
+            endpoints: endpoints.clone(),
+            relays: relays.clone(),
+        }),
+        local_addrs: Box::new(Vec::new),
+        tls: None,
+    })
+    .unwrap();
+    rt.set_relays(
+        vec![RelaySpec {
+            name: "r1".into(),
+            public_key: base64::engine::general_purpose::STANDARD
+                .encode(plexsphere_wire::reach::public_key(&[0x66; 32])),
+            udp: Some(relay_addr),
+            tls: None,
+            tls_server_name: None,
+        }],
+        vec![],
+    );
+    let peer = PeerKey([0x22; 32]);
+    rt.set_peers(vec![crate::reach::io::PeerReach {
+        key: peer,
+        node_id: uuid::Uuid::nil(),
+        hostname: "peer".into(),
+        endpoints: vec![],
+        home_relay: Some("r1".into()),
+    }]);
+    rt.perform(Effect::SetPath {
+        peer,
+        path: Path::Relay {
+            relay: "r1".into(),
+            transport: crate::reach::io::Transport::Udp,
+        },
+    });
+    let set = wait(|| lock(&endpoints).first().copied());
+    assert_eq!(set, (peer, RELAY_ENDPOINT.parse().unwrap()), "no forwarder");
+    wait(|| {
+        lock(&relays)
+            .last()
+            .is_some_and(|r| r == &[relay_addr])
+            .then_some(())
+    });
+    rt.stop();
+    assert_eq!(lock(&endpoints).len(), 1, "never a loopback forwarder");
+}

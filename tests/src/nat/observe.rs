@@ -29,6 +29,10 @@ pub struct PeerPath {
     /// "udp" or "tcp" (relayed paths).
     pub transport: Option<String>,
     pub rtt_ms: Option<u64>,
+    /// The data plane's endpoint for the peer (`peers[].endpoint`): a loopback forwarder's
+    /// `127.0.0.1:port`, a relay endpoint in `100::/64` (userspace, relayed over UDP), or the
+    /// peer's address.
+    pub wg_endpoint: Option<SocketAddr>,
 }
 
 impl PeerPath {
@@ -42,11 +46,21 @@ impl PeerPath {
             relay: text("relay"),
             transport: text("transport"),
             rtt_ms: peer.get("rtt_ms").and_then(serde_json::Value::as_u64),
+            wg_endpoint: peer
+                .get("endpoint")
+                .and_then(|v| v.as_str())
+                .and_then(|e| e.parse().ok()),
         })
     }
 
     pub fn is_direct(&self) -> bool {
         self.kind == "direct"
+    }
+
+    /// The data plane carries the peer through a relay itself (a relay endpoint in
+    /// `100::/64`, `plexd_dataplane::relay`), not through a loopback forwarder.
+    pub fn is_relayed_in_data_plane(&self) -> bool {
+        matches!(self.wg_endpoint, Some(SocketAddr::V6(v6)) if v6.ip().segments()[..4] == [0x100, 0, 0, 0])
     }
 
     /// Relayed over `transport` ("udp" or "tcp").

@@ -97,6 +97,36 @@ pub type KeyPrefix = [u8; 8];
 /// The bytes before the datagram in a UDP `send` or `recv`: magic, type, key prefix.
 pub const UDP_DATA_HEAD: usize = 4 + 1 + 8;
 
+/// The type byte of a `send` frame.
+pub const SEND: u8 = 5;
+/// The type byte of a `recv` frame.
+pub const RECV: u8 = 6;
+
+/// Writes the head of a UDP `send` to `dst` (magic, type, key prefix) into `out`: the
+/// allocation-free form of [`Frame::Send`]'s [`Frame::to_datagram`] for a caller that leaves
+/// [`UDP_DATA_HEAD`] bytes free in front of the datagram it relays.
+pub fn write_send_head(out: &mut [u8; UDP_DATA_HEAD], dst: &KeyPrefix) {
+    out[..4].copy_from_slice(&RELAY_MAGIC);
+    out[4] = SEND;
+    out[5..].copy_from_slice(dst);
+}
+
+/// The source prefix and the datagram of a UDP `recv`, borrowed from `datagram` (the
+/// allocation-free form of [`Frame::from_datagram`] for a `recv`); None for anything else, and
+/// for a payload longer than [`MAX_PAYLOAD`] (which [`Frame::decode`] refuses too).
+pub fn parse_recv(datagram: &[u8]) -> Option<(KeyPrefix, &[u8])> {
+    if datagram.len() < UDP_DATA_HEAD
+        || datagram[..4] != RELAY_MAGIC
+        || datagram[4] != RECV
+        || datagram.len() - UDP_DATA_HEAD > MAX_PAYLOAD
+    {
+        return None;
+    }
+    let mut src = [0u8; 8];
+    src.copy_from_slice(&datagram[5..UDP_DATA_HEAD]);
+    Some((src, &datagram[UDP_DATA_HEAD..]))
+}
+
 /// A key's [`KeyPrefix`].
 pub fn prefix(key: &NodeKey) -> KeyPrefix {
     let mut p = [0u8; 8];
@@ -227,12 +257,12 @@ impl Frame {
                 out.extend_from_slice(&lease_secs.to_be_bytes());
             }
             Frame::Send { dst, payload } => {
-                out.push(5);
+                out.push(SEND);
                 out.extend_from_slice(dst);
                 out.extend_from_slice(payload);
             }
             Frame::Recv { src, payload } => {
-                out.push(6);
+                out.push(RECV);
                 out.extend_from_slice(src);
                 out.extend_from_slice(payload);
             }
@@ -291,11 +321,11 @@ impl Frame {
             4 => Frame::Registered {
                 lease_secs: r.u16()?,
             },
-            5 => Frame::Send {
+            SEND => Frame::Send {
                 dst: r.array()?,
                 payload: payload(r.rest())?,
             },
-            6 => Frame::Recv {
+            RECV => Frame::Recv {
                 src: r.array()?,
                 payload: payload(r.rest())?,
             },

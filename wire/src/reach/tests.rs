@@ -286,3 +286,40 @@ fn sealed_frames_open_only_under_the_pairs_key_and_unaltered() {
         &p
     ));
 }
+
+/// The allocation-free head and parse agree with the frame codec byte for byte.
+#[test]
+fn send_heads_and_recv_parses_match_the_frame_codec() {
+    use super::relay::{UDP_DATA_HEAD, parse_recv, write_send_head};
+    let payload = vec![4u8, 0, 0, 0, 9, 9, 9];
+    let mut head = [0u8; UDP_DATA_HEAD];
+    write_send_head(&mut head, &[7; 8]);
+    let mut framed = head.to_vec();
+    framed.extend_from_slice(&payload);
+    let send = Frame::Send {
+        dst: [7; 8],
+        payload: payload.clone(),
+    };
+    assert_eq!(framed, send.to_datagram());
+
+    let recv = Frame::Recv {
+        src: [3; 8],
+        payload: payload.clone(),
+    }
+    .to_datagram();
+    assert_eq!(parse_recv(&recv), Some(([3; 8], &payload[..])));
+    assert_eq!(
+        parse_recv(&send.to_datagram()),
+        None,
+        "a send is not a recv"
+    );
+    assert_eq!(parse_recv(&recv[..UDP_DATA_HEAD - 1]), None, "too short");
+    let mut other_magic = recv.clone();
+    other_magic[3] ^= 1;
+    assert_eq!(parse_recv(&other_magic), None);
+    assert_eq!(
+        parse_recv(&recv[..UDP_DATA_HEAD]),
+        Some(([3; 8], &[][..])),
+        "an empty recv parses as the codec decodes it"
+    );
+}
