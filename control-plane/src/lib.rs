@@ -9,8 +9,6 @@ pub mod audit;
 pub mod auth;
 pub mod broker;
 pub mod bus;
-pub mod bus_nats;
-pub mod bus_poll;
 pub mod candidates;
 pub mod cli;
 pub mod clone;

@@ -7,7 +7,7 @@
 //! Domain, so a replica that starts or reconnects catches up at once) and moves its local
 //! watch channels to what it hears. Streams then read what they have not sent from the
 //! `events` table, which stays the source of truth: a lost, late or repeated notice costs a
-//! later wake-up, never an event, and the poller (`bus_poll`) covers any time NATS is away.
+//! later wake-up, never an event, and the poller ([`super::poll`]) covers any time NATS is away.
 //!
 //! `notify` never blocks: notices go through a bounded outbox to one publisher task, which
 //! coalesces them per Domain; a full outbox drops the notice (the poller brings it).
@@ -23,8 +23,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
+use crate::bus::poll::Link;
 use crate::bus::{EventBus, InProcessBus};
-use crate::bus_poll::Link;
 
 /// The JetStream stream of notices.
 pub const STREAM: &str = "PLEXSPHERE_EVENTS";
@@ -254,7 +254,7 @@ impl EventBus for NatsBus {
             Err(format!(
                 "the NATS bus ({}) is not connected; this replica's streams hear of other replicas' events by polling the database every {} s until it is; check that nats-server runs and --nats-url",
                 self.urls,
-                crate::bus_poll::POLL_WHILE_BUS_DOWN.as_secs()
+                crate::bus::poll::POLL_WHILE_BUS_DOWN.as_secs()
             ))
         }
     }
@@ -275,7 +275,7 @@ fn on_nats_event(status: &Status, urls: &str, event: async_nats::Event) {
             tracing::warn!(
                 nats = urls,
                 "bus: lost NATS; reconnecting, and polling the database every {} s meanwhile",
-                crate::bus_poll::POLL_WHILE_BUS_DOWN.as_secs()
+                crate::bus::poll::POLL_WHILE_BUS_DOWN.as_secs()
             );
             status.set_connected(false);
         }

@@ -5,10 +5,16 @@
 //! pace, so a notification can be coalesced, repeated or arrive late without losing an event.
 //! Nothing assumes that one process owns all streams: another replica's writes reach this
 //! process's streams as soon as a bus carries its notices. [`InProcessBus`] serves one
-//! replica (and holds every replica's local watch channels); `bus_nats` carries the notices
-//! between replicas over NATS JetStream, and `bus_poll` reads each Domain's head from the
+//! replica (and holds every replica's local watch channels); [`nats`] carries the notices
+//! between replicas over NATS JetStream, and [`poll`] reads each Domain's head from the
 //! database so that a bus outage (or no bus at all, on a shared Postgres) means later
 //! wake-ups, never lost events.
+//!
+//! This folder owns the notices and nothing else: it may import the store (the poller reads
+//! the events table); everything that appends events imports it, it imports none of them.
+
+pub mod nats;
+pub mod poll;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
