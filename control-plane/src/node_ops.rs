@@ -149,9 +149,9 @@ impl NodeOps<'_> {
         let policy_version = policy_version(&mut conn, me.domain_id).await?;
         let extras = node_decisions::Extras {
             dns_suffix: crate::store::names::suffix(&mut conn, me.domain_id).await?,
-            served: crate::routes_ops::served(&mut conn, me.id).await?,
+            served: crate::routes::ops::served(&mut conn, me.id).await?,
         };
-        let routes = crate::routes_ops::route_inventory(&mut conn, me.domain_id).await?;
+        let routes = crate::routes::ops::route_inventory(&mut conn, me.domain_id).await?;
         drop(conn);
         let policy = self
             .policies

@@ -247,7 +247,7 @@ impl PolicyCache {
         let live = nodes::live_in_domain(&mut conn, domain_id).await?;
         let projects = projects::in_domain(&mut conn, domain_id).await?;
         let version = policy_version(&mut conn, domain_id).await?;
-        let routes = crate::routes_ops::route_inventory(&mut conn, domain_id).await?;
+        let routes = crate::routes::ops::route_inventory(&mut conn, domain_id).await?;
         drop(conn);
         self.get_locked(
             store, domain_id, &slot, version, &live, &projects, &routes, head,

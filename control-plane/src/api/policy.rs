@@ -267,7 +267,7 @@ pub async fn explain(
         Some(a) => {
             let mut e = plexsphere_policy::explain_address(&policy, src, a, what);
             let mut c = st.store.acquire().await?;
-            let routes = crate::routes_ops::route_inventory(&mut c, domain.id).await?;
+            let routes = crate::routes::ops::route_inventory(&mut c, domain.id).await?;
             drop(c);
             e.lines.push(carried_by(&routes, &inv, src.id, a));
             e

@@ -13,7 +13,7 @@ use plexsphere_wire::routes::{Approval, RouteDecision, RouteEntry, RoutesAck, Ro
 use super::extract::{ApiJson, NodeAuth, Operator};
 use super::state::AppState;
 use crate::error::Error;
-use crate::routes_ops::RouteOps;
+use crate::routes::ops::RouteOps;
 use crate::store::{self, domains};
 
 fn ops(st: &AppState) -> RouteOps<'_> {

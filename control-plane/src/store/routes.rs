@@ -1,14 +1,59 @@
 //! The `node_routes` table (schema version 18): what each node advertises as a subnet router
 //! or exit, its approval, health and last report, and whether it carries traffic now
-//! (`primary_since`, set by `routes_select`). One row per (node, cidr); an exit is two
+//! (`primary_since`, set by `routes::select`). One row per (node, cidr); an exit is two
 //! rows of kind `exit` (`0.0.0.0/0`, `::/0`).
 
+use std::net::IpAddr;
+
+use ipnet::IpNet;
 use plexsphere_wire::routes::Approval;
 use sqlx::{AnyConnection, Row as _};
 use uuid::Uuid;
 
 use super::{StoreError, parse_col};
-use crate::routes_select::{Kind, Router};
+
+/// Whether a row is a subnet route or one of an exit's two prefixes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Route,
+    Exit,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Route => "route",
+            Kind::Exit => "exit",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        match s {
+            "route" => Some(Kind::Route),
+            "exit" => Some(Kind::Exit),
+            _ => None,
+        }
+    }
+}
+
+/// One (node, cidr) row as the selection (`routes::select`) reads it ([`RouteRow`] holds more).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Router {
+    pub node_id: Uuid,
+    pub cidr: IpNet,
+    pub kind: Kind,
+    pub probe: Option<IpAddr>,
+    /// In the node's last report (false: withdrawn, kept for its approval).
+    pub advertised: bool,
+    pub healthy: bool,
+    /// Since when the router has been healthy without a break (`None` while unhealthy).
+    pub healthy_since: Option<i64>,
+    pub last_report: i64,
+    pub approval: Approval,
+    pub approved_at: Option<i64>,
+    /// Set while the row carries traffic (primary, or exit in service): since when.
+    pub primary_since: Option<i64>,
+}
 
 /// A stored row: what the selection reads, and the rest.
 #[derive(Debug, Clone, PartialEq, Eq)]

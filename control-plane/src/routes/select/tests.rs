@@ -2,6 +2,7 @@
 //! pre-emption, ties, a denied primary, every router gone, exits.
 
 use super::*;
+use uuid::Uuid;
 
 const NET: &str = "10.1.0.0/24";
 

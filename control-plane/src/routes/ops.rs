@@ -1,6 +1,6 @@
 //! Subnet routes and exits (issue 27, docs/routes.md "Control plane"): a node's route report,
 //! an operator's approval or denial, the route list, and the leader's sweep; one transaction
-//! each. Each runs the primary selection (`routes_select`) over the Domain's rows and writes
+//! each. Each runs the primary selection ([`super::select`]) over the Domain's rows and writes
 //! back which rows carry traffic; when that set, or a node's exit, changes it appends ONE
 //! Domain `resync` (every node pulls its new signed state: the routers' `served_routes`,
 //! the clients' allowed IPs and views). A `peer_updated` cannot say it: a router's allowed
@@ -20,8 +20,8 @@ use uuid::Uuid;
 
 use crate::bus::EventBus;
 use crate::error::Error;
-use crate::routes_select::{self, Kind, Router, Verdict};
-use crate::store::routes::{self as rows, RouteRow};
+use crate::routes::select::{self, Verdict};
+use crate::store::routes::{self as rows, Kind, RouteRow, Router};
 use crate::store::{self, Store, StoreError, domains, events, nodes};
 
 /// The most advertised rows (routes, and two per exit) a Domain holds: each costs every view
@@ -186,7 +186,7 @@ pub async fn reselect(
     now: i64,
 ) -> Result<(Vec<Verdict>, bool), StoreError> {
     let routers: Vec<Router> = all.iter().map(|r| r.router.clone()).collect();
-    let verdicts = routes_select::select(&routers, now);
+    let verdicts = select::select(&routers, now);
     let mut changed = false;
     for (row, v) in all.iter_mut().zip(&verdicts) {
         if row.router.primary_since != v.primary_since {
@@ -255,7 +255,7 @@ impl RouteOps<'_> {
                 "the Domain would hold {after} advertised routes, the limit is {MAX_ROUTES_PER_DOMAIN}; withdraw routes elsewhere first"
             )));
         }
-        let approver = crate::routes_approve::AutoApprover::load(&mut tx, &me).await?;
+        let approver = crate::routes::approve::AutoApprover::load(&mut tx, &me).await?;
         for w in &wanted {
             let existing = all
                 .iter_mut()
@@ -278,7 +278,7 @@ impl RouteOps<'_> {
                     if x.approval == Approval::Pending && approver.approves(w.cidr, w.kind) {
                         x.approval = Approval::Approved;
                         x.approved_at = Some(now);
-                        row.approved_by = Some(crate::routes_approve::AUTO_APPROVER.into());
+                        row.approved_by = Some(crate::routes::approve::AUTO_APPROVER.into());
                     }
                     rows::update(&mut tx, row).await?;
                 }
@@ -286,7 +286,7 @@ impl RouteOps<'_> {
                     let auto = approver.approves(w.cidr, w.kind);
                     let row = RouteRow {
                         domain_id: domain.id,
-                        approved_by: auto.then(|| crate::routes_approve::AUTO_APPROVER.into()),
+                        approved_by: auto.then(|| crate::routes::approve::AUTO_APPROVER.into()),
                         router: Router {
                             node_id,
                             healthy_since: w.healthy.then_some(now),
@@ -324,7 +324,7 @@ impl RouteOps<'_> {
         }
         let mut all = kept;
         let (verdicts, mut changed) = reselect(&mut tx, &mut all, now).await?;
-        let old_exit = crate::routes_approve::use_exit_of(&mut tx, node_id).await?;
+        let old_exit = crate::routes::approve::use_exit_of(&mut tx, node_id).await?;
         if old_exit != report.use_exit {
             rows::set_use_exit(&mut tx, node_id, report.use_exit.as_deref()).await?;
             changed = true;

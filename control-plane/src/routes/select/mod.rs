@@ -14,58 +14,15 @@
 //! eligible (its role is then `primary`).
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 
 use ipnet::IpNet;
 use plexsphere_wire::routes::{Approval, ROUTE_LEASE_SECS, RouterRole};
-use uuid::Uuid;
+
+use crate::store::routes::{Kind, Router};
 
 /// How long a router must have been healthy before it takes over from a failed primary
 /// (unless no router has been healthy that long).
 pub const ROUTE_HOLD_DOWN_SECS: i64 = 30;
-
-/// Whether a row is a subnet route or one of an exit's two prefixes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Kind {
-    Route,
-    Exit,
-}
-
-impl Kind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Route => "route",
-            Kind::Exit => "exit",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Kind> {
-        match s {
-            "route" => Some(Kind::Route),
-            "exit" => Some(Kind::Exit),
-            _ => None,
-        }
-    }
-}
-
-/// One (node, cidr) row as the selection reads it (`store::routes::RouteRow` holds more).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Router {
-    pub node_id: Uuid,
-    pub cidr: IpNet,
-    pub kind: Kind,
-    pub probe: Option<IpAddr>,
-    /// In the node's last report (false: withdrawn, kept for its approval).
-    pub advertised: bool,
-    pub healthy: bool,
-    /// Since when the router has been healthy without a break (`None` while unhealthy).
-    pub healthy_since: Option<i64>,
-    pub last_report: i64,
-    pub approval: Approval,
-    pub approved_at: Option<i64>,
-    /// Set while the row carries traffic (primary, or exit in service): since when.
-    pub primary_since: Option<i64>,
-}
 
 /// What the selection decided for one row.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -248,5 +205,4 @@ pub fn stamp(secs: i64) -> String {
 }
 
 #[cfg(test)]
-#[path = "routes_select_tests.rs"]
 mod tests;

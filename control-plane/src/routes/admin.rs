@@ -7,9 +7,9 @@ use plexsphere_wire::routes::{Approval, RouteEntry};
 use uuid::Uuid;
 
 use crate::error::Error;
-use crate::routes_ops::{RouteOps, entries, reselect};
-use crate::routes_select::{self, Kind, Router};
-use crate::store::routes::{self as rows, RouteRow};
+use crate::routes::ops::{RouteOps, entries, reselect};
+use crate::routes::select;
+use crate::store::routes::{self as rows, Kind, RouteRow, Router};
 use crate::store::{self, StoreError, events, nodes};
 
 /// How often the leader re-runs the selection of every Domain with routes (a lease expiry
@@ -109,7 +109,7 @@ impl RouteOps<'_> {
                 continue;
             }
             let routers: Vec<Router> = all.iter().map(|r| r.router.clone()).collect();
-            let verdicts = routes_select::select(&routers, now);
+            let verdicts = select::select(&routers, now);
             let names = names_of(&mut conn, d).await?;
             out.extend(entries(&all, &verdicts, &|id| lookup(&names, id)));
         }
@@ -148,7 +148,7 @@ impl RouteOps<'_> {
 }
 
 fn exit_v4() -> IpNet {
-    crate::routes_ops::exit_prefixes()[0]
+    crate::routes::ops::exit_prefixes()[0]
 }
 
 async fn names_of(

@@ -7,8 +7,8 @@ use sqlx::{AnyConnection, Row as _};
 use uuid::Uuid;
 
 use crate::error::Error;
-use crate::routes_select::Kind;
 use crate::store::nodes::NodeRow;
+use crate::store::routes::Kind;
 use crate::store::{StoreError, policies};
 
 /// `approved_by` of a row the policy approved.
