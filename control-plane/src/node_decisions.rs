@@ -15,7 +15,7 @@ use plexsphere_wire::signed::SignedEnvelope;
 use plexsphere_wire::signing_keys::SigningKey;
 use uuid::Uuid;
 
-use crate::policy_view::CompiledPolicy;
+use crate::policy::view::CompiledPolicy;
 use crate::store::domains::Domain;
 use crate::store::events::Head;
 use crate::store::nodes::NodeRow;
@@ -218,7 +218,7 @@ mod tests {
 
     /// The default (allow-all) document compiled over `live`.
     fn allow_all(live: &[NodeRow]) -> CompiledPolicy {
-        let inv = crate::policy_view::inventory(live, &[]);
+        let inv = crate::policy::view::inventory(live, &[]);
         CompiledPolicy::new(0, &plexsphere_policy::default_document(), &inv, 0)
     }
 

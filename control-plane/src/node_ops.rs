@@ -16,7 +16,7 @@ use crate::error::Error;
 use crate::keys::Keyring;
 use crate::live_cache::LiveCache;
 use crate::node_decisions;
-use crate::policy_cache::{PolicyCache, policy_version};
+use crate::policy::cache::{PolicyCache, policy_version};
 use crate::store::domains::Domain;
 use crate::store::nodes::{HeartbeatRecord, NodeReach, NodeRow};
 use crate::store::{self, Store, StoreError, domains, events, nodes, projects};

@@ -5,7 +5,7 @@ use plexsphere_wire::signed::SignedEnvelope;
 use uuid::Uuid;
 
 use super::{Extras, Reach, node_state, peer_spec};
-use crate::policy_view::*;
+use crate::policy::view::*;
 use crate::store::domains::Domain;
 use crate::store::nodes::NodeRow;
 

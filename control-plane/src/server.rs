@@ -56,7 +56,7 @@ pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// answered `413 body_too_large` before any handler runs.
 pub const MAX_BUFFERED_BODY: usize = plexsphere_wire::node::MAX_NODE_BODY;
 
-/// The body bound of a request path: [`crate::policy_ops::POLICY_BODY_LIMIT`] (a policy
+/// The body bound of a request path: [`crate::policy::ops::POLICY_BODY_LIMIT`] (a policy
 /// document up to the policy crate's 1 MiB, JSON-escaped) for `/v1/domains/{domain}/policy`
 /// and `.../policy/validate`, [`MAX_BUFFERED_BODY`] for every other path.
 pub fn buffered_body_limit(path: &str) -> usize {
@@ -67,7 +67,7 @@ pub fn buffered_body_limit(path: &str) -> usize {
             !domain.is_empty() && matches!(tail, "policy" | "policy/validate")
         });
     if policy_route {
-        crate::policy_ops::POLICY_BODY_LIMIT
+        crate::policy::ops::POLICY_BODY_LIMIT
     } else {
         MAX_BUFFERED_BODY
     }

@@ -23,7 +23,7 @@ use super::extract::{ApiJson, Operator, UuidPath};
 use super::signing_keys::visible_domain;
 use super::state::AppState;
 use crate::error::Error;
-use crate::policy_ops::{ChangeRequest, POLICY_BODY_LIMIT};
+use crate::policy::ops::{ChangeRequest, POLICY_BODY_LIMIT};
 use crate::store::policies::{self, MAX_HISTORY_PAGE, PolicyRow};
 use crate::store::{self, StoreError, from_unix};
 use crate::views::node_view;

@@ -17,7 +17,7 @@ use crate::live_cache::LiveCache;
 use crate::maintenance::{MaintenanceHost, Schedule};
 use crate::metrics::Metrics;
 use crate::node_ops::NodeOps;
-use crate::policy_cache::PolicyCache;
+use crate::policy::cache::PolicyCache;
 use crate::ratelimit::{RateLimit, RateLimiter};
 use crate::store::Store;
 
@@ -124,7 +124,7 @@ pub struct AppState {
     pub broker: Broker,
     /// The Prometheus series of `/metrics` (docs/metrics.md).
     pub metrics: Metrics,
-    /// Each Domain's compiled access policy (`crate::policy_cache`).
+    /// Each Domain's compiled access policy (`crate::policy::cache`).
     pub policies: PolicyCache,
     /// Each Domain's live node rows for the state builds (`crate::live_cache`).
     pub live: LiveCache,
@@ -214,9 +214,9 @@ impl AppState {
     }
 
     /// The node operations over this state's store, keys and bus.
-    /// The access policy and tag operations (`crate::policy_ops`).
-    pub fn policy_ops(&self) -> crate::policy_ops::PolicyOps<'_> {
-        crate::policy_ops::PolicyOps {
+    /// The access policy and tag operations (`crate::policy::ops`).
+    pub fn policy_ops(&self) -> crate::policy::ops::PolicyOps<'_> {
+        crate::policy::ops::PolicyOps {
             store: &self.store,
             bus: self.bus.as_ref(),
         }

@@ -7,7 +7,7 @@
 //! compiles (on the blocking pool) while the others of the Domain wait for it, then take
 //! the same `Arc` (no thundering herd after a policy change, when every node pulls its
 //! state at once). The previous entry is kept too, for a stream deciding a `peer_removed`
-//! of a node the new compile no longer knows ([`crate::policy_view::unknown_verdict`]).
+//! of a node the new compile no longer knows ([`crate::policy::view::unknown_verdict`]).
 //! Metrics: `plexsphere_policy_compiles_total`, `plexsphere_policy_compile_seconds`.
 
 use std::collections::HashMap;
@@ -19,7 +19,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use uuid::Uuid;
 
 use crate::error::Error;
-use crate::policy_view::{self, CompiledPolicy, DEFAULT_POLICY_VERSION, Verdict, inventory};
+use crate::policy::view::{self, CompiledPolicy, DEFAULT_POLICY_VERSION, Verdict, inventory};
 use crate::store::nodes::NodeRow;
 use crate::store::projects::{self, Project};
 use crate::store::{Store, StoreError, events, nodes, policies};
@@ -260,7 +260,7 @@ impl PolicyCache {
     /// through `floor` (the stream's start, or the last `resync` it passed: a policy or tag
     /// change appends one); when that compile does not know `me` or the subject, by one read
     /// from the store after the event (never "allow because unknown"); when that does not
-    /// know them either, [`policy_view::unknown_verdict`] (a `peer_removed` goes to the nodes
+    /// know them either, [`view::unknown_verdict`] (a `peer_removed` goes to the nodes
     /// the previous compile connected to the gone node, or to all when none knew it).
     pub async fn may_send(
         &self,
@@ -271,28 +271,28 @@ impl PolicyCache {
         seq: u64,
         kind: &EventKind,
     ) -> Result<bool, Error> {
-        if policy_view::peer_subject(kind).is_none() {
+        if view::peer_subject(kind).is_none() {
             return Ok(true);
         }
         let policy = match self.current(domain_id).filter(|p| p.as_of() >= floor) {
             Some(p) => p,
             None => self.refresh(store, domain_id, floor).await?,
         };
-        let mut verdict = policy_view::verdict(&policy, me, kind);
+        let mut verdict = view::verdict(&policy, me, kind);
         if verdict == Verdict::Unknown {
             let policy = self.refresh(store, domain_id, floor.max(seq)).await?;
-            verdict = policy_view::verdict(&policy, me, kind);
+            verdict = view::verdict(&policy, me, kind);
         }
         if verdict == Verdict::Unknown {
             let prev = self.previous(domain_id);
             verdict = match prev {
                 Some(prev) if matches!(kind, EventKind::PeerRemoved { .. }) => {
-                    match policy_view::verdict(&prev, me, kind) {
-                        Verdict::Unknown => policy_view::unknown_verdict(kind),
+                    match view::verdict(&prev, me, kind) {
+                        Verdict::Unknown => view::unknown_verdict(kind),
                         v => v,
                     }
                 }
-                _ => policy_view::unknown_verdict(kind),
+                _ => view::unknown_verdict(kind),
             };
         }
         Ok(verdict == Verdict::Send)
