@@ -12,6 +12,10 @@
 //! next generation with `active_from` at the end of an overlap, and the transition statement
 //! the current key signs for it; until then it is announced ([`KeySet::next`]). A KEK rotation
 //! (`reseal.rs`) seals every stored key again under a new KEK.
+//!
+//! This folder owns the keys and their sealing: it may import the store (the `domain_keys`
+//! and `domains` rows) and the bus (a rotation tells the Domain's nodes); the node API, the
+//! error type and the CLI import it.
 
 pub mod kek;
 pub mod reseal;
