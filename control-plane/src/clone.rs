@@ -23,7 +23,7 @@ use sqlx::AnyConnection;
 use uuid::Uuid;
 
 use crate::error::Error;
-use crate::store::node_hosts;
+use crate::store::nodes::hosts;
 
 /// At most one clone record write per node in this many seconds; refusals in between are
 /// refused all the same, only not counted.
@@ -69,7 +69,7 @@ pub async fn check(
     let verdict = match judge(bound, sent) {
         Verdict::Bind(f) => {
             // Two hosts may race to be first: whichever bound it decides.
-            let now_bound = node_hosts::bind(conn, node_id, &f, now)
+            let now_bound = hosts::bind(conn, node_id, &f, now)
                 .await?
                 .ok_or(Error::Unauthorized(GONE))?;
             if now_bound == f {
@@ -83,7 +83,7 @@ pub async fn check(
         return Ok(());
     }
     let addr = client.to_string();
-    if node_hosts::record_clone(conn, node_id, &addr, sent, now, RECORD_EVERY_SECS).await? {
+    if hosts::record_clone(conn, node_id, &addr, sent, now, RECORD_EVERY_SECS).await? {
         let host = sent.map_or_else(|| "none".to_owned(), HostFingerprint::to_hex);
         tracing::warn!(node_id = %node_id, client = %client, host = %host, "refused node {node_id}'s credential from another host than the one it is bound to (clone_refused); its state directory was copied; the original keeps working");
     }

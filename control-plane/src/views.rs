@@ -115,7 +115,7 @@ pub fn node_view(row: &NodeRow, now: i64, offline_after: i64) -> Result<NodeView
 }
 
 /// The refused requests from another host, as operators see them (`NodeView::clone`).
-pub fn clone_view(c: &crate::store::node_hosts::CloneRecord) -> Result<CloneView, StoreError> {
+pub fn clone_view(c: &crate::store::nodes::hosts::CloneRecord) -> Result<CloneView, StoreError> {
     Ok(CloneView {
         first_seen_at: from_unix("nodes.clone_first_seen_at", c.first_seen_at)?,
         last_seen_at: from_unix("nodes.clone_last_seen_at", c.last_seen_at)?,

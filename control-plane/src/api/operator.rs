@@ -20,9 +20,7 @@ use crate::error::Error;
 use crate::operator_tokens::{self, OperatorTokenError, TokenSpec};
 use crate::store::nodes::NodeRow;
 use crate::store::tokens::{TokenRow, TokenUsage};
-use crate::store::{
-    self, Conn, StoreError, domains, node_hosts, nodes, operators, projects, tokens,
-};
+use crate::store::{self, Conn, StoreError, domains, nodes, operators, projects, tokens};
 use crate::views::{clone_view, node_view, token_view};
 
 const MIN_TTL_SECS: u64 = 60;
@@ -271,7 +269,7 @@ pub async fn list_nodes(
     let now = store::unix(st.now());
     let hb = st.config.offline_after_secs();
     let mut conn = st.store.acquire().await?;
-    let clones = node_hosts::clones(&mut conn).await?;
+    let clones = nodes::hosts::clones(&mut conn).await?;
     let items = nodes::list(&mut conn, project_id)
         .await?
         .iter()
@@ -294,7 +292,7 @@ pub async fn get_node(
     let row = require_node(&mut conn, &op, id).await?;
     let now = store::unix(st.now());
     let mut view = node_view(&row, now, st.config.offline_after_secs())?;
-    view.clone = node_hosts::clone_of(&mut conn, id)
+    view.clone = nodes::hosts::clone_of(&mut conn, id)
         .await?
         .as_ref()
         .map(clone_view)

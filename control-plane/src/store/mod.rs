@@ -16,7 +16,6 @@ mod health;
 pub mod lease;
 pub mod mesh_ips;
 pub mod names;
-pub mod node_hosts;
 pub mod nodes;
 pub mod observations;
 mod open;

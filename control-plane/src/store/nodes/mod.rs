@@ -1,4 +1,7 @@
 //! The `nodes` table: one row per registered node; its credential only as a SHA-256 digest.
+//! Its column groups have their own files: the reach columns ([`reach`]), the rotation
+//! columns ([`rotation`]) and the host a node is bound to ([`hosts`]). They import the store's
+//! error and column helpers, never this file.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -9,11 +12,10 @@ use uuid::Uuid;
 
 use super::{StoreError, parse_col};
 
-#[path = "node_reach.rs"]
+pub mod hosts;
 mod reach;
 pub use reach::{NodeReach, set_endpoints};
 use reach::{json_list, reach_from_row};
-#[path = "node_rotation.rs"]
 pub mod rotation;
 pub use rotation::NodeRotation;
 
@@ -183,7 +185,7 @@ fn from_row(row: &sqlx::any::AnyRow) -> Result<NodeRow, StoreError> {
         rotation: rotation::rotation_from_row(row)?,
         host_fingerprint: row
             .try_get::<Option<String>, _>("host_fingerprint")?
-            .map(|t| super::node_hosts::parse_fingerprint(&t))
+            .map(|t| hosts::parse_fingerprint(&t))
             .transpose()?,
         origin: NodeOrigin {
             bootstrap_token_id: row.try_get("bootstrap_token_id")?,

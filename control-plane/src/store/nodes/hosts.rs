@@ -7,7 +7,7 @@ use plexsphere_wire::host::HostFingerprint;
 use sqlx::{AnyConnection, Row as _};
 use uuid::Uuid;
 
-use super::{StoreError, parse_col};
+use crate::store::{StoreError, parse_col};
 
 /// The refused requests of one node, as recorded.
 #[derive(Debug, Clone, PartialEq, Eq)]
