@@ -111,7 +111,7 @@ pub enum Error {
     )]
     NodeRevoked,
     /// 409 `clone_refused`: a node's credential from another host than the one it is bound
-    /// to (its state directory was copied); see `crate::clone`.
+    /// to (its state directory was copied); see `crate::node::clone`.
     #[error("{0}")]
     CloneRefused(String),
     /// 422 `proof_required`: no proof of possession of the WireGuard private key (a plexd

@@ -17,7 +17,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::error::Error;
-use crate::node_ops::NodeOps;
+use crate::node::ops::NodeOps;
 use crate::store::nodes::NodeRow;
 use crate::store::{self, Store, StoreError, events, nodes};
 use crate::views::node_status;
@@ -158,7 +158,7 @@ async fn prune_attempt(store: &Store, cutoff: i64) -> Result<u64, StoreError> {
 }
 
 /// Removes every ephemeral node offline past its allowance
-/// (`node_decisions::ephemeral_expired`); answers how many were removed.
+/// (`node::decisions::ephemeral_expired`); answers how many were removed.
 pub async fn expire_ephemeral(st: &(impl MaintenanceHost + ?Sized)) -> Result<usize, Error> {
     let now = store::unix(st.now());
     let expired = {

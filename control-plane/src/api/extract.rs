@@ -481,11 +481,11 @@ fn is_safe(method: &axum::http::Method) -> bool {
 /// `{node_id}` must be the credential's node. Refusals: a bad path id 400; a missing,
 /// malformed, unknown (deleted) or wrong credential 401 `unauthorized`; a revoked node 403
 /// `node_revoked`; another node's path 403 `forbidden`; a malformed `Plexd-Host` 400; another
-/// host's (or no) fingerprint for a node bound to a host 409 `clone_refused` (`crate::clone`:
+/// host's (or no) fingerprint for a node bound to a host 409 `clone_refused` (`crate::node::clone`:
 /// the copy is recorded, the node is not marked seen). Success marks the node as seen (the
 /// first success ends its registration replay window). A rotated credential: the pending one
 /// works (its first use makes it current; never from a clone), the replaced one works for its
-/// grace (`node_rotation`). Every node route spends one request of the node's budget
+/// grace (`node::rotation`). Every node route spends one request of the node's budget
 /// (`ApiConfig::node_rate_limit`); past it: 429 `rate_limited` with `Retry-After`.
 pub struct NodeAuth {
     pub node: NodeRow,
@@ -507,8 +507,8 @@ impl FromRequestParts<Arc<AppState>> for NodeAuth {
             .await?
             .ok_or(Error::Unauthorized(BAD_NODE))?;
         let now = store::unix(state.now());
-        let matched = crate::node_rotation::credential_match(&node, &credential.secret, now);
-        if matched == crate::node_rotation::CredentialMatch::None {
+        let matched = crate::node::rotation::credential_match(&node, &credential.secret, now);
+        if matched == crate::node::rotation::CredentialMatch::None {
             return Err(Error::Unauthorized(BAD_NODE));
         }
         if node.revoked_at.is_some() {
@@ -543,7 +543,7 @@ impl FromRequestParts<Arc<AppState>> for NodeAuth {
             })
             .transpose()?;
         let client = request_client(parts, state);
-        crate::clone::check(
+        crate::node::clone::check(
             &mut conn,
             node.id,
             node.host_fingerprint.as_ref(),
@@ -552,8 +552,8 @@ impl FromRequestParts<Arc<AppState>> for NodeAuth {
             now,
         )
         .await?;
-        if matched == crate::node_rotation::CredentialMatch::Pending {
-            crate::node_rotation::promote(&mut conn, &node, now).await?;
+        if matched == crate::node::rotation::CredentialMatch::Pending {
+            crate::node::rotation::promote(&mut conn, &node, now).await?;
         }
         nodes::touch_last_seen(&mut conn, node.id, now).await?;
         Ok(NodeAuth { node })

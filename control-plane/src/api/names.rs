@@ -14,7 +14,7 @@ use super::extract::{ApiJson, Operator, UuidPath};
 use super::signing_keys::visible_domain;
 use super::state::AppState;
 use crate::error::Error;
-use crate::names_ops::Renamed;
+use crate::node::names::Renamed;
 use crate::store::{self, names};
 use crate::views::node_view;
 

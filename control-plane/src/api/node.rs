@@ -14,7 +14,7 @@ use plexsphere_wire::node::{
 use super::extract::{ApiJson, ClientAddr, NodeAuth};
 use super::state::AppState;
 use crate::error::Error;
-use crate::node_decisions;
+use crate::node::decisions;
 use crate::store;
 use crate::store::observations::{self, Recorded};
 
@@ -70,12 +70,12 @@ pub async fn state(
 ) -> Result<Response, Error> {
     let now = store::unix(st.now());
     let (version, env) = st.node_ops().signed_state(node.id, now).await?;
-    let etag = HeaderValue::from_str(&node_decisions::etag(version))
+    let etag = HeaderValue::from_str(&decisions::etag(version))
         .map_err(|e| Error::Internal(format!("cannot build an ETag: {e}")))?;
     let inm = headers
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok());
-    if node_decisions::not_modified(inm, version) {
+    if decisions::not_modified(inm, version) {
         return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response());
     }
     Ok(([(header::ETAG, etag)], Json(env)).into_response())

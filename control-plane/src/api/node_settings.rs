@@ -1,5 +1,5 @@
 //! `PUT /v1/nodes/{id}/udp-offload` (scope `operator`): the node's UDP GSO/GRO switch, carried
-//! in its signed state (`crate::node_settings`).
+//! in its signed state (`crate::node::settings`).
 
 use std::sync::Arc;
 

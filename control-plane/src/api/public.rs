@@ -14,7 +14,7 @@ use plexsphere_wire::{RegisterRequest, RegisterResponse};
 use super::extract::{ApiJson, RegisterBudget, RegisterChallengeBudget};
 use super::state::AppState;
 use crate::error::Error;
-use crate::register::Registrar;
+use crate::node::register::Registrar;
 
 pub async fn version() -> Json<VersionInfo> {
     Json(VersionInfo {

@@ -1,7 +1,7 @@
 //! The rotation endpoints: the node's own (`GET`/`POST /v1/nodes/{id}/key`, `POST
 //! /v1/nodes/{id}/credential`, node credential) and the operator's requests (`POST
 //! /v1/nodes/{id}/rotate-key`, `/rotate-credential`, operator token; scope `operator`).
-//! The protocol is in `plexsphere_wire::rotation`, the decisions in `node_rotation`.
+//! The protocol is in `plexsphere_wire::rotation`, the decisions in `node::rotation`.
 
 use std::sync::Arc;
 

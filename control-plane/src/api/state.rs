@@ -13,10 +13,10 @@ use time::OffsetDateTime;
 use crate::broker::{Broker, BrokerConfig, BrokerHost};
 use crate::bus::{EventBus, InProcessBus};
 use crate::keys::Keyring;
-use crate::live_cache::LiveCache;
 use crate::maintenance::{MaintenanceHost, Schedule};
 use crate::metrics::Metrics;
-use crate::node_ops::NodeOps;
+use crate::node::live_cache::LiveCache;
+use crate::node::ops::NodeOps;
 use crate::policy::cache::PolicyCache;
 use crate::ratelimit::{RateLimit, RateLimiter};
 use crate::store::Store;
@@ -126,7 +126,7 @@ pub struct AppState {
     pub metrics: Metrics,
     /// Each Domain's compiled access policy (`crate::policy::cache`).
     pub policies: PolicyCache,
-    /// Each Domain's live node rows for the state builds (`crate::live_cache`).
+    /// Each Domain's live node rows for the state builds (`crate::node::live_cache`).
     pub live: LiveCache,
     /// Where the audit pepper comes from (`crate::audit::pepper`): derived from the KEK unless
     /// [`AppState::with_audit_pepper`] gives one.
@@ -222,9 +222,9 @@ impl AppState {
         }
     }
 
-    /// The rename and DNS suffix operations (`crate::names_ops`).
-    pub fn name_ops(&self) -> crate::names_ops::NameOps<'_> {
-        crate::names_ops::NameOps {
+    /// The rename and DNS suffix operations (`crate::node::names`).
+    pub fn name_ops(&self) -> crate::node::names::NameOps<'_> {
+        crate::node::names::NameOps {
             store: &self.store,
             bus: self.bus.as_ref(),
         }

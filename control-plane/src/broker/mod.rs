@@ -24,7 +24,7 @@ use tokio::sync::Notify;
 
 use crate::error::Error;
 use crate::keys::Keyring;
-use crate::node_ops::NodeOps;
+use crate::node::ops::NodeOps;
 use crate::store::Store;
 use substrate::{Crossplane, LocalDirectory, Substrate};
 

@@ -4,7 +4,7 @@
 //! field: exact, no hash to collide), a node's view (fail closed for a node the compile does
 //! not know), and which peer events a node may receive.
 //!
-//! `cache.rs` keeps one [`CompiledPolicy`] per Domain; `node_decisions::node_state`
+//! `cache.rs` keeps one [`CompiledPolicy`] per Domain; `node::decisions::node_state`
 //! puts the node's view and only its peers into its signed state; the event streams
 //! (`api/sse.rs`) drop the peer events of nodes the policy does not connect to the stream's
 //! node (docs/policy.md "How a change reaches the nodes").

@@ -47,7 +47,7 @@ pub struct NodeRow {
     /// Key and credential rotation (schema version 9).
     pub rotation: NodeRotation,
     /// The host fingerprint the node is bound to (`None` until it sent one; schema version 10,
-    /// `crate::clone`).
+    /// `crate::node::clone`).
     pub host_fingerprint: Option<HostFingerprint>,
     /// The token it registered with and whether it is ephemeral (schema version 11).
     pub origin: NodeOrigin,

@@ -6,7 +6,7 @@
 //! callers racing on a token, only as many as it has uses left change the row; a loser
 //! re-reads and lands on the replay rule or finds the token used up. Every registration proves
 //! the WireGuard private key of its key over a nonce bound to the token
-//! ([`crate::key_proof`]). A replay (same token, same WireGuard key, a fresh proof, within
+//! ([`crate::node::key_proof`]). A replay (same token, same WireGuard key, a fresh proof, within
 //! [`REPLAY_WINDOW_SECS`] of the node's registration, node never authenticated) gets the same
 //! node and a fresh credential, and takes no use; once the node authenticated, never. A live
 //! node's key and its first 8 bytes are unique in a Domain: a clash is refused with 409
@@ -28,7 +28,7 @@ use uuid::Uuid;
 use crate::bus::EventBus;
 use crate::error::Error;
 use crate::keys::Keyring;
-use crate::node_decisions;
+use crate::node::decisions;
 use crate::store::nodes::NodeRow;
 use crate::store::tokens::TokenRow;
 use crate::store::{self, Store, StoreError, domains, events, mesh_ips, nodes, projects, tokens};
@@ -177,8 +177,8 @@ impl Registrar<'_> {
             };
             let verdict = judge(&row, &token, req.project_id, now, made)?;
             let keys = self.domain_keys(row.project_id).await?;
-            crate::key_proof::check(
-                &crate::key_proof::proof_signers(&keys, now),
+            crate::node::key_proof::check(
+                &crate::node::key_proof::proof_signers(&keys, now),
                 req,
                 &row.id,
                 now,
@@ -254,7 +254,8 @@ impl Registrar<'_> {
                 (domain.mesh_cidr, reserved)
             }
         };
-        crate::key_proof::key_unique(&mut tx, domain.id, &req.wireguard_public_key, None).await?;
+        crate::node::key_proof::key_unique(&mut tx, domain.id, &req.wireguard_public_key, None)
+            .await?;
         let mesh_ip = mesh_ips::allocate(&mut tx, domain.id, range, &reserved)
             .await?
             .ok_or(Error::MeshRangeExhausted(range))?;
@@ -300,7 +301,7 @@ impl Registrar<'_> {
         };
         nodes::insert(&mut tx, &node).await?;
         let added = EventKind::PeerAdded {
-            peer: node_decisions::peer_spec(&node),
+            peer: decisions::peer_spec(&node),
         };
         let seq = events::append(&mut tx, domain.id, None, node_id, &added, now).await?;
         let (signer, next_key) = self.keys.signing(&domain).await?;
@@ -375,7 +376,7 @@ impl Registrar<'_> {
 
 impl Registrar<'_> {
     /// `POST /v1/register/challenge`: a nonce for a registration with this token
-    /// ([`crate::key_proof`]).
+    /// ([`crate::node::key_proof`]).
     pub async fn challenge(
         &self,
         req: &RegisterChallengeRequest,
@@ -398,7 +399,7 @@ impl Registrar<'_> {
             return Err(Error::TokenRevoked);
         }
         let keys = self.domain_keys(row.project_id).await?;
-        crate::key_proof::challenge(&keys.current(now).signer, &row.id, now)
+        crate::node::key_proof::challenge(&keys.current(now).signer, &row.id, now)
     }
 }
 
@@ -410,5 +411,4 @@ impl Error {
 }
 
 #[cfg(test)]
-#[path = "register_tests.rs"]
 mod tests;

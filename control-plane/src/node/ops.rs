@@ -14,8 +14,8 @@ use crate::bus::EventBus;
 use crate::candidates;
 use crate::error::Error;
 use crate::keys::Keyring;
-use crate::live_cache::LiveCache;
-use crate::node_decisions;
+use crate::node::decisions;
+use crate::node::live_cache::LiveCache;
 use crate::policy::cache::{PolicyCache, policy_version};
 use crate::store::domains::Domain;
 use crate::store::nodes::{HeartbeatRecord, NodeReach, NodeRow};
@@ -84,10 +84,7 @@ impl NodeOps<'_> {
         self.keys
             .signer(domain)
             .await?
-            .sign(
-                SignContext::RelayToken,
-                &node_decisions::relay_token(node, now),
-            )
+            .sign(SignContext::RelayToken, &decisions::relay_token(node, now))
             .map_err(|e| Error::Internal(format!("cannot encode a relay token: {e}")))
     }
 
@@ -147,7 +144,7 @@ impl NodeOps<'_> {
         let live = self.live.live(&mut conn, me.domain_id, version).await?;
         let projects = projects::in_domain(&mut conn, me.domain_id).await?;
         let policy_version = policy_version(&mut conn, me.domain_id).await?;
-        let extras = node_decisions::Extras {
+        let extras = decisions::Extras {
             dns_suffix: crate::store::names::suffix(&mut conn, me.domain_id).await?,
             served: crate::routes::ops::served(&mut conn, me.id).await?,
         };
@@ -166,13 +163,13 @@ impl NodeOps<'_> {
             )
             .await?;
         let token = self.relay_token(&domain, &me, now).await?;
-        let reach = node_decisions::Reach {
+        let reach = decisions::Reach {
             relays: self.relays,
             stun: self.stun,
             relay_token: &token,
         };
         let (signer, next_key) = self.keys.signing(&domain).await?;
-        let doc = node_decisions::node_state(
+        let doc = decisions::node_state(
             &me, &domain, &live, version, now, reach, next_key, &policy, &extras,
         );
         let env = signer
@@ -202,7 +199,7 @@ impl NodeOps<'_> {
     /// meanwhile (the row is re-read in the transaction).
     pub async fn remove_ephemeral(&self, node_id: Uuid, now: i64) -> Result<bool, Error> {
         let done = store::retry("remove ephemeral node", Error::is_lost_race, || {
-            self.delete_attempt(node_id, now, node_decisions::ephemeral_expired)
+            self.delete_attempt(node_id, now, decisions::ephemeral_expired)
         })
         .await?;
         let Some((node, seq)) = done else {

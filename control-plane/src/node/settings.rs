@@ -9,7 +9,7 @@ use plexsphere_wire::node::{EventKind, UdpOffload};
 use uuid::Uuid;
 
 use crate::error::Error;
-use crate::node_ops::NodeOps;
+use crate::node::ops::NodeOps;
 use crate::store::nodes::NodeRow;
 use crate::store::{self, StoreError, events, nodes};
 

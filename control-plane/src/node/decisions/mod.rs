@@ -388,5 +388,4 @@ mod tests {
 }
 
 #[cfg(test)]
-#[path = "node_state_tests.rs"]
 mod policy_tests;

@@ -26,8 +26,8 @@ use base64::engine::general_purpose::STANDARD;
 use uuid::Uuid;
 
 use crate::error::Error;
-use crate::node_decisions;
-use crate::node_ops::NodeOps;
+use crate::node::decisions;
+use crate::node::ops::NodeOps;
 use crate::store::nodes::{self, NodeRow, rotation as rot};
 use crate::store::{self, StoreError, domains, events};
 
@@ -47,19 +47,19 @@ pub(crate) struct Secrets {
 pub(crate) fn secrets(signer: &DomainSigner) -> Secrets {
     let derive = |label: &[u8]| sha256(&signer.sign_bytes(SignContext::KeyDerivation, label));
     Secrets {
-        x25519: crate::key_proof::proof_secret(signer),
+        x25519: crate::node::key_proof::proof_secret(signer),
         nonce_key: derive(NONCE_LABEL),
     }
 }
 
-/// The rotation nonce for `node` expiring at `expires` ([`crate::key_proof::nonce`]).
+/// The rotation nonce for `node` expiring at `expires` ([`crate::node::key_proof::nonce`]).
 fn nonce(s: &Secrets, node: Uuid, expires: i64, random: &str) -> String {
-    crate::key_proof::nonce(&s.nonce_key, node.as_bytes(), expires, random)
+    crate::node::key_proof::nonce(&s.nonce_key, node.as_bytes(), expires, random)
 }
 
 /// Whether `text` is a nonce this Domain issued to `node` that has not expired at `now`.
 fn nonce_ok(s: &Secrets, node: Uuid, text: &str, now: i64) -> bool {
-    crate::key_proof::nonce_ok(&s.nonce_key, node.as_bytes(), text, now)
+    crate::node::key_proof::nonce_ok(&s.nonce_key, node.as_bytes(), text, now)
 }
 
 /// Seconds left before `last + MIN_ROTATION_GAP_SECS`, when that is in the future.
@@ -155,10 +155,7 @@ impl NodeOps<'_> {
             }
         };
         let token = signer
-            .sign(
-                SignContext::RelayToken,
-                &node_decisions::relay_token(&row, now),
-            )
+            .sign(SignContext::RelayToken, &decisions::relay_token(&row, now))
             .map_err(|e| Error::Internal(format!("cannot encode a relay token: {e}")))?;
         Ok(KeyRotated {
             public_key: new_b64,
@@ -198,7 +195,7 @@ impl NodeOps<'_> {
                 "another node has this WireGuard key; generate a fresh key pair".into(),
             ));
         }
-        crate::key_proof::key_unique(&mut tx, row.domain_id, new, Some(id)).await?;
+        crate::node::key_proof::key_unique(&mut tx, row.domain_id, new, Some(id)).await?;
         let swapped = match rot::set_key(&mut tx, id, old, new, now).await {
             Ok(done) => done,
             // Another writer took a key with this prefix between the check and the update.
@@ -218,7 +215,7 @@ impl NodeOps<'_> {
             .await?
             .ok_or(Error::Unauthorized("this node no longer exists (deleted)"))?;
         let kind = EventKind::PeerUpdated {
-            peer: node_decisions::peer_spec(&row),
+            peer: decisions::peer_spec(&row),
         };
         let mut seq = events::append(&mut tx, row.domain_id, None, id, &kind, now).await?;
         // A router's `peer_updated` carries its mesh host routes only (its route prefixes

@@ -5,7 +5,7 @@
 //!
 //! Why the head is a valid key: every change of what a state shows of a peer (its key,
 //! endpoints, home relay, name, tags, Project, its joining or leaving) appends an event in
-//! the transaction that makes it (`node_ops.rs`' module doc), so two reads after the same head
+//! the transaction that makes it (`ops.rs`' module doc), so two reads after the same head
 //! see the same peers. The rows are read after the head, so they include every change up to
 //! it (a newer one only repeats a delta, as before). The node's own row is not taken from
 //! here (`signed_state` reads it itself).
