@@ -2,6 +2,9 @@
 //! keyed parts (row and head MACs, people's identifiers), and the verifier that walks a chain
 //! and names what is wrong at which seq. No database and no clock here (docs/audit.md, "The
 //! encoding", is the same text for an auditor who recomputes it).
+//!
+//! Imports nothing of the crate; the audit table and the HTTP API use it. Its tests (the
+//! pinned encoding, each kind of tampering) are `tests.rs`.
 
 use ring::{digest, hmac};
 use serde::Serialize;
@@ -367,5 +370,4 @@ fn missing(from: i64, to: i64) -> String {
 }
 
 #[cfg(test)]
-#[path = "chain_tests.rs"]
 mod tests;

@@ -1,6 +1,9 @@
 //! Operator tokens: created on the server host (or by an admin token through the API), stored
 //! as the SHA-256 of their secret, each with a scope, optionally one project, an expiry and
 //! the time of its last use. What a token grants at a given time is the pure [`grant`].
+//!
+//! May import the store (the `operators` and `projects` rows); the HTTP API, the CLI and the
+//! integration tests import it. Its tests are `tests.rs`.
 
 use plexsphere_wire::admin::{OperatorScope, OperatorTokenStatus, OperatorTokenView};
 use plexsphere_wire::secret::OperatorToken;
@@ -275,5 +278,4 @@ pub fn view(row: &OperatorRow, now: i64) -> Result<OperatorTokenView, StoreError
 }
 
 #[cfg(test)]
-#[path = "operator_tokens_tests.rs"]
 mod tests;

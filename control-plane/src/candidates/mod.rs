@@ -22,6 +22,9 @@
 //! must name a relay of the server's settings. The address the server observes the report
 //! coming from is kept as a candidate only when it is none of the refused kinds (a node talking
 //! to the API over loopback or over the mesh is not reachable there).
+//!
+//! Pure and a leaf: it imports nothing of the crate, so the store and the error type may import it.
+//! Its table tests are `tests.rs`.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -171,5 +174,4 @@ fn dedup(items: impl Iterator<Item = SocketAddr>) -> Vec<SocketAddr> {
 }
 
 #[cfg(test)]
-#[path = "candidates_tests.rs"]
 mod tests;

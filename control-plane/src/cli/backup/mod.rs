@@ -27,6 +27,9 @@
 //! the old server after the backup was taken. With `--database-url` (Postgres, restored with
 //! `pg_restore`), the keys came back with the dump; `restore` checks them against the KEK and
 //! does the rest.
+//!
+//! Its parts are [`files`], [`manifest`] and [`restore`]; it may import the store, the keys (the
+//! KEK) and the audit pepper's file name, and nothing imports it but the CLI.
 
 mod files;
 mod manifest;
