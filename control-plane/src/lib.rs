@@ -2,7 +2,9 @@
 //! allocation, operator tokens, the Domain signing keys, the node API (heartbeat, endpoints,
 //! signed state, the event stream) and the HTTPS API of docs/api.md.
 //!
-//! The binary (`src/bin/plexsphere.rs`) is a thin shell over [`cli`].
+//! The binary (`src/bin/plexsphere.rs`) is a thin shell over [`cli`]. One folder per
+//! capability (`node/`, `bus/`, `routes/`, `policy/`, `keys/`, `store/`, ...); README.md's
+//! "Layout" maps what each owns and what it may import.
 
 pub mod api;
 pub mod audit;
