@@ -159,7 +159,7 @@ async fn prune_attempt(store: &Store, cutoff: i64) -> Result<u64, StoreError> {
 
 /// Removes every ephemeral node offline past its allowance
 /// (`node::decisions::ephemeral_expired`); answers how many were removed.
-pub async fn expire_ephemeral(st: &(impl MaintenanceHost + ?Sized)) -> Result<usize, Error> {
+pub(crate) async fn expire_ephemeral(st: &(impl MaintenanceHost + ?Sized)) -> Result<usize, Error> {
     let now = store::unix(st.now());
     let expired = {
         let mut conn = st.store().acquire().await?;
@@ -197,7 +197,7 @@ async fn sweep(
 
 /// Updates `known` to the statuses at `now` and answers the nodes whose status changed since
 /// the last round (a node seen for the first time is not a change). Pure.
-pub fn transitions<'a>(
+pub(crate) fn transitions<'a>(
     known: &mut HashMap<Uuid, NodeStatus>,
     rows: &'a [NodeRow],
     now: i64,

@@ -23,9 +23,9 @@ const GONE: &str =
     "this node no longer exists (deleted); register it again with a fresh bootstrap token";
 
 /// At most this many observations in one ingest batch.
-pub const MAX_OBSERVATIONS: usize = 4096;
+pub(crate) const MAX_OBSERVATIONS: usize = 4096;
 
-pub async fn heartbeat(
+pub(crate) async fn heartbeat(
     State(st): State<Arc<AppState>>,
     NodeAuth { node }: NodeAuth,
     ApiJson(hb): ApiJson<Heartbeat, MAX_NODE_BODY>,
@@ -49,7 +49,7 @@ pub async fn heartbeat(
     }))
 }
 
-pub async fn endpoints(
+pub(crate) async fn endpoints(
     State(st): State<Arc<AppState>>,
     NodeAuth { node }: NodeAuth,
     ClientAddr(observed): ClientAddr,
@@ -63,7 +63,7 @@ pub async fn endpoints(
     Ok(Json(ack))
 }
 
-pub async fn state(
+pub(crate) async fn state(
     State(st): State<Arc<AppState>>,
     NodeAuth { node }: NodeAuth,
     headers: HeaderMap,
@@ -81,7 +81,7 @@ pub async fn state(
     Ok(([(header::ETAG, etag)], Json(env)).into_response())
 }
 
-pub async fn ingest(
+pub(crate) async fn ingest(
     State(st): State<Arc<AppState>>,
     NodeAuth { node }: NodeAuth,
     ApiJson(batch): ApiJson<IngestBatch, MAX_NODE_BODY>,
@@ -109,7 +109,7 @@ pub async fn ingest(
     Ok(StatusCode::ACCEPTED)
 }
 
-pub async fn leave(
+pub(crate) async fn leave(
     State(st): State<Arc<AppState>>,
     NodeAuth { node }: NodeAuth,
 ) -> Result<StatusCode, Error> {

@@ -15,7 +15,7 @@ use crate::store;
 use crate::views::node_view;
 
 /// Sets the switch; 200 with the node, 404 for no live node (or another project's).
-pub async fn set_udp_offload(
+pub(crate) async fn set_udp_offload(
     State(st): State<Arc<AppState>>,
     op: Operator,
     UuidPath(id): UuidPath,

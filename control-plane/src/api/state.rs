@@ -66,7 +66,7 @@ pub struct ApiConfig {
 
 impl ApiConfig {
     /// The offline threshold in seconds.
-    pub fn offline_after_secs(&self) -> i64 {
+    pub(crate) fn offline_after_secs(&self) -> i64 {
         match self.offline_after {
             Some(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
             None => 3 * i64::from(self.intervals.heartbeat_secs),
@@ -180,20 +180,20 @@ impl AppState {
     }
 
     /// Uses this audit pepper (`--audit-pepper-file`, the systemd credential, `plexsphere dev`'s).
-    pub fn with_audit_pepper(mut self, pepper: crate::audit::Pepper) -> Self {
+    pub(crate) fn with_audit_pepper(mut self, pepper: crate::audit::Pepper) -> Self {
         self.pepper = pepper;
         self
     }
 
     /// Uses these Domain keys (a replica's KEK) instead of the data directory's own KEK.
-    pub fn with_keyring(mut self, keys: Keyring) -> Self {
+    pub(crate) fn with_keyring(mut self, keys: Keyring) -> Self {
         self.keys = keys;
         self
     }
 
     /// Takes part in the leader lease of the database (`plexsphere serve`): the broker and
     /// maintenance act only while this replica holds it.
-    pub fn with_leadership(mut self, leadership: Arc<crate::leader::Leadership>) -> Self {
+    pub(crate) fn with_leadership(mut self, leadership: Arc<crate::leader::Leadership>) -> Self {
         self.leadership = leadership;
         self
     }
@@ -204,7 +204,7 @@ impl AppState {
         self
     }
 
-    pub fn with_bus(mut self, bus: Arc<dyn EventBus>) -> Self {
+    pub(crate) fn with_bus(mut self, bus: Arc<dyn EventBus>) -> Self {
         self.bus = bus;
         self
     }
@@ -215,7 +215,7 @@ impl AppState {
 
     /// The node operations over this state's store, keys and bus.
     /// The access policy and tag operations (`crate::policy::ops`).
-    pub fn policy_ops(&self) -> crate::policy::ops::PolicyOps<'_> {
+    pub(crate) fn policy_ops(&self) -> crate::policy::ops::PolicyOps<'_> {
         crate::policy::ops::PolicyOps {
             store: &self.store,
             bus: self.bus.as_ref(),
@@ -223,14 +223,14 @@ impl AppState {
     }
 
     /// The rename and DNS suffix operations (`crate::node::names`).
-    pub fn name_ops(&self) -> crate::node::names::NameOps<'_> {
+    pub(crate) fn name_ops(&self) -> crate::node::names::NameOps<'_> {
         crate::node::names::NameOps {
             store: &self.store,
             bus: self.bus.as_ref(),
         }
     }
 
-    pub fn node_ops(&self) -> NodeOps<'_> {
+    pub(crate) fn node_ops(&self) -> NodeOps<'_> {
         NodeOps {
             store: &self.store,
             keys: &self.keys,

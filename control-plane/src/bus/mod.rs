@@ -60,7 +60,7 @@ impl InProcessBus {
 
     /// Moves the Domain's watch to `seq` when that is newer; answers whether it moved (false:
     /// it already stood there or further, so no stream had anything to wake for).
-    pub fn advance(&self, domain_id: Uuid, seq: u64) -> bool {
+    pub(crate) fn advance(&self, domain_id: Uuid, seq: u64) -> bool {
         self.sender(domain_id).send_if_modified(|current| {
             if seq > *current {
                 *current = seq;

@@ -27,23 +27,23 @@ use crate::bus::poll::Link;
 use crate::bus::{EventBus, InProcessBus};
 
 /// The JetStream stream of notices.
-pub const STREAM: &str = "PLEXSPHERE_EVENTS";
+pub(crate) const STREAM: &str = "PLEXSPHERE_EVENTS";
 /// Notices are `<SUBJECT_PREFIX>.<domain id>`.
-pub const SUBJECT_PREFIX: &str = "plexsphere.events";
+pub(crate) const SUBJECT_PREFIX: &str = "plexsphere.events";
 /// How long the stream keeps notices: the replay window of the sources (24 h).
-pub const REPLAY_WINDOW: Duration = Duration::from_secs(24 * 3600);
+pub(crate) const REPLAY_WINDOW: Duration = Duration::from_secs(24 * 3600);
 /// Notices kept per Domain (only the newest matters to a replica that catches up).
-pub const NOTICES_PER_DOMAIN: i64 = 64;
+pub(crate) const NOTICES_PER_DOMAIN: i64 = 64;
 /// Notices waiting for the publisher; past it a notice is dropped and the poller brings it.
-pub const OUTBOX_CAPACITY: usize = 4096;
+pub(crate) const OUTBOX_CAPACITY: usize = 4096;
 /// How long the publisher waits for JetStream to acknowledge one batch of notices.
-pub const PUBLISH_ACK_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const PUBLISH_ACK_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long connecting to one server may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Reconnect backoff: 100 ms doubling up to this.
-pub const RECONNECT_MAX_DELAY: Duration = Duration::from_secs(2);
+pub(crate) const RECONNECT_MAX_DELAY: Duration = Duration::from_secs(2);
 /// Restarting the consumer after a failure: 250 ms doubling up to this.
-pub const CONSUMER_RETRY_MAX_DELAY: Duration = Duration::from_secs(5);
+pub(crate) const CONSUMER_RETRY_MAX_DELAY: Duration = Duration::from_secs(5);
 
 /// The NATS side of `plexsphere serve`.
 #[derive(Debug, Clone)]
@@ -288,7 +288,7 @@ fn subject(domain_id: Uuid) -> String {
 }
 
 /// A notice as it arrives: its Domain from the subject, its seq from the payload.
-pub fn parse_notice(subject: &str, payload: &[u8]) -> Option<(Uuid, u64)> {
+pub(crate) fn parse_notice(subject: &str, payload: &[u8]) -> Option<(Uuid, u64)> {
     let domain = subject
         .strip_prefix(SUBJECT_PREFIX)?
         .strip_prefix('.')?

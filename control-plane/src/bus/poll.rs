@@ -15,13 +15,13 @@ use crate::bus::InProcessBus;
 use crate::store::{Store, events};
 
 /// Between polls while NATS carries the notices: the slow safety net for a lost notice.
-pub const POLL_WHILE_BUS_UP: Duration = Duration::from_secs(10);
+pub(crate) const POLL_WHILE_BUS_UP: Duration = Duration::from_secs(10);
 /// Between polls while the configured NATS is unreachable (or its JetStream consumer is not
 /// running): streams of other replicas' events wake at most this late.
-pub const POLL_WHILE_BUS_DOWN: Duration = Duration::from_secs(1);
+pub(crate) const POLL_WHILE_BUS_DOWN: Duration = Duration::from_secs(1);
 /// Between polls on a shared Postgres without `--nats-url`: the only way other replicas'
 /// events reach this replica's streams.
-pub const POLL_WITHOUT_BUS: Duration = Duration::from_secs(1);
+pub(crate) const POLL_WITHOUT_BUS: Duration = Duration::from_secs(1);
 
 /// What carries notices between replicas, as the poller sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,7 +35,7 @@ pub enum Link {
 }
 
 /// How long to wait before the next poll over `link`.
-pub fn poll_interval(link: Link) -> Duration {
+pub(crate) fn poll_interval(link: Link) -> Duration {
     match link {
         Link::None => POLL_WITHOUT_BUS,
         Link::Up => POLL_WHILE_BUS_UP,

@@ -33,9 +33,9 @@ use plexsphere_wire::node::{EndpointReport, MAX_CANDIDATES, RelaySpec};
 
 /// The most endpoints the server advertises for one node: every candidate a report may carry,
 /// plus the observed one.
-pub const MAX_ADVERTISED: usize = MAX_CANDIDATES + 1;
+pub(crate) const MAX_ADVERTISED: usize = MAX_CANDIDATES + 1;
 
-pub use plexsphere_wire::endpoint::{Unusable, unusable};
+pub(crate) use plexsphere_wire::endpoint::{Unusable, unusable};
 
 /// Why an endpoint report is refused; the message names the field, the address and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -83,7 +83,7 @@ pub struct Candidates {
 impl Candidates {
     /// What peers are told: local first, then reflexive, then the observed one, without
     /// duplicates, at most [`MAX_ADVERTISED`].
-    pub fn advertised(&self) -> Vec<SocketAddr> {
+    pub(crate) fn advertised(&self) -> Vec<SocketAddr> {
         let mut out = Vec::with_capacity(MAX_ADVERTISED);
         let all = self
             .local
@@ -104,7 +104,7 @@ impl Candidates {
 
 /// Checks `report` (seen coming from `observed`) against the refusal table, the Domain's
 /// `mesh` range and the server's `relays`; answers the candidates to keep.
-pub fn accept(
+pub(crate) fn accept(
     report: &EndpointReport,
     observed: IpAddr,
     mesh: IpNet,

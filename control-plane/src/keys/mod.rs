@@ -17,11 +17,11 @@
 //! and `domains` rows) and the bus (a rotation tells the Domain's nodes); the node API, the
 //! error type and the CLI import it.
 
-pub mod kek;
-pub mod reseal;
+pub(crate) mod kek;
+pub(crate) mod reseal;
 pub mod rotate;
-pub mod seal;
-pub mod seed_file;
+pub(crate) mod seal;
+pub(crate) mod seed_file;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -43,7 +43,7 @@ pub use seed_file::{SeedFileError, seed_path};
 
 /// How long a replica uses the keys it read before it reads them again (a key another replica
 /// stored is seen within this).
-pub const KEY_REFRESH: Duration = Duration::from_secs(2);
+pub(crate) const KEY_REFRESH: Duration = Duration::from_secs(2);
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
@@ -90,7 +90,7 @@ pub struct DomainKey {
 
 impl DomainKey {
     /// The key as nodes learn it.
-    pub fn wire(&self) -> SigningKey {
+    pub(crate) fn wire(&self) -> SigningKey {
         SigningKey {
             generation: u64::try_from(self.generation).unwrap_or(0),
             public_key: self.signer.public_key_b64(),
@@ -188,7 +188,7 @@ impl Keyring {
     }
 
     /// An HMAC key derived from this replica's KEK for one purpose ([`Kek::derive_hmac_key`]).
-    pub fn derive_hmac_key(&self, label: &[u8]) -> Result<ring::hmac::Key, KeyError> {
+    pub(crate) fn derive_hmac_key(&self, label: &[u8]) -> Result<ring::hmac::Key, KeyError> {
         Ok(self.kek()?.derive_hmac_key(label))
     }
 
@@ -200,7 +200,7 @@ impl Keyring {
 
     /// The key that signs now and the one a rotation announced (None outside an overlap),
     /// decided at one instant, so a document never names as next the key that signs it.
-    pub async fn signing(
+    pub(crate) async fn signing(
         &self,
         domain: &Domain,
     ) -> Result<(Arc<DomainSigner>, Option<SigningKey>), KeyError> {
@@ -252,7 +252,7 @@ impl Keyring {
     }
 
     /// Forgets what was read of the Domain's keys (after this replica changed them).
-    pub fn forget(&self, domain_id: Uuid) {
+    pub(crate) fn forget(&self, domain_id: Uuid) {
         self.lock().remove(&domain_id);
     }
 
@@ -382,7 +382,7 @@ pub(crate) fn sealed_row(
 }
 
 /// Opens every stored key of `domain` with `kek` (what a restore checks before it trusts a KEK).
-pub fn open_all(kek: &Kek, domain: &Domain, rows: &[StoredKey]) -> Result<(), KeyError> {
+pub(crate) fn open_all(kek: &Kek, domain: &Domain, rows: &[StoredKey]) -> Result<(), KeyError> {
     for row in rows {
         unseal(kek, domain, row)?;
     }

@@ -31,7 +31,7 @@ pub const RECORD_EVERY_SECS: i64 = 5;
 
 /// What to do with a node's request, by the fingerprint it is bound to and the one it sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Legacy,
     Bind(HostFingerprint),
     Same,
@@ -39,7 +39,7 @@ pub enum Verdict {
 }
 
 /// The table above. Pure.
-pub fn judge(bound: Option<&HostFingerprint>, sent: Option<&HostFingerprint>) -> Verdict {
+pub(crate) fn judge(bound: Option<&HostFingerprint>, sent: Option<&HostFingerprint>) -> Verdict {
     match (bound, sent) {
         (None, None) => Verdict::Legacy,
         (None, Some(f)) => Verdict::Bind(*f),
@@ -49,7 +49,7 @@ pub fn judge(bound: Option<&HostFingerprint>, sent: Option<&HostFingerprint>) ->
 }
 
 /// The refusal the copy's plexd reads (and prints).
-pub fn refusal(node_id: Uuid) -> Error {
+pub(crate) fn refusal(node_id: Uuid) -> Error {
     Error::CloneRefused(format!(
         "node {node_id}'s credential is bound to another host: this request came from a copy of its state directory (copied? golden image?); on this host remove plexd's state directory and enrol it with its own bootstrap token (plexd join); the original host keeps working"
     ))
@@ -58,7 +58,7 @@ pub fn refusal(node_id: Uuid) -> Error {
 /// Lets the request through, binds the node to its first host, or refuses (and records) a
 /// request from another host. Runs after the credential was checked, with the fingerprint
 /// the node's row (just read) is bound to.
-pub async fn check(
+pub(crate) async fn check(
     conn: &mut AnyConnection,
     node_id: Uuid,
     bound: Option<&HostFingerprint>,

@@ -31,7 +31,7 @@ use crate::store::nodes;
 const NONCE_LABEL: &[u8] = b"plexsphere registration nonce v1";
 
 /// What `POST /v1/register` tells a plexd that sent no proof.
-pub const UPGRADE: &str = "this control plane requires a proof of the node's WireGuard private key at registration (nonce and proof from POST /v1/register/challenge), and this plexd sent none: it is too old; upgrade plexd to this control plane's version and run plexd join again";
+pub(crate) const UPGRADE: &str = "this control plane requires a proof of the node's WireGuard private key at registration (nonce and proof from POST /v1/register/challenge), and this plexd sent none: it is too old; upgrade plexd to this control plane's version and run plexd join again";
 
 /// The label the Domain's X25519 proof secret is derived with: one secret for registration and
 /// for key and credential rotation (its public half is what nodes prove their keys to).
@@ -103,7 +103,7 @@ fn token_subject(token_id: &str) -> Vec<u8> {
 /// The signers a registration's proof at `now` may be made under: the Domain's current one
 /// (the challenge's) and, for a challenge answered just before a signing-key generation became
 /// current, the one that was current [`CHALLENGE_TTL_SECS`] ago.
-pub fn proof_signers(keys: &KeySet, now: i64) -> Vec<Arc<DomainSigner>> {
+pub(crate) fn proof_signers(keys: &KeySet, now: i64) -> Vec<Arc<DomainSigner>> {
     let current = keys.current(now);
     let before = keys.current(now.saturating_sub(CHALLENGE_TTL_SECS));
     let mut out = vec![current.signer.clone()];
@@ -115,7 +115,7 @@ pub fn proof_signers(keys: &KeySet, now: i64) -> Vec<Arc<DomainSigner>> {
 
 /// Checks a registration's proof for its key against the token `token_id` at `now`, under any
 /// of `signers` ([`proof_signers`]).
-pub fn check(
+pub(crate) fn check(
     signers: &[Arc<DomainSigner>],
     req: &RegisterRequest,
     token_id: &str,
@@ -149,7 +149,11 @@ pub fn check(
 }
 
 /// A challenge for a registration with the token `token_id`, under the Domain key `signer`.
-pub fn challenge(signer: &DomainSigner, token_id: &str, now: i64) -> Result<Challenge, Error> {
+pub(crate) fn challenge(
+    signer: &DomainSigner,
+    token_id: &str,
+    now: i64,
+) -> Result<Challenge, Error> {
     let s = secrets(signer);
     let random =
         SecretPart::generate().map_err(|e| Error::Internal(format!("cannot draw a nonce: {e}")))?;
@@ -169,7 +173,7 @@ pub fn challenge(signer: &DomainSigner, token_id: &str, now: i64) -> Result<Chal
 /// Refuses a key that another live node of `domain` (not `except`) has, or whose first 8
 /// bytes another live node's key has (409, naming that node). The unique index on
 /// `(domain_id, key_prefix)` among live nodes backs this up when two writers race.
-pub async fn key_unique(
+pub(crate) async fn key_unique(
     conn: &mut sqlx::AnyConnection,
     domain: Uuid,
     key: &str,

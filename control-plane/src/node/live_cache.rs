@@ -49,7 +49,7 @@ impl LiveCache {
     /// The Domain's live rows as of `head` (read by the caller just before): the shared
     /// snapshot when one was read at the same head, else one read for every caller asking
     /// at once.
-    pub async fn live(
+    pub(crate) async fn live(
         &self,
         conn: &mut sqlx::AnyConnection,
         domain_id: Uuid,

@@ -11,11 +11,11 @@
 //! import it; nothing it imports imports it back.
 
 pub mod clone;
-pub mod decisions;
-pub mod key_proof;
-pub mod live_cache;
-pub mod names;
+pub(crate) mod decisions;
+pub(crate) mod key_proof;
+pub(crate) mod live_cache;
+pub(crate) mod names;
 pub mod ops;
 pub mod register;
-pub mod rotation;
+pub(crate) mod rotation;
 pub mod settings;

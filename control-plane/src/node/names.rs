@@ -16,14 +16,14 @@ use crate::store::nodes::{self, NodeRow};
 use crate::store::{self, Store, StoreError, events, names};
 
 /// The name and suffix operations over one store and bus.
-pub struct NameOps<'a> {
+pub(crate) struct NameOps<'a> {
     pub store: &'a Store,
     pub bus: &'a dyn EventBus,
 }
 
 /// What a rename did.
 #[derive(Debug)]
-pub enum Renamed {
+pub(crate) enum Renamed {
     /// No live node with that id.
     NoNode,
     /// The node as it is now.
@@ -93,7 +93,12 @@ impl NameOps<'_> {
 
     /// Sets a Domain's DNS suffix ([`check_suffix`], `422 invalid_request`); answers false
     /// when the Domain does not exist. The same suffix is a no-op.
-    pub async fn set_suffix(&self, domain: Uuid, suffix: &str, now: i64) -> Result<bool, Error> {
+    pub(crate) async fn set_suffix(
+        &self,
+        domain: Uuid,
+        suffix: &str,
+        now: i64,
+    ) -> Result<bool, Error> {
         check_suffix(suffix).map_err(Error::Invalid)?;
         let done = store::retry("set dns suffix", Error::is_lost_race, || async {
             let mut tx = self.store.begin().await?;

@@ -91,7 +91,7 @@ impl NodeOps<'_> {
     /// Checks the node's report (`candidates.rs`'s table), stores its candidates, home relay
     /// and NAT report, and tells its peers when the advertised endpoints or the home relay
     /// changed (a report that changes nothing writes nothing).
-    pub async fn report_endpoints(
+    pub(crate) async fn report_endpoints(
         &self,
         node: &NodeRow,
         report: &EndpointReport,
@@ -130,7 +130,7 @@ impl NodeOps<'_> {
     /// so the document is never older than its version (a newer one only repeats a delta).
     /// Its peers are the live nodes the Domain's policy connects to it, and it carries the
     /// policy version and the node's compiled view (the compile is cached per Domain).
-    pub async fn signed_state(
+    pub(crate) async fn signed_state(
         &self,
         node_id: Uuid,
         now: i64,
@@ -180,7 +180,7 @@ impl NodeOps<'_> {
 
     /// `DELETE /v1/nodes/{id}`: deletes the node; its peers get `peer_removed`, the node
     /// `node_revoked` (which ends its open streams). Answers false when it was already gone.
-    pub async fn leave(&self, node_id: Uuid, now: i64) -> Result<bool, Error> {
+    pub(crate) async fn leave(&self, node_id: Uuid, now: i64) -> Result<bool, Error> {
         let done = store::retry("leave", Error::is_lost_race, || {
             self.delete_attempt(node_id, now, |_, _| true)
         })
@@ -197,7 +197,7 @@ impl NodeOps<'_> {
     /// sweep): deleted like a node that left, so its peers get `peer_removed`, its open
     /// streams `node_revoked`, and its mesh IP is free again. Answers false when it was gone already or came back online
     /// meanwhile (the row is re-read in the transaction).
-    pub async fn remove_ephemeral(&self, node_id: Uuid, now: i64) -> Result<bool, Error> {
+    pub(crate) async fn remove_ephemeral(&self, node_id: Uuid, now: i64) -> Result<bool, Error> {
         let done = store::retry("remove ephemeral node", Error::is_lost_race, || {
             self.delete_attempt(node_id, now, decisions::ephemeral_expired)
         })

@@ -31,10 +31,10 @@ use crate::node::ops::NodeOps;
 use crate::store::nodes::{self, NodeRow, rotation as rot};
 use crate::store::{self, StoreError, domains, events};
 
-pub use plexsphere_wire::rotation::MIN_ROTATION_GAP_SECS;
+pub(crate) use plexsphere_wire::rotation::MIN_ROTATION_GAP_SECS;
 
 /// How long the old credential keeps working after the new one was first used, in seconds.
-pub const CREDENTIAL_GRACE_SECS: i64 = 30;
+pub(crate) const CREDENTIAL_GRACE_SECS: i64 = 30;
 
 const NONCE_LABEL: &[u8] = b"plexsphere key-rotation nonce v1";
 
@@ -78,7 +78,11 @@ impl NodeOps<'_> {
     }
 
     /// `GET /v1/nodes/{id}/key`.
-    pub async fn key_challenge(&self, node: &NodeRow, now: i64) -> Result<KeyChallenge, Error> {
+    pub(crate) async fn key_challenge(
+        &self,
+        node: &NodeRow,
+        now: i64,
+    ) -> Result<KeyChallenge, Error> {
         let s = secrets(&*self.signer_of(node).await?);
         let random = plexsphere_wire::secret::SecretPart::generate()
             .map_err(|e| Error::Internal(format!("cannot draw a nonce: {e}")))?;
@@ -91,7 +95,7 @@ impl NodeOps<'_> {
     }
 
     /// `POST /v1/nodes/{id}/key`: checks the proof, then swaps the key and tells the peers.
-    pub async fn rotate_key(
+    pub(crate) async fn rotate_key(
         &self,
         node: &NodeRow,
         req: &KeyRotation,
@@ -242,7 +246,7 @@ impl NodeOps<'_> {
     /// `POST /v1/nodes/{id}/credential`: a new credential, pending until its first use. The
     /// caller proves the node's WireGuard private key (over a nonce of `GET /v1/nodes/{id}/key`),
     /// so a credential alone (leaked from a backup or a log) cannot replace itself.
-    pub async fn rotate_credential(
+    pub(crate) async fn rotate_credential(
         &self,
         node: &NodeRow,
         req: &CredentialRotation,
@@ -292,7 +296,7 @@ impl NodeOps<'_> {
     }
 
     /// An operator asks a node to rotate; it learns it from its next heartbeat answer.
-    pub async fn request_rotation(
+    pub(crate) async fn request_rotation(
         &self,
         id: Uuid,
         what: rot::Request,
@@ -310,7 +314,7 @@ enum KeyOutcome {
 
 /// Which of a node's credentials a presented secret is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CredentialMatch {
+pub(crate) enum CredentialMatch {
     Current,
     /// The one the last rotation handed out: its first use makes it current.
     Pending,
@@ -320,7 +324,7 @@ pub enum CredentialMatch {
 }
 
 /// Matches a presented secret against the node's current, pending and previous credentials.
-pub fn credential_match(
+pub(crate) fn credential_match(
     node: &NodeRow,
     secret: &plexsphere_wire::secret::SecretPart,
     now: i64,
@@ -346,7 +350,7 @@ pub fn credential_match(
 }
 
 /// The first use of a pending credential: it becomes current; the old one has a grace.
-pub async fn promote(
+pub(crate) async fn promote(
     conn: &mut sqlx::AnyConnection,
     node: &NodeRow,
     now: i64,

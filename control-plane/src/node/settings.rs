@@ -19,7 +19,7 @@ pub const UDP_OFFLOAD_RESYNC: &str = "the operator changed this node's UDP offlo
 impl NodeOps<'_> {
     /// Sets `node_id`'s UDP GSO/GRO switch (`None`: the node's default). Answers the node as it
     /// is now, `None` when there is no live node with that id.
-    pub async fn set_udp_offload(
+    pub(crate) async fn set_udp_offload(
         &self,
         node_id: Uuid,
         setting: Option<UdpOffload>,

@@ -14,16 +14,16 @@ use crate::store::operators::{self, OperatorRow};
 use crate::store::{self, Store, StoreError, projects};
 
 /// The expiry of a token created without `--expires-in`.
-pub const DEFAULT_EXPIRES_IN: &str = "90d";
+pub(crate) const DEFAULT_EXPIRES_IN: &str = "90d";
 /// The shortest expiry a token may be created with (1 minute).
-pub const MIN_EXPIRES_IN_SECS: u64 = 60;
+pub(crate) const MIN_EXPIRES_IN_SECS: u64 = 60;
 /// The longest expiry short of `never` (366 days): a yearly rotation with a day of slack.
-pub const MAX_EXPIRES_IN_SECS: u64 = 366 * 86_400;
+pub(crate) const MAX_EXPIRES_IN_SECS: u64 = 366 * 86_400;
 /// A token's last use is written at most this often (seconds), so that reads do not turn
 /// into a database write on every request.
 pub const LAST_USE_WRITE_EVERY_SECS: i64 = 60;
 /// The longest token name, in bytes.
-pub const MAX_NAME_LEN: usize = 64;
+pub(crate) const MAX_NAME_LEN: usize = 64;
 
 #[derive(Debug, thiserror::Error)]
 pub enum OperatorTokenError {
@@ -62,7 +62,7 @@ pub enum Expiry {
 
 /// Pure: `90d`, `12h`, `1d12h`, `45m`, `3600s` (the one duration syntax,
 /// `plexsphere_wire::duration`) or `never`, within the limits above.
-pub fn parse_expires_in(text: &str) -> Result<Expiry, OperatorTokenError> {
+pub(crate) fn parse_expires_in(text: &str) -> Result<Expiry, OperatorTokenError> {
     let text = text.trim();
     if text == "never" {
         return Ok(Expiry::Never);
@@ -176,7 +176,7 @@ pub async fn revoke(store: &Store, id: &str, now: OffsetDateTime) -> Result<bool
 
 /// What a valid token lets its holder do.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Grant {
+pub(crate) struct Grant {
     pub scope: OperatorScope,
     pub project_id: Option<Uuid>,
     pub legacy: bool,
@@ -202,7 +202,7 @@ fn row_scope(row: &OperatorRow) -> Result<(OperatorScope, bool), StoreError> {
 
 /// Pure: what the token of `row` grants at `now` (unix seconds). The token expires at its
 /// `expires_at`: from that second on it is refused.
-pub fn grant(row: &OperatorRow, now: i64) -> Result<Result<Grant, Refusal>, StoreError> {
+pub(crate) fn grant(row: &OperatorRow, now: i64) -> Result<Result<Grant, Refusal>, StoreError> {
     let (scope, legacy) = row_scope(row)?;
     if row.revoked_at.is_some() {
         return Ok(Err(Refusal::Revoked));
@@ -221,13 +221,13 @@ pub fn grant(row: &OperatorRow, now: i64) -> Result<Result<Grant, Refusal>, Stor
 
 /// Pure: whether a use at `now` should be written (none recorded in the last
 /// [`LAST_USE_WRITE_EVERY_SECS`]).
-pub fn last_use_due(last_used_at: Option<i64>, now: i64) -> bool {
+pub(crate) fn last_use_due(last_used_at: Option<i64>, now: i64) -> bool {
     last_used_at.is_none_or(|t| now.saturating_sub(t) >= LAST_USE_WRITE_EVERY_SECS)
 }
 
 /// Records a use of token `id` at `now` in the background, at most once per
 /// [`LAST_USE_WRITE_EVERY_SECS`]; a failed write is logged and never fails the request.
-pub fn record_use(store: &Store, id: &str, last_used_at: Option<i64>, now: i64) {
+pub(crate) fn record_use(store: &Store, id: &str, last_used_at: Option<i64>, now: i64) {
     if !last_use_due(last_used_at, now) {
         return;
     }

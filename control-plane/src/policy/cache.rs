@@ -30,7 +30,10 @@ use sqlx::Row as _;
 /// The version of the Domain's current policy ([`DEFAULT_POLICY_VERSION`] when none is
 /// stored: `store::policies`' module doc): one small read per state build; the document
 /// itself is read only when the cache has no compile of that version.
-pub async fn policy_version(conn: &mut sqlx::AnyConnection, domain_id: Uuid) -> Result<u64, Error> {
+pub(crate) async fn policy_version(
+    conn: &mut sqlx::AnyConnection,
+    domain_id: Uuid,
+) -> Result<u64, Error> {
     let row = sqlx::query("SELECT MAX(version) AS v FROM policies WHERE domain_id = $1")
         .bind(domain_id.to_string())
         .fetch_one(&mut *conn)
@@ -118,7 +121,7 @@ impl PolicyCache {
     }
 
     /// The compile the current one replaced, if any.
-    pub fn previous(&self, domain_id: Uuid) -> Option<Arc<CompiledPolicy>> {
+    pub(crate) fn previous(&self, domain_id: Uuid) -> Option<Arc<CompiledPolicy>> {
         Self::entries(&self.slot(domain_id)).previous
     }
 
@@ -221,7 +224,7 @@ impl PolicyCache {
     /// Reads the Domain's policy, Projects and live nodes from the store and answers their
     /// compile, unless the current one already includes every change through `at_least`
     /// (one read for all the streams that ask at once: the others wait and find it).
-    pub async fn refresh(
+    pub(crate) async fn refresh(
         &self,
         store: &Store,
         domain_id: Uuid,
@@ -262,7 +265,7 @@ impl PolicyCache {
     /// from the store after the event (never "allow because unknown"); when that does not
     /// know them either, [`view::unknown_verdict`] (a `peer_removed` goes to the nodes
     /// the previous compile connected to the gone node, or to all when none knew it).
-    pub async fn may_send(
+    pub(crate) async fn may_send(
         &self,
         store: &Store,
         domain_id: Uuid,

@@ -7,6 +7,6 @@
 //! Domain's routes, `routes::ops::route_inventory`). The node API imports it; it imports
 //! nothing of `node/`.
 
-pub mod cache;
+pub(crate) mod cache;
 pub mod ops;
 pub mod view;

@@ -26,9 +26,9 @@ use crate::store::{self, Store, StoreError, events, nodes};
 
 /// The most diff lines an answer lists (then one line "... and N more lines"); a diff
 /// groups node pairs a policy treats alike, so real changes stay far below.
-pub const MAX_DIFF_LINES: usize = 1_000;
+pub(crate) const MAX_DIFF_LINES: usize = 1_000;
 /// The most diff lines stored as a version's summary (`policy history`).
-pub const MAX_SUMMARY_LINES: usize = 100;
+pub(crate) const MAX_SUMMARY_LINES: usize = 100;
 /// The largest JSON body of `PUT .../policy` and `POST .../policy/validate` (2 MiB): a
 /// document at the policy crate's limit (1 MiB) with room for JSON escaping (a newline or a
 /// quote costs two bytes). A larger body is `413 body_too_large`; a document over 1 MiB in a
@@ -37,17 +37,17 @@ pub const MAX_SUMMARY_LINES: usize = 100;
 pub const POLICY_BODY_LIMIT: usize = 2 * plexsphere_policy::limits::MAX_DOCUMENT_BYTES;
 
 /// The reason a policy change's resync event gives.
-pub fn policy_resync_reason(version: u64) -> String {
+pub(crate) fn policy_resync_reason(version: u64) -> String {
     format!("policy version {version}")
 }
 
 /// The reason a tag change's resync event gives.
-pub fn tags_resync_reason(node: Uuid) -> String {
+pub(crate) fn tags_resync_reason(node: Uuid) -> String {
     format!("the tags of node {node} changed")
 }
 
 /// The answer to a writer that read an older version.
-pub fn conflict(current: u64) -> Error {
+pub(crate) fn conflict(current: u64) -> Error {
     Error::Conflict(format!(
         "policy changed meanwhile (now version {current}); re-run"
     ))
@@ -55,7 +55,7 @@ pub fn conflict(current: u64) -> Error {
 
 /// Validates `new` against `inv` and answers the reachability diff from `old` (pure). A
 /// stored document that no longer parses (none should) is diffed as deny-all.
-pub fn plan(old: &str, new: &str, inv: &Inventory) -> Result<Vec<String>, PolicyErrors> {
+pub(crate) fn plan(old: &str, new: &str, inv: &Inventory) -> Result<Vec<String>, PolicyErrors> {
     let new_policy = plexsphere_policy::validate(new, inv)?;
     let old_policy = plexsphere_policy::parse(old)
         .unwrap_or_else(|_| Policy::new(Vec::new(), Vec::new(), Vec::new()));
@@ -80,7 +80,7 @@ fn capped(mut lines: Vec<String>, max: usize) -> Vec<String> {
 }
 
 /// A version's summary: its diff lines (at most [`MAX_SUMMARY_LINES`]), or what it was.
-pub fn summary(note: Option<&str>, diff: &[String]) -> String {
+pub(crate) fn summary(note: Option<&str>, diff: &[String]) -> String {
     let body = if diff.is_empty() {
         "no node pair gains or loses anything".to_owned()
     } else {
@@ -94,7 +94,7 @@ pub fn summary(note: Option<&str>, diff: &[String]) -> String {
 
 /// A policy change to make (or, with `dry_run`, only to check).
 #[derive(Debug, Clone, Copy)]
-pub struct ChangeRequest<'a> {
+pub(crate) struct ChangeRequest<'a> {
     pub domain_id: Uuid,
     pub document: &'a str,
     pub expected_version: u64,
@@ -106,14 +106,14 @@ pub struct ChangeRequest<'a> {
 }
 
 /// The policy and tag operations over one store and bus.
-pub struct PolicyOps<'a> {
+pub(crate) struct PolicyOps<'a> {
     pub store: &'a Store,
     pub bus: &'a dyn EventBus,
 }
 
 impl PolicyOps<'_> {
     /// Validates and (unless a dry run) stores a new version; see the module doc.
-    pub async fn change(&self, req: ChangeRequest<'_>) -> Result<PolicyChange, Error> {
+    pub(crate) async fn change(&self, req: ChangeRequest<'_>) -> Result<PolicyChange, Error> {
         let done = store::retry("policy change", Error::is_lost_race, || {
             self.change_attempt(req)
         })

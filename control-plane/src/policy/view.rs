@@ -23,10 +23,10 @@ use crate::store::projects::Project;
 
 /// The policy version a Domain runs before any document was stored: the default (allow-all)
 /// document.
-pub const DEFAULT_POLICY_VERSION: u64 = 0;
+pub(crate) const DEFAULT_POLICY_VERSION: u64 = 0;
 
 /// The tags of a node as the compiler names them (without `tag:`).
-pub fn node_tags(n: &NodeRow) -> &[String] {
+pub(crate) fn node_tags(n: &NodeRow) -> &[String] {
     &n.tags
 }
 
@@ -93,7 +93,7 @@ impl CompiledPolicy {
     }
 
     /// [`CompiledPolicy::new`] for a Domain whose routes in service are `routes` (issue 27).
-    pub fn with_routes(
+    pub(crate) fn with_routes(
         version: u64,
         policy: &Policy,
         inv: &Inventory,
@@ -145,12 +145,12 @@ impl CompiledPolicy {
     }
 
     /// See [`CompiledPolicy::new`]'s `as_of`.
-    pub fn as_of(&self) -> u64 {
+    pub(crate) fn as_of(&self) -> u64 {
         self.as_of.load(Ordering::Relaxed)
     }
 
     /// The same inventory was read again at `seq`: it includes every change through it.
-    pub fn seen_at(&self, seq: u64) {
+    pub(crate) fn seen_at(&self, seq: u64) {
         self.as_of.fetch_max(seq, Ordering::Relaxed);
     }
 
@@ -160,7 +160,7 @@ impl CompiledPolicy {
 
     /// Whether some rule connects `a` and `b` (either way); `None` when the compile does not
     /// know one of them.
-    pub fn connects(&self, a: Uuid, b: Uuid) -> Option<bool> {
+    pub(crate) fn connects(&self, a: Uuid, b: Uuid) -> Option<bool> {
         let (i, j) = (self.compiled.node_index(a)?, self.compiled.node_index(b)?);
         Some(self.compiled.connected(i, j))
     }
@@ -179,7 +179,7 @@ impl CompiledPolicy {
 
 /// The node a peer event is about (whose key or endpoints it carries); `None` for every other
 /// event (`node_revoked`, `resync`), which the policy does not filter.
-pub fn peer_subject(kind: &EventKind) -> Option<Uuid> {
+pub(crate) fn peer_subject(kind: &EventKind) -> Option<Uuid> {
     match kind {
         EventKind::PeerAdded { peer } | EventKind::PeerUpdated { peer } => Some(peer.node_id),
         EventKind::PeerRemoved { peer_node_id, .. }
@@ -190,7 +190,7 @@ pub fn peer_subject(kind: &EventKind) -> Option<Uuid> {
 
 /// Whether a node's stream sends an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Send,
     /// The policy does not connect the node to the event's subject.
     Hide,
@@ -199,7 +199,7 @@ pub enum Verdict {
 }
 
 /// Whether `me`'s stream sends `kind` under `policy`.
-pub fn verdict(policy: &CompiledPolicy, me: Uuid, kind: &EventKind) -> Verdict {
+pub(crate) fn verdict(policy: &CompiledPolicy, me: Uuid, kind: &EventKind) -> Verdict {
     let Some(subject) = peer_subject(kind) else {
         return Verdict::Send;
     };
@@ -216,7 +216,7 @@ pub fn verdict(policy: &CompiledPolicy, me: Uuid, kind: &EventKind) -> Verdict {
 /// is sent: a node that had the peer must drop it (revocation must not wait for its next
 /// state pull), and it carries only the key of a node that no longer exists, no endpoint.
 /// Anything else is hidden: a node that is gone is nobody's peer.
-pub fn unknown_verdict(kind: &EventKind) -> Verdict {
+pub(crate) fn unknown_verdict(kind: &EventKind) -> Verdict {
     match kind {
         EventKind::PeerRemoved { .. } => Verdict::Send,
         _ => Verdict::Hide,

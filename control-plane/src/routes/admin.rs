@@ -14,12 +14,12 @@ use crate::store::{self, StoreError, events, nodes};
 
 /// How often the leader re-runs the selection of every Domain with routes (a lease expiry
 /// is noticed within this of [`plexsphere_wire::routes::ROUTE_LEASE_SECS`]).
-pub const ROUTE_SWEEP_SECS: u64 = 1;
+pub(crate) const ROUTE_SWEEP_SECS: u64 = 1;
 
 impl RouteOps<'_> {
     /// Approves or denies `node`'s route `cidr` (`0.0.0.0/0` or `::/0`: its exit, both
     /// rows). Answers the route's entry as it is now; `None` when the node has no such row.
-    pub async fn decide(
+    pub(crate) async fn decide(
         &self,
         node: Uuid,
         cidr: IpNet,
@@ -118,7 +118,7 @@ impl RouteOps<'_> {
 
     /// Re-runs the selection of every Domain with routes at `now` (the leader's 1 s sweep);
     /// answers how many Domains changed.
-    pub async fn sweep(&self, now: i64) -> Result<usize, Error> {
+    pub(crate) async fn sweep(&self, now: i64) -> Result<usize, Error> {
         let domains = rows::domains(&mut *self.store.acquire().await?).await?;
         let mut changed = 0;
         for d in domains {

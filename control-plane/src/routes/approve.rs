@@ -12,11 +12,11 @@ use crate::store::routes::Kind;
 use crate::store::{StoreError, policies};
 
 /// `approved_by` of a row the policy approved.
-pub const AUTO_APPROVER: &str = "policy auto_approvers";
+pub(crate) const AUTO_APPROVER: &str = "policy auto_approvers";
 
 /// What the Domain's policy auto-approves for one node, as of one report (resolved once
 /// for all the report's rows).
-pub struct AutoApprover {
+pub(crate) struct AutoApprover {
     approvals: NodeApprovals,
 }
 
@@ -44,7 +44,7 @@ impl AutoApprover {
     }
 
     /// Whether the policy approves this node's route `cidr` (of `kind`).
-    pub fn approves(&self, cidr: IpNet, kind: Kind) -> bool {
+    pub(crate) fn approves(&self, cidr: IpNet, kind: Kind) -> bool {
         let cidr = match kind {
             Kind::Route => Some(cidr),
             Kind::Exit => None,
@@ -54,7 +54,7 @@ impl AutoApprover {
 }
 
 /// The exit a node named in its last report.
-pub async fn use_exit_of(
+pub(crate) async fn use_exit_of(
     conn: &mut AnyConnection,
     node: Uuid,
 ) -> Result<Option<String>, StoreError> {

@@ -6,7 +6,7 @@
 //! The policy cache and the node API import it (a node's state carries its routes); it
 //! imports neither.
 
-pub mod admin;
-pub mod approve;
+pub(crate) mod admin;
+pub(crate) mod approve;
 pub mod ops;
-pub mod select;
+pub(crate) mod select;

@@ -26,10 +26,10 @@ use crate::store::{self, Store, StoreError, domains, events, nodes};
 
 /// The most advertised rows (routes, and two per exit) a Domain holds: each costs every view
 /// of the Domain a little (docs/routes.md "Limits"); a report past it is refused.
-pub const MAX_ROUTES_PER_DOMAIN: i64 = 1_024;
+pub(crate) const MAX_ROUTES_PER_DOMAIN: i64 = 1_024;
 
 /// The exit prefixes: a node that offers itself as an exit has one row of each.
-pub fn exit_prefixes() -> [IpNet; 2] {
+pub(crate) fn exit_prefixes() -> [IpNet; 2] {
     [
         IpNet::V4(ipnet::Ipv4Net::default()),
         IpNet::V6(ipnet::Ipv6Net::default()),
@@ -38,7 +38,7 @@ pub fn exit_prefixes() -> [IpNet; 2] {
 
 /// What a report asks for, checked: (cidr, kind, probe, healthy). Every refused route is
 /// named in one message; nothing is stored then.
-pub fn check_report(report: &RoutesReport, mesh: IpNet) -> Result<Vec<Router>, String> {
+pub(crate) fn check_report(report: &RoutesReport, mesh: IpNet) -> Result<Vec<Router>, String> {
     let mut problems = Vec::new();
     let mut seen: HashSet<IpNet> = HashSet::new();
     let mut out = Vec::new();
@@ -109,7 +109,7 @@ fn router(cidr: IpNet, kind: Kind, probe: Option<std::net::IpAddr>, healthy: boo
 
 /// The routes of a Domain in service, for the policy compile: each subnet route's primary,
 /// each exit in service with the live nodes whose `use_exit` names it (by DNS name or id).
-pub async fn route_inventory(
+pub(crate) async fn route_inventory(
     conn: &mut AnyConnection,
     domain: Uuid,
 ) -> Result<RouteInventory, StoreError> {
@@ -162,7 +162,10 @@ pub async fn route_inventory(
 }
 
 /// The routes `node` carries now (its `NodeState::served_routes`).
-pub async fn served(conn: &mut AnyConnection, node: Uuid) -> Result<Vec<ServedRoute>, StoreError> {
+pub(crate) async fn served(
+    conn: &mut AnyConnection,
+    node: Uuid,
+) -> Result<Vec<ServedRoute>, StoreError> {
     let Some(me) = nodes::get(conn, node).await? else {
         return Ok(Vec::new());
     };
@@ -180,7 +183,7 @@ pub async fn served(conn: &mut AnyConnection, node: Uuid) -> Result<Vec<ServedRo
 /// Runs the selection over a Domain's rows at `now` and writes back every changed
 /// `primary_since`; answers the verdicts (in `all`'s order) and whether the set of rows
 /// carrying traffic changed.
-pub async fn reselect(
+pub(crate) async fn reselect(
     conn: &mut AnyConnection,
     all: &mut [RouteRow],
     now: i64,
@@ -202,7 +205,7 @@ pub async fn reselect(
 }
 
 /// The route operations over one store and bus.
-pub struct RouteOps<'a> {
+pub(crate) struct RouteOps<'a> {
     pub store: &'a Store,
     pub bus: &'a dyn EventBus,
 }
@@ -405,7 +408,7 @@ async fn use_exit_problem(
 
 /// The [`RouteEntry`] list of rows (grouped by Domain and cidr, primary first), with the
 /// router names of `names`.
-pub fn entries(
+pub(crate) fn entries(
     all: &[RouteRow],
     verdicts: &[Verdict],
     names: &dyn Fn(Uuid) -> String,

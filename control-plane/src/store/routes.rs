@@ -65,7 +65,7 @@ pub struct RouteRow {
 
 const COLUMNS: &str = "r.node_id, r.domain_id, r.cidr, r.kind, r.probe, r.advertised, r.healthy, r.healthy_since, r.last_report, r.approval, r.approved_at, r.approved_by, r.primary_since";
 
-pub fn approval_str(a: Approval) -> &'static str {
+pub(crate) fn approval_str(a: Approval) -> &'static str {
     match a {
         Approval::Pending => "pending",
         Approval::Approved => "approved",
@@ -111,7 +111,7 @@ fn from_row(row: &sqlx::any::AnyRow) -> Result<RouteRow, StoreError> {
 }
 
 /// The rows of the live nodes of a Domain, by cidr then node.
-pub async fn in_domain(
+pub(crate) async fn in_domain(
     conn: &mut AnyConnection,
     domain: Uuid,
 ) -> Result<Vec<RouteRow>, StoreError> {
@@ -213,7 +213,7 @@ pub async fn delete(
 }
 
 /// Sets only `primary_since` (what the selection changes).
-pub async fn set_primary_since(
+pub(crate) async fn set_primary_since(
     conn: &mut AnyConnection,
     node: Uuid,
     cidr: &ipnet::IpNet,
@@ -229,7 +229,7 @@ pub async fn set_primary_since(
 }
 
 /// The exit a node uses, as its last report named it.
-pub async fn set_use_exit(
+pub(crate) async fn set_use_exit(
     conn: &mut AnyConnection,
     node: Uuid,
     use_exit: Option<&str>,
@@ -243,7 +243,7 @@ pub async fn set_use_exit(
 }
 
 /// Every live node of a Domain that names an exit: (node, what it named).
-pub async fn exit_users(
+pub(crate) async fn exit_users(
     conn: &mut AnyConnection,
     domain: Uuid,
 ) -> Result<Vec<(Uuid, String)>, StoreError> {
@@ -264,7 +264,7 @@ pub async fn exit_users(
 }
 
 /// Whether `node` carries any route or exit now.
-pub async fn carries_any(conn: &mut AnyConnection, node: Uuid) -> Result<bool, StoreError> {
+pub(crate) async fn carries_any(conn: &mut AnyConnection, node: Uuid) -> Result<bool, StoreError> {
     let row = sqlx::query(
         "SELECT COUNT(*) AS n FROM node_routes WHERE node_id = $1 AND primary_since IS NOT NULL",
     )

@@ -10,13 +10,13 @@ use ring::{digest, hmac};
 use serde::Serialize;
 
 /// `prev_hash` of a chain's first row, and `head_hash` of an empty chain.
-pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+pub(crate) const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 /// The first line of every row's hash input; a new encoding gets a new tag.
-pub const ENCODING_TAG: &str = "plexsphere-audit-v1";
+pub(crate) const ENCODING_TAG: &str = "plexsphere-audit-v1";
 /// The most problems one verification reports (the rest are counted, not listed).
-pub const MAX_PROBLEMS: usize = 100;
+pub(crate) const MAX_PROBLEMS: usize = 100;
 /// How far (in seqs, either way) the verifier looks for the place a moved row was written at.
-pub const REORDER_WINDOW: i64 = 1_000;
+pub(crate) const REORDER_WINDOW: i64 = 1_000;
 
 /// One stored row, every column.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,7 +41,7 @@ pub struct Row {
 impl Row {
     /// The canonical encoding of every field but `hash` and `mac`, with `seq` as given: the tag
     /// line, then each field as `<decimal byte length>:<bytes>\n` in the order of the table.
-    pub fn encode_at(&self, seq: i64) -> Vec<u8> {
+    pub(crate) fn encode_at(&self, seq: i64) -> Vec<u8> {
         let seq = seq.to_string();
         let at = self.at.to_string();
         let fields: [&str; 13] = [
@@ -72,23 +72,23 @@ impl Row {
     }
 
     /// Lowercase hex SHA-256 of [`Row::encode_at`] at `seq`.
-    pub fn hash_at(&self, seq: i64) -> String {
+    pub(crate) fn hash_at(&self, seq: i64) -> String {
         hex::encode(digest::digest(&digest::SHA256, &self.encode_at(seq)))
     }
 
     /// Fills `hash` and `mac` (what an append does last).
-    pub fn seal(&mut self, key: &ChainKey) {
+    pub(crate) fn seal(&mut self, key: &ChainKey) {
         self.hash = self.hash_at(self.seq);
         self.mac = key.row_mac(&self.hash);
     }
 }
 
 /// A chain's key: HMAC-SHA256 under the pepper over the chain id (docs/audit.md, "The pepper").
-pub struct ChainKey(hmac::Key);
+pub(crate) struct ChainKey(hmac::Key);
 
 impl ChainKey {
     /// The key of `chain_id` under `pepper`.
-    pub fn derive(pepper: &hmac::Key, chain_id: &str) -> Self {
+    pub(crate) fn derive(pepper: &hmac::Key, chain_id: &str) -> Self {
         let tag = hmac::sign(pepper, chain_id.as_bytes());
         ChainKey(hmac::Key::new(hmac::HMAC_SHA256, tag.as_ref()))
     }
@@ -116,7 +116,7 @@ impl ChainKey {
 
     /// A person's identifier as stored: `kind` is `subject` (then `value` is
     /// `<issuer>\n<subject>`) or `email` (lowercased here).
-    pub fn person(&self, kind: &str, value: &str) -> String {
+    pub(crate) fn person(&self, kind: &str, value: &str) -> String {
         let value = if kind == "email" {
             value.trim().to_lowercase()
         } else {
@@ -125,15 +125,15 @@ impl ChainKey {
         self.tag(&[kind.as_bytes(), b"\n", value.as_bytes()])
     }
 
-    pub fn row_mac(&self, hash: &str) -> String {
+    pub(crate) fn row_mac(&self, hash: &str) -> String {
         self.tag(&[b"row\n", hash.as_bytes()])
     }
 
-    pub fn row_mac_ok(&self, hash: &str, mac: &str) -> bool {
+    pub(crate) fn row_mac_ok(&self, hash: &str, mac: &str) -> bool {
         self.verify(&[b"row\n", hash.as_bytes()], mac)
     }
 
-    pub fn head_mac(&self, seq: i64, hash: &str) -> String {
+    pub(crate) fn head_mac(&self, seq: i64, hash: &str) -> String {
         self.tag(&[
             b"head\n",
             seq.to_string().as_bytes(),
@@ -142,7 +142,7 @@ impl ChainKey {
         ])
     }
 
-    pub fn head_mac_ok(&self, head: &Head) -> bool {
+    pub(crate) fn head_mac_ok(&self, head: &Head) -> bool {
         let seq = head.seq.to_string();
         self.verify(
             &[b"head\n", seq.as_bytes(), b"\n", head.hash.as_bytes()],
@@ -154,7 +154,7 @@ impl ChainKey {
 /// What kind of tampering a problem shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum ProblemKind {
+pub(crate) enum ProblemKind {
     Altered,
     Removed,
     Reordered,
@@ -173,7 +173,7 @@ impl ProblemKind {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Problem {
+pub(crate) struct Problem {
     pub seq: i64,
     pub kind: ProblemKind,
     pub detail: String,
@@ -189,7 +189,7 @@ pub struct Head {
 
 /// Walks one chain's rows in seq order ([`Verifier::push`]), then checks the tail against the
 /// head ([`Verifier::finish`]).
-pub struct Verifier<'k> {
+pub(crate) struct Verifier<'k> {
     key: &'k ChainKey,
     expected_seq: i64,
     prev_hash: String,
@@ -201,7 +201,7 @@ pub struct Verifier<'k> {
 
 /// The verdict on one chain.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     pub rows: u64,
     pub problems: Vec<Problem>,
     /// Problems found past [`MAX_PROBLEMS`].
@@ -306,7 +306,7 @@ impl<'k> Verifier<'k> {
     }
 
     /// Checks the last row against the chain head; `head` is `None` for a chain never written.
-    pub fn finish(mut self, head: Option<&Head>) -> Verdict {
+    pub(crate) fn finish(mut self, head: Option<&Head>) -> Verdict {
         let last = self.expected_seq - 1;
         if let Some(head) = head {
             if !self.key.head_mac_ok(head) {

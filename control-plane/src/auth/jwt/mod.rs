@@ -12,9 +12,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 /// How far the issuer's clock may be from ours when checking `exp`, `iat` and `nbf`.
-pub const CLOCK_SKEW_SECS: i64 = 60;
+pub(crate) const CLOCK_SKEW_SECS: i64 = 60;
 /// The largest ID token accepted (a header, claims with a groups list, a signature).
-pub const MAX_ID_TOKEN_BYTES: usize = 16 * 1024;
+pub(crate) const MAX_ID_TOKEN_BYTES: usize = 16 * 1024;
 
 /// Why an ID token was refused; every message names the check.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -45,7 +45,7 @@ pub enum TokenError {
 
 /// One key of a JWKS (the public parts this check uses).
 #[derive(Debug, Clone, Deserialize)]
-pub struct Jwk {
+pub(crate) struct Jwk {
     pub kty: String,
     #[serde(default)]
     pub kid: Option<String>,
@@ -67,13 +67,13 @@ pub struct Jwk {
 
 /// An issuer's key set.
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct Jwks {
+pub(crate) struct Jwks {
     pub keys: Vec<Jwk>,
 }
 
 /// What the caller expects of the token.
 #[derive(Debug, Clone)]
-pub struct Expect<'a> {
+pub(crate) struct Expect<'a> {
     pub issuer: &'a str,
     pub client_id: &'a str,
     /// The nonce of the sign-in; `None`: the flow had none (a token from plexctl).
@@ -96,7 +96,7 @@ pub struct Claims {
 
 impl Claims {
     /// The strings of the groups claim `name` (an array of strings or one string).
-    pub fn groups(&self, name: &str) -> Vec<String> {
+    pub(crate) fn groups(&self, name: &str) -> Vec<String> {
         match self.all.get(name) {
             Some(Value::Array(a)) => a
                 .iter()
@@ -115,7 +115,7 @@ fn b64(part: &str) -> Result<Vec<u8>, TokenError> {
 }
 
 /// The `kid` and `alg` of a token's header, without verifying anything (to pick the key).
-pub fn header(token: &str) -> Result<(Option<String>, String), TokenError> {
+pub(crate) fn header(token: &str) -> Result<(Option<String>, String), TokenError> {
     if token.len() > MAX_ID_TOKEN_BYTES {
         return Err(TokenError::TooLarge);
     }
@@ -131,7 +131,7 @@ pub fn header(token: &str) -> Result<(Option<String>, String), TokenError> {
 }
 
 /// Verifies `token` against `jwks` and `expect`.
-pub fn verify(token: &str, jwks: &Jwks, expect: &Expect<'_>) -> Result<Claims, TokenError> {
+pub(crate) fn verify(token: &str, jwks: &Jwks, expect: &Expect<'_>) -> Result<Claims, TokenError> {
     let (kid, alg) = header(token)?;
     let parts: Vec<&str> = token.split('.').collect();
     let [head, body, sig] = parts.as_slice() else {
@@ -217,7 +217,7 @@ fn int(all: &Value, name: &'static str) -> Result<Option<i64>, TokenError> {
 }
 
 /// The claim checks, on claims whose signature was verified.
-pub fn check_claims(all: Value, expect: &Expect<'_>) -> Result<Claims, TokenError> {
+pub(crate) fn check_claims(all: Value, expect: &Expect<'_>) -> Result<Claims, TokenError> {
     let iss = all
         .get("iss")
         .and_then(Value::as_str)

@@ -33,7 +33,7 @@
 
 mod files;
 mod manifest;
-pub mod restore;
+pub(crate) mod restore;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -62,7 +62,7 @@ const CARRIED_FILES: [&str; 3] = ["operator-token", DEV_KEK_FILE, DEV_PEPPER_FIL
 
 /// Whether a data directory's file (relative path) is a secret, and what a holder of it can do:
 /// a backup leaves these out unless `--include-secrets`.
-pub fn secret(rel: &Path) -> Option<&'static str> {
+pub(crate) fn secret(rel: &Path) -> Option<&'static str> {
     let in_dir = |dir: &str| rel.parent() == Some(Path::new(dir));
     let ext = rel.extension().and_then(|e| e.to_str());
     if rel == Path::new(DEV_KEK_FILE) {
@@ -118,7 +118,7 @@ fn outside_kek(flag: Option<&Path>, data_dir: &Path) -> Result<Option<Kek>, Fail
         .transpose()
 }
 
-pub async fn backup(
+pub(crate) async fn backup(
     data: &DataArgs,
     out: &Path,
     kek_file: Option<&Path>,

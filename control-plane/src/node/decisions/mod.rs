@@ -33,7 +33,7 @@ pub struct Reach<'a> {
 /// renew it, and a revoked node gets no new one): it names the node's Domain, id, WireGuard key
 /// and that key's generation (when the control plane recorded it: the last key rotation, else
 /// the registration), so a relay refuses the node's older keys once it saw a newer one.
-pub fn relay_token(me: &NodeRow, now: i64) -> RelayToken {
+pub(crate) fn relay_token(me: &NodeRow, now: i64) -> RelayToken {
     RelayToken {
         domain_id: me.domain_id,
         node_id: me.id,
@@ -46,7 +46,7 @@ pub fn relay_token(me: &NodeRow, now: i64) -> RelayToken {
 /// The generation of `me`'s current key: the Unix second of its last key rotation, or of its
 /// registration. A rotation comes at least `MIN_ROTATION_GAP_SECS` after the previous one, and
 /// a first rotation after the registration, so a newer key never has a lower generation.
-pub fn key_generation(me: &NodeRow) -> i64 {
+pub(crate) fn key_generation(me: &NodeRow) -> i64 {
     me.rotation
         .key_rotated_at
         .map_or(me.registered_at, |t| t.max(me.registered_at))
@@ -55,7 +55,7 @@ pub fn key_generation(me: &NodeRow) -> i64 {
 /// How a node reaches `n`. The keepalive rule is simple and honest: the server cannot tell
 /// which side of a pair sits behind NAT, so every peer gets 25 s (one small packet per peer
 /// every 25 s keeps a NAT mapping open; it costs nothing worth saving).
-pub fn peer_spec(n: &NodeRow) -> PeerSpec {
+pub(crate) fn peer_spec(n: &NodeRow) -> PeerSpec {
     PeerSpec {
         node_id: n.id,
         hostname: n.hostname.clone(),
@@ -72,7 +72,7 @@ pub fn peer_spec(n: &NodeRow) -> PeerSpec {
 /// What a node's state carries of names and routes (issue 27): its Domain's DNS suffix and
 /// the routes it serves as a router, with its role in each.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Extras {
+pub(crate) struct Extras {
     pub dns_suffix: String,
     pub served: Vec<ServedRoute>,
 }
@@ -105,7 +105,7 @@ fn peer_spec_in(n: &NodeRow, view: &NodeView) -> PeerSpec {
 /// `next_signing_key` is the key a rotation announced (while its overlap lasts). A node the
 /// compile does not know gets no peer and an empty view (fail closed).
 #[allow(clippy::too_many_arguments)]
-pub fn node_state(
+pub(crate) fn node_state(
     me: &NodeRow,
     domain: &Domain,
     live: &[NodeRow],
@@ -150,7 +150,7 @@ pub fn node_state(
 
 /// Where an event stream starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Resume {
+pub(crate) enum Resume {
     /// Send every event for the node after this seq.
     After(u64),
     /// Send one `resync` (seq = the head) first, then every event after the head.
@@ -158,7 +158,7 @@ pub enum Resume {
 }
 
 /// Decides where a stream starts from its `Last-Event-ID` header and the Domain's log.
-pub fn resume_point(last_event_id: Option<&str>, head: Head) -> Resume {
+pub(crate) fn resume_point(last_event_id: Option<&str>, head: Head) -> Resume {
     let Some(raw) = last_event_id else {
         return Resume::After(head.seq);
     };
@@ -180,12 +180,12 @@ pub fn resume_point(last_event_id: Option<&str>, head: Head) -> Resume {
 }
 
 /// The `ETag` of a state version.
-pub fn etag(version: u64) -> String {
+pub(crate) fn etag(version: u64) -> String {
     format!("\"{version}\"")
 }
 
 /// Whether an `If-None-Match` header names `version` (a list, weak tags and `*` count).
-pub fn not_modified(if_none_match: Option<&str>, version: u64) -> bool {
+pub(crate) fn not_modified(if_none_match: Option<&str>, version: u64) -> bool {
     let Some(header) = if_none_match else {
         return false;
     };
@@ -199,7 +199,7 @@ pub fn not_modified(if_none_match: Option<&str>, version: u64) -> bool {
 /// Whether `node` is ephemeral, live, and has been offline longer than its allowance at `now`:
 /// its last authenticated call (its registration when it never made one) is more than
 /// `ephemeral_offline_secs` old. The SQL of `nodes::ephemeral_expired` is the same rule.
-pub fn ephemeral_expired(node: &NodeRow, now: i64) -> bool {
+pub(crate) fn ephemeral_expired(node: &NodeRow, now: i64) -> bool {
     let Some(allowance) = node.origin.ephemeral_offline_secs else {
         return false;
     };

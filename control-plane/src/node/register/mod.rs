@@ -50,7 +50,7 @@ pub struct Registered {
 }
 
 /// Checks every field but the token. The WireGuard key is standard base64 of 32 bytes.
-pub fn validate(req: &RegisterRequest) -> Result<(), Error> {
+pub(crate) fn validate(req: &RegisterRequest) -> Result<(), Error> {
     let key_ok = req.wireguard_public_key.len() == 44
         && STANDARD
             .decode(&req.wireguard_public_key)
@@ -98,7 +98,7 @@ pub fn validate(req: &RegisterRequest) -> Result<(), Error> {
 
 /// What a stored token allows, judged at `now` (pure).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TokenVerdict {
+pub(crate) enum TokenVerdict {
     /// Unused and valid: consume it for a new node.
     Fresh,
     /// This token made this node for the request's key within the replay window: a replay
@@ -110,11 +110,11 @@ pub enum TokenVerdict {
 /// replay rule): long enough for a plexd that crashed between the server's commit and saving its
 /// identity to come back, short enough that a consumed token and the node's public key (which
 /// every peer sees) do not mint a fresh credential for ever.
-pub const REPLAY_WINDOW_SECS: i64 = 600;
+pub(crate) const REPLAY_WINDOW_SECS: i64 = 600;
 
 /// Judges a token at `now` (pure). `made` is the node this token made for the request's
 /// WireGuard key, if any: its id and registration time.
-pub fn judge(
+pub(crate) fn judge(
     row: &TokenRow,
     token: &BootstrapToken,
     project_id: Option<Uuid>,
@@ -405,7 +405,7 @@ impl Registrar<'_> {
 
 impl Error {
     /// A lost race, or two writers that picked the same mesh IP (the unique index refused one).
-    pub fn is_lost_race_or_ip_clash(&self) -> bool {
+    pub(crate) fn is_lost_race_or_ip_clash(&self) -> bool {
         self.is_lost_race() || matches!(self, Error::Store(e) if e.is_unique_violation())
     }
 }

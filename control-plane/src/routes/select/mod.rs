@@ -22,11 +22,11 @@ use crate::store::routes::{Kind, Router};
 
 /// How long a router must have been healthy before it takes over from a failed primary
 /// (unless no router has been healthy that long).
-pub const ROUTE_HOLD_DOWN_SECS: i64 = 30;
+pub(crate) const ROUTE_HOLD_DOWN_SECS: i64 = 30;
 
 /// What the selection decided for one row.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     pub role: RouterRole,
     /// For a person: why the row has this role.
     pub reason: String,
@@ -35,7 +35,7 @@ pub struct Verdict {
 }
 
 /// Why a row is not eligible at `now`, or `None` when it is.
-pub fn ineligible(r: &Router, now: i64) -> Option<String> {
+pub(crate) fn ineligible(r: &Router, now: i64) -> Option<String> {
     let age = now.saturating_sub(r.last_report);
     if !r.advertised {
         return Some("withdrawn: the node no longer advertises it".into());
@@ -69,7 +69,7 @@ fn healthy_for(r: &Router, now: i64) -> i64 {
 
 /// Every row's verdict, in `rows`' order. Rows of different Domains must not be mixed (the
 /// caller selects per Domain); within one, rows are grouped by cidr.
-pub fn select(rows: &[Router], now: i64) -> Vec<Verdict> {
+pub(crate) fn select(rows: &[Router], now: i64) -> Vec<Verdict> {
     let mut out: Vec<Option<Verdict>> = vec![None; rows.len()];
     let mut by_cidr: BTreeMap<IpNet, Vec<usize>> = BTreeMap::new();
     for (i, r) in rows.iter().enumerate() {
@@ -194,7 +194,7 @@ fn select_one(rows: &[Router], members: &[usize], now: i64) -> Vec<(usize, Verdi
 }
 
 /// Unix seconds as RFC 3339 UTC (the seconds themselves when out of range).
-pub fn stamp(secs: i64) -> String {
+pub(crate) fn stamp(secs: i64) -> String {
     time::OffsetDateTime::from_unix_timestamp(secs)
         .ok()
         .and_then(|t| {

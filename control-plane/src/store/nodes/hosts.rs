@@ -43,7 +43,7 @@ pub(super) fn parse_fingerprint(text: &str) -> Result<HostFingerprint, StoreErro
 
 /// Binds the node to `fp` unless it is bound already. Answers the fingerprint it is bound to
 /// afterwards (another request may have bound it first); `None` when the node is gone.
-pub async fn bind(
+pub(crate) async fn bind(
     conn: &mut AnyConnection,
     id: Uuid,
     fp: &HostFingerprint,
@@ -136,7 +136,9 @@ pub async fn clone_of(
 }
 
 /// Every node with recorded refused requests.
-pub async fn clones(conn: &mut AnyConnection) -> Result<HashMap<Uuid, CloneRecord>, StoreError> {
+pub(crate) async fn clones(
+    conn: &mut AnyConnection,
+) -> Result<HashMap<Uuid, CloneRecord>, StoreError> {
     let rows = sqlx::query(select_clones!(""))
         .fetch_all(&mut *conn)
         .await?;

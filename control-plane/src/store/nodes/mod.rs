@@ -16,7 +16,7 @@ pub mod hosts;
 mod reach;
 pub use reach::{NodeReach, set_endpoints};
 use reach::{json_list, reach_from_row};
-pub mod rotation;
+pub(crate) mod rotation;
 pub use rotation::NodeRotation;
 
 #[derive(Clone, PartialEq, Eq)]
@@ -98,7 +98,7 @@ macro_rules! select_nodes {
 impl NodeRow {
     /// A node for unit tests: `n` names it (id, hostname `node-<n>`, key `key-<n>`), in Domain
     /// 100 and Project 200, registered at 1, never seen, with one endpoint.
-    pub fn for_test(n: u128, mesh_ip: &str) -> Self {
+    pub(crate) fn for_test(n: u128, mesh_ip: &str) -> Self {
         NodeRow {
             id: Uuid::from_u128(n),
             domain_id: Uuid::from_u128(100),
@@ -252,7 +252,7 @@ pub async fn insert(conn: &mut AnyConnection, n: &NodeRow) -> Result<(), StoreEr
 
 /// A live node of `domain` other than `except` whose key is `key` or shares its first 8
 /// bytes: its id and key (the exact key first).
-pub async fn key_clash(
+pub(crate) async fn key_clash(
     conn: &mut AnyConnection,
     domain: Uuid,
     key: &str,
@@ -294,7 +294,7 @@ pub async fn made_by_token_with_key(
 }
 
 /// The ids of the nodes each token of a Project made, oldest first, by token id.
-pub async fn made_by_tokens_of_project(
+pub(crate) async fn made_by_tokens_of_project(
     conn: &mut AnyConnection,
     project_id: Uuid,
 ) -> Result<std::collections::HashMap<String, Vec<Uuid>>, StoreError> {
@@ -315,7 +315,7 @@ pub async fn made_by_tokens_of_project(
 
 /// The live ephemeral nodes whose last authenticated call (or registration, when they never
 /// made one) is older than their offline allowance at `now`.
-pub async fn ephemeral_expired(
+pub(crate) async fn ephemeral_expired(
     conn: &mut AnyConnection,
     now: i64,
 ) -> Result<Vec<NodeRow>, StoreError> {
@@ -361,7 +361,7 @@ pub async fn list(
 }
 
 /// How many live nodes a Project has.
-pub async fn count_live_in_project(
+pub(crate) async fn count_live_in_project(
     conn: &mut AnyConnection,
     project_id: Uuid,
 ) -> Result<i64, StoreError> {
@@ -375,7 +375,7 @@ pub async fn count_live_in_project(
 
 /// Replaces the credential of a node that has never authenticated and still has this
 /// WireGuard key. Answers whether it did (false: the node authenticated meanwhile).
-pub async fn replace_unused_credential(
+pub(crate) async fn replace_unused_credential(
     conn: &mut AnyConnection,
     id: Uuid,
     wireguard_public_key: &str,
@@ -426,7 +426,7 @@ pub async fn live_in_domain(
 
 /// What a heartbeat records.
 #[derive(Debug, Clone)]
-pub struct HeartbeatRecord<'a> {
+pub(crate) struct HeartbeatRecord<'a> {
     pub plexd_version: &'a str,
     pub uptime_secs: u64,
     pub applied_state_version: Option<u64>,
@@ -440,7 +440,7 @@ fn sat_i64(v: u64) -> i64 {
 }
 
 /// Records a heartbeat (and that the node was seen). Answers whether the node still exists.
-pub async fn record_heartbeat(
+pub(crate) async fn record_heartbeat(
     conn: &mut AnyConnection,
     id: Uuid,
     hb: &HeartbeatRecord<'_>,
@@ -473,7 +473,7 @@ pub async fn revoke(conn: &mut AnyConnection, id: Uuid, now: i64) -> Result<bool
 }
 
 /// Sets the operator's UDP GSO/GRO switch of a live node; answers whether the node is live.
-pub async fn set_udp_offload(
+pub(crate) async fn set_udp_offload(
     conn: &mut AnyConnection,
     id: Uuid,
     setting: Option<UdpOffload>,

@@ -35,7 +35,7 @@ pub(super) fn rotation_from_row(row: &sqlx::any::AnyRow) -> Result<NodeRotation,
 }
 
 /// Whether another node (live or revoked: a key names one node for good) holds this key.
-pub async fn key_in_use_elsewhere(
+pub(crate) async fn key_in_use_elsewhere(
     conn: &mut AnyConnection,
     id: Uuid,
     public_key: &str,
@@ -51,7 +51,7 @@ pub async fn key_in_use_elsewhere(
 
 /// Replaces the node's key when it is still `old` (compare and swap); clears an operator's
 /// request. Answers whether it changed.
-pub async fn set_key(
+pub(crate) async fn set_key(
     conn: &mut AnyConnection,
     id: Uuid,
     old: &str,
@@ -73,7 +73,7 @@ pub async fn set_key(
 }
 
 /// Stores a freshly handed-out credential as pending (replacing an unused pending one).
-pub async fn set_pending_credential(
+pub(crate) async fn set_pending_credential(
     conn: &mut AnyConnection,
     id: Uuid,
     sha256: &str,
@@ -91,7 +91,7 @@ pub async fn set_pending_credential(
 /// The pending credential was used: it becomes the credential, the old one is accepted until
 /// `previous_until`. Only when the pending one is still `pending` (two first uses at once
 /// promote once). Answers whether it did.
-pub async fn promote_pending_credential(
+pub(crate) async fn promote_pending_credential(
     conn: &mut AnyConnection,
     id: Uuid,
     pending: &str,
@@ -115,14 +115,14 @@ pub async fn promote_pending_credential(
 
 /// Which rotation an operator asks a live node for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Request {
+pub(crate) enum Request {
     Key,
     Credential,
 }
 
 /// Marks the node (live only) as asked to rotate; a pending request keeps its first time.
 /// Answers whether a live node was marked.
-pub async fn request(
+pub(crate) async fn request(
     conn: &mut AnyConnection,
     id: Uuid,
     what: Request,
