@@ -12,7 +12,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use plexsphere::bus::InProcessBus;
 use plexsphere::keys::Keyring;
-use plexsphere::register::Registrar;
+use plexsphere::node::register::Registrar;
 use plexsphere::seed;
 use plexsphere::store::Store;
 use plexsphere::store::tokens::{self, TokenRow};

@@ -8,7 +8,7 @@ use crate::store::StoreError;
 
 /// The `Retry-After` of a `429` for one event stream too many of a node
 /// ([`Error::TooManyStreams`]): about the time a dropped connection takes to be noticed.
-pub const STREAM_RETRY_AFTER_SECS: u64 = 5;
+pub(crate) const STREAM_RETRY_AFTER_SECS: u64 = 5;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -111,7 +111,7 @@ pub enum Error {
     )]
     NodeRevoked,
     /// 409 `clone_refused`: a node's credential from another host than the one it is bound
-    /// to (its state directory was copied); see `crate::clone`.
+    /// to (its state directory was copied); see `crate::node::clone`.
     #[error("{0}")]
     CloneRefused(String),
     /// 422 `proof_required`: no proof of possession of the WireGuard private key (a plexd
@@ -169,7 +169,7 @@ pub enum Error {
 
 impl Error {
     /// Whether a whole transaction that failed with this should simply be tried again.
-    pub fn is_lost_race(&self) -> bool {
+    pub(crate) fn is_lost_race(&self) -> bool {
         matches!(self, Error::Store(e) if e.is_busy())
     }
 }

@@ -15,7 +15,7 @@ use ipnet::IpNet;
 /// and every `reserved` sub-range of the same family are skipped, so a /31, /32 (or IPv6
 /// /127, /128) range yields nothing. Every host address comes at most once; when the iterator
 /// ends without a free one, the range is exhausted.
-pub fn candidates(range: IpNet, reserved: &[IpNet], last: Option<IpAddr>) -> Candidates {
+pub(crate) fn candidates(range: IpNet, reserved: &[IpNet], last: Option<IpAddr>) -> Candidates {
     let range = range.trunc();
     let (net, bcast) = (to_u128(range.network()), to_u128(range.broadcast()));
     let is_v4 = matches!(range, IpNet::V4(_));
@@ -94,12 +94,12 @@ pub fn usable_hosts(range: IpNet) -> u128 {
 }
 
 /// Whether `inner` lies entirely inside `outer`.
-pub fn contains_net(outer: &IpNet, inner: &IpNet) -> bool {
+pub(crate) fn contains_net(outer: &IpNet, inner: &IpNet) -> bool {
     outer.contains(&inner.network()) && outer.contains(&inner.broadcast())
 }
 
 /// Whether two ranges share at least one address.
-pub fn overlaps(a: &IpNet, b: &IpNet) -> bool {
+pub(crate) fn overlaps(a: &IpNet, b: &IpNet) -> bool {
     a.contains(&b.network()) || b.contains(&a.network())
 }
 

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::store::{Store, StoreError, lease};
 
 /// How long a lease lasts after each renewal by default.
-pub const LEASE_TTL: Duration = Duration::from_secs(15);
+pub(crate) const LEASE_TTL: Duration = Duration::from_secs(15);
 
 /// The lease's timing (module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,12 +44,12 @@ impl Default for LeaseTiming {
 
 impl LeaseTiming {
     /// How often every replica tries to take or renew the lease.
-    pub fn renew_every(&self) -> Duration {
+    pub(crate) fn renew_every(&self) -> Duration {
         self.ttl / 3
     }
 
     /// How long after the start of a successful renewal the holder may act.
-    pub fn act_for(&self) -> Duration {
+    pub(crate) fn act_for(&self) -> Duration {
         self.ttl - self.ttl / 3
     }
 }
@@ -57,20 +57,20 @@ impl LeaseTiming {
 /// What a write of the leader proves: who writes. `None` for a process that owns its
 /// database alone ([`Leadership::single`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fence {
+pub(crate) struct Fence {
     pub holder: Option<String>,
 }
 
 impl Fence {
     /// The lease condition of a write made now: the holder and the wall clock in unix ms.
-    pub fn at_now(&self) -> Option<(&str, i64)> {
+    pub(crate) fn at_now(&self) -> Option<(&str, i64)> {
         self.holder.as_deref().map(|h| (h, wall_ms()))
     }
 }
 
 /// What one try to take or renew the lease found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Renewal {
+pub(crate) enum Renewal {
     /// This replica holds the lease (taken or renewed).
     Held,
     /// Another replica holds it.
@@ -81,7 +81,7 @@ pub enum Renewal {
 
 /// A change worth a log line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Change {
+pub(crate) enum Change {
     /// This replica started to lead.
     Leading,
     /// This replica stopped leading (another holds the lease, or it could not renew in time).
@@ -117,7 +117,7 @@ pub struct Leadership {
 impl Leadership {
     /// A process that owns its database alone (the in-process test servers): it always acts
     /// and its writes are not fenced.
-    pub fn single() -> Self {
+    pub(crate) fn single() -> Self {
         Self {
             holder: "single".to_owned(),
             mode: Mode::Single,
@@ -135,7 +135,7 @@ impl Leadership {
     }
 
     /// A holder id unique to this process: the host name, the pid and a random part.
-    pub fn new_holder_id() -> String {
+    pub(crate) fn new_holder_id() -> String {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_owned())
             .unwrap_or_else(|_| "host".to_owned());
@@ -143,11 +143,11 @@ impl Leadership {
         format!("{host}-{}-{}", std::process::id(), &id[..8])
     }
 
-    pub fn holder(&self) -> &str {
+    pub(crate) fn holder(&self) -> &str {
         &self.holder
     }
 
-    pub fn timing(&self) -> Option<LeaseTiming> {
+    pub(crate) fn timing(&self) -> Option<LeaseTiming> {
         match self.mode {
             Mode::Single => None,
             Mode::Lease(t) => Some(t),
@@ -160,7 +160,7 @@ impl Leadership {
 
     /// The fence of this replica's writes when it may act at `now`, or None: then it must not
     /// run a reconcile pass or a maintenance round.
-    pub fn acting(&self, now: Instant) -> Option<Fence> {
+    pub(crate) fn acting(&self, now: Instant) -> Option<Fence> {
         let Mode::Lease(_) = self.mode else {
             return Some(Fence { holder: None });
         };
@@ -177,7 +177,7 @@ impl Leadership {
 
     /// Whether this replica may act at `now` (what `/metrics` shows); unlike [`Self::acting`]
     /// it only reads.
-    pub fn leads_now(&self, now: Instant) -> bool {
+    pub(crate) fn leads_now(&self, now: Instant) -> bool {
         match self.mode {
             Mode::Single => true,
             Mode::Lease(_) => self.state().acting_until.is_some_and(|until| now < until),
@@ -186,7 +186,7 @@ impl Leadership {
 
     /// Takes in one try's outcome (started at `started`); answers the change to log, if any.
     /// Pure but for the state it updates.
-    pub fn observe(&self, renewal: Renewal, started: Instant) -> Option<Change> {
+    pub(crate) fn observe(&self, renewal: Renewal, started: Instant) -> Option<Change> {
         let Mode::Lease(timing) = self.mode else {
             return None;
         };
@@ -222,7 +222,7 @@ pub fn wall_ms() -> i64 {
 }
 
 /// One try to take or renew the lease.
-pub async fn renew(store: &Store, leadership: &Leadership) -> Result<Renewal, StoreError> {
+pub(crate) async fn renew(store: &Store, leadership: &Leadership) -> Result<Renewal, StoreError> {
     let Some(timing) = leadership.timing() else {
         return Ok(Renewal::Held);
     };

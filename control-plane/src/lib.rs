@@ -2,49 +2,36 @@
 //! allocation, operator tokens, the Domain signing keys, the node API (heartbeat, endpoints,
 //! signed state, the event stream) and the HTTPS API of docs/api.md.
 //!
-//! The binary (`src/bin/plexsphere.rs`) is a thin shell over [`cli`].
+//! The binary (`src/bin/plexsphere.rs`) is a thin shell over [`cli`]. One folder per
+//! capability (`node/`, `bus/`, `routes/`, `policy/`, `keys/`, `store/`, ...); README.md's
+//! "Layout" maps what each owns and what it may import.
 
 pub mod api;
 pub mod audit;
 pub mod auth;
 pub mod broker;
 pub mod bus;
-pub mod bus_nats;
-pub mod bus_poll;
-pub mod candidates;
+pub(crate) mod candidates;
 pub mod cli;
-pub mod clone;
-pub mod console;
+pub(crate) mod console;
 pub mod error;
 pub mod ipam;
-pub mod key_proof;
 pub mod keys;
 pub mod leader;
-pub mod live_cache;
 pub mod maintenance;
-pub mod metrics;
-pub mod names_ops;
-pub mod node_decisions;
-pub mod node_ops;
-pub mod node_rotation;
-pub mod node_settings;
+pub(crate) mod metrics;
+pub mod node;
 pub mod operator_tokens;
-pub mod path_map;
-pub mod policy_cache;
-pub mod policy_ops;
-pub mod policy_view;
+pub(crate) mod path_map;
+pub mod policy;
 pub mod ratelimit;
-pub mod register;
-pub mod relay_health;
-pub mod routes_admin;
-pub mod routes_approve;
-pub mod routes_ops;
-pub mod routes_select;
+pub(crate) mod relay_health;
+pub mod routes;
 pub mod seed;
 pub mod server;
 pub mod store;
 pub mod tags;
 pub mod tls;
-pub mod views;
+pub(crate) mod views;
 
 pub use error::Error;

@@ -17,7 +17,7 @@ use time::OffsetDateTime;
 use uuid::Uuid;
 
 use crate::error::Error;
-use crate::node_ops::NodeOps;
+use crate::node::ops::NodeOps;
 use crate::store::nodes::NodeRow;
 use crate::store::{self, Store, StoreError, events, nodes};
 use crate::views::node_status;
@@ -64,7 +64,7 @@ impl<T: MaintenanceHost + ?Sized> MaintenanceHost for Arc<T> {
 }
 
 /// Starts the task; it stops by itself once the state is gone (the server stopped).
-/// The route sweep (`routes_admin::ROUTE_SWEEP_SECS`) runs beside it, on its own task.
+/// The route sweep (`routes::admin::ROUTE_SWEEP_SECS`) runs beside it, on its own task.
 pub fn spawn<S: MaintenanceHost + 'static>(state: &Arc<S>) -> tokio::task::JoinHandle<()> {
     spawn_route_sweep(state);
     let weak: Weak<S> = Arc::downgrade(state);
@@ -98,13 +98,13 @@ pub fn spawn<S: MaintenanceHost + 'static>(state: &Arc<S>) -> tokio::task::JoinH
     })
 }
 
-/// Every [`crate::routes_admin::ROUTE_SWEEP_SECS`], on the leader: re-runs the primary
+/// Every [`crate::routes::admin::ROUTE_SWEEP_SECS`], on the leader: re-runs the primary
 /// selection of every Domain with routes, so a router whose lease expired is replaced
 /// (docs/routes.md "Failover"). Stops once the state is gone.
 fn spawn_route_sweep<S: MaintenanceHost + 'static>(state: &Arc<S>) {
     let weak: Weak<S> = Arc::downgrade(state);
     tokio::spawn(async move {
-        let every = std::time::Duration::from_secs(crate::routes_admin::ROUTE_SWEEP_SECS);
+        let every = std::time::Duration::from_secs(crate::routes::admin::ROUTE_SWEEP_SECS);
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut failing = false;
@@ -115,7 +115,7 @@ fn spawn_route_sweep<S: MaintenanceHost + 'static>(state: &Arc<S>) {
                 continue;
             }
             let ops = st.node_ops();
-            let routes = crate::routes_ops::RouteOps {
+            let routes = crate::routes::ops::RouteOps {
                 store: ops.store,
                 bus: ops.bus,
             };
@@ -158,8 +158,8 @@ async fn prune_attempt(store: &Store, cutoff: i64) -> Result<u64, StoreError> {
 }
 
 /// Removes every ephemeral node offline past its allowance
-/// (`node_decisions::ephemeral_expired`); answers how many were removed.
-pub async fn expire_ephemeral(st: &(impl MaintenanceHost + ?Sized)) -> Result<usize, Error> {
+/// (`node::decisions::ephemeral_expired`); answers how many were removed.
+pub(crate) async fn expire_ephemeral(st: &(impl MaintenanceHost + ?Sized)) -> Result<usize, Error> {
     let now = store::unix(st.now());
     let expired = {
         let mut conn = st.store().acquire().await?;
@@ -197,7 +197,7 @@ async fn sweep(
 
 /// Updates `known` to the statuses at `now` and answers the nodes whose status changed since
 /// the last round (a node seen for the first time is not a change). Pure.
-pub fn transitions<'a>(
+pub(crate) fn transitions<'a>(
     known: &mut HashMap<Uuid, NodeStatus>,
     rows: &'a [NodeRow],
     now: i64,

@@ -16,10 +16,10 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 /// The `Content-Type` of what [`Metrics::encode`] writes.
-pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+pub(crate) const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
 
 /// The `route` label of a request no route matched (so raw paths never become labels).
-pub const UNMATCHED_ROUTE: &str = "unmatched";
+pub(crate) const UNMATCHED_ROUTE: &str = "unmatched";
 
 /// Request durations: 1 ms up to ~16 s, doubling (15 buckets).
 fn request_buckets() -> impl Iterator<Item = f64> {
@@ -77,7 +77,7 @@ pub struct TransitionLabels {
 
 /// The HTTP method as a label: the methods the API and the downloads use, else `other`
 /// (a client can send any token as a method; it must not become a new series).
-pub fn method_label(method: &axum::http::Method) -> &'static str {
+pub(crate) fn method_label(method: &axum::http::Method) -> &'static str {
     use axum::http::Method;
     match *method {
         Method::GET => "GET",
@@ -231,7 +231,13 @@ impl Metrics {
     }
 
     /// One answered request.
-    pub fn observe_request(&self, route: &str, method: &'static str, status: u16, secs: f64) {
+    pub(crate) fn observe_request(
+        &self,
+        route: &str,
+        method: &'static str,
+        status: u16,
+        secs: f64,
+    ) {
         self.requests
             .get_or_create(&RequestLabels {
                 route: route.to_owned(),
@@ -248,21 +254,21 @@ impl Metrics {
     }
 
     /// One registration's outcome.
-    pub fn registration(&self, result: &'static str) {
+    pub(crate) fn registration(&self, result: &'static str) {
         self.registrations
             .get_or_create(&ResultLabel { result })
             .inc();
     }
 
     /// One phase change of a broker resource.
-    pub fn transition(&self, from: &'static str, to: &'static str) {
+    pub(crate) fn transition(&self, from: &'static str, to: &'static str) {
         self.transitions
             .get_or_create(&TransitionLabels { from, to })
             .inc();
     }
 
     /// The database pool as it is now.
-    pub fn set_pool(&self, size: u32, idle: usize, max: u32) {
+    pub(crate) fn set_pool(&self, size: u32, idle: usize, max: u32) {
         let idle = i64::try_from(idle).unwrap_or(i64::MAX);
         let size = i64::from(size);
         self.pool_connections.set(size);
@@ -273,12 +279,12 @@ impl Metrics {
 
     /// Resources by phase as counted now; every phase gets a series (0 when none).
     /// What this replica is now: leading the broker or not, its bus up or not.
-    pub fn set_roles(&self, leading: bool, bus_connected: bool) {
+    pub(crate) fn set_roles(&self, leading: bool, bus_connected: bool) {
         self.broker_leader.set(i64::from(leading));
         self.event_bus_connected.set(i64::from(bus_connected));
     }
 
-    pub fn set_resources(&self, counts: &[(&'static str, i64)]) {
+    pub(crate) fn set_resources(&self, counts: &[(&'static str, i64)]) {
         for (phase, n) in counts {
             self.resources.get_or_create(&PhaseLabel { phase }).set(*n);
         }

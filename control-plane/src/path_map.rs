@@ -11,7 +11,7 @@ use uuid::Uuid;
 use crate::store::paths::{MapNode, PathRow};
 
 /// RFC 3339 of a unix time (`None` for a time out of range).
-pub fn rfc3339(t: i64) -> Option<String> {
+pub(crate) fn rfc3339(t: i64) -> Option<String> {
     time::OffsetDateTime::from_unix_timestamp(t)
         .ok()
         .and_then(|t| {
@@ -22,7 +22,7 @@ pub fn rfc3339(t: i64) -> Option<String> {
 
 /// A node on the map.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct MapNodeView {
+pub(crate) struct MapNodeView {
     pub id: Uuid,
     pub name: String,
     pub mesh_ip: String,
@@ -34,7 +34,7 @@ pub struct MapNodeView {
 
 /// One unordered pair that has a report from either side (`a` < `b`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct LinkView {
+pub(crate) struct LinkView {
     pub a: Uuid,
     pub b: Uuid,
     /// `direct`, `relay` or `none`.
@@ -48,7 +48,7 @@ pub struct LinkView {
 
 /// `GET /v1/mesh/map`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct MapView {
+pub(crate) struct MapView {
     pub nodes: Vec<MapNodeView>,
     pub links: Vec<LinkView>,
 }
@@ -66,7 +66,7 @@ fn better<'a>(x: &'a PathRow, y: &'a PathRow) -> &'a PathRow {
 }
 
 /// The link of each pair in `rows` whose both nodes are in `seen`, by pair.
-pub fn links(rows: &[PathRow], seen: &HashSet<Uuid>) -> Vec<LinkView> {
+pub(crate) fn links(rows: &[PathRow], seen: &HashSet<Uuid>) -> Vec<LinkView> {
     let mut pairs: BTreeMap<(Uuid, Uuid), &PathRow> = BTreeMap::new();
     for r in rows {
         if r.node_id == r.peer_node_id
@@ -108,7 +108,7 @@ fn link_of(a: Uuid, b: Uuid, r: &PathRow) -> LinkView {
 }
 
 /// The map of `nodes` (already filtered to what the caller sees) and their links.
-pub fn map(nodes: &[MapNode], rows: &[PathRow], now: i64, offline_after: i64) -> MapView {
+pub(crate) fn map(nodes: &[MapNode], rows: &[PathRow], now: i64, offline_after: i64) -> MapView {
     let seen: HashSet<Uuid> = nodes.iter().map(|n| n.id).collect();
     MapView {
         nodes: nodes
@@ -120,7 +120,7 @@ pub fn map(nodes: &[MapNode], rows: &[PathRow], now: i64, offline_after: i64) ->
 }
 
 /// A node as the map shows it.
-pub fn node_view(n: &MapNode, now: i64, offline_after: i64) -> MapNodeView {
+pub(crate) fn node_view(n: &MapNode, now: i64, offline_after: i64) -> MapNodeView {
     MapNodeView {
         id: n.id,
         name: n.name.clone(),
@@ -134,7 +134,7 @@ pub fn node_view(n: &MapNode, now: i64, offline_after: i64) -> MapNodeView {
 
 /// One peer on a node's page.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PeerPathView {
+pub(crate) struct PeerPathView {
     pub peer_node_id: Uuid,
     pub peer_name: Option<String>,
     pub path: &'static str,
@@ -146,7 +146,7 @@ pub struct PeerPathView {
     pub updated_at: Option<String>,
 }
 
-pub fn peer_view(r: &PathRow, peer_name: Option<String>) -> PeerPathView {
+pub(crate) fn peer_view(r: &PathRow, peer_name: Option<String>) -> PeerPathView {
     let l = link_of(r.node_id, r.peer_node_id, r);
     PeerPathView {
         peer_node_id: r.peer_node_id,

@@ -43,7 +43,7 @@ struct Bucket {
 }
 
 /// The most keys one limiter tracks before it evicts (see the module doc).
-pub const MAX_TRACKED_CLIENTS: usize = 100_000;
+pub(crate) const MAX_TRACKED_CLIENTS: usize = 100_000;
 
 /// Token buckets keyed by client (an address, see [`client_key`], or a node id).
 #[derive(Debug)]
@@ -66,7 +66,7 @@ pub enum Decision {
 
 impl Decision {
     /// `Retry-After` in whole seconds, rounded up, at least 1.
-    pub fn retry_after_secs(retry_after: Duration) -> u64 {
+    pub(crate) fn retry_after_secs(retry_after: Duration) -> u64 {
         let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
         secs.max(1)
     }
@@ -172,7 +172,7 @@ impl<K: Hash + Eq + Copy> RateLimiter<K> {
 /// `forwarded_for` is every `X-Forwarded-For` header line in the order received: several
 /// lines are one list (RFC 9110 5.3), so a proxy that appends a line of its own is read
 /// right. A malformed hop, or a list made only of trusted proxies, falls back to the peer.
-pub fn client_addr<'a>(
+pub(crate) fn client_addr<'a>(
     peer: IpAddr,
     forwarded_for: impl IntoIterator<Item = &'a str>,
     trusted_proxies: &[IpNet],
@@ -196,7 +196,7 @@ pub fn client_addr<'a>(
 }
 
 /// The bucket an address is counted in: an IPv4 address itself, an IPv6 address its /64.
-pub fn client_key(ip: IpAddr) -> IpAddr {
+pub(crate) fn client_key(ip: IpAddr) -> IpAddr {
     match canonical(ip) {
         IpAddr::V6(v6) => {
             let prefix = u128::from(v6) & !((1u128 << 64) - 1);

@@ -13,13 +13,13 @@ use plexsphere_wire::node::RelaySpec;
 use serde::Serialize;
 
 /// A probe result older than this is probed again when someone asks.
-pub const RELAY_CHECK_EVERY: Duration = Duration::from_secs(10);
+pub(crate) const RELAY_CHECK_EVERY: Duration = Duration::from_secs(10);
 /// How long one transport of one relay gets to answer.
-pub const RELAY_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const RELAY_PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// `GET /v1/relays`: one relay as the control plane hands it out, with its health.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RelayView {
+pub(crate) struct RelayView {
     pub name: String,
     /// `tls://host:port` when it takes TCP, else `udp://addr`.
     pub url: String,
@@ -158,7 +158,7 @@ async fn probe(r: &RelaySpec, at: Option<String>) -> RelayView {
 impl RelayHealth {
     /// Every relay with its health, probing when the last round is older than
     /// [`RELAY_CHECK_EVERY`]; `at` is the RFC 3339 time a new round is stamped with.
-    pub async fn views(&self, relays: &[RelaySpec], at: Option<String>) -> Vec<RelayView> {
+    pub(crate) async fn views(&self, relays: &[RelaySpec], at: Option<String>) -> Vec<RelayView> {
         let mut last = self.last.lock().await;
         if let Some((when, views)) = last.as_ref()
             && when.elapsed() < RELAY_CHECK_EVERY

@@ -104,7 +104,7 @@ pub fn parse(text: &str, origin: &str) -> Result<Manifest, SeedError> {
     Ok(manifest)
 }
 
-pub fn load(path: &Path) -> Result<Manifest, SeedError> {
+pub(crate) fn load(path: &Path) -> Result<Manifest, SeedError> {
     let text = std::fs::read_to_string(path).map_err(|source| SeedError::Read {
         path: path.display().to_string(),
         source,

@@ -40,26 +40,26 @@ use axum_server::{ConnectionShutdown, Handle};
 use crate::error::Error;
 
 /// How long a TLS handshake may take.
-pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a new connection may take to send its first complete request.
-pub const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const FIRST_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// The default header-read (and HTTP/1.1 idle) timeout (`--header-read-timeout-secs`).
-pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often an HTTP/2 connection is pinged.
-pub const HTTP2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+pub(crate) const HTTP2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 /// How long an HTTP/2 ping may go unanswered before the connection is closed.
-pub const HTTP2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+pub(crate) const HTTP2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long a request body may take to arrive.
-pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const BODY_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// The largest request body any route takes (the node routes' 256 KiB) but the two access
 /// policy routes that carry a whole document ([`buffered_body_limit`]); a larger one is
 /// answered `413 body_too_large` before any handler runs.
-pub const MAX_BUFFERED_BODY: usize = plexsphere_wire::node::MAX_NODE_BODY;
+pub(crate) const MAX_BUFFERED_BODY: usize = plexsphere_wire::node::MAX_NODE_BODY;
 
-/// The body bound of a request path: [`crate::policy_ops::POLICY_BODY_LIMIT`] (a policy
+/// The body bound of a request path: [`crate::policy::ops::POLICY_BODY_LIMIT`] (a policy
 /// document up to the policy crate's 1 MiB, JSON-escaped) for `/v1/domains/{domain}/policy`
 /// and `.../policy/validate`, [`MAX_BUFFERED_BODY`] for every other path.
-pub fn buffered_body_limit(path: &str) -> usize {
+pub(crate) fn buffered_body_limit(path: &str) -> usize {
     let policy_route = path
         .strip_prefix("/v1/domains/")
         .and_then(|rest| rest.split_once('/'))
@@ -67,7 +67,7 @@ pub fn buffered_body_limit(path: &str) -> usize {
             !domain.is_empty() && matches!(tail, "policy" | "policy/validate")
         });
     if policy_route {
-        crate::policy_ops::POLICY_BODY_LIMIT
+        crate::policy::ops::POLICY_BODY_LIMIT
     } else {
         MAX_BUFFERED_BODY
     }
@@ -75,14 +75,14 @@ pub fn buffered_body_limit(path: &str) -> usize {
 /// The default cap on open connections (`--max-connections`): room for one event stream per
 /// node of a large fleet plus their API calls; mind the process's file descriptor limit
 /// (`LimitNOFILE=` in systemd/plexsphere.service).
-pub const MAX_CONNECTIONS: usize = 20_000;
+pub(crate) const MAX_CONNECTIONS: usize = 20_000;
 /// The listen backlog: connections the kernel completes and queues before the server accepts
 /// them. std's `TcpListener::bind` asks for 128, so a reconnect storm (every node of a large
 /// fleet reconnecting after a restart) overflowed the queue and the kernel dropped or reset
 /// the rest; the kernel caps it at `net.core.somaxconn` (4096 by default since Linux 5.4).
 pub const LISTEN_BACKLOG: i32 = 4096;
 /// The `Retry-After` of a request refused because too many connections are open.
-pub const CONNECTIONS_RETRY_AFTER_SECS: u64 = 5;
+pub(crate) const CONNECTIONS_RETRY_AFTER_SECS: u64 = 5;
 
 /// The bounds of every connection (module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,7 +109,7 @@ pub enum Transport {
 }
 
 impl Transport {
-    pub fn scheme(&self) -> &'static str {
+    pub(crate) fn scheme(&self) -> &'static str {
         match self {
             Transport::Tls(_) => "https",
             Transport::PlainBehindProxy => "http",
@@ -250,7 +250,7 @@ async fn guard_request(State(guard): State<Arc<Guard>>, req: Request, next: Next
 /// Resolves on SIGTERM or SIGINT. The handlers are installed when this is called (not when
 /// the future is first polled), so call it before announcing readiness: a signal sent right
 /// after the `listening on` line must not meet the default action.
-pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+pub(crate) fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{SignalKind, signal};
     let term = signal(SignalKind::terminate());
     let int = signal(SignalKind::interrupt());

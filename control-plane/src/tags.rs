@@ -8,7 +8,7 @@
 
 /// The most tags one node or one bootstrap token may carry: a policy names nodes by a few
 /// roles; more is a sign of tags used as labels, which belong elsewhere.
-pub const MAX_TAGS: usize = 32;
+pub(crate) const MAX_TAGS: usize = 32;
 
 /// Why a tag list was refused (the API answers it as `400 invalid_request`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -40,13 +40,13 @@ pub fn normalize<S: AsRef<str>>(input: &[S]) -> Result<Vec<String>, TagError> {
 }
 
 /// The stored form of checked names.
-pub fn join(tags: &[String]) -> String {
+pub(crate) fn join(tags: &[String]) -> String {
     tags.join(" ")
 }
 
 /// The names of a stored value (`""` = none). Whatever the column holds is split as stored;
 /// a value that no longer passes [`normalize`] (a rule made stricter later) still reads.
-pub fn split(stored: &str) -> Vec<String> {
+pub(crate) fn split(stored: &str) -> Vec<String> {
     stored.split_whitespace().map(str::to_owned).collect()
 }
 

@@ -185,7 +185,7 @@ pub fn ensure_dev_certs(dir: &Path, extra_sans: &[String]) -> Result<DevCerts, T
 }
 
 /// SHA-256 of a DER certificate, uppercase hex pairs joined by colons.
-pub fn fingerprint(der: &[u8]) -> String {
+pub(crate) fn fingerprint(der: &[u8]) -> String {
     plexsphere_wire::secret::sha256(der)
         .iter()
         .map(|b| format!("{b:02X}"))
@@ -194,7 +194,7 @@ pub fn fingerprint(der: &[u8]) -> String {
 }
 
 /// Writes a secret file with mode 0600 (replacing any old one).
-pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), TlsError> {
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> Result<(), TlsError> {
     let tmp = path.with_extension("tmp");
     let _ = fs::remove_file(&tmp);
     let mut f = fs::OpenOptions::new()

@@ -11,7 +11,7 @@ use crate::store::{StoreError, from_unix};
 
 /// A token's status at `now`: revoked and consumed (every use taken) win over expired; a
 /// reusable token with uses left stays active.
-pub fn token_status(row: &TokenRow, now: i64) -> TokenStatus {
+pub(crate) fn token_status(row: &TokenRow, now: i64) -> TokenStatus {
     if row.revoked_at.is_some() {
         TokenStatus::Revoked
     } else if row.consumed_at.is_some() || row.used_up() {
@@ -23,7 +23,7 @@ pub fn token_status(row: &TokenRow, now: i64) -> TokenStatus {
     }
 }
 
-pub fn token_view(row: &TokenRow, now: i64) -> Result<TokenView, StoreError> {
+pub(crate) fn token_view(row: &TokenRow, now: i64) -> Result<TokenView, StoreError> {
     Ok(TokenView {
         id: row.id.clone(),
         project_id: row.project_id,
@@ -53,7 +53,7 @@ pub fn token_view(row: &TokenRow, now: i64) -> Result<TokenView, StoreError> {
 
 /// A node is online while its last authenticated call is at most `offline_after` seconds old
 /// (three heartbeat intervals unless configured).
-pub fn node_status(row: &NodeRow, now: i64, offline_after: i64) -> NodeStatus {
+pub(crate) fn node_status(row: &NodeRow, now: i64, offline_after: i64) -> NodeStatus {
     match (row.revoked_at, row.last_seen_at) {
         (Some(_), _) => NodeStatus::Revoked,
         (None, None) => NodeStatus::Registered,
@@ -62,7 +62,11 @@ pub fn node_status(row: &NodeRow, now: i64, offline_after: i64) -> NodeStatus {
     }
 }
 
-pub fn node_view(row: &NodeRow, now: i64, offline_after: i64) -> Result<NodeView, StoreError> {
+pub(crate) fn node_view(
+    row: &NodeRow,
+    now: i64,
+    offline_after: i64,
+) -> Result<NodeView, StoreError> {
     Ok(NodeView {
         id: row.id,
         domain_id: row.domain_id,
@@ -115,7 +119,9 @@ pub fn node_view(row: &NodeRow, now: i64, offline_after: i64) -> Result<NodeView
 }
 
 /// The refused requests from another host, as operators see them (`NodeView::clone`).
-pub fn clone_view(c: &crate::store::node_hosts::CloneRecord) -> Result<CloneView, StoreError> {
+pub(crate) fn clone_view(
+    c: &crate::store::nodes::hosts::CloneRecord,
+) -> Result<CloneView, StoreError> {
     Ok(CloneView {
         first_seen_at: from_unix("nodes.clone_first_seen_at", c.first_seen_at)?,
         last_seen_at: from_unix("nodes.clone_last_seen_at", c.last_seen_at)?,

@@ -11,9 +11,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use plexsphere::bus::nats::{NatsBus, NatsConfig, NatsTasks};
+use plexsphere::bus::poll;
 use plexsphere::bus::{EventBus, InProcessBus};
-use plexsphere::bus_nats::{NatsBus, NatsConfig, NatsTasks};
-use plexsphere::bus_poll;
 use tokio::sync::watch;
 use uuid::Uuid;
 
@@ -120,7 +120,7 @@ async fn reaches(rx: &mut watch::Receiver<u64>, seq: u64, what: &str) {
 }
 
 async fn link_up(tasks: &mut NatsTasks) {
-    tokio::time::timeout(BOUND, tasks.link.wait_for(|l| *l == bus_poll::Link::Up))
+    tokio::time::timeout(BOUND, tasks.link.wait_for(|l| *l == poll::Link::Up))
         .await
         .expect("the bus never came up")
         .unwrap();
@@ -198,7 +198,7 @@ async fn a_bus_whose_nats_never_answers_starts_and_reports_it() {
         .port();
     let url = format!("nats://127.0.0.1:{port}");
     let (a, tasks) = tokio::time::timeout(BOUND, bus(&url)).await.unwrap();
-    assert_eq!(*tasks.link.borrow(), bus_poll::Link::Down);
+    assert_eq!(*tasks.link.borrow(), poll::Link::Down);
     let why = a.check().unwrap_err();
     assert!(
         why.contains("not connected") && why.contains("polling"),
@@ -221,7 +221,7 @@ async fn the_poller_moves_the_watches_to_the_stored_heads() {
     let domain = a.domain_id;
     let mut rx = local.subscribe(domain);
     assert_eq!(*rx.borrow_and_update(), 0);
-    let moved = bus_poll::poll_once(&srv.store, &local).await.unwrap();
+    let moved = poll::poll_once(&srv.store, &local).await.unwrap();
     assert_eq!(moved, 1, "one Domain has events");
     let head = {
         let mut conn = srv.store.acquire().await.unwrap();
@@ -234,7 +234,7 @@ async fn the_poller_moves_the_watches_to_the_stored_heads() {
     assert!(rx.has_changed().unwrap());
     assert_eq!(*rx.borrow_and_update(), head);
     // Nothing new: the next poll wakes nobody.
-    assert_eq!(bus_poll::poll_once(&srv.store, &local).await.unwrap(), 0);
+    assert_eq!(poll::poll_once(&srv.store, &local).await.unwrap(), 0);
     assert!(!rx.has_changed().unwrap());
     srv.stop().await;
 }

@@ -7,7 +7,7 @@ mod common;
 
 use common::nodes::pull;
 use common::*;
-use plexsphere::store::node_hosts;
+use plexsphere::store::nodes::hosts;
 use plexsphere_wire::RegisterResponse;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -37,8 +37,8 @@ async fn db_i64(srv: &TestServer, sql: &'static str, id: uuid::Uuid) -> Option<i
 
 async fn record(srv: &TestServer, id: uuid::Uuid, now: i64) -> bool {
     let mut conn = srv.store.acquire().await.unwrap();
-    let every = plexsphere::clone::RECORD_EVERY_SECS;
-    node_hosts::record_clone(&mut conn, id, "192.0.2.9", None, now, every)
+    let every = plexsphere::node::clone::RECORD_EVERY_SECS;
+    hosts::record_clone(&mut conn, id, "192.0.2.9", None, now, every)
         .await
         .unwrap()
 }
@@ -145,12 +145,12 @@ async fn clones_are_refused_and_the_original_keeps_working(srv: &TestServer) {
     assert!(view["status"] != "revoked");
 
     // Recording is rate-limited per node: one write per RECORD_EVERY_SECS.
-    let every = plexsphere::clone::RECORD_EVERY_SECS;
+    let every = plexsphere::node::clone::RECORD_EVERY_SECS;
     let far = 4_000_000_000;
     assert!(record(srv, b.node_id, far).await);
     assert!(!record(srv, b.node_id, far + every - 1).await);
     assert!(record(srv, b.node_id, far + every).await);
-    let c = node_hosts::clone_of(&mut srv.store.acquire().await.unwrap(), b.node_id)
+    let c = hosts::clone_of(&mut srv.store.acquire().await.unwrap(), b.node_id)
         .await
         .unwrap()
         .unwrap();

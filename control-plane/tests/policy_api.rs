@@ -368,7 +368,7 @@ async fn bad_documents_are_refused_with_line_and_column_and_the_old_policy_stays
     let (_, b) = put(&srv, &cases[1].1, 1, false).await;
     assert!(b["errors"][0]["column"].as_u64().unwrap() > 0, "{b}");
     // A body past the route's limit: 413 before anything is parsed.
-    let huge = "x".repeat(plexsphere::policy_ops::POLICY_BODY_LIMIT + 1);
+    let huge = "x".repeat(plexsphere::policy::ops::POLICY_BODY_LIMIT + 1);
     let (s, b) = put(&srv, &huge, 1, false).await;
     assert_code(s, &b, 413, "body_too_large");
     // A good document validates.

@@ -8,7 +8,7 @@ mod common;
 use common::nodes::pull;
 use common::*;
 use plexsphere::api::Verb;
-use plexsphere::node_settings::UDP_OFFLOAD_RESYNC;
+use plexsphere::node::settings::UDP_OFFLOAD_RESYNC;
 use plexsphere_wire::RegisterResponse;
 use plexsphere_wire::node::{EventKind, NodeState, UdpOffload};
 use plexsphere_wire::signed::{DomainVerifier, SignContext};

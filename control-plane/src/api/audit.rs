@@ -24,10 +24,10 @@ use crate::error::Error;
 use crate::store;
 
 /// Rows read from the database at a time while verifying.
-pub const VERIFY_BATCH: i64 = 1_000;
+pub(crate) const VERIFY_BATCH: i64 = 1_000;
 
 #[derive(Debug, Deserialize)]
-pub struct ListQuery {
+pub(crate) struct ListQuery {
     domain: Option<String>,
     since: Option<String>,
     limit: Option<u32>,
@@ -139,7 +139,7 @@ fn view(r: &Row) -> Result<AuditRow, Error> {
 
 /// `POST /v1/audit/verify`: walks the whole chain (in batches of [`VERIFY_BATCH`]) and
 /// checks every row's hash, MAC and link and the head.
-pub async fn verify(
+pub(crate) async fn verify(
     State(st): State<Arc<AppState>>,
     op: Operator,
     ApiJson(req): ApiJson<VerifyRequest>,

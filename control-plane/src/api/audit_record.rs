@@ -50,7 +50,7 @@ impl AppState {
 impl AppState {
     /// [`AppState::audit`] for a change to something of `project`: the row goes to the chain
     /// of the project's Domain.
-    pub async fn audit_in_project(&self, project: Uuid, mut entry: AuditEntry) {
+    pub(crate) async fn audit_in_project(&self, project: Uuid, mut entry: AuditEntry) {
         let found = async {
             let mut conn = self.store.acquire().await?;
             store::projects::get(&mut conn, project).await
@@ -77,7 +77,7 @@ impl AppState {
 }
 
 /// An entry by `op` (the Domain filled in by the caller or [`AppState::audit_in_project`]).
-pub fn by(
+pub(crate) fn by(
     op: &Operator,
     domain_id: Option<Uuid>,
     action: &'static str,
@@ -95,7 +95,7 @@ pub fn by(
 
 /// The operator of a request as an audit actor: a token as itself; a session as its public
 /// id and the person behind it (stored keyed).
-pub fn actor(op: &Operator) -> Actor {
+pub(crate) fn actor(op: &Operator) -> Actor {
     match (&op.via, &op.person) {
         (Via::Session { session_id }, Some(p)) => Actor::session(
             session_id,

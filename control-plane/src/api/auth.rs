@@ -25,7 +25,7 @@ use crate::error::Error;
 use crate::store::{self, sessions};
 
 /// The scopes the console and plexctl ask the issuer for.
-pub const SCOPES: &str = "openid email profile groups";
+pub(crate) const SCOPES: &str = "openid email profile groups";
 
 fn auth(st: &AppState) -> Result<&Arc<Auth>, Error> {
     st.auth.as_ref().ok_or(Error::SignInDisabled)
@@ -45,7 +45,7 @@ fn random(n: usize) -> Result<String, Error> {
 }
 
 /// `GET /v1/auth/config` (public): whether sign-in is on, and the issuer.
-pub async fn config(State(st): State<Arc<AppState>>) -> Json<Value> {
+pub(crate) async fn config(State(st): State<Arc<AppState>>) -> Json<Value> {
     Json(match &st.auth {
         Some(a) => {
             json!({ "enabled": true, "issuer": a.config.issuer, "cli_client_id": a.config.cli_client_id })
@@ -57,7 +57,7 @@ pub async fn config(State(st): State<Arc<AppState>>) -> Json<Value> {
 /// `GET /v1/auth/sign-in?return_to=/path`: 302 to the issuer; the attempt (state, nonce, PKCE
 /// verifier, return_to) is kept server-side for [`session::PENDING_SIGN_IN_TTL`], bound to
 /// this browser by a short-lived HttpOnly cookie.
-pub async fn sign_in(
+pub(crate) async fn sign_in(
     State(st): State<Arc<AppState>>,
     ClientAddr(client): ClientAddr,
     Query(q): Query<HashMap<String, String>>,
@@ -123,7 +123,7 @@ pub async fn sign_in(
 
 /// The query of the issuer's redirect back.
 #[derive(Debug, Deserialize)]
-pub struct CallbackQuery {
+pub(crate) struct CallbackQuery {
     code: Option<String>,
     state: Option<String>,
     iss: Option<String>,
@@ -141,7 +141,7 @@ fn failed(msg: &str) -> Error {
 /// exchanges the code with its PKCE verifier, checks the ID token (signature, iss, aud, exp,
 /// nonce), refuses a person with no role, and signs in: the session and CSRF cookies, 302 to
 /// the attempt's `return_to`.
-pub async fn callback(
+pub(crate) async fn callback(
     State(st): State<Arc<AppState>>,
     headers: HeaderMap,
     Query(q): Query<CallbackQuery>,
@@ -296,7 +296,10 @@ async fn new_session(
 
 /// `POST /v1/auth/sign-out`: revokes the caller's session (a cookie write: CSRF needed) and
 /// clears the cookies.
-pub async fn sign_out(State(st): State<Arc<AppState>>, op: Operator) -> Result<Response, Error> {
+pub(crate) async fn sign_out(
+    State(st): State<Arc<AppState>>,
+    op: Operator,
+) -> Result<Response, Error> {
     let Via::Session { session_id } = &op.via else {
         return Err(Error::BadRequest(
             "sign-out ends a session; an operator token is revoked with `plexctl operator-token revoke`".into(),
@@ -339,7 +342,7 @@ pub async fn sign_out(State(st): State<Arc<AppState>>, op: Operator) -> Result<R
 
 /// `GET /v1/auth/whoami`: who the caller is, how, its roles, and whether writes need the
 /// CSRF header.
-pub async fn whoami(op: Operator, headers: HeaderMap) -> Json<Value> {
+pub(crate) async fn whoami(op: Operator, headers: HeaderMap) -> Json<Value> {
     let via = match op.via {
         Via::Token => "token",
         Via::Session { .. } => "session",
@@ -360,14 +363,14 @@ pub async fn whoami(op: Operator, headers: HeaderMap) -> Json<Value> {
 
 /// The body of `POST /v1/auth/session`.
 #[derive(Debug, Deserialize)]
-pub struct ExchangeRequest {
+pub(crate) struct ExchangeRequest {
     pub id_token: String,
 }
 
 /// `POST /v1/auth/session` (plexctl): an ID token issued to plexctl's client (device grant
 /// or loopback redirect), fresh (`iat` within [`session::CLI_ID_TOKEN_MAX_AGE_SECS`]) and
 /// never exchanged before, for a bearer session `pxss_...`.
-pub async fn exchange(
+pub(crate) async fn exchange(
     State(st): State<Arc<AppState>>,
     ApiJson(req): ApiJson<ExchangeRequest>,
 ) -> Result<(StatusCode, Json<Value>), Error> {

@@ -29,7 +29,7 @@ use crate::store::{self, credentials as cred_store};
 
 /// One catalog entry as `GET /v1/blueprints` lists it.
 #[derive(Debug, Serialize)]
-pub struct BlueprintView {
+pub(crate) struct BlueprintView {
     pub version_id: Uuid,
     pub name: String,
     pub version: String,
@@ -39,7 +39,7 @@ pub struct BlueprintView {
     pub parameters: std::collections::BTreeMap<String, Param>,
 }
 
-pub async fn list_blueprints(
+pub(crate) async fn list_blueprints(
     State(st): State<Arc<AppState>>,
     _op: Operator,
 ) -> Json<List<BlueprintView>> {
@@ -64,7 +64,7 @@ pub async fn list_blueprints(
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct CreateCredential {
+pub(crate) struct CreateCredential {
     name: String,
     provider: String,
     payload: Value,
@@ -72,7 +72,7 @@ pub struct CreateCredential {
 
 /// A cloud credential as the API shows it: never its payload.
 #[derive(Debug, Serialize)]
-pub struct CredentialView {
+pub(crate) struct CredentialView {
     pub id: Uuid,
     pub name: String,
     pub provider: String,
@@ -97,7 +97,7 @@ fn credential_view(r: &CredentialRow) -> Result<CredentialView, Error> {
 
 const PROVIDERS: [&str; 2] = ["local", "openstack"];
 
-pub async fn create_credential(
+pub(crate) async fn create_credential(
     State(st): State<Arc<AppState>>,
     op: Operator,
     ApiJson(req): ApiJson<CreateCredential>,
@@ -146,7 +146,7 @@ pub async fn create_credential(
     Ok((StatusCode::CREATED, Json(credential_view(&row)?)))
 }
 
-pub async fn list_credentials(
+pub(crate) async fn list_credentials(
     State(st): State<Arc<AppState>>,
     _op: Operator,
 ) -> Result<Json<List<CredentialView>>, Error> {
@@ -155,7 +155,7 @@ pub async fn list_credentials(
     Ok(Json(List { items }))
 }
 
-pub async fn revoke_credential(
+pub(crate) async fn revoke_credential(
     State(st): State<Arc<AppState>>,
     op: Operator,
     UuidPath(id): UuidPath,
@@ -181,7 +181,7 @@ pub async fn revoke_credential(
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct CreateResource {
+pub(crate) struct CreateResource {
     kind: String,
     blueprint_version_id: Uuid,
     cloud_credential_id: Uuid,
@@ -197,7 +197,7 @@ fn admit_error(e: AdmitError) -> Error {
 }
 
 /// `POST /v1/projects/{id}/resources`: 202 with the resource in phase Pending.
-pub async fn create_resource(
+pub(crate) async fn create_resource(
     State(st): State<Arc<AppState>>,
     op: Operator,
     UuidPath(project_id): UuidPath,
@@ -283,7 +283,7 @@ pub async fn create_resource(
     Ok((StatusCode::ACCEPTED, Json(row.resource)))
 }
 
-pub async fn list_resources(
+pub(crate) async fn list_resources(
     State(st): State<Arc<AppState>>,
     op: Operator,
     UuidPath(project_id): UuidPath,
@@ -302,7 +302,7 @@ fn no_resource(id: Uuid) -> Error {
     Error::NotFound(format!("no resource with id {id}"))
 }
 
-pub async fn get_resource(
+pub(crate) async fn get_resource(
     State(st): State<Arc<AppState>>,
     op: Operator,
     UuidPath(id): UuidPath,
@@ -316,7 +316,7 @@ pub async fn get_resource(
 
 /// `DELETE /v1/resources/{id}`: 202 with the resource in Deprovisioning (or unchanged when
 /// already deleting or deleted).
-pub async fn delete_resource(
+pub(crate) async fn delete_resource(
     State(st): State<Arc<AppState>>,
     op: Operator,
     UuidPath(id): UuidPath,

@@ -40,21 +40,21 @@ use crate::store::paths::{self as rows, MapNode};
 use crate::store::{self, events};
 
 /// Console streams one token or session may hold open on one replica.
-pub const MAX_CONSOLE_STREAMS_PER_CALLER: usize = 8;
+pub(crate) const MAX_CONSOLE_STREAMS_PER_CALLER: usize = 8;
 /// Console streams one replica holds open at most.
-pub const MAX_CONSOLE_STREAMS: usize = 512;
+pub(crate) const MAX_CONSOLE_STREAMS: usize = 512;
 /// Between reads of the path and event counters.
-pub const CONSOLE_POLL: Duration = Duration::from_secs(1);
+pub(crate) const CONSOLE_POLL: Duration = Duration::from_secs(1);
 /// Between reads of the changed resources.
-pub const RESOURCE_POLL: Duration = Duration::from_secs(2);
+pub(crate) const RESOURCE_POLL: Duration = Duration::from_secs(2);
 /// Between sweeps of who is online.
-pub const ONLINE_SWEEP: Duration = Duration::from_secs(15);
+pub(crate) const ONLINE_SWEEP: Duration = Duration::from_secs(15);
 /// A stream ends after this long; the console reconnects (and its caller is authorized again).
-pub const MAX_STREAM_LIFETIME: Duration = Duration::from_secs(600);
+pub(crate) const MAX_STREAM_LIFETIME: Duration = Duration::from_secs(600);
 /// Events one poll may send; past it the stream sends one `snapshot` instead.
-pub const MAX_EVENTS_PER_POLL: usize = 256;
+pub(crate) const MAX_EVENTS_PER_POLL: usize = 256;
 /// A comment line this often keeps proxies from closing an idle stream.
-pub const KEEPALIVE: Duration = Duration::from_secs(15);
+pub(crate) const KEEPALIVE: Duration = Duration::from_secs(15);
 /// Frames waiting for a slow console; a console that takes none for [`SLOW_READER`] is dropped.
 const QUEUE: usize = 64;
 const SLOW_READER: Duration = Duration::from_secs(30);

@@ -11,15 +11,15 @@ use crate::store::StorageFault;
 
 /// The `Retry-After` of an answer that a full or failing database gave: long enough for an
 /// operator's fix to matter, short enough that nodes come back soon after it.
-pub const STORAGE_RETRY_AFTER_SECS: u64 = 30;
+pub(crate) const STORAGE_RETRY_AFTER_SECS: u64 = 30;
 /// The `Retry-After` of a `503` for a database that is busy with other writers.
-pub const BUSY_RETRY_AFTER_SECS: u64 = 2;
+pub(crate) const BUSY_RETRY_AFTER_SECS: u64 = 2;
 /// The `Retry-After` of a `503 unavailable` for a database server that does not answer (a
 /// Postgres restarting): the pool reconnects by itself, so clients come back soon.
-pub const UNREACHABLE_RETRY_AFTER_SECS: u64 = 5;
+pub(crate) const UNREACHABLE_RETRY_AFTER_SECS: u64 = 5;
 
 /// Status and code of an error; the message is its `Display` unless it is an internal fault.
-pub fn classify(e: &Error) -> (StatusCode, &'static str) {
+pub(crate) fn classify(e: &Error) -> (StatusCode, &'static str) {
     match e {
         Error::InvalidJson(_) => (StatusCode::BAD_REQUEST, codes::INVALID_JSON),
         Error::UnsupportedMediaType => (
@@ -150,7 +150,7 @@ impl IntoResponse for Error {
 }
 
 /// A document's problems as the API lists them (line and column 1-based; column 0 = the line).
-pub fn policy_problems(errors: &plexsphere_policy::PolicyErrors) -> Vec<PolicyProblem> {
+pub(crate) fn policy_problems(errors: &plexsphere_policy::PolicyErrors) -> Vec<PolicyProblem> {
     use plexsphere_policy::ErrorKind;
     errors
         .0

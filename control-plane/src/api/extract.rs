@@ -23,10 +23,10 @@ use crate::store::nodes::NodeRow;
 use crate::store::{self, nodes, operators, projects};
 
 /// The body limit of every JSON endpoint but registration.
-pub const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
+pub(crate) const DEFAULT_BODY_LIMIT: usize = 64 * 1024;
 
 /// A JSON body of at most `LIMIT` bytes, sent as `application/json`.
-pub struct ApiJson<T, const LIMIT: usize = DEFAULT_BODY_LIMIT>(pub T);
+pub(crate) struct ApiJson<T, const LIMIT: usize = DEFAULT_BODY_LIMIT>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned, const LIMIT: usize> FromRequest<S> for ApiJson<T, LIMIT> {
     type Rejection = Error;
@@ -59,7 +59,7 @@ impl<S: Send + Sync, T: DeserializeOwned, const LIMIT: usize> FromRequest<S> for
 }
 
 /// A UUID path parameter; anything else is `400 invalid_request`.
-pub struct UuidPath(pub Uuid);
+pub(crate) struct UuidPath(pub Uuid);
 
 impl<S: Send + Sync> FromRequestParts<S> for UuidPath {
     type Rejection = Error;
@@ -75,7 +75,7 @@ impl<S: Send + Sync> FromRequestParts<S> for UuidPath {
 }
 
 /// A bootstrap-token id path parameter (16 lowercase hex characters).
-pub struct TokenIdPath(pub String);
+pub(crate) struct TokenIdPath(pub String);
 
 impl<S: Send + Sync> FromRequestParts<S> for TokenIdPath {
     type Rejection = Error;
@@ -163,14 +163,18 @@ pub struct Operator {
 
 impl Operator {
     /// Whether the caller may see the resources of `project`.
-    pub fn sees(&self, project: Uuid) -> bool {
+    pub(crate) fn sees(&self, project: Uuid) -> bool {
         self.reach.all || self.reached_projects.iter().any(|(p, _)| *p == project)
     }
 
     /// `not_found` unless the caller may see the resources of `project`: to a caller limited
     /// to some projects, another project's objects do not exist (404, the same answer as a
     /// missing id).
-    pub fn require(&self, project: Uuid, not_found: impl FnOnce() -> Error) -> Result<(), Error> {
+    pub(crate) fn require(
+        &self,
+        project: Uuid,
+        not_found: impl FnOnce() -> Error,
+    ) -> Result<(), Error> {
         if self.sees(project) {
             Ok(())
         } else {
@@ -180,7 +184,7 @@ impl Operator {
 
     /// Whether the caller reaches `domain` for the route's need: a platform role, a role on
     /// the Domain, or (for reads) a role on one of its projects.
-    pub fn sees_domain(&self, domain: Uuid) -> bool {
+    pub(crate) fn sees_domain(&self, domain: Uuid) -> bool {
         self.reach.all
             || self.reach.domains.contains(&domain)
             || (matches!(self.need, Need::Read | Need::Audit)
@@ -190,7 +194,7 @@ impl Operator {
     /// For changes that reach a whole Domain (its policy, DNS suffix, signing key, names,
     /// tags, routes): a platform role, or a role on that Domain, for the route's need; a
     /// caller limited to projects is refused (403) with `what` saying why.
-    pub fn domain_wide(&self, domain: Uuid, what: &str) -> Result<(), Error> {
+    pub(crate) fn domain_wide(&self, domain: Uuid, what: &str) -> Result<(), Error> {
         if self.reach.all || self.reach.domains.contains(&domain) {
             return Ok(());
         }
@@ -201,7 +205,7 @@ impl Operator {
     }
 
     /// For what belongs to no Domain (the platform's audit chain): a platform role.
-    pub fn platform_wide(&self, what: &str) -> Result<(), Error> {
+    pub(crate) fn platform_wide(&self, what: &str) -> Result<(), Error> {
         if self.reach.all {
             return Ok(());
         }
@@ -213,7 +217,7 @@ impl Operator {
 
     /// The Domains the caller reaches for the route's need ([`Operator::sees_domain`]) of
     /// `all` (every Domain's id).
-    pub fn seen_domains(&self, all: impl IntoIterator<Item = Uuid>) -> Vec<Uuid> {
+    pub(crate) fn seen_domains(&self, all: impl IntoIterator<Item = Uuid>) -> Vec<Uuid> {
         all.into_iter().filter(|d| self.sees_domain(*d)).collect()
     }
 
@@ -226,7 +230,7 @@ impl Operator {
     }
 
     /// `not_found` unless the caller reaches `domain` ([`Operator::sees_domain`]).
-    pub fn require_domain(
+    pub(crate) fn require_domain(
         &self,
         domain: Uuid,
         not_found: impl FnOnce() -> Error,
@@ -481,11 +485,11 @@ fn is_safe(method: &axum::http::Method) -> bool {
 /// `{node_id}` must be the credential's node. Refusals: a bad path id 400; a missing,
 /// malformed, unknown (deleted) or wrong credential 401 `unauthorized`; a revoked node 403
 /// `node_revoked`; another node's path 403 `forbidden`; a malformed `Plexd-Host` 400; another
-/// host's (or no) fingerprint for a node bound to a host 409 `clone_refused` (`crate::clone`:
+/// host's (or no) fingerprint for a node bound to a host 409 `clone_refused` (`crate::node::clone`:
 /// the copy is recorded, the node is not marked seen). Success marks the node as seen (the
 /// first success ends its registration replay window). A rotated credential: the pending one
 /// works (its first use makes it current; never from a clone), the replaced one works for its
-/// grace (`node_rotation`). Every node route spends one request of the node's budget
+/// grace (`node::rotation`). Every node route spends one request of the node's budget
 /// (`ApiConfig::node_rate_limit`); past it: 429 `rate_limited` with `Retry-After`.
 pub struct NodeAuth {
     pub node: NodeRow,
@@ -507,8 +511,8 @@ impl FromRequestParts<Arc<AppState>> for NodeAuth {
             .await?
             .ok_or(Error::Unauthorized(BAD_NODE))?;
         let now = store::unix(state.now());
-        let matched = crate::node_rotation::credential_match(&node, &credential.secret, now);
-        if matched == crate::node_rotation::CredentialMatch::None {
+        let matched = crate::node::rotation::credential_match(&node, &credential.secret, now);
+        if matched == crate::node::rotation::CredentialMatch::None {
             return Err(Error::Unauthorized(BAD_NODE));
         }
         if node.revoked_at.is_some() {
@@ -543,7 +547,7 @@ impl FromRequestParts<Arc<AppState>> for NodeAuth {
             })
             .transpose()?;
         let client = request_client(parts, state);
-        crate::clone::check(
+        crate::node::clone::check(
             &mut conn,
             node.id,
             node.host_fingerprint.as_ref(),
@@ -552,8 +556,8 @@ impl FromRequestParts<Arc<AppState>> for NodeAuth {
             now,
         )
         .await?;
-        if matched == crate::node_rotation::CredentialMatch::Pending {
-            crate::node_rotation::promote(&mut conn, &node, now).await?;
+        if matched == crate::node::rotation::CredentialMatch::Pending {
+            crate::node::rotation::promote(&mut conn, &node, now).await?;
         }
         nodes::touch_last_seen(&mut conn, node.id, now).await?;
         Ok(NodeAuth { node })
@@ -561,7 +565,7 @@ impl FromRequestParts<Arc<AppState>> for NodeAuth {
 }
 
 /// The address a request is accounted to (see [`client_addr`]).
-pub fn request_client(parts: &Parts, state: &AppState) -> IpAddr {
+pub(crate) fn request_client(parts: &Parts, state: &AppState) -> IpAddr {
     let peer = parts
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
@@ -582,7 +586,7 @@ pub fn request_client(parts: &Parts, state: &AppState) -> IpAddr {
 
 /// The client address of a request (the rate limiter's rule: a trusted proxy's
 /// `X-Forwarded-For` is believed).
-pub struct ClientAddr(pub IpAddr);
+pub(crate) struct ClientAddr(pub IpAddr);
 
 impl FromRequestParts<Arc<AppState>> for ClientAddr {
     type Rejection = Error;
@@ -594,7 +598,7 @@ impl FromRequestParts<Arc<AppState>> for ClientAddr {
 
 /// Takes one request from the client's registration budget (an IPv6 client's budget is its
 /// /64's, see [`client_key`]), or refuses with 429.
-pub struct RegisterBudget;
+pub(crate) struct RegisterBudget;
 
 impl FromRequestParts<Arc<AppState>> for RegisterBudget {
     type Rejection = Error;
@@ -618,7 +622,7 @@ impl FromRequestParts<Arc<AppState>> for RegisterBudget {
 
 /// Takes one request from the client's budget of registration challenges (the same limit as
 /// registrations, a bucket of its own), or refuses with 429.
-pub struct RegisterChallengeBudget;
+pub(crate) struct RegisterChallengeBudget;
 
 impl FromRequestParts<Arc<AppState>> for RegisterChallengeBudget {
     type Rejection = Error;

@@ -32,18 +32,18 @@ use crate::store::{Store, StoreError};
 /// docs/api.md "Event streams"). A stream further behind reads the gap from the store.
 pub const RING_EVENTS: usize = 4096;
 /// Events the reader reads from the store per query.
-pub const READ_BATCH: u32 = 512;
+pub(crate) const READ_BATCH: u32 = 512;
 /// How long the reader waits before it tries the store again after a failed read (the
 /// streams stay open meanwhile; the events are still in the table).
-pub const READ_RETRY: Duration = Duration::from_millis(500);
+pub(crate) const READ_RETRY: Duration = Duration::from_millis(500);
 
 /// How many signed copies of one event an [`Entry`] keeps: one per Domain key that signed it
 /// (the current key; across the end of a rotation's overlap, the one before as well).
-pub const SHARED_FRAME_KEYS: usize = 2;
+pub(crate) const SHARED_FRAME_KEYS: usize = 2;
 
 /// One event in the ring, with when the reader was woken for it (for the delivery metric).
 #[derive(Debug)]
-pub struct Entry {
+pub(crate) struct Entry {
     pub row: DomainEventRow,
     pub woken: Instant,
     /// The frame `data:` of the event's Domain envelope, per signing public key.
@@ -62,7 +62,7 @@ impl Entry {
     /// The frame `data:` of this event's Domain envelope signed by `signer`: signed and
     /// encoded by the first stream that needs it, then shared by every stream of the Domain
     /// (the others wait for that one signature instead of making their own).
-    pub fn shared_data(
+    pub(crate) fn shared_data(
         &self,
         domain_id: Uuid,
         signer: &DomainSigner,
@@ -94,7 +94,7 @@ impl Entry {
 /// (oldest first), so a stream whose cursor is at least `base` needs nothing from the store.
 /// Pure: no store, no clock.
 #[derive(Debug, Default)]
-pub struct Ring {
+pub(crate) struct Ring {
     /// Until the reader's first read the ring covers nothing (`base` is `u64::MAX`).
     base: u64,
     tip: u64,
@@ -104,7 +104,7 @@ pub struct Ring {
 
 /// What a stream gets from the ring for its cursor.
 #[derive(Debug)]
-pub enum Take {
+pub(crate) enum Take {
     /// The events for the node after the cursor (possibly none) and the new cursor.
     Events(Vec<Arc<Entry>>, u64),
     /// The cursor is older than the ring: read `(cursor, ...]` from the store first.
@@ -129,19 +129,19 @@ impl Ring {
     }
 
     /// The newest seq the ring is complete through.
-    pub fn tip(&self) -> u64 {
+    pub(crate) fn tip(&self) -> u64 {
         self.tip
     }
 
     /// The oldest seq a stream may stand at and still be served from the ring.
-    pub fn base(&self) -> u64 {
+    pub(crate) fn base(&self) -> u64 {
         self.base
     }
 
     /// Events were pruned from the store through `pruned_through`, past the ring's tip (the
     /// reader fell behind the replay window): the ring restarts there, so the streams behind
     /// it read the gap from the store and are resynced.
-    pub fn restart_after_prune(&mut self, pruned_through: u64) {
+    pub(crate) fn restart_after_prune(&mut self, pruned_through: u64) {
         if pruned_through > self.tip {
             self.start(pruned_through);
         }
@@ -184,7 +184,7 @@ impl Ring {
 }
 
 /// One Domain's ring and the channel that announces its tip to the Domain's streams.
-pub struct Hub {
+pub(crate) struct Hub {
     ring: RwLock<Ring>,
     tip: watch::Sender<u64>,
     /// The reader stopped for good (the bus closed): the streams end and their clients resume.
@@ -201,7 +201,7 @@ impl Hub {
     }
 
     /// Whether the Domain's reader stopped for good; a stream that sees it ends.
-    pub fn ended(&self) -> bool {
+    pub(crate) fn ended(&self) -> bool {
         self.ended.load(Ordering::Relaxed)
     }
 
@@ -220,7 +220,7 @@ impl Hub {
 }
 
 /// A stream's membership of its Domain's hub: the hub and the receiver of its tip.
-pub struct Member {
+pub(crate) struct Member {
     pub hub: Arc<Hub>,
     pub tip: watch::Receiver<u64>,
 }
@@ -228,7 +228,7 @@ pub struct Member {
 /// The hubs of this process, one per Domain with an open stream, and how many store queries
 /// their readers made (observable by tests: they must not grow with the number of streams).
 #[derive(Default)]
-pub struct Fanout {
+pub(crate) struct Fanout {
     hubs: Mutex<HashMap<Uuid, Arc<Hub>>>,
     queries: AtomicU64,
 }
@@ -265,12 +265,12 @@ impl Fanout {
     }
 
     /// The store queries every reader of this process made so far.
-    pub fn store_queries(&self) -> u64 {
+    pub(crate) fn store_queries(&self) -> u64 {
         self.queries.load(Ordering::Relaxed)
     }
 
     /// How many Domains have a reader in this process.
-    pub fn readers(&self) -> usize {
+    pub(crate) fn readers(&self) -> usize {
         self.lock().len()
     }
 

@@ -22,12 +22,12 @@ use crate::store::resources;
 
 /// How long one readiness check may take before it counts as failed (a database that takes
 /// longer to answer `SELECT 1` is not serving requests either).
-pub const READY_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const READY_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// One thing `/readyz` checks. The list is [`READY_CHECKS`]; a new dependency (the bus) is
 /// one more variant and one more row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReadyCheck {
+pub(crate) enum ReadyCheck {
     /// The database answers `SELECT 1`.
     Database,
     /// Every embedded migration is applied.
@@ -38,7 +38,7 @@ pub enum ReadyCheck {
 }
 
 /// What `/readyz` checks, in order; the first failure is the answer.
-pub const READY_CHECKS: &[ReadyCheck] = &[
+pub(crate) const READY_CHECKS: &[ReadyCheck] = &[
     ReadyCheck::Database,
     ReadyCheck::Migrations,
     ReadyCheck::Bus,
@@ -81,13 +81,13 @@ impl ReadyCheck {
 }
 
 /// `GET /healthz`: 200 `ok` while the process serves requests.
-pub async fn healthz() -> &'static str {
+pub(crate) async fn healthz() -> &'static str {
     "ok"
 }
 
 /// `GET /readyz`: 200 `ok` when every check of [`READY_CHECKS`] passes; else 503
 /// `unavailable` naming the first check that failed.
-pub async fn readyz(State(st): State<Arc<AppState>>) -> Response {
+pub(crate) async fn readyz(State(st): State<Arc<AppState>>) -> Response {
     for check in READY_CHECKS {
         let outcome = match tokio::time::timeout(READY_CHECK_TIMEOUT, check.run(&st)).await {
             Ok(outcome) => outcome,
@@ -107,13 +107,13 @@ pub async fn readyz(State(st): State<Arc<AppState>>) -> Response {
 }
 
 /// `GET /metrics` on the API listener: for an operator token of scope `read-only` or higher.
-pub async fn metrics(State(st): State<Arc<AppState>>, _op: Operator) -> Response {
+pub(crate) async fn metrics(State(st): State<Arc<AppState>>, _op: Operator) -> Response {
     exposition(&st).await
 }
 
 /// `GET /metrics` on `--metrics-listen`: no authentication (that listener is meant for
 /// loopback or a private network).
-pub async fn metrics_open(State(st): State<Arc<AppState>>) -> Response {
+pub(crate) async fn metrics_open(State(st): State<Arc<AppState>>) -> Response {
     exposition(&st).await
 }
 
@@ -147,7 +147,7 @@ async fn resource_counts(st: &AppState) -> Result<Vec<(&'static str, i64)>, Erro
 
 /// Counts the request under its route template (never the raw path) and times it to the
 /// response head.
-pub async fn track(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+pub(crate) async fn track(State(st): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let route = req
         .extensions()
         .get::<MatchedPath>()

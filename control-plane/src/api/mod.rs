@@ -10,7 +10,7 @@ mod console_events;
 pub mod error;
 pub mod extract;
 pub mod fanout;
-pub mod health;
+pub(crate) mod health;
 mod names;
 mod node;
 mod node_settings;
@@ -155,7 +155,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 /// The `--metrics-listen` listener's router: `GET /metrics` without authentication (that
 /// listener is for loopback or a private network; the API listener's `/metrics` needs a
 /// token).
-pub fn metrics_router(state: Arc<AppState>) -> Router {
+pub(crate) fn metrics_router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/metrics", axum::routing::get(health::metrics_open))
         .with_state(state)

@@ -14,13 +14,13 @@ use super::extract::{ApiJson, Operator, UuidPath};
 use super::signing_keys::visible_domain;
 use super::state::AppState;
 use crate::error::Error;
-use crate::names_ops::Renamed;
+use crate::node::names::Renamed;
 use crate::store::{self, names};
 use crate::views::node_view;
 
 /// `PUT /v1/nodes/{id}/name`: the node as it is now; 422 for a name that is not a DNS label,
 /// 409 `name_taken`.
-pub async fn rename(
+pub(crate) async fn rename(
     State(st): State<Arc<AppState>>,
     op: Operator,
     UuidPath(id): UuidPath,
@@ -53,7 +53,7 @@ pub async fn rename(
 }
 
 /// `GET /v1/domains/{domain}/dns`.
-pub async fn get_dns(
+pub(crate) async fn get_dns(
     State(st): State<Arc<AppState>>,
     op: Operator,
     Path(domain): Path<String>,
@@ -64,7 +64,7 @@ pub async fn get_dns(
 }
 
 /// `PUT /v1/domains/{domain}/dns`: answers the settings as stored.
-pub async fn set_dns(
+pub(crate) async fn set_dns(
     State(st): State<Arc<AppState>>,
     op: Operator,
     Path(domain): Path<String>,

@@ -14,7 +14,7 @@ use plexsphere_wire::node::{
 use super::extract::{ApiJson, ClientAddr, NodeAuth};
 use super::state::AppState;
 use crate::error::Error;
-use crate::node_decisions;
+use crate::node::decisions;
 use crate::store;
 use crate::store::observations::{self, Recorded};
 
@@ -23,9 +23,9 @@ const GONE: &str =
     "this node no longer exists (deleted); register it again with a fresh bootstrap token";
 
 /// At most this many observations in one ingest batch.
-pub const MAX_OBSERVATIONS: usize = 4096;
+pub(crate) const MAX_OBSERVATIONS: usize = 4096;
 
-pub async fn heartbeat(
+pub(crate) async fn heartbeat(
     State(st): State<Arc<AppState>>,
     NodeAuth { node }: NodeAuth,
     ApiJson(hb): ApiJson<Heartbeat, MAX_NODE_BODY>,
@@ -49,7 +49,7 @@ pub async fn heartbeat(
     }))
 }
 
-pub async fn endpoints(
+pub(crate) async fn endpoints(
     State(st): State<Arc<AppState>>,
     NodeAuth { node }: NodeAuth,
     ClientAddr(observed): ClientAddr,
@@ -63,25 +63,25 @@ pub async fn endpoints(
     Ok(Json(ack))
 }
 
-pub async fn state(
+pub(crate) async fn state(
     State(st): State<Arc<AppState>>,
     NodeAuth { node }: NodeAuth,
     headers: HeaderMap,
 ) -> Result<Response, Error> {
     let now = store::unix(st.now());
     let (version, env) = st.node_ops().signed_state(node.id, now).await?;
-    let etag = HeaderValue::from_str(&node_decisions::etag(version))
+    let etag = HeaderValue::from_str(&decisions::etag(version))
         .map_err(|e| Error::Internal(format!("cannot build an ETag: {e}")))?;
     let inm = headers
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok());
-    if node_decisions::not_modified(inm, version) {
+    if decisions::not_modified(inm, version) {
         return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, etag)]).into_response());
     }
     Ok(([(header::ETAG, etag)], Json(env)).into_response())
 }
 
-pub async fn ingest(
+pub(crate) async fn ingest(
     State(st): State<Arc<AppState>>,
     NodeAuth { node }: NodeAuth,
     ApiJson(batch): ApiJson<IngestBatch, MAX_NODE_BODY>,
@@ -109,7 +109,7 @@ pub async fn ingest(
     Ok(StatusCode::ACCEPTED)
 }
 
-pub async fn leave(
+pub(crate) async fn leave(
     State(st): State<Arc<AppState>>,
     NodeAuth { node }: NodeAuth,
 ) -> Result<StatusCode, Error> {

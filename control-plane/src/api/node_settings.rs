@@ -1,5 +1,5 @@
 //! `PUT /v1/nodes/{id}/udp-offload` (scope `operator`): the node's UDP GSO/GRO switch, carried
-//! in its signed state (`crate::node_settings`).
+//! in its signed state (`crate::node::settings`).
 
 use std::sync::Arc;
 
@@ -15,7 +15,7 @@ use crate::store;
 use crate::views::node_view;
 
 /// Sets the switch; 200 with the node, 404 for no live node (or another project's).
-pub async fn set_udp_offload(
+pub(crate) async fn set_udp_offload(
     State(st): State<Arc<AppState>>,
     op: Operator,
     UuidPath(id): UuidPath,

@@ -17,17 +17,17 @@ use crate::store::observations::{self, KEEP_PER_NODE, Kind};
 use crate::store::{StoreError, from_unix};
 
 /// Observations answered when `?limit=` is not given.
-pub const DEFAULT_LIMIT: u32 = 50;
+pub(crate) const DEFAULT_LIMIT: u32 = 50;
 /// The largest `?limit=`: everything the server keeps for a node.
-pub const MAX_LIMIT: u32 = KEEP_PER_NODE as u32;
+pub(crate) const MAX_LIMIT: u32 = KEEP_PER_NODE as u32;
 
 /// The longest `message` of an `error` observation, in bytes (the whole batch is bounded by
 /// the node routes' body limit, 256 KiB, and `api::node::MAX_OBSERVATIONS`).
-pub const MAX_ERROR_MESSAGE_BYTES: usize = 4096;
+pub(crate) const MAX_ERROR_MESSAGE_BYTES: usize = 4096;
 
 /// Pure: refuses a batch with an over-long field (400 `invalid_request`, naming the
 /// observation and the limit) before anything of it is stored.
-pub fn check_batch(batch: &IngestBatch) -> Result<(), Error> {
+pub(crate) fn check_batch(batch: &IngestBatch) -> Result<(), Error> {
     for (i, obs) in batch.observations.iter().enumerate() {
         if let ObservationKind::Error { message } = &obs.kind
             && message.len() > MAX_ERROR_MESSAGE_BYTES
@@ -42,13 +42,16 @@ pub fn check_batch(batch: &IngestBatch) -> Result<(), Error> {
 }
 
 #[derive(Debug, Deserialize)]
-pub struct ObservationQuery {
+pub(crate) struct ObservationQuery {
     limit: Option<String>,
     kind: Option<String>,
 }
 
 /// Pure: the checked `limit` and `kind` query parameters.
-pub fn parse_query(limit: Option<&str>, kind: Option<&str>) -> Result<(u32, Option<Kind>), Error> {
+pub(crate) fn parse_query(
+    limit: Option<&str>,
+    kind: Option<&str>,
+) -> Result<(u32, Option<Kind>), Error> {
     let limit = match limit {
         None => DEFAULT_LIMIT,
         Some(raw) => match raw.parse::<u32>() {

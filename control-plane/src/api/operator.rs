@@ -20,16 +20,14 @@ use crate::error::Error;
 use crate::operator_tokens::{self, OperatorTokenError, TokenSpec};
 use crate::store::nodes::NodeRow;
 use crate::store::tokens::{TokenRow, TokenUsage};
-use crate::store::{
-    self, Conn, StoreError, domains, node_hosts, nodes, operators, projects, tokens,
-};
+use crate::store::{self, Conn, StoreError, domains, nodes, operators, projects, tokens};
 use crate::views::{clone_view, node_view, token_view};
 
 const MIN_TTL_SECS: u64 = 60;
 const MAX_TTL_SECS: u64 = 30 * 24 * 3600;
 
 /// A project-bound token sees the Domain of its project only.
-pub async fn list_domains(
+pub(crate) async fn list_domains(
     State(st): State<Arc<AppState>>,
     op: Operator,
 ) -> Result<Json<List<DomainView>>, Error> {
@@ -50,7 +48,7 @@ pub async fn list_domains(
     Ok(Json(List { items }))
 }
 
-pub async fn list_projects(
+pub(crate) async fn list_projects(
     State(st): State<Arc<AppState>>,
     op: Operator,
 ) -> Result<Json<List<ProjectView>>, Error> {
@@ -99,7 +97,7 @@ pub(super) async fn require_node(c: &mut Conn, op: &Operator, id: Uuid) -> Resul
     Ok(row)
 }
 
-pub async fn issue_token(
+pub(crate) async fn issue_token(
     State(st): State<Arc<AppState>>,
     op: Operator,
     UuidPath(project_id): UuidPath,
@@ -175,7 +173,7 @@ pub async fn issue_token(
     ))
 }
 
-pub async fn list_tokens(
+pub(crate) async fn list_tokens(
     State(st): State<Arc<AppState>>,
     op: Operator,
     UuidPath(project_id): UuidPath,
@@ -196,7 +194,7 @@ pub async fn list_tokens(
     Ok(Json(List { items }))
 }
 
-pub async fn revoke_token(
+pub(crate) async fn revoke_token(
     State(st): State<Arc<AppState>>,
     op: Operator,
     TokenIdPath(id): TokenIdPath,
@@ -237,12 +235,12 @@ pub async fn revoke_token(
 }
 
 #[derive(Debug, Deserialize)]
-pub struct NodeQuery {
+pub(crate) struct NodeQuery {
     project_id: Option<String>,
 }
 
 /// A project-bound token lists its project's nodes (none when `?project_id=` names another).
-pub async fn list_nodes(
+pub(crate) async fn list_nodes(
     State(st): State<Arc<AppState>>,
     op: Operator,
     query: Result<Query<NodeQuery>, axum::extract::rejection::QueryRejection>,
@@ -271,7 +269,7 @@ pub async fn list_nodes(
     let now = store::unix(st.now());
     let hb = st.config.offline_after_secs();
     let mut conn = st.store.acquire().await?;
-    let clones = node_hosts::clones(&mut conn).await?;
+    let clones = nodes::hosts::clones(&mut conn).await?;
     let items = nodes::list(&mut conn, project_id)
         .await?
         .iter()
@@ -285,7 +283,7 @@ pub async fn list_nodes(
     Ok(Json(List { items }))
 }
 
-pub async fn get_node(
+pub(crate) async fn get_node(
     State(st): State<Arc<AppState>>,
     op: Operator,
     UuidPath(id): UuidPath,
@@ -294,7 +292,7 @@ pub async fn get_node(
     let row = require_node(&mut conn, &op, id).await?;
     let now = store::unix(st.now());
     let mut view = node_view(&row, now, st.config.offline_after_secs())?;
-    view.clone = node_hosts::clone_of(&mut conn, id)
+    view.clone = nodes::hosts::clone_of(&mut conn, id)
         .await?
         .as_ref()
         .map(clone_view)
@@ -304,7 +302,7 @@ pub async fn get_node(
 
 /// `POST /v1/nodes/{id}/revoke`: idempotent; the node hears `node_revoked` on its stream and
 /// its peers `peer_removed`; its credential stops working.
-pub async fn revoke_node(
+pub(crate) async fn revoke_node(
     State(st): State<Arc<AppState>>,
     op: Operator,
     UuidPath(id): UuidPath,
@@ -330,7 +328,7 @@ pub async fn revoke_node(
 }
 
 /// `GET /v1/operator-tokens/self`: the calling token (scope, project, expiry, last use).
-pub async fn whoami(
+pub(crate) async fn whoami(
     State(st): State<Arc<AppState>>,
     op: Operator,
 ) -> Result<Json<OperatorTokenView>, Error> {
@@ -343,7 +341,7 @@ pub async fn whoami(
 }
 
 /// `GET /v1/operator-tokens` (admin): every operator token, never a secret.
-pub async fn list_operator_tokens(
+pub(crate) async fn list_operator_tokens(
     State(st): State<Arc<AppState>>,
     _op: Operator,
 ) -> Result<Json<List<OperatorTokenView>>, Error> {
@@ -366,7 +364,7 @@ fn token_error(e: OperatorTokenError) -> Error {
 }
 
 /// `POST /v1/operator-tokens` (admin): 201 with the token's text, shown this once.
-pub async fn create_operator_token(
+pub(crate) async fn create_operator_token(
     State(st): State<Arc<AppState>>,
     op: Operator,
     ApiJson(req): ApiJson<CreateOperatorToken>,
@@ -407,7 +405,7 @@ pub async fn create_operator_token(
 }
 
 /// `POST /v1/operator-tokens/{id}/revoke` (admin): idempotent.
-pub async fn revoke_operator_token(
+pub(crate) async fn revoke_operator_token(
     State(st): State<Arc<AppState>>,
     op: Operator,
     TokenIdPath(id): TokenIdPath,

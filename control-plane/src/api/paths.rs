@@ -24,7 +24,7 @@ use crate::store::{self, domains};
 
 /// `PUT /v1/nodes/{id}/paths`: replaces the node's rows. Peers that are not live nodes of the
 /// node's Domain (or the node itself) are left out and counted in `ignored`.
-pub async fn report(
+pub(crate) async fn report(
     State(st): State<Arc<AppState>>,
     NodeAuth { node }: NodeAuth,
     ApiJson(report): ApiJson<PathsReport, MAX_NODE_BODY>,
@@ -68,7 +68,7 @@ pub async fn report(
 
 /// `GET /v1/nodes/{id}/paths`.
 #[derive(Debug, Serialize)]
-pub struct NodePathsView {
+pub(crate) struct NodePathsView {
     pub node_id: Uuid,
     pub candidates: Vec<CandidateView>,
     pub nat: Option<NatView>,
@@ -78,7 +78,7 @@ pub struct NodePathsView {
 
 /// `GET /v1/nodes/{id}/paths`: the node's candidates, NAT and each peer's path as the node
 /// last reported it (peers in projects the caller does not see are left out).
-pub async fn node_paths(
+pub(crate) async fn node_paths(
     State(st): State<Arc<AppState>>,
     op: Operator,
     UuidPath(id): UuidPath,
@@ -112,7 +112,7 @@ pub async fn node_paths(
 }
 
 #[derive(Debug, Deserialize)]
-pub struct MapQuery {
+pub(crate) struct MapQuery {
     pub domain: Option<String>,
 }
 
@@ -136,7 +136,7 @@ pub(super) async fn seen_domains(
 /// `GET /v1/mesh/map?domain=`: the Domain's live nodes the caller sees and a link per pair
 /// with a report from either side; without `domain`, every Domain the caller sees. Two
 /// queries per Domain (nodes, paths), whatever its size.
-pub async fn mesh_map(
+pub(crate) async fn mesh_map(
     State(st): State<Arc<AppState>>,
     op: Operator,
     query: Result<Query<MapQuery>, axum::extract::rejection::QueryRejection>,
@@ -172,7 +172,7 @@ pub async fn mesh_map(
 
 /// `GET /v1/relays`: the relays this control plane hands out, with their health (probed on
 /// demand, `crate::relay_health`).
-pub async fn relays(
+pub(crate) async fn relays(
     State(st): State<Arc<AppState>>,
     _op: Operator,
 ) -> Result<Json<Vec<RelayView>>, Error> {

@@ -12,7 +12,7 @@ use crate::relay_health::RelayHealth;
 
 /// A report sooner than this after the node's last one is refused (a little under
 /// [`PATHS_MIN_GAP_MS`]: the node's clock and the network's delays are not ours).
-pub const PATHS_MIN_GAP: Duration = Duration::from_millis(PATHS_MIN_GAP_MS - 250);
+pub(crate) const PATHS_MIN_GAP: Duration = Duration::from_millis(PATHS_MIN_GAP_MS - 250);
 /// Nodes whose last report time this replica remembers; past it, those older than the gap
 /// are forgotten.
 const MAX_REMEMBERED: usize = 100_000;

@@ -23,13 +23,13 @@ use super::extract::{ApiJson, Operator, UuidPath};
 use super::signing_keys::visible_domain;
 use super::state::AppState;
 use crate::error::Error;
-use crate::policy_ops::{ChangeRequest, POLICY_BODY_LIMIT};
+use crate::policy::ops::{ChangeRequest, POLICY_BODY_LIMIT};
 use crate::store::policies::{self, MAX_HISTORY_PAGE, PolicyRow};
 use crate::store::{self, StoreError, from_unix};
 use crate::views::node_view;
 
 /// How many versions `policy/history` lists when `?limit=` is absent.
-pub const DEFAULT_HISTORY_PAGE: u32 = 20;
+pub(crate) const DEFAULT_HISTORY_PAGE: u32 = 20;
 
 fn author(op: &Operator) -> String {
     format!("{} ({})", op.name, op.id)
@@ -59,7 +59,7 @@ pub async fn get(
 
 /// `POST /v1/domains/{domain}/policy/validate`: parse, names against the Domain, the
 /// document's tests. 200 either way; stores nothing.
-pub async fn validate(
+pub(crate) async fn validate(
     State(st): State<Arc<AppState>>,
     op: Operator,
     Path(domain): Path<String>,
@@ -84,7 +84,7 @@ pub async fn validate(
 
 /// `PUT /v1/domains/{domain}/policy` (admin): 200 with the diff, applied unless `dry_run`;
 /// 422 `policy_invalid` with the problems; 409 when the version moved.
-pub async fn set(
+pub(crate) async fn set(
     State(st): State<Arc<AppState>>,
     op: Operator,
     Path(domain): Path<String>,
@@ -123,7 +123,7 @@ pub async fn set(
 }
 
 #[derive(Debug, Deserialize)]
-pub struct HistoryQuery {
+pub(crate) struct HistoryQuery {
     limit: Option<u32>,
     before: Option<u64>,
 }
@@ -161,7 +161,7 @@ pub async fn history(
 
 /// `POST /v1/domains/{domain}/policy/rollback` (admin): version `version`'s document again,
 /// as a new version, validated against the Domain as it is today.
-pub async fn rollback(
+pub(crate) async fn rollback(
     State(st): State<Arc<AppState>>,
     op: Operator,
     Path(domain): Path<String>,
@@ -209,7 +209,7 @@ pub async fn rollback(
 }
 
 #[derive(Debug, Deserialize)]
-pub struct ExplainQuery {
+pub(crate) struct ExplainQuery {
     src: String,
     dst: String,
     what: Option<String>,
@@ -217,7 +217,7 @@ pub struct ExplainQuery {
 
 /// `GET /v1/domains/{domain}/policy/explain?src=&dst=&what=5432/tcp`: the rule and line that
 /// lets `src` reach `dst` (node names or ids), or "no rule allows it" and a rule that would.
-pub async fn explain(
+pub(crate) async fn explain(
     State(st): State<Arc<AppState>>,
     op: Operator,
     Path(domain): Path<String>,
@@ -267,7 +267,7 @@ pub async fn explain(
         Some(a) => {
             let mut e = plexsphere_policy::explain_address(&policy, src, a, what);
             let mut c = st.store.acquire().await?;
-            let routes = crate::routes_ops::route_inventory(&mut c, domain.id).await?;
+            let routes = crate::routes::ops::route_inventory(&mut c, domain.id).await?;
             drop(c);
             e.lines.push(carried_by(&routes, &inv, src.id, a));
             e
@@ -283,7 +283,7 @@ pub async fn explain(
 
 /// `PUT /v1/nodes/{node_id}/tags` (operator): replaces the node's tags; every node of the
 /// Domain pulls its new state (one `resync` event) when the set changed.
-pub async fn set_node_tags(
+pub(crate) async fn set_node_tags(
     State(st): State<Arc<AppState>>,
     op: Operator,
     UuidPath(id): UuidPath,

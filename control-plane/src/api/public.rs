@@ -14,16 +14,16 @@ use plexsphere_wire::{RegisterRequest, RegisterResponse};
 use super::extract::{ApiJson, RegisterBudget, RegisterChallengeBudget};
 use super::state::AppState;
 use crate::error::Error;
-use crate::register::Registrar;
+use crate::node::register::Registrar;
 
-pub async fn version() -> Json<VersionInfo> {
+pub(crate) async fn version() -> Json<VersionInfo> {
     Json(VersionInfo {
         name: "plexsphere".into(),
         version: env!("CARGO_PKG_VERSION").into(),
     })
 }
 
-pub async fn ca_cert(State(st): State<Arc<AppState>>) -> Result<Response, Error> {
+pub(crate) async fn ca_cert(State(st): State<Arc<AppState>>) -> Result<Response, Error> {
     let pem = st.config.ca_pem.clone().ok_or_else(|| {
         Error::NotFound("this server was not started with a CA it knows (only `plexsphere dev` serves its lab CA)".into())
     })?;
@@ -31,7 +31,7 @@ pub async fn ca_cert(State(st): State<Arc<AppState>>) -> Result<Response, Error>
 }
 
 /// `POST /v1/register/challenge`: the nonce and key a registration's proof is made with.
-pub async fn register_challenge(
+pub(crate) async fn register_challenge(
     State(st): State<Arc<AppState>>,
     _budget: RegisterChallengeBudget,
     ApiJson(req): ApiJson<RegisterChallengeRequest, MAX_REGISTER_BODY>,

@@ -18,12 +18,12 @@ use crate::error::Error;
 use crate::store::{self, domains, projects, roles as role_store};
 
 /// The longest subject, e-mail address or group name a binding takes.
-pub const MAX_PRINCIPAL: usize = 255;
+pub(crate) const MAX_PRINCIPAL: usize = 255;
 
 /// The body of `POST /v1/role-bindings`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct BindRequest {
+pub(crate) struct BindRequest {
     /// `admin`, `auditor` or `member`.
     pub role: String,
     /// `platform`, `domain` or `project`.
@@ -92,7 +92,7 @@ pub async fn list(State(st): State<Arc<AppState>>, op: Operator) -> Result<Json<
 }
 
 /// `POST /v1/role-bindings`: 201 with the binding; 409 if the same binding exists.
-pub async fn bind(
+pub(crate) async fn bind(
     State(st): State<Arc<AppState>>,
     op: Operator,
     ApiJson(req): ApiJson<BindRequest>,
@@ -182,7 +182,7 @@ pub async fn bind(
 
 /// `POST /v1/role-bindings/{id}/delete`: removes a binding; the sessions it carried lose
 /// the role at their next request (and end if it was their last).
-pub async fn unbind(
+pub(crate) async fn unbind(
     State(st): State<Arc<AppState>>,
     op: Operator,
     Path(id): Path<String>,

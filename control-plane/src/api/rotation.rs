@@ -1,7 +1,7 @@
 //! The rotation endpoints: the node's own (`GET`/`POST /v1/nodes/{id}/key`, `POST
 //! /v1/nodes/{id}/credential`, node credential) and the operator's requests (`POST
 //! /v1/nodes/{id}/rotate-key`, `/rotate-credential`, operator token; scope `operator`).
-//! The protocol is in `plexsphere_wire::rotation`, the decisions in `node_rotation`.
+//! The protocol is in `plexsphere_wire::rotation`, the decisions in `node::rotation`.
 
 use std::sync::Arc;
 
@@ -20,7 +20,7 @@ use crate::store::nodes::{self, rotation::Request};
 use crate::views::node_view;
 use plexsphere_wire::admin::NodeView;
 
-pub async fn key_challenge(
+pub(crate) async fn key_challenge(
     State(st): State<Arc<AppState>>,
     NodeAuth { node }: NodeAuth,
 ) -> Result<Json<KeyChallenge>, Error> {
@@ -28,7 +28,7 @@ pub async fn key_challenge(
     Ok(Json(st.node_ops().key_challenge(&node, now).await?))
 }
 
-pub async fn rotate_key(
+pub(crate) async fn rotate_key(
     State(st): State<Arc<AppState>>,
     NodeAuth { node }: NodeAuth,
     ApiJson(req): ApiJson<KeyRotation, MAX_NODE_BODY>,
@@ -37,7 +37,7 @@ pub async fn rotate_key(
     Ok(Json(st.node_ops().rotate_key(&node, &req, now).await?))
 }
 
-pub async fn rotate_credential(
+pub(crate) async fn rotate_credential(
     State(st): State<Arc<AppState>>,
     NodeAuth { node }: NodeAuth,
     ApiJson(req): ApiJson<CredentialRotation, MAX_NODE_BODY>,
@@ -85,7 +85,7 @@ async fn request(
 }
 
 /// `POST /v1/nodes/{id}/rotate-key` (scope `operator`): 202 with the node.
-pub async fn request_key_rotation(
+pub(crate) async fn request_key_rotation(
     State(st): State<Arc<AppState>>,
     op: Operator,
     UuidPath(id): UuidPath,
@@ -94,7 +94,7 @@ pub async fn request_key_rotation(
 }
 
 /// `POST /v1/nodes/{id}/rotate-credential` (scope `operator`): 202 with the node.
-pub async fn request_credential_rotation(
+pub(crate) async fn request_credential_rotation(
     State(st): State<Arc<AppState>>,
     op: Operator,
     UuidPath(id): UuidPath,

@@ -105,7 +105,7 @@ pub async fn rotate(
 
 /// `GET /v1/nodes/{id}/signing-keys`: the transitions of the node's Domain, oldest first, the
 /// newest [`MAX_KEY_CHAIN`] of them, the announced next key's included.
-pub async fn chain(
+pub(crate) async fn chain(
     State(st): State<Arc<AppState>>,
     NodeAuth { node }: NodeAuth,
 ) -> Result<Json<SigningKeyChain>, Error> {

@@ -33,7 +33,7 @@ use super::fanout::{Entry, Hub, Member, Take};
 use super::state::AppState;
 pub use super::streams::Streams;
 use crate::error::Error;
-use crate::node_decisions::{self, Resume};
+use crate::node::decisions::{self, Resume};
 use crate::store::domains::{self, Domain};
 use crate::store::nodes::NodeRow;
 use crate::store::{StoreError, events};
@@ -141,7 +141,7 @@ pub async fn events(
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
         .any(|v| v.trim() == DOMAIN_ENVELOPES);
-    let resume = node_decisions::resume_point(last_event_id, head);
+    let resume = decisions::resume_point(last_event_id, head);
     tracing::info!(node_id = %node.id, last_event_id = ?last_event_id, head = head.seq, domain_envelopes, "sse: stream opened");
 
     let (tx, rx) = mpsc::channel::<Frame>(st.config.events.stream_buffer.max(1));

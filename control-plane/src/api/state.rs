@@ -13,11 +13,11 @@ use time::OffsetDateTime;
 use crate::broker::{Broker, BrokerConfig, BrokerHost};
 use crate::bus::{EventBus, InProcessBus};
 use crate::keys::Keyring;
-use crate::live_cache::LiveCache;
 use crate::maintenance::{MaintenanceHost, Schedule};
 use crate::metrics::Metrics;
-use crate::node_ops::NodeOps;
-use crate::policy_cache::PolicyCache;
+use crate::node::live_cache::LiveCache;
+use crate::node::ops::NodeOps;
+use crate::policy::cache::PolicyCache;
 use crate::ratelimit::{RateLimit, RateLimiter};
 use crate::store::Store;
 
@@ -66,7 +66,7 @@ pub struct ApiConfig {
 
 impl ApiConfig {
     /// The offline threshold in seconds.
-    pub fn offline_after_secs(&self) -> i64 {
+    pub(crate) fn offline_after_secs(&self) -> i64 {
         match self.offline_after {
             Some(d) => i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
             None => 3 * i64::from(self.intervals.heartbeat_secs),
@@ -124,9 +124,9 @@ pub struct AppState {
     pub broker: Broker,
     /// The Prometheus series of `/metrics` (docs/metrics.md).
     pub metrics: Metrics,
-    /// Each Domain's compiled access policy (`crate::policy_cache`).
+    /// Each Domain's compiled access policy (`crate::policy::cache`).
     pub policies: PolicyCache,
-    /// Each Domain's live node rows for the state builds (`crate::live_cache`).
+    /// Each Domain's live node rows for the state builds (`crate::node::live_cache`).
     pub live: LiveCache,
     /// Where the audit pepper comes from (`crate::audit::pepper`): derived from the KEK unless
     /// [`AppState::with_audit_pepper`] gives one.
@@ -180,20 +180,20 @@ impl AppState {
     }
 
     /// Uses this audit pepper (`--audit-pepper-file`, the systemd credential, `plexsphere dev`'s).
-    pub fn with_audit_pepper(mut self, pepper: crate::audit::Pepper) -> Self {
+    pub(crate) fn with_audit_pepper(mut self, pepper: crate::audit::Pepper) -> Self {
         self.pepper = pepper;
         self
     }
 
     /// Uses these Domain keys (a replica's KEK) instead of the data directory's own KEK.
-    pub fn with_keyring(mut self, keys: Keyring) -> Self {
+    pub(crate) fn with_keyring(mut self, keys: Keyring) -> Self {
         self.keys = keys;
         self
     }
 
     /// Takes part in the leader lease of the database (`plexsphere serve`): the broker and
     /// maintenance act only while this replica holds it.
-    pub fn with_leadership(mut self, leadership: Arc<crate::leader::Leadership>) -> Self {
+    pub(crate) fn with_leadership(mut self, leadership: Arc<crate::leader::Leadership>) -> Self {
         self.leadership = leadership;
         self
     }
@@ -204,7 +204,7 @@ impl AppState {
         self
     }
 
-    pub fn with_bus(mut self, bus: Arc<dyn EventBus>) -> Self {
+    pub(crate) fn with_bus(mut self, bus: Arc<dyn EventBus>) -> Self {
         self.bus = bus;
         self
     }
@@ -214,23 +214,23 @@ impl AppState {
     }
 
     /// The node operations over this state's store, keys and bus.
-    /// The access policy and tag operations (`crate::policy_ops`).
-    pub fn policy_ops(&self) -> crate::policy_ops::PolicyOps<'_> {
-        crate::policy_ops::PolicyOps {
+    /// The access policy and tag operations (`crate::policy::ops`).
+    pub(crate) fn policy_ops(&self) -> crate::policy::ops::PolicyOps<'_> {
+        crate::policy::ops::PolicyOps {
             store: &self.store,
             bus: self.bus.as_ref(),
         }
     }
 
-    /// The rename and DNS suffix operations (`crate::names_ops`).
-    pub fn name_ops(&self) -> crate::names_ops::NameOps<'_> {
-        crate::names_ops::NameOps {
+    /// The rename and DNS suffix operations (`crate::node::names`).
+    pub(crate) fn name_ops(&self) -> crate::node::names::NameOps<'_> {
+        crate::node::names::NameOps {
             store: &self.store,
             bus: self.bus.as_ref(),
         }
     }
 
-    pub fn node_ops(&self) -> NodeOps<'_> {
+    pub(crate) fn node_ops(&self) -> NodeOps<'_> {
         NodeOps {
             store: &self.store,
             keys: &self.keys,

@@ -13,7 +13,7 @@ use plexsphere_wire::routes::{Approval, RouteDecision, RouteEntry, RoutesAck, Ro
 use super::extract::{ApiJson, NodeAuth, Operator};
 use super::state::AppState;
 use crate::error::Error;
-use crate::routes_ops::RouteOps;
+use crate::routes::ops::RouteOps;
 use crate::store::{self, domains};
 
 fn ops(st: &AppState) -> RouteOps<'_> {
@@ -24,7 +24,7 @@ fn ops(st: &AppState) -> RouteOps<'_> {
 }
 
 /// `PUT /v1/nodes/{id}/routes`.
-pub async fn report(
+pub(crate) async fn report(
     State(st): State<Arc<AppState>>,
     NodeAuth { node }: NodeAuth,
     ApiJson(report): ApiJson<RoutesReport, MAX_NODE_BODY>,
@@ -85,7 +85,7 @@ async fn decide(
 }
 
 /// `POST /v1/routes/approve`.
-pub async fn approve(
+pub(crate) async fn approve(
     State(st): State<Arc<AppState>>,
     op: Operator,
     ApiJson(req): ApiJson<RouteDecision>,
@@ -94,7 +94,7 @@ pub async fn approve(
 }
 
 /// `POST /v1/routes/deny`.
-pub async fn deny(
+pub(crate) async fn deny(
     State(st): State<Arc<AppState>>,
     op: Operator,
     ApiJson(req): ApiJson<RouteDecision>,

@@ -6,23 +6,23 @@
 //! [`AppState::audit`] right after a change that committed on its own (which one each change
 //! uses is listed in docs/audit.md, "What is recorded").
 
-pub mod chain;
-pub mod pepper;
-pub mod table;
+pub(crate) mod chain;
+pub(crate) mod pepper;
+pub(crate) mod table;
 
 use ring::hmac;
 use uuid::Uuid;
 
 use crate::store::StoreError;
 use chain::{ChainKey, Row};
-pub use pepper::{Pepper, PepperError};
+pub(crate) use pepper::{Pepper, PepperError};
 
 /// The chain of changes that belong to no Domain (operator tokens, platform role bindings,
 /// cloud credentials).
-pub const PLATFORM_CHAIN: &str = "platform";
+pub(crate) const PLATFORM_CHAIN: &str = "platform";
 
 /// The chain id of a Domain, or of the platform for `None`.
-pub fn chain_id(domain: Option<Uuid>) -> String {
+pub(crate) fn chain_id(domain: Option<Uuid>) -> String {
     domain.map_or_else(|| PLATFORM_CHAIN.to_owned(), |d| d.to_string())
 }
 
@@ -86,7 +86,7 @@ impl Actor {
     }
 
     /// The server-side `plexsphere` commands run on the host.
-    pub fn host_cli() -> Self {
+    pub(crate) fn host_cli() -> Self {
         Self::fixed("host-cli", "cli")
     }
 
@@ -132,7 +132,7 @@ pub struct AuditEntry {
 }
 
 /// `detail` as canonical JSON: object keys sorted, no whitespace.
-pub fn canonical_json(v: &serde_json::Value) -> Result<String, AuditError> {
+pub(crate) fn canonical_json(v: &serde_json::Value) -> Result<String, AuditError> {
     fn sorted(v: &serde_json::Value) -> serde_json::Value {
         match v {
             serde_json::Value::Object(m) => {

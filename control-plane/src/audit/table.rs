@@ -84,7 +84,7 @@ pub async fn head(conn: &mut AnyConnection, chain_id: &str) -> Result<Option<Hea
 
 /// What a page of [`list`] selects.
 #[derive(Debug, Clone, Default)]
-pub struct Filter {
+pub(crate) struct Filter {
     /// Rows after this seq (the previous page's last).
     pub after: i64,
     /// Rows at or after this unix time.

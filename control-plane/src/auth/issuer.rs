@@ -10,14 +10,14 @@ use serde_json::Value;
 use super::jwt::{self, Claims, Expect, Jwks, TokenError};
 
 /// How long a fetched discovery document is used before it is fetched again.
-pub const DISCOVERY_REFRESH: Duration = Duration::from_secs(3600);
+pub(crate) const DISCOVERY_REFRESH: Duration = Duration::from_secs(3600);
 /// The JWKS is fetched again for an unknown `kid` at most this often (a flood of tokens with
 /// made-up kids cannot make this server hammer the issuer).
-pub const JWKS_REFETCH_MIN: Duration = Duration::from_secs(30);
+pub(crate) const JWKS_REFETCH_MIN: Duration = Duration::from_secs(30);
 /// One request to the issuer may take this long.
-pub const ISSUER_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const ISSUER_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest discovery, JWKS or token response read from the issuer.
-pub const MAX_ISSUER_RESPONSE: usize = 256 * 1024;
+pub(crate) const MAX_ISSUER_RESPONSE: usize = 256 * 1024;
 
 /// A failure talking to the issuer or of its answers.
 #[derive(Debug, thiserror::Error)]
@@ -58,7 +58,7 @@ struct Cache {
 }
 
 /// Whether a URL may be used for the issuer: https, or http on loopback only.
-pub fn allowed_url(url: &str) -> bool {
+pub(crate) fn allowed_url(url: &str) -> bool {
     if url.starts_with("https://") {
         return true;
     }
@@ -109,7 +109,7 @@ impl IssuerClient {
 
     /// The discovery document (cached for [`DISCOVERY_REFRESH`]); its `issuer` must be the
     /// configured one and every endpoint https (or http on loopback).
-    pub async fn discovery(&self) -> Result<Discovery, IssuerError> {
+    pub(crate) async fn discovery(&self) -> Result<Discovery, IssuerError> {
         if let Some((d, at)) = &self.cache().discovery
             && at.elapsed() < DISCOVERY_REFRESH
         {
@@ -191,7 +191,7 @@ impl IssuerClient {
     }
 
     /// Exchanges an authorization code (with its PKCE verifier) for the ID token.
-    pub async fn exchange_code(
+    pub(crate) async fn exchange_code(
         &self,
         code: &str,
         verifier: &str,
@@ -273,7 +273,7 @@ async fn read_json(url: &str, r: reqwest::Response) -> Result<Value, IssuerError
 }
 
 /// Percent-encoding of a form or query value (RFC 3986 unreserved kept).
-pub fn url_encode(s: &str) -> String {
+pub(crate) fn url_encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         match b {

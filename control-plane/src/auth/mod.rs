@@ -12,7 +12,7 @@
 //! sessions).
 
 pub mod issuer;
-pub mod jwt;
+pub(crate) mod jwt;
 pub mod roles;
 pub mod session;
 
@@ -89,7 +89,7 @@ impl Auth {
     }
 
     /// The redirect URI registered at the issuer for the console.
-    pub fn redirect_uri(&self) -> String {
+    pub(crate) fn redirect_uri(&self) -> String {
         format!("{}/v1/auth/callback", self.config.public_origin)
     }
 }
@@ -97,7 +97,7 @@ impl Auth {
 /// A person's roles now: every binding that names their subject, e-mail address or one of
 /// their groups (as the session's claims have them). Bindings whose scope cannot be read are
 /// skipped (and logged), never widened.
-pub async fn person_grants(
+pub(crate) async fn person_grants(
     conn: &mut sqlx::AnyConnection,
     session: &SessionRow,
 ) -> Result<Vec<RoleGrant>, StoreError> {

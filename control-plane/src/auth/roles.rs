@@ -155,7 +155,7 @@ pub struct Reach {
 
 impl Reach {
     /// The reach of `grants` for `need`.
-    pub fn of(grants: &[RoleGrant], need: Need) -> Self {
+    pub(crate) fn of(grants: &[RoleGrant], need: Need) -> Self {
         let mut r = Reach::default();
         for g in grants.iter().filter(|g| g.role.allows(need)) {
             match g.scope {
@@ -176,7 +176,11 @@ impl Reach {
 /// Whether `grants` let their holder bind `role` on `scope`: a platform admin binds
 /// anything; a Domain admin binds on its Domain and that Domain's projects
 /// (`project_domain`: the Domain of the scope's project, when it is one).
-pub fn may_bind(grants: &[RoleGrant], scope: RoleScope, project_domain: Option<Uuid>) -> bool {
+pub(crate) fn may_bind(
+    grants: &[RoleGrant],
+    scope: RoleScope,
+    project_domain: Option<Uuid>,
+) -> bool {
     grants.iter().any(|g| {
         g.role == Role::Admin
             && match (g.scope, scope) {

@@ -8,32 +8,32 @@ use plexsphere_wire::secret::{SecretPart, constant_time_eq, sha256};
 use ring::rand::{SecureRandom, SystemRandom};
 
 /// The session cookie (HttpOnly, Secure, SameSite=Lax, Path=/).
-pub const SESSION_COOKIE: &str = "__Host-plexsphere-session";
+pub(crate) const SESSION_COOKIE: &str = "__Host-plexsphere-session";
 /// The CSRF cookie (Secure, SameSite=Strict, Path=/, readable by the console's script).
-pub const CSRF_COOKIE: &str = "__Host-plexsphere-csrf";
+pub(crate) const CSRF_COOKIE: &str = "__Host-plexsphere-csrf";
 /// The header a cookie-authenticated write repeats the CSRF value in.
-pub const CSRF_HEADER: &str = "x-plexsphere-csrf";
+pub(crate) const CSRF_HEADER: &str = "x-plexsphere-csrf";
 /// The cookie binding a sign-in in progress to the browser that started it.
-pub const SIGN_IN_COOKIE: &str = "__Host-plexsphere-signin";
+pub(crate) const SIGN_IN_COOKIE: &str = "__Host-plexsphere-signin";
 /// The prefix of a session secret (`pxss_<id>_<secret>`).
-pub const SESSION_PREFIX: &str = "pxss_";
+pub(crate) const SESSION_PREFIX: &str = "pxss_";
 
 /// A session's default lifetime from sign-in (`--session-lifetime`).
-pub const SESSION_LIFETIME: Duration = Duration::from_secs(12 * 3600);
+pub(crate) const SESSION_LIFETIME: Duration = Duration::from_secs(12 * 3600);
 /// A session's default idle timeout (`--session-idle-timeout`).
-pub const SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
+pub(crate) const SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
 /// How long a sign-in may take from `/v1/auth/sign-in` to the callback.
-pub const PENDING_SIGN_IN_TTL: Duration = Duration::from_secs(600);
+pub(crate) const PENDING_SIGN_IN_TTL: Duration = Duration::from_secs(600);
 /// Sign-ins in progress per client address; past it, 429 until older ones expire.
-pub const MAX_PENDING_PER_CLIENT: i64 = 20;
+pub(crate) const MAX_PENDING_PER_CLIENT: i64 = 20;
 /// Sign-ins in progress in all; past it, 429 (a flood of abandoned sign-ins).
-pub const MAX_PENDING_TOTAL: i64 = 10_000;
+pub(crate) const MAX_PENDING_TOTAL: i64 = 10_000;
 /// A session's `last_seen_at` is written at most this often (the idle timeout's resolution).
-pub const LAST_SEEN_WRITE_EVERY_SECS: i64 = 30;
+pub(crate) const LAST_SEEN_WRITE_EVERY_SECS: i64 = 30;
 /// The longest `return_to` accepted.
-pub const MAX_RETURN_TO: usize = 512;
+pub(crate) const MAX_RETURN_TO: usize = 512;
 /// How fresh an ID token plexctl exchanges must be (`iat` within this of now).
-pub const CLI_ID_TOKEN_MAX_AGE_SECS: i64 = 300;
+pub(crate) const CLI_ID_TOKEN_MAX_AGE_SECS: i64 = 300;
 
 /// How a session's secret travels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,7 +81,7 @@ impl std::fmt::Debug for SessionSecret {
 pub struct RandomFailed;
 
 /// `n` random bytes as unpadded base64url.
-pub fn random_b64(n: usize) -> Result<String, RandomFailed> {
+pub(crate) fn random_b64(n: usize) -> Result<String, RandomFailed> {
     let mut bytes = vec![0u8; n];
     SystemRandom::new()
         .fill(&mut bytes)
@@ -90,7 +90,7 @@ pub fn random_b64(n: usize) -> Result<String, RandomFailed> {
 }
 
 /// `n` random bytes as lowercase hex (ids).
-pub fn random_hex(n: usize) -> Result<String, RandomFailed> {
+pub(crate) fn random_hex(n: usize) -> Result<String, RandomFailed> {
     let mut bytes = vec![0u8; n];
     SystemRandom::new()
         .fill(&mut bytes)
@@ -134,22 +134,22 @@ impl SessionSecret {
 
 /// The hex SHA-256 of a value the server keeps only digested (CSRF values, states, the
 /// sign-in cookie, exchanged ID tokens).
-pub fn digest(value: &str) -> String {
+pub(crate) fn digest(value: &str) -> String {
     hex::encode(sha256(value.as_bytes()))
 }
 
 /// Whether `value` digests to `stored` (constant time).
-pub fn digest_matches(value: &str, stored: &str) -> bool {
+pub(crate) fn digest_matches(value: &str, stored: &str) -> bool {
     constant_time_eq(digest(value).as_bytes(), stored.as_bytes())
 }
 
 /// The PKCE S256 challenge of a verifier.
-pub fn pkce_challenge(verifier: &str) -> String {
+pub(crate) fn pkce_challenge(verifier: &str) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sha256(verifier.as_bytes()))
 }
 
 /// A `Set-Cookie` value. `http_only` false only for the CSRF cookie; `max_age` 0 deletes.
-pub fn set_cookie(
+pub(crate) fn set_cookie(
     name: &str,
     value: &str,
     http_only: bool,
@@ -164,7 +164,10 @@ pub fn set_cookie(
 }
 
 /// A cookie's value from a request's `Cookie` headers.
-pub fn cookie<'a>(headers: impl IntoIterator<Item = &'a str>, name: &str) -> Option<&'a str> {
+pub(crate) fn cookie<'a>(
+    headers: impl IntoIterator<Item = &'a str>,
+    name: &str,
+) -> Option<&'a str> {
     headers
         .into_iter()
         .flat_map(|h| h.split(';'))
@@ -175,7 +178,7 @@ pub fn cookie<'a>(headers: impl IntoIterator<Item = &'a str>, name: &str) -> Opt
 
 /// The `return_to` of a sign-in: a same-origin absolute path only (`/nodes?x=1`), never
 /// `//host`, `/\host`, a scheme, or control characters; anything else is `/`.
-pub fn safe_return_to(raw: Option<&str>) -> String {
+pub(crate) fn safe_return_to(raw: Option<&str>) -> String {
     let Some(p) = raw else {
         return "/".into();
     };
@@ -189,7 +192,7 @@ pub fn safe_return_to(raw: Option<&str>) -> String {
 }
 
 /// The origin (`scheme://host[:port]`) of a URL, lower-cased, default ports dropped.
-pub fn origin_of(url: &str) -> Option<String> {
+pub(crate) fn origin_of(url: &str) -> Option<String> {
     let (scheme, rest) = url.split_once("://")?;
     let scheme = scheme.to_ascii_lowercase();
     let authority = rest.split(['/', '?', '#']).next()?.to_ascii_lowercase();
@@ -205,7 +208,7 @@ pub fn origin_of(url: &str) -> Option<String> {
 
 /// Why a cookie-authenticated write was refused.
 #[derive(Debug, PartialEq, Eq)]
-pub enum CsrfRefusal {
+pub(crate) enum CsrfRefusal {
     /// The `Origin` header names another origin.
     Origin(String),
     /// No `X-Plexsphere-CSRF`, or not the session's value.
@@ -214,7 +217,7 @@ pub enum CsrfRefusal {
 
 /// The checks of a cookie-authenticated request with an unsafe method: an `Origin` header,
 /// if sent, must be `own_origin`; the CSRF header must be the session's CSRF value.
-pub fn check_write(
+pub(crate) fn check_write(
     origin_header: Option<&str>,
     own_origin: &str,
     csrf_header: Option<&str>,

@@ -8,10 +8,10 @@
 //! - [`provision`]: what provisioning a resource starts with (the machine's bootstrap token,
 //!   its cloud-init document, the composite).
 
-pub mod local_machine;
-pub mod provision;
+pub(crate) mod local_machine;
+pub(crate) mod provision;
 pub mod reconcile;
-pub mod substrate;
+pub(crate) mod substrate;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -24,7 +24,7 @@ use tokio::sync::Notify;
 
 use crate::error::Error;
 use crate::keys::Keyring;
-use crate::node_ops::NodeOps;
+use crate::node::ops::NodeOps;
 use crate::store::Store;
 use substrate::{Crossplane, LocalDirectory, Substrate};
 
@@ -144,7 +144,7 @@ impl Broker {
     }
 
     /// Wakes the reconcile loop (a resource was created or deleted, a node registered).
-    pub fn wake(&self) {
+    pub(crate) fn wake(&self) {
         self.wake.notify_one();
     }
 
@@ -153,7 +153,7 @@ impl Broker {
     }
 
     /// The substrate of a blueprint, or why this server cannot offer it (503).
-    pub fn substrate(&self, blueprint: &Blueprint) -> Result<Arc<dyn Substrate>, Error> {
+    pub(crate) fn substrate(&self, blueprint: &Blueprint) -> Result<Arc<dyn Substrate>, Error> {
         match blueprint.substrate {
             SubstrateKind::LocalDirectory => Ok(self.local_directory.clone()),
             SubstrateKind::Crossplane => Ok(self.crossplane.clone()),
@@ -168,7 +168,7 @@ impl Broker {
     }
 
     /// The sealing key in `<data-dir>/credentials.key` (0600), generated when absent.
-    pub fn credential_key(&self) -> Result<Arc<CredentialKey>, Error> {
+    pub(crate) fn credential_key(&self) -> Result<Arc<CredentialKey>, Error> {
         let mut slot = self.key.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(k) = slot.as_ref() {
             return Ok(k.clone());
@@ -180,7 +180,7 @@ impl Broker {
 }
 
 /// The provider a blueprint's substrate takes credentials of.
-pub fn provider_for(substrate: SubstrateKind) -> &'static str {
+pub(crate) fn provider_for(substrate: SubstrateKind) -> &'static str {
     match substrate {
         SubstrateKind::LocalDirectory | SubstrateKind::LocalMachine => "local",
         SubstrateKind::Crossplane => "openstack",

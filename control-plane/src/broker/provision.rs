@@ -22,7 +22,7 @@ use crate::store::tokens::TokenRow;
 use crate::store::{domains, projects, tokens};
 
 /// A resource's provisioning inputs: what to persist, and what to hand the substrate.
-pub struct Prepared {
+pub(crate) struct Prepared {
     /// The minted token's id (machines).
     pub token_id: Option<String>,
     /// The composite as YAML, to store: a machine's has its token redacted.
@@ -34,7 +34,7 @@ pub struct Prepared {
 
 /// What a pass does with a `Pending` resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PendingStep {
+pub(crate) enum PendingStep {
     /// Nothing stored yet: prepare (mint a machine's token), store, hand over.
     Prepare,
     /// A standalone resource's stored composite holds no secret: hand it over again (the
@@ -49,7 +49,7 @@ pub enum PendingStep {
 
 /// Decides a `Pending` pass. `substrate_holds` is asked only of a machine with a stored
 /// composite (whether the substrate has its machine).
-pub fn pending_step(
+pub(crate) fn pending_step(
     class: Class,
     stored: bool,
     substrate_holds: impl FnOnce() -> bool,
@@ -69,7 +69,7 @@ fn failed(what: impl std::fmt::Display) -> Error {
 
 /// Mints the machine's token (stored hashed, bound to the resource) and renders the composite
 /// twice: the one handed to the substrate and the one stored, with the token redacted.
-pub async fn prepare(
+pub(crate) async fn prepare(
     st: &(impl BrokerHost + ?Sized),
     blueprint: &Blueprint,
     resource: &Resource,
@@ -117,7 +117,7 @@ pub async fn prepare(
 }
 
 /// The stored composite back as an object.
-pub fn parse_composite(yaml: &str) -> Result<Composite, Error> {
+pub(crate) fn parse_composite(yaml: &str) -> Result<Composite, Error> {
     serde_yaml::from_str(yaml)
         .map_err(|e| Error::Internal(format!("the stored composite does not parse: {e}")))
 }

@@ -29,7 +29,7 @@ pub trait Substrate: Send + Sync + 'static {
 }
 
 /// `local-directory` (the `local-bucket` blueprint): `<root>/pr-<resource id>/`.
-pub struct LocalDirectory {
+pub(crate) struct LocalDirectory {
     root: PathBuf,
 }
 
@@ -38,7 +38,7 @@ impl LocalDirectory {
         Self { root }
     }
 
-    pub fn dir(&self, resource: &Resource) -> PathBuf {
+    pub(crate) fn dir(&self, resource: &Resource) -> PathBuf {
         self.root.join(resource.composed_name())
     }
 }
@@ -101,7 +101,7 @@ impl Substrate for LocalDirectory {
 /// `crossplane` (`openstack-instance`): the composite is rendered and stored with the resource;
 /// applying it to a management cluster is a later issue. The substrate accepts it (the
 /// resource shows Provisioning) and holds nothing, so a delete finds it gone at once.
-pub struct Crossplane;
+pub(crate) struct Crossplane;
 
 impl Substrate for Crossplane {
     fn name(&self) -> &'static str {

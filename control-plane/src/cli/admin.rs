@@ -17,7 +17,7 @@ use crate::seed::{self, SeedReport};
 use crate::store::{Store, projects};
 
 /// Creates the data directory (0700) when missing, connects and migrates.
-pub async fn open_store(data: &DataArgs) -> Result<Store, Failure> {
+pub(crate) async fn open_store(data: &DataArgs) -> Result<Store, Failure> {
     ensure_data_dir(&data.data_dir)?;
     let url = data
         .database_url
@@ -33,7 +33,7 @@ pub async fn open_store(data: &DataArgs) -> Result<Store, Failure> {
     Ok(store)
 }
 
-pub fn ensure_data_dir(dir: &Path) -> Result<(), Failure> {
+pub(crate) fn ensure_data_dir(dir: &Path) -> Result<(), Failure> {
     if !dir.exists() {
         std::fs::create_dir_all(dir).map_err(|e| {
             Failure::Config(format!(
@@ -56,7 +56,7 @@ pub fn ensure_data_dir(dir: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
-pub fn print_seed_report(report: &SeedReport) {
+pub(crate) fn print_seed_report(report: &SeedReport) {
     if report.changed() {
         for d in &report.domains_created {
             println!("created domain {d}");
@@ -72,7 +72,7 @@ pub fn print_seed_report(report: &SeedReport) {
     }
 }
 
-pub async fn seed_apply(data: &DataArgs, file: &Path) -> Result<(), Failure> {
+pub(crate) async fn seed_apply(data: &DataArgs, file: &Path) -> Result<(), Failure> {
     let manifest = seed::load(file).map_err(|e| Failure::Config(e.to_string()))?;
     let store = open_store(data).await?;
     let report = seed::apply(
@@ -115,14 +115,14 @@ async fn resolve_project(store: &Store, text: &str) -> Result<Uuid, Failure> {
 }
 
 /// What `plexsphere operator-token create` was asked for.
-pub struct TokenArgs<'a> {
+pub(crate) struct TokenArgs<'a> {
     pub name: &'a str,
     pub scope: &'a str,
     pub project: Option<&'a str>,
     pub expires_in: &'a str,
 }
 
-pub async fn token_create(
+pub(crate) async fn token_create(
     data: &DataArgs,
     audit: &AuditKeyArgs,
     args: TokenArgs<'_>,
@@ -175,7 +175,7 @@ fn rfc3339(t: Option<OffsetDateTime>) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
-pub async fn token_list(data: &DataArgs) -> Result<(), Failure> {
+pub(crate) async fn token_list(data: &DataArgs) -> Result<(), Failure> {
     let store = open_store(data).await?;
     let rows = operator_tokens::list(&store)
         .await
@@ -218,7 +218,11 @@ pub async fn token_list(data: &DataArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-pub async fn token_revoke(data: &DataArgs, audit: &AuditKeyArgs, id: &str) -> Result<(), Failure> {
+pub(crate) async fn token_revoke(
+    data: &DataArgs,
+    audit: &AuditKeyArgs,
+    id: &str,
+) -> Result<(), Failure> {
     let pepper = host_pepper(&data.data_dir, audit)?;
     let store = open_store(data).await?;
     let found = operator_tokens::revoke(&store, id, OffsetDateTime::now_utc())
@@ -245,7 +249,7 @@ pub async fn token_revoke(data: &DataArgs, audit: &AuditKeyArgs, id: &str) -> Re
     Ok(())
 }
 
-pub async fn migrate(data: &DataArgs) -> Result<(), Failure> {
+pub(crate) async fn migrate(data: &DataArgs) -> Result<(), Failure> {
     let store = open_store(data).await?;
     println!("database schema is up to date");
     store.close().await;

@@ -22,7 +22,7 @@ pub enum AuditPepperCommand {
     },
 }
 
-pub fn audit_pepper(cmd: AuditPepperCommand) -> Result<(), Failure> {
+pub(crate) fn audit_pepper(cmd: AuditPepperCommand) -> Result<(), Failure> {
     match cmd {
         AuditPepperCommand::Generate { out } => {
             pepper::generate(&out).map_err(|e| Failure::Config(e.to_string()))?;
@@ -47,7 +47,10 @@ pub struct AuditKeyArgs {
 /// The pepper a host command records under, as the server finds it: the pepper file or
 /// credential, `plexsphere dev`'s in the data directory, else derived from the KEK (its file
 /// or credential, `plexsphere dev`'s). `None` when there is none of these.
-pub fn host_pepper(data_dir: &Path, args: &AuditKeyArgs) -> Result<Option<hmac::Key>, Failure> {
+pub(crate) fn host_pepper(
+    data_dir: &Path,
+    args: &AuditKeyArgs,
+) -> Result<Option<hmac::Key>, Failure> {
     let config = |e: String| Failure::Config(e);
     let creds = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
     let dev_pepper = data_dir.join(pepper::DEV_PEPPER_FILE);
@@ -73,7 +76,7 @@ pub fn host_pepper(data_dir: &Path, args: &AuditKeyArgs) -> Result<Option<hmac::
 
 /// Records a host command's change right after it (actor `host-cli`); without a pepper it
 /// says on stderr that the change is not in the audit log and how to fix that.
-pub async fn record_host(
+pub(crate) async fn record_host(
     store: &Store,
     pepper: Option<&hmac::Key>,
     action: &'static str,
@@ -109,7 +112,7 @@ pub async fn record_host(
 
 /// The pepper file `serve` uses: the flag, else the systemd credential, else derived from the
 /// KEK.
-pub fn serve_pepper(flag: Option<&Path>) -> Result<Pepper, Failure> {
+pub(crate) fn serve_pepper(flag: Option<&Path>) -> Result<Pepper, Failure> {
     let creds = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
     let p = Pepper::locate(flag, creds.as_deref()).map_err(|e| Failure::Config(e.to_string()))?;
     tracing::info!(origin = %p.origin(), "audit pepper");

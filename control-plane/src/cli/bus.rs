@@ -10,9 +10,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::failure::Failure;
+use crate::bus::nats::{NatsBus, NatsConfig, NatsTasks};
+use crate::bus::poll::{self, Link};
 use crate::bus::{EventBus, InProcessBus};
-use crate::bus_nats::{NatsBus, NatsConfig, NatsTasks};
-use crate::bus_poll::{self, Link};
 use crate::store::Store;
 
 #[derive(Debug, Clone, Default, Args)]
@@ -85,7 +85,7 @@ pub(super) async fn start(
                 .await
                 .map_err(|e| Failure::Config(e.to_string()))?;
             tracing::info!(nats = %config.urls.join(","), stream_replicas = config.stream_replicas, "event bus: NATS JetStream, with the database poller as its safety net");
-            let poller = bus_poll::spawn(store.clone(), local, tasks.link.clone());
+            let poller = poll::spawn(store.clone(), local, tasks.link.clone());
             Ok((
                 Arc::new(bus),
                 BusTasks {
@@ -97,11 +97,11 @@ pub(super) async fn start(
         }
         None if postgres => {
             tracing::info!(
-                every_secs = bus_poll::POLL_WITHOUT_BUS.as_secs(),
+                every_secs = poll::POLL_WITHOUT_BUS.as_secs(),
                 "event bus: in-process, and polling the shared Postgres for other replicas' events (no --nats-url)"
             );
             let (link_tx, link) = watch::channel(Link::None);
-            let poller = bus_poll::spawn(store.clone(), local.clone(), link);
+            let poller = poll::spawn(store.clone(), local.clone(), link);
             Ok((
                 local,
                 BusTasks {

@@ -57,7 +57,7 @@ pub struct DownloadArgs {
 
 impl DownloadArgs {
     /// The downloads configuration, or a config error naming the flag.
-    pub fn config(&self, data_dir: &Path) -> Result<DownloadsConfig, Failure> {
+    pub(crate) fn config(&self, data_dir: &Path) -> Result<DownloadsConfig, Failure> {
         let config = |msg: &str| Err(Failure::Config(msg.to_owned()));
         if self.plexd_mirror_checksums.is_some() {
             return config(
@@ -150,7 +150,7 @@ fn release_keys_of(config: &DownloadsConfig) -> &[ReleaseKey] {
 }
 
 /// Opens the downloads, signed by the key of the Domain `slug` (when it exists in the store).
-pub async fn open(
+pub(crate) async fn open(
     config: DownloadsConfig,
     store: &Store,
     keys: &Keyring,
@@ -221,7 +221,7 @@ async fn signing_domain(
 /// `dev`: copies the sibling `plexd` of the running binary into the artifacts directory as
 /// `plexd-linux-<host arch>` (written beside, then renamed), so the embedded default serves
 /// the plexd built from this workspace. Answers the file written, if any.
-pub fn stage_sibling_plexd(artifacts: &Path) -> Result<Option<PathBuf>, Failure> {
+pub(crate) fn stage_sibling_plexd(artifacts: &Path) -> Result<Option<PathBuf>, Failure> {
     let Ok(exe) = std::env::current_exe() else {
         return Ok(None);
     };
@@ -289,7 +289,7 @@ pub enum ReleaseCommand {
     },
 }
 
-pub fn release_key(cmd: ReleaseKeyCommand) -> Result<(), Failure> {
+pub(crate) fn release_key(cmd: ReleaseKeyCommand) -> Result<(), Failure> {
     let failed = |e: release::ReleaseError| Failure::Config(e.to_string());
     match cmd {
         ReleaseKeyCommand::Generate { out } => {

@@ -2,7 +2,7 @@
 
 /// A failure and how the process should exit.
 #[derive(Debug)]
-pub enum Failure {
+pub(crate) enum Failure {
     Config(String),
     Runtime(anyhow::Error),
 }

@@ -60,7 +60,7 @@ pub struct DomainKeyArgs {
     pub domain: Option<String>,
 }
 
-pub async fn kek(cmd: KekCommand) -> Result<(), Failure> {
+pub(crate) async fn kek(cmd: KekCommand) -> Result<(), Failure> {
     match cmd {
         KekCommand::Generate { out } => {
             keys::kek::generate(&out).map_err(|e| Failure::Config(e.to_string()))?;
@@ -122,7 +122,7 @@ pub(super) fn key_failure(e: keys::KeyError) -> Failure {
 /// one on a second line (a relay must trust both meanwhile; `--domain-key-file` takes the
 /// lines). No KEK needed: public keys are stored in the clear. Before the database has a key,
 /// the key of an older version's seed file not imported yet.
-pub async fn domain_key(args: &DomainKeyArgs) -> Result<(), Failure> {
+pub(crate) async fn domain_key(args: &DomainKeyArgs) -> Result<(), Failure> {
     let url = args
         .database_url
         .clone()

@@ -23,7 +23,7 @@ pub use args::{
 };
 pub use bus::BusArgs;
 pub use downloads::DownloadArgs;
-pub use failure::Failure;
+pub(crate) use failure::Failure;
 
 /// The relays and STUN servers nodes are told of (`--relay`, `--stun-advertise`).
 mod reach;
@@ -34,7 +34,7 @@ use std::process::ExitCode;
 use clap::Parser as _;
 
 /// Exit code for a usage or configuration error (EX_USAGE).
-pub const EXIT_CONFIG: u8 = 64;
+pub(crate) const EXIT_CONFIG: u8 = 64;
 
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {

@@ -14,10 +14,10 @@ use clap::Args;
 use plexsphere_wire::node::RelaySpec;
 
 /// The longest relay name, in characters.
-pub const MAX_RELAY_NAME: usize = 63;
+pub(crate) const MAX_RELAY_NAME: usize = 63;
 /// The most relays (`--relay`) and, separately, STUN servers (`--stun-advertise`) one server
 /// lists: every state carries them all, so they stay few.
-pub const MAX_LISTED: usize = 16;
+pub(crate) const MAX_LISTED: usize = 16;
 
 #[derive(Debug, Clone, Default, Args)]
 pub struct ReachArgs {

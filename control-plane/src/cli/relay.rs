@@ -168,7 +168,7 @@ impl RelayLimitArgs {
     }
 }
 
-pub async fn relay(cmd: RelayCommand) -> Result<(), Failure> {
+pub(crate) async fn relay(cmd: RelayCommand) -> Result<(), Failure> {
     match cmd.sub {
         Some(RelaySub::Keygen { key_file }) => keygen(&key_file),
         None => run(cmd.run).await,

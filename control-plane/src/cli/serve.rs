@@ -185,7 +185,7 @@ async fn apply_seed(
     Ok(report)
 }
 
-pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
+pub(crate) async fn serve(args: ServeArgs) -> Result<(), Failure> {
     // Validate everything before binding anything.
     let addr = parse_listen(&args.listen)?;
     let transport = match (&args.tls_cert, &args.tls_key, args.tls_terminated_by_proxy) {
@@ -369,7 +369,7 @@ fn reachable(addr: SocketAddr) -> SocketAddr {
     }
 }
 
-pub async fn dev(args: DevArgs) -> Result<(), Failure> {
+pub(crate) async fn dev(args: DevArgs) -> Result<(), Failure> {
     let addr = parse_listen(&args.listen)?;
     let (manifest, origin) = match &args.seed {
         Some(path) => (

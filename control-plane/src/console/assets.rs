@@ -4,7 +4,7 @@
 
 /// One embedded file.
 #[derive(Debug)]
-pub struct Asset {
+pub(crate) struct Asset {
     /// The URL path it is served at.
     pub path: &'static str,
     pub content_type: &'static str,
@@ -26,10 +26,10 @@ macro_rules! asset {
 }
 
 /// `index.html`: what every console path (`/`, `/nodes/ID`, ...) answers.
-pub const INDEX: Asset = asset!("index.html", HTML);
+pub(crate) const INDEX: Asset = asset!("index.html", HTML);
 
 /// Everything under `/assets/`.
-pub const ASSETS: &[Asset] = &[
+pub(crate) const ASSETS: &[Asset] = &[
     asset!("assets/app.css", CSS),
     asset!("assets/app.js", JS),
     asset!("assets/api.js", JS),
@@ -49,6 +49,6 @@ pub const ASSETS: &[Asset] = &[
 ];
 
 /// The asset served at `path`, if any.
-pub fn find(path: &str) -> Option<&'static Asset> {
+pub(crate) fn find(path: &str) -> Option<&'static Asset> {
     ASSETS.iter().find(|a| a.path == path)
 }

@@ -18,22 +18,22 @@ use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 
-pub use assets::{ASSETS, Asset, INDEX};
+pub(crate) use assets::{ASSETS, Asset, INDEX};
 
 use crate::error::Error;
 
 /// The Content-Security-Policy of every console answer.
-pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+pub(crate) const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
 connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
 /// How browsers may keep the files: revalidate every time (the ETag makes that cheap).
-pub const CACHE_CONTROL: &str = "no-cache";
+pub(crate) const CACHE_CONTROL: &str = "no-cache";
 
 /// Paths that belong to the API: an unknown one answers the API's JSON 404, never the page.
 const API_PREFIXES: &[&str] = &["/v1", "/downloads", "/healthz", "/readyz", "/metrics"];
 
 /// Whether `path` is the API's (so not the console's).
-pub fn is_api_path(path: &str) -> bool {
+pub(crate) fn is_api_path(path: &str) -> bool {
     API_PREFIXES.iter().any(|p| {
         path.strip_prefix(p)
             .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
@@ -41,7 +41,7 @@ pub fn is_api_path(path: &str) -> bool {
 }
 
 /// The headers every console answer carries.
-pub fn security_headers(h: &mut HeaderMap) {
+pub(crate) fn security_headers(h: &mut HeaderMap) {
     h.insert(
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(CSP),
@@ -115,7 +115,7 @@ fn not_found_asset() -> Response {
 
 /// The router's fallback: the API's JSON 404 for the API's paths and for writes, the
 /// console's files and `index.html` for the rest.
-pub async fn fallback(method: Method, uri: Uri, headers: HeaderMap) -> Response {
+pub(crate) async fn fallback(method: Method, uri: Uri, headers: HeaderMap) -> Response {
     let path = uri.path();
     if is_api_path(path) || (method != Method::GET && method != Method::HEAD) {
         return Error::NotFound("no such endpoint; see docs/api.md".into()).into_response();

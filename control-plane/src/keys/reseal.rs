@@ -17,7 +17,7 @@ use crate::store::{Store, StoreError, domain_keys};
 
 /// What a KEK rotation did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Resealed {
+pub(crate) struct Resealed {
     /// Keys sealed again under the new KEK.
     pub resealed: usize,
     /// Keys the new KEK opened already (left as they are).
@@ -25,7 +25,7 @@ pub struct Resealed {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ResealError {
+pub(crate) enum ResealError {
     #[error(
         "the Domain key of {slug} (generation {generation}) opens with neither the old key-encryption key ({old}) nor the new one ({new}): {source}; nothing was changed. Give --old-key-encryption-key-file the KEK the replicas use now"
     )]
@@ -52,7 +52,11 @@ pub enum ResealError {
 
 /// Seals every Domain key of `store` under `new`, opening it with `old`; see the module
 /// comment.
-pub async fn reseal_all(store: &Store, old: &Kek, new: &Kek) -> Result<Resealed, ResealError> {
+pub(crate) async fn reseal_all(
+    store: &Store,
+    old: &Kek,
+    new: &Kek,
+) -> Result<Resealed, ResealError> {
     if old.bytes() == new.bytes() {
         return Err(ResealError::SameKek);
     }

@@ -124,7 +124,7 @@ impl Keyring {
 
 /// Tells the nodes of every Domain whose new generation started to sign and was not announced
 /// as active yet: one `resync` each, once across all replicas. Answers how many it announced.
-pub async fn announce_due(store: &Store, bus: &dyn EventBus) -> Result<usize, StoreError> {
+pub(crate) async fn announce_due(store: &Store, bus: &dyn EventBus) -> Result<usize, StoreError> {
     let now = unix_now();
     let due = {
         let mut conn = store.acquire().await?;

@@ -58,7 +58,7 @@ fn key(kek: &Kek) -> LessSafeKey {
 }
 
 /// Seals `seed` for `id` under `kek`.
-pub fn seal(kek: &Kek, id: KeyId<'_>, seed: &[u8; 32]) -> Result<String, SealError> {
+pub(crate) fn seal(kek: &Kek, id: KeyId<'_>, seed: &[u8; 32]) -> Result<String, SealError> {
     let mut nonce = [0u8; NONCE_LEN];
     SystemRandom::new()
         .fill(&mut nonce)
@@ -77,7 +77,7 @@ pub fn seal(kek: &Kek, id: KeyId<'_>, seed: &[u8; 32]) -> Result<String, SealErr
 }
 
 /// Opens what [`seal`] made for the same `id` under the same `kek`.
-pub fn open(kek: &Kek, id: KeyId<'_>, sealed: &str) -> Result<[u8; 32], SealError> {
+pub(crate) fn open(kek: &Kek, id: KeyId<'_>, sealed: &str) -> Result<[u8; 32], SealError> {
     let malformed = || SealError::Malformed {
         domain_id: id.domain_id,
         generation: id.generation,

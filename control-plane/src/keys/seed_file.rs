@@ -26,7 +26,7 @@ pub fn seed_path(data_dir: &Path, domain_slug: &str) -> PathBuf {
 }
 
 /// The seed of the file at [`seed_path`], or None when there is no such file.
-pub fn read(data_dir: &Path, domain_slug: &str) -> Result<Option<[u8; 32]>, SeedFileError> {
+pub(crate) fn read(data_dir: &Path, domain_slug: &str) -> Result<Option<[u8; 32]>, SeedFileError> {
     let path = seed_path(data_dir, domain_slug);
     let bytes = match fs::read(&path) {
         Ok(b) => b,

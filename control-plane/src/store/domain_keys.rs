@@ -63,7 +63,7 @@ pub async fn list(conn: &mut AnyConnection, domain_id: Uuid) -> Result<Vec<Store
 }
 
 /// Every key of every Domain (what a KEK rotation re-seals), by Domain and generation.
-pub async fn list_all(conn: &mut AnyConnection) -> Result<Vec<StoredKey>, StoreError> {
+pub(crate) async fn list_all(conn: &mut AnyConnection) -> Result<Vec<StoredKey>, StoreError> {
     let rows = sqlx::query(select_keys!("ORDER BY domain_id, generation"))
         .fetch_all(&mut *conn)
         .await?;
@@ -71,7 +71,7 @@ pub async fn list_all(conn: &mut AnyConnection) -> Result<Vec<StoredKey>, StoreE
 }
 
 /// Stores `key` unless its Domain already has that generation; true when this call stored it.
-pub async fn insert_if_absent(
+pub(crate) async fn insert_if_absent(
     conn: &mut AnyConnection,
     key: &StoredKey,
 ) -> Result<bool, StoreError> {
@@ -95,7 +95,7 @@ pub async fn insert_if_absent(
 
 /// The keys after the first whose `active_from` is at or before `now` and whose nodes were
 /// not told yet: `(domain_id, generation)`.
-pub async fn due_activation(
+pub(crate) async fn due_activation(
     conn: &mut AnyConnection,
     now: i64,
 ) -> Result<Vec<(Uuid, i64)>, StoreError> {
@@ -122,7 +122,7 @@ pub async fn due_activation(
 
 /// Marks the key as announced active at `now`, unless it already was; true when this call
 /// marked it (so one replica alone tells the nodes).
-pub async fn mark_activated(
+pub(crate) async fn mark_activated(
     conn: &mut AnyConnection,
     domain_id: Uuid,
     generation: i64,
@@ -142,7 +142,7 @@ pub async fn mark_activated(
 
 /// Replaces the sealed seed of one key (a KEK rotation), only if it still holds `before`;
 /// true when this call replaced it.
-pub async fn reseal(
+pub(crate) async fn reseal(
     conn: &mut AnyConnection,
     key: &StoredKey,
     sealed_seed: &str,

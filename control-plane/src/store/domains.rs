@@ -59,7 +59,7 @@ pub async fn insert(conn: &mut AnyConnection, d: &Domain) -> Result<(), StoreErr
 
 /// Whether any node (live or revoked) ever registered in the Domain: such a Domain's key is
 /// trusted by nodes and is never made anew.
-pub async fn has_nodes(conn: &mut AnyConnection, id: Uuid) -> Result<bool, StoreError> {
+pub(crate) async fn has_nodes(conn: &mut AnyConnection, id: Uuid) -> Result<bool, StoreError> {
     let row = sqlx::query("SELECT COUNT(*) AS n FROM nodes WHERE domain_id = $1")
         .bind(id.to_string())
         .fetch_one(&mut *conn)

@@ -25,7 +25,7 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    pub fn corrupt(what: &'static str, detail: impl std::fmt::Display) -> Self {
+    pub(crate) fn corrupt(what: &'static str, detail: impl std::fmt::Display) -> Self {
         StoreError::Corrupt {
             what,
             detail: detail.to_string(),
@@ -34,7 +34,7 @@ impl StoreError {
 
     /// A lost race with another writer: SQLite busy/locked, a Postgres serialization failure
     /// or deadlock. Retrying the whole transaction is the fix.
-    pub fn is_busy(&self) -> bool {
+    pub(crate) fn is_busy(&self) -> bool {
         let StoreError::Sqlx(sqlx::Error::Database(db)) = self else {
             return false;
         };
@@ -51,7 +51,7 @@ impl StoreError {
     /// The database server cannot be reached or is going away (a Postgres that is down,
     /// restarting or cut off; the pool found no connection in time): the request is answered
     /// `503 unavailable` at once, and the pool reconnects by itself once it is back.
-    pub fn is_unreachable(&self) -> bool {
+    pub(crate) fn is_unreachable(&self) -> bool {
         use std::io::ErrorKind as K;
         match self {
             StoreError::Sqlx(sqlx::Error::Io(io)) => matches!(
@@ -79,7 +79,7 @@ impl StoreError {
 
     /// The storage fault behind this error (a full disk, a read-only file, an I/O error), if
     /// it is one: the request is answered at once with a retryable error that says so.
-    pub fn fault(&self) -> Option<StorageFault> {
+    pub(crate) fn fault(&self) -> Option<StorageFault> {
         match self {
             StoreError::Sqlx(e) | StoreError::Migrate(sqlx::migrate::MigrateError::Execute(e)) => {
                 StorageFault::of_sqlx(e)

@@ -22,7 +22,7 @@ pub struct Head {
 
 /// One stored event, as a stream replays it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EventRow {
+pub(crate) struct EventRow {
     pub seq: u64,
     pub kind: EventKind,
 }
@@ -75,12 +75,15 @@ pub async fn append(
 /// backup is older than what the nodes saw: the log moves past anything the old server can
 /// have handed out after the backup (2^32 changes per Domain), so the restored server's next
 /// state is newer than all of it. Repeated restores still leave room for 2^31 of them.
-pub const RESTORE_SEQ_GAP: u64 = 1 << 32;
+pub(crate) const RESTORE_SEQ_GAP: u64 = 1 << 32;
 
 /// Moves every Domain's log `gap` ahead (a Domain without events yet gets a log at `gap`), and
 /// marks everything before as pruned, so that a stream resuming from any earlier seq is
 /// resynced. Answers the number of Domains moved. Run it in one transaction.
-pub async fn advance_for_restore(conn: &mut AnyConnection, gap: u64) -> Result<u64, StoreError> {
+pub(crate) async fn advance_for_restore(
+    conn: &mut AnyConnection,
+    gap: u64,
+) -> Result<u64, StoreError> {
     let gap = to_i64(gap);
     sqlx::query(
         "INSERT INTO domain_events (domain_id, seq, pruned_through) \
@@ -113,7 +116,7 @@ pub async fn head(conn: &mut AnyConnection, domain_id: Uuid) -> Result<Head, Sto
 
 /// Every Domain's newest seq (Domains without an event yet are left out): what a replica's
 /// poller compares with what its bus announced (one small read of the counter table).
-pub async fn heads(conn: &mut AnyConnection) -> Result<Vec<(Uuid, u64)>, StoreError> {
+pub(crate) async fn heads(conn: &mut AnyConnection) -> Result<Vec<(Uuid, u64)>, StoreError> {
     let rows = sqlx::query("SELECT domain_id, seq FROM domain_events")
         .fetch_all(&mut *conn)
         .await?;
@@ -129,7 +132,7 @@ pub async fn heads(conn: &mut AnyConnection) -> Result<Vec<(Uuid, u64)>, StoreEr
 }
 
 /// Up to `limit` events after `after` that are addressed to `node_id`, oldest first.
-pub async fn for_node(
+pub(crate) async fn for_node(
     conn: &mut AnyConnection,
     domain_id: Uuid,
     node_id: Uuid,

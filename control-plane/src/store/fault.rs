@@ -18,7 +18,7 @@ pub enum StorageFault {
 
 impl StorageFault {
     /// The cause in words an operator acts on.
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             StorageFault::Full => "the disk is full",
             StorageFault::ReadOnly => {
@@ -31,7 +31,7 @@ impl StorageFault {
     }
 
     /// What to do about it.
-    pub fn remedy(self) -> &'static str {
+    pub(crate) fn remedy(self) -> &'static str {
         match self {
             StorageFault::Full => "free space on that filesystem",
             StorageFault::ReadOnly => {
@@ -42,7 +42,7 @@ impl StorageFault {
     }
 
     /// The fault an OS error stands for.
-    pub fn of_io(e: &std::io::Error) -> StorageFault {
+    pub(crate) fn of_io(e: &std::io::Error) -> StorageFault {
         match e.raw_os_error() {
             Some(ENOSPC) | Some(EDQUOT) => StorageFault::Full,
             Some(EROFS) | Some(EACCES) | Some(EPERM) => StorageFault::ReadOnly,
@@ -51,7 +51,7 @@ impl StorageFault {
     }
 
     /// The fault behind a database error, if it is one of storage.
-    pub fn of_sqlx(e: &sqlx::Error) -> Option<StorageFault> {
+    pub(crate) fn of_sqlx(e: &sqlx::Error) -> Option<StorageFault> {
         match e {
             sqlx::Error::Database(db) => of_code(
                 db.code().unwrap_or(Cow::Borrowed("")).as_ref(),

@@ -7,7 +7,7 @@ use super::{Store, StoreError, migrator};
 
 impl Store {
     /// Runs `SELECT 1` on a connection from the pool.
-    pub async fn ping(&self) -> Result<(), StoreError> {
+    pub(crate) async fn ping(&self) -> Result<(), StoreError> {
         let mut conn = self.acquire().await?;
         sqlx::query("SELECT 1").execute(&mut *conn).await?;
         Ok(())
@@ -15,7 +15,7 @@ impl Store {
 
     /// The versions of the embedded migrations that the database has not applied (empty:
     /// the schema is current).
-    pub async fn pending_migrations(&self) -> Result<Vec<i64>, StoreError> {
+    pub(crate) async fn pending_migrations(&self) -> Result<Vec<i64>, StoreError> {
         let mut conn = self.acquire().await?;
         let rows = sqlx::query("SELECT version FROM _sqlx_migrations WHERE success")
             .fetch_all(&mut *conn)

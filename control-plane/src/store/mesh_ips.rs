@@ -12,14 +12,14 @@ use uuid::Uuid;
 use super::{StoreError, parse_col};
 
 /// How many candidate addresses one look-up asks about.
-pub const LOOKUP_WINDOW: usize = 32;
+pub(crate) const LOOKUP_WINDOW: usize = 32;
 
 /// The next free address of `range` (next-fit from where the range's cursor stands), taken
 /// under the cursor's lock so that racing registrations of one range never pick the same one;
 /// `None` when every host address of the range is held. Each look-up asks about
 /// [`LOOKUP_WINDOW`] candidates at once; while the range has room the first window has a free
 /// one, so the cost does not grow with the number of nodes.
-pub async fn allocate(
+pub(crate) async fn allocate(
     conn: &mut AnyConnection,
     domain_id: Uuid,
     range: IpNet,
@@ -42,7 +42,7 @@ pub async fn allocate(
 /// out last (`None`: none yet). The row is created on first use. Racing registrations of one
 /// range queue on this row lock (Postgres) or on the write lock (SQLite), so each sees the
 /// address its predecessor took.
-pub async fn lock_cursor(
+pub(crate) async fn lock_cursor(
     conn: &mut AnyConnection,
     domain_id: Uuid,
     range: IpNet,
@@ -79,7 +79,7 @@ pub async fn advance_cursor(
 
 /// Which of `candidates` (at most [`LOOKUP_WINDOW`]) a live node of `domain_id` holds: one
 /// indexed look-up (`nodes_live_mesh_ip`), whatever the number of nodes.
-pub async fn held_among(
+pub(crate) async fn held_among(
     conn: &mut AnyConnection,
     domain_id: Uuid,
     candidates: &[IpAddr],

@@ -11,18 +11,17 @@ pub mod domain_keys;
 pub mod domains;
 pub mod error;
 pub mod events;
-pub mod fault;
+pub(crate) mod fault;
 mod health;
 pub mod lease;
 pub mod mesh_ips;
-pub mod names;
-pub mod node_hosts;
+pub(crate) mod names;
 pub mod nodes;
-pub mod observations;
+pub(crate) mod observations;
 mod open;
 pub mod paths;
 
-pub use open::probe_writable;
+pub(crate) use open::probe_writable;
 pub mod operators;
 pub mod policies;
 pub mod projects;
@@ -47,10 +46,10 @@ pub(crate) use error::parse_col;
 pub use fault::StorageFault;
 
 /// A connection from the store's pool.
-pub type Conn = sqlx::pool::PoolConnection<sqlx::Any>;
+pub(crate) type Conn = sqlx::pool::PoolConnection<sqlx::Any>;
 
 /// How many times a transaction that lost a race is tried again before the error surfaces.
-pub const MAX_ATTEMPTS: u32 = 12;
+pub(crate) const MAX_ATTEMPTS: u32 = 12;
 
 /// The one handle every subsystem uses.
 #[derive(Clone)]
@@ -263,7 +262,7 @@ pub fn migrator() -> Migrator {
 /// Runs `attempt` until it succeeds, fails for a reason other than a lost race, or has been
 /// tried [`MAX_ATTEMPTS`] times. Each attempt must open (and commit) its own transaction.
 /// Between attempts it waits a short, growing, jittered pause so racing writers spread out.
-pub async fn retry<T, E, F, Fut>(
+pub(crate) async fn retry<T, E, F, Fut>(
     what: &'static str,
     is_retryable: impl Fn(&E) -> bool,
     mut attempt: F,
@@ -308,7 +307,7 @@ pub fn secret_digest(secret: &plexsphere_wire::secret::SecretPart) -> String {
 
 /// Whether `secret` is the one whose [`secret_digest`] is `stored` (in constant time; a
 /// malformed stored digest matches nothing).
-pub fn secret_matches(secret: &plexsphere_wire::secret::SecretPart, stored: &str) -> bool {
+pub(crate) fn secret_matches(secret: &plexsphere_wire::secret::SecretPart, stored: &str) -> bool {
     secret.matches(&hex::decode(stored).unwrap_or_default())
 }
 
@@ -318,6 +317,6 @@ pub fn unix(t: time::OffsetDateTime) -> i64 {
 }
 
 /// A stored unix time back into an `OffsetDateTime`.
-pub fn from_unix(what: &'static str, secs: i64) -> Result<time::OffsetDateTime, StoreError> {
+pub(crate) fn from_unix(what: &'static str, secs: i64) -> Result<time::OffsetDateTime, StoreError> {
     time::OffsetDateTime::from_unix_timestamp(secs).map_err(|e| StoreError::corrupt(what, e))
 }

@@ -14,7 +14,7 @@ use super::error::{StoreError, parse_col};
 
 /// `base`, or `base-N` for the smallest N >= 2 that `taken` does not hold; `base` is cut so
 /// the label stays within [`MAX_LABEL_LEN`] (and loses a `-` the cut leaves at its end).
-pub fn unique_label(base: &str, taken: &HashSet<String>) -> String {
+pub(crate) fn unique_label(base: &str, taken: &HashSet<String>) -> String {
     if !taken.contains(base) {
         return base.to_owned();
     }
@@ -59,7 +59,7 @@ async fn taken_like(
 }
 
 /// A free label for a node of `domain` from its host name.
-pub async fn pick_for_hostname(
+pub(crate) async fn pick_for_hostname(
     conn: &mut AnyConnection,
     domain: Uuid,
     hostname: &str,
@@ -70,7 +70,7 @@ pub async fn pick_for_hostname(
 }
 
 /// The live node of `domain` other than `except` that holds `name`, if any.
-pub async fn holder(
+pub(crate) async fn holder(
     conn: &mut AnyConnection,
     domain: Uuid,
     name: &str,
@@ -89,7 +89,11 @@ pub async fn holder(
 }
 
 /// Sets a live node's label (checked by the caller); answers whether the node is live.
-pub async fn set_name(conn: &mut AnyConnection, id: Uuid, name: &str) -> Result<bool, StoreError> {
+pub(crate) async fn set_name(
+    conn: &mut AnyConnection,
+    id: Uuid,
+    name: &str,
+) -> Result<bool, StoreError> {
     let done = sqlx::query("UPDATE nodes SET dns_name = $1 WHERE id = $2 AND revoked_at IS NULL")
         .bind(name.to_owned())
         .bind(id.to_string())
@@ -99,7 +103,7 @@ pub async fn set_name(conn: &mut AnyConnection, id: Uuid, name: &str) -> Result<
 }
 
 /// The Domain's DNS suffix ([`DEFAULT_DNS_SUFFIX`] for a Domain the store does not know).
-pub async fn suffix(conn: &mut AnyConnection, domain: Uuid) -> Result<String, StoreError> {
+pub(crate) async fn suffix(conn: &mut AnyConnection, domain: Uuid) -> Result<String, StoreError> {
     let row = sqlx::query("SELECT dns_suffix FROM domains WHERE id = $1")
         .bind(domain.to_string())
         .fetch_optional(&mut *conn)
@@ -111,7 +115,7 @@ pub async fn suffix(conn: &mut AnyConnection, domain: Uuid) -> Result<String, St
 }
 
 /// Sets the Domain's DNS suffix (checked by the caller); answers whether the Domain exists.
-pub async fn set_suffix(
+pub(crate) async fn set_suffix(
     conn: &mut AnyConnection,
     domain: Uuid,
     suffix: &str,
@@ -127,7 +131,7 @@ pub async fn set_suffix(
 /// Names the live nodes that have no name yet (registered before schema version 18), oldest
 /// first, each from its resource handle (a broker machine) or else its host name, made
 /// unique (what `plexctl` showed as NAME before). Idempotent; runs after every migration.
-pub async fn backfill(conn: &mut AnyConnection) -> Result<usize, StoreError> {
+pub(crate) async fn backfill(conn: &mut AnyConnection) -> Result<usize, StoreError> {
     let rows = sqlx::query(
         "SELECT id, domain_id, hostname, resource_handle FROM nodes WHERE dns_name IS NULL AND revoked_at IS NULL \
          ORDER BY registered_at, id",

@@ -14,7 +14,7 @@ use uuid::Uuid;
 use super::{Store, StoreError, parse_col, retry};
 
 /// The most observations kept per node; older ones are deleted as new ones arrive.
-pub const KEEP_PER_NODE: usize = 500;
+pub(crate) const KEEP_PER_NODE: usize = 500;
 
 /// An observation's kind, as stored in `observations.kind` and named in `?kind=`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,7 +25,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 3] = [Kind::Handshake, Kind::Traffic, Kind::Error];
+    pub(crate) const ALL: [Kind; 3] = [Kind::Handshake, Kind::Traffic, Kind::Error];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -39,7 +39,7 @@ impl Kind {
         Self::ALL.into_iter().find(|k| k.as_str() == s)
     }
 
-    pub fn of(kind: &ObservationKind) -> Self {
+    pub(crate) fn of(kind: &ObservationKind) -> Self {
         match kind {
             ObservationKind::Handshake { .. } => Kind::Handshake,
             ObservationKind::Traffic { .. } => Kind::Traffic,
@@ -50,7 +50,7 @@ impl Kind {
 
 /// One stored observation.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObservationRow {
+pub(crate) struct ObservationRow {
     pub seq: i64,
     /// Unix seconds, the server's clock.
     pub received_at: i64,
@@ -59,7 +59,7 @@ pub struct ObservationRow {
 
 /// Where a batch of `n` observations lands after the node's last seq `last`, keeping `keep`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Placement {
+pub(crate) struct Placement {
     /// The node's last seq once the batch is stored; the batch's i-th observation gets
     /// `new_last - n + 1 + i`.
     pub new_last: i64,
@@ -70,7 +70,7 @@ pub struct Placement {
 }
 
 /// Pure: the seqs of a batch and what the bound deletes.
-pub fn place(last: i64, n: usize, keep: usize) -> Placement {
+pub(crate) fn place(last: i64, n: usize, keep: usize) -> Placement {
     let new_last = last.saturating_add(i64::try_from(n).unwrap_or(i64::MAX));
     Placement {
         new_last,
@@ -85,7 +85,7 @@ fn sat_i64(v: u64) -> i64 {
 
 /// What became of an ingest batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Recorded {
+pub(crate) enum Recorded {
     Stored,
     /// The node's last stored batch, sent again because its answer was lost: not stored twice.
     Duplicate,
@@ -282,7 +282,10 @@ pub async fn list(
 }
 
 /// How many observations the node said it dropped; `None` when there is no such node.
-pub async fn dropped(conn: &mut AnyConnection, node_id: Uuid) -> Result<Option<u64>, StoreError> {
+pub(crate) async fn dropped(
+    conn: &mut AnyConnection,
+    node_id: Uuid,
+) -> Result<Option<u64>, StoreError> {
     let row = sqlx::query("SELECT observations_dropped FROM nodes WHERE id = $1")
         .bind(node_id.to_string())
         .fetch_optional(&mut *conn)
@@ -297,7 +300,10 @@ pub async fn dropped(conn: &mut AnyConnection, node_id: Uuid) -> Result<Option<u
 }
 
 /// Deletes every observation of a node (before the node itself is deleted).
-pub async fn delete_for_node(conn: &mut AnyConnection, node_id: Uuid) -> Result<u64, StoreError> {
+pub(crate) async fn delete_for_node(
+    conn: &mut AnyConnection,
+    node_id: Uuid,
+) -> Result<u64, StoreError> {
     let done = sqlx::query("DELETE FROM observations WHERE node_id = $1")
         .bind(node_id.to_string())
         .execute(&mut *conn)

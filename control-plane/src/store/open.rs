@@ -25,26 +25,26 @@ use super::error::StoreError;
 use super::fault::StorageFault;
 
 /// Connections in the pool.
-pub const MAX_CONNECTIONS: u32 = 8;
+pub(crate) const MAX_CONNECTIONS: u32 = 8;
 /// How long a request waits for a free connection before it is answered `503`.
-pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a SQLite writer waits for another writer before `SQLITE_BUSY` (then the whole
 /// transaction is retried, see `store::retry`).
-pub const SQLITE_BUSY_TIMEOUT_MS: u32 = 5_000;
+pub(crate) const SQLITE_BUSY_TIMEOUT_MS: u32 = 5_000;
 /// After how many WAL pages (of 4 KiB) a commit checkpoints the WAL into the database file
 /// (SQLite's default is 1000). A small WAL keeps what the database holds on disk close to its
 /// real size, so a small or nearly full disk is not taken up by a log of old page images.
-pub const SQLITE_WAL_AUTOCHECKPOINT_PAGES: u32 = 128;
+pub(crate) const SQLITE_WAL_AUTOCHECKPOINT_PAGES: u32 = 128;
 /// What a WAL file is cut back to after a checkpoint restarted it, in bytes: space a burst of
 /// writes took goes back to the filesystem.
-pub const SQLITE_WAL_SIZE_LIMIT_BYTES: u64 = 1024 * 1024;
+pub(crate) const SQLITE_WAL_SIZE_LIMIT_BYTES: u64 = 1024 * 1024;
 /// What the start-up check writes (and removes) beside the database file: a disk with less
 /// room than this is reported full before anything is served.
-pub const START_UP_PROBE_BYTES: usize = 64 * 1024;
+pub(crate) const START_UP_PROBE_BYTES: usize = 64 * 1024;
 
 /// The pool for `url`: SQLite files are checked first ([`prepare_sqlite`]), every SQLite
 /// connection gets [`configure_sqlite`], and is checked when it comes back ([`sqlite_is_idle`]).
-pub async fn pool(url: &str) -> Result<AnyPool, StoreError> {
+pub(crate) async fn pool(url: &str) -> Result<AnyPool, StoreError> {
     install_default_drivers();
     let is_sqlite = url.starts_with("sqlite:");
     let file = sqlite_file(url);
@@ -122,7 +122,7 @@ async fn sqlite_is_idle(conn: &mut AnyConnection) -> bool {
 /// [`START_UP_PROBE_BYTES`] (synced, then removed), and the file opens in WAL mode. A full,
 /// read-only or failing disk is reported here, naming the cause and the path, instead of as
 /// a pool that times out later.
-pub async fn prepare_sqlite(url: &str, path: &Path) -> Result<(), StoreError> {
+pub(crate) async fn prepare_sqlite(url: &str, path: &Path) -> Result<(), StoreError> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
         _ => PathBuf::from("."),
@@ -155,7 +155,7 @@ pub async fn prepare_sqlite(url: &str, path: &Path) -> Result<(), StoreError> {
 /// Whether `dir` takes a write of [`START_UP_PROBE_BYTES`]: a probe file is written, synced
 /// and removed. A full, read-only or failing filesystem is a [`StoreError::Open`] naming `dir`
 /// as `what` ("the data directory").
-pub fn probe_writable(dir: &Path, what: &str) -> Result<(), StoreError> {
+pub(crate) fn probe_writable(dir: &Path, what: &str) -> Result<(), StoreError> {
     probe_dir(dir).map_err(|e| StoreError::Open {
         target: format!("{what} {}", dir.display()),
         fault: StorageFault::of_io(&e),

@@ -28,7 +28,7 @@ pub const DEFAULT_AUTHOR: &str = "plexsphere";
 pub const DEFAULT_SUMMARY: &str =
     "the default document: every node may reach every node on every protocol and port";
 /// The most versions one history page lists (`?limit=` larger is refused).
-pub const MAX_HISTORY_PAGE: u32 = 100;
+pub(crate) const MAX_HISTORY_PAGE: u32 = 100;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PolicyRow {
@@ -44,7 +44,7 @@ pub struct PolicyRow {
 
 impl PolicyRow {
     /// What a Domain without a stored version runs: the default document as version 0.
-    pub fn implicit_default(domain_id: Uuid) -> Self {
+    pub(crate) fn implicit_default(domain_id: Uuid) -> Self {
         PolicyRow {
             domain_id,
             version: 0,
@@ -211,12 +211,12 @@ async fn write(conn: &mut AnyConnection, row: &PolicyRow) -> Result<(), StoreErr
 }
 
 /// The schema version that made the `policies` table.
-pub const POLICIES_SCHEMA_VERSION: i64 = 17;
+pub(crate) const POLICIES_SCHEMA_VERSION: i64 = 17;
 
 /// Stores version 1 = [`DEFAULT_DOCUMENT`] for a Domain just created (in its transaction).
 /// On a database not yet at schema version 17 (only tests seed one) it stores nothing: the
 /// migration to version 17 stores the default for every Domain it finds.
-pub async fn insert_default(
+pub(crate) async fn insert_default(
     conn: &mut AnyConnection,
     domain_id: Uuid,
     now: i64,

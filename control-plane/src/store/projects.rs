@@ -42,7 +42,7 @@ pub async fn list(conn: &mut AnyConnection) -> Result<Vec<Project>, StoreError> 
     rows.iter().map(from_row).collect()
 }
 
-pub async fn in_domain(
+pub(crate) async fn in_domain(
     conn: &mut AnyConnection,
     domain_id: Uuid,
 ) -> Result<Vec<Project>, StoreError> {

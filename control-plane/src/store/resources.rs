@@ -132,7 +132,7 @@ pub async fn list_for_project(
 }
 
 /// Every resource the reconcile loop still drives: all but `Failed` and `Deleted`.
-pub async fn list_active(conn: &mut AnyConnection) -> Result<Vec<ResourceRow>, StoreError> {
+pub(crate) async fn list_active(conn: &mut AnyConnection) -> Result<Vec<ResourceRow>, StoreError> {
     let sql = sqlx::AssertSqlSafe(format!(
         "SELECT {COLUMNS} FROM resources WHERE phase NOT IN ('Failed', 'Deleted') ORDER BY created_at, id"
     ));
@@ -144,7 +144,7 @@ pub async fn list_active(conn: &mut AnyConnection) -> Result<Vec<ResourceRow>, S
 /// A phase name the code does not know is skipped (no free-form label from the database).
 ///
 /// [`Phase::ALL`]: plexsphere_broker::phase::Phase::ALL
-pub async fn count_by_phase(
+pub(crate) async fn count_by_phase(
     conn: &mut AnyConnection,
 ) -> Result<Vec<(&'static str, i64)>, StoreError> {
     use plexsphere_broker::phase::Phase;

@@ -6,7 +6,7 @@ use sqlx::{AnyConnection, Row as _};
 use super::StoreError;
 
 /// The most role bindings a server keeps (`POST /v1/role-bindings` refuses past it).
-pub const MAX_ROLE_BINDINGS: i64 = 10_000;
+pub(crate) const MAX_ROLE_BINDINGS: i64 = 10_000;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BindingRow {
@@ -59,7 +59,7 @@ pub async fn insert(conn: &mut AnyConnection, b: &BindingRow) -> Result<(), Stor
     Ok(())
 }
 
-pub async fn count(conn: &mut AnyConnection) -> Result<i64, StoreError> {
+pub(crate) async fn count(conn: &mut AnyConnection) -> Result<i64, StoreError> {
     let row = sqlx::query("SELECT COUNT(*) AS n FROM role_bindings")
         .fetch_one(&mut *conn)
         .await?;
@@ -96,7 +96,7 @@ pub async fn delete(conn: &mut AnyConnection, id: &str) -> Result<bool, StoreErr
 }
 
 /// The bindings that apply to a person with these claims.
-pub async fn for_person(
+pub(crate) async fn for_person(
     conn: &mut AnyConnection,
     subject: &str,
     email: Option<&str>,

@@ -1,14 +1,59 @@
 //! The `node_routes` table (schema version 18): what each node advertises as a subnet router
 //! or exit, its approval, health and last report, and whether it carries traffic now
-//! (`primary_since`, set by `routes_select`). One row per (node, cidr); an exit is two
+//! (`primary_since`, set by `routes::select`). One row per (node, cidr); an exit is two
 //! rows of kind `exit` (`0.0.0.0/0`, `::/0`).
 
+use std::net::IpAddr;
+
+use ipnet::IpNet;
 use plexsphere_wire::routes::Approval;
 use sqlx::{AnyConnection, Row as _};
 use uuid::Uuid;
 
 use super::{StoreError, parse_col};
-use crate::routes_select::{Kind, Router};
+
+/// Whether a row is a subnet route or one of an exit's two prefixes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Route,
+    Exit,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Route => "route",
+            Kind::Exit => "exit",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Kind> {
+        match s {
+            "route" => Some(Kind::Route),
+            "exit" => Some(Kind::Exit),
+            _ => None,
+        }
+    }
+}
+
+/// One (node, cidr) row as the selection (`routes::select`) reads it ([`RouteRow`] holds more).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Router {
+    pub node_id: Uuid,
+    pub cidr: IpNet,
+    pub kind: Kind,
+    pub probe: Option<IpAddr>,
+    /// In the node's last report (false: withdrawn, kept for its approval).
+    pub advertised: bool,
+    pub healthy: bool,
+    /// Since when the router has been healthy without a break (`None` while unhealthy).
+    pub healthy_since: Option<i64>,
+    pub last_report: i64,
+    pub approval: Approval,
+    pub approved_at: Option<i64>,
+    /// Set while the row carries traffic (primary, or exit in service): since when.
+    pub primary_since: Option<i64>,
+}
 
 /// A stored row: what the selection reads, and the rest.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,7 +65,7 @@ pub struct RouteRow {
 
 const COLUMNS: &str = "r.node_id, r.domain_id, r.cidr, r.kind, r.probe, r.advertised, r.healthy, r.healthy_since, r.last_report, r.approval, r.approved_at, r.approved_by, r.primary_since";
 
-pub fn approval_str(a: Approval) -> &'static str {
+pub(crate) fn approval_str(a: Approval) -> &'static str {
     match a {
         Approval::Pending => "pending",
         Approval::Approved => "approved",
@@ -66,7 +111,7 @@ fn from_row(row: &sqlx::any::AnyRow) -> Result<RouteRow, StoreError> {
 }
 
 /// The rows of the live nodes of a Domain, by cidr then node.
-pub async fn in_domain(
+pub(crate) async fn in_domain(
     conn: &mut AnyConnection,
     domain: Uuid,
 ) -> Result<Vec<RouteRow>, StoreError> {
@@ -168,7 +213,7 @@ pub async fn delete(
 }
 
 /// Sets only `primary_since` (what the selection changes).
-pub async fn set_primary_since(
+pub(crate) async fn set_primary_since(
     conn: &mut AnyConnection,
     node: Uuid,
     cidr: &ipnet::IpNet,
@@ -184,7 +229,7 @@ pub async fn set_primary_since(
 }
 
 /// The exit a node uses, as its last report named it.
-pub async fn set_use_exit(
+pub(crate) async fn set_use_exit(
     conn: &mut AnyConnection,
     node: Uuid,
     use_exit: Option<&str>,
@@ -198,7 +243,7 @@ pub async fn set_use_exit(
 }
 
 /// Every live node of a Domain that names an exit: (node, what it named).
-pub async fn exit_users(
+pub(crate) async fn exit_users(
     conn: &mut AnyConnection,
     domain: Uuid,
 ) -> Result<Vec<(Uuid, String)>, StoreError> {
@@ -219,7 +264,7 @@ pub async fn exit_users(
 }
 
 /// Whether `node` carries any route or exit now.
-pub async fn carries_any(conn: &mut AnyConnection, node: Uuid) -> Result<bool, StoreError> {
+pub(crate) async fn carries_any(conn: &mut AnyConnection, node: Uuid) -> Result<bool, StoreError> {
     let row = sqlx::query(
         "SELECT COUNT(*) AS n FROM node_routes WHERE node_id = $1 AND primary_since IS NOT NULL",
     )

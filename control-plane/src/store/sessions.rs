@@ -7,7 +7,7 @@ use super::StoreError;
 
 /// A sign-in in progress.
 #[derive(Clone)]
-pub struct PendingRow {
+pub(crate) struct PendingRow {
     pub state_sha256: String,
     pub browser_sha256: String,
     pub nonce: String,
@@ -28,7 +28,7 @@ impl std::fmt::Debug for PendingRow {
 }
 
 /// Deletes expired sign-ins and exchanged-token digests.
-pub async fn purge_expired(conn: &mut AnyConnection, now: i64) -> Result<(), StoreError> {
+pub(crate) async fn purge_expired(conn: &mut AnyConnection, now: i64) -> Result<(), StoreError> {
     sqlx::query("DELETE FROM auth_pending WHERE expires_at <= $1")
         .bind(now)
         .execute(&mut *conn)
@@ -41,7 +41,7 @@ pub async fn purge_expired(conn: &mut AnyConnection, now: i64) -> Result<(), Sto
 }
 
 /// Live sign-ins of `client_key`, and in all.
-pub async fn count_pending(
+pub(crate) async fn count_pending(
     conn: &mut AnyConnection,
     client_key: &str,
     now: i64,
@@ -56,7 +56,10 @@ pub async fn count_pending(
     Ok((row.try_get("mine")?, row.try_get("total")?))
 }
 
-pub async fn insert_pending(conn: &mut AnyConnection, p: &PendingRow) -> Result<(), StoreError> {
+pub(crate) async fn insert_pending(
+    conn: &mut AnyConnection,
+    p: &PendingRow,
+) -> Result<(), StoreError> {
     sqlx::query(
         "INSERT INTO auth_pending (state_sha256, browser_sha256, nonce, pkce_verifier, return_to, client_key, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
     )
@@ -75,7 +78,7 @@ pub async fn insert_pending(conn: &mut AnyConnection, p: &PendingRow) -> Result<
 
 /// Takes (reads and deletes) the sign-in of `state_sha256`: `None` if there is none, or if a
 /// concurrent callback took it first (single use).
-pub async fn take_pending(
+pub(crate) async fn take_pending(
     conn: &mut AnyConnection,
     state_sha256: &str,
 ) -> Result<Option<PendingRow>, StoreError> {
@@ -186,7 +189,7 @@ pub async fn insert_session(conn: &mut AnyConnection, s: &SessionRow) -> Result<
     Ok(())
 }
 
-pub async fn get_session(
+pub(crate) async fn get_session(
     conn: &mut AnyConnection,
     id: &str,
 ) -> Result<Option<SessionRow>, StoreError> {
@@ -200,7 +203,7 @@ pub async fn get_session(
 }
 
 /// Records a use of the session.
-pub async fn touch(conn: &mut AnyConnection, id: &str, now: i64) -> Result<(), StoreError> {
+pub(crate) async fn touch(conn: &mut AnyConnection, id: &str, now: i64) -> Result<(), StoreError> {
     sqlx::query("UPDATE auth_sessions SET last_seen_at = $1 WHERE id = $2 AND last_seen_at < $1")
         .bind(now)
         .bind(id.to_owned())
@@ -228,7 +231,7 @@ pub async fn revoke(
 }
 
 /// Remembers an exchanged ID token until `expires_at`; false if it was exchanged before.
-pub async fn use_id_token(
+pub(crate) async fn use_id_token(
     conn: &mut AnyConnection,
     token_sha256: &str,
     expires_at: i64,

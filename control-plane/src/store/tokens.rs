@@ -33,12 +33,12 @@ pub struct TokenRow {
 
 /// The most nodes one token may make: a bound on what a leaked reusable token can enrol.
 /// Larger groups use several tokens.
-pub const MAX_USES: u32 = 1_000;
+pub(crate) const MAX_USES: u32 = 1_000;
 /// The shortest and longest time an ephemeral node may stay offline before the control plane
 /// removes it: shorter would remove nodes that only missed a few heartbeats (the default
 /// offline threshold is 90 s), longer keeps dead autoscaled nodes as peers for too long.
-pub const MIN_EPHEMERAL_OFFLINE_SECS: u64 = 120;
-pub const MAX_EPHEMERAL_OFFLINE_SECS: u64 = 7 * 86_400;
+pub(crate) const MIN_EPHEMERAL_OFFLINE_SECS: u64 = 120;
+pub(crate) const MAX_EPHEMERAL_OFFLINE_SECS: u64 = 7 * 86_400;
 /// What `--ephemeral` alone means: removed after 30 minutes offline.
 pub const DEFAULT_EPHEMERAL_OFFLINE_SECS: u64 = 1_800;
 
@@ -62,7 +62,7 @@ impl Default for TokenUsage {
 
 /// Why a [`TokenUsage`] was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum UsageError {
+pub(crate) enum UsageError {
     #[error("max_uses must be between 1 and {MAX_USES}; issue several tokens for a larger group")]
     Uses,
     #[error(
@@ -73,7 +73,10 @@ pub enum UsageError {
 
 impl TokenUsage {
     /// Checks the bounds above (pure).
-    pub fn checked(max_uses: u32, ephemeral_offline_secs: Option<u64>) -> Result<Self, UsageError> {
+    pub(crate) fn checked(
+        max_uses: u32,
+        ephemeral_offline_secs: Option<u64>,
+    ) -> Result<Self, UsageError> {
         if !(1..=MAX_USES).contains(&max_uses) {
             return Err(UsageError::Uses);
         }
@@ -125,7 +128,7 @@ impl TokenRow {
     }
 
     /// The same row with another use limit and ephemeral setting.
-    pub fn with_usage(self, usage: TokenUsage) -> Self {
+    pub(crate) fn with_usage(self, usage: TokenUsage) -> Self {
         TokenRow { usage, ..self }
     }
 
@@ -263,7 +266,7 @@ pub async fn list_for_project(
 /// while `uses < max_uses`, and the database serialises the writers of one row. The use that
 /// takes the last one sets `consumed_at` and `consumed_by_node` (a single-use token reads as
 /// before version 11).
-pub async fn consume(
+pub(crate) async fn consume(
     conn: &mut AnyConnection,
     id: &str,
     node_id: Uuid,

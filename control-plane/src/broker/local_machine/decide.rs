@@ -11,7 +11,7 @@ use plexsphere_wire::node::JoinResult;
 use crate::broker::substrate::SubstrateError;
 
 /// The host's architecture as plexd names it.
-pub fn host_arch() -> &'static str {
+pub(crate) fn host_arch() -> &'static str {
     match std::env::consts::ARCH {
         "aarch64" => "arm64",
         "x86_64" => "amd64",
@@ -21,7 +21,7 @@ pub fn host_arch() -> &'static str {
 
 /// Refuses parameters this host cannot honour: an architecture other than the host's, a
 /// release other than the base image's (`image_suite`).
-pub fn check_parameters(
+pub(crate) fn check_parameters(
     resource: &Resource,
     host_arch: &str,
     image_suite: &str,
@@ -46,21 +46,21 @@ pub fn check_parameters(
 /// host side of the machine's veth `vb-<name>`, cut to 15 characters), and it must come from
 /// the id's random tail: resource ids are UUIDv7, whose leading digits are a timestamp shared
 /// by every resource created within about a minute.
-pub fn machine_name(resource: &Resource) -> String {
+pub(crate) fn machine_name(resource: &Resource) -> String {
     let id = resource.id.simple().to_string();
     format!("pr-{}", &id[id.len().saturating_sub(9)..])
 }
 
 /// The most of the join result file read from a machine; plexd writes well under 1 KiB.
-pub const JOIN_RESULT_MAX_BYTES: usize = 8 * 1024;
+pub(crate) const JOIN_RESULT_MAX_BYTES: usize = 8 * 1024;
 /// The longest join message carried into a resource's reason (in characters).
-pub const JOIN_MESSAGE_MAX_CHARS: usize = 512;
+pub(crate) const JOIN_MESSAGE_MAX_CHARS: usize = 512;
 
 /// What `plexd join --result-file` left, as the observation it stands for: `None` unless the
 /// bytes are its JSON with a non-zero `exit_code` and a `message`. The message is made one line
 /// and cut to [`JOIN_MESSAGE_MAX_CHARS`] (marked with `...`), since it lands in the resource's
 /// reason and history.
-pub fn parse_join_result(bytes: &[u8]) -> Option<Observation> {
+pub(crate) fn parse_join_result(bytes: &[u8]) -> Option<Observation> {
     // An object only: serde would also take a `[code, message]` array for the struct.
     let value: serde_json::Value = serde_json::from_slice(bytes).ok()?;
     if !value.is_object() {
@@ -87,7 +87,7 @@ pub fn parse_join_result(bytes: &[u8]) -> Option<Observation> {
 }
 
 /// The lowest host number from 10 up that no machine uses.
-pub fn free_host(used: &BTreeSet<u32>, bridge: Ipv4Net) -> Option<u32> {
+pub(crate) fn free_host(used: &BTreeSet<u32>, bridge: Ipv4Net) -> Option<u32> {
     let hosts = 1u64 << (32 - u32::from(bridge.prefix_len()));
     (10..u32::try_from(hosts.saturating_sub(1)).unwrap_or(u32::MAX))
         .find(|h| !used.contains(h) && plexsphere_nspawn::machine_address(bridge, *h).is_some())

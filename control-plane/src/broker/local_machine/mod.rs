@@ -32,14 +32,13 @@ use plexsphere_nspawn::{
 };
 
 use super::substrate::{Substrate, SubstrateError};
-pub use decide::{
-    JOIN_MESSAGE_MAX_CHARS, JOIN_RESULT_MAX_BYTES, check_parameters, free_host, host_arch,
-    machine_name, parse_join_result,
+pub(crate) use decide::{
+    JOIN_RESULT_MAX_BYTES, check_parameters, free_host, host_arch, machine_name, parse_join_result,
 };
 
 /// The local machines' knobs.
 #[derive(Debug, Clone)]
-pub struct LocalMachineConfig {
+pub(crate) struct LocalMachineConfig {
     /// Machines live in `<state_dir>/machines/<name>/`.
     pub state_dir: PathBuf,
     /// Where the Debian base image is cached.
@@ -49,7 +48,7 @@ pub struct LocalMachineConfig {
     pub bridge_address: Ipv4Net,
 }
 
-pub struct LocalMachine {
+pub(crate) struct LocalMachine {
     config: LocalMachineConfig,
     image: Mutex<Option<BaseImage>>,
 }

@@ -18,7 +18,7 @@ use super::super::failure::Failure;
 
 /// The entries (files and directories) `restore` walks in a backup directory at most: a backup
 /// holds a handful; a tree larger than this is not one.
-pub const MAX_BACKUP_ENTRIES: usize = 10_000;
+pub(crate) const MAX_BACKUP_ENTRIES: usize = 10_000;
 
 /// What a refused entry is, for messages.
 fn kind(t: fs::FileType) -> &'static str {
@@ -36,7 +36,7 @@ fn kind(t: fs::FileType) -> &'static str {
 }
 
 /// Opens `path` for reading: never through a symlink, only a regular file.
-pub fn open_regular(path: &Path) -> Result<fs::File, Failure> {
+pub(crate) fn open_regular(path: &Path) -> Result<fs::File, Failure> {
     let flags = (OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits();
     let file = match fs::OpenOptions::new()
         .read(true)
@@ -70,7 +70,7 @@ fn refused(path: &Path, what: &str) -> Failure {
 }
 
 /// Reads a small file (at most `limit` bytes) without following a symlink.
-pub fn read_small(path: &Path, limit: u64) -> Result<String, Failure> {
+pub(crate) fn read_small(path: &Path, limit: u64) -> Result<String, Failure> {
     let file = open_regular(path)?;
     let mut text = String::new();
     file.take(limit + 1)
@@ -109,14 +109,14 @@ fn digest_copy(
 
 /// The SHA-256 (hex) and size of a regular file, read in pieces (a database need not fit in
 /// memory), never through a symlink.
-pub fn sha256_file(path: &Path) -> Result<(String, u64), Failure> {
+pub(crate) fn sha256_file(path: &Path) -> Result<(String, u64), Failure> {
     let file = open_regular(path)?;
     Ok(digest_copy(file, None).with_context(|| format!("cannot read {}", path.display()))?)
 }
 
 /// Walks `root` (not following anything) and refuses any entry that is neither a regular file
 /// nor a directory, and a tree of more than [`MAX_BACKUP_ENTRIES`] entries.
-pub fn check_tree(root: &Path) -> Result<(), Failure> {
+pub(crate) fn check_tree(root: &Path) -> Result<(), Failure> {
     let mut pending = vec![root.to_owned()];
     let mut seen = 0usize;
     while let Some(dir) = pending.pop() {
@@ -145,7 +145,7 @@ pub fn check_tree(root: &Path) -> Result<(), Failure> {
 
 /// A path a manifest names: relative, plain components only (no `..`, no root), UTF-8 without
 /// control characters.
-pub fn plain_relative(text: &str) -> Option<PathBuf> {
+pub(crate) fn plain_relative(text: &str) -> Option<PathBuf> {
     if text.is_empty() || text.chars().any(char::is_control) {
         return None;
     }
@@ -158,7 +158,7 @@ pub fn plain_relative(text: &str) -> Option<PathBuf> {
 /// Checks the path `restore` would write for `rel` below `data_dir`: every directory on the
 /// way that exists is a real directory (not a symlink to one), and the file itself is absent
 /// or a regular file. Writes nothing.
-pub fn check_write_path(data_dir: &Path, rel: &Path) -> Result<(), Failure> {
+pub(crate) fn check_write_path(data_dir: &Path, rel: &Path) -> Result<(), Failure> {
     let mut at = data_dir.to_owned();
     let parts: Vec<_> = rel.components().collect();
     for (i, part) in parts.iter().enumerate() {
@@ -182,7 +182,7 @@ pub fn check_write_path(data_dir: &Path, rel: &Path) -> Result<(), Failure> {
 }
 
 /// Creates `dir` (0700); it must not exist yet or be empty.
-pub fn create_private_dir(dir: &Path) -> Result<(), Failure> {
+pub(crate) fn create_private_dir(dir: &Path) -> Result<(), Failure> {
     if dir.exists() {
         let empty = fs::read_dir(dir)
             .with_context(|| format!("cannot read {}", dir.display()))?
@@ -203,7 +203,7 @@ pub fn create_private_dir(dir: &Path) -> Result<(), Failure> {
 
 /// Creates the directories of `rel` below `base` one by one (0700), never through a symlink:
 /// an existing component must be a real directory.
-pub fn create_dirs_below(base: &Path, rel: &Path) -> Result<(), Failure> {
+pub(crate) fn create_dirs_below(base: &Path, rel: &Path) -> Result<(), Failure> {
     let mut at = base.to_owned();
     for part in rel.components() {
         at.push(part);
@@ -231,7 +231,7 @@ pub fn create_dirs_below(base: &Path, rel: &Path) -> Result<(), Failure> {
 /// `dst` is replaced, never followed), streaming; answers the copy's SHA-256 and size. With
 /// `expect`, a copy of other bytes (the source changed since it was checked) is removed and
 /// refused.
-pub fn copy_private(
+pub(crate) fn copy_private(
     src: &Path,
     dst: &Path,
     expect: Option<(&str, Option<u64>)>,
@@ -287,7 +287,7 @@ pub fn copy_private(
 }
 
 /// Writes `bytes` to `path` (0600, synced, renamed into place).
-pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
+pub(crate) fn write_private(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
     crate::tls::write_private(path, bytes).map_err(|e| Failure::Runtime(e.into()))
 }
 

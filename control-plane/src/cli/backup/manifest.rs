@@ -24,19 +24,19 @@ use super::files::plain_relative;
 use crate::keys::Kek;
 
 /// The first line of a keyed manifest (format 2).
-pub const HEADER: &str = "plexsphere backup 2";
+pub(crate) const HEADER: &str = "plexsphere backup 2";
 /// The first line of an older, unkeyed manifest.
-pub const HEADER_V1: &str = "plexsphere backup 1";
+pub(crate) const HEADER_V1: &str = "plexsphere backup 1";
 /// The HKDF label of the manifest's MAC key.
 const MAC_LABEL: &[u8] = b"plexsphere backup manifest v2";
 /// The HKDF label of the key whose tag names the KEK in the manifest (`kek-id`).
 const KEK_ID_LABEL: &[u8] = b"plexsphere backup kek id v2";
 /// A manifest larger than this is not one (read no further).
-pub const MANIFEST_LIMIT: u64 = 1024 * 1024;
+pub(crate) const MANIFEST_LIMIT: u64 = 1024 * 1024;
 
 /// One file of a backup.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
+pub(crate) struct Entry {
     pub path: PathBuf,
     pub sha256: String,
     /// None in a format 1 manifest (it has no sizes).
@@ -53,7 +53,7 @@ pub struct Manifest {
 }
 
 /// A parsed manifest: keyed (to be verified) or of format 1.
-pub enum Parsed {
+pub(crate) enum Parsed {
     Keyed {
         manifest: Manifest,
         body: String,
@@ -70,7 +70,7 @@ fn kek_id(kek: &Kek) -> String {
 
 impl Manifest {
     /// The manifest's text, keyed under `kek`.
-    pub fn render(&self, kek: &Kek) -> String {
+    pub(crate) fn render(&self, kek: &Kek) -> String {
         let secrets = if self.secrets_included {
             "included"
         } else {
@@ -93,7 +93,7 @@ impl Manifest {
     }
 
     /// The entry of `rel`, if the backup holds it.
-    pub fn file(&self, rel: &Path) -> Option<&Entry> {
+    pub(crate) fn file(&self, rel: &Path) -> Option<&Entry> {
         self.files.iter().find(|e| e.path == rel)
     }
 }
@@ -175,7 +175,7 @@ pub fn parse(text: &str, path: &Path) -> Result<Parsed, Failure> {
 }
 
 /// Checks the MAC of a keyed manifest under `kek` (in constant time).
-pub fn verify(
+pub(crate) fn verify(
     body: &str,
     kek_id_stated: &str,
     mac: &[u8],

@@ -20,7 +20,7 @@ use crate::keys::Kek;
 use crate::keys::kek::{CREDENTIAL_NAME, DEV_KEK_FILE};
 use crate::store::{Store, events};
 
-pub async fn restore(
+pub(crate) async fn restore(
     from: &Path,
     data: &DataArgs,
     kek_file: Option<&Path>,
