@@ -1,8 +1,8 @@
 //! The reach runtime with two embedded data planes in two network namespaces joined by a veth
 //! pair (root): a real ping crosses the mesh with the path pinned Direct, then through both
-//! nodes' loopback forwarders and an in-test relay stand-in (a UDP socket that answers the
-//! registration and turns each `send` into a `recv` for the destination) with the path
-//! pinned Relay. Namespaces and links are named `c2r*` and removed at the end. The engine
+//! data planes' relay endpoints (no loopback forwarder) and an in-test relay stand-in (a UDP
+//! socket that answers the registration and turns each `send` into a `recv` for the
+//! destination) with the path pinned Relay. Namespaces and links are named `c2r*` and removed at the end. The engine
 //! runs too (its disco probes cross the veth); a path it already chose emits no new effect,
 //! so the pinned paths hold, and the relay stand-in's count shows which one the pings took.
 
@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use nix::sched::{CloneFlags, setns};
+use plexd_dataplane::relay::is_relay_endpoint;
 use plexsphere_wire::node::{PeerSpec, RelaySpec};
 use plexsphere_wire::reach::public_key;
 use plexsphere_wire::reach::relay::Frame;
@@ -271,21 +272,22 @@ fn a_ping_crosses_the_mesh_on_a_direct_path_and_then_through_a_relay() {
             },
         });
     }
-    // Both endpoints are now loopback forwarders; the diff leaves them so.
+    // Both endpoints are now the data plane's own relay endpoints (a UDP relay is carried
+    // inside the userspace data plane, with no loopback forwarder); the diff leaves them so.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let loopback = [&a, &b].iter().all(|m| {
+        let relayed_in_plane = [&a, &b].iter().all(|m| {
             m.live_peers()
                 .unwrap()
                 .iter()
-                .all(|p| p.endpoint.is_some_and(|e| e.ip().is_loopback()))
+                .all(|p| p.endpoint.is_some_and(is_relay_endpoint))
         });
-        if loopback {
+        if relayed_in_plane {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "the endpoints never moved to the forwarders"
+            "the endpoints never moved to the data plane's relay endpoints"
         );
         thread::sleep(Duration::from_millis(20));
     }
@@ -301,10 +303,7 @@ fn a_ping_crosses_the_mesh_on_a_direct_path_and_then_through_a_relay() {
     thread::sleep(worker::RECONCILE_EVERY + Duration::from_secs(1));
     for m in [&a, &b] {
         let live = m.live_peers().unwrap();
-        assert!(
-            live[0].endpoint.is_some_and(|e| e.ip().is_loopback()),
-            "{live:?}"
-        );
+        assert!(live[0].endpoint.is_some_and(is_relay_endpoint), "{live:?}");
     }
     stop.store(true, Ordering::Relaxed);
     relay.join().unwrap();
