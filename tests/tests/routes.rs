@@ -113,13 +113,16 @@ fn failover(how: Failure) {
     for r in [&r1, &r2] {
         r.set_routes(&routes_yaml(&cidr, Some(lan.host())));
     }
+    let reported = |x: &serde_json::Value| x["advertise"][0]["approval"] == "pending";
     a.start();
     r1.start();
+    r1.wait_routes("rone reports its route", reported);
     plexctl(&cp, &["route", "approve", &r1.id(), &cidr]);
     r1.wait_routes("rone is primary", |x| {
         x["advertise"][0]["role"] == "primary"
     });
     r2.start();
+    r2.wait_routes("rtwo reports its route", reported);
     plexctl(&cp, &["route", "approve", &r2.id(), &cidr]);
     r2.wait_routes("rtwo is standby", |x| {
         x["advertise"][0]["role"] == "standby"
@@ -130,6 +133,12 @@ fn failover(how: Failure) {
         "route list shows both roles:\n{list}"
     );
     let (n1, n2) = (name_of(&cp, &r1), name_of(&cp, &r2));
+    eprintln!(
+        "mesh IPs: client {}, rone {}, rtwo {}",
+        a.ip(),
+        r1.ip(),
+        r2.ip()
+    );
     assert_eq!(primary(&cp, &cidr).as_deref(), Some(n1.as_str()));
     a.via_mesh(&cidr);
     wait_ping(&a.ns, lan.host(), "client pings H through rone");
@@ -180,8 +189,18 @@ fn failover(how: Failure) {
     );
     assert!(
         outage <= FAILOVER,
-        "{lost} pings lost ({outage:?}) past the {FAILOVER:?} bound\n--- ping:\n{out}"
+        "{lost} pings lost ({outage:?}) past the {FAILOVER:?} bound\n--- ping:\n{}\n--- client:\n{}\n--- rone:\n{}\n--- rtwo:\n{}",
+        tail(&out, 30),
+        tail(&a.output(), 60),
+        tail(&r1.output(), 60),
+        tail(&r2.output(), 60),
     );
+}
+
+/// The last `n` lines of `s`.
+fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 #[test]

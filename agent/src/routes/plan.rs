@@ -10,6 +10,10 @@
 //!   policy rules consult for everything the main table has no more specific route for.
 //! - A short prefix on any other peer is never routed (a control plane that hands one out by
 //!   mistake cannot pull the node's traffic): it is counted in `ignored`.
+//! - A prefix this node advertises itself is never routed through the mesh, even when another
+//!   router of it is primary: a standby reaches its LAN on its own link, so its probe tests
+//!   that link (through the mesh a router whose LAN is cut would probe the LAN through the
+//!   primary, call itself healthy, and carry clients' traffic into a loop).
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -19,6 +23,7 @@ use plexsphere_wire::node::PeerSpec;
 use plexsphere_wire::routes::{MIN_PREFIX_V4, MIN_PREFIX_V6, ServedRoute};
 
 use super::netlink::{KernelRoute, TABLE_MAIN};
+use crate::config::routes::RoutesConfig;
 
 /// plexd's routing table for the exit (`ip route show table 28780`).
 pub const EXIT_TABLE: u32 = 0x706c;
@@ -52,27 +57,27 @@ fn names(peer: &PeerSpec, wanted: &str) -> bool {
         || uuid::Uuid::parse_str(wanted).is_ok_and(|id| id == peer.node_id)
 }
 
-/// The plan for these peers (the set applied to the interface).
+/// The plan for these peers (the set applied to the interface), with this node's `routes:`
+/// and the routes it serves now.
 pub fn plan(
     peers: &[PeerSpec],
     mesh: IpNet,
-    use_exit: Option<&str>,
+    config: &RoutesConfig,
     served: &[ServedRoute],
-    offers_exit: bool,
-    snat: bool,
 ) -> HostPlan {
     // An exit does not send its traffic through another exit (no chains, no loops).
-    let use_exit = use_exit.filter(|_| !offers_exit);
+    let use_exit = config.use_exit.as_deref().filter(|_| !config.exit);
+    let own = |n: &IpNet| config.advertise.iter().any(|a| a.cidr == *n);
     let mut out = HostPlan {
-        forward: !served.is_empty() || offers_exit,
-        snat,
+        forward: !served.is_empty() || config.exit,
+        snat: config.snat,
         ..HostPlan::default()
     };
     for p in peers {
         let outside: Vec<IpNet> = p
             .allowed_ips
             .iter()
-            .filter(|n| !mesh.contains(*n) && !n.contains(&mesh.network()))
+            .filter(|n| !mesh.contains(*n) && !n.contains(&mesh.network()) && !own(n))
             .copied()
             .collect();
         let exit = use_exit.is_some_and(|w| names(p, w)) && outside.iter().any(is_short);
@@ -112,6 +117,22 @@ mod tests {
         s.parse().expect("net")
     }
 
+    /// A `routes:` section: the exit used, whether this node is an exit, its own routes.
+    fn config(use_exit: Option<&str>, exit: bool, own: &[&str]) -> RoutesConfig {
+        RoutesConfig {
+            advertise: own
+                .iter()
+                .map(|c| crate::config::routes::AdvertiseEntry {
+                    cidr: net(c),
+                    probe: None,
+                })
+                .collect(),
+            exit,
+            use_exit: use_exit.map(str::to_owned),
+            ..RoutesConfig::default()
+        }
+    }
+
     fn peer(n: u8, name: &str, allowed: &[&str]) -> PeerSpec {
         PeerSpec {
             node_id: uuid::Uuid::from_u128(u128::from(n)),
@@ -138,7 +159,7 @@ mod tests {
             ),
             peer(4, "x", &["10.64.0.4/32", "128.0.0.0/1"]),
         ];
-        let p = plan(&peers, mesh, Some("e"), &[], false, true);
+        let p = plan(&peers, mesh, &config(Some("e"), false, &[]), &[]);
         let main: Vec<_> = p
             .routes
             .iter()
@@ -161,7 +182,7 @@ mod tests {
         );
         assert!(!p.forward);
         // Without use_exit the exit's short prefixes are ignored, its subnet routes kept.
-        let p = plan(&peers, mesh, None, &[], false, true);
+        let p = plan(&peers, mesh, &config(None, false, &[]), &[]);
         assert_eq!(p.exit_peer, None);
         assert!(p.routes.iter().all(|r| r.table == TABLE_MAIN));
         assert_eq!(p.routes.len(), 3);
@@ -174,7 +195,26 @@ mod tests {
             cidr: net("10.1.0.0/24"),
             role: plexsphere_wire::routes::RouterRole::Primary,
         }];
-        assert!(plan(&[], mesh, None, &served, false, true).forward);
-        assert!(plan(&[], mesh, None, &[], true, false).forward);
+        assert!(plan(&[], mesh, &config(None, false, &[]), &served).forward);
+        assert!(plan(&[], mesh, &config(None, true, &[]), &[]).forward);
+        assert!(!plan(&[], mesh, &config(None, false, &[]), &[]).forward);
+    }
+
+    /// A standby router gets the primary's prefix, which it advertises itself: it keeps
+    /// reaching it on its own link (else, its LAN cut, its probe would pass through the
+    /// primary and call it healthy). Another router's prefix is still routed.
+    #[test]
+    fn a_prefix_this_node_advertises_is_never_routed_through_the_mesh() {
+        let mesh = net("10.64.0.0/16");
+        let peers = [peer(
+            2,
+            "primary",
+            &["10.64.0.2/32", "10.200.2.0/24", "10.9.0.0/24"],
+        )];
+        let p = plan(&peers, mesh, &config(None, false, &["10.200.2.0/24"]), &[]);
+        let routed: Vec<String> = p.routes.iter().map(|r| r.prefix.to_string()).collect();
+        assert_eq!(routed, ["10.9.0.0/24"]);
+        let p = plan(&peers, mesh, &config(None, false, &[]), &[]);
+        assert_eq!(p.routes.len(), 2, "a client routes both");
     }
 }

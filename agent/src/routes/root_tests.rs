@@ -16,6 +16,7 @@ use plexsphere_wire::routes::{RouterRole, ServedRoute};
 use super::host::Host;
 use super::plan::{self, EXIT_TABLE};
 use super::router::FORWARDING;
+use crate::config::routes::RoutesConfig;
 
 fn in_fresh_netns<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     std::thread::spawn(move || {
@@ -118,7 +119,7 @@ fn routes_the_exit_and_the_router_come_out_byte_for_byte() {
         let mut host = Host::start("pxr0", mesh, vec![51820]);
         assert_eq!(snapshot(), before, "starting changes nothing");
 
-        let with_exit = plan::plan(&peers, mesh, Some("e"), &served, false, true);
+        let with_exit = plan::plan(&peers, mesh, &uses("e"), &served);
         assert_eq!(host.apply(&with_exit, &exempt), Vec::<String>::new());
         let main = sh(&["ip", "route", "show"]);
         assert!(
@@ -166,7 +167,7 @@ fn routes_the_exit_and_the_router_come_out_byte_for_byte() {
         assert!(marked.contains("via 192.0.2.1 dev eth0"), "{marked}");
 
         // The exit turned off: its rules and table go, the subnet routes stay.
-        let no_exit = plan::plan(&peers, mesh, None, &served, false, true);
+        let no_exit = plan::plan(&peers, mesh, &RoutesConfig::default(), &served);
         assert_eq!(host.apply(&no_exit, &exempt), Vec::<String>::new());
         assert!(!sh(&["ip", "rule", "show"]).contains("28780"));
         assert_eq!(
@@ -176,7 +177,7 @@ fn routes_the_exit_and_the_router_come_out_byte_for_byte() {
         assert!(sh(&["ip", "route", "show"]).contains("10.1.0.0/24 dev pxr0"));
 
         // A crash leaves everything; the next start removes what plexd had added.
-        let mut again = plan::plan(&peers, mesh, Some("e"), &served, false, true);
+        let mut again = plan::plan(&peers, mesh, &uses("e"), &served);
         again.snat = false;
         assert_eq!(host.apply(&again, &exempt), Vec::<String>::new());
         std::mem::forget(host);
@@ -197,4 +198,12 @@ fn routes_the_exit_and_the_router_come_out_byte_for_byte() {
         assert_eq!(host.clear(), Vec::<String>::new());
         assert_eq!(snapshot(), before, "stop: byte for byte");
     });
+}
+
+/// `routes:` with `use_exit: <exit>`.
+fn uses(exit: &str) -> RoutesConfig {
+    RoutesConfig {
+        use_exit: Some(exit.to_owned()),
+        ..RoutesConfig::default()
+    }
 }

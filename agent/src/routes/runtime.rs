@@ -265,14 +265,7 @@ impl Task {
     fn replan(&mut self) {
         let Some(host) = &self.host else { return };
         let c = &self.setup.config;
-        let plan = plan::plan(
-            &self.peers,
-            self.setup.mesh,
-            c.use_exit.as_deref(),
-            &self.served,
-            c.exit,
-            c.snat,
-        );
+        let plan = plan::plan(&self.peers, self.setup.mesh, c, &self.served);
         for p in &plan.ignored {
             tracing::debug!(prefix = %p, "a peer's prefix {p} is too short for a subnet route and the peer is not this node's exit: not routed");
         }
