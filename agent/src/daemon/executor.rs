@@ -13,13 +13,13 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::core::io::{self, Call, CallResult, Effect, MeshAnswer, Now, Outcome, ReachOp};
+use super::core::protocol::Answer;
 use super::core::{ControlId, Core};
 use super::disk::DiskThread;
 use super::host_addrs;
 use super::input::{Input, Signal};
 use super::mesh_thread::MeshThread;
 use super::notify;
-use super::protocol::Answer;
 use super::sse;
 use crate::config::Config;
 use crate::node_api::NodeApi;
@@ -130,7 +130,7 @@ impl Executor {
                 });
             }
             Input::Signal(s) => self.core.handle(io::Input::Stop(s.name()), now()),
-            Input::Control(super::protocol::Request::ProbeGso, answer)
+            Input::Control(super::core::protocol::Request::ProbeGso, answer)
                 if self.gso_probe.is_some() =>
             {
                 // A round now; then the status, through the loop like any status request.
@@ -139,7 +139,10 @@ impl Executor {
                     tokio::spawn(async move {
                         let _ = done.await;
                         let _ = tx
-                            .send(Input::Control(super::protocol::Request::Status, answer))
+                            .send(Input::Control(
+                                super::core::protocol::Request::Status,
+                                answer,
+                            ))
                             .await;
                     });
                 }

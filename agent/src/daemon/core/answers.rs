@@ -7,11 +7,11 @@ use std::sync::Arc;
 use plexsphere_wire::node::NodeState;
 use plexsphere_wire::signed::SignedEnvelope;
 
-use super::super::cache::Cached;
-use super::super::leave;
-use super::super::protocol::{Answer, Request};
-use super::super::schedule::Task;
+use super::cache::Cached;
 use super::io::CacheWrite;
+use super::leave;
+use super::protocol::{Answer, Request};
+use super::schedule::Task;
 use super::wanted::{self, ChangeLine, DesiredPeers};
 use super::{
     Call, CallResult, ControlId, Core, DELETED, Effect, LEAVING_RETRY, Leaving, LiveFor,
@@ -125,7 +125,7 @@ impl Core {
                                 self.install_state(state, env, true, now);
                             }
                             Err(refusal) => {
-                                if super::super::accept::is_unknown_signer(&refusal) {
+                                if super::accept::is_unknown_signer(&refusal) {
                                     self.unknown_signer(now);
                                 }
                                 tracing::warn!(applied_version = ?self.state_version, "refused a state document from the control plane: {refusal}; keeping the last good state");
@@ -319,9 +319,9 @@ impl Core {
                 // The cache was checked against the same keys: what it shows of a rotation
                 // (an announcement, a document by the next key) the node takes as well.
                 let by = if c.promoted {
-                    super::super::accept::SignedBy::Next
+                    super::accept::SignedBy::Next
                 } else {
-                    super::super::accept::SignedBy::Pinned
+                    super::accept::SignedBy::Pinned
                 };
                 let announced = c.state.next_signing_key.clone();
                 self.signed_by(by, announced.as_ref(), c.promoted, now);

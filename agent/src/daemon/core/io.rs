@@ -17,8 +17,8 @@ use plexsphere_wire::node::{
 };
 use plexsphere_wire::signed::SignedEnvelope;
 
-use super::super::cache::{Cached, CachedEvent};
-use super::super::protocol::{Answer, Request};
+use super::cache::{Cached, CachedEvent};
+use super::protocol::{Answer, Request};
 use crate::config::Config;
 use crate::mesh::LivePeer;
 use crate::mesh::MeshError;
@@ -276,7 +276,7 @@ pub enum Effect {
     /// The Domain keys the node trusts changed (an announcement, a promotion, the key chain):
     /// write them to the identity file (answers nothing; a failure is logged, and the node
     /// keeps using them until it stops).
-    SaveDomainKeys(super::super::accept::DomainKeys),
+    SaveDomainKeys(super::accept::DomainKeys),
     /// The names the resolver answers changed (docs/dns.md; `None`: no names, every query
     /// REFUSED). Answers nothing.
     Dns(Option<Arc<crate::dns::zone::Zone>>),

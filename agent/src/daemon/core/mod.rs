@@ -27,19 +27,35 @@
 //! answers, the state install, the leave), [`reload`] (SIGHUP), [`report`] (heartbeat, the
 //! observations, `plexd status`), [`watchdog`] (is the mesh answering), [`wanted`] (the peer
 //! set), [`tick`] (what a deadline starts), [`io`] (the input and effect types).
+//!
+//! The plain types and pure functions the decisions use live here too, so the core names
+//! nothing of the daemon outside this folder (`scripts/import-rules` checks it; the shell may
+//! import the core, never the reverse): [`accept`] (verifying signed state and events),
+//! [`cache`] (the cache file's shape and its verification), [`schedule`] (the periodic tasks
+//! and their jitter), [`ingest`] (the observation queue), [`protocol`] (the status socket's
+//! JSON), [`status`] and [`policy_status`] (what `plexd status` and `plexd policy` answer),
+//! [`leave`] (what a leave's answer means).
 
+pub mod accept;
 pub mod answers;
+pub mod cache;
 pub mod domain_keys;
 pub mod domain_keys_state;
+pub mod ingest;
 pub mod io;
+pub mod leave;
 pub mod mesh_apply;
 pub mod names;
 pub mod policy;
+pub mod policy_status;
+pub mod protocol;
 pub mod reach;
 pub mod reload;
 pub mod report;
 pub mod rotation;
 pub mod rotation_state;
+pub mod schedule;
+pub mod status;
 pub mod stream;
 pub mod tick;
 pub mod wanted;
@@ -56,19 +72,19 @@ use plexsphere_wire::Intervals;
 use plexsphere_wire::node::{Event, PeerSpec};
 use plexsphere_wire::signed::SignedEnvelope;
 
-use super::accept::Acceptor;
-use super::cache::CachedEvent;
-use super::ingest::IngestQueue;
-use super::schedule::Schedule;
 use crate::backoff::Backoff;
 use crate::config::Config;
 use crate::identity::Identity;
 use crate::jitter::Jitter;
 use crate::paths::StatePaths;
+use accept::Acceptor;
+use cache::CachedEvent;
+use ingest::IngestQueue;
 pub use io::{
     Call, CallResult, ControlId, Effect, Input, MeshAnswer, MeshJobId, MeshOp, Now, Outcome,
     ReachOp, StreamMsg,
 };
+use schedule::Schedule;
 use wanted::DesiredPeers;
 use watchdog::Watchdog;
 
@@ -155,7 +171,7 @@ pub struct Core {
     /// The signed state's access policy (None: it carries none), sent with every apply.
     policy: Option<Arc<plexsphere_wire::node::PolicyState>>,
     /// What `plexd status` says of it (`policy`).
-    policy_status: super::policy_status::PolicyStatus,
+    policy_status: policy_status::PolicyStatus,
     /// The signed state's names (docs/dns.md), and the table last handed to the resolver.
     dns: Option<plexsphere_wire::routes::DnsState>,
     dns_sent: Option<Arc<crate::dns::zone::Zone>>,

@@ -18,9 +18,9 @@
 use plexsphere_wire::node::{NodeState, PeerSpec};
 use plexsphere_wire::signed::SignedEnvelope;
 
-use super::super::schedule::Task;
-use super::super::status::PeerPath;
 use super::io::ReachOp;
+use super::schedule::Task;
+use super::status::PeerPath;
 use super::{Core, Effect, Now};
 use crate::mesh::LivePeer;
 use crate::mesh::key::PeerKey;

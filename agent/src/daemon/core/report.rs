@@ -6,10 +6,9 @@ use std::time::{Duration, SystemTime};
 
 use plexsphere_wire::node::{Heartbeat, Observation, ObservationKind, PeerSummary};
 
-use super::super::notify;
-use super::super::protocol::Answer;
-use super::super::schedule::Task;
-use super::super::status::{
+use super::protocol::Answer;
+use super::schedule::Task;
+use super::status::{
     ApiStatus, DomainKeyStatus, IngestStatus, PeerStatus, StatusReport, UdpOffloadStatus,
 };
 use super::wanted;
@@ -217,7 +216,7 @@ impl Core {
     }
 
     fn current_status_line(&self) -> String {
-        notify::status_line(
+        super::status::status_line(
             &self.id.node_id.to_string(),
             &self.id.mesh_ip.to_string(),
             self.wanted.len(),

@@ -3,8 +3,8 @@
 
 use plexsphere_wire::node::EventKind;
 
-use super::super::cache::CachedEvent;
-use super::super::schedule::Task;
+use super::cache::CachedEvent;
+use super::schedule::Task;
 use super::wanted::Delta;
 use super::{Core, DELETED, Effect, MAX_CACHED_EVENTS, Now, Outcome, Stream, StreamMsg};
 use crate::backoff;
@@ -103,7 +103,7 @@ impl Core {
                 ev
             }
             Err(refusal) => {
-                if super::super::accept::is_unknown_signer(&refusal) {
+                if super::accept::is_unknown_signer(&refusal) {
                     self.unknown_signer(now);
                 }
                 tracing::warn!(

@@ -1,7 +1,7 @@
 //! What a deadline starts: the watchdog's turn (and its probe of the mesh), the periodic
 //! tasks that are due, the event stream's next attempt or the end of a stalled one.
 
-use super::super::schedule::Task;
+use super::schedule::Task;
 use super::{Call, Core, Effect, LiveFor, Now, Pending, Stream};
 
 impl Core {

@@ -5,7 +5,7 @@ use plexsphere_wire::ApiError;
 use plexsphere_wire::node::{Observation, ObservationKind};
 
 use super::*;
-use crate::daemon::schedule::Task;
+use crate::daemon::core::schedule::Task;
 
 fn refused(status: u16) -> CallError {
     CallError::Refused {
@@ -44,7 +44,7 @@ fn settle_table() {
         if leaving {
             h.step(Input::Control {
                 id: 1,
-                request: crate::daemon::protocol::Request::Leave,
+                request: crate::daemon::core::protocol::Request::Leave,
             });
         }
         let res = match &err {
@@ -276,7 +276,7 @@ fn a_refused_batch_counts_as_dropped_and_a_failed_one_goes_again() {
 fn handshakes_and_traffic_become_observations_once() {
     let mut h = harness();
     h.up(&one_state(4, 1));
-    let key = crate::daemon::accept::tests::peer(3).public_key;
+    let key = crate::daemon::core::accept::tests::peer(3).public_key;
     let live = |hs: u64, rx: u64| crate::mesh::LivePeer {
         public_key: key.clone(),
         endpoint: None,

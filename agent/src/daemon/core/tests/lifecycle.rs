@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 
 use super::*;
-use crate::daemon::cache::Cached;
-use crate::daemon::protocol::{Answer, Request};
+use crate::daemon::core::cache::Cached;
+use crate::daemon::core::protocol::{Answer, Request};
 
 #[test]
 fn the_first_tick_starts_every_task_but_ingest_and_opens_the_stream() {
@@ -222,7 +222,7 @@ fn applies_in_a_burst_coalesce_into_one_outstanding_apply() {
             1,
             seq,
             EventKind::PeerAdded {
-                peer: crate::daemon::accept::tests::peer(n),
+                peer: crate::daemon::core::accept::tests::peer(n),
             },
         ));
     }
@@ -333,14 +333,14 @@ fn a_signal_stops_and_status_answers_from_the_live_peers() {
 
 #[test]
 fn cached_events_newer_than_the_state_are_applied_on_top() {
-    use crate::daemon::cache::CachedEvent;
+    use crate::daemon::core::cache::CachedEvent;
     use plexsphere_wire::node::Event;
     let mut h = harness();
     let s = one_state(7, 2);
     let envelope = signer().sign(SignContext::NodeState, &s).unwrap();
     let event = |seq: u64, n: u8| {
         let kind = EventKind::PeerAdded {
-            peer: crate::daemon::accept::tests::peer(n),
+            peer: crate::daemon::core::accept::tests::peer(n),
         };
         let frame = CachedEvent {
             id: seq,

@@ -1,7 +1,7 @@
 //! The event stream: connect, frames and their refusals, stall then resume, ends.
 
 use super::*;
-use crate::daemon::accept::tests::{peer, peer_id};
+use crate::daemon::core::accept::tests::{peer, peer_id};
 
 fn ended(reason: &str) -> StreamMsg {
     StreamMsg::Ended {
@@ -206,7 +206,7 @@ fn stream_ends_table() {
         if leaving {
             h.step(Input::Control {
                 id: 1,
-                request: crate::daemon::protocol::Request::Leave,
+                request: crate::daemon::core::protocol::Request::Leave,
             });
         }
         let e = h.stream(
@@ -246,7 +246,7 @@ fn a_revoked_event_ends_the_node_unless_it_is_leaving() {
     l.up(&one_state(4, 2));
     l.step(Input::Control {
         id: 1,
-        request: crate::daemon::protocol::Request::Leave,
+        request: crate::daemon::core::protocol::Request::Leave,
     });
     let e = l.frame(1, 5, EventKind::NodeRevoked);
     assert!(exits(&e).is_empty(), "the leave's answer ends it");
