@@ -7,7 +7,7 @@ use plexsphere_wire::signed::SignedEnvelope;
 
 use super::core::accept::Acceptor;
 pub use super::core::cache::{
-    CACHE_VERSION, CacheFile, Cached, CachedEvent, STATE_FILE_NAME, decode,
+    CACHE_VERSION, CacheError, CacheFile, Cached, CachedEvent, STATE_FILE_NAME, decode,
 };
 use crate::fsutil::{self, FsError};
 
@@ -31,16 +31,24 @@ pub fn save(
 
 /// Loads the cache; a missing file is `Ok(None)`, an unusable one is an error the daemon logs
 /// at warn before starting without it.
-pub fn load(path: &Path, acceptor: &Acceptor) -> Result<Option<Cached>, String> {
+pub fn load(path: &Path, acceptor: &Acceptor) -> Result<Option<Cached>, CacheError> {
     let text = match std::fs::read(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+        Err(source) => {
+            return Err(CacheError::Read {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
     };
-    fsutil::enforce_private(path).map_err(|e| e.to_string())?;
+    fsutil::enforce_private(path)?;
     decode(&text, acceptor)
         .map(Some)
-        .map_err(|e| format!("the cached state {} is refused: {e}", path.display()))
+        .map_err(|reason| CacheError::Refused {
+            path: path.to_path_buf(),
+            reason,
+        })
 }
 
 #[cfg(test)]
@@ -79,7 +87,7 @@ mod tests {
             data: frame.data.clone(),
         };
         save(&p, &env, &[bad], 9).unwrap();
-        let e = load(&p, &acceptor()).unwrap_err();
+        let e = load(&p, &acceptor()).unwrap_err().to_string();
         assert!(e.contains("cached event 9"), "{e}");
         save(&p, &env, &[frame], 9).unwrap();
 
@@ -87,7 +95,7 @@ mod tests {
         let text = std::fs::read_to_string(&p).unwrap();
         let tampered = text.replacen(&env.signature[..4], "AAAA", 1);
         std::fs::write(&p, tampered).unwrap();
-        let e = load(&p, &acceptor()).unwrap_err();
+        let e = load(&p, &acceptor()).unwrap_err().to_string();
         assert!(e.contains("is refused") && e.contains("signature"), "{e}");
         std::fs::write(&p, "{}").unwrap();
         assert!(load(&p, &acceptor()).is_err());

@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 
 use super::core::io::{self, Call, CallResult, Effect, MeshAnswer, Now, Outcome, ReachOp};
 use super::core::protocol::Answer;
+use super::core::reload::ReloadError;
 use super::core::{ControlId, Core};
 use super::disk::DiskThread;
 use super::host_addrs;
@@ -118,8 +119,8 @@ impl Executor {
                     let p = path.clone();
                     let config = tokio::task::spawn_blocking(move || Config::load(&p))
                         .await
-                        .map_err(|e| e.to_string())
-                        .and_then(|r| r.map(Box::new).map_err(|e| e.to_string()));
+                        .map_err(|e| ReloadError::Reader(e.to_string()))
+                        .and_then(|r| r.map(Box::new).map_err(ReloadError::from));
                     let _ = tx
                         .send(Input::Core(io::Input::Reload {
                             path,

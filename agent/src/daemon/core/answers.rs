@@ -7,7 +7,7 @@ use std::sync::Arc;
 use plexsphere_wire::node::NodeState;
 use plexsphere_wire::signed::SignedEnvelope;
 
-use super::cache::Cached;
+use super::cache::{CacheError, Cached};
 use super::io::CacheWrite;
 use super::leave;
 use super::protocol::{Answer, Request};
@@ -305,7 +305,7 @@ impl Core {
     }
 
     /// The cache read at start: apply it so the mesh works before the API answers.
-    pub(super) fn on_cache(&mut self, cached: Result<Option<Box<Cached>>, String>, now: Now) {
+    pub(super) fn on_cache(&mut self, cached: Result<Option<Box<Cached>>, CacheError>, now: Now) {
         match cached {
             Ok(None) => tracing::info!("no cached state yet; waiting for the control plane"),
             Ok(Some(c)) => {

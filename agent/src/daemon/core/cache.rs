@@ -4,11 +4,14 @@
 //! cached events makes a restart resume exactly where the node was, with `Last-Event-ID` =
 //! the last applied seq. Reading and writing the file is the shell's (`daemon/cache.rs`).
 
+use std::path::PathBuf;
+
 use plexsphere_wire::node::{Event, NodeState};
 use plexsphere_wire::signed::SignedEnvelope;
 use serde::{Deserialize, Serialize};
 
 use super::accept::{Acceptor, SignedBy};
+use crate::fsutil::FsError;
 
 pub const STATE_FILE_NAME: &str = "state.json";
 pub const CACHE_VERSION: u32 = 1;
@@ -45,6 +48,26 @@ pub struct Cached {
     /// The cached events, verified, with their frames.
     pub events: Vec<(Event, CachedEvent)>,
     pub last_seq: u64,
+}
+
+/// Why the cache file could not be used at start. The core logs it and starts without the
+/// cache: the control plane's state replaces it once the API answers.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    /// The file is there but could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Its mode could not be read or set to 0600.
+    #[error(transparent)]
+    Private(#[from] FsError),
+    /// It was read but refused: another cache version, not JSON, or a document or event that
+    /// does not verify ([`decode`] says which).
+    #[error("the cached state {} is refused: {reason}", path.display())]
+    Refused { path: PathBuf, reason: String },
 }
 
 /// Decodes and verifies the cache file's bytes.

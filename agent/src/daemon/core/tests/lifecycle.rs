@@ -3,8 +3,10 @@
 use std::path::PathBuf;
 
 use super::*;
-use crate::daemon::core::cache::Cached;
+use crate::config::ConfigError;
+use crate::daemon::core::cache::{CacheError, Cached};
 use crate::daemon::core::protocol::{Answer, Request};
+use crate::daemon::core::reload::ReloadError;
 
 #[test]
 fn the_first_tick_starts_every_task_but_ingest_and_opens_the_stream() {
@@ -141,7 +143,10 @@ fn outage_then_cold_start_from_the_cache_then_the_api_returns() {
     let mut cold = harness();
     let e = cold.step(Input::CacheLoaded(Ok(None)));
     assert!(e.is_empty());
-    let e = cold.step(Input::CacheLoaded(Err("unreadable".into())));
+    let e = cold.step(Input::CacheLoaded(Err(CacheError::Refused {
+        path: PathBuf::from("/s/state.json"),
+        reason: "unreadable".into(),
+    })));
     assert!(e.is_empty());
 }
 
@@ -283,7 +288,9 @@ fn reload_during_a_pull() {
     let before = h.core.config().clone();
     let e = h.step(Input::Reload {
         path: PathBuf::from("/c"),
-        config: Err("bad".into()),
+        config: Err(ReloadError::Config(ConfigError::Empty {
+            path: PathBuf::from("/c"),
+        })),
         log_level_pinned: false,
     });
     assert!(e.is_empty());
