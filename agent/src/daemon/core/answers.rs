@@ -294,7 +294,7 @@ impl Core {
         }
         if std::mem::take(&mut self.apply_again) {
             self.apply_mesh(now);
-        } else if std::mem::take(&mut self.ready_after_apply) {
+        } else if self.readiness.apply_answered() {
             self.become_ready_when_settled();
         }
     }
@@ -352,9 +352,7 @@ impl Core {
             "applied the signed state version {version} with {} peers",
             self.wanted.len()
         );
-        if !self.ready {
-            self.ready_after_apply = true;
-        }
+        self.readiness.state_installed();
         self.feed_reach_state(&state);
         self.emit(Effect::Routes(crate::routes::RoutesOp::State {
             served: state.served_routes.clone(),
@@ -374,24 +372,21 @@ impl Core {
         self.apply_mesh(now);
         if save {
             self.save_cache();
-            if !self.ready {
-                self.ready_after_save = Some(self.last_save);
-            }
+            self.readiness.wait_for_last_save();
         }
     }
 
     /// READY=1 once the first state is applied and, when it came from the API, cached.
     pub(super) fn become_ready_when_settled(&mut self) {
-        if !self.ready_after_apply && self.ready_after_save.is_none() {
+        if self.readiness.settled() {
             self.become_ready();
         }
     }
 
     pub(super) fn save_cache(&mut self) {
         let Some(env) = &self.envelope else { return };
-        self.last_save += 1;
         let write = CacheWrite {
-            id: self.last_save,
+            id: self.readiness.next_save(),
             envelope: env.clone(),
             events: self.events.iter().map(|(_, f)| f.clone()).collect(),
             last_seq: self.last_seq,

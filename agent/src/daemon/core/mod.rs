@@ -50,6 +50,7 @@ pub mod policy;
 pub mod policy_status;
 pub mod protocol;
 pub mod reach;
+pub mod readiness;
 pub mod reload;
 pub mod report;
 pub mod rotation;
@@ -84,6 +85,7 @@ pub use io::{
     Call, CallResult, ControlId, Effect, Input, MeshAnswer, MeshJobId, MeshOp, Now, Outcome,
     ReachOp, StreamMsg,
 };
+use readiness::Readiness;
 use schedule::Schedule;
 use wanted::DesiredPeers;
 use watchdog::Watchdog;
@@ -207,14 +209,8 @@ pub struct Core {
     applied: Arc<Vec<PeerSpec>>,
     /// An apply is running and the wanted set changed since: send it when the answer comes.
     apply_again: bool,
-    /// READY=1 waits for the mesh to answer the apply of the first state...
-    ready_after_apply: bool,
-    /// ...and for that state's cache write, when it came from the API: a node that says it is
-    /// ready restarts into the same peers without the API.
-    ready_after_save: Option<u64>,
-    /// The id of the last cache write asked for, and of the last the disk thread finished.
-    last_save: u64,
-    saved: u64,
+    /// READY=1 and what it waits for (the first apply, its cache write).
+    readiness: Readiness,
     watchdog: Watchdog,
 
     started: Instant,
@@ -223,7 +219,6 @@ pub struct Core {
     reachable: bool,
     last_heartbeat: Option<Instant>,
     last_event: Option<Instant>,
-    ready: bool,
     status_line: String,
     leaving: Option<Leaving>,
 
@@ -302,10 +297,7 @@ impl Core {
             next_job: 0,
             applied: Arc::new(vec![]),
             apply_again: false,
-            ready_after_apply: false,
-            ready_after_save: None,
-            last_save: 0,
-            saved: 0,
+            readiness: Readiness::default(),
             watchdog: Watchdog::new(s.watchdog, now.at),
             started: now.at,
             last_ok: None,
@@ -313,7 +305,6 @@ impl Core {
             reachable: false,
             last_heartbeat: None,
             last_event: None,
-            ready: false,
             status_line: String::new(),
             leaving: None,
             reach_peers: None,
@@ -396,9 +387,7 @@ impl Core {
             Input::Control { id, request } => self.on_control(id, request, now),
             Input::NodeFilesRemoved(files) => self.on_files_removed(&files),
             Input::CacheSaved(id) => {
-                self.saved = self.saved.max(id);
-                if self.ready_after_save.is_some_and(|want| self.saved >= want) {
-                    self.ready_after_save = None;
+                if self.readiness.saved(id) {
                     self.become_ready_when_settled();
                 }
             }

@@ -192,10 +192,9 @@ impl Core {
     }
 
     pub(super) fn become_ready(&mut self) {
-        if self.ready {
+        if !self.readiness.become_ready() {
             return;
         }
-        self.ready = true;
         self.status_line = self.current_status_line();
         tracing::info!(peers = self.wanted.len(), state_version = ?self.state_version, "ready: {} peers, state version {}", self.wanted.len(), self.state_version.map_or_else(|| "none".to_owned(), |v| v.to_string()));
         let line = self.status_line.clone();
@@ -226,7 +225,7 @@ impl Core {
 
     pub(super) fn update_status(&mut self) {
         let line = self.current_status_line();
-        if self.ready && line != self.status_line {
+        if self.readiness.is_ready() && line != self.status_line {
             self.emit(Effect::Notify(vec![("STATUS", line.clone())]));
         }
         self.status_line = line;
