@@ -58,6 +58,7 @@ pub mod rotation_state;
 pub mod schedule;
 pub mod status;
 pub mod stream;
+pub mod stream_state;
 pub mod tick;
 pub mod wanted;
 pub mod watchdog;
@@ -87,6 +88,7 @@ pub use io::{
 };
 use readiness::Readiness;
 use schedule::Schedule;
+use stream_state::EventStream;
 use wanted::DesiredPeers;
 use watchdog::Watchdog;
 
@@ -100,19 +102,6 @@ pub const MAX_CACHED_EVENTS: usize = 512;
 pub const LEAVING_RETRY: Duration = Duration::from_secs(30);
 /// With nothing due, the loop still wakes this often.
 const IDLE_WAKE: Duration = Duration::from_secs(3600);
-
-/// The event stream: waiting to (re)connect, or one connection open.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stream {
-    Waiting {
-        until: Instant,
-    },
-    Open {
-        conn: u64,
-        connected_at: Option<Instant>,
-        last_activity: Instant,
-    },
-}
 
 /// What a live-peer read is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,14 +182,11 @@ pub struct Core {
     server_intervals: Intervals,
     schedule: Schedule,
     api_backoff: Backoff,
-    stream_backoff: Backoff,
     ingest: IngestQueue,
     /// Per peer public key: last handshake and byte counters seen.
     seen: HashMap<String, (Option<SystemTime>, u64, u64)>,
-    stream: Stream,
-    next_conn: u64,
-    /// Times the event stream ended (each is followed by a reconnect after a backoff).
-    stream_disconnects: u64,
+    /// The event stream's connection, its ids, disconnects and reconnect backoff.
+    stream: EventStream,
 
     /// Mesh jobs asked for and not answered yet, with what they were for.
     mesh_jobs: BTreeMap<MeshJobId, Pending>,
@@ -265,7 +251,7 @@ impl Core {
         };
         let mut core = Self {
             api_backoff: backoff(),
-            stream_backoff: backoff(),
+            stream: EventStream::new(backoff(), now.at),
             ingest: IngestQueue::new(d.ingest_capacity),
             id: s.identity,
             paths: s.paths,
@@ -290,9 +276,6 @@ impl Core {
             server_intervals,
             schedule,
             seen: HashMap::new(),
-            stream: Stream::Waiting { until: now.at },
-            stream_disconnects: 0,
-            next_conn: 0,
             mesh_jobs: BTreeMap::new(),
             next_job: 0,
             applied: Arc::new(vec![]),
@@ -348,10 +331,7 @@ impl Core {
         if let Some(t) = self.schedule.next_due() {
             at = at.min(t);
         }
-        at = at.min(match &self.stream {
-            Stream::Waiting { until } => *until,
-            Stream::Open { last_activity, .. } => *last_activity + self.stall_timeout(),
-        });
+        at = at.min(self.stream.next_wake(self.stall_timeout()));
         if let Some(t) = self.watchdog.next_due() {
             at = at.min(t);
         }
@@ -378,10 +358,11 @@ impl Core {
                 config,
                 log_level_pinned,
             } => self.reload(&path, config, log_level_pinned, now),
-            Input::Stream { conn, msg } => match &self.stream {
-                Stream::Open { conn: c, .. } if *c == conn => self.on_stream(msg, now),
-                _ => {}
-            },
+            Input::Stream { conn, msg } => {
+                if self.stream.is_current(conn) {
+                    self.on_stream(msg, now);
+                }
+            }
             Input::Call(r) => self.on_call(r, now),
             Input::Mesh { id, answer } => self.on_mesh(id, answer, now),
             Input::Control { id, request } => self.on_control(id, request, now),

@@ -12,7 +12,7 @@ use super::status::{
     ApiStatus, DomainKeyStatus, IngestStatus, PeerStatus, StatusReport, UdpOffloadStatus,
 };
 use super::wanted;
-use super::{Call, Core, Effect, LiveFor, Now, Stream};
+use super::{Call, Core, Effect, LiveFor, Now};
 use crate::mesh::LivePeer;
 
 /// A handshake counts as "connected" this long.
@@ -161,8 +161,8 @@ impl Core {
             },
             last_heartbeat_age_secs: age(self.last_heartbeat),
             last_event_age_secs: age(self.last_event),
-            event_stream_connected: self.stream_connected(),
-            event_stream_disconnects: self.stream_disconnects,
+            event_stream_connected: self.stream.is_connected(),
+            event_stream_disconnects: self.stream.disconnects(),
             last_event_id: self.last_seq,
             state_version: self.state_version,
             backend: self.backend.to_owned(),
@@ -204,22 +204,12 @@ impl Core {
         ]));
     }
 
-    fn stream_connected(&self) -> bool {
-        matches!(
-            self.stream,
-            Stream::Open {
-                connected_at: Some(_),
-                ..
-            }
-        )
-    }
-
     fn current_status_line(&self) -> String {
         super::status::status_line(
             &self.id.node_id.to_string(),
             &self.id.mesh_ip.to_string(),
             self.wanted.len(),
-            self.stream_connected(),
+            self.stream.is_connected(),
         )
     }
 

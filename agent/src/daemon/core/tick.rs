@@ -2,7 +2,8 @@
 //! tasks that are due, the event stream's next attempt or the end of a stalled one.
 
 use super::schedule::Task;
-use super::{Call, Core, Effect, LiveFor, Now, Pending, Stream};
+use super::stream_state::StreamDue;
+use super::{Call, Core, Effect, LiveFor, Now, Pending};
 
 impl Core {
     pub(super) fn on_tick(&mut self, now: Now) {
@@ -26,13 +27,9 @@ impl Core {
             self.start(task, now);
         }
         self.rotation_tick(now);
-        match self.stream {
-            Stream::Waiting { until } if until <= now.at => self.open_stream(now),
-            Stream::Open {
-                conn,
-                last_activity,
-                ..
-            } if last_activity + self.stall_timeout() <= now.at => {
+        match self.stream.due(now.at, self.stall_timeout()) {
+            StreamDue::Open => self.open_stream(now),
+            StreamDue::Stalled { conn } => {
                 let reason = format!(
                     "no bytes for {} s, the stream stalled",
                     self.stall_timeout().as_secs()
@@ -40,7 +37,7 @@ impl Core {
                 self.emit(Effect::CloseStream { conn });
                 self.stream_ended(reason, None, now);
             }
-            _ => {}
+            StreamDue::Nothing => {}
         }
     }
 

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::daemon::core::accept::tests::{peer, peer_id};
+use crate::daemon::core::stream_state::Stream;
 
 fn ended(reason: &str) -> StreamMsg {
     StreamMsg::Ended {
@@ -227,7 +228,7 @@ fn stream_ends_table() {
         }
         if outcome.is_none() {
             // Retry-After is a floor for the reconnect.
-            let Stream::Waiting { until } = h.core.stream else {
+            let Stream::Waiting { until } = h.core.stream.state() else {
                 panic!("{label}")
             };
             assert!(until >= h.now.at + Duration::from_secs(9), "{label}");
