@@ -50,6 +50,7 @@ pub mod policy;
 pub mod policy_status;
 pub mod protocol;
 pub mod reach;
+pub mod reach_state;
 pub mod readiness;
 pub mod reload;
 pub mod report;
@@ -86,6 +87,7 @@ pub use io::{
     Call, CallResult, ControlId, Effect, Input, MeshAnswer, MeshJobId, MeshOp, Now, Outcome,
     ReachOp, StreamMsg,
 };
+use reach_state::ReachFeed;
 use readiness::Readiness;
 use schedule::Schedule;
 use stream_state::EventStream;
@@ -208,18 +210,8 @@ pub struct Core {
     status_line: String,
     leaving: Option<Leaving>,
 
-    /// What the reach runtime was told last (so it is told only changes).
-    reach_peers: Option<Vec<crate::reach::io::PeerReach>>,
-    reach_relays: Option<(
-        Vec<plexsphere_wire::node::RelaySpec>,
-        Vec<std::net::SocketAddr>,
-    )>,
-    relay_token: Option<SignedEnvelope>,
-    /// The runtime's paths as last read (empty without a runtime).
-    reach_paths: Vec<crate::reach::io::PeerPathView>,
-    /// Our own candidates as last read, and as they were when the last report started.
-    own_seen: crate::reach::io::OwnCandidates,
-    own_reported: crate::reach::io::OwnCandidates,
+    /// What the reach runtime was told last (so it is told only changes) and said last.
+    reach: ReachFeed,
     /// Key and credential rotation.
     rotations: rotation_state::Rotations,
     /// The Domain key chain's fetch (a rotation this node missed).
@@ -290,12 +282,7 @@ impl Core {
             last_event: None,
             status_line: String::new(),
             leaving: None,
-            reach_peers: None,
-            reach_relays: None,
-            relay_token: None,
-            reach_paths: Vec::new(),
-            own_seen: Default::default(),
-            own_reported: Default::default(),
+            reach: ReachFeed::default(),
             rotations: Default::default(),
             key_chain: Default::default(),
             config: s.config,

@@ -123,7 +123,7 @@ impl Core {
             .map(|p| {
                 let l = live.iter().find(|l| l.public_key == p.public_key);
                 let (path, rtt_ms, reason) =
-                    super::reach::peer_path(&p.public_key, l, &self.reach_paths);
+                    super::reach::peer_path(&p.public_key, l, self.reach.paths());
                 let handshake =
                     age_of(l.and_then(|l| l.last_handshake), now.wall).map(|d| d.as_secs());
                 PeerStatus {

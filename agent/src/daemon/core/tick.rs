@@ -46,7 +46,7 @@ impl Core {
             Task::Heartbeat => self.read_live(LiveFor::Heartbeat, now),
             Task::EndpointReport => {
                 // The executor fills in the runtime's candidates; these are at least as new.
-                self.own_reported = self.own_seen.clone();
+                self.reach.report_started();
                 let report = plexsphere_wire::node::EndpointReport {
                     listen_port: self.config.wireguard.listen_port,
                     addresses: vec![],
