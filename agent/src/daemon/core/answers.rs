@@ -27,9 +27,7 @@ impl Core {
     fn settle<T>(&mut self, task: Task, res: &Result<T, CallError>, now: Now) -> bool {
         match res {
             Ok(_) => {
-                self.reachable = true;
-                self.last_ok = Some(now.at);
-                self.api_backoff.reset();
+                self.api.call_ok(now.at);
                 let unit = self.jitter.unit();
                 self.schedule.done(task, now.at, unit);
             }
@@ -56,16 +54,16 @@ impl Core {
                 return false;
             }
             Err(e) => {
-                self.reachable = !matches!(e, CallError::Unreachable(_));
+                let unreachable = matches!(e, CallError::Unreachable(_));
                 let unit = self.jitter.unit();
-                let delay = self.api_backoff.next_delay(unit, e.retry_after());
+                let delay = self.api.call_failed(unreachable, unit, e.retry_after());
                 tracing::warn!(
                     task = task.name(),
                     "{} failed: {e}; retrying in {} s",
                     task.name(),
                     backoff::secs_text(delay)
                 );
-                self.last_error = Some((now.at, format!("{}: {e}", task.name())));
+                self.api.error(now.at, format!("{}: {e}", task.name()));
                 let unit = self.jitter.unit();
                 self.schedule.failed(task, now.at, delay, unit);
             }

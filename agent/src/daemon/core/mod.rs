@@ -38,6 +38,7 @@
 
 pub mod accept;
 pub mod answers;
+pub mod api_health;
 pub mod cache;
 pub mod domain_keys;
 pub mod domain_keys_state;
@@ -81,6 +82,7 @@ use crate::identity::Identity;
 use crate::jitter::Jitter;
 use crate::paths::StatePaths;
 use accept::Acceptor;
+use api_health::ApiHealth;
 use cache::CachedEvent;
 use ingest::IngestQueue;
 pub use io::{
@@ -183,7 +185,8 @@ pub struct Core {
 
     server_intervals: Intervals,
     schedule: Schedule,
-    api_backoff: Backoff,
+    /// How the control plane answered lately, and the backoff of failed calls.
+    api: ApiHealth,
     ingest: IngestQueue,
     /// Per peer public key: last handshake and byte counters seen.
     seen: HashMap<String, (Option<SystemTime>, u64, u64)>,
@@ -202,9 +205,6 @@ pub struct Core {
     watchdog: Watchdog,
 
     started: Instant,
-    last_ok: Option<Instant>,
-    last_error: Option<(Instant, String)>,
-    reachable: bool,
     last_heartbeat: Option<Instant>,
     last_event: Option<Instant>,
     status_line: String,
@@ -242,7 +242,7 @@ impl Core {
             )
         };
         let mut core = Self {
-            api_backoff: backoff(),
+            api: ApiHealth::new(backoff()),
             stream: EventStream::new(backoff(), now.at),
             ingest: IngestQueue::new(d.ingest_capacity),
             id: s.identity,
@@ -275,9 +275,6 @@ impl Core {
             readiness: Readiness::default(),
             watchdog: Watchdog::new(s.watchdog, now.at),
             started: now.at,
-            last_ok: None,
-            last_error: None,
-            reachable: false,
             last_heartbeat: None,
             last_event: None,
             status_line: String::new(),

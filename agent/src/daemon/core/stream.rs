@@ -30,7 +30,7 @@ impl Core {
             "event stream disconnected ({reason}), retrying in {} s",
             backoff::secs_text(delay)
         );
-        self.last_error = Some((now.at, format!("event stream: {reason}")));
+        self.api.error(now.at, format!("event stream: {reason}"));
         self.update_status();
     }
 
@@ -39,8 +39,7 @@ impl Core {
         match msg {
             StreamMsg::Connected => {
                 self.stream.connected(now.at);
-                self.reachable = true;
-                self.last_ok = Some(now.at);
+                self.api.answered(now.at);
                 tracing::info!(
                     last_event_id = self.last_seq,
                     "event stream connected (resuming after event {})",

@@ -60,7 +60,7 @@ fn settle_table() {
             outcome.clone().into_iter().collect::<Vec<_>>(),
             "{label}"
         );
-        assert_eq!(h.core.reachable, reachable, "{label}");
+        assert_eq!(h.core.api.reachable(), reachable, "{label}");
         if outcome.is_none() {
             let at = h.core.schedule.next_due().expect("rescheduled");
             let wait = at - h.now.at;
@@ -114,9 +114,9 @@ fn backoff_and_jitter_stay_in_bounds_and_replay_with_a_fixed_seed() {
             .any(|c| matches!(c, Call::State { .. }))
         {}
     }
-    assert_eq!(h.core.api_backoff.attempts(), 5);
+    assert_eq!(h.core.api.backoff_attempts(), 5);
     h.call(CallResult::State(Ok(StateAnswer::NotModified)));
-    assert_eq!(h.core.api_backoff.attempts(), 0);
+    assert_eq!(h.core.api.backoff_attempts(), 0);
     // A scheduled task comes back within ±10% of its interval.
     let next = h.core.schedule.next_due().unwrap() - h.now.at;
     assert!(
