@@ -237,7 +237,7 @@ impl Core {
 
     pub(super) fn on_mesh(&mut self, id: MeshJobId, answer: MeshAnswer, now: Now) {
         self.watchdog.answered(id);
-        let Some(pending) = self.mesh_jobs.remove(&id) else {
+        let Some(pending) = self.mesh_jobs.answered(id) else {
             return;
         };
         match (pending, answer) {
@@ -280,17 +280,21 @@ impl Core {
         now: Now,
     ) {
         match res {
-            Ok(changes) => log_changes(&wanted::change_lines(&changes, &self.applied, &sent)),
+            Ok(changes) => log_changes(&wanted::change_lines(
+                &changes,
+                self.mesh_jobs.applied(),
+                &sent,
+            )),
             Err(e) => {
                 tracing::error!("cannot apply the peers: {e}");
                 self.error_observation(e, now);
             }
         }
-        self.applied = sent;
+        self.mesh_jobs.set_applied(sent);
         if self.exited {
             return;
         }
-        if std::mem::take(&mut self.apply_again) {
+        if self.mesh_jobs.take_apply_again() {
             self.apply_mesh(now);
         } else if self.readiness.apply_answered() {
             self.become_ready_when_settled();

@@ -46,6 +46,7 @@ pub mod ingest;
 pub mod io;
 pub mod leave;
 pub mod mesh_apply;
+mod mesh_jobs;
 pub mod names;
 pub mod policy;
 pub mod policy_status;
@@ -68,12 +69,12 @@ pub mod watchdog;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use plexsphere_wire::Intervals;
-use plexsphere_wire::node::{Event, PeerSpec};
+use plexsphere_wire::node::Event;
 use plexsphere_wire::signed::SignedEnvelope;
 
 use crate::backoff::Backoff;
@@ -89,6 +90,7 @@ pub use io::{
     Call, CallResult, ControlId, Effect, Input, MeshAnswer, MeshJobId, MeshOp, Now, Outcome,
     ReachOp, StreamMsg,
 };
+use mesh_jobs::{LiveFor, MeshJobs, Pending};
 use reach_state::ReachFeed;
 use readiness::Readiness;
 use schedule::Schedule;
@@ -106,26 +108,6 @@ pub const MAX_CACHED_EVENTS: usize = 512;
 pub const LEAVING_RETRY: Duration = Duration::from_secs(30);
 /// With nothing due, the loop still wakes this often.
 const IDLE_WAKE: Duration = Duration::from_secs(3600);
-
-/// What a live-peer read is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LiveFor {
-    Heartbeat,
-    Observe,
-    Status(ControlId),
-    Probe,
-}
-
-/// What a mesh job was for, kept until its answer comes.
-#[derive(Debug, Clone)]
-enum Pending {
-    /// The peers and the policy version sent with them.
-    Apply(Arc<Vec<PeerSpec>>, Option<u64>),
-    Live(LiveFor),
-    Teardown,
-    /// A key rotation's switch of the interface key.
-    SetKey(Box<io::KeyDone>),
-}
 
 /// A leave asked for on the socket: who waits for the answer, and the control plane's note
 /// once it deregistered.
@@ -194,12 +176,7 @@ pub struct Core {
     stream: EventStream,
 
     /// Mesh jobs asked for and not answered yet, with what they were for.
-    mesh_jobs: BTreeMap<MeshJobId, Pending>,
-    next_job: MeshJobId,
-    /// The peer set last sent to the mesh (the "before" of the next change lines).
-    applied: Arc<Vec<PeerSpec>>,
-    /// An apply is running and the wanted set changed since: send it when the answer comes.
-    apply_again: bool,
+    mesh_jobs: MeshJobs,
     /// READY=1 and what it waits for (the first apply, its cache write).
     readiness: Readiness,
     watchdog: Watchdog,
@@ -268,10 +245,7 @@ impl Core {
             server_intervals,
             schedule,
             seen: HashMap::new(),
-            mesh_jobs: BTreeMap::new(),
-            next_job: 0,
-            applied: Arc::new(vec![]),
-            apply_again: false,
+            mesh_jobs: MeshJobs::default(),
             readiness: Readiness::default(),
             watchdog: Watchdog::new(s.watchdog, now.at),
             started: now.at,
@@ -301,7 +275,7 @@ impl Core {
 
     /// Mesh jobs not answered yet (the executor waits for them, with a bound, at exit).
     pub fn mesh_jobs_outstanding(&self) -> usize {
-        self.mesh_jobs.len()
+        self.mesh_jobs.outstanding()
     }
 
     /// The running config (what the last reload kept).
@@ -378,9 +352,7 @@ impl Core {
 
     /// Asks the mesh thread for a job and remembers what for.
     fn ask_mesh(&mut self, op: MeshOp, pending: Pending, now: Now) {
-        self.next_job += 1;
-        let id = self.next_job;
-        self.mesh_jobs.insert(id, pending);
+        let id = self.mesh_jobs.ask(pending);
         self.watchdog.asked(id, now.at);
         self.emit(Effect::Mesh { id, op });
     }
@@ -393,12 +365,8 @@ impl Core {
     /// when it answers (applies never queue up behind each other).
     fn apply_mesh(&mut self, now: Now) {
         self.feed_reach_peers();
-        if self
-            .mesh_jobs
-            .values()
-            .any(|p| matches!(p, Pending::Apply(..)))
-        {
-            self.apply_again = true;
+        if self.mesh_jobs.apply_running() {
+            self.mesh_jobs.set_apply_again(true);
         } else {
             let set = Arc::new(self.in_view(self.wanted.list()));
             self.ask_apply(set, now);
@@ -434,7 +402,7 @@ impl Core {
     fn revoked(&mut self, now: Now) {
         self.wanted = DesiredPeers::default();
         self.feed_reach_peers();
-        self.apply_again = false;
+        self.mesh_jobs.set_apply_again(false);
         self.ask_apply(Arc::new(vec![]), now);
         self.exit(Outcome::Gone(REVOKED.to_owned()));
     }

@@ -3,7 +3,7 @@
 
 use super::schedule::Task;
 use super::stream_state::StreamDue;
-use super::{Call, Core, Effect, LiveFor, Now, Pending};
+use super::{Call, Core, Effect, LiveFor, Now};
 
 impl Core {
     pub(super) fn on_tick(&mut self, now: Now) {
@@ -15,11 +15,7 @@ impl Core {
                     age.as_secs()
                 ),
             }
-            if !self
-                .mesh_jobs
-                .values()
-                .any(|p| matches!(p, Pending::Live(LiveFor::Probe)))
-            {
+            if !self.mesh_jobs.probe_running() {
                 self.read_live(LiveFor::Probe, now);
             }
         }
