@@ -19,7 +19,7 @@ packages=(
   debootstrap systemd-container # local machines: the Debian base image and systemd-nspawn
   postgresql                    # the store's Postgres backend is tested on a throwaway cluster
   nats-server haproxy           # the HA tests and scripts/ha-lab: the NATS JetStream bus and the load balancer
-  python3                       # scripts/import-cycles (the import-cycle gate of scripts/test)
+  python3                       # scripts/import-cycles and scripts/import-rules (the import gates of scripts/test)
   nftables conntrack            # the reach tests' NAT routers (nft rulesets, `conntrack -F`)
   qemu-system-x86               # the kernel-backend tests boot Debian's kernel under TCG
   busybox-static kmod cpio      # scripts/kernel-guest.sh: the guest's initramfs and its modules

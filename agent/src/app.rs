@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::cli::{Cli, Command, InstallArgs, Output, StatusArgs, UninstallArgs};
 use crate::config::{Config, LogLevel};
-use crate::daemon::protocol::{Answer, Request};
+use crate::daemon::core::protocol::{Answer, Request};
 use crate::daemon::{leave, socket, status};
 use crate::diag;
 use crate::exit::{ExitCode, Failure};

@@ -3,7 +3,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use plexd::daemon::accept::{Acceptor, DomainKeys};
+use plexd::daemon::core::accept::{Acceptor, DomainKeys};
 use plexsphere_wire::signed::{DomainSigner, SignContext, SignedEnvelope};
 use uuid::Uuid;
 

@@ -10,8 +10,8 @@ use std::thread::{self, JoinHandle};
 
 use tokio::sync::mpsc::Sender;
 
-use super::accept::DomainKeys;
 use super::cache;
+use super::core::accept::DomainKeys;
 use super::core::io::{self, CacheWrite};
 use super::input::Input;
 use super::leave;

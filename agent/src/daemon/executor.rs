@@ -13,13 +13,14 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::core::io::{self, Call, CallResult, Effect, MeshAnswer, Now, Outcome, ReachOp};
+use super::core::protocol::Answer;
+use super::core::reload::ReloadError;
 use super::core::{ControlId, Core};
 use super::disk::DiskThread;
 use super::host_addrs;
 use super::input::{Input, Signal};
 use super::mesh_thread::MeshThread;
 use super::notify;
-use super::protocol::Answer;
 use super::sse;
 use crate::config::Config;
 use crate::node_api::NodeApi;
@@ -118,8 +119,8 @@ impl Executor {
                     let p = path.clone();
                     let config = tokio::task::spawn_blocking(move || Config::load(&p))
                         .await
-                        .map_err(|e| e.to_string())
-                        .and_then(|r| r.map(Box::new).map_err(|e| e.to_string()));
+                        .map_err(|e| ReloadError::Reader(e.to_string()))
+                        .and_then(|r| r.map(Box::new).map_err(ReloadError::from));
                     let _ = tx
                         .send(Input::Core(io::Input::Reload {
                             path,
@@ -130,7 +131,7 @@ impl Executor {
                 });
             }
             Input::Signal(s) => self.core.handle(io::Input::Stop(s.name()), now()),
-            Input::Control(super::protocol::Request::ProbeGso, answer)
+            Input::Control(super::core::protocol::Request::ProbeGso, answer)
                 if self.gso_probe.is_some() =>
             {
                 // A round now; then the status, through the loop like any status request.
@@ -139,7 +140,10 @@ impl Executor {
                     tokio::spawn(async move {
                         let _ = done.await;
                         let _ = tx
-                            .send(Input::Control(super::protocol::Request::Status, answer))
+                            .send(Input::Control(
+                                super::core::protocol::Request::Status,
+                                answer,
+                            ))
                             .await;
                     });
                 }

@@ -5,7 +5,7 @@
 use tokio::sync::oneshot;
 
 use super::core::io;
-use super::protocol::{Answer, Request};
+use super::core::protocol::{Answer, Request};
 
 #[derive(Debug)]
 pub enum Input {

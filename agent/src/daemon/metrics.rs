@@ -18,8 +18,8 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
+use super::core::protocol::{Answer, Request};
 use super::input::Input;
-use super::protocol::{Answer, Request};
 use super::status::{PathTransport, PeerPath, StatusReport};
 
 /// The longest request head (request line and headers) the listener reads.

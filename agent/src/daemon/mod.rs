@@ -8,33 +8,37 @@
 //!
 //! | file            | owns                                                        |
 //! |-----------------|-------------------------------------------------------------|
-//! | `core/`         | every decision (schedules, backoff, stream, state, leave, reload, watchdog) |
+//! | `core/`         | every decision (schedules, backoff, stream, state, leave, reload, watchdog) and the plain types and pure functions they use: verifying signed state (`accept.rs`), the cache file's shape (`cache.rs`), the schedule, the ingest queue, the socket's JSON (`protocol.rs`), the status report (`status.rs`); it imports nothing of this folder (`scripts/import-rules`) |
 //! | `executor.rs`   | the loop over [`input::Input`] performing effects           |
+//! | `input.rs`      | what wakes the loop: the core's inputs, a signal, a socket request |
 //! | `mesh_thread.rs`| the thread that owns the data plane, behind a bounded queue |
 //! | `disk.rs`       | the thread that writes the cache and removes files on leave |
-//! | `sse.rs` (and `crate::node_api`) | the node API calls and the event stream (HTTP) |
-//! | `socket.rs`, `protocol.rs` | the status socket and its JSON                   |
-//! | `accept.rs`, `cache.rs` | verifying signed state and events; the cache file   |
-//! | `schedule.rs`, `backoff.rs`, `ingest.rs` | pure timing and queueing parts the core uses |
+//! | `cache.rs`      | the cache file on disk: written 0600 and atomically, read and handed to the core's `decode` |
+//! | `leave.rs`      | `plexd leave`: the files removed, the mesh torn down, the leave without a daemon |
+//! | `rotate.rs`     | the I/O of a key or credential rotation (files, calls)      |
+//! | `sse.rs`, `sse_bound.rs` (tests `sse_tests.rs`; and `crate::node_api`) | the node API calls and the event stream (HTTP), and the bounds on what a stream may make plexd hold |
+//! | `socket.rs`     | the status socket (the JSON is `core/protocol.rs`)          |
+//! | `status.rs`, `policy_status.rs` | the human tables of `plexd status` and `plexd policy`; the policy's counters read from the data plane |
+//! | `metrics.rs`    | the opt-in Prometheus listener                              |
+//! | `notify.rs`     | systemd's READY=1, STATUS=, STOPPING=1 and the watchdog     |
+//! | `gso_probe.rs`  | the GSO path probe's thread (embedded data plane only)      |
 //! | `host_addrs.rs` | the host addresses worth reporting as endpoints             |
+//!
+//! The backoff the core uses is the crate's (`crate::backoff`).
 
-pub mod accept;
 pub mod cache;
 pub mod core;
 pub mod disk;
 pub mod executor;
 pub mod gso_probe;
 pub mod host_addrs;
-pub mod ingest;
 pub mod input;
 pub mod leave;
 pub mod mesh_thread;
 pub mod metrics;
 pub mod notify;
 pub mod policy_status;
-pub mod protocol;
 pub mod rotate;
-pub mod schedule;
 pub mod socket;
 pub mod sse;
 pub mod sse_bound;
@@ -82,7 +86,7 @@ pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failur
             )
         };
         // The pinned Domain key, and the next one when a rotation announced it.
-        let acceptor = accept::Acceptor::from_identity(&identity).map_err(bad_identity)?;
+        let acceptor = self::core::accept::Acceptor::from_identity(&identity).map_err(bad_identity)?;
         let url = ApiUrl::parse(&identity.api_url).map_err(|e| bad_identity(format!("api_url: {e}")))?;
         let client = ApiClient::new(url, &settings.trust, settings.dropped_ca.clone())?;
         let host = crate::identity::host::check_or_bind(&settings.state.dir, identity.node_id, &crate::identity::host::machine_id_file(), time::OffsetDateTime::now_utc())?;

@@ -38,35 +38,13 @@ pub fn watchdog_interval() -> Option<Duration> {
     }
 }
 
-/// The one-line STATUS= summary.
-pub fn status_line(node: &str, mesh_ip: &str, peers: usize, connected: bool) -> String {
-    let s = if peers == 1 { "" } else { "s" };
-    let stream = if connected {
-        "connected"
-    } else {
-        "disconnected"
-    };
-    format!("node {node} mesh_ip {mesh_ip}: {peers} peer{s}, event stream {stream}")
-}
-
 #[cfg(test)]
 mod tests {
     use std::os::unix::net::UnixDatagram;
     use std::process::Command;
 
     use super::*;
-
-    #[test]
-    fn status_line_reads_well() {
-        assert_eq!(
-            status_line("n1", "10.64.1.2", 3, true),
-            "node n1 mesh_ip 10.64.1.2: 3 peers, event stream connected"
-        );
-        assert_eq!(
-            status_line("n1", "10.64.1.2", 1, false),
-            "node n1 mesh_ip 10.64.1.2: 1 peer, event stream disconnected"
-        );
-    }
+    use crate::daemon::core::status::status_line;
 
     /// Set in the child process of the test below.
     const CHILD: &str = "PLEXD_NOTIFY_TEST_CHILD";

@@ -8,8 +8,8 @@ use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, Buf
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 
+use super::core::protocol::{Answer, Request};
 use super::input::Input;
-use super::protocol::{Answer, Request};
 use crate::exit::ExitCode;
 use crate::fsutil;
 

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use plexsphere_wire::node::NodeState;
 use plexsphere_wire::signed::SignedEnvelope;
 
-use super::super::cache::Cached;
-use super::super::leave;
-use super::super::protocol::{Answer, Request};
-use super::super::schedule::Task;
+use super::cache::{CacheError, Cached};
 use super::io::CacheWrite;
+use super::leave;
+use super::protocol::{Answer, Request};
+use super::schedule::Task;
 use super::wanted::{self, ChangeLine, DesiredPeers};
 use super::{
     Call, CallResult, ControlId, Core, DELETED, Effect, LEAVING_RETRY, Leaving, LiveFor,
@@ -27,9 +27,7 @@ impl Core {
     fn settle<T>(&mut self, task: Task, res: &Result<T, CallError>, now: Now) -> bool {
         match res {
             Ok(_) => {
-                self.reachable = true;
-                self.last_ok = Some(now.at);
-                self.api_backoff.reset();
+                self.api.call_ok(now.at);
                 let unit = self.jitter.unit();
                 self.schedule.done(task, now.at, unit);
             }
@@ -56,16 +54,16 @@ impl Core {
                 return false;
             }
             Err(e) => {
-                self.reachable = !matches!(e, CallError::Unreachable(_));
+                let unreachable = matches!(e, CallError::Unreachable(_));
                 let unit = self.jitter.unit();
-                let delay = self.api_backoff.next_delay(unit, e.retry_after());
+                let delay = self.api.call_failed(unreachable, unit, e.retry_after());
                 tracing::warn!(
                     task = task.name(),
                     "{} failed: {e}; retrying in {} s",
                     task.name(),
                     backoff::secs_text(delay)
                 );
-                self.last_error = Some((now.at, format!("{}: {e}", task.name())));
+                self.api.error(now.at, format!("{}: {e}", task.name()));
                 let unit = self.jitter.unit();
                 self.schedule.failed(task, now.at, delay, unit);
             }
@@ -125,7 +123,7 @@ impl Core {
                                 self.install_state(state, env, true, now);
                             }
                             Err(refusal) => {
-                                if super::super::accept::is_unknown_signer(&refusal) {
+                                if super::accept::is_unknown_signer(&refusal) {
                                     self.unknown_signer(now);
                                 }
                                 tracing::warn!(applied_version = ?self.state_version, "refused a state document from the control plane: {refusal}; keeping the last good state");
@@ -239,7 +237,7 @@ impl Core {
 
     pub(super) fn on_mesh(&mut self, id: MeshJobId, answer: MeshAnswer, now: Now) {
         self.watchdog.answered(id);
-        let Some(pending) = self.mesh_jobs.remove(&id) else {
+        let Some(pending) = self.mesh_jobs.answered(id) else {
             return;
         };
         match (pending, answer) {
@@ -282,19 +280,23 @@ impl Core {
         now: Now,
     ) {
         match res {
-            Ok(changes) => log_changes(&wanted::change_lines(&changes, &self.applied, &sent)),
+            Ok(changes) => log_changes(&wanted::change_lines(
+                &changes,
+                self.mesh_jobs.applied(),
+                &sent,
+            )),
             Err(e) => {
                 tracing::error!("cannot apply the peers: {e}");
                 self.error_observation(e, now);
             }
         }
-        self.applied = sent;
+        self.mesh_jobs.set_applied(sent);
         if self.exited {
             return;
         }
-        if std::mem::take(&mut self.apply_again) {
+        if self.mesh_jobs.take_apply_again() {
             self.apply_mesh(now);
-        } else if std::mem::take(&mut self.ready_after_apply) {
+        } else if self.readiness.apply_answered() {
             self.become_ready_when_settled();
         }
     }
@@ -305,7 +307,7 @@ impl Core {
     }
 
     /// The cache read at start: apply it so the mesh works before the API answers.
-    pub(super) fn on_cache(&mut self, cached: Result<Option<Box<Cached>>, String>, now: Now) {
+    pub(super) fn on_cache(&mut self, cached: Result<Option<Box<Cached>>, CacheError>, now: Now) {
         match cached {
             Ok(None) => tracing::info!("no cached state yet; waiting for the control plane"),
             Ok(Some(c)) => {
@@ -319,9 +321,9 @@ impl Core {
                 // The cache was checked against the same keys: what it shows of a rotation
                 // (an announcement, a document by the next key) the node takes as well.
                 let by = if c.promoted {
-                    super::super::accept::SignedBy::Next
+                    super::accept::SignedBy::Next
                 } else {
-                    super::super::accept::SignedBy::Pinned
+                    super::accept::SignedBy::Pinned
                 };
                 let announced = c.state.next_signing_key.clone();
                 self.signed_by(by, announced.as_ref(), c.promoted, now);
@@ -352,9 +354,7 @@ impl Core {
             "applied the signed state version {version} with {} peers",
             self.wanted.len()
         );
-        if !self.ready {
-            self.ready_after_apply = true;
-        }
+        self.readiness.state_installed();
         self.feed_reach_state(&state);
         self.emit(Effect::Routes(crate::routes::RoutesOp::State {
             served: state.served_routes.clone(),
@@ -374,24 +374,21 @@ impl Core {
         self.apply_mesh(now);
         if save {
             self.save_cache();
-            if !self.ready {
-                self.ready_after_save = Some(self.last_save);
-            }
+            self.readiness.wait_for_last_save();
         }
     }
 
     /// READY=1 once the first state is applied and, when it came from the API, cached.
     pub(super) fn become_ready_when_settled(&mut self) {
-        if !self.ready_after_apply && self.ready_after_save.is_none() {
+        if self.readiness.settled() {
             self.become_ready();
         }
     }
 
     pub(super) fn save_cache(&mut self) {
         let Some(env) = &self.envelope else { return };
-        self.last_save += 1;
         let write = CacheWrite {
-            id: self.last_save,
+            id: self.readiness.next_save(),
             envelope: env.clone(),
             events: self.events.iter().map(|(_, f)| f.clone()).collect(),
             last_seq: self.last_seq,

@@ -16,8 +16,8 @@
 pub use super::domain_keys_state::{KEY_CHAIN_INTERVAL, KeyChainFetch};
 use plexsphere_wire::signing_keys::{SigningKey, SigningKeyChain, follow};
 
-use super::super::accept::SignedBy;
-use super::super::schedule::Task;
+use super::accept::SignedBy;
+use super::schedule::Task;
 use super::{Call, Core, Effect, Now};
 use crate::node_api::CallError;
 

@@ -17,8 +17,9 @@ use plexsphere_wire::node::{
 };
 use plexsphere_wire::signed::SignedEnvelope;
 
-use super::super::cache::{Cached, CachedEvent};
-use super::super::protocol::{Answer, Request};
+use super::cache::{CacheError, Cached, CachedEvent};
+use super::protocol::{Answer, Request};
+use super::reload::ReloadError;
 use crate::config::Config;
 use crate::mesh::LivePeer;
 use crate::mesh::MeshError;
@@ -69,12 +70,12 @@ pub enum Input {
     /// SIGTERM or SIGINT (named): stop, leaving the interface as it is.
     Stop(&'static str),
     /// What the cache file held at start (already verified), or why it could not be used.
-    CacheLoaded(Result<Option<Box<Cached>>, String>),
+    CacheLoaded(Result<Option<Box<Cached>>, CacheError>),
     /// SIGHUP: the config file read again (or why it could not be), and whether
     /// `PLEXD_LOG`/`--log-level` pins the log level.
     Reload {
         path: PathBuf,
-        config: Result<Box<Config>, String>,
+        config: Result<Box<Config>, ReloadError>,
         log_level_pinned: bool,
     },
     /// A message of event-stream connection `conn` (stale connections are ignored).
@@ -276,7 +277,7 @@ pub enum Effect {
     /// The Domain keys the node trusts changed (an announcement, a promotion, the key chain):
     /// write them to the identity file (answers nothing; a failure is logged, and the node
     /// keeps using them until it stops).
-    SaveDomainKeys(super::super::accept::DomainKeys),
+    SaveDomainKeys(super::accept::DomainKeys),
     /// The names the resolver answers changed (docs/dns.md; `None`: no names, every query
     /// REFUSED). Answers nothing.
     Dns(Option<Arc<crate::dns::zone::Zone>>),

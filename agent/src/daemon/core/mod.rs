@@ -27,20 +27,41 @@
 //! answers, the state install, the leave), [`reload`] (SIGHUP), [`report`] (heartbeat, the
 //! observations, `plexd status`), [`watchdog`] (is the mesh answering), [`wanted`] (the peer
 //! set), [`tick`] (what a deadline starts), [`io`] (the input and effect types).
+//!
+//! The plain types and pure functions the decisions use live here too, so the core names
+//! nothing of the daemon outside this folder (`scripts/import-rules` checks it; the shell may
+//! import the core, never the reverse): [`accept`] (verifying signed state and events),
+//! [`cache`] (the cache file's shape and its verification), [`schedule`] (the periodic tasks
+//! and their jitter), [`ingest`] (the observation queue), [`protocol`] (the status socket's
+//! JSON), [`status`] and [`policy_status`] (what `plexd status` and `plexd policy` answer),
+//! [`leave`] (what a leave's answer means).
 
+pub mod accept;
 pub mod answers;
+pub mod api_health;
+pub mod cache;
 pub mod domain_keys;
 pub mod domain_keys_state;
+pub mod ingest;
 pub mod io;
+pub mod leave;
 pub mod mesh_apply;
+mod mesh_jobs;
 pub mod names;
 pub mod policy;
+pub mod policy_status;
+pub mod protocol;
 pub mod reach;
+pub mod reach_state;
+pub mod readiness;
 pub mod reload;
 pub mod report;
 pub mod rotation;
 pub mod rotation_state;
+pub mod schedule;
+pub mod status;
 pub mod stream;
+pub mod stream_state;
 pub mod tick;
 pub mod wanted;
 pub mod watchdog;
@@ -48,27 +69,32 @@ pub mod watchdog;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use plexsphere_wire::Intervals;
-use plexsphere_wire::node::{Event, PeerSpec};
+use plexsphere_wire::node::Event;
 use plexsphere_wire::signed::SignedEnvelope;
 
-use super::accept::Acceptor;
-use super::cache::CachedEvent;
-use super::ingest::IngestQueue;
-use super::schedule::Schedule;
 use crate::backoff::Backoff;
 use crate::config::Config;
 use crate::identity::Identity;
 use crate::jitter::Jitter;
 use crate::paths::StatePaths;
+use accept::Acceptor;
+use api_health::ApiHealth;
+use cache::CachedEvent;
+use ingest::IngestQueue;
 pub use io::{
     Call, CallResult, ControlId, Effect, Input, MeshAnswer, MeshJobId, MeshOp, Now, Outcome,
     ReachOp, StreamMsg,
 };
+use mesh_jobs::{LiveFor, MeshJobs, Pending};
+use reach_state::ReachFeed;
+use readiness::Readiness;
+use schedule::Schedule;
+use stream_state::EventStream;
 use wanted::DesiredPeers;
 use watchdog::Watchdog;
 
@@ -82,39 +108,6 @@ pub const MAX_CACHED_EVENTS: usize = 512;
 pub const LEAVING_RETRY: Duration = Duration::from_secs(30);
 /// With nothing due, the loop still wakes this often.
 const IDLE_WAKE: Duration = Duration::from_secs(3600);
-
-/// The event stream: waiting to (re)connect, or one connection open.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stream {
-    Waiting {
-        until: Instant,
-    },
-    Open {
-        conn: u64,
-        connected_at: Option<Instant>,
-        last_activity: Instant,
-    },
-}
-
-/// What a live-peer read is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum LiveFor {
-    Heartbeat,
-    Observe,
-    Status(ControlId),
-    Probe,
-}
-
-/// What a mesh job was for, kept until its answer comes.
-#[derive(Debug, Clone)]
-enum Pending {
-    /// The peers and the policy version sent with them.
-    Apply(Arc<Vec<PeerSpec>>, Option<u64>),
-    Live(LiveFor),
-    Teardown,
-    /// A key rotation's switch of the interface key.
-    SetKey(Box<io::KeyDone>),
-}
 
 /// A leave asked for on the socket: who waits for the answer, and the control plane's note
 /// once it deregistered.
@@ -155,7 +148,7 @@ pub struct Core {
     /// The signed state's access policy (None: it carries none), sent with every apply.
     policy: Option<Arc<plexsphere_wire::node::PolicyState>>,
     /// What `plexd status` says of it (`policy`).
-    policy_status: super::policy_status::PolicyStatus,
+    policy_status: policy_status::PolicyStatus,
     /// The signed state's names (docs/dns.md), and the table last handed to the resolver.
     dns: Option<plexsphere_wire::routes::DnsState>,
     dns_sent: Option<Arc<crate::dns::zone::Zone>>,
@@ -174,55 +167,28 @@ pub struct Core {
 
     server_intervals: Intervals,
     schedule: Schedule,
-    api_backoff: Backoff,
-    stream_backoff: Backoff,
+    /// How the control plane answered lately, and the backoff of failed calls.
+    api: ApiHealth,
     ingest: IngestQueue,
     /// Per peer public key: last handshake and byte counters seen.
     seen: HashMap<String, (Option<SystemTime>, u64, u64)>,
-    stream: Stream,
-    next_conn: u64,
-    /// Times the event stream ended (each is followed by a reconnect after a backoff).
-    stream_disconnects: u64,
+    /// The event stream's connection, its ids, disconnects and reconnect backoff.
+    stream: EventStream,
 
     /// Mesh jobs asked for and not answered yet, with what they were for.
-    mesh_jobs: BTreeMap<MeshJobId, Pending>,
-    next_job: MeshJobId,
-    /// The peer set last sent to the mesh (the "before" of the next change lines).
-    applied: Arc<Vec<PeerSpec>>,
-    /// An apply is running and the wanted set changed since: send it when the answer comes.
-    apply_again: bool,
-    /// READY=1 waits for the mesh to answer the apply of the first state...
-    ready_after_apply: bool,
-    /// ...and for that state's cache write, when it came from the API: a node that says it is
-    /// ready restarts into the same peers without the API.
-    ready_after_save: Option<u64>,
-    /// The id of the last cache write asked for, and of the last the disk thread finished.
-    last_save: u64,
-    saved: u64,
+    mesh_jobs: MeshJobs,
+    /// READY=1 and what it waits for (the first apply, its cache write).
+    readiness: Readiness,
     watchdog: Watchdog,
 
     started: Instant,
-    last_ok: Option<Instant>,
-    last_error: Option<(Instant, String)>,
-    reachable: bool,
     last_heartbeat: Option<Instant>,
     last_event: Option<Instant>,
-    ready: bool,
     status_line: String,
     leaving: Option<Leaving>,
 
-    /// What the reach runtime was told last (so it is told only changes).
-    reach_peers: Option<Vec<crate::reach::io::PeerReach>>,
-    reach_relays: Option<(
-        Vec<plexsphere_wire::node::RelaySpec>,
-        Vec<std::net::SocketAddr>,
-    )>,
-    relay_token: Option<SignedEnvelope>,
-    /// The runtime's paths as last read (empty without a runtime).
-    reach_paths: Vec<crate::reach::io::PeerPathView>,
-    /// Our own candidates as last read, and as they were when the last report started.
-    own_seen: crate::reach::io::OwnCandidates,
-    own_reported: crate::reach::io::OwnCandidates,
+    /// What the reach runtime was told last (so it is told only changes) and said last.
+    reach: ReachFeed,
     /// Key and credential rotation.
     rotations: rotation_state::Rotations,
     /// The Domain key chain's fetch (a rotation this node missed).
@@ -253,8 +219,8 @@ impl Core {
             )
         };
         let mut core = Self {
-            api_backoff: backoff(),
-            stream_backoff: backoff(),
+            api: ApiHealth::new(backoff()),
+            stream: EventStream::new(backoff(), now.at),
             ingest: IngestQueue::new(d.ingest_capacity),
             id: s.identity,
             paths: s.paths,
@@ -279,33 +245,15 @@ impl Core {
             server_intervals,
             schedule,
             seen: HashMap::new(),
-            stream: Stream::Waiting { until: now.at },
-            stream_disconnects: 0,
-            next_conn: 0,
-            mesh_jobs: BTreeMap::new(),
-            next_job: 0,
-            applied: Arc::new(vec![]),
-            apply_again: false,
-            ready_after_apply: false,
-            ready_after_save: None,
-            last_save: 0,
-            saved: 0,
+            mesh_jobs: MeshJobs::default(),
+            readiness: Readiness::default(),
             watchdog: Watchdog::new(s.watchdog, now.at),
             started: now.at,
-            last_ok: None,
-            last_error: None,
-            reachable: false,
             last_heartbeat: None,
             last_event: None,
-            ready: false,
             status_line: String::new(),
             leaving: None,
-            reach_peers: None,
-            reach_relays: None,
-            relay_token: None,
-            reach_paths: Vec::new(),
-            own_seen: Default::default(),
-            own_reported: Default::default(),
+            reach: ReachFeed::default(),
             rotations: Default::default(),
             key_chain: Default::default(),
             config: s.config,
@@ -327,7 +275,7 @@ impl Core {
 
     /// Mesh jobs not answered yet (the executor waits for them, with a bound, at exit).
     pub fn mesh_jobs_outstanding(&self) -> usize {
-        self.mesh_jobs.len()
+        self.mesh_jobs.outstanding()
     }
 
     /// The running config (what the last reload kept).
@@ -341,10 +289,7 @@ impl Core {
         if let Some(t) = self.schedule.next_due() {
             at = at.min(t);
         }
-        at = at.min(match &self.stream {
-            Stream::Waiting { until } => *until,
-            Stream::Open { last_activity, .. } => *last_activity + self.stall_timeout(),
-        });
+        at = at.min(self.stream.next_wake(self.stall_timeout()));
         if let Some(t) = self.watchdog.next_due() {
             at = at.min(t);
         }
@@ -371,18 +316,17 @@ impl Core {
                 config,
                 log_level_pinned,
             } => self.reload(&path, config, log_level_pinned, now),
-            Input::Stream { conn, msg } => match &self.stream {
-                Stream::Open { conn: c, .. } if *c == conn => self.on_stream(msg, now),
-                _ => {}
-            },
+            Input::Stream { conn, msg } => {
+                if self.stream.is_current(conn) {
+                    self.on_stream(msg, now);
+                }
+            }
             Input::Call(r) => self.on_call(r, now),
             Input::Mesh { id, answer } => self.on_mesh(id, answer, now),
             Input::Control { id, request } => self.on_control(id, request, now),
             Input::NodeFilesRemoved(files) => self.on_files_removed(&files),
             Input::CacheSaved(id) => {
-                self.saved = self.saved.max(id);
-                if self.ready_after_save.is_some_and(|want| self.saved >= want) {
-                    self.ready_after_save = None;
+                if self.readiness.saved(id) {
                     self.become_ready_when_settled();
                 }
             }
@@ -408,9 +352,7 @@ impl Core {
 
     /// Asks the mesh thread for a job and remembers what for.
     fn ask_mesh(&mut self, op: MeshOp, pending: Pending, now: Now) {
-        self.next_job += 1;
-        let id = self.next_job;
-        self.mesh_jobs.insert(id, pending);
+        let id = self.mesh_jobs.ask(pending);
         self.watchdog.asked(id, now.at);
         self.emit(Effect::Mesh { id, op });
     }
@@ -423,12 +365,8 @@ impl Core {
     /// when it answers (applies never queue up behind each other).
     fn apply_mesh(&mut self, now: Now) {
         self.feed_reach_peers();
-        if self
-            .mesh_jobs
-            .values()
-            .any(|p| matches!(p, Pending::Apply(..)))
-        {
-            self.apply_again = true;
+        if self.mesh_jobs.apply_running() {
+            self.mesh_jobs.set_apply_again(true);
         } else {
             let set = Arc::new(self.in_view(self.wanted.list()));
             self.ask_apply(set, now);
@@ -464,7 +402,7 @@ impl Core {
     fn revoked(&mut self, now: Now) {
         self.wanted = DesiredPeers::default();
         self.feed_reach_peers();
-        self.apply_again = false;
+        self.mesh_jobs.set_apply_again(false);
         self.ask_apply(Arc::new(vec![]), now);
         self.exit(Outcome::Gone(REVOKED.to_owned()));
     }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use plexsphere_wire::node::{EventKind, PeerSpec, PolicyState};
 use uuid::Uuid;
 
-use super::super::policy_status::{FilterState, PolicyReport, PolicyStatus};
+use super::policy_status::{FilterState, PolicyReport, PolicyStatus};
 use super::{Core, MeshOp, Now, Pending};
 use crate::mesh::MeshError;
 

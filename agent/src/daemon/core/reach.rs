@@ -11,6 +11,8 @@
 //! candidates; when those changed since the last endpoint report started, the next one is due
 //! now.
 //!
+//! What was sent and read last is [`super::reach_state::ReachFeed`]'s.
+//!
 //! A peer's path in status is the runtime's view of it; without a view (no runtime, the
 //! `none` or a kernel backend without one, or a peer the runtime has not taken yet) it is the
 //! data plane's own endpoint when a handshake happened, else none.
@@ -18,9 +20,8 @@
 use plexsphere_wire::node::{NodeState, PeerSpec};
 use plexsphere_wire::signed::SignedEnvelope;
 
-use super::super::schedule::Task;
-use super::super::status::PeerPath;
-use super::io::ReachOp;
+use super::schedule::Task;
+use super::status::PeerPath;
 use super::{Core, Effect, Now};
 use crate::mesh::LivePeer;
 use crate::mesh::key::PeerKey;
@@ -64,29 +65,23 @@ impl Core {
     /// report started bring the next report forward (peers learn a new reflexive address or
     /// home relay within a heartbeat, not an endpoint-report interval).
     pub(super) fn on_reach_read(&mut self, paths: Vec<PeerPathView>, own: OwnCandidates, now: Now) {
-        self.reach_paths = paths;
-        if own != self.own_reported {
+        if self.reach.read(paths, own) {
             self.schedule.run_soon(Task::EndpointReport, now.at);
         }
-        self.own_seen = own;
     }
 
     /// Sends the wanted set to the runtime when it differs from the last one sent.
     pub(super) fn feed_reach_peers(&mut self) {
         let peers: Vec<PeerReach> = self.wanted.iter().filter_map(peer_reach).collect();
-        if self.reach_peers.as_ref() != Some(&peers) {
-            self.reach_peers = Some(peers.clone());
-            self.emit(Effect::Reach(ReachOp::Peers(peers)));
+        if let Some(op) = self.reach.peers(peers) {
+            self.emit(Effect::Reach(op));
         }
     }
 
     /// A state was installed: its relays and STUN servers, and its relay token.
     pub(super) fn feed_reach_state(&mut self, state: &NodeState) {
-        let relays = (state.relays.clone(), state.stun.clone());
-        if self.reach_relays.as_ref() != Some(&relays) {
-            self.reach_relays = Some(relays.clone());
-            let (relays, stun) = relays;
-            self.emit(Effect::Reach(ReachOp::Relays { relays, stun }));
+        if let Some(op) = self.reach.relays(state.relays.clone(), state.stun.clone()) {
+            self.emit(Effect::Reach(op));
         }
         if let Some(token) = &state.relay_token {
             self.feed_relay_token(token);
@@ -95,9 +90,8 @@ impl Core {
 
     /// A relay token from the state or a heartbeat answer, unless it is the one sent last.
     pub(super) fn feed_relay_token(&mut self, token: &SignedEnvelope) {
-        if self.relay_token.as_ref() != Some(token) {
-            self.relay_token = Some(token.clone());
-            self.emit(Effect::Reach(ReachOp::RelayToken(token.clone())));
+        if let Some(op) = self.reach.relay_token(token) {
+            self.emit(Effect::Reach(op));
         }
     }
 }

@@ -6,13 +6,24 @@
 use std::path::Path;
 
 use super::{Core, Effect, Now};
-use crate::config::Config;
+use crate::config::{Config, ConfigError};
+
+/// Why a SIGHUP did not bring a new config: the core keeps the running one and says why.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// The file could not be read or is not a config plexd can use.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The task reading it did not finish (it panicked or was cancelled): its own words.
+    #[error("{0}")]
+    Reader(String),
+}
 
 impl Core {
     pub(super) fn reload(
         &mut self,
         path: &Path,
-        loaded: Result<Box<Config>, String>,
+        loaded: Result<Box<Config>, ReloadError>,
         log_level_pinned: bool,
         now: Now,
     ) {

@@ -6,14 +6,13 @@ use std::time::{Duration, SystemTime};
 
 use plexsphere_wire::node::{Heartbeat, Observation, ObservationKind, PeerSummary};
 
-use super::super::notify;
-use super::super::protocol::Answer;
-use super::super::schedule::Task;
-use super::super::status::{
+use super::protocol::Answer;
+use super::schedule::Task;
+use super::status::{
     ApiStatus, DomainKeyStatus, IngestStatus, PeerStatus, StatusReport, UdpOffloadStatus,
 };
 use super::wanted;
-use super::{Call, Core, Effect, LiveFor, Now, Stream};
+use super::{Call, Core, Effect, LiveFor, Now};
 use crate::mesh::LivePeer;
 
 /// A handshake counts as "connected" this long.
@@ -124,7 +123,7 @@ impl Core {
             .map(|p| {
                 let l = live.iter().find(|l| l.public_key == p.public_key);
                 let (path, rtt_ms, reason) =
-                    super::reach::peer_path(&p.public_key, l, &self.reach_paths);
+                    super::reach::peer_path(&p.public_key, l, self.reach.paths());
                 let handshake =
                     age_of(l.and_then(|l| l.last_handshake), now.wall).map(|d| d.as_secs());
                 PeerStatus {
@@ -155,15 +154,15 @@ impl Core {
             uptime_secs: now.at.duration_since(self.started).as_secs(),
             api: ApiStatus {
                 url: self.id.api_url.clone(),
-                reachable: self.reachable,
-                last_success_age_secs: age(self.last_ok),
-                last_error: self.last_error.as_ref().map(|(_, e)| e.clone()),
-                last_error_age_secs: age(self.last_error.as_ref().map(|(t, _)| *t)),
+                reachable: self.api.reachable(),
+                last_success_age_secs: age(self.api.last_ok()),
+                last_error: self.api.last_error().map(|(_, e)| e.clone()),
+                last_error_age_secs: age(self.api.last_error().map(|(t, _)| *t)),
             },
             last_heartbeat_age_secs: age(self.last_heartbeat),
             last_event_age_secs: age(self.last_event),
-            event_stream_connected: self.stream_connected(),
-            event_stream_disconnects: self.stream_disconnects,
+            event_stream_connected: self.stream.is_connected(),
+            event_stream_disconnects: self.stream.disconnects(),
             last_event_id: self.last_seq,
             state_version: self.state_version,
             backend: self.backend.to_owned(),
@@ -193,10 +192,9 @@ impl Core {
     }
 
     pub(super) fn become_ready(&mut self) {
-        if self.ready {
+        if !self.readiness.become_ready() {
             return;
         }
-        self.ready = true;
         self.status_line = self.current_status_line();
         tracing::info!(peers = self.wanted.len(), state_version = ?self.state_version, "ready: {} peers, state version {}", self.wanted.len(), self.state_version.map_or_else(|| "none".to_owned(), |v| v.to_string()));
         let line = self.status_line.clone();
@@ -206,28 +204,18 @@ impl Core {
         ]));
     }
 
-    fn stream_connected(&self) -> bool {
-        matches!(
-            self.stream,
-            Stream::Open {
-                connected_at: Some(_),
-                ..
-            }
-        )
-    }
-
     fn current_status_line(&self) -> String {
-        notify::status_line(
+        super::status::status_line(
             &self.id.node_id.to_string(),
             &self.id.mesh_ip.to_string(),
             self.wanted.len(),
-            self.stream_connected(),
+            self.stream.is_connected(),
         )
     }
 
     pub(super) fn update_status(&mut self) {
         let line = self.current_status_line();
-        if self.ready && line != self.status_line {
+        if self.readiness.is_ready() && line != self.status_line {
             self.emit(Effect::Notify(vec![("STATUS", line.clone())]));
         }
         self.status_line = line;

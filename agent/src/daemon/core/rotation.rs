@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 
 use plexsphere_wire::node::HeartbeatAck;
 
-use super::super::protocol::Answer;
 use super::io::KeyDone;
+use super::protocol::Answer;
 use super::rotation_state::Kind;
 pub use super::rotation_state::{RotationStart, Rotations};
 use super::{Call, ControlId, Core, DELETED, Effect, MeshOp, Now, Outcome, Pending};
@@ -51,7 +51,7 @@ impl Core {
     fn scheduled(&mut self, k: Kind, age: Duration, now: Now) -> Option<Instant> {
         let interval = self.interval(k)?;
         let unit = self.jitter.unit();
-        let wait = super::super::schedule::jittered(interval, unit).saturating_sub(age);
+        let wait = super::schedule::jittered(interval, unit).saturating_sub(age);
         Some(now.at + wait)
     }
 

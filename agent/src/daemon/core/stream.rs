@@ -3,25 +3,19 @@
 
 use plexsphere_wire::node::EventKind;
 
-use super::super::cache::CachedEvent;
-use super::super::schedule::Task;
+use super::cache::CachedEvent;
+use super::schedule::Task;
 use super::wanted::Delta;
-use super::{Core, DELETED, Effect, MAX_CACHED_EVENTS, Now, Outcome, Stream, StreamMsg};
+use super::{Core, DELETED, Effect, MAX_CACHED_EVENTS, Now, Outcome, StreamMsg};
 use crate::backoff;
 use crate::node_api::CallError;
 
 impl Core {
     pub(super) fn open_stream(&mut self, now: Now) {
-        self.next_conn += 1;
-        let conn = self.next_conn;
+        let conn = self.stream.open(now.at);
         let resume = (self.last_seq > 0).then_some(self.last_seq);
         tracing::debug!(conn, last_event_id = ?resume, "opening the event stream");
         self.emit(Effect::OpenStream { conn, resume });
-        self.stream = Stream::Open {
-            conn,
-            connected_at: None,
-            last_activity: now.at,
-        };
     }
 
     pub(super) fn stream_ended(
@@ -30,39 +24,22 @@ impl Core {
         retry_after: Option<std::time::Duration>,
         now: Now,
     ) {
-        if let Stream::Open {
-            connected_at: Some(t),
-            ..
-        } = self.stream
-        {
-            self.stream_backoff
-                .connection_lasted(now.at.duration_since(t));
-        }
-        self.stream_disconnects += 1;
         let unit = self.jitter.unit();
-        let delay = self.stream_backoff.next_delay(unit, retry_after);
+        let delay = self.stream.ended(now.at, unit, retry_after);
         tracing::warn!(
             "event stream disconnected ({reason}), retrying in {} s",
             backoff::secs_text(delay)
         );
-        self.last_error = Some((now.at, format!("event stream: {reason}")));
-        self.stream = Stream::Waiting {
-            until: now.at + delay,
-        };
+        self.api.error(now.at, format!("event stream: {reason}"));
         self.update_status();
     }
 
     pub(super) fn on_stream(&mut self, msg: StreamMsg, now: Now) {
-        if let Stream::Open { last_activity, .. } = &mut self.stream {
-            *last_activity = now.at;
-        }
+        self.stream.activity(now.at);
         match msg {
             StreamMsg::Connected => {
-                if let Stream::Open { connected_at, .. } = &mut self.stream {
-                    *connected_at = Some(now.at);
-                }
-                self.reachable = true;
-                self.last_ok = Some(now.at);
+                self.stream.connected(now.at);
+                self.api.answered(now.at);
                 tracing::info!(
                     last_event_id = self.last_seq,
                     "event stream connected (resuming after event {})",
@@ -103,7 +80,7 @@ impl Core {
                 ev
             }
             Err(refusal) => {
-                if super::super::accept::is_unknown_signer(&refusal) {
+                if super::accept::is_unknown_signer(&refusal) {
                     self.unknown_signer(now);
                 }
                 tracing::warn!(

@@ -1,8 +1,9 @@
 //! What a deadline starts: the watchdog's turn (and its probe of the mesh), the periodic
 //! tasks that are due, the event stream's next attempt or the end of a stalled one.
 
-use super::super::schedule::Task;
-use super::{Call, Core, Effect, LiveFor, Now, Pending, Stream};
+use super::schedule::Task;
+use super::stream_state::StreamDue;
+use super::{Call, Core, Effect, LiveFor, Now};
 
 impl Core {
     pub(super) fn on_tick(&mut self, now: Now) {
@@ -14,11 +15,7 @@ impl Core {
                     age.as_secs()
                 ),
             }
-            if !self
-                .mesh_jobs
-                .values()
-                .any(|p| matches!(p, Pending::Live(LiveFor::Probe)))
-            {
+            if !self.mesh_jobs.probe_running() {
                 self.read_live(LiveFor::Probe, now);
             }
         }
@@ -26,13 +23,9 @@ impl Core {
             self.start(task, now);
         }
         self.rotation_tick(now);
-        match self.stream {
-            Stream::Waiting { until } if until <= now.at => self.open_stream(now),
-            Stream::Open {
-                conn,
-                last_activity,
-                ..
-            } if last_activity + self.stall_timeout() <= now.at => {
+        match self.stream.due(now.at, self.stall_timeout()) {
+            StreamDue::Open => self.open_stream(now),
+            StreamDue::Stalled { conn } => {
                 let reason = format!(
                     "no bytes for {} s, the stream stalled",
                     self.stall_timeout().as_secs()
@@ -40,7 +33,7 @@ impl Core {
                 self.emit(Effect::CloseStream { conn });
                 self.stream_ended(reason, None, now);
             }
-            _ => {}
+            StreamDue::Nothing => {}
         }
     }
 
@@ -49,7 +42,7 @@ impl Core {
             Task::Heartbeat => self.read_live(LiveFor::Heartbeat, now),
             Task::EndpointReport => {
                 // The executor fills in the runtime's candidates; these are at least as new.
-                self.own_reported = self.own_seen.clone();
+                self.reach.report_started();
                 let report = plexsphere_wire::node::EndpointReport {
                     listen_port: self.config.wireguard.listen_port,
                     addresses: vec![],

@@ -5,7 +5,7 @@ use plexsphere_wire::ApiError;
 use plexsphere_wire::node::{Observation, ObservationKind};
 
 use super::*;
-use crate::daemon::schedule::Task;
+use crate::daemon::core::schedule::Task;
 
 fn refused(status: u16) -> CallError {
     CallError::Refused {
@@ -44,7 +44,7 @@ fn settle_table() {
         if leaving {
             h.step(Input::Control {
                 id: 1,
-                request: crate::daemon::protocol::Request::Leave,
+                request: crate::daemon::core::protocol::Request::Leave,
             });
         }
         let res = match &err {
@@ -60,7 +60,7 @@ fn settle_table() {
             outcome.clone().into_iter().collect::<Vec<_>>(),
             "{label}"
         );
-        assert_eq!(h.core.reachable, reachable, "{label}");
+        assert_eq!(h.core.api.reachable(), reachable, "{label}");
         if outcome.is_none() {
             let at = h.core.schedule.next_due().expect("rescheduled");
             let wait = at - h.now.at;
@@ -114,9 +114,9 @@ fn backoff_and_jitter_stay_in_bounds_and_replay_with_a_fixed_seed() {
             .any(|c| matches!(c, Call::State { .. }))
         {}
     }
-    assert_eq!(h.core.api_backoff.attempts(), 5);
+    assert_eq!(h.core.api.backoff_attempts(), 5);
     h.call(CallResult::State(Ok(StateAnswer::NotModified)));
-    assert_eq!(h.core.api_backoff.attempts(), 0);
+    assert_eq!(h.core.api.backoff_attempts(), 0);
     // A scheduled task comes back within ±10% of its interval.
     let next = h.core.schedule.next_due().unwrap() - h.now.at;
     assert!(
@@ -276,7 +276,7 @@ fn a_refused_batch_counts_as_dropped_and_a_failed_one_goes_again() {
 fn handshakes_and_traffic_become_observations_once() {
     let mut h = harness();
     h.up(&one_state(4, 1));
-    let key = crate::daemon::accept::tests::peer(3).public_key;
+    let key = crate::daemon::core::accept::tests::peer(3).public_key;
     let live = |hs: u64, rx: u64| crate::mesh::LivePeer {
         public_key: key.clone(),
         endpoint: None,

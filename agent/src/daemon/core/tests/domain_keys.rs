@@ -7,8 +7,8 @@ use plexsphere_wire::signing_keys::{KeyTransition, SigningKey, SigningKeyChain};
 use uuid::Uuid;
 
 use super::*;
-use crate::daemon::accept::DomainKeys;
-use crate::daemon::accept::tests::{key_of, peer, signer2};
+use crate::daemon::core::accept::DomainKeys;
+use crate::daemon::core::accept::tests::{key_of, peer, signer2};
 use crate::daemon::core::domain_keys::KEY_CHAIN_INTERVAL;
 
 fn domain() -> Uuid {

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use super::*;
-use crate::daemon::protocol::{Answer, Request};
+use crate::daemon::core::protocol::{Answer, Request};
 use crate::node_api::LeaveAnswer;
 
 fn answer_of(e: &[Effect], id: ControlId) -> Option<&Answer> {

@@ -3,8 +3,10 @@
 use std::path::PathBuf;
 
 use super::*;
-use crate::daemon::cache::Cached;
-use crate::daemon::protocol::{Answer, Request};
+use crate::config::ConfigError;
+use crate::daemon::core::cache::{CacheError, Cached};
+use crate::daemon::core::protocol::{Answer, Request};
+use crate::daemon::core::reload::ReloadError;
 
 #[test]
 fn the_first_tick_starts_every_task_but_ingest_and_opens_the_stream() {
@@ -141,7 +143,10 @@ fn outage_then_cold_start_from_the_cache_then_the_api_returns() {
     let mut cold = harness();
     let e = cold.step(Input::CacheLoaded(Ok(None)));
     assert!(e.is_empty());
-    let e = cold.step(Input::CacheLoaded(Err("unreadable".into())));
+    let e = cold.step(Input::CacheLoaded(Err(CacheError::Refused {
+        path: PathBuf::from("/s/state.json"),
+        reason: "unreadable".into(),
+    })));
     assert!(e.is_empty());
 }
 
@@ -222,7 +227,7 @@ fn applies_in_a_burst_coalesce_into_one_outstanding_apply() {
             1,
             seq,
             EventKind::PeerAdded {
-                peer: crate::daemon::accept::tests::peer(n),
+                peer: crate::daemon::core::accept::tests::peer(n),
             },
         ));
     }
@@ -283,7 +288,9 @@ fn reload_during_a_pull() {
     let before = h.core.config().clone();
     let e = h.step(Input::Reload {
         path: PathBuf::from("/c"),
-        config: Err("bad".into()),
+        config: Err(ReloadError::Config(ConfigError::Empty {
+            path: PathBuf::from("/c"),
+        })),
         log_level_pinned: false,
     });
     assert!(e.is_empty());
@@ -333,14 +340,14 @@ fn a_signal_stops_and_status_answers_from_the_live_peers() {
 
 #[test]
 fn cached_events_newer_than_the_state_are_applied_on_top() {
-    use crate::daemon::cache::CachedEvent;
+    use crate::daemon::core::cache::CachedEvent;
     use plexsphere_wire::node::Event;
     let mut h = harness();
     let s = one_state(7, 2);
     let envelope = signer().sign(SignContext::NodeState, &s).unwrap();
     let event = |seq: u64, n: u8| {
         let kind = EventKind::PeerAdded {
-            peer: crate::daemon::accept::tests::peer(n),
+            peer: crate::daemon::core::accept::tests::peer(n),
         };
         let frame = CachedEvent {
             id: seq,

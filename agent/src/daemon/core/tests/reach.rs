@@ -4,9 +4,9 @@ use plexsphere_wire::node::{EventKind, RelaySpec};
 use plexsphere_wire::signed::SignedEnvelope;
 
 use super::*;
-use crate::daemon::accept::tests::peer_id;
-use crate::daemon::protocol::{Answer, Request};
-use crate::daemon::status::{PathTransport, PeerPath};
+use crate::daemon::core::accept::tests::peer_id;
+use crate::daemon::core::protocol::{Answer, Request};
+use crate::daemon::core::status::{PathTransport, PeerPath};
 use crate::reach::io::{Path, PeerPathView, Transport};
 
 fn reach_ops(effects: &[Effect]) -> Vec<&ReachOp> {

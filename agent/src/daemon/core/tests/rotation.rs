@@ -8,8 +8,8 @@ use plexsphere_wire::rotation::KeyRotated;
 use super::*;
 use crate::config::rotation::Interval;
 use crate::daemon::core::io::KeyDone;
+use crate::daemon::core::protocol::{Answer, Request};
 use crate::daemon::core::rotation::{ROTATION_RETRY, RotationStart};
-use crate::daemon::protocol::{Answer, Request};
 use crate::identity::rotation::KeySecret;
 
 fn done(already: bool) -> KeyDone {

@@ -1,7 +1,8 @@
 //! The event stream: connect, frames and their refusals, stall then resume, ends.
 
 use super::*;
-use crate::daemon::accept::tests::{peer, peer_id};
+use crate::daemon::core::accept::tests::{peer, peer_id};
+use crate::daemon::core::stream_state::Stream;
 
 fn ended(reason: &str) -> StreamMsg {
     StreamMsg::Ended {
@@ -206,7 +207,7 @@ fn stream_ends_table() {
         if leaving {
             h.step(Input::Control {
                 id: 1,
-                request: crate::daemon::protocol::Request::Leave,
+                request: crate::daemon::core::protocol::Request::Leave,
             });
         }
         let e = h.stream(
@@ -227,7 +228,7 @@ fn stream_ends_table() {
         }
         if outcome.is_none() {
             // Retry-After is a floor for the reconnect.
-            let Stream::Waiting { until } = h.core.stream else {
+            let Stream::Waiting { until } = h.core.stream.state() else {
                 panic!("{label}")
             };
             assert!(until >= h.now.at + Duration::from_secs(9), "{label}");
@@ -246,7 +247,7 @@ fn a_revoked_event_ends_the_node_unless_it_is_leaving() {
     l.up(&one_state(4, 2));
     l.step(Input::Control {
         id: 1,
-        request: crate::daemon::protocol::Request::Leave,
+        request: crate::daemon::core::protocol::Request::Leave,
     });
     let e = l.frame(1, 5, EventKind::NodeRevoked);
     assert!(exits(&e).is_empty(), "the leave's answer ends it");
