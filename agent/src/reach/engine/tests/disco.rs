@@ -8,16 +8,16 @@ use plexsphere_wire::node::{NatMapping, NatReport};
 use plexsphere_wire::reach::disco::{Message, PairKey};
 use plexsphere_wire::reach::{public_key, shared_secret};
 
-use super::engine::{
+use crate::reach::engine::sim::{Net, engine, key_of, secret};
+use crate::reach::engine::{
     MAX_LEARNED_CANDIDATES, MAX_OUTSTANDING_TX, MAX_PINGS_PER_SEC, MAX_PONGS_PER_SEC,
     MAX_STATE_CANDIDATES, TX_LIFETIME,
 };
-use super::engine_sim::{Net, engine, key_of, secret};
-use super::io::{Effect, Input, Now, Path, PeerReach, TICK};
+use crate::reach::io::{Effect, Input, Now, Path, PeerReach, TICK};
 
 /// One engine (node 0) with node 1 as its peer, and a way to speak as node 1.
 pub(super) struct Lone {
-    pub engine: super::engine::Engine,
+    pub engine: crate::reach::engine::Engine,
     pub now: Now,
     pub pair: PairKey,
     pub peer: SocketAddr,
@@ -27,7 +27,7 @@ pub(super) struct Lone {
 
 impl Lone {
     /// No relay in the state: nothing to time a punch through, so the first probe round
-    /// pings every candidate at once (`engine_punch`).
+    /// pings every candidate at once (`punch`).
     pub fn new() -> (Self, Vec<Effect>) {
         let mut engine = engine(1);
         let net = Net::new([false, false]);

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use plexsphere_wire::reach::disco::Message;
 
-use super::engine::{LEARNED_LIFETIME, MAX_ANSWERS_PER_SOURCE_PER_SEC};
-use super::engine_disco_tests::Lone;
-use super::engine_sim::{key_of, net_spec_with};
-use super::io::{Effect, Input, Path, TICK};
+use super::disco::Lone;
+use crate::reach::engine::sim::{key_of, net_spec_with};
+use crate::reach::engine::{LEARNED_LIFETIME, MAX_ANSWERS_PER_SOURCE_PER_SEC};
+use crate::reach::io::{Effect, Input, Path, TICK};
 
 /// Node 1 answers every ping in `out` that node 0 sent to node 1's own address.
 fn answer(a: &mut Lone, out: &[Effect]) {

@@ -11,9 +11,9 @@ use std::time::{Duration, SystemTime};
 use plexsphere_wire::node::RelaySpec;
 use plexsphere_wire::signed::SignedEnvelope;
 
+use super::shared::lock;
 use super::*;
 use crate::reach::io::Path;
-use crate::reach::runtime_shared::lock;
 
 /// Records the endpoints the runtime sets.
 struct Recorder(Arc<Mutex<Vec<(PeerKey, SocketAddr)>>>);

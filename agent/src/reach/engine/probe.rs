@@ -1,7 +1,7 @@
 //! What the engine sends and what it does with the disco messages it gets: probe rounds,
 //! heartbeats, pongs, call-me-maybe punching, learned candidates. Every send goes through a
 //! per-peer budget ([`MAX_PINGS_PER_SEC`], [`MAX_PONGS_PER_SEC`]); every answer to a message
-//! through its source's budget first (`engine_guard`). An address is a candidate only when
+//! through its source's budget first (`guard`). An address is a candidate only when
 //! peers may send to it (`plexsphere_wire::endpoint`: no loopback, link-local, metadata
 //! service, mesh range, multicast or port 0), whether the state, a call-me-maybe or a ping's
 //! source names it.
@@ -12,14 +12,14 @@ use std::time::Instant;
 use plexsphere_wire::endpoint;
 use plexsphere_wire::reach::disco::Message;
 
-use super::engine::{
+use super::guard::Origin;
+use super::peer::{Dest, Peer};
+use super::{
     Counters, DIRECT_PROBE_INTERVAL, Engine, HEARTBEAT_INTERVAL, MAX_PINGS_PER_SEC,
     MAX_PONGS_PER_SEC, PROBE_INTERVAL, RETRY_INTERVAL, Sealer,
 };
-use super::engine_guard::Origin;
-use super::engine_peer::{Dest, Peer};
-use super::io::{Effect, Path, PeerReach};
 use crate::peer_key::PeerKey;
+use crate::reach::io::{Effect, Path, PeerReach};
 
 /// Where sends go while one input is handled: the sealer and tx ids, the drop counters, the
 /// effects being answered, and the time.
@@ -116,7 +116,7 @@ impl Engine {
 
     /// A probe round: a ping to every direct candidate that answers lately and through the
     /// relays [`Self::probe_relays`] names; the candidates that do not answer (cold) wait for
-    /// the punch the relay's pong starts (`engine_punch`). Without a relay to ping through,
+    /// the punch the relay's pong starts (`punch`). Without a relay to ping through,
     /// cold candidates are pinged at once: nothing can time them.
     pub(super) fn probe(&mut self, key: PeerKey, now: Instant, out: &mut Vec<Effect>) {
         let Some(peer) = self.peers.get(&key) else {
@@ -327,7 +327,7 @@ impl Engine {
     }
 
     /// "Probe me now at these addresses": ping every distinct one peers may send to at once
-    /// (the peer times its own pings to ours, `engine_punch`).
+    /// (the peer times its own pings to ours, `punch`).
     fn punch(&mut self, key: PeerKey, addrs: Vec<SocketAddr>, now: Instant, out: &mut Vec<Effect>) {
         let addrs = self.usable(addrs);
         let Some(peer) = self.peers.get_mut(&key) else {

@@ -239,5 +239,4 @@ fn an_up_relay_that_goes_silent_is_down_within_seconds_not_at_the_lease_end() {
     assert!(conn.is_down());
 }
 
-#[path = "relay_client_seal_tests.rs"]
 mod seal;

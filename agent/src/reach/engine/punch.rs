@@ -22,7 +22,7 @@
 //! entry before the peer's ping arrives, as long as the two relay legs are about as fast as
 //! each other (the error is under the direct path's one-way delay). A peer that receives a
 //! ping from an address it never had answers there and learns it (peer-reflexive,
-//! `engine_probe`), so a node whose router did move its mapping is still found where its pings
+//! `probe`), so a node whose router did move its mapping is still found where its pings
 //! come from whenever the other side's router lets them in.
 //!
 //! Without a relay to time through (none in the state, or all down or gone for the peer), cold
@@ -35,14 +35,14 @@ use std::time::{Duration, Instant};
 
 use plexsphere_wire::reach::disco::Message;
 
-use super::engine::Engine;
-use super::engine_peer::Dest;
-use super::engine_probe::Outbox;
-use super::io::Effect;
+use super::Engine;
+use super::peer::Dest;
+use super::probe::Outbox;
 use crate::peer_key::PeerKey;
+use crate::reach::io::Effect;
 
 impl Engine {
-    /// The earliest moment the engine wants an [`super::io::Input::Tick`] before the next
+    /// The earliest moment the engine wants an [`crate::reach::io::Input::Tick`] before the next
     /// regular one: a punch that is due. The runtime waits no longer than this.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.peers.values().filter_map(|p| p.punch_at).min()

@@ -1,5 +1,5 @@
 //! The runtime's loop: one thread, one queue, the engine's effects performed in order. See
-//! `runtime.rs` for what comes in and goes out.
+//! `mod.rs` for what comes in and goes out.
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -14,17 +14,17 @@ use plexsphere_wire::node::RelaySpec;
 use plexsphere_wire::reach::relay::{Frame, KeyPrefix, prefix};
 use plexsphere_wire::reach::{Kind, MAX_DATAGRAM, classify};
 
-use super::engine::Engine;
-use super::forward::{Forwarder, Route};
-use super::io::{Effect, Input, Now, Path, PeerReach, TICK, Transport};
-use super::relay_client::{Identity, Note, RelayConn};
-use super::relay_client_tcp::{TcpEvent, TcpLink};
-use super::runtime_shared::{
+use super::shared::{
     ADDRS_EVERY, Event, HANDSHAKES_EVERY, Mode, RELAY_IDLE, RuntimeSetup, STUN_EVERY, Shared, lock,
     offer,
 };
-use super::stun::{self, Poll, StunProbe};
 use crate::peer_key::PeerKey;
+use crate::reach::engine::Engine;
+use crate::reach::forward::{Forwarder, Route};
+use crate::reach::io::{Effect, Input, Now, Path, PeerReach, TICK, Transport};
+use crate::reach::relay_client::tcp::{TcpEvent, TcpLink};
+use crate::reach::relay_client::{Identity, Note, RelayConn};
+use crate::reach::stun::{self, Poll, StunProbe};
 
 struct Relay {
     spec: RelaySpec,
@@ -133,7 +133,7 @@ impl Loop {
     pub(crate) fn run(mut self, rx: &Receiver<Event>) {
         tracing::debug!(mode = ?self.setup.mode, port = (self.setup.listen_port)(), "reach runtime started");
         while !self.shared.stop.load(Ordering::Relaxed) {
-            // A punch the engine timed wakes the loop before the tick (engine_punch).
+            // A punch the engine timed wakes the loop before the tick (engine::punch).
             let wait = self.engine.poll_timeout().map_or(TICK, |at| {
                 at.saturating_duration_since(Instant::now()).min(TICK)
             });

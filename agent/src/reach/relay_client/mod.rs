@@ -25,11 +25,17 @@
 //! node's and the relay's keys, `Frame::Sealed`) with a counter above the last one accepted;
 //! unsealed or replayed ones are dropped (an unsealed `refused` is the hint above). Only they
 //! prove the relay alive. `recv` is not sealed: the datagram inside authenticates itself.
+//!
+//! [`tcp`] carries the frames of one connection over TCP with TLS, for networks that drop UDP.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use plexsphere_wire::reach::relay::{self, Frame, KeyPrefix, NodeKey, REREGISTER_SECS, RefuseCode};
+
+pub mod tcp;
+#[cfg(test)]
+mod tests;
 
 /// How long the relay gets to answer a `hello` or a `register`.
 pub const ANSWER_WITHIN: Duration = Duration::from_secs(1);
@@ -508,7 +514,3 @@ impl RelayConn {
         (out, notes)
     }
 }
-
-#[cfg(test)]
-#[path = "relay_client_tests.rs"]
-mod tests;
