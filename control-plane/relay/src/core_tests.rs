@@ -1,4 +1,5 @@
 use std::sync::Arc;
+use std::time::UNIX_EPOCH;
 
 use plexsphere_wire::signed::DomainSigner;
 
@@ -42,14 +43,7 @@ fn token_for(node_id: uuid::Uuid, key_generation: i64, node: &NodeKey, expires_a
 /// Runs hello + register for node secret `sk` from `peer`; the answer's frame.
 fn register(core: &mut Core, peer: Peer, sk: [u8; 32], now: Now) -> Frame {
     let node = plexsphere_wire::reach::public_key(&sk);
-    register_token(
-        core,
-        peer,
-        sk,
-        token(&node, now.unix as i64 + 600),
-        false,
-        now,
-    )
+    register_token(core, peer, sk, token(&node, now.unix() + 600), false, now)
 }
 
 /// Runs hello + register with `token`, with the sealed proof when `sealed`.
@@ -83,10 +77,10 @@ fn register_token(
 }
 
 fn at(t0: Instant, secs: u64) -> Now {
-    Now {
-        mono: t0 + Duration::from_secs(secs),
-        unix: 1_800_000_000 + secs,
-    }
+    Now::new(
+        t0 + Duration::from_secs(secs),
+        UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs),
+    )
 }
 
 fn udp(port: u16) -> Peer {
@@ -150,7 +144,7 @@ fn budget_cuts_a_flood_and_refills_with_time() {
     assert_eq!(c.counters.dropped_budget.get(), 90);
     // Half a second later, five more.
     let half = Now {
-        mono: t0 + Duration::from_millis(500),
+        at: t0 + Duration::from_millis(500),
         ..now
     };
     let delivered = (0..100)
@@ -307,12 +301,12 @@ fn strangers_get_no_pong_and_answers_within_their_prefixs_bucket() {
     assert_eq!(answered, 3);
     assert_eq!(c.counters.dropped_prefix_rate.get(), 17);
     // The same /24's STUN and refusals draw on the same (empty) bucket.
-    assert!(!c.may_answer(udp(9), now.mono));
+    assert!(!c.may_answer(udp(9), now.at));
     assert!(matches!(c.forward(udp(9), &[0; 8], 10, now), Forward::Drop));
     // Another /24 has its own; a TCP connection is never charged.
     let other = Peer::Udp(SocketAddr::from(([198, 51, 100, 1], 1)));
     assert!(c.handle(other, hello.clone(), now).is_some());
-    assert!(c.may_answer(Peer::Tcp(1), now.mono));
+    assert!(c.may_answer(Peer::Tcp(1), now.at));
     // A second later, one more for the first /24.
     let later = at(t0, 1);
     assert!(c.handle(udp(3), hello.clone(), later).is_some());
@@ -341,7 +335,7 @@ fn a_registered_address_is_answered_beyond_the_prefix_bucket() {
     ));
     // From now on the registered address gets pongs, STUN and renewals however often.
     for i in 0..10u8 {
-        assert!(c.may_answer(udp(1), now.mono));
+        assert!(c.may_answer(udp(1), now.at));
         assert!(matches!(
             c.handle(udp(1), Frame::Ping { nonce: [i; 8] }, now)
                 .unwrap()

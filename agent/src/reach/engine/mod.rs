@@ -147,7 +147,7 @@ impl Engine {
     /// Takes one input; answers what to do.
     pub fn handle(&mut self, now: Now, input: Input) -> Vec<Effect> {
         let mut out = Vec::new();
-        let t = now.mono;
+        let t = now.at;
         self.sealer.wall_micros = now
             .wall
             .duration_since(std::time::UNIX_EPOCH)

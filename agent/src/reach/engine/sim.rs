@@ -197,7 +197,7 @@ impl Net {
 
     pub fn at(&self) -> Now {
         Now {
-            mono: self.now,
+            at: self.now,
             wall: SystemTime::UNIX_EPOCH + self.now.duration_since(self.start),
         }
     }

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, PoisonError};
 use std::thread::JoinHandle;
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 use base64::Engine as _;
 use plexsphere_wire::node::RelaySpec;
@@ -85,10 +85,7 @@ pub(crate) struct Loop {
 }
 
 fn now() -> Now {
-    Now {
-        mono: Instant::now(),
-        wall: SystemTime::now(),
-    }
+    Now::system()
 }
 
 fn random_id() -> [u8; 12] {

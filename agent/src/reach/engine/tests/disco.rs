@@ -71,7 +71,7 @@ impl Lone {
     }
 
     pub fn later(&mut self, d: Duration) -> Vec<Effect> {
-        self.now.mono += d;
+        self.now.at += d;
         self.engine.handle(self.now, Input::Tick)
     }
 
@@ -208,10 +208,10 @@ fn a_pong_after_the_tx_lifetime_is_stray() {
 #[test]
 fn a_flood_of_pings_stays_within_the_bounds() {
     let (mut a, _) = Lone::new();
-    let start = a.now.mono;
+    let start = a.now.at;
     let mut sent = [(0usize, 0usize); 3];
     for n in 0..3000u32 {
-        a.now.mono = start + Duration::from_millis(u64::from(n));
+        a.now.at = start + Duration::from_millis(u64::from(n));
         let octets = n.to_be_bytes();
         let from = SocketAddr::from(([100, 64, octets[2], octets[3]], 40000));
         let out = a.as_peer(from, &Message::Ping { tx: [1; 12] });
@@ -290,7 +290,7 @@ fn a_faster_candidate_replaces_a_working_one_only_past_the_hysteresis() {
     let (mut a, out) = Lone::new();
     let lan = SocketAddr::from(([10, 9, 9, 9], 51820));
     let (wan_tx, lan_tx) = (a.pings_to(&out, a.peer)[0], a.pings_to(&out, lan)[0]);
-    a.now.mono += Duration::from_millis(30);
+    a.now.at += Duration::from_millis(30);
     a.as_peer(
         a.peer,
         &Message::Pong {
@@ -299,7 +299,7 @@ fn a_faster_candidate_replaces_a_working_one_only_past_the_hysteresis() {
         },
     );
     assert_eq!(a.path(), Path::Direct { endpoint: a.peer });
-    a.now.mono += Duration::from_millis(5);
+    a.now.at += Duration::from_millis(5);
     a.as_peer(
         lan,
         &Message::Pong {
@@ -315,7 +315,7 @@ fn a_faster_candidate_replaces_a_working_one_only_past_the_hysteresis() {
 
     // A new round where the LAN address answers in 2 ms and the other in 30 ms.
     let out = a.later(Duration::from_secs(31));
-    a.now.mono += Duration::from_millis(2);
+    a.now.at += Duration::from_millis(2);
     let lan_tx = a.pings_to(&out, lan)[0];
     a.as_peer(
         lan,

@@ -52,10 +52,10 @@ fn a_captured_ping_replayed_at_200_per_sec_leaves_the_direct_path_and_the_real_b
     // Five seconds of the capture replayed every 5 ms, alternately from node 1's address and
     // from the attacker's own; meanwhile node 1 pings every 500 ms and answers node 0's pings.
     let attacker = addr("203.0.113.66:40000");
-    let start = a.now.mono;
+    let start = a.now.at;
     let (mut real, mut answered) = (0u32, 0u32);
     for ms in (5..=5000u64).step_by(5) {
-        a.now.mono = start + Duration::from_millis(ms);
+        a.now.at = start + Duration::from_millis(ms);
         let from = if ms % 10 == 0 { a.peer } else { attacker };
         let out = a.deliver(from, captured.clone());
         assert!(
@@ -95,10 +95,10 @@ fn a_ping_flood_from_one_address_does_not_starve_another_address() {
     // wrong address) from one address at 500/s; node 1's other address pings 4 times a second.
     let flood = addr("203.0.113.66:40000");
     let other = addr("[2001:db8::2]:51820");
-    let start = a.now.mono;
+    let start = a.now.at;
     let (mut flood_pongs, mut sent, mut answered) = (0usize, 0u32, 0u32);
     for ms in (0..3000u64).step_by(2) {
-        a.now.mono = start + Duration::from_millis(ms);
+        a.now.at = start + Duration::from_millis(ms);
         let tx = [(ms >> 8) as u8, ms as u8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
         let out = a.as_peer(flood, &Message::Ping { tx });
         flood_pongs += a.pongs_to(&out, flood).len();
