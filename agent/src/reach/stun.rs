@@ -1,7 +1,7 @@
 //! The STUN client: Binding requests from the WireGuard socket (through the runtime) to the
 //! state's STUN servers and every relay's UDP address, and what the answers say about this
 //! node's NAT. Sans-IO: a [`StunProbe`] makes the requests and reads the answers; the runtime
-//! carries them and calls [`StunProbe::poll`] with the time.
+//! carries them and calls [`StunProbe::poll_probe`] with the time.
 //!
 //! A probe sends one request per server, retries a server that did not answer after
 //! [`RETRY_AFTER`] up to [`TRIES`] times in all, and is done when every server answered or ran
@@ -77,7 +77,7 @@ pub struct StunProbe {
     ids: HashMap<[u8; 12], SocketAddr>,
 }
 
-/// What [`StunProbe::poll`] answers.
+/// What [`StunProbe::poll_probe`] answers.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Poll {
     /// Requests to send now (first tries and retries), each to its server.
@@ -119,7 +119,7 @@ impl StunProbe {
     }
 
     /// Whether `datagram` from `from` answers this probe (then it is taken).
-    pub fn handle(&mut self, datagram: &[u8], from: SocketAddr) -> bool {
+    pub fn handle_datagram(&mut self, datagram: &[u8], from: SocketAddr) -> bool {
         let Some((id, seen)) = parse_binding_response(datagram) else {
             return false;
         };
@@ -133,7 +133,7 @@ impl StunProbe {
     }
 
     /// What to send now, or the result once nothing is left to wait for.
-    pub fn poll(&mut self, now: Instant) -> Poll {
+    pub fn poll_probe(&mut self, now: Instant) -> Poll {
         let mut out = Vec::new();
         self.asking
             .retain(|a| a.tries < TRIES || now.saturating_duration_since(a.sent) < RETRY_AFTER);
@@ -236,7 +236,7 @@ mod tests {
             n += 1;
             [n; 12]
         });
-        let Poll::Send(first) = p.poll(t0) else {
+        let Poll::Send(first) = p.poll_probe(t0) else {
             panic!("nothing sent")
         };
         assert_eq!(
@@ -245,16 +245,19 @@ mod tests {
         );
         let seen = addr("203.0.113.7:40001");
         // Right id, wrong server; wrong id, right server: neither counts.
-        assert!(!p.handle(&answer([1; 12], seen), s2));
-        assert!(!p.handle(&answer([7; 12], seen), s1));
-        assert!(p.handle(&answer([1; 12], seen), s1));
+        assert!(!p.handle_datagram(&answer([1; 12], seen), s2));
+        assert!(!p.handle_datagram(&answer([7; 12], seen), s1));
+        assert!(p.handle_datagram(&answer([1; 12], seen), s1));
         // s2 is asked again after RETRY_AFTER, and at most TRIES times in all.
-        assert_eq!(p.poll(t0 + Duration::from_millis(10)), Poll::Send(vec![]));
+        assert_eq!(
+            p.poll_probe(t0 + Duration::from_millis(10)),
+            Poll::Send(vec![])
+        );
         let mut t = t0;
         let mut resent = 0;
         loop {
             t += RETRY_AFTER;
-            match p.poll(t) {
+            match p.poll_probe(t) {
                 Poll::Send(v) => {
                     assert!(v.iter().all(|(s, _)| *s == s2));
                     resent += v.len();

@@ -235,7 +235,7 @@ impl Core {
     }
 
     /// Drops every registration whose lease (or token) ended, and prunes idle answer buckets.
-    pub fn sweep(&mut self, now: Instant) {
+    pub fn handle_timeout(&mut self, now: Instant) {
         self.strangers.tick(now);
         let (by_peer, by_prefix, by_id) = (&mut self.by_peer, &mut self.by_prefix, &mut self.by_id);
         self.nodes.retain(|key, r| {
@@ -382,8 +382,8 @@ impl Core {
         })
     }
 
-    /// The answer to one frame from `peer` (a `send` goes through [`Core::forward`]).
-    pub fn handle(&mut self, peer: Peer, frame: Frame, now: Now) -> Option<Out> {
+    /// The answer to one frame from `peer` (a `send` goes through [`Core::handle_send`]).
+    pub fn handle_frame(&mut self, frame: Frame, peer: Peer, now: Now) -> Option<Out> {
         match frame {
             Frame::Hello { node } => {
                 if !self.may_answer(peer, now.at) {
@@ -411,17 +411,19 @@ impl Core {
                 self.counters.dropped_unregistered.inc();
                 None
             }
-            Frame::Send { dst, payload } => match self.forward(peer, &dst, payload.len(), now) {
-                Forward::Deliver { to, src } => Some(Out {
-                    to,
-                    frame: Frame::Recv {
-                        src: prefix(&src),
-                        payload,
-                    },
-                }),
-                Forward::Answer(out) => Some(out),
-                Forward::Drop => None,
-            },
+            Frame::Send { dst, payload } => {
+                match self.handle_send(&dst, payload.len(), peer, now) {
+                    Forward::Deliver { to, src } => Some(Out {
+                        to,
+                        frame: Frame::Recv {
+                            src: prefix(&src),
+                            payload,
+                        },
+                    }),
+                    Forward::Answer(out) => Some(out),
+                    Forward::Drop => None,
+                }
+            }
             Frame::Pong { .. } => None,
             Frame::Challenge { .. }
             | Frame::Registered { .. }
@@ -472,7 +474,7 @@ impl Core {
         }
         let new_id = !self.nodes.contains_key(&node) && !self.by_id.contains_key(&id);
         if new_id && self.nodes.len() >= self.limits.max_nodes {
-            self.sweep(now.at);
+            self.handle_timeout(now.at);
             if self.nodes.len() >= self.limits.max_nodes {
                 self.hit(Limit::MaxNodes, now.at);
                 return self.refuse_proved(peer, seal, RefuseCode::Busy, "this relay has as many nodes registered as it takes (--max-nodes): use another relay", now);
@@ -634,7 +636,7 @@ impl Core {
     }
 
     /// Where a `send` of `len` payload bytes to `dst` from `peer` goes.
-    pub fn forward(&mut self, peer: Peer, dst: &KeyPrefix, len: usize, now: Now) -> Forward {
+    pub fn handle_send(&mut self, dst: &KeyPrefix, len: usize, peer: Peer, now: Now) -> Forward {
         let Some(src) = self.by_peer.get(&peer).copied() else {
             return self.not_registered(peer, now.at);
         };

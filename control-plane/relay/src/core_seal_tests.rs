@@ -50,18 +50,18 @@ fn a_sealed_registration_gets_sealed_answers_with_a_growing_counter() {
         "the counter starts at the relay's time"
     );
     let pong = c
-        .handle(udp(1), Frame::Ping { nonce: [4; 8] }, now)
+        .handle_frame(Frame::Ping { nonce: [4; 8] }, udp(1), now)
         .unwrap()
         .frame;
     let (second, pong) = open([1; 32], pong);
     assert_eq!(pong, Frame::Pong { nonce: [4; 8] });
     assert!(second > first);
-    let (third, gone) = open([1; 32], answer(c.forward(udp(1), &[0xEE; 8], 10, now)));
+    let (third, gone) = open([1; 32], answer(c.handle_send(&[0xEE; 8], 10, udp(1), now)));
     assert_eq!(gone, Frame::PeerGone { dst: [0xEE; 8] });
     assert!(third > second);
     // A sealed frame of node 1 does not open under node 2's key.
     let Frame::Sealed { counter, body, tag } = c
-        .handle(udp(1), Frame::Ping { nonce: [5; 8] }, now)
+        .handle_frame(Frame::Ping { nonce: [5; 8] }, udp(1), now)
         .unwrap()
         .frame
     else {
@@ -74,13 +74,13 @@ fn a_sealed_registration_gets_sealed_answers_with_a_growing_counter() {
         Frame::Registered { .. }
     ));
     let pong = c
-        .handle(udp(2), Frame::Ping { nonce: [6; 8] }, now)
+        .handle_frame(Frame::Ping { nonce: [6; 8] }, udp(2), now)
         .unwrap()
         .frame;
     assert_eq!(pong, Frame::Pong { nonce: [6; 8] });
     // Nobody registered at that address: a plain refusal (a hint, nothing more).
     assert!(matches!(
-        answer(c.forward(udp(9), &[0xEE; 8], 10, now)),
+        answer(c.handle_send(&[0xEE; 8], 10, udp(9), now)),
         Frame::Refused {
             code: RefuseCode::NotRegistered,
             ..
@@ -134,7 +134,7 @@ fn key_rotations_leave_one_registration_a_node_id_and_an_older_key_is_refused() 
     );
     // ... and its old address is no longer registered: sends from it are refused.
     assert!(matches!(
-        answer(c.forward(udp(119), &[0xEE; 8], 10, now)),
+        answer(c.handle_send(&[0xEE; 8], 10, udp(119), now)),
         Frame::Refused {
             code: RefuseCode::NotRegistered,
             ..
@@ -145,7 +145,7 @@ fn key_rotations_leave_one_registration_a_node_id_and_an_older_key_is_refused() 
     let t = token(&other, now.unix() + 600);
     register_token(&mut c, udp(900), [200; 32], t, true, now);
     assert!(matches!(
-        c.forward(udp(120), &prefix(&other), 10, now),
+        c.handle_send(&prefix(&other), 10, udp(120), now),
         Forward::Deliver { .. }
     ));
     assert_eq!(c.registered(), 2);
@@ -209,7 +209,7 @@ fn a_revoked_nodes_token_is_refused_after_expiry_and_a_live_node_keeps_working_a
             );
             assert!(matches!(f, Frame::Registered { .. }), "at {s} s: {f:?}");
             assert!(matches!(
-                c.forward(udp(1), &prefix(&revoked_pk), 10, now),
+                c.handle_send(&prefix(&revoked_pk), 10, udp(1), now),
                 Forward::Deliver { .. }
             ));
         }
@@ -218,7 +218,7 @@ fn a_revoked_nodes_token_is_refused_after_expiry_and_a_live_node_keeps_working_a
     // Its last registration was at ttl - 20 s with a lease of 60 s: the token ends it sooner.
     let after = at(t0, ttl + 1);
     assert!(matches!(
-        answer(c.forward(udp(2), &prefix(&live_pk), 10, after)),
+        answer(c.handle_send(&prefix(&live_pk), 10, udp(2), after)),
         Frame::Refused {
             code: RefuseCode::NotRegistered,
             ..
@@ -226,7 +226,7 @@ fn a_revoked_nodes_token_is_refused_after_expiry_and_a_live_node_keeps_working_a
     ));
     let (_, f) = open(
         live,
-        answer(c.forward(udp(1), &prefix(&revoked_pk), 10, after)),
+        answer(c.handle_send(&prefix(&revoked_pk), 10, udp(1), after)),
     );
     assert_eq!(
         f,
@@ -266,17 +266,17 @@ fn a_registration_ends_with_its_token_unless_renewed() {
     register_token(&mut c, udp(2), [2; 32], tb, true, renew);
     let later = at(t0, 31);
     assert!(matches!(
-        answer(c.forward(udp(1), &prefix(&b), 10, later)),
+        answer(c.handle_send(&prefix(&b), 10, udp(1), later)),
         Frame::Refused {
             code: RefuseCode::NotRegistered,
             ..
         }
     ));
     assert!(matches!(
-        c.forward(udp(2), &[0xEE; 8], 10, later),
+        c.handle_send(&[0xEE; 8], 10, udp(2), later),
         Forward::Answer(_)
     ));
-    c.sweep(later.at);
+    c.handle_timeout(later.at);
     assert_eq!(
         c.registered(),
         1,

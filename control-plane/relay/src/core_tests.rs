@@ -56,7 +56,11 @@ fn register_token(
     now: Now,
 ) -> Frame {
     let node = plexsphere_wire::reach::public_key(&sk);
-    let cookie = match core.handle(peer, Frame::Hello { node }, now).unwrap().frame {
+    let cookie = match core
+        .handle_frame(Frame::Hello { node }, peer, now)
+        .unwrap()
+        .frame
+    {
         Frame::Challenge { cookie } => cookie,
         f => panic!("want a challenge, got {f:?}"),
     };
@@ -73,7 +77,7 @@ fn register_token(
         proof,
         token,
     };
-    core.handle(peer, frame, now).unwrap().frame
+    core.handle_frame(frame, peer, now).unwrap().frame
 }
 
 fn at(t0: Instant, secs: u64) -> Now {
@@ -138,7 +142,12 @@ fn budget_cuts_a_flood_and_refills_with_time() {
     register(&mut c, udp(2), [2; 32], now);
     let dst = plexsphere_wire::reach::relay::prefix(&plexsphere_wire::reach::public_key(&[2; 32]));
     let delivered = (0..100)
-        .filter(|_| matches!(c.forward(udp(1), &dst, 100, now), Forward::Deliver { .. }))
+        .filter(|_| {
+            matches!(
+                c.handle_send(&dst, 100, udp(1), now),
+                Forward::Deliver { .. }
+            )
+        })
         .count();
     assert_eq!(delivered, 10);
     assert_eq!(c.counters.dropped_budget.get(), 90);
@@ -148,7 +157,12 @@ fn budget_cuts_a_flood_and_refills_with_time() {
         ..now
     };
     let delivered = (0..100)
-        .filter(|_| matches!(c.forward(udp(1), &dst, 100, half), Forward::Deliver { .. }))
+        .filter(|_| {
+            matches!(
+                c.handle_send(&dst, 100, udp(1), half),
+                Forward::Deliver { .. }
+            )
+        })
         .count();
     assert_eq!(delivered, 5);
 }
@@ -164,10 +178,10 @@ fn a_new_registration_moves_the_key_and_the_old_address_is_unregistered() {
     // Node 1 roams to port 9.
     register(&mut c, udp(9), [1; 32], now);
     assert!(matches!(
-        c.forward(udp(9), &dst, 10, now),
+        c.handle_send(&dst, 10, udp(9), now),
         Forward::Deliver { .. }
     ));
-    match c.forward(udp(1), &dst, 10, now) {
+    match c.handle_send(&dst, 10, udp(1), now) {
         Forward::Answer(Out {
             frame: Frame::Refused { code, .. },
             ..
@@ -176,7 +190,7 @@ fn a_new_registration_moves_the_key_and_the_old_address_is_unregistered() {
     }
     // Node 2 sees node 1 at its new address.
     let src = plexsphere_wire::reach::relay::prefix(&plexsphere_wire::reach::public_key(&[1; 32]));
-    match c.forward(udp(2), &src, 10, now) {
+    match c.handle_send(&src, 10, udp(2), now) {
         Forward::Deliver { to: To::Udp(a), .. } => assert_eq!(Peer::Udp(a), udp(9)),
         f => panic!("want delivery, got {f:?}"),
     }
@@ -197,13 +211,13 @@ fn peer_gone_and_refusals_are_rate_limited() {
     register(&mut c, udp(1), [1; 32], now);
     let nobody = [0xEE; 8];
     let gone = (0..50)
-        .filter(|_| matches!(c.forward(udp(1), &nobody, 10, now), Forward::Answer(_)))
+        .filter(|_| matches!(c.handle_send(&nobody, 10, udp(1), now), Forward::Answer(_)))
         .count();
     assert_eq!(gone, 3);
     assert_eq!(c.counters.peer_gone.get(), 50);
     // A stranger's sends: at most the global refusal rate is answered.
     let refused = (0..50)
-        .filter(|_| matches!(c.forward(udp(77), &nobody, 10, now), Forward::Answer(_)))
+        .filter(|_| matches!(c.handle_send(&nobody, 10, udp(77), now), Forward::Answer(_)))
         .count();
     assert_eq!(refused, 4);
 }
@@ -286,7 +300,7 @@ fn strangers_get_no_pong_and_answers_within_their_prefixs_bucket() {
     let now = at(t0, 0);
     // A ping from nobody gets nothing.
     assert!(
-        c.handle(udp(5), Frame::Ping { nonce: [1; 8] }, now)
+        c.handle_frame(Frame::Ping { nonce: [1; 8] }, udp(5), now)
             .is_none()
     );
     assert_eq!(c.counters.dropped_unregistered.get(), 1);
@@ -295,22 +309,25 @@ fn strangers_get_no_pong_and_answers_within_their_prefixs_bucket() {
     let answered = (0..20u16)
         .filter(|p| {
             let from = Peer::Udp(SocketAddr::from(([192, 0, 2, (p % 5) as u8], 2000 + p)));
-            c.handle(from, hello.clone(), now).is_some()
+            c.handle_frame(hello.clone(), from, now).is_some()
         })
         .count();
     assert_eq!(answered, 3);
     assert_eq!(c.counters.dropped_prefix_rate.get(), 17);
     // The same /24's STUN and refusals draw on the same (empty) bucket.
     assert!(!c.may_answer(udp(9), now.at));
-    assert!(matches!(c.forward(udp(9), &[0; 8], 10, now), Forward::Drop));
+    assert!(matches!(
+        c.handle_send(&[0; 8], 10, udp(9), now),
+        Forward::Drop
+    ));
     // Another /24 has its own; a TCP connection is never charged.
     let other = Peer::Udp(SocketAddr::from(([198, 51, 100, 1], 1)));
-    assert!(c.handle(other, hello.clone(), now).is_some());
+    assert!(c.handle_frame(hello.clone(), other, now).is_some());
     assert!(c.may_answer(Peer::Tcp(1), now.at));
     // A second later, one more for the first /24.
     let later = at(t0, 1);
-    assert!(c.handle(udp(3), hello.clone(), later).is_some());
-    assert!(c.handle(udp(3), hello, later).is_none());
+    assert!(c.handle_frame(hello.clone(), udp(3), later).is_some());
+    assert!(c.handle_frame(hello, udp(3), later).is_none());
 }
 
 #[test]
@@ -337,7 +354,7 @@ fn a_registered_address_is_answered_beyond_the_prefix_bucket() {
     for i in 0..10u8 {
         assert!(c.may_answer(udp(1), now.at));
         assert!(matches!(
-            c.handle(udp(1), Frame::Ping { nonce: [i; 8] }, now)
+            c.handle_frame(Frame::Ping { nonce: [i; 8] }, udp(1), now)
                 .unwrap()
                 .frame,
             Frame::Pong { .. }

@@ -210,7 +210,7 @@ async fn serve(
             }
             let out = {
                 let mut core = shared.core();
-                let out = core.handle(Peer::Tcp(id), frame, Now::system());
+                let out = core.handle_frame(frame, Peer::Tcp(id), Now::system());
                 // Registered (its answer may be sealed: the core knows, not the frame's type).
                 registered |= core.is_registered(Peer::Tcp(id));
                 out

@@ -145,7 +145,7 @@ impl Engine {
     }
 
     /// Takes one input; answers what to do.
-    pub fn handle(&mut self, now: Now, input: Input) -> Vec<Effect> {
+    pub fn handle(&mut self, input: Input, now: Now) -> Vec<Effect> {
         let mut out = Vec::new();
         let t = now.at;
         self.sealer.wall_micros = now

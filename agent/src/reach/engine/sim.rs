@@ -228,7 +228,7 @@ impl Net {
     /// Hands node `i` an input now and routes what it answers.
     pub fn deliver(&mut self, i: usize, input: Input) {
         let now = self.at();
-        let effects = self.nodes[i].engine.handle(now, input);
+        let effects = self.nodes[i].engine.handle(input, now);
         for e in effects {
             self.route(i, e);
         }

@@ -1,6 +1,6 @@
 //! The relay client: one connection to one `plexsphere relay`, as a sans-IO state machine over
 //! relay frames ([`plexsphere_wire::reach::relay::Frame`]). The runtime carries the frames
-//! (over UDP from the WireGuard socket) and calls [`RelayConn::poll`] with the time.
+//! (over UDP from the WireGuard socket) and calls [`RelayConn::poll_frames`] with the time.
 //!
 //! | state | on | does |
 //! |---|---|---|
@@ -255,7 +255,7 @@ impl RelayConn {
     }
 
     /// Time passed: frames to send and what changed.
-    pub fn poll(&mut self, id: &Identity, now: Instant) -> (Vec<Frame>, Vec<Note>) {
+    pub fn poll_frames(&mut self, id: &Identity, now: Instant) -> (Vec<Frame>, Vec<Note>) {
         let (mut out, mut notes) = (Vec::new(), Vec::new());
         match self.state {
             State::Idle => {
@@ -338,7 +338,12 @@ impl RelayConn {
 
     /// A frame from the relay: frames to send back and what changed. Registered, refused,
     /// peer gone and pong act only sealed (see the module docs).
-    pub fn handle(&mut self, frame: Frame, id: &Identity, now: Instant) -> (Vec<Frame>, Vec<Note>) {
+    pub fn handle_frame(
+        &mut self,
+        frame: Frame,
+        id: &Identity,
+        now: Instant,
+    ) -> (Vec<Frame>, Vec<Note>) {
         let (mut out, mut notes) = (Vec::new(), Vec::new());
         match frame {
             Frame::Sealed { counter, body, tag } => {

@@ -170,7 +170,7 @@ impl Loop {
     }
 
     fn input(&mut self, input: Input) {
-        let effects = self.engine.handle(now(), input);
+        let effects = self.engine.handle(input, now());
         for e in effects {
             self.perform(e);
         }
@@ -631,7 +631,7 @@ impl Loop {
         match classify(datagram) {
             Kind::Stun => {
                 if let Some(p) = &mut self.probe {
-                    p.handle(datagram, from);
+                    p.handle_datagram(datagram, from);
                 }
             }
             Kind::Disco => self.input(Input::DiscoDirect {
@@ -671,7 +671,7 @@ impl Loop {
         let Some(conn) = self.conns.get_mut(name) else {
             return;
         };
-        let (out, notes) = conn.handle(frame, &self.id, t);
+        let (out, notes) = conn.handle_frame(frame, &self.id, t);
         self.floors.insert(name.to_owned(), conn.counter());
         for f in out {
             self.send_frame(name, &f);
@@ -803,7 +803,7 @@ impl Loop {
             }
         }
         let Some(p) = &mut self.probe else { return };
-        match p.poll(t) {
+        match p.poll_probe(t) {
             Poll::Send(out) => {
                 for (to, d) in out {
                     if let Err(e) = self.setup.underlay.send(&d, to) {
@@ -837,7 +837,7 @@ impl Loop {
             let Some(c) = self.conns.get_mut(&name) else {
                 continue;
             };
-            let (out, notes) = c.poll(&self.id, t);
+            let (out, notes) = c.poll_frames(&self.id, t);
             for f in out {
                 self.send_frame(&name, &f);
             }

@@ -87,14 +87,14 @@ fn drive(
     let mut all = Vec::new();
     let mut buf = [0u8; 4096];
     while Instant::now() < deadline {
-        let (out, notes) = conn.poll(id, Instant::now());
+        let (out, notes) = conn.poll_frames(id, Instant::now());
         all.extend(notes);
         for f in out {
             sock.send_to(&f.to_datagram(), relay).unwrap();
         }
         if let Ok((n, _)) = sock.recv_from(&mut buf) {
             let (out, notes) =
-                conn.handle(Frame::from_datagram(&buf[..n]).unwrap(), id, Instant::now());
+                conn.handle_frame(Frame::from_datagram(&buf[..n]).unwrap(), id, Instant::now());
             all.extend(notes);
             for f in out {
                 sock.send_to(&f.to_datagram(), relay).unwrap();
@@ -154,7 +154,7 @@ fn an_expired_token_waits_for_a_fresh_one_and_then_registers() {
         other => panic!("{other:?}"),
     }
     // Down for good: polling sends nothing, however long.
-    let (out, _) = conn.poll(&id, Instant::now() + Duration::from_secs(3600));
+    let (out, _) = conn.poll_frames(&id, Instant::now() + Duration::from_secs(3600));
     assert!(out.is_empty());
     conn.set_token(good);
     let notes = drive(&mut conn, &id, &sock, relay, |_, n| !n.is_empty());
@@ -173,12 +173,12 @@ fn a_silent_relay_is_down_after_give_up_and_retried_later_and_pings_are_answered
         Some(b"t".to_vec()),
         t0,
     );
-    let (out, _) = conn.poll(&id, t0);
+    let (out, _) = conn.poll_frames(&id, t0);
     assert_eq!(out, vec![Frame::Hello { node: id.public }]);
     // Retried every ANSWER_WITHIN, down at GIVE_UP.
-    let (out, _) = conn.poll(&id, t0 + ANSWER_WITHIN);
+    let (out, _) = conn.poll_frames(&id, t0 + ANSWER_WITHIN);
     assert_eq!(out.len(), 1);
-    let (_, notes) = conn.poll(&id, t0 + GIVE_UP);
+    let (_, notes) = conn.poll_frames(&id, t0 + GIVE_UP);
     assert!(
         matches!(
             &notes[..],
@@ -190,9 +190,9 @@ fn a_silent_relay_is_down_after_give_up_and_retried_later_and_pings_are_answered
         "{notes:?}"
     );
     assert!(conn.is_down());
-    let (out, _) = conn.poll(&id, t0 + GIVE_UP + RETRY_AFTER);
+    let (out, _) = conn.poll_frames(&id, t0 + GIVE_UP + RETRY_AFTER);
     assert_eq!(out, vec![Frame::Hello { node: id.public }]);
-    let (out, _) = conn.handle(Frame::Ping { nonce: [3; 8] }, &id, t0);
+    let (out, _) = conn.handle_frame(Frame::Ping { nonce: [3; 8] }, &id, t0);
     assert_eq!(out, vec![Frame::Pong { nonce: [3; 8] }]);
     // An unregistered node's sends queue, bounded.
     for _ in 0..(MAX_QUEUED + 5) {
@@ -211,26 +211,26 @@ fn an_up_relay_that_goes_silent_is_down_within_seconds_not_at_the_lease_end() {
         Some(b"t".to_vec()),
         t0,
     );
-    conn.poll(&id, t0);
-    conn.handle(Frame::Challenge { cookie: [1; 32] }, &id, t0);
-    let (_, notes) = conn.handle(sealed(1, Frame::Registered { lease_secs: 60 }), &id, t0);
+    conn.poll_frames(&id, t0);
+    conn.handle_frame(Frame::Challenge { cookie: [1; 32] }, &id, t0);
+    let (_, notes) = conn.handle_frame(sealed(1, Frame::Registered { lease_secs: 60 }), &id, t0);
     assert!(matches!(notes[..], [Note::Up { .. }]), "{notes:?}");
     // Keepalive pings go out while it answers, and answers keep it up.
-    let (out, notes) = conn.poll(&id, t0 + KEEPALIVE);
+    let (out, notes) = conn.poll_frames(&id, t0 + KEEPALIVE);
     assert!(
         out.iter().any(|f| matches!(f, Frame::Ping { .. })),
         "{out:?}"
     );
     assert!(notes.is_empty());
-    conn.handle(
+    conn.handle_frame(
         sealed(2, Frame::Pong { nonce: [0; 8] }),
         &id,
         t0 + KEEPALIVE,
     );
-    let (_, notes) = conn.poll(&id, t0 + KEEPALIVE + SILENT_DOWN - Duration::from_millis(1));
+    let (_, notes) = conn.poll_frames(&id, t0 + KEEPALIVE + SILENT_DOWN - Duration::from_millis(1));
     assert!(notes.is_empty(), "still heard recently: {notes:?}");
     // Then silence: down once nothing was heard for SILENT_DOWN, long before the lease ends.
-    let (_, notes) = conn.poll(&id, t0 + KEEPALIVE + SILENT_DOWN);
+    let (_, notes) = conn.poll_frames(&id, t0 + KEEPALIVE + SILENT_DOWN);
     match &notes[..] {
         [Note::Down { why, .. }] => assert!(why.contains("stopped answering"), "{why}"),
         other => panic!("{other:?}"),
