@@ -88,7 +88,7 @@ pub enum Poll {
 
 impl StunProbe {
     /// A probe of `servers` (deduplicated, at most [`MAX_SERVERS`]); `id` makes transaction
-    /// ids (random in the runtime, fixed in tests). Nothing is sent until [`Self::poll`].
+    /// ids (random in the runtime, fixed in tests). Nothing is sent until [`Self::poll_probe`].
     pub fn new(servers: &[SocketAddr], now: Instant, mut id: impl FnMut() -> [u8; 12]) -> Self {
         let mut seen = Vec::new();
         for s in servers {
