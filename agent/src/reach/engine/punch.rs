@@ -78,12 +78,7 @@ impl Engine {
         if ours.is_empty() {
             return;
         }
-        let mut post = Outbox {
-            sealer: &mut self.sealer,
-            counters: &mut self.counters,
-            effects: out,
-            now,
-        };
+        let mut post = Outbox::new(&mut self.sealer, &mut self.counters, out, now);
         let cmm = Message::CallMeMaybe { addrs: ours };
         post.send(key, peer, Dest::Relay(relay.to_owned()), cmm);
     }
@@ -107,15 +102,7 @@ impl Engine {
                 .filter(|c| !c.alive(now))
                 .map(|c| c.addr)
                 .collect();
-            let mut post = Outbox {
-                sealer: &mut self.sealer,
-                counters: &mut self.counters,
-                effects: out,
-                now,
-            };
-            for addr in cold {
-                post.ping(key, peer, Dest::Direct(addr));
-            }
+            self.ping_each(key, cold.into_iter().map(Dest::Direct), now, out);
         }
     }
 }
