@@ -132,6 +132,16 @@ impl StunProbe {
         true
     }
 
+    /// When [`Self::poll_probe`] next has something to do: the earliest retry or give-up of a
+    /// server still asked (a moment already past when a first try is due). `None` once every
+    /// server answered or gave up: then `poll_probe` answers `Done` at once.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.asking
+            .iter()
+            .filter_map(|a| a.sent.checked_add(RETRY_AFTER))
+            .min()
+    }
+
     /// What to send now, or the result once nothing is left to wait for.
     pub fn poll_probe(&mut self, now: Instant) -> Poll {
         let mut out = Vec::new();
@@ -270,6 +280,50 @@ mod tests {
             assert!(resent < 10, "never gave up");
         }
         assert_eq!(resent, (TRIES - 1) as usize);
+    }
+
+    #[test]
+    fn poll_timeout_names_every_retry_and_the_give_up_and_nothing_is_due_before_it() {
+        let t0 = Instant::now();
+        let s1 = addr("198.51.100.1:3478");
+        let mut p = StunProbe::new(&[s1], t0, || [1; 12]);
+        // The first try is due at once.
+        assert!(p.poll_timeout().is_some_and(|at| at <= t0));
+        assert!(matches!(p.poll_probe(t0), Poll::Send(v) if v.len() == 1));
+        let mut sent = 1;
+        let mut last = t0;
+        loop {
+            let at = p
+                .poll_timeout()
+                .expect("a server still asked has a deadline");
+            assert_eq!(at, last + RETRY_AFTER);
+            assert_eq!(
+                p.poll_probe(at - Duration::from_millis(1)),
+                Poll::Send(vec![])
+            );
+            match p.poll_probe(at) {
+                Poll::Send(v) => {
+                    assert_eq!(v.len(), 1);
+                    sent += 1;
+                }
+                Poll::Done(answers) => {
+                    assert_eq!(answers, vec![]);
+                    break;
+                }
+            }
+            assert!(sent <= TRIES, "more tries than TRIES");
+            last = at;
+        }
+        assert_eq!(sent, TRIES);
+        assert_eq!(p.poll_timeout(), None);
+
+        // An answer ends the waiting: no deadline, and the result at once.
+        let mut p = StunProbe::new(&[s1], t0, || [2; 12]);
+        let _ = p.poll_probe(t0);
+        let seen = addr("203.0.113.7:40001");
+        assert!(p.handle_datagram(&answer([2; 12], seen), s1));
+        assert_eq!(p.poll_timeout(), None);
+        assert_eq!(p.poll_probe(t0), Poll::Done(vec![(s1, seen)]));
     }
 
     #[test]

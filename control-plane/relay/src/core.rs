@@ -28,7 +28,7 @@
 //! answers of the UDP thread through [`Core::may_answer`]) takes a token of its source /24 or
 //! /48 ([`crate::prefix`]), so the relay reflects a bounded rate to any network whatever
 //! source a datagram names. A TCP peer has completed a handshake, so it is not charged; its
-//! connections are bounded per source instead ([`Core::open_tcp`]).
+//! connections are bounded per source instead ([`Core::handle_tcp_open`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -195,7 +195,7 @@ impl Core {
 
     /// A new TCP connection's writer queue, or `None` at `max_tcp_connections` or when its
     /// source holds `max_tcp_per_source` already.
-    pub fn open_tcp(
+    pub fn handle_tcp_open(
         &mut self,
         tx: mpsc::Sender<Vec<u8>>,
         addr: SocketAddr,
@@ -219,7 +219,7 @@ impl Core {
     }
 
     /// Forgets a closed TCP connection and the registration bound to it.
-    pub fn close_tcp(&mut self, id: ConnId) {
+    pub fn handle_tcp_close(&mut self, id: ConnId) {
         if let Some(conn) = self.conns.remove(&id) {
             let source = conn_source(conn.addr.ip());
             if let Some(n) = self.per_source.get_mut(&source) {

@@ -234,9 +234,9 @@ fn a_closed_tcp_connection_takes_its_registration_along() {
     );
     let (tx, _rx) = mpsc::channel(4);
     let addr = SocketAddr::from(([192, 0, 2, 5], 443));
-    let id = c.open_tcp(tx.clone(), addr, t0).unwrap();
+    let id = c.handle_tcp_open(tx.clone(), addr, t0).unwrap();
     assert!(
-        c.open_tcp(tx, addr, t0).is_none(),
+        c.handle_tcp_open(tx, addr, t0).is_none(),
         "over max_tcp_connections"
     );
     let now = at(t0, 0);
@@ -245,7 +245,7 @@ fn a_closed_tcp_connection_takes_its_registration_along() {
         Frame::Registered { .. }
     ));
     assert_eq!(c.registered(), 1);
-    c.close_tcp(id);
+    c.handle_tcp_close(id);
     assert_eq!(c.registered(), 0);
 }
 
@@ -261,7 +261,7 @@ fn tcp_connections_are_capped_per_source_and_64() {
         t0,
     );
     let (tx, _rx) = mpsc::channel(4);
-    let open = |c: &mut Core, a: &str| c.open_tcp(tx.clone(), a.parse().unwrap(), t0);
+    let open = |c: &mut Core, a: &str| c.handle_tcp_open(tx.clone(), a.parse().unwrap(), t0);
     let a = open(&mut c, "192.0.2.1:1000").unwrap();
     open(&mut c, "192.0.2.1:1001").unwrap();
     assert!(
@@ -279,7 +279,7 @@ fn tcp_connections_are_capped_per_source_and_64() {
     assert!(open(&mut c, "[2001:db8:0:2::1]:1").is_some(), "another /64");
     assert_eq!(c.counters.tcp_refused_per_source.get(), 2);
     // A closed connection gives its source a slot back.
-    c.close_tcp(a);
+    c.handle_tcp_close(a);
     assert!(open(&mut c, "192.0.2.1:1003").is_some());
 }
 
@@ -380,10 +380,13 @@ fn one_source_always_leaves_a_slot() {
     let mut c = core(limits(3, 256), t0);
     let (tx, _rx) = mpsc::channel(4);
     let a: SocketAddr = "192.0.2.1:1".parse().unwrap();
-    assert!(c.open_tcp(tx.clone(), a, t0).is_some());
-    assert!(c.open_tcp(tx.clone(), a, t0).is_some());
-    assert!(c.open_tcp(tx.clone(), a, t0).is_none());
-    assert!(c.open_tcp(tx, "192.0.2.2:1".parse().unwrap(), t0).is_some());
+    assert!(c.handle_tcp_open(tx.clone(), a, t0).is_some());
+    assert!(c.handle_tcp_open(tx.clone(), a, t0).is_some());
+    assert!(c.handle_tcp_open(tx.clone(), a, t0).is_none());
+    assert!(
+        c.handle_tcp_open(tx, "192.0.2.2:1".parse().unwrap(), t0)
+            .is_some()
+    );
 }
 
 #[path = "core_seal_tests.rs"]

@@ -49,7 +49,10 @@ pub(crate) async fn accept_loop(
                 let (tx, rx) = mpsc::channel::<Vec<u8>>(TCP_QUEUE_FRAMES);
                 // Counted here, before a task or a handshake, so a flood of connections from
                 // one source costs no TLS work past its cap and leaves the others their room.
-                let Some(id) = shared.core().open_tcp(tx, addr, std::time::Instant::now()) else {
+                let Some(id) = shared
+                    .core()
+                    .handle_tcp_open(tx, addr, std::time::Instant::now())
+                else {
                     drop(stream);
                     continue;
                 };
@@ -113,7 +116,7 @@ async fn connection(
         r = serve(stream, &conn, acceptor, &shared, rx) => r,
         _ = stop.changed() => Ok(Closed::Eof),
     };
-    shared.core().close_tcp(id);
+    shared.core().handle_tcp_close(id);
     match result {
         Ok(Closed::Eof) => tracing::debug!(%addr, "relay connection closed"),
         Err(Closed::Unregistered) => {

@@ -1,6 +1,7 @@
 //! The relay client: one connection to one `plexsphere relay`, as a sans-IO state machine over
 //! relay frames ([`plexsphere_wire::reach::relay::Frame`]). The runtime carries the frames
-//! (over UDP from the WireGuard socket) and calls [`RelayConn::poll_frames`] with the time.
+//! (over UDP from the WireGuard socket) and calls [`RelayConn::poll_frames`] with the time;
+//! [`RelayConn::poll_timeout`] says when that next has something to do.
 //!
 //! | state | on | does |
 //! |---|---|---|
@@ -113,6 +114,11 @@ pub enum Note {
     PeerGone {
         dst: KeyPrefix,
     },
+}
+
+/// The earliest of some deadlines (`None` ones never come).
+fn earliest<const N: usize>(deadlines: [Option<Instant>; N]) -> Option<Instant> {
+    deadlines.into_iter().flatten().min()
 }
 
 /// One relay connection; see the module docs.
@@ -326,6 +332,41 @@ impl RelayConn {
             State::Down { .. } => {}
         }
         (out, notes)
+    }
+
+    /// When [`Self::poll_frames`] next has something to do, from the table above: a retry,
+    /// give-up, keepalive, re-registration, silence or lease end. `None` while only an input
+    /// can move it (down waiting for a token, or idle with none that already said so). A
+    /// moment already past means at once (idle with a token, a new token to register with).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match self.state {
+            State::Idle => (self.token.is_some() || !self.said_no_token).then_some(self.last_used),
+            State::Hello { since, sent } | State::Registering { since, sent } => {
+                earliest([since.checked_add(GIVE_UP), sent.checked_add(ANSWER_WITHIN)])
+            }
+            State::Up { registered, lease } => {
+                let rehello = if self.token.is_none() {
+                    None
+                } else {
+                    let due = if self.renew {
+                        Some(registered)
+                    } else {
+                        registered.checked_add(Duration::from_secs(REREGISTER_SECS))
+                    };
+                    match self.rehello {
+                        None => due,
+                        Some(t) => t.checked_add(ANSWER_WITHIN).zip(due).map(|(a, d)| a.max(d)),
+                    }
+                };
+                earliest([
+                    self.last_heard.checked_add(SILENT_DOWN),
+                    registered.checked_add(lease),
+                    rehello,
+                    self.last_ping.checked_add(KEEPALIVE),
+                ])
+            }
+            State::Down { until } => until,
+        }
     }
 
     fn next_ping(&mut self, now: Instant, out: &mut Vec<Frame>) -> ([u8; 8], Instant) {

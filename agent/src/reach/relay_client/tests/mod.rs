@@ -239,4 +239,115 @@ fn an_up_relay_that_goes_silent_is_down_within_seconds_not_at_the_lease_end() {
     assert!(conn.is_down());
 }
 
+/// Polls `conn` just before its next deadline (nothing happens) and at it (something does);
+/// answers that time and what the poll there gave.
+fn step(conn: &mut RelayConn, id: &Identity) -> (Instant, Vec<Frame>, Vec<Note>) {
+    let at = conn.poll_timeout().expect("a deadline");
+    let (out, notes) = conn.poll_frames(id, at - Duration::from_millis(1));
+    assert!(
+        out.is_empty() && notes.is_empty(),
+        "early: {out:?} {notes:?}"
+    );
+    let (out, notes) = conn.poll_frames(id, at);
+    assert!(
+        !(out.is_empty() && notes.is_empty()),
+        "nothing at the deadline"
+    );
+    (at, out, notes)
+}
+
+#[test]
+fn poll_timeout_names_every_retry_keepalive_and_give_up_and_nothing_is_due_before_it() {
+    let id = Identity::new(NODE_SECRET);
+    let t0 = Instant::now();
+    let mut conn = RelayConn::new(
+        "r1".into(),
+        public_key(&RELAY_SECRET),
+        Some(b"t".to_vec()),
+        t0,
+    );
+    // Idle with a token: due at once.
+    assert!(conn.poll_timeout().is_some_and(|at| at <= t0));
+    let (out, _) = conn.poll_frames(&id, t0);
+    assert_eq!(out, vec![Frame::Hello { node: id.public }]);
+    // A silent relay: a hello every ANSWER_WITHIN, down at GIVE_UP, a hello RETRY_AFTER later.
+    let mut hellos = Vec::new();
+    while !conn.is_down() {
+        let (at, out, _) = step(&mut conn, &id);
+        if !out.is_empty() {
+            hellos.push(at - t0);
+        }
+    }
+    assert_eq!(
+        hellos,
+        vec![ANSWER_WITHIN, ANSWER_WITHIN * 2, ANSWER_WITHIN * 3]
+    );
+    let (at, out, _) = step(&mut conn, &id);
+    assert_eq!(at, t0 + GIVE_UP + RETRY_AFTER);
+    assert_eq!(out, vec![Frame::Hello { node: id.public }]);
+    // Up: a keepalive every KEEPALIVE, down once nothing was heard for SILENT_DOWN.
+    conn.handle_frame(Frame::Challenge { cookie: [1; 32] }, &id, at);
+    conn.handle_frame(sealed(1, Frame::Registered { lease_secs: 60 }), &id, at);
+    assert!(conn.is_up());
+    let up = at;
+    let mut pings = Vec::new();
+    while conn.is_up() {
+        let (t, out, _) = step(&mut conn, &id);
+        if out.iter().any(|f| matches!(f, Frame::Ping { .. })) {
+            pings.push(t - up);
+        }
+    }
+    assert_eq!(pings, vec![KEEPALIVE, KEEPALIVE * 2, KEEPALIVE * 3]);
+    assert_eq!(conn.poll_timeout(), Some(up + SILENT_DOWN + RETRY_AFTER));
+    // Refused for its token: nothing planned until a new token comes.
+    let expired = Frame::Refused {
+        code: RefuseCode::Expired,
+        reason: "expired".into(),
+    };
+    conn.handle_frame(sealed(2, expired), &id, up + SILENT_DOWN);
+    assert!(conn.is_down());
+    assert_eq!(conn.poll_timeout(), None);
+}
+
+#[test]
+fn poll_timeout_of_an_up_connection_says_when_to_register_again() {
+    let id = Identity::new(NODE_SECRET);
+    let t0 = Instant::now();
+    let mut conn = RelayConn::new(
+        "r1".into(),
+        public_key(&RELAY_SECRET),
+        Some(b"t".to_vec()),
+        t0,
+    );
+    conn.poll_frames(&id, t0);
+    conn.handle_frame(Frame::Challenge { cookie: [1; 32] }, &id, t0);
+    conn.handle_frame(sealed(1, Frame::Registered { lease_secs: 60 }), &id, t0);
+    // Answered keepalives keep it up; the hello again is due REREGISTER_SECS after registering.
+    let mut counter = 2;
+    let at = loop {
+        let (at, out, notes) = step(&mut conn, &id);
+        assert!(notes.is_empty(), "{notes:?}");
+        if out.iter().any(|f| matches!(f, Frame::Hello { .. })) {
+            break at;
+        }
+        conn.handle_frame(sealed(counter, Frame::Pong { nonce: [0; 8] }), &id, at);
+        counter += 1;
+    };
+    assert_eq!(at, t0 + Duration::from_secs(REREGISTER_SECS));
+    // Registered again; a new token makes the next hello due at once.
+    conn.handle_frame(
+        sealed(counter, Frame::Registered { lease_secs: 60 }),
+        &id,
+        at,
+    );
+    assert!(conn.poll_timeout().is_some_and(|d| d > at));
+    conn.set_token(b"t2".to_vec());
+    assert!(conn.poll_timeout().is_some_and(|d| d <= at));
+    let (out, _) = conn.poll_frames(&id, at);
+    assert!(
+        out.iter().any(|f| matches!(f, Frame::Hello { .. })),
+        "{out:?}"
+    );
+}
+
 mod seal;
