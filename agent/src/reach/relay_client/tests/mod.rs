@@ -107,6 +107,38 @@ fn drive(
     panic!("not done within 10 s: {all:?}");
 }
 
+/// A connection to "r1" holding the token `t`, idle at `t0`.
+fn with_token(t0: Instant) -> RelayConn {
+    RelayConn::new(
+        "r1".into(),
+        public_key(&RELAY_SECRET),
+        Some(b"t".to_vec()),
+        t0,
+    )
+}
+
+/// A connection that registered with a good proof (sealed `registered` with `counter`, a
+/// 60 s lease) at `t0`.
+fn up(id: &Identity, t0: Instant, counter: u64) -> RelayConn {
+    let mut conn = with_token(t0);
+    conn.poll_frames(id, t0);
+    let (out, _) = conn.handle_frame(Frame::Challenge { cookie: [1; 32] }, id, t0);
+    match &out[..] {
+        [Frame::Register { node, proof, .. }] => {
+            let shared = shared_secret(&RELAY_SECRET, node);
+            assert!(relay::sealed_proof_matches(&shared, &[1; 32], node, proof));
+        }
+        other => panic!("{other:?}"),
+    }
+    let (_, notes) = conn.handle_frame(
+        sealed(counter, Frame::Registered { lease_secs: 60 }),
+        id,
+        t0,
+    );
+    assert!(matches!(notes[..], [Note::Up { .. }]), "{notes:?}");
+    conn
+}
+
 #[test]
 fn registers_with_proof_and_token_then_relays_and_measures_the_rtt() {
     let token = br#"{"payload":"x"}"#.to_vec();
@@ -167,12 +199,7 @@ fn an_expired_token_waits_for_a_fresh_one_and_then_registers() {
 fn a_silent_relay_is_down_after_give_up_and_retried_later_and_pings_are_answered() {
     let id = Identity::new(NODE_SECRET);
     let t0 = Instant::now();
-    let mut conn = RelayConn::new(
-        "r1".into(),
-        public_key(&RELAY_SECRET),
-        Some(b"t".to_vec()),
-        t0,
-    );
+    let mut conn = with_token(t0);
     let (out, _) = conn.poll_frames(&id, t0);
     assert_eq!(out, vec![Frame::Hello { node: id.public }]);
     // Retried every ANSWER_WITHIN, down at GIVE_UP.
@@ -205,16 +232,7 @@ fn a_silent_relay_is_down_after_give_up_and_retried_later_and_pings_are_answered
 fn an_up_relay_that_goes_silent_is_down_within_seconds_not_at_the_lease_end() {
     let id = Identity::new(NODE_SECRET);
     let t0 = Instant::now();
-    let mut conn = RelayConn::new(
-        "r1".into(),
-        public_key(&RELAY_SECRET),
-        Some(b"t".to_vec()),
-        t0,
-    );
-    conn.poll_frames(&id, t0);
-    conn.handle_frame(Frame::Challenge { cookie: [1; 32] }, &id, t0);
-    let (_, notes) = conn.handle_frame(sealed(1, Frame::Registered { lease_secs: 60 }), &id, t0);
-    assert!(matches!(notes[..], [Note::Up { .. }]), "{notes:?}");
+    let mut conn = up(&id, t0, 1);
     // Keepalive pings go out while it answers, and answers keep it up.
     let (out, notes) = conn.poll_frames(&id, t0 + KEEPALIVE);
     assert!(
@@ -260,12 +278,7 @@ fn step(conn: &mut RelayConn, id: &Identity) -> (Instant, Vec<Frame>, Vec<Note>)
 fn poll_timeout_names_every_retry_keepalive_and_give_up_and_nothing_is_due_before_it() {
     let id = Identity::new(NODE_SECRET);
     let t0 = Instant::now();
-    let mut conn = RelayConn::new(
-        "r1".into(),
-        public_key(&RELAY_SECRET),
-        Some(b"t".to_vec()),
-        t0,
-    );
+    let mut conn = with_token(t0);
     // Idle with a token: due at once.
     assert!(conn.poll_timeout().is_some_and(|at| at <= t0));
     let (out, _) = conn.poll_frames(&id, t0);
@@ -313,15 +326,7 @@ fn poll_timeout_names_every_retry_keepalive_and_give_up_and_nothing_is_due_befor
 fn poll_timeout_of_an_up_connection_says_when_to_register_again() {
     let id = Identity::new(NODE_SECRET);
     let t0 = Instant::now();
-    let mut conn = RelayConn::new(
-        "r1".into(),
-        public_key(&RELAY_SECRET),
-        Some(b"t".to_vec()),
-        t0,
-    );
-    conn.poll_frames(&id, t0);
-    conn.handle_frame(Frame::Challenge { cookie: [1; 32] }, &id, t0);
-    conn.handle_frame(sealed(1, Frame::Registered { lease_secs: 60 }), &id, t0);
+    let mut conn = up(&id, t0, 1);
     // Answered keepalives keep it up; the hello again is due REREGISTER_SECS after registering.
     let mut counter = 2;
     let at = loop {

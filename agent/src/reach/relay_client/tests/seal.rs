@@ -3,33 +3,11 @@
 
 use super::*;
 
-/// A connection that registered (sealed `registered` with counter 10) at `t0`.
-fn up(id: &Identity, t0: Instant) -> RelayConn {
-    let mut conn = RelayConn::new(
-        "r1".into(),
-        public_key(&RELAY_SECRET),
-        Some(b"t".to_vec()),
-        t0,
-    );
-    conn.poll_frames(id, t0);
-    let (out, _) = conn.handle_frame(Frame::Challenge { cookie: [1; 32] }, id, t0);
-    match &out[..] {
-        [Frame::Register { node, proof, .. }] => {
-            let shared = shared_secret(&RELAY_SECRET, node);
-            assert!(relay::sealed_proof_matches(&shared, &[1; 32], node, proof));
-        }
-        other => panic!("{other:?}"),
-    }
-    let (_, notes) = conn.handle_frame(sealed(10, Frame::Registered { lease_secs: 60 }), id, t0);
-    assert!(matches!(notes[..], [Note::Up { .. }]), "{notes:?}");
-    conn
-}
-
 #[test]
 fn a_spoofed_refused_or_peer_gone_without_a_valid_seal_changes_nothing() {
     let id = Identity::new(NODE_SECRET);
     let t0 = Instant::now();
-    let mut conn = up(&id, t0);
+    let mut conn = up(&id, t0, 10);
     for (i, code) in [
         RefuseCode::Expired,
         RefuseCode::BadToken,
@@ -82,7 +60,7 @@ fn a_spoofed_refused_or_peer_gone_without_a_valid_seal_changes_nothing() {
 fn a_replayed_sealed_frame_with_an_old_counter_is_ignored() {
     let id = Identity::new(NODE_SECRET);
     let t0 = Instant::now();
-    let mut conn = up(&id, t0);
+    let mut conn = up(&id, t0, 10);
     let gone = sealed(11, Frame::PeerGone { dst: [9; 8] });
     let (_, notes) = conn.handle_frame(gone.clone(), &id, t0);
     assert_eq!(notes, vec![Note::PeerGone { dst: [9; 8] }]);
@@ -110,17 +88,12 @@ fn a_replayed_sealed_frame_with_an_old_counter_is_ignored() {
 fn unsealed_answers_never_bring_a_connection_up_or_keep_it_alive() {
     let id = Identity::new(NODE_SECRET);
     let t0 = Instant::now();
-    let mut conn = RelayConn::new(
-        "r1".into(),
-        public_key(&RELAY_SECRET),
-        Some(b"t".to_vec()),
-        t0,
-    );
+    let mut conn = with_token(t0);
     conn.poll_frames(&id, t0);
     conn.handle_frame(Frame::Challenge { cookie: [1; 32] }, &id, t0);
     let (_, notes) = conn.handle_frame(Frame::Registered { lease_secs: 60 }, &id, t0);
     assert!(notes.is_empty() && !conn.is_up(), "{notes:?}");
-    let mut conn = up(&id, t0);
+    let mut conn = up(&id, t0, 10);
     // Spoofed pongs do not count as the relay being heard.
     let silent = t0 + SILENT_DOWN;
     conn.handle_frame(Frame::Pong { nonce: [0; 8] }, &id, silent);
@@ -132,7 +105,7 @@ fn unsealed_answers_never_bring_a_connection_up_or_keep_it_alive() {
 fn a_fresh_token_while_up_registers_again_with_it_at_once() {
     let id = Identity::new(NODE_SECRET);
     let t0 = Instant::now();
-    let mut conn = up(&id, t0);
+    let mut conn = up(&id, t0, 10);
     let t = t0 + Duration::from_secs(1);
     conn.set_token(b"fresh".to_vec());
     let (out, _) = conn.poll_frames(&id, t);
