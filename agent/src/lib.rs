@@ -3,7 +3,10 @@
 //! The binary (`main.rs`) only parses the command line and calls [`app::main`]. Each subsystem
 //! owns a module: [`config`] (config.yaml), [`tls`] (trust), [`api_client`] (HTTP),
 //! [`identity`] (key and state files), [`join`] (enrolment), [`install`], [`daemon`] (`run`),
-//! [`mesh`] (WireGuard backends and the peer reconcile), [`logging`], and [`exit`] (the exit codes and the one place errors map to them).
+//! [`mesh`] (WireGuard backends and the peer reconcile), [`reach`] (direct paths through NATs,
+//! relays otherwise: a sans-IO engine and the runtime that drives it), [`diag`] (`plexd ping`,
+//! `netcheck`, `bugreport`), [`logging`], and [`exit`] (the exit codes and the one place errors
+//! map to them). docs/architecture.md names the words every sans-IO machine here uses.
 
 pub mod api_client;
 pub mod app;

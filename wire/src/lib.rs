@@ -6,6 +6,7 @@
 
 pub mod admin;
 pub mod audit;
+pub mod clock;
 pub mod domain_event;
 pub mod duration;
 pub mod endpoint;

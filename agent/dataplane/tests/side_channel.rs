@@ -2,98 +2,18 @@
 //! WireGuard reach the sink (and a full sink drops and counts them), WireGuard still flows,
 //! and raw datagrams go out from the current socket, also after a listen-port rebind.
 
+mod memory_node;
+
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, mpsc};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use plexd_dataplane::memory::{MemoryNetwork, MemoryTun, tun_pair};
+use memory_node::{Node, bounded_sink, wait};
+use plexd_dataplane::memory::{MemoryNetwork, tun_pair};
 use plexd_dataplane::packet::ipv4_udp;
-use plexd_dataplane::runner::{RunConfig, RunError, Shutdown, run};
-use plexd_dataplane::{
-    Device, DeviceUpdate, Key, PacketBatch, PeerUpdate, RawSender, SecretKey, SideSink, Tun, Udp,
-};
-
-struct Node {
-    host: MemoryTun,
-    device: Arc<Device>,
-    raw: RawSender,
-    shutdown: Shutdown,
-    thread: Option<JoinHandle<Result<(), RunError>>>,
-    key: SecretKey,
-}
-
-impl Node {
-    fn start(net: &MemoryNetwork, ip: [u8; 4], port: u16, side: Option<SideSink>) -> Node {
-        let (host, tun) = tun_pair();
-        let key = SecretKey::generate().expect("key");
-        let device = Arc::new(Device::new());
-        device
-            .apply(DeviceUpdate {
-                private_key: Some(Some(key.clone())),
-                ..DeviceUpdate::default()
-            })
-            .expect("key");
-        device.set_listen_port(port);
-        let raw = RawSender::new();
-        let config = RunConfig {
-            side,
-            raw: Some(raw.clone()),
-            ..RunConfig::default()
-        };
-        let shutdown = Shutdown::new();
-        let (d, s, binder) = (
-            device.clone(),
-            shutdown.clone(),
-            net.binder(IpAddr::from(ip)),
-        );
-        let thread = std::thread::spawn(move || run(d, tun, binder, config, s));
-        wait(
-            || raw.local_addr().is_some(),
-            "the runner never bound its socket",
-        );
-        Node {
-            host,
-            device,
-            raw,
-            shutdown,
-            thread: Some(thread),
-            key,
-        }
-    }
-
-    fn add_peer(&self, other: &Node, endpoint: SocketAddr, mesh: &str) {
-        self.device
-            .apply(DeviceUpdate {
-                peers: vec![PeerUpdate {
-                    endpoint: Some(endpoint),
-                    replace_allowed_ips: true,
-                    allowed_ips: vec![mesh.parse().expect("net")],
-                    ..PeerUpdate::new(Key(other.key.public_key().0))
-                }],
-                ..DeviceUpdate::default()
-            })
-            .expect("peer");
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        self.shutdown.trigger();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn wait(mut ok: impl FnMut() -> bool, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !ok() {
-        assert!(Instant::now() < deadline, "{what} within 10 s");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
+use plexd_dataplane::runner::{RunConfig, Shutdown, run};
+use plexd_dataplane::{Device, PacketBatch, RawSender, Tun, Udp};
 
 fn recv_one(socket: &impl Udp) -> (Vec<u8>, SocketAddr) {
     let mut batch = PacketBatch::for_datagrams(4);
@@ -114,13 +34,6 @@ fn send_one(socket: &impl Udp, datagram: &[u8], to: SocketAddr) {
     let mut batch = PacketBatch::for_datagrams(1);
     batch.push(datagram, to);
     assert_eq!(socket.send(&batch).expect("send"), 1);
-}
-
-/// A sink over a bounded channel, as the reach runtime builds it.
-fn bounded_sink(capacity: usize) -> (SideSink, mpsc::Receiver<(Vec<u8>, SocketAddr)>) {
-    let (tx, rx) = mpsc::sync_channel(capacity);
-    let sink = SideSink::new(move |d, from| tx.try_send((d.to_vec(), from)).is_ok());
-    (sink, rx)
 }
 
 #[test]
@@ -189,16 +102,8 @@ fn a_full_sink_drops_and_counts_and_no_sink_counts_malformed() {
         .bind("198.51.100.9:3478".parse().expect("addr"))
         .expect("bind");
     for i in 0..5u8 {
-        send_one(
-            &stranger,
-            &[b'p', b'x', b'd', 1, i],
-            a.raw.local_addr().expect("bound"),
-        );
-        send_one(
-            &stranger,
-            &[b'p', b'x', b'd', 1, i],
-            b.raw.local_addr().expect("bound"),
-        );
+        send_one(&stranger, &[b'p', b'x', b'd', 1, i], a.addr());
+        send_one(&stranger, &[b'p', b'x', b'd', 1, i], b.addr());
     }
     let dropped = &a.device.counters().side_dropped;
     wait(

@@ -165,7 +165,7 @@ fn stun_round(servers: &[SocketAddr]) -> (Vec<StunAnswer>, u16) {
     });
     let mut buf = [0u8; MAX_DATAGRAM];
     let seen = loop {
-        match probe.poll(Instant::now()) {
+        match probe.poll_probe(Instant::now()) {
             Poll::Done(seen) => break seen,
             Poll::Send(out) => {
                 for (to, datagram) in out {
@@ -176,7 +176,7 @@ fn stun_round(servers: &[SocketAddr]) -> (Vec<StunAnswer>, u16) {
             }
         }
         if let Ok((n, from)) = sock.recv_from(&mut buf) {
-            probe.handle(&buf[..n], from);
+            probe.handle_datagram(&buf[..n], from);
         }
     };
     let answers = v4

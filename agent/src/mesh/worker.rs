@@ -1,6 +1,8 @@
 //! The [`Mesh`] both WireGuard backends share: one worker thread owns every blocking
-//! `wireguard-control` call, so the daemon's event loop only waits (with a bound) for an
-//! answer. The worker also reconciles on its own every [`RECONCILE_EVERY`]: that drives the
+//! `wireguard-control` call (or data plane call). A [`Mesh`] call hands it a job and waits for
+//! the answer at most [`CALL_BOUND`]; the caller is the daemon's mesh thread
+//! (`daemon/mesh_thread.rs`), never its event loop, which gets every answer back as an input.
+//! The worker also reconciles on its own every [`RECONCILE_EVERY`]: that drives the
 //! endpoint rotation (a candidate that completes no handshake in 15 s gives way to the next)
 //! and puts back what someone changed by hand on the interface.
 

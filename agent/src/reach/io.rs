@@ -6,7 +6,7 @@
 //! Additive changes only: a new variant or field may be added by either side, nothing renamed.
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use plexsphere_wire::node::{NatReport, RelaySpec};
 
@@ -129,12 +129,8 @@ pub struct PeerPathView {
     pub last_handshake: Option<SystemTime>,
 }
 
-/// The engine's clock inputs, so tests step time.
-#[derive(Debug, Clone, Copy)]
-pub struct Now {
-    pub mono: Instant,
-    pub wall: SystemTime,
-}
+/// The engine's clock inputs, so tests step time (the project's one `Now`).
+pub use plexsphere_wire::clock::Now;
 
 /// This node's own candidates, for the endpoint report.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! The STUN client: Binding requests from the WireGuard socket (through the runtime) to the
 //! state's STUN servers and every relay's UDP address, and what the answers say about this
 //! node's NAT. Sans-IO: a [`StunProbe`] makes the requests and reads the answers; the runtime
-//! carries them and calls [`StunProbe::poll`] with the time.
+//! carries them and calls [`StunProbe::poll_probe`] with the time.
 //!
 //! A probe sends one request per server, retries a server that did not answer after
 //! [`RETRY_AFTER`] up to [`TRIES`] times in all, and is done when every server answered or ran
@@ -77,7 +77,7 @@ pub struct StunProbe {
     ids: HashMap<[u8; 12], SocketAddr>,
 }
 
-/// What [`StunProbe::poll`] answers.
+/// What [`StunProbe::poll_probe`] answers.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Poll {
     /// Requests to send now (first tries and retries), each to its server.
@@ -88,7 +88,7 @@ pub enum Poll {
 
 impl StunProbe {
     /// A probe of `servers` (deduplicated, at most [`MAX_SERVERS`]); `id` makes transaction
-    /// ids (random in the runtime, fixed in tests). Nothing is sent until [`Self::poll`].
+    /// ids (random in the runtime, fixed in tests). Nothing is sent until [`Self::poll_probe`].
     pub fn new(servers: &[SocketAddr], now: Instant, mut id: impl FnMut() -> [u8; 12]) -> Self {
         let mut seen = Vec::new();
         for s in servers {
@@ -119,7 +119,7 @@ impl StunProbe {
     }
 
     /// Whether `datagram` from `from` answers this probe (then it is taken).
-    pub fn handle(&mut self, datagram: &[u8], from: SocketAddr) -> bool {
+    pub fn handle_datagram(&mut self, datagram: &[u8], from: SocketAddr) -> bool {
         let Some((id, seen)) = parse_binding_response(datagram) else {
             return false;
         };
@@ -132,8 +132,18 @@ impl StunProbe {
         true
     }
 
+    /// When [`Self::poll_probe`] next has something to do: the earliest retry or give-up of a
+    /// server still asked (a moment already past when a first try is due). `None` once every
+    /// server answered or gave up: then `poll_probe` answers `Done` at once.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.asking
+            .iter()
+            .filter_map(|a| a.sent.checked_add(RETRY_AFTER))
+            .min()
+    }
+
     /// What to send now, or the result once nothing is left to wait for.
-    pub fn poll(&mut self, now: Instant) -> Poll {
+    pub fn poll_probe(&mut self, now: Instant) -> Poll {
         let mut out = Vec::new();
         self.asking
             .retain(|a| a.tries < TRIES || now.saturating_duration_since(a.sent) < RETRY_AFTER);
@@ -236,7 +246,7 @@ mod tests {
             n += 1;
             [n; 12]
         });
-        let Poll::Send(first) = p.poll(t0) else {
+        let Poll::Send(first) = p.poll_probe(t0) else {
             panic!("nothing sent")
         };
         assert_eq!(
@@ -245,16 +255,19 @@ mod tests {
         );
         let seen = addr("203.0.113.7:40001");
         // Right id, wrong server; wrong id, right server: neither counts.
-        assert!(!p.handle(&answer([1; 12], seen), s2));
-        assert!(!p.handle(&answer([7; 12], seen), s1));
-        assert!(p.handle(&answer([1; 12], seen), s1));
+        assert!(!p.handle_datagram(&answer([1; 12], seen), s2));
+        assert!(!p.handle_datagram(&answer([7; 12], seen), s1));
+        assert!(p.handle_datagram(&answer([1; 12], seen), s1));
         // s2 is asked again after RETRY_AFTER, and at most TRIES times in all.
-        assert_eq!(p.poll(t0 + Duration::from_millis(10)), Poll::Send(vec![]));
+        assert_eq!(
+            p.poll_probe(t0 + Duration::from_millis(10)),
+            Poll::Send(vec![])
+        );
         let mut t = t0;
         let mut resent = 0;
         loop {
             t += RETRY_AFTER;
-            match p.poll(t) {
+            match p.poll_probe(t) {
                 Poll::Send(v) => {
                     assert!(v.iter().all(|(s, _)| *s == s2));
                     resent += v.len();
@@ -267,6 +280,50 @@ mod tests {
             assert!(resent < 10, "never gave up");
         }
         assert_eq!(resent, (TRIES - 1) as usize);
+    }
+
+    #[test]
+    fn poll_timeout_names_every_retry_and_the_give_up_and_nothing_is_due_before_it() {
+        let t0 = Instant::now();
+        let s1 = addr("198.51.100.1:3478");
+        let mut p = StunProbe::new(&[s1], t0, || [1; 12]);
+        // The first try is due at once.
+        assert!(p.poll_timeout().is_some_and(|at| at <= t0));
+        assert!(matches!(p.poll_probe(t0), Poll::Send(v) if v.len() == 1));
+        let mut sent = 1;
+        let mut last = t0;
+        loop {
+            let at = p
+                .poll_timeout()
+                .expect("a server still asked has a deadline");
+            assert_eq!(at, last + RETRY_AFTER);
+            assert_eq!(
+                p.poll_probe(at - Duration::from_millis(1)),
+                Poll::Send(vec![])
+            );
+            match p.poll_probe(at) {
+                Poll::Send(v) => {
+                    assert_eq!(v.len(), 1);
+                    sent += 1;
+                }
+                Poll::Done(answers) => {
+                    assert_eq!(answers, vec![]);
+                    break;
+                }
+            }
+            assert!(sent <= TRIES, "more tries than TRIES");
+            last = at;
+        }
+        assert_eq!(sent, TRIES);
+        assert_eq!(p.poll_timeout(), None);
+
+        // An answer ends the waiting: no deadline, and the result at once.
+        let mut p = StunProbe::new(&[s1], t0, || [2; 12]);
+        let _ = p.poll_probe(t0);
+        let seen = addr("203.0.113.7:40001");
+        assert!(p.handle_datagram(&answer([2; 12], seen), s1));
+        assert_eq!(p.poll_timeout(), None);
+        assert_eq!(p.poll_probe(t0), Poll::Done(vec![(s1, seen)]));
     }
 
     #[test]

@@ -28,7 +28,7 @@
 //! answers of the UDP thread through [`Core::may_answer`]) takes a token of its source /24 or
 //! /48 ([`crate::prefix`]), so the relay reflects a bounded rate to any network whatever
 //! source a datagram names. A TCP peer has completed a handshake, so it is not charged; its
-//! connections are bounded per source instead ([`Core::open_tcp`]).
+//! connections are bounded per source instead ([`Core::handle_tcp_open`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -84,26 +84,9 @@ pub enum Forward {
     Drop,
 }
 
-/// The time, both ways: the monotonic clock for leases and budgets, Unix seconds for cookies
-/// and tokens.
-#[derive(Debug, Clone, Copy)]
-pub struct Now {
-    pub mono: Instant,
-    pub unix: u64,
-}
-
-impl Now {
-    pub fn system() -> Self {
-        let unix = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs())
-            .unwrap_or(0);
-        Self {
-            mono: Instant::now(),
-            unix,
-        }
-    }
-}
+/// The time, both ways: the monotonic clock (`at`) for leases and budgets, the wall clock
+/// (`unix_secs()`) for cookies and tokens. The project's one `Now` (docs/architecture.md).
+pub use plexsphere_wire::clock::Now;
 
 /// A node as its tokens name it: Domain id and node id.
 type NodeId = (uuid::Uuid, uuid::Uuid);
@@ -212,7 +195,7 @@ impl Core {
 
     /// A new TCP connection's writer queue, or `None` at `max_tcp_connections` or when its
     /// source holds `max_tcp_per_source` already.
-    pub fn open_tcp(
+    pub fn handle_tcp_open(
         &mut self,
         tx: mpsc::Sender<Vec<u8>>,
         addr: SocketAddr,
@@ -236,7 +219,7 @@ impl Core {
     }
 
     /// Forgets a closed TCP connection and the registration bound to it.
-    pub fn close_tcp(&mut self, id: ConnId) {
+    pub fn handle_tcp_close(&mut self, id: ConnId) {
         if let Some(conn) = self.conns.remove(&id) {
             let source = conn_source(conn.addr.ip());
             if let Some(n) = self.per_source.get_mut(&source) {
@@ -252,7 +235,7 @@ impl Core {
     }
 
     /// Drops every registration whose lease (or token) ended, and prunes idle answer buckets.
-    pub fn sweep(&mut self, now: Instant) {
+    pub fn handle_timeout(&mut self, now: Instant) {
         self.strangers.tick(now);
         let (by_peer, by_prefix, by_id) = (&mut self.by_peer, &mut self.by_prefix, &mut self.by_id);
         self.nodes.retain(|key, r| {
@@ -399,14 +382,16 @@ impl Core {
         })
     }
 
-    /// The answer to one frame from `peer` (a `send` goes through [`Core::forward`]).
-    pub fn handle(&mut self, peer: Peer, frame: Frame, now: Now) -> Option<Out> {
+    /// The answer to one frame from `peer` (a `send` goes through [`Core::handle_send`]).
+    pub fn handle_frame(&mut self, frame: Frame, peer: Peer, now: Now) -> Option<Out> {
         match frame {
             Frame::Hello { node } => {
-                if !self.may_answer(peer, now.mono) {
+                if !self.may_answer(peer, now.at) {
                     return None;
                 }
-                let cookie = self.cookies.make(self.address(peer)?, &node, now.unix);
+                let cookie = self
+                    .cookies
+                    .make(self.address(peer)?, &node, now.unix_secs());
                 Some(Out {
                     to: self.to(peer)?,
                     frame: Frame::Challenge { cookie },
@@ -420,23 +405,25 @@ impl Core {
             } => self.register(peer, node, &cookie, &proof, &token, now),
             Frame::Ping { nonce } if self.by_peer.contains_key(&peer) => Some(Out {
                 to: self.to(peer)?,
-                frame: self.seal_for(peer, Frame::Pong { nonce }, now.unix),
+                frame: self.seal_for(peer, Frame::Pong { nonce }, now.unix_secs()),
             }),
             Frame::Ping { .. } => {
                 self.counters.dropped_unregistered.inc();
                 None
             }
-            Frame::Send { dst, payload } => match self.forward(peer, &dst, payload.len(), now) {
-                Forward::Deliver { to, src } => Some(Out {
-                    to,
-                    frame: Frame::Recv {
-                        src: prefix(&src),
-                        payload,
-                    },
-                }),
-                Forward::Answer(out) => Some(out),
-                Forward::Drop => None,
-            },
+            Frame::Send { dst, payload } => {
+                match self.handle_send(&dst, payload.len(), peer, now) {
+                    Forward::Deliver { to, src } => Some(Out {
+                        to,
+                        frame: Frame::Recv {
+                            src: prefix(&src),
+                            payload,
+                        },
+                    }),
+                    Forward::Answer(out) => Some(out),
+                    Forward::Drop => None,
+                }
+            }
             Frame::Pong { .. } => None,
             Frame::Challenge { .. }
             | Frame::Registered { .. }
@@ -460,8 +447,8 @@ impl Core {
         now: Now,
     ) -> Option<Out> {
         let addr = self.address(peer)?;
-        if !self.cookies.check(addr, &node, cookie, now.unix) {
-            return self.refuse(peer, RefuseCode::BadProof, "the cookie is not from this relay for this address and key, or older than a minute: send hello again", now.mono);
+        if !self.cookies.check(addr, &node, cookie, now.unix_secs()) {
+            return self.refuse(peer, RefuseCode::BadProof, "the cookie is not from this relay for this address and key, or older than a minute: send hello again", now.at);
         }
         let shared = plexsphere_wire::reach::shared_secret(&self.secret, &node);
         use plexsphere_wire::reach::relay::{proof_matches, sealed_proof_matches};
@@ -470,10 +457,10 @@ impl Core {
         } else if proof_matches(&shared, cookie, &node, proof) {
             None
         } else {
-            return self.refuse(peer, RefuseCode::BadProof, "the proof does not match this key and this relay's public key: check the relay key in the node's state", now.mono);
+            return self.refuse(peer, RefuseCode::BadProof, "the proof does not match this key and this relay's public key: check the relay key in the node's state", now.at);
         };
         // From here the node proved its key: its refusals are sealed when it asked for that.
-        let token = match self.check_token(&node, token, now.unix) {
+        let token = match self.check_token(&node, token, now.unix_secs()) {
             Ok(t) => t,
             Err((code, reason)) => return self.refuse_proved(peer, seal, code, reason, now),
         };
@@ -481,23 +468,23 @@ impl Core {
         if self
             .generations
             .get(&id)
-            .is_some_and(|g| g.until > now.mono && g.generation > token.key_generation)
+            .is_some_and(|g| g.until > now.at && g.generation > token.key_generation)
         {
             return self.refuse_proved(peer, seal, RefuseCode::BadToken, "the token is for an older key of this node (it rotated its key): register with the token of the current key", now);
         }
         let new_id = !self.nodes.contains_key(&node) && !self.by_id.contains_key(&id);
         if new_id && self.nodes.len() >= self.limits.max_nodes {
-            self.sweep(now.mono);
+            self.handle_timeout(now.at);
             if self.nodes.len() >= self.limits.max_nodes {
-                self.hit(Limit::MaxNodes, now.mono);
+                self.hit(Limit::MaxNodes, now.at);
                 return self.refuse_proved(peer, seal, RefuseCode::Busy, "this relay has as many nodes registered as it takes (--max-nodes): use another relay", now);
             }
         }
         // The token's end, on the monotonic clock (check_token saw it in the future).
         let left = u64::try_from(token.expires_at)
             .unwrap_or(0)
-            .saturating_sub(now.unix);
-        let token_end = now.mono + Duration::from_secs(left);
+            .saturating_sub(now.unix_secs());
+        let token_end = now.at + Duration::from_secs(left);
         let g = self.generations.entry(id).or_insert(Generation {
             generation: token.key_generation,
             until: token_end,
@@ -510,7 +497,7 @@ impl Core {
             };
             g.generation = token.key_generation;
         }
-        self.bind(peer, node, id, seal, token_end, now.mono);
+        self.bind(peer, node, id, seal, token_end, now.at);
         self.counters.registrations.inc();
         tracing::debug!(node = %STANDARD.encode(node), ?peer, "registered");
         let registered = Frame::Registered {
@@ -518,7 +505,7 @@ impl Core {
         };
         Some(Out {
             to: self.to(peer)?,
-            frame: self.seal_for(peer, registered, now.unix),
+            frame: self.seal_for(peer, registered, now.unix_secs()),
         })
     }
 
@@ -531,9 +518,9 @@ impl Core {
         reason: &str,
         now: Now,
     ) -> Option<Out> {
-        let mut out = self.refuse(peer, code, reason, now.mono)?;
+        let mut out = self.refuse(peer, code, reason, now.at)?;
         if let Some(key) = seal {
-            self.counter = (self.counter + 1).max(now.unix.saturating_mul(1_000_000));
+            self.counter = (self.counter + 1).max(now.unix_secs().saturating_mul(1_000_000));
             out.frame = key.seal(self.counter, &out.frame);
         }
         Some(out)
@@ -649,20 +636,20 @@ impl Core {
     }
 
     /// Where a `send` of `len` payload bytes to `dst` from `peer` goes.
-    pub fn forward(&mut self, peer: Peer, dst: &KeyPrefix, len: usize, now: Now) -> Forward {
+    pub fn handle_send(&mut self, dst: &KeyPrefix, len: usize, peer: Peer, now: Now) -> Forward {
         let Some(src) = self.by_peer.get(&peer).copied() else {
-            return self.not_registered(peer, now.mono);
+            return self.not_registered(peer, now.at);
         };
         let Some(reg) = self.nodes.get_mut(&src) else {
-            return self.not_registered(peer, now.mono);
+            return self.not_registered(peer, now.at);
         };
-        if reg.expires <= now.mono {
-            return self.not_registered(peer, now.mono);
+        if reg.expires <= now.at {
+            return self.not_registered(peer, now.at);
         }
-        if !reg.frames.take(1, now.mono) || !reg.bytes.take(len as u64, now.mono) {
+        if !reg.frames.take(1, now.at) || !reg.bytes.take(len as u64, now.at) {
             self.counters.dropped_budget.inc();
-            let answer = reg.answers.take(1, now.mono);
-            self.hit(Limit::NodeBudget, now.mono);
+            let answer = reg.answers.take(1, now.at);
+            self.hit(Limit::NodeBudget, now.at);
             return match (answer, self.to(peer)) {
                 (true, Some(to)) => {
                     let busy = Frame::Refused {
@@ -671,7 +658,7 @@ impl Core {
                     };
                     Forward::Answer(Out {
                         to,
-                        frame: self.seal_for(peer, busy, now.unix),
+                        frame: self.seal_for(peer, busy, now.unix_secs()),
                     })
                 }
                 _ => Forward::Drop,
@@ -681,7 +668,7 @@ impl Core {
             .by_prefix
             .get(dst)
             .and_then(|key| self.nodes.get(key))
-            .filter(|r| r.expires > now.mono)
+            .filter(|r| r.expires > now.at)
             .map(|r| r.peer);
         match target.and_then(|p| self.to(p)) {
             Some(to) => Forward::Deliver { to, src },
@@ -690,11 +677,11 @@ impl Core {
                 let answer = self
                     .nodes
                     .get_mut(&src)
-                    .is_some_and(|r| r.answers.take(1, now.mono));
+                    .is_some_and(|r| r.answers.take(1, now.at));
                 match (answer, self.to(peer)) {
                     (true, Some(to)) => Forward::Answer(Out {
                         to,
-                        frame: self.seal_for(peer, Frame::PeerGone { dst: *dst }, now.unix),
+                        frame: self.seal_for(peer, Frame::PeerGone { dst: *dst }, now.unix_secs()),
                     }),
                     _ => Forward::Drop,
                 }

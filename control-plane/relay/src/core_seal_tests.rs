@@ -36,7 +36,7 @@ fn a_sealed_registration_gets_sealed_answers_with_a_growing_counter() {
     let mut c = core(Limits::default(), t0);
     let now = at(t0, 0);
     let node = public_key(&[1; 32]);
-    let t = token(&node, now.unix as i64 + 600);
+    let t = token(&node, now.unix() + 600);
     let (first, registered) = open(
         [1; 32],
         register_token(&mut c, udp(1), [1; 32], t, true, now),
@@ -46,22 +46,22 @@ fn a_sealed_registration_gets_sealed_answers_with_a_growing_counter() {
         "{registered:?}"
     );
     assert!(
-        first >= now.unix * 1_000_000,
+        first >= now.unix_secs() * 1_000_000,
         "the counter starts at the relay's time"
     );
     let pong = c
-        .handle(udp(1), Frame::Ping { nonce: [4; 8] }, now)
+        .handle_frame(Frame::Ping { nonce: [4; 8] }, udp(1), now)
         .unwrap()
         .frame;
     let (second, pong) = open([1; 32], pong);
     assert_eq!(pong, Frame::Pong { nonce: [4; 8] });
     assert!(second > first);
-    let (third, gone) = open([1; 32], answer(c.forward(udp(1), &[0xEE; 8], 10, now)));
+    let (third, gone) = open([1; 32], answer(c.handle_send(&[0xEE; 8], 10, udp(1), now)));
     assert_eq!(gone, Frame::PeerGone { dst: [0xEE; 8] });
     assert!(third > second);
     // A sealed frame of node 1 does not open under node 2's key.
     let Frame::Sealed { counter, body, tag } = c
-        .handle(udp(1), Frame::Ping { nonce: [5; 8] }, now)
+        .handle_frame(Frame::Ping { nonce: [5; 8] }, udp(1), now)
         .unwrap()
         .frame
     else {
@@ -74,13 +74,13 @@ fn a_sealed_registration_gets_sealed_answers_with_a_growing_counter() {
         Frame::Registered { .. }
     ));
     let pong = c
-        .handle(udp(2), Frame::Ping { nonce: [6; 8] }, now)
+        .handle_frame(Frame::Ping { nonce: [6; 8] }, udp(2), now)
         .unwrap()
         .frame;
     assert_eq!(pong, Frame::Pong { nonce: [6; 8] });
     // Nobody registered at that address: a plain refusal (a hint, nothing more).
     assert!(matches!(
-        answer(c.forward(udp(9), &[0xEE; 8], 10, now)),
+        answer(c.handle_send(&[0xEE; 8], 10, udp(9), now)),
         Frame::Refused {
             code: RefuseCode::NotRegistered,
             ..
@@ -100,7 +100,7 @@ fn key_rotations_leave_one_registration_a_node_id_and_an_older_key_is_refused() 
             id(7),
             1_000 + i64::from(i) * 30,
             &public_key(&sk),
-            now.unix as i64 + 600,
+            now.unix() + 600,
         );
         let (_, f) = open(
             sk,
@@ -116,7 +116,7 @@ fn key_rotations_leave_one_registration_a_node_id_and_an_older_key_is_refused() 
         id(7),
         1_000 + 118 * 30,
         &public_key(&old_sk),
-        now.unix as i64 + 600,
+        now.unix() + 600,
     );
     let (_, f) = open(
         old_sk,
@@ -134,7 +134,7 @@ fn key_rotations_leave_one_registration_a_node_id_and_an_older_key_is_refused() 
     );
     // ... and its old address is no longer registered: sends from it are refused.
     assert!(matches!(
-        answer(c.forward(udp(119), &[0xEE; 8], 10, now)),
+        answer(c.handle_send(&[0xEE; 8], 10, udp(119), now)),
         Frame::Refused {
             code: RefuseCode::NotRegistered,
             ..
@@ -142,10 +142,10 @@ fn key_rotations_leave_one_registration_a_node_id_and_an_older_key_is_refused() 
     ));
     // The current key still relays to another node.
     let other = public_key(&[200; 32]);
-    let t = token(&other, now.unix as i64 + 600);
+    let t = token(&other, now.unix() + 600);
     register_token(&mut c, udp(900), [200; 32], t, true, now);
     assert!(matches!(
-        c.forward(udp(120), &prefix(&other), 10, now),
+        c.handle_send(&prefix(&other), 10, udp(120), now),
         Forward::Deliver { .. }
     ));
     assert_eq!(c.registered(), 2);
@@ -157,7 +157,7 @@ fn a_token_that_lives_longer_than_the_ttl_is_refused() {
     let mut c = core(Limits::default(), t0);
     let now = at(t0, 0);
     let node = public_key(&[1; 32]);
-    let day = token(&node, now.unix as i64 + 24 * 3600);
+    let day = token(&node, now.unix() + 24 * 3600);
     let (_, f) = open(
         [1; 32],
         register_token(&mut c, udp(1), [1; 32], day, true, now),
@@ -172,7 +172,7 @@ fn a_token_that_lives_longer_than_the_ttl_is_refused() {
         ),
         "{f:?}"
     );
-    let ttl = token(&node, now.unix as i64 + TOKEN_TTL_SECS);
+    let ttl = token(&node, now.unix() + TOKEN_TTL_SECS);
     let (_, f) = open(
         [1; 32],
         register_token(&mut c, udp(1), [1; 32], ttl, true, now),
@@ -190,14 +190,14 @@ fn a_revoked_nodes_token_is_refused_after_expiry_and_a_live_node_keeps_working_a
     let (live, revoked) = ([1; 32], [2; 32]);
     let (live_pk, revoked_pk) = (public_key(&live), public_key(&revoked));
     let start = at(t0, 0);
-    let expires = start.unix as i64 + TOKEN_TTL_SECS;
+    let expires = start.unix() + TOKEN_TTL_SECS;
     let revoked_token = token(&revoked_pk, expires);
     let ttl = TOKEN_TTL_SECS as u64;
     let mut s = 0;
     while s <= ttl + 60 {
         // The live node registers again every 20 s with the token of its last heartbeat.
         let now = at(t0, s);
-        let fresh = token(&live_pk, now.unix as i64 + TOKEN_TTL_SECS);
+        let fresh = token(&live_pk, now.unix() + TOKEN_TTL_SECS);
         let (_, f) = open(live, register_token(&mut c, udp(1), live, fresh, true, now));
         assert!(matches!(f, Frame::Registered { .. }), "at {s} s: {f:?}");
         if s < ttl {
@@ -209,7 +209,7 @@ fn a_revoked_nodes_token_is_refused_after_expiry_and_a_live_node_keeps_working_a
             );
             assert!(matches!(f, Frame::Registered { .. }), "at {s} s: {f:?}");
             assert!(matches!(
-                c.forward(udp(1), &prefix(&revoked_pk), 10, now),
+                c.handle_send(&prefix(&revoked_pk), 10, udp(1), now),
                 Forward::Deliver { .. }
             ));
         }
@@ -218,7 +218,7 @@ fn a_revoked_nodes_token_is_refused_after_expiry_and_a_live_node_keeps_working_a
     // Its last registration was at ttl - 20 s with a lease of 60 s: the token ends it sooner.
     let after = at(t0, ttl + 1);
     assert!(matches!(
-        answer(c.forward(udp(2), &prefix(&live_pk), 10, after)),
+        answer(c.handle_send(&prefix(&live_pk), 10, udp(2), after)),
         Frame::Refused {
             code: RefuseCode::NotRegistered,
             ..
@@ -226,7 +226,7 @@ fn a_revoked_nodes_token_is_refused_after_expiry_and_a_live_node_keeps_working_a
     ));
     let (_, f) = open(
         live,
-        answer(c.forward(udp(1), &prefix(&revoked_pk), 10, after)),
+        answer(c.handle_send(&prefix(&revoked_pk), 10, udp(1), after)),
     );
     assert_eq!(
         f,
@@ -257,29 +257,26 @@ fn a_registration_ends_with_its_token_unless_renewed() {
     let mut c = core(Limits::default(), t0);
     let now = at(t0, 0);
     let (a, b) = (public_key(&[1; 32]), public_key(&[2; 32]));
-    let (ta, tb) = (
-        token(&a, now.unix as i64 + 30),
-        token(&b, now.unix as i64 + 30),
-    );
+    let (ta, tb) = (token(&a, now.unix() + 30), token(&b, now.unix() + 30));
     register_token(&mut c, udp(1), [1; 32], ta, true, now);
     register_token(&mut c, udp(2), [2; 32], tb, true, now);
     // Node 2 renews at 20 s with a fresh token; node 1 does not.
     let renew = at(t0, 20);
-    let tb = token(&b, renew.unix as i64 + 600);
+    let tb = token(&b, renew.unix() + 600);
     register_token(&mut c, udp(2), [2; 32], tb, true, renew);
     let later = at(t0, 31);
     assert!(matches!(
-        answer(c.forward(udp(1), &prefix(&b), 10, later)),
+        answer(c.handle_send(&prefix(&b), 10, udp(1), later)),
         Frame::Refused {
             code: RefuseCode::NotRegistered,
             ..
         }
     ));
     assert!(matches!(
-        c.forward(udp(2), &[0xEE; 8], 10, later),
+        c.handle_send(&[0xEE; 8], 10, udp(2), later),
         Forward::Answer(_)
     ));
-    c.sweep(later.mono);
+    c.handle_timeout(later.at);
     assert_eq!(
         c.registered(),
         1,

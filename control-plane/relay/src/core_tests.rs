@@ -1,4 +1,5 @@
 use std::sync::Arc;
+use std::time::UNIX_EPOCH;
 
 use plexsphere_wire::signed::DomainSigner;
 
@@ -42,14 +43,7 @@ fn token_for(node_id: uuid::Uuid, key_generation: i64, node: &NodeKey, expires_a
 /// Runs hello + register for node secret `sk` from `peer`; the answer's frame.
 fn register(core: &mut Core, peer: Peer, sk: [u8; 32], now: Now) -> Frame {
     let node = plexsphere_wire::reach::public_key(&sk);
-    register_token(
-        core,
-        peer,
-        sk,
-        token(&node, now.unix as i64 + 600),
-        false,
-        now,
-    )
+    register_token(core, peer, sk, token(&node, now.unix() + 600), false, now)
 }
 
 /// Runs hello + register with `token`, with the sealed proof when `sealed`.
@@ -62,7 +56,11 @@ fn register_token(
     now: Now,
 ) -> Frame {
     let node = plexsphere_wire::reach::public_key(&sk);
-    let cookie = match core.handle(peer, Frame::Hello { node }, now).unwrap().frame {
+    let cookie = match core
+        .handle_frame(Frame::Hello { node }, peer, now)
+        .unwrap()
+        .frame
+    {
         Frame::Challenge { cookie } => cookie,
         f => panic!("want a challenge, got {f:?}"),
     };
@@ -79,14 +77,14 @@ fn register_token(
         proof,
         token,
     };
-    core.handle(peer, frame, now).unwrap().frame
+    core.handle_frame(frame, peer, now).unwrap().frame
 }
 
 fn at(t0: Instant, secs: u64) -> Now {
-    Now {
-        mono: t0 + Duration::from_secs(secs),
-        unix: 1_800_000_000 + secs,
-    }
+    Now::new(
+        t0 + Duration::from_secs(secs),
+        UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs),
+    )
 }
 
 fn udp(port: u16) -> Peer {
@@ -144,17 +142,27 @@ fn budget_cuts_a_flood_and_refills_with_time() {
     register(&mut c, udp(2), [2; 32], now);
     let dst = plexsphere_wire::reach::relay::prefix(&plexsphere_wire::reach::public_key(&[2; 32]));
     let delivered = (0..100)
-        .filter(|_| matches!(c.forward(udp(1), &dst, 100, now), Forward::Deliver { .. }))
+        .filter(|_| {
+            matches!(
+                c.handle_send(&dst, 100, udp(1), now),
+                Forward::Deliver { .. }
+            )
+        })
         .count();
     assert_eq!(delivered, 10);
     assert_eq!(c.counters.dropped_budget.get(), 90);
     // Half a second later, five more.
     let half = Now {
-        mono: t0 + Duration::from_millis(500),
+        at: t0 + Duration::from_millis(500),
         ..now
     };
     let delivered = (0..100)
-        .filter(|_| matches!(c.forward(udp(1), &dst, 100, half), Forward::Deliver { .. }))
+        .filter(|_| {
+            matches!(
+                c.handle_send(&dst, 100, udp(1), half),
+                Forward::Deliver { .. }
+            )
+        })
         .count();
     assert_eq!(delivered, 5);
 }
@@ -170,10 +178,10 @@ fn a_new_registration_moves_the_key_and_the_old_address_is_unregistered() {
     // Node 1 roams to port 9.
     register(&mut c, udp(9), [1; 32], now);
     assert!(matches!(
-        c.forward(udp(9), &dst, 10, now),
+        c.handle_send(&dst, 10, udp(9), now),
         Forward::Deliver { .. }
     ));
-    match c.forward(udp(1), &dst, 10, now) {
+    match c.handle_send(&dst, 10, udp(1), now) {
         Forward::Answer(Out {
             frame: Frame::Refused { code, .. },
             ..
@@ -182,7 +190,7 @@ fn a_new_registration_moves_the_key_and_the_old_address_is_unregistered() {
     }
     // Node 2 sees node 1 at its new address.
     let src = plexsphere_wire::reach::relay::prefix(&plexsphere_wire::reach::public_key(&[1; 32]));
-    match c.forward(udp(2), &src, 10, now) {
+    match c.handle_send(&src, 10, udp(2), now) {
         Forward::Deliver { to: To::Udp(a), .. } => assert_eq!(Peer::Udp(a), udp(9)),
         f => panic!("want delivery, got {f:?}"),
     }
@@ -203,13 +211,13 @@ fn peer_gone_and_refusals_are_rate_limited() {
     register(&mut c, udp(1), [1; 32], now);
     let nobody = [0xEE; 8];
     let gone = (0..50)
-        .filter(|_| matches!(c.forward(udp(1), &nobody, 10, now), Forward::Answer(_)))
+        .filter(|_| matches!(c.handle_send(&nobody, 10, udp(1), now), Forward::Answer(_)))
         .count();
     assert_eq!(gone, 3);
     assert_eq!(c.counters.peer_gone.get(), 50);
     // A stranger's sends: at most the global refusal rate is answered.
     let refused = (0..50)
-        .filter(|_| matches!(c.forward(udp(77), &nobody, 10, now), Forward::Answer(_)))
+        .filter(|_| matches!(c.handle_send(&nobody, 10, udp(77), now), Forward::Answer(_)))
         .count();
     assert_eq!(refused, 4);
 }
@@ -226,9 +234,9 @@ fn a_closed_tcp_connection_takes_its_registration_along() {
     );
     let (tx, _rx) = mpsc::channel(4);
     let addr = SocketAddr::from(([192, 0, 2, 5], 443));
-    let id = c.open_tcp(tx.clone(), addr, t0).unwrap();
+    let id = c.handle_tcp_open(tx.clone(), addr, t0).unwrap();
     assert!(
-        c.open_tcp(tx, addr, t0).is_none(),
+        c.handle_tcp_open(tx, addr, t0).is_none(),
         "over max_tcp_connections"
     );
     let now = at(t0, 0);
@@ -237,7 +245,7 @@ fn a_closed_tcp_connection_takes_its_registration_along() {
         Frame::Registered { .. }
     ));
     assert_eq!(c.registered(), 1);
-    c.close_tcp(id);
+    c.handle_tcp_close(id);
     assert_eq!(c.registered(), 0);
 }
 
@@ -253,7 +261,7 @@ fn tcp_connections_are_capped_per_source_and_64() {
         t0,
     );
     let (tx, _rx) = mpsc::channel(4);
-    let open = |c: &mut Core, a: &str| c.open_tcp(tx.clone(), a.parse().unwrap(), t0);
+    let open = |c: &mut Core, a: &str| c.handle_tcp_open(tx.clone(), a.parse().unwrap(), t0);
     let a = open(&mut c, "192.0.2.1:1000").unwrap();
     open(&mut c, "192.0.2.1:1001").unwrap();
     assert!(
@@ -271,7 +279,7 @@ fn tcp_connections_are_capped_per_source_and_64() {
     assert!(open(&mut c, "[2001:db8:0:2::1]:1").is_some(), "another /64");
     assert_eq!(c.counters.tcp_refused_per_source.get(), 2);
     // A closed connection gives its source a slot back.
-    c.close_tcp(a);
+    c.handle_tcp_close(a);
     assert!(open(&mut c, "192.0.2.1:1003").is_some());
 }
 
@@ -292,7 +300,7 @@ fn strangers_get_no_pong_and_answers_within_their_prefixs_bucket() {
     let now = at(t0, 0);
     // A ping from nobody gets nothing.
     assert!(
-        c.handle(udp(5), Frame::Ping { nonce: [1; 8] }, now)
+        c.handle_frame(Frame::Ping { nonce: [1; 8] }, udp(5), now)
             .is_none()
     );
     assert_eq!(c.counters.dropped_unregistered.get(), 1);
@@ -301,22 +309,25 @@ fn strangers_get_no_pong_and_answers_within_their_prefixs_bucket() {
     let answered = (0..20u16)
         .filter(|p| {
             let from = Peer::Udp(SocketAddr::from(([192, 0, 2, (p % 5) as u8], 2000 + p)));
-            c.handle(from, hello.clone(), now).is_some()
+            c.handle_frame(hello.clone(), from, now).is_some()
         })
         .count();
     assert_eq!(answered, 3);
     assert_eq!(c.counters.dropped_prefix_rate.get(), 17);
     // The same /24's STUN and refusals draw on the same (empty) bucket.
-    assert!(!c.may_answer(udp(9), now.mono));
-    assert!(matches!(c.forward(udp(9), &[0; 8], 10, now), Forward::Drop));
+    assert!(!c.may_answer(udp(9), now.at));
+    assert!(matches!(
+        c.handle_send(&[0; 8], 10, udp(9), now),
+        Forward::Drop
+    ));
     // Another /24 has its own; a TCP connection is never charged.
     let other = Peer::Udp(SocketAddr::from(([198, 51, 100, 1], 1)));
-    assert!(c.handle(other, hello.clone(), now).is_some());
-    assert!(c.may_answer(Peer::Tcp(1), now.mono));
+    assert!(c.handle_frame(hello.clone(), other, now).is_some());
+    assert!(c.may_answer(Peer::Tcp(1), now.at));
     // A second later, one more for the first /24.
     let later = at(t0, 1);
-    assert!(c.handle(udp(3), hello.clone(), later).is_some());
-    assert!(c.handle(udp(3), hello, later).is_none());
+    assert!(c.handle_frame(hello.clone(), udp(3), later).is_some());
+    assert!(c.handle_frame(hello, udp(3), later).is_none());
 }
 
 #[test]
@@ -341,9 +352,9 @@ fn a_registered_address_is_answered_beyond_the_prefix_bucket() {
     ));
     // From now on the registered address gets pongs, STUN and renewals however often.
     for i in 0..10u8 {
-        assert!(c.may_answer(udp(1), now.mono));
+        assert!(c.may_answer(udp(1), now.at));
         assert!(matches!(
-            c.handle(udp(1), Frame::Ping { nonce: [i; 8] }, now)
+            c.handle_frame(Frame::Ping { nonce: [i; 8] }, udp(1), now)
                 .unwrap()
                 .frame,
             Frame::Pong { .. }
@@ -369,10 +380,13 @@ fn one_source_always_leaves_a_slot() {
     let mut c = core(limits(3, 256), t0);
     let (tx, _rx) = mpsc::channel(4);
     let a: SocketAddr = "192.0.2.1:1".parse().unwrap();
-    assert!(c.open_tcp(tx.clone(), a, t0).is_some());
-    assert!(c.open_tcp(tx.clone(), a, t0).is_some());
-    assert!(c.open_tcp(tx.clone(), a, t0).is_none());
-    assert!(c.open_tcp(tx, "192.0.2.2:1".parse().unwrap(), t0).is_some());
+    assert!(c.handle_tcp_open(tx.clone(), a, t0).is_some());
+    assert!(c.handle_tcp_open(tx.clone(), a, t0).is_some());
+    assert!(c.handle_tcp_open(tx.clone(), a, t0).is_none());
+    assert!(
+        c.handle_tcp_open(tx, "192.0.2.2:1".parse().unwrap(), t0)
+            .is_some()
+    );
 }
 
 #[path = "core_seal_tests.rs"]

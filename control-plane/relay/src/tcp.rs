@@ -49,7 +49,10 @@ pub(crate) async fn accept_loop(
                 let (tx, rx) = mpsc::channel::<Vec<u8>>(TCP_QUEUE_FRAMES);
                 // Counted here, before a task or a handshake, so a flood of connections from
                 // one source costs no TLS work past its cap and leaves the others their room.
-                let Some(id) = shared.core().open_tcp(tx, addr, std::time::Instant::now()) else {
+                let Some(id) = shared
+                    .core()
+                    .handle_tcp_open(tx, addr, std::time::Instant::now())
+                else {
                     drop(stream);
                     continue;
                 };
@@ -113,7 +116,7 @@ async fn connection(
         r = serve(stream, &conn, acceptor, &shared, rx) => r,
         _ = stop.changed() => Ok(Closed::Eof),
     };
-    shared.core().close_tcp(id);
+    shared.core().handle_tcp_close(id);
     match result {
         Ok(Closed::Eof) => tracing::debug!(%addr, "relay connection closed"),
         Err(Closed::Unregistered) => {
@@ -210,7 +213,7 @@ async fn serve(
             }
             let out = {
                 let mut core = shared.core();
-                let out = core.handle(Peer::Tcp(id), frame, Now::system());
+                let out = core.handle_frame(frame, Peer::Tcp(id), Now::system());
                 // Registered (its answer may be sealed: the core knows, not the frame's type).
                 registered |= core.is_registered(Peer::Tcp(id));
                 out

@@ -63,7 +63,7 @@ fn run(socket: &UdpSocket, shared: &Shared, stop: &AtomicBool) {
         }
         if last_sweep.elapsed() >= POLL {
             last_sweep = Instant::now();
-            shared.core().sweep(last_sweep);
+            shared.core().handle_timeout(last_sweep);
         }
     }
 }
@@ -89,7 +89,9 @@ fn datagram(
         Kind::Relay if buf.len() >= HEAD && buf[4] == SEND => return send(shared, buf, from),
         Kind::Relay => match Frame::from_datagram(buf) {
             Ok(frame) => {
-                let out = shared.core().handle(Peer::Udp(from), frame, Now::system());
+                let out = shared
+                    .core()
+                    .handle_frame(frame, Peer::Udp(from), Now::system());
                 if let Some(out) = out {
                     deliver(shared, out);
                 }
@@ -113,7 +115,7 @@ fn send(shared: &Shared, buf: &mut [u8], from: SocketAddr) -> Option<SocketAddr>
     dst.copy_from_slice(&buf[5..HEAD]);
     let verdict = shared
         .core()
-        .forward(Peer::Udp(from), &dst, len, Now::system());
+        .handle_send(&dst, len, Peer::Udp(from), Now::system());
     match verdict {
         Forward::Deliver { to, src } => {
             buf[4] = RECV;

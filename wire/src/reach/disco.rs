@@ -20,7 +20,7 @@
 //! greater than the one before, across restarts too (as long as its clock does not step back
 //! past the last stamp; WireGuard's handshake timestamps have the same rule). A receiver
 //! accepts each stamp of a sender key once, within a small window (the agent's
-//! `reach::engine_guard`), so a captured ping replayed costs nothing but its opening.
+//! `reach::engine::guard`), so a captured ping replayed costs nothing but its opening.
 //!
 //! Version 1 (`pxd\x01`, no stamp) is refused with [`DecodeError::Version`]: its pings could
 //! be replayed without limit. A version-1 node classifies version-2 datagrams as unknown and

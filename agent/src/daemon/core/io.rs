@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Duration;
 
 use std::net::SocketAddr;
 
@@ -28,33 +28,9 @@ use crate::node_api::{CallError, LeaveAnswer, StateAnswer};
 use crate::reach::io::{OwnCandidates, PeerPathView, PeerReach};
 
 /// The two clocks an input arrives with: `at` for deadlines and ages, `wall` for what the
-/// interface reports (handshake times) and the observations' timestamps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Now {
-    pub at: Instant,
-    pub wall: SystemTime,
-}
-
-impl Now {
-    pub fn new(at: Instant, wall: SystemTime) -> Self {
-        Self { at, wall }
-    }
-
-    /// `d` later on both clocks (tests step time with it).
-    pub fn plus(self, d: Duration) -> Self {
-        Self {
-            at: self.at + d,
-            wall: self.wall + d,
-        }
-    }
-
-    /// Unix seconds of the wall clock.
-    pub fn unix(self) -> i64 {
-        self.wall
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-    }
-}
+/// interface reports (handshake times) and the observations' timestamps. One type for every
+/// sans-IO machine of the project (docs/architecture.md).
+pub use plexsphere_wire::clock::Now;
 
 /// Identifies a request on the status socket, so its answer finds its client.
 pub type ControlId = u64;

@@ -8,16 +8,16 @@ use plexsphere_wire::node::{NatMapping, NatReport};
 use plexsphere_wire::reach::disco::{Message, PairKey};
 use plexsphere_wire::reach::{public_key, shared_secret};
 
-use super::engine::{
+use crate::reach::engine::sim::{Net, engine, key_of, secret};
+use crate::reach::engine::{
     MAX_LEARNED_CANDIDATES, MAX_OUTSTANDING_TX, MAX_PINGS_PER_SEC, MAX_PONGS_PER_SEC,
     MAX_STATE_CANDIDATES, TX_LIFETIME,
 };
-use super::engine_sim::{Net, engine, key_of, secret};
-use super::io::{Effect, Input, Now, Path, PeerReach, TICK};
+use crate::reach::io::{Effect, Input, Now, Path, PeerReach, TICK};
 
 /// One engine (node 0) with node 1 as its peer, and a way to speak as node 1.
 pub(super) struct Lone {
-    pub engine: super::engine::Engine,
+    pub engine: crate::reach::engine::Engine,
     pub now: Now,
     pub pair: PairKey,
     pub peer: SocketAddr,
@@ -27,12 +27,12 @@ pub(super) struct Lone {
 
 impl Lone {
     /// No relay in the state: nothing to time a punch through, so the first probe round
-    /// pings every candidate at once (`engine_punch`).
+    /// pings every candidate at once (`punch`).
     pub fn new() -> (Self, Vec<Effect>) {
         let mut engine = engine(1);
         let net = Net::new([false, false]);
         let now = net.at();
-        let out = engine.handle(now, Input::Peers(vec![net.spec(1, None)]));
+        let out = engine.handle(Input::Peers(vec![net.spec(1, None)]), now);
         let pair = PairKey::new(&shared_secret(&secret(2), &public_key(&secret(1))));
         let peer = net.nodes[1].addr;
         (
@@ -62,7 +62,7 @@ impl Lone {
     /// A datagram arriving from `from`.
     pub fn deliver(&mut self, from: SocketAddr, datagram: Vec<u8>) -> Vec<Effect> {
         self.engine
-            .handle(self.now, Input::DiscoDirect { from, datagram })
+            .handle(Input::DiscoDirect { from, datagram }, self.now)
     }
 
     /// What node 1 reads in a datagram node 0 sent.
@@ -71,8 +71,8 @@ impl Lone {
     }
 
     pub fn later(&mut self, d: Duration) -> Vec<Effect> {
-        self.now.mono += d;
-        self.engine.handle(self.now, Input::Tick)
+        self.now.at += d;
+        self.engine.handle(Input::Tick, self.now)
     }
 
     /// The tx ids of the pings in `out` sent directly to `to`.
@@ -119,11 +119,11 @@ fn forged_and_altered_disco_changes_nothing() {
     let stranger = PairKey::new(&shared_secret(&secret(3), &public_key(&secret(1))));
     let datagram = stranger.seal(&key_of(3).0, 1, &pong);
     let out = a.engine.handle(
-        a.now,
         Input::DiscoDirect {
             from: a.peer,
             datagram,
         },
+        a.now,
     );
     assert!(out.is_empty(), "{out:?}");
     assert_eq!(a.engine.counters().unknown_sender, 1);
@@ -134,11 +134,11 @@ fn forged_and_altered_disco_changes_nothing() {
     assert!(
         a.engine
             .handle(
-                a.now,
                 Input::DiscoDirect {
                     from: a.peer,
                     datagram
-                }
+                },
+                a.now
             )
             .is_empty()
     );
@@ -149,11 +149,11 @@ fn forged_and_altered_disco_changes_nothing() {
     assert!(
         a.engine
             .handle(
-                a.now,
                 Input::DiscoDirect {
                     from: a.peer,
                     datagram
-                }
+                },
+                a.now
             )
             .is_empty()
     );
@@ -165,7 +165,7 @@ fn forged_and_altered_disco_changes_nothing() {
         src,
         datagram,
     };
-    assert!(a.engine.handle(a.now, relayed).is_empty());
+    assert!(a.engine.handle(relayed, a.now).is_empty());
     assert_eq!(a.engine.counters().unauthentic, 3);
     assert_eq!(a.path(), Path::None);
 
@@ -208,10 +208,10 @@ fn a_pong_after_the_tx_lifetime_is_stray() {
 #[test]
 fn a_flood_of_pings_stays_within_the_bounds() {
     let (mut a, _) = Lone::new();
-    let start = a.now.mono;
+    let start = a.now.at;
     let mut sent = [(0usize, 0usize); 3];
     for n in 0..3000u32 {
-        a.now.mono = start + Duration::from_millis(u64::from(n));
+        a.now.at = start + Duration::from_millis(u64::from(n));
         let octets = n.to_be_bytes();
         let from = SocketAddr::from(([100, 64, octets[2], octets[3]], 40000));
         let out = a.as_peer(from, &Message::Ping { tx: [1; 12] });
@@ -279,7 +279,7 @@ fn call_me_maybe_pings_every_address_at_once() {
         src: key_of(2),
         datagram,
     };
-    let out = a.engine.handle(a.now, input);
+    let out = a.engine.handle(input, a.now);
     for addr in addrs {
         assert_eq!(a.pings_to(&out, addr).len(), 1, "{addr}");
     }
@@ -290,7 +290,7 @@ fn a_faster_candidate_replaces_a_working_one_only_past_the_hysteresis() {
     let (mut a, out) = Lone::new();
     let lan = SocketAddr::from(([10, 9, 9, 9], 51820));
     let (wan_tx, lan_tx) = (a.pings_to(&out, a.peer)[0], a.pings_to(&out, lan)[0]);
-    a.now.mono += Duration::from_millis(30);
+    a.now.at += Duration::from_millis(30);
     a.as_peer(
         a.peer,
         &Message::Pong {
@@ -299,7 +299,7 @@ fn a_faster_candidate_replaces_a_working_one_only_past_the_hysteresis() {
         },
     );
     assert_eq!(a.path(), Path::Direct { endpoint: a.peer });
-    a.now.mono += Duration::from_millis(5);
+    a.now.at += Duration::from_millis(5);
     a.as_peer(
         lan,
         &Message::Pong {
@@ -315,7 +315,7 @@ fn a_faster_candidate_replaces_a_working_one_only_past_the_hysteresis() {
 
     // A new round where the LAN address answers in 2 ms and the other in 30 ms.
     let out = a.later(Duration::from_secs(31));
-    a.now.mono += Duration::from_millis(2);
+    a.now.at += Duration::from_millis(2);
     let lan_tx = a.pings_to(&out, lan)[0];
     a.as_peer(
         lan,
@@ -346,15 +346,15 @@ fn own_candidates_are_announced_when_they_change() {
         addrs: addrs.clone(),
         nat: nat.clone(),
     };
-    let out = e.handle(now, reflexive.clone());
+    let out = e.handle(reflexive.clone(), now);
     let want = Effect::Candidates {
         reflexive: addrs.clone(),
         home_relay: None,
         nat: nat.clone(),
     };
     assert_eq!(out, vec![want]);
-    assert!(e.handle(now, reflexive).is_empty(), "unchanged: nothing");
-    let out = e.handle(now, Input::HomeRelay(Some("r1".into())));
+    assert!(e.handle(reflexive, now).is_empty(), "unchanged: nothing");
+    let out = e.handle(Input::HomeRelay(Some("r1".into())), now);
     let want = Effect::Candidates {
         reflexive: addrs,
         home_relay: Some("r1".into()),
@@ -371,7 +371,7 @@ fn our_own_key_is_never_a_peer() {
     let mut own = net.spec(0, None);
     own.key = key_of(1);
     let other: PeerReach = net.spec(1, None);
-    e.handle(net.at(), Input::Peers(vec![own, other]));
+    e.handle(Input::Peers(vec![own, other]), net.at());
     assert_eq!(e.paths().len(), 1);
     assert_eq!(e.paths()[0].hostname, "node-1");
 }

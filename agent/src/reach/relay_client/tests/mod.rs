@@ -87,14 +87,14 @@ fn drive(
     let mut all = Vec::new();
     let mut buf = [0u8; 4096];
     while Instant::now() < deadline {
-        let (out, notes) = conn.poll(id, Instant::now());
+        let (out, notes) = conn.poll_frames(id, Instant::now());
         all.extend(notes);
         for f in out {
             sock.send_to(&f.to_datagram(), relay).unwrap();
         }
         if let Ok((n, _)) = sock.recv_from(&mut buf) {
             let (out, notes) =
-                conn.handle(Frame::from_datagram(&buf[..n]).unwrap(), id, Instant::now());
+                conn.handle_frame(Frame::from_datagram(&buf[..n]).unwrap(), id, Instant::now());
             all.extend(notes);
             for f in out {
                 sock.send_to(&f.to_datagram(), relay).unwrap();
@@ -105,6 +105,38 @@ fn drive(
         }
     }
     panic!("not done within 10 s: {all:?}");
+}
+
+/// A connection to "r1" holding the token `t`, idle at `t0`.
+fn with_token(t0: Instant) -> RelayConn {
+    RelayConn::new(
+        "r1".into(),
+        public_key(&RELAY_SECRET),
+        Some(b"t".to_vec()),
+        t0,
+    )
+}
+
+/// A connection that registered with a good proof (sealed `registered` with `counter`, a
+/// 60 s lease) at `t0`.
+fn up(id: &Identity, t0: Instant, counter: u64) -> RelayConn {
+    let mut conn = with_token(t0);
+    conn.poll_frames(id, t0);
+    let (out, _) = conn.handle_frame(Frame::Challenge { cookie: [1; 32] }, id, t0);
+    match &out[..] {
+        [Frame::Register { node, proof, .. }] => {
+            let shared = shared_secret(&RELAY_SECRET, node);
+            assert!(relay::sealed_proof_matches(&shared, &[1; 32], node, proof));
+        }
+        other => panic!("{other:?}"),
+    }
+    let (_, notes) = conn.handle_frame(
+        sealed(counter, Frame::Registered { lease_secs: 60 }),
+        id,
+        t0,
+    );
+    assert!(matches!(notes[..], [Note::Up { .. }]), "{notes:?}");
+    conn
 }
 
 #[test]
@@ -154,7 +186,7 @@ fn an_expired_token_waits_for_a_fresh_one_and_then_registers() {
         other => panic!("{other:?}"),
     }
     // Down for good: polling sends nothing, however long.
-    let (out, _) = conn.poll(&id, Instant::now() + Duration::from_secs(3600));
+    let (out, _) = conn.poll_frames(&id, Instant::now() + Duration::from_secs(3600));
     assert!(out.is_empty());
     conn.set_token(good);
     let notes = drive(&mut conn, &id, &sock, relay, |_, n| !n.is_empty());
@@ -167,18 +199,13 @@ fn an_expired_token_waits_for_a_fresh_one_and_then_registers() {
 fn a_silent_relay_is_down_after_give_up_and_retried_later_and_pings_are_answered() {
     let id = Identity::new(NODE_SECRET);
     let t0 = Instant::now();
-    let mut conn = RelayConn::new(
-        "r1".into(),
-        public_key(&RELAY_SECRET),
-        Some(b"t".to_vec()),
-        t0,
-    );
-    let (out, _) = conn.poll(&id, t0);
+    let mut conn = with_token(t0);
+    let (out, _) = conn.poll_frames(&id, t0);
     assert_eq!(out, vec![Frame::Hello { node: id.public }]);
     // Retried every ANSWER_WITHIN, down at GIVE_UP.
-    let (out, _) = conn.poll(&id, t0 + ANSWER_WITHIN);
+    let (out, _) = conn.poll_frames(&id, t0 + ANSWER_WITHIN);
     assert_eq!(out.len(), 1);
-    let (_, notes) = conn.poll(&id, t0 + GIVE_UP);
+    let (_, notes) = conn.poll_frames(&id, t0 + GIVE_UP);
     assert!(
         matches!(
             &notes[..],
@@ -190,9 +217,9 @@ fn a_silent_relay_is_down_after_give_up_and_retried_later_and_pings_are_answered
         "{notes:?}"
     );
     assert!(conn.is_down());
-    let (out, _) = conn.poll(&id, t0 + GIVE_UP + RETRY_AFTER);
+    let (out, _) = conn.poll_frames(&id, t0 + GIVE_UP + RETRY_AFTER);
     assert_eq!(out, vec![Frame::Hello { node: id.public }]);
-    let (out, _) = conn.handle(Frame::Ping { nonce: [3; 8] }, &id, t0);
+    let (out, _) = conn.handle_frame(Frame::Ping { nonce: [3; 8] }, &id, t0);
     assert_eq!(out, vec![Frame::Pong { nonce: [3; 8] }]);
     // An unregistered node's sends queue, bounded.
     for _ in 0..(MAX_QUEUED + 5) {
@@ -205,32 +232,23 @@ fn a_silent_relay_is_down_after_give_up_and_retried_later_and_pings_are_answered
 fn an_up_relay_that_goes_silent_is_down_within_seconds_not_at_the_lease_end() {
     let id = Identity::new(NODE_SECRET);
     let t0 = Instant::now();
-    let mut conn = RelayConn::new(
-        "r1".into(),
-        public_key(&RELAY_SECRET),
-        Some(b"t".to_vec()),
-        t0,
-    );
-    conn.poll(&id, t0);
-    conn.handle(Frame::Challenge { cookie: [1; 32] }, &id, t0);
-    let (_, notes) = conn.handle(sealed(1, Frame::Registered { lease_secs: 60 }), &id, t0);
-    assert!(matches!(notes[..], [Note::Up { .. }]), "{notes:?}");
+    let mut conn = up(&id, t0, 1);
     // Keepalive pings go out while it answers, and answers keep it up.
-    let (out, notes) = conn.poll(&id, t0 + KEEPALIVE);
+    let (out, notes) = conn.poll_frames(&id, t0 + KEEPALIVE);
     assert!(
         out.iter().any(|f| matches!(f, Frame::Ping { .. })),
         "{out:?}"
     );
     assert!(notes.is_empty());
-    conn.handle(
+    conn.handle_frame(
         sealed(2, Frame::Pong { nonce: [0; 8] }),
         &id,
         t0 + KEEPALIVE,
     );
-    let (_, notes) = conn.poll(&id, t0 + KEEPALIVE + SILENT_DOWN - Duration::from_millis(1));
+    let (_, notes) = conn.poll_frames(&id, t0 + KEEPALIVE + SILENT_DOWN - Duration::from_millis(1));
     assert!(notes.is_empty(), "still heard recently: {notes:?}");
     // Then silence: down once nothing was heard for SILENT_DOWN, long before the lease ends.
-    let (_, notes) = conn.poll(&id, t0 + KEEPALIVE + SILENT_DOWN);
+    let (_, notes) = conn.poll_frames(&id, t0 + KEEPALIVE + SILENT_DOWN);
     match &notes[..] {
         [Note::Down { why, .. }] => assert!(why.contains("stopped answering"), "{why}"),
         other => panic!("{other:?}"),
@@ -239,5 +257,102 @@ fn an_up_relay_that_goes_silent_is_down_within_seconds_not_at_the_lease_end() {
     assert!(conn.is_down());
 }
 
-#[path = "relay_client_seal_tests.rs"]
+/// Polls `conn` just before its next deadline (nothing happens) and at it (something does);
+/// answers that time and what the poll there gave.
+fn step(conn: &mut RelayConn, id: &Identity) -> (Instant, Vec<Frame>, Vec<Note>) {
+    let at = conn.poll_timeout().expect("a deadline");
+    let (out, notes) = conn.poll_frames(id, at - Duration::from_millis(1));
+    assert!(
+        out.is_empty() && notes.is_empty(),
+        "early: {out:?} {notes:?}"
+    );
+    let (out, notes) = conn.poll_frames(id, at);
+    assert!(
+        !(out.is_empty() && notes.is_empty()),
+        "nothing at the deadline"
+    );
+    (at, out, notes)
+}
+
+#[test]
+fn poll_timeout_names_every_retry_keepalive_and_give_up_and_nothing_is_due_before_it() {
+    let id = Identity::new(NODE_SECRET);
+    let t0 = Instant::now();
+    let mut conn = with_token(t0);
+    // Idle with a token: due at once.
+    assert!(conn.poll_timeout().is_some_and(|at| at <= t0));
+    let (out, _) = conn.poll_frames(&id, t0);
+    assert_eq!(out, vec![Frame::Hello { node: id.public }]);
+    // A silent relay: a hello every ANSWER_WITHIN, down at GIVE_UP, a hello RETRY_AFTER later.
+    let mut hellos = Vec::new();
+    while !conn.is_down() {
+        let (at, out, _) = step(&mut conn, &id);
+        if !out.is_empty() {
+            hellos.push(at - t0);
+        }
+    }
+    assert_eq!(
+        hellos,
+        vec![ANSWER_WITHIN, ANSWER_WITHIN * 2, ANSWER_WITHIN * 3]
+    );
+    let (at, out, _) = step(&mut conn, &id);
+    assert_eq!(at, t0 + GIVE_UP + RETRY_AFTER);
+    assert_eq!(out, vec![Frame::Hello { node: id.public }]);
+    // Up: a keepalive every KEEPALIVE, down once nothing was heard for SILENT_DOWN.
+    conn.handle_frame(Frame::Challenge { cookie: [1; 32] }, &id, at);
+    conn.handle_frame(sealed(1, Frame::Registered { lease_secs: 60 }), &id, at);
+    assert!(conn.is_up());
+    let up = at;
+    let mut pings = Vec::new();
+    while conn.is_up() {
+        let (t, out, _) = step(&mut conn, &id);
+        if out.iter().any(|f| matches!(f, Frame::Ping { .. })) {
+            pings.push(t - up);
+        }
+    }
+    assert_eq!(pings, vec![KEEPALIVE, KEEPALIVE * 2, KEEPALIVE * 3]);
+    assert_eq!(conn.poll_timeout(), Some(up + SILENT_DOWN + RETRY_AFTER));
+    // Refused for its token: nothing planned until a new token comes.
+    let expired = Frame::Refused {
+        code: RefuseCode::Expired,
+        reason: "expired".into(),
+    };
+    conn.handle_frame(sealed(2, expired), &id, up + SILENT_DOWN);
+    assert!(conn.is_down());
+    assert_eq!(conn.poll_timeout(), None);
+}
+
+#[test]
+fn poll_timeout_of_an_up_connection_says_when_to_register_again() {
+    let id = Identity::new(NODE_SECRET);
+    let t0 = Instant::now();
+    let mut conn = up(&id, t0, 1);
+    // Answered keepalives keep it up; the hello again is due REREGISTER_SECS after registering.
+    let mut counter = 2;
+    let at = loop {
+        let (at, out, notes) = step(&mut conn, &id);
+        assert!(notes.is_empty(), "{notes:?}");
+        if out.iter().any(|f| matches!(f, Frame::Hello { .. })) {
+            break at;
+        }
+        conn.handle_frame(sealed(counter, Frame::Pong { nonce: [0; 8] }), &id, at);
+        counter += 1;
+    };
+    assert_eq!(at, t0 + Duration::from_secs(REREGISTER_SECS));
+    // Registered again; a new token makes the next hello due at once.
+    conn.handle_frame(
+        sealed(counter, Frame::Registered { lease_secs: 60 }),
+        &id,
+        at,
+    );
+    assert!(conn.poll_timeout().is_some_and(|d| d > at));
+    conn.set_token(b"t2".to_vec());
+    assert!(conn.poll_timeout().is_some_and(|d| d <= at));
+    let (out, _) = conn.poll_frames(&id, at);
+    assert!(
+        out.iter().any(|f| matches!(f, Frame::Hello { .. })),
+        "{out:?}"
+    );
+}
+
 mod seal;

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use plexsphere_wire::reach::disco::Message;
 
-use super::engine::{LEARNED_LIFETIME, MAX_ANSWERS_PER_SOURCE_PER_SEC};
-use super::engine_disco_tests::Lone;
-use super::engine_sim::{key_of, net_spec_with};
-use super::io::{Effect, Input, Path, TICK};
+use super::disco::Lone;
+use crate::reach::engine::sim::{key_of, net_spec_with};
+use crate::reach::engine::{LEARNED_LIFETIME, MAX_ANSWERS_PER_SOURCE_PER_SEC};
+use crate::reach::io::{Effect, Input, Path, TICK};
 
 /// Node 1 answers every ping in `out` that node 0 sent to node 1's own address.
 fn answer(a: &mut Lone, out: &[Effect]) {
@@ -52,10 +52,10 @@ fn a_captured_ping_replayed_at_200_per_sec_leaves_the_direct_path_and_the_real_b
     // Five seconds of the capture replayed every 5 ms, alternately from node 1's address and
     // from the attacker's own; meanwhile node 1 pings every 500 ms and answers node 0's pings.
     let attacker = addr("203.0.113.66:40000");
-    let start = a.now.mono;
+    let start = a.now.at;
     let (mut real, mut answered) = (0u32, 0u32);
     for ms in (5..=5000u64).step_by(5) {
-        a.now.mono = start + Duration::from_millis(ms);
+        a.now.at = start + Duration::from_millis(ms);
         let from = if ms % 10 == 0 { a.peer } else { attacker };
         let out = a.deliver(from, captured.clone());
         assert!(
@@ -63,7 +63,7 @@ fn a_captured_ping_replayed_at_200_per_sec_leaves_the_direct_path_and_the_real_b
             "a replay is answered: {out:?}"
         );
         if ms % 250 == 0 {
-            let out = a.engine.handle(a.now, Input::Tick);
+            let out = a.engine.handle(Input::Tick, a.now);
             answer(&mut a, &out);
         }
         if ms % 500 == 0 {
@@ -95,10 +95,10 @@ fn a_ping_flood_from_one_address_does_not_starve_another_address() {
     // wrong address) from one address at 500/s; node 1's other address pings 4 times a second.
     let flood = addr("203.0.113.66:40000");
     let other = addr("[2001:db8::2]:51820");
-    let start = a.now.mono;
+    let start = a.now.at;
     let (mut flood_pongs, mut sent, mut answered) = (0usize, 0u32, 0u32);
     for ms in (0..3000u64).step_by(2) {
-        a.now.mono = start + Duration::from_millis(ms);
+        a.now.at = start + Duration::from_millis(ms);
         let tx = [(ms >> 8) as u8, ms as u8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
         let out = a.as_peer(flood, &Message::Ping { tx });
         flood_pongs += a.pongs_to(&out, flood).len();
@@ -145,7 +145,7 @@ fn addresses_no_peer_may_be_sent_to_are_never_probed() {
         src: key_of(2),
         datagram,
     };
-    let out = a.engine.handle(a.now, relayed);
+    let out = a.engine.handle(relayed, a.now);
     assert_eq!(
         direct_sends(&out),
         vec![good],
@@ -155,7 +155,7 @@ fn addresses_no_peer_may_be_sent_to_are_never_probed() {
     // The same addresses in the state, and pings coming from them.
     let mut spec = net_spec_with(refused.to_vec());
     spec.endpoints.push(a.peer);
-    let mut out = a.engine.handle(a.now, Input::Peers(vec![spec]));
+    let mut out = a.engine.handle(Input::Peers(vec![spec]), a.now);
     for from in refused {
         out.extend(a.as_peer(from, &Message::Ping { tx: [3; 12] }));
     }
@@ -184,7 +184,7 @@ fn a_learned_candidate_that_never_answers_expires() {
         src: key_of(2),
         datagram,
     };
-    let out = a.engine.handle(a.now, relayed);
+    let out = a.engine.handle(relayed, a.now);
     assert_eq!(a.pings_to(&out, silent).len(), 1);
     let learned = |a: &Lone| {
         let peer = a.engine.peers.values().next().expect("the peer");

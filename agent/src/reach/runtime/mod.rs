@@ -27,15 +27,19 @@ use std::thread::{self, JoinHandle};
 use plexsphere_wire::node::RelaySpec;
 use plexsphere_wire::signed::SignedEnvelope;
 
-use super::io::{Effect, OwnCandidates, PeerPathView, PeerReach, ReachHandle, TICK};
-use super::io::{EndpointOwners, Owner};
-use super::runtime_loop;
-pub use super::runtime_shared::{
+pub use self::shared::{
     ADDRS_EVERY, EVENT_QUEUE, Event, HANDSHAKES_EVERY, LocalAddrs, Mode, PathControl, PortFn,
     RELAY_IDLE, RuntimeSetup, STUN_EVERY,
 };
-use super::runtime_shared::{Shared, lock, offer};
+use self::shared::{Shared, lock, offer};
+use super::io::{Effect, OwnCandidates, PeerPathView, PeerReach, ReachHandle, TICK};
+use super::io::{EndpointOwners, Owner};
 use crate::peer_key::PeerKey;
+
+mod event_loop;
+mod shared;
+#[cfg(test)]
+mod tests;
 
 /// The daemon's handle on the runtime; see the module docs.
 pub struct Runtime {
@@ -51,7 +55,7 @@ impl Runtime {
         let s = shared.clone();
         let thread = thread::Builder::new()
             .name("plexd-reach".into())
-            .spawn(move || runtime_loop::Loop::new(setup, s).run(&rx))?;
+            .spawn(move || event_loop::Loop::new(setup, s).run(&rx))?;
         Ok(Arc::new(Self {
             shared,
             thread: Mutex::new(Some(thread)),
@@ -91,7 +95,7 @@ impl Runtime {
         socket.set_read_timeout(Some(TICK))?;
         thread::Builder::new()
             .name("reach-underlay".into())
-            .spawn(move || runtime_loop::serve_underlay(&shared, &socket))
+            .spawn(move || event_loop::serve_underlay(&shared, &socket))
     }
 
     /// The WireGuard private key rotated: the loop starts over with the new one.
@@ -161,7 +165,3 @@ impl EndpointOwners for Runtime {
         }
     }
 }
-
-#[cfg(test)]
-#[path = "runtime_tests.rs"]
-mod tests;

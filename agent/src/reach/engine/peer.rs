@@ -1,6 +1,6 @@
 //! One peer as the reach engine tracks it: its pair key, its direct candidates with their last
 //! pong and RTT, the relays that answered for it, the pings in flight, and its send budgets.
-//! Plain data with small rules; the engine ([`super::engine`]) decides when to use them.
+//! Plain data with small rules; the engine ([`super`]) decides when to use them.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 
 use plexsphere_wire::reach::disco::{PairKey, TxId};
 
-use super::engine_bounds::{
+use super::bounds::{
     CANDIDATE_FRESH, DIRECT_DEAD_AFTER, GONE_HOLD, LEARNED_LIFETIME, MAX_LEARNED_CANDIDATES,
     MAX_OUTSTANDING_TX, MAX_STATE_CANDIDATES, MISSED_PINGS, PING_TIMEOUT, TX_LIFETIME,
 };
-use super::engine_guard::{Budget, Replay, Sources};
-use super::io::{Path, PeerReach};
+use super::guard::{Budget, Replay, Sources};
+use crate::reach::io::{Path, PeerReach};
 
 /// One direct address of a peer.
 #[derive(Debug, Clone)]
@@ -121,7 +121,7 @@ pub(super) struct Peer {
     /// The peer spoke another disco version, and we said so in the journal (once).
     pub warned_version: bool,
     /// The last probe round pinged through a relay: the first pong through a relay starts the
-    /// punch (`engine_punch`).
+    /// punch (`punch`).
     pub punch_wanted: bool,
     /// When the cold candidates are pinged: half the relay round trip after the relay's pong
     /// (and our call-me-maybe), the moment the peer's answering pings leave its NAT.

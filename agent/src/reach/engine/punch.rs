@@ -22,7 +22,7 @@
 //! entry before the peer's ping arrives, as long as the two relay legs are about as fast as
 //! each other (the error is under the direct path's one-way delay). A peer that receives a
 //! ping from an address it never had answers there and learns it (peer-reflexive,
-//! `engine_probe`), so a node whose router did move its mapping is still found where its pings
+//! `probe`), so a node whose router did move its mapping is still found where its pings
 //! come from whenever the other side's router lets them in.
 //!
 //! Without a relay to time through (none in the state, or all down or gone for the peer), cold
@@ -35,14 +35,14 @@ use std::time::{Duration, Instant};
 
 use plexsphere_wire::reach::disco::Message;
 
-use super::engine::Engine;
-use super::engine_peer::Dest;
-use super::engine_probe::Outbox;
-use super::io::Effect;
+use super::Engine;
+use super::peer::Dest;
+use super::probe::Outbox;
 use crate::peer_key::PeerKey;
+use crate::reach::io::Effect;
 
 impl Engine {
-    /// The earliest moment the engine wants an [`super::io::Input::Tick`] before the next
+    /// The earliest moment the engine wants an [`crate::reach::io::Input::Tick`] before the next
     /// regular one: a punch that is due. The runtime waits no longer than this.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.peers.values().filter_map(|p| p.punch_at).min()
@@ -78,12 +78,7 @@ impl Engine {
         if ours.is_empty() {
             return;
         }
-        let mut post = Outbox {
-            sealer: &mut self.sealer,
-            counters: &mut self.counters,
-            effects: out,
-            now,
-        };
+        let mut post = Outbox::new(&mut self.sealer, &mut self.counters, out, now);
         let cmm = Message::CallMeMaybe { addrs: ours };
         post.send(key, peer, Dest::Relay(relay.to_owned()), cmm);
     }
@@ -107,15 +102,7 @@ impl Engine {
                 .filter(|c| !c.alive(now))
                 .map(|c| c.addr)
                 .collect();
-            let mut post = Outbox {
-                sealer: &mut self.sealer,
-                counters: &mut self.counters,
-                effects: out,
-                now,
-            };
-            for addr in cold {
-                post.ping(key, peer, Dest::Direct(addr));
-            }
+            self.ping_each(key, cold.into_iter().map(Dest::Direct), now, out);
         }
     }
 }

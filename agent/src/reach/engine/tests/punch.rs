@@ -1,14 +1,14 @@
 //! The punch through NAT routers whose own input accepts unsolicited datagrams ("EIM, input
-//! accept", [`super::engine_sim_nat`]): an early ping moves the peer's mapping for good, so
+//! accept", [`crate::reach::engine::sim_nat`]): an early ping moves the peer's mapping for good, so
 //! cold candidates are pinged only in a punch both nodes time through a relay; a ping from an
 //! address the peer never advertised is answered there (peer-reflexive).
 
 use std::net::IpAddr;
 use std::time::Duration;
 
-use super::engine_sim::{Net, is_direct, is_relay};
-use super::engine_sim_nat::Router;
-use super::io::{Effect, Path};
+use crate::reach::engine::sim::{Net, is_direct, is_relay};
+use crate::reach::engine::sim_nat::Router;
+use crate::reach::io::{Effect, Path};
 
 const SECOND: Duration = Duration::from_secs(1);
 /// Node 1 learns of node 0 this much later than node 0 learns of node 1 (the control plane

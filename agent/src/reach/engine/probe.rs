@@ -1,7 +1,7 @@
 //! What the engine sends and what it does with the disco messages it gets: probe rounds,
 //! heartbeats, pongs, call-me-maybe punching, learned candidates. Every send goes through a
 //! per-peer budget ([`MAX_PINGS_PER_SEC`], [`MAX_PONGS_PER_SEC`]); every answer to a message
-//! through its source's budget first (`engine_guard`). An address is a candidate only when
+//! through its source's budget first (`guard`). An address is a candidate only when
 //! peers may send to it (`plexsphere_wire::endpoint`: no loopback, link-local, metadata
 //! service, mesh range, multicast or port 0), whether the state, a call-me-maybe or a ping's
 //! source names it.
@@ -12,14 +12,14 @@ use std::time::Instant;
 use plexsphere_wire::endpoint;
 use plexsphere_wire::reach::disco::Message;
 
-use super::engine::{
+use super::guard::Origin;
+use super::peer::{Dest, Peer};
+use super::{
     Counters, DIRECT_PROBE_INTERVAL, Engine, HEARTBEAT_INTERVAL, MAX_PINGS_PER_SEC,
     MAX_PONGS_PER_SEC, PROBE_INTERVAL, RETRY_INTERVAL, Sealer,
 };
-use super::engine_guard::Origin;
-use super::engine_peer::{Dest, Peer};
-use super::io::{Effect, Path, PeerReach};
 use crate::peer_key::PeerKey;
+use crate::reach::io::{Effect, Path, PeerReach};
 
 /// Where sends go while one input is handled: the sealer and tx ids, the drop counters, the
 /// effects being answered, and the time.
@@ -30,7 +30,21 @@ pub(super) struct Outbox<'a> {
     pub now: Instant,
 }
 
-impl Outbox<'_> {
+impl<'a> Outbox<'a> {
+    pub fn new(
+        sealer: &'a mut Sealer,
+        counters: &'a mut Counters,
+        effects: &'a mut Vec<Effect>,
+        now: Instant,
+    ) -> Self {
+        Self {
+            sealer,
+            counters,
+            effects,
+            now,
+        }
+    }
+
     /// Seals `message` for `peer` and adds the effect that carries it to `dest`, if the
     /// peer's budget allows. A ping's tx id is remembered for its pong.
     pub fn send(&mut self, key: PeerKey, peer: &mut Peer, dest: Dest, message: Message) {
@@ -116,7 +130,7 @@ impl Engine {
 
     /// A probe round: a ping to every direct candidate that answers lately and through the
     /// relays [`Self::probe_relays`] names; the candidates that do not answer (cold) wait for
-    /// the punch the relay's pong starts (`engine_punch`). Without a relay to ping through,
+    /// the punch the relay's pong starts (`punch`). Without a relay to ping through,
     /// cold candidates are pinged at once: nothing can time them.
     pub(super) fn probe(&mut self, key: PeerKey, now: Instant, out: &mut Vec<Effect>) {
         let Some(peer) = self.peers.get(&key) else {
@@ -136,17 +150,28 @@ impl Engine {
         // Every round with a relay ends in a punch, cold candidates or not: its call-me-maybe
         // brings the peer to our addresses (ours may be new, after roaming).
         peer.punch_wanted = !relays.is_empty();
-        let mut post = Outbox {
-            sealer: &mut self.sealer,
-            counters: &mut self.counters,
-            effects: out,
-            now,
+        let dests = now_pinged
+            .into_iter()
+            .map(Dest::Direct)
+            .chain(relays.into_iter().map(Dest::Relay));
+        self.ping_each(key, dests, now, out);
+    }
+
+    /// Pings the peer at each of `dests` in turn, each a fresh tx id within the peer's budget.
+    /// Every ping loop (probe round, call-me-maybe, due punch) goes through here.
+    pub(super) fn ping_each(
+        &mut self,
+        key: PeerKey,
+        dests: impl IntoIterator<Item = Dest>,
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) {
+        let Some(peer) = self.peers.get_mut(&key) else {
+            return;
         };
-        for addr in now_pinged {
-            post.ping(key, peer, Dest::Direct(addr));
-        }
-        for relay in relays {
-            post.ping(key, peer, Dest::Relay(relay));
+        let mut post = Outbox::new(&mut self.sealer, &mut self.counters, out, now);
+        for dest in dests {
+            post.ping(key, peer, dest);
         }
     }
 
@@ -205,12 +230,8 @@ impl Engine {
                             .is_none_or(|p| now.saturating_duration_since(p) >= gap);
                         // A dead path gets no more heartbeats; `choose_all` leaves it.
                         if beat && !c.dead(now) {
-                            let mut post = Outbox {
-                                sealer: &mut self.sealer,
-                                counters: &mut self.counters,
-                                effects: out,
-                                now,
-                            };
+                            let mut post =
+                                Outbox::new(&mut self.sealer, &mut self.counters, out, now);
                             let dest = Dest::Direct(*endpoint);
                             post.ping(key, peer, dest);
                         }
@@ -250,12 +271,7 @@ impl Engine {
             self.counters.rate_limited += 1;
             return;
         }
-        let mut post = Outbox {
-            sealer: &mut self.sealer,
-            counters: &mut self.counters,
-            effects: out,
-            now,
-        };
+        let mut post = Outbox::new(&mut self.sealer, &mut self.counters, out, now);
         match message {
             Message::Ping { tx } => {
                 let pong = Message::Pong { tx, observed: from };
@@ -302,12 +318,7 @@ impl Engine {
         let dest = Dest::Relay(relay.to_owned());
         match message {
             Message::Ping { tx } => {
-                let mut post = Outbox {
-                    sealer: &mut self.sealer,
-                    counters: &mut self.counters,
-                    effects: out,
-                    now,
-                };
+                let mut post = Outbox::new(&mut self.sealer, &mut self.counters, out, now);
                 let observed = SocketAddr::from(([0, 0, 0, 0], 0));
                 let pong = Message::Pong { tx, observed };
                 post.send(key, peer, dest.clone(), pong);
@@ -327,21 +338,17 @@ impl Engine {
     }
 
     /// "Probe me now at these addresses": ping every distinct one peers may send to at once
-    /// (the peer times its own pings to ours, `engine_punch`).
+    /// (the peer times its own pings to ours, `punch`).
     fn punch(&mut self, key: PeerKey, addrs: Vec<SocketAddr>, now: Instant, out: &mut Vec<Effect>) {
         let addrs = self.usable(addrs);
         let Some(peer) = self.peers.get_mut(&key) else {
             return;
         };
-        let mut post = Outbox {
-            sealer: &mut self.sealer,
-            counters: &mut self.counters,
-            effects: out,
-            now,
-        };
-        for addr in addrs {
-            peer.learn(addr, now);
-            post.ping(key, peer, Dest::Direct(addr));
+        // Learning them all before the pings leaves the same candidates and the same pings as
+        // learning each just before its ping: `learn` does not read ping state.
+        for addr in &addrs {
+            peer.learn(*addr, now);
         }
+        self.ping_each(key, addrs.into_iter().map(Dest::Direct), now, out);
     }
 }

@@ -10,10 +10,10 @@
 //! | `Relays` | the relays to fall back on, in the state's order |
 //! | `LocalAddrs`, `Reflexive`, `HomeRelay` | `Candidates` when they changed; probe every peer |
 //! | `NetworkChanged` | probe every peer |
-//! | any disco message | dropped unless it opens with the pair key and its stamp is new (`engine_guard`) |
+//! | any disco message | dropped unless it opens with the pair key and its stamp is new (`guard`) |
 //! | `DiscoDirect` ping | from an address peers may send to, within its source budget: pong there; a new address is learned and pinged |
 //! | `DiscoRelayed` ping | pong through the same relay |
-//! | pong | counts only for a tx id we sent to that destination within [`TX_LIFETIME`]; a relay's pong starts the punch a probe round wants (`engine_punch`) |
+//! | pong | counts only for a tx id we sent to that destination within [`TX_LIFETIME`]; a relay's pong starts the punch a probe round wants (`punch`) |
 //! | call-me-maybe | ping every distinct address in it that peers may send to, at once |
 //! | `RelayUp` / `RelayDown` / `PeerGone` | relays usable or not; peers on a lost relay probe every other |
 //! | `Tick` | due punches, heartbeats, scheduled probe rounds, dead paths, expiry |
@@ -23,7 +23,7 @@
 //! call-me-maybe with our local and reflexive addresses through that relay, and the cold
 //! candidates pinged half the pong's round trip later ([`Engine::poll_timeout`]), when the
 //! peer's answering pings leave its NAT. The path is the fastest confirmed direct candidate
-//! (with [`RTT_HYSTERESIS`]), else a relay ([`super::engine_choice`]).
+//! (with [`RTT_HYSTERESIS`]), else a relay ([`choice`]).
 
 use ipnet::IpNet;
 use plexsphere_wire::node::{NatReport, RelaySpec};
@@ -32,11 +32,24 @@ use plexsphere_wire::reach::disco::{self, Message, TxId};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-use super::engine_peer::Peer;
+use self::peer::Peer;
 use super::io::{Effect, Input, Now, PeerPathView, Transport};
 use crate::peer_key::PeerKey;
 
-pub use super::engine_bounds::*;
+pub use self::bounds::*;
+
+pub mod bounds;
+mod choice;
+mod guard;
+mod peer;
+mod probe;
+mod punch;
+#[cfg(test)]
+mod sim;
+#[cfg(test)]
+mod sim_nat;
+#[cfg(test)]
+mod tests;
 
 /// Messages the engine dropped, by why (for tests and the journal at debug).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -60,7 +73,7 @@ pub struct Counters {
 }
 
 /// Seals and numbers what the engine sends.
-pub(super) struct Sealer {
+struct Sealer {
     pub own: [u8; 32],
     pub new_tx: Box<dyn FnMut() -> TxId + Send>,
     /// The stamp of the last message sealed.
@@ -79,7 +92,7 @@ impl Sealer {
 
 /// What the engine knows of this node and its relays.
 #[derive(Debug, Default)]
-pub(super) struct Local {
+struct Local {
     pub addrs: Vec<SocketAddr>,
     pub reflexive: Vec<SocketAddr>,
     pub nat: NatReport,
@@ -96,11 +109,11 @@ pub struct Engine {
     /// Our WireGuard private key: each peer's pair key is derived from it once.
     secret: [u8; 32],
     /// The Domain's mesh range: never a candidate (`plexsphere_wire::endpoint`).
-    pub(super) mesh: IpNet,
-    pub(super) sealer: Sealer,
-    pub(super) peers: BTreeMap<PeerKey, Peer>,
-    pub(super) local: Local,
-    pub(super) counters: Counters,
+    mesh: IpNet,
+    sealer: Sealer,
+    peers: BTreeMap<PeerKey, Peer>,
+    local: Local,
+    counters: Counters,
 }
 
 impl Engine {
@@ -132,9 +145,9 @@ impl Engine {
     }
 
     /// Takes one input; answers what to do.
-    pub fn handle(&mut self, now: Now, input: Input) -> Vec<Effect> {
+    pub fn handle(&mut self, input: Input, now: Now) -> Vec<Effect> {
         let mut out = Vec::new();
-        let t = now.mono;
+        let t = now.at;
         self.sealer.wall_micros = now
             .wall
             .duration_since(std::time::UNIX_EPOCH)
@@ -258,7 +271,7 @@ impl Engine {
     }
 
     /// The key `peer` and we seal our disco messages with.
-    pub(super) fn pair_key(&self, peer: &PeerKey) -> disco::PairKey {
+    fn pair_key(&self, peer: &PeerKey) -> disco::PairKey {
         let shared = plexsphere_wire::reach::shared_secret(&self.secret, &peer.0);
         disco::PairKey::new(&shared)
     }
@@ -276,11 +289,7 @@ impl Engine {
 impl Engine {
     /// The wanted peer a datagram is from and what it says, once per stamp; anything else is
     /// dropped and counted. A relayed datagram must be sealed by the relay's source.
-    pub(super) fn open(
-        &mut self,
-        src: Option<PeerKey>,
-        datagram: &[u8],
-    ) -> Option<(PeerKey, Message)> {
+    fn open(&mut self, src: Option<PeerKey>, datagram: &[u8]) -> Option<(PeerKey, Message)> {
         let sender = match disco::sender(datagram) {
             Ok(sender) => sender,
             Err(DecodeError::Version(v)) => {

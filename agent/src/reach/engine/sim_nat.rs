@@ -1,4 +1,4 @@
-//! A NAT router for the simulated network ([`super::engine_sim`]), with Linux conntrack's
+//! A NAT router for the simulated network ([`super::sim`]), with Linux conntrack's
 //! rules for UDP as `masquerade` applies them: a host's flow towards a remote address keeps
 //! the host's port when that tuple is free (endpoint-independent mapping), else takes another;
 //! only a datagram from the exact remote address and port of a flow gets in

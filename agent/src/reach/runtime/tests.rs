@@ -11,9 +11,9 @@ use std::time::{Duration, SystemTime};
 use plexsphere_wire::node::RelaySpec;
 use plexsphere_wire::signed::SignedEnvelope;
 
+use super::shared::lock;
 use super::*;
-use crate::reach::io::Path;
-use crate::reach::runtime_shared::lock;
+use crate::reach::io::{Path, Transport};
 
 /// Records the endpoints the runtime sets.
 struct Recorder(Arc<Mutex<Vec<(PeerKey, SocketAddr)>>>);
@@ -209,6 +209,64 @@ fn tls_relay(
     (addr, cert, registered)
 }
 
+/// A userspace runtime on its own loopback underlay socket whose data plane listens on
+/// `wg_port`, telling `control` what it sets.
+fn userspace_runtime(
+    wg_port: u16,
+    control: Box<dyn PathControl>,
+    tls: Option<Arc<rustls::ClientConfig>>,
+) -> Arc<Runtime> {
+    let underlay = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+    Runtime::start(RuntimeSetup {
+        secret: [0x11; 32],
+        mesh: "10.64.0.0/16".parse().unwrap(),
+        mode: Mode::Userspace,
+        underlay,
+        listen_port: Box::new(move || wg_port),
+        wg_port: Box::new(move || wg_port),
+        control,
+        local_addrs: Box::new(Vec::new),
+        tls,
+    })
+    .unwrap()
+}
+
+/// The relay "r1" with the public key of `relay_secret`, at `udp` and/or over TLS at `tls`
+/// (certificate for `relay.test`).
+fn relay_r1(relay_secret: [u8; 32], udp: Option<SocketAddr>, tls: Option<SocketAddr>) -> RelaySpec {
+    use base64::Engine as _;
+    RelaySpec {
+        name: "r1".into(),
+        public_key: base64::engine::general_purpose::STANDARD
+            .encode(plexsphere_wire::reach::public_key(&relay_secret)),
+        udp,
+        tls,
+        tls_server_name: tls.map(|_| "relay.test".into()),
+    }
+}
+
+/// Wants the peer `[0x22; 32]` homed on "r1" and sets its path through "r1" over `transport`.
+/// A wanted peer, because relays name a datagram's sender by key prefix, which maps to wanted
+/// peers.
+fn relayed_peer(rt: &Runtime, transport: Transport) -> PeerKey {
+    let peer = PeerKey([0x22; 32]);
+    rt.set_peers(vec![PeerReach {
+        key: peer,
+        node_id: uuid::Uuid::nil(),
+        hostname: "peer".into(),
+        endpoints: vec![],
+        home_relay: Some("r1".into()),
+    }]);
+    rt.perform(Effect::SetPath {
+        peer,
+        path: Path::Relay {
+            relay: "r1".into(),
+            transport,
+        },
+    });
+    peer
+}
+
 #[test]
 fn a_relay_with_only_a_tls_address_registers_and_carries_a_relayed_peer_over_tcp() {
     relayed_over_tls(None);
@@ -222,7 +280,6 @@ fn a_relay_silent_over_udp_is_reached_over_tcp() {
 }
 
 fn relayed_over_tls(udp: Option<SocketAddr>) {
-    use base64::Engine as _;
     let relay_secret = [0x66; 32];
     let (relay_addr, cert, registered) = tls_relay(relay_secret);
     let mut roots = rustls::RootCertStore::empty();
@@ -236,30 +293,12 @@ fn relayed_over_tls(udp: Option<SocketAddr>) {
     let wg = UdpSocket::bind("127.0.0.1:0").unwrap();
     let wg_port = wg.local_addr().unwrap().port();
     let set = Arc::new(Mutex::new(Vec::new()));
-    let underlay = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
-    let rt = Runtime::start(RuntimeSetup {
-        secret: [0x11; 32],
-        mesh: "10.64.0.0/16".parse().unwrap(),
-        mode: Mode::Userspace,
-        underlay,
-        listen_port: Box::new(move || wg_port),
-        wg_port: Box::new(move || wg_port),
-        control: Box::new(Recorder(set.clone())),
-        local_addrs: Box::new(Vec::new),
-        tls: Some(Arc::new(tls)),
-    })
-    .unwrap();
-    rt.set_relays(
-        vec![RelaySpec {
-            name: "r1".into(),
-            public_key: base64::engine::general_purpose::STANDARD
-                .encode(plexsphere_wire::reach::public_key(&relay_secret)),
-            udp,
-            tls: Some(relay_addr),
-            tls_server_name: Some("relay.test".into()),
-        }],
-        vec![],
+    let rt = userspace_runtime(
+        wg_port,
+        Box::new(Recorder(set.clone())),
+        Some(Arc::new(tls)),
     );
+    rt.set_relays(vec![relay_r1(relay_secret, udp, Some(relay_addr))], vec![]);
     rt.set_relay_token(SignedEnvelope {
         payload: "e30".into(),
         signature: "sig".into(),
@@ -286,22 +325,7 @@ fn relayed_over_tls(udp: Option<SocketAddr>) {
         // Dropped and counted, not handed to the connection.
         wait(|| (rt.shared.unknown_src.load(Ordering::Relaxed) > before).then_some(()));
     }
-    let peer = PeerKey([0x22; 32]);
-    // A wanted peer: relays name a datagram's sender by key prefix, which maps to wanted peers.
-    rt.set_peers(vec![crate::reach::io::PeerReach {
-        key: peer,
-        node_id: uuid::Uuid::nil(),
-        hostname: "peer".into(),
-        endpoints: vec![],
-        home_relay: Some("r1".into()),
-    }]);
-    rt.perform(Effect::SetPath {
-        peer,
-        path: Path::Relay {
-            relay: "r1".into(),
-            transport: crate::reach::io::Transport::Tcp,
-        },
-    });
+    relayed_peer(&rt, Transport::Tcp);
     let fwd = wait(|| lock(&set).first().map(|(_, a)| *a));
     // Data plane -> forwarder -> send over TLS; the stand-in's recv -> forwarder -> data plane.
     wait(|| {
@@ -353,55 +377,19 @@ impl PathControl for PlaneRecorder {
 /// endpoint (no loopback forwarder), and the data plane is told to take that relay's frames.
 #[test]
 fn userspace_relays_over_udp_inside_the_data_plane_without_a_forwarder() {
-    use base64::Engine as _;
     let relay = UdpSocket::bind("127.0.0.1:0").unwrap();
     let relay_addr = relay.local_addr().unwrap();
     let (endpoints, relays) = (
         Arc::new(Mutex::new(Vec::new())),
         Arc::new(Mutex::new(Vec::new())),
     );
-    let underlay = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
-    let rt = Runtime::start(RuntimeSetup {
-        secret: [0x11; 32],
-        mesh: "10.64.0.0/16".parse().unwrap(),
-        mode: Mode::Userspace,
-        underlay,
-        listen_port: Box::new(|| 51820),
-        wg_port: Box::new(|| 51820),
-        control: Box::new(PlaneRecorder {
-            endpoints: endpoints.clone(),
-            relays: relays.clone(),
-        }),
-        local_addrs: Box::new(Vec::new),
-        tls: None,
-    })
-    .unwrap();
-    rt.set_relays(
-        vec![RelaySpec {
-            name: "r1".into(),
-            public_key: base64::engine::general_purpose::STANDARD
-                .encode(plexsphere_wire::reach::public_key(&[0x66; 32])),
-            udp: Some(relay_addr),
-            tls: None,
-            tls_server_name: None,
-        }],
-        vec![],
-    );
-    let peer = PeerKey([0x22; 32]);
-    rt.set_peers(vec![crate::reach::io::PeerReach {
-        key: peer,
-        node_id: uuid::Uuid::nil(),
-        hostname: "peer".into(),
-        endpoints: vec![],
-        home_relay: Some("r1".into()),
-    }]);
-    rt.perform(Effect::SetPath {
-        peer,
-        path: Path::Relay {
-            relay: "r1".into(),
-            transport: crate::reach::io::Transport::Udp,
-        },
-    });
+    let control = PlaneRecorder {
+        endpoints: endpoints.clone(),
+        relays: relays.clone(),
+    };
+    let rt = userspace_runtime(51820, Box::new(control), None);
+    rt.set_relays(vec![relay_r1([0x66; 32], Some(relay_addr), None)], vec![]);
+    let peer = relayed_peer(&rt, Transport::Udp);
     let set = wait(|| lock(&endpoints).first().copied());
     assert_eq!(set, (peer, RELAY_ENDPOINT.parse().unwrap()), "no forwarder");
     wait(|| {

@@ -1,5 +1,5 @@
 //! The runtime's loop: one thread, one queue, the engine's effects performed in order. See
-//! `runtime.rs` for what comes in and goes out.
+//! `mod.rs` for what comes in and goes out.
 
 use std::collections::{HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -7,24 +7,24 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, PoisonError};
 use std::thread::JoinHandle;
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 use base64::Engine as _;
 use plexsphere_wire::node::RelaySpec;
 use plexsphere_wire::reach::relay::{Frame, KeyPrefix, prefix};
 use plexsphere_wire::reach::{Kind, MAX_DATAGRAM, classify};
 
-use super::engine::Engine;
-use super::forward::{Forwarder, Route};
-use super::io::{Effect, Input, Now, Path, PeerReach, TICK, Transport};
-use super::relay_client::{Identity, Note, RelayConn};
-use super::relay_client_tcp::{TcpEvent, TcpLink};
-use super::runtime_shared::{
+use super::shared::{
     ADDRS_EVERY, Event, HANDSHAKES_EVERY, Mode, RELAY_IDLE, RuntimeSetup, STUN_EVERY, Shared, lock,
     offer,
 };
-use super::stun::{self, Poll, StunProbe};
 use crate::peer_key::PeerKey;
+use crate::reach::engine::Engine;
+use crate::reach::forward::{Forwarder, Route};
+use crate::reach::io::{Effect, Input, Now, Path, PeerReach, TICK, Transport};
+use crate::reach::relay_client::tcp::{TcpEvent, TcpLink};
+use crate::reach::relay_client::{Identity, Note, RelayConn};
+use crate::reach::stun::{self, Poll, StunProbe};
 
 struct Relay {
     spec: RelaySpec,
@@ -85,10 +85,7 @@ pub(crate) struct Loop {
 }
 
 fn now() -> Now {
-    Now {
-        mono: Instant::now(),
-        wall: SystemTime::now(),
-    }
+    Now::system()
 }
 
 fn random_id() -> [u8; 12] {
@@ -133,7 +130,7 @@ impl Loop {
     pub(crate) fn run(mut self, rx: &Receiver<Event>) {
         tracing::debug!(mode = ?self.setup.mode, port = (self.setup.listen_port)(), "reach runtime started");
         while !self.shared.stop.load(Ordering::Relaxed) {
-            // A punch the engine timed wakes the loop before the tick (engine_punch).
+            // A punch the engine timed wakes the loop before the tick (engine::punch).
             let wait = self.engine.poll_timeout().map_or(TICK, |at| {
                 at.saturating_duration_since(Instant::now()).min(TICK)
             });
@@ -173,7 +170,7 @@ impl Loop {
     }
 
     fn input(&mut self, input: Input) {
-        let effects = self.engine.handle(now(), input);
+        let effects = self.engine.handle(input, now());
         for e in effects {
             self.perform(e);
         }
@@ -634,7 +631,7 @@ impl Loop {
         match classify(datagram) {
             Kind::Stun => {
                 if let Some(p) = &mut self.probe {
-                    p.handle(datagram, from);
+                    p.handle_datagram(datagram, from);
                 }
             }
             Kind::Disco => self.input(Input::DiscoDirect {
@@ -674,7 +671,7 @@ impl Loop {
         let Some(conn) = self.conns.get_mut(name) else {
             return;
         };
-        let (out, notes) = conn.handle(frame, &self.id, t);
+        let (out, notes) = conn.handle_frame(frame, &self.id, t);
         self.floors.insert(name.to_owned(), conn.counter());
         for f in out {
             self.send_frame(name, &f);
@@ -806,7 +803,7 @@ impl Loop {
             }
         }
         let Some(p) = &mut self.probe else { return };
-        match p.poll(t) {
+        match p.poll_probe(t) {
             Poll::Send(out) => {
                 for (to, d) in out {
                     if let Err(e) = self.setup.underlay.send(&d, to) {
@@ -840,7 +837,7 @@ impl Loop {
             let Some(c) = self.conns.get_mut(&name) else {
                 continue;
             };
-            let (out, notes) = c.poll(&self.id, t);
+            let (out, notes) = c.poll_frames(&self.id, t);
             for f in out {
                 self.send_frame(&name, &f);
             }

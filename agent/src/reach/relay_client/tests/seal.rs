@@ -3,33 +3,11 @@
 
 use super::*;
 
-/// A connection that registered (sealed `registered` with counter 10) at `t0`.
-fn up(id: &Identity, t0: Instant) -> RelayConn {
-    let mut conn = RelayConn::new(
-        "r1".into(),
-        public_key(&RELAY_SECRET),
-        Some(b"t".to_vec()),
-        t0,
-    );
-    conn.poll(id, t0);
-    let (out, _) = conn.handle(Frame::Challenge { cookie: [1; 32] }, id, t0);
-    match &out[..] {
-        [Frame::Register { node, proof, .. }] => {
-            let shared = shared_secret(&RELAY_SECRET, node);
-            assert!(relay::sealed_proof_matches(&shared, &[1; 32], node, proof));
-        }
-        other => panic!("{other:?}"),
-    }
-    let (_, notes) = conn.handle(sealed(10, Frame::Registered { lease_secs: 60 }), id, t0);
-    assert!(matches!(notes[..], [Note::Up { .. }]), "{notes:?}");
-    conn
-}
-
 #[test]
 fn a_spoofed_refused_or_peer_gone_without_a_valid_seal_changes_nothing() {
     let id = Identity::new(NODE_SECRET);
     let t0 = Instant::now();
-    let mut conn = up(&id, t0);
+    let mut conn = up(&id, t0, 10);
     for (i, code) in [
         RefuseCode::Expired,
         RefuseCode::BadToken,
@@ -45,7 +23,7 @@ fn a_spoofed_refused_or_peer_gone_without_a_valid_seal_changes_nothing() {
             code,
             reason: "spoofed".into(),
         };
-        let (out, notes) = conn.handle(spoofed, &id, t);
+        let (out, notes) = conn.handle_frame(spoofed, &id, t);
         assert!(notes.is_empty(), "{code:?}: {notes:?}");
         assert!(conn.is_up(), "{code:?}");
         // At most a hello, and at most one within HINT_EVERY.
@@ -56,7 +34,7 @@ fn a_spoofed_refused_or_peer_gone_without_a_valid_seal_changes_nothing() {
         assert_eq!(hellos, usize::from(i == 0), "{code:?}: {out:?}");
         assert_eq!(out.len(), hellos, "{out:?}");
     }
-    let (_, notes) = conn.handle(Frame::PeerGone { dst: [9; 8] }, &id, t0);
+    let (_, notes) = conn.handle_frame(Frame::PeerGone { dst: [9; 8] }, &id, t0);
     assert!(notes.is_empty(), "{notes:?}");
     // A forged seal (the right shape, a tag under another key) is dropped too.
     let forged = FrameKey::new(&shared_secret(&[0x66; 32], &id.public)).seal(
@@ -66,12 +44,12 @@ fn a_spoofed_refused_or_peer_gone_without_a_valid_seal_changes_nothing() {
             reason: "forged".into(),
         },
     );
-    let (out, notes) = conn.handle(forged, &id, t0);
+    let (out, notes) = conn.handle_frame(forged, &id, t0);
     assert!(out.is_empty() && notes.is_empty(), "{out:?} {notes:?}");
     assert!(conn.is_up());
     assert_eq!(conn.dropped_unauthentic, 7);
     // The token is kept: the next registration still carries it.
-    let (out, _) = conn.handle(Frame::Challenge { cookie: [2; 32] }, &id, t0);
+    let (out, _) = conn.handle_frame(Frame::Challenge { cookie: [2; 32] }, &id, t0);
     assert!(
         matches!(&out[..], [Frame::Register { token, .. }] if token == b"t"),
         "{out:?}"
@@ -82,23 +60,23 @@ fn a_spoofed_refused_or_peer_gone_without_a_valid_seal_changes_nothing() {
 fn a_replayed_sealed_frame_with_an_old_counter_is_ignored() {
     let id = Identity::new(NODE_SECRET);
     let t0 = Instant::now();
-    let mut conn = up(&id, t0);
+    let mut conn = up(&id, t0, 10);
     let gone = sealed(11, Frame::PeerGone { dst: [9; 8] });
-    let (_, notes) = conn.handle(gone.clone(), &id, t0);
+    let (_, notes) = conn.handle_frame(gone.clone(), &id, t0);
     assert_eq!(notes, vec![Note::PeerGone { dst: [9; 8] }]);
     // The same frame again, and an older one: nothing.
-    let (_, notes) = conn.handle(gone, &id, t0);
+    let (_, notes) = conn.handle_frame(gone, &id, t0);
     assert!(notes.is_empty(), "{notes:?}");
     let busy = Frame::Refused {
         code: RefuseCode::Busy,
         reason: "busy".into(),
     };
-    let (_, notes) = conn.handle(sealed(5, busy.clone()), &id, t0);
+    let (_, notes) = conn.handle_frame(sealed(5, busy.clone()), &id, t0);
     assert!(notes.is_empty(), "{notes:?}");
     assert!(conn.is_up());
     assert_eq!(conn.counter(), 11);
     // A new one counts.
-    let (_, notes) = conn.handle(sealed(12, busy), &id, t0);
+    let (_, notes) = conn.handle_frame(sealed(12, busy), &id, t0);
     assert!(matches!(&notes[..], [Note::Down { .. }]), "{notes:?}");
     // A new connection to the same relay goes on from the last counter.
     let mut next = RelayConn::new("r1".into(), public_key(&RELAY_SECRET), None, t0);
@@ -110,21 +88,16 @@ fn a_replayed_sealed_frame_with_an_old_counter_is_ignored() {
 fn unsealed_answers_never_bring_a_connection_up_or_keep_it_alive() {
     let id = Identity::new(NODE_SECRET);
     let t0 = Instant::now();
-    let mut conn = RelayConn::new(
-        "r1".into(),
-        public_key(&RELAY_SECRET),
-        Some(b"t".to_vec()),
-        t0,
-    );
-    conn.poll(&id, t0);
-    conn.handle(Frame::Challenge { cookie: [1; 32] }, &id, t0);
-    let (_, notes) = conn.handle(Frame::Registered { lease_secs: 60 }, &id, t0);
+    let mut conn = with_token(t0);
+    conn.poll_frames(&id, t0);
+    conn.handle_frame(Frame::Challenge { cookie: [1; 32] }, &id, t0);
+    let (_, notes) = conn.handle_frame(Frame::Registered { lease_secs: 60 }, &id, t0);
     assert!(notes.is_empty() && !conn.is_up(), "{notes:?}");
-    let mut conn = up(&id, t0);
+    let mut conn = up(&id, t0, 10);
     // Spoofed pongs do not count as the relay being heard.
     let silent = t0 + SILENT_DOWN;
-    conn.handle(Frame::Pong { nonce: [0; 8] }, &id, silent);
-    let (_, notes) = conn.poll(&id, silent);
+    conn.handle_frame(Frame::Pong { nonce: [0; 8] }, &id, silent);
+    let (_, notes) = conn.poll_frames(&id, silent);
     assert!(matches!(&notes[..], [Note::Down { .. }]), "{notes:?}");
 }
 
@@ -132,24 +105,24 @@ fn unsealed_answers_never_bring_a_connection_up_or_keep_it_alive() {
 fn a_fresh_token_while_up_registers_again_with_it_at_once() {
     let id = Identity::new(NODE_SECRET);
     let t0 = Instant::now();
-    let mut conn = up(&id, t0);
+    let mut conn = up(&id, t0, 10);
     let t = t0 + Duration::from_secs(1);
     conn.set_token(b"fresh".to_vec());
-    let (out, _) = conn.poll(&id, t);
+    let (out, _) = conn.poll_frames(&id, t);
     assert!(
         out.iter().any(|f| matches!(f, Frame::Hello { .. })),
         "{out:?}"
     );
-    let (out, _) = conn.handle(Frame::Challenge { cookie: [3; 32] }, &id, t);
+    let (out, _) = conn.handle_frame(Frame::Challenge { cookie: [3; 32] }, &id, t);
     assert!(
         matches!(&out[..], [Frame::Register { token, .. }] if token == b"fresh"),
         "{out:?}"
     );
-    let (_, notes) = conn.handle(sealed(11, Frame::Registered { lease_secs: 60 }), &id, t);
+    let (_, notes) = conn.handle_frame(sealed(11, Frame::Registered { lease_secs: 60 }), &id, t);
     assert!(notes.is_empty() && conn.is_up(), "{notes:?}");
     // The same token again is no news.
     conn.set_token(b"fresh".to_vec());
-    let (out, _) = conn.poll(&id, t + Duration::from_secs(2));
+    let (out, _) = conn.poll_frames(&id, t + Duration::from_secs(2));
     assert!(
         !out.iter().any(|f| matches!(f, Frame::Hello { .. })),
         "{out:?}"

@@ -15,10 +15,10 @@
 
 use std::time::{Duration, Instant};
 
-use super::engine::{Engine, MISSED_PINGS, RELAY_FRESH, RTT_HYSTERESIS};
-use super::engine_peer::Peer;
-use super::io::{Effect, Path, Transport};
+use super::peer::Peer;
+use super::{Engine, MISSED_PINGS, RELAY_FRESH, RTT_HYSTERESIS};
 use crate::peer_key::PeerKey;
+use crate::reach::io::{Effect, Path, Transport};
 
 fn ms(d: Duration) -> u128 {
     d.as_millis()

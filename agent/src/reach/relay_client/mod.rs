@@ -1,6 +1,7 @@
 //! The relay client: one connection to one `plexsphere relay`, as a sans-IO state machine over
 //! relay frames ([`plexsphere_wire::reach::relay::Frame`]). The runtime carries the frames
-//! (over UDP from the WireGuard socket) and calls [`RelayConn::poll`] with the time.
+//! (over UDP from the WireGuard socket) and calls [`RelayConn::poll_frames`] with the time;
+//! [`RelayConn::poll_timeout`] says when that next has something to do.
 //!
 //! | state | on | does |
 //! |---|---|---|
@@ -25,11 +26,17 @@
 //! node's and the relay's keys, `Frame::Sealed`) with a counter above the last one accepted;
 //! unsealed or replayed ones are dropped (an unsealed `refused` is the hint above). Only they
 //! prove the relay alive. `recv` is not sealed: the datagram inside authenticates itself.
+//!
+//! [`tcp`] carries the frames of one connection over TCP with TLS, for networks that drop UDP.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use plexsphere_wire::reach::relay::{self, Frame, KeyPrefix, NodeKey, REREGISTER_SECS, RefuseCode};
+
+pub mod tcp;
+#[cfg(test)]
+mod tests;
 
 /// How long the relay gets to answer a `hello` or a `register`.
 pub const ANSWER_WITHIN: Duration = Duration::from_secs(1);
@@ -107,6 +114,11 @@ pub enum Note {
     PeerGone {
         dst: KeyPrefix,
     },
+}
+
+/// The earliest of some deadlines (`None` ones never come).
+fn earliest<const N: usize>(deadlines: [Option<Instant>; N]) -> Option<Instant> {
+    deadlines.into_iter().flatten().min()
 }
 
 /// One relay connection; see the module docs.
@@ -249,7 +261,7 @@ impl RelayConn {
     }
 
     /// Time passed: frames to send and what changed.
-    pub fn poll(&mut self, id: &Identity, now: Instant) -> (Vec<Frame>, Vec<Note>) {
+    pub fn poll_frames(&mut self, id: &Identity, now: Instant) -> (Vec<Frame>, Vec<Note>) {
         let (mut out, mut notes) = (Vec::new(), Vec::new());
         match self.state {
             State::Idle => {
@@ -322,6 +334,41 @@ impl RelayConn {
         (out, notes)
     }
 
+    /// When [`Self::poll_frames`] next has something to do, from the table above: a retry,
+    /// give-up, keepalive, re-registration, silence or lease end. `None` while only an input
+    /// can move it (down waiting for a token, or idle with none that already said so). A
+    /// moment already past means at once (idle with a token, a new token to register with).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match self.state {
+            State::Idle => (self.token.is_some() || !self.said_no_token).then_some(self.last_used),
+            State::Hello { since, sent } | State::Registering { since, sent } => {
+                earliest([since.checked_add(GIVE_UP), sent.checked_add(ANSWER_WITHIN)])
+            }
+            State::Up { registered, lease } => {
+                let rehello = if self.token.is_none() {
+                    None
+                } else {
+                    let due = if self.renew {
+                        Some(registered)
+                    } else {
+                        registered.checked_add(Duration::from_secs(REREGISTER_SECS))
+                    };
+                    match self.rehello {
+                        None => due,
+                        Some(t) => t.checked_add(ANSWER_WITHIN).zip(due).map(|(a, d)| a.max(d)),
+                    }
+                };
+                earliest([
+                    self.last_heard.checked_add(SILENT_DOWN),
+                    registered.checked_add(lease),
+                    rehello,
+                    self.last_ping.checked_add(KEEPALIVE),
+                ])
+            }
+            State::Down { until } => until,
+        }
+    }
+
     fn next_ping(&mut self, now: Instant, out: &mut Vec<Frame>) -> ([u8; 8], Instant) {
         self.nonce = self.nonce.wrapping_add(1);
         self.last_ping = now;
@@ -332,7 +379,12 @@ impl RelayConn {
 
     /// A frame from the relay: frames to send back and what changed. Registered, refused,
     /// peer gone and pong act only sealed (see the module docs).
-    pub fn handle(&mut self, frame: Frame, id: &Identity, now: Instant) -> (Vec<Frame>, Vec<Note>) {
+    pub fn handle_frame(
+        &mut self,
+        frame: Frame,
+        id: &Identity,
+        now: Instant,
+    ) -> (Vec<Frame>, Vec<Note>) {
         let (mut out, mut notes) = (Vec::new(), Vec::new());
         match frame {
             Frame::Sealed { counter, body, tag } => {
@@ -508,7 +560,3 @@ impl RelayConn {
         (out, notes)
     }
 }
-
-#[cfg(test)]
-#[path = "relay_client_tests.rs"]
-mod tests;

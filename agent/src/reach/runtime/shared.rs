@@ -1,4 +1,4 @@
-//! What the reach runtime's handle (`runtime.rs`) and its loop (`runtime_loop.rs`) share: the
+//! What the reach runtime's handle (`mod.rs`) and its loop (`event_loop.rs`) share: the
 //! setup, the queue's events, the state the daemon's calls leave and the views the loop
 //! publishes. Its own module so neither of the two imports the other's internals.
 
@@ -13,9 +13,9 @@ use std::time::{Duration, SystemTime};
 use plexsphere_wire::node::RelaySpec;
 use plexsphere_wire::signed::SignedEnvelope;
 
-use super::forward::{Forwarder, Underlay};
-use super::io::{Effect, OwnCandidates, PeerPathView, PeerReach};
 use crate::peer_key::PeerKey;
+use crate::reach::forward::{Forwarder, Underlay};
+use crate::reach::io::{Effect, OwnCandidates, PeerPathView, PeerReach};
 
 /// Datagrams (and wake-ups) waiting for the loop; more are dropped and counted.
 pub const EVENT_QUEUE: usize = 1024;
@@ -95,7 +95,7 @@ pub enum Event {
     /// What a relay's TCP connection read, or that it ended.
     Tcp {
         relay: String,
-        event: super::relay_client_tcp::TcpEvent,
+        event: crate::reach::relay_client::tcp::TcpEvent,
     },
     /// The daemon stored something new.
     Wake,

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
-use super::engine_bounds::{
+use super::bounds::{
     DISCO_MAX_AGE, DISCO_REPLAY_WINDOW, MAX_ANSWERS_PER_SOURCE_PER_SEC, MAX_PING_SOURCES,
 };
 

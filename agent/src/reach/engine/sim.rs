@@ -1,6 +1,6 @@
 //! A simulated network for the engine's tests: two engines, a direct link that can drop
 //! datagrams per direction (a NAT that lets nothing in, or a firewall) or pass a NAT router per
-//! node ([`super::engine_sim_nat`], applied when a datagram leaves and when it arrives), and
+//! node ([`super::sim_nat`], applied when a datagram leaves and when it arrives), and
 //! relays that carry relayed datagrams between the nodes registered with them, answer
 //! `PeerGone` for a node that is not, and can die. Time is a fixed clock stepped by the
 //! simulation (ticks every [`TICK`], and when an engine's `poll_timeout` asks); nothing sleeps.
@@ -12,10 +12,10 @@ use std::time::{Duration, Instant, SystemTime};
 use plexsphere_wire::node::RelaySpec;
 use plexsphere_wire::reach::disco::TxId;
 
-use super::engine::Engine;
-use super::engine_sim_nat::Router;
-use super::io::{Effect, Input, Now, Path, PeerReach, TICK, Transport};
+use super::Engine;
+use super::sim_nat::Router;
 use crate::peer_key::PeerKey;
+use crate::reach::io::{Effect, Input, Now, Path, PeerReach, TICK, Transport};
 
 /// One way over the direct link.
 pub const DIRECT_LATENCY: Duration = Duration::from_millis(2);
@@ -197,7 +197,7 @@ impl Net {
 
     pub fn at(&self) -> Now {
         Now {
-            mono: self.now,
+            at: self.now,
             wall: SystemTime::UNIX_EPOCH + self.now.duration_since(self.start),
         }
     }
@@ -228,7 +228,7 @@ impl Net {
     /// Hands node `i` an input now and routes what it answers.
     pub fn deliver(&mut self, i: usize, input: Input) {
         let now = self.at();
-        let effects = self.nodes[i].engine.handle(now, input);
+        let effects = self.nodes[i].engine.handle(input, now);
         for e in effects {
             self.route(i, e);
         }

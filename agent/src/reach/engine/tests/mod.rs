@@ -1,11 +1,16 @@
-//! Two engines over a simulated network ([`super::engine_sim`]): paths found, lost and
-//! regained, relays lost, peers forgotten.
+//! Two engines over a simulated network ([`crate::reach::engine::sim`]): paths found, lost and
+//! regained, relays lost, peers forgotten. The disco messages themselves in [`disco`], the
+//! guards against replays and floods in [`guard`], the punch through NATs in [`punch`].
 
 use std::time::Duration;
 
-use super::engine::{DIRECT_DEAD_AFTER, HEARTBEAT_INTERVAL, PROBE_INTERVAL};
-use super::engine_sim::{Net, is_direct, is_relay};
-use super::io::{Effect, Input, Path, TICK, Transport};
+use crate::reach::engine::sim::{Net, is_direct, is_relay};
+use crate::reach::engine::{DIRECT_DEAD_AFTER, HEARTBEAT_INTERVAL, PROBE_INTERVAL};
+use crate::reach::io::{Effect, Input, Path, TICK, Transport};
+
+mod disco;
+mod guard;
+mod punch;
 
 const SECOND: Duration = Duration::from_secs(1);
 
