@@ -130,8 +130,13 @@ impl Loop {
     pub(crate) fn run(mut self, rx: &Receiver<Event>) {
         tracing::debug!(mode = ?self.setup.mode, port = (self.setup.listen_port)(), "reach runtime started");
         while !self.shared.stop.load(Ordering::Relaxed) {
-            // A punch the engine timed wakes the loop before the tick (engine::punch).
-            let wait = self.engine.poll_timeout().map_or(TICK, |at| {
+            // A punch the engine timed, a relay connection's retry or keepalive and a STUN
+            // retry wake the loop before the tick (their `poll_timeout`).
+            let next = [self.engine.poll_timeout(), self.relays_due()]
+                .into_iter()
+                .flatten()
+                .min();
+            let wait = next.map_or(TICK, |at| {
                 at.saturating_duration_since(Instant::now()).min(TICK)
             });
             match rx.recv_timeout(wait) {
@@ -155,12 +160,15 @@ impl Loop {
                 self.next_tick = Instant::now() + TICK;
                 self.timers();
                 self.publish();
-            } else if self
-                .engine
-                .poll_timeout()
-                .is_some_and(|at| at <= Instant::now())
-            {
-                self.input(Input::Tick);
+            } else {
+                let t = Instant::now();
+                if self.engine.poll_timeout().is_some_and(|at| at <= t) {
+                    self.input(Input::Tick);
+                }
+                if self.relays_due().is_some_and(|at| at <= t) {
+                    self.stun(t);
+                    self.relays_tick(t);
+                }
             }
             self.sync_plane_relays();
         }
@@ -791,6 +799,17 @@ impl Loop {
         self.stun(t);
         self.relays_tick(t);
         self.input(Input::Tick);
+    }
+
+    /// The earliest deadline of the relay connections and the running STUN probe: when
+    /// `relays_tick` or `stun` next has something to do before the tick.
+    fn relays_due(&self) -> Option<Instant> {
+        let probe = self.probe.as_ref().and_then(StunProbe::poll_timeout);
+        self.conns
+            .values()
+            .filter_map(RelayConn::poll_timeout)
+            .chain(probe)
+            .min()
     }
 
     fn stun(&mut self, t: Instant) {

@@ -15,7 +15,9 @@
 //!
 //! The loop runs at least every [`TICK`]: the engine's tick, the STUN schedule
 //! ([`STUN_EVERY`], and at once on a network change), the host address poll
-//! ([`ADDRS_EVERY`]), the handshake read ([`HANDSHAKES_EVERY`]) and the relay connections.
+//! ([`ADDRS_EVERY`]), the handshake read ([`HANDSHAKES_EVERY`]) and the relay connections;
+//! sooner when the engine, a relay connection or the STUN probe names an earlier deadline
+//! (their `poll_timeout`): then only that machine is polled.
 
 use std::io;
 use std::net::SocketAddr;
