@@ -25,7 +25,7 @@ use super::netlink;
 use super::nft;
 use super::setup::{NodeSetup, OpenError};
 use super::wg::{WgControl, iface_name};
-use super::worker::{Plane, WgMesh};
+use super::worker::{Plane, WgMesh, WorkerError};
 use crate::config::WireguardConfig;
 
 /// EOPNOTSUPP: what RTM_NEWLINK answers for a link kind no module provides.
@@ -106,25 +106,25 @@ struct KernelPlane {
 }
 
 impl Plane for KernelPlane {
-    fn check(&mut self) -> Result<(), String> {
+    fn check(&mut self) -> Result<(), WorkerError> {
         Ok(())
     }
 
     /// Removes the interface, then its policy table (`super::nft`).
-    fn teardown(&mut self) -> Result<(), String> {
+    fn teardown(&mut self) -> Result<(), WorkerError> {
         match netlink::delete_link(&self.iface) {
             Ok(true) => {
                 tracing::info!(interface = %self.iface, "removed the WireGuard interface");
             }
             Ok(false) => {}
-            Err(e) => {
-                return Err(format!(
-                    "cannot delete the interface ({e}); run `ip link del {}`",
-                    self.iface
-                ));
+            Err(source) => {
+                return Err(WorkerError::DeleteInterface {
+                    iface: self.iface.clone(),
+                    source,
+                });
             }
         }
-        nft::remove_on_leave(&self.iface)
+        nft::remove_on_leave(&self.iface).map_err(WorkerError::PolicyTable)
     }
 }
 

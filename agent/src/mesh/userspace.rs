@@ -28,7 +28,7 @@ use super::link::setup_link;
 use super::netlink;
 use super::setup::{NodeSetup, OpenError};
 use super::wg::iface_name;
-use super::worker::{Control, Plane, WgMesh};
+use super::worker::{Control, Plane, WgMesh, WorkerError};
 use crate::config::WireguardConfig;
 use crate::reach::runtime::{Mode, PathControl, Runtime, RuntimeSetup};
 
@@ -53,7 +53,7 @@ impl UserspacePlane {
 }
 
 impl Plane for UserspacePlane {
-    fn check(&mut self) -> Result<(), String> {
+    fn check(&mut self) -> Result<(), WorkerError> {
         if self.stopped.is_none()
             && let Ok(r) = self.done.try_recv()
         {
@@ -65,9 +65,7 @@ impl Plane for UserspacePlane {
             self.stopped = Some(why);
         }
         match &self.stopped {
-            Some(why) => Err(format!(
-                "the embedded data plane stopped ({why}); restart plexd"
-            )),
+            Some(why) => Err(WorkerError::PlaneStopped { why: why.clone() }),
             None => Ok(()),
         }
     }
@@ -77,7 +75,7 @@ impl Plane for UserspacePlane {
         tracing::info!(interface = %self.iface, "the embedded data plane stopped; its interface goes with plexd");
     }
 
-    fn teardown(&mut self) -> Result<(), String> {
+    fn teardown(&mut self) -> Result<(), WorkerError> {
         self.halt();
         // A TUN goes away with its descriptor; a persistent one someone left is removed too.
         match netlink::delete_link(&self.iface) {
@@ -85,10 +83,10 @@ impl Plane for UserspacePlane {
                 tracing::info!(interface = %self.iface, "removed the WireGuard interface");
                 Ok(())
             }
-            Err(e) => Err(format!(
-                "cannot delete the interface ({e}); run `ip link del {}`",
-                self.iface
-            )),
+            Err(source) => Err(WorkerError::DeleteInterface {
+                iface: self.iface.clone(),
+                source,
+            }),
         }
     }
 }
@@ -329,7 +327,9 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError
     // Ready when the UAPI socket answers; a bind failure ends the runner first.
     let deadline = Instant::now() + START_BOUND;
     while UnixStream::connect(&socket).is_err() {
-        plane.check().map_err(OpenError::Runtime)?;
+        plane
+            .check()
+            .map_err(|e| OpenError::Runtime(e.to_string()))?;
         if Instant::now() > deadline {
             return Err(OpenError::Runtime(format!(
                 "the embedded data plane of {name} did not serve {} within {} s",

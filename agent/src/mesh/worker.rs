@@ -6,6 +6,7 @@
 //! endpoint rotation (a candidate that completes no handshake in 15 s gives way to the next)
 //! and puts back what someone changed by hand on the interface.
 
+use std::io;
 use std::sync::{Arc, mpsc};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
@@ -47,14 +48,49 @@ pub trait Control: Send + 'static {
 /// What a backend adds to the shared code: is its data plane alive, and how it goes away.
 pub trait Plane: Send + 'static {
     /// Why the interface cannot be configured right now (the embedded data plane stopped).
-    fn check(&mut self) -> Result<(), String>;
+    fn check(&mut self) -> Result<(), WorkerError>;
     /// Removes the interface (leave).
-    fn teardown(&mut self) -> Result<(), String>;
+    fn teardown(&mut self) -> Result<(), WorkerError>;
     /// plexd stops (SIGTERM): release what this process holds, leave the interface.
     fn stop(&mut self) {}
 }
 
-type Reply<T> = mpsc::Sender<Result<T, String>>;
+/// What failed in the worker or its backend. The daemon gets it as [`MeshError::what`], its
+/// Display text: what a person reads in the journal and in `plexd status`.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// The embedded data plane's threads ended; `why` is what they reported.
+    #[error("the embedded data plane stopped ({why}); restart plexd")]
+    PlaneStopped { why: String },
+    /// Deleting the interface (leave) failed.
+    #[error("cannot delete the interface ({source}); run `ip link del {iface}`")]
+    DeleteInterface { iface: String, source: io::Error },
+    /// Removing the kernel backend's policy table (leave) failed (`super::nft`'s text).
+    #[error("{0}")]
+    PolicyTable(String),
+    #[error("cannot read the peers: {0}")]
+    ReadPeers(#[source] io::Error),
+    #[error("cannot apply {ops} peer operation(s): {source}")]
+    ApplyPeers { ops: usize, source: io::Error },
+    #[error("cannot set the new private key: {0}")]
+    SetKey(#[source] io::Error),
+    #[error("cannot install the policy filter: {0}")]
+    SetPolicy(#[source] io::Error),
+    /// The worker took no more jobs: the interface was torn down.
+    #[error("the interface was torn down (plexd leave)")]
+    TornDown,
+    /// The worker gave no answer within [`CALL_BOUND`].
+    #[error(
+        "no answer from the wireguard control thread within {} s; the interface may be wedged",
+        CALL_BOUND.as_secs()
+    )]
+    NoAnswer,
+    /// The worker thread ended without answering.
+    #[error("the wireguard control thread stopped; restart plexd")]
+    WorkerStopped,
+}
+
+type Reply<T> = mpsc::Sender<Result<T, WorkerError>>;
 
 enum Job {
     Apply(Arc<Vec<PeerSpec>>, Reply<Vec<MeshChange>>),
@@ -155,11 +191,11 @@ impl WgMesh {
         self.reach.clone()
     }
 
-    fn error(&self, what: String) -> MeshError {
+    fn error(&self, e: &WorkerError) -> MeshError {
         MeshError {
             backend: self.backend,
             interface: self.iface.clone(),
-            what,
+            what: e.to_string(),
         }
     }
 
@@ -167,16 +203,13 @@ impl WgMesh {
         let (tx, rx) = mpsc::channel();
         self.jobs
             .send(job(tx))
-            .map_err(|_| self.error("the interface was torn down (plexd leave)".to_owned()))?;
+            .map_err(|_| self.error(&WorkerError::TornDown))?;
         match rx.recv_timeout(CALL_BOUND) {
-            Ok(r) => r.map_err(|e| self.error(e)),
-            Err(mpsc::RecvTimeoutError::Timeout) => Err(self.error(format!(
-                "no answer from the wireguard control thread within {} s; the interface may be wedged",
-                CALL_BOUND.as_secs()
-            ))),
-            Err(mpsc::RecvTimeoutError::Disconnected) => Err(self.error(
-                "the wireguard control thread stopped; restart plexd".to_owned(),
-            )),
+            Ok(r) => r.map_err(|e| self.error(&e)),
+            Err(mpsc::RecvTimeoutError::Timeout) => Err(self.error(&WorkerError::NoAnswer)),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                Err(self.error(&WorkerError::WorkerStopped))
+            }
         }
     }
 }
@@ -247,19 +280,17 @@ impl<P: Plane, C: Control> Worker<P, C> {
                     let _ = reply.send(r);
                 }
                 Ok(Job::Live(reply)) => {
-                    let r = self.plane.check().and_then(|()| {
-                        self.ctl
-                            .live()
-                            .map_err(|e| format!("cannot read the peers: {e}"))
-                    });
+                    let r = self
+                        .plane
+                        .check()
+                        .and_then(|()| self.ctl.live().map_err(WorkerError::ReadPeers));
                     let _ = reply.send(r);
                 }
                 Ok(Job::SetKey(key, reply)) => {
-                    let r = self.plane.check().and_then(|()| {
-                        self.ctl
-                            .set_private_key(key)
-                            .map_err(|e| format!("cannot set the new private key: {e}"))
-                    });
+                    let r = self
+                        .plane
+                        .check()
+                        .and_then(|()| self.ctl.set_private_key(key).map_err(WorkerError::SetKey));
                     if r.is_ok()
                         && let Some(reach) = &self.reach
                     {
@@ -271,7 +302,7 @@ impl<P: Plane, C: Control> Worker<P, C> {
                     let r = self.plane.check().and_then(|()| {
                         self.ctl
                             .set_policy(policy.as_deref())
-                            .map_err(|e| format!("cannot install the policy filter: {e}"))
+                            .map_err(WorkerError::SetPolicy)
                     });
                     self.policy = if r.is_ok() { policy } else { None };
                     let _ = reply.send(r);
@@ -299,6 +330,7 @@ impl<P: Plane, C: Control> Worker<P, C> {
                     match self.reconcile(true) {
                         Ok(_) => self.last_error = None,
                         Err(e) => {
+                            let e = e.to_string();
                             if self.last_error.as_ref() != Some(&e) {
                                 tracing::warn!(interface = %self.iface, "wireguard reconcile failed: {e}; retrying every {} s", RECONCILE_EVERY.as_secs());
                             }
@@ -331,15 +363,12 @@ impl<P: Plane, C: Control> Worker<P, C> {
         self.restore_error = error;
     }
 
-    fn reconcile(&mut self, periodic: bool) -> Result<Vec<MeshChange>, String> {
+    fn reconcile(&mut self, periodic: bool) -> Result<Vec<MeshChange>, WorkerError> {
         let Some(desired) = &self.desired else {
             return Ok(vec![]);
         };
         self.plane.check()?;
-        let live = self
-            .ctl
-            .live()
-            .map_err(|e| format!("cannot read the peers: {e}"))?;
+        let live = self.ctl.live().map_err(WorkerError::ReadPeers)?;
         let owners: &dyn EndpointOwners = match &self.reach {
             Some(r) => &**r,
             None => &RotationOnly,
@@ -354,7 +383,10 @@ impl<P: Plane, C: Control> Worker<P, C> {
         );
         self.ctl
             .apply(&d.update)
-            .map_err(|e| format!("cannot apply {} peer operation(s): {e}", d.update.ops.len()))?;
+            .map_err(|source| WorkerError::ApplyPeers {
+                ops: d.update.ops.len(),
+                source,
+            })?;
         log_changes(&self.iface, &d.changes, periodic);
         Ok(d.changes)
     }

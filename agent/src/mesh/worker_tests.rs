@@ -9,7 +9,7 @@ use plexsphere_wire::node::PolicyState;
 use super::contract::Mesh;
 use super::diff::{LiveConfig, MeshUpdate};
 use super::nft_tests::view;
-use super::worker::{Control, Plane, RECONCILE_EVERY, WgMesh};
+use super::worker::{Control, Plane, RECONCILE_EVERY, WgMesh, WorkerError};
 
 #[derive(Default)]
 struct Shared {
@@ -51,10 +51,10 @@ impl Control for FakeCtl {
 struct FakePlane;
 
 impl Plane for FakePlane {
-    fn check(&mut self) -> Result<(), String> {
+    fn check(&mut self) -> Result<(), WorkerError> {
         Ok(())
     }
-    fn teardown(&mut self) -> Result<(), String> {
+    fn teardown(&mut self) -> Result<(), WorkerError> {
         Ok(())
     }
 }
@@ -92,4 +92,44 @@ fn wait(done: impl Fn() -> bool) {
         assert!(Instant::now() < deadline, "not within 3 reconcile periods");
         std::thread::park_timeout(Duration::from_millis(50));
     }
+}
+
+/// The typed errors read as the texts a person saw when they were strings: through
+/// [`super::contract::MeshError`] for a refused call, and each variant's own Display.
+#[test]
+fn worker_errors_read_as_before() {
+    let shared = Arc::new(Shared::default());
+    let mut mesh = WgMesh::start("kernel", "fake0", FakeCtl(shared), FakePlane, None).unwrap();
+    let refused = mesh.set_policy(Some(&state(666))).unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "the kernel data plane on fake0: cannot install the policy filter: refused"
+    );
+    let gone = WorkerError::DeleteInterface {
+        iface: "plexd0".to_owned(),
+        source: std::io::Error::other("busy"),
+    };
+    assert_eq!(
+        gone.to_string(),
+        "cannot delete the interface (busy); run `ip link del plexd0`"
+    );
+    let stopped = WorkerError::PlaneStopped {
+        why: "it stopped".to_owned(),
+    };
+    assert_eq!(
+        stopped.to_string(),
+        "the embedded data plane stopped (it stopped); restart plexd"
+    );
+    assert_eq!(
+        WorkerError::ApplyPeers {
+            ops: 2,
+            source: std::io::Error::other("EINVAL"),
+        }
+        .to_string(),
+        "cannot apply 2 peer operation(s): EINVAL"
+    );
+    assert_eq!(
+        WorkerError::NoAnswer.to_string(),
+        "no answer from the wireguard control thread within 15 s; the interface may be wedged"
+    );
 }
