@@ -154,7 +154,7 @@ impl ApiClient {
     }
 
     /// The client for the event stream (no whole-request timeout).
-    pub fn stream_http(&self) -> &reqwest::Client {
+    pub(crate) fn stream_http(&self) -> &reqwest::Client {
         &self.stream_http
     }
 
@@ -302,7 +302,7 @@ fn innermost_message(e: &reqwest::Error) -> String {
 }
 
 /// `Retry-After` in seconds (the form plexsphere sends); an HTTP date is not parsed.
-pub fn parse_retry_after(v: &str) -> Option<Duration> {
+pub(crate) fn parse_retry_after(v: &str) -> Option<Duration> {
     v.trim().parse::<u64>().ok().map(Duration::from_secs)
 }
 

@@ -5,11 +5,11 @@
 use std::time::Duration;
 
 /// The longest `Retry-After` plexd honours; a larger value is treated as this.
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
+pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 
 /// The ceiling of the delay after `attempt` earlier failures: `initial * 2^attempt`, at most
 /// `cap`. Full jitter picks anywhere below it.
-pub fn ceiling(initial: Duration, cap: Duration, attempt: u32) -> Duration {
+pub(crate) fn ceiling(initial: Duration, cap: Duration, attempt: u32) -> Duration {
     let factor = 1u32.checked_shl(attempt.min(31)).unwrap_or(u32::MAX);
     initial.saturating_mul(factor).min(cap)
 }
@@ -35,14 +35,14 @@ impl Backoff {
     }
 
     /// The ceiling of the next delay: `initial * 2^attempt`, at most `cap`.
-    pub fn ceiling(&self) -> Duration {
+    pub(crate) fn ceiling(&self) -> Duration {
         ceiling(self.initial, self.cap, self.attempt)
     }
 
     /// The delay before the next attempt after a failure, and counts the failure.
     /// `unit` is a uniform sample in `[0, 1)` (full jitter: anywhere from 0 to the ceiling);
     /// a `Retry-After` from the server is a floor.
-    pub fn next_delay(&mut self, unit: f64, retry_after: Option<Duration>) -> Duration {
+    pub(crate) fn next_delay(&mut self, unit: f64, retry_after: Option<Duration>) -> Duration {
         let jittered = self.ceiling().mul_f64(unit.clamp(0.0, 1.0));
         self.attempt = self.attempt.saturating_add(1);
         match retry_after {
@@ -52,7 +52,7 @@ impl Backoff {
     }
 
     /// A connection ended after being up for `up`: a healthy one resets the backoff.
-    pub fn connection_lasted(&mut self, up: Duration) {
+    pub(crate) fn connection_lasted(&mut self, up: Duration) {
         if up >= self.healthy_after {
             self.reset();
         }
@@ -63,13 +63,14 @@ impl Backoff {
         self.attempt = 0;
     }
 
+    /// The failures since the last reset.
     pub fn attempts(&self) -> u32 {
         self.attempt
     }
 }
 
 /// A delay as the log shows it: `0.4`, `12.0`.
-pub fn secs_text(d: Duration) -> String {
+pub(crate) fn secs_text(d: Duration) -> String {
     format!("{:.1}", d.as_secs_f64())
 }
 

@@ -195,16 +195,16 @@ pub struct UninstallArgs {
 
 /// A duration flag in the one syntax of `plexsphere_wire::duration` (`300s`, `5m`, `1h30m`,
 /// `2d`); a bare number is seconds, as before that syntax; zero is refused.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     use plexsphere_wire::duration::{Rules, parse_std};
     parse_std(s, Rules::SECONDS_OK).map_err(|e| e.to_string())
 }
 
 /// The shortest and longest `plexd ping --interval`.
-pub const PING_INTERVAL_RANGE: (Duration, Duration) =
+pub(crate) const PING_INTERVAL_RANGE: (Duration, Duration) =
     (Duration::from_millis(200), Duration::from_secs(60));
 /// The shortest and longest `plexd ping --timeout`.
-pub const PING_TIMEOUT_RANGE: (Duration, Duration) =
+pub(crate) const PING_TIMEOUT_RANGE: (Duration, Duration) =
     (Duration::from_millis(100), Duration::from_secs(30));
 
 fn parse_ping_interval(s: &str) -> Result<Duration, String> {

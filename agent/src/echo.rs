@@ -17,7 +17,7 @@ pub const PAYLOAD_LEN: usize = 56;
 const MAX_DATAGRAM: usize = 1500;
 
 /// A connected ICMP echo socket.
-pub struct EchoSocket {
+pub(crate) struct EchoSocket {
     sock: Socket,
     v6: bool,
     raw: bool,

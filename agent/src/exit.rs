@@ -58,12 +58,12 @@ impl ExitCode {
     ];
 
     /// The code with this exit status (as the daemon passes a failure over its socket).
-    pub fn from_i32(status: i32) -> Option<Self> {
+    pub(crate) fn from_i32(status: i32) -> Option<Self> {
         Self::ALL.into_iter().find(|c| c.as_i32() == status)
     }
 
     /// The control plane could not be reached or refused: trying again later may help.
-    pub fn is_api_failure(self) -> bool {
+    pub(crate) fn is_api_failure(self) -> bool {
         matches!(self, ExitCode::ApiUnreachable | ExitCode::ServerRefused)
     }
 
@@ -108,7 +108,7 @@ impl ExitCode {
 }
 
 /// A failure as `--output json` prints it on stdout (the plain line still goes to stderr).
-pub fn failure_json(f: &Failure) -> serde_json::Value {
+pub(crate) fn failure_json(f: &Failure) -> serde_json::Value {
     serde_json::json!({
         "ok": false,
         "exit_code": f.code.as_i32(),
@@ -118,7 +118,7 @@ pub fn failure_json(f: &Failure) -> serde_json::Value {
 }
 
 /// The exit-code table as `plexd --help` shows it.
-pub const HELP: &str = "\
+pub(crate) const HELP: &str = "\
 Exit codes:
   0   success
   1   plexd ping: no reply; plexd netcheck: a check failed
@@ -139,7 +139,7 @@ Exit codes:
   78  bad configuration or unusable state file";
 
 /// Maps a refusal of `POST /v1/register` (its HTTP status and machine code) to an exit code.
-pub fn for_register_refusal(status: u16, code: &str) -> ExitCode {
+pub(crate) fn for_register_refusal(status: u16, code: &str) -> ExitCode {
     match code {
         codes::TOKEN_CONSUMED => ExitCode::TokenConsumed,
         codes::TOKEN_UNKNOWN

@@ -26,7 +26,7 @@ impl FsError {
 }
 
 /// Removes the file at `path`; true when it was there, false when there was nothing to remove.
-pub fn remove_file_if_present(path: &Path) -> std::io::Result<bool> {
+pub(crate) fn remove_file_if_present(path: &Path) -> std::io::Result<bool> {
     match fs::remove_file(path) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
@@ -36,7 +36,7 @@ pub fn remove_file_if_present(path: &Path) -> std::io::Result<bool> {
 
 /// Creates `dir` (and its parents) and sets its mode to `mode` when plexd creates it. An
 /// existing directory keeps its mode unless it is looser than `mode` for group/other.
-pub fn ensure_dir(dir: &Path, mode: u32) -> Result<(), FsError> {
+pub(crate) fn ensure_dir(dir: &Path, mode: u32) -> Result<(), FsError> {
     if !dir.exists() {
         fs::create_dir_all(dir).map_err(|e| FsError::new("cannot create directory", dir, e))?;
         fs::set_permissions(dir, Permissions::from_mode(mode))
@@ -54,7 +54,7 @@ pub fn ensure_dir(dir: &Path, mode: u32) -> Result<(), FsError> {
 }
 
 /// `value` as pretty JSON ending with a newline: how plexd's own files are written.
-pub fn pretty_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, serde_json::Error> {
+pub(crate) fn pretty_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, serde_json::Error> {
     let mut json = serde_json::to_vec_pretty(value)?;
     json.push(b'\n');
     Ok(json)
@@ -62,7 +62,7 @@ pub fn pretty_json<T: serde::Serialize>(value: &T) -> Result<Vec<u8>, serde_json
 
 /// Writes `data` to `path` atomically with `mode`: a temp file in the same directory, fsync,
 /// rename, fsync of the directory. A reader sees the old file or the new one, never half.
-pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<(), FsError> {
+pub(crate) fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<(), FsError> {
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -100,14 +100,14 @@ pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> Result<(), FsError> 
 }
 
 /// The permission bits of a file (`0o600`...).
-pub fn mode_of(path: &Path) -> Result<u32, FsError> {
+pub(crate) fn mode_of(path: &Path) -> Result<u32, FsError> {
     fs::metadata(path)
         .map(|m| m.permissions().mode() & 0o777)
         .map_err(|e| FsError::new("cannot read", path, e))
 }
 
 /// Forces a secret file to 0600 when it has looser bits, with a warning.
-pub fn enforce_private(path: &Path) -> Result<(), FsError> {
+pub(crate) fn enforce_private(path: &Path) -> Result<(), FsError> {
     let mode = mode_of(path)?;
     if mode & 0o077 != 0 {
         tracing::warn!(path = %path.display(), mode = format!("{mode:o}"), "secret file was readable by others; setting it to 0600");

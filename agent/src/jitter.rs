@@ -18,12 +18,12 @@ impl Jitter {
     }
 
     /// A generator seeded from the operating system (each process picks its own delays).
-    pub fn from_os() -> Self {
+    pub(crate) fn from_os() -> Self {
         Self::seeded(OsRng.next_u64())
     }
 
     /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.state;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -38,7 +38,7 @@ impl Jitter {
 }
 
 /// A sample in `[0, 1)` from 64 random bits (the top 53, as many as an `f64` holds).
-pub fn unit_interval(bits: u64) -> f64 {
+pub(crate) fn unit_interval(bits: u64) -> f64 {
     (bits >> 11) as f64 / (1u64 << 53) as f64
 }
 

@@ -17,7 +17,7 @@ pub enum LogTarget {
 }
 
 /// Whether `JOURNAL_STREAM` (`<device>:<inode>`) names the stream stderr is connected to.
-pub fn journal_stream_matches(journal_stream: &str, dev: u64, ino: u64) -> bool {
+pub(crate) fn journal_stream_matches(journal_stream: &str, dev: u64, ino: u64) -> bool {
     let Some((d, i)) = journal_stream.trim().split_once(':') else {
         return false;
     };
@@ -41,12 +41,12 @@ static RELOAD: Mutex<Option<reload::Handle<EnvFilter, Registry>>> = Mutex::new(N
 static LEVEL_FROM_FLAG: AtomicBool = AtomicBool::new(false);
 
 /// Records that the level came from `--log-level` or `PLEXD_LOG`.
-pub fn pin_level() {
+pub(crate) fn pin_level() {
     LEVEL_FROM_FLAG.store(true, Ordering::Relaxed);
 }
 
 /// Whether `--log-level` or `PLEXD_LOG` chose the level (a reloaded `log.level` must not win).
-pub fn level_pinned() -> bool {
+pub(crate) fn level_pinned() -> bool {
     LEVEL_FROM_FLAG.load(Ordering::Relaxed)
 }
 
@@ -63,7 +63,7 @@ pub fn filter(level: &str) -> Result<EnvFilter, String> {
 }
 
 /// Changes the log level of the running process (`plexd run` on SIGHUP).
-pub fn set_level(level: &str) -> Result<(), String> {
+pub(crate) fn set_level(level: &str) -> Result<(), String> {
     let filter = filter(level)?;
     let guard = RELOAD
         .lock()

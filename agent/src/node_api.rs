@@ -18,7 +18,7 @@ pub const MAX_ANSWER: usize = 8 * 1024 * 1024;
 /// fit many times over.
 ///
 /// [`MAX_KEY_CHAIN`]: plexsphere_wire::signing_keys::MAX_KEY_CHAIN
-pub const MAX_KEY_CHAIN_ANSWER: usize = 256 * 1024;
+pub(crate) const MAX_KEY_CHAIN_ANSWER: usize = 256 * 1024;
 
 /// Why a call did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,7 +58,7 @@ impl CallError {
     }
 
     /// Classifies a refusal by status and body.
-    pub fn from_answer(status: u16, body: &[u8], retry_after: Option<Duration>) -> Self {
+    pub(crate) fn from_answer(status: u16, body: &[u8], retry_after: Option<Duration>) -> Self {
         let error = serde_json::from_slice::<ApiError>(body).unwrap_or_else(|_| {
             ApiError::new(
                 "unexpected_answer",
@@ -137,18 +137,18 @@ impl NodeApi {
 
     /// Sends `host` as `Plexd-Host` with every call (the control plane refuses a node's
     /// credential from another host than the one it saw first).
-    pub fn with_host(mut self, host: HostFingerprint) -> Self {
+    pub(crate) fn with_host(mut self, host: HostFingerprint) -> Self {
         self.host = Some(host);
         self
     }
 
     /// The `Plexd-Host` header's value, when the host is known.
-    pub fn host_header(&self) -> Option<String> {
+    pub(crate) fn host_header(&self) -> Option<String> {
         self.host.as_ref().map(HostFingerprint::to_hex)
     }
 
     /// From now on every call (of every clone) authenticates with `credential`.
-    pub fn set_credential(&self, credential: SecretString) {
+    pub(crate) fn set_credential(&self, credential: SecretString) {
         *self
             .credential
             .write()

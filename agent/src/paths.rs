@@ -3,19 +3,19 @@
 
 use std::path::{Path, PathBuf};
 
-pub const DEFAULT_CONFIG_FILE: &str = "/etc/plexd/config.yaml";
-pub const DEFAULT_STATE_DIR: &str = "/var/lib/plexd";
-pub const DEFAULT_UNIT_DIR: &str = "/etc/systemd/system";
+pub(crate) const DEFAULT_CONFIG_FILE: &str = "/etc/plexd/config.yaml";
+pub(crate) const DEFAULT_STATE_DIR: &str = "/var/lib/plexd";
+pub(crate) const DEFAULT_UNIT_DIR: &str = "/etc/systemd/system";
 /// The binary path written in `systemd/plexd.service`: where the packages put it. `plexd install`
 /// writes the path of the binary it runs from instead (`install::unit::unit_text`).
-pub const DEFAULT_BINARY: &str = "/usr/bin/plexd";
+pub(crate) const DEFAULT_BINARY: &str = "/usr/bin/plexd";
 
 /// The file names inside the config and state directories.
-pub const CA_FILE_NAME: &str = "ca.crt";
-pub const TOKEN_FILE_NAME: &str = "bootstrap-token";
-pub const KEY_FILE_NAME: &str = "wireguard.key";
-pub const IDENTITY_FILE_NAME: &str = "identity.json";
-pub const UNIT_FILE_NAME: &str = "plexd.service";
+pub(crate) const CA_FILE_NAME: &str = "ca.crt";
+pub(crate) const TOKEN_FILE_NAME: &str = "bootstrap-token";
+pub(crate) const KEY_FILE_NAME: &str = "wireguard.key";
+pub(crate) const IDENTITY_FILE_NAME: &str = "identity.json";
+pub(crate) const UNIT_FILE_NAME: &str = "plexd.service";
 
 /// The config file and what derives from it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,12 +39,12 @@ impl ConfigPaths {
     }
 
     /// The extra CA cloud-init or the NixOS module drops beside the config (`/etc/plexd/ca.crt`).
-    pub fn dropped_ca_file(&self) -> PathBuf {
+    pub(crate) fn dropped_ca_file(&self) -> PathBuf {
         self.config_dir().join(CA_FILE_NAME)
     }
 
     /// The token file used when neither the config nor a flag names one.
-    pub fn default_token_file(&self) -> PathBuf {
+    pub(crate) fn default_token_file(&self) -> PathBuf {
         self.config_dir().join(TOKEN_FILE_NAME)
     }
 }
@@ -71,7 +71,7 @@ impl StatePaths {
 
 /// The state dir by precedence: flag or `PLEXD_STATE_DIR`, then the config's `state_dir`,
 /// then the default.
-pub fn resolve_state_dir(flag_or_env: Option<&Path>, from_config: Option<&Path>) -> PathBuf {
+pub(crate) fn resolve_state_dir(flag_or_env: Option<&Path>, from_config: Option<&Path>) -> PathBuf {
     flag_or_env
         .or(from_config)
         .map(Path::to_path_buf)

@@ -26,7 +26,7 @@ impl Backend {
     }
 }
 
-pub const DEFAULT_INTERFACE: &str = "plexd0";
+pub(crate) const DEFAULT_INTERFACE: &str = "plexd0";
 pub const DEFAULT_MTU: u16 = 1420;
 
 /// `wireguard:` the interface plexd programs.
@@ -51,7 +51,7 @@ pub struct WireguardConfig {
 }
 
 /// The most `wireguard.crypto_workers` plexd takes.
-pub const MAX_CRYPTO_WORKERS: u8 = 64;
+pub(crate) const MAX_CRYPTO_WORKERS: u8 = 64;
 
 fn is_zero(n: &u8) -> bool {
     *n == 0
@@ -95,7 +95,7 @@ impl ReachConfig {
 impl WireguardConfig {
     /// The kernel interface's own port when reach is on: `reach.kernel_port`, or the one after
     /// `listen_port` (0 stays 0: any free port, for tests).
-    pub fn kernel_port(&self) -> u16 {
+    pub(crate) fn kernel_port(&self) -> u16 {
         match (self.reach.kernel_port, self.listen_port) {
             (Some(p), _) => p,
             (None, 0) => 0,

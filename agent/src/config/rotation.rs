@@ -8,9 +8,9 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The default of both intervals: 30 days.
-pub const DEFAULT_ROTATION: Duration = Duration::from_secs(30 * 24 * 3600);
+pub(crate) const DEFAULT_ROTATION: Duration = Duration::from_secs(30 * 24 * 3600);
 /// The shortest scheduled interval accepted: the control plane refuses faster rotations.
-pub const MIN_ROTATION: Duration = Duration::from_secs(60);
+pub(crate) const MIN_ROTATION: Duration = Duration::from_secs(60);
 
 /// A rotation interval; `None` is off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,7 +93,7 @@ pub struct RotationConfig {
 }
 
 impl RotationConfig {
-    pub fn is_default(&self) -> bool {
+    pub(crate) fn is_default(&self) -> bool {
         *self == Self::default()
     }
 }

@@ -30,7 +30,7 @@ impl ApiUrl {
         Ok(Self(url))
     }
 
-    pub fn is_https(&self) -> bool {
+    pub(crate) fn is_https(&self) -> bool {
         self.0.scheme() == "https"
     }
 

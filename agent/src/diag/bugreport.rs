@@ -26,13 +26,13 @@ use serde::Serialize;
 use crate::daemon::status::StatusReport;
 
 /// The journal lines the report takes (the newest).
-pub const JOURNAL_LINES: u32 = 2000;
+pub(crate) const JOURNAL_LINES: u32 = 2000;
 /// The most bytes one entry keeps; the rest is cut with a note.
-pub const MAX_ENTRY_BYTES: usize = 4 * 1024 * 1024;
+pub(crate) const MAX_ENTRY_BYTES: usize = 4 * 1024 * 1024;
 /// The most bytes all entries together keep (before compression).
-pub const MAX_TOTAL_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_TOTAL_BYTES: usize = 16 * 1024 * 1024;
 /// What a secret is replaced with.
-pub const REDACTED: &str = "<redacted>";
+pub(crate) const REDACTED: &str = "<redacted>";
 /// Secrets shorter than this are not searched for (they would match by accident, and no real
 /// token, key or credential is this short).
 const MIN_SECRET_LEN: usize = 16;
@@ -203,7 +203,7 @@ fn bound_to(entries: &mut Vec<Entry>, per_entry: usize, total: usize) -> Vec<Str
 
 /// `peers.txt`: a `wg show`-like dump of the daemon's peers (no private key; none is known
 /// to the status report).
-pub fn peers_text(r: &StatusReport) -> String {
+pub(crate) fn peers_text(r: &StatusReport) -> String {
     let mut out = format!(
         "interface: {}\n  backend: {}\n  mesh ip: {}\n\n",
         r.interface, r.backend, r.mesh_ip

@@ -22,7 +22,7 @@ use crate::tls::TrustSources;
 
 /// The port the control plane's STUN responder listens on unless told otherwise; netcheck
 /// guesses it on the API's host when it knows no STUN server.
-pub const DEFAULT_STUN_PORT: u16 = 3478;
+pub(crate) const DEFAULT_STUN_PORT: u16 = 3478;
 
 /// Where the commands find things (the global flags).
 #[derive(Debug, Clone)]

@@ -21,9 +21,9 @@ use serde::Serialize;
 use crate::reach::stun;
 
 /// WireGuard's overhead on every packet over IPv4 (20 IP + 8 UDP + 32 WireGuard).
-pub const WG_OVERHEAD_V4: u16 = 60;
+pub(crate) const WG_OVERHEAD_V4: u16 = 60;
 /// The same over IPv6 (40-byte IP header).
-pub const WG_OVERHEAD_V6: u16 = 80;
+pub(crate) const WG_OVERHEAD_V6: u16 = 80;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -137,7 +137,7 @@ impl NetcheckReport {
 }
 
 /// The TCP check from the connection attempt's outcome (`Ok`: the address connected to, in ms).
-pub fn tcp_check(target: &str, outcome: &Result<(SocketAddr, u128), String>) -> Check {
+pub(crate) fn tcp_check(target: &str, outcome: &Result<(SocketAddr, u128), String>) -> Check {
     match outcome {
         Ok((addr, ms)) => Check::new("tcp", Verdict::Ok, format!("connected to {target} ({addr}) in {ms} ms")),
         Err(e) => Check::new("tcp", Verdict::Fail, format!("cannot connect to {target}: {e}")).hint(
@@ -148,7 +148,7 @@ pub fn tcp_check(target: &str, outcome: &Result<(SocketAddr, u128), String>) -> 
 
 /// How a TLS handshake failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TlsFailure {
+pub(crate) enum TlsFailure {
     /// The certificate chain is not trusted (or does not name the host).
     NotTrusted(String),
     /// Anything else: reset, an alert, not TLS at all (plain HTTP on the port), a timeout.
@@ -158,7 +158,7 @@ pub enum TlsFailure {
 }
 
 /// The TLS check; `None`: TCP failed, so TLS was not tried.
-pub fn tls_check(outcome: Option<&Result<(String, u128), TlsFailure>>) -> Check {
+pub(crate) fn tls_check(outcome: Option<&Result<(String, u128), TlsFailure>>) -> Check {
     match outcome {
         None => Check::new("tls", Verdict::Skipped, "not tried (no TCP connection)"),
         Some(Ok((version, ms))) => Check::new("tls", Verdict::Ok, format!("handshake done ({version}) in {ms} ms, certificate trusted")),
@@ -172,7 +172,7 @@ pub fn tls_check(outcome: Option<&Result<(String, u128), TlsFailure>>) -> Check 
 }
 
 /// The TLS check of an `http://` api_url (`allow_insecure_http`): nothing to check.
-pub fn plain_http_check() -> Check {
+pub(crate) fn plain_http_check() -> Check {
     Check::new(
         "tls",
         Verdict::Skipped,
@@ -182,7 +182,7 @@ pub fn plain_http_check() -> Check {
 
 /// The UDP and NAT checks from the STUN answers; `local` are this host's addresses and
 /// `port` the local port every request left from.
-pub fn udp_and_nat(
+pub(crate) fn udp_and_nat(
     answers: &[StunAnswer],
     local: &[IpAddr],
     port: u16,
@@ -229,7 +229,7 @@ pub fn udp_and_nat(
 }
 
 /// The MTU check.
-pub fn mtu_check(m: &MtuFacts) -> Check {
+pub(crate) fn mtu_check(m: &MtuFacts) -> Check {
     let overhead = if m.outer_v6 {
         WG_OVERHEAD_V6
     } else {

@@ -11,7 +11,7 @@ use crate::daemon::status::{PeerPath, PeerStatus};
 pub use crate::echo::{PAYLOAD_LEN, Reply, checksum, echo_reply_seq, echo_request};
 
 /// The shortest node id prefix `plexd ping` accepts (shorter ones match too many nodes).
-pub const MIN_ID_PREFIX: usize = 4;
+pub(crate) const MIN_ID_PREFIX: usize = 4;
 
 /// How many peer names an "unknown peer" message lists.
 const LISTED_PEERS: usize = 10;
@@ -87,7 +87,7 @@ fn names(peers: &[PeerStatus]) -> String {
 
 /// What `plexd ping` found (`--output json` prints it).
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PingReport {
+pub(crate) struct PingReport {
     pub node_id: Uuid,
     pub name: String,
     pub mesh_ip: IpAddr,

@@ -8,7 +8,7 @@ use flate2::write::GzEncoder;
 use super::bugreport::Entry;
 
 /// The folder every entry sits in inside the tarball.
-pub const TOP_DIR: &str = "plexd-bugreport";
+pub(crate) const TOP_DIR: &str = "plexd-bugreport";
 
 /// Writes `entries` to `path` (created 0600, replaced if it exists); answers its size.
 pub fn write(path: &Path, entries: &[Entry], mtime: u64) -> Result<u64, String> {

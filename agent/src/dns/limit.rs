@@ -80,7 +80,7 @@ impl Discard {
 
 /// Counts every drop and says when a log line is due (at most one per kind per `every`).
 #[derive(Debug, Clone)]
-pub struct Discards {
+pub(crate) struct Discards {
     every: Duration,
     counts: [u64; 5],
     logged_at: [Option<Instant>; 5],

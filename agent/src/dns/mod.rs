@@ -29,24 +29,24 @@ use std::time::Duration;
 
 /// The TTL of every answer (A, AAAA, PTR) and of the negative answers (the SOA's minimum):
 /// short, so a rename, a departure or a policy change shows within seconds even in a cache.
-pub const NAME_TTL: u32 = 5;
+pub(crate) const NAME_TTL: u32 = 5;
 /// The UDP payload size plexd advertises and answers within (EDNS, RFC 6891; the DNS flag
 /// day 2020 value that avoids IP fragmentation). Without EDNS a UDP answer fits 512 bytes.
-pub const UDP_PAYLOAD: u16 = 1232;
+pub(crate) const UDP_PAYLOAD: u16 = 1232;
 /// The largest query plexd reads (a DNS message over TCP can be 65,535 bytes; a query with
 /// one question and an OPT record is far smaller). Larger ones are dropped and counted.
-pub const MAX_QUERY_BYTES: usize = 4096;
+pub(crate) const MAX_QUERY_BYTES: usize = 4096;
 /// At most this many TCP connections at once; a further one is closed at once (counted).
-pub const MAX_TCP_CONNECTIONS: usize = 64;
+pub(crate) const MAX_TCP_CONNECTIONS: usize = 64;
 /// A TCP connection that sends no complete query for this long is closed (RFC 7766 leaves the
 /// value to the server; a stub resolver reconnects).
-pub const TCP_IDLE: Duration = Duration::from_secs(10);
+pub(crate) const TCP_IDLE: Duration = Duration::from_secs(10);
 /// At most this many queries per second are answered (UDP and TCP together, bursts up to the
 /// same number); more are dropped and counted, with one log line per [`LOG_EVERY`].
-pub const MAX_QUERIES_PER_SEC: u32 = 20_000;
+pub(crate) const MAX_QUERIES_PER_SEC: u32 = 20_000;
 /// At most one log line per this interval for each kind of drop.
-pub const LOG_EVERY: Duration = Duration::from_secs(10);
+pub(crate) const LOG_EVERY: Duration = Duration::from_secs(10);
 /// At most this many names in the table (the node itself and its peers); past it, names are
 /// left out with a log line. The control plane's own Domain limits keep states far smaller.
-pub const MAX_NAMES: usize = 100_000;
+pub(crate) const MAX_NAMES: usize = 100_000;
 pub use crate::config::dns::DNS_PORT;

@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 use super::{DNS_PORT, reverse};
 
 /// The longest plexd waits for resolved to take or revert a link's settings.
-pub const RESOLVED_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const RESOLVED_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 const RESOLVE1: &str = "org.freedesktop.resolve1";
 
@@ -142,8 +142,8 @@ fn address(ip: IpAddr) -> (i32, Vec<u8>) {
 }
 
 mod libc_af {
-    pub const INET: i32 = 2;
-    pub const INET6: i32 = 10;
+    pub(crate) const INET: i32 = 2;
+    pub(crate) const INET6: i32 = 10;
 }
 
 async fn apply(manager: &ManagerProxy<'_>, s: &LinkSettings) -> Result<i32, String> {

@@ -73,7 +73,7 @@ fn nibble(label: &[u8]) -> Option<u8> {
 
 /// The reverse zone that holds `mesh`: its prefix cut down to a whole octet (IPv4) or nibble
 /// (IPv6), the only prefixes a reverse name can name.
-pub fn zone_of(mesh: IpNet) -> IpNet {
+pub(crate) fn zone_of(mesh: IpNet) -> IpNet {
     match mesh {
         IpNet::V4(n) => {
             let len = n.prefix_len() / 8 * 8;
@@ -92,7 +92,7 @@ pub fn zone_of(mesh: IpNet) -> IpNet {
 
 /// Whether the reverse zone of `mesh` is exactly the mesh range (its prefix is a whole octet
 /// or nibble): only then may systemd-resolved send that whole zone to plexd.
-pub fn zone_is_exact(mesh: IpNet) -> bool {
+pub(crate) fn zone_is_exact(mesh: IpNet) -> bool {
     zone_of(mesh) == mesh.trunc()
 }
 
@@ -126,7 +126,7 @@ pub fn name_of(net: IpNet) -> String {
 }
 
 /// [`name_of`] as a DNS name (the owner of the reverse zone's SOA).
-pub fn zone_name(mesh: IpNet) -> Name {
+pub(crate) fn zone_name(mesh: IpNet) -> Name {
     let mut name = Name::from_ascii(name_of(mesh)).unwrap_or_else(|_| Name::root());
     name.set_fqdn(true);
     name

@@ -52,7 +52,7 @@ impl Shared {
     }
 
     /// Replaces the table.
-    pub fn set_zone(&self, zone: Option<Arc<Zone>>) {
+    pub(crate) fn set_zone(&self, zone: Option<Arc<Zone>>) {
         *self.zone.write().unwrap_or_else(|e| e.into_inner()) = zone;
     }
 

@@ -150,12 +150,12 @@ impl Zone {
     }
 
     /// The suffix's labels (lowercase, leftmost first).
-    pub fn suffix_labels(&self) -> &[Vec<u8>] {
+    pub(crate) fn suffix_labels(&self) -> &[Vec<u8>] {
         &self.suffix
     }
 
     /// The suffix as a DNS name (the SOA's owner).
-    pub fn suffix_name(&self) -> &Name {
+    pub(crate) fn suffix_name(&self) -> &Name {
         &self.suffix_name
     }
 
@@ -169,11 +169,11 @@ impl Zone {
         self.mesh
     }
 
-    pub fn reverse_zone(&self) -> IpNet {
+    pub(crate) fn reverse_zone(&self) -> IpNet {
         self.reverse_zone
     }
 
-    pub fn reverse_name(&self) -> &Name {
+    pub(crate) fn reverse_name(&self) -> &Name {
         &self.reverse_name
     }
 
@@ -183,7 +183,7 @@ impl Zone {
     }
 
     /// The name of `addr`, as `<label>.<suffix>.`.
-    pub fn ptr(&self, addr: IpAddr) -> Option<Name> {
+    pub(crate) fn ptr(&self, addr: IpAddr) -> Option<Name> {
         let label = self.ptr.get(&addr)?;
         Name::from_labels(std::iter::once(&**label).chain(self.suffix.iter().map(Vec::as_slice)))
             .ok()

@@ -36,18 +36,18 @@ use uuid::Uuid;
 use crate::fsutil::{self, FsError};
 
 /// Where the machine id is read from unless [`MACHINE_ID_ENV`] names another file.
-pub const DEFAULT_MACHINE_ID_FILE: &str = "/etc/machine-id";
+pub(crate) const DEFAULT_MACHINE_ID_FILE: &str = "/etc/machine-id";
 /// The environment variable naming another machine-id file (tests, containers).
-pub const MACHINE_ID_ENV: &str = "PLEXD_MACHINE_ID_FILE";
+pub(crate) const MACHINE_ID_ENV: &str = "PLEXD_MACHINE_ID_FILE";
 /// The binding's file name inside the state dir.
-pub const HOST_FILE_NAME: &str = "host.json";
+pub(crate) const HOST_FILE_NAME: &str = "host.json";
 /// The version of `host.json` this plexd writes (it reads 1 and 2: see the module's upgrade).
-pub const HOST_FILE_VERSION: u32 = 2;
+pub(crate) const HOST_FILE_VERSION: u32 = 2;
 /// The version of `host.json` whose fingerprint is the sent one (older plexd).
-pub const HOST_FILE_VERSION_SENT: u32 = 1;
+pub(crate) const HOST_FILE_VERSION_SENT: u32 = 1;
 /// A machine id is 32 hex characters and a newline (machine-id(5)); more than this many bytes
 /// is not a machine-id file.
-pub const MAX_MACHINE_ID_FILE: u64 = 256;
+pub(crate) const MAX_MACHINE_ID_FILE: u64 = 256;
 /// The sent fingerprint's HMAC label: a fingerprint means nothing outside plexd's host binding.
 const LABEL: &[u8] = b"plexd host binding v1\0";
 /// The stored fingerprint's HMAC label (`host.json` version 2).
@@ -66,7 +66,7 @@ pub fn fingerprint(machine_id: &MachineId, node_id: Uuid) -> HostFingerprint {
 }
 
 /// The host's fingerprint for `node_id` that `host.json` records; never sent.
-pub fn stored_fingerprint(machine_id: &MachineId, node_id: Uuid) -> HostFingerprint {
+pub(crate) fn stored_fingerprint(machine_id: &MachineId, node_id: Uuid) -> HostFingerprint {
     derive(machine_id, STORED_LABEL, node_id)
 }
 
@@ -204,7 +204,7 @@ pub enum HostError {
 
 /// Who noticed the copy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NoticedBy {
+pub(crate) enum NoticedBy {
     /// This host's machine id is not the one the state dir was bound to.
     LocalCheck,
     /// The control plane saw the credential from another host (`clone_refused`).
@@ -212,7 +212,7 @@ pub enum NoticedBy {
 }
 
 /// The one line that tells the operator of a copied state dir what happened and what to do.
-pub fn clone_message(state_dir: &Path, node_id: Uuid, by: NoticedBy) -> String {
+pub(crate) fn clone_message(state_dir: &Path, node_id: Uuid, by: NoticedBy) -> String {
     let why = match by {
         NoticedBy::LocalCheck => "this host's machine id is not the one it was bound to",
         NoticedBy::ControlPlane => {
@@ -227,7 +227,7 @@ pub fn clone_message(state_dir: &Path, node_id: Uuid, by: NoticedBy) -> String {
 
 /// Checks that `state_dir` belongs to this host, binding it now when it has no binding for
 /// `node_id`. Returns this host's fingerprint, to be sent with every request.
-pub fn check_or_bind(
+pub(crate) fn check_or_bind(
     state_dir: &Path,
     node_id: Uuid,
     machine_id_file: &Path,

@@ -57,7 +57,7 @@ impl NodeKey {
     }
 
     /// The public key as `wg pubkey` prints it.
-    pub fn public_base64(&self) -> String {
+    pub(crate) fn public_base64(&self) -> String {
         STANDARD.encode(self.public().as_bytes())
     }
 
@@ -71,7 +71,7 @@ impl NodeKey {
 
     /// Loads the key from `path`, or generates one and saves it (0600) when there is none.
     /// Returns the key and whether it was generated now.
-    pub fn load_or_generate(path: &Path) -> Result<(Self, bool), KeyError> {
+    pub(crate) fn load_or_generate(path: &Path) -> Result<(Self, bool), KeyError> {
         match std::fs::read_to_string(path) {
             Ok(text) => {
                 fsutil::enforce_private(path)?;

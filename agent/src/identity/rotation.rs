@@ -33,17 +33,17 @@ impl std::fmt::Debug for KeySecret {
 }
 
 /// The pending key's file name, beside `wireguard.key`.
-pub const PENDING_SUFFIX: &str = ".pending";
+pub(crate) const PENDING_SUFFIX: &str = ".pending";
 
 /// Where the pending key of `key_file` lives.
-pub fn pending_path(key_file: &Path) -> PathBuf {
+pub(crate) fn pending_path(key_file: &Path) -> PathBuf {
     let mut name = key_file.as_os_str().to_owned();
     name.push(PENDING_SUFFIX);
     PathBuf::from(name)
 }
 
 /// The pending key, if one was written and not promoted yet.
-pub fn load_pending(key_file: &Path) -> Result<Option<NodeKey>, KeyError> {
+pub(crate) fn load_pending(key_file: &Path) -> Result<Option<NodeKey>, KeyError> {
     let path = pending_path(key_file);
     match std::fs::read_to_string(&path) {
         Ok(text) => {
@@ -59,7 +59,7 @@ pub fn load_pending(key_file: &Path) -> Result<Option<NodeKey>, KeyError> {
 
 /// The pending key to rotate to: the one on disk (a rotation that did not finish), or a new
 /// one, written (0600, atomically) before this returns.
-pub fn pending_or_generate(key_file: &Path) -> Result<(NodeKey, bool), KeyError> {
+pub(crate) fn pending_or_generate(key_file: &Path) -> Result<(NodeKey, bool), KeyError> {
     if let Some(k) = load_pending(key_file)? {
         return Ok((k, false));
     }
@@ -98,7 +98,7 @@ pub fn discard(key_file: &Path) -> Result<(), KeyError> {
 
 /// When the key in `key_file` was last written (generated or promoted), the age a scheduled
 /// rotation counts from.
-pub fn key_written_at(key_file: &Path) -> Option<SystemTime> {
+pub(crate) fn key_written_at(key_file: &Path) -> Option<SystemTime> {
     std::fs::metadata(key_file).and_then(|m| m.modified()).ok()
 }
 

@@ -13,7 +13,7 @@ use super::unit::systemctl;
 
 /// What to remove.
 #[derive(Debug, Clone)]
-pub struct UninstallSettings {
+pub(crate) struct UninstallSettings {
     pub config: ConfigPaths,
     pub token_file: PathBuf,
     pub state: StatePaths,
@@ -26,7 +26,7 @@ pub struct UninstallSettings {
 
 /// The lines `plexd uninstall` prints, in order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct UninstallReport {
+pub(crate) struct UninstallReport {
     pub lines: Vec<String>,
 }
 
@@ -42,7 +42,10 @@ impl UninstallReport {
 
 /// Stops and disables the unit when systemd manages it. Runs before the node's local files go
 /// when the node could not leave (`--force`), so no daemon is left running on them.
-pub fn stop_unit(s: &UninstallSettings, report: &mut UninstallReport) -> Result<(), Failure> {
+pub(crate) fn stop_unit(
+    s: &UninstallSettings,
+    report: &mut UninstallReport,
+) -> Result<(), Failure> {
     let unit_file = s.unit_dir.join(UNIT_FILE_NAME);
     let packaged = std::path::Path::new(super::unit::PACKAGED_UNIT_FILE);
     if !unit_file.exists() && !super::unit::packaged_unit_serves(&s.unit_dir, packaged) {
@@ -67,7 +70,10 @@ pub fn stop_unit(s: &UninstallSettings, report: &mut UninstallReport) -> Result<
 
 /// Removes the unit, the state dir when nothing of anyone else's is left in it, and with
 /// `purge` the config; then names what was kept.
-pub fn remove_files(s: &UninstallSettings, report: &mut UninstallReport) -> Result<(), Failure> {
+pub(crate) fn remove_files(
+    s: &UninstallSettings,
+    report: &mut UninstallReport,
+) -> Result<(), Failure> {
     let unit_file = s.unit_dir.join(UNIT_FILE_NAME);
     if remove_file(&unit_file)? {
         report.push(format!("removed {}", unit_file.display()));

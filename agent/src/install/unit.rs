@@ -6,13 +6,13 @@ use std::process::Command;
 use crate::paths::{DEFAULT_BINARY, DEFAULT_UNIT_DIR};
 
 /// Where the plexd package (deb, rpm) puts the unit.
-pub const PACKAGED_UNIT_FILE: &str = "/usr/lib/systemd/system/plexd.service";
+pub(crate) const PACKAGED_UNIT_FILE: &str = "/usr/lib/systemd/system/plexd.service";
 
 /// Whether the package's unit serves: the unit dir is the default one and `packaged` (in
 /// production [`PACKAGED_UNIT_FILE`]) exists. `plexd install` then writes no copy into
 /// /etc/systemd/system (a copy there would hide the unit a package upgrade brings), and
 /// `plexd uninstall` stops and disables the packaged unit but leaves the file to the package.
-pub fn packaged_unit_serves(unit_dir: &Path, packaged: &Path) -> bool {
+pub(crate) fn packaged_unit_serves(unit_dir: &Path, packaged: &Path) -> bool {
     unit_dir == Path::new(DEFAULT_UNIT_DIR) && packaged.is_file()
 }
 

@@ -33,7 +33,7 @@ use crate::paths::StatePaths;
 use crate::tls::TrustSources;
 
 /// The default bound on retrying 429 answers.
-pub const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(300);
 
 /// Everything `join` needs, resolved from flags, environment and config.
 #[derive(Debug, Clone)]
@@ -66,7 +66,7 @@ impl Joined {
 }
 
 /// The two lines `plexd join` prints on stdout.
-pub fn stdout_lines(id: &Identity) -> String {
+pub(crate) fn stdout_lines(id: &Identity) -> String {
     format!("node_id: {}\nmesh_ip: {}\n", id.node_id, id.mesh_ip)
 }
 

@@ -15,10 +15,10 @@ use crate::exit::Failure;
 use crate::fsutil::{self, FsError};
 
 /// The mode of the result file: it holds no secret (plexd's messages never quote a token).
-pub const RESULT_FILE_MODE: u32 = 0o644;
+pub(crate) const RESULT_FILE_MODE: u32 = 0o644;
 
 /// The file's contents for a failed join.
-pub fn of_failure(f: &Failure) -> JoinResult {
+pub(crate) fn of_failure(f: &Failure) -> JoinResult {
     JoinResult {
         exit_code: f.code.as_i32(),
         message: f.message.clone(),

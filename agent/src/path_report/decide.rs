@@ -22,16 +22,16 @@ use plexsphere_wire::paths::{
 };
 
 /// A changed path is reported once the paths held still this long.
-pub const DEBOUNCE: Duration = Duration::from_millis(PATHS_DEBOUNCE_MS);
+pub(crate) const DEBOUNCE: Duration = Duration::from_millis(PATHS_DEBOUNCE_MS);
 /// Two reports are at least this far apart.
-pub const MIN_GAP: Duration = Duration::from_millis(PATHS_MIN_GAP_MS);
+pub(crate) const MIN_GAP: Duration = Duration::from_millis(PATHS_MIN_GAP_MS);
 /// RTT or handshake changes alone are reported at most this often.
-pub const REFRESH: Duration = Duration::from_secs(PATHS_REFRESH_SECS);
+pub(crate) const REFRESH: Duration = Duration::from_secs(PATHS_REFRESH_SECS);
 /// A failed report is sent again after this long.
-pub const RETRY: Duration = Duration::from_secs(5);
+pub(crate) const RETRY: Duration = Duration::from_secs(5);
 /// An RTT change counts as drift past this many milliseconds and this fraction of the last
 /// reported RTT (so the jitter of every ping is not a report).
-pub const RTT_DRIFT: (f64, f64) = (2.0, 0.2);
+pub(crate) const RTT_DRIFT: (f64, f64) = (2.0, 0.2);
 
 /// How the control plane answered a report.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,7 +46,7 @@ pub enum Answer {
 
 /// The report's schedule and content.
 #[derive(Debug, Default)]
-pub struct PathReporter {
+pub(crate) struct PathReporter {
     /// The newest sample, sorted and bounded.
     current: Option<Vec<PeerPath>>,
     /// When the paths (not RTTs) of the sample last differed from the sample before.
@@ -94,7 +94,7 @@ fn bounded(mut peers: Vec<PeerPath>) -> Vec<PeerPath> {
 
 impl PathReporter {
     /// The reach runtime's paths as they are now.
-    pub fn on_sample(&mut self, peers: Vec<PeerPath>, now: Instant) {
+    pub(crate) fn on_sample(&mut self, peers: Vec<PeerPath>, now: Instant) {
         let peers = bounded(peers);
         let moved = self
             .current
@@ -122,7 +122,7 @@ impl PathReporter {
     }
 
     /// When [`Self::poll_report`] may have something next (`None`: nothing planned).
-    pub fn next_wake(&self) -> Option<Instant> {
+    pub(crate) fn next_wake(&self) -> Option<Instant> {
         if self.stopped || self.in_flight.is_some() {
             return None;
         }
@@ -138,7 +138,7 @@ impl PathReporter {
     }
 
     /// The report to send now, if one is due.
-    pub fn poll_report(&mut self, now: Instant) -> Option<PathsReport> {
+    pub(crate) fn poll_report(&mut self, now: Instant) -> Option<PathsReport> {
         if self.next_wake().is_none_or(|t| t > now) {
             return None;
         }
@@ -148,7 +148,7 @@ impl PathReporter {
     }
 
     /// The answer to the report in flight.
-    pub fn on_answer(&mut self, answer: Answer, now: Instant) {
+    pub(crate) fn on_answer(&mut self, answer: Answer, now: Instant) {
         let Some(report) = self.in_flight.take() else {
             return;
         };

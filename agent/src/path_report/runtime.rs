@@ -14,7 +14,7 @@ use crate::node_api::{CallError, NodeApi};
 use crate::reach::io::{Path, PeerPathView, ReachHandle, Transport};
 
 /// How often the reach runtime's paths are read.
-pub const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+pub(crate) const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 
 /// The running task; dropping the handle stops it.
 pub struct PathsHandle {
@@ -40,7 +40,7 @@ impl Drop for PathsHandle {
 }
 
 /// One peer of the runtime's view as the report carries it.
-pub fn peer_path(v: &PeerPathView) -> PeerPath {
+pub(crate) fn peer_path(v: &PeerPathView) -> PeerPath {
     PeerPath {
         peer_node_id: v.node_id,
         path: match &v.path {

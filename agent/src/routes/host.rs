@@ -20,9 +20,9 @@ use super::netlink::{self, KernelRoute, Rule, TABLE_MAIN};
 use super::plan::{EXIT_FWMARK, EXIT_TABLE, HostPlan};
 use super::router::{self, FORWARDING, SRC_VALID_MARK, Saved};
 
-pub const PRIO_EXEMPT: u32 = 5200;
-pub const PRIO_SUPPRESS: u32 = 5210;
-pub const PRIO_EXIT: u32 = 5220;
+pub(crate) const PRIO_EXEMPT: u32 = 5200;
+pub(crate) const PRIO_SUPPRESS: u32 = 5210;
+pub(crate) const PRIO_EXIT: u32 = 5220;
 const PRIOS: [u32; 3] = [PRIO_EXEMPT, PRIO_SUPPRESS, PRIO_EXIT];
 
 /// What this run of plexd changed on the host.

@@ -38,7 +38,7 @@ pub use op::RoutesOp;
 /// `plexd leave` / `plexd uninstall` without a running daemon: the nat table and the exit's
 /// policy rules a crashed run may have left (the routes go with the interface).
 #[cfg(target_os = "linux")]
-pub fn remove_leftovers(iface: &str) -> Result<(), String> {
+pub(crate) fn remove_leftovers(iface: &str) -> Result<(), String> {
     router::remove_on_leave(iface)?;
     let found = netlink::list_rules(
         |p| [host::PRIO_EXEMPT, host::PRIO_SUPPRESS, host::PRIO_EXIT].contains(&p),

@@ -17,9 +17,9 @@ use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use crate::mesh::netlink::request;
 
 /// The routing protocol number of plexd's routes (`/etc/iproute2/rt_protos` does not name it).
-pub const RTPROT_PLEXD: u8 = 112;
+pub(crate) const RTPROT_PLEXD: u8 = 112;
 /// The main routing table.
-pub const TABLE_MAIN: u32 = 254;
+pub(crate) const TABLE_MAIN: u32 = 254;
 /// EEXIST: already there.
 const EEXIST: i32 = 17;
 /// ESRCH/ENOENT: not there (a route or rule already gone).
@@ -62,7 +62,7 @@ fn route_message(r: KernelRoute, oif: u32) -> RouteMessage {
 }
 
 /// plexd's routes (its protocol number) on the link `oif`, in every table.
-pub fn list_routes(oif: u32) -> io::Result<Vec<KernelRoute>> {
+pub(crate) fn list_routes(oif: u32) -> io::Result<Vec<KernelRoute>> {
     let mut out = Vec::new();
     for v4 in [true, false] {
         let mut q = RouteMessage::default();
@@ -104,7 +104,7 @@ pub fn list_routes(oif: u32) -> io::Result<Vec<KernelRoute>> {
 
 /// Adds `r` via the link `oif`; `Ok(false)` when a route to that prefix is already there
 /// (another owner's: plexd leaves it alone).
-pub fn add_route(r: KernelRoute, oif: u32) -> io::Result<bool> {
+pub(crate) fn add_route(r: KernelRoute, oif: u32) -> io::Result<bool> {
     match request(
         RouteNetlinkMessage::NewRoute(route_message(r, oif)),
         NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
@@ -116,7 +116,7 @@ pub fn add_route(r: KernelRoute, oif: u32) -> io::Result<bool> {
 }
 
 /// Deletes plexd's route `r` (gone already counts as done).
-pub fn del_route(r: KernelRoute, oif: u32) -> io::Result<()> {
+pub(crate) fn del_route(r: KernelRoute, oif: u32) -> io::Result<()> {
     match request(
         RouteNetlinkMessage::DelRoute(route_message(r, oif)),
         NLM_F_REQUEST | NLM_F_ACK,
@@ -164,7 +164,7 @@ fn rule_message(r: &Rule) -> RuleMessage {
 }
 
 /// Adds a rule (one already there counts as added).
-pub fn add_rule(r: &Rule) -> io::Result<()> {
+pub(crate) fn add_rule(r: &Rule) -> io::Result<()> {
     match request(
         RouteNetlinkMessage::NewRule(rule_message(r)),
         NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
@@ -176,7 +176,7 @@ pub fn add_rule(r: &Rule) -> io::Result<()> {
 
 /// The rules of both families whose priority `keep` accepts and whose table is `tables`'s,
 /// as `(family is v4, priority, the kernel's message)` for [`del_rule_message`].
-pub fn list_rules(
+pub(crate) fn list_rules(
     keep: impl Fn(u32) -> bool,
     tables: &[u32],
 ) -> io::Result<Vec<(bool, u32, RuleMessage)>> {
@@ -206,7 +206,7 @@ pub fn list_rules(
 }
 
 /// Deletes a rule as the kernel listed it (gone already counts as done).
-pub fn del_rule_message(msg: RuleMessage) -> io::Result<()> {
+pub(crate) fn del_rule_message(msg: RuleMessage) -> io::Result<()> {
     match request(RouteNetlinkMessage::DelRule(msg), NLM_F_REQUEST | NLM_F_ACK) {
         Err(e) if matches!(e.raw_os_error(), Some(ESRCH | ENOENT)) => Ok(()),
         other => other.map(drop),

@@ -26,9 +26,9 @@ use super::netlink::{KernelRoute, TABLE_MAIN};
 use crate::config::routes::RoutesConfig;
 
 /// plexd's routing table for the exit (`ip route show table 28780`).
-pub const EXIT_TABLE: u32 = 0x706c;
+pub(crate) const EXIT_TABLE: u32 = 0x706c;
 /// The mark of plexd's own WireGuard packets, which the exit's rule lets past its table.
-pub const EXIT_FWMARK: u32 = 0x706c;
+pub(crate) const EXIT_FWMARK: u32 = 0x706c;
 
 /// The host's wanted route state.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -105,7 +105,7 @@ pub fn plan(
 
 /// The addresses plexd's own connections go to, kept off the exit's tunnel: the control
 /// plane's and the relays'.
-pub fn exempt(api: &[IpAddr], relays: &[IpAddr]) -> BTreeSet<IpAddr> {
+pub(crate) fn exempt(api: &[IpAddr], relays: &[IpAddr]) -> BTreeSet<IpAddr> {
     api.iter().chain(relays).copied().collect()
 }
 

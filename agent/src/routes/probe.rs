@@ -15,12 +15,12 @@ use tokio::sync::mpsc;
 use crate::echo::EchoSocket;
 
 /// How often each probe target is pinged.
-pub const PROBE_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const PROBE_INTERVAL: Duration = Duration::from_secs(1);
 /// How long one echo waits for its reply.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// One probe's result: the route, whether the target answered.
-pub type ProbeResult = (IpNet, bool);
+pub(crate) type ProbeResult = (IpNet, bool);
 
 /// The running probes, one thread each.
 #[derive(Debug)]

@@ -24,11 +24,11 @@ use plexsphere_wire::routes::{
 use crate::config::routes::RoutesConfig;
 
 /// Missed probes in a row that make a healthy route unhealthy.
-pub const UNHEALTHY_AFTER: u32 = 2;
+pub(crate) const UNHEALTHY_AFTER: u32 = 2;
 /// Answered probes in a row that make an unhealthy route healthy again.
-pub const HEALTHY_AFTER: u32 = 3;
+pub(crate) const HEALTHY_AFTER: u32 = 3;
 /// A report that failed is sent again after this long.
-pub const RETRY: Duration = Duration::from_secs(1);
+pub(crate) const RETRY: Duration = Duration::from_secs(1);
 
 /// One probed route's verdict with its hysteresis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,7 +40,7 @@ pub struct Health {
 
 impl Health {
     /// A probed route before its first probes: unhealthy until [`HEALTHY_AFTER`] answers.
-    pub fn unprobed() -> Self {
+    pub(crate) fn unprobed() -> Self {
         Self {
             healthy: false,
             streak: 0,
@@ -70,7 +70,7 @@ impl Health {
 
 /// The report's schedule and content.
 #[derive(Debug, Default)]
-pub struct Reporter {
+pub(crate) struct Reporter {
     /// The routes offered (checked against the mesh range), with their probes.
     routes: Vec<(IpNet, Option<std::net::IpAddr>)>,
     health: BTreeMap<IpNet, Health>,
@@ -91,7 +91,7 @@ pub struct Reporter {
 
 impl Reporter {
     /// The config (at start and on every reload), checked against the Domain's mesh range.
-    pub fn set_config(&mut self, cfg: &RoutesConfig, mesh: IpNet, now: Instant) {
+    pub(crate) fn set_config(&mut self, cfg: &RoutesConfig, mesh: IpNet, now: Instant) {
         let mut routes = Vec::new();
         let mut refused = Vec::new();
         for r in &cfg.advertise {
@@ -133,7 +133,7 @@ impl Reporter {
     }
 
     /// A probe's result; a changed verdict is reported at once.
-    pub fn on_probe(&mut self, cidr: IpNet, answered: bool, now: Instant) {
+    pub(crate) fn on_probe(&mut self, cidr: IpNet, answered: bool, now: Instant) {
         let Some(h) = self.health.get_mut(&cidr) else {
             return;
         };
@@ -168,7 +168,7 @@ impl Reporter {
     }
 
     /// The report to send now, if one is due (and none is in flight).
-    pub fn poll_report(&mut self, now: Instant) -> Option<RoutesReport> {
+    pub(crate) fn poll_report(&mut self, now: Instant) -> Option<RoutesReport> {
         if self.in_flight || self.next_at.is_none_or(|t| t > now) {
             return None;
         }
@@ -186,12 +186,12 @@ impl Reporter {
     }
 
     /// The report to send when plexd stops: an empty one when the last one offered anything.
-    pub fn withdrawal(&self) -> Option<RoutesReport> {
+    pub(crate) fn withdrawal(&self) -> Option<RoutesReport> {
         (self.advertised || self.active()).then(RoutesReport::default)
     }
 
     /// The answer of the report in flight.
-    pub fn on_answer(&mut self, answer: Result<RoutesAck, String>, now: Instant) {
+    pub(crate) fn on_answer(&mut self, answer: Result<RoutesAck, String>, now: Instant) {
         self.in_flight = false;
         match answer {
             Ok(ack) => {
@@ -231,7 +231,7 @@ impl Reporter {
     }
 
     /// When [`Self::poll_report`] has something next (`None`: nothing planned).
-    pub fn next_wake(&self) -> Option<Instant> {
+    pub(crate) fn next_wake(&self) -> Option<Instant> {
         if self.in_flight { None } else { self.next_at }
     }
 }

@@ -22,12 +22,12 @@ use super::plan::EXIT_FWMARK;
 use crate::mesh::nft::{NFT, table_name};
 
 /// The sysctls forwarding needs.
-pub const FORWARDING: [&str; 2] = [
+pub(crate) const FORWARDING: [&str; 2] = [
     "/proc/sys/net/ipv4/conf/all/forwarding",
     "/proc/sys/net/ipv6/conf/all/forwarding",
 ];
 /// The sysctl that lets the reverse path check see the exit mark.
-pub const SRC_VALID_MARK: &str = "/proc/sys/net/ipv4/conf/all/src_valid_mark";
+pub(crate) const SRC_VALID_MARK: &str = "/proc/sys/net/ipv4/conf/all/src_valid_mark";
 
 /// Sysctl values as plexd found them, to put back.
 #[derive(Debug, Default)]
@@ -35,7 +35,7 @@ pub struct Saved(Vec<(PathBuf, String)>);
 
 /// Sets each file to `value`, remembering what it held; a file that does not exist (no IPv6)
 /// is skipped.
-pub fn set_sysctls(files: &[&str], value: &str) -> Result<Saved, String> {
+pub(crate) fn set_sysctls(files: &[&str], value: &str) -> Result<Saved, String> {
     let mut saved = Saved::default();
     for f in files {
         let path = Path::new(f);
@@ -71,12 +71,12 @@ pub fn restore(saved: &mut Saved) {
 }
 
 /// The nat table's name for `iface`.
-pub fn nat_table(iface: &str) -> String {
+pub(crate) fn nat_table(iface: &str) -> String {
     format!("{}_nat", table_name(iface))
 }
 
 /// What the nat table holds; `None` when it has nothing to hold.
-pub fn nat_ruleset(
+pub(crate) fn nat_ruleset(
     iface: &str,
     mesh: IpNet,
     masquerade: bool,
@@ -116,7 +116,7 @@ pub fn nat_ruleset(
 }
 
 /// Removes the nat table (missing is fine).
-pub fn remove_ruleset(iface: &str) -> String {
+pub(crate) fn remove_ruleset(iface: &str) -> String {
     let table = nat_table(iface);
     format!("table inet {table}\ndelete table inet {table}\n")
 }
@@ -150,7 +150,7 @@ pub fn nft(input: &str) -> Result<(), String> {
 
 /// `plexd leave` and `plexd uninstall`: the nat table goes with the interface (no nft: no
 /// table plexd could have made).
-pub fn remove_on_leave(iface: &str) -> Result<(), String> {
+pub(crate) fn remove_on_leave(iface: &str) -> Result<(), String> {
     match nft(&remove_ruleset(iface)) {
         Ok(()) => Ok(()),
         Err(e) if e.contains("No such file") => Ok(()),

@@ -26,9 +26,9 @@ use crate::config::routes::RoutesConfig;
 use crate::node_api::NodeApi;
 
 /// How long a stopping plexd waits for its withdrawal to be answered.
-pub const STOP_REPORT: Duration = Duration::from_secs(2);
+pub(crate) const STOP_REPORT: Duration = Duration::from_secs(2);
 /// How long a stopping plexd waits for the host to be cleaned up.
-pub const STOP_HOST: Duration = Duration::from_secs(10);
+pub(crate) const STOP_HOST: Duration = Duration::from_secs(10);
 /// Probe results waiting for the task (a probe thread waits when it is full).
 const PROBE_QUEUE: usize = 64;
 

@@ -39,8 +39,6 @@ pub(crate) const MAX_USES: u32 = 1_000;
 /// offline threshold is 90 s), longer keeps dead autoscaled nodes as peers for too long.
 pub(crate) const MIN_EPHEMERAL_OFFLINE_SECS: u64 = 120;
 pub(crate) const MAX_EPHEMERAL_OFFLINE_SECS: u64 = 7 * 86_400;
-/// What `--ephemeral` alone means: removed after 30 minutes offline.
-pub const DEFAULT_EPHEMERAL_OFFLINE_SECS: u64 = 1_800;
 
 /// How a token may be used: how many nodes it makes, and whether those are ephemeral (removed
 /// once offline for `ephemeral_offline_secs`).
