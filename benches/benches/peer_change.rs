@@ -12,7 +12,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use plexd::daemon::core::wanted::{DesiredPeers, change_lines};
 use plexd::mesh::Mesh as _;
 use plexd::mesh::userspace::DirectControl;
-use plexd::mesh::worker::{Plane, WgMesh};
+use plexd::mesh::worker::{Plane, WgMesh, WorkerError};
 use plexd_dataplane::memory::{MemoryNetwork, tun_pair};
 use plexd_dataplane::runner::{self, RunConfig, Shutdown};
 use plexd_dataplane::uapi_server::socket_path;
@@ -25,10 +25,10 @@ const IFACE: &str = "plexbench0";
 struct Plain;
 
 impl Plane for Plain {
-    fn check(&mut self) -> Result<(), String> {
+    fn check(&mut self) -> Result<(), WorkerError> {
         Ok(())
     }
-    fn teardown(&mut self) -> Result<(), String> {
+    fn teardown(&mut self) -> Result<(), WorkerError> {
         Ok(())
     }
 }
