@@ -784,6 +784,118 @@ async fn plexctl_logs_in_with_the_device_grant_and_logs_out() -> Result<()> {
     Ok(())
 }
 
+/// `plexctl login --no-device`: the loopback redirect of RFC 8252. A request to plexctl's
+/// loopback listener with another state (a page or process on this host guessing at it) is
+/// answered as not this sign-in and changes nothing; alice then signs in at the issuer, the
+/// issuer's redirect reaches plexctl, and plexctl works with the session alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plexctl_logs_in_with_a_loopback_redirect_and_ignores_a_foreign_callback() -> Result<()> {
+    use plexsphere_e2e::{Proc, STARTUP_BOUND, bin, mode, wait_until};
+    let lab = Lab::start(&[])?;
+    lab.bind(
+        "member",
+        "project",
+        Some(LAB_NODES_PROJECT),
+        "email",
+        "alice@example.test",
+    )
+    .await?;
+    let dir = tempfile::tempdir()?;
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "server: {}\nca_file: {}\n",
+            lab.cp.url,
+            lab.cp.ca_file().display()
+        ),
+    )?;
+    let mut cmd = std::process::Command::new(bin("plexctl")?);
+    cmd.env("PLEXCTL_CONFIG", &config)
+        .env_remove("PLEXCTL_SERVER")
+        .env_remove("PLEXCTL_TOKEN")
+        .env_remove("PLEXCTL_TOKEN_FILE")
+        .args(["login", "--no-device"]);
+    let mut login = Proc::spawn(cmd)?;
+    let line = login.wait_for_line(STARTUP_BOUND, |l| l.starts_with("To sign in, open: "))?;
+    let url = line
+        .trim_start_matches("To sign in, open: ")
+        .trim()
+        .to_owned();
+    let auth = reqwest::Url::parse(&url)?;
+    let redirect = auth
+        .query_pairs()
+        .find(|(k, _)| k == "redirect_uri")
+        .map(|(_, v)| v.into_owned())
+        .context("the authorization URL names its redirect")?;
+    assert!(
+        redirect.starts_with("http://127.0.0.1:"),
+        "a loopback redirect: {redirect}"
+    );
+    assert!(
+        auth.query_pairs()
+            .any(|(k, v)| k == "code_challenge_method" && v == "S256"),
+        "PKCE S256: {url}"
+    );
+
+    // A callback with a code but not this sign-in's state.
+    let plain = http_client(None, false)?;
+    let forged = plain
+        .get(format!("{redirect}?code=forged&state=guessed"))
+        .send()
+        .await?
+        .text()
+        .await?;
+    assert!(
+        forged.contains("not the sign-in plexctl started"),
+        "{forged}"
+    );
+    assert!(login.try_exit()?.is_none(), "plexctl still waits");
+
+    let callback = lab
+        .browser()?
+        .sign_in(&lab.issuer.url, &url, "alice")
+        .await?;
+    assert!(
+        callback.as_str().starts_with(&redirect),
+        "the issuer sends alice back to plexctl: {callback}"
+    );
+    let answer = plain.get(callback.as_str()).send().await?.text().await?;
+    assert!(answer.contains("Signed in"), "{answer}");
+    let status = wait_until(STARTUP_BOUND, "plexctl login to finish", || {
+        login.try_exit()
+    })?;
+    assert!(status.success(), "{}", login.output());
+    assert!(
+        login.output().contains("signed in: session"),
+        "{}",
+        login.output()
+    );
+    let session_file = dir.path().join("session.json");
+    assert_eq!(mode(&session_file)?, 0o600);
+    let out = std::process::Command::new(bin("plexctl")?)
+        .env("PLEXCTL_CONFIG", &config)
+        .env_remove("PLEXCTL_SERVER")
+        .env_remove("PLEXCTL_TOKEN")
+        .env_remove("PLEXCTL_TOKEN_FILE")
+        .args(["project", "list", "--output", "json"])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let projects: Value = serde_json::from_slice(&out.stdout)?;
+    let ids: Vec<&str> = projects
+        .as_array()
+        .context("a list")?
+        .iter()
+        .filter_map(|p| p["id"].as_str())
+        .collect();
+    assert_eq!(ids, vec![LAB_NODES_PROJECT]);
+    Ok(())
+}
+
 /// `plexctl role bind|list|unbind` with the admin token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plexctl_binds_lists_and_unbinds_roles() -> Result<()> {
