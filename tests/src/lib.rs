@@ -28,5 +28,5 @@ pub mod wait;
 
 pub use control_plane::{ControlPlane, LAB_NODES_PROJECT, OPENSTACK_PROJECT};
 pub use host::Host;
-pub use process::{Proc, STARTUP_BOUND, bin};
+pub use process::{Proc, STARTUP_BOUND, bin, tail};
 pub use wait::{mode, wait_until};

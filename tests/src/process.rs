@@ -142,3 +142,9 @@ impl Drop for Proc {
         let _ = self.child.wait();
     }
 }
+
+/// The last `n` lines of a process's output, enough to see what went wrong.
+pub fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}

@@ -678,7 +678,7 @@ async fn the_id_token_exchange_refuses_forged_foreign_stale_and_replayed_tokens(
 /// sees only alice's project, and `plexctl logout` revokes the session at the server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plexctl_logs_in_with_the_device_grant_and_logs_out() -> Result<()> {
-    use plexsphere_e2e::{Proc, STARTUP_BOUND, bin, mode, wait_until};
+    use plexsphere_e2e::{Proc, STARTUP_BOUND};
     let lab = Lab::start(&[])?;
     lab.bind(
         "member",
@@ -688,78 +688,32 @@ async fn plexctl_logs_in_with_the_device_grant_and_logs_out() -> Result<()> {
         "alice@example.test",
     )
     .await?;
-    let dir = tempfile::tempdir()?;
-    let config = dir.path().join("config.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "server: {}\nca_file: {}\n",
-            lab.cp.url,
-            lab.cp.ca_file().display()
-        ),
-    )?;
-    let plexctl = |args: &[&str]| -> Result<std::process::Output> {
-        Ok(std::process::Command::new(bin("plexctl")?)
-            .env("PLEXCTL_CONFIG", &config)
-            .env_remove("PLEXCTL_SERVER")
-            .env_remove("PLEXCTL_TOKEN")
-            .env_remove("PLEXCTL_TOKEN_FILE")
-            .args(args)
-            .output()?)
-    };
+    let cli = Cli::new(&lab)?;
     // Without a session or a token plexctl has nothing to call with.
-    assert_eq!(plexctl(&["node", "list"])?.status.code(), Some(64));
+    assert_eq!(cli.run(&["node", "list"])?.status.code(), Some(64));
 
-    let mut cmd = std::process::Command::new(bin("plexctl")?);
-    cmd.env("PLEXCTL_CONFIG", &config)
-        .env_remove("PLEXCTL_SERVER")
-        .env_remove("PLEXCTL_TOKEN")
-        .arg("login");
-    let mut login = Proc::spawn(cmd)?;
+    let mut login = Proc::spawn(cli.command(&["login"])?)?;
     let line = login.wait_for_line(STARTUP_BOUND, |l| l.starts_with("or open: "))?;
     let complete = line.trim_start_matches("or open: ").trim().to_owned();
     Browser::new(None)?
         .approve_device(&complete, "alice")
         .await?;
-    let status = wait_until(STARTUP_BOUND, "plexctl login to finish", || {
-        login.try_exit()
-    })?;
-    assert!(status.success(), "{}", login.output());
-    assert!(
-        login.output().contains("signed in: session"),
-        "{}",
-        login.output()
-    );
-    let session_file = dir.path().join("session.json");
-    assert_eq!(mode(&session_file)?, 0o600);
+    let session_file = cli.finish_login(&mut login)?;
     let saved: Value = serde_json::from_str(&std::fs::read_to_string(&session_file)?)?;
     let session = saved["session"]
         .as_str()
         .context("the saved session")?
         .to_owned();
 
-    let out = plexctl(&["project", "list", "--output", "json"])?;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let projects: Value = serde_json::from_slice(&out.stdout)?;
-    let ids: Vec<&str> = projects
-        .as_array()
-        .context("a list")?
-        .iter()
-        .filter_map(|p| p["id"].as_str())
-        .collect();
-    assert_eq!(ids, vec![LAB_NODES_PROJECT]);
-    let out = plexctl(&["node", "list"])?;
+    cli.assert_projects(&[LAB_NODES_PROJECT])?;
+    let out = cli.run(&["node", "list"])?;
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
 
-    let out = plexctl(&["logout"])?;
+    let out = cli.run(&["logout"])?;
     assert!(
         out.status.success(),
         "{}",
@@ -780,7 +734,7 @@ async fn plexctl_logs_in_with_the_device_grant_and_logs_out() -> Result<()> {
         (401, json!("session_expired")),
         "{v}"
     );
-    assert_eq!(plexctl(&["node", "list"])?.status.code(), Some(64));
+    assert_eq!(cli.run(&["node", "list"])?.status.code(), Some(64));
     Ok(())
 }
 
@@ -790,7 +744,7 @@ async fn plexctl_logs_in_with_the_device_grant_and_logs_out() -> Result<()> {
 /// issuer's redirect reaches plexctl, and plexctl works with the session alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plexctl_logs_in_with_a_loopback_redirect_and_ignores_a_foreign_callback() -> Result<()> {
-    use plexsphere_e2e::{Proc, STARTUP_BOUND, bin, mode, wait_until};
+    use plexsphere_e2e::{Proc, STARTUP_BOUND};
     let lab = Lab::start(&[])?;
     lab.bind(
         "member",
@@ -800,23 +754,8 @@ async fn plexctl_logs_in_with_a_loopback_redirect_and_ignores_a_foreign_callback
         "alice@example.test",
     )
     .await?;
-    let dir = tempfile::tempdir()?;
-    let config = dir.path().join("config.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "server: {}\nca_file: {}\n",
-            lab.cp.url,
-            lab.cp.ca_file().display()
-        ),
-    )?;
-    let mut cmd = std::process::Command::new(bin("plexctl")?);
-    cmd.env("PLEXCTL_CONFIG", &config)
-        .env_remove("PLEXCTL_SERVER")
-        .env_remove("PLEXCTL_TOKEN")
-        .env_remove("PLEXCTL_TOKEN_FILE")
-        .args(["login", "--no-device"]);
-    let mut login = Proc::spawn(cmd)?;
+    let cli = Cli::new(&lab)?;
+    let mut login = Proc::spawn(cli.command(&["login", "--no-device"])?)?;
     let line = login.wait_for_line(STARTUP_BOUND, |l| l.starts_with("To sign in, open: "))?;
     let url = line
         .trim_start_matches("To sign in, open: ")
@@ -862,38 +801,81 @@ async fn plexctl_logs_in_with_a_loopback_redirect_and_ignores_a_foreign_callback
     );
     let answer = plain.get(callback.as_str()).send().await?.text().await?;
     assert!(answer.contains("Signed in"), "{answer}");
-    let status = wait_until(STARTUP_BOUND, "plexctl login to finish", || {
-        login.try_exit()
-    })?;
-    assert!(status.success(), "{}", login.output());
-    assert!(
-        login.output().contains("signed in: session"),
-        "{}",
-        login.output()
-    );
-    let session_file = dir.path().join("session.json");
-    assert_eq!(mode(&session_file)?, 0o600);
-    let out = std::process::Command::new(bin("plexctl")?)
-        .env("PLEXCTL_CONFIG", &config)
-        .env_remove("PLEXCTL_SERVER")
-        .env_remove("PLEXCTL_TOKEN")
-        .env_remove("PLEXCTL_TOKEN_FILE")
-        .args(["project", "list", "--output", "json"])
-        .output()?;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let projects: Value = serde_json::from_slice(&out.stdout)?;
-    let ids: Vec<&str> = projects
-        .as_array()
-        .context("a list")?
-        .iter()
-        .filter_map(|p| p["id"].as_str())
-        .collect();
-    assert_eq!(ids, vec![LAB_NODES_PROJECT]);
+    cli.finish_login(&mut login)?;
+    cli.assert_projects(&[LAB_NODES_PROJECT])?;
     Ok(())
+}
+
+/// plexctl with a config of its own naming the lab's server and CA, and no token in its
+/// environment: it calls with the session `plexctl login` saves, or not at all.
+struct Cli {
+    dir: tempfile::TempDir,
+}
+
+impl Cli {
+    fn new(lab: &Lab) -> Result<Self> {
+        let dir = tempfile::tempdir()?;
+        std::fs::write(
+            dir.path().join("config.yaml"),
+            format!(
+                "server: {}\nca_file: {}\n",
+                lab.cp.url,
+                lab.cp.ca_file().display()
+            ),
+        )?;
+        Ok(Self { dir })
+    }
+
+    fn command(&self, args: &[&str]) -> Result<std::process::Command> {
+        let mut cmd = std::process::Command::new(plexsphere_e2e::bin("plexctl")?);
+        cmd.env("PLEXCTL_CONFIG", self.dir.path().join("config.yaml"))
+            .env_remove("PLEXCTL_SERVER")
+            .env_remove("PLEXCTL_TOKEN")
+            .env_remove("PLEXCTL_TOKEN_FILE")
+            .args(args);
+        Ok(cmd)
+    }
+
+    fn run(&self, args: &[&str]) -> Result<std::process::Output> {
+        Ok(self.command(args)?.output()?)
+    }
+
+    /// Waits for a running `plexctl login` to succeed; answers its session file (mode 0600).
+    fn finish_login(&self, login: &mut plexsphere_e2e::Proc) -> Result<std::path::PathBuf> {
+        let status = plexsphere_e2e::wait_until(
+            plexsphere_e2e::STARTUP_BOUND,
+            "plexctl login to finish",
+            || login.try_exit(),
+        )?;
+        assert!(status.success(), "{}", login.output());
+        assert!(
+            login.output().contains("signed in: session"),
+            "{}",
+            login.output()
+        );
+        let session_file = self.dir.path().join("session.json");
+        assert_eq!(plexsphere_e2e::mode(&session_file)?, 0o600);
+        Ok(session_file)
+    }
+
+    /// `plexctl project list` succeeds and lists exactly `want`.
+    fn assert_projects(&self, want: &[&str]) -> Result<()> {
+        let out = self.run(&["project", "list", "--output", "json"])?;
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let projects: Value = serde_json::from_slice(&out.stdout)?;
+        let ids: Vec<&str> = projects
+            .as_array()
+            .context("a list")?
+            .iter()
+            .filter_map(|p| p["id"].as_str())
+            .collect();
+        assert_eq!(ids, want);
+        Ok(())
+    }
 }
 
 /// `plexctl role bind|list|unbind` with the admin token.

@@ -22,7 +22,7 @@ use plexsphere_e2e::route_lab::{
     BOUND, Node, echo_server, last_seq, lost_pings, name_of, ping, plexctl, primary, reply_seq,
     routers, routes_yaml, tcp_echoes, wait_ping,
 };
-use plexsphere_e2e::{Proc, wait_until};
+use plexsphere_e2e::{Proc, tail, wait_until};
 
 /// Issue 27: a failed router is replaced within 10 s (docs/routes.md "Failover").
 const FAILOVER: Duration = Duration::from_secs(10);
@@ -195,12 +195,6 @@ fn failover(how: Failure) {
         tail(&r1.output(), 60),
         tail(&r2.output(), 60),
     );
-}
-
-/// The last `n` lines of `s`.
-fn tail(s: &str, n: usize) -> String {
-    let lines: Vec<&str> = s.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 #[test]

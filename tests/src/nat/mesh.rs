@@ -287,14 +287,22 @@ impl ReachLab {
 
     /// Everything a failure message needs: every process's output and every node's status.
     pub fn dump(&self) -> String {
-        let mut out = format!("--- control plane:\n{}\n", tail(&self.cp.proc.output()));
+        let mut out = format!(
+            "--- control plane:\n{}\n",
+            crate::tail(&self.cp.proc.output(), TAIL_LINES)
+        );
         for r in &self.relays {
             let text = r
                 .proc
                 .as_ref()
                 .map(Proc::output)
                 .unwrap_or_else(|| "(stopped)".into());
-            out += &format!("--- relay {} ({}):\n{}\n", r.name, r.addr, tail(&text));
+            out += &format!(
+                "--- relay {} ({}):\n{}\n",
+                r.name,
+                r.addr,
+                crate::tail(&text, TAIL_LINES)
+            );
         }
         for (i, n) in self.nodes.iter().enumerate() {
             let status = n.host.status().ok().flatten().unwrap_or_default();
@@ -302,19 +310,15 @@ impl ReachLab {
             out += &format!(
                 "--- node {i} ({}) status: {status}\n{}\n",
                 n.ns,
-                tail(&text)
+                crate::tail(&text, TAIL_LINES)
             );
         }
         out
     }
 }
 
-/// The last lines of a process's output, enough to see what went wrong.
-fn tail(text: &str) -> String {
-    const LINES: usize = 60;
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(LINES)..].join("\n")
-}
+/// How many lines of each process's output a failure shows.
+const TAIL_LINES: usize = 60;
 
 /// `plexsphere dev` inside the public namespace, on `addr`, with the relays and their STUN.
 fn start_control_plane(
