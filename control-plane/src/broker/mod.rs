@@ -167,6 +167,24 @@ impl Broker {
         }
     }
 
+    /// A stored cloud credential, opened; the error says what the operator can do.
+    pub(crate) fn open_credential(
+        &self,
+        row: &crate::store::credentials::CredentialRow,
+    ) -> Result<plexsphere_broker::credentials::CredentialPayload, Error> {
+        use base64::Engine as _;
+        let blob = base64::engine::general_purpose::STANDARD
+            .decode(&row.sealed_payload)
+            .map_err(|_| {
+                Error::Internal(format!(
+                    "the sealed cloud credential {} is not base64; re-create the credential",
+                    row.id
+                ))
+            })?;
+        plexsphere_broker::credentials::open(&*self.credential_key()?, row.id, &blob)
+            .map_err(|e| Error::Internal(e.to_string()))
+    }
+
     /// The sealing key in `<data-dir>/credentials.key` (0600), generated when absent.
     pub(crate) fn credential_key(&self) -> Result<Arc<CredentialKey>, Error> {
         let mut slot = self.key.lock().unwrap_or_else(|p| p.into_inner());

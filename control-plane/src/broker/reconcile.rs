@@ -12,16 +12,16 @@ use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use plexsphere_broker::composite::Composite;
-use plexsphere_broker::{Blueprint, Class, Observation, Outcome, Phase};
+use plexsphere_broker::{Blueprint, Class, Observation, Outcome, Phase, Resource};
 
 use super::BrokerHost;
 use super::provision::{self, PendingStep};
-use super::substrate::{Substrate, SubstrateError};
+use super::substrate::{Substrate, SubstrateError, Target};
 use crate::audit;
 use crate::error::Error;
 use crate::leader::Fence;
 use crate::store::resources::{self, ResourceRow};
-use crate::store::{self, StoreError, projects, tokens};
+use crate::store::{self, StoreError, credentials, projects, tokens};
 
 /// Starts the loop; it ends by itself once the state is gone (the server stopped).
 pub fn spawn<S: BrokerHost + 'static>(state: &Arc<S>) -> tokio::task::JoinHandle<()> {
@@ -63,9 +63,50 @@ pub async fn pass(st: &(impl BrokerHost + ?Sized)) -> Result<(), Error> {
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, SubstrateError> + Send + 'static,
 ) -> Result<T, SubstrateError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .unwrap_or_else(|e| Err(SubstrateError(format!("the substrate call panicked: {e}"))))
+    tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| {
+        Err(SubstrateError::Failed(format!(
+            "the substrate call panicked: {e}"
+        )))
+    })
+}
+
+/// A pass that stops because the substrate cannot be asked now: the phase stays, the loop
+/// logs the reason and the next pass asks again.
+fn unreachable(e: &SubstrateError) -> Error {
+    Error::Unavailable(format!("the substrate cannot be asked now: {e}"))
+}
+
+/// What the substrate calls of this pass are about: the resource and its cloud credential,
+/// opened. The inner `Err` is why the resource fails: the credential is gone or does not
+/// open, or it was revoked and the resource has no server yet (a revoked credential still
+/// watches and deletes what it made, so a revoke never strands a server).
+async fn target(
+    st: &(impl BrokerHost + ?Sized),
+    resource: &Resource,
+    phase: Phase,
+) -> Result<Result<Target, String>, Error> {
+    let id = resource.cloud_credential_id;
+    let row = {
+        let mut conn = st.store().acquire().await?;
+        credentials::get(&mut conn, id).await?
+    };
+    let Some(row) = row else {
+        return Ok(Err(format!(
+            "its cloud credential {id} no longer exists; delete the resource and create it again with another credential"
+        )));
+    };
+    if row.revoked_at.is_some() && phase == Phase::Pending {
+        return Ok(Err(format!(
+            "its cloud credential {id} was revoked before anything was made with it; create the resource again with another credential"
+        )));
+    }
+    match st.broker().open_credential(&row) {
+        Ok(credential) => Ok(Ok(Target {
+            resource: resource.clone(),
+            credential,
+        })),
+        Err(e) => Ok(Err(e.to_string())),
+    }
 }
 
 /// Drives one resource as far as the current facts take it (nothing unless this replica leads).
@@ -112,18 +153,35 @@ pub async fn reconcile_one(
             .await;
         }
     };
-    let mut facts = Vec::new();
     let phase = row.resource.provisioning.phase;
+    let target = match target(st, &row.resource, phase).await? {
+        Ok(t) => Arc::new(t),
+        Err(reason) => {
+            return apply(
+                st,
+                fence,
+                &mut row,
+                class,
+                vec![Observation::SubstrateFailed { reason }],
+            )
+            .await;
+        }
+    };
+    let mut facts = Vec::new();
 
     if phase == Phase::Pending {
-        match pending(st, fence, blueprint, &substrate, &mut row).await {
+        match pending(st, fence, blueprint, &substrate, &target, &mut row).await {
             Ok(Some(composite)) => {
                 if !still_leading(st, &row) {
                     return Ok(());
                 }
-                let (s, r) = (substrate.clone(), row.resource.clone());
-                if let Err(e) = blocking(move || s.provision(&r, &composite)).await {
-                    facts.push(Observation::SubstrateFailed { reason: e.0 });
+                let (s, t) = (substrate.clone(), target.clone());
+                match blocking(move || s.provision(&t, &composite)).await {
+                    Ok(()) => {}
+                    Err(e @ SubstrateError::Unreachable(_)) => return Err(unreachable(&e)),
+                    Err(SubstrateError::Failed(reason)) => {
+                        facts.push(Observation::SubstrateFailed { reason });
+                    }
                 }
             }
             Ok(None) => {}
@@ -146,16 +204,20 @@ pub async fn reconcile_one(
             return Ok(());
         }
         deprovision_extras(st, &row).await?;
-        let (s, r) = (substrate.clone(), row.resource.clone());
-        if let Err(e) = blocking(move || s.deprovision(&r)).await {
-            facts.push(Observation::SubstrateFailed { reason: e.0 });
+        let (s, t) = (substrate.clone(), target.clone());
+        match blocking(move || s.deprovision(&t)).await {
+            Ok(()) => {}
+            Err(e @ SubstrateError::Unreachable(_)) => return Err(unreachable(&e)),
+            Err(SubstrateError::Failed(reason)) => {
+                facts.push(Observation::SubstrateFailed { reason });
+            }
         }
     }
 
-    let (s, r) = (substrate.clone(), row.resource.clone());
+    let (s, t) = (substrate.clone(), target.clone());
     match blocking(move || {
-        let mut seen = s.observe(&r)?;
-        if s.gone(&r)? {
+        let mut seen = s.observe(&t)?;
+        if s.gone(&t)? {
             seen.push(Observation::SubstrateGone);
         }
         Ok(seen)
@@ -163,7 +225,14 @@ pub async fn reconcile_one(
     .await
     {
         Ok(seen) => facts.extend(seen),
-        Err(e) => facts.push(Observation::SubstrateFailed { reason: e.0 }),
+        Err(e @ SubstrateError::Unreachable(_)) => {
+            // What was decided so far (a failed create) still counts.
+            if facts.is_empty() {
+                return Err(unreachable(&e));
+            }
+            tracing::warn!(resource_id = %row.resource.id, error = %e, "cannot observe the resource now; the next pass asks again");
+        }
+        Err(SubstrateError::Failed(reason)) => facts.push(Observation::SubstrateFailed { reason }),
     }
     if class == Class::Machine
         && let Some(token_id) = &row.token_id
@@ -219,16 +288,18 @@ async fn pending(
     fence: &Fence,
     blueprint: &Blueprint,
     substrate: &Arc<dyn Substrate>,
+    target: &Arc<Target>,
     row: &mut ResourceRow,
 ) -> Result<Option<Composite>, Pending> {
     let mut holds = Ok(true);
     if blueprint.class == Class::Machine && row.composite.is_some() {
-        let (s, r) = (substrate.clone(), row.resource.clone());
-        holds = blocking(move || s.gone(&r).map(|gone| !gone)).await;
+        let (s, t) = (substrate.clone(), target.clone());
+        holds = blocking(move || s.gone(&t).map(|gone| !gone)).await;
     }
     let step = match holds {
         Ok(h) => provision::pending_step(blueprint.class, row.composite.is_some(), || h),
-        Err(e) => return Err(Pending::Fail(e.0)),
+        Err(e @ SubstrateError::Unreachable(_)) => return Err(Pending::Error(unreachable(&e))),
+        Err(SubstrateError::Failed(reason)) => return Err(Pending::Fail(reason)),
     };
     let now = st.now();
     match step {

@@ -5,12 +5,29 @@
 use std::path::PathBuf;
 
 use plexsphere_broker::composite::Composite;
+use plexsphere_broker::credentials::CredentialPayload;
 use plexsphere_broker::{Observation, Phase, Resource};
 
-/// A substrate's failure, one line for the resource's history.
+/// Why a substrate call did not succeed, one line for the resource's history or the log.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct SubstrateError(pub String);
+pub enum SubstrateError {
+    /// The substrate refused or broke: the resource fails with this reason.
+    #[error("{0}")]
+    Failed(String),
+    /// The substrate cannot be asked now (its API is down, slow or overloaded): nothing is
+    /// concluded, the phase stays, and the next pass asks again.
+    #[error("{0}")]
+    Unreachable(String),
+}
+
+/// What a substrate call is about: the resource, and the cloud credential it was created with,
+/// opened (a cloud signs in with it; the local substrates ignore it). Its `Debug` never shows
+/// the credential.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub resource: Resource,
+    pub credential: CredentialPayload,
+}
 
 /// Where resources are made.
 pub trait Substrate: Send + Sync + 'static {
@@ -18,14 +35,14 @@ pub trait Substrate: Send + Sync + 'static {
     fn name(&self) -> &'static str;
     /// Makes the resource from its rendered composite (a machine's carries the cloud-init
     /// document as user data). `Ok` means the substrate accepted it.
-    fn provision(&self, resource: &Resource, composite: &Composite) -> Result<(), SubstrateError>;
+    fn provision(&self, target: &Target, composite: &Composite) -> Result<(), SubstrateError>;
     /// What the substrate shows about the resource now, as observations. The phase machine
     /// ignores those that do not apply, so report every current fact.
-    fn observe(&self, resource: &Resource) -> Result<Vec<Observation>, SubstrateError>;
+    fn observe(&self, target: &Target) -> Result<Vec<Observation>, SubstrateError>;
     /// Starts removing the resource.
-    fn deprovision(&self, resource: &Resource) -> Result<(), SubstrateError>;
+    fn deprovision(&self, target: &Target) -> Result<(), SubstrateError>;
     /// Whether the resource no longer exists on the substrate.
-    fn gone(&self, resource: &Resource) -> Result<bool, SubstrateError>;
+    fn gone(&self, target: &Target) -> Result<bool, SubstrateError>;
 }
 
 /// `local-directory` (the `local-bucket` blueprint): `<root>/pr-<resource id>/`.
@@ -48,10 +65,11 @@ impl Substrate for LocalDirectory {
         "local-directory"
     }
 
-    fn provision(&self, resource: &Resource, _composite: &Composite) -> Result<(), SubstrateError> {
+    fn provision(&self, target: &Target, _composite: &Composite) -> Result<(), SubstrateError> {
+        let resource = &target.resource;
         let dir = self.dir(resource);
         std::fs::create_dir_all(&dir).map_err(|e| {
-            SubstrateError(format!(
+            SubstrateError::Failed(format!(
                 "cannot create the bucket directory {}: {e}",
                 dir.display()
             ))
@@ -60,8 +78,8 @@ impl Substrate for LocalDirectory {
         Ok(())
     }
 
-    fn observe(&self, resource: &Resource) -> Result<Vec<Observation>, SubstrateError> {
-        if self.dir(resource).is_dir() {
+    fn observe(&self, target: &Target) -> Result<Vec<Observation>, SubstrateError> {
+        if self.dir(&target.resource).is_dir() {
             Ok(vec![
                 Observation::SubstrateAccepted,
                 Observation::SubstrateReady,
@@ -71,7 +89,8 @@ impl Substrate for LocalDirectory {
         }
     }
 
-    fn deprovision(&self, resource: &Resource) -> Result<(), SubstrateError> {
+    fn deprovision(&self, target: &Target) -> Result<(), SubstrateError> {
+        let resource = &target.resource;
         let dir = self.dir(resource);
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => {
@@ -79,18 +98,19 @@ impl Substrate for LocalDirectory {
                 Ok(())
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(SubstrateError(format!(
+            Err(e) => Err(SubstrateError::Failed(format!(
                 "cannot remove the bucket directory {}: {e}",
                 dir.display()
             ))),
         }
     }
 
-    fn gone(&self, resource: &Resource) -> Result<bool, SubstrateError> {
+    fn gone(&self, target: &Target) -> Result<bool, SubstrateError> {
+        let resource = &target.resource;
         match std::fs::symlink_metadata(self.dir(resource)) {
             Ok(_) => Ok(false),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(true),
-            Err(e) => Err(SubstrateError(format!(
+            Err(e) => Err(SubstrateError::Failed(format!(
                 "cannot look at the bucket directory of {}: {e}",
                 resource.composed_name()
             ))),
@@ -108,9 +128,9 @@ impl Substrate for Crossplane {
         "crossplane"
     }
 
-    fn provision(&self, resource: &Resource, composite: &Composite) -> Result<(), SubstrateError> {
+    fn provision(&self, target: &Target, composite: &Composite) -> Result<(), SubstrateError> {
         tracing::info!(
-            resource_id = %resource.id,
+            resource_id = %target.resource.id,
             composite = %composite.metadata.name,
             namespace = %composite.metadata.namespace,
             kind = %composite.kind,
@@ -119,15 +139,15 @@ impl Substrate for Crossplane {
         Ok(())
     }
 
-    fn observe(&self, _resource: &Resource) -> Result<Vec<Observation>, SubstrateError> {
+    fn observe(&self, _target: &Target) -> Result<Vec<Observation>, SubstrateError> {
         Ok(vec![Observation::SubstrateAccepted])
     }
 
-    fn deprovision(&self, _resource: &Resource) -> Result<(), SubstrateError> {
+    fn deprovision(&self, _target: &Target) -> Result<(), SubstrateError> {
         Ok(())
     }
 
-    fn gone(&self, resource: &Resource) -> Result<bool, SubstrateError> {
-        Ok(resource.provisioning.phase == Phase::Deprovisioning)
+    fn gone(&self, target: &Target) -> Result<bool, SubstrateError> {
+        Ok(target.resource.provisioning.phase == Phase::Deprovisioning)
     }
 }

@@ -29,13 +29,13 @@ pub(crate) fn check_parameters(
     let param = |name: &str| resource.parameters.get(name).and_then(|v| v.as_str());
     let arch = param("arch").unwrap_or(host_arch);
     if arch != host_arch {
-        return Err(SubstrateError(format!(
+        return Err(SubstrateError::Failed(format!(
             "a local machine runs the host's architecture ({host_arch}), not {arch}"
         )));
     }
     match param("release") {
         Some(release) if release == image_suite => Ok(()),
-        other => Err(SubstrateError(format!(
+        other => Err(SubstrateError::Failed(format!(
             "a local machine boots the Debian {image_suite} base image, not {}; create the resource with release {image_suite}",
             other.unwrap_or("a missing release")
         ))),
@@ -228,17 +228,18 @@ mod tests {
         assert_eq!(check_parameters(&ok, "amd64", "bookworm"), Ok(()));
         let e = check_parameters(&ok, "arm64", "bookworm").unwrap_err();
         assert_eq!(
-            e.0,
+            e.to_string(),
             "a local machine runs the host's architecture (arm64), not amd64"
         );
         let e = check_parameters(&ok, "amd64", "trixie").unwrap_err();
         assert!(
-            e.0.contains("boots the Debian trixie base image, not bookworm"),
+            e.to_string()
+                .contains("boots the Debian trixie base image, not bookworm"),
             "{e}"
         );
         let missing = with(serde_json::json!({"arch": "amd64"}));
         let e = check_parameters(&missing, "amd64", "bookworm").unwrap_err();
-        assert!(e.0.contains("not a missing release"), "{e}");
+        assert!(e.to_string().contains("not a missing release"), "{e}");
         assert_eq!(plexsphere_nspawn::Recipe::bookworm().suite, "bookworm");
     }
 }

@@ -25,13 +25,13 @@ use std::time::Duration;
 use ipnet::Ipv4Net;
 use plexsphere_broker::cloudinit::JOIN_RESULT_PATH;
 use plexsphere_broker::composite::Composite;
-use plexsphere_broker::{Observation, Phase, Resource};
+use plexsphere_broker::{Observation, Phase};
 use plexsphere_nspawn::{
     BaseImage, Bridge, CloudInitStatus, Error as NspawnError, Life, Machine, MachineSpec,
     NoCloudSeed, Recipe,
 };
 
-use super::substrate::{Substrate, SubstrateError};
+use super::substrate::{Substrate, SubstrateError, Target};
 pub(crate) use decide::{
     JOIN_RESULT_MAX_BYTES, check_parameters, free_host, host_arch, machine_name, parse_join_result,
 };
@@ -54,7 +54,7 @@ pub(crate) struct LocalMachine {
 }
 
 fn err(e: impl std::fmt::Display) -> SubstrateError {
-    SubstrateError(e.to_string())
+    SubstrateError::Failed(e.to_string())
 }
 
 /// The bound on reading the join result inside a machine.
@@ -130,7 +130,8 @@ impl Substrate for LocalMachine {
         "local-machine"
     }
 
-    fn provision(&self, resource: &Resource, composite: &Composite) -> Result<(), SubstrateError> {
+    fn provision(&self, target: &Target, composite: &Composite) -> Result<(), SubstrateError> {
+        let resource = &target.resource;
         let name = machine_name(resource);
         if self.find(&name)?.is_some() {
             return Ok(());
@@ -140,20 +141,22 @@ impl Substrate for LocalMachine {
             .spec
             .user_data
             .as_ref()
-            .ok_or_else(|| SubstrateError("the composite carries no cloud-init document".into()))?
+            .ok_or_else(|| {
+                SubstrateError::Failed("the composite carries no cloud-init document".into())
+            })?
             .as_str()
             .to_owned();
         let bridge =
             Bridge::ensure(&self.config.bridge, self.config.bridge_address).map_err(err)?;
         let image = self.image()?;
         let host = free_host(&self.used_hosts()?, bridge.address()).ok_or_else(|| {
-            SubstrateError(format!(
+            SubstrateError::Failed(format!(
                 "no free address is left on bridge {}",
                 bridge.name()
             ))
         })?;
         let address = bridge.machine_address(host).ok_or_else(|| {
-            SubstrateError(format!("no address {host} on bridge {}", bridge.name()))
+            SubstrateError::Failed(format!("no address {host} on bridge {}", bridge.name()))
         })?;
         let machine = Machine::create(
             &self.config.state_dir,
@@ -175,7 +178,8 @@ impl Substrate for LocalMachine {
         Ok(())
     }
 
-    fn observe(&self, resource: &Resource) -> Result<Vec<Observation>, SubstrateError> {
+    fn observe(&self, target: &Target) -> Result<Vec<Observation>, SubstrateError> {
+        let resource = &target.resource;
         let Some(machine) = self.find(&machine_name(resource))? else {
             return Ok(Vec::new());
         };
@@ -200,14 +204,16 @@ impl Substrate for LocalMachine {
         })
     }
 
-    fn deprovision(&self, resource: &Resource) -> Result<(), SubstrateError> {
+    fn deprovision(&self, target: &Target) -> Result<(), SubstrateError> {
+        let resource = &target.resource;
         if let Some(machine) = self.find(&machine_name(resource))? {
             machine.destroy().map_err(err)?;
         }
         Ok(())
     }
 
-    fn gone(&self, resource: &Resource) -> Result<bool, SubstrateError> {
+    fn gone(&self, target: &Target) -> Result<bool, SubstrateError> {
+        let resource = &target.resource;
         Ok(self.find(&machine_name(resource))?.is_none())
     }
 }
