@@ -200,12 +200,10 @@ async fn credentials_are_sealed_at_rest_and_never_returned() {
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
 
-    // The key file is private; the stored blob opens with it to the payload.
-    let key_path = srv.dir.path().join("credentials.key");
-    let key_bytes = std::fs::read(&key_path).unwrap();
-    use std::os::unix::fs::PermissionsExt as _;
-    let mode = std::fs::metadata(&key_path).unwrap().permissions().mode() & 0o777;
-    assert_eq!((key_bytes.len(), mode), (32, 0o600));
+    // Sealed under a key derived from the replica's KEK (so every replica opens it), not under
+    // a key file of this data directory; nothing but the blob is stored.
+    assert!(!srv.dir.path().join("credentials.key").exists());
+    let kek = plexsphere::keys::Kek::dev(srv.dir.path()).unwrap();
     let mut conn = srv.store.pool().acquire().await.unwrap();
     let sealed: String = sqlx::query("SELECT sealed_payload FROM cloud_credentials")
         .fetch_one(&mut *conn)
@@ -214,7 +212,11 @@ async fn credentials_are_sealed_at_rest_and_never_returned() {
         .get("sealed_payload");
     assert!(!sealed.contains(secret));
     let blob = STANDARD.decode(&sealed).unwrap();
-    let key = CredentialKey::from_bytes(&key_bytes).unwrap();
+    // The label is pinned: changing it would leave every stored credential unopenable.
+    let key = CredentialKey::from_bytes(
+        &kek.derive_key_bytes(b"plexsphere cloud credential sealing key v1"),
+    )
+    .unwrap();
     let plain = credentials::open(&key, id, &blob).unwrap();
     let v: Value = serde_json::from_slice(plain.expose()).unwrap();
     assert_eq!(v["password"], secret);
@@ -248,5 +250,105 @@ async fn the_catalog_lists_the_builtin_blueprints() {
     assert_eq!(bucket["substrate"], "local-directory");
     assert_eq!(bucket["parameters"]["region"]["required"], true);
     assert_eq!(items.len(), 3, "{body}");
+    srv.stop().await;
+}
+
+#[tokio::test]
+async fn a_rotated_credential_keeps_its_id_and_a_revoked_one_still_deletes_what_it_made() {
+    let srv = TestServer::start().await;
+    let cred = credential(&srv, "local").await;
+    let (status, created) = srv
+        .op_post(
+            &format!("/v1/projects/{LAB_NODES}/resources"),
+            bucket_request(&cred, json!({"region": "us-east-1"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{created}");
+    let id = created["id"].as_str().unwrap().to_owned();
+    wait_for(&srv, &id, "Ready", |r| phase(r) == "Ready").await;
+
+    // Rotation: same id, a new sealed payload that opens to the new secret; never echoed.
+    let sealed = |srv: &TestServer| {
+        let pool = srv.store.pool().clone();
+        async move {
+            let mut conn = pool.acquire().await.unwrap();
+            sqlx::query("SELECT sealed_payload FROM cloud_credentials")
+                .fetch_one(&mut *conn)
+                .await
+                .unwrap()
+                .get::<String, _>("sealed_payload")
+        }
+    };
+    let before = sealed(&srv).await;
+    let (status, rotated) = srv
+        .op_post(
+            &format!("/v1/cloud-credentials/{cred}/rotate"),
+            json!({"payload": {"user": "rotated-SECRET-41"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{rotated}");
+    assert_eq!(rotated["id"], cred.as_str());
+    assert!(
+        !rotated.to_string().contains("rotated-SECRET-41"),
+        "{rotated}"
+    );
+    let after = sealed(&srv).await;
+    assert_ne!(before, after);
+    let kek = plexsphere::keys::Kek::dev(srv.dir.path()).unwrap();
+    let key = CredentialKey::from_bytes(
+        &kek.derive_key_bytes(b"plexsphere cloud credential sealing key v1"),
+    )
+    .unwrap();
+    let plain = credentials::open(
+        &key,
+        cred.parse().unwrap(),
+        &STANDARD.decode(&after).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(plain.expose(), br#"{"user":"rotated-SECRET-41"}"#);
+    let (status, body) = srv
+        .op_post(
+            &format!("/v1/cloud-credentials/{cred}/rotate"),
+            json!({"payload": "not an object"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    let (status, body) = srv
+        .op_post(
+            &format!("/v1/cloud-credentials/{}/rotate", Uuid::from_u128(3)),
+            json!({"payload": {}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+
+    // Revoked: no rotation, no new resource, but what it made is still deleted with it.
+    let (status, body) = srv
+        .op_post(&format!("/v1/cloud-credentials/{cred}/revoke"), json!({}))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = srv
+        .op_post(
+            &format!("/v1/cloud-credentials/{cred}/rotate"),
+            json!({"payload": {}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("revoked"),
+        "{body}"
+    );
+    let (status, deleting) = srv.op_delete(&format!("/v1/resources/{id}")).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{deleting}");
+    let deleted = wait_for(&srv, &id, "Deleted", |r| phase(r) == "Deleted").await;
+    assert_eq!(
+        history(&deleted),
+        [
+            "Pending",
+            "Provisioning",
+            "Ready",
+            "Deprovisioning",
+            "Deleted"
+        ]
+    );
     srv.stop().await;
 }

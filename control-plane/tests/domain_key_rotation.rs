@@ -500,6 +500,19 @@ async fn sealed(db: &str) -> Vec<(String, i64, String)> {
         .collect()
 }
 
+/// The one cloud credential's id and sealed payload.
+async fn sealed_credential(db: &str) -> (String, String) {
+    use sqlx::Row as _;
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(db).await.unwrap();
+    let row = sqlx::query("SELECT id, sealed_payload FROM cloud_credentials")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    (row.get("id"), row.get("sealed_payload"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kek_rotate_seals_every_key_again_and_only_the_new_kek_opens_them() {
     let dir = tempfile::tempdir().unwrap();
@@ -521,9 +534,40 @@ async fn kek_rotate_seals_every_key_again_and_only_the_new_kek_opens_them() {
         let (s, body) =
             replica_call(&r, Method::POST, &token, Some(json!({"overlap_secs": 0}))).await;
         assert_eq!(s, 201, "{body}");
+        // A cloud credential, sealed under a key derived from the old KEK.
+        plexsphere::tls::install_ring_provider();
+        let resp = reqwest::Client::new()
+            .post(format!("{}/v1/cloud-credentials", r.base))
+            .bearer_auth(&token)
+            .json(&json!({"name": "os", "provider": "local", "payload": {"k": "kr-SECRET"}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 201);
         replica_keys(&r, &token).await
     };
     assert_eq!(before.len(), 2);
+    let credential = |kek: &Path| {
+        let kek = plexsphere::keys::Kek::read(kek).unwrap();
+        plexsphere_broker::credentials::CredentialKey::from_bytes(
+            &kek.derive_key_bytes(b"plexsphere cloud credential sealing key v1"),
+        )
+        .unwrap()
+    };
+    let opens = |key: &plexsphere_broker::credentials::CredentialKey, row: &(String, String)| {
+        use base64::Engine as _;
+        let blob = base64::engine::general_purpose::STANDARD
+            .decode(&row.1)
+            .unwrap();
+        plexsphere_broker::credentials::open(key, row.0.parse().unwrap(), &blob)
+            .map(|p| p.expose().to_vec())
+            .ok()
+    };
+    let cred_before = sealed_credential(&db).await;
+    assert_eq!(
+        opens(&credential(&old), &cred_before).as_deref(),
+        Some(&br#"{"k":"kr-SECRET"}"#[..])
+    );
     let sealed_before = sealed(&db).await;
 
     let kek_rotate = |from: &Path, to: &Path| {
@@ -545,9 +589,18 @@ async fn kek_rotate_seals_every_key_again_and_only_the_new_kek_opens_them() {
     assert!(err.contains("nothing was changed"), "{err}");
     assert_eq!(sealed(&db).await, sealed_before);
 
+    assert_eq!(sealed_credential(&db).await, cred_before);
+
     let (ok, out, err) = kek_rotate(&old, &new);
     assert!(ok, "{err}");
     assert!(out.contains("sealed 2 Domain keys again"), "{out}");
+    assert!(out.contains("cloud credentials: 1 sealed again"), "{out}");
+    let cred_after = sealed_credential(&db).await;
+    assert_eq!(opens(&credential(&old), &cred_after), None);
+    assert_eq!(
+        opens(&credential(&new), &cred_after).as_deref(),
+        Some(&br#"{"k":"kr-SECRET"}"#[..])
+    );
     let sealed_after = sealed(&db).await;
     assert_eq!(sealed_after.len(), 2);
     for (b, a) in sealed_before.iter().zip(&sealed_after) {
@@ -558,7 +611,9 @@ async fn kek_rotate_seals_every_key_again_and_only_the_new_kek_opens_them() {
     let (ok, out, err) = kek_rotate(&old, &new);
     assert!(ok, "{err}");
     assert!(out.contains("nothing to do"), "{out}");
+    assert!(out.contains("cloud credentials: 0 sealed again"), "{out}");
     assert_eq!(sealed(&db).await, sealed_after);
+    assert_eq!(sealed_credential(&db).await, cred_after);
 
     // The new KEK serves the same keys; the old one no longer starts a replica.
     {

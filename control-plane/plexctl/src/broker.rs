@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::broker_output::{self as out, CredentialView, Items, Resource};
-use crate::cli_broker::{CredentialCommand, ResourceCommand, WaitArgs};
+use crate::cli_broker::{CredentialCommand, PayloadArgs, ResourceCommand, WaitArgs};
 use crate::config::Settings;
 use crate::failure::Failure;
 use crate::output::{self, Format, render};
@@ -123,18 +123,30 @@ pub async fn credentials(
             name,
             provider,
             payload,
-            payload_file,
         } => {
-            let payload = match (payload, payload_file) {
-                (Some(text), _) => Some(text.clone()),
-                (None, Some(path)) => Some(read_payload(path)?),
-                (None, None) => None,
-            };
-            let request = credential_request(name, provider, payload.as_deref())?;
+            let request = credential_request(name, provider, payload_of(payload)?)?;
             let created: CredentialView = operator_api(settings)?
                 .post(&["v1", "cloud-credentials"], Some(&request))
                 .await?;
             render(format, &created, |c| {
+                out::credentials(std::slice::from_ref(c))
+            })
+        }
+        CredentialCommand::Rotate { id, payload } => {
+            let id = uuid_arg("the credential id", id, "plexctl cloud-credential list")?;
+            let Some(payload) = payload_of(payload)? else {
+                return Err(Failure::Usage(
+                    "give the new payload with --payload-file, --payload or --clouds-yaml and --cloud".to_owned(),
+                ));
+            };
+            let request = RotateRequest { payload };
+            let rotated: CredentialView = operator_api(settings)?
+                .post(
+                    &["v1", "cloud-credentials", &id.to_string(), "rotate"],
+                    Some(&request),
+                )
+                .await?;
+            render(format, &rotated, |c| {
                 out::credentials(std::slice::from_ref(c))
             })
         }
@@ -255,11 +267,32 @@ pub fn create_request(
     })
 }
 
+/// The body of `POST /v1/cloud-credentials/{id}/rotate`. The payload is a secret: no Debug.
+#[derive(Clone, Serialize)]
+pub struct RotateRequest {
+    pub payload: Map<String, Value>,
+}
+
+/// The payload the flags give, if any, as a JSON object.
+pub fn payload_of(args: &PayloadArgs) -> Result<Option<Map<String, Value>>, Failure> {
+    match (
+        &args.payload,
+        &args.payload_file,
+        &args.clouds_yaml,
+        &args.cloud,
+    ) {
+        (Some(text), _, _, _) => json_object("--payload", text).map(Some),
+        (None, Some(path), _, _) => json_object("--payload-file", &read_payload(path)?).map(Some),
+        (None, None, Some(path), Some(cloud)) => crate::clouds_yaml::payload(path, cloud).map(Some),
+        _ => Ok(None),
+    }
+}
+
 /// Checks `cloud-credential create`'s arguments; no payload is `{}`.
 pub fn credential_request(
     name: &str,
     provider: &str,
-    payload: Option<&str>,
+    payload: Option<Map<String, Value>>,
 ) -> Result<CredentialRequest, Failure> {
     let name = name.trim();
     if name.is_empty() {
@@ -272,10 +305,7 @@ pub fn credential_request(
             "--provider `{provider}` is not a provider; use local or openstack"
         )));
     }
-    let payload = match payload {
-        Some(text) => json_object("--payload", text)?,
-        None => Map::new(),
-    };
+    let payload = payload.unwrap_or_default();
     Ok(CredentialRequest {
         name: name.to_owned(),
         provider: provider.to_owned(),

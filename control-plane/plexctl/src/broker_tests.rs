@@ -69,7 +69,20 @@ fn create_request_is_built_from_checked_arguments() {
 
 #[test]
 fn credential_request_checks_provider_and_payload_and_hides_it() {
-    let r = credential_request("lab", "openstack", Some(r#"{"password":"hunter2"}"#)).unwrap();
+    let given = |text: &str| {
+        payload_of(&PayloadArgs {
+            payload: Some(text.to_owned()),
+            payload_file: None,
+            clouds_yaml: None,
+            cloud: None,
+        })
+    };
+    let r = credential_request(
+        "lab",
+        "openstack",
+        given(r#"{"password":"hunter2"}"#).unwrap(),
+    )
+    .unwrap();
     assert_eq!(
         serde_json::to_string(&r).unwrap(),
         r#"{"name":"lab","provider":"openstack","payload":{"password":"hunter2"}}"#
@@ -88,10 +101,10 @@ fn credential_request_checks_provider_and_payload_and_hides_it() {
         )
     );
     // A payload that is not an object is refused without echoing it.
-    let (code, text) = msg(credential_request("lab", "local", Some(r#""hunter2""#)));
+    let (code, text) = msg(given(r#""hunter2""#));
     assert_eq!(code, 64);
     assert!(!text.contains("hunter2"), "{text}");
-    let (_, text) = msg(credential_request("lab", "local", Some("hunter2")));
+    let (_, text) = msg(given("hunter2"));
     assert!(!text.contains("hunter2"), "{text}");
 }
 

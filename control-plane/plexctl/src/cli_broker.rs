@@ -73,6 +73,24 @@ pub struct WaitArgs {
     pub timeout: String,
 }
 
+/// Where a credential's payload comes from: one of the three.
+#[derive(Debug, clap::Args)]
+pub struct PayloadArgs {
+    /// The payload as a JSON object (it shows in `ps`; prefer --payload-file)
+    #[arg(long, value_name = "JSON", conflicts_with_all = ["payload_file", "clouds_yaml"])]
+    pub payload: Option<String>,
+    /// A file holding the payload as a JSON object
+    #[arg(long, value_name = "PATH", conflicts_with = "clouds_yaml")]
+    pub payload_file: Option<PathBuf>,
+    /// An OpenStack clouds.yaml to take the payload from (with --cloud): auth, region_name,
+    /// interface and cacert of that cloud
+    #[arg(long, value_name = "PATH", requires = "cloud")]
+    pub clouds_yaml: Option<PathBuf>,
+    /// The cloud of --clouds-yaml
+    #[arg(long, value_name = "NAME", requires = "clouds_yaml")]
+    pub cloud: Option<String>,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum CredentialCommand {
     /// Store a cloud credential; its payload is sealed on the server and never shown again
@@ -83,15 +101,20 @@ pub enum CredentialCommand {
         /// The provider: local or openstack
         #[arg(long, value_name = "PROVIDER")]
         provider: String,
-        /// The payload as a JSON object (it shows in `ps`; prefer --payload-file)
-        #[arg(long, value_name = "JSON", conflicts_with = "payload_file")]
-        payload: Option<String>,
-        /// A file holding the payload as a JSON object
-        #[arg(long, value_name = "PATH")]
-        payload_file: Option<PathBuf>,
+        #[command(flatten)]
+        payload: PayloadArgs,
     },
     /// List the cloud credentials (never their payloads)
     List,
+    /// Give a cloud credential a new payload (a rotated application credential); its resources
+    /// use it from their next reconcile pass
+    Rotate {
+        /// The credential's id
+        #[arg(value_name = "ID")]
+        id: String,
+        #[command(flatten)]
+        payload: PayloadArgs,
+    },
     /// Revoke a cloud credential so that no new resource can use it
     Revoke {
         /// The credential's id

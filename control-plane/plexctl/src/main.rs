@@ -11,6 +11,7 @@ mod broker_output;
 mod cli;
 mod cli_broker;
 mod client;
+mod clouds_yaml;
 mod commands;
 mod config;
 mod failure;

@@ -7,10 +7,8 @@ use std::sync::Arc;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use plexsphere_broker::blueprint::Param;
-use plexsphere_broker::credentials::{self, CredentialPayload};
+use plexsphere_broker::credentials::CredentialPayload;
 use plexsphere_broker::{AdmitError, Class, Observation, Outcome, Resource, admit};
 use plexsphere_wire::admin::List;
 use serde::{Deserialize, Serialize};
@@ -114,21 +112,14 @@ pub(crate) async fn create_credential(
             req.provider
         )));
     }
-    if !req.payload.is_object() {
-        return Err(Error::Invalid(
-            "payload must be a JSON object (the provider's credentials)".into(),
-        ));
-    }
+    let plain = checked_payload(&req.provider, &req.payload)?;
     let id = Uuid::now_v7();
-    let key = st.broker.credential_key()?;
-    let plain = CredentialPayload::new(req.payload.to_string().into_bytes());
-    let sealed = credentials::seal(&key, id, &plain)
-        .map_err(|e| Error::Internal(format!("cannot seal the credential: {e}")))?;
+    let sealed_payload = st.broker.seal_credential(&st.keys, id, &plain)?;
     let row = CredentialRow {
         id,
         name: name.to_owned(),
         provider: req.provider,
-        sealed_payload: STANDARD.encode(sealed),
+        sealed_payload,
         created_at: store::unix(st.now()),
         revoked_at: None,
     };
@@ -144,6 +135,72 @@ pub(crate) async fn create_credential(
     ))
     .await;
     Ok((StatusCode::CREATED, Json(credential_view(&row)?)))
+}
+
+/// The payload as stored, once it is a JSON object of at most [`MAX_PAYLOAD`] bytes that the
+/// provider can use.
+fn checked_payload(_provider: &str, payload: &Value) -> Result<CredentialPayload, Error> {
+    if !payload.is_object() {
+        return Err(Error::Invalid(
+            "payload must be a JSON object (the provider's credentials)".into(),
+        ));
+    }
+    let bytes = payload.to_string().into_bytes();
+    if bytes.len() > MAX_PAYLOAD {
+        return Err(Error::Invalid(format!(
+            "the payload is {} bytes; a cloud credential holds at most {MAX_PAYLOAD}",
+            bytes.len()
+        )));
+    }
+    Ok(CredentialPayload::new(bytes))
+}
+
+/// The largest credential payload (JSON text) the server keeps: a CA bundle and a password
+/// fit many times over.
+pub(crate) const MAX_PAYLOAD: usize = 64 * 1024;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RotateCredential {
+    payload: Value,
+}
+
+/// `POST /v1/cloud-credentials/{id}/rotate`: the credential keeps its id and name and takes a
+/// new payload; every resource made with it uses the new one from its next reconcile pass.
+pub(crate) async fn rotate_credential(
+    State(st): State<Arc<AppState>>,
+    op: Operator,
+    UuidPath(id): UuidPath,
+    ApiJson(req): ApiJson<RotateCredential>,
+) -> Result<Json<CredentialView>, Error> {
+    let mut c = st.store.acquire().await?;
+    let not_found = || Error::NotFound(format!("no cloud credential with id {id}"));
+    let row = cred_store::get(&mut c, id).await?.ok_or_else(not_found)?;
+    if row.revoked_at.is_some() {
+        return Err(Error::Invalid(format!(
+            "cloud credential {id} was revoked; create a new one"
+        )));
+    }
+    let plain = checked_payload(&row.provider, &req.payload)?;
+    let sealed = st.broker.seal_credential(&st.keys, id, &plain)?;
+    if !cred_store::rotate(&mut c, id, &sealed).await? {
+        return Err(Error::Conflict(format!(
+            "cloud credential {id} was revoked meanwhile; create a new one"
+        )));
+    }
+    let row = cred_store::get(&mut c, id).await?.ok_or_else(not_found)?;
+    tracing::info!(credential_id = %id, operator = %op.id, "cloud credential rotated");
+    let detail = serde_json::json!({"name": row.name, "provider": row.provider});
+    st.audit(super::audit_record::by(
+        &op,
+        None,
+        "cloud-credential.rotate",
+        format!("cloud-credential/{id}"),
+        detail,
+    ))
+    .await;
+    st.broker.wake();
+    Ok(Json(credential_view(&row)?))
 }
 
 pub(crate) async fn list_credentials(

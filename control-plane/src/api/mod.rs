@@ -75,6 +75,7 @@ fn routes() -> Routes {
         .add(Post, "/v1/cloud-credentials", ADMIN, broker::create_credential)
         .add(Get, "/v1/cloud-credentials", READ, broker::list_credentials)
         .add(Post, "/v1/cloud-credentials/{id}/revoke", ADMIN, broker::revoke_credential)
+        .add(Post, "/v1/cloud-credentials/{id}/rotate", ADMIN, broker::rotate_credential)
         .add(Post, "/v1/projects/{project_id}/resources", OPERATE, broker::create_resource)
         .add(Get, "/v1/projects/{project_id}/resources", READ, broker::list_resources)
         .add(Get, "/v1/resources/{id}", READ, broker::get_resource)

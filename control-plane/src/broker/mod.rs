@@ -5,19 +5,21 @@
 //! - [`substrate`]: the `Substrate` trait and its `local-directory` and `crossplane` forms;
 //! - `local_machine`: the `local-machine` substrate over `plexsphere-nspawn` (root only);
 //! - [`reconcile`]: the loop (one task) and one pass over the active resources;
+//! - [`sealing`]: cloud credentials sealed at rest under the key-encryption key;
 //! - [`provision`]: what provisioning a resource starts with (the machine's bootstrap token,
 //!   its cloud-init document, the composite).
 
 pub(crate) mod local_machine;
 pub(crate) mod provision;
 pub mod reconcile;
+pub(crate) mod sealing;
 pub(crate) mod substrate;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use plexsphere_broker::credentials::{CredentialKey, KEY_LEN};
+use plexsphere_broker::credentials::{CredentialKey, CredentialPayload};
 use plexsphere_broker::{Blueprint, Catalog, Substrate as SubstrateKind};
 use time::OffsetDateTime;
 use tokio::sync::Notify;
@@ -125,7 +127,8 @@ impl Default for BrokerConfig {
 pub struct Broker {
     pub config: BrokerConfig,
     data_dir: PathBuf,
-    key: Mutex<Option<Arc<CredentialKey>>>,
+    /// An earlier version's `credentials.key`, once looked for (`sealing`).
+    legacy_key: Mutex<Option<Option<Arc<CredentialKey>>>>,
     wake: Notify,
     local_directory: Arc<dyn Substrate>,
     crossplane: Arc<dyn Substrate>,
@@ -136,7 +139,7 @@ impl Broker {
         Self {
             config,
             data_dir: data_dir.to_owned(),
-            key: Mutex::new(None),
+            legacy_key: Mutex::new(None),
             wake: Notify::new(),
             local_directory: Arc::new(LocalDirectory::new(data_dir.join("buckets"))),
             crossplane: Arc::new(Crossplane),
@@ -167,31 +170,36 @@ impl Broker {
         }
     }
 
-    /// A stored cloud credential, opened; the error says what the operator can do.
+    /// A stored cloud credential, opened with this replica's KEK (or an earlier version's
+    /// `credentials.key`); the error says what the operator can do.
     pub(crate) fn open_credential(
         &self,
+        keys: &Keyring,
         row: &crate::store::credentials::CredentialRow,
-    ) -> Result<plexsphere_broker::credentials::CredentialPayload, Error> {
-        use base64::Engine as _;
-        let blob = base64::engine::general_purpose::STANDARD
-            .decode(&row.sealed_payload)
-            .map_err(|_| {
-                Error::Internal(format!(
-                    "the sealed cloud credential {} is not base64; re-create the credential",
-                    row.id
-                ))
-            })?;
-        plexsphere_broker::credentials::open(&*self.credential_key()?, row.id, &blob)
-            .map_err(|e| Error::Internal(e.to_string()))
+    ) -> Result<CredentialPayload, Error> {
+        let kek = sealing::replica_key(keys)?;
+        let legacy = self.legacy_key()?;
+        let mut candidates = vec![&kek];
+        candidates.extend(legacy.as_deref());
+        sealing::open(&candidates, row)
     }
 
-    /// The sealing key in `<data-dir>/credentials.key` (0600), generated when absent.
-    pub(crate) fn credential_key(&self) -> Result<Arc<CredentialKey>, Error> {
-        let mut slot = self.key.lock().unwrap_or_else(|p| p.into_inner());
+    /// `payload` sealed for the credential `id` under this replica's KEK, as stored.
+    pub(crate) fn seal_credential(
+        &self,
+        keys: &Keyring,
+        id: uuid::Uuid,
+        payload: &CredentialPayload,
+    ) -> Result<String, Error> {
+        sealing::seal(&sealing::replica_key(keys)?, id, payload)
+    }
+
+    fn legacy_key(&self) -> Result<Option<Arc<CredentialKey>>, Error> {
+        let mut slot = self.legacy_key.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(k) = slot.as_ref() {
             return Ok(k.clone());
         }
-        let key = Arc::new(load_or_create_key(&self.data_dir.join("credentials.key"))?);
+        let key = sealing::legacy_key(&self.data_dir)?.map(Arc::new);
         *slot = Some(key.clone());
         Ok(key)
     }
@@ -202,25 +210,5 @@ pub(crate) fn provider_for(substrate: SubstrateKind) -> &'static str {
     match substrate {
         SubstrateKind::LocalDirectory | SubstrateKind::LocalMachine => "local",
         SubstrateKind::Crossplane => "openstack",
-    }
-}
-
-fn load_or_create_key(path: &Path) -> Result<CredentialKey, Error> {
-    let fail = |what: &str, e: &dyn std::fmt::Display| {
-        Error::Internal(format!(
-            "cannot {what} the credential key {}: {e}; check the data directory's permissions",
-            path.display()
-        ))
-    };
-    match std::fs::read(path) {
-        Ok(bytes) => CredentialKey::from_bytes(&bytes).map_err(|e| fail("use", &e)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let bytes = CredentialKey::generate_bytes().map_err(|e| fail("generate", &e))?;
-            debug_assert_eq!(bytes.len(), KEY_LEN);
-            crate::tls::write_private(path, &bytes).map_err(|e| fail("write", &e))?;
-            tracing::info!(path = %path.display(), "generated the cloud credential sealing key");
-            CredentialKey::from_bytes(&bytes).map_err(|e| fail("use", &e))
-        }
-        Err(e) => Err(fail("read", &e)),
     }
 }

@@ -100,7 +100,7 @@ async fn target(
             "its cloud credential {id} was revoked before anything was made with it; create the resource again with another credential"
         )));
     }
-    match st.broker().open_credential(&row) {
+    match st.broker().open_credential(st.keys(), &row) {
         Ok(credential) => Ok(Ok(Target {
             resource: resource.clone(),
             credential,

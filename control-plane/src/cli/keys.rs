@@ -80,11 +80,34 @@ pub(crate) async fn kek(cmd: KekCommand) -> Result<(), Failure> {
             let store = Store::connect(&url).await.map_err(runtime)?;
             store.migrate().await.map_err(runtime)?;
             let done = keys::reseal::reseal_all(&store, &old, &new).await;
+            let done = match done {
+                Ok(d) => d,
+                Err(e) => {
+                    store.close().await;
+                    return Err(match e {
+                        keys::reseal::ResealError::Store(s) => runtime(s),
+                        other => Failure::Config(other.to_string()),
+                    });
+                }
+            };
+            let legacy = crate::broker::sealing::legacy_key(&data_dir)
+                .map_err(|e| Failure::Config(e.to_string()));
+            let credentials = match legacy {
+                Ok(legacy) => {
+                    crate::broker::sealing::reseal_all(&store, &old, &new, legacy.as_ref())
+                        .await
+                        .map_err(|e| Failure::Config(e.to_string()))
+                }
+                Err(e) => Err(e),
+            };
             store.close().await;
-            let done = done.map_err(|e| match e {
-                keys::reseal::ResealError::Store(s) => runtime(s),
-                other => Failure::Config(other.to_string()),
-            })?;
+            let credentials = credentials?;
+            println!(
+                "cloud credentials: {} sealed again under {}, {} already were",
+                credentials.resealed,
+                new.origin(),
+                credentials.already
+            );
             if done.resealed == 0 {
                 println!(
                     "nothing to do: every Domain key ({}) already opens with the key-encryption key {}",

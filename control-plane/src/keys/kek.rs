@@ -89,6 +89,25 @@ impl Kek {
         hmac::Key::from(okm)
     }
 
+    /// 32 key bytes derived from this KEK for one purpose (HKDF-SHA256, `label` as its info),
+    /// for a symmetric key that is not an HMAC key (the cloud credentials' sealing key):
+    /// independent of every other label's key, and none gives the KEK back.
+    pub fn derive_key_bytes(&self, label: &[u8]) -> [u8; 32] {
+        struct Len32;
+        impl hkdf::KeyType for Len32 {
+            fn len(&self) -> usize {
+                32
+            }
+        }
+        let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, &[]).extract(&self.bytes);
+        let info = [label];
+        let mut out = [0u8; 32];
+        prk.expand(&info, Len32)
+            .and_then(|okm| okm.fill(&mut out))
+            .unwrap_or_else(|_| unreachable!("HKDF-SHA256 gives up to 8160 bytes; 32 are asked"));
+        out
+    }
+
     /// These 32 bytes themselves as an HMAC-SHA256 key: for a file of the KEK's format that
     /// holds another secret (the audit pepper, `crate::audit::pepper`), never for the KEK.
     pub(crate) fn as_hmac_key(&self) -> hmac::Key {

@@ -192,6 +192,11 @@ impl Keyring {
         Ok(self.kek()?.derive_hmac_key(label))
     }
 
+    /// 32 key bytes derived from this replica's KEK for one purpose ([`Kek::derive_key_bytes`]).
+    pub(crate) fn derive_key_bytes(&self, label: &[u8]) -> Result<[u8; 32], KeyError> {
+        Ok(self.kek()?.derive_key_bytes(label))
+    }
+
     /// The key that signs the Domain's documents now.
     pub async fn signer(&self, domain: &Domain) -> Result<Arc<DomainSigner>, KeyError> {
         let set = self.keys(domain).await?;

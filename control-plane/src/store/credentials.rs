@@ -87,3 +87,35 @@ pub async fn revoke(conn: &mut AnyConnection, id: Uuid, now: i64) -> Result<bool
     .await?;
     Ok(done.rows_affected() == 1)
 }
+
+/// Replaces a credential's sealed payload if it still holds `was` (`plexsphere kek rotate`).
+/// Answers whether it did.
+pub async fn reseal(
+    conn: &mut AnyConnection,
+    id: Uuid,
+    was: &str,
+    sealed: &str,
+) -> Result<bool, StoreError> {
+    let done = sqlx::query(
+        "UPDATE cloud_credentials SET sealed_payload = $1 WHERE id = $2 AND sealed_payload = $3",
+    )
+    .bind(sealed.to_owned())
+    .bind(id.to_string())
+    .bind(was.to_owned())
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Gives a credential that is not revoked a new sealed payload (`plexctl cloud-credential
+/// rotate`). Answers whether it did.
+pub async fn rotate(conn: &mut AnyConnection, id: Uuid, sealed: &str) -> Result<bool, StoreError> {
+    let done = sqlx::query(
+        "UPDATE cloud_credentials SET sealed_payload = $1 WHERE id = $2 AND revoked_at IS NULL",
+    )
+    .bind(sealed.to_owned())
+    .bind(id.to_string())
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
