@@ -89,24 +89,7 @@ impl BrokerLab {
     /// `plexctl resource create --output json` of a `local-machine` node in the `openstack`
     /// Project with these parameters (JSON) and `extra` flags (e.g. `--wait`).
     pub fn create(&self, parameters: &str, extra: &[&str]) -> Result<Output> {
-        let mut args = vec![
-            "resource",
-            "create",
-            "--project-id",
-            OPENSTACK_PROJECT,
-            "--kind",
-            "node",
-            "--blueprint-version-id",
-            &self.version,
-            "--cloud-credential-id",
-            &self.cred,
-            "--parameters",
-            parameters,
-            "--output",
-            "json",
-        ];
-        args.extend_from_slice(extra);
-        self.cp.plexctl(&args)
+        create_node(&self.cp, &self.version, &self.cred, parameters, extra)
     }
 
     /// `plexctl resource delete --yes --wait`, then the resource as `resource get` shows it.
@@ -146,6 +129,49 @@ impl BrokerLab {
             .join("nspawn/machines")
             .join(machine_name(resource_id))
     }
+}
+
+/// `plexctl resource create --output json` of a node in the `openstack` Project from the
+/// blueprint version `version` with the credential `cred`, these parameters (JSON) and `extra`
+/// flags (e.g. `--wait`).
+pub fn create_node(
+    cp: &ControlPlane,
+    version: &str,
+    cred: &str,
+    parameters: &str,
+    extra: &[&str],
+) -> Result<Output> {
+    let mut args = vec![
+        "resource",
+        "create",
+        "--project-id",
+        OPENSTACK_PROJECT,
+        "--kind",
+        "node",
+        "--blueprint-version-id",
+        version,
+        "--cloud-credential-id",
+        cred,
+        "--parameters",
+        parameters,
+        "--output",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    cp.plexctl(&args)
+}
+
+/// The version id of blueprint `name` whose substrate is `substrate`, from `blueprint list`.
+pub fn blueprint_version(cp: &ControlPlane, name: &str, substrate: &str) -> Result<String> {
+    let list = json(&cp.plexctl_ok(&["blueprint", "list", "--output", "json"])?)?;
+    list.as_array()
+        .and_then(|a| {
+            a.iter()
+                .find(|b| b["name"] == name && b["substrate"] == substrate)
+        })
+        .and_then(|b| b["version_id"].as_str())
+        .map(str::to_owned)
+        .with_context(|| format!("no {name} blueprint on {substrate} in `blueprint list`: {list}"))
 }
 
 /// plexctl's `--output json`, parsed; the error quotes what it could not parse.

@@ -18,6 +18,7 @@ pub mod machines;
 pub mod nat;
 pub mod netns;
 pub mod oidc;
+pub mod openstack;
 pub mod process;
 pub mod proxy;
 pub mod qemu;
