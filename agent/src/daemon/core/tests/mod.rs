@@ -162,9 +162,10 @@ impl Harness {
         self.step(Input::Tick)
     }
 
-    /// Moves the clock to the core's next wake-up and ticks.
+    /// Moves the clock to the core's next deadline (at most [`IDLE_WAKE`] away, as the
+    /// executor sleeps) and ticks.
     pub fn wake(&mut self) -> Vec<Effect> {
-        let at = self.core.next_wake(self.now.at);
+        let at = self.core.poll_timeout().min(self.now.at + IDLE_WAKE);
         let d = at.saturating_duration_since(self.now.at);
         self.after(d)
     }
