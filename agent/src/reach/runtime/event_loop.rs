@@ -178,8 +178,8 @@ impl Loop {
     }
 
     fn input(&mut self, input: Input) {
-        let effects = self.engine.handle(input, now());
-        for e in effects {
+        self.engine.handle(input, now());
+        while let Some(e) = self.engine.poll_effect() {
             self.perform(e);
         }
     }
