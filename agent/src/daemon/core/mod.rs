@@ -37,6 +37,10 @@
 //! [`leave`] (what a leave's answer means).
 
 pub mod accept;
+#[cfg(test)]
+pub(crate) mod accept_fixtures;
+#[cfg(test)]
+mod accept_tests;
 pub mod answers;
 pub mod api_health;
 pub mod cache;

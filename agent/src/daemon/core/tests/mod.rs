@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime};
 use plexsphere_wire::node::{EventKind, HeartbeatAck, NodeState};
 use plexsphere_wire::signed::SignContext;
 
-use super::accept::tests::{acceptor, event_data, own, signer, state};
+use super::accept_fixtures::{acceptor, event_data, own, signer, state};
 use super::*;
 use crate::config::Config;
 use crate::identity::Identity;
@@ -277,6 +277,6 @@ pub fn opens(effects: &[Effect]) -> Vec<(u64, Option<u64>)> {
 pub fn one_state(version: u64, n: u8) -> NodeState {
     state(
         version,
-        (3..3 + n).map(super::accept::tests::peer).collect(),
+        (3..3 + n).map(super::accept_fixtures::peer).collect(),
     )
 }
