@@ -16,26 +16,26 @@ use uuid::Uuid;
 
 use super::accept::{Acceptor, DomainKeys};
 
-pub const SEED: [u8; 32] = [42u8; 32];
-pub fn own() -> Uuid {
+pub(crate) const SEED: [u8; 32] = [42u8; 32];
+pub(crate) fn own() -> Uuid {
     Uuid::parse_str("019a0816-0000-7000-8000-0000000000aa").unwrap()
 }
-pub fn peer_id(n: u8) -> Uuid {
+pub(crate) fn peer_id(n: u8) -> Uuid {
     Uuid::parse_str(&format!("019a0816-0000-7000-8000-0000000000{n:02x}")).unwrap()
 }
-pub fn signer() -> DomainSigner {
+pub(crate) fn signer() -> DomainSigner {
     DomainSigner::from_seed(&SEED).unwrap()
 }
-pub fn acceptor() -> Acceptor {
+pub(crate) fn acceptor() -> Acceptor {
     Acceptor::with_keys(keys(&signer(), None), own())
         .unwrap()
         .in_domain(domain())
 }
 /// The Domain of [`state`].
-pub fn domain() -> Uuid {
+pub(crate) fn domain() -> Uuid {
     Uuid::parse_str("019a0816-0000-7000-8000-000000000001").unwrap()
 }
-pub fn keys(pinned: &DomainSigner, next: Option<SigningKey>) -> DomainKeys {
+pub(crate) fn keys(pinned: &DomainSigner, next: Option<SigningKey>) -> DomainKeys {
     DomainKeys {
         pinned: pinned.public_key_b64(),
         generation: Some(1),
@@ -43,17 +43,17 @@ pub fn keys(pinned: &DomainSigner, next: Option<SigningKey>) -> DomainKeys {
     }
 }
 /// The rotation's second key.
-pub fn signer2() -> DomainSigner {
+pub(crate) fn signer2() -> DomainSigner {
     DomainSigner::from_seed(&[43u8; 32]).unwrap()
 }
-pub fn key_of(signer: &DomainSigner, generation: u64) -> SigningKey {
+pub(crate) fn key_of(signer: &DomainSigner, generation: u64) -> SigningKey {
     SigningKey {
         generation,
         public_key: signer.public_key_b64(),
         active_from: 1_700_000_000,
     }
 }
-pub fn peer(n: u8) -> PeerSpec {
+pub(crate) fn peer(n: u8) -> PeerSpec {
     let ip: IpAddr = format!("10.64.1.{n}").parse().unwrap();
     PeerSpec {
         node_id: peer_id(n),
@@ -67,7 +67,7 @@ pub fn peer(n: u8) -> PeerSpec {
         dns_name: None,
     }
 }
-pub fn state(version: u64, peers: Vec<PeerSpec>) -> NodeState {
+pub(crate) fn state(version: u64, peers: Vec<PeerSpec>) -> NodeState {
     NodeState {
         version,
         node_id: own(),
@@ -87,7 +87,7 @@ pub fn state(version: u64, peers: Vec<PeerSpec>) -> NodeState {
         served_routes: Vec::new(),
     }
 }
-pub fn event_data(seq: u64, node: Uuid, kind: EventKind) -> String {
+pub(crate) fn event_data(seq: u64, node: Uuid, kind: EventKind) -> String {
     let env = signer()
         .sign(
             SignContext::Event,
@@ -101,7 +101,7 @@ pub fn event_data(seq: u64, node: Uuid, kind: EventKind) -> String {
     serde_json::to_string(&env).unwrap()
 }
 /// The frame `data:` of a Domain event signed by `by`.
-pub fn domain_event_data(by: &DomainSigner, ev: &DomainEvent) -> String {
+pub(crate) fn domain_event_data(by: &DomainSigner, ev: &DomainEvent) -> String {
     let env = by.sign(SignContext::DomainEvent, ev).unwrap();
     serde_json::to_string(&EventData::Domain(
         plexsphere_wire::domain_event::DomainEnvelope { domain_event: env },

@@ -37,10 +37,6 @@
 //! [`leave`] (what a leave's answer means).
 
 pub mod accept;
-#[cfg(test)]
-pub(crate) mod accept_fixtures;
-#[cfg(test)]
-mod accept_tests;
 pub mod answers;
 pub mod api_health;
 pub mod cache;
@@ -70,6 +66,10 @@ pub mod tick;
 pub mod wanted;
 pub mod watchdog;
 
+#[cfg(test)]
+pub(crate) mod accept_fixtures;
+#[cfg(test)]
+mod accept_tests;
 #[cfg(test)]
 mod tests;
 
@@ -112,7 +112,7 @@ pub const MAX_CACHED_EVENTS: usize = 512;
 pub const LEAVING_RETRY: Duration = Duration::from_secs(30);
 /// The executor's loop wakes at least this often, even when [`Core::poll_timeout`] is later
 /// (a very long `daemon.stall_timeout_secs`).
-pub const IDLE_WAKE: Duration = Duration::from_secs(3600);
+pub(crate) const IDLE_WAKE: Duration = Duration::from_secs(3600);
 
 /// A leave asked for on the socket: who waits for the answer, and the control plane's note
 /// once it deregistered.
