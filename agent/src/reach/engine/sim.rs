@@ -225,7 +225,7 @@ impl Net {
         }
     }
 
-    /// Hands node `i` an input now and routes what it answers.
+    /// Hands node `i` an input now and routes the effects it decided on.
     pub fn deliver(&mut self, i: usize, input: Input) {
         let now = self.at();
         // Every effect of this input first: routing one may deliver to node `i` again.
