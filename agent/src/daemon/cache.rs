@@ -57,7 +57,7 @@ mod tests {
 
     use plexsphere_wire::node::EventKind;
 
-    use super::super::core::accept::tests::{acceptor, event_data, own, peer, signer, state};
+    use super::super::core::accept_fixtures::{acceptor, event_data, own, peer, signer, state};
     use super::*;
 
     #[test]
@@ -112,7 +112,7 @@ mod tests {
             "node": own(),
             "addrs": ["10.64.1.2"],
             "grants": [],
-            "peers": [{"id": super::super::core::accept::tests::peer_id(3), "name": "node-3", "addrs": ["10.64.1.3"]}]
+            "peers": [{"id": super::super::core::accept_fixtures::peer_id(3), "name": "node-3", "addrs": ["10.64.1.3"]}]
         }))
         .unwrap();
         s.policy = Some(plexsphere_wire::node::PolicyState { version: 12, view });

@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use super::core::io::{self, Call, CallResult, Effect, MeshAnswer, Now, Outcome, ReachOp};
 use super::core::protocol::Answer;
 use super::core::reload::ReloadError;
-use super::core::{ControlId, Core};
+use super::core::{ControlId, Core, IDLE_WAKE};
 use super::disk::DiskThread;
 use super::host_addrs;
 use super::input::{Input, Signal};
@@ -74,7 +74,8 @@ impl Executor {
             if let Some(o) = self.perform_all() {
                 break o;
             }
-            let deadline = tokio::time::Instant::from_std(self.core.next_wake(Instant::now()));
+            let at = self.core.poll_timeout().min(Instant::now() + IDLE_WAKE);
+            let deadline = tokio::time::Instant::from_std(at);
             let input = tokio::select! {
                 Some(i) = rx.recv() => i,
                 () = tokio::time::sleep_until(deadline) => Input::Core(io::Input::Tick),

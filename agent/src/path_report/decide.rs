@@ -122,7 +122,7 @@ impl PathReporter {
     }
 
     /// When [`Self::poll_report`] may have something next (`None`: nothing planned).
-    pub(crate) fn next_wake(&self) -> Option<Instant> {
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         if self.stopped || self.in_flight.is_some() {
             return None;
         }
@@ -139,7 +139,7 @@ impl PathReporter {
 
     /// The report to send now, if one is due.
     pub(crate) fn poll_report(&mut self, now: Instant) -> Option<PathsReport> {
-        if self.next_wake().is_none_or(|t| t > now) {
+        if self.poll_timeout().is_none_or(|t| t > now) {
             return None;
         }
         let peers = self.current.clone()?;

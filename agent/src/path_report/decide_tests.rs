@@ -133,7 +133,7 @@ fn the_schedule_follows_the_table() {
             step(60_000, None, None, None),
         ],
     );
-    assert!(r.stopped && r.next_wake().is_none());
+    assert!(r.stopped && r.poll_timeout().is_none());
     run(
         "429 and failures",
         vec![
@@ -157,10 +157,10 @@ fn one_report_in_flight_and_a_change_meanwhile_follows_after_the_gap() {
     r.on_sample(vec![direct(1, 3.0)], t0);
     assert!(r.poll_report(t0 + DEBOUNCE).is_some());
     r.on_sample(vec![relayed(1, 3.0)], t0 + ms(600));
-    assert_eq!(r.next_wake(), None, "one in flight");
+    assert_eq!(r.poll_timeout(), None, "one in flight");
     assert!(r.poll_report(t0 + ms(5000)).is_none());
     r.on_answer(Answer::Stored, t0 + ms(700));
-    assert_eq!(r.next_wake(), Some(t0 + ms(700) + MIN_GAP));
+    assert_eq!(r.poll_timeout(), Some(t0 + ms(700) + MIN_GAP));
     let next = r.poll_report(t0 + ms(2700)).map(|rep| rep.peers);
     assert_eq!(next, Some(vec![relayed(1, 3.0)]));
 }

@@ -95,7 +95,7 @@ async fn run(api: NodeApi, reach: Arc<dyn ReachHandle>) {
         if r.stopped {
             return;
         }
-        let wake = r.next_wake().map_or(
+        let wake = r.poll_timeout().map_or(
             tokio::time::Instant::now() + Duration::from_secs(3600),
             tokio::time::Instant::from_std,
         );

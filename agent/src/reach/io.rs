@@ -1,7 +1,8 @@
 //! The contract between the reach engine (sans-IO: `engine`, path choice and disco) and the
 //! reach runtime (sockets: the WireGuard socket's side channel, STUN, relay connections, the
-//! loopback forwarders). The engine takes [`Input`]s with the time in them and answers
-//! [`Effect`]s; the runtime performs the effects and feeds back what happened.
+//! loopback forwarders). The engine takes [`Input`]s with the time in them and queues
+//! [`Effect`]s; the runtime takes them (`poll_effect`), performs them and feeds back what
+//! happened.
 //!
 //! Additive changes only: a new variant or field may be added by either side, nothing renamed.
 

@@ -5,8 +5,9 @@
 //!   candidates pinged in a punch timed through a relay), `choice`, `guard` (disco replay
 //!   windows and source budgets), `bounds`; `sim`, `sim_nat` and `tests/` for the tests).
 //! - [`runtime`]: the thread that drives the engine and performs its effects (docs/reach.md;
-//!   its folder: the handle in `mod.rs`, the loop in `event_loop`, what both share in
-//!   `shared`), with [`stun`] (reflexive addresses, NAT report), [`relay_client`]
+//!   its folder: the handle in `mod.rs`, the loop in `event_loop` with its relay connections
+//!   in `relays` and its peers and their paths in `peers`, the kernel backend's underlay
+//!   socket in `underlay`, what the handle and the loop share in `shared`), with [`stun`] (reflexive addresses, NAT report), [`relay_client`]
 //!   (registration and relayed frames; [`relay_client::tcp`] over TCP with TLS) and
 //!   [`forward`] (the loopback forwarders of relayed peers).
 

@@ -231,7 +231,7 @@ impl Reporter {
     }
 
     /// When [`Self::poll_report`] has something next (`None`: nothing planned).
-    pub(crate) fn next_wake(&self) -> Option<Instant> {
+    pub(crate) fn poll_timeout(&self) -> Option<Instant> {
         if self.in_flight { None } else { self.next_at }
     }
 }
@@ -289,7 +289,7 @@ mod tests {
         assert_eq!(r.poll_report(t0), None, "one in flight");
         r.on_answer(Ok(ack()), t0);
         let renew = Duration::from_secs(ROUTE_RENEW_SECS);
-        assert_eq!(r.next_wake(), Some(t0 + renew));
+        assert_eq!(r.poll_timeout(), Some(t0 + renew));
         assert_eq!(r.poll_report(t0 + renew / 2), None);
         assert!(r.poll_report(t0 + renew).is_some());
         r.on_answer(Ok(ack()), t0 + renew);
@@ -298,7 +298,7 @@ mod tests {
         r.set_config(&RoutesConfig::default(), mesh, t1);
         assert_eq!(r.poll_report(t1), Some(RoutesReport::default()));
         r.on_answer(Ok(ack()), t1);
-        assert_eq!(r.next_wake(), None);
+        assert_eq!(r.poll_timeout(), None);
         assert_eq!(r.poll_report(t1 + 10 * renew), None);
         assert_eq!(r.withdrawal(), None);
     }
@@ -314,7 +314,7 @@ mod tests {
             "probed: unhealthy until it answers"
         );
         r.on_answer(Err("unreachable".into()), t0);
-        assert_eq!(r.next_wake(), Some(t0 + RETRY));
+        assert_eq!(r.poll_timeout(), Some(t0 + RETRY));
         let t1 = t0 + RETRY;
         assert!(r.poll_report(t1).is_some());
         r.on_answer(Ok(ack()), t1);
@@ -322,7 +322,7 @@ mod tests {
         for _ in 0..HEALTHY_AFTER {
             r.on_probe(cidr, true, t1);
         }
-        assert_eq!(r.next_wake(), Some(t1), "the new verdict goes out now");
+        assert_eq!(r.poll_timeout(), Some(t1), "the new verdict goes out now");
         assert!(r.poll_report(t1).expect("verdict").advertise[0].healthy);
         assert!(r.withdrawal().is_some());
     }

@@ -215,7 +215,7 @@ async fn run(
             });
         }
         t.publish(&status);
-        let wake = t.reporter.next_wake().map_or(
+        let wake = t.reporter.poll_timeout().map_or(
             tokio::time::Instant::now() + Duration::from_secs(3600),
             tokio::time::Instant::from_std,
         );

@@ -121,12 +121,12 @@ mod tests {
 
     use plexsphere_wire::node::{Event, EventKind};
 
-    use super::super::accept::tests::{acceptor, event_data, own, peer, signer, state};
+    use super::super::accept_fixtures::{acceptor, event_data, own, peer, signer, state};
     use super::*;
 
     #[test]
     fn a_cache_signed_by_the_next_key_loads_and_promotes_and_the_old_key_is_refused_after() {
-        use super::super::accept::tests::{key_of, keys, signer2};
+        use super::super::accept_fixtures::{key_of, keys, signer2};
         let with_next =
             Acceptor::with_keys(keys(&signer(), Some(key_of(&signer2(), 2))), own()).unwrap();
         // The state by the pinned key, then an event by the next key: loads, promoted.

@@ -3,7 +3,7 @@
 //! Like quinn-proto's connection and Firezone's `snownet::Node`: the executor hands it one
 //! [`Input`] at a time with the time it happened ([`Now`]) through [`Core::handle`], takes the
 //! [`Effect`]s it decided on through [`Core::poll_effect`], and sleeps until
-//! [`Core::next_wake`]. Jitter comes from the [`Jitter`] it was given, so a test with a fixed
+//! [`Core::poll_timeout`]. Jitter comes from the [`Jitter`] it was given, so a test with a fixed
 //! seed steps through exactly the delays production would pick. Logging goes through
 //! `tracing` (a facade: the subscriber the binary installs decides where lines go).
 //!
@@ -67,6 +67,10 @@ pub mod wanted;
 pub mod watchdog;
 
 #[cfg(test)]
+pub(crate) mod accept_fixtures;
+#[cfg(test)]
+mod accept_tests;
+#[cfg(test)]
 mod tests;
 
 use std::collections::{HashMap, VecDeque};
@@ -106,8 +110,9 @@ pub const REVOKED: &str = "this node was revoked by an operator (node_revoked); 
 pub const MAX_CACHED_EVENTS: usize = 512;
 /// While a leave is in flight, other calls that find the node gone wait this long to retry.
 pub const LEAVING_RETRY: Duration = Duration::from_secs(30);
-/// With nothing due, the loop still wakes this often.
-const IDLE_WAKE: Duration = Duration::from_secs(3600);
+/// The executor's loop wakes at least this often, even when [`Core::poll_timeout`] is later
+/// (a very long `daemon.stall_timeout_secs`).
+pub(crate) const IDLE_WAKE: Duration = Duration::from_secs(3600);
 
 /// A leave asked for on the socket: who waits for the answer, and the control plane's note
 /// once it deregistered.
@@ -283,13 +288,15 @@ impl Core {
         &self.config
     }
 
-    /// The next instant the executor must wake the core at (with `Input::Tick`).
-    pub fn next_wake(&self, now: Instant) -> Instant {
-        let mut at = now + IDLE_WAKE;
+    /// The next deadline: the executor sleeps at most until then (and at most [`IDLE_WAKE`])
+    /// and ticks the core (`Input::Tick`); a moment already past means at once. There is always
+    /// one, because the event stream always waits for something: its reconnect or its stall
+    /// deadline.
+    pub fn poll_timeout(&self) -> Instant {
+        let mut at = self.stream.poll_timeout(self.stall_timeout());
         if let Some(t) = self.schedule.next_due() {
             at = at.min(t);
         }
-        at = at.min(self.stream.next_wake(self.stall_timeout()));
         if let Some(t) = self.watchdog.next_due() {
             at = at.min(t);
         }

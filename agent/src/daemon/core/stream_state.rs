@@ -117,8 +117,9 @@ impl EventStream {
         self.disconnects
     }
 
-    /// When the stream needs the core next: the end of the wait, or the stall deadline.
-    pub fn next_wake(&self, stall: Duration) -> Instant {
+    /// When the stream needs the core next: the end of the wait, or the stall deadline (with
+    /// `stall` as the stall timeout).
+    pub fn poll_timeout(&self, stall: Duration) -> Instant {
         match self.state {
             Stream::Waiting { until } => until,
             Stream::Open { last_activity, .. } => last_activity + stall,
@@ -158,7 +159,7 @@ mod tests {
         assert!(s.is_current(c1) && !s.is_connected());
         s.connected(t0);
         assert!(s.is_connected());
-        assert_eq!(s.next_wake(stall), t0 + stall);
+        assert_eq!(s.poll_timeout(stall), t0 + stall);
         assert_eq!(
             s.due(t0 + stall - Duration::from_secs(1), stall),
             StreamDue::Nothing
@@ -168,7 +169,7 @@ mod tests {
         assert!(delay >= Duration::from_secs(9), "{delay:?}");
         assert_eq!(s.disconnects(), 1);
         assert!(!s.is_current(c1) && !s.is_connected());
-        assert_eq!(s.next_wake(stall), t0 + stall + delay);
+        assert_eq!(s.poll_timeout(stall), t0 + stall + delay);
         let c2 = s.open(t0 + stall + delay);
         assert!(
             s.is_current(c2) && !s.is_current(c1),

@@ -210,7 +210,7 @@ pub fn first_endpoint(p: &PeerSpec) -> Option<SocketAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::core::accept::tests::{peer, peer_id, state};
+    use crate::daemon::core::accept_fixtures::{peer, peer_id, state};
 
     #[test]
     fn state_is_applied_whole() {

@@ -1,8 +1,11 @@
 //! The reach engine: sans-IO path choice per peer (disco probes, relay fallback, upgrades).
 //!
-//! The runtime hands it one [`Input`] at a time with the time ([`Now`]) and performs the
-//! [`Effect`]s it answers. No sockets, no clock, no sleeps; randomness only through the tx id
-//! source it was built with ([`disco::new_tx`] in production).
+//! The runtime hands it one [`Input`] at a time with the time ([`Now`]) through
+//! [`Engine::handle`], takes the [`Effect`]s it decided on through [`Engine::poll_effect`] (until
+//! it answers `None`) and performs them, and ticks it (`Tick`) on its timer and at
+//! [`Engine::poll_timeout`].
+//! No sockets, no clock, no sleeps; randomness only through the tx id source it was built with
+//! ([`disco::new_tx`] in production).
 //!
 //! | input | what the engine does |
 //! |---|---|
@@ -29,7 +32,7 @@ use ipnet::IpNet;
 use plexsphere_wire::node::{NatReport, RelaySpec};
 use plexsphere_wire::reach::DecodeError;
 use plexsphere_wire::reach::disco::{self, Message, TxId};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 
 use self::peer::Peer;
@@ -114,6 +117,8 @@ pub struct Engine {
     peers: BTreeMap<PeerKey, Peer>,
     local: Local,
     counters: Counters,
+    /// What the inputs decided, in order, until the runtime takes it ([`Engine::poll_effect`]).
+    effects: VecDeque<Effect>,
 }
 
 impl Engine {
@@ -141,11 +146,12 @@ impl Engine {
             peers: BTreeMap::new(),
             local: Local::default(),
             counters: Counters::default(),
+            effects: VecDeque::new(),
         }
     }
 
-    /// Takes one input; answers what to do.
-    pub fn handle(&mut self, input: Input, now: Now) -> Vec<Effect> {
+    /// Takes one input; what to do is queued for [`Self::poll_effect`].
+    pub fn handle(&mut self, input: Input, now: Now) {
         let mut out = Vec::new();
         let t = now.at;
         self.sealer.wall_micros = now
@@ -232,7 +238,20 @@ impl Engine {
             Some(Some(key)) => self.choose_peer(key, t, &mut out),
             Some(None) => {}
         }
-        out
+        self.effects.extend(out);
+    }
+
+    /// The next effect decided on, in the order decided; `None` once every one was taken.
+    pub fn poll_effect(&mut self) -> Option<Effect> {
+        self.effects.pop_front()
+    }
+
+    /// Handles `input` and takes every effect queued (tests and the simulation read them as
+    /// one list).
+    #[cfg(test)]
+    pub(crate) fn step(&mut self, input: Input, now: Now) -> Vec<Effect> {
+        self.handle(input, now);
+        std::iter::from_fn(|| self.poll_effect()).collect()
     }
 
     /// Every peer's path, for `plexd status`, by hostname.

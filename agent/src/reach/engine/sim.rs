@@ -225,10 +225,11 @@ impl Net {
         }
     }
 
-    /// Hands node `i` an input now and routes what it answers.
+    /// Hands node `i` an input now and routes the effects it decided on.
     pub fn deliver(&mut self, i: usize, input: Input) {
         let now = self.at();
-        let effects = self.nodes[i].engine.handle(input, now);
+        // Every effect of this input first: routing one may deliver to node `i` again.
+        let effects = self.nodes[i].engine.step(input, now);
         for e in effects {
             self.route(i, e);
         }

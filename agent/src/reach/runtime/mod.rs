@@ -39,9 +39,12 @@ use super::io::{EndpointOwners, Owner};
 use crate::peer_key::PeerKey;
 
 mod event_loop;
+mod peers;
+mod relays;
 mod shared;
 #[cfg(test)]
 mod tests;
+mod underlay;
 
 /// The daemon's handle on the runtime; see the module docs.
 pub struct Runtime {
@@ -97,7 +100,7 @@ impl Runtime {
         socket.set_read_timeout(Some(TICK))?;
         thread::Builder::new()
             .name("reach-underlay".into())
-            .spawn(move || event_loop::serve_underlay(&shared, &socket))
+            .spawn(move || underlay::serve_underlay(&shared, &socket))
     }
 
     /// The WireGuard private key rotated: the loop starts over with the new one.

@@ -1,6 +1,7 @@
-//! What the reach runtime's handle (`mod.rs`) and its loop (`event_loop.rs`) share: the
-//! setup, the queue's events, the state the daemon's calls leave and the views the loop
-//! publishes. Its own module so neither of the two imports the other's internals.
+//! What the reach runtime's handle (`mod.rs`) and its loop (`event_loop.rs`, `relays.rs`,
+//! `peers.rs`, `underlay.rs`) share: the setup, the queue's events, the state the daemon's
+//! calls leave and the views the loop publishes. Its own module so neither of the two imports
+//! the other's internals.
 
 use std::collections::HashMap;
 use std::io;

@@ -276,7 +276,7 @@ fn a_refused_batch_counts_as_dropped_and_a_failed_one_goes_again() {
 fn handshakes_and_traffic_become_observations_once() {
     let mut h = harness();
     h.up(&one_state(4, 1));
-    let key = crate::daemon::core::accept::tests::peer(3).public_key;
+    let key = crate::daemon::core::accept_fixtures::peer(3).public_key;
     let live = |hs: u64, rx: u64| crate::mesh::LivePeer {
         public_key: key.clone(),
         endpoint: None,

@@ -8,7 +8,7 @@ use uuid::Uuid;
 
 use super::*;
 use crate::daemon::core::accept::DomainKeys;
-use crate::daemon::core::accept::tests::{key_of, peer, signer2};
+use crate::daemon::core::accept_fixtures::{key_of, peer, signer2};
 use crate::daemon::core::domain_keys::KEY_CHAIN_INTERVAL;
 
 fn domain() -> Uuid {

@@ -227,7 +227,7 @@ fn applies_in_a_burst_coalesce_into_one_outstanding_apply() {
             1,
             seq,
             EventKind::PeerAdded {
-                peer: crate::daemon::core::accept::tests::peer(n),
+                peer: crate::daemon::core::accept_fixtures::peer(n),
             },
         ));
     }
@@ -347,7 +347,7 @@ fn cached_events_newer_than_the_state_are_applied_on_top() {
     let envelope = signer().sign(SignContext::NodeState, &s).unwrap();
     let event = |seq: u64, n: u8| {
         let kind = EventKind::PeerAdded {
-            peer: crate::daemon::core::accept::tests::peer(n),
+            peer: crate::daemon::core::accept_fixtures::peer(n),
         };
         let frame = CachedEvent {
             id: seq,

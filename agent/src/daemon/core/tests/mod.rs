@@ -18,7 +18,7 @@ use std::time::{Duration, Instant, SystemTime};
 use plexsphere_wire::node::{EventKind, HeartbeatAck, NodeState};
 use plexsphere_wire::signed::SignContext;
 
-use super::accept::tests::{acceptor, event_data, own, signer, state};
+use super::accept_fixtures::{acceptor, event_data, own, signer, state};
 use super::*;
 use crate::config::Config;
 use crate::identity::Identity;
@@ -162,9 +162,10 @@ impl Harness {
         self.step(Input::Tick)
     }
 
-    /// Moves the clock to the core's next wake-up and ticks.
+    /// Moves the clock to the core's next deadline (at most [`IDLE_WAKE`] away, as the
+    /// executor sleeps) and ticks.
     pub fn wake(&mut self) -> Vec<Effect> {
-        let at = self.core.next_wake(self.now.at);
+        let at = self.core.poll_timeout().min(self.now.at + IDLE_WAKE);
         let d = at.saturating_duration_since(self.now.at);
         self.after(d)
     }
@@ -276,6 +277,6 @@ pub fn opens(effects: &[Effect]) -> Vec<(u64, Option<u64>)> {
 pub fn one_state(version: u64, n: u8) -> NodeState {
     state(
         version,
-        (3..3 + n).map(super::accept::tests::peer).collect(),
+        (3..3 + n).map(super::accept_fixtures::peer).collect(),
     )
 }

@@ -7,7 +7,7 @@ use plexsphere_wire::node::EventKind;
 use plexsphere_wire::routes::DnsState;
 
 use super::*;
-use crate::daemon::core::accept::tests::peer_id;
+use crate::daemon::core::accept_fixtures::peer_id;
 use crate::dns::zone::Zone;
 
 fn zones(effects: &[Effect]) -> Vec<Option<Arc<Zone>>> {

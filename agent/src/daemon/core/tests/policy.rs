@@ -7,7 +7,7 @@ use std::sync::Arc;
 use plexsphere_policy::view::{NodeView, PeerView};
 use plexsphere_wire::node::{PeerSpec, PolicyState};
 
-use super::super::accept::tests::{peer, peer_id};
+use super::super::accept_fixtures::{peer, peer_id};
 use super::*;
 use crate::daemon::core::cache::Cached;
 use crate::daemon::core::mesh_apply::{InstalledPolicy, run_apply};
@@ -20,7 +20,7 @@ fn policy(version: u64) -> PolicyState {
     PolicyState {
         version,
         view: NodeView {
-            node: super::super::accept::tests::own(),
+            node: super::super::accept_fixtures::own(),
             addrs: vec!["10.64.1.2".parse().unwrap()],
             grants: vec![],
             peers: vec![PeerView {

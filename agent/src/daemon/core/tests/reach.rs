@@ -4,7 +4,7 @@ use plexsphere_wire::node::{EventKind, RelaySpec};
 use plexsphere_wire::signed::SignedEnvelope;
 
 use super::*;
-use crate::daemon::core::accept::tests::peer_id;
+use crate::daemon::core::accept_fixtures::peer_id;
 use crate::daemon::core::protocol::{Answer, Request};
 use crate::daemon::core::status::{PathTransport, PeerPath};
 use crate::reach::io::{Path, PeerPathView, Transport};

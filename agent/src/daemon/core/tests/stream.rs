@@ -1,7 +1,7 @@
 //! The event stream: connect, frames and their refusals, stall then resume, ends.
 
 use super::*;
-use crate::daemon::core::accept::tests::{peer, peer_id};
+use crate::daemon::core::accept_fixtures::{peer, peer_id};
 use crate::daemon::core::stream_state::Stream;
 
 fn ended(reason: &str) -> StreamMsg {

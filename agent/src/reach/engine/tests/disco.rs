@@ -32,7 +32,7 @@ impl Lone {
         let mut engine = engine(1);
         let net = Net::new([false, false]);
         let now = net.at();
-        let out = engine.handle(Input::Peers(vec![net.spec(1, None)]), now);
+        let out = engine.step(Input::Peers(vec![net.spec(1, None)]), now);
         let pair = PairKey::new(&shared_secret(&secret(2), &public_key(&secret(1))));
         let peer = net.nodes[1].addr;
         (
@@ -62,7 +62,7 @@ impl Lone {
     /// A datagram arriving from `from`.
     pub fn deliver(&mut self, from: SocketAddr, datagram: Vec<u8>) -> Vec<Effect> {
         self.engine
-            .handle(Input::DiscoDirect { from, datagram }, self.now)
+            .step(Input::DiscoDirect { from, datagram }, self.now)
     }
 
     /// What node 1 reads in a datagram node 0 sent.
@@ -72,7 +72,7 @@ impl Lone {
 
     pub fn later(&mut self, d: Duration) -> Vec<Effect> {
         self.now.at += d;
-        self.engine.handle(Input::Tick, self.now)
+        self.engine.step(Input::Tick, self.now)
     }
 
     /// The tx ids of the pings in `out` sent directly to `to`.
@@ -118,7 +118,7 @@ fn forged_and_altered_disco_changes_nothing() {
     // Not a wanted peer: sealed by node 3 for node 0.
     let stranger = PairKey::new(&shared_secret(&secret(3), &public_key(&secret(1))));
     let datagram = stranger.seal(&key_of(3).0, 1, &pong);
-    let out = a.engine.handle(
+    let out = a.engine.step(
         Input::DiscoDirect {
             from: a.peer,
             datagram,
@@ -133,7 +133,7 @@ fn forged_and_altered_disco_changes_nothing() {
     datagram[4..36].copy_from_slice(&key_of(2).0);
     assert!(
         a.engine
-            .handle(
+            .step(
                 Input::DiscoDirect {
                     from: a.peer,
                     datagram
@@ -148,7 +148,7 @@ fn forged_and_altered_disco_changes_nothing() {
     datagram[last] ^= 1;
     assert!(
         a.engine
-            .handle(
+            .step(
                 Input::DiscoDirect {
                     from: a.peer,
                     datagram
@@ -165,7 +165,7 @@ fn forged_and_altered_disco_changes_nothing() {
         src,
         datagram,
     };
-    assert!(a.engine.handle(relayed, a.now).is_empty());
+    assert!(a.engine.step(relayed, a.now).is_empty());
     assert_eq!(a.engine.counters().unauthentic, 3);
     assert_eq!(a.path(), Path::None);
 
@@ -279,7 +279,7 @@ fn call_me_maybe_pings_every_address_at_once() {
         src: key_of(2),
         datagram,
     };
-    let out = a.engine.handle(input, a.now);
+    let out = a.engine.step(input, a.now);
     for addr in addrs {
         assert_eq!(a.pings_to(&out, addr).len(), 1, "{addr}");
     }
@@ -346,15 +346,15 @@ fn own_candidates_are_announced_when_they_change() {
         addrs: addrs.clone(),
         nat: nat.clone(),
     };
-    let out = e.handle(reflexive.clone(), now);
+    let out = e.step(reflexive.clone(), now);
     let want = Effect::Candidates {
         reflexive: addrs.clone(),
         home_relay: None,
         nat: nat.clone(),
     };
     assert_eq!(out, vec![want]);
-    assert!(e.handle(reflexive, now).is_empty(), "unchanged: nothing");
-    let out = e.handle(Input::HomeRelay(Some("r1".into())), now);
+    assert!(e.step(reflexive, now).is_empty(), "unchanged: nothing");
+    let out = e.step(Input::HomeRelay(Some("r1".into())), now);
     let want = Effect::Candidates {
         reflexive: addrs,
         home_relay: Some("r1".into()),
@@ -371,7 +371,7 @@ fn our_own_key_is_never_a_peer() {
     let mut own = net.spec(0, None);
     own.key = key_of(1);
     let other: PeerReach = net.spec(1, None);
-    e.handle(Input::Peers(vec![own, other]), net.at());
+    e.step(Input::Peers(vec![own, other]), net.at());
     assert_eq!(e.paths().len(), 1);
     assert_eq!(e.paths()[0].hostname, "node-1");
 }

@@ -63,7 +63,7 @@ fn a_captured_ping_replayed_at_200_per_sec_leaves_the_direct_path_and_the_real_b
             "a replay is answered: {out:?}"
         );
         if ms % 250 == 0 {
-            let out = a.engine.handle(Input::Tick, a.now);
+            let out = a.engine.step(Input::Tick, a.now);
             answer(&mut a, &out);
         }
         if ms % 500 == 0 {
@@ -145,7 +145,7 @@ fn addresses_no_peer_may_be_sent_to_are_never_probed() {
         src: key_of(2),
         datagram,
     };
-    let out = a.engine.handle(relayed, a.now);
+    let out = a.engine.step(relayed, a.now);
     assert_eq!(
         direct_sends(&out),
         vec![good],
@@ -155,7 +155,7 @@ fn addresses_no_peer_may_be_sent_to_are_never_probed() {
     // The same addresses in the state, and pings coming from them.
     let mut spec = net_spec_with(refused.to_vec());
     spec.endpoints.push(a.peer);
-    let mut out = a.engine.handle(Input::Peers(vec![spec]), a.now);
+    let mut out = a.engine.step(Input::Peers(vec![spec]), a.now);
     for from in refused {
         out.extend(a.as_peer(from, &Message::Ping { tx: [3; 12] }));
     }
@@ -184,7 +184,7 @@ fn a_learned_candidate_that_never_answers_expires() {
         src: key_of(2),
         datagram,
     };
-    let out = a.engine.handle(relayed, a.now);
+    let out = a.engine.step(relayed, a.now);
     assert_eq!(a.pings_to(&out, silent).len(), 1);
     let learned = |a: &Lone| {
         let peer = a.engine.peers.values().next().expect("the peer");
