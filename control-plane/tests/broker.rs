@@ -249,7 +249,7 @@ async fn the_catalog_lists_the_builtin_blueprints() {
     assert_eq!(bucket["class"], "standalone");
     assert_eq!(bucket["substrate"], "local-directory");
     assert_eq!(bucket["parameters"]["region"]["required"], true);
-    assert_eq!(items.len(), 3, "{body}");
+    assert_eq!(items.len(), 4, "{body}");
     srv.stop().await;
 }
 

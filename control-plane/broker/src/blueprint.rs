@@ -45,6 +45,10 @@ pub enum Substrate {
     LocalDirectory,
     /// A Crossplane composite in the Project's namespace on a management cluster.
     Crossplane,
+    /// A Nova server the broker makes itself through the cloud's API (Keystone, Nova,
+    /// Glance, Neutron) with the resource's cloud credential.
+    #[serde(rename = "openstack")]
+    OpenStack,
 }
 
 impl Substrate {
@@ -53,6 +57,7 @@ impl Substrate {
             Substrate::LocalMachine => "local-machine",
             Substrate::LocalDirectory => "local-directory",
             Substrate::Crossplane => "crossplane",
+            Substrate::OpenStack => "openstack",
         }
     }
 }

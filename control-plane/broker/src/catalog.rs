@@ -22,6 +22,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         "builtin:openstack-instance.yaml",
         include_str!("../blueprints/openstack-instance.yaml"),
     ),
+    (
+        "builtin:openstack-instance-v1beta1.yaml",
+        include_str!("../blueprints/openstack-instance-v1beta1.yaml"),
+    ),
 ];
 
 /// One loaded entry and the file it came from.
@@ -165,6 +169,11 @@ mod tests {
                 "v1alpha2",
                 "d3c8490f-c357-56b0-8ec9-79f16635600f",
             ),
+            (
+                "openstack-instance",
+                "v1beta1",
+                "2c7c2d7f-50f8-5c82-bf4a-5cc12a6c3e10",
+            ),
         ] {
             let e = c.find(name, version).unwrap();
             assert_eq!(e.version_id.to_string(), id, "{name}@{version}");
@@ -176,14 +185,15 @@ mod tests {
     #[test]
     fn builtins_load_with_their_declared_shape() {
         let c = Catalog::builtin().unwrap();
-        assert_eq!(c.len(), 3);
+        assert_eq!(c.len(), 4);
         let names: Vec<_> = c.entries().iter().map(|e| e.blueprint.label()).collect();
         assert_eq!(
             names,
             [
                 "local-bucket@v1",
                 "local-machine@v1",
-                "openstack-instance@v1alpha2"
+                "openstack-instance@v1alpha2",
+                "openstack-instance@v1beta1"
             ]
         );
         let lm = &c.find("local-machine", "v1").unwrap().blueprint;
@@ -213,6 +223,34 @@ mod tests {
             .collect();
         assert_eq!(required, ["flavorName", "imageName", "networkName"]);
         assert!(!os.parameters["availabilityZone"].required);
+        let osb = &c.find("openstack-instance", "v1beta1").unwrap().blueprint;
+        assert_eq!(
+            (osb.class, osb.substrate),
+            (Class::Machine, Substrate::OpenStack)
+        );
+        let names: Vec<_> = osb.parameters.keys().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            [
+                "availabilityZone",
+                "configDrive",
+                "flavorName",
+                "imageName",
+                "keyName",
+                "networkName"
+            ]
+        );
+        let required: Vec<_> = osb
+            .parameters
+            .iter()
+            .filter(|(_, p)| p.required)
+            .map(|(n, _)| n.as_str())
+            .collect();
+        assert_eq!(required, ["flavorName", "imageName", "networkName"]);
+        assert_eq!(
+            osb.parameters["configDrive"].default,
+            Some(serde_json::Value::Bool(false))
+        );
     }
 
     #[test]

@@ -4,12 +4,14 @@
 //!
 //! - [`substrate`]: the `Substrate` trait and its `local-directory` and `crossplane` forms;
 //! - `local_machine`: the `local-machine` substrate over `plexsphere-nspawn` (root only);
+//! - [`openstack`]: the `openstack` substrate, Nova servers through the cloud's own API;
 //! - [`reconcile`]: the loop (one task) and one pass over the active resources;
 //! - [`sealing`]: cloud credentials sealed at rest under the key-encryption key;
 //! - [`provision`]: what provisioning a resource starts with (the machine's bootstrap token,
 //!   its cloud-init document, the composite).
 
 pub(crate) mod local_machine;
+pub mod openstack;
 pub(crate) mod provision;
 pub mod reconcile;
 pub(crate) mod sealing;
@@ -132,6 +134,7 @@ pub struct Broker {
     wake: Notify,
     local_directory: Arc<dyn Substrate>,
     crossplane: Arc<dyn Substrate>,
+    openstack: Arc<dyn Substrate>,
 }
 
 impl Broker {
@@ -143,6 +146,7 @@ impl Broker {
             wake: Notify::new(),
             local_directory: Arc::new(LocalDirectory::new(data_dir.join("buckets"))),
             crossplane: Arc::new(Crossplane),
+            openstack: Arc::new(openstack::OpenStack::new()),
         }
     }
 
@@ -160,6 +164,7 @@ impl Broker {
         match blueprint.substrate {
             SubstrateKind::LocalDirectory => Ok(self.local_directory.clone()),
             SubstrateKind::Crossplane => Ok(self.crossplane.clone()),
+            SubstrateKind::OpenStack => Ok(self.openstack.clone()),
             SubstrateKind::LocalMachine => match &self.config.local_machine {
                 Ok(s) => Ok(s.clone()),
                 Err(why) => Err(Error::Unavailable(format!(
@@ -209,6 +214,6 @@ impl Broker {
 pub(crate) fn provider_for(substrate: SubstrateKind) -> &'static str {
     match substrate {
         SubstrateKind::LocalDirectory | SubstrateKind::LocalMachine => "local",
-        SubstrateKind::Crossplane => "openstack",
+        SubstrateKind::Crossplane | SubstrateKind::OpenStack => "openstack",
     }
 }
