@@ -178,7 +178,9 @@ async fn credentials_are_sealed_at_rest_and_never_returned() {
     let (status, body) = srv
         .op_post(
             "/v1/cloud-credentials",
-            json!({"name": "prod", "provider": "openstack", "payload": {"password": secret}}),
+            json!({"name": "prod", "provider": "openstack", "payload": {
+                "auth_url": "https://keystone.example:5000/v3", "username": "broker",
+                "password": secret, "project_name": "machines"}}),
         )
         .await;
     assert_eq!(status, StatusCode::CREATED, "{body}");
@@ -199,6 +201,20 @@ async fn credentials_are_sealed_at_rest_and_never_returned() {
         )
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    // An OpenStack payload the broker could not use is refused when stored, naming what is
+    // wrong and never echoing a secret.
+    let (status, body) = srv
+        .op_post(
+            "/v1/cloud-credentials",
+            json!({"name": "x", "provider": "openstack", "payload": {"password": secret}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("auth_url"),
+        "{body}"
+    );
+    assert!(!body.to_string().contains(secret), "{body}");
 
     // Sealed under a key derived from the replica's KEK (so every replica opens it), not under
     // a key file of this data directory; nothing but the blob is stored.

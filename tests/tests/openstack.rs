@@ -326,15 +326,14 @@ fn openstack_faults_end_in_the_promised_phase_and_leave_no_server() {
     );
     failed_with(&id, "too small");
 
-    // Nova puts the server in ERROR (no host has 4 TiB of memory): Failed with Nova's fault;
-    // the delete removes the ERROR server.
-    lab.ensure_flavor("plexlab-4tib", 4 * 1024 * 1024, 1)
-        .unwrap();
+    // Nova puts the server in ERROR (the fake host has 500 GB of disk, the flavor wants 2 TB,
+    // and disk is not under quota): Failed with Nova's fault; the delete removes the server.
+    lab.ensure_flavor("plexlab-2tb-disk", 512, 2000).unwrap();
     let id = create(
         &cp,
         &version,
         &good,
-        &parameters(&lab, serde_json::json!({"flavorName": "plexlab-4tib"})),
+        &parameters(&lab, serde_json::json!({"flavorName": "plexlab-2tb-disk"})),
     );
     failed_with(&id, "No valid host");
 

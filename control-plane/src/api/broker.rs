@@ -139,7 +139,7 @@ pub(crate) async fn create_credential(
 
 /// The payload as stored, once it is a JSON object of at most [`MAX_PAYLOAD`] bytes that the
 /// provider can use.
-fn checked_payload(_provider: &str, payload: &Value) -> Result<CredentialPayload, Error> {
+fn checked_payload(provider: &str, payload: &Value) -> Result<CredentialPayload, Error> {
     if !payload.is_object() {
         return Err(Error::Invalid(
             "payload must be a JSON object (the provider's credentials)".into(),
@@ -151,6 +151,13 @@ fn checked_payload(_provider: &str, payload: &Value) -> Result<CredentialPayload
             "the payload is {} bytes; a cloud credential holds at most {MAX_PAYLOAD}",
             bytes.len()
         )));
+    }
+    if provider == "openstack" {
+        crate::broker::openstack::credential::parse(&bytes).map_err(|e| {
+            Error::Invalid(format!(
+                "the payload is not an OpenStack credential: {e} (docs/broker.md, \"Point the broker at your OpenStack\")"
+            ))
+        })?;
     }
     Ok(CredentialPayload::new(bytes))
 }
