@@ -86,7 +86,9 @@ pub(crate) async fn prepare(
                 let yaml = crossplane::to_yaml(&c).map_err(failed)?;
                 (c, yaml)
             }
-            _ => {
+            SubstrateKind::LocalMachine
+            | SubstrateKind::LocalDirectory
+            | SubstrateKind::OpenStack => {
                 let c = composite::render(blueprint, resource, user_data).map_err(failed)?;
                 let yaml = serde_yaml::to_string(&c).map_err(failed)?;
                 (c, yaml)

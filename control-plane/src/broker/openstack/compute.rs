@@ -207,6 +207,41 @@ pub(crate) async fn find(
     Ok(mine.into_iter().filter(|s| !is_deleted(s)).collect())
 }
 
+/// `GET /servers/<id>`: one server with its `fault` (Nova's list leaves the fault out);
+/// `None` when it is gone.
+pub(crate) async fn show(session: &Session, id: &str) -> Result<Option<Server>, SubstrateError> {
+    let what = format!("reading the server {id}");
+    let path = format!("/servers/{id}");
+    let reply = session
+        .call(Service::Compute, Method::GET, &path, None, &what)
+        .await?;
+    match reply.status {
+        200 => {}
+        404 => return Ok(None),
+        status => {
+            return Err(error::from_status(
+                session.cloud(),
+                "Nova",
+                &what,
+                status,
+                &reply.body,
+            ));
+        }
+    }
+    #[derive(Deserialize)]
+    struct One {
+        server: Server,
+    }
+    serde_json::from_slice::<One>(&reply.body)
+        .map(|o| Some(o.server))
+        .map_err(|e| {
+            SubstrateError::Unreachable(format!(
+                "Nova of the cloud {} answered {what} with a body that does not parse ({e}); the broker asks again on its next pass",
+                session.cloud()
+            ))
+        })
+}
+
 /// `POST /servers`; Nova answers 202 with the new server's id.
 pub(crate) async fn create(
     session: &Session,

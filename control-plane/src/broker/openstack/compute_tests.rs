@@ -115,7 +115,7 @@ fn an_error_server_fails_with_novas_fault() {
     assert_eq!(
         e,
         format!(
-            "Nova of the cloud {CLOUD} put the server pr-{RID} (0b6c8f8e-1d0c-4c59-9d6a-0d4f3a2b7c11) in ERROR: No valid host was found. There are not enough hosts available. (code 500); no compute host can take it: pick a smaller flavor or another availability zone, or ask the cloud's operator about capacity"
+            "Nova of the cloud {CLOUD} put the server pr-oscap-3 (e3eff0cf-943e-416c-99c8-0aa5b422bf60) in ERROR: No valid host was found. (code 500); no compute host can take it: pick a smaller flavor or another availability zone, or ask the cloud's operator about capacity"
         )
     );
     let mut bare = server("ERROR", Some(RID));

@@ -97,7 +97,7 @@ fn nova_refusals_say_which_parameter_to_fix() {
         include_bytes!("testdata/nova_403_quota.body"),
     ));
     assert!(
-        e.contains("Quota exceeded for instances: Requested 1, but already used 1 of 1 instances"),
+        e.contains("Quota exceeded for ram: Requested 4000000, but already used 0 of 51200 ram"),
         "{e}"
     );
 }

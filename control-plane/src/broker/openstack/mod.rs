@@ -191,15 +191,26 @@ impl Substrate for OpenStack {
         let resource = &target.resource;
         let session = self.session(target)?;
         let deleting = resource.provisioning.phase == Phase::Deprovisioning;
-        let servers = block_on(compute::find(
-            &session,
-            &resource.composed_name(),
-            &resource.id.to_string(),
-        ))?;
-        let Some(server) = servers.first() else {
+        let server = block_on(async {
+            let servers = compute::find(
+                &session,
+                &resource.composed_name(),
+                &resource.id.to_string(),
+            )
+            .await?;
+            let Some(server) = servers.into_iter().next() else {
+                return Ok(None);
+            };
+            // Nova's list leaves out the fault of a server in ERROR; the server itself has it.
+            if server.status == "ERROR" && server.fault.is_none() && !deleting {
+                return Ok(compute::show(&session, &server.id).await?.or(Some(server)));
+            }
+            Ok(Some(server))
+        })?;
+        let Some(server) = server else {
             return Ok(Vec::new());
         };
-        Ok(compute::observations(server, deleting, session.cloud())
+        Ok(compute::observations(&server, deleting, session.cloud())
             .unwrap_or_else(|reason| vec![Observation::SubstrateFailed { reason }]))
     }
 
@@ -232,3 +243,7 @@ impl Substrate for OpenStack {
         Ok(servers.is_empty())
     }
 }
+
+#[cfg(test)]
+#[path = "substrate_tests.rs"]
+mod tests;
