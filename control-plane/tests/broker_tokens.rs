@@ -207,7 +207,19 @@ async fn a_token_is_reminted_only_when_no_machine_was_handed_its_document() {
             id: cred,
             name: "local-cred".into(),
             provider: "local".into(),
-            sealed_payload: String::new(),
+            // Sealed as the API would (every pass opens the resource's credential).
+            sealed_payload: {
+                use base64::Engine as _;
+                let kek = plexsphere::keys::Kek::dev(dir.path()).unwrap();
+                let key = plexsphere_broker::credentials::CredentialKey::from_bytes(
+                    &kek.derive_key_bytes(b"plexsphere cloud credential sealing key v1"),
+                )
+                .unwrap();
+                let payload =
+                    plexsphere_broker::credentials::CredentialPayload::new(b"{}".to_vec());
+                let blob = plexsphere_broker::credentials::seal(&key, cred, &payload).unwrap();
+                base64::engine::general_purpose::STANDARD.encode(blob)
+            },
             created_at: plexsphere::store::unix(now),
             revoked_at: None,
         };

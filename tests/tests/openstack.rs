@@ -326,14 +326,18 @@ fn openstack_faults_end_in_the_promised_phase_and_leave_no_server() {
     );
     failed_with(&id, "too small");
 
-    // Nova puts the server in ERROR (the fake host has 500 GB of disk, the flavor wants 2 TB,
+    // Nova puts the server in ERROR (the fake host has 600 TB of disk, the flavor wants 700 TB,
     // and disk is not under quota): Failed with Nova's fault; the delete removes the server.
-    lab.ensure_flavor("plexlab-2tb-disk", 512, 2000).unwrap();
+    lab.ensure_flavor("plexlab-700tb-disk", 512, 700_000)
+        .unwrap();
     let id = create(
         &cp,
         &version,
         &good,
-        &parameters(&lab, serde_json::json!({"flavorName": "plexlab-2tb-disk"})),
+        &parameters(
+            &lab,
+            serde_json::json!({"flavorName": "plexlab-700tb-disk"}),
+        ),
     );
     failed_with(&id, "No valid host");
 
