@@ -29,6 +29,7 @@ pub mod noise;
 pub mod offload;
 #[cfg(test)]
 mod offload_tests;
+#[cfg(any(test, feature = "test-support"))]
 pub mod packet;
 pub mod peer;
 pub mod policy;
