@@ -275,7 +275,7 @@ impl Device {
 
     /// Switches the peers' protocol implementation; every session is dropped (the peers
     /// handshake again on their next packet).
-    pub fn set_protocol(&self, protocol: Protocol) {
+    pub(crate) fn set_protocol(&self, protocol: Protocol) {
         let mut state = self.write();
         if state.protocol != protocol {
             state.protocol = protocol;
@@ -317,7 +317,7 @@ impl Device {
     }
 
     /// Counts packets a queue's AQM dropped (see `crate::lane`).
-    pub fn count_queue_dropped(&self, n: usize) {
+    pub(crate) fn count_queue_dropped(&self, n: usize) {
         if n > 0 {
             self.counters
                 .queue_dropped
@@ -326,7 +326,7 @@ impl Device {
     }
 
     /// Counts a side-channel datagram its sink dropped (see `crate::side`).
-    pub fn count_side_dropped(&self) {
+    pub(crate) fn count_side_dropped(&self) {
         Counters::bump(&self.counters.side_dropped);
     }
 
@@ -514,7 +514,7 @@ impl Device {
 
     /// Decrypts datagrams from any source (a queue's chunk), under one lock; see
     /// `handle_udp_datagrams`.
-    pub fn handle_udp_iter<'a>(
+    pub(crate) fn handle_udp_iter<'a>(
         &self,
         now: Instant,
         datagrams: impl IntoIterator<Item = (&'a [u8], SocketAddr, Option<Source>)>,
@@ -541,7 +541,7 @@ impl Device {
 
     /// One datagram from `from` that arrived at the local address `local` (the reply leaves
     /// from there); see `handle_udp_datagrams`.
-    pub fn handle_udp_datagram_at(
+    pub(crate) fn handle_udp_datagram_at(
         &self,
         now: Instant,
         (from, local): (SocketAddr, Option<Source>),
@@ -557,7 +557,7 @@ impl Device {
     /// protocol is only checked and laid out in `job` with an operation to open it; the rest
     /// (handshakes, other peers) as inline, into `job`'s batch and `to_network`. Once the
     /// job is worked, `finish_opened` delivers it, in order.
-    pub fn handle_udp_iter_deferred<'a>(
+    pub(crate) fn handle_udp_iter_deferred<'a>(
         &self,
         now: Instant,
         datagrams: impl IntoIterator<Item = (&'a [u8], SocketAddr, Option<Source>)>,
@@ -635,7 +635,7 @@ impl Device {
     /// plaintext stays in the batch only if the peer may use its source address. Packets a
     /// new session lets out go to `to_network`. The batch is left with the packets for the
     /// host only.
-    pub fn finish_opened(&self, now: Instant, job: &mut Job, to_network: &mut PacketBatch) {
+    pub(crate) fn finish_opened(&self, now: Instant, job: &mut Job, to_network: &mut PacketBatch) {
         let state = self.read();
         for op in job.ops.drain(..) {
             let OpKind::Open(o) = &op.kind else { continue };

@@ -18,7 +18,7 @@ use crate::batch::PacketBatch;
 use crate::io::{Tun, Udp, UdpBind};
 
 /// Packets a queue holds before it drops.
-pub const QUEUE_LIMIT: usize = 4096;
+pub(crate) const QUEUE_LIMIT: usize = 4096;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
