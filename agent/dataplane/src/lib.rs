@@ -17,14 +17,13 @@
 #![warn(unreachable_pub)]
 
 // The public face (README.md, "The public face"): the device, its I/O traits and their Linux
-// and in-memory implementations, the runner, config, keys, the side channel and the probe,
-// re-exported below. A module is public only where another crate names a path in it: plexd,
-// plexd-wg (`src/bin`), the integration tests (`tests/`), benches/ and fuzz/.
+// implementations, the runner, config, keys, the side channel and the probe, re-exported
+// below. A module is public only where another crate names a path in it: plexd, plexd-wg
+// (`src/bin`), the integration tests (`tests/`), benches/ and fuzz/.
 pub mod batch;
 pub mod device;
 #[cfg(target_os = "linux")]
 pub mod linux;
-pub mod memory;
 pub mod pool;
 pub mod probe;
 pub mod relay;
@@ -36,7 +35,10 @@ pub mod coalesce;
 pub mod noise;
 pub mod offload;
 pub mod uapi;
-// The packet builder: this crate's tests and the `test-support` feature only.
+// The test builders (the in-memory devices, the packet builder): this crate's tests and the
+// `test-support` feature only, so plexd does not ship them.
+#[cfg(any(test, feature = "test-support"))]
+pub mod memory;
 #[cfg(any(test, feature = "test-support"))]
 pub mod packet;
 

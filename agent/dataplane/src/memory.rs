@@ -7,6 +7,9 @@
 //!   and drops what is sent to an address nobody bound, like a real network.
 //!
 //! Queues are bounded (`QUEUE_LIMIT`); a full queue drops, as a kernel buffer would.
+//!
+//! Compiled only for this crate's tests and with the `test-support` feature (the integration
+//! tests and benches/ turn it on), so plexd never ships it.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
