@@ -65,12 +65,12 @@ impl<T> AllowedIps<T> {
     }
 
     #[inline]
-    pub fn get_v4(&self, addr: Ipv4Addr) -> Option<&T> {
+    pub(crate) fn get_v4(&self, addr: Ipv4Addr) -> Option<&T> {
         self.v4.get(u32::from(addr))
     }
 
     #[inline]
-    pub fn get_v6(&self, addr: Ipv6Addr) -> Option<&T> {
+    pub(crate) fn get_v6(&self, addr: Ipv6Addr) -> Option<&T> {
         self.v6.get(u128::from(addr))
     }
 

@@ -13,11 +13,11 @@ use crate::source::Source;
 /// Enough for any IP packet (the IPv4/IPv6 length fields are 16 bits).
 pub const MAX_PACKET: usize = 65_535;
 /// What WireGuard adds to a packet: type, receiver index, counter, and the AEAD tag.
-pub const WG_OVERHEAD: usize = 32;
+pub(crate) const WG_OVERHEAD: usize = 32;
 /// A slot that holds any packet after encryption, and any handshake message.
 pub const MAX_DATAGRAM: usize = MAX_PACKET + WG_OVERHEAD;
 /// How many packets one system call moves when batching is on.
-pub const DEFAULT_BATCH: usize = 64;
+pub(crate) const DEFAULT_BATCH: usize = 64;
 
 /// The address of a packet that has none (TUN packets).
 pub const NO_ADDR: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
@@ -75,7 +75,7 @@ impl PacketBatch {
         self.max
     }
 
-    pub fn slot_size(&self) -> usize {
+    pub(crate) fn slot_size(&self) -> usize {
         self.slot_size
     }
 
@@ -111,7 +111,7 @@ impl PacketBatch {
 
     /// The next free slot, whole; the batch grows by one slot when it has none left.
     /// Write a packet into it, then `commit` its length.
-    pub fn next_slot(&mut self) -> &mut [u8] {
+    pub(crate) fn next_slot(&mut self) -> &mut [u8] {
         let i = self.lens.len();
         let start = i * self.slot_size;
         if self.buf.len() < start + self.slot_size {
@@ -149,7 +149,7 @@ impl PacketBatch {
     }
 
     /// Sets the local address of the packet committed last (see `src`).
-    pub fn set_src(&mut self, src: Option<Source>) {
+    pub(crate) fn set_src(&mut self, src: Option<Source>) {
         if let Some(s) = self.srcs.last_mut() {
             *s = src;
         }
@@ -162,7 +162,9 @@ impl PacketBatch {
     }
 
     /// Like `datagrams`, with each datagram's local address.
-    pub fn datagrams_to(&self) -> impl Iterator<Item = (&[u8], SocketAddr, Option<Source>)> + '_ {
+    pub(crate) fn datagrams_to(
+        &self,
+    ) -> impl Iterator<Item = (&[u8], SocketAddr, Option<Source>)> + '_ {
         (0..self.len()).flat_map(move |i| {
             let slot = self.get(i);
             let seg = match self.segments.get(i) {
@@ -176,7 +178,7 @@ impl PacketBatch {
 
     /// Like `commit`, for a slot that holds back-to-back datagrams of `segment` bytes each
     /// (the last may be shorter), as UDP GRO delivers them.
-    pub fn commit_segmented(&mut self, len: usize, addr: SocketAddr, segment: usize) {
+    pub(crate) fn commit_segmented(&mut self, len: usize, addr: SocketAddr, segment: usize) {
         self.commit(len, addr);
         if let Some(s) = self.segments.last_mut() {
             *s = if segment >= len { 0 } else { segment };
@@ -196,7 +198,7 @@ impl PacketBatch {
     }
 
     /// Sets the address of packet `i` (where it goes).
-    pub fn set_addr(&mut self, i: usize, addr: SocketAddr) {
+    pub(crate) fn set_addr(&mut self, i: usize, addr: SocketAddr) {
         if let Some(a) = self.addrs.get_mut(i) {
             *a = addr;
         }
@@ -226,7 +228,10 @@ impl PacketBatch {
     }
 
     /// The datagrams of slot `i` (one, or the GRO segments), with its address.
-    pub fn slot_datagrams(&self, i: usize) -> impl Iterator<Item = (&[u8], SocketAddr)> + '_ {
+    pub(crate) fn slot_datagrams(
+        &self,
+        i: usize,
+    ) -> impl Iterator<Item = (&[u8], SocketAddr)> + '_ {
         let slot = self.get(i);
         let seg = match self.segment(i) {
             0 => slot.len().max(1),
@@ -243,7 +248,7 @@ impl PacketBatch {
 
     /// The first `n` slots (at most `max`), whole and in order, for a vectored read into an
     /// empty batch; `commit` each filled one afterwards, in order.
-    pub fn free_slots(&mut self, n: usize) -> std::slice::ChunksExactMut<'_, u8> {
+    pub(crate) fn free_slots(&mut self, n: usize) -> std::slice::ChunksExactMut<'_, u8> {
         let n = n.min(self.max);
         let need = n * self.slot_size;
         if self.buf.len() < need {
@@ -253,7 +258,7 @@ impl PacketBatch {
     }
 
     /// Slot `i` whole, to work on in place (empty if `i` is not a filled slot).
-    pub fn slot_mut(&mut self, i: usize) -> &mut [u8] {
+    pub(crate) fn slot_mut(&mut self, i: usize) -> &mut [u8] {
         if i >= self.lens.len() {
             return &mut [];
         }
@@ -264,7 +269,7 @@ impl PacketBatch {
     }
 
     /// Drops the empty slots, moving the later ones down (their addresses with them).
-    pub fn retain_nonempty(&mut self) {
+    pub(crate) fn retain_nonempty(&mut self) {
         let mut kept = 0;
         for i in 0..self.lens.len() {
             let len = self.lens[i];

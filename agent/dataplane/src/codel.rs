@@ -13,15 +13,15 @@ use std::time::{Duration, Instant};
 /// The sojourn time CoDel lets a standing queue keep. The data plane is one hop whose own
 /// queue should add little to any round trip: 1 ms is about 400 KB at 3 Gbit/s, enough to keep
 /// the cipher busy across a scheduling hiccup (RFC 8289 suggests 5 ms for a WAN link).
-pub const CODEL_TARGET: Duration = Duration::from_millis(1);
+pub(crate) const CODEL_TARGET: Duration = Duration::from_millis(1);
 /// How long the sojourn must stay above the target before the first drop, and the base of the
 /// drop spacing: about the round trip of the flows the tunnel carries (RFC 8289: 100 ms for
 /// the Internet; a mesh inside a site or region sees 1-20 ms).
-pub const CODEL_INTERVAL: Duration = Duration::from_millis(20);
+pub(crate) const CODEL_INTERVAL: Duration = Duration::from_millis(20);
 
 /// CoDel's state for one queue; see the module docs.
 #[derive(Debug, Clone)]
-pub struct Codel {
+pub(crate) struct Codel {
     target: Duration,
     interval: Duration,
     min_bytes: usize,
@@ -37,7 +37,7 @@ pub struct Codel {
 impl Codel {
     /// CoDel with this target and interval, never dropping while the queue holds less than
     /// `min_bytes`.
-    pub fn new(target: Duration, interval: Duration, min_bytes: usize) -> Self {
+    pub(crate) fn new(target: Duration, interval: Duration, min_bytes: usize) -> Self {
         Self {
             target,
             interval,
@@ -52,18 +52,25 @@ impl Codel {
     }
 
     /// Packets this queue was told to drop so far.
-    pub fn dropped(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn dropped(&self) -> u64 {
         self.dropped
     }
 
     /// True while the queue is in the dropping state.
-    pub fn is_dropping(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_dropping(&self) -> bool {
         self.dropping
     }
 
     /// One dequeue: the head waited `sojourn`, the queue holds `queue_bytes` (the head
     /// included). Answers whether to drop the head.
-    pub fn should_drop(&mut self, now: Instant, sojourn: Duration, queue_bytes: usize) -> bool {
+    pub(crate) fn should_drop(
+        &mut self,
+        now: Instant,
+        sojourn: Duration,
+        queue_bytes: usize,
+    ) -> bool {
         let ok_to_drop = self.above_target(now, sojourn, queue_bytes);
         if self.dropping {
             if !ok_to_drop {

@@ -115,7 +115,7 @@ impl Device {
             .into_iter()
             .try_for_each(|change| apply_peer(state, change));
         if changed && state.policy.is_some() {
-            crate::device::resolve_policy_slots(state);
+            crate::device::filter::resolve_policy_slots(state);
         }
         applied
     }

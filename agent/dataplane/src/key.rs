@@ -33,7 +33,7 @@ fn decode_base64(s: &str) -> Result<[u8; 32], KeyError> {
 pub struct Key(pub [u8; 32]);
 
 impl Key {
-    pub fn from_hex(s: &str) -> Result<Self, KeyError> {
+    pub(crate) fn from_hex(s: &str) -> Result<Self, KeyError> {
         decode_hex(s).map(Self)
     }
 
@@ -83,7 +83,7 @@ impl SecretKey {
         Ok(Self(bytes))
     }
 
-    pub fn from_hex(s: &str) -> Result<Self, KeyError> {
+    pub(crate) fn from_hex(s: &str) -> Result<Self, KeyError> {
         decode_hex(s).map(Self)
     }
 

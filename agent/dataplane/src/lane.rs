@@ -27,27 +27,27 @@ use crate::source::Source;
 
 /// A plaintext packet at most this long (a ping, a pure ACK with SACK blocks, a DNS query) may
 /// skip the queue, unless it is TCP data, which keeps its place in its flow.
-pub const SMALL_PACKET: usize = 256;
+pub(crate) const SMALL_PACKET: usize = 256;
 /// A WireGuard datagram at most this long skips the receive queue: handshake messages (148,
 /// 92, 64 B), keepalives (32 B) and data datagrams of a small packet.
-pub const SMALL_DATAGRAM: usize = SMALL_PACKET + WG_OVERHEAD;
+pub(crate) const SMALL_DATAGRAM: usize = SMALL_PACKET + WG_OVERHEAD;
 /// Bytes encrypted or decrypted between two looks at the devices: about 50 µs of ChaCha20 on
 /// this machine kind, the most a small packet waits for the cipher.
-pub const QUANTUM_BYTES: usize = 64 << 10;
+pub(crate) const QUANTUM_BYTES: usize = 64 << 10;
 /// The byte bound of the TUN-to-network lane: 4 MiB, about 10 ms at 3 Gbit/s; CoDel keeps the
 /// lane far below it, the bound only matters with the AQM off.
-pub const TX_LANE_BYTES: usize = 4 << 20;
+pub(crate) const TX_LANE_BYTES: usize = 4 << 20;
 /// The bounds of the network-to-TUN lane. A small datagram decrypted ahead of the bulk ones
 /// queued before it is ahead of them in the peer's counter too, and boringtun's replay window
 /// takes 1024 counters back: the lane holds at most half of that.
-pub const RX_LANE_BYTES: usize = 1 << 20;
-pub const RX_LANE_DATAGRAMS: usize = 512;
+pub(crate) const RX_LANE_BYTES: usize = 1 << 20;
+pub(crate) const RX_LANE_DATAGRAMS: usize = 512;
 /// Spare batches a lane keeps for the next reads (more are freed): enough for a full lane of
 /// MTU-sized packets, so a loaded lane never maps fresh memory.
 const SPARE_BATCHES: usize = 64;
 
 /// Whether a plaintext packet from the host skips the queue: small, and not TCP with payload.
-pub fn is_urgent_packet(p: &[u8]) -> bool {
+pub(crate) fn is_urgent_packet(p: &[u8]) -> bool {
     if p.len() > SMALL_PACKET || p.is_empty() {
         return false;
     }
@@ -67,7 +67,7 @@ pub fn is_urgent_packet(p: &[u8]) -> bool {
 }
 
 /// Whether a datagram from the network skips the queue (see [`SMALL_DATAGRAM`]).
-pub fn is_urgent_datagram(d: &[u8]) -> bool {
+pub(crate) fn is_urgent_datagram(d: &[u8]) -> bool {
     !d.is_empty() && d.len() <= SMALL_DATAGRAM
 }
 
@@ -75,7 +75,7 @@ pub fn is_urgent_datagram(d: &[u8]) -> bool {
 /// of the batch (a slot shrinks to what is left); answers how many it handed over. Of a UDP
 /// GRO slot (datagrams of one size, the last possibly shorter) either all are urgent, or only
 /// the short last one may be.
-pub fn take_urgent(
+pub(crate) fn take_urgent(
     batch: &mut PacketBatch,
     urgent: fn(&[u8]) -> bool,
     mut each: impl FnMut(&[u8], SocketAddr, Option<Source>),
@@ -127,7 +127,7 @@ struct Entry {
 }
 
 /// A queue of read batches, worked off a quantum at a time; see the module docs.
-pub struct Lane {
+pub(crate) struct Lane {
     entries: VecDeque<Entry>,
     spare: Vec<PacketBatch>,
     bytes: usize,
@@ -138,7 +138,7 @@ pub struct Lane {
 }
 
 /// The slots of one batch to process now.
-pub struct Chunk<'a> {
+pub(crate) struct Chunk<'a> {
     pub batch: &'a PacketBatch,
     pub slots: Range<usize>,
     /// Packets (or datagrams) CoDel dropped from the lane to make this chunk.
@@ -148,7 +148,9 @@ pub struct Chunk<'a> {
 impl Chunk<'_> {
     /// The chunk's packets (datagrams, GRO slots cut) with their addresses and the local
     /// address each arrived at, empty ones skipped.
-    pub fn datagrams(&self) -> impl Iterator<Item = (&[u8], SocketAddr, Option<Source>)> + '_ {
+    pub(crate) fn datagrams(
+        &self,
+    ) -> impl Iterator<Item = (&[u8], SocketAddr, Option<Source>)> + '_ {
         self.slots
             .clone()
             .flat_map(|i| {
@@ -171,7 +173,7 @@ fn items(batch: &PacketBatch, i: usize) -> usize {
 
 impl Lane {
     /// An empty lane holding at most `max_bytes` and `max_items` packets, with CoDel or not.
-    pub fn new(max_bytes: usize, max_items: usize, codel: Option<Codel>) -> Self {
+    pub(crate) fn new(max_bytes: usize, max_items: usize, codel: Option<Codel>) -> Self {
         Self {
             entries: VecDeque::new(),
             spare: Vec::new(),
@@ -183,31 +185,33 @@ impl Lane {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.items == 0
     }
 
     /// True when the lane takes no more reads.
-    pub fn is_full(&self) -> bool {
+    pub(crate) fn is_full(&self) -> bool {
         self.bytes >= self.max_bytes || self.items >= self.max_items
     }
 
-    pub fn bytes(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> usize {
         self.bytes
     }
 
     /// Packets CoDel dropped from this lane so far.
-    pub fn dropped(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn dropped(&self) -> u64 {
         self.codel.as_ref().map_or(0, Codel::dropped)
     }
 
     /// A batch to read into: a spare one, or `make()`.
-    pub fn spare(&mut self, make: impl FnOnce() -> PacketBatch) -> PacketBatch {
+    pub(crate) fn spare(&mut self, make: impl FnOnce() -> PacketBatch) -> PacketBatch {
         self.spare.pop().unwrap_or_else(make)
     }
 
     /// Takes back a batch that is not queued (nothing read into it).
-    pub fn give_back(&mut self, mut batch: PacketBatch) {
+    pub(crate) fn give_back(&mut self, mut batch: PacketBatch) {
         if self.spare.len() < SPARE_BATCHES {
             batch.clear();
             self.spare.push(batch);
@@ -215,7 +219,7 @@ impl Lane {
     }
 
     /// Queues what is left in a batch read at `now`.
-    pub fn push(&mut self, batch: PacketBatch, now: Instant) {
+    pub(crate) fn push(&mut self, batch: PacketBatch, now: Instant) {
         let items: usize = (0..batch.len()).map(|i| items(&batch, i)).sum();
         if items == 0 {
             self.give_back(batch);
@@ -232,7 +236,7 @@ impl Lane {
 
     /// The next slots to process, about `quantum` bytes (at least one slot) of the oldest
     /// batch; CoDel decides for each slot first, and a drop takes the slot's last packet.
-    pub fn next_chunk(&mut self, now: Instant, quantum: usize) -> Option<Chunk<'_>> {
+    pub(crate) fn next_chunk(&mut self, now: Instant, quantum: usize) -> Option<Chunk<'_>> {
         while self
             .entries
             .front()

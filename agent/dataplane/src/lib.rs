@@ -12,39 +12,54 @@
 //! `plexd-wg <iface>` serves the WireGuard UAPI socket like `wireguard-go -f <iface>`, so `wg`
 //! and `wireguard-control` configure it like any userspace WireGuard.
 
-pub mod allowed_ips;
+// Every `pub` item is one another crate can reach; the rest is `pub(crate)` or private, and
+// this lint (an error under `cargo clippy -- -D warnings`) keeps it so.
+#![warn(unreachable_pub)]
+
+// The public face (README.md, "The public face"): the device, its I/O traits and their Linux
+// implementations, the runner, config, keys, the side channel and the probe, re-exported
+// below. A module is public only where another crate names a path in it: plexd, plexd-wg
+// (`src/bin`), the integration tests (`tests/`), benches/ and fuzz/.
 pub mod batch;
-pub mod coalesce;
-pub mod codel;
-pub mod config;
 pub mod device;
-pub mod io;
-pub mod key;
-pub mod lane;
 #[cfg(target_os = "linux")]
 pub mod linux;
-pub mod machine;
-pub mod memory;
-pub mod noise;
-pub mod offload;
-#[cfg(test)]
-mod offload_tests;
-pub mod packet;
-pub mod peer;
-pub mod policy;
 pub mod pool;
 pub mod probe;
-mod probe_match;
-mod queued;
 pub mod relay;
 pub mod runner;
-pub mod shutdown;
-pub mod side;
-pub mod source;
-pub mod uapi;
 #[cfg(unix)]
 pub mod uapi_server;
-pub mod udp_offload;
+// Public for the fuzz targets (fuzz/fuzz_targets): the pure parsers and plexd's own protocol.
+pub mod coalesce;
+pub mod noise;
+pub mod offload;
+pub mod uapi;
+// The test builders (the in-memory devices, the packet builder): this crate's tests and the
+// `test-support` feature only, so plexd does not ship them.
+#[cfg(any(test, feature = "test-support"))]
+pub mod memory;
+#[cfg(any(test, feature = "test-support"))]
+pub mod packet;
+
+// Only this crate names these; what the face needs of them is re-exported below.
+mod allowed_ips;
+mod codel;
+mod config;
+mod io;
+mod key;
+mod lane;
+mod machine;
+#[cfg(test)]
+mod offload_tests;
+mod peer;
+mod policy;
+mod probe_match;
+mod queued;
+mod shutdown;
+mod side;
+mod source;
+mod udp_offload;
 
 pub use allowed_ips::AllowedIps;
 pub use batch::PacketBatch;
@@ -54,7 +69,7 @@ pub use io::{Tun, Udp, UdpBind};
 pub use key::{Key, KeyError, SecretKey};
 pub use machine::Protocol;
 pub use peer::{DeviceSnapshot, PeerSnapshot};
-pub use policy::{PEER_FLOW_CAPACITY, POLICY_LOG_EVERY, PolicyDrops, PolicyFilter, PolicyReader};
+pub use policy::{PolicyDrops, PolicyFilter, PolicyReader};
 pub use probe::{ProbeError, ProbeReport, Prober, Verdict};
 pub use relay::{RelayError, RelayTable};
 pub use side::{RawSender, SideSink};

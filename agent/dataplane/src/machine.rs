@@ -96,7 +96,7 @@ impl From<Result<Output, NoiseError>> for Step {
 }
 
 impl Machine {
-    pub fn new(
+    pub(crate) fn new(
         protocol: Protocol,
         private: &SecretKey,
         peer: Key,
@@ -125,7 +125,7 @@ impl Machine {
 
     /// Encrypts `packet` (empty: a keepalive) into `dst`; without a session the packet is
     /// queued and an initiation may go out instead.
-    pub fn encapsulate(&mut self, now: Instant, packet: &[u8], dst: &mut [u8]) -> Step {
+    pub(crate) fn encapsulate(&mut self, now: Instant, packet: &[u8], dst: &mut [u8]) -> Step {
         match self {
             Machine::Boringtun(t) => t.encapsulate(packet, dst).into(),
             Machine::Plexd(t) => t.encapsulate(now, packet, dst).into(),
@@ -133,7 +133,7 @@ impl Machine {
     }
 
     /// Handles a datagram from `from`: plaintext, or an answer, into `dst`.
-    pub fn decapsulate(
+    pub(crate) fn decapsulate(
         &mut self,
         now: Instant,
         from: IpAddr,
@@ -147,7 +147,7 @@ impl Machine {
     }
 
     /// The next packet queued before the session existed, sealed into `dst`.
-    pub fn next_queued(&mut self, now: Instant, dst: &mut [u8]) -> Option<usize> {
+    pub(crate) fn next_queued(&mut self, now: Instant, dst: &mut [u8]) -> Option<usize> {
         match self {
             Machine::Boringtun(t) => match t.decapsulate(None, &[], dst) {
                 TunnResult::WriteToNetwork(b) => Some(b.len()),
@@ -158,7 +158,7 @@ impl Machine {
     }
 
     /// Runs the timers; a message for the peer (a retry, a keepalive) goes into `dst`.
-    pub fn update_timers(&mut self, now: Instant, dst: &mut [u8]) -> Option<usize> {
+    pub(crate) fn update_timers(&mut self, now: Instant, dst: &mut [u8]) -> Option<usize> {
         let step: Step = match self {
             Machine::Boringtun(t) => t.update_timers(dst).into(),
             Machine::Plexd(t) => t.update_timers(now, dst).into(),
@@ -170,7 +170,7 @@ impl Machine {
     }
 
     /// Whether a handshake has completed (a session may exist).
-    pub fn has_session(&self, now: Instant) -> bool {
+    pub(crate) fn has_session(&self, now: Instant) -> bool {
         match self {
             Machine::Boringtun(t) => t.time_since_last_handshake().is_some(),
             Machine::Plexd(t) => t.has_session(now),
@@ -178,7 +178,7 @@ impl Machine {
     }
 
     /// plexd's own machine, which the crypto pool works with.
-    pub fn plexd(&mut self) -> Option<&mut Tunnel> {
+    pub(crate) fn plexd(&mut self) -> Option<&mut Tunnel> {
         match self {
             Machine::Plexd(t) => Some(t),
             Machine::Boringtun(_) => None,

@@ -7,6 +7,9 @@
 //!   and drops what is sent to an address nobody bound, like a real network.
 //!
 //! Queues are bounded (`QUEUE_LIMIT`); a full queue drops, as a kernel buffer would.
+//!
+//! Compiled only for this crate's tests and with the `test-support` feature (the integration
+//! tests and benches/ turn it on), so plexd never ships it.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -18,7 +21,7 @@ use crate::batch::PacketBatch;
 use crate::io::{Tun, Udp, UdpBind};
 
 /// Packets a queue holds before it drops.
-pub const QUEUE_LIMIT: usize = 4096;
+pub(crate) const QUEUE_LIMIT: usize = 4096;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)

@@ -96,7 +96,7 @@ impl VnetHdr {
 /// word. About 3x faster than a word at a time (docs/benchmarks.md). `sum` is a running sum
 /// (a pseudo-header's, or an earlier result: callers stay far below 2^48); fold the result
 /// with [`fold`] like any other sum.
-pub fn checksum_add(sum: u64, data: &[u8]) -> u64 {
+pub(crate) fn checksum_add(sum: u64, data: &[u8]) -> u64 {
     let mut lanes = [0u64; 4];
     let mut blocks = data.chunks_exact(16);
     for b in &mut blocks {

@@ -1,4 +1,6 @@
-//! Building plain IP packets, for tests, benches and the in-memory devices.
+//! Building plain IP packets, for tests and benches: compiled only for this crate's tests and
+//! with the `test-support` feature (its integration tests and benches/ turn it on), so plexd
+//! never ships it.
 //!
 //! The data plane itself only reads a packet's version, length and addresses (boringtun does);
 //! these builders write valid IPv4 (with header checksum) and IPv6 headers around a UDP

@@ -109,13 +109,13 @@ impl PeerState {
     /// An authenticated data message or handshake came from `from` to our `local` address:
     /// the endpoint and the source follow it (roaming). Never called for a cookie reply,
     /// which anyone who knows the peer's public key and saw our initiation can make.
-    pub fn seen_at(&mut self, from: SocketAddr, local: Option<Source>) {
+    pub(crate) fn seen_at(&mut self, from: SocketAddr, local: Option<Source>) {
         self.endpoint = Some(from);
         self.learned_source = local.map(|l| (from, l));
     }
 
     /// The address to send to the endpoint from (none: the kernel chooses).
-    pub fn source(&self) -> Option<Source> {
+    pub(crate) fn source(&self) -> Option<Source> {
         match self.learned_source {
             Some((at, src)) if Some(at) == self.endpoint => Some(src),
             _ => None,
@@ -126,7 +126,7 @@ impl PeerState {
     /// in flight are dropped, and the next use builds a new one from the device's current
     /// key and rate limiter and this peer's preshared key (`Peer::machine`), so the arguments
     /// are no longer needed here (kept for the callers in config.rs).
-    pub fn rebuild_tunn(
+    pub(crate) fn rebuild_tunn(
         &mut self,
         _private_key: Option<&SecretKey>,
         _public_key: Key,
@@ -138,7 +138,7 @@ impl PeerState {
 
     /// The wall-clock time of the last handshake, given the device clock and the wall clock
     /// read at the same moment.
-    pub fn last_handshake_wall(&self, now: Instant, wall: SystemTime) -> Option<SystemTime> {
+    pub(crate) fn last_handshake_wall(&self, now: Instant, wall: SystemTime) -> Option<SystemTime> {
         let at = self.last_handshake?;
         wall.checked_sub(now.saturating_duration_since(at))
     }

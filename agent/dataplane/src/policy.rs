@@ -38,17 +38,17 @@ use plexsphere_policy::{FlowTable, NodeFilter, PeerRef, ViewError};
 
 /// A peer's drops of one reason are logged at most once per this long (the count of the
 /// drops in between goes into the next line).
-pub const POLICY_LOG_EVERY: Duration = Duration::from_secs(10);
+pub(crate) const POLICY_LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// Flows this node may have open with one peer (about 100 bytes each: ~800 KiB full);
 /// past it the flow idle longest is forgotten (its replies are then dropped). This node's
 /// own traffic opens flows, and, on a subnet router, the flows the peer opens through it
 /// (so a client can fill only its own table: it evicts its own flows, never another
 /// peer's).
-pub const PEER_FLOW_CAPACITY: usize = 8192;
+pub(crate) const PEER_FLOW_CAPACITY: usize = 8192;
 
 /// The reasons a packet is dropped by the policy, in counter order.
-pub const REASONS: [&str; REASON_COUNT] = [
+pub(crate) const REASONS: [&str; REASON_COUNT] = [
     "unknown_peer",
     "not_for_this_node",
     "not_from_this_node",
@@ -57,10 +57,10 @@ pub const REASONS: [&str; REASON_COUNT] = [
     "malformed",
     "route_denied",
 ];
-pub const REASON_COUNT: usize = 7;
+pub(crate) const REASON_COUNT: usize = 7;
 
 /// The index of a drop reason in [`REASONS`].
-pub fn reason_index(why: &Why) -> usize {
+pub(crate) fn reason_index(why: &Why) -> usize {
     match why {
         Why::UnknownPeer => 0,
         Why::NotForThisNode => 1,
@@ -222,7 +222,7 @@ impl Default for PeerPolicy {
 
 impl PeerPolicy {
     /// An empty flow table of [`PEER_FLOW_CAPACITY`] (it allocates as flows come).
-    pub fn flow_table() -> FlowTable {
+    pub(crate) fn flow_table() -> FlowTable {
         FlowTable::new(PEER_FLOW_CAPACITY)
     }
 
@@ -230,7 +230,7 @@ impl PeerPolicy {
     /// [`POLICY_LOG_EVERY`] ago (then counted into the next line). Answers whether it
     /// logged.
     /// The peer's name is only made for a line that is written.
-    pub fn log(
+    pub(crate) fn log(
         &mut self,
         peer: impl FnOnce() -> String,
         inbound: bool,

@@ -28,22 +28,23 @@ use crate::machine::Step;
 use crate::batch::{PacketBatch, WG_OVERHEAD};
 use crate::device::Device;
 use crate::key::Key;
+pub use crate::probe_match::PROBE_PACKETS;
 use crate::probe_match::{ECHO_REQUEST_V4, ECHO_REQUEST_V6, ICMP, ICMPV6, Track};
-pub use crate::probe_match::{PROBE_MARKER, PROBE_MAX_CONCURRENT, PROBE_PACKETS};
+use crate::probe_match::{PROBE_MARKER, PROBE_MAX_CONCURRENT};
 use crate::side::RawSender;
 use crate::udp_offload::UdpOffloadSwitch;
 
 /// Time between two single sends: the single requests must not leave as a burst.
-pub const PROBE_SINGLE_SPACING: Duration = Duration::from_millis(20);
+pub(crate) const PROBE_SINGLE_SPACING: Duration = Duration::from_millis(20);
 /// How long the probe waits for replies after its last send.
-pub const PROBE_REPLY_WAIT: Duration = Duration::from_secs(2);
+pub(crate) const PROBE_REPLY_WAIT: Duration = Duration::from_secs(2);
 /// Fewer single replies than this: the verdict is `inconclusive` (ICMP filtered, peer down).
-pub const PROBE_MIN_SINGLE_REPLIES: usize = PROBE_PACKETS / 2;
+pub(crate) const PROBE_MIN_SINGLE_REPLIES: usize = PROBE_PACKETS / 2;
 /// With the single replies in, at most this many segmented ones: `segmented_lost`.
-pub const PROBE_MAX_SEGMENTED_WHEN_LOST: usize = PROBE_PACKETS / 4;
+pub(crate) const PROBE_MAX_SEGMENTED_WHEN_LOST: usize = PROBE_PACKETS / 4;
 /// The smallest and largest inner packet the probe builds (IP header included).
-pub const PROBE_MIN_SIZE: usize = 128;
-pub const PROBE_MAX_SIZE: usize = 9000;
+pub(crate) const PROBE_MIN_SIZE: usize = 128;
+pub(crate) const PROBE_MAX_SIZE: usize = 9000;
 const TTL: u8 = 64;
 
 /// What a probe found out about one peer's path.
@@ -67,7 +68,7 @@ impl Verdict {
     }
 
     /// The verdict for these reply counts (out of [`PROBE_PACKETS`] each).
-    pub fn from_counts(segmented: usize, single: usize) -> Self {
+    pub(crate) fn from_counts(segmented: usize, single: usize) -> Self {
         if single < PROBE_MIN_SINGLE_REPLIES {
             Verdict::Inconclusive
         } else if segmented <= PROBE_MAX_SEGMENTED_WHEN_LOST {

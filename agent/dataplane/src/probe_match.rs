@@ -9,10 +9,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 /// Echo requests per probe, sent once segmented and once one by one (2 x this many in all).
 pub const PROBE_PACKETS: usize = 8;
 /// Probes running at once on one device (each holds a matcher on the receive path).
-pub const PROBE_MAX_CONCURRENT: usize = 8;
+pub(crate) const PROBE_MAX_CONCURRENT: usize = 8;
 /// The start of every probe request's payload, so an unrelated echo reply that happens to
 /// carry our identifier is never taken for one.
-pub const PROBE_MARKER: &[u8; 16] = b"plexd-gso-probe\0";
+pub(crate) const PROBE_MARKER: &[u8; 16] = b"plexd-gso-probe\0";
 
 pub(crate) const ICMP: u8 = 1;
 pub(crate) const ICMPV6: u8 = 58;

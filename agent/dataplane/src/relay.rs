@@ -42,10 +42,10 @@ use crate::io::Udp;
 use crate::side::is_wireguard;
 
 /// The bytes a relay `send` or `recv` head puts in front of a WireGuard datagram over UDP.
-pub const RELAY_HEAD: usize = UDP_DATA_HEAD;
+pub(crate) const RELAY_HEAD: usize = UDP_DATA_HEAD;
 /// The most relays the data plane frames for at once (a state names a handful; the runtime
 /// uses one or two at a time). A relay past it stays with the loopback forwarder.
-pub const MAX_RELAYS: usize = 64;
+pub(crate) const MAX_RELAYS: usize = 64;
 /// The first 64 bits of a relay endpoint: `100::/64` (RFC 6666, discard-only).
 const RELAY_NET: [u16; 4] = [0x0100, 0, 0, 0];
 

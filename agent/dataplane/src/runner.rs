@@ -132,7 +132,7 @@ impl<T: Tun, B: UdpBind> Shared<T, B> {
     }
 
     /// Answers one UAPI request; a listen-port change rebinds before anything is applied.
-    pub fn handle_uapi(&self, request: Request) -> String {
+    pub(crate) fn handle_uapi(&self, request: Request) -> String {
         match request {
             Request::Get => {
                 uapi::format_get(&self.device.snapshot(Instant::now(), SystemTime::now()))

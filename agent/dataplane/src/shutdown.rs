@@ -18,12 +18,12 @@ impl Shutdown {
         self.0.1.notify_all();
     }
 
-    pub fn is_triggered(&self) -> bool {
+    pub(crate) fn is_triggered(&self) -> bool {
         *self.0.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Waits up to `timeout`; answers whether shutdown was triggered.
-    pub fn wait_timeout(&self, timeout: Duration) -> bool {
+    pub(crate) fn wait_timeout(&self, timeout: Duration) -> bool {
         let guard = self.0.0.lock().unwrap_or_else(PoisonError::into_inner);
         let (guard, _) = self
             .0

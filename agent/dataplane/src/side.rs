@@ -46,7 +46,7 @@ impl fmt::Debug for SideSink {
 /// Whether a datagram is a WireGuard message: type 1..=4, then three zero bytes (the same rule
 /// as `plexsphere_wire::reach::classify`; kept here so the data plane needs no wire types).
 #[inline]
-pub fn is_wireguard(datagram: &[u8]) -> bool {
+pub(crate) fn is_wireguard(datagram: &[u8]) -> bool {
     datagram.len() >= 4 && (1..=4).contains(&datagram[0]) && datagram[1..4] == [0, 0, 0]
 }
 
@@ -93,7 +93,7 @@ impl RawSender {
     /// Sends a batch from the WireGuard socket as the packet threads do (runs of equal
     /// datagrams to one address go as one GSO send when the socket has it on); answers how
     /// many datagrams the network took.
-    pub fn send_batch(&self, batch: &PacketBatch) -> io::Result<usize> {
+    pub(crate) fn send_batch(&self, batch: &PacketBatch) -> io::Result<usize> {
         let Some(socket) = self.current() else {
             return Err(io::Error::new(
                 io::ErrorKind::NotConnected,

@@ -18,9 +18,9 @@ use crate::key::{Key, SecretKey};
 use crate::peer::DeviceSnapshot;
 
 pub const EINVAL: i32 = 22;
-pub const EPROTO: i32 = 71;
+pub(crate) const EPROTO: i32 = 71;
 pub const EIO: i32 = 5;
-pub const EADDRINUSE: i32 = 98;
+pub(crate) const EADDRINUSE: i32 = 98;
 
 /// A parsed request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +51,7 @@ impl UapiError {
 }
 
 /// The answer line for an error (or success with 0).
-pub fn errno_answer(errno: i32) -> String {
+pub(crate) fn errno_answer(errno: i32) -> String {
     format!("errno={errno}\n\n")
 }
 
@@ -90,7 +90,9 @@ fn number<T: std::str::FromStr>(line: usize, key: &str, value: &str) -> Result<T
 }
 
 /// Parses the `key=value` lines after `set=1`.
-pub fn parse_set<'a>(lines: impl Iterator<Item = &'a str>) -> Result<DeviceUpdate, UapiError> {
+pub(crate) fn parse_set<'a>(
+    lines: impl Iterator<Item = &'a str>,
+) -> Result<DeviceUpdate, UapiError> {
     let mut update = DeviceUpdate::default();
     let mut peer: Option<PeerUpdate> = None;
     for (i, text) in lines.enumerate() {
@@ -158,7 +160,7 @@ pub fn parse_set<'a>(lines: impl Iterator<Item = &'a str>) -> Result<DeviceUpdat
 }
 
 /// The answer to `get=1`, ending with `errno=0` and an empty line.
-pub fn format_get(snapshot: &DeviceSnapshot) -> String {
+pub(crate) fn format_get(snapshot: &DeviceSnapshot) -> String {
     let mut out = String::with_capacity(256 + 256 * snapshot.peers.len());
     // Writing to a String cannot fail.
     let _ = write_get(&mut out, snapshot);

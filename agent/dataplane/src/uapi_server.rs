@@ -20,7 +20,7 @@ use crate::shutdown::Shutdown;
 use crate::uapi::{self, Request, UapiError};
 
 /// The directory wg and wireguard-go use for UAPI sockets.
-pub const SOCKET_DIR: &str = "/var/run/wireguard";
+pub(crate) const SOCKET_DIR: &str = "/var/run/wireguard";
 
 /// A request longer than this is refused with errno=22 (EINVAL). A set with 10k peers, or
 /// one peer with 2.5 million allowed IPs (~25 bytes a line), fits; the 130k of the kernel's
@@ -28,7 +28,7 @@ pub const SOCKET_DIR: &str = "/var/run/wireguard";
 pub const MAX_REQUEST: usize = 64 << 20;
 /// A client that sends nothing (or reads nothing) for this long is hung up on, so one stuck
 /// client cannot hold the socket (served one connection at a time) for good.
-pub const IO_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long [`UapiListener::bind`] waits for a process that still serves the path to stop
 /// (an instance whose interface was just deleted is exiting) before it answers
@@ -55,7 +55,7 @@ pub enum UapiServerError {
 }
 
 /// A bound UAPI socket; the file goes away with it.
-pub struct UapiListener {
+pub(crate) struct UapiListener {
     listener: UnixListener,
     path: PathBuf,
     /// The device and inode of the socket file this listener bound.
@@ -63,7 +63,7 @@ pub struct UapiListener {
 }
 
 impl UapiListener {
-    pub fn bind(path: &Path) -> Result<Self, UapiServerError> {
+    pub(crate) fn bind(path: &Path) -> Result<Self, UapiServerError> {
         let err = |source| UapiServerError::Bind {
             path: path.to_owned(),
             source,
@@ -102,7 +102,7 @@ impl UapiListener {
     }
 
     /// Serves until `shutdown` fires, one connection at a time (requests are short).
-    pub fn serve(
+    pub(crate) fn serve(
         self,
         shutdown: &Shutdown,
         handle: impl Fn(Request) -> String,

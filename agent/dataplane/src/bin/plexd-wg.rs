@@ -14,7 +14,7 @@
 //! `PLEXD_WG_GSO=0` / `PLEXD_WG_GRO=0` turn off UDP segmentation / receive coalescing;
 //! `PLEXD_WG_QUEUE=0` processes each read batch whole, with no queue in front of the cipher
 //! (so no priority, no AQM, no byte bound); `PLEXD_WG_AQM=0` keeps the queue without CoDel;
-//! `PLEXD_WG_PRIORITY=0` keeps it without small packets first (see `plexd_dataplane::lane`);
+//! `PLEXD_WG_PRIORITY=0` keeps it without small packets first (see the data plane's `lane.rs`);
 //! `PLEXD_WG_NICE=0` leaves the packet threads at the process's priority instead of -20.
 //! `PLEXD_WG_QUANTUM=<bytes>` sets the bytes encrypted or decrypted between two looks at the
 //! devices (1500 to 4194304; 64 KiB by default).

@@ -4,9 +4,9 @@ mod mmsg;
 mod pktinfo;
 mod poll;
 pub mod sched;
-pub mod tun;
-pub mod udp;
-pub mod udp_switch;
+mod tun;
+mod udp;
+mod udp_switch;
 
 pub use tun::{LinuxTun, TunError};
 pub use udp::{LinuxUdp, LinuxUdpBinder};

@@ -18,7 +18,7 @@ pub const PACKET_THREAD_NICE: i32 = -20;
 
 /// Sets the calling thread's nice value (-20 ..= 19). On Linux `setpriority(PRIO_PROCESS,
 /// tid)` changes that thread only.
-pub fn set_thread_nice(nice: i32) -> io::Result<()> {
+pub(crate) fn set_thread_nice(nice: i32) -> io::Result<()> {
     let tid = nix::unistd::gettid().as_raw();
     let who = libc::id_t::try_from(tid).map_err(|_| io::Error::other("negative thread id"))?;
     // SAFETY: setpriority takes plain integers and touches no memory of ours.

@@ -31,11 +31,11 @@ use crate::io::{Udp, UdpBind};
 use crate::source::Source;
 
 /// The socket buffer size asked for (wireguard-go asks for the same 7 MiB).
-pub const SOCKET_BUFFER: usize = 7 << 20;
+pub(super) const SOCKET_BUFFER: usize = 7 << 20;
 
 /// At most this many refused source addresses are remembered (the oldest is forgotten
 /// first; a forgotten one costs one failed send before it is refused again).
-pub const MAX_REFUSED_SOURCES: usize = 16;
+pub(super) const MAX_REFUSED_SOURCES: usize = 16;
 
 /// A bound WireGuard UDP socket.
 pub struct LinuxUdp {
@@ -170,7 +170,7 @@ impl LinuxUdp {
     /// the next send, GRO through the socket option, only where the socket was bound with it
     /// (its receive path splits what GRO merges). Answers what the socket does now: GSO as it
     /// sends, GRO as the kernel reports the option.
-    pub fn set_offload(&self, gso: bool, gro: bool) -> (bool, bool) {
+    pub(crate) fn set_offload(&self, gso: bool, gro: bool) -> (bool, bool) {
         self.gso.store(self.mmsg && gso, Ordering::Relaxed);
         let fd = self.socket.as_fd();
         if self.gro

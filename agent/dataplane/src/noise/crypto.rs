@@ -13,10 +13,10 @@ use hmac::SimpleHmac;
 use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, Nonce, UnboundKey};
 
 /// The AEAD tag's length.
-pub const TAG: usize = 16;
+pub(crate) const TAG: usize = 16;
 
 /// HASH(a || b ...): BLAKE2s-256 of the concatenation.
-pub fn hash(parts: &[&[u8]]) -> [u8; 32] {
+pub(crate) fn hash(parts: &[&[u8]]) -> [u8; 32] {
     let mut h = Blake2s256::new();
     for p in parts {
         Digest::update(&mut h, p);
@@ -25,12 +25,12 @@ pub fn hash(parts: &[&[u8]]) -> [u8; 32] {
 }
 
 /// MAC(key, input): keyed BLAKE2s with a 16-byte output.
-pub fn mac(key: &[u8; 32], input: &[u8]) -> [u8; 16] {
+pub(crate) fn mac(key: &[u8; 32], input: &[u8]) -> [u8; 16] {
     mac_keyed(key, input)
 }
 
 /// MAC keyed with a 16-byte cookie (MAC2).
-pub fn mac_cookie(cookie: &[u8; 16], input: &[u8]) -> [u8; 16] {
+pub(crate) fn mac_cookie(cookie: &[u8; 16], input: &[u8]) -> [u8; 16] {
     mac_keyed(cookie, input)
 }
 
@@ -54,7 +54,7 @@ fn hmac(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
 }
 
 /// KDF_n(key, input) for n = 1, 2, 3: the first `N` of HKDF's outputs.
-pub fn kdf<const N: usize>(key: &[u8; 32], input: &[u8]) -> [[u8; 32]; N] {
+pub(crate) fn kdf<const N: usize>(key: &[u8; 32], input: &[u8]) -> [[u8; 32]; N] {
     let prk = hmac(key, &[input]);
     let mut out = [[0u8; 32]; N];
     let mut prev: Option<[u8; 32]> = None;
@@ -111,13 +111,17 @@ impl AeadKey {
 }
 
 /// AEAD(key, 0, plaintext, aad) of the handshake: `plaintext.len() + TAG` bytes into `out`.
-pub fn seal_once(key: &[u8; 32], aad: &[u8], plaintext: &[u8], out: &mut [u8]) {
+pub(crate) fn seal_once(key: &[u8; 32], aad: &[u8], plaintext: &[u8], out: &mut [u8]) {
     out[..plaintext.len()].copy_from_slice(plaintext);
     AeadKey::new(key).seal(0, aad, out, plaintext.len());
 }
 
 /// The inverse of `seal_once`: the plaintext of `sealed`, if it authenticates.
-pub fn open_once<const N: usize>(key: &[u8; 32], aad: &[u8], sealed: &[u8]) -> Option<[u8; N]> {
+pub(crate) fn open_once<const N: usize>(
+    key: &[u8; 32],
+    aad: &[u8],
+    sealed: &[u8],
+) -> Option<[u8; N]> {
     if sealed.len() != N + TAG {
         return None;
     }
@@ -130,7 +134,13 @@ pub fn open_once<const N: usize>(key: &[u8; 32], aad: &[u8], sealed: &[u8]) -> O
 }
 
 /// XAEAD(key, nonce, cookie, aad) of a cookie reply.
-pub fn xseal_cookie(key: &[u8; 32], nonce: &[u8; 24], cookie: &[u8; 16], aad: &[u8]) -> [u8; 32] {
+#[cfg(test)]
+pub(crate) fn xseal_cookie(
+    key: &[u8; 32],
+    nonce: &[u8; 24],
+    cookie: &[u8; 16],
+    aad: &[u8],
+) -> [u8; 32] {
     let mut buf = [0u8; 32];
     buf[..16].copy_from_slice(cookie);
     let cipher = XChaCha20Poly1305::new(key.into());
@@ -144,7 +154,7 @@ pub fn xseal_cookie(key: &[u8; 32], nonce: &[u8; 24], cookie: &[u8; 16], aad: &[
 }
 
 /// The cookie of a cookie reply, if it authenticates.
-pub fn xopen_cookie(
+pub(crate) fn xopen_cookie(
     key: &[u8; 32],
     nonce: &[u8; 24],
     sealed: &[u8],
@@ -168,13 +178,13 @@ pub fn xopen_cookie(
 }
 
 /// DH(private, public), refusing the all-zero result of a low-order point.
-pub fn dh(private: &StaticSecret, public: &[u8; 32]) -> Option<[u8; 32]> {
+pub(crate) fn dh(private: &StaticSecret, public: &[u8; 32]) -> Option<[u8; 32]> {
     let shared = private.diffie_hellman(&PublicKey::from(*public));
     shared.was_contributory().then(|| shared.to_bytes())
 }
 
 /// A fresh ephemeral key pair.
-pub fn ephemeral() -> Option<(StaticSecret, [u8; 32])> {
+pub(crate) fn ephemeral() -> Option<(StaticSecret, [u8; 32])> {
     let mut bytes = [0u8; 32];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes).ok()?;
     let secret = StaticSecret::from(bytes);
@@ -183,14 +193,14 @@ pub fn ephemeral() -> Option<(StaticSecret, [u8; 32])> {
 }
 
 /// Random bytes from the system.
-pub fn random<const N: usize>() -> Option<[u8; N]> {
+pub(crate) fn random<const N: usize>() -> Option<[u8; N]> {
     let mut bytes = [0u8; N];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes).ok()?;
     Some(bytes)
 }
 
 /// Whether `a` and `b` are equal, in time that does not depend on where they differ.
-pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }
@@ -201,7 +211,7 @@ pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
 /// The TAI64N label of the wall clock now: seconds since 1970 plus 2^62 (big-endian), then
 /// nanoseconds (big-endian). Nanoseconds are rounded down to a multiple of 2^24 ns (about
 /// 16.8 ms), as the kernel does, so an initiation does not tell its sender's clock precisely.
-pub fn tai64n(now: SystemTime) -> [u8; 12] {
+pub(crate) fn tai64n(now: SystemTime) -> [u8; 12] {
     let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
     let mut out = [0u8; 12];
     out[..8].copy_from_slice(&(since.as_secs() + (1u64 << 62)).to_be_bytes());

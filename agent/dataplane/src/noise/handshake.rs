@@ -7,18 +7,18 @@ use boringtun::x25519::{PublicKey, StaticSecret};
 use super::crypto::{self, TAG};
 use super::session::Keys;
 
-pub const INITIATION: u8 = 1;
-pub const RESPONSE: u8 = 2;
-pub const COOKIE_REPLY: u8 = 3;
-pub const DATA: u8 = 4;
+pub(crate) const INITIATION: u8 = 1;
+pub(crate) const RESPONSE: u8 = 2;
+pub(crate) const COOKIE_REPLY: u8 = 3;
+pub(crate) const DATA: u8 = 4;
 
-pub const INITIATION_LEN: usize = 148;
-pub const RESPONSE_LEN: usize = 92;
-pub const COOKIE_REPLY_LEN: usize = 64;
+pub(crate) const INITIATION_LEN: usize = 148;
+pub(crate) const RESPONSE_LEN: usize = 92;
+pub(crate) const COOKIE_REPLY_LEN: usize = 64;
 /// A data message's header: type, reserved, receiver index, counter.
-pub const DATA_HEADER: usize = 16;
+pub(crate) const DATA_HEADER: usize = 16;
 /// The shortest data message: a keepalive (header and tag).
-pub const DATA_MIN: usize = DATA_HEADER + TAG;
+pub(crate) const DATA_MIN: usize = DATA_HEADER + TAG;
 
 const CONSTRUCTION: &[u8] = b"Noise_IKpsk2_25519_ChaChaPoly_BLAKE2s";
 const IDENTIFIER: &[u8] = b"WireGuard v1 zx2c4 Jason@zx2c4.com";
@@ -26,20 +26,20 @@ const LABEL_MAC1: &[u8] = b"mac1----";
 const LABEL_COOKIE: &[u8] = b"cookie--";
 
 /// Reads a little-endian u32 at `at` (the caller checked the length).
-pub fn le32(b: &[u8], at: usize) -> u32 {
+pub(crate) fn le32(b: &[u8], at: usize) -> u32 {
     let mut w = [0u8; 4];
     w.copy_from_slice(&b[at..at + 4]);
     u32::from_le_bytes(w)
 }
 
-pub fn le64(b: &[u8], at: usize) -> u64 {
+pub(crate) fn le64(b: &[u8], at: usize) -> u64 {
     let mut w = [0u8; 8];
     w.copy_from_slice(&b[at..at + 8]);
     u64::from_le_bytes(w)
 }
 
 /// One side's keys towards one peer, and what is derived from them once.
-pub struct Statics {
+pub(crate) struct Statics {
     private: StaticSecret,
     public: [u8; 32],
     peer: [u8; 32],
@@ -60,7 +60,7 @@ pub struct Statics {
 }
 
 impl Statics {
-    pub fn new(private: StaticSecret, peer: [u8; 32], psk: Option<[u8; 32]>) -> Self {
+    pub(crate) fn new(private: StaticSecret, peer: [u8; 32], psk: Option<[u8; 32]>) -> Self {
         let public = PublicKey::from(&private).to_bytes();
         let c0 = crypto::hash(&[CONSTRUCTION]);
         let h0 = crypto::hash(&[&c0, IDENTIFIER]);
@@ -79,12 +79,13 @@ impl Statics {
         }
     }
 
-    pub fn peer(&self) -> &[u8; 32] {
+    #[cfg(test)]
+    pub(crate) fn peer(&self) -> &[u8; 32] {
         &self.peer
     }
 
     /// Whether `msg`'s MAC1 (the 16 bytes at `at`) is the one for us.
-    pub fn mac1_is_ours(&self, msg: &[u8], at: usize) -> bool {
+    pub(crate) fn mac1_is_ours(&self, msg: &[u8], at: usize) -> bool {
         let want = crypto::mac(&self.mac1_to_us, &msg[..at]);
         crypto::ct_eq(&want, &msg[at..at + 16])
     }
@@ -101,7 +102,7 @@ impl Statics {
 }
 
 /// Our initiation in flight: what consuming its response needs.
-pub struct Initiation {
+pub(crate) struct Initiation {
     pub local_index: u32,
     ephemeral: StaticSecret,
     chaining: [u8; 32],
@@ -112,7 +113,7 @@ pub struct Initiation {
 
 /// Builds an initiation into `out` (148 bytes). None when the system has no randomness or the
 /// peer's key is a low-order point.
-pub fn initiate(
+pub(crate) fn initiate(
     s: &Statics,
     local_index: u32,
     timestamp: [u8; 12],
@@ -144,7 +145,7 @@ pub fn initiate(
 }
 
 /// An initiation from the peer, consumed: what answering it needs.
-pub struct Consumed {
+pub(crate) struct Consumed {
     pub peer_index: u32,
     pub timestamp: [u8; 12],
     their_ephemeral: [u8; 32],
@@ -154,7 +155,7 @@ pub struct Consumed {
 
 /// Consumes an initiation (its MAC1 already checked) that must come from this peer: None if
 /// it does not decrypt or carries another static key.
-pub fn consume_initiation(s: &Statics, msg: &[u8]) -> Option<Consumed> {
+pub(crate) fn consume_initiation(s: &Statics, msg: &[u8]) -> Option<Consumed> {
     if msg.len() != INITIATION_LEN || msg[0] != INITIATION {
         return None;
     }
@@ -183,7 +184,7 @@ pub fn consume_initiation(s: &Statics, msg: &[u8]) -> Option<Consumed> {
 
 /// Builds the response to a consumed initiation into `out` (92 bytes) and answers the
 /// session's keys (the responder's: it receives with the first).
-pub fn respond(
+pub(crate) fn respond(
     s: &Statics,
     init: &Consumed,
     local_index: u32,
@@ -214,7 +215,7 @@ pub fn respond(
 
 /// Consumes the response to our initiation (its receiver index and MAC1 already matched):
 /// the session's keys (the initiator's: it sends with the first).
-pub fn consume_response(s: &Statics, init: &Initiation, msg: &[u8]) -> Option<Keys> {
+pub(crate) fn consume_response(s: &Statics, init: &Initiation, msg: &[u8]) -> Option<Keys> {
     if msg.len() != RESPONSE_LEN || msg[0] != RESPONSE {
         return None;
     }
@@ -237,7 +238,7 @@ pub fn consume_response(s: &Statics, init: &Initiation, msg: &[u8]) -> Option<Ke
 }
 
 /// The cookie in the peer's reply to our initiation, if it authenticates.
-pub fn consume_cookie_reply(s: &Statics, init: &Initiation, msg: &[u8]) -> Option<[u8; 16]> {
+pub(crate) fn consume_cookie_reply(s: &Statics, init: &Initiation, msg: &[u8]) -> Option<[u8; 16]> {
     if msg.len() != COOKIE_REPLY_LEN || msg[0] != COOKIE_REPLY {
         return None;
     }

@@ -11,9 +11,9 @@
 //! The load side of cookies (MAC2 checks, cookie replies) stays with boringtun's
 //! `RateLimiter`, which the device shares with every peer.
 
-pub mod crypto;
-pub mod handshake;
-pub mod session;
+pub(crate) mod crypto;
+pub(crate) mod handshake;
+pub(crate) mod session;
 
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -34,19 +34,19 @@ use session::{ReplayWindow, Session};
 use crate::offload::{be16, be32};
 
 /// The protocol's limits (whitepaper section 6.1).
-pub const REKEY_AFTER_MESSAGES: u64 = 1 << 60;
-pub use session::REJECT_AFTER_MESSAGES;
-pub const REKEY_AFTER_TIME: Duration = Duration::from_secs(120);
+pub(crate) const REKEY_AFTER_MESSAGES: u64 = 1 << 60;
+pub(crate) use session::REJECT_AFTER_MESSAGES;
+pub(crate) const REKEY_AFTER_TIME: Duration = Duration::from_secs(120);
 pub const REJECT_AFTER_TIME: Duration = Duration::from_secs(180);
-pub const REKEY_ATTEMPT_TIME: Duration = Duration::from_secs(90);
+pub(crate) const REKEY_ATTEMPT_TIME: Duration = Duration::from_secs(90);
 pub const REKEY_TIMEOUT: Duration = Duration::from_secs(5);
-pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A cookie is used for this long after it arrived (the responder's secret lives 120 s; the
 /// kernel leaves 5 s for the trip).
-pub const COOKIE_LIFETIME: Duration = Duration::from_secs(115);
+pub(crate) const COOKIE_LIFETIME: Duration = Duration::from_secs(115);
 /// The fewest time between two initiations from one peer that a responder consumes (the
 /// kernel and wireguard-go: 20 a second); more are dropped, so a replayed burst costs nothing.
-pub const MIN_INITIATION_INTERVAL: Duration = Duration::from_millis(50);
+pub(crate) const MIN_INITIATION_INTERVAL: Duration = Duration::from_millis(50);
 /// Packets held per peer while its handshake is in flight; more are dropped (boringtun's
 /// figure; the kernel holds 1024).
 pub const MAX_QUEUED: usize = 256;
@@ -171,7 +171,7 @@ impl Tunnel {
     }
 
     /// Whether a session exists that data can be sent on now.
-    pub fn has_session(&self, now: Instant) -> bool {
+    pub(crate) fn has_session(&self, now: Instant) -> bool {
         self.current.as_ref().is_some_and(|s| usable(s, now))
     }
 
@@ -182,7 +182,11 @@ impl Tunnel {
 
     /// A session's keys and the counter for the next message on it, with the timers the send
     /// marks; None without a usable session. `keepalive`: an empty message.
-    pub fn reserve_send(&mut self, now: Instant, keepalive: bool) -> Option<(Arc<Keys>, u64)> {
+    pub(crate) fn reserve_send(
+        &mut self,
+        now: Instant,
+        keepalive: bool,
+    ) -> Option<(Arc<Keys>, u64)> {
         let s = self.current.as_mut().filter(|s| usable(s, now))?;
         let counter = s.next_send;
         s.next_send += 1;
@@ -233,7 +237,7 @@ impl Tunnel {
     }
 
     /// The next packet queued while there was no session, sealed into `dst`, once one exists.
-    pub fn next_queued(&mut self, now: Instant, dst: &mut [u8]) -> Option<usize> {
+    pub(crate) fn next_queued(&mut self, now: Instant, dst: &mut [u8]) -> Option<usize> {
         if !self.has_session(now) {
             return None;
         }
@@ -457,7 +461,11 @@ impl Tunnel {
     }
 
     /// The session and counter of a data message, if it may be new: what a decryption needs.
-    pub fn open_check(&mut self, now: Instant, datagram: &[u8]) -> Result<OpenTicket, NoiseError> {
+    pub(crate) fn open_check(
+        &mut self,
+        now: Instant,
+        datagram: &[u8],
+    ) -> Result<OpenTicket, NoiseError> {
         if datagram.len() < DATA_MIN || datagram[0] != DATA {
             return Err(NoiseError::Malformed);
         }
@@ -481,7 +489,7 @@ impl Tunnel {
     /// After `ticket`'s message opened to `plaintext`: the replay window marks it, a
     /// responder's pending session is confirmed, the timers see it. A keepalive is `Done`;
     /// a packet is `Tunnel` with its IP length (padding cut) and source.
-    pub fn open_finish(
+    pub(crate) fn open_finish(
         &mut self,
         now: Instant,
         ticket: &OpenTicket,
@@ -601,7 +609,7 @@ fn usable(s: &Session, now: Instant) -> bool {
 }
 
 /// Writes the data message header for `keys` and `counter` into `dst`.
-pub fn write_data_header(keys: &Keys, counter: u64, dst: &mut [u8]) {
+pub(crate) fn write_data_header(keys: &Keys, counter: u64, dst: &mut [u8]) {
     dst[0] = DATA;
     dst[1..4].fill(0);
     dst[4..8].copy_from_slice(&keys.remote_index.to_le_bytes());
@@ -609,7 +617,7 @@ pub fn write_data_header(keys: &Keys, counter: u64, dst: &mut [u8]) {
 }
 
 /// A whole data message of `packet` into `dst` (which holds `packet.len() + 32`).
-pub fn seal_data(keys: &Keys, counter: u64, packet: &[u8], dst: &mut [u8]) -> usize {
+pub(crate) fn seal_data(keys: &Keys, counter: u64, packet: &[u8], dst: &mut [u8]) -> usize {
     write_data_header(keys, counter, dst);
     dst[DATA_HEADER..DATA_HEADER + packet.len()].copy_from_slice(packet);
     DATA_HEADER
@@ -619,7 +627,7 @@ pub fn seal_data(keys: &Keys, counter: u64, packet: &[u8], dst: &mut [u8]) -> us
 }
 
 /// The length an IP packet's header gives (at most what arrived) and its source address.
-pub fn ip_length_and_source(p: &[u8]) -> Option<(usize, IpAddr)> {
+pub(crate) fn ip_length_and_source(p: &[u8]) -> Option<(usize, IpAddr)> {
     let (len, src) = match p.first()? >> 4 {
         4 if p.len() >= 20 => {
             let src: [u8; 4] = p[12..16].try_into().ok()?;

@@ -6,7 +6,7 @@ use super::crypto::AeadKey;
 
 /// The last counters of a session are never used (whitepaper section 6.1); re-exported by the
 /// protocol module with its other limits.
-pub const REJECT_AFTER_MESSAGES: u64 = u64::MAX - (1 << 13);
+pub(crate) const REJECT_AFTER_MESSAGES: u64 = u64::MAX - (1 << 13);
 
 /// The keys of one session, immutable once the handshake made them, so any thread may seal or
 /// open with them; the counters and the replay window stay with the peer's state machine.
@@ -34,7 +34,7 @@ pub(crate) struct Session {
 const WINDOW_WORDS: usize = 128;
 const WINDOW_BITS: u64 = (WINDOW_WORDS as u64) * 64;
 /// How far behind the highest counter seen a counter may be.
-pub const WINDOW: u64 = WINDOW_BITS - 64;
+pub(crate) const WINDOW: u64 = WINDOW_BITS - 64;
 
 /// The sliding window of received counters (RFC 6479's bitmap ring, as the kernel does it).
 pub(crate) struct ReplayWindow {
@@ -44,7 +44,7 @@ pub(crate) struct ReplayWindow {
 }
 
 impl ReplayWindow {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             next: 0,
             bits: Box::new([0; WINDOW_WORDS]),
@@ -53,7 +53,7 @@ impl ReplayWindow {
 
     /// Whether `counter` may still be new: below the highest accepted by less than `WINDOW`
     /// and not seen, or above it (a cheap look before the decryption).
-    pub fn may_accept(&self, counter: u64) -> bool {
+    pub(crate) fn may_accept(&self, counter: u64) -> bool {
         if counter >= REJECT_AFTER_MESSAGES {
             return false;
         }
@@ -69,7 +69,7 @@ impl ReplayWindow {
     }
 
     /// Marks `counter` received after it authenticated; false if it was seen or is too old.
-    pub fn accept(&mut self, counter: u64) -> bool {
+    pub(crate) fn accept(&mut self, counter: u64) -> bool {
         if !self.may_accept(counter) {
             return false;
         }

@@ -21,7 +21,7 @@ pub enum FilterState {
     Closed,
 }
 
-/// One reason's drop counts (`plexd_dataplane::policy::REASONS`).
+/// One reason's drop counts (`REASONS` in agent/dataplane/src/policy.rs).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DropCount {
     pub reason: String,

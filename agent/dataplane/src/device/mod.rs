@@ -1,0 +1,280 @@
+//! The data plane's core: peers, routing and the packet path, with no sockets and no clock.
+//!
+//! Inputs are `handle_tun_packets` (plaintext from the host), `handle_udp_datagrams`
+//! (WireGuard messages from the network) and `handle_timer(now)`; outputs are written into
+//! caller-owned batches: datagrams for the network (each with its destination) and packets for
+//! the TUN. Time is always a parameter, so tests step it. The device is `Sync`: the runner
+//! drives the two directions from two threads; they share the routing table under a read lock
+//! and meet only on a peer's own lock, so one flow is never reordered.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Instant;
+
+use boringtun::noise::rate_limiter::RateLimiter;
+
+use crate::machine::{Protocol, Step};
+use crate::noise::handshake::INITIATION_LEN;
+
+use crate::allowed_ips::AllowedIps;
+use crate::batch::PacketBatch;
+use crate::key::{Key, SecretKey};
+use crate::peer::Peer;
+use crate::policy::{PolicyDrops, PolicyFilter};
+use crate::relay::{RelayError, RelayTable};
+
+// What the device does, each part adding to `impl Device`: the host's packets out to the
+// network (`outbound`), the network's datagrams in to the host (`inbound`, and `pooled` for
+// the crypto pool's openings), the access policy (`filter`). This file keeps the device's
+// state, its configuration accessors and the timers.
+pub(crate) mod filter;
+mod inbound;
+mod outbound;
+mod pooled;
+
+/// Handshake messages per second the device takes before it asks for cookies (boringtun's
+/// device uses the same figure). Each initiation is verified twice (once to find its peer,
+/// once inside the peer's state machine), so the effective figure is about half.
+pub const HANDSHAKE_RATE_LIMIT: u64 = 100;
+
+/// The smallest output slot a state machine accepts (a handshake initiation).
+const MIN_SLOT: usize = INITIATION_LEN;
+
+/// Why packets were dropped, counted since the device started.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// A TUN packet for an address no peer's allowed IPs cover.
+    pub no_route: AtomicU64,
+    /// A TUN packet for a peer with no known endpoint.
+    pub no_endpoint: AtomicU64,
+    /// A TUN packet that is not IPv4/IPv6, or a datagram that is not a WireGuard message.
+    pub malformed: AtomicU64,
+    /// A datagram that failed authentication, replay or state checks.
+    pub rejected: AtomicU64,
+    /// A datagram for a peer we do not have (unknown key or index).
+    pub unknown_peer: AtomicU64,
+    /// A decrypted packet whose source address the sending peer may not use.
+    pub not_allowed: AtomicU64,
+    /// A packet while the device has no private key.
+    pub no_key: AtomicU64,
+    /// A datagram for the side channel (not WireGuard) that its full sink dropped.
+    pub side_dropped: AtomicU64,
+    /// A packet or datagram the queue's AQM (CoDel) dropped from a standing queue.
+    pub queue_dropped: AtomicU64,
+    /// Not a drop: packets and datagrams handed to the crypto pool to seal or open.
+    pub pooled: AtomicU64,
+    /// Packets the access policy's filter dropped, per direction and reason.
+    pub policy: PolicyDrops,
+    /// A WireGuard datagram unwrapped from a relay `recv` that names another peer than the
+    /// one it authenticates as (see `crate::relay`): dropped, the endpoint unchanged.
+    pub relay_misnamed: AtomicU64,
+}
+
+impl Counters {
+    fn bump(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Device-wide configuration and the peer tables; written only by configuration changes.
+pub(crate) struct State {
+    pub private_key: Option<SecretKey>,
+    pub public_key: Option<Key>,
+    pub listen_port: u16,
+    pub fwmark: u32,
+    pub protocol: Protocol,
+    pub rate_limiter: Arc<RateLimiter>,
+    pub peers: HashMap<Key, Arc<Peer>>,
+    pub by_index: HashMap<u32, Arc<Peer>>,
+    pub routes: AllowedIps<Arc<Peer>>,
+    /// The access policy's filter (None: no filter; see `crate::policy`).
+    pub policy: Option<PolicyFilter>,
+}
+
+/// A userspace WireGuard device; see the module docs.
+pub struct Device {
+    state: RwLock<State>,
+    counters: Counters,
+    /// Peers whose packets boringtun queued while it had no session (see `tun_packet`), and
+    /// how many there are, so the packet path looks at the set only while one exists.
+    pending: Mutex<HashSet<Key>>,
+    pending_count: AtomicUsize,
+    /// The segmentation probes waiting for replies (see `crate::probe`).
+    pub(crate) probes: crate::probe_match::Probes,
+    /// The relays this data plane frames for (see `crate::relay`).
+    relays: RelayTable,
+}
+
+impl Default for Device {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Device {
+    /// An empty device: no key, no peers, listen port 0. Configure it with `apply`.
+    pub fn new() -> Self {
+        let rate_limiter = Arc::new(RateLimiter::new(
+            &boringtun::x25519::PublicKey::from([0u8; 32]),
+            HANDSHAKE_RATE_LIMIT,
+        ));
+        Self {
+            state: RwLock::new(State {
+                private_key: None,
+                public_key: None,
+                listen_port: 0,
+                fwmark: 0,
+                protocol: Protocol::default(),
+                rate_limiter,
+                peers: HashMap::new(),
+                by_index: HashMap::new(),
+                routes: AllowedIps::new(),
+                policy: None,
+            }),
+            counters: Counters::default(),
+            pending: Mutex::new(HashSet::new()),
+            pending_count: AtomicUsize::new(0),
+            probes: crate::probe_match::Probes::default(),
+            relays: RelayTable::new(),
+        }
+    }
+
+    /// An empty device whose peers use `protocol`.
+    pub fn with_protocol(protocol: Protocol) -> Self {
+        let device = Self::new();
+        device.write().protocol = protocol;
+        device
+    }
+
+    /// The protocol implementation the peers use.
+    pub fn protocol(&self) -> Protocol {
+        self.read().protocol
+    }
+
+    /// Switches the peers' protocol implementation; every session is dropped (the peers
+    /// handshake again on their next packet).
+    pub(crate) fn set_protocol(&self, protocol: Protocol) {
+        let mut state = self.write();
+        if state.protocol != protocol {
+            state.protocol = protocol;
+            for peer in state.peers.values() {
+                peer.lock().machine = None;
+            }
+        }
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// The relays the packet threads frame for and unwrap from (see `crate::relay`).
+    pub fn relays(&self) -> &RelayTable {
+        &self.relays
+    }
+
+    /// The endpoint "through the relay at `relay` (UDP) to `peer`", to set as the peer's
+    /// endpoint; the relay's frames are unwrapped from now on.
+    pub fn relay_endpoint(&self, relay: SocketAddr, peer: &Key) -> Result<SocketAddr, RelayError> {
+        let mut prefix = [0u8; 8];
+        prefix.copy_from_slice(&peer.0[..8]);
+        self.relays.endpoint(relay, &prefix)
+    }
+
+    /// Whether a datagram from `from` may be `peer`'s: a relay endpoint names the peer by its
+    /// key prefix, and a datagram that authenticates as another peer is not let move that
+    /// peer's endpoint (counted, dropped).
+    fn relay_names(&self, peer: &Peer, from: SocketAddr) -> bool {
+        match crate::relay::decode(from) {
+            Some((_, prefix)) if peer.public_key().0[..8] != prefix => {
+                tracing::trace!(peer = %peer.public_key(), %from, "a relayed datagram names another peer than it authenticates as; dropped");
+                Counters::bump(&self.counters.relay_misnamed);
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// Counts packets a queue's AQM dropped (see `crate::lane`).
+    pub(crate) fn count_queue_dropped(&self, n: usize) {
+        if n > 0 {
+            self.counters
+                .queue_dropped
+                .fetch_add(n as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts a side-channel datagram its sink dropped (see `crate::side`).
+    pub(crate) fn count_side_dropped(&self) {
+        Counters::bump(&self.counters.side_dropped);
+    }
+
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, State> {
+        self.state
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub(crate) fn write(&self) -> RwLockWriteGuard<'_, State> {
+        self.state
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The peer with this public key.
+    pub fn peer(&self, key: &Key) -> Option<Arc<Peer>> {
+        self.read().peers.get(key).cloned()
+    }
+
+    /// Drives every peer's timers: handshake retries, rekeys, keepalives. Call it at least
+    /// every 250 ms, and the rate limiter is reset from here too.
+    pub fn handle_timer(&self, now: Instant, to_network: &mut PacketBatch) {
+        let state = self.read();
+        state.rate_limiter.reset_count();
+        for peer in state.peers.values() {
+            let mut p = peer.lock();
+            let endpoint = p.endpoint;
+            let keepalive_due = match (p.keepalive, p.last_sent) {
+                (Some(every), Some(last)) => now.saturating_duration_since(last) >= every,
+                (Some(_), None) => true,
+                (None, _) => false,
+            };
+            // A peer never used has no state machine and nothing to time, unless a
+            // keepalive is due (which starts a handshake).
+            if p.machine.is_none() && !(keepalive_due && endpoint.is_some()) {
+                continue;
+            }
+            let Some(machine) = peer.machine(
+                &mut p,
+                state.private_key.as_ref(),
+                &state.rate_limiter,
+                state.protocol,
+            ) else {
+                continue;
+            };
+            let mut sent = 0;
+            let slot = to_network.next_slot();
+            if slot.len() < MIN_SLOT {
+                // boringtun would panic writing an initiation into it: the caller's batch is wrong.
+                Counters::bump(&self.counters.malformed);
+                return;
+            }
+            if let Some(n) = machine.update_timers(now, slot) {
+                sent = n;
+            }
+            if sent == 0 && keepalive_due && endpoint.is_some() {
+                // An empty packet is a keepalive; without a session it starts a handshake.
+                if let Step::Network(n) = machine.encapsulate(now, &[], slot) {
+                    sent = n;
+                }
+            }
+            if let (Some(to), true) = (endpoint, sent > 0) {
+                to_network.commit(sent, to);
+                to_network.set_src(p.source());
+                p.tx_bytes += sent as u64;
+                p.last_sent = Some(now);
+            }
+        }
+    }
+}

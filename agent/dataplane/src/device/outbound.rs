@@ -1,0 +1,176 @@
+//! From the host to the network: packets read from the TUN are routed to their peer by
+//! destination, checked by the policy, and encrypted (inline, or laid out for the crypto pool)
+//! into datagrams for the peer's endpoint; packets boringtun queued before a session are
+//! remembered so they leave, in order, once one is up.
+
+use std::sync::PoisonError;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use boringtun::noise::Tunn;
+
+use crate::machine::Step;
+use crate::noise::handshake::{DATA_HEADER, INITIATION};
+use crate::noise::write_data_header;
+use crate::pool::{Job, Op};
+
+use crate::batch::{PacketBatch, WG_OVERHEAD};
+use crate::key::Key;
+use crate::peer::Peer;
+
+use super::{Counters, Device, MIN_SLOT, State};
+
+impl Device {
+    /// Encrypts packets read from the TUN into `to_network`.
+    pub fn handle_tun_packets(
+        &self,
+        now: Instant,
+        packets: &PacketBatch,
+        to_network: &mut PacketBatch,
+    ) {
+        self.handle_tun_iter(now, packets.iter().map(|(p, _)| p), to_network);
+    }
+
+    /// Encrypts packets from any source (a queue's chunk) into `to_network`, under one lock.
+    pub fn handle_tun_iter<'a>(
+        &self,
+        now: Instant,
+        packets: impl IntoIterator<Item = &'a [u8]>,
+        to_network: &mut PacketBatch,
+    ) {
+        let state = self.read();
+        for p in packets {
+            self.tun_packet(&state, now, p, to_network, None);
+        }
+    }
+
+    /// Like `handle_tun_iter`, for the crypto pool: a packet for a peer with a session of
+    /// plexd's own protocol is only laid out in `job` (header, counter, plaintext) with an
+    /// operation to seal it, which any thread may do (`crate::pool`); the rest as inline.
+    pub fn handle_tun_iter_deferred<'a>(
+        &self,
+        now: Instant,
+        packets: impl IntoIterator<Item = &'a [u8]>,
+        job: &mut Job,
+    ) {
+        let state = self.read();
+        for p in packets {
+            self.tun_packet(&state, now, p, &mut job.batch, Some(&mut job.ops));
+        }
+    }
+
+    /// One packet from the TUN; see `handle_tun_packets`.
+    pub fn handle_tun_packet(&self, now: Instant, packet: &[u8], to_network: &mut PacketBatch) {
+        let state = self.read();
+        self.tun_packet(&state, now, packet, to_network, None);
+    }
+
+    fn tun_packet(
+        &self,
+        state: &State,
+        now: Instant,
+        packet: &[u8],
+        out: &mut PacketBatch,
+        defer: Option<&mut Vec<Op>>,
+    ) {
+        let Some(dst) = Tunn::dst_address(packet) else {
+            Counters::bump(&self.counters.malformed);
+            return;
+        };
+        let Some(peer) = state.routes.get(dst) else {
+            tracing::trace!(%dst, "no peer's allowed IPs cover this destination; dropped");
+            Counters::bump(&self.counters.no_route);
+            return;
+        };
+        let mut p = peer.lock();
+        if !packet.is_empty() && !self.policy_passes(state, peer, &mut p, false, packet, now) {
+            return;
+        }
+        let Some(endpoint) = p.endpoint else {
+            Counters::bump(&self.counters.no_endpoint);
+            return;
+        };
+        let Some(machine) = peer.machine(
+            &mut p,
+            state.private_key.as_ref(),
+            &state.rate_limiter,
+            state.protocol,
+        ) else {
+            Counters::bump(&self.counters.no_key);
+            return;
+        };
+        let slot = out.next_slot();
+        if slot.len() < (packet.len() + WG_OVERHEAD).max(MIN_SLOT) {
+            Counters::bump(&self.counters.malformed);
+            return;
+        }
+        // The pool's path: only while no peer waits for its queue to be flushed (that one
+        // ordering case stays inline).
+        if let Some(ops) = defer
+            && self.pending_count.load(Ordering::Acquire) == 0
+            && let Some(t) = machine.plexd()
+            && let Some((keys, counter)) = t.reserve_send(now, packet.is_empty())
+        {
+            write_data_header(&keys, counter, slot);
+            slot[DATA_HEADER..DATA_HEADER + packet.len()].copy_from_slice(packet);
+            let n = packet.len() + WG_OVERHEAD;
+            ops.push(Op::seal(out.len(), keys, counter, packet.len()));
+            Counters::bump(&self.counters.pooled);
+            p.tx_bytes += n as u64;
+            p.last_sent = Some(now);
+            out.commit(n, endpoint);
+            out.set_src(p.source());
+            return;
+        }
+        let (sent, queued) = match machine.encapsulate(now, packet, slot) {
+            // Without a session the machine queues the packet and answers with an initiation.
+            Step::Network(n) => (n, slot.first() == Some(&INITIATION)),
+            Step::Rejected(e) => {
+                tracing::debug!(peer = %peer.public_key(), error = %e, "encapsulate failed");
+                return;
+            }
+            // Queued until the handshake in flight completes.
+            _ => (0, true),
+        };
+        if queued {
+            self.set_pending(peer.public_key(), true);
+        } else if self.pending_count.load(Ordering::Acquire) > 0 && self.take_pending(peer) {
+            // The first packet on a new session: what boringtun queued before it goes first,
+            // so the flow keeps its order (their counters are higher; the replay window takes
+            // them in any order).
+            let this = out.next_slot()[..sent].to_vec();
+            self.flush_queue(&mut p, now, endpoint, out);
+            out.push(&this, endpoint);
+            p.tx_bytes += sent as u64;
+            p.last_sent = Some(now);
+            return;
+        }
+        if sent == 0 {
+            return;
+        }
+        p.tx_bytes += sent as u64;
+        p.last_sent = Some(now);
+        out.commit(sent, endpoint);
+        out.set_src(p.source());
+    }
+
+    fn set_pending(&self, key: Key, pending: bool) {
+        let mut set = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        let changed = if pending {
+            set.insert(key)
+        } else {
+            set.remove(&key)
+        };
+        if changed {
+            self.pending_count.store(set.len(), Ordering::Release);
+        }
+    }
+
+    /// Whether boringtun may hold queued packets of `peer`; forgets it.
+    pub(super) fn take_pending(&self, peer: &Peer) -> bool {
+        let mut set = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
+        let was = set.remove(&peer.public_key());
+        self.pending_count.store(set.len(), Ordering::Release);
+        was
+    }
+}
