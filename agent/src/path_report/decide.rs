@@ -1,5 +1,5 @@
 //! When plexd sends its path report, and what it says (sans-IO: every input carries `now`;
-//! the shell samples the reach runtime's paths, hands them in with [`PathReporter::on_sample`],
+//! the shell samples the reach runtime's paths, hands them in with [`PathReporter::handle_sample`],
 //! sends what [`PathReporter::poll_report`] hands out and feeds the answer back).
 //!
 //! | situation | what goes out |
@@ -94,7 +94,7 @@ fn bounded(mut peers: Vec<PeerPath>) -> Vec<PeerPath> {
 
 impl PathReporter {
     /// The reach runtime's paths as they are now.
-    pub(crate) fn on_sample(&mut self, peers: Vec<PeerPath>, now: Instant) {
+    pub(crate) fn handle_sample(&mut self, peers: Vec<PeerPath>, now: Instant) {
         let peers = bounded(peers);
         let moved = self
             .current
@@ -148,7 +148,7 @@ impl PathReporter {
     }
 
     /// The answer to the report in flight.
-    pub(crate) fn on_answer(&mut self, answer: Answer, now: Instant) {
+    pub(crate) fn handle_answer(&mut self, answer: Answer, now: Instant) {
         let Some(report) = self.in_flight.take() else {
             return;
         };

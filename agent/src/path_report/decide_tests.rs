@@ -56,10 +56,10 @@ fn run(name: &str, steps: Vec<Step>) -> PathReporter {
     for (i, s) in steps.into_iter().enumerate() {
         let now = t0 + ms(s.at);
         if let Some(a) = s.answer {
-            r.on_answer(a, now);
+            r.handle_answer(a, now);
         }
         if let Some(p) = s.sample {
-            r.on_sample(p, now);
+            r.handle_sample(p, now);
         }
         let got = r.poll_report(now).map(|rep| rep.peers[0].path.as_str());
         assert_eq!(got, s.expect, "{name}: step {i} at {} ms", s.at);
@@ -154,12 +154,12 @@ fn the_schedule_follows_the_table() {
 fn one_report_in_flight_and_a_change_meanwhile_follows_after_the_gap() {
     let t0 = Instant::now();
     let mut r = PathReporter::default();
-    r.on_sample(vec![direct(1, 3.0)], t0);
+    r.handle_sample(vec![direct(1, 3.0)], t0);
     assert!(r.poll_report(t0 + DEBOUNCE).is_some());
-    r.on_sample(vec![relayed(1, 3.0)], t0 + ms(600));
+    r.handle_sample(vec![relayed(1, 3.0)], t0 + ms(600));
     assert_eq!(r.poll_timeout(), None, "one in flight");
     assert!(r.poll_report(t0 + ms(5000)).is_none());
-    r.on_answer(Answer::Stored, t0 + ms(700));
+    r.handle_answer(Answer::Stored, t0 + ms(700));
     assert_eq!(r.poll_timeout(), Some(t0 + ms(700) + MIN_GAP));
     let next = r.poll_report(t0 + ms(2700)).map(|rep| rep.peers);
     assert_eq!(next, Some(vec![relayed(1, 3.0)]));

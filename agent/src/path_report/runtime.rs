@@ -102,9 +102,9 @@ async fn run(api: NodeApi, reach: Arc<dyn ReachHandle>) {
         tokio::select! {
             _ = sample.tick() => {
                 let peers = reach.paths().iter().map(peer_path).collect();
-                r.on_sample(peers, Instant::now());
+                r.handle_sample(peers, Instant::now());
             }
-            Some(a) = rx.recv() => r.on_answer(a, Instant::now()),
+            Some(a) = rx.recv() => r.handle_answer(a, Instant::now()),
             () = tokio::time::sleep_until(wake) => {}
         }
     }

@@ -91,7 +91,7 @@ pub(crate) struct Reporter {
 
 impl Reporter {
     /// The config (at start and on every reload), checked against the Domain's mesh range.
-    pub(crate) fn set_config(&mut self, cfg: &RoutesConfig, mesh: IpNet, now: Instant) {
+    pub(crate) fn handle_config(&mut self, cfg: &RoutesConfig, mesh: IpNet, now: Instant) {
         let mut routes = Vec::new();
         let mut refused = Vec::new();
         for r in &cfg.advertise {
@@ -133,7 +133,7 @@ impl Reporter {
     }
 
     /// A probe's result; a changed verdict is reported at once.
-    pub(crate) fn on_probe(&mut self, cidr: IpNet, answered: bool, now: Instant) {
+    pub(crate) fn handle_probe(&mut self, cidr: IpNet, answered: bool, now: Instant) {
         let Some(h) = self.health.get_mut(&cidr) else {
             return;
         };
@@ -191,7 +191,7 @@ impl Reporter {
     }
 
     /// The answer of the report in flight.
-    pub(crate) fn on_answer(&mut self, answer: Result<RoutesAck, String>, now: Instant) {
+    pub(crate) fn handle_answer(&mut self, answer: Result<RoutesAck, String>, now: Instant) {
         self.in_flight = false;
         match answer {
             Ok(ack) => {
@@ -281,23 +281,23 @@ mod tests {
         let t0 = Instant::now();
         let mesh = net("10.64.0.0/16");
         let mut r = Reporter::default();
-        r.set_config(&RoutesConfig::default(), mesh, t0);
+        r.handle_config(&RoutesConfig::default(), mesh, t0);
         assert_eq!(r.poll_report(t0), None, "nothing offered, nothing sent");
-        r.set_config(&cfg(false), mesh, t0);
+        r.handle_config(&cfg(false), mesh, t0);
         let first = r.poll_report(t0).expect("start");
         assert!(first.advertise[0].healthy, "no probe: healthy");
         assert_eq!(r.poll_report(t0), None, "one in flight");
-        r.on_answer(Ok(ack()), t0);
+        r.handle_answer(Ok(ack()), t0);
         let renew = Duration::from_secs(ROUTE_RENEW_SECS);
         assert_eq!(r.poll_timeout(), Some(t0 + renew));
         assert_eq!(r.poll_report(t0 + renew / 2), None);
         assert!(r.poll_report(t0 + renew).is_some());
-        r.on_answer(Ok(ack()), t0 + renew);
+        r.handle_answer(Ok(ack()), t0 + renew);
         // Everything removed: one empty report, then silence.
         let t1 = t0 + renew + renew / 2;
-        r.set_config(&RoutesConfig::default(), mesh, t1);
+        r.handle_config(&RoutesConfig::default(), mesh, t1);
         assert_eq!(r.poll_report(t1), Some(RoutesReport::default()));
-        r.on_answer(Ok(ack()), t1);
+        r.handle_answer(Ok(ack()), t1);
         assert_eq!(r.poll_timeout(), None);
         assert_eq!(r.poll_report(t1 + 10 * renew), None);
         assert_eq!(r.withdrawal(), None);
@@ -307,20 +307,20 @@ mod tests {
     fn a_probe_verdict_is_reported_at_once_and_failures_retry() {
         let t0 = Instant::now();
         let mut r = Reporter::default();
-        r.set_config(&cfg(true), net("10.64.0.0/16"), t0);
+        r.handle_config(&cfg(true), net("10.64.0.0/16"), t0);
         let first = r.poll_report(t0).expect("start");
         assert!(
             !first.advertise[0].healthy,
             "probed: unhealthy until it answers"
         );
-        r.on_answer(Err("unreachable".into()), t0);
+        r.handle_answer(Err("unreachable".into()), t0);
         assert_eq!(r.poll_timeout(), Some(t0 + RETRY));
         let t1 = t0 + RETRY;
         assert!(r.poll_report(t1).is_some());
-        r.on_answer(Ok(ack()), t1);
+        r.handle_answer(Ok(ack()), t1);
         let cidr = net("10.1.0.0/24");
         for _ in 0..HEALTHY_AFTER {
-            r.on_probe(cidr, true, t1);
+            r.handle_probe(cidr, true, t1);
         }
         assert_eq!(r.poll_timeout(), Some(t1), "the new verdict goes out now");
         assert!(r.poll_report(t1).expect("verdict").advertise[0].healthy);
@@ -333,7 +333,7 @@ mod tests {
         let mut r = Reporter::default();
         let mut c = cfg(false);
         c.advertise[0].cidr = net("10.64.3.0/24");
-        r.set_config(&c, net("10.64.0.0/16"), t0);
+        r.handle_config(&c, net("10.64.0.0/16"), t0);
         assert!(!r.active());
         assert_eq!(r.refused.len(), 1);
         assert!(r.refused[0].contains("mesh range"), "{:?}", r.refused);

@@ -203,7 +203,7 @@ async fn run(
         setup,
     };
     t.reporter
-        .set_config(&t.setup.config, t.setup.mesh, Instant::now());
+        .handle_config(&t.setup.config, t.setup.mesh, Instant::now());
     probes.sync(&t.reporter.probes());
     loop {
         let now = Instant::now();
@@ -238,8 +238,8 @@ async fn run(
                     return;
                 }
             },
-            Some((cidr, ok)) = probe_rx.recv() => t.reporter.on_probe(cidr, ok, Instant::now()),
-            Some(answer) = call_rx.recv() => t.reporter.on_answer(answer, Instant::now()),
+            Some((cidr, ok)) = probe_rx.recv() => t.reporter.handle_probe(cidr, ok, Instant::now()),
+            Some(answer) = call_rx.recv() => t.reporter.handle_answer(answer, Instant::now()),
             () = tokio::time::sleep_until(wake) => {}
         }
     }
@@ -250,7 +250,7 @@ impl Task {
         match op {
             RoutesOp::Config(c) => {
                 self.reporter
-                    .set_config(&c, self.setup.mesh, Instant::now());
+                    .handle_config(&c, self.setup.mesh, Instant::now());
                 self.setup.config = c;
             }
             RoutesOp::Peers(p) => self.peers = p,
