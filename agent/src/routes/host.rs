@@ -95,7 +95,7 @@ impl Host {
                 .unwrap_or_else(|| router::remove_ruleset(&self.iface));
             match router::nft(&input) {
                 Ok(()) => self.nat = nat,
-                Err(e) => errors.push(e),
+                Err(e) => errors.push(e.to_string()),
             }
         }
         if exit {
@@ -134,7 +134,7 @@ impl Host {
             },
             Some(_) => match router::nft(&router::remove_ruleset(&self.iface)) {
                 Ok(()) => self.nat = None,
-                Err(e) => errors.push(e),
+                Err(e) => errors.push(e.to_string()),
             },
             None => {}
         }

@@ -121,31 +121,57 @@ pub(crate) fn remove_ruleset(iface: &str) -> String {
     format!("table inet {table}\ndelete table inet {table}\n")
 }
 
+/// Why `nft -f -` did not take the nat table. [`remove_on_leave`] decides on the kind: no
+/// `nft` at all means no table plexd could have made.
+#[derive(Debug, thiserror::Error)]
+pub enum NftError {
+    /// `nft` could not be started (not installed: `NotFound`).
+    #[error("cannot run {NFT} ({0}); install Debian's nftables package")]
+    Spawn(std::io::Error),
+    /// `nft` started but its exit could not be read.
+    #[error("cannot run {NFT} ({0})")]
+    Wait(std::io::Error),
+    /// `nft` ran and refused the input; `stderr` is its output on one line (` | ` between lines).
+    #[error("{NFT} refused the nat table ({status}): {stderr}")]
+    Refused {
+        status: std::process::ExitStatus,
+        stderr: String,
+    },
+}
+
+impl NftError {
+    /// "No such file or directory": `nft` is not installed (the spawn failed with
+    /// `NotFound`), or the kernel answered ENOENT (nothing of plexd's to remove).
+    fn is_missing(&self) -> bool {
+        match self {
+            Self::Spawn(e) | Self::Wait(e) => e.kind() == std::io::ErrorKind::NotFound,
+            Self::Refused { stderr, .. } => stderr.contains("No such file"),
+        }
+    }
+}
+
 /// Runs `nft -f -` with `input` (one transaction).
-pub fn nft(input: &str) -> Result<(), String> {
+pub fn nft(input: &str) -> Result<(), NftError> {
     let mut child = Command::new(NFT)
         .args(["-f", "-"])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot run {NFT} ({e}); install Debian's nftables package"))?;
+        .map_err(NftError::Spawn)?;
     if let Some(mut stdin) = child.stdin.take() {
         let _ = stdin.write_all(input.as_bytes());
     }
-    let out = child
-        .wait_with_output()
-        .map_err(|e| format!("cannot run {NFT} ({e})"))?;
+    let out = child.wait_with_output().map_err(NftError::Wait)?;
     if out.status.success() {
         return Ok(());
     }
-    Err(format!(
-        "{NFT} refused the nat table ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
+    Err(NftError::Refused {
+        status: out.status,
+        stderr: String::from_utf8_lossy(&out.stderr)
             .trim()
-            .replace('\n', " | ")
-    ))
+            .replace('\n', " | "),
+    })
 }
 
 /// `plexd leave` and `plexd uninstall`: the nat table goes with the interface (no nft: no
@@ -153,7 +179,7 @@ pub fn nft(input: &str) -> Result<(), String> {
 pub(crate) fn remove_on_leave(iface: &str) -> Result<(), String> {
     match nft(&remove_ruleset(iface)) {
         Ok(()) => Ok(()),
-        Err(e) if e.contains("No such file") => Ok(()),
+        Err(e) if e.is_missing() => Ok(()),
         Err(e) => Err(format!(
             "{e}; run `nft delete table inet {}`",
             nat_table(iface)
@@ -183,5 +209,32 @@ mod tests {
             "{r}"
         );
         assert!(r.starts_with("table inet plexd_plexd0_nat\ndelete table inet plexd_plexd0_nat\n"));
+    }
+
+    #[test]
+    fn an_nft_error_reads_as_before_and_only_a_missing_one_is_no_table() {
+        use std::os::unix::process::ExitStatusExt as _;
+        let gone = NftError::Spawn(std::io::Error::from_raw_os_error(2));
+        assert_eq!(
+            gone.to_string(),
+            "cannot run nft (No such file or directory (os error 2)); install Debian's nftables package"
+        );
+        assert!(gone.is_missing());
+        let denied = NftError::Spawn(std::io::Error::from_raw_os_error(13));
+        assert!(!denied.is_missing(), "{denied}");
+        let refused = NftError::Refused {
+            status: std::process::ExitStatus::from_raw(256),
+            stderr: "Error: syntax error | table inet x".to_owned(),
+        };
+        assert_eq!(
+            refused.to_string(),
+            "nft refused the nat table (exit status: 1): Error: syntax error | table inet x"
+        );
+        assert!(!refused.is_missing());
+        let enoent = NftError::Refused {
+            status: std::process::ExitStatus::from_raw(256),
+            stderr: "Error: Could not process rule: No such file or directory".to_owned(),
+        };
+        assert!(enoent.is_missing(), "{enoent}");
     }
 }
