@@ -38,7 +38,8 @@ const START_BOUND: Duration = Duration::from_secs(10);
 struct UserspacePlane {
     iface: String,
     shutdown: Shutdown,
-    done: mpsc::Receiver<Result<(), String>>,
+    /// The runner's end, kept typed until it is logged.
+    done: mpsc::Receiver<Result<(), runner::RunError>>,
     thread: Option<JoinHandle<()>>,
     stopped: Option<String>,
 }
@@ -59,7 +60,7 @@ impl Plane for UserspacePlane {
         {
             let why = match r {
                 Ok(()) => "it stopped".to_owned(),
-                Err(e) => e,
+                Err(e) => e.to_string(),
             };
             tracing::error!(interface = %self.iface, "the embedded WireGuard data plane stopped: {why}; restart plexd");
             self.stopped = Some(why);
@@ -313,7 +314,7 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError
             .name("wg-dataplane".into())
             .spawn(move || {
                 let r = runner::run(device, tun, binder, config, shutdown);
-                let _ = done_tx.send(r.map_err(|e| e.to_string()));
+                let _ = done_tx.send(r);
             })
             .map_err(|e| runtime("start the data-plane thread", &name, e))?
     };
