@@ -179,6 +179,12 @@ impl OpenStackLab {
         made.map(drop)
     }
 
+    /// How many servers the lab project has now (of any run).
+    pub fn servers_in_project(&self) -> Result<usize> {
+        let list = self.admin_json(&["server", "list", "--project", "plexlab", "-f", "json"])?;
+        Ok(list.as_array().context("server list is not a list")?.len())
+    }
+
     /// Sets the lab project's instance quota.
     pub fn set_instance_quota(&self, n: u32) -> Result<()> {
         self.admin(&["quota", "set", "--instances", &n.to_string(), "plexlab"])

@@ -186,6 +186,17 @@ fn boot_as_nova_would(
     Guest(m)
 }
 
+/// Starts Keystone again (`scripts/openstack-lab up`) however the test ends.
+struct KeystoneBack<'a>(&'a OpenStackLab);
+
+impl Drop for KeystoneBack<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.up(repo()) {
+            eprintln!("cannot start Keystone again: {e}");
+        }
+    }
+}
+
 #[test]
 fn a_nova_server_made_by_the_broker_enrols_meshes_and_is_deleted() {
     preflight().unwrap();
@@ -298,11 +309,14 @@ fn openstack_faults_end_in_the_promised_phase_and_leave_no_server() {
     let cp = ControlPlane::start_dev_with(&data, &["--reconcile-secs", "1"]).unwrap();
     let good = credential(&cp, &lab, "plexlab");
     let version = blueprint_version(&cp, "openstack-instance", "openstack").unwrap();
-    let failed_with = |id: &str, text: &str| {
+    let failed = |id: &str, text: &str| {
         let r = wait_phase(&cp, id, "Failed");
         let reason = r["provisioning"]["reason"].as_str().unwrap_or_default();
         assert!(reason.contains(text), "{id}: {reason}");
         eprintln!("--- {id} failed as promised: {reason}");
+    };
+    let failed_with = |id: &str, text: &str| {
+        failed(id, text);
         delete_and_check_gone(&cp, &lab, id);
     };
 
@@ -341,10 +355,13 @@ fn openstack_faults_end_in_the_promised_phase_and_leave_no_server() {
     );
     failed_with(&id, "No valid host");
 
-    // A quota of one server: the second fails with Nova's quota message.
+    // A quota with room for one more server: the second fails with Nova's quota message.
     {
         let _reset = QuotaReset(&lab);
-        lab.set_instance_quota(1).unwrap();
+        // One more than the project holds now (a run that stopped midway may have left one).
+        let quota = lab.servers_in_project().unwrap() + 1;
+        lab.set_instance_quota(u32::try_from(quota).unwrap())
+            .unwrap();
         let first = create(
             &cp,
             &version,
@@ -400,11 +417,73 @@ fn openstack_faults_end_in_the_promised_phase_and_leave_no_server() {
         &wrong,
         &parameters(&lab, serde_json::json!({})),
     );
-    failed_with(&id, "Keystone refused");
+    failed(&id, "Keystone refused");
+    // Deleting asks the cloud too (the credential may have made a server before Keystone
+    // stopped taking it): refused the same way, so nothing is called Deleted that may still
+    // run. Rotated to a credential Keystone takes, the delete goes through.
+    let out = cp
+        .plexctl(&[
+            "resource",
+            "delete",
+            &id,
+            "--yes",
+            "--wait",
+            "--timeout",
+            "2m",
+        ])
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Keystone refused"), "{err}");
+    assert!(err.contains("cloud-credential rotate"), "{err}");
+    cp.plexctl_ok(&[
+        "cloud-credential",
+        "rotate",
+        &wrong,
+        "--clouds-yaml",
+        &lab.clouds_yaml().to_string_lossy(),
+        "--cloud",
+        "plexlab",
+    ])
+    .unwrap();
+    delete_and_check_gone(&cp, &lab, &id);
 
     // Keystone down: the resource waits in Pending (nothing is concluded from an unreachable
-    // cloud), and goes on once Keystone is back. A fresh credential, so no token is cached.
-    let fresh = credential(&cp, &lab, "plexlab");
+    // cloud), and goes on once Keystone is back. The broker keeps a token per payload, so this
+    // credential's payload differs from the others' (no region: the catalog's only one) and
+    // the broker has to sign in while Keystone is down.
+    let fresh_payload = tmp.path().join("fresh.json");
+    std::fs::write(
+        &fresh_payload,
+        serde_json::json!({
+            "auth_url": lab.var("PLEXLAB_AUTH_URL").unwrap(),
+            "application_credential_id": lab.var("PLEXLAB_APPLICATION_CREDENTIAL_ID").unwrap(),
+            "application_credential_secret":
+                lab.var("PLEXLAB_APPLICATION_CREDENTIAL_SECRET").unwrap(),
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let fresh = json(
+        &cp.plexctl_ok(&[
+            "cloud-credential",
+            "create",
+            "--name",
+            "fresh",
+            "--provider",
+            "openstack",
+            "--payload-file",
+            &fresh_payload.to_string_lossy(),
+            "--output",
+            "json",
+        ])
+        .unwrap(),
+    )
+    .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let keystone_back = KeystoneBack(&lab);
     lab.stop_keystone().unwrap();
     let id = create(
         &cp,
@@ -418,7 +497,7 @@ fn openstack_faults_end_in_the_promised_phase_and_leave_no_server() {
         assert_eq!(phase(&r), "Pending", "while Keystone is down: {r}");
         std::thread::sleep(Duration::from_secs(2));
     }
-    lab.up(repo()).unwrap();
+    drop(keystone_back);
     wait_phase(&cp, &id, "Enrolling");
     delete_and_check_gone(&cp, &lab, &id);
 
