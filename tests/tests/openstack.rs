@@ -51,6 +51,27 @@ fn credential(cp: &ControlPlane, lab: &OpenStackLab, cloud: &str) -> String {
     json(&out).unwrap()["id"].as_str().unwrap().to_owned()
 }
 
+/// `plexctl cloud-credential create --provider openstack --payload-file` of `payload`.
+fn credential_from(cp: &ControlPlane, dir: &Path, name: &str, payload: Value) -> String {
+    let file = dir.join(format!("{name}.json"));
+    std::fs::write(&file, payload.to_string()).unwrap();
+    let out = cp
+        .plexctl_ok(&[
+            "cloud-credential",
+            "create",
+            "--name",
+            name,
+            "--provider",
+            "openstack",
+            "--payload-file",
+            &file.to_string_lossy(),
+            "--output",
+            "json",
+        ])
+        .unwrap();
+    json(&out).unwrap()["id"].as_str().unwrap().to_owned()
+}
+
 /// The lab's image, flavor and network, with `over` replacing some.
 fn parameters(lab: &OpenStackLab, over: Value) -> String {
     let mut p = serde_json::json!({
@@ -380,37 +401,17 @@ fn openstack_faults_end_in_the_promised_phase_and_leave_no_server() {
     }
 
     // A credential Keystone refuses: Failed with Keystone's answer, and what to do.
-    let payload = tmp.path().join("wrong.json");
-    std::fs::write(
-        &payload,
+    let wrong = credential_from(
+        &cp,
+        tmp.path(),
+        "wrong",
         serde_json::json!({
             "auth_url": lab.var("PLEXLAB_AUTH_URL").unwrap(),
             "region": lab.var("PLEXLAB_REGION").unwrap(),
             "application_credential_id": lab.var("PLEXLAB_APPLICATION_CREDENTIAL_ID").unwrap(),
             "application_credential_secret": "not-the-secret",
-        })
-        .to_string(),
-    )
-    .unwrap();
-    let wrong = json(
-        &cp.plexctl_ok(&[
-            "cloud-credential",
-            "create",
-            "--name",
-            "wrong",
-            "--provider",
-            "openstack",
-            "--payload-file",
-            &payload.to_string_lossy(),
-            "--output",
-            "json",
-        ])
-        .unwrap(),
-    )
-    .unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+        }),
+    );
     let id = create(
         &cp,
         &version,
@@ -452,37 +453,17 @@ fn openstack_faults_end_in_the_promised_phase_and_leave_no_server() {
     // cloud), and goes on once Keystone is back. The broker keeps a token per payload, so this
     // credential's payload differs from the others' (no region: the catalog's only one) and
     // the broker has to sign in while Keystone is down.
-    let fresh_payload = tmp.path().join("fresh.json");
-    std::fs::write(
-        &fresh_payload,
+    let fresh = credential_from(
+        &cp,
+        tmp.path(),
+        "fresh",
         serde_json::json!({
             "auth_url": lab.var("PLEXLAB_AUTH_URL").unwrap(),
             "application_credential_id": lab.var("PLEXLAB_APPLICATION_CREDENTIAL_ID").unwrap(),
             "application_credential_secret":
                 lab.var("PLEXLAB_APPLICATION_CREDENTIAL_SECRET").unwrap(),
-        })
-        .to_string(),
-    )
-    .unwrap();
-    let fresh = json(
-        &cp.plexctl_ok(&[
-            "cloud-credential",
-            "create",
-            "--name",
-            "fresh",
-            "--provider",
-            "openstack",
-            "--payload-file",
-            &fresh_payload.to_string_lossy(),
-            "--output",
-            "json",
-        ])
-        .unwrap(),
-    )
-    .unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+        }),
+    );
     let keystone_back = KeystoneBack(&lab);
     lab.stop_keystone().unwrap();
     let id = create(

@@ -76,6 +76,22 @@ fn unreachable(e: &SubstrateError) -> Error {
     Error::Unavailable(format!("the substrate cannot be asked now: {e}"))
 }
 
+/// A provision or deprovision call's outcome: a failure becomes a fact of this pass, an
+/// unreachable substrate ends the pass (the phase stays).
+fn failed_into(
+    done: Result<(), SubstrateError>,
+    facts: &mut Vec<Observation>,
+) -> Result<(), Error> {
+    match done {
+        Ok(()) => Ok(()),
+        Err(e @ SubstrateError::Unreachable(_)) => Err(unreachable(&e)),
+        Err(SubstrateError::Failed(reason)) => {
+            facts.push(Observation::SubstrateFailed { reason });
+            Ok(())
+        }
+    }
+}
+
 /// What the substrate calls of this pass are about: the resource and its cloud credential,
 /// opened. The inner `Err` is why the resource fails: the credential is gone or does not
 /// open, or it was revoked and the resource has no server yet (a revoked credential still
@@ -139,23 +155,15 @@ pub async fn reconcile_one(
     };
     let blueprint: &Blueprint = &entry.blueprint;
     let class = blueprint.class;
-    let substrate: Arc<dyn Substrate> = match broker.substrate(blueprint) {
-        Ok(s) => s,
-        Err(e) => {
-            let reason = e.to_string();
-            return apply(
-                st,
-                fence,
-                &mut row,
-                class,
-                vec![Observation::SubstrateFailed { reason }],
-            )
-            .await;
-        }
-    };
     let phase = row.resource.provisioning.phase;
-    let target = match target(st, &row.resource, phase).await? {
-        Ok(t) => Arc::new(t),
+    let ready = match broker.substrate(blueprint) {
+        Ok(s) => target(st, &row.resource, phase)
+            .await?
+            .map(|t| (s, Arc::new(t))),
+        Err(e) => Err(e.to_string()),
+    };
+    let (substrate, target): (Arc<dyn Substrate>, Arc<Target>) = match ready {
+        Ok(ready) => ready,
         Err(reason) => {
             return apply(
                 st,
@@ -176,13 +184,10 @@ pub async fn reconcile_one(
                     return Ok(());
                 }
                 let (s, t) = (substrate.clone(), target.clone());
-                match blocking(move || s.provision(&t, &composite)).await {
-                    Ok(()) => {}
-                    Err(e @ SubstrateError::Unreachable(_)) => return Err(unreachable(&e)),
-                    Err(SubstrateError::Failed(reason)) => {
-                        facts.push(Observation::SubstrateFailed { reason });
-                    }
-                }
+                failed_into(
+                    blocking(move || s.provision(&t, &composite)).await,
+                    &mut facts,
+                )?;
             }
             Ok(None) => {}
             Err(Pending::Stop) => return Ok(()),
@@ -205,13 +210,7 @@ pub async fn reconcile_one(
         }
         deprovision_extras(st, &row).await?;
         let (s, t) = (substrate.clone(), target.clone());
-        match blocking(move || s.deprovision(&t)).await {
-            Ok(()) => {}
-            Err(e @ SubstrateError::Unreachable(_)) => return Err(unreachable(&e)),
-            Err(SubstrateError::Failed(reason)) => {
-                facts.push(Observation::SubstrateFailed { reason });
-            }
-        }
+        failed_into(blocking(move || s.deprovision(&t)).await, &mut facts)?;
     }
 
     let (s, t) = (substrate.clone(), target.clone());
