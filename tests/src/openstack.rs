@@ -117,6 +117,18 @@ impl OpenStackLab {
         ])
     }
 
+    /// Whether Nova boots real guests here (`scripts/openstack-lab up --libvirt`: libvirt and
+    /// qemu), rather than recording them (Nova's `fake` driver, what CI runs).
+    pub fn boots_guests(&self) -> bool {
+        self.var("PLEXLAB_COMPUTE").is_ok_and(|c| c == "libvirt")
+    }
+
+    /// What the guest wrote to its serial console, as an operator reads it
+    /// (`openstack console log show`).
+    pub fn console_log(&self, server_id: &str) -> Result<String> {
+        self.admin(&["console", "log", "show", server_id])
+    }
+
     /// The user data Nova stored for a server, decoded.
     pub fn user_data(&self, server: &Value) -> Result<String> {
         let b64 = server["OS-EXT-SRV-ATTR:user_data"]
@@ -203,10 +215,15 @@ impl OpenStackLab {
         })
     }
 
-    /// `scripts/openstack-lab up`: starts whatever of the lab is not running.
+    /// `scripts/openstack-lab up` (with `--libvirt` when the lab boots guests): starts
+    /// whatever of the lab is not running, in the mode it runs in.
     pub fn up(&self, repo: &Path) -> Result<()> {
-        let out = Command::new(repo.join("scripts/openstack-lab"))
-            .arg("up")
+        let mut cmd = Command::new(repo.join("scripts/openstack-lab"));
+        cmd.arg("up");
+        if self.boots_guests() {
+            cmd.arg("--libvirt");
+        }
+        let out = cmd
             .env("PLEXSPHERE_OPENSTACK_LAB_DIR", &self.dir)
             .output()?;
         anyhow::ensure!(
