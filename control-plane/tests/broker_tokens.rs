@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::broker::{credential, history, phase, wait_for};
+use common::broker::{credential, credential_key, history, phase, wait_for};
 use common::{LAB_NODES, OPENSTACK, TestServer, cells_holding};
 use plexsphere_broker::blueprint::version_id;
 use reqwest::StatusCode;
@@ -211,10 +211,7 @@ async fn a_token_is_reminted_only_when_no_machine_was_handed_its_document() {
             sealed_payload: {
                 use base64::Engine as _;
                 let kek = plexsphere::keys::Kek::dev(dir.path()).unwrap();
-                let key = plexsphere_broker::credentials::CredentialKey::from_bytes(
-                    &kek.derive_key_bytes(b"plexsphere cloud credential sealing key v1"),
-                )
-                .unwrap();
+                let key = credential_key(&kek);
                 let payload =
                     plexsphere_broker::credentials::CredentialPayload::new(b"{}".to_vec());
                 let blob = plexsphere_broker::credentials::seal(&key, cred, &payload).unwrap();

@@ -547,13 +547,8 @@ async fn kek_rotate_seals_every_key_again_and_only_the_new_kek_opens_them() {
         replica_keys(&r, &token).await
     };
     assert_eq!(before.len(), 2);
-    let credential = |kek: &Path| {
-        let kek = plexsphere::keys::Kek::read(kek).unwrap();
-        plexsphere_broker::credentials::CredentialKey::from_bytes(
-            &kek.derive_key_bytes(b"plexsphere cloud credential sealing key v1"),
-        )
-        .unwrap()
-    };
+    let credential =
+        |kek: &Path| common::broker::credential_key(&plexsphere::keys::Kek::read(kek).unwrap());
     let opens = |key: &plexsphere_broker::credentials::CredentialKey, row: &(String, String)| {
         use base64::Engine as _;
         let blob = base64::engine::general_purpose::STANDARD
