@@ -7,10 +7,10 @@ mod common;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use common::broker::{bucket_request, credential, history, phase, wait_for};
+use common::broker::{bucket_request, credential, credential_key, history, phase, wait_for};
 use common::{LAB_NODES, TestServer};
 use plexsphere_broker::blueprint::version_id;
-use plexsphere_broker::credentials::{self, CredentialKey};
+use plexsphere_broker::credentials;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use sqlx::Row as _;
@@ -229,10 +229,7 @@ async fn credentials_are_sealed_at_rest_and_never_returned() {
     assert!(!sealed.contains(secret));
     let blob = STANDARD.decode(&sealed).unwrap();
     // The label is pinned: changing it would leave every stored credential unopenable.
-    let key = CredentialKey::from_bytes(
-        &kek.derive_key_bytes(b"plexsphere cloud credential sealing key v1"),
-    )
-    .unwrap();
+    let key = credential_key(&kek);
     let plain = credentials::open(&key, id, &blob).unwrap();
     let v: Value = serde_json::from_slice(plain.expose()).unwrap();
     assert_eq!(v["password"], secret);
@@ -311,10 +308,7 @@ async fn a_rotated_credential_keeps_its_id_and_a_revoked_one_still_deletes_what_
     let after = sealed(&srv).await;
     assert_ne!(before, after);
     let kek = plexsphere::keys::Kek::dev(srv.dir.path()).unwrap();
-    let key = CredentialKey::from_bytes(
-        &kek.derive_key_bytes(b"plexsphere cloud credential sealing key v1"),
-    )
-    .unwrap();
+    let key = credential_key(&kek);
     let plain = credentials::open(
         &key,
         cred.parse().unwrap(),

@@ -547,13 +547,8 @@ async fn kek_rotate_seals_every_key_again_and_only_the_new_kek_opens_them() {
         replica_keys(&r, &token).await
     };
     assert_eq!(before.len(), 2);
-    let credential = |kek: &Path| {
-        let kek = plexsphere::keys::Kek::read(kek).unwrap();
-        plexsphere_broker::credentials::CredentialKey::from_bytes(
-            &kek.derive_key_bytes(b"plexsphere cloud credential sealing key v1"),
-        )
-        .unwrap()
-    };
+    let credential =
+        |kek: &Path| common::broker::credential_key(&plexsphere::keys::Kek::read(kek).unwrap());
     let opens = |key: &plexsphere_broker::credentials::CredentialKey, row: &(String, String)| {
         use base64::Engine as _;
         let blob = base64::engine::general_purpose::STANDARD
@@ -624,4 +619,156 @@ async fn kek_rotate_seals_every_key_again_and_only_the_new_kek_opens_them() {
         .err()
         .expect("the old KEK is refused");
     assert!(err.contains("did not seal the Domain key"), "{err}");
+}
+
+/// Every cloud credential's id and sealed payload, by id.
+async fn sealed_credentials(db: &str) -> Vec<(String, String)> {
+    use sqlx::Row as _;
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::AnyPool::connect(db).await.unwrap();
+    let rows = sqlx::query("SELECT id, sealed_payload FROM cloud_credentials ORDER BY id")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    rows.iter()
+        .map(|r| (r.get("id"), r.get("sealed_payload")))
+        .collect()
+}
+
+/// `kek rotate` seals the Domain keys and the cloud credentials again in one transaction: a
+/// credential that opens with neither KEK fails it as a whole, and the Domain keys (and the
+/// credential sealed again before it) stay under the old KEK, which still starts a replica.
+async fn a_credential_that_does_not_open_changes_nothing(dir: &Path, db: &str) {
+    let data = dir.join("kc-data");
+    let (old, new) = (dir.join("kek-old"), dir.join("kek-new"));
+    for k in [&old, &new] {
+        assert!(plexsphere(&["kek", "generate", "--out", path(k)]).0);
+    }
+    // A replica makes the Domain key under the old KEK.
+    drop(serve(&data, db, &old).unwrap());
+    let keys_before = sealed(db).await;
+    assert!(!keys_before.is_empty());
+
+    // Two credentials: one sealed under the old KEK (listed first, so it is sealed again
+    // before the other is reached), and one whose sealed bytes open with no key.
+    let good = uuid::Uuid::now_v7();
+    let bad = uuid::Uuid::now_v7();
+    let old_key = common::broker::credential_key(&plexsphere::keys::Kek::read(&old).unwrap());
+    let new_key = common::broker::credential_key(&plexsphere::keys::Kek::read(&new).unwrap());
+    let payload = plexsphere_broker::credentials::CredentialPayload::new(b"{\"k\":1}".to_vec());
+    let encode = |b: &[u8]| {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(b)
+    };
+    {
+        let store = plexsphere::store::Store::connect(db).await.unwrap();
+        let mut conn = store.pool().acquire().await.unwrap();
+        let rows = [
+            (
+                good,
+                "good",
+                encode(&plexsphere_broker::credentials::seal(&old_key, good, &payload).unwrap()),
+                1,
+            ),
+            (bad, "bad", encode(&[1; 45]), 2),
+        ];
+        for (id, name, sealed_payload, created_at) in rows {
+            let row = plexsphere::store::credentials::CredentialRow {
+                id,
+                name: name.into(),
+                provider: "local".into(),
+                sealed_payload,
+                created_at,
+                revoked_at: None,
+            };
+            plexsphere::store::credentials::insert(&mut conn, &row)
+                .await
+                .unwrap();
+        }
+        drop(conn);
+        store.close().await;
+    }
+    let credentials_before = sealed_credentials(db).await;
+
+    let kek_rotate = || {
+        plexsphere(&[
+            "kek",
+            "rotate",
+            "--database-url",
+            db,
+            "--data-dir",
+            path(&data),
+            "--old-key-encryption-key-file",
+            path(&old),
+            "--key-encryption-key-file",
+            path(&new),
+        ])
+    };
+    let (ok, out, err) = kek_rotate();
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains(&format!("cloud credential {bad} (bad) opens with neither")),
+        "{err}"
+    );
+    assert!(err.contains("nothing was changed"), "{err}");
+    assert_eq!(sealed(db).await, keys_before, "the Domain keys changed");
+    assert_eq!(sealed_credentials(db).await, credentials_before);
+    {
+        let r = serve(&data, db, &old);
+        assert!(
+            r.is_ok(),
+            "the old KEK no longer starts a replica: {:?}",
+            r.err()
+        );
+    }
+
+    // Without the credential that does not open, the rotation goes through, all of it.
+    {
+        let store = plexsphere::store::Store::connect(db).await.unwrap();
+        sqlx::query("DELETE FROM cloud_credentials WHERE id = $1")
+            .bind(bad.to_string())
+            .execute(store.pool())
+            .await
+            .unwrap();
+        store.close().await;
+    }
+    let (ok, out, err) = kek_rotate();
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(&format!("sealed {} Domain keys again", keys_before.len())),
+        "{out}"
+    );
+    assert!(out.contains("cloud credentials: 1 sealed again"), "{out}");
+    let after = sealed_credentials(db).await;
+    assert_eq!(after.len(), 1);
+    let blob = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD
+            .decode(&after[0].1)
+            .unwrap()
+    };
+    assert!(plexsphere_broker::credentials::open(&old_key, good, &blob).is_err());
+    assert_eq!(
+        plexsphere_broker::credentials::open(&new_key, good, &blob)
+            .unwrap()
+            .expose(),
+        b"{\"k\":1}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kek_rotate_with_a_credential_that_does_not_open_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = plexsphere::store::Store::sqlite_url(&dir.path().join("kc-data"));
+    a_credential_that_does_not_open_changes_nothing(dir.path(), &db).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kek_rotate_with_a_credential_that_does_not_open_changes_nothing_on_postgres() {
+    let Some(db) = common::postgres::scratch_database().await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    a_credential_that_does_not_open_changes_nothing(dir.path(), &db).await;
 }

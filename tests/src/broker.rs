@@ -92,27 +92,9 @@ impl BrokerLab {
         create_node(&self.cp, &self.version, &self.cred, parameters, extra)
     }
 
-    /// `plexctl resource delete --yes --wait`, then the resource as `resource get` shows it.
+    /// [`delete_resource`] with a 5-minute bound: the resource, Deleted.
     pub fn delete(&self, resource_id: &str) -> Result<serde_json::Value> {
-        let out = self.cp.plexctl(&[
-            "resource",
-            "delete",
-            resource_id,
-            "--yes",
-            "--wait",
-            "--timeout",
-            "5m",
-        ])?;
-        anyhow::ensure!(
-            out.status.success(),
-            "plexctl resource delete {resource_id}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        json(
-            &self
-                .cp
-                .plexctl_ok(&["resource", "get", resource_id, "--output", "json"])?,
-        )
+        delete_resource(&self.cp, resource_id, "5m")
     }
 
     /// The running machine of a resource.
@@ -129,6 +111,40 @@ impl BrokerLab {
             .join("nspawn/machines")
             .join(machine_name(resource_id))
     }
+}
+
+/// `plexctl resource delete --yes --wait --timeout <timeout>` (a plexctl duration, e.g. `4m`),
+/// then the resource as `resource get` shows it, which must be Deleted with Deprovisioning
+/// right before it in its history.
+pub fn delete_resource(
+    cp: &ControlPlane,
+    resource_id: &str,
+    timeout: &str,
+) -> Result<serde_json::Value> {
+    let out = cp.plexctl(&[
+        "resource",
+        "delete",
+        resource_id,
+        "--yes",
+        "--wait",
+        "--timeout",
+        timeout,
+    ])?;
+    anyhow::ensure!(
+        out.status.success(),
+        "plexctl resource delete {resource_id}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = json(&cp.plexctl_ok(&["resource", "get", resource_id, "--output", "json"])?)?;
+    let phases: Vec<&str> = r["provisioning"]["history"]
+        .as_array()
+        .map(|h| h.iter().filter_map(|p| p["phase"].as_str()).collect())
+        .unwrap_or_default();
+    anyhow::ensure!(
+        phases.ends_with(&["Deprovisioning", "Deleted"]) && r["provisioning"]["phase"] == "Deleted",
+        "resource {resource_id} is not Deleted after Deprovisioning once its delete returned: {r}"
+    );
+    Ok(r)
 }
 
 /// `plexctl resource create --output json` of a node in the `openstack` Project from the

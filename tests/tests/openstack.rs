@@ -20,7 +20,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use plexsphere_e2e::broker::{BrokerLab, blueprint_version, create_node, json};
+use plexsphere_e2e::broker::{BrokerLab, blueprint_version, create_node, delete_resource, json};
 use plexsphere_e2e::machines::preflight;
 use plexsphere_e2e::openstack::{OpenStackLab, QuotaReset};
 use plexsphere_e2e::{ControlPlane, wait_until};
@@ -145,28 +145,9 @@ fn wait_phase_within(cp: &ControlPlane, id: &str, want: &str, bound: Duration) -
     .unwrap()
 }
 
-/// `resource delete --wait`, then Nova lists no server of that name.
+/// `resource delete --wait` (Deprovisioning, Deleted), then Nova lists no server of that name.
 fn delete_and_check_gone(cp: &ControlPlane, lab: &OpenStackLab, id: &str) {
-    let out = cp
-        .plexctl(&[
-            "resource",
-            "delete",
-            id,
-            "--yes",
-            "--wait",
-            "--timeout",
-            "4m",
-        ])
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "resource delete {id}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r = get(cp, id);
-    assert_eq!(phase(&r), "Deleted", "{r}");
-    let h = history(&r);
-    assert_eq!(h[h.len() - 2..], ["Deprovisioning", "Deleted"], "{r}");
+    delete_resource(cp, id, "4m").unwrap();
     assert_eq!(
         lab.servers_named(&format!("pr-{id}")).unwrap(),
         Vec::<Value>::new(),

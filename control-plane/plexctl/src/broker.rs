@@ -326,13 +326,10 @@ pub fn json_object(flag: &str, text: &str) -> Result<Map<String, Value>, Failure
     }
 }
 
+/// The text of --payload-file, at most [`crate::clouds_yaml::MAX_FILE`] bytes.
 fn read_payload(path: &Path) -> Result<String, Failure> {
-    std::fs::read_to_string(path).map_err(|e| {
-        Failure::Usage(format!(
-            "cannot read --payload-file {}: {e}; give a readable file holding a JSON object",
-            path.display()
-        ))
-    })
+    crate::clouds_yaml::read_capped(path, "--payload-file")
+        .map_err(|e| Failure::Usage(format!("{e}; give a readable file holding a JSON object")))
 }
 
 /// An id flag or argument: a UUID, else a usage error that says where to find one.

@@ -332,3 +332,54 @@ fn delete_sends_delete_with_yes_and_refuses_without_a_terminal() {
         "{head}"
     );
 }
+
+#[test]
+fn a_payload_file_over_the_cap_is_refused_before_anything_is_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    // A JSON object the server would take, one byte over the cap.
+    let over = dir.path().join("big.json");
+    let filler = crate::clouds_yaml::MAX_FILE as usize + 1 - r#"{"k":""}"#.len();
+    std::fs::write(&over, format!(r#"{{"k":"{}"}}"#, "x".repeat(filler))).unwrap();
+    assert_eq!(
+        std::fs::metadata(&over).unwrap().len(),
+        crate::clouds_yaml::MAX_FILE + 1
+    );
+    let lab = lab(&["127.0.0.1"]);
+    let created = serde_json::json!({
+        "id": CREDENTIAL, "name": "lab", "provider": "openstack",
+        "created_at": "2026-11-30T14:31:02Z", "revoked_at": null
+    });
+    let (addr, requests) = lab.serve_each(vec![http("201 Created", &created.to_string())]);
+    let settings = settings_for(addr, lab.ca_file());
+    let create = |path: &std::path::Path| CredentialCommand::Create {
+        name: "lab".into(),
+        provider: "openstack".into(),
+        payload: PayloadArgs {
+            payload: None,
+            payload_file: Some(path.to_owned()),
+            clouds_yaml: None,
+            cloud: None,
+        },
+    };
+    let (code, text) =
+        msg(runtime().block_on(credentials(&create(&over), Format::Table, &settings)));
+    assert_eq!(code, 64);
+    assert_eq!(
+        text,
+        format!(
+            "--payload-file {} is 1048577 bytes; at most 1048576 bytes (1 MiB) are read; give a readable file holding a JSON object",
+            over.display()
+        )
+    );
+    // The refusal came before any request: the server saw none.
+    assert!(requests.try_recv().is_err());
+
+    // A file at the cap is read and sent.
+    let at = dir.path().join("at.json");
+    std::fs::write(&at, format!(r#"{{"k":"{}"}}"#, "x".repeat(filler - 1))).unwrap();
+    runtime()
+        .block_on(credentials(&create(&at), Format::Table, &settings))
+        .unwrap();
+    let head = requests.recv().unwrap().to_ascii_lowercase();
+    assert!(head.starts_with("post /v1/cloud-credentials "), "{head}");
+}

@@ -9,6 +9,7 @@
 //! A key the broker would not use (`token`, `verify: false`, another `auth_type`) is refused by
 //! name, so a credential never silently loses a setting. Messages never quote a secret.
 
+use std::io::Read as _;
 use std::path::Path;
 
 use serde_json::{Map, Value};
@@ -16,7 +17,7 @@ use serde_yaml::Value as Yaml;
 
 use crate::failure::Failure;
 
-/// The largest clouds.yaml or CA file read (a real one is a few kB).
+/// The largest clouds.yaml, CA file or --payload-file read (a real one is a few kB).
 pub const MAX_FILE: u64 = 1024 * 1024;
 
 /// The auth keys copied as they are.
@@ -38,18 +39,30 @@ fn usage(msg: String) -> Failure {
     Failure::Usage(msg)
 }
 
-fn read_capped(path: &Path, what: &str) -> Result<String, Failure> {
-    let len = std::fs::metadata(path)
-        .map_err(|e| usage(format!("cannot read {what} {}: {e}", path.display())))?
-        .len();
-    if len > MAX_FILE {
-        return Err(usage(format!(
-            "{what} {} is {len} bytes; at most {MAX_FILE} are read",
+/// The text of the file at `path` (named `what` in messages), refused when it holds more than
+/// [`MAX_FILE`] bytes. A file that grows while it is read, or a pipe whose size is not known
+/// beforehand, is cut at the cap and refused the same way.
+pub(crate) fn read_capped(path: &Path, what: &str) -> Result<String, Failure> {
+    let cannot = |e: std::io::Error| usage(format!("cannot read {what} {}: {e}", path.display()));
+    let too_big = |len: String| {
+        usage(format!(
+            "{what} {} is {len} bytes; at most {MAX_FILE} bytes (1 MiB) are read",
             path.display()
-        )));
+        ))
+    };
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    let len = file.metadata().map_err(cannot)?.len();
+    if len > MAX_FILE {
+        return Err(too_big(len.to_string()));
     }
-    std::fs::read_to_string(path)
-        .map_err(|e| usage(format!("cannot read {what} {}: {e}", path.display())))
+    let mut text = String::new();
+    file.take(MAX_FILE + 1)
+        .read_to_string(&mut text)
+        .map_err(cannot)?;
+    if text.len() as u64 > MAX_FILE {
+        return Err(too_big(format!("more than {MAX_FILE}")));
+    }
+    Ok(text)
 }
 
 /// The payload of cloud `cloud` in the clouds.yaml at `path`; a relative `cacert` is read

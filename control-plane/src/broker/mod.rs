@@ -129,6 +129,11 @@ impl Default for BrokerConfig {
 pub struct Broker {
     pub config: BrokerConfig,
     data_dir: PathBuf,
+    /// The credentials' sealing key derived from this replica's KEK, once derived (`sealing`).
+    /// Kept for the life of the process: a replica's KEK does not change while it runs (the
+    /// keyring is given it at start, or reads the data directory's once and keeps it), and a
+    /// KEK rotation is done with the replicas stopped.
+    kek_key: Mutex<Option<Arc<CredentialKey>>>,
     /// An earlier version's `credentials.key`, once looked for (`sealing`).
     legacy_key: Mutex<Option<Option<Arc<CredentialKey>>>>,
     wake: Notify,
@@ -142,6 +147,7 @@ impl Broker {
         Self {
             config,
             data_dir: data_dir.to_owned(),
+            kek_key: Mutex::new(None),
             legacy_key: Mutex::new(None),
             wake: Notify::new(),
             local_directory: Arc::new(LocalDirectory::new(data_dir.join("buckets"))),
@@ -182,9 +188,9 @@ impl Broker {
         keys: &Keyring,
         row: &crate::store::credentials::CredentialRow,
     ) -> Result<CredentialPayload, Error> {
-        let kek = sealing::replica_key(keys)?;
+        let kek = self.kek_key(keys)?;
         let legacy = self.legacy_key()?;
-        let mut candidates = vec![&kek];
+        let mut candidates = vec![kek.as_ref()];
         candidates.extend(legacy.as_deref());
         sealing::open(&candidates, row)
     }
@@ -196,7 +202,19 @@ impl Broker {
         id: uuid::Uuid,
         payload: &CredentialPayload,
     ) -> Result<String, Error> {
-        sealing::seal(&sealing::replica_key(keys)?, id, payload)
+        sealing::seal(self.kek_key(keys)?.as_ref(), id, payload)
+    }
+
+    /// The sealing key of this replica's KEK, derived (HKDF) the first time it is needed and
+    /// kept; a failure to derive it is not kept, so the next call tries again.
+    fn kek_key(&self, keys: &Keyring) -> Result<Arc<CredentialKey>, Error> {
+        let mut slot = self.kek_key.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(k) = slot.as_ref() {
+            return Ok(k.clone());
+        }
+        let key = Arc::new(sealing::replica_key(keys)?);
+        *slot = Some(key.clone());
+        Ok(key)
     }
 
     fn legacy_key(&self) -> Result<Option<Arc<CredentialKey>>, Error> {

@@ -1,7 +1,7 @@
 //! How cloud credentials are sealed at rest: under a key derived from the key-encryption key
 //! (HKDF-SHA256 with [`CREDENTIAL_KEY_LABEL`]), the KEK that seals the Domain keys. Every replica
 //! started with the KEK opens every credential, and `plexsphere kek rotate` seals them again
-//! under the new KEK with the Domain keys.
+//! under the new KEK in the transaction that seals the Domain keys again.
 //!
 //! Earlier versions sealed them under a random key in `<data-dir>/credentials.key`, one per
 //! replica. Such a file is still read to open what it sealed (and `plexctl cloud-credential
@@ -13,12 +13,12 @@ use std::path::Path;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use plexsphere_broker::credentials::{self, CredentialKey, CredentialPayload};
+use sqlx::AnyConnection;
 use uuid::Uuid;
 
 use crate::error::Error;
 use crate::keys::{Kek, Keyring};
 use crate::store::credentials::{self as cred_store, CredentialRow};
-use crate::store::{Store, StoreError};
 
 /// The HKDF label of the credentials' sealing key.
 pub const CREDENTIAL_KEY_LABEL: &[u8] = b"plexsphere cloud credential sealing key v1";
@@ -109,20 +109,20 @@ pub(crate) struct Resealed {
     pub already: usize,
 }
 
-/// Seals every cloud credential again under `new`'s key, opening each with `old`'s key or the
-/// data directory's earlier `credentials.key`, in one transaction. A credential that opens with
-/// none of them changes nothing and names itself.
-pub(crate) async fn reseal_all(
-    store: &Store,
+/// Seals every cloud credential again under `new`'s key in the transaction `tx`, opening each
+/// with `old`'s key or the data directory's earlier `credentials.key`. A credential that opens
+/// with none of them fails the whole call and names itself; the caller commits (`plexsphere kek
+/// rotate` does so once, with the Domain keys sealed again in the same transaction).
+pub(crate) async fn reseal_in(
+    tx: &mut AnyConnection,
     old: &Kek,
     new: &Kek,
     legacy: Option<&CredentialKey>,
 ) -> Result<Resealed, Error> {
     let old_key = kek_key(old.derive_key_bytes(CREDENTIAL_KEY_LABEL))?;
     let new_key = kek_key(new.derive_key_bytes(CREDENTIAL_KEY_LABEL))?;
-    let mut tx = store.begin().await?;
     let mut done = Resealed::default();
-    for row in cred_store::list(&mut tx).await? {
+    for row in cred_store::list(tx).await? {
         if open(&[&new_key], &row).is_ok() {
             done.already += 1;
             continue;
@@ -136,7 +136,7 @@ pub(crate) async fn reseal_all(
             ))
         })?;
         let sealed = seal(&new_key, row.id, &payload)?;
-        if !cred_store::reseal(&mut tx, row.id, &row.sealed_payload, &sealed).await? {
+        if !cred_store::reseal(tx, row.id, &row.sealed_payload, &sealed).await? {
             return Err(Error::Conflict(format!(
                 "cloud credential {} changed while it was sealed again; nothing was changed, run the command again",
                 row.id
@@ -144,7 +144,6 @@ pub(crate) async fn reseal_all(
         }
         done.resealed += 1;
     }
-    tx.commit().await.map_err(StoreError::from)?;
     Ok(done)
 }
 

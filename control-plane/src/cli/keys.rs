@@ -20,8 +20,9 @@ pub enum KekCommand {
         #[arg(long)]
         out: PathBuf,
     },
-    /// Seal every Domain key in the database again under a new KEK, in one transaction (stop
-    /// the replicas first, then start them with the new KEK; docs/operations.md)
+    /// Seal every Domain key and cloud credential in the database again under a new KEK, in one
+    /// transaction (stop the replicas first, then start them with the new KEK;
+    /// docs/operations.md)
     Rotate {
         /// The control plane's data directory (for the default SQLite database).
         #[arg(
@@ -78,30 +79,9 @@ pub(crate) async fn kek(cmd: KekCommand) -> Result<(), Failure> {
             let new = Kek::read(&key_encryption_key_file).map_err(config)?;
             let url = database_url.unwrap_or_else(|| Store::sqlite_url(&data_dir));
             let store = Store::connect(&url).await.map_err(runtime)?;
-            store.migrate().await.map_err(runtime)?;
-            let done = keys::reseal::reseal_all(&store, &old, &new).await;
-            let done = match done {
-                Ok(d) => d,
-                Err(e) => {
-                    store.close().await;
-                    return Err(match e {
-                        keys::reseal::ResealError::Store(s) => runtime(s),
-                        other => Failure::Config(other.to_string()),
-                    });
-                }
-            };
-            let legacy = crate::broker::sealing::legacy_key(&data_dir)
-                .map_err(|e| Failure::Config(e.to_string()));
-            let credentials = match legacy {
-                Ok(legacy) => {
-                    crate::broker::sealing::reseal_all(&store, &old, &new, legacy.as_ref())
-                        .await
-                        .map_err(|e| Failure::Config(e.to_string()))
-                }
-                Err(e) => Err(e),
-            };
+            let done = reseal_everything(&store, &data_dir, &old, &new).await;
             store.close().await;
-            let credentials = credentials?;
+            let (done, credentials) = done?;
             println!(
                 "cloud credentials: {} sealed again under {}, {} already were",
                 credentials.resealed,
@@ -125,6 +105,35 @@ pub(crate) async fn kek(cmd: KekCommand) -> Result<(), Failure> {
             Ok(())
         }
     }
+}
+
+/// `kek rotate`'s work: the Domain keys and the cloud credentials sealed again under `new` in
+/// one transaction, so a failure in either (or a crash before the commit) leaves both under
+/// `old`, and a credential never stays sealed under a KEK the replicas no longer hold.
+async fn reseal_everything(
+    store: &Store,
+    data_dir: &Path,
+    old: &Kek,
+    new: &Kek,
+) -> Result<(keys::reseal::Resealed, crate::broker::sealing::Resealed), Failure> {
+    let config = |e: crate::error::Error| Failure::Config(e.to_string());
+    store.migrate().await.map_err(runtime)?;
+    // Read before the transaction starts: an unreadable file fails before anything is done.
+    let legacy = crate::broker::sealing::legacy_key(data_dir).map_err(config)?;
+    let mut tx = store.begin().await.map_err(runtime)?;
+    let done = keys::reseal::reseal_in(&mut tx, old, new)
+        .await
+        .map_err(|e| match e {
+            keys::reseal::ResealError::Store(s) => runtime(s),
+            other => Failure::Config(other.to_string()),
+        })?;
+    let credentials = crate::broker::sealing::reseal_in(&mut tx, old, new, legacy.as_ref())
+        .await
+        .map_err(config)?;
+    tx.commit()
+        .await
+        .map_err(|e| runtime(crate::store::StoreError::from(e)))?;
+    Ok((done, credentials))
 }
 
 /// The KEK of a replica: `--key-encryption-key-file`, else the systemd credential.

@@ -1,5 +1,6 @@
 //! `plexsphere kek rotate`: every stored Domain key opened with the old KEK and sealed again
-//! under the new one, in one transaction.
+//! under the new one, in the caller's transaction (the command seals the cloud credentials
+//! again in the same one, so a failure or a crash leaves both under the old KEK).
 //!
 //! Every row must open (with the old KEK, or already with the new one) and match its public
 //! key before anything is written, so a wrong old KEK changes nothing. A row that already opens
@@ -10,10 +11,11 @@
 use std::collections::HashMap;
 
 use plexsphere_wire::signed::DomainSigner;
+use sqlx::AnyConnection;
 
 use super::{Kek, KeyError, open_seed, seal};
 use crate::store::domains::{self, Domain};
-use crate::store::{Store, StoreError, domain_keys};
+use crate::store::{StoreError, domain_keys};
 
 /// What a KEK rotation did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,23 +52,22 @@ pub(crate) enum ResealError {
     Store(#[from] StoreError),
 }
 
-/// Seals every Domain key of `store` under `new`, opening it with `old`; see the module
-/// comment.
-pub(crate) async fn reseal_all(
-    store: &Store,
+/// Seals every Domain key under `new` in the transaction `tx`, opening it with `old`; see the
+/// module comment. The caller commits.
+pub(crate) async fn reseal_in(
+    tx: &mut AnyConnection,
     old: &Kek,
     new: &Kek,
 ) -> Result<Resealed, ResealError> {
     if old.bytes() == new.bytes() {
         return Err(ResealError::SameKek);
     }
-    let mut tx = store.begin().await?;
-    let by_id: HashMap<_, Domain> = domains::list(&mut tx)
+    let by_id: HashMap<_, Domain> = domains::list(tx)
         .await?
         .into_iter()
         .map(|d| (d.id, d))
         .collect();
-    let rows = domain_keys::list_all(&mut tx).await?;
+    let rows = domain_keys::list_all(tx).await?;
     let mut work = Vec::new();
     let mut already = 0;
     for row in &rows {
@@ -96,14 +97,13 @@ pub(crate) async fn reseal_all(
         ));
     }
     for (row, domain, sealed) in &work {
-        if !domain_keys::reseal(&mut tx, row, sealed).await? {
+        if !domain_keys::reseal(tx, row, sealed).await? {
             return Err(ResealError::Changed {
                 slug: domain.slug.clone(),
                 generation: row.generation,
             });
         }
     }
-    tx.commit().await.map_err(StoreError::from)?;
     Ok(Resealed {
         resealed: work.len(),
         already,

@@ -1,9 +1,12 @@
-//! What the broker's tests share: a cloud credential, a bucket request, waiting on a
-//! resource's phase, and its phase and history as the API shows them.
+//! What the broker's tests share: a cloud credential, the key credentials are sealed under, a
+//! bucket request, waiting on a resource's phase, and its phase and history as the API shows
+//! them.
 
 use std::time::{Duration, Instant};
 
+use plexsphere::keys::Kek;
 use plexsphere_broker::blueprint::version_id;
+use plexsphere_broker::credentials::CredentialKey;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -28,6 +31,14 @@ fn payload_for(provider: &str) -> Value {
             "application_credential_id": "id", "application_credential_secret": "secret"}),
         _ => json!({"user": "u"}),
     }
+}
+
+/// The key the server seals cloud credentials under with `kek`: 32 bytes derived from the KEK
+/// with HKDF-SHA256. The label is written out here, not taken from the server's constant, so a
+/// change to it (which would leave every stored credential unopenable) fails the tests.
+pub fn credential_key(kek: &Kek) -> CredentialKey {
+    CredentialKey::from_bytes(&kek.derive_key_bytes(b"plexsphere cloud credential sealing key v1"))
+        .unwrap()
 }
 
 pub fn bucket_request(cred: &str, parameters: Value) -> Value {
