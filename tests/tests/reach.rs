@@ -169,6 +169,56 @@ fn one_behind_eim_input_accept_and_one_routed_go_direct_where_the_pings_come_fro
     mesh_carries_traffic(&lab);
 }
 
+/// Both behind "EIM, input accept" routers. In this lab the routers are microseconds apart, so
+/// the timed punch loses the race: one node's ping reaches the other's router before that
+/// router's node sent, the router keeps it (an entry of its own), and the pair stays relayed
+/// (docs/reach.md, "What each NAT topology gives"). What plexd must do then is stop refreshing
+/// that entry: after its failed punches the pair is quiet towards each other's cold candidates
+/// until both routers forgot them, so the next punch meets clean routers (where the routers
+/// are milliseconds apart, as on the Internet, it passes). Expected: relayed over UDP, a
+/// router's own entry for the other router's datagrams shows, and later a moment comes when
+/// neither router holds one (a plexd that punched on every 5 s probe round refreshed them for
+/// good).
+#[test]
+fn both_behind_eim_input_accept_let_the_routers_forget_a_lost_punch() {
+    use plexd::reach::engine::{PROBE_INTERVAL, PUNCH_QUIET};
+    // The failed series (two probe rounds of each node), the quiet, and a probe round.
+    const FORGET_BOUND: Duration = Duration::from_secs(
+        2 * PROBE_INTERVAL.as_secs() + PUNCH_QUIET.as_secs() + PROBE_INTERVAL.as_secs(),
+    );
+    let lab = lab(&[NatMode::EimInputAccept, NatMode::EimInputAccept]);
+    for (from, to) in [(0, 1), (1, 0)] {
+        lab.wait_path(
+            from,
+            to,
+            "relayed over UDP",
+            PATH_BOUND,
+            relayed_over("udp"),
+        )
+        .unwrap();
+    }
+    let own = || -> anyhow::Result<Vec<String>> {
+        let mut all = lab.topo.routers_own_udp_entries(0)?;
+        all.extend(lab.topo.routers_own_udp_entries(1)?);
+        Ok(all)
+    };
+    let held = plexsphere_e2e::wait_until(BOUND, "a lost punch held by a router", || {
+        Ok(Some(own()?).filter(|e| !e.is_empty()))
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", lab.dump()));
+    plexsphere_e2e::wait_until(FORGET_BOUND, "both routers forgot the lost punch", || {
+        Ok(own()?.is_empty().then_some(()))
+    })
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e:#}\nfirst held: {held:?}\nnow: {:?}\n{}",
+            own(),
+            lab.dump()
+        )
+    });
+    mesh_carries_traffic(&lab);
+}
+
 /// Node 0's router drops every outbound UDP datagram (TCP to the API and the relays passes):
 /// node 0 reaches the relay over TCP/TLS and says so; node 1 (EIM) reaches node 0 through a
 /// relay too (no direct path can exist), over UDP, its own leg to the relay.

@@ -289,6 +289,38 @@ impl Topology {
             .context("no such router")
     }
 
+    /// The UDP conntrack entries router `r` holds for datagrams that came to its own WAN address
+    /// from another router's (an input that accepts keeps them, [`NatMode::EimInputAccept`]),
+    /// as `conntrack -L` prints them. Every entry of a node's own traffic starts at its LAN
+    /// address, so these are the datagrams that arrived before the node sent to their source.
+    pub fn routers_own_udp_entries(&self, r: usize) -> Result<Vec<String>> {
+        let ns = self.router_ns(r)?;
+        let out = exec(ns, "conntrack", &["-L", "-p", "udp"])?;
+        ensure!(
+            out.status.success(),
+            "conntrack -L in {ns}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        let wan = self.router_wan(r).to_string();
+        let others: Vec<String> = (0..self.routers.len())
+            .filter(|&o| o != r)
+            .map(|o| self.router_wan(o).to_string())
+            .collect();
+        let first = |line: &str, key: &str| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(key))
+                .map(str::to_owned)
+        };
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|line| {
+                first(line, "dst=").as_deref() == Some(wan.as_str())
+                    && first(line, "src=").is_some_and(|src| others.contains(&src))
+            })
+            .map(str::to_owned)
+            .collect())
+    }
+
     /// Router `r`'s address on the public segment (what its nodes' traffic comes from).
     pub fn router_wan(&self, r: usize) -> Ipv4Addr {
         public(FIRST_ROUTER_HOST + u8::try_from(r).unwrap_or(0))

@@ -55,5 +55,15 @@ pub const RELAY_FRESH: Duration = Duration::from_secs(15);
 /// A relay that said a peer is not registered with it is not used for that peer this long
 /// (unless a pong comes through it).
 pub const GONE_HOLD: Duration = Duration::from_secs(30);
+/// Call-me-maybes a pair exchanges (either side's, each counted by both) without a direct
+/// candidate answering, after which neither pings the other's cold candidates for
+/// [`PUNCH_QUIET`] (`punch`): about two probe rounds of each side.
+pub const PUNCHES_BEFORE_QUIET: u32 = 4;
+/// How long a pair whose punches all failed stays quiet towards each other's cold candidates,
+/// counted from the last call-me-maybe either side sent: Linux's `nf_conntrack_udp_timeout`
+/// (30 s, an unreplied UDP entry), plus half the longest relay round trip a punch waits
+/// (`TX_LIFETIME / 2`, 2.5 s) and a margin. So every entry a lost punch left on a router whose
+/// own input accepts (and the moved mapping of its host) expires before the next punch.
+pub const PUNCH_QUIET: Duration = Duration::from_secs(35);
 /// Another direct candidate replaces a working one only when it is this much faster.
 pub const RTT_HYSTERESIS: Duration = Duration::from_millis(10);

@@ -17,7 +17,7 @@
 //! | `DiscoDirect` ping | from an address peers may send to, within its source budget: pong there; a new address is learned and pinged |
 //! | `DiscoRelayed` ping | pong through the same relay |
 //! | pong | counts only for a tx id we sent to that destination within [`TX_LIFETIME`]; a relay's pong starts the punch a probe round wants (`punch`) |
-//! | call-me-maybe | ping every distinct address in it that peers may send to, at once |
+//! | call-me-maybe | ping every distinct address in it that peers may send to, at once (not while the pair is quiet after [`PUNCHES_BEFORE_QUIET`] failed punches) |
 //! | `RelayUp` / `RelayDown` / `PeerGone` | relays usable or not; peers on a lost relay probe every other |
 //! | `Tick` | due punches, heartbeats, scheduled probe rounds, dead paths, expiry |
 //!

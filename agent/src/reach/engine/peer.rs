@@ -10,7 +10,8 @@ use plexsphere_wire::reach::disco::{PairKey, TxId};
 
 use super::bounds::{
     CANDIDATE_FRESH, DIRECT_DEAD_AFTER, GONE_HOLD, LEARNED_LIFETIME, MAX_LEARNED_CANDIDATES,
-    MAX_OUTSTANDING_TX, MAX_STATE_CANDIDATES, MISSED_PINGS, PING_TIMEOUT, TX_LIFETIME,
+    MAX_OUTSTANDING_TX, MAX_STATE_CANDIDATES, MISSED_PINGS, PING_TIMEOUT, PUNCH_QUIET,
+    PUNCHES_BEFORE_QUIET, TX_LIFETIME,
 };
 use super::guard::{Budget, Replay, Sources};
 use crate::reach::io::{Path, PeerReach};
@@ -126,6 +127,12 @@ pub(super) struct Peer {
     /// When the cold candidates are pinged: half the relay round trip after the relay's pong
     /// (and our call-me-maybe), the moment the peer's answering pings leave its NAT.
     pub punch_at: Option<Instant>,
+    /// Call-me-maybes sent to or received from the peer in the current series of punches
+    /// (since a direct candidate answered, the addresses changed, or the pair was quiet for
+    /// [`PUNCH_QUIET`]).
+    pub punches: u32,
+    /// When the last of them was sent or received.
+    pub last_punch: Option<Instant>,
 }
 
 impl Peer {
@@ -149,6 +156,8 @@ impl Peer {
             warned_version: false,
             punch_wanted: false,
             punch_at: None,
+            punches: 0,
+            last_punch: None,
         };
         peer.set_reach(reach);
         peer
@@ -156,9 +165,13 @@ impl Peer {
 
     /// Takes the peer's newest spec; answers whether its endpoints or home relay changed. Known
     /// candidates keep what they learned; learned ones the state now lists become state ones.
+    /// New endpoints start a new series of punches.
     pub fn set_reach(&mut self, reach: PeerReach) -> bool {
         let changed =
             reach.endpoints != self.reach.endpoints || reach.home_relay != self.reach.home_relay;
+        if reach.endpoints != self.reach.endpoints {
+            self.reset_punches();
+        }
         let mut next: Vec<Candidate> = Vec::new();
         for addr in reach.endpoints.iter().take(MAX_STATE_CANDIDATES) {
             if next.iter().any(|c| c.addr == *addr) {
@@ -210,6 +223,37 @@ impl Peer {
         true
     }
 
+    /// The pair's punches failed [`PUNCHES_BEFORE_QUIET`] times in a row and the last was
+    /// less than [`PUNCH_QUIET`] ago: no cold candidate is pinged (`punch`).
+    pub fn quiet(&self, now: Instant) -> bool {
+        self.punches >= PUNCHES_BEFORE_QUIET
+            && self
+                .last_punch
+                .is_some_and(|at| now.saturating_duration_since(at) < PUNCH_QUIET)
+    }
+
+    /// Counts a call-me-maybe sent or received now; answers whether it may be punched for
+    /// (the first [`PUNCHES_BEFORE_QUIET`] of a series). One after [`PUNCH_QUIET`] of quiet
+    /// starts a new series; one during the quiet extends it.
+    pub fn count_punch(&mut self, now: Instant) -> bool {
+        if self
+            .last_punch
+            .is_some_and(|at| now.saturating_duration_since(at) >= PUNCH_QUIET)
+        {
+            self.punches = 0;
+        }
+        self.last_punch = Some(now);
+        self.punches = self.punches.saturating_add(1);
+        self.punches <= PUNCHES_BEFORE_QUIET
+    }
+
+    /// A new series of punches: a direct candidate answered, or addresses changed (new
+    /// tuples, which no router holds an entry for).
+    pub fn reset_punches(&mut self) {
+        self.punches = 0;
+        self.last_punch = None;
+    }
+
     /// The direct endpoint the peer's path is on, if it is direct.
     fn current(&self) -> Option<SocketAddr> {
         match &self.path {
@@ -249,6 +293,7 @@ impl Peer {
         let rtt = now.saturating_duration_since(sent.at);
         match dest {
             Dest::Direct(addr) => {
+                self.reset_punches();
                 if let Some(c) = self.candidates.iter_mut().find(|c| c.addr == *addr) {
                     c.last_pong = Some(now);
                     c.rtt = Some(rtt);

@@ -123,6 +123,10 @@ impl Engine {
 
     pub(super) fn probe_all(&mut self, now: Instant, out: &mut Vec<Effect>) {
         let keys: Vec<PeerKey> = self.peers.keys().copied().collect();
+        for peer in self.peers.values_mut() {
+            // Our addresses or network changed: new tuples, which no router holds yet.
+            peer.reset_punches();
+        }
         for key in keys {
             self.probe(key, now, out);
         }
@@ -148,8 +152,9 @@ impl Engine {
             .map(|c| c.addr)
             .collect();
         // Every round with a relay ends in a punch, cold candidates or not: its call-me-maybe
-        // brings the peer to our addresses (ours may be new, after roaming).
-        peer.punch_wanted = !relays.is_empty();
+        // brings the peer to our addresses (ours may be new, after roaming). Not while the
+        // pair is quiet after failed punches (`punch`).
+        peer.punch_wanted = !relays.is_empty() && !peer.quiet(now);
         let dests = now_pinged
             .into_iter()
             .map(Dest::Direct)
@@ -338,12 +343,16 @@ impl Engine {
     }
 
     /// "Probe me now at these addresses": ping every distinct one peers may send to at once
-    /// (the peer times its own pings to ours, `punch`).
+    /// (the peer times its own pings to ours, `punch`), unless the pair's punches failed too
+    /// often lately (the peer is told nothing; it counts the same call-me-maybes).
     fn punch(&mut self, key: PeerKey, addrs: Vec<SocketAddr>, now: Instant, out: &mut Vec<Effect>) {
         let addrs = self.usable(addrs);
         let Some(peer) = self.peers.get_mut(&key) else {
             return;
         };
+        if !peer.count_punch(now) {
+            return;
+        }
         // Learning them all before the pings leaves the same candidates and the same pings as
         // learning each just before its ping: `learn` does not read ping state.
         for addr in &addrs {

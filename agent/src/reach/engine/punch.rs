@@ -29,6 +29,15 @@
 //! candidates are pinged at once in the round, as nothing else can reach the peer. A peer that
 //! never answers through any relay (it does not know us yet) is not pinged cold at all until it
 //! does: an untimed ping is what poisons such routers.
+//!
+//! A punch that loses the race anyway (the direct path's one-way delay is shorter than the
+//! error of the timing) leaves such an entry, and every later punch would refresh it. So both
+//! nodes count the pair's call-me-maybes, sent and received (the same messages on both sides),
+//! since a direct candidate last answered (`Peer::count_punch`): past
+//! [`super::PUNCHES_BEFORE_QUIET`] neither punches, nor answers a call-me-maybe with pings,
+//! until [`super::PUNCH_QUIET`] after the last one, when the routers forgot the entries and
+//! the moved mappings; then the next probe round punches again. New addresses on either side
+//! start a new series at once.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -74,10 +83,15 @@ impl Engine {
             return;
         };
         peer.punch_wanted = false;
+        // The peer's call-me-maybe may have ended the series since our probe round.
+        if peer.quiet(now) {
+            return;
+        }
         peer.punch_at = Some(now + rtt / 2);
         if ours.is_empty() {
             return;
         }
+        peer.count_punch(now);
         let mut post = Outbox::new(&mut self.sealer, &mut self.counters, out, now);
         let cmm = Message::CallMeMaybe { addrs: ours };
         post.send(key, peer, Dest::Relay(relay.to_owned()), cmm);

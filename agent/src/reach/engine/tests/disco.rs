@@ -11,9 +11,11 @@ use plexsphere_wire::reach::{public_key, shared_secret};
 use crate::reach::engine::sim::{Net, engine, key_of, secret};
 use crate::reach::engine::{
     MAX_LEARNED_CANDIDATES, MAX_OUTSTANDING_TX, MAX_PINGS_PER_SEC, MAX_PONGS_PER_SEC,
-    MAX_STATE_CANDIDATES, TX_LIFETIME,
+    MAX_STATE_CANDIDATES, PUNCH_QUIET, PUNCHES_BEFORE_QUIET, TX_LIFETIME,
 };
 use crate::reach::io::{Effect, Input, Now, Path, PeerReach, TICK};
+
+const SECOND: Duration = Duration::from_secs(1);
 
 /// One engine (node 0) with node 1 as its peer, and a way to speak as node 1.
 pub(super) struct Lone {
@@ -282,6 +284,48 @@ fn call_me_maybe_pings_every_address_at_once() {
     let out = a.engine.step(input, a.now);
     for addr in addrs {
         assert_eq!(a.pings_to(&out, addr).len(), 1, "{addr}");
+    }
+}
+
+/// A call-me-maybe through the relay r1, naming `addr`; answers the tx ids of the pings to it.
+fn call_me_maybe(a: &mut Lone, addr: SocketAddr) -> Vec<[u8; 12]> {
+    let datagram = a.seal(&Message::CallMeMaybe { addrs: vec![addr] });
+    let input = Input::DiscoRelayed {
+        relay: "r1".into(),
+        src: key_of(2),
+        datagram,
+    };
+    let out = a.engine.step(input, a.now);
+    a.pings_to(&out, addr)
+}
+
+#[test]
+fn punches_past_the_series_ping_nothing_until_the_quiet_ends_or_a_pong_comes() {
+    let addr = SocketAddr::from(([192, 0, 2, 61], 50001));
+    for ends_with_a_pong in [false, true] {
+        let (mut a, _) = Lone::new();
+        let mut last = Vec::new();
+        for n in 0..PUNCHES_BEFORE_QUIET {
+            last = call_me_maybe(&mut a, addr);
+            assert_eq!(last.len(), 1, "punch {n} of the series");
+            a.now.at += SECOND;
+        }
+        assert!(call_me_maybe(&mut a, addr).is_empty(), "the quiet");
+        if ends_with_a_pong {
+            // A direct candidate answers (the last punch passed after all): a new series.
+            let pong = Message::Pong {
+                tx: last[0],
+                observed: a.peer,
+            };
+            a.as_peer(addr, &pong);
+            assert_eq!(a.path(), Path::Direct { endpoint: addr });
+        } else {
+            // A call-me-maybe during the quiet extends it.
+            a.now.at += PUNCH_QUIET - SECOND;
+            assert!(call_me_maybe(&mut a, addr).is_empty(), "still quiet");
+            a.now.at += PUNCH_QUIET;
+        }
+        assert_eq!(call_me_maybe(&mut a, addr).len(), 1, "a new series");
     }
 }
 

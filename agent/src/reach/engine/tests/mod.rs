@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::reach::engine::sim::{Net, is_direct, is_relay};
-use crate::reach::engine::{DIRECT_DEAD_AFTER, HEARTBEAT_INTERVAL, PROBE_INTERVAL};
+use crate::reach::engine::{DIRECT_DEAD_AFTER, HEARTBEAT_INTERVAL, PROBE_INTERVAL, PUNCH_QUIET};
 use crate::reach::io::{Effect, Input, Path, TICK, Transport};
 
 mod disco;
@@ -34,7 +34,7 @@ fn finds_the_direct_path_when_both_directions_pass() {
 fn stays_on_the_home_relay_when_direct_is_dropped_both_ways() {
     for drops in [[true, true], [true, false], [false, true]] {
         let mut net = Net::new(drops);
-        net.run(20 * SECOND);
+        net.run(60 * SECOND);
         for i in 0..2 {
             assert!(
                 is_relay("r1")(&net.nodes[i].path),
@@ -44,17 +44,28 @@ fn stays_on_the_home_relay_when_direct_is_dropped_both_ways() {
             let view = &net.nodes[i].engine.paths()[0];
             assert_eq!(view.rtt_ms, Some(20), "{drops:?}: two 10 ms legs");
         }
-        // While relayed, the direct candidates are probed again on the schedule.
-        let late = net.start + 10 * SECOND;
-        let pings = net.nodes[0]
-            .log
-            .iter()
-            .filter(|(at, e)| *at >= late && matches!(e, Effect::SendDirect { .. }))
-            .count();
-        let rounds = (10 * SECOND).as_secs() / PROBE_INTERVAL.as_secs();
+        // While relayed, the direct candidates are punched for on the schedule: two probe
+        // rounds of each node, then the pair is quiet (`PUNCH_QUIET`), then it punches again.
+        let direct_pings = |from: Duration, to: Duration| {
+            net.nodes[0]
+                .log
+                .iter()
+                .filter(|(at, e)| {
+                    *at >= net.start + from
+                        && *at < net.start + to
+                        && matches!(e, Effect::SendDirect { .. })
+                })
+                .count()
+        };
         assert!(
-            pings as u64 >= rounds,
-            "{drops:?}: {pings} direct pings in 10 s"
+            direct_pings(Duration::ZERO, PROBE_INTERVAL + SECOND) >= 2,
+            "{drops:?}"
+        );
+        let quiet = (PROBE_INTERVAL + SECOND, PROBE_INTERVAL + PUNCH_QUIET);
+        assert_eq!(direct_pings(quiet.0, quiet.1), 0, "{drops:?}: quiet");
+        assert!(
+            direct_pings(quiet.1, 60 * SECOND) >= 1,
+            "{drops:?}: punches again after the quiet"
         );
     }
 }
@@ -98,14 +109,21 @@ fn a_dead_direct_path_falls_back_to_the_relay_within_the_bound() {
 
 #[test]
 fn a_relayed_pair_upgrades_to_direct_when_the_drops_stop() {
+    // Within the first series of punches: at the next probe round.
+    let mut net = Net::new([true, true]);
+    net.run(3 * SECOND);
+    assert!(is_relay("r1")(&net.nodes[0].path));
+    net.drop_direct = [false, false];
+    net.run_until(PROBE_INTERVAL + SECOND, is_direct)
+        .expect("upgraded within one probe interval");
+    assert_eq!(net.nodes[1].path, net.direct_to(1));
+    // During the quiet after a failed series: at the first probe round past it.
     let mut net = Net::new([true, true]);
     net.run(12 * SECOND);
     assert!(is_relay("r1")(&net.nodes[0].path));
     net.drop_direct = [false, false];
-    let took = net
-        .run_until(PROBE_INTERVAL + SECOND, is_direct)
-        .expect("upgraded within one probe interval");
-    assert!(took <= PROBE_INTERVAL + SECOND);
+    net.run_until(PUNCH_QUIET + PROBE_INTERVAL, is_direct)
+        .expect("upgraded after the quiet");
     assert_eq!(net.nodes[1].path, net.direct_to(1));
 }
 
@@ -214,7 +232,7 @@ fn the_journal_says_each_path_change_once_with_the_hostname_and_why() {
         .finish();
     tracing::subscriber::with_default(subscriber, || {
         let mut net = Net::new([true, true]);
-        net.run(8 * SECOND);
+        net.run(3 * SECOND);
         net.drop_direct = [false, false];
         net.run(8 * SECOND);
         net.drop_direct = [true, true];

@@ -1,13 +1,15 @@
 //! The punch through NAT routers whose own input accepts unsolicited datagrams ("EIM, input
 //! accept", [`crate::reach::engine::sim_nat`]): an early ping moves the peer's mapping for good, so
 //! cold candidates are pinged only in a punch both nodes time through a relay; a ping from an
-//! address the peer never advertised is answered there (peer-reflexive).
+//! address the peer never advertised is answered there (peer-reflexive); a pair whose punches
+//! keep failing goes quiet until the routers forget them, then punches again.
 
 use std::net::IpAddr;
 use std::time::Duration;
 
 use crate::reach::engine::sim::{Net, is_direct, is_relay};
-use crate::reach::engine::sim_nat::Router;
+use crate::reach::engine::sim_nat::{CONNTRACK_UDP, Router};
+use crate::reach::engine::{PROBE_INTERVAL, PUNCH_QUIET};
 use crate::reach::io::{Effect, Path};
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -103,27 +105,76 @@ fn a_ping_from_a_moved_mapping_is_answered_where_it_came_from() {
     assert!(view.reason.starts_with("pong in"), "{view:?}");
 }
 
-#[test]
-fn an_entry_an_early_ping_left_on_both_routers_keeps_the_pair_relayed() {
-    // The limit of the timed punch: if both routers already hold entries for the pair's
-    // tuples (an untimed ping of an older plexd, say), every punch refreshes them and the
-    // pair stays on its relay (docs/reach.md).
+/// Both behind accepting routers, and the routers in `poisoned` already hold an entry of their
+/// own for the pair's tuple (a punch that lost the race, or an untimed ping of an older plexd):
+/// the other node's pings to that router's host arrived before the host sent to it.
+fn lost_race(poisoned: &[usize]) -> Net {
     let mut net = Net::unintroduced([false, false], [accepting(0), accepting(1)]);
     let (p0, p1) = (net.public(0).unwrap(), net.public(1).unwrap());
     let now = net.now;
-    for (i, src, dst) in [(0, p1, p0), (1, p0, p1)] {
+    for &i in poisoned {
+        let (src, dst) = if i == 0 { (p1, p0) } else { (p0, p1) };
         if let Some(router) = net.nat[i].as_mut() {
             assert_eq!(router.inbound(src, dst, now), None);
         }
     }
     net.introduce(0);
     net.introduce(1);
-    net.run(30 * SECOND);
-    for i in 0..2 {
+    net
+}
+
+/// The longest gap between two direct datagrams node `i` sent before `until`.
+fn longest_direct_silence(net: &Net, i: usize, until: std::time::Instant) -> Duration {
+    let sends: Vec<std::time::Instant> = net.nodes[i]
+        .log
+        .iter()
+        .filter(|(at, e)| *at <= until && matches!(e, Effect::SendDirect { .. }))
+        .map(|(at, _)| *at)
+        .collect();
+    sends
+        .windows(2)
+        .map(|w| w[1].saturating_duration_since(w[0]))
+        .max()
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_punch_that_lost_the_race_is_tried_again_once_the_routers_forgot_it() {
+    // The failed series (two probe rounds of each side), the quiet, the next probe round and
+    // its punch.
+    let bound = 2 * PROBE_INTERVAL + PUNCH_QUIET + PROBE_INTERVAL + SECOND;
+    for poisoned in [&[1][..], &[0, 1]] {
+        let mut net = lost_race(poisoned);
+        net.run(PROBE_INTERVAL + SECOND);
+        for i in 0..2 {
+            assert!(
+                is_relay("r1")(&net.nodes[i].path),
+                "{poisoned:?}: the first punches refresh the entries; node {i}: {:?}",
+                net.nodes[i].path
+            );
+        }
+        let took = net.run_until(bound, is_direct);
         assert!(
-            is_relay("r1")(&net.nodes[i].path),
-            "node {i}: {:?}",
-            net.nodes[i].path
+            took.is_some(),
+            "{poisoned:?}: still {:?} / {:?}",
+            net.nodes[0].path,
+            net.nodes[1].path
         );
+        for i in 0..2 {
+            let want = net.public(1 - i).map(|endpoint| Path::Direct { endpoint });
+            assert_eq!(
+                Some(net.nodes[i].path.clone()),
+                want,
+                "{poisoned:?} node {i}: the entries and the moved mappings expired"
+            );
+            // Neither side sent a direct datagram while the routers forgot the lost punch.
+            let silence = longest_direct_silence(&net, i, net.now);
+            assert!(
+                silence >= CONNTRACK_UDP,
+                "{poisoned:?} node {i}: quiet for only {silence:?}"
+            );
+        }
+        net.run(20 * SECOND);
+        assert!(is_direct(&net.nodes[0].path) && is_direct(&net.nodes[1].path));
     }
 }
