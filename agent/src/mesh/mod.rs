@@ -68,7 +68,8 @@ use diff::MeshChange;
 pub use setup::{NodeSetup, OpenError};
 
 /// The data plane `wireguard.backend` asks for. `auto` prefers the kernel module and falls
-/// back to the embedded userspace data plane, saying why.
+/// back to the embedded userspace data plane, saying why: when the module cannot be used, or
+/// when `nft` (which the kernel backend's policy filter needs) is not on the `PATH`.
 #[cfg(target_os = "linux")]
 pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<Box<dyn Mesh>, OpenError> {
     match cfg.backend {
@@ -88,6 +89,16 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<Box<dyn Mesh>, Op
         },
         Backend::Userspace => {
             no_kernel_table(cfg);
+            Ok(Box::new(userspace::open(cfg, node)?))
+        }
+        // The kernel backend filters peers' traffic with nft; without it the filter could
+        // only stay closed, so `auto` takes the userspace data plane, which filters itself.
+        Backend::Auto if nft::find_nft(std::env::var_os("PATH").as_deref()).is_none() => {
+            tracing::warn!(
+                interface = %cfg.interface,
+                "the kernel backend filters peers' traffic with {}, which is not on PATH (install Debian's nftables package to use it); using the userspace data plane",
+                nft::NFT
+            );
             Ok(Box::new(userspace::open(cfg, node)?))
         }
         Backend::Auto => match kernel::open(cfg, node) {

@@ -435,3 +435,42 @@ fn the_mesh_interface_forwards_only_replies() {
         "C's flow out gets its replies"
     );
 }
+
+/// A minimal root (debootstrap's minbase, many container images) has no `/etc/protocols`
+/// (Debian's `netbase`), and nft resolves a protocol name it has no keyword for through that
+/// file: a table naming `ipv6-icmp` is refused there, and plexd's filter stays closed. Every
+/// table plexd writes (the policy's, with ICMP and other protocols granted, and a router's)
+/// must load with `/etc/protocols` empty.
+#[test]
+fn the_tables_load_on_a_host_without_etc_protocols() {
+    // The sample's grant 2 lets ICMP through; a peer on grant 3 brings the other-protocols rule.
+    let mut view = super::nft_tests::sample();
+    view.peers.push(peer(4, &["10.64.0.5"], Some(3), None));
+    let tables = [
+        ("policy", nft::ruleset("plx0", Some(&view))),
+        (
+            "router",
+            nft::ruleset("plx0", Some(&super::nft_routes_tests::routed())),
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for (name, table) in tables {
+        assert!(table.contains("icmpv6"), "{name}: {table}");
+        let file = dir.path().join(format!("{name}.nft"));
+        std::fs::write(&file, &table).unwrap();
+        // A mount namespace of its own, where /etc/protocols is empty; `nft -c` checks the
+        // table against the kernel without changing anything.
+        let out = Command::new("unshare")
+            .args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg("mount --bind /dev/null /etc/protocols && nft -c -f \"$1\"")
+            .arg("sh")
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "the {name} table does not load without /etc/protocols: {}\n{table}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

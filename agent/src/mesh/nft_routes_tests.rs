@@ -49,13 +49,13 @@ fn a_router_forwards_a_clients_flows_by_the_grant_of_the_longest_prefix() {
         "{r}"
     );
     assert!(r.contains("  chain fwd_0 {\n    ip daddr vmap { 10.1.0.0-10.1.0.15 : jump in_1, 10.1.0.16-10.1.0.255 : jump in_0 }\n  }"), "{r}");
-    assert!(r.contains("  chain in_0 {\n    tcp dport { 5432 } accept\n    meta l4proto { icmp, ipv6-icmp } accept\n  }"), "{r}");
+    assert!(r.contains("  chain in_0 {\n    tcp dport { 5432 } accept\n    meta l4proto { icmp, icmpv6 } accept\n  }"), "{r}");
     assert!(
         r.contains("  chain in_1 {\n    tcp dport { 22 } accept\n  }"),
         "{r}"
     );
     // Every packet from the mesh is checked; the rest is logged and dropped.
-    assert!(r.contains("  chain mesh_fwd {\n    ct direction reply accept\n    ct state related meta l4proto { icmp, ipv6-icmp } accept\n    ip saddr vmap @fwd4\n    ip6 saddr vmap @fwd6\n    limit rate 5/second burst 10 packets log prefix \"plexd-policy drop: \" level info\n    counter drop\n  }"), "{r}");
+    assert!(r.contains("  chain mesh_fwd {\n    ct direction reply accept\n    ct state related meta l4proto { icmp, icmpv6 } accept\n    ip saddr vmap @fwd4\n    ip6 saddr vmap @fwd6\n    limit rate 5/second burst 10 packets log prefix \"plexd-policy drop: \" level info\n    counter drop\n  }"), "{r}");
     assert!(r.contains("  chain forward {\n    type filter hook forward priority filter; policy accept;\n    iifname \"wg0\" jump mesh_fwd\n    oifname \"wg0\" jump mesh_fwd_out\n  }"), "{r}");
     assert!(!r.contains("established"), "{r}");
     // The router's own address inside a served prefix: the same grant, before the check
@@ -79,7 +79,7 @@ fn a_router_lets_back_only_replies_its_grants_still_hold_and_nothing_a_lan_host_
     );
     // The served prefixes, merged.
     assert!(r.contains("  set served4 {\n    type ipv4_addr\n    flags interval\n    elements = { 10.1.0.0-10.1.0.255 }\n  }"), "{r}");
-    assert!(r.contains("  chain mesh_fwd_out {\n    ct state related meta l4proto { icmp, ipv6-icmp } accept\n    ct direction reply ip daddr vmap @rep4\n    ct direction reply ip6 daddr vmap @rep6\n    ct direction reply counter drop\n    jump route_out\n  }"), "{r}");
+    assert!(r.contains("  chain mesh_fwd_out {\n    ct state related meta l4proto { icmp, icmpv6 } accept\n    ct direction reply ip daddr vmap @rep4\n    ct direction reply ip6 daddr vmap @rep6\n    ct direction reply counter drop\n    jump route_out\n  }"), "{r}");
     // A served host's own flow into the mesh: dropped after source NAT (so this host's
     // masqueraded flows, its containers', still pass).
     assert!(r.contains("  chain postrouting {\n    type filter hook postrouting priority srcnat + 10; policy accept;\n    oifname \"wg0\" ct direction original ip saddr @served4 counter drop\n    oifname \"wg0\" ct direction original ip6 saddr @served6 counter drop\n  }"), "{r}");
@@ -97,7 +97,7 @@ fn a_client_opens_only_granted_flows_into_a_route_and_takes_only_their_replies()
     assert!(r.contains("  map rsrc4 {\n    type ipv4_addr : verdict\n    flags interval\n    elements = { 10.2.0.0-10.2.255.255 : jump out_0 }\n  }"), "{r}");
     assert!(r.contains("    ct direction reply ip6 saddr vmap @out6\n    ct direction reply ip saddr vmap @rsrc4\n    ct direction reply ip6 saddr vmap @rsrc6\n"), "{r}");
     assert!(r.contains("  chain output {\n    type filter hook output priority filter; policy accept;\n    oifname \"wg0\" jump route_out\n  }"), "{r}");
-    assert!(r.contains("  chain route_out {\n    ct state related meta l4proto { icmp, ipv6-icmp } accept\n    ip daddr vmap @rdst4\n    ip6 daddr vmap @rdst6\n  }"), "{r}");
+    assert!(r.contains("  chain route_out {\n    ct state related meta l4proto { icmp, icmpv6 } accept\n    ip daddr vmap @rdst4\n    ip6 daddr vmap @rdst6\n  }"), "{r}");
     assert_eq!(r.matches("hook ").count(), 4, "{r}");
 }
 

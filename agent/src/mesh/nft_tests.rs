@@ -58,7 +58,7 @@ pub(crate) fn view(own: &[&str], grants: Vec<Grant>, peers: Vec<PeerView>) -> No
 
 /// web may open tcp 5432 and 8000-8100 here; this node may open anything tcp on ci; mon may
 /// ping in both directions; grant 3 is unused.
-fn sample() -> NodeView {
+pub(super) fn sample() -> NodeView {
     view(
         &["10.64.0.2", "fd00::2"],
         vec![
@@ -117,7 +117,7 @@ fn inbound_grants_check_the_destination_port_of_every_packet_the_peer_sends() {
         r.contains("  chain in_0 {\n    tcp dport { 5432, 8000-8100 } accept\n  }"),
         "{r}"
     );
-    assert!(r.contains("  chain in_2 {\n    udp dport { 53 } accept\n    meta l4proto { icmp, ipv6-icmp } accept\n  }"), "{r}");
+    assert!(r.contains("  chain in_2 {\n    udp dport { 53 } accept\n    meta l4proto { icmp, icmpv6 } accept\n  }"), "{r}");
     // Established flows are not waved through: the vmap lines carry no `ct state`.
     assert!(r.contains("    ct direction original ip saddr vmap @in4\n"));
     assert!(r.contains("    ct direction original ip6 saddr vmap @in6\n"));
@@ -160,7 +160,7 @@ fn other_protocols_only_where_a_grant_says_any() {
     );
     let r = ruleset("wg0", Some(&v));
     assert!(
-        r.contains("    meta l4proto != { tcp, udp, icmp, ipv6-icmp } accept\n"),
+        r.contains("    meta l4proto != { tcp, udp, icmp, icmpv6 } accept\n"),
         "{r}"
     );
     assert!(!ruleset("wg0", Some(&sample())).contains("l4proto !="));
@@ -234,4 +234,28 @@ fn size_grows_with_peers_not_peers_times_ranges() {
     assert_eq!(r.matches("1000-1005").count(), 1);
     assert_eq!(r.matches(" : jump in_0").count(), 1000);
     assert!(r.len() < 40_000, "{} bytes", r.len());
+}
+
+/// `wireguard.backend: auto` asks whether nft is on the PATH before it picks the kernel
+/// backend: an executable file named nft in any PATH directory counts; a directory, a file
+/// without an execute bit, or no such file does not.
+#[test]
+fn nft_is_found_only_as_an_executable_file_on_the_path() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let empty = tempfile::tempdir().unwrap();
+    let not_exec = tempfile::tempdir().unwrap();
+    let a_dir = tempfile::tempdir().unwrap();
+    let good = tempfile::tempdir().unwrap();
+    std::fs::write(not_exec.path().join("nft"), "").unwrap();
+    std::fs::create_dir(a_dir.path().join("nft")).unwrap();
+    let nft = good.path().join("nft");
+    std::fs::write(&nft, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&nft, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = |dirs: &[&std::path::Path]| std::env::join_paths(dirs).unwrap();
+
+    let without = path(&[empty.path(), not_exec.path(), a_dir.path()]);
+    assert_eq!(super::nft::find_nft(Some(&without)), None);
+    let with = path(&[empty.path(), not_exec.path(), a_dir.path(), good.path()]);
+    assert_eq!(super::nft::find_nft(Some(&with)), Some(nft));
+    assert_eq!(super::nft::find_nft(None), None, "no PATH at all");
 }

@@ -55,6 +55,18 @@ use ruleset::{filter_ruleset, valid_iface};
 /// The program plexd runs (Debian's `nftables` package).
 pub const NFT: &str = "nft";
 
+/// Where [`NFT`] is on the `PATH` given (`std::env::var_os("PATH")` for this process), if it is
+/// an executable file there. The kernel backend filters with it; `wireguard.backend: auto`
+/// asks before it picks the kernel.
+pub fn find_nft(path: Option<&std::ffi::OsStr>) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::env::split_paths(path?)
+        .map(|dir| dir.join(NFT))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
 /// Why the filter could not be installed or removed.
 #[derive(Debug, thiserror::Error)]
 pub enum NftError {

@@ -154,7 +154,7 @@ impl Routes {
             }
         }
         out.push_str(
-            "  chain route_out {\n    ct state related meta l4proto { icmp, ipv6-icmp } accept\n    ip daddr vmap @rdst4\n    ip6 daddr vmap @rdst6\n  }\n",
+            "  chain route_out {\n    ct state related meta l4proto { icmp, icmpv6 } accept\n    ip daddr vmap @rdst4\n    ip6 daddr vmap @rdst6\n  }\n",
         );
         // Router: per client, its prefixes with their grants, both ways.
         let mut from: [Vec<String>; 2] = Default::default();
@@ -213,13 +213,13 @@ impl Routes {
         // errors about tracked flows, a client's granted flows; the rest dropped.
         let _ = writeln!(
             out,
-            "  chain mesh_fwd {{\n    ct direction reply accept\n    ct state related meta l4proto {{ icmp, ipv6-icmp }} accept\n    ip saddr vmap @fwd4\n    ip6 saddr vmap @fwd6\n    limit rate {LOG_PER_SECOND}/second burst {} packets log prefix \"{LOG_PREFIX}\" level info\n    counter drop\n  }}",
+            "  chain mesh_fwd {{\n    ct direction reply accept\n    ct state related meta l4proto {{ icmp, icmpv6 }} accept\n    ip saddr vmap @fwd4\n    ip6 saddr vmap @fwd6\n    limit rate {LOG_PER_SECOND}/second burst {} packets log prefix \"{LOG_PREFIX}\" level info\n    counter drop\n  }}",
             LOG_PER_SECOND * 2
         );
         // To the mesh: replies only while the client's grant holds them; the client's own
         // routes checked like its output.
         out.push_str(
-            "  chain mesh_fwd_out {\n    ct state related meta l4proto { icmp, ipv6-icmp } accept\n    ct direction reply ip daddr vmap @rep4\n    ct direction reply ip6 daddr vmap @rep6\n    ct direction reply counter drop\n    jump route_out\n  }\n",
+            "  chain mesh_fwd_out {\n    ct state related meta l4proto { icmp, icmpv6 } accept\n    ct direction reply ip daddr vmap @rep4\n    ct direction reply ip6 daddr vmap @rep6\n    ct direction reply counter drop\n    jump route_out\n  }\n",
         );
     }
 }

@@ -110,10 +110,10 @@ fn grant_chain(out: &mut String, name: &str, g: &Grant, port: &str) {
         }
     }
     if g.access.icmp {
-        out.push_str("    meta l4proto { icmp, ipv6-icmp } accept\n");
+        out.push_str("    meta l4proto { icmp, icmpv6 } accept\n");
     }
     if g.access.other {
-        out.push_str("    meta l4proto != { tcp, udp, icmp, ipv6-icmp } accept\n");
+        out.push_str("    meta l4proto != { tcp, udp, icmp, icmpv6 } accept\n");
     }
     out.push_str("  }\n");
 }
@@ -202,7 +202,7 @@ pub(super) fn filter_ruleset(iface: &str, view: &NodeView) -> String {
         }
     }
     out.push_str(
-        "    ct state related meta l4proto { icmp, ipv6-icmp } accept\n\
+        "    ct state related meta l4proto { icmp, icmpv6 } accept\n\
          \x20   ct direction original ip saddr vmap @in4\n\
          \x20   ct direction original ip6 saddr vmap @in6\n\
          \x20   ct direction reply ip saddr vmap @out4\n\
