@@ -95,6 +95,13 @@ fn routes_the_exit_and_the_router_come_out_byte_for_byte() {
     in_fresh_netns(|| {
         lab();
         let before = snapshot();
+        // The sysctls as this namespace started with them (a new namespace copies the host's
+        // forwarding setting, which a host that routes for its guests has on).
+        let sysctls_before: Vec<String> = FORWARDING
+            .iter()
+            .chain([&super::router::SRC_VALID_MARK])
+            .map(|f| std::fs::read_to_string(f).unwrap())
+            .collect();
         let mesh = net("10.77.0.0/16");
         let peers = [
             peer(3, "r", &["10.77.0.3/32", "10.1.0.0/24", "fd12:3456::/48"]),
@@ -182,9 +189,13 @@ fn routes_the_exit_and_the_router_come_out_byte_for_byte() {
         assert_eq!(host.apply(&again, &exempt), Vec::<String>::new());
         std::mem::forget(host);
         // (forwarding stays on after a crash: the values found are only in memory.)
-        std::fs::write(FORWARDING[0], "0").unwrap();
-        std::fs::write(FORWARDING[1], "0").unwrap();
-        std::fs::write(super::router::SRC_VALID_MARK, "0").unwrap();
+        for (f, v) in FORWARDING
+            .iter()
+            .chain([&super::router::SRC_VALID_MARK])
+            .zip(&sysctls_before)
+        {
+            std::fs::write(f, v).unwrap();
+        }
         let mut host = Host::start("pxr0", mesh, vec![51820]);
         assert_eq!(
             snapshot(),
