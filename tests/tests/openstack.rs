@@ -303,8 +303,13 @@ fn a_nova_server_made_by_the_broker_enrols_meshes_and_is_deleted() {
     } else {
         // The machine Nova would have booted, from what Nova stored: it enrols, and the
         // resource goes Ready with its node.
-        let guest =
-            boot_as_nova_would(&tmp.path().join("guest"), &bridge, host_ip, &server_id, user_data);
+        let guest = boot_as_nova_would(
+            &tmp.path().join("guest"),
+            &bridge,
+            host_ip,
+            &server_id,
+            user_data,
+        );
         let ready = wait_phase(cp, &id, "Ready");
         assert_eq!(
             history(&ready),
