@@ -155,6 +155,31 @@ fn delete_and_check_gone(cp: &ControlPlane, lab: &OpenStackLab, id: &str) {
     );
 }
 
+/// Waits until the resource is Ready (through Pending, Provisioning and Enrolling) and the
+/// guest's console, as `console` reads it, shows plexd join's `node_id:` (of the resource's
+/// node) and `mesh_ip:` lines; the node's id.
+fn ready_with_join_lines(
+    cp: &ControlPlane,
+    id: &str,
+    bound: Duration,
+    console: impl Fn() -> anyhow::Result<String>,
+) -> String {
+    let ready = wait_phase_within(cp, id, "Ready", bound);
+    assert_eq!(
+        history(&ready),
+        ["Pending", "Provisioning", "Enrolling", "Ready"],
+        "{ready}"
+    );
+    let node_id = ready["node_id"].as_str().unwrap().to_owned();
+    let text = wait_until(BOUND, "plexd join's lines in the console log", || {
+        let c = console()?;
+        Ok(c.contains("mesh_ip: ").then_some(c))
+    })
+    .unwrap();
+    assert!(text.contains(&format!("node_id: {node_id}")), "{text}");
+    node_id
+}
+
 /// Destroys the machine that played the Nova server, however the test ends.
 struct Guest(plexsphere_nspawn::Machine);
 
@@ -274,22 +299,7 @@ fn a_nova_server_made_by_the_broker_enrols_meshes_and_is_deleted() {
         // Nova booted the guest itself (libvirt, qemu): it enrols, its console (read through
         // Nova, as an operator would) shows plexd join's lines, and the host node reaches it
         // over the mesh.
-        let ready = wait_phase_within(cp, &id, "Ready", GUEST_BOUND);
-        assert_eq!(
-            history(&ready),
-            ["Pending", "Provisioning", "Enrolling", "Ready"],
-            "{ready}"
-        );
-        let node_id = ready["node_id"].as_str().unwrap().to_owned();
-        let console = wait_until(BOUND, "plexd join's lines in Nova's console log", || {
-            let c = lab.console_log(&server_id)?;
-            Ok(c.contains("mesh_ip: ").then_some(c))
-        })
-        .unwrap();
-        assert!(
-            console.contains(&format!("node_id: {node_id}")),
-            "{console}"
-        );
+        let node_id = ready_with_join_lines(cp, &id, GUEST_BOUND, || lab.console_log(&server_id));
         let guest_mesh_ip = cp.node(&node_id).unwrap()["mesh_ip"]
             .as_str()
             .unwrap()
@@ -310,22 +320,9 @@ fn a_nova_server_made_by_the_broker_enrols_meshes_and_is_deleted() {
             &server_id,
             user_data,
         );
-        let ready = wait_phase(cp, &id, "Ready");
-        assert_eq!(
-            history(&ready),
-            ["Pending", "Provisioning", "Enrolling", "Ready"],
-            "{ready}"
-        );
-        let node_id = ready["node_id"].as_str().unwrap().to_owned();
-        let console = wait_until(BOUND, "plexd join's lines in the console log", || {
-            let c = std::fs::read_to_string(guest.0.console_path()).unwrap_or_default();
-            Ok(c.contains("mesh_ip: ").then_some(c))
-        })
-        .unwrap();
-        assert!(
-            console.contains(&format!("node_id: {node_id}")),
-            "{console}"
-        );
+        ready_with_join_lines(cp, &id, BOUND, || {
+            Ok(std::fs::read_to_string(guest.0.console_path()).unwrap_or_default())
+        });
         // It reaches the host node over the mesh.
         wait_until(BOUND, "a ping over the mesh from the Nova server", || {
             let out = guest
