@@ -7,6 +7,12 @@
 # and then runs the agent script the test wrote there (tests/src/qemu.rs).
 #
 # Usage: scripts/kernel-guest.sh        prints `vmlinuz=PATH` and `initrd=PATH`
+#        scripts/kernel-guest.sh --disk-root
+#                                      prints `vmlinuz=PATH`, `initrd=PATH` and `modules=DIR`:
+#                                      the same kernel with an initrd that loads virtio-blk and
+#                                      ext4 and switches to the ext4 root on /dev/vda (the
+#                                      OpenStack lab's guest, scripts/openstack-lab), and the
+#                                      kernel's module tree for that root
 # Cache: $PLEXSPHERE_KERNEL_CACHE, default /var/cache/plexsphere/kernel (the .deb, the extracted
 # tree and <version>/{vmlinuz,initrd.img}); a second run only prints the paths.
 # Needs: apt-get (the package download), dpkg-deb, depmod/modprobe (kmod), cpio, gzip,
@@ -16,6 +22,14 @@ set -euo pipefail
 cache=${PLEXSPHERE_KERNEL_CACHE:-/var/cache/plexsphere/kernel}
 self=$(readlink -f "$0")
 die() { echo "kernel-guest: $*" >&2; exit 1; }
+disk_root=0
+case ${1:-} in
+  "") ;;
+  --disk-root) disk_root=1 ;;
+  *) die "unknown argument $1 (expected nothing or --disk-root)" ;;
+esac
+initrd_name=initrd.img
+((disk_root)) && initrd_name=initrd-disk.img
 
 for tool in dpkg-deb depmod modprobe cpio gzip; do
   command -v "$tool" >/dev/null || die "$tool is missing: run scripts/deps.sh (packages kmod, cpio, gzip, dpkg)"
@@ -37,9 +51,14 @@ if [[ -z $pkg ]]; then
 fi
 version=${pkg#linux-image-}
 out=$cache/$version
-if [[ -s $out/vmlinuz && -s $out/initrd.img && $out/initrd.img -nt $self ]]; then
+tree=$cache/tree-$version
+report() {
   echo "vmlinuz=$out/vmlinuz"
-  echo "initrd=$out/initrd.img"
+  echo "initrd=$out/$initrd_name"
+  if ((disk_root)); then echo "modules=$tree/lib/modules/$version"; fi
+}
+if [[ -s $out/vmlinuz && -s $out/$initrd_name && $out/$initrd_name -nt $self ]]; then
+  report
   exit 0
 fi
 
@@ -50,7 +69,6 @@ if [[ -z $deb ]]; then
     die "apt-get download $pkg failed (no network or no apt lists: apt-get update)"
   deb=$(ls -1 "$cache/${pkg}"_*.deb | tail -n 1)
 fi
-tree=$cache/tree-$version
 if [[ ! -f $tree/boot/vmlinuz-$version ]]; then
   rm -rf "$tree"
   dpkg-deb -x "$deb" "$tree"
@@ -61,17 +79,57 @@ stage=$(mktemp -d "$cache/initrd-stage.XXXXXX")
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage"/{bin,dev,proc,sys,newroot,modules}
 cp /bin/busybox "$stage/bin/busybox"
-# Every module, once, in dependency order.
-: >"$stage/modules.order"
+# stage_modules MODULE...: every module named and what it needs, once, in dependency order,
+# in the initrd's /modules with their load order in /modules.order.
+stage_modules() {
+  : >"$stage/modules.order"
+  local m ko name
+  for m in "$@"; do
+    modprobe -d "$tree" -S "$version" --show-depends "$m" | awk '$1 == "insmod" {print $2}'
+  done | awk '!seen[$0]++' | while read -r ko; do
+    name=$(basename "$ko")
+    cp "$ko" "$stage/modules/$name"
+    echo "$name" >>"$stage/modules.order"
+  done
+}
+# pack: the staged initrd into $out/$initrd_name, and the kernel beside it.
+pack() {
+  chmod 0755 "$stage/init"
+  mkdir -p "$out"
+  cp "$tree/boot/vmlinuz-$version" "$out/vmlinuz"
+  (cd "$stage" && find . | cpio -o -H newc --quiet | gzip -1) >"$out/$initrd_name.tmp"
+  mv "$out/$initrd_name.tmp" "$out/$initrd_name"
+  report
+}
+
+if ((disk_root)); then
+  # crc32c_generic: ext4's checksums need a crc32c, which --show-depends does not list.
+  stage_modules virtio_pci virtio_blk crc32c_generic ext4
+  cat >"$stage/init" <<'INIT'
+#!/bin/busybox sh
+/bin/busybox --install -s /bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+while read -r m; do insmod "/modules/$m" 2>/dev/null || echo "plexguest: insmod $m failed"; done </modules.order
+i=0
+while [ ! -b /dev/vda ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+if ! mount -t ext4 -o rw /dev/vda /newroot; then
+  echo "plexguest: cannot mount /dev/vda as the root"
+  sleep 5
+  poweroff -f
+fi
+mount --move /dev /newroot/dev
+umount /proc /sys
+exec switch_root /newroot /sbin/init
+INIT
+  pack
+  exit 0
+fi
+
 # nf_tables and what plexd's policy table uses (mesh::nft): conntrack state (nft_ct), the
 # drop log's rate (nft_limit) and the log itself (nft_log, nf_log_syslog).
-for m in virtio_pci virtio_net 9pnet_virtio 9p wireguard nf_tables nft_ct nft_limit nft_log nf_log_syslog; do
-  modprobe -d "$tree" -S "$version" --show-depends "$m" | awk '$1 == "insmod" {print $2}'
-done | awk '!seen[$0]++' | while read -r ko; do
-  name=$(basename "$ko")
-  cp "$ko" "$stage/modules/$name"
-  echo "$name" >>"$stage/modules.order"
-done
+stage_modules virtio_pci virtio_net 9pnet_virtio 9p wireguard nf_tables nft_ct nft_limit nft_log nf_log_syslog
 grep -q '^wireguard.ko' "$stage/modules.order" || die "no wireguard.ko in $pkg"
 
 cat >"$stage/init" <<'INIT'
@@ -94,11 +152,4 @@ mount -t 9p -o trans=virtio,version=9p2000.L,rw,msize=262144 work "/newroot$work
 echo "plexguest: kernel $(uname -r), root shared, work at $work"
 exec chroot /newroot /bin/sh "$work/agent.sh"
 INIT
-chmod 0755 "$stage/init"
-
-mkdir -p "$out"
-cp "$tree/boot/vmlinuz-$version" "$out/vmlinuz"
-(cd "$stage" && find . | cpio -o -H newc --quiet | gzip -1) >"$out/initrd.img.tmp"
-mv "$out/initrd.img.tmp" "$out/initrd.img"
-echo "vmlinuz=$out/vmlinuz"
-echo "initrd=$out/initrd.img"
+pack
