@@ -62,6 +62,20 @@ fn relayed_over(transport: &'static str) -> impl Fn(&PeerPath) -> bool {
 
 /// Node `from` carries its peer `to`, relayed over UDP, inside its userspace data plane: the
 /// peer's WireGuard endpoint is a relay endpoint, not a loopback forwarder (127.0.0.1).
+/// Waits until each node's path to the other is relayed over UDP.
+fn wait_relayed_over_udp_both_ways(lab: &ReachLab) {
+    for (from, to) in [(0, 1), (1, 0)] {
+        lab.wait_path(
+            from,
+            to,
+            "relayed over UDP",
+            PATH_BOUND,
+            relayed_over("udp"),
+        )
+        .unwrap();
+    }
+}
+
 fn no_forwarder(lab: &ReachLab, from: usize, to: usize) {
     let p = lab.path(from, to).unwrap().unwrap();
     assert!(
@@ -124,16 +138,7 @@ fn both_behind_eim_punch_a_direct_path() {
 #[test]
 fn both_behind_edm_are_relayed_over_udp() {
     let lab = lab(&[NatMode::Edm, NatMode::Edm]);
-    for (from, to) in [(0, 1), (1, 0)] {
-        lab.wait_path(
-            from,
-            to,
-            "relayed over UDP",
-            PATH_BOUND,
-            relayed_over("udp"),
-        )
-        .unwrap();
-    }
+    wait_relayed_over_udp_both_ways(&lab);
     mesh_carries_traffic(&lab);
     // Still relayed after the traffic: no direct path was possible.
     for (from, to) in [(0, 1), (1, 0)] {
@@ -187,16 +192,7 @@ fn both_behind_eim_input_accept_let_the_routers_forget_a_lost_punch() {
         2 * PROBE_INTERVAL.as_secs() + PUNCH_QUIET.as_secs() + PROBE_INTERVAL.as_secs(),
     );
     let lab = lab(&[NatMode::EimInputAccept, NatMode::EimInputAccept]);
-    for (from, to) in [(0, 1), (1, 0)] {
-        lab.wait_path(
-            from,
-            to,
-            "relayed over UDP",
-            PATH_BOUND,
-            relayed_over("udp"),
-        )
-        .unwrap();
-    }
+    wait_relayed_over_udp_both_ways(&lab);
     let own = || -> anyhow::Result<Vec<String>> {
         let mut all = lab.topo.routers_own_udp_entries(0)?;
         all.extend(lab.topo.routers_own_udp_entries(1)?);
@@ -253,16 +249,7 @@ fn one_behind_a_udp_dropping_router_is_relayed_over_tcp() {
 #[test]
 fn one_edm_and_one_eim_are_relayed() {
     let lab = lab(&[NatMode::Edm, NatMode::Eim]);
-    for (from, to) in [(0, 1), (1, 0)] {
-        lab.wait_path(
-            from,
-            to,
-            "relayed over UDP",
-            PATH_BOUND,
-            relayed_over("udp"),
-        )
-        .unwrap();
-    }
+    wait_relayed_over_udp_both_ways(&lab);
     mesh_carries_traffic(&lab);
     for (from, to) in [(0, 1), (1, 0)] {
         let p = lab.path(from, to).unwrap().unwrap();
@@ -280,16 +267,7 @@ fn one_edm_and_one_eim_are_relayed() {
 fn relayed_pair_upgrades_to_direct_when_the_nats_allow_it_without_dropping_tcp() {
     const UPGRADE_BOUND: Duration = Duration::from_secs(60);
     let mut lab = lab(&[NatMode::Edm, NatMode::Edm]);
-    for (from, to) in [(0, 1), (1, 0)] {
-        lab.wait_path(
-            from,
-            to,
-            "relayed over UDP",
-            PATH_BOUND,
-            relayed_over("udp"),
-        )
-        .unwrap();
-    }
+    wait_relayed_over_udp_both_ways(&lab);
     lab.wait_ping(0, 1, BOUND).unwrap();
     for (from, to) in [(0, 1), (1, 0)] {
         no_forwarder(&lab, from, to);
