@@ -83,10 +83,6 @@ pub(crate) struct Loop {
     pub(super) said_tcp_only: bool,
 }
 
-fn now() -> Now {
-    Now::system()
-}
-
 fn random_id() -> [u8; 12] {
     use rand_core::RngCore as _;
     let mut id = [0u8; 12];
@@ -95,8 +91,10 @@ fn random_id() -> [u8; 12] {
 }
 
 impl Loop {
-    pub(crate) fn new(setup: RuntimeSetup, shared: Arc<Shared>) -> Self {
-        let t = Instant::now();
+    /// A loop that starts at `now`: its first turn reads the addresses, the handshakes and
+    /// STUN at once.
+    pub(crate) fn new(setup: RuntimeSetup, shared: Arc<Shared>, now: Now) -> Self {
+        let t = now.at;
         Self {
             engine: Engine::new(setup.secret, setup.mesh),
             id: Identity::new(setup.secret),
@@ -138,35 +136,33 @@ impl Loop {
             let wait = next.map_or(TICK, |at| {
                 at.saturating_duration_since(Instant::now()).min(TICK)
             });
-            match rx.recv_timeout(wait) {
-                Ok(Event::Datagram { datagram, from }) => self.datagram(&datagram, from),
-                Ok(Event::Tcp { relay, event }) => self.tcp(relay, event),
-                Ok(Event::Wake) | Err(RecvTimeoutError::Timeout) => {}
+            let first = rx.recv_timeout(wait);
+            // The one clock read of the turn: everything it handles happens at `now`, and the
+            // code below reads no clock.
+            let now = Now::system();
+            match first {
+                Ok(ev) => self.event(ev, now),
+                Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
             }
             // Whatever else queued up meanwhile, without waiting.
             while let Ok(ev) = rx.try_recv() {
-                match ev {
-                    Event::Datagram { datagram, from } => self.datagram(&datagram, from),
-                    Event::Tcp { relay, event } => self.tcp(relay, event),
-                    Event::Wake => {}
-                }
+                self.event(ev, now);
             }
             // Datagrams (relayed WireGuard among them) wake the loop often; the timers and the
             // published views run once per tick.
-            let changed = self.pending();
-            if changed || Instant::now() >= self.next_tick {
-                self.next_tick = Instant::now() + TICK;
-                self.timers();
+            let changed = self.pending(now);
+            if changed || now.at >= self.next_tick {
+                self.next_tick = now.at + TICK;
+                self.timers(now);
                 self.publish();
             } else {
-                let t = Instant::now();
-                if self.engine.poll_timeout().is_some_and(|at| at <= t) {
-                    self.input(Input::Tick);
+                if self.engine.poll_timeout().is_some_and(|at| at <= now.at) {
+                    self.input(Input::Tick, now);
                 }
-                if self.relays_due().is_some_and(|at| at <= t) {
-                    self.stun(t);
-                    self.relays_tick(t);
+                if self.relays_due().is_some_and(|at| at <= now.at) {
+                    self.stun(now);
+                    self.relays_tick(now);
                 }
             }
             self.sync_plane_relays();
@@ -176,15 +172,23 @@ impl Loop {
         tracing::debug!("reach runtime stopped");
     }
 
-    pub(super) fn input(&mut self, input: Input) {
-        self.engine.handle(input, now());
+    fn event(&mut self, event: Event, now: Now) {
+        match event {
+            Event::Datagram { datagram, from } => self.datagram(&datagram, from, now),
+            Event::Tcp { relay, event } => self.tcp(relay, event, now),
+            Event::Wake => {}
+        }
+    }
+
+    pub(super) fn input(&mut self, input: Input, now: Now) {
+        self.engine.handle(input, now);
         while let Some(e) = self.engine.poll_effect() {
-            self.perform(e);
+            self.perform(e, now);
         }
     }
 
     /// Takes what the daemon stored; answers whether there was anything.
-    fn pending(&mut self) -> bool {
+    fn pending(&mut self, now: Now) -> bool {
         let p = std::mem::take(&mut *lock(&self.shared.pending));
         let any = p.peers.is_some()
             || p.relays.is_some()
@@ -193,7 +197,7 @@ impl Loop {
             || !p.effects.is_empty();
         // Before the token: a rotation's new token goes to the connections of the new key.
         if let Some(secret) = p.secret {
-            self.rekey(secret);
+            self.rekey(secret, now);
         }
         if let Some(token) = p.token {
             match serde_json::to_vec(&token) {
@@ -207,13 +211,13 @@ impl Loop {
             }
         }
         if let Some((relays, stun)) = p.relays {
-            self.set_relays(relays, stun);
+            self.set_relays(relays, stun, now);
         }
         if let Some(peers) = p.peers {
-            self.set_peers(peers);
+            self.set_peers(peers, now);
         }
         for e in p.effects {
-            self.perform(e);
+            self.perform(e, now);
         }
         any
     }
@@ -221,7 +225,7 @@ impl Loop {
     /// A key rotation: the disco keys and relay registrations derive from the WireGuard key,
     /// so the engine starts over with the new one (its paths are probed again), every relay
     /// connection registers again, and relayed peers hold until a path is chosen anew.
-    fn rekey(&mut self, secret: [u8; 32]) {
+    fn rekey(&mut self, secret: [u8; 32], now: Now) {
         tracing::info!(
             "reach: the WireGuard key rotated; registering with the relays again and probing every path with the new key"
         );
@@ -238,16 +242,16 @@ impl Loop {
         }
         let specs: Vec<RelaySpec> = self.relays.iter().map(|r| r.spec.clone()).collect();
         if !specs.is_empty() {
-            self.input(Input::Relays(specs));
+            self.input(Input::Relays(specs), now);
         }
         // The next timer pass hands the engine the local addresses again.
         self.local.clear();
-        self.next_addrs = Instant::now();
+        self.next_addrs = now.at;
         let peers = self.peers.clone();
-        self.input(Input::Peers(peers));
+        self.input(Input::Peers(peers), now);
     }
 
-    fn perform(&mut self, effect: Effect) {
+    fn perform(&mut self, effect: Effect, now: Now) {
         match effect {
             Effect::SendDirect { to, datagram } => {
                 if let Err(e) = self.setup.underlay.send(&datagram, to) {
@@ -259,7 +263,7 @@ impl Loop {
                 dst,
                 datagram,
             } => {
-                let t = Instant::now();
+                let t = now.at;
                 let Some(conn) = self.conn(&relay, t) else {
                     tracing::debug!(relay = %relay, "no such relay in the state; disco dropped");
                     return;
@@ -268,7 +272,7 @@ impl Loop {
                     self.send_frame(&relay, &frame);
                 }
             }
-            Effect::SetPath { peer, path } => self.set_path(peer, path),
+            Effect::SetPath { peer, path } => self.set_path(peer, path, now),
             Effect::Candidates {
                 reflexive,
                 home_relay,
@@ -282,17 +286,20 @@ impl Loop {
         }
     }
 
-    fn datagram(&mut self, datagram: &[u8], from: SocketAddr) {
+    fn datagram(&mut self, datagram: &[u8], from: SocketAddr, now: Now) {
         match classify(datagram) {
             Kind::Stun => {
                 if let Some(p) = &mut self.probe {
                     p.handle_datagram(datagram, from);
                 }
             }
-            Kind::Disco => self.input(Input::DiscoDirect {
-                from,
-                datagram: datagram.to_vec(),
-            }),
+            Kind::Disco => self.input(
+                Input::DiscoDirect {
+                    from,
+                    datagram: datagram.to_vec(),
+                },
+                now,
+            ),
             Kind::Relay => {
                 let Some(name) = self
                     .relays
@@ -311,7 +318,7 @@ impl Loop {
                     return;
                 }
                 match Frame::from_datagram(datagram) {
-                    Ok(f) => self.relay_frame(&name, f),
+                    Ok(f) => self.relay_frame(&name, f, now),
                     Err(e) => tracing::debug!(relay = %name, "unreadable relay frame: {e}"),
                 }
             }
@@ -321,8 +328,8 @@ impl Loop {
         }
     }
 
-    fn timers(&mut self) {
-        let t = Instant::now();
+    fn timers(&mut self, now: Now) {
+        let t = now.at;
         if t >= self.next_addrs {
             self.next_addrs = t + ADDRS_EVERY;
             let mut local = (self.setup.local_addrs)();
@@ -332,15 +339,18 @@ impl Loop {
                 let first = self.local.is_empty();
                 self.local = local;
                 let port = (self.setup.listen_port)();
-                self.input(Input::LocalAddrs(
-                    self.local
-                        .iter()
-                        .map(|ip| SocketAddr::new(*ip, port))
-                        .collect(),
-                ));
+                self.input(
+                    Input::LocalAddrs(
+                        self.local
+                            .iter()
+                            .map(|ip| SocketAddr::new(*ip, port))
+                            .collect(),
+                    ),
+                    now,
+                );
                 if !first {
                     tracing::info!("the host's addresses changed; probing every path again");
-                    self.input(Input::NetworkChanged);
+                    self.input(Input::NetworkChanged, now);
                 }
                 self.next_stun = t;
             }
@@ -348,16 +358,17 @@ impl Loop {
         if t >= self.next_handshakes {
             self.next_handshakes = t + HANDSHAKES_EVERY;
             match self.setup.control.handshakes() {
-                Ok(h) => self.input(Input::Handshakes(h)),
+                Ok(h) => self.input(Input::Handshakes(h), now),
                 Err(e) => tracing::debug!("cannot read the handshakes: {e}"),
             }
         }
-        self.stun(t);
-        self.relays_tick(t);
-        self.input(Input::Tick);
+        self.stun(now);
+        self.relays_tick(now);
+        self.input(Input::Tick, now);
     }
 
-    fn stun(&mut self, t: Instant) {
+    fn stun(&mut self, now: Now) {
+        let t = now.at;
         if self.probe.is_none() && t >= self.next_stun {
             self.next_stun = t + STUN_EVERY;
             let mut servers = self.stun_servers.clone();
@@ -381,7 +392,7 @@ impl Loop {
                     stun::nat_report(&answers, &self.local, (self.setup.listen_port)());
                 tracing::debug!(reflexive = ?addrs, nat = ?nat, "STUN done");
                 self.udp_blocked = nat.udp_blocked;
-                self.input(Input::Reflexive { addrs, nat });
+                self.input(Input::Reflexive { addrs, nat }, now);
             }
         }
     }

@@ -34,7 +34,7 @@ pub use self::shared::{
     RELAY_IDLE, RuntimeSetup, STUN_EVERY,
 };
 use self::shared::{Shared, lock, offer};
-use super::io::{Effect, OwnCandidates, PeerPathView, PeerReach, ReachHandle, TICK};
+use super::io::{Effect, Now, OwnCandidates, PeerPathView, PeerReach, ReachHandle, TICK};
 use super::io::{EndpointOwners, Owner};
 use crate::peer_key::PeerKey;
 
@@ -60,7 +60,7 @@ impl Runtime {
         let s = shared.clone();
         let thread = thread::Builder::new()
             .name("plexd-reach".into())
-            .spawn(move || event_loop::Loop::new(setup, s).run(&rx))?;
+            .spawn(move || event_loop::Loop::new(setup, s, Now::system()).run(&rx))?;
         Ok(Arc::new(Self {
             shared,
             thread: Mutex::new(Some(thread)),

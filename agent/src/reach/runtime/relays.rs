@@ -18,13 +18,13 @@ use super::event_loop::{Loop, Relay};
 use super::shared::{Event, Mode, RELAY_IDLE};
 use crate::peer_key::PeerKey;
 use crate::reach::forward::Route;
-use crate::reach::io::{Input, Transport};
+use crate::reach::io::{Input, Now, Transport};
 use crate::reach::relay_client::tcp::{TcpEvent, TcpLink};
 use crate::reach::relay_client::{Note, RelayConn};
 use crate::reach::stun::StunProbe;
 
 impl Loop {
-    pub(super) fn set_relays(&mut self, specs: Vec<RelaySpec>, stun: Vec<SocketAddr>) {
+    pub(super) fn set_relays(&mut self, specs: Vec<RelaySpec>, stun: Vec<SocketAddr>, now: Now) {
         let mut relays = Vec::new();
         for spec in &specs {
             let key = base64::engine::general_purpose::STANDARD
@@ -67,10 +67,10 @@ impl Loop {
             self.links.retain(|name, _| conns.contains_key(name));
             self.relays = relays;
             self.home = 0;
-            self.input(Input::Relays(specs));
+            self.input(Input::Relays(specs), now);
         }
         if changed || stun_changed {
-            self.next_stun = Instant::now();
+            self.next_stun = now.at;
         }
     }
 
@@ -203,15 +203,15 @@ impl Loop {
         }
     }
 
-    pub(super) fn tcp(&mut self, relay: String, event: TcpEvent) {
+    pub(super) fn tcp(&mut self, relay: String, event: TcpEvent, now: Now) {
         match event {
-            TcpEvent::Frame(frame) => self.relay_frame(&relay, frame),
+            TcpEvent::Frame(frame) => self.relay_frame(&relay, frame, now),
             TcpEvent::Closed(why) => {
                 self.links.remove(&relay);
                 self.reroute(&relay);
                 if let Some(c) = self.conns.get_mut(&relay) {
-                    let notes = c.lost(format!("the TCP connection ended: {why}"), Instant::now());
-                    self.notes(&relay, notes);
+                    let notes = c.lost(format!("the TCP connection ended: {why}"), now.at);
+                    self.notes(&relay, notes, now);
                 }
             }
         }
@@ -246,20 +246,19 @@ impl Loop {
         }
     }
 
-    pub(super) fn relay_frame(&mut self, name: &str, frame: Frame) {
-        let t = Instant::now();
+    pub(super) fn relay_frame(&mut self, name: &str, frame: Frame, now: Now) {
         let Some(conn) = self.conns.get_mut(name) else {
             return;
         };
-        let (out, notes) = conn.handle_frame(frame, &self.id, t);
+        let (out, notes) = conn.handle_frame(frame, &self.id, now.at);
         self.floors.insert(name.to_owned(), conn.counter());
         for f in out {
             self.send_frame(name, &f);
         }
-        self.notes(name, notes);
+        self.notes(name, notes, now);
     }
 
-    pub(super) fn notes(&mut self, relay: &str, notes: Vec<Note>) {
+    pub(super) fn notes(&mut self, relay: &str, notes: Vec<Note>, now: Now) {
         for n in notes {
             match n {
                 Note::Up { rtt } => {
@@ -269,36 +268,40 @@ impl Loop {
                     } else {
                         Transport::Udp
                     };
-                    self.input(Input::RelayUp {
-                        relay: relay.to_owned(),
-                        transport,
-                        rtt,
-                    });
+                    self.input(
+                        Input::RelayUp {
+                            relay: relay.to_owned(),
+                            transport,
+                            rtt,
+                        },
+                        now,
+                    );
                     let home = self.relays.get(self.home).map(|r| r.spec.name.as_str());
                     if home == Some(relay) && self.home_up.as_deref() != Some(relay) {
                         self.home_up = Some(relay.to_owned());
-                        self.input(Input::HomeRelay(Some(relay.to_owned())));
+                        self.input(Input::HomeRelay(Some(relay.to_owned())), now);
                     }
                 }
                 Note::Down { why, unanswered } => {
-                    if unanswered
-                        && !self.links.contains_key(relay)
-                        && self.open_tcp(relay, Instant::now())
+                    if unanswered && !self.links.contains_key(relay) && self.open_tcp(relay, now.at)
                     {
                         tracing::info!(relay, "relay {relay}: {why} over UDP; trying TCP");
                         continue;
                     }
                     tracing::warn!(relay, "relay {relay} is down: {why}");
-                    self.input(Input::RelayDown {
-                        relay: relay.to_owned(),
-                        why,
-                    });
+                    self.input(
+                        Input::RelayDown {
+                            relay: relay.to_owned(),
+                            why,
+                        },
+                        now,
+                    );
                     let home = self.relays.get(self.home).map(|r| r.spec.name.clone());
                     if home.as_deref() == Some(relay) && !self.relays.is_empty() {
                         // The next relay of the state becomes the home candidate.
                         self.home = (self.home + 1) % self.relays.len();
                         if self.home_up.take().is_some() {
-                            self.input(Input::HomeRelay(None));
+                            self.input(Input::HomeRelay(None), now);
                         }
                     }
                 }
@@ -316,21 +319,27 @@ impl Loop {
                             self.shared.unknown_src.fetch_add(1, Ordering::Relaxed);
                         }
                     },
-                    (Kind::Disco, Some(src)) => self.input(Input::DiscoRelayed {
-                        relay: relay.to_owned(),
-                        src,
-                        datagram: payload,
-                    }),
+                    (Kind::Disco, Some(src)) => self.input(
+                        Input::DiscoRelayed {
+                            relay: relay.to_owned(),
+                            src,
+                            datagram: payload,
+                        },
+                        now,
+                    ),
                     _ => {
                         self.shared.unknown_src.fetch_add(1, Ordering::Relaxed);
                     }
                 },
                 Note::PeerGone { dst } => {
                     if let Some(dst) = self.key_of(&dst) {
-                        self.input(Input::PeerGone {
-                            relay: relay.to_owned(),
-                            dst,
-                        });
+                        self.input(
+                            Input::PeerGone {
+                                relay: relay.to_owned(),
+                                dst,
+                            },
+                            now,
+                        );
                     }
                 }
             }
@@ -348,7 +357,8 @@ impl Loop {
             .min()
     }
 
-    pub(super) fn relays_tick(&mut self, t: Instant) {
+    pub(super) fn relays_tick(&mut self, now: Now) {
+        let t = now.at;
         // The home candidate keeps a connection; others close when idle.
         if let Some(home) = self.relays.get(self.home).map(|r| r.spec.name.clone()) {
             let _ = self.conn(&home, t);
@@ -367,7 +377,7 @@ impl Loop {
             for f in out {
                 self.send_frame(&name, &f);
             }
-            self.notes(&name, notes);
+            self.notes(&name, notes, now);
         }
     }
 }
