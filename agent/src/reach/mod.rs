@@ -10,10 +10,14 @@
 //!   socket in `underlay`, what the handle and the loop share in `shared`), with [`stun`] (reflexive addresses, NAT report), [`relay_client`]
 //!   (registration and relayed frames; [`relay_client::tcp`] over TCP with TLS) and
 //!   [`forward`] (the loopback forwarders of relayed peers).
+//! - `seeded` (tests only): a random source from a seed, so machines built with it repeat
+//!   byte for byte.
 
 pub mod engine;
 pub mod forward;
 pub mod io;
 pub mod relay_client;
 pub mod runtime;
+#[cfg(test)]
+pub mod seeded;
 pub mod stun;

@@ -15,6 +15,7 @@ use std::time::Instant;
 use plexsphere_wire::node::RelaySpec;
 use plexsphere_wire::reach::relay::{Frame, KeyPrefix};
 use plexsphere_wire::reach::{Kind, classify};
+use rand_core::CryptoRngCore;
 
 use super::shared::{ADDRS_EVERY, Event, HANDSHAKES_EVERY, RuntimeSetup, STUN_EVERY, Shared, lock};
 use crate::peer_key::PeerKey;
@@ -81,13 +82,9 @@ pub(crate) struct Loop {
     pub(super) next_handshakes: Instant,
     pub(super) next_tick: Instant,
     pub(super) said_tcp_only: bool,
-}
-
-fn random_id() -> [u8; 12] {
-    use rand_core::RngCore as _;
-    let mut id = [0u8; 12];
-    rand_core::OsRng.fill_bytes(&mut id);
-    id
+    /// STUN transaction ids (the OS's CSPRNG: an id an off-path host could guess would let
+    /// it answer for a server).
+    pub(super) rng: Box<dyn CryptoRngCore + Send>,
 }
 
 impl Loop {
@@ -121,6 +118,7 @@ impl Loop {
             next_handshakes: t,
             next_tick: t,
             said_tcp_only: false,
+            rng: Box::new(rand_core::OsRng),
         }
     }
 
@@ -374,7 +372,12 @@ impl Loop {
             let mut servers = self.stun_servers.clone();
             servers.extend(self.relays.iter().filter_map(|r| r.udp));
             if !servers.is_empty() {
-                self.probe = Some(StunProbe::new(&servers, t, random_id));
+                let rng = &mut self.rng;
+                self.probe = Some(StunProbe::new(&servers, t, || {
+                    let mut id = [0u8; 12];
+                    rng.fill_bytes(&mut id);
+                    id
+                }));
             }
         }
         let Some(p) = &mut self.probe else { return };
