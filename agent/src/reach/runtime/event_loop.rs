@@ -22,7 +22,7 @@ use crate::peer_key::PeerKey;
 use crate::reach::engine::Engine;
 use crate::reach::forward::{Forwarder, Route};
 use crate::reach::io::{Effect, Input, Now, PeerReach, TICK};
-use crate::reach::relay_client::tcp::TcpLink;
+use crate::reach::relay_client::tcp::{TcpEvent, TcpLink};
 use crate::reach::relay_client::{Identity, RelayConn};
 use crate::reach::stun::{self, Poll, StunProbe};
 
@@ -143,9 +143,15 @@ impl Loop {
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
             }
+            // TCP connections that ended: taken before the queue is drained, so every frame a
+            // connection read before its end (queued before it) is handled first.
+            let closed = std::mem::take(&mut *lock(&self.shared.closed));
             // Whatever else queued up meanwhile, without waiting.
             while let Ok(ev) = rx.try_recv() {
                 self.event(ev, now);
+            }
+            for (relay, why) in closed {
+                self.tcp(relay, TcpEvent::Closed(why), now);
             }
             // Datagrams (relayed WireGuard among them) wake the loop often; the timers and the
             // published views run once per tick.

@@ -15,7 +15,7 @@ use plexsphere_wire::reach::relay::Frame;
 use plexsphere_wire::reach::{Kind, classify};
 
 use super::event_loop::{Loop, Relay};
-use super::shared::{Event, Mode, RELAY_IDLE};
+use super::shared::{Mode, RELAY_IDLE, tcp_sink};
 use crate::peer_key::PeerKey;
 use crate::reach::forward::Route;
 use crate::reach::io::{Input, Now, Transport};
@@ -175,14 +175,8 @@ impl Loop {
             return false;
         };
         let key = r.key;
-        let shared = self.shared.clone();
-        let relay = name.to_owned();
-        let link = TcpLink::open(addr, server_name, tls, move |event| {
-            let _ = shared.events.try_send(Event::Tcp {
-                relay: relay.clone(),
-                event,
-            });
-        });
+        let sink = tcp_sink(self.shared.clone(), name.to_owned());
+        let link = TcpLink::open(addr, server_name, tls, sink);
         match link {
             Ok(link) => {
                 tracing::info!(relay = name, %addr, "relay {name}: over TCP with TLS to {addr}");
