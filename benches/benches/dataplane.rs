@@ -319,13 +319,13 @@ fn handshake(c: &mut Criterion) {
 
 /// One peer's endpoint and allowed IPs replaced on a device with 10k peers.
 fn apply_one_change(c: &mut Criterion) {
-    use plexd_dataplane::{Device, DeviceUpdate, Key, PeerUpdate};
+    use plexd_dataplane::{Device, DeviceUpdate, PeerUpdate, PublicKey};
     let device = Device::new();
     let peers: Vec<PeerUpdate> = (0..10_000u32)
         .map(|i| {
             let mut key = [0u8; 32];
             key[..4].copy_from_slice(&i.to_le_bytes());
-            let mut p = PeerUpdate::new(Key(key));
+            let mut p = PeerUpdate::new(PublicKey(key));
             let host = Ipv4Addr::from(0x0a40_0000 + i);
             p.allowed_ips
                 .push(format!("{host}/32").parse().expect("net"));
@@ -343,7 +343,7 @@ fn apply_one_change(c: &mut Criterion) {
     c.bench_function("device/apply-one-peer-change-at-10k-peers", |b| {
         b.iter(|| {
             port = port.wrapping_add(1);
-            let mut p = PeerUpdate::new(Key([0u8; 32]));
+            let mut p = PeerUpdate::new(PublicKey([0u8; 32]));
             p.endpoint = Some(std::net::SocketAddr::from(([192, 0, 2, 9], port)));
             p.replace_allowed_ips = true;
             p.allowed_ips.push("10.64.0.0/32".parse().expect("net"));

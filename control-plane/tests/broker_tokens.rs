@@ -189,15 +189,8 @@ impl PendingLab {
 
         let dir = tempfile::tempdir().unwrap();
         let certs = plexsphere::tls::ensure_dev_certs(&dir.path().join("tls"), &[]).unwrap();
-        let store = Store::connect(&Store::sqlite_url(dir.path()))
-            .await
-            .unwrap();
-        store.migrate().await.unwrap();
+        let store = common::store::seeded(&Store::sqlite_url(dir.path())).await;
         let now = time::OffsetDateTime::now_utc();
-        let manifest = plexsphere::seed::parse(plexsphere::seed::LAB_SEED, "lab").unwrap();
-        plexsphere::seed::apply(&store, &manifest, "lab", now)
-            .await
-            .unwrap();
         let mut catalog = plexsphere_broker::Catalog::builtin().unwrap();
         let version = catalog.add_text("test:machine.yaml", yaml).unwrap();
         let mut broker = BrokerConfig::new(catalog);

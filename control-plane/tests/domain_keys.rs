@@ -8,19 +8,12 @@
 mod common;
 
 use plexsphere::keys::{Kek, KeyError, Keyring};
-use plexsphere::seed;
 use plexsphere::store::domains::{self, Domain};
 use plexsphere::store::{Store, domain_keys};
 use plexsphere_wire::signed::DomainSigner;
-use time::OffsetDateTime;
 
 async fn seeded(url: &str) -> (Store, Domain) {
-    let store = Store::connect(url).await.unwrap();
-    store.migrate().await.unwrap();
-    let manifest = seed::parse(seed::LAB_SEED, "lab").unwrap();
-    seed::apply(&store, &manifest, "lab", OffsetDateTime::now_utc())
-        .await
-        .unwrap();
+    let store = common::store::seeded(url).await;
     let mut conn = store.acquire().await.unwrap();
     let lab = domains::by_slug(&mut conn, "lab").await.unwrap().unwrap();
     (store, lab)

@@ -307,10 +307,7 @@ async fn upgrading_keeps_single_use_tokens_as_they_were(url: String) {
         .run_to(10, store.pool())
         .await
         .unwrap();
-    let manifest = plexsphere::seed::parse(plexsphere::seed::LAB_SEED, "lab").unwrap();
-    plexsphere::seed::apply(&store, &manifest, "lab", time::OffsetDateTime::now_utc())
-        .await
-        .unwrap();
+    common::store::apply_lab_seed(&store).await;
     let domain: String = sqlx::query("SELECT domain_id FROM projects WHERE id = $1")
         .bind(LAB_NODES)
         .fetch_one(store.pool())

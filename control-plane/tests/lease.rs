@@ -227,13 +227,8 @@ async fn wait_until(what: &str, bound: Duration, mut cond: impl FnMut() -> bool)
 /// A fresh Postgres database with the lab seed and an operator token, for replicas.
 async fn prepared_database() -> Option<(String, String)> {
     let url = common::postgres::scratch_database().await?;
-    let store = Store::connect(&url).await.unwrap();
-    store.migrate().await.unwrap();
+    let store = common::store::seeded(&url).await;
     let now = time::OffsetDateTime::now_utc();
-    let manifest = plexsphere::seed::parse(plexsphere::seed::LAB_SEED, "lab").unwrap();
-    plexsphere::seed::apply(&store, &manifest, "lab", now)
-        .await
-        .unwrap();
     let token = plexsphere::operator_tokens::create(&store, "lm-test", now)
         .await
         .unwrap()

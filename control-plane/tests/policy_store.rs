@@ -26,16 +26,6 @@ async fn lab_domain(store: &Store) -> Uuid {
     id.parse().unwrap()
 }
 
-async fn seeded(url: &str) -> Store {
-    let store = Store::connect(url).await.unwrap();
-    store.migrate().await.unwrap();
-    let manifest = plexsphere::seed::parse(plexsphere::seed::LAB_SEED, "lab").unwrap();
-    plexsphere::seed::apply(&store, &manifest, "lab", time::OffsetDateTime::now_utc())
-        .await
-        .unwrap();
-    store
-}
-
 /// A Domain that existed before version 17 gets the default document as version 1, in
 /// force since the Domain was created, byte for byte the policy crate's constant.
 async fn upgrading_gives_every_domain_the_default_document(url: String) {
@@ -86,7 +76,7 @@ async fn upgrading_to_version_17_on_postgres() {
 /// A Domain created now starts at version 1 = the default; a write that read an older
 /// version stores nothing; history is newest first and paged.
 async fn versions_append_only_from_the_version_read(url: String) {
-    let store = seeded(&url).await;
+    let store = common::store::seeded(&url).await;
     let domain = lab_domain(&store).await;
     let mut conn = store.acquire().await.unwrap();
     let first = policies::current(&mut conn, domain).await.unwrap().unwrap();
@@ -173,7 +163,7 @@ async fn policy_versions_on_postgres() {
 /// Tags on nodes come back with every node query; the inventory holds the live nodes with
 /// their tags and Project slugs, and the tags of tokens that can still make a node.
 async fn tags_reach_the_inventory(url: String) {
-    let store = seeded(&url).await;
+    let store = common::store::seeded(&url).await;
     let domain = lab_domain(&store).await;
     let mut conn = store.acquire().await.unwrap();
     let node = |n: u32, ip: &str| {

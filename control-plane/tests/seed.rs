@@ -1,7 +1,7 @@
 //! Seed manifests against a real SQLite file: idempotence and all-or-nothing refusals.
 #![allow(clippy::unwrap_used)] // test helpers outside #[test] fns
 
-use plexsphere::seed::{self, SeedError};
+use plexsphere::seed::{self, ManifestError, SeedError};
 use plexsphere::store::{Store, domains, projects};
 
 async fn store(dir: &std::path::Path) -> Store {
@@ -76,9 +76,18 @@ async fn a_changed_mesh_cidr_is_refused_and_nothing_is_applied() {
 #[tokio::test]
 async fn sub_ranges_must_sit_inside_and_apart_and_bad_yaml_names_the_line() {
     let outside = "domains:\n  - slug: lab\n    mesh_cidr: 10.64.0.0/16\n    projects:\n      - slug: p\n        sub_range_cidr: 10.99.1.0/24\n";
-    let err = seed::parse(outside, "outside.yaml")
-        .unwrap_err()
-        .to_string();
+    let err = seed::parse(outside, "outside.yaml").unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            SeedError::Invalid {
+                problem: ManifestError::SubRangeOutside { .. },
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let err = err.to_string();
     assert!(
         err.contains("not inside") && err.contains("outside.yaml"),
         "{err}"

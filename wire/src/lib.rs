@@ -12,6 +12,7 @@ pub mod duration;
 pub mod endpoint;
 pub mod error;
 pub mod host;
+pub mod key;
 pub mod node;
 pub mod paths;
 pub mod policy_admin;

@@ -108,18 +108,18 @@ fn v6_net(key: u128, len: u8) -> IpNet {
 }
 
 /// An address as an integer, maskable to a prefix length.
-trait Key: Copy + Eq + std::hash::Hash {
+trait PublicKey: Copy + Eq + std::hash::Hash {
     fn mask(self, len: u8) -> Self;
 }
 
-impl Key for u32 {
+impl PublicKey for u32 {
     #[inline]
     fn mask(self, len: u8) -> Self {
         self & u32::MAX.checked_shl(32 - u32::from(len)).unwrap_or(0)
     }
 }
 
-impl Key for u128 {
+impl PublicKey for u128 {
     #[inline]
     fn mask(self, len: u8) -> Self {
         self & u128::MAX.checked_shl(128 - u32::from(len)).unwrap_or(0)
@@ -136,7 +136,7 @@ struct Table<K, T> {
     present: Vec<u8>,
 }
 
-impl<K: Key, T> Table<K, T> {
+impl<K: PublicKey, T> Table<K, T> {
     fn new(bits: u8) -> Self {
         Self {
             by_len: (0..=bits).map(|_| FastMap::default()).collect(),

@@ -14,7 +14,7 @@ use ipnet::IpNet;
 use ring::rand::{SecureRandom, SystemRandom};
 
 use crate::device::{Device, HANDSHAKE_RATE_LIMIT, State};
-use crate::key::{Key, SecretKey};
+use crate::key::{PublicKey, SecretKey};
 use crate::peer::{DeviceSnapshot, Peer, PeerSnapshot};
 
 /// A change to the device; fields left `None`/empty are left as they are.
@@ -31,7 +31,7 @@ pub struct DeviceUpdate {
 /// A change to one peer, created if it does not exist (unless `update_only`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerUpdate {
-    pub public_key: Key,
+    pub public_key: PublicKey,
     pub remove: bool,
     pub update_only: bool,
     /// `Some(None)` removes the preshared key.
@@ -44,7 +44,7 @@ pub struct PeerUpdate {
 }
 
 impl PeerUpdate {
-    pub fn new(public_key: Key) -> Self {
+    pub fn new(public_key: PublicKey) -> Self {
         Self {
             public_key,
             remove: false,
@@ -82,7 +82,7 @@ fn random_index(taken: &std::collections::HashMap<u32, Arc<Peer>>) -> Result<u32
         .ok_or(ConfigError::IndicesExhausted)
 }
 
-fn remove_peer(state: &mut State, key: &Key) {
+fn remove_peer(state: &mut State, key: &PublicKey) {
     if let Some(peer) = state.peers.remove(key) {
         state.by_index.remove(&peer.index());
         state.routes.retain(|_, p| !Arc::ptr_eq(p, &peer));
@@ -129,7 +129,7 @@ impl Device {
         self.read().listen_port
     }
 
-    pub fn public_key(&self) -> Option<Key> {
+    pub fn public_key(&self) -> Option<PublicKey> {
         self.read().public_key
     }
 
@@ -185,7 +185,7 @@ fn set_private_key(state: &mut State, key: Option<SecretKey>) {
         remove_peer(state, &pk);
     }
     state.rate_limiter = Arc::new(RateLimiter::new(
-        &public.unwrap_or(Key([0; 32])).x25519(),
+        &crate::key::x25519(&public.unwrap_or(PublicKey([0; 32]))),
         HANDSHAKE_RATE_LIMIT,
     ));
     state.private_key = key;

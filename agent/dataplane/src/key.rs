@@ -1,69 +1,16 @@
-//! WireGuard keys: public keys as plain values, private and preshared keys as secrets that
-//! never show up in `Debug` output or logs.
+//! WireGuard keys: public keys are the wire crate's [`PublicKey`] (one type for the agent, the
+//! data plane and the codecs); private and preshared keys are secrets that never show up in
+//! `Debug` output or logs.
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use boringtun::x25519;
 use ring::rand::{SecureRandom, SystemRandom};
 
-/// Why a key's text was refused. The message never echoes the key.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum KeyError {
-    #[error("a key must be 64 hexadecimal characters (UAPI form)")]
-    Hex,
-    #[error("a key must be 44 characters of base64 (wg form)")]
-    Base64,
-    #[error("the system random generator failed")]
-    Random,
-}
+pub use plexsphere_wire::key::{KeyError, PublicKey};
+use plexsphere_wire::key::{decode_base64, decode_hex};
 
-fn decode_hex(s: &str) -> Result<[u8; 32], KeyError> {
-    let mut out = [0u8; 32];
-    hex::decode_to_slice(s, &mut out).map_err(|_| KeyError::Hex)?;
-    Ok(out)
-}
-
-fn decode_base64(s: &str) -> Result<[u8; 32], KeyError> {
-    let bytes = STANDARD.decode(s.trim()).map_err(|_| KeyError::Base64)?;
-    bytes.try_into().map_err(|_| KeyError::Base64)
-}
-
-/// A peer's (or our) Curve25519 public key.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Key(pub [u8; 32]);
-
-impl Key {
-    pub(crate) fn from_hex(s: &str) -> Result<Self, KeyError> {
-        decode_hex(s).map(Self)
-    }
-
-    pub fn to_hex(&self) -> String {
-        hex::encode(self.0)
-    }
-
-    pub fn from_base64(s: &str) -> Result<Self, KeyError> {
-        decode_base64(s).map(Self)
-    }
-
-    pub fn to_base64(&self) -> String {
-        STANDARD.encode(self.0)
-    }
-
-    pub(crate) fn x25519(&self) -> x25519::PublicKey {
-        x25519::PublicKey::from(self.0)
-    }
-}
-
-impl std::fmt::Debug for Key {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Key({})", self.to_base64())
-    }
-}
-
-impl std::fmt::Display for Key {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.to_base64())
-    }
+/// The X25519 form boringtun's handshake takes.
+pub(crate) fn x25519(key: &PublicKey) -> x25519::PublicKey {
+    x25519::PublicKey::from(key.0)
 }
 
 /// A private or preshared key. `Debug` prints `<redacted>`; the bytes are wiped on drop.
@@ -105,8 +52,8 @@ impl SecretKey {
     }
 
     /// The public key of this private key.
-    pub fn public_key(&self) -> Key {
-        Key(x25519::PublicKey::from(&self.static_secret()).to_bytes())
+    pub fn public_key(&self) -> PublicKey {
+        PublicKey(x25519::PublicKey::from(&self.static_secret()).to_bytes())
     }
 
     pub(crate) fn static_secret(&self) -> x25519::StaticSecret {
@@ -147,8 +94,8 @@ mod tests {
 
     #[test]
     fn bad_text_is_refused_and_secrets_do_not_print() {
-        assert_eq!(Key::from_hex("zz"), Err(KeyError::Hex));
-        assert_eq!(Key::from_base64("AAAA"), Err(KeyError::Base64));
+        assert_eq!(PublicKey::from_hex("zz"), Err(KeyError::Hex));
+        assert_eq!(PublicKey::from_base64("AAAA"), Err(KeyError::Base64));
         let s = SecretKey::generate().expect("random");
         assert!(!format!("{s:?}").contains(&s.to_hex()));
         assert!(!s.is_zero());

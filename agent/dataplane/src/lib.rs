@@ -66,7 +66,7 @@ pub use batch::PacketBatch;
 pub use config::{ConfigError, DeviceUpdate, PeerUpdate};
 pub use device::{Counters, Device};
 pub use io::{Tun, Udp, UdpBind};
-pub use key::{Key, KeyError, SecretKey};
+pub use key::{KeyError, PublicKey, SecretKey};
 pub use machine::Protocol;
 pub use peer::{DeviceSnapshot, PeerSnapshot};
 pub use policy::{PolicyDrops, PolicyFilter, PolicyReader};

@@ -11,7 +11,7 @@ use boringtun::noise::errors::WireGuardError;
 use boringtun::noise::rate_limiter::RateLimiter;
 use boringtun::noise::{Tunn, TunnResult};
 
-use crate::key::{Key, SecretKey};
+use crate::key::{PublicKey, SecretKey};
 use crate::noise::{NoiseError, Output, Tunnel};
 
 /// Which WireGuard protocol implementation a device's peers use.
@@ -99,7 +99,7 @@ impl Machine {
     pub(crate) fn new(
         protocol: Protocol,
         private: &SecretKey,
-        peer: Key,
+        peer: PublicKey,
         psk: Option<[u8; 32]>,
         index: u32,
         rate_limiter: &Arc<RateLimiter>,
@@ -107,7 +107,7 @@ impl Machine {
         match protocol {
             Protocol::Boringtun => Machine::Boringtun(Box::new(Tunn::new(
                 private.static_secret(),
-                peer.x25519(),
+                crate::key::x25519(&peer),
                 psk,
                 None,
                 index,

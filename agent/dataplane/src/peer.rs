@@ -8,13 +8,13 @@ use std::time::{Duration, Instant, SystemTime};
 use boringtun::noise::rate_limiter::RateLimiter;
 use ipnet::IpNet;
 
-use crate::key::{Key, SecretKey};
+use crate::key::{PublicKey, SecretKey};
 use crate::machine::{Machine, Protocol};
 use crate::source::Source;
 
 /// A peer of the device. The public key and index never change; the rest is in `PeerState`.
 pub struct Peer {
-    public_key: Key,
+    public_key: PublicKey,
     /// The 24-bit index boringtun puts in the top bits of our session indices; a received
     /// message's receiver index shifted right by 8 finds the peer.
     index: u32,
@@ -45,7 +45,7 @@ pub(crate) struct PeerState {
 }
 
 impl Peer {
-    pub(crate) fn new(public_key: Key, index: u32) -> Self {
+    pub(crate) fn new(public_key: PublicKey, index: u32) -> Self {
         Self {
             public_key,
             index,
@@ -64,7 +64,7 @@ impl Peer {
         }
     }
 
-    pub fn public_key(&self) -> Key {
+    pub fn public_key(&self) -> PublicKey {
         self.public_key
     }
 
@@ -129,7 +129,7 @@ impl PeerState {
     pub(crate) fn rebuild_tunn(
         &mut self,
         _private_key: Option<&SecretKey>,
-        _public_key: Key,
+        _public_key: PublicKey,
         _index: u32,
         _rate_limiter: &Arc<RateLimiter>,
     ) {
@@ -147,7 +147,7 @@ impl PeerState {
 /// What `get` reports about a peer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerSnapshot {
-    pub public_key: Key,
+    pub public_key: PublicKey,
     pub preshared_key: Option<SecretKey>,
     pub endpoint: Option<SocketAddr>,
     pub last_handshake: Option<SystemTime>,
@@ -180,9 +180,12 @@ mod tests {
             "PeerState is {inline} bytes; keep the Tunn boxed (it is {} bytes)",
             std::mem::size_of::<boringtun::noise::Tunn>()
         );
-        let peer = Peer::new(Key([7; 32]), 1);
+        let peer = Peer::new(PublicKey([7; 32]), 1);
         assert!(peer.lock().machine.is_none(), "built on first use only");
-        let rate_limiter = Arc::new(RateLimiter::new(&Key([0; 32]).x25519(), 10));
+        let rate_limiter = Arc::new(RateLimiter::new(
+            &crate::key::x25519(&PublicKey([0; 32])),
+            10,
+        ));
         let sk = SecretKey::generate().expect("key");
         let mut p = peer.lock();
         for protocol in [Protocol::Boringtun, Protocol::Plexd] {

@@ -375,7 +375,7 @@ mod tests {
         let pool = Arc::new(CryptoPool::new(2, || {}).expect("threads"));
         let mut ordered = Ordered::new(pool, 2);
         let k = keys();
-        let peer = Arc::new(Peer::new(crate::key::Key([7; 32]), 1));
+        let peer = Arc::new(Peer::new(crate::key::PublicKey([7; 32]), 1));
         let mut job = ordered.spare(|| PacketBatch::new(256, 4));
         for (i, c) in [0u64, 1, 2].into_iter().enumerate() {
             let mut buf = [0u8; 64];

@@ -27,7 +27,7 @@ use crate::machine::Step;
 
 use crate::batch::{PacketBatch, WG_OVERHEAD};
 use crate::device::Device;
-use crate::key::Key;
+use crate::key::PublicKey;
 pub use crate::probe_match::PROBE_PACKETS;
 use crate::probe_match::{ECHO_REQUEST_V4, ECHO_REQUEST_V6, ICMP, ICMPV6, Track};
 use crate::probe_match::{PROBE_MARKER, PROBE_MAX_CONCURRENT};
@@ -82,7 +82,7 @@ impl Verdict {
 /// One probe's outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProbeReport {
-    pub peer: Key,
+    pub peer: PublicKey,
     /// Our mesh address and the peer's (the inner source and destination).
     pub src: IpAddr,
     pub dst: IpAddr,
@@ -99,11 +99,11 @@ pub struct ProbeReport {
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ProbeError {
     #[error("no such peer {0}")]
-    NoPeer(Key),
+    NoPeer(PublicKey),
     #[error("peer {0} has no endpoint yet; probe it once it has handshaken")]
-    NoEndpoint(Key),
+    NoEndpoint(PublicKey),
     #[error("peer {0} has no current session; probe it after a handshake")]
-    NoSession(Key),
+    NoSession(PublicKey),
     #[error("the device has no private key")]
     NoKey,
     #[error("{src} and {dst} are not of one IP family")]
@@ -218,7 +218,7 @@ impl Device {
     pub(crate) fn encapsulate_probe(
         &self,
         now: Instant,
-        peer: &Key,
+        peer: &PublicKey,
         packets: &[Vec<u8>],
         out: &mut PacketBatch,
     ) -> Result<(), ProbeError> {
@@ -290,10 +290,10 @@ impl Prober {
     /// The peers worth probing, most recent handshake first: a handshake within `recent`, and
     /// an allowed IP that is a single host of `src`'s family (the address its kernel answers
     /// pings on). Peers without one are skipped.
-    pub fn candidates(&self, src: IpAddr, recent: Duration) -> Vec<(Key, IpAddr)> {
+    pub fn candidates(&self, src: IpAddr, recent: Duration) -> Vec<(PublicKey, IpAddr)> {
         let wall = SystemTime::now();
         let snapshot = self.device.snapshot(Instant::now(), wall);
-        let mut found: Vec<(SystemTime, Key, IpAddr)> = snapshot
+        let mut found: Vec<(SystemTime, PublicKey, IpAddr)> = snapshot
             .peers
             .iter()
             .filter_map(|p| {
@@ -317,7 +317,7 @@ impl Prober {
     /// `PROBE_PACKETS x PROBE_SINGLE_SPACING + PROBE_REPLY_WAIT`, less when every reply came.
     pub fn probe(
         &self,
-        peer: &Key,
+        peer: &PublicKey,
         src: IpAddr,
         dst: IpAddr,
         size: usize,
@@ -344,7 +344,7 @@ impl Prober {
     fn run(
         &self,
         track: &Track,
-        peer: &Key,
+        peer: &PublicKey,
         src: IpAddr,
         dst: IpAddr,
         size: usize,

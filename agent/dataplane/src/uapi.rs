@@ -14,7 +14,7 @@ use std::time::UNIX_EPOCH;
 use ipnet::IpNet;
 
 use crate::config::{DeviceUpdate, PeerUpdate};
-use crate::key::{Key, SecretKey};
+use crate::key::{PublicKey, SecretKey};
 use crate::peer::DeviceSnapshot;
 
 pub const EINVAL: i32 = 22;
@@ -101,7 +101,8 @@ pub(crate) fn parse_set<'a>(
             return Err(UapiError::Protocol { line });
         };
         if key == "public_key" {
-            let pk = Key::from_hex(value).map_err(|e| invalid(line, format!("public_key: {e}")))?;
+            let pk = PublicKey::from_hex(value)
+                .map_err(|e| invalid(line, format!("public_key: {e}")))?;
             update.peers.extend(peer.replace(PeerUpdate::new(pk)));
             continue;
         }

@@ -90,7 +90,7 @@ fn remove_update_only_and_replace_allowed_ips() {
 fn last_handshake_is_reported_in_wall_clock_time() {
     let device = Device::new();
     set(&device, &format!("set=1\npublic_key={PEER}\n")).expect("add");
-    let key = Key::from_hex(PEER).expect("key");
+    let key = PublicKey::from_hex(PEER).expect("key");
     let t0 = Instant::now();
     device.peer(&key).expect("peer").lock().last_handshake = Some(t0);
     let wall = UNIX_EPOCH + Duration::from_secs(1_700_000_100);

@@ -9,7 +9,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Instant;
 
 use plexd_dataplane::{
-    Device, DeviceUpdate, Key, PacketBatch, PeerUpdate, PolicyFilter, SecretKey,
+    Device, DeviceUpdate, PacketBatch, PeerUpdate, PolicyFilter, PublicKey, SecretKey,
 };
 use plexsphere_policy::view::NodeView;
 use plexsphere_policy::{Compiled, Inventory, NodeInfo, ProjectInfo, parse};
@@ -62,7 +62,7 @@ fn install(n: &Node, doc: &str, version: u64) {
 struct Node {
     last: u8,
     device: Device,
-    key: Key,
+    key: PublicKey,
     addr: SocketAddr,
     tun: Vec<Vec<u8>>,
 }

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use plexd_dataplane::{
-    Device, DeviceUpdate, Key, PacketBatch, PeerUpdate, PolicyFilter, SecretKey,
+    Device, DeviceUpdate, PacketBatch, PeerUpdate, PolicyFilter, PublicKey, SecretKey,
 };
 use plexsphere_policy::view::{NodeView, PeerView, RouteGrant};
 use plexsphere_policy::{Access, Grant, PortRange, PortSet};
@@ -88,7 +88,7 @@ fn install(n: &Node, granted: bool, version: u64) {
 struct Node {
     last: u8,
     device: Device,
-    key: Key,
+    key: PublicKey,
     addr: SocketAddr,
     tun: Vec<Vec<u8>>,
 }

@@ -226,12 +226,12 @@ pub fn lost_message(node_id: Uuid, peer: &str, r: &ProbeReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use plexd_dataplane::Key;
+    use plexd_dataplane::PublicKey;
 
     #[test]
     fn a_lost_path_says_which_peer_what_was_seen_and_what_to_do() {
         let r = ProbeReport {
-            peer: Key([1; 32]),
+            peer: PublicKey([1; 32]),
             src: "10.0.0.1".parse().unwrap(),
             dst: "10.0.0.2".parse().unwrap(),
             size: 1420,

@@ -170,7 +170,7 @@ pub fn diff_with(
     let mut wanted: HashSet<PeerKey> = HashSet::with_capacity(desired.len());
     let mut sets = Vec::new();
     for spec in desired {
-        let Some(key) = PeerKey::from_base64(&spec.public_key) else {
+        let Ok(key) = PeerKey::from_base64(&spec.public_key) else {
             out.changes.push(MeshChange::Skipped {
                 node_id: spec.node_id,
                 reason: "its public key is not base64 of 32 bytes".to_owned(),

@@ -29,6 +29,8 @@ pub mod netlink;
 pub mod nft;
 pub mod setup;
 #[cfg(target_os = "linux")]
+pub mod shared_port;
+#[cfg(target_os = "linux")]
 pub mod userspace;
 pub mod wg;
 pub mod worker;
@@ -54,6 +56,9 @@ mod reach_root_tests;
 #[cfg(test)]
 #[cfg(target_os = "linux")]
 mod root_tests;
+#[cfg(test)]
+#[cfg(target_os = "linux")]
+mod shared_port_root_tests;
 #[cfg(test)]
 #[cfg(target_os = "linux")]
 mod worker_tests;

@@ -20,7 +20,7 @@ use plexd_dataplane::linux::{LinuxTun, LinuxUdpBinder, SwitchedBinder};
 use plexd_dataplane::runner::{self, RunConfig, Shutdown};
 use plexd_dataplane::uapi_server::socket_path;
 use plexd_dataplane::{
-    Device, DeviceUpdate, Key, PeerUpdate, PolicyFilter, RawSender, SecretKey, UdpOffloadSwitch,
+    Device, DeviceUpdate, PeerUpdate, PolicyFilter, RawSender, SecretKey, UdpOffloadSwitch,
 };
 
 use super::diff::{LiveConfig, MeshUpdate, PeerKey, PeerOp};
@@ -118,7 +118,7 @@ pub fn to_device_update(update: &MeshUpdate) -> DeviceUpdate {
         .map(|op| match op {
             PeerOp::Remove(key) => PeerUpdate {
                 remove: true,
-                ..PeerUpdate::new(Key(key.0))
+                ..PeerUpdate::new(*key)
             },
             PeerOp::Set {
                 key,
@@ -130,7 +130,7 @@ pub fn to_device_update(update: &MeshUpdate) -> DeviceUpdate {
                 persistent_keepalive: *keepalive,
                 replace_allowed_ips: allowed_ips.is_some(),
                 allowed_ips: allowed_ips.clone().unwrap_or_default(),
-                ..PeerUpdate::new(Key(key.0))
+                ..PeerUpdate::new(*key)
             },
         })
         .collect();
@@ -208,7 +208,7 @@ impl PathControl for DeviceEndpoints {
                 peers: vec![PeerUpdate {
                     endpoint: Some(endpoint),
                     update_only: true,
-                    ..PeerUpdate::new(Key(peer.0))
+                    ..PeerUpdate::new(peer)
                 }],
                 ..DeviceUpdate::default()
             })
@@ -221,7 +221,7 @@ impl PathControl for DeviceEndpoints {
         peer: PeerKey,
     ) -> io::Result<Option<std::net::SocketAddr>> {
         self.device
-            .relay_endpoint(relay, &Key(peer.0))
+            .relay_endpoint(relay, &peer)
             .map(Some)
             .map_err(io::Error::other)
     }

@@ -11,19 +11,32 @@
 //!   data plane authenticates it and keeps (or roams to) the forwarder as the endpoint.
 //!
 //! Nothing queues: a datagram without a route is dropped and counted, like a lost packet.
+//!
+//! All forwarders run in one [`ForwardLoop`]: one thread waits on every forwarder's socket
+//! with epoll and carries what is ready, so a thousand peers cost one thread, not a thousand.
+//! ([`Forwarder::spawn`], a thread for one forwarder, stays for tests of one forwarder.)
 
+use std::collections::HashMap;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::os::fd::AsFd as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
+
+use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 
 use plexsphere_wire::reach::MAX_DATAGRAM;
 use plexsphere_wire::reach::relay::{Frame, NodeKey};
 
-/// How long a forwarder's read waits before it looks at its stop flag.
+/// How long a forwarder's read (or the loop's wait) lasts before it looks at its stop flag.
 const POLL: Duration = Duration::from_millis(200);
+/// How many datagrams the loop takes from one ready forwarder before it turns to the next
+/// (the wait is level-triggered: what is left wakes it again at once).
+const DRAIN: usize = 64;
+/// How many ready forwarders one wait answers.
+const EVENTS: usize = 64;
 
 /// The socket the reach runtime sends from: the WireGuard socket through the data plane's
 /// side channel (userspace), or plexd's own underlay socket (kernel).
@@ -140,54 +153,212 @@ impl Forwarder {
         let mut buf = vec![0u8; MAX_DATAGRAM];
         let mut frame = Vec::with_capacity(MAX_DATAGRAM);
         while !self.stop.load(Ordering::Relaxed) {
-            let (n, from) = match self.socket.recv_from(&mut buf) {
-                Ok(r) => r,
+            match self.socket.recv_from(&mut buf) {
+                Ok((n, from)) => self.carry(&buf[..n], from, underlay, &mut frame),
                 Err(e)
                     if matches!(
                         e.kind(),
                         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    continue;
-                }
+                    ) => {}
                 Err(e) => {
                     tracing::debug!(forwarder = %self.addr, error = %e, "forwarder read failed");
-                    continue;
                 }
-            };
-            if !same_socket(from, self.wg) {
-                self.counters.foreign.fetch_add(1, Ordering::Relaxed);
-                continue;
             }
-            let datagram = &buf[..n];
-            let sent = match self.route() {
-                Route::Hold => Err(io::Error::other("no path")),
-                Route::Direct(to) => underlay.send(datagram, to),
-                Route::Relay { relay, dst } => {
-                    frame.clear();
-                    frame.extend_from_slice(&plexsphere_wire::reach::RELAY_MAGIC);
+        }
+    }
+
+    /// Takes up to [`DRAIN`] datagrams waiting on the (non-blocking) socket and carries them.
+    fn drain(&self, underlay: &dyn Underlay, buf: &mut [u8], frame: &mut Vec<u8>) {
+        for _ in 0..DRAIN {
+            match self.socket.recv_from(buf) {
+                Ok((n, from)) => self.carry(&buf[..n], from, underlay, frame),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) => {
+                    tracing::debug!(forwarder = %self.addr, error = %e, "forwarder read failed");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Carries one datagram from `from` along the route (see the module docs).
+    fn carry(
+        &self,
+        datagram: &[u8],
+        from: SocketAddr,
+        underlay: &dyn Underlay,
+        frame: &mut Vec<u8>,
+    ) {
+        if !same_socket(from, self.wg) {
+            self.counters.foreign.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let sent = match self.route() {
+            Route::Hold => Err(io::Error::other("no path")),
+            Route::Direct(to) => underlay.send(datagram, to),
+            Route::Relay { relay, dst } => {
+                frame.clear();
+                frame.extend_from_slice(&plexsphere_wire::reach::RELAY_MAGIC);
+                Frame::Send {
+                    dst: plexsphere_wire::reach::relay::prefix(&dst),
+                    payload: datagram.to_vec(),
+                }
+                .encode_into(frame);
+                underlay.send(frame, relay)
+            }
+            Route::RelayTcp { link, dst } => link
+                .try_send(
                     Frame::Send {
                         dst: plexsphere_wire::reach::relay::prefix(&dst),
                         payload: datagram.to_vec(),
                     }
-                    .encode_into(&mut frame);
-                    underlay.send(&frame, relay)
+                    .to_stream(),
+                )
+                .map_err(|_| io::Error::other("the relay connection's queue is full")),
+        };
+        let c = match sent {
+            Ok(()) => &self.counters.out,
+            Err(_) => &self.counters.dropped,
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Every forwarder of a runtime on one thread; see the module docs. Dropping it stops the
+/// thread (within [`POLL`]).
+pub struct ForwardLoop {
+    inner: Arc<LoopInner>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+struct LoopInner {
+    epoll: Epoll,
+    /// By the token the epoll registration carries.
+    forwarders: RwLock<HashMap<u64, Arc<Forwarder>>>,
+    next_token: AtomicU64,
+    stop: AtomicBool,
+}
+
+impl ForwardLoop {
+    /// Starts the loop's thread; it sends along routes through `underlay`.
+    pub fn start(underlay: Arc<dyn Underlay>) -> io::Result<Self> {
+        let inner = Arc::new(LoopInner {
+            epoll: Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC).map_err(io::Error::from)?,
+            forwarders: RwLock::new(HashMap::new()),
+            next_token: AtomicU64::new(1),
+            stop: AtomicBool::new(false),
+        });
+        let me = inner.clone();
+        let thread = thread::Builder::new()
+            .name("reach-forward".into())
+            .spawn(move || me.run(&*underlay))?;
+        Ok(Self {
+            inner,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Carries `f`'s datagrams from now on, until [`Self::remove`].
+    pub fn add(&self, f: &Arc<Forwarder>) -> io::Result<()> {
+        f.socket.set_nonblocking(true)?;
+        let token = self.inner.next_token.fetch_add(1, Ordering::Relaxed);
+        self.inner
+            .forwarders
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(token, f.clone());
+        let event = EpollEvent::new(EpollFlags::EPOLLIN, token);
+        if let Err(e) = self.inner.epoll.add(f.socket.as_fd(), event) {
+            self.forget(token);
+            return Err(io::Error::from(e));
+        }
+        Ok(())
+    }
+
+    /// Stops carrying `f`'s datagrams (the socket closes when its last holder drops it).
+    pub fn remove(&self, f: &Arc<Forwarder>) {
+        let _ = self.inner.epoll.delete(f.socket.as_fd());
+        let token = self
+            .inner
+            .forwarders
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .find(|(_, g)| Arc::ptr_eq(g, f))
+            .map(|(t, _)| *t);
+        if let Some(token) = token {
+            self.forget(token);
+        }
+    }
+
+    /// How many forwarders the loop carries.
+    pub fn len(&self) -> usize {
+        self.inner
+            .forwarders
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn forget(&self, token: u64) {
+        self.inner
+            .forwarders
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&token);
+    }
+
+    /// Stops the thread and waits for it.
+    pub fn stop(&self) {
+        self.inner.stop.store(true, Ordering::Relaxed);
+        let thread = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(t) = thread {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for ForwardLoop {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl LoopInner {
+    fn run(&self, underlay: &dyn Underlay) {
+        let mut events = vec![EpollEvent::empty(); EVENTS];
+        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let mut frame = Vec::with_capacity(MAX_DATAGRAM);
+        let wait = EpollTimeout::from(POLL.as_millis() as u16);
+        while !self.stop.load(Ordering::Relaxed) {
+            let n = match self.epoll.wait(&mut events, wait) {
+                Ok(n) => n,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => {
+                    tracing::warn!(error = %e, "the forwarders' wait failed");
+                    thread::sleep(POLL);
+                    continue;
                 }
-                Route::RelayTcp { link, dst } => link
-                    .try_send(
-                        Frame::Send {
-                            dst: plexsphere_wire::reach::relay::prefix(&dst),
-                            payload: datagram.to_vec(),
-                        }
-                        .to_stream(),
-                    )
-                    .map_err(|_| io::Error::other("the relay connection's queue is full")),
             };
-            let c = match sent {
-                Ok(()) => &self.counters.out,
-                Err(_) => &self.counters.dropped,
-            };
-            c.fetch_add(1, Ordering::Relaxed);
+            for event in &events[..n] {
+                let f = self
+                    .forwarders
+                    .read()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .get(&event.data())
+                    .cloned();
+                if let Some(f) = f {
+                    f.drain(underlay, &mut buf, &mut frame);
+                }
+            }
         }
     }
 }
@@ -273,5 +444,64 @@ mod tests {
 
         f.stop();
         t.join().unwrap();
+    }
+
+    fn threads() -> usize {
+        std::fs::read_dir("/proc/self/task").unwrap().count()
+    }
+
+    #[test]
+    fn one_loop_carries_hundreds_of_forwarders_on_one_thread_and_a_removed_one_stops() {
+        const N: usize = 300;
+        let wg = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let underlay = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
+        let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let before = threads();
+        let forwarders = ForwardLoop::start(underlay.clone()).unwrap();
+        let mut all = Vec::new();
+        for _ in 0..N {
+            let f = Forwarder::open(wg.local_addr().unwrap().port()).unwrap();
+            f.set_route(Route::Direct(peer.local_addr().unwrap()));
+            forwarders.add(&f).unwrap();
+            all.push(f);
+        }
+        assert_eq!(forwarders.len(), N);
+        // A thread per forwarder would be 300; the loop is one (other tests may add a few).
+        assert!(
+            threads() - before < 10,
+            "{} threads for {N} forwarders",
+            threads() - before
+        );
+
+        for (i, f) in all.iter().enumerate() {
+            wg.send_to(&[4, 0, 0, 0, (i % 251) as u8], f.addr())
+                .unwrap();
+        }
+        let mut got = 0;
+        while got < N {
+            let (d, from) = recv(&peer);
+            assert_eq!(from, underlay.local_addr().unwrap());
+            assert_eq!(d[..4], [4, 0, 0, 0]);
+            got += 1;
+        }
+        assert!(
+            all.iter()
+                .all(|f| f.counters.out.load(Ordering::Relaxed) == 1)
+        );
+
+        // Removed: its datagrams are no longer carried; the others still are.
+        let gone = all.remove(0);
+        forwarders.remove(&gone);
+        assert_eq!(forwarders.len(), N - 1);
+        wg.send_to(&[4, 0, 0, 0, 1], gone.addr()).unwrap();
+        wg.send_to(&[4, 0, 0, 0, 2], all[0].addr()).unwrap();
+        assert_eq!(recv(&peer).0, vec![4, 0, 0, 0, 2]);
+        thread::sleep(POLL);
+        assert_eq!(gone.counters.out.load(Ordering::Relaxed), 1);
+
+        // Foreign sources are counted, not carried, as with a forwarder's own thread.
+        peer.send_to(&[4, 0, 0, 0, 9], all[1].addr()).unwrap();
+        wait(|| all[1].counters.foreign.load(Ordering::Relaxed) == 1);
+        forwarders.stop();
     }
 }

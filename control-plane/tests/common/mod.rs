@@ -11,6 +11,7 @@ pub mod postgres;
 pub mod process;
 pub mod prove;
 pub mod replica;
+pub mod store;
 
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -22,7 +23,7 @@ use plexsphere::broker::BrokerConfig;
 use plexsphere::ratelimit::RateLimit;
 use plexsphere::server::{self, Transport};
 use plexsphere::store::Store;
-use plexsphere::{operator_tokens, seed, tls};
+use plexsphere::{operator_tokens, tls};
 use plexsphere_wire::admin::{IssuedToken, List, TokenView};
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -136,12 +137,7 @@ impl TestServer {
             .database_url
             .clone()
             .unwrap_or_else(|| Store::sqlite_url(dir.path()));
-        let store = Store::connect(&url).await.unwrap();
-        store.migrate().await.unwrap();
-        let manifest = seed::parse(seed::LAB_SEED, "lab").unwrap();
-        seed::apply(&store, &manifest, "lab", time::OffsetDateTime::now_utc())
-            .await
-            .unwrap();
+        let store = store::seeded(&url).await;
         let operator_token =
             operator_tokens::create(&store, "test", time::OffsetDateTime::now_utc())
                 .await

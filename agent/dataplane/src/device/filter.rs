@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::allowed_ips::AllowedIps;
-use crate::key::Key;
+use crate::key::PublicKey;
 use crate::peer::{Peer, PeerState};
 use crate::policy::PeerPolicy;
 use crate::policy::PolicyFilter;
@@ -36,8 +36,8 @@ pub(crate) fn resolve_policy_slots(state: &State) {
 fn policy_slots(
     policy: &PolicyFilter,
     routes: &AllowedIps<Arc<Peer>>,
-) -> HashMap<Key, plexsphere_policy::PeerRef> {
-    let mut slots: HashMap<Key, plexsphere_policy::PeerRef> = HashMap::new();
+) -> HashMap<PublicKey, plexsphere_policy::PeerRef> {
+    let mut slots: HashMap<PublicKey, plexsphere_policy::PeerRef> = HashMap::new();
     for (slot, addrs) in &policy.peers {
         for a in addrs {
             if let Some(peer) = routes.get(*a) {

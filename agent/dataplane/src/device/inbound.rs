@@ -16,7 +16,7 @@ use crate::machine::Step;
 use crate::noise::handshake::{COOKIE_REPLY, INITIATION, RESPONSE};
 
 use crate::batch::PacketBatch;
-use crate::key::Key;
+use crate::key::PublicKey;
 use crate::peer::{Peer, PeerState};
 use crate::source::Source;
 
@@ -125,9 +125,15 @@ impl Device {
                         return None;
                     }
                 }
-                let found = parse_handshake_anon(&sk.static_secret(), &pk.x25519(), &init)
-                    .ok()
-                    .and_then(|half| state.peers.get(&Key(half.peer_static_public)).cloned());
+                let found =
+                    parse_handshake_anon(&sk.static_secret(), &crate::key::x25519(pk), &init)
+                        .ok()
+                        .and_then(|half| {
+                            state
+                                .peers
+                                .get(&PublicKey(half.peer_static_public))
+                                .cloned()
+                        });
                 if found.is_none() {
                     Counters::bump(&self.counters.unknown_peer);
                 }

@@ -20,7 +20,7 @@ use crate::noise::handshake::INITIATION_LEN;
 
 use crate::allowed_ips::AllowedIps;
 use crate::batch::PacketBatch;
-use crate::key::{Key, SecretKey};
+use crate::key::{PublicKey, SecretKey};
 use crate::peer::Peer;
 use crate::policy::{PolicyDrops, PolicyFilter};
 use crate::relay::{RelayError, RelayTable};
@@ -81,12 +81,12 @@ impl Counters {
 /// Device-wide configuration and the peer tables; written only by configuration changes.
 pub(crate) struct State {
     pub private_key: Option<SecretKey>,
-    pub public_key: Option<Key>,
+    pub public_key: Option<PublicKey>,
     pub listen_port: u16,
     pub fwmark: u32,
     pub protocol: Protocol,
     pub rate_limiter: Arc<RateLimiter>,
-    pub peers: HashMap<Key, Arc<Peer>>,
+    pub peers: HashMap<PublicKey, Arc<Peer>>,
     pub by_index: HashMap<u32, Arc<Peer>>,
     pub routes: AllowedIps<Arc<Peer>>,
     /// The access policy's filter (None: no filter; see `crate::policy`).
@@ -99,7 +99,7 @@ pub struct Device {
     counters: Counters,
     /// Peers whose packets boringtun queued while it had no session (see `tun_packet`), and
     /// how many there are, so the packet path looks at the set only while one exists.
-    pending: Mutex<HashSet<Key>>,
+    pending: Mutex<HashSet<PublicKey>>,
     pending_count: AtomicUsize,
     /// The segmentation probes waiting for replies (see `crate::probe`).
     pub(crate) probes: crate::probe_match::Probes,
@@ -176,7 +176,11 @@ impl Device {
 
     /// The endpoint "through the relay at `relay` (UDP) to `peer`", to set as the peer's
     /// endpoint; the relay's frames are unwrapped from now on.
-    pub fn relay_endpoint(&self, relay: SocketAddr, peer: &Key) -> Result<SocketAddr, RelayError> {
+    pub fn relay_endpoint(
+        &self,
+        relay: SocketAddr,
+        peer: &PublicKey,
+    ) -> Result<SocketAddr, RelayError> {
         let mut prefix = [0u8; 8];
         prefix.copy_from_slice(&peer.0[..8]);
         self.relays.endpoint(relay, &prefix)
@@ -223,7 +227,7 @@ impl Device {
     }
 
     /// The peer with this public key.
-    pub fn peer(&self, key: &Key) -> Option<Arc<Peer>> {
+    pub fn peer(&self, key: &PublicKey) -> Option<Arc<Peer>> {
         self.read().peers.get(key).cloned()
     }
 

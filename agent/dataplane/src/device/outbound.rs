@@ -15,7 +15,7 @@ use crate::noise::write_data_header;
 use crate::pool::{Job, Op};
 
 use crate::batch::{PacketBatch, WG_OVERHEAD};
-use crate::key::Key;
+use crate::key::PublicKey;
 use crate::peer::Peer;
 
 use super::{Counters, Device, MIN_SLOT, State};
@@ -154,7 +154,7 @@ impl Device {
         out.set_src(p.source());
     }
 
-    fn set_pending(&self, key: Key, pending: bool) {
+    fn set_pending(&self, key: PublicKey, pending: bool) {
         let mut set = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
         let changed = if pending {
             set.insert(key)

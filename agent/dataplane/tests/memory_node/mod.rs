@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use plexd_dataplane::memory::{MemoryNetwork, MemoryTun, tun_pair};
 use plexd_dataplane::runner::{RunConfig, RunError, Shutdown, run};
-use plexd_dataplane::{Device, DeviceUpdate, Key, PeerUpdate, RawSender, SecretKey, SideSink};
+use plexd_dataplane::{
+    Device, DeviceUpdate, PeerUpdate, PublicKey, RawSender, SecretKey, SideSink,
+};
 
 /// One running node. `host` is the host side of its TUN.
 pub struct Node {
@@ -59,8 +61,8 @@ impl Node {
         }
     }
 
-    pub fn public(&self) -> Key {
-        Key(self.key.public_key().0)
+    pub fn public(&self) -> PublicKey {
+        self.key.public_key()
     }
 
     /// The address the runner's socket is bound to.

@@ -6,13 +6,13 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use plexd_dataplane::packet::ipv4_udp;
-use plexd_dataplane::{Device, DeviceUpdate, Key, PacketBatch, PeerUpdate, SecretKey};
+use plexd_dataplane::{Device, DeviceUpdate, PublicKey, PacketBatch, PeerUpdate, SecretKey};
 
 use super::PROTOCOL;
 
 struct Node {
     device: Device,
-    key: Key,
+    key: PublicKey,
     addr: SocketAddr,
     mesh: Ipv4Addr,
     /// What the device handed to its TUN.

@@ -31,7 +31,7 @@ use crate::reach::io::{OwnCandidates, PeerPathView, PeerReach};
 /// bytes (the mesh diff refuses that peer too).
 pub fn peer_reach(p: &PeerSpec) -> Option<PeerReach> {
     Some(PeerReach {
-        key: PeerKey::from_base64(&p.public_key)?,
+        key: PeerKey::from_base64(&p.public_key).ok()?,
         node_id: p.node_id,
         hostname: p.hostname.clone(),
         endpoints: p.endpoints.clone(),

@@ -8,45 +8,19 @@
 use std::path::Path;
 
 use ipnet::IpNet;
-use serde::Deserialize;
 use uuid::Uuid;
 
-use crate::ipam::{contains_net, overlaps};
+use crate::ipam::overlaps;
 use crate::store::domains::{self, Domain};
 use crate::store::projects::{self, Project};
 use crate::store::{self, Store, StoreError, nodes};
 
+mod manifest;
+
+pub use manifest::{DomainSeed, Manifest, ManifestError, ProjectSeed};
+
 /// The lab seed `plexsphere dev` applies when given no other.
-pub const LAB_SEED: &str = include_str!("../seeds/lab.yaml");
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Manifest {
-    pub domains: Vec<DomainSeed>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DomainSeed {
-    pub slug: String,
-    #[serde(default)]
-    pub id: Option<Uuid>,
-    pub mesh_cidr: IpNet,
-    #[serde(default)]
-    pub projects: Vec<ProjectSeed>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProjectSeed {
-    pub slug: String,
-    #[serde(default)]
-    pub id: Option<Uuid>,
-    #[serde(default)]
-    pub display_name: Option<String>,
-    #[serde(default)]
-    pub sub_range_cidr: Option<IpNet>,
-}
+pub const LAB_SEED: &str = include_str!("../../seeds/lab.yaml");
 
 #[derive(Debug, thiserror::Error)]
 pub enum SeedError {
@@ -57,8 +31,11 @@ pub enum SeedError {
     },
     #[error("the seed manifest {origin} is not valid: {message}")]
     Parse { origin: String, message: String },
-    #[error("the seed manifest {origin} is not valid: {message}; nothing was applied")]
-    Invalid { origin: String, message: String },
+    #[error("the seed manifest {origin} is not valid: {problem}; nothing was applied")]
+    Invalid {
+        origin: String,
+        problem: ManifestError,
+    },
     #[error("the seed manifest {origin} was refused: {message}; nothing was applied")]
     Refused { origin: String, message: String },
     #[error("applying the seed manifest {origin} failed: {source}; nothing was applied")]
@@ -83,23 +60,15 @@ impl SeedReport {
     }
 }
 
-fn valid_slug(s: &str) -> bool {
-    (1..=63).contains(&s.len())
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
 /// Parses and checks a manifest without touching any database. `origin` names it in errors.
 pub fn parse(text: &str, origin: &str) -> Result<Manifest, SeedError> {
     let manifest: Manifest = serde_yaml::from_str(text).map_err(|e| SeedError::Parse {
         origin: origin.to_owned(),
         message: e.to_string(),
     })?;
-    check(&manifest).map_err(|message| SeedError::Invalid {
+    manifest::check(&manifest).map_err(|problem| SeedError::Invalid {
         origin: origin.to_owned(),
-        message,
+        problem,
     })?;
     Ok(manifest)
 }
@@ -110,72 +79,6 @@ pub(crate) fn load(path: &Path) -> Result<Manifest, SeedError> {
         source,
     })?;
     parse(&text, &path.display().to_string())
-}
-
-/// The checks that need no database: slugs, canonical CIDRs, sub-ranges inside and apart.
-fn check(m: &Manifest) -> Result<(), String> {
-    let mut slugs = std::collections::HashSet::new();
-    for d in &m.domains {
-        if !valid_slug(&d.slug) {
-            return Err(format!(
-                "domain slug {:?} must be 1-63 characters of a-z, 0-9 and '-'",
-                d.slug
-            ));
-        }
-        if !slugs.insert(d.slug.clone()) {
-            return Err(format!("domain {:?} is declared twice", d.slug));
-        }
-        if d.mesh_cidr != d.mesh_cidr.trunc() {
-            return Err(format!(
-                "domain {:?}: mesh_cidr {} has host bits set; write {}",
-                d.slug,
-                d.mesh_cidr,
-                d.mesh_cidr.trunc()
-            ));
-        }
-        let mut project_slugs = std::collections::HashSet::new();
-        for (i, p) in d.projects.iter().enumerate() {
-            if !valid_slug(&p.slug) {
-                return Err(format!(
-                    "project slug {:?} must be 1-63 characters of a-z, 0-9 and '-'",
-                    p.slug
-                ));
-            }
-            if !project_slugs.insert(p.slug.clone()) {
-                return Err(format!(
-                    "project {:?} is declared twice in domain {:?}",
-                    p.slug, d.slug
-                ));
-            }
-            let Some(sub) = p.sub_range_cidr else {
-                continue;
-            };
-            if sub != sub.trunc() {
-                return Err(format!(
-                    "project {:?}: sub_range_cidr {sub} has host bits set; write {}",
-                    p.slug,
-                    sub.trunc()
-                ));
-            }
-            if !contains_net(&d.mesh_cidr, &sub) {
-                return Err(format!(
-                    "project {:?}: sub_range_cidr {sub} is not inside the domain's mesh_cidr {}",
-                    p.slug, d.mesh_cidr
-                ));
-            }
-            for q in &d.projects[..i] {
-                if let Some(other) = q.sub_range_cidr
-                    && overlaps(&sub, &other)
-                {
-                    return Err(format!(
-                        "project {:?}: sub_range_cidr {sub} overlaps project {:?}'s {other}",
-                        p.slug, q.slug
-                    ));
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Applies a checked manifest in one transaction (retried whole if it loses a race).
@@ -377,5 +280,87 @@ mod tests {
         assert!(e.contains("overlaps"), "{e}");
         let e = err("domains:\n  - slug: lab\n    mesh_cidr: 10.64.0.1/16\n");
         assert!(e.contains("host bits"), "{e}");
+    }
+
+    /// Each rule of `check` is its own variant, and its line reads as it did when the check
+    /// returned a String (pinned byte for byte, through `SeedError`'s line).
+    #[test]
+    fn each_refusal_is_its_own_kind_with_its_line() {
+        let domain =
+            |rest: &str| format!("domains:\n  - slug: lab\n    mesh_cidr: 10.64.0.0/16\n{rest}");
+        let projects = |list: &str| domain(&format!("    projects:\n{list}"));
+        let cases: Vec<(String, ManifestError, &str)> = vec![
+            (
+                "domains:\n  - slug: Lab\n    mesh_cidr: 10.64.0.0/16\n".to_owned(),
+                ManifestError::DomainSlug("Lab".into()),
+                "domain slug \"Lab\" must be 1-63 characters of a-z, 0-9 and '-'",
+            ),
+            (
+                domain("  - slug: lab\n    mesh_cidr: 10.65.0.0/16\n"),
+                ManifestError::DomainTwice("lab".into()),
+                "domain \"lab\" is declared twice",
+            ),
+            (
+                "domains:\n  - slug: lab\n    mesh_cidr: 10.64.0.1/16\n".to_owned(),
+                ManifestError::MeshHostBits {
+                    slug: "lab".into(),
+                    cidr: "10.64.0.1/16".parse().unwrap(),
+                },
+                "domain \"lab\": mesh_cidr 10.64.0.1/16 has host bits set; write 10.64.0.0/16",
+            ),
+            (
+                projects("      - slug: a_b\n"),
+                ManifestError::ProjectSlug("a_b".into()),
+                "project slug \"a_b\" must be 1-63 characters of a-z, 0-9 and '-'",
+            ),
+            (
+                projects("      - slug: a\n      - slug: a\n"),
+                ManifestError::ProjectTwice {
+                    project: "a".into(),
+                    domain: "lab".into(),
+                },
+                "project \"a\" is declared twice in domain \"lab\"",
+            ),
+            (
+                projects("      - slug: a\n        sub_range_cidr: 10.64.1.1/24\n"),
+                ManifestError::SubRangeHostBits {
+                    project: "a".into(),
+                    sub: "10.64.1.1/24".parse().unwrap(),
+                },
+                "project \"a\": sub_range_cidr 10.64.1.1/24 has host bits set; write 10.64.1.0/24",
+            ),
+            (
+                projects("      - slug: a\n        sub_range_cidr: 10.65.0.0/24\n"),
+                ManifestError::SubRangeOutside {
+                    project: "a".into(),
+                    sub: "10.65.0.0/24".parse().unwrap(),
+                    mesh: "10.64.0.0/16".parse().unwrap(),
+                },
+                "project \"a\": sub_range_cidr 10.65.0.0/24 is not inside the domain's mesh_cidr 10.64.0.0/16",
+            ),
+            (
+                projects(
+                    "      - slug: a\n        sub_range_cidr: 10.64.0.0/23\n      - slug: b\n        sub_range_cidr: 10.64.1.0/24\n",
+                ),
+                ManifestError::SubRangesOverlap {
+                    project: "b".into(),
+                    sub: "10.64.1.0/24".parse().unwrap(),
+                    other_project: "a".into(),
+                    other: "10.64.0.0/23".parse().unwrap(),
+                },
+                "project \"b\": sub_range_cidr 10.64.1.0/24 overlaps project \"a\"'s 10.64.0.0/23",
+            ),
+        ];
+        for (text, want, line) in cases {
+            let e = parse(&text, "t.yaml").unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("the seed manifest t.yaml is not valid: {line}; nothing was applied")
+            );
+            assert!(
+                matches!(&e, SeedError::Invalid { problem, .. } if *problem == want),
+                "{text}: {e:?}"
+            );
+        }
     }
 }
