@@ -66,9 +66,9 @@ pub struct ReachConfig {
     /// shares the WireGuard port, no relay is used.
     #[serde(default = "default_true")]
     pub enabled: bool,
-    /// With the kernel backend and reach on, plexd itself binds `listen_port` (the port peers
-    /// reach) and the kernel interface listens here, on loopback traffic only in practice.
-    /// Default: `listen_port + 1` (51821).
+    /// No longer used: the kernel interface listens on `listen_port` and plexd shares the
+    /// port (`mesh::shared_port`). Still read, so a config written for an earlier plexd keeps
+    /// starting; the kernel backend warns when it is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_port: Option<u16>,
 }
@@ -89,18 +89,6 @@ impl Default for ReachConfig {
 impl ReachConfig {
     fn is_default(&self) -> bool {
         *self == Self::default()
-    }
-}
-
-impl WireguardConfig {
-    /// The kernel interface's own port when reach is on: `reach.kernel_port`, or the one after
-    /// `listen_port` (0 stays 0: any free port, for tests).
-    pub(crate) fn kernel_port(&self) -> u16 {
-        match (self.reach.kernel_port, self.listen_port) {
-            (Some(p), _) => p,
-            (None, 0) => 0,
-            (None, p) => p.wrapping_add(1),
-        }
     }
 }
 

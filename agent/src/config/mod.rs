@@ -237,18 +237,6 @@ impl Config {
                 ),
             ));
         }
-        if wg.reach.enabled && wg.listen_port != 0 {
-            let kernel = wg.kernel_port();
-            if kernel == 0 || kernel == wg.listen_port {
-                return Err(invalid(
-                    &["wireguard", "reach", "kernel_port"],
-                    format!(
-                        "wireguard.reach.kernel_port: {kernel} cannot be the kernel interface's port next to listen_port {} (it must differ from it and not be 0); set wireguard.reach.kernel_port to a free port",
-                        wg.listen_port
-                    ),
-                ));
-            }
-        }
         Ok(())
     }
 

@@ -223,30 +223,21 @@ proptest::proptest! {
 }
 
 #[test]
-fn the_reach_section_defaults_on_and_checks_the_kernel_port() {
+fn the_reach_section_defaults_on_and_still_reads_the_old_kernel_port() {
     let c = Config::parse("api_url: https://a.example\n", Path::new("c.yaml")).unwrap();
     assert!(c.wireguard.reach.enabled);
-    assert_eq!(c.wireguard.kernel_port(), 51821);
     let text = "api_url: https://a.example\nwireguard:\n  reach:\n    enabled: false\n";
     let c = Config::parse(text, Path::new("c.yaml")).unwrap();
     assert!(!c.wireguard.reach.enabled);
-    let text = "api_url: https://a.example\nwireguard:\n  reach:\n    kernel_port: 40000\n";
-    let c = Config::parse(text, Path::new("c.yaml")).unwrap();
-    assert_eq!(c.wireguard.kernel_port(), 40000);
-    let text = "api_url: https://a.example\nwireguard:\n  listen_port: 51820\n  reach:\n    kernel_port: 51820\n";
-    let e = Config::parse(text, Path::new("c.yaml"))
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.contains("c.yaml:5:") && e.contains("wireguard.reach.kernel_port"),
-        "{e}"
-    );
-    // The one port that has no next one.
-    let text = "api_url: https://a.example\nwireguard:\n  listen_port: 65535\n";
-    let e = Config::parse(text, Path::new("c.yaml"))
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("kernel_port"), "{e}");
+    // A config of an earlier plexd (the kernel on a port of its own) still starts, even with
+    // the kernel port equal to listen_port or past the last port.
+    for text in [
+        "api_url: https://a.example\nwireguard:\n  reach:\n    kernel_port: 40000\n",
+        "api_url: https://a.example\nwireguard:\n  listen_port: 51820\n  reach:\n    kernel_port: 51820\n",
+        "api_url: https://a.example\nwireguard:\n  listen_port: 65535\n",
+    ] {
+        Config::parse(text, Path::new("c.yaml")).unwrap_or_else(|e| panic!("{text}: {e}"));
+    }
     let text = "api_url: https://a.example\nwireguard:\n  reach:\n    relay: x\n";
     assert!(Config::parse(text, Path::new("c.yaml")).is_err());
 }

@@ -236,9 +236,6 @@ fn start_routes(
 ) -> crate::routes::RoutesHandle {
     let wg = &settings.config.wireguard;
     let mut ports = vec![wg.listen_port];
-    if backend == "kernel" && wg.reach.enabled {
-        ports.push(wg.kernel_port());
-    }
     ports.retain(|p| *p != 0);
     crate::routes::RoutesHandle::start(crate::routes::RoutesSetup {
         api: api.clone(),

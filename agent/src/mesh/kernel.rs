@@ -2,22 +2,29 @@
 //! Creates the interface (or adopts an existing WireGuard interface of that name), sets the
 //! node's private key and listen port, then the address, MTU and link state.
 //!
-//! With reach on (`wireguard.reach.enabled`, the default) the kernel cannot share its socket
-//! with plexd, so the ports split: plexd binds `wireguard.listen_port` itself (the underlay
-//! socket peers reach: WireGuard, STUN, disco, relay frames), the interface listens on
-//! `wireguard.reach.kernel_port` (default `listen_port + 1`), and every peer's kernel endpoint
-//! is a loopback forwarder (`crate::reach::forward`) that carries its datagrams to the path
-//! reach chose, direct from the underlay socket or through a relay. docs/reach.md has the
-//! trade-off (kernel crypto, one userspace copy per packet each way).
+//! With reach on (`wireguard.reach.enabled`, the default) the interface listens on
+//! `wireguard.listen_port` and plexd shares that port with it through
+//! [`SharedPort`](super::shared_port::SharedPort): raw sockets that see only STUN, disco and
+//! relay frames to the port and send from it. A direct path is the kernel peer's endpoint
+//! itself, so its packets go kernel to kernel; only a relayed peer's endpoint is a loopback
+//! forwarder (`crate::reach::forward`, all of them on one thread) that wraps its datagrams for
+//! the relay and sends them from the shared port. docs/reach.md ("The kernel backend") has the
+//! design and its limits.
 
 use std::io;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
+use std::io::ErrorKind;
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::thread;
+use std::time::{Duration, SystemTime};
+
+use plexsphere_wire::reach::MAX_DATAGRAM;
 
 use wireguard_control::{Backend, DeviceUpdate, Key, PeerConfigBuilder};
 
 use super::key::PeerKey;
+use super::shared_port::SharedPort;
+use crate::reach::forward::Underlay;
 use crate::reach::runtime::{Mode, PathControl, Runtime, RuntimeSetup};
 
 use super::link::setup_link;
@@ -150,10 +157,13 @@ impl PathControl for KernelEndpoints {
     }
 }
 
-/// plexd's own socket on the listen port (IPv6 with IPv4 mapped, else IPv4 only).
-pub fn bind_underlay(port: u16) -> io::Result<UdpSocket> {
-    UdpSocket::bind(SocketAddr::from((Ipv6Addr::UNSPECIFIED, port)))
-        .or_else(|_| UdpSocket::bind(SocketAddr::from((Ipv4Addr::UNSPECIFIED, port))))
+/// How long the shared port's reader waits before it looks at its stop flag.
+const PORT_POLL: Duration = Duration::from_millis(250);
+
+impl Underlay for SharedPort {
+    fn send(&self, datagram: &[u8], to: SocketAddr) -> io::Result<()> {
+        self.send_to(datagram, to).map(|_| ())
+    }
 }
 
 /// The kernel backend, configured and running.
@@ -171,34 +181,21 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError
         tracing::warn!(interface = %cfg.interface, "policy: cannot install the closed nftables table at start ({e})");
     }
     let reach = cfg.reach.enabled;
-    // With reach, the kernel moves to the port next to listen_port first (an adopted interface
-    // may still hold listen_port from a run without reach), then plexd takes listen_port.
-    let kernel_port = if reach {
-        cfg.kernel_port()
-    } else {
-        cfg.listen_port
-    };
-    ctl.set_identity(node.private_key(), kernel_port)
+    if reach && cfg.reach.kernel_port.is_some() {
+        tracing::warn!(interface = %cfg.interface, "wireguard.reach.kernel_port is no longer used: the kernel interface listens on wireguard.listen_port and plexd shares it (docs/reach.md); remove the setting");
+    }
+    ctl.set_identity(node.private_key(), cfg.listen_port)
         .map_err(|e| {
             OpenError::Runtime(format!(
-                "cannot set the private key and listen port {kernel_port} on {} ({e}); is the port in use? (with reach on, the kernel interface listens on wireguard.reach.kernel_port, default listen_port + 1)",
-                cfg.interface
-            ))
-        })?;
-    let underlay = if reach {
-        Some(bind_underlay(cfg.listen_port).map_err(|e| {
-            OpenError::Runtime(format!(
-                "cannot bind UDP port {} for {}'s reach socket ({e}); free the port or set wireguard.listen_port",
+                "cannot set the private key and listen port {} on {} ({e}); is the port in use?",
                 cfg.listen_port, cfg.interface
             ))
-        })?)
+        })?;
+    setup_link(cfg, node).map_err(OpenError::Runtime)?;
+    let runtime = if reach {
+        Some(start_reach(cfg, node, ctl)?)
     } else {
         None
-    };
-    setup_link(cfg, node).map_err(OpenError::Runtime)?;
-    let runtime = match underlay {
-        Some(socket) => Some(start_reach(cfg, node, ctl, socket)?),
-        None => None,
     };
     WgMesh::start(
         "kernel",
@@ -216,35 +213,72 @@ fn start_reach(
     cfg: &WireguardConfig,
     node: &NodeSetup,
     ctl: WgControl,
-    socket: UdpSocket,
 ) -> Result<Arc<Runtime>, OpenError> {
     let fail = |what: &str, e: io::Error| {
         OpenError::Runtime(format!("cannot {what} for {} ({e})", cfg.interface))
     };
-    let listen = socket
-        .local_addr()
-        .map_err(|e| fail("read the reach socket's port", e))?
-        .port();
-    let kernel = ctl
+    // listen_port 0 lets the kernel pick; the shared port is the one it picked.
+    let listen = ctl
         .listen_port()
         .map_err(|e| fail("read the kernel interface's port", e))?
-        .unwrap_or(0);
-    let socket = Arc::new(socket);
+        .unwrap_or(cfg.listen_port);
+    let port = Arc::new(SharedPort::open(listen).map_err(|e| {
+        fail(
+            &format!(
+                "share UDP port {listen} with the kernel interface (raw sockets need CAP_NET_RAW)"
+            ),
+            e,
+        )
+    })?);
     let runtime = Runtime::start(RuntimeSetup {
         secret: node.private_key(),
         mesh: node.mesh_net(),
         mode: Mode::Kernel,
-        underlay: socket.clone(),
+        underlay: port.clone(),
         listen_port: Box::new(move || listen),
-        wg_port: Box::new(move || kernel),
+        wg_port: Box::new(move || listen),
         control: Box::new(KernelEndpoints { ctl }),
         local_addrs: node.local_addrs(),
         tls: node.relay_tls(),
     })
     .map_err(|e| fail("start the reach runtime", e))?;
-    runtime
-        .serve_underlay(socket)
-        .map_err(|e| fail("start the reach socket's thread", e))?;
-    tracing::info!(interface = %cfg.interface, listen_port = listen, kernel_port = kernel, "reach: plexd listens on UDP port {listen}; the kernel interface {} listens on {kernel} and reaches its peers through loopback forwarders", cfg.interface);
+    serve_shared_port(runtime.clone(), port)
+        .map_err(|e| fail("start the shared port's thread", e))?;
+    tracing::info!(interface = %cfg.interface, listen_port = listen, "reach: the kernel interface {} listens on UDP port {listen} and plexd shares it (STUN, disco, relay frames); direct peers go kernel to kernel, relayed ones through loopback forwarders", cfg.interface);
     Ok(runtime)
+}
+
+/// Reads the shared port until the runtime is dropped (its last holder besides this thread)
+/// or stopped: what arrives is never WireGuard (the port's filter), so all of it is reach's.
+fn serve_shared_port(runtime: Arc<Runtime>, port: Arc<SharedPort>) -> io::Result<()> {
+    let weak = Arc::downgrade(&runtime);
+    drop(runtime);
+    thread::Builder::new()
+        .name("reach-port".into())
+        .spawn(move || {
+            let mut buf = vec![0u8; MAX_DATAGRAM];
+            loop {
+                let Some(runtime) = weak.upgrade() else {
+                    return;
+                };
+                if runtime.stopped() {
+                    return;
+                }
+                drop(runtime);
+                match port.recv_from(&mut buf, PORT_POLL) {
+                    Ok(Some((n, from))) => {
+                        if let Some(runtime) = weak.upgrade() {
+                            runtime.offer(&buf[..n], from);
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        tracing::debug!("the shared port's read failed: {e}");
+                        thread::sleep(PORT_POLL);
+                    }
+                }
+            }
+        })
+        .map(|_| ())
 }

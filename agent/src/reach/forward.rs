@@ -258,8 +258,8 @@ impl ForwardLoop {
         })
     }
 
-    /// Carries `f`'s datagrams from now on, until [`Self::remove`].
-    pub fn add(&self, f: &Arc<Forwarder>) -> io::Result<()> {
+    /// Carries `f`'s datagrams from now on, until [`Self::remove`] with the token it answers.
+    pub fn add(&self, f: &Arc<Forwarder>) -> io::Result<u64> {
         f.socket.set_nonblocking(true)?;
         let token = self.inner.next_token.fetch_add(1, Ordering::Relaxed);
         self.inner
@@ -272,22 +272,20 @@ impl ForwardLoop {
             self.forget(token);
             return Err(io::Error::from(e));
         }
-        Ok(())
+        Ok(token)
     }
 
-    /// Stops carrying `f`'s datagrams (the socket closes when its last holder drops it).
-    pub fn remove(&self, f: &Arc<Forwarder>) {
-        let _ = self.inner.epoll.delete(f.socket.as_fd());
-        let token = self
+    /// Stops carrying the datagrams of the forwarder [`Self::add`] answered `token` for (its
+    /// socket closes when its last holder drops it).
+    pub fn remove(&self, token: u64) {
+        let f = self
             .inner
             .forwarders
-            .read()
+            .write()
             .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .find(|(_, g)| Arc::ptr_eq(g, f))
-            .map(|(t, _)| *t);
-        if let Some(token) = token {
-            self.forget(token);
+            .remove(&token);
+        if let Some(f) = f {
+            let _ = self.inner.epoll.delete(f.socket.as_fd());
         }
     }
 
@@ -462,8 +460,8 @@ mod tests {
         for _ in 0..N {
             let f = Forwarder::open(wg.local_addr().unwrap().port()).unwrap();
             f.set_route(Route::Direct(peer.local_addr().unwrap()));
-            forwarders.add(&f).unwrap();
-            all.push(f);
+            let token = forwarders.add(&f).unwrap();
+            all.push((f, token));
         }
         assert_eq!(forwarders.len(), N);
         // A thread per forwarder would be 300; the loop is one (other tests may add a few).
@@ -473,35 +471,36 @@ mod tests {
             threads() - before
         );
 
-        for (i, f) in all.iter().enumerate() {
-            wg.send_to(&[4, 0, 0, 0, (i % 251) as u8], f.addr())
-                .unwrap();
-        }
-        let mut got = 0;
-        while got < N {
-            let (d, from) = recv(&peer);
-            assert_eq!(from, underlay.local_addr().unwrap());
-            assert_eq!(d[..4], [4, 0, 0, 0]);
-            got += 1;
+        // In rounds of 50, so the peer's receive buffer (about 200 kB on loopback, some 300
+        // small datagrams) never overflows while the test is still sending.
+        for round in all.chunks(50) {
+            for (f, _) in round {
+                wg.send_to(&[4, 0, 0, 0, 1], f.addr()).unwrap();
+            }
+            for _ in round {
+                let (d, from) = recv(&peer);
+                assert_eq!(from, underlay.local_addr().unwrap());
+                assert_eq!(d, [4, 0, 0, 0, 1]);
+            }
         }
         assert!(
             all.iter()
-                .all(|f| f.counters.out.load(Ordering::Relaxed) == 1)
+                .all(|(f, _)| f.counters.out.load(Ordering::Relaxed) == 1)
         );
 
         // Removed: its datagrams are no longer carried; the others still are.
-        let gone = all.remove(0);
-        forwarders.remove(&gone);
+        let (gone, token) = all.remove(0);
+        forwarders.remove(token);
         assert_eq!(forwarders.len(), N - 1);
         wg.send_to(&[4, 0, 0, 0, 1], gone.addr()).unwrap();
-        wg.send_to(&[4, 0, 0, 0, 2], all[0].addr()).unwrap();
+        wg.send_to(&[4, 0, 0, 0, 2], all[0].0.addr()).unwrap();
         assert_eq!(recv(&peer).0, vec![4, 0, 0, 0, 2]);
         thread::sleep(POLL);
         assert_eq!(gone.counters.out.load(Ordering::Relaxed), 1);
 
         // Foreign sources are counted, not carried, as with a forwarder's own thread.
-        peer.send_to(&[4, 0, 0, 0, 9], all[1].addr()).unwrap();
-        wait(|| all[1].counters.foreign.load(Ordering::Relaxed) == 1);
+        peer.send_to(&[4, 0, 0, 0, 9], all[1].0.addr()).unwrap();
+        wait(|| all[1].0.counters.foreign.load(Ordering::Relaxed) == 1);
         forwarders.stop();
     }
 }

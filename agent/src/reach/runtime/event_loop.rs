@@ -9,7 +9,6 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::thread::JoinHandle;
 use std::time::Instant;
 
 use plexsphere_wire::node::RelaySpec;
@@ -20,7 +19,7 @@ use rand_core::CryptoRngCore;
 use super::shared::{ADDRS_EVERY, Event, HANDSHAKES_EVERY, RuntimeSetup, STUN_EVERY, Shared, lock};
 use crate::peer_key::PeerKey;
 use crate::reach::engine::Engine;
-use crate::reach::forward::{Forwarder, Route};
+use crate::reach::forward::{ForwardLoop, Forwarder, Route};
 use crate::reach::io::{Effect, Input, Now, PeerReach, TICK};
 use crate::reach::relay_client::tcp::{TcpEvent, TcpLink};
 use crate::reach::relay_client::{Identity, RelayConn};
@@ -36,15 +35,14 @@ pub(super) struct Relay {
 
 pub(super) struct Fwd {
     pub(super) fwd: Arc<Forwarder>,
-    pub(super) thread: Option<JoinHandle<()>>,
+    /// The loop that carries it, and its token there.
+    pub(super) carried: (Arc<ForwardLoop>, u64),
 }
 
-/// A forwarder that goes away stops its thread, which ends by itself within its poll (no
-/// join: removing a thousand peers at once must not wait for a thousand polls in turn).
+/// A forwarder that goes away leaves the loop (its socket closes with it).
 impl Drop for Fwd {
     fn drop(&mut self) {
-        self.fwd.stop();
-        drop(self.thread.take());
+        self.carried.0.remove(self.carried.1);
     }
 }
 
@@ -75,6 +73,8 @@ pub(crate) struct Loop {
     /// prefix two peers share maps to neither.
     pub(super) by_prefix: HashMap<KeyPrefix, Option<PeerKey>>,
     pub(super) fwds: HashMap<PeerKey, Fwd>,
+    /// The one thread that carries every forwarder (started with the first).
+    pub(super) forwards: Option<Arc<ForwardLoop>>,
     pub(super) probe: Option<StunProbe>,
     pub(super) next_stun: Instant,
     pub(super) local: Vec<IpAddr>,
@@ -111,6 +111,7 @@ impl Loop {
             peers: Vec::new(),
             by_prefix: HashMap::new(),
             fwds: HashMap::new(),
+            forwards: None,
             probe: None,
             next_stun: t,
             local: Vec::new(),

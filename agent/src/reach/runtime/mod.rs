@@ -2,7 +2,8 @@
 //! [`Engine`](super::engine::Engine) and performs its effects. docs/reach.md has the picture.
 //!
 //! - Inbound: every datagram of the WireGuard socket that is not WireGuard (the data plane's
-//!   side channel, or plexd's own underlay socket with the kernel backend) arrives as an
+//!   side channel, or the shared port with the kernel backend: `mesh::shared_port`, read by
+//!   the kernel backend and handed in with [`Runtime::offer`]) arrives as an
 //!   [`Event`] on one bounded queue ([`EVENT_QUEUE`]; full = dropped and counted). STUN answers
 //!   go to the running [`StunProbe`](super::stun::StunProbe), disco to the engine, relay frames
 //!   to their [`RelayConn`](super::relay_client::RelayConn).
@@ -11,7 +12,7 @@
 //! - The daemon's calls ([`ReachHandle`]) only store what they bring and wake the loop; the
 //!   views (`paths`, `own_candidates`) are copies the loop refreshes after each step.
 //! - The mesh diff asks [`Runtime`] (as [`EndpointOwners`]) whose a peer's endpoint is: a
-//!   peer reach has a path for (every peer, with the kernel backend) is reach's.
+//!   peer reach has a path for is reach's.
 //!
 //! The loop runs at least every [`TICK`]: the engine's tick, the STUN schedule
 //! ([`STUN_EVERY`], and at once on a network change), the host address poll
@@ -34,7 +35,7 @@ pub use self::shared::{
     RELAY_IDLE, RuntimeSetup, STUN_EVERY,
 };
 use self::shared::{Shared, lock, offer};
-use super::io::{Effect, Now, OwnCandidates, PeerPathView, PeerReach, ReachHandle, TICK};
+use super::io::{Effect, Now, OwnCandidates, PeerPathView, PeerReach, ReachHandle};
 use super::io::{EndpointOwners, Owner};
 use crate::peer_key::PeerKey;
 
@@ -44,7 +45,6 @@ mod relays;
 mod shared;
 #[cfg(test)]
 mod tests;
-mod underlay;
 
 /// The daemon's handle on the runtime; see the module docs.
 pub struct Runtime {
@@ -90,17 +90,9 @@ impl Runtime {
         self.shared.dropped.load(Ordering::Relaxed)
     }
 
-    /// Receives on the kernel backend's underlay socket until the runtime stops: WireGuard
-    /// from a peer's direct address goes to its forwarder, the rest to the loop.
-    pub fn serve_underlay(
-        self: &Arc<Self>,
-        socket: Arc<std::net::UdpSocket>,
-    ) -> io::Result<JoinHandle<()>> {
-        let shared = self.shared.clone();
-        socket.set_read_timeout(Some(TICK))?;
-        thread::Builder::new()
-            .name("reach-underlay".into())
-            .spawn(move || underlay::serve_underlay(&shared, &socket))
+    /// Whether [`Self::stop`] was called (readers of the runtime's sockets end then).
+    pub fn stopped(&self) -> bool {
+        self.shared.stop.load(Ordering::Relaxed)
     }
 
     /// The WireGuard private key rotated: the loop starts over with the new one.

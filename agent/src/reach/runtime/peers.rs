@@ -1,5 +1,6 @@
 //! The loop's peers: the wanted peers as the daemon hands them (their key prefixes, for the
-//! relays' sender names), their loopback forwarders with the kernel backend, the endpoint the
+//! relays' sender names), the loopback forwarders of peers relayed where the data plane cannot
+//! frame for the relay (over TCP, or any relay with the kernel backend), the endpoint the
 //! mesh is told for each (and who owns it, for the mesh diff), and the path the engine chose
 //! carried out.
 
@@ -10,9 +11,8 @@ use std::sync::{Arc, PoisonError};
 use plexsphere_wire::reach::relay::{KeyPrefix, prefix};
 
 use super::event_loop::{Fwd, Loop};
-use super::shared::Mode;
 use crate::peer_key::PeerKey;
-use crate::reach::forward::{Forwarder, Route};
+use crate::reach::forward::{ForwardLoop, Forwarder};
 use crate::reach::io::{Input, Now, Path, PeerReach, Transport};
 
 impl Loop {
@@ -22,18 +22,6 @@ impl Loop {
     }
 
     pub(super) fn set_peers(&mut self, peers: Vec<PeerReach>, now: Now) {
-        if self.setup.mode == Mode::Kernel {
-            // Every peer is carried by a forwarder; a new one starts at its first candidate.
-            for p in &peers {
-                if !self.fwds.contains_key(&p.key)
-                    && let Some(f) = self.forwarder(p.key)
-                    && let Some(ep) = p.endpoints.first()
-                {
-                    f.set_route(Route::Direct(*ep));
-                    self.index_direct(p.key, Some(*ep), &f);
-                }
-            }
-        }
         // Sets, not lists: a change at 10k peers must not cost 10k x 10k comparisons.
         let wanted: HashSet<PeerKey> = peers.iter().map(|p| p.key).collect();
         self.fwds.retain(|k, _| wanted.contains(k));
@@ -45,12 +33,6 @@ impl Loop {
                 .unwrap_or_else(PoisonError::into_inner);
             owners.retain(|k, _| wanted.contains(k));
         }
-        let live: HashSet<_> = self.fwds.values().map(|x| Arc::as_ptr(&x.fwd)).collect();
-        self.shared
-            .by_direct
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .retain(|_, f| live.contains(&Arc::as_ptr(f)));
         self.by_prefix.clear();
         for p in &peers {
             self.by_prefix
@@ -67,11 +49,17 @@ impl Loop {
         if let Some(f) = self.fwds.get(&peer) {
             return Some(f.fwd.clone());
         }
-        let opened = Forwarder::open((self.setup.wg_port)()).and_then(|f| {
-            let t = f.spawn(self.setup.underlay.clone())?;
-            Ok((f, t))
+        let forwards = match &self.forwards {
+            Some(l) => Ok(l.clone()),
+            None => ForwardLoop::start(self.setup.underlay.clone()).map(Arc::new),
+        };
+        let opened = forwards.and_then(|l| {
+            self.forwards = Some(l.clone());
+            let f = Forwarder::open((self.setup.wg_port)())?;
+            let token = l.add(&f)?;
+            Ok((f, (l, token)))
         });
-        let (f, thread) = match opened {
+        let (f, carried) = match opened {
             Ok(x) => x,
             Err(e) => {
                 tracing::warn!(peer_key = %peer, "cannot open a loopback forwarder: {e}");
@@ -83,7 +71,7 @@ impl Loop {
             peer,
             Fwd {
                 fwd: f.clone(),
-                thread: Some(thread),
+                carried,
             },
         );
         Some(f)
@@ -100,36 +88,17 @@ impl Loop {
             .insert(peer, Some(endpoint));
     }
 
-    pub(super) fn index_direct(&self, peer: PeerKey, ep: Option<SocketAddr>, f: &Arc<Forwarder>) {
-        let mut by = self
-            .shared
-            .by_direct
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
-        by.retain(|_, x| !Arc::ptr_eq(x, f));
-        if let Some(ep) = ep {
-            by.insert(ep, f.clone());
-        }
-        let _ = peer;
-    }
-
     pub(super) fn set_path(&mut self, peer: PeerKey, path: Path, now: Now) {
-        match (self.setup.mode, &path) {
-            (_, Path::None) => {}
-            (Mode::Userspace, Path::Direct { endpoint }) => {
-                // Straight from the WireGuard socket: no forwarder in the way.
+        match &path {
+            Path::None => {}
+            Path::Direct { endpoint } => {
+                // Straight from WireGuard's socket (the data plane's, or the kernel's): no
+                // forwarder in the way.
                 self.relayed.remove(&peer);
                 self.fwds.remove(&peer);
                 self.set_endpoint(peer, *endpoint);
             }
-            (Mode::Kernel, Path::Direct { endpoint }) => {
-                self.relayed.remove(&peer);
-                if let Some(f) = self.forwarder(peer) {
-                    f.set_route(Route::Direct(*endpoint));
-                    self.index_direct(peer, Some(*endpoint), &f);
-                }
-            }
-            (_, Path::Relay { relay, transport }) => {
+            Path::Relay { relay, transport } => {
                 if !self.relays.iter().any(|r| r.spec.name == *relay) {
                     tracing::warn!(peer_key = %peer, relay = %relay, "the path names a relay the state does not have; unchanged");
                     return;

@@ -130,7 +130,6 @@ impl Loop {
         }
         if let Some(f) = self.forwarder(peer) {
             f.set_route(self.relay_route(name, peer));
-            self.index_direct(peer, None, &f);
         }
     }
 

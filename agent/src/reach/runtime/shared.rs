@@ -15,7 +15,7 @@ use plexsphere_wire::node::RelaySpec;
 use plexsphere_wire::signed::SignedEnvelope;
 
 use crate::peer_key::PeerKey;
-use crate::reach::forward::{Forwarder, Underlay};
+use crate::reach::forward::Underlay;
 use crate::reach::io::{Effect, OwnCandidates, PeerPathView, PeerReach};
 use crate::reach::relay_client::tcp::TcpEvent;
 
@@ -37,8 +37,10 @@ pub enum Mode {
     /// paths through a relay over UDP (the data plane frames them); only peers relayed over
     /// TCP get a forwarder.
     Userspace,
-    /// Kernel WireGuard on another port: every peer's endpoint is its forwarder, and direct
-    /// paths go out of plexd's underlay socket.
+    /// Kernel WireGuard: direct paths are the kernel peer's endpoint itself (kernel to
+    /// kernel); the kernel cannot frame for a relay, so every relayed peer gets a forwarder.
+    /// Reach's own datagrams go out of and come in through the shared port
+    /// (`mesh::shared_port`).
     Kernel,
 }
 
@@ -123,9 +125,6 @@ pub(crate) struct Shared {
     pub(crate) view: Mutex<View>,
     /// Per peer whose endpoint is reach's: where reach carries it now.
     pub(crate) owners: RwLock<HashMap<PeerKey, Option<SocketAddr>>>,
-    /// With the kernel backend: the forwarder of the peer at each direct address, for what
-    /// arrives on the underlay socket.
-    pub(crate) by_direct: RwLock<HashMap<SocketAddr, Arc<Forwarder>>>,
     pub(crate) events: SyncSender<Event>,
     pub(crate) stop: AtomicBool,
     /// Relay TCP connections that ended (relay, why), for the loop's next turn: beside the
@@ -184,7 +183,6 @@ impl Shared {
             pending: Mutex::default(),
             view: Mutex::default(),
             owners: RwLock::default(),
-            by_direct: RwLock::default(),
             events,
             closed: Mutex::default(),
             stop: AtomicBool::new(false),

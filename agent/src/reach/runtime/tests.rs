@@ -1,6 +1,5 @@
-//! The runtime in kernel mode over loopback sockets: a socket stands in for the kernel
-//! interface, another for a remote peer. Every peer gets a forwarder as its endpoint, and
-//! WireGuard crosses forwarder and underlay both ways.
+//! The runtime over loopback sockets: sockets stand in for the data plane or the kernel
+//! interface, the underlay, remote peers and relays (over UDP, and over TCP with TLS).
 
 use std::net::UdpSocket;
 use std::sync::atomic::Ordering;
@@ -29,18 +28,6 @@ impl PathControl for Recorder {
     }
 }
 
-/// The next WireGuard datagram (the engine's disco probes to the same address are skipped).
-fn recv(s: &UdpSocket) -> (Vec<u8>, SocketAddr) {
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut buf = [0u8; 2048];
-    loop {
-        let (n, from) = s.recv_from(&mut buf).expect("a datagram within 10 s");
-        if plexsphere_wire::reach::classify(&buf[..n]) == plexsphere_wire::reach::Kind::WireGuard {
-            return (buf[..n].to_vec(), from);
-        }
-    }
-}
-
 fn wait<T>(mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
@@ -53,74 +40,88 @@ fn wait<T>(mut f: impl FnMut() -> Option<T>) -> T {
 }
 
 #[test]
-fn kernel_mode_carries_every_peer_through_a_forwarder_over_the_underlay() {
+fn kernel_mode_makes_a_direct_path_the_kernel_peer_s_endpoint_and_relays_through_a_forwarder() {
     let kernel = UdpSocket::bind("127.0.0.1:0").unwrap();
     let kernel_port = kernel.local_addr().unwrap().port();
     let underlay = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
     let underlay_addr = underlay.local_addr().unwrap();
     let remote = UdpSocket::bind("127.0.0.1:0").unwrap();
     let remote_addr = remote.local_addr().unwrap();
+    // Bound and never answering: frames to it are read here, registration never completes.
+    let relay = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let relay_addr = relay.local_addr().unwrap();
     let set = Arc::new(Mutex::new(Vec::new()));
     let rt = Runtime::start(RuntimeSetup {
         secret: [0x11; 32],
         mesh: "10.64.0.0/16".parse().unwrap(),
         mode: Mode::Kernel,
         underlay: underlay.clone(),
-        listen_port: Box::new(move || underlay_addr.port()),
+        listen_port: Box::new(move || kernel_port),
         wg_port: Box::new(move || kernel_port),
         control: Box::new(Recorder(set.clone())),
         local_addrs: Box::new(Vec::new),
         tls: None,
     })
     .unwrap();
-    rt.serve_underlay(underlay).unwrap();
+    rt.set_relays(vec![relay_r1([0x66; 32], Some(relay_addr), None)], vec![]);
     let peer = PeerKey([0x22; 32]);
     rt.set_peers(vec![PeerReach {
         key: peer,
         node_id: uuid::Uuid::from_u128(2),
         hostname: "peer".into(),
-        endpoints: vec![remote_addr],
+        endpoints: vec![],
         home_relay: None,
     }]);
-    // The kernel's endpoint for the peer is its forwarder on loopback, and the diff is told so.
-    let fwd = wait(|| lock(&set).first().map(|(k, a)| (*k, *a)));
-    assert_eq!(fwd.0, peer);
-    assert!(fwd.1.ip().is_loopback() && fwd.1 != remote_addr);
+    let last = || lock(&set).last().copied();
+
+    // Direct: the kernel peer's endpoint is the peer's address itself, no forwarder between.
+    let direct = Effect::SetPath {
+        peer,
+        path: Path::Direct {
+            endpoint: remote_addr,
+        },
+    };
+    rt.perform(direct.clone());
+    wait(|| (last() == Some((peer, remote_addr))).then_some(()));
     assert_eq!(
         rt.owner(&peer),
         Owner::Reach {
-            endpoint: Some(fwd.1)
+            endpoint: Some(remote_addr)
         }
     );
     assert_eq!(rt.owner(&PeerKey([9; 32])), Owner::Rotation);
 
-    // Kernel -> forwarder -> the peer's direct address, from the underlay socket.
-    kernel.send_to(&[1, 0, 0, 0, 0xAA], fwd.1).unwrap();
-    assert_eq!(recv(&remote), (vec![1, 0, 0, 0, 0xAA], underlay_addr));
-    // The peer -> underlay -> its forwarder -> the kernel, from the forwarder's address.
-    remote.send_to(&[2, 0, 0, 0, 0xBB], underlay_addr).unwrap();
-    assert_eq!(recv(&kernel), (vec![2, 0, 0, 0, 0xBB], fwd.1));
-
-    // A new direct path moves the route; the old address is no longer the peer's.
-    let moved = UdpSocket::bind("127.0.0.1:0").unwrap();
+    // Relayed: the kernel cannot frame for a relay, so the endpoint is a loopback forwarder
+    // whose datagrams reach the relay as a `send` to the peer, from the underlay socket.
     rt.perform(Effect::SetPath {
         peer,
-        path: Path::Direct {
-            endpoint: moved.local_addr().unwrap(),
+        path: Path::Relay {
+            relay: "r1".into(),
+            transport: Transport::Udp,
         },
     });
-    wait(|| {
-        kernel.send_to(&[4, 0, 0, 0, 0xCC], fwd.1).unwrap();
-        moved
-            .set_read_timeout(Some(Duration::from_millis(100)))
-            .unwrap();
-        let mut buf = [0u8; 64];
-        moved.recv_from(&mut buf).ok().map(|_| ())
-    });
-    let before = rt.shared.unknown_src.load(Ordering::Relaxed);
-    remote.send_to(&[4, 0, 0, 0, 0xDD], underlay_addr).unwrap();
-    wait(|| (rt.shared.unknown_src.load(Ordering::Relaxed) > before).then_some(()));
-    // The peer leaves: its forwarder goes with it.
+    let fwd = wait(|| last().map(|(_, a)| a).filter(|a| *a != remote_addr));
+    assert!(fwd.ip().is_loopback(), "{fwd}");
+    kernel.send_to(&[1, 0, 0, 0, 0xAA], fwd).unwrap();
+    relay
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut buf = [0u8; 2048];
+    let (dst, payload, from) = loop {
+        let (n, from) = relay.recv_from(&mut buf).expect("a frame within 10 s");
+        if let Ok(plexsphere_wire::reach::relay::Frame::Send { dst, payload }) =
+            plexsphere_wire::reach::relay::Frame::from_datagram(&buf[..n])
+        {
+            break (dst, payload, from);
+        }
+    };
+    assert_eq!(dst, plexsphere_wire::reach::relay::prefix(&peer.0));
+    assert_eq!(payload, vec![1, 0, 0, 0, 0xAA]);
+    assert_eq!(from, underlay_addr);
+
+    // Direct again: the endpoint is the address again, and the forwarder is gone.
+    rt.perform(direct);
+    wait(|| (last() == Some((peer, remote_addr))).then_some(()));
     rt.set_peers(vec![]);
     wait(|| (rt.owner(&peer) == Owner::Rotation).then_some(()));
     rt.stop();
