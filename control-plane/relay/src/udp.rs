@@ -4,7 +4,8 @@
 //! address the node sent to). Each thread owns its receive loop (no per-datagram task
 //! wake-up), and answers STUN, registers and forwards. It takes up to [`BATCH`] datagrams per
 //! `recvmmsg`, handles the whole batch under one lock of the core, and sends the forwards of a
-//! batch with one `sendmmsg`. A `send` to a UDP node is rewritten in place into the `recv`
+//! batch together: runs to one node with one length as one UDP GSO send (the node's GRO, where
+//! it has it on, takes them as one), the rest with one `sendmmsg` (mmsg.rs). A `send` to a UDP node is rewritten in place into the `recv`
 //! (same length: the type byte and the key change), so forwarding copies nothing.
 
 use std::io::{self, ErrorKind};
@@ -80,6 +81,7 @@ fn run(sweeps: bool, socket: &UdpSocket, shared: &Shared, stop: &AtomicBool) {
     let mut slots = vec![vec![0u8; MAX_DATAGRAM]; BATCH];
     let mut received: Vec<(usize, SocketAddr)> = Vec::with_capacity(BATCH);
     let mut forwards: Vec<(usize, usize, SocketAddr)> = Vec::with_capacity(BATCH);
+    let mut sender = crate::mmsg::Sender::new();
     let mut last_sweep = Instant::now();
     while !stop.load(Ordering::Relaxed) {
         received.clear();
@@ -103,7 +105,7 @@ fn run(sweeps: bool, socket: &UdpSocket, shared: &Shared, stop: &AtomicBool) {
             }
         }
         if !forwards.is_empty() {
-            let sent = crate::mmsg::send(socket, &slots, &forwards);
+            let sent = sender.send(socket, &slots, &forwards);
             shared.counters.forwarded_frames.add(sent.frames);
             shared.counters.forwarded_bytes.add(sent.payload);
         }
