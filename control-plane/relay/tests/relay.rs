@@ -70,6 +70,38 @@ async fn udp_to_tcp_and_tcp_to_tcp_both_ways() {
     assert_eq!(c.link.recv().await, Frame::Pong { nonce: [5; 8] });
 }
 
+/// A burst from UDP nodes to one TCP node leaves the relay's writer in few large writes
+/// (`TCP_WRITE_BATCH`); every frame arrives whole and in order, each one after its length.
+#[tokio::test]
+async fn a_burst_to_a_tcp_node_arrives_whole_and_in_order() {
+    let tls = tls();
+    let relay = relay(Limits::default(), &tls).await;
+    let mut a = Node::new(1, Link::udp(&relay).await);
+    let mut b = Node::new(2, Link::tcp(&relay, &tls).await);
+    a.register().await;
+    b.register().await;
+    // 40 WireGuard-sized frames: well inside the relay's socket buffer and b's queue.
+    let frames: Vec<Vec<u8>> = (0..40u8)
+        .map(|i| {
+            let mut p = vec![0xCD; 1452];
+            p[0] = i;
+            p
+        })
+        .collect();
+    for payload in &frames {
+        a.send_to(&b.pk, payload).await;
+    }
+    for payload in frames {
+        assert_eq!(
+            b.link.recv().await,
+            Frame::Recv {
+                src: prefix(&a.pk),
+                payload
+            }
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_newer_registration_wins_wherever_it_comes_from() {
     let tls = tls();
