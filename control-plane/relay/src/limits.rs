@@ -52,6 +52,16 @@ pub const MAX_STREAM_FRAME: usize = 8192;
 /// Frames waiting for one TCP connection's writer; past it frames are dropped and counted, so a
 /// slow reader costs at most this many x [`MAX_STREAM_FRAME`] bytes.
 pub const TCP_QUEUE_FRAMES: usize = 256;
+/// The relay's UDP threads at most: it runs one a core (`std::thread::available_parallelism`),
+/// up to this many, each with its own socket on the one UDP address (`SO_REUSEPORT`). Every
+/// thread takes the core's one lock once a batch, so past about this many the lock, not the
+/// cores, would set the pace; a relay on a bigger machine runs this many.
+pub const MAX_UDP_THREADS: usize = 16;
+/// Bytes the writer of one TCP connection puts in one write at most (plus the one frame that
+/// crosses it): it drains its queue into one buffer up to here, so a busy connection sends full
+/// TLS records (16 KiB) with few system calls instead of one record and one call a frame. Per
+/// busy connection the buffer costs this much memory and one frame more.
+pub const TCP_WRITE_BATCH: usize = 64 * 1024;
 /// A TLS handshake that takes longer closes the connection.
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A TCP connection that sends no frame for this long is closed: two leases.
