@@ -167,13 +167,12 @@ pub async fn start(config: RelayConfig) -> Result<RelayHandle, StartError> {
 
     // One socket a UDP thread, all on the one address (udp.rs).
     let udp = match config.udp {
-        Some(addr) => {
-            crate::udp::bind(addr, crate::udp::threads()).map_err(|source| StartError::Bind {
+        Some(addr) => crate::udp::bind(addr, crate::udp::threads(config.limits.udp_threads))
+            .map_err(|source| StartError::Bind {
                 what: "UDP",
                 addr,
                 source,
-            })?
-        }
+            })?,
         None => Vec::new(),
     };
     let tcp = match &config.tls {

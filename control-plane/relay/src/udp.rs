@@ -33,11 +33,14 @@ pub(crate) use crate::mmsg::HEAD;
 /// Datagrams per `recvmmsg` / `sendmmsg`.
 pub(crate) const BATCH: usize = 32;
 
-/// UDP threads (and sockets) to run: one a core, at most [`MAX_UDP_THREADS`].
-pub(crate) fn threads() -> usize {
-    std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .clamp(1, MAX_UDP_THREADS)
+/// UDP threads (and sockets) to run: `wanted`, or with 0 one a core; at most
+/// [`MAX_UDP_THREADS`].
+pub(crate) fn threads(wanted: usize) -> usize {
+    let n = match wanted {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    n.clamp(1, MAX_UDP_THREADS)
 }
 
 /// `n` UDP sockets on `addr` (port 0: one free port for all), each with `SO_REUSEPORT`.

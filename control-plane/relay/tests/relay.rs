@@ -374,10 +374,29 @@ async fn udp_nodes_on_every_thread_reach_each_other_from_the_one_address() {
         .map_or(1, |n| n.get())
         .min(plexsphere_relay::limits::MAX_UDP_THREADS);
     assert_eq!(relay.udp_threads(), threads);
+    ring_of_eight(&relay).await;
+}
+
+/// `--udp-threads` (`Limits::udp_threads`) sets how many threads, and sockets, share the
+/// address, more than the cores included; nodes still reach each other from the one address.
+#[tokio::test]
+async fn udp_threads_sets_how_many_threads_share_the_address() {
+    let tls = tls();
+    let limits = Limits {
+        udp_threads: 5,
+        ..Limits::default()
+    };
+    let relay = relay(limits, &tls).await;
+    assert_eq!(relay.udp_threads(), 5);
+    ring_of_eight(&relay).await;
+}
+
+/// Eight UDP nodes each send one frame to the next; each gets it from the relay's address.
+async fn ring_of_eight(relay: &plexsphere_relay::RelayHandle) {
     let relay_addr = relay.udp_addr.unwrap();
     let mut nodes = Vec::new();
     for seed in 1..=8 {
-        let mut node = Node::new(seed, Link::udp(&relay).await);
+        let mut node = Node::new(seed, Link::udp(relay).await);
         node.register().await;
         nodes.push(node);
     }
@@ -403,7 +422,7 @@ async fn udp_nodes_on_every_thread_reach_each_other_from_the_one_address() {
             }
         );
     }
-    until(&relay, "eight frames counted", |s| s.forwarded_frames == 8).await;
+    until(relay, "eight frames counted", |s| s.forwarded_frames == 8).await;
 }
 
 /// A UDP port that anything holds is a `Bind` error, another relay (whose sockets share their
