@@ -28,6 +28,7 @@
 
 use std::net::SocketAddr;
 
+use rand_core::{CryptoRng, RngCore};
 use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, Nonce, UnboundKey};
 use ring::rand::{SecureRandom, SystemRandom};
 
@@ -36,8 +37,10 @@ use super::{DISCO_MAGIC, DISCO_VERSION, DecodeError, MAX_DATAGRAM, Reader, put_a
 /// The most addresses a call-me-maybe carries (more are cut off when sealing).
 pub const MAX_CALL_ME_MAYBE: usize = 16;
 /// Bytes before the sealed message: magic, sender key, nonce.
-pub const HEADER: usize = 4 + 32 + 12;
+pub const HEADER: usize = 4 + 32 + NONCE;
 const TAG: usize = 16;
+/// Bytes of a disco nonce (ChaCha20-Poly1305's), after the sender key in the header.
+pub const NONCE: usize = 12;
 /// Bytes of the sealed message before its fields: type, stamp.
 const MESSAGE_HEAD: usize = 1 + 8;
 
@@ -86,8 +89,27 @@ impl PairKey {
     }
 
     /// Seals `message` from `sender` (our public key) with `stamp` ([`next_stamp`]) into a
-    /// datagram.
+    /// datagram, under a nonce from the system's random source.
     pub fn seal(&self, sender: &[u8; 32], stamp: u64, message: &Message) -> Vec<u8> {
+        let mut nonce = [0u8; NONCE];
+        // The system's random source does not fail on Linux; a zero nonce would still be
+        // unique per message only by chance, so a failure is treated as fatal for this one.
+        if SystemRandom::new().fill(&mut nonce).is_err() {
+            return Vec::new();
+        }
+        self.seal_with_nonce(sender, stamp, message, nonce)
+    }
+
+    /// [`Self::seal`] under a nonce the caller drew ([`new_nonce_from`]). Both nodes of a pair
+    /// seal under the same pair key, so a nonce must never repeat under it: draw it from a
+    /// cryptographically secure generator, never from a counter or a fixed seed outside tests.
+    pub fn seal_with_nonce(
+        &self,
+        sender: &[u8; 32],
+        stamp: u64,
+        message: &Message,
+        nonce: [u8; NONCE],
+    ) -> Vec<u8> {
         let mut plain = Vec::with_capacity(64);
         let kind = match message {
             Message::Ping { .. } => 1,
@@ -109,12 +131,6 @@ impl PairKey {
                     put_addr(&mut plain, *a);
                 }
             }
-        }
-        let mut nonce = [0u8; 12];
-        // The system's random source does not fail on Linux; a zero nonce would still be
-        // unique per message only by chance, so a failure is treated as fatal for this one.
-        if SystemRandom::new().fill(&mut nonce).is_err() {
-            return Vec::new();
         }
         let mut out = Vec::with_capacity(HEADER + plain.len() + TAG);
         out.extend_from_slice(&DISCO_MAGIC);
@@ -213,4 +229,18 @@ pub fn new_tx() -> TxId {
     let mut tx = [0u8; 12];
     let _ = SystemRandom::new().fill(&mut tx);
     tx
+}
+
+/// A fresh tx id from `rng` (a sans-IO caller's random source).
+pub fn new_tx_from<R: RngCore + CryptoRng + ?Sized>(rng: &mut R) -> TxId {
+    let mut tx = [0u8; 12];
+    rng.fill_bytes(&mut tx);
+    tx
+}
+
+/// A fresh nonce for [`PairKey::seal_with_nonce`] from `rng`.
+pub fn new_nonce_from<R: RngCore + CryptoRng + ?Sized>(rng: &mut R) -> [u8; NONCE] {
+    let mut nonce = [0u8; NONCE];
+    rng.fill_bytes(&mut nonce);
+    nonce
 }

@@ -62,6 +62,36 @@ fn both_sides_of_a_pair_derive_one_disco_key() {
 }
 
 #[test]
+fn a_message_sealed_with_a_given_nonce_opens_and_carries_that_nonce() {
+    use super::disco::{HEADER, NONCE};
+    let (a_sk, a_pk) = keypair(1);
+    let (b_sk, b_pk) = keypair(2);
+    let a = PairKey::new(&shared_secret(&a_sk, &b_pk));
+    let b = PairKey::new(&shared_secret(&b_sk, &a_pk));
+    let nonce = [0x5a; NONCE];
+    let message = Message::Ping { tx: [7; 12] };
+    let sealed = a.seal_with_nonce(&a_pk, 42, &message, nonce);
+    assert_eq!(
+        &sealed[HEADER - NONCE..HEADER],
+        &nonce,
+        "the nonce in the header"
+    );
+    assert_eq!(
+        b.open(&sealed).unwrap(),
+        Opened {
+            stamp: 42,
+            message: message.clone()
+        }
+    );
+    // The same nonce and message seal to the same bytes; another nonce to others that open
+    // all the same.
+    assert_eq!(a.seal_with_nonce(&a_pk, 42, &message, nonce), sealed);
+    let other = a.seal_with_nonce(&a_pk, 42, &message, [0xa5; NONCE]);
+    assert_ne!(other, sealed);
+    assert_eq!(b.open(&other).unwrap().message, message);
+}
+
+#[test]
 fn stamps_grow_strictly_and_version_1_is_refused_by_name() {
     assert_eq!(next_stamp(0, 5), 5);
     assert_eq!(next_stamp(5, 5), 6, "the clock did not move: one more");

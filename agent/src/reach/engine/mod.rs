@@ -4,8 +4,8 @@
 //! [`Engine::handle`], takes the [`Effect`]s it decided on through [`Engine::poll_effect`] (until
 //! it answers `None`) and performs them, and ticks it (`Tick`) on its timer and at
 //! [`Engine::poll_timeout`].
-//! No sockets, no clock, no sleeps; randomness only through the tx id source it was built with
-//! ([`disco::new_tx`] in production).
+//! No sockets, no clock, no sleeps; randomness (tx ids and disco nonces) only from the random
+//! source it was built with ([`Engine::with_rng`]; the OS's CSPRNG in production).
 //!
 //! | input | what the engine does |
 //! |---|---|
@@ -31,7 +31,8 @@
 use ipnet::IpNet;
 use plexsphere_wire::node::{NatReport, RelaySpec};
 use plexsphere_wire::reach::DecodeError;
-use plexsphere_wire::reach::disco::{self, Message, TxId};
+use plexsphere_wire::reach::disco::{self, Message, PairKey, TxId};
+use rand_core::CryptoRngCore;
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
 
@@ -78,7 +79,11 @@ pub struct Counters {
 /// Seals and numbers what the engine sends.
 struct Sealer {
     pub own: [u8; 32],
-    pub new_tx: Box<dyn FnMut() -> TxId + Send>,
+    /// Disco nonces, and tx ids unless `new_tx` gives them. A nonce must never repeat under a
+    /// pair key both nodes seal with: a CSPRNG (`CryptoRngCore`), never a counter.
+    pub rng: Box<dyn CryptoRngCore + Send>,
+    /// Tx ids from a source of their own ([`Engine::with_tx_source`]).
+    pub new_tx: Option<Box<dyn FnMut() -> TxId + Send>>,
     /// The stamp of the last message sealed.
     pub last_stamp: u64,
     /// The wall clock of the input being handled, in microseconds since the Unix epoch.
@@ -90,6 +95,21 @@ impl Sealer {
     pub fn stamp(&mut self) -> u64 {
         self.last_stamp = disco::next_stamp(self.last_stamp, self.wall_micros);
         self.last_stamp
+    }
+
+    /// A fresh tx id.
+    pub fn tx(&mut self) -> TxId {
+        match &mut self.new_tx {
+            Some(new_tx) => new_tx(),
+            None => disco::new_tx_from(&mut *self.rng),
+        }
+    }
+
+    /// `message` sealed under `pair` with the next stamp and a fresh nonce.
+    pub fn seal(&mut self, pair: &PairKey, message: &Message) -> Vec<u8> {
+        let stamp = self.stamp();
+        let nonce = disco::new_nonce_from(&mut *self.rng);
+        pair.seal_with_nonce(&self.own, stamp, message, nonce)
     }
 }
 
@@ -123,22 +143,49 @@ pub struct Engine {
 
 impl Engine {
     /// An engine for the node with this WireGuard private key, in a Domain with this mesh
-    /// range.
+    /// range; its tx ids and disco nonces come from the OS's CSPRNG.
     pub fn new(secret: [u8; 32], mesh: IpNet) -> Self {
-        Self::with_tx_source(secret, mesh, Box::new(disco::new_tx))
+        Self::with_rng(secret, mesh, Box::new(rand_core::OsRng))
     }
 
-    /// The same, with tx ids from `new_tx` (tests make them predictable).
+    /// The same, with tx ids and disco nonces from `rng`. The bound is a CSPRNG's on purpose:
+    /// both nodes of a pair seal under one key, so a nonce that repeats would break it.
+    pub fn with_rng(secret: [u8; 32], mesh: IpNet, rng: Box<dyn CryptoRngCore + Send>) -> Self {
+        Self::build(secret, mesh, rng, None)
+    }
+
+    /// The same from a seed: every tx id and nonce, and so every effect, repeats for the same
+    /// seed and inputs (tests and the simulator only).
+    #[cfg(test)]
+    pub fn seeded(secret: [u8; 32], mesh: IpNet, seed: u64) -> Self {
+        Self::with_rng(
+            secret,
+            mesh,
+            Box::new(crate::reach::seeded::SeededRng::new(seed)),
+        )
+    }
+
+    /// The same, with tx ids from `new_tx` (tests make them predictable); nonces from the OS.
     pub fn with_tx_source(
         secret: [u8; 32],
         mesh: IpNet,
         new_tx: Box<dyn FnMut() -> TxId + Send>,
+    ) -> Self {
+        Self::build(secret, mesh, Box::new(rand_core::OsRng), Some(new_tx))
+    }
+
+    fn build(
+        secret: [u8; 32],
+        mesh: IpNet,
+        rng: Box<dyn CryptoRngCore + Send>,
+        new_tx: Option<Box<dyn FnMut() -> TxId + Send>>,
     ) -> Self {
         Self {
             secret,
             mesh,
             sealer: Sealer {
                 own: plexsphere_wire::reach::public_key(&secret),
+                rng,
                 new_tx,
                 last_stamp: 0,
                 wall_micros: 0,

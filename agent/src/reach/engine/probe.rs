@@ -56,10 +56,9 @@ impl<'a> Outbox<'a> {
             self.counters.rate_limited += 1;
             return;
         }
-        let stamp = self.sealer.stamp();
-        let datagram = peer.pair.seal(&self.sealer.own, stamp, &message);
+        let datagram = self.sealer.seal(&peer.pair, &message);
         if datagram.is_empty() {
-            // The system random source failed to give a nonce; nothing safe to send.
+            // Sealing failed (the AEAD refused); nothing safe to send.
             return;
         }
         if let Message::Ping { tx } = message {
@@ -77,7 +76,7 @@ impl<'a> Outbox<'a> {
 
     /// A ping with a fresh tx id.
     pub fn ping(&mut self, key: PeerKey, peer: &mut Peer, dest: Dest) {
-        let tx = (self.sealer.new_tx)();
+        let tx = self.sealer.tx();
         self.send(key, peer, dest, Message::Ping { tx });
     }
 }

@@ -116,6 +116,28 @@ pub enum Note {
     },
 }
 
+/// What the node and the relay share, derived once per connection (and again only if the
+/// node's key is another): one X25519 per connection, not one per sealed frame or challenge.
+struct Keys {
+    /// The node key they were derived for.
+    node: NodeKey,
+    /// The X25519 shared secret of the node key and the relay key (the sealed proof's key).
+    shared: [u8; 32],
+    /// What the relay seals its answers to this node with.
+    frame: relay::FrameKey,
+}
+
+impl Keys {
+    fn new(id: &Identity, relay_key: &[u8; 32]) -> Self {
+        let shared = plexsphere_wire::reach::shared_secret(&id.secret, relay_key);
+        Self {
+            node: id.public,
+            shared,
+            frame: relay::FrameKey::new(&shared),
+        }
+    }
+}
+
 /// The earliest of some deadlines (`None` ones never come).
 fn earliest<const N: usize>(deadlines: [Option<Instant>; N]) -> Option<Instant> {
     deadlines.into_iter().flatten().min()
@@ -125,6 +147,8 @@ fn earliest<const N: usize>(deadlines: [Option<Instant>; N]) -> Option<Instant> 
 pub struct RelayConn {
     pub name: String,
     relay_key: [u8; 32],
+    /// Derived at the first frame that needs them ([`RelayConn::keys`]).
+    keys: Option<Keys>,
     state: State,
     token: Option<Vec<u8>>,
     said_no_token: bool,
@@ -157,6 +181,7 @@ impl RelayConn {
         Self {
             name,
             relay_key,
+            keys: None,
             state: State::Idle,
             token,
             said_no_token: false,
@@ -174,6 +199,15 @@ impl RelayConn {
             dropped_unauthentic: 0,
             warned: None,
         }
+    }
+
+    /// The keys shared with the relay under `id`, derived on first use and kept.
+    fn keys(&mut self, id: &Identity) -> &Keys {
+        if self.keys.as_ref().is_some_and(|k| k.node != id.public) {
+            self.keys = None;
+        }
+        let relay_key = self.relay_key;
+        self.keys.get_or_insert_with(|| Keys::new(id, &relay_key))
     }
 
     /// The counter of the last sealed frame accepted (a new connection to the same relay
@@ -388,8 +422,7 @@ impl RelayConn {
         let (mut out, mut notes) = (Vec::new(), Vec::new());
         match frame {
             Frame::Sealed { counter, body, tag } => {
-                let shared = plexsphere_wire::reach::shared_secret(&id.secret, &self.relay_key);
-                match relay::FrameKey::new(&shared).open(counter, &body, &tag) {
+                match self.keys(id).frame.open(counter, &body, &tag) {
                     Ok(inner) if counter > self.counter => {
                         self.counter = counter;
                         return self.authentic(inner, id, now);
@@ -469,11 +502,11 @@ impl RelayConn {
                     State::Up { .. } => None,
                     _ => return (out, notes),
                 };
-                let shared = plexsphere_wire::reach::shared_secret(&id.secret, &self.relay_key);
+                let proof = relay::sealed_proof(&self.keys(id).shared, &cookie, &id.public);
                 out.push(Frame::Register {
                     node: id.public,
                     cookie,
-                    proof: relay::sealed_proof(&shared, &cookie, &id.public),
+                    proof,
                     token,
                 });
                 if let Some(since) = since {

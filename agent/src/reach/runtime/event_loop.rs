@@ -12,26 +12,18 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use plexsphere_wire::node::RelaySpec;
 use plexsphere_wire::reach::relay::{Frame, KeyPrefix};
 use plexsphere_wire::reach::{Kind, classify};
+use rand_core::CryptoRngCore;
 
 use super::shared::{ADDRS_EVERY, Event, HANDSHAKES_EVERY, RuntimeSetup, STUN_EVERY, Shared, lock};
 use crate::peer_key::PeerKey;
 use crate::reach::engine::Engine;
 use crate::reach::forward::{Forwarder, Route};
 use crate::reach::io::{Effect, Input, Now, PeerReach, TICK};
-use crate::reach::relay_client::tcp::TcpLink;
-use crate::reach::relay_client::{Identity, RelayConn};
+use crate::reach::node::relays::RelaySet;
+use crate::reach::relay_client::tcp::{TcpEvent, TcpLink};
 use crate::reach::stun::{self, Poll, StunProbe};
-
-pub(super) struct Relay {
-    pub(super) spec: RelaySpec,
-    pub(super) key: [u8; 32],
-    pub(super) udp: Option<SocketAddr>,
-    /// The TLS address and the name its certificate must carry.
-    pub(super) tls: Option<(SocketAddr, String)>,
-}
 
 pub(super) struct Fwd {
     pub(super) fwd: Arc<Forwarder>,
@@ -51,24 +43,16 @@ pub(crate) struct Loop {
     pub(super) engine: Engine,
     pub(super) setup: RuntimeSetup,
     pub(super) shared: Arc<Shared>,
-    pub(super) id: Identity,
-    pub(super) relays: Vec<Relay>,
+    /// The relays, their connections and the home relay, decided (the links are below).
+    pub(super) relay_set: RelaySet,
     pub(super) stun_servers: Vec<SocketAddr>,
-    pub(super) conns: HashMap<String, RelayConn>,
-    /// Relays whose connection runs over TCP with TLS.
+    /// Relays whose connection runs over TCP with TLS: the links the relay set asked for.
     pub(super) links: HashMap<String, TcpLink>,
-    /// The last sealed-frame counter accepted from each relay: a new connection to it goes on
-    /// from there, so frames captured earlier stay replays.
-    pub(super) floors: HashMap<String, u64>,
     /// The relay each relayed peer goes through (its forwarder's, or the data plane's relay
     /// endpoint's).
     pub(super) relayed: HashMap<PeerKey, String>,
     /// The relays the data plane unwraps frames from, as last told (`PathControl::set_relays`).
     pub(super) plane_relays: Vec<SocketAddr>,
-    pub(super) udp_blocked: bool,
-    pub(super) home: usize,
-    pub(super) home_up: Option<String>,
-    pub(super) token: Option<Vec<u8>>,
     pub(super) peers: Vec<PeerReach>,
     /// Each wanted peer by its key prefix (relays name the sender of a datagram by it); a
     /// prefix two peers share maps to neither.
@@ -80,39 +64,25 @@ pub(crate) struct Loop {
     pub(super) next_addrs: Instant,
     pub(super) next_handshakes: Instant,
     pub(super) next_tick: Instant,
-    pub(super) said_tcp_only: bool,
-}
-
-fn now() -> Now {
-    Now::system()
-}
-
-fn random_id() -> [u8; 12] {
-    use rand_core::RngCore as _;
-    let mut id = [0u8; 12];
-    rand_core::OsRng.fill_bytes(&mut id);
-    id
+    /// STUN transaction ids (the OS's CSPRNG: an id an off-path host could guess would let
+    /// it answer for a server).
+    pub(super) rng: Box<dyn CryptoRngCore + Send>,
 }
 
 impl Loop {
-    pub(crate) fn new(setup: RuntimeSetup, shared: Arc<Shared>) -> Self {
-        let t = Instant::now();
+    /// A loop that starts at `now`: its first turn reads the addresses, the handshakes and
+    /// STUN at once.
+    pub(crate) fn new(setup: RuntimeSetup, shared: Arc<Shared>, now: Now) -> Self {
+        let t = now.at;
         Self {
             engine: Engine::new(setup.secret, setup.mesh),
-            id: Identity::new(setup.secret),
+            relay_set: RelaySet::new(setup.secret, setup.tls.is_some()),
             setup,
             shared,
-            relays: Vec::new(),
             stun_servers: Vec::new(),
-            conns: HashMap::new(),
             links: HashMap::new(),
-            floors: HashMap::new(),
             relayed: HashMap::new(),
             plane_relays: Vec::new(),
-            udp_blocked: false,
-            home: 0,
-            home_up: None,
-            token: None,
             peers: Vec::new(),
             by_prefix: HashMap::new(),
             fwds: HashMap::new(),
@@ -122,7 +92,7 @@ impl Loop {
             next_addrs: t,
             next_handshakes: t,
             next_tick: t,
-            said_tcp_only: false,
+            rng: Box::new(rand_core::OsRng),
         }
     }
 
@@ -138,35 +108,39 @@ impl Loop {
             let wait = next.map_or(TICK, |at| {
                 at.saturating_duration_since(Instant::now()).min(TICK)
             });
-            match rx.recv_timeout(wait) {
-                Ok(Event::Datagram { datagram, from }) => self.datagram(&datagram, from),
-                Ok(Event::Tcp { relay, event }) => self.tcp(relay, event),
-                Ok(Event::Wake) | Err(RecvTimeoutError::Timeout) => {}
+            let first = rx.recv_timeout(wait);
+            // The one clock read of the turn: everything it handles happens at `now`, and the
+            // code below reads no clock.
+            let now = Now::system();
+            match first {
+                Ok(ev) => self.event(ev, now),
+                Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
             }
+            // TCP connections that ended: taken before the queue is drained, so every frame a
+            // connection read before its end (queued before it) is handled first.
+            let closed = std::mem::take(&mut *lock(&self.shared.closed));
             // Whatever else queued up meanwhile, without waiting.
             while let Ok(ev) = rx.try_recv() {
-                match ev {
-                    Event::Datagram { datagram, from } => self.datagram(&datagram, from),
-                    Event::Tcp { relay, event } => self.tcp(relay, event),
-                    Event::Wake => {}
-                }
+                self.event(ev, now);
+            }
+            for (relay, why) in closed {
+                self.tcp(relay, TcpEvent::Closed(why), now);
             }
             // Datagrams (relayed WireGuard among them) wake the loop often; the timers and the
             // published views run once per tick.
-            let changed = self.pending();
-            if changed || Instant::now() >= self.next_tick {
-                self.next_tick = Instant::now() + TICK;
-                self.timers();
+            let changed = self.pending(now);
+            if changed || now.at >= self.next_tick {
+                self.next_tick = now.at + TICK;
+                self.timers(now);
                 self.publish();
             } else {
-                let t = Instant::now();
-                if self.engine.poll_timeout().is_some_and(|at| at <= t) {
-                    self.input(Input::Tick);
+                if self.engine.poll_timeout().is_some_and(|at| at <= now.at) {
+                    self.input(Input::Tick, now);
                 }
-                if self.relays_due().is_some_and(|at| at <= t) {
-                    self.stun(t);
-                    self.relays_tick(t);
+                if self.relays_due().is_some_and(|at| at <= now.at) {
+                    self.stun(now);
+                    self.relays_tick(now);
                 }
             }
             self.sync_plane_relays();
@@ -176,15 +150,23 @@ impl Loop {
         tracing::debug!("reach runtime stopped");
     }
 
-    pub(super) fn input(&mut self, input: Input) {
-        self.engine.handle(input, now());
+    fn event(&mut self, event: Event, now: Now) {
+        match event {
+            Event::Datagram { datagram, from } => self.datagram(&datagram, from, now),
+            Event::Tcp { relay, event } => self.tcp(relay, event, now),
+            Event::Wake => {}
+        }
+    }
+
+    pub(super) fn input(&mut self, input: Input, now: Now) {
+        self.engine.handle(input, now);
         while let Some(e) = self.engine.poll_effect() {
-            self.perform(e);
+            self.perform(e, now);
         }
     }
 
     /// Takes what the daemon stored; answers whether there was anything.
-    fn pending(&mut self) -> bool {
+    fn pending(&mut self, now: Now) -> bool {
         let p = std::mem::take(&mut *lock(&self.shared.pending));
         let any = p.peers.is_some()
             || p.relays.is_some()
@@ -193,27 +175,22 @@ impl Loop {
             || !p.effects.is_empty();
         // Before the token: a rotation's new token goes to the connections of the new key.
         if let Some(secret) = p.secret {
-            self.rekey(secret);
+            self.rekey(secret, now);
         }
         if let Some(token) = p.token {
             match serde_json::to_vec(&token) {
-                Ok(bytes) => {
-                    for c in self.conns.values_mut() {
-                        c.set_token(bytes.clone());
-                    }
-                    self.token = Some(bytes);
-                }
+                Ok(bytes) => self.relay_set.handle_token(bytes),
                 Err(e) => tracing::warn!("cannot encode the relay token: {e}"),
             }
         }
         if let Some((relays, stun)) = p.relays {
-            self.set_relays(relays, stun);
+            self.set_relays(relays, stun, now);
         }
         if let Some(peers) = p.peers {
-            self.set_peers(peers);
+            self.set_peers(peers, now);
         }
         for e in p.effects {
-            self.perform(e);
+            self.perform(e, now);
         }
         any
     }
@@ -221,33 +198,29 @@ impl Loop {
     /// A key rotation: the disco keys and relay registrations derive from the WireGuard key,
     /// so the engine starts over with the new one (its paths are probed again), every relay
     /// connection registers again, and relayed peers hold until a path is chosen anew.
-    fn rekey(&mut self, secret: [u8; 32]) {
+    fn rekey(&mut self, secret: [u8; 32], now: Now) {
         tracing::info!(
             "reach: the WireGuard key rotated; registering with the relays again and probing every path with the new key"
         );
         self.setup.secret = secret;
         self.engine = Engine::new(secret, self.setup.mesh);
-        self.id = Identity::new(secret);
-        self.conns.clear();
+        self.relay_set.handle_secret(secret);
         self.links.clear();
-        self.home_up = None;
         for (peer, _) in std::mem::take(&mut self.relayed) {
             if let Some(f) = self.fwds.get(&peer) {
                 f.fwd.set_route(Route::Hold);
             }
         }
-        let specs: Vec<RelaySpec> = self.relays.iter().map(|r| r.spec.clone()).collect();
-        if !specs.is_empty() {
-            self.input(Input::Relays(specs));
-        }
+        // The relays again, for the new engine.
+        self.carry_relay_outs(now);
         // The next timer pass hands the engine the local addresses again.
         self.local.clear();
-        self.next_addrs = Instant::now();
+        self.next_addrs = now.at;
         let peers = self.peers.clone();
-        self.input(Input::Peers(peers));
+        self.input(Input::Peers(peers), now);
     }
 
-    fn perform(&mut self, effect: Effect) {
+    fn perform(&mut self, effect: Effect, now: Now) {
         match effect {
             Effect::SendDirect { to, datagram } => {
                 if let Err(e) = self.setup.underlay.send(&datagram, to) {
@@ -259,16 +232,13 @@ impl Loop {
                 dst,
                 datagram,
             } => {
-                let t = Instant::now();
-                let Some(conn) = self.conn(&relay, t) else {
+                if !self.relay_set.handle_send(&relay, dst.0, datagram, now.at) {
                     tracing::debug!(relay = %relay, "no such relay in the state; disco dropped");
                     return;
-                };
-                if let Some(frame) = conn.send(dst.0, datagram, t) {
-                    self.send_frame(&relay, &frame);
                 }
+                self.carry_relay_outs(now);
             }
-            Effect::SetPath { peer, path } => self.set_path(peer, path),
+            Effect::SetPath { peer, path } => self.set_path(peer, path, now),
             Effect::Candidates {
                 reflexive,
                 home_relay,
@@ -282,47 +252,35 @@ impl Loop {
         }
     }
 
-    fn datagram(&mut self, datagram: &[u8], from: SocketAddr) {
+    fn datagram(&mut self, datagram: &[u8], from: SocketAddr, now: Now) {
         match classify(datagram) {
             Kind::Stun => {
                 if let Some(p) = &mut self.probe {
                     p.handle_datagram(datagram, from);
                 }
             }
-            Kind::Disco => self.input(Input::DiscoDirect {
-                from,
-                datagram: datagram.to_vec(),
-            }),
-            Kind::Relay => {
-                let Some(name) = self
-                    .relays
-                    .iter()
-                    .find(|r| r.udp == Some(from))
-                    .map(|r| r.spec.name.clone())
-                else {
-                    tracing::trace!(%from, "relay frame from an address no relay has; dropped");
-                    return;
-                };
-                if self.links.contains_key(&name) {
-                    // The connection runs over TCP with TLS: a UDP frame from the relay's
-                    // address is not part of it (a spoofer's, or a late one).
-                    self.shared.unknown_src.fetch_add(1, Ordering::Relaxed);
-                    tracing::trace!(relay = %name, "UDP relay frame for a connection over TCP; dropped");
-                    return;
+            Kind::Disco => self.input(
+                Input::DiscoDirect {
+                    from,
+                    datagram: datagram.to_vec(),
+                },
+                now,
+            ),
+            Kind::Relay => match Frame::from_datagram(datagram) {
+                Ok(f) => {
+                    self.relay_set.handle_udp_frame(f, from, now.at);
+                    self.carry_relay_outs(now);
                 }
-                match Frame::from_datagram(datagram) {
-                    Ok(f) => self.relay_frame(&name, f),
-                    Err(e) => tracing::debug!(relay = %name, "unreadable relay frame: {e}"),
-                }
-            }
+                Err(e) => tracing::debug!(%from, "unreadable relay frame: {e}"),
+            },
             Kind::WireGuard | Kind::Unknown => {
                 self.shared.unknown_src.fetch_add(1, Ordering::Relaxed);
             }
         }
     }
 
-    fn timers(&mut self) {
-        let t = Instant::now();
+    fn timers(&mut self, now: Now) {
+        let t = now.at;
         if t >= self.next_addrs {
             self.next_addrs = t + ADDRS_EVERY;
             let mut local = (self.setup.local_addrs)();
@@ -332,15 +290,18 @@ impl Loop {
                 let first = self.local.is_empty();
                 self.local = local;
                 let port = (self.setup.listen_port)();
-                self.input(Input::LocalAddrs(
-                    self.local
-                        .iter()
-                        .map(|ip| SocketAddr::new(*ip, port))
-                        .collect(),
-                ));
+                self.input(
+                    Input::LocalAddrs(
+                        self.local
+                            .iter()
+                            .map(|ip| SocketAddr::new(*ip, port))
+                            .collect(),
+                    ),
+                    now,
+                );
                 if !first {
                     tracing::info!("the host's addresses changed; probing every path again");
-                    self.input(Input::NetworkChanged);
+                    self.input(Input::NetworkChanged, now);
                 }
                 self.next_stun = t;
             }
@@ -348,22 +309,28 @@ impl Loop {
         if t >= self.next_handshakes {
             self.next_handshakes = t + HANDSHAKES_EVERY;
             match self.setup.control.handshakes() {
-                Ok(h) => self.input(Input::Handshakes(h)),
+                Ok(h) => self.input(Input::Handshakes(h), now),
                 Err(e) => tracing::debug!("cannot read the handshakes: {e}"),
             }
         }
-        self.stun(t);
-        self.relays_tick(t);
-        self.input(Input::Tick);
+        self.stun(now);
+        self.relays_tick(now);
+        self.input(Input::Tick, now);
     }
 
-    fn stun(&mut self, t: Instant) {
+    fn stun(&mut self, now: Now) {
+        let t = now.at;
         if self.probe.is_none() && t >= self.next_stun {
             self.next_stun = t + STUN_EVERY;
             let mut servers = self.stun_servers.clone();
-            servers.extend(self.relays.iter().filter_map(|r| r.udp));
+            servers.extend(self.relay_set.relays().iter().filter_map(|r| r.udp));
             if !servers.is_empty() {
-                self.probe = Some(StunProbe::new(&servers, t, random_id));
+                let rng = &mut self.rng;
+                self.probe = Some(StunProbe::new(&servers, t, || {
+                    let mut id = [0u8; 12];
+                    rng.fill_bytes(&mut id);
+                    id
+                }));
             }
         }
         let Some(p) = &mut self.probe else { return };
@@ -380,8 +347,8 @@ impl Loop {
                 let (addrs, nat) =
                     stun::nat_report(&answers, &self.local, (self.setup.listen_port)());
                 tracing::debug!(reflexive = ?addrs, nat = ?nat, "STUN done");
-                self.udp_blocked = nat.udp_blocked;
-                self.input(Input::Reflexive { addrs, nat });
+                self.relay_set.handle_udp_blocked(nat.udp_blocked);
+                self.input(Input::Reflexive { addrs, nat }, now);
             }
         }
     }

@@ -6,7 +6,6 @@
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::{Arc, PoisonError};
-use std::time::Instant;
 
 use plexsphere_wire::reach::relay::{KeyPrefix, prefix};
 
@@ -14,7 +13,7 @@ use super::event_loop::{Fwd, Loop};
 use super::shared::Mode;
 use crate::peer_key::PeerKey;
 use crate::reach::forward::{Forwarder, Route};
-use crate::reach::io::{Input, Path, PeerReach, Transport};
+use crate::reach::io::{Input, Now, Path, PeerReach};
 
 impl Loop {
     /// The wanted peer whose key starts with `p`, unless two share it.
@@ -22,7 +21,7 @@ impl Loop {
         self.by_prefix.get(p).copied().flatten()
     }
 
-    pub(super) fn set_peers(&mut self, peers: Vec<PeerReach>) {
+    pub(super) fn set_peers(&mut self, peers: Vec<PeerReach>, now: Now) {
         if self.setup.mode == Mode::Kernel {
             // Every peer is carried by a forwarder; a new one starts at its first candidate.
             for p in &peers {
@@ -60,7 +59,7 @@ impl Loop {
                 .or_insert(Some(p.key));
         }
         self.peers = peers.clone();
-        self.input(Input::Peers(peers));
+        self.input(Input::Peers(peers), now);
     }
 
     /// The peer's forwarder, opened (and made its endpoint) if it has none.
@@ -114,7 +113,7 @@ impl Loop {
         let _ = peer;
     }
 
-    pub(super) fn set_path(&mut self, peer: PeerKey, path: Path) {
+    pub(super) fn set_path(&mut self, peer: PeerKey, path: Path, now: Now) {
         match (self.setup.mode, &path) {
             (_, Path::None) => {}
             (Mode::Userspace, Path::Direct { endpoint }) => {
@@ -131,15 +130,11 @@ impl Loop {
                 }
             }
             (_, Path::Relay { relay, transport }) => {
-                if !self.relays.iter().any(|r| r.spec.name == *relay) {
+                if !self.relay_set.handle_path(relay, *transport, now.at) {
                     tracing::warn!(peer_key = %peer, relay = %relay, "the path names a relay the state does not have; unchanged");
                     return;
                 }
-                let t = Instant::now();
-                let _ = self.conn(relay, t);
-                if *transport == Transport::Tcp {
-                    let _ = self.open_tcp(relay, t);
-                }
+                self.carry_relay_outs(now);
                 self.relayed.insert(peer, relay.clone());
                 self.carry_relayed(peer, relay);
             }

@@ -17,6 +17,7 @@ use plexsphere_wire::signed::SignedEnvelope;
 use crate::peer_key::PeerKey;
 use crate::reach::forward::{Forwarder, Underlay};
 use crate::reach::io::{Effect, OwnCandidates, PeerPathView, PeerReach};
+use crate::reach::relay_client::tcp::TcpEvent;
 
 /// Datagrams (and wake-ups) waiting for the loop; more are dropped and counted.
 pub const EVENT_QUEUE: usize = 1024;
@@ -26,8 +27,9 @@ pub const STUN_EVERY: Duration = Duration::from_secs(60);
 pub const ADDRS_EVERY: Duration = Duration::from_secs(5);
 /// The data plane's handshake times are read this often.
 pub const HANDSHAKES_EVERY: Duration = Duration::from_secs(2);
-/// A relay connection other than the home relay's closes after this long unused.
-pub const RELAY_IDLE: Duration = Duration::from_secs(60);
+/// A relay connection other than the home relay's closes after this long unused (decided in
+/// the relay set, `reach::node::relays`).
+pub use crate::reach::node::relays::RELAY_IDLE;
 
 /// How the data plane is carried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,11 +95,8 @@ pub struct RuntimeSetup {
 pub enum Event {
     /// A datagram for reach on the WireGuard or underlay socket.
     Datagram { datagram: Vec<u8>, from: SocketAddr },
-    /// What a relay's TCP connection read, or that it ended.
-    Tcp {
-        relay: String,
-        event: crate::reach::relay_client::tcp::TcpEvent,
-    },
+    /// What a relay's TCP connection read (its end comes through `Shared::closed`).
+    Tcp { relay: String, event: TcpEvent },
     /// The daemon stored something new.
     Wake,
 }
@@ -130,6 +129,10 @@ pub(crate) struct Shared {
     pub(crate) by_direct: RwLock<HashMap<SocketAddr, Arc<Forwarder>>>,
     pub(crate) events: SyncSender<Event>,
     pub(crate) stop: AtomicBool,
+    /// Relay TCP connections that ended (relay, why), for the loop's next turn: beside the
+    /// queue, so a full queue cannot drop one (the loop would keep the relay up until it
+    /// fell silent). At most one entry per connection, and connections are few (one per relay).
+    pub(crate) closed: Mutex<Vec<(String, String)>>,
     /// Events the full queue dropped.
     pub(crate) dropped: AtomicU64,
     /// Relayed or underlay WireGuard datagrams from a peer no forwarder is for.
@@ -154,6 +157,28 @@ pub(crate) fn offer(shared: &Shared, datagram: &[u8], from: SocketAddr) -> bool 
     ok
 }
 
+/// Where a relay's TCP connection reports to the loop: a frame goes on the queue (dropped and
+/// counted when it is full, as a datagram would be); the end of the connection goes on
+/// `closed`, never dropped, with a wake-up.
+pub(crate) fn tcp_sink(shared: Arc<Shared>, relay: String) -> impl Fn(TcpEvent) + Send + 'static {
+    move |event| match event {
+        TcpEvent::Closed(why) => {
+            lock(&shared.closed).push((relay.clone(), why));
+            // A full queue wakes the loop anyway.
+            let _ = shared.events.try_send(Event::Wake);
+        }
+        frame @ TcpEvent::Frame(_) => {
+            let sent = shared.events.try_send(Event::Tcp {
+                relay: relay.clone(),
+                event: frame,
+            });
+            if sent.is_err() {
+                shared.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
 impl Shared {
     pub(crate) fn new(events: SyncSender<Event>) -> Self {
         Self {
@@ -162,6 +187,7 @@ impl Shared {
             owners: RwLock::default(),
             by_direct: RwLock::default(),
             events,
+            closed: Mutex::default(),
             stop: AtomicBool::new(false),
             dropped: AtomicU64::new(0),
             unknown_src: AtomicU64::new(0),

@@ -401,3 +401,45 @@ fn userspace_relays_over_udp_inside_the_data_plane_without_a_forwarder() {
     rt.stop();
     assert_eq!(lock(&endpoints).len(), 1, "never a loopback forwarder");
 }
+
+/// A relay connection over TCP reports into the loop's queue. When that queue is full its
+/// frames are dropped (and counted) like datagrams, but the end of the connection must never
+/// be: a loop that missed it would keep the relay up until it fell silent. (The old report
+/// closure sent `Closed` with `try_send` too and lost it here.)
+#[test]
+fn a_full_queue_drops_a_relay_s_frames_but_never_the_end_of_its_connection() {
+    use super::shared::{Event, Shared, tcp_sink};
+    use crate::reach::relay_client::tcp::TcpEvent;
+    use plexsphere_wire::reach::relay::Frame;
+
+    let (tx, rx) = mpsc::sync_channel(1);
+    let shared = Arc::new(Shared::new(tx));
+    let report = tcp_sink(shared.clone(), "r1".to_owned());
+    assert!(
+        shared.events.try_send(Event::Wake).is_ok(),
+        "the queue is full now"
+    );
+
+    report(TcpEvent::Frame(Frame::Ping { nonce: [1; 8] }));
+    assert_eq!(
+        shared.dropped.load(Ordering::Relaxed),
+        1,
+        "the frame is dropped and counted"
+    );
+    report(TcpEvent::Closed("reset by peer".to_owned()));
+    assert_eq!(
+        *lock(&shared.closed),
+        vec![("r1".to_owned(), "reset by peer".to_owned())],
+        "the end is kept for the loop's next turn"
+    );
+    assert_eq!(
+        shared.dropped.load(Ordering::Relaxed),
+        1,
+        "and not counted as dropped"
+    );
+    assert!(matches!(rx.try_recv(), Ok(Event::Wake)));
+    assert!(
+        rx.try_recv().is_err(),
+        "nothing else went on the full queue"
+    );
+}
