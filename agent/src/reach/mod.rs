@@ -4,6 +4,8 @@
 //! - [`engine`]: the sans-IO path choice per peer (its folder: `peer`, `probe`, `punch` (cold
 //!   candidates pinged in a punch timed through a relay), `choice`, `guard` (disco replay
 //!   windows and source budgets), `bounds`; `sim`, `sim_nat` and `tests/` for the tests).
+//! - [`node`]: reach's decisions outside the engine as sans-IO machines (so far the relay
+//!   set: connections, home relay, TCP fallback, idle closes), which the runtime carries out.
 //! - [`runtime`]: the thread that drives the engine and performs its effects (docs/reach.md;
 //!   its folder: the handle in `mod.rs`, the loop in `event_loop` with its relay connections
 //!   in `relays` and its peers and their paths in `peers`, the kernel backend's underlay
@@ -16,6 +18,7 @@
 pub mod engine;
 pub mod forward;
 pub mod io;
+pub mod node;
 pub mod relay_client;
 pub mod runtime;
 #[cfg(test)]

@@ -1,7 +1,9 @@
 //! Pushes `GB` gigabytes (default 1) of 1452-byte WireGuard-sized frames from one UDP node to
-//! another through a relay on loopback, then the same directly, and prints the relay thread's
-//! CPU-seconds per GB forwarded and both rates. A window of frames in flight keeps the sender
-//! from overrunning the socket buffers, so the figures are about the relay, not about loss.
+//! another through a relay on loopback, then the same datagrams through a plain UDP forwarder
+//! (the floor: a `recvmmsg`/`sendmmsg` loop that rewrites nothing and sends everything from A
+//! on to B), then directly, and prints the relay's and the floor's CPU-seconds per GB
+//! forwarded, their ratio, and the three rates. A window of frames in flight keeps the sender
+//! from overrunning the socket buffers, so the figures are about the forwarders, not about loss.
 //!
 //! `cargo run --release -p plexsphere-relay --example relay_bench [GB]`
 
@@ -9,7 +11,7 @@
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -56,20 +58,88 @@ fn register(sock: &UdpSocket, relay: SocketAddr, sk: [u8; 32], signer: &DomainSi
     ));
 }
 
-/// CPU ticks (utime + stime) of this process's thread named `name`.
-fn thread_ticks(name: &str) -> Option<u64> {
-    for task in std::fs::read_dir("/proc/self/task").ok()? {
-        let path = task.ok()?.path();
-        let comm = std::fs::read_to_string(path.join("comm")).ok()?;
-        if comm.trim() == name {
-            let stat = std::fs::read_to_string(path.join("stat")).ok()?;
-            let after = &stat[stat.rfind(')')? + 2..];
+/// CPU ticks (utime + stime) of this process's threads whose name starts with `name`, together
+/// (the relay runs one UDP thread a core: `relay-udp-0`, `relay-udp-1`, ...).
+fn thread_ticks(name: &str) -> u64 {
+    let mut ticks = 0;
+    for task in std::fs::read_dir("/proc/self/task").unwrap() {
+        let path = task.unwrap().path();
+        let Ok(comm) = std::fs::read_to_string(path.join("comm")) else {
+            continue;
+        };
+        if comm.trim().starts_with(name) {
+            let stat = std::fs::read_to_string(path.join("stat")).unwrap();
+            let after = &stat[stat.rfind(')').unwrap() + 2..];
             let f: Vec<&str> = after.split(' ').collect();
-            return Some(f[11].parse::<u64>().ok()? + f[12].parse::<u64>().ok()?);
+            ticks += f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap();
         }
     }
-    None
+    ticks
 }
+
+/// Datagrams per `recvmmsg`/`sendmmsg` of the floor: the relay's batch.
+const FLOOR_BATCH: usize = 32;
+
+/// The floor: a thread named `floor-fwd` that forwards every datagram arriving at `socket`
+/// unchanged to `to`, `FLOOR_BATCH` at a time, until `stop`; counts the datagrams' bytes past
+/// the relay head (what the relay counts as forwarded) in `forwarded`.
+fn floor(
+    socket: UdpSocket,
+    to: SocketAddr,
+    stop: Arc<AtomicBool>,
+    forwarded: Arc<AtomicU64>,
+) -> std::thread::JoinHandle<()> {
+    use nix::sys::socket::{MsgFlags, MultiHeaders, SockaddrStorage, recvmmsg, sendmmsg};
+    use std::io::{IoSlice, IoSliceMut};
+    use std::os::fd::AsRawFd as _;
+
+    socket
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    std::thread::Builder::new()
+        .name("floor-fwd".into())
+        .spawn(move || {
+            let fd = socket.as_raw_fd();
+            let mut slots = vec![vec![0u8; 2048]; FLOOR_BATCH];
+            let mut lens = Vec::with_capacity(FLOOR_BATCH);
+            let dest = vec![Some(SockaddrStorage::from(to)); FLOOR_BATCH];
+            let mut rx = MultiHeaders::<SockaddrStorage>::preallocate(FLOOR_BATCH, None);
+            let mut tx = MultiHeaders::<SockaddrStorage>::preallocate(FLOOR_BATCH, None);
+            while !stop.load(Ordering::Relaxed) {
+                lens.clear();
+                {
+                    let mut iovs: Vec<[IoSliceMut<'_>; 1]> = slots
+                        .iter_mut()
+                        .map(|s| [IoSliceMut::new(s.as_mut_slice())])
+                        .collect();
+                    match recvmmsg(fd, &mut rx, iovs.iter_mut(), MsgFlags::MSG_WAITFORONE, None) {
+                        Ok(got) => lens.extend(got.map(|r| r.bytes)),
+                        Err(_) => continue,
+                    }
+                }
+                let iovs: Vec<[IoSlice<'_>; 1]> = lens
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &len)| [IoSlice::new(&slots[i][..len])])
+                    .collect();
+                if let Ok(sent) = sendmmsg(
+                    fd,
+                    &mut tx,
+                    iovs.iter(),
+                    &dest[..iovs.len()],
+                    [],
+                    MsgFlags::empty(),
+                ) {
+                    let n = sent.count();
+                    let bytes: usize = lens[..n].iter().map(|l| l - HEAD).sum();
+                    forwarded.fetch_add(bytes as u64, Ordering::Relaxed);
+                }
+            }
+        })
+        .unwrap()
+}
+
+const HEAD: usize = plexsphere_wire::reach::relay::UDP_DATA_HEAD;
 
 /// Sends `frames` datagrams from `tx` to `to`, `recv` counts them at `rx`; the rate in Gbit/s.
 fn push(tx: &UdpSocket, to: SocketAddr, rx: UdpSocket, datagram: &[u8], frames: u64) -> (f64, u64) {
@@ -146,14 +216,29 @@ async fn main() {
     }
     .encode_into(&mut datagram);
 
-    let ticks0 = thread_ticks("relay-udp").unwrap_or(0);
+    let ticks0 = thread_ticks("relay-udp");
     let (rate, _) = push(&a, relay_addr, b.try_clone().unwrap(), &datagram, frames);
-    let ticks = thread_ticks("relay-udp").unwrap_or(0) - ticks0;
+    let ticks = thread_ticks("relay-udp") - ticks0;
     let stats = relay.stats();
     let forwarded_gb = stats.forwarded_bytes as f64 / 1e9;
     let cpu = ticks as f64 / 100.0;
+    let per_gb = cpu / forwarded_gb.max(1e-9);
 
+    // The floor: the same datagrams through a forwarder that only forwards.
     let b_addr = b.local_addr().unwrap();
+    let fwd = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let fwd_addr = fwd.local_addr().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let floor_bytes = Arc::new(AtomicU64::new(0));
+    let floor_thread = floor(fwd, b_addr, stop.clone(), floor_bytes.clone());
+    let floor_ticks0 = thread_ticks("floor-fwd");
+    let (floor_rate, _) = push(&a, fwd_addr, b.try_clone().unwrap(), &datagram, frames);
+    let floor_cpu = (thread_ticks("floor-fwd") - floor_ticks0) as f64 / 100.0;
+    stop.store(true, Ordering::Relaxed);
+    floor_thread.join().unwrap();
+    let floor_gb = floor_bytes.load(Ordering::Relaxed) as f64 / 1e9;
+    let floor_per_gb = floor_cpu / floor_gb.max(1e-9);
+
     let plain = vec![4u8; FRAME];
     let (direct, _) = push(&a, b_addr, b, &plain, frames);
 
@@ -162,12 +247,16 @@ async fn main() {
         "relay forwarded: {:.3} GB ({} frames)",
         forwarded_gb, stats.forwarded_frames
     );
+    println!("relay UDP threads CPU: {cpu:.2} s = {per_gb:.2} CPU-seconds per GB forwarded");
     println!(
-        "relay thread CPU: {cpu:.2} s = {:.2} CPU-seconds per GB forwarded",
-        cpu / forwarded_gb.max(1e-9)
+        "floor forwarded: {floor_gb:.3} GB; its thread's CPU: {floor_cpu:.2} s = {floor_per_gb:.2} CPU-seconds per GB"
     );
     println!(
-        "through the relay: {rate:.2} Gbit/s; direct: {direct:.2} Gbit/s ({:.0}%)",
+        "relay / floor CPU per GB: {:.2}x (the goal: at most 1.5x)",
+        per_gb / floor_per_gb.max(1e-9)
+    );
+    println!(
+        "through the relay: {rate:.2} Gbit/s; through the floor: {floor_rate:.2} Gbit/s; direct: {direct:.2} Gbit/s (relay {:.0}% of direct)",
         100.0 * rate / direct
     );
     relay.shutdown().await;

@@ -7,7 +7,7 @@
 //!
 //! - [`core`]: the decisions (registrations, budgets, where a `send` goes), no sockets, time
 //!   passed in; [`cookie`], [`bucket`], [`prefix`], [`limits`] are its parts.
-//! - `udp` (a blocking thread) and `tcp` (tokio tasks with rustls) perform them, meeting in
+//! - `udp` (a blocking thread a core) and `tcp` (tokio tasks with rustls) perform them, meeting in
 //!   `shared` (the core behind its lock, the counters, delivery on either transport).
 //! - [`relay::start`] binds and starts; [`stun::answer`] is the pure STUN responder, and
 //!   [`stun::serve`] the small loop the control plane's `--stun-listen` runs.

@@ -52,6 +52,17 @@ pub const MAX_STREAM_FRAME: usize = 8192;
 /// Frames waiting for one TCP connection's writer; past it frames are dropped and counted, so a
 /// slow reader costs at most this many x [`MAX_STREAM_FRAME`] bytes.
 pub const TCP_QUEUE_FRAMES: usize = 256;
+/// The relay's UDP threads at most (`--udp-threads`): by default it runs one a core
+/// (`std::thread::available_parallelism`), up to this many, each with its own socket on the one
+/// UDP address (`SO_REUSEPORT`). Every thread takes the core's one lock once a batch, so past
+/// about this many the lock, not the cores, would set the pace; a relay on a bigger machine
+/// runs this many.
+pub const MAX_UDP_THREADS: usize = 16;
+/// Bytes the writer of one TCP connection puts in one write at most (plus the one frame that
+/// crosses it): it drains its queue into one buffer up to here, so a busy connection sends full
+/// TLS records (16 KiB) with few system calls instead of one record and one call a frame. Per
+/// busy connection the buffer costs this much memory and one frame more.
+pub const TCP_WRITE_BATCH: usize = 64 * 1024;
 /// A TLS handshake that takes longer closes the connection.
 pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// A TCP connection that sends no frame for this long is closed: two leases.
@@ -73,6 +84,8 @@ pub struct Limits {
     pub node_bytes_per_sec: u64,
     pub node_answers_per_sec: u64,
     pub refusals_per_sec: u64,
+    /// UDP threads (`--udp-threads`); 0: one a core, at most [`MAX_UDP_THREADS`].
+    pub udp_threads: usize,
 }
 
 impl Default for Limits {
@@ -87,6 +100,7 @@ impl Default for Limits {
             node_bytes_per_sec: DEFAULT_NODE_BYTES_PER_SEC,
             node_answers_per_sec: DEFAULT_NODE_ANSWERS_PER_SEC,
             refusals_per_sec: DEFAULT_REFUSALS_PER_SEC,
+            udp_threads: 0,
         }
     }
 }
@@ -122,6 +136,41 @@ impl Limits {
         if self.node_answers_per_sec == 0 || self.refusals_per_sec == 0 {
             return Err("--node-answers-per-sec and --refusals-per-sec must be at least 1".into());
         }
+        if self.udp_threads > MAX_UDP_THREADS {
+            return Err(format!(
+                "--udp-threads {} is over {MAX_UDP_THREADS}; give 0 (one a core) or at most {MAX_UDP_THREADS}",
+                self.udp_threads
+            ));
+        }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn udp_threads_past_the_cap_are_refused_naming_the_flag_and_the_range() {
+        let ok = Limits {
+            udp_threads: MAX_UDP_THREADS,
+            ..Limits::default()
+        };
+        assert_eq!(ok.check(), Ok(()));
+        let over = Limits {
+            udp_threads: MAX_UDP_THREADS + 1,
+            ..Limits::default()
+        };
+        let e = over.check().unwrap_err();
+        assert!(
+            e.contains("--udp-threads 17") && e.contains("at most 16"),
+            "{e}"
+        );
+        assert_eq!(crate::udp::threads(3), 3);
+        assert_eq!(
+            crate::udp::threads(0),
+            crate::udp::threads(0).clamp(1, MAX_UDP_THREADS)
+        );
+        assert!(crate::udp::threads(0) >= 1);
     }
 }

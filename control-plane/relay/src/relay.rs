@@ -1,7 +1,7 @@
 //! Starting and stopping a relay: [`start`] validates the config, binds everything, and hands
 //! back a [`RelayHandle`] with the bound addresses, the public key and the counters.
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -68,7 +68,7 @@ pub enum StartError {
         addr: SocketAddr,
         source: std::io::Error,
     },
-    #[error("cannot start the relay's UDP thread: {0}")]
+    #[error("cannot start a UDP thread of the relay: {0}")]
     Thread(std::io::Error),
     #[error("the system random generator failed")]
     Random,
@@ -83,7 +83,7 @@ pub struct RelayHandle {
     shared: Arc<Shared>,
     stop_udp: Arc<AtomicBool>,
     stop_tcp: watch::Sender<bool>,
-    udp_thread: Option<std::thread::JoinHandle<()>>,
+    udp_threads: Vec<std::thread::JoinHandle<()>>,
     tcp_task: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -96,6 +96,11 @@ impl RelayHandle {
     /// The counters now.
     pub fn stats(&self) -> Stats {
         self.shared.counters.snapshot()
+    }
+
+    /// The UDP threads (one socket each, all on [`Self::udp_addr`]); 0 without UDP.
+    pub fn udp_threads(&self) -> usize {
+        self.udp_threads.len()
     }
 
     /// Nodes registered now (leases not yet swept included).
@@ -114,15 +119,19 @@ impl RelayHandle {
         }
     }
 
-    /// Stops listening and waits for the UDP thread and the TCP accept loop to end.
+    /// Stops listening and waits for the UDP threads and the TCP accept loop to end.
     pub async fn shutdown(mut self) {
         self.signal();
         if let Some(task) = self.tcp_task.take() {
             let _ = task.await;
         }
-        if let Some(thread) = self.udp_thread.take() {
-            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
-        }
+        let threads = std::mem::take(&mut self.udp_threads);
+        let _ = tokio::task::spawn_blocking(move || {
+            for thread in threads {
+                let _ = thread.join();
+            }
+        })
+        .await;
     }
 
     fn signal(&self) {
@@ -156,15 +165,15 @@ pub async fn start(config: RelayConfig) -> Result<RelayHandle, StartError> {
         .fill(&mut cookie_secret)
         .map_err(|_| StartError::Random)?;
 
+    // One socket a UDP thread, all on the one address (udp.rs).
     let udp = match config.udp {
-        Some(addr) => Some(Arc::new(UdpSocket::bind(addr).map_err(|source| {
-            StartError::Bind {
+        Some(addr) => crate::udp::bind(addr, crate::udp::threads(config.limits.udp_threads))
+            .map_err(|source| StartError::Bind {
                 what: "UDP",
                 addr,
                 source,
-            }
-        })?)),
-        None => None,
+            })?,
+        None => Vec::new(),
     };
     let tcp = match &config.tls {
         Some(t) => Some(
@@ -178,7 +187,7 @@ pub async fn start(config: RelayConfig) -> Result<RelayHandle, StartError> {
         ),
         None => None,
     };
-    let udp_addr = udp.as_ref().and_then(|s| s.local_addr().ok());
+    let udp_addr = udp.first().and_then(|s| s.local_addr().ok());
     let tls_addr = tcp.as_ref().and_then(|l| l.local_addr().ok());
 
     let counters = Arc::new(Counters::default());
@@ -193,17 +202,21 @@ pub async fn start(config: RelayConfig) -> Result<RelayHandle, StartError> {
     let shared = Arc::new(Shared {
         core: Mutex::new(core),
         counters,
-        udp: udp.clone(),
+        udp: udp.first().cloned(),
     });
     let stop_udp = Arc::new(AtomicBool::new(false));
     let (stop_tcp, stop_rx) = watch::channel(false);
-    let udp_thread = match udp {
-        Some(socket) => Some(
-            crate::udp::spawn(socket, shared.clone(), stop_udp.clone())
-                .map_err(StartError::Thread)?,
-        ),
-        None => None,
-    };
+    let mut udp_threads = Vec::with_capacity(udp.len());
+    for (index, socket) in udp.into_iter().enumerate() {
+        match crate::udp::spawn(index, socket, shared.clone(), stop_udp.clone()) {
+            Ok(thread) => udp_threads.push(thread),
+            Err(e) => {
+                // The ones already running stop with the flag.
+                stop_udp.store(true, Ordering::Relaxed);
+                return Err(StartError::Thread(e));
+            }
+        }
+    }
     let tcp_task = match (tcp, &config.tls) {
         (Some(listener), Some(t)) => {
             let accept = crate::tcp::Accept {
@@ -224,6 +237,7 @@ pub async fn start(config: RelayConfig) -> Result<RelayHandle, StartError> {
         relay = %config.name,
         public_key = %STANDARD.encode(public_key),
         udp = ?udp_addr,
+        udp_threads = udp_threads.len(),
         tls = ?tls_addr,
         domains = config.domain_keys.len(),
         "relay started"
@@ -236,7 +250,7 @@ pub async fn start(config: RelayConfig) -> Result<RelayHandle, StartError> {
         shared,
         stop_udp,
         stop_tcp,
-        udp_thread,
+        udp_threads,
         tcp_task,
     })
 }

@@ -1,4 +1,4 @@
-//! What the UDP thread and the TCP tasks share: the core behind its lock, the counters, the
+//! What the UDP threads and the TCP tasks share: the core behind its lock, the counters, a
 //! UDP socket, and how an answer of the core is delivered on either transport.
 
 use std::net::UdpSocket;
@@ -11,10 +11,12 @@ use crate::core::{Core, Out, To};
 use crate::limits::MAX_STREAM_FRAME;
 use crate::stats::Counters;
 
-/// What the UDP thread and the TCP tasks share.
+/// What the UDP threads and the TCP tasks share.
 pub(crate) struct Shared {
     pub(crate) core: Mutex<Core>,
     pub(crate) counters: Arc<Counters>,
+    /// The first UDP thread's socket (they share one address): what TCP-side answers to UDP
+    /// nodes leave from.
     pub(crate) udp: Option<Arc<UdpSocket>>,
 }
 

@@ -1,7 +1,8 @@
 //! The TCP side, with TLS: the same frames as UDP, each after its big-endian u16 length. Per
 //! connection a reader (frames in, with the idle timeout) and a writer that drains a bounded
-//! queue ([`TCP_QUEUE_FRAMES`]); a frame for a full queue is dropped and counted, so a reader
-//! that does not keep up costs bounded memory and never slows the senders.
+//! queue ([`TCP_QUEUE_FRAMES`]) into one buffer of up to [`TCP_WRITE_BATCH`] bytes a write; a
+//! frame for a full queue is dropped and counted, so a reader that does not keep up costs
+//! bounded memory and never slows the senders.
 //!
 //! Strangers get little: a connection is counted against its source address (IPv6: /64) at
 //! accept and closed there, before any TLS work, when that source holds
@@ -21,7 +22,9 @@ use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
 use crate::core::{Now, Peer};
-use crate::limits::{MAX_STREAM_FRAME, TCP_IDLE_TIMEOUT, TCP_QUEUE_FRAMES, TLS_HANDSHAKE_TIMEOUT};
+use crate::limits::{
+    MAX_STREAM_FRAME, TCP_IDLE_TIMEOUT, TCP_QUEUE_FRAMES, TCP_WRITE_BATCH, TLS_HANDSHAKE_TIMEOUT,
+};
 use crate::shared::{Shared, deliver};
 
 /// What every connection gets: the TLS acceptor and the registration deadline.
@@ -168,12 +171,22 @@ async fn serve(
     };
     let (mut rd, mut wr) = tokio::io::split(tls);
     let writer = async move {
+        // Grows as the traffic needs, to at most TCP_WRITE_BATCH and one frame; a connection
+        // that only gets pongs keeps a small one.
+        let mut out = Vec::new();
         while let Some(first) = rx.recv().await {
-            wr.write_all(&first).await?;
-            // Everything queued meanwhile goes out in the same flush.
-            while let Ok(more) = rx.try_recv() {
-                wr.write_all(&more).await?;
+            // Everything queued meanwhile, up to TCP_WRITE_BATCH bytes, goes into one buffer
+            // and out with one write: full TLS records and few system calls, not one of each a
+            // frame.
+            out.clear();
+            out.extend_from_slice(&first);
+            while out.len() < TCP_WRITE_BATCH {
+                match rx.try_recv() {
+                    Ok(more) => out.extend_from_slice(&more),
+                    Err(_) => break,
+                }
             }
+            wr.write_all(&out).await?;
             wr.flush().await?;
         }
         Ok::<_, std::io::Error>(())

@@ -70,6 +70,38 @@ async fn udp_to_tcp_and_tcp_to_tcp_both_ways() {
     assert_eq!(c.link.recv().await, Frame::Pong { nonce: [5; 8] });
 }
 
+/// A burst from UDP nodes to one TCP node leaves the relay's writer in few large writes
+/// (`TCP_WRITE_BATCH`); every frame arrives whole and in order, each one after its length.
+#[tokio::test]
+async fn a_burst_to_a_tcp_node_arrives_whole_and_in_order() {
+    let tls = tls();
+    let relay = relay(Limits::default(), &tls).await;
+    let mut a = Node::new(1, Link::udp(&relay).await);
+    let mut b = Node::new(2, Link::tcp(&relay, &tls).await);
+    a.register().await;
+    b.register().await;
+    // 40 WireGuard-sized frames: well inside the relay's socket buffer and b's queue.
+    let frames: Vec<Vec<u8>> = (0..40u8)
+        .map(|i| {
+            let mut p = vec![0xCD; 1452];
+            p[0] = i;
+            p
+        })
+        .collect();
+    for payload in &frames {
+        a.send_to(&b.pk, payload).await;
+    }
+    for payload in frames {
+        assert_eq!(
+            b.link.recv().await,
+            Frame::Recv {
+                src: prefix(&a.pk),
+                payload
+            }
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_newer_registration_wins_wherever_it_comes_from() {
     let tls = tls();
@@ -329,4 +361,94 @@ async fn a_slow_tcp_reader_costs_bounded_memory() {
         }
     }
     assert!(pong);
+}
+
+/// The UDP side runs one thread a core, each with its own socket on the one address; nodes the
+/// kernel spreads over them reach each other, and every datagram a node gets from the relay
+/// comes from the address the node sends to, whichever thread forwarded it.
+#[tokio::test]
+async fn udp_nodes_on_every_thread_reach_each_other_from_the_one_address() {
+    let tls = tls();
+    let relay = relay(Limits::default(), &tls).await;
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(plexsphere_relay::limits::MAX_UDP_THREADS);
+    assert_eq!(relay.udp_threads(), threads);
+    ring_of_eight(&relay).await;
+}
+
+/// `--udp-threads` (`Limits::udp_threads`) sets how many threads, and sockets, share the
+/// address, more than the cores included; nodes still reach each other from the one address.
+#[tokio::test]
+async fn udp_threads_sets_how_many_threads_share_the_address() {
+    let tls = tls();
+    let limits = Limits {
+        udp_threads: 5,
+        ..Limits::default()
+    };
+    let relay = relay(limits, &tls).await;
+    assert_eq!(relay.udp_threads(), 5);
+    ring_of_eight(&relay).await;
+}
+
+/// Eight UDP nodes each send one frame to the next; each gets it from the relay's address.
+async fn ring_of_eight(relay: &plexsphere_relay::RelayHandle) {
+    let relay_addr = relay.udp_addr.unwrap();
+    let mut nodes = Vec::new();
+    for seed in 1..=8 {
+        let mut node = Node::new(seed, Link::udp(relay).await);
+        node.register().await;
+        nodes.push(node);
+    }
+    for i in 0..nodes.len() {
+        let j = (i + 1) % nodes.len();
+        let payload = vec![4u8, 0, 0, 0, i as u8];
+        let dst = nodes[j].pk;
+        nodes[i].send_to(&dst, &payload).await;
+        let Link::Udp(socket, _) = &nodes[j].link else {
+            unreachable!("UDP nodes")
+        };
+        let mut buf = vec![0u8; 2048];
+        let (n, from) = tokio::time::timeout(Duration::from_secs(5), socket.recv_from(&mut buf))
+            .await
+            .expect("no frame from the relay in time")
+            .unwrap();
+        assert_eq!(from, relay_addr);
+        assert_eq!(
+            Frame::from_datagram(&buf[..n]).unwrap(),
+            Frame::Recv {
+                src: prefix(&nodes[i].pk),
+                payload
+            }
+        );
+    }
+    until(relay, "eight frames counted", |s| s.forwarded_frames == 8).await;
+}
+
+/// A UDP port that anything holds is a `Bind` error, another relay (whose sockets share their
+/// port with `SO_REUSEPORT`) included: two relays never split one port's nodes between them.
+#[tokio::test]
+async fn a_udp_port_in_use_is_a_bind_error_even_by_another_relay() {
+    let tls = tls();
+    let first = relay(Limits::default(), &tls).await;
+    let plain = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    for taken in [first.udp_addr.unwrap(), plain.local_addr().unwrap()] {
+        let second = plexsphere_relay::start(plexsphere_relay::RelayConfig {
+            name: "second".into(),
+            secret_key: [9; 32],
+            udp: Some(taken),
+            tls: None,
+            domain_keys: vec![domain().public_key_b64()],
+            limits: Limits::default(),
+        })
+        .await;
+        match second {
+            Err(plexsphere_relay::StartError::Bind { what, addr, source }) => {
+                assert_eq!((what, addr), ("UDP", taken));
+                assert_eq!(source.kind(), std::io::ErrorKind::AddrInUse);
+            }
+            Err(e) => panic!("want a UDP bind error, got {e}"),
+            Ok(_) => panic!("a second relay started on {taken}, which is in use"),
+        }
+    }
 }

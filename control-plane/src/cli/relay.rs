@@ -112,6 +112,9 @@ pub struct RelayLimitArgs {
     /// `refused` answers a second, all senders together.
     #[arg(long, env = "PLEXSPHERE_RELAY_REFUSALS_PER_SEC", default_value_t = rl::DEFAULT_REFUSALS_PER_SEC)]
     pub refusals_per_sec: u64,
+    /// UDP threads, each with its own socket on the UDP address (0: one a core; at most 16).
+    #[arg(long, env = "PLEXSPHERE_RELAY_UDP_THREADS", default_value_t = 0)]
+    pub udp_threads: usize,
 }
 
 /// The control plane's STUN responder's budget per source /24 or /48 (`serve --stun-listen`,
@@ -162,6 +165,7 @@ impl RelayLimitArgs {
             node_bytes_per_sec: self.node_bytes_per_sec,
             node_answers_per_sec: self.node_answers_per_sec,
             refusals_per_sec: self.refusals_per_sec,
+            udp_threads: self.udp_threads,
         };
         l.check().map_err(Failure::Config)?;
         Ok(l)

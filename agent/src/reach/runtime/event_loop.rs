@@ -11,7 +11,6 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Instant;
 
-use plexsphere_wire::node::RelaySpec;
 use plexsphere_wire::reach::relay::{Frame, KeyPrefix};
 use plexsphere_wire::reach::{Kind, classify};
 use rand_core::CryptoRngCore;
@@ -21,17 +20,9 @@ use crate::peer_key::PeerKey;
 use crate::reach::engine::Engine;
 use crate::reach::forward::{ForwardLoop, Forwarder, Route};
 use crate::reach::io::{Effect, Input, Now, PeerReach, TICK};
+use crate::reach::node::relays::RelaySet;
 use crate::reach::relay_client::tcp::{TcpEvent, TcpLink};
-use crate::reach::relay_client::{Identity, RelayConn};
 use crate::reach::stun::{self, Poll, StunProbe};
-
-pub(super) struct Relay {
-    pub(super) spec: RelaySpec,
-    pub(super) key: [u8; 32],
-    pub(super) udp: Option<SocketAddr>,
-    /// The TLS address and the name its certificate must carry.
-    pub(super) tls: Option<(SocketAddr, String)>,
-}
 
 pub(super) struct Fwd {
     pub(super) fwd: Arc<Forwarder>,
@@ -50,24 +41,16 @@ pub(crate) struct Loop {
     pub(super) engine: Engine,
     pub(super) setup: RuntimeSetup,
     pub(super) shared: Arc<Shared>,
-    pub(super) id: Identity,
-    pub(super) relays: Vec<Relay>,
+    /// The relays, their connections and the home relay, decided (the links are below).
+    pub(super) relay_set: RelaySet,
     pub(super) stun_servers: Vec<SocketAddr>,
-    pub(super) conns: HashMap<String, RelayConn>,
-    /// Relays whose connection runs over TCP with TLS.
+    /// Relays whose connection runs over TCP with TLS: the links the relay set asked for.
     pub(super) links: HashMap<String, TcpLink>,
-    /// The last sealed-frame counter accepted from each relay: a new connection to it goes on
-    /// from there, so frames captured earlier stay replays.
-    pub(super) floors: HashMap<String, u64>,
     /// The relay each relayed peer goes through (its forwarder's, or the data plane's relay
     /// endpoint's).
     pub(super) relayed: HashMap<PeerKey, String>,
     /// The relays the data plane unwraps frames from, as last told (`PathControl::set_relays`).
     pub(super) plane_relays: Vec<SocketAddr>,
-    pub(super) udp_blocked: bool,
-    pub(super) home: usize,
-    pub(super) home_up: Option<String>,
-    pub(super) token: Option<Vec<u8>>,
     pub(super) peers: Vec<PeerReach>,
     /// Each wanted peer by its key prefix (relays name the sender of a datagram by it); a
     /// prefix two peers share maps to neither.
@@ -81,7 +64,6 @@ pub(crate) struct Loop {
     pub(super) next_addrs: Instant,
     pub(super) next_handshakes: Instant,
     pub(super) next_tick: Instant,
-    pub(super) said_tcp_only: bool,
     /// STUN transaction ids (the OS's CSPRNG: an id an off-path host could guess would let
     /// it answer for a server).
     pub(super) rng: Box<dyn CryptoRngCore + Send>,
@@ -94,20 +76,13 @@ impl Loop {
         let t = now.at;
         Self {
             engine: Engine::new(setup.secret, setup.mesh),
-            id: Identity::new(setup.secret),
+            relay_set: RelaySet::new(setup.secret, setup.tls.is_some()),
             setup,
             shared,
-            relays: Vec::new(),
             stun_servers: Vec::new(),
-            conns: HashMap::new(),
             links: HashMap::new(),
-            floors: HashMap::new(),
             relayed: HashMap::new(),
             plane_relays: Vec::new(),
-            udp_blocked: false,
-            home: 0,
-            home_up: None,
-            token: None,
             peers: Vec::new(),
             by_prefix: HashMap::new(),
             fwds: HashMap::new(),
@@ -118,7 +93,6 @@ impl Loop {
             next_addrs: t,
             next_handshakes: t,
             next_tick: t,
-            said_tcp_only: false,
             rng: Box::new(rand_core::OsRng),
         }
     }
@@ -206,12 +180,7 @@ impl Loop {
         }
         if let Some(token) = p.token {
             match serde_json::to_vec(&token) {
-                Ok(bytes) => {
-                    for c in self.conns.values_mut() {
-                        c.set_token(bytes.clone());
-                    }
-                    self.token = Some(bytes);
-                }
+                Ok(bytes) => self.relay_set.handle_token(bytes),
                 Err(e) => tracing::warn!("cannot encode the relay token: {e}"),
             }
         }
@@ -236,19 +205,15 @@ impl Loop {
         );
         self.setup.secret = secret;
         self.engine = Engine::new(secret, self.setup.mesh);
-        self.id = Identity::new(secret);
-        self.conns.clear();
+        self.relay_set.handle_secret(secret);
         self.links.clear();
-        self.home_up = None;
         for (peer, _) in std::mem::take(&mut self.relayed) {
             if let Some(f) = self.fwds.get(&peer) {
                 f.fwd.set_route(Route::Hold);
             }
         }
-        let specs: Vec<RelaySpec> = self.relays.iter().map(|r| r.spec.clone()).collect();
-        if !specs.is_empty() {
-            self.input(Input::Relays(specs), now);
-        }
+        // The relays again, for the new engine.
+        self.carry_relay_outs(now);
         // The next timer pass hands the engine the local addresses again.
         self.local.clear();
         self.next_addrs = now.at;
@@ -268,14 +233,11 @@ impl Loop {
                 dst,
                 datagram,
             } => {
-                let t = now.at;
-                let Some(conn) = self.conn(&relay, t) else {
+                if !self.relay_set.handle_send(&relay, dst.0, datagram, now.at) {
                     tracing::debug!(relay = %relay, "no such relay in the state; disco dropped");
                     return;
-                };
-                if let Some(frame) = conn.send(dst.0, datagram, t) {
-                    self.send_frame(&relay, &frame);
                 }
+                self.carry_relay_outs(now);
             }
             Effect::SetPath { peer, path } => self.set_path(peer, path, now),
             Effect::Candidates {
@@ -305,28 +267,13 @@ impl Loop {
                 },
                 now,
             ),
-            Kind::Relay => {
-                let Some(name) = self
-                    .relays
-                    .iter()
-                    .find(|r| r.udp == Some(from))
-                    .map(|r| r.spec.name.clone())
-                else {
-                    tracing::trace!(%from, "relay frame from an address no relay has; dropped");
-                    return;
-                };
-                if self.links.contains_key(&name) {
-                    // The connection runs over TCP with TLS: a UDP frame from the relay's
-                    // address is not part of it (a spoofer's, or a late one).
-                    self.shared.unknown_src.fetch_add(1, Ordering::Relaxed);
-                    tracing::trace!(relay = %name, "UDP relay frame for a connection over TCP; dropped");
-                    return;
+            Kind::Relay => match Frame::from_datagram(datagram) {
+                Ok(f) => {
+                    self.relay_set.handle_udp_frame(f, from, now.at);
+                    self.carry_relay_outs(now);
                 }
-                match Frame::from_datagram(datagram) {
-                    Ok(f) => self.relay_frame(&name, f, now),
-                    Err(e) => tracing::debug!(relay = %name, "unreadable relay frame: {e}"),
-                }
-            }
+                Err(e) => tracing::debug!(%from, "unreadable relay frame: {e}"),
+            },
             Kind::WireGuard | Kind::Unknown => {
                 self.shared.unknown_src.fetch_add(1, Ordering::Relaxed);
             }
@@ -377,7 +324,7 @@ impl Loop {
         if self.probe.is_none() && t >= self.next_stun {
             self.next_stun = t + STUN_EVERY;
             let mut servers = self.stun_servers.clone();
-            servers.extend(self.relays.iter().filter_map(|r| r.udp));
+            servers.extend(self.relay_set.relays().iter().filter_map(|r| r.udp));
             if !servers.is_empty() {
                 let rng = &mut self.rng;
                 self.probe = Some(StunProbe::new(&servers, t, || {
@@ -401,7 +348,7 @@ impl Loop {
                 let (addrs, nat) =
                     stun::nat_report(&answers, &self.local, (self.setup.listen_port)());
                 tracing::debug!(reflexive = ?addrs, nat = ?nat, "STUN done");
-                self.udp_blocked = nat.udp_blocked;
+                self.relay_set.handle_udp_blocked(nat.udp_blocked);
                 self.input(Input::Reflexive { addrs, nat }, now);
             }
         }

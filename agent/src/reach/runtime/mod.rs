@@ -6,7 +6,8 @@
 //!   the kernel backend and handed in with [`Runtime::offer`]) arrives as an
 //!   [`Event`] on one bounded queue ([`EVENT_QUEUE`]; full = dropped and counted). STUN answers
 //!   go to the running [`StunProbe`](super::stun::StunProbe), disco to the engine, relay frames
-//!   to their [`RelayConn`](super::relay_client::RelayConn).
+//!   to the relay set ([`RelaySet`](super::node::relays::RelaySet), which decides the relay
+//!   connections; the loop carries out what it asks: frames, TCP links, engine inputs).
 //! - Outbound: everything goes out of the same socket ([`Underlay`]), so the reflexive address
 //!   STUN learns is the one peers reach.
 //! - The daemon's calls ([`ReachHandle`]) only store what they bring and wake the loop; the
@@ -18,7 +19,8 @@
 //! ([`STUN_EVERY`], and at once on a network change), the host address poll
 //! ([`ADDRS_EVERY`]), the handshake read ([`HANDSHAKES_EVERY`]) and the relay connections;
 //! sooner when the engine, a relay connection or the STUN probe names an earlier deadline
-//! (their `poll_timeout`): then only that machine is polled.
+//! (their `poll_timeout`): then only that machine is polled. The loop reads the clock once per
+//! turn and hands that `Now` to everything the turn does.
 
 use std::io;
 use std::net::SocketAddr;

@@ -13,7 +13,7 @@ use plexsphere_wire::reach::relay::{KeyPrefix, prefix};
 use super::event_loop::{Fwd, Loop};
 use crate::peer_key::PeerKey;
 use crate::reach::forward::{ForwardLoop, Forwarder};
-use crate::reach::io::{Input, Now, Path, PeerReach, Transport};
+use crate::reach::io::{Input, Now, Path, PeerReach};
 
 impl Loop {
     /// The wanted peer whose key starts with `p`, unless two share it.
@@ -99,15 +99,11 @@ impl Loop {
                 self.set_endpoint(peer, *endpoint);
             }
             Path::Relay { relay, transport } => {
-                if !self.relays.iter().any(|r| r.spec.name == *relay) {
+                if !self.relay_set.handle_path(relay, *transport, now.at) {
                     tracing::warn!(peer_key = %peer, relay = %relay, "the path names a relay the state does not have; unchanged");
                     return;
                 }
-                let t = now.at;
-                let _ = self.conn(relay, t);
-                if *transport == Transport::Tcp {
-                    let _ = self.open_tcp(relay, t);
-                }
+                self.carry_relay_outs(now);
                 self.relayed.insert(peer, relay.clone());
                 self.carry_relayed(peer, relay);
             }

@@ -27,8 +27,9 @@ pub const STUN_EVERY: Duration = Duration::from_secs(60);
 pub const ADDRS_EVERY: Duration = Duration::from_secs(5);
 /// The data plane's handshake times are read this often.
 pub const HANDSHAKES_EVERY: Duration = Duration::from_secs(2);
-/// A relay connection other than the home relay's closes after this long unused.
-pub const RELAY_IDLE: Duration = Duration::from_secs(60);
+/// A relay connection other than the home relay's closes after this long unused (decided in
+/// the relay set, `reach::node::relays`).
+pub use crate::reach::node::relays::RELAY_IDLE;
 
 /// How the data plane is carried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

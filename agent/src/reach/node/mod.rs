@@ -1,0 +1,9 @@
+//! Reach's decisions as sans-IO machines the runtime drives and only carries out (issue 26,
+//! "reach as one sans-IO node"; docs/reach.md "The runtime"). So far:
+//!
+//! - [`relays`]: the relay set (the relays in use, their connections, the home relay, the
+//!   move to TCP with TLS, idle closes, replay floors, the relay token).
+
+pub mod relays;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,3 @@
+//! The node's machines driven directly, with a stepped clock.
+
+mod relays;
