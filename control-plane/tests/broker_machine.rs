@@ -14,6 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use plexsphere_nspawn::testing::host_ready;
+use plexsphere_test_support::machines::Leftovers;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -22,10 +23,11 @@ const BRIDGE: &str = "plexbrb0";
 const BRIDGE_CIDR: &str = "172.30.233.1/24";
 const HOST: &str = "172.30.233.1";
 
-/// Stops dev, destroys what it left and removes the bridge, even when the test failed.
+/// Stops dev, then (its field's drop) destroys what it left and removes the bridge, even when
+/// the test failed.
 struct Cleanup {
     child: Option<Child>,
-    state: std::path::PathBuf,
+    _leftovers: Leftovers,
 }
 
 impl Drop for Cleanup {
@@ -36,10 +38,6 @@ impl Drop for Cleanup {
                 .status();
             let _ = child.wait();
         }
-        if let Err(e) = plexsphere_nspawn::Machine::destroy_leftovers(&self.state) {
-            eprintln!("cannot destroy leftover machines: {e}");
-        }
-        let _ = plexsphere_nspawn::Bridge::remove(BRIDGE);
     }
 }
 
@@ -74,7 +72,7 @@ async fn a_local_machine_enrols_and_is_deleted() {
     let stdout = child.stdout.take().unwrap();
     let mut cleanup = Cleanup {
         child: Some(child),
-        state: data.join("nspawn"),
+        _leftovers: Leftovers::new(data.join("nspawn"), BRIDGE),
     };
     let mut lines = Vec::new();
     for line in BufReader::new(stdout).lines() {

@@ -13,6 +13,7 @@ use common::broker::{bucket_request, history, phase};
 use common::replica::Replica;
 use common::{LAB_NODES, TestServer};
 use plexsphere::store::{Store, lease, resources};
+use plexsphere_test_support::metrics;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 
@@ -391,21 +392,7 @@ async fn a_resource_left_by_a_paused_leader_is_finished_by_the_other_and_the_old
 
 /// `plexsphere_broker_leader` as the replica at `base` reports it on `/metrics`.
 async fn leader_gauge(http: &reqwest::Client, base: &str, token: &str) -> i64 {
-    let text = http
-        .get(format!("{base}/metrics"))
-        .bearer_auth(token)
-        .send()
+    metrics::gauge(http, base, token, "plexsphere_broker_leader")
         .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let line = text
-        .lines()
-        .find(|l| l.starts_with("plexsphere_broker_leader "))
-        .unwrap_or_else(|| panic!("no plexsphere_broker_leader in /metrics:\n{text}"));
-    line["plexsphere_broker_leader ".len()..]
-        .trim()
-        .parse()
         .unwrap()
 }

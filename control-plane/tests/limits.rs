@@ -445,11 +445,7 @@ impl OwnPostgres {
             d.filter_map(|e| e.ok().map(|e| e.path().join("bin")))
                 .find(|b| b.join("initdb").exists())
         });
-        let is_root = std::fs::read_to_string("/proc/self/status")
-            .unwrap()
-            .lines()
-            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
-        let Some(bin) = bin.filter(|_| is_root) else {
+        let Some(bin) = bin.filter(|_| plexsphere_test_support::is_root()) else {
             assert!(
                 std::env::var_os("CI").is_none(),
                 "CI is set but this test cannot run its own Postgres (it needs root and postgresql-15)"

@@ -6,41 +6,27 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use plexsphere_test_support::machines::Leftovers;
 
 use std::process::Output;
 
 use crate::{ControlPlane, OPENSTACK_PROJECT};
 
-/// Removes what the broker left on the host; runs after the control plane is dropped.
-struct Cleanup {
-    bridge: String,
-    machines: PathBuf,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = plexsphere_nspawn::Machine::destroy_leftovers(&self.machines);
-        let _ = plexsphere_nspawn::Bridge::remove(&self.bridge);
-    }
-}
-
 pub struct BrokerLab {
-    /// Declared before the cleanup: fields drop in order, so the server stops first.
+    /// Declared before the clean-up: fields drop in order, so the server stops first.
     pub cp: ControlPlane,
     /// The id of the `local` cloud credential.
     cred: String,
     /// The `local-machine` blueprint's version id.
     version: String,
-    _cleanup: Cleanup,
+    /// The machines the broker left and its bridge, removed after the server stopped.
+    _cleanup: Leftovers,
 }
 
 impl BrokerLab {
     /// Starts `plexsphere dev` in `data_dir` on `host_ip` (a /24 of its own on `bridge`).
     pub fn start(data_dir: &Path, bridge: &str, host_ip: &str) -> Result<Self> {
-        let cleanup = Cleanup {
-            bridge: bridge.to_owned(),
-            machines: data_dir.join("nspawn"),
-        };
+        let cleanup = Leftovers::new(data_dir.join("nspawn"), bridge);
         let cp = ControlPlane::start_dev_with_machines(
             data_dir,
             &format!("{host_ip}:0"),

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use plexsphere_e2e::LAB_NODES_PROJECT;
 use plexsphere_e2e::ha::{Lab, LabOptions, Postgres};
 use plexsphere_e2e::ha_client::{self, Node, Operator, Received};
+use plexsphere_test_support::metrics;
 
 const BOUND: Duration = Duration::from_secs(60);
 
@@ -353,22 +354,9 @@ async fn a_replica_killed_under_load_loses_nothing_and_streams_resume_elsewhere(
 
 /// `plexsphere_event_bus_connected` as the replica at `base` reports it on `/metrics`.
 async fn bus_gauge(op: &Operator, base: &str) -> i64 {
-    let text = op
-        .http
-        .get(format!("{base}/metrics"))
-        .bearer_auth(&op.token)
-        .send()
+    metrics::gauge(&op.http, base, &op.token, "plexsphere_event_bus_connected")
         .await
         .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let name = "plexsphere_event_bus_connected ";
-    let line = text
-        .lines()
-        .find(|l| l.starts_with(name))
-        .unwrap_or_else(|| panic!("no {name} in /metrics:\n{text}"));
-    line[name.len()..].trim().parse().unwrap()
 }
 
 /// GET `/readyz` of a replica directly: status and body.

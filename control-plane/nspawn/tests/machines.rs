@@ -13,9 +13,8 @@ use plexsphere_nspawn::{
     BaseImage, Bridge, CloudInitStatus, Error, ExtraFile, Life, Machine, MachineSpec, NoCloudSeed,
 };
 
-use common::{
-    Cleanup, IMAGE_CACHE, eventually, host_ready, init_tracing, mounts_under, serve_http,
-};
+use common::{Cleanup, IMAGE_CACHE, host_ready, init_tracing, mounts_under, serve_http};
+use plexsphere_test_support::eventually;
 
 const BOOT: Duration = Duration::from_secs(180);
 const CLOUD_INIT: Duration = Duration::from_secs(300);

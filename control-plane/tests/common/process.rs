@@ -20,7 +20,7 @@ pub struct Tmpfs {
 
 impl Tmpfs {
     pub fn mount(size: &str) -> Option<Self> {
-        if !is_root() {
+        if !plexsphere_test_support::is_root() {
             assert!(
                 std::env::var_os("CI").is_none(),
                 "CI is set but the tests do not run as root: the full-disk tests need to mount a tmpfs"
@@ -73,18 +73,6 @@ impl Drop for Tmpfs {
 fn run(cmd: &str, args: &[&str], target: &Path) {
     let status = Command::new(cmd).args(args).arg(target).status().unwrap();
     assert!(status.success(), "{cmd} {args:?} {}", target.display());
-}
-
-/// Whether this process runs as root (its effective uid in /proc/self/status is 0).
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
-        })
-        .unwrap_or(false)
 }
 
 /// `plexsphere dev` on `data_dir` (127.0.0.1:0, no local machines, no rate limit to speak of,

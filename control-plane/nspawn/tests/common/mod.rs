@@ -7,9 +7,9 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use plexsphere_nspawn::{Bridge, Machine};
+use plexsphere_test_support::machines::Leftovers;
 
 /// The image cache CI keeps between runs.
 pub const IMAGE_CACHE: &str = plexsphere_nspawn::DEFAULT_IMAGE_CACHE;
@@ -26,10 +26,12 @@ pub fn init_tracing() {
         .try_init();
 }
 
-/// Destroys every machine of its state dir and removes its bridge when dropped.
+/// A state dir of the test's own whose machines are destroyed, and whose bridge is removed,
+/// when dropped (then the dir itself goes).
 pub struct Cleanup {
-    pub state: tempfile::TempDir,
-    pub bridge: String,
+    /// Declared first: fields drop in order, so the machines go before their state dir.
+    leftovers: Leftovers,
+    state: tempfile::TempDir,
 }
 
 impl Cleanup {
@@ -39,24 +41,13 @@ impl Cleanup {
             .tempdir_in("/var/tmp")
             .expect("a state dir in /var/tmp");
         Cleanup {
+            leftovers: Leftovers::new(state.path(), bridge),
             state,
-            bridge: bridge.to_string(),
         }
     }
 
     pub fn dir(&self) -> &Path {
         self.state.path()
-    }
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        if let Err(e) = Machine::destroy_leftovers(self.state.path()) {
-            eprintln!("cleanup: {e}");
-        }
-        if let Err(e) = Bridge::remove(&self.bridge) {
-            eprintln!("cleanup: {e}");
-        }
     }
 }
 
@@ -103,20 +94,6 @@ pub fn serve_http(addr: SocketAddr, body: &'static str) -> (SocketAddr, mpsc::Re
         }
     });
     (local, rx)
-}
-
-/// Polls `check` until it holds or `timeout` passes; answers whether it held.
-pub fn eventually(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if check() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
