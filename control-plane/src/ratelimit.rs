@@ -177,7 +177,7 @@ pub(crate) fn client_addr<'a>(
     forwarded_for: impl IntoIterator<Item = &'a str>,
     trusted_proxies: &[IpNet],
 ) -> IpAddr {
-    let peer = canonical(peer);
+    let peer = plexsphere_wire::endpoint::canonical_ip(peer);
     let trusted = |ip: &IpAddr| trusted_proxies.iter().any(|net| net.contains(ip));
     if !trusted(&peer) {
         return peer;
@@ -185,7 +185,7 @@ pub(crate) fn client_addr<'a>(
     let mut hops = Vec::new();
     for part in forwarded_for.into_iter().flat_map(|line| line.split(',')) {
         match part.trim().parse::<IpAddr>() {
-            Ok(ip) => hops.push(canonical(ip)),
+            Ok(ip) => hops.push(plexsphere_wire::endpoint::canonical_ip(ip)),
             Err(_) => return peer,
         }
     }
@@ -197,19 +197,11 @@ pub(crate) fn client_addr<'a>(
 
 /// The bucket an address is counted in: an IPv4 address itself, an IPv6 address its /64.
 pub(crate) fn client_key(ip: IpAddr) -> IpAddr {
-    match canonical(ip) {
+    match plexsphere_wire::endpoint::canonical_ip(ip) {
         IpAddr::V6(v6) => {
             let prefix = u128::from(v6) & !((1u128 << 64) - 1);
             IpAddr::V6(Ipv6Addr::from(prefix))
         }
-        v4 => v4,
-    }
-}
-
-/// `::ffff:a.b.c.d` is the IPv4 client it carries.
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
         v4 => v4,
     }
 }

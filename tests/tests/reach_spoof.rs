@@ -83,8 +83,12 @@ fn spoofed_relay_frames_from_the_relays_address_leave_the_relayed_pair_up() {
             .unwrap();
     }
     lab.wait_ping(0, 1, BOUND).unwrap();
-    let before = lab.path(0, 1).unwrap().unwrap();
-    let relay = before.relay.clone().unwrap();
+    // Each direction goes through the relay its sender chose; the two may differ (each node
+    // sends through the peer's home relay), so each is watched on its own.
+    let relay_of = |a: usize, b: usize| lab.path(a, b).unwrap().unwrap().relay.unwrap();
+    let relays = [((0, 1), relay_of(0, 1)), ((1, 0), relay_of(1, 0))];
+    // The spoofer forges frames from the relay node 0 sends through, to node 0's mapping.
+    let relay = relays[0].1.clone();
     let from = relay_udp(&lab, &relay);
     let IpAddr::V4(node0) = IpAddr::from(lab.topo.node_addr(0, 0)) else {
         unreachable!()
@@ -121,13 +125,13 @@ fn spoofed_relay_frames_from_the_relays_address_leave_the_relayed_pair_up() {
         .collect();
     send_spoofed(lab.topo.public_ns(), from, to, datagrams).unwrap();
 
-    // The pair stays up, through the same relay, for a while (a relay taken for down, or a peer
-    // blocked for 30 s, moves the path within a tick): every observation names that relay.
+    // The pair stays up, each direction through its relay, for a while (a relay taken for down,
+    // or a peer blocked for 30 s, moves the path within a tick): every observation names it.
     let watch_until = Instant::now() + WATCH;
     let mut seen = 0;
     while Instant::now() < watch_until {
-        for (a, b) in [(0, 1), (1, 0)] {
-            let p = lab.path(a, b).unwrap().unwrap();
+        for ((a, b), relay) in &relays {
+            let p = lab.path(*a, *b).unwrap().unwrap();
             assert!(
                 relayed_over_udp(&p) && p.relay.as_deref() == Some(relay.as_str()),
                 "{a} -> {b} moved off relay {relay} after the spoofed frames: {p:?}\n{}",

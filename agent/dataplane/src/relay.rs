@@ -97,17 +97,6 @@ pub fn is_relay_endpoint(addr: SocketAddr) -> bool {
     decode(addr).is_some()
 }
 
-/// `::ffff:a.b.c.d` as `a.b.c.d`, the form relay addresses are kept in.
-fn unmapped(a: SocketAddr) -> SocketAddr {
-    match a {
-        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
-            Some(v4) => SocketAddr::new(IpAddr::V4(v4), v6.port()),
-            None => a,
-        },
-        a => a,
-    }
-}
-
 /// What the relay path counted.
 #[derive(Debug, Default)]
 pub struct RelayCounters {
@@ -159,7 +148,7 @@ impl RelayTable {
 
     /// The slot of `relay`, added if the table does not hold it.
     fn add(&self, relay: SocketAddr) -> Result<u16, RelayError> {
-        let relay = unmapped(relay);
+        let relay = plexsphere_wire::endpoint::canonical(relay);
         if is_relay_endpoint(relay) {
             return Err(RelayError::NotARelay(relay));
         }
@@ -188,7 +177,9 @@ impl RelayTable {
         let mut slots = self.slots.write().unwrap_or_else(PoisonError::into_inner);
         for s in slots.iter_mut() {
             if let Some(addr) = *s
-                && !keep.iter().any(|k| unmapped(*k) == addr)
+                && !keep
+                    .iter()
+                    .any(|k| plexsphere_wire::endpoint::canonical(*k) == addr)
             {
                 *s = None;
             }
@@ -217,7 +208,7 @@ impl RelayTable {
         if !is_wireguard(inner) {
             return None;
         }
-        let from = unmapped(from);
+        let from = plexsphere_wire::endpoint::canonical(from);
         let slot = self
             .slots
             .read()

@@ -129,12 +129,15 @@ impl SharedPort {
         let body = &packet[head + UDP_HEAD..];
         let n = body.len().min(buf.len());
         buf[..n].copy_from_slice(&body[..n]);
-        Some((n, with_port(unmap(from), src_port)))
+        Some((
+            n,
+            with_port(plexsphere_wire::endpoint::canonical(from), src_port),
+        ))
     }
 
     /// Sends `payload` to `to` from the shared port.
     pub fn send_to(&self, payload: &[u8], to: SocketAddr) -> io::Result<usize> {
-        let to = unmap(to);
+        let to = plexsphere_wire::endpoint::canonical(to);
         if payload.len() > MAX_DATAGRAM {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -207,16 +210,6 @@ fn ipv4_head_len(packet: &[u8]) -> Option<usize> {
         return None;
     }
     Some(usize::from(first & 0x0f) * 4)
-}
-
-fn unmap(a: SocketAddr) -> SocketAddr {
-    match a {
-        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
-            Some(v4) => SocketAddr::new(IpAddr::V4(v4), v6.port()),
-            None => a,
-        },
-        a => a,
-    }
 }
 
 fn with_port(a: SocketAddr, port: u16) -> SocketAddr {

@@ -18,6 +18,8 @@
 pub mod engine;
 pub mod forward;
 pub mod io;
+#[cfg(test)]
+pub mod journal;
 pub mod node;
 pub mod relay_client;
 pub mod runtime;

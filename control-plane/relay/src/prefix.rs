@@ -23,14 +23,6 @@ pub enum Prefix {
     V6([u8; 16]),
 }
 
-/// An IPv4 sender on a dual-stack socket (`::ffff:a.b.c.d`) counts as IPv4.
-fn unmapped(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        IpAddr::V4(_) => ip,
-    }
-}
-
 fn masked(ip: IpAddr, v4_bits: usize, v6_bits: usize) -> Prefix {
     fn keep<const N: usize>(mut b: [u8; N], bits: usize) -> [u8; N] {
         for (i, byte) in b.iter_mut().enumerate() {
@@ -43,7 +35,7 @@ fn masked(ip: IpAddr, v4_bits: usize, v6_bits: usize) -> Prefix {
         }
         b
     }
-    match unmapped(ip) {
+    match plexsphere_wire::endpoint::canonical_ip(ip) {
         IpAddr::V4(v4) => Prefix::V4(keep(v4.octets(), v4_bits)),
         IpAddr::V6(v6) => Prefix::V6(keep(v6.octets(), v6_bits)),
     }

@@ -14,7 +14,7 @@
 //! And since a forged source names its victim, answers are budgeted per source /24 or /48
 //! ([`Responder`] here, the relay's core on its UDP port).
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Instant;
 
 use bytecodec::{DecodeExt as _, EncodeExt as _};
@@ -49,7 +49,9 @@ pub fn answer(request: &[u8], from: SocketAddr) -> Option<Vec<u8>> {
             BINDING,
             message.transaction_id(),
         );
-        ok.add_attribute(XorMappedAddress::new(unmapped(from)));
+        ok.add_attribute(XorMappedAddress::new(plexsphere_wire::endpoint::canonical(
+            from,
+        )));
         ok
     } else {
         let mut err = Message::<Attribute>::new(
@@ -63,18 +65,6 @@ pub fn answer(request: &[u8], from: SocketAddr) -> Option<Vec<u8>> {
         err
     };
     MessageEncoder::new().encode_into_bytes(response).ok()
-}
-
-/// An IPv4 sender seen on a dual-stack socket (`::ffff:a.b.c.d`) is reported as IPv4: that is
-/// the address its NAT gave it.
-fn unmapped(addr: SocketAddr) -> SocketAddr {
-    match addr.ip() {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => SocketAddr::new(IpAddr::V4(v4), addr.port()),
-            None => addr,
-        },
-        IpAddr::V4(_) => addr,
-    }
 }
 
 /// A Binding request with a transaction id (what a node sends); for tests and clients.

@@ -182,17 +182,6 @@ impl LinuxUdp {
         (self.gso.load(Ordering::Relaxed), gro_now)
     }
 
-    /// The address as peers see it: IPv4-mapped IPv6 becomes plain IPv4.
-    fn canonical(addr: SocketAddr) -> SocketAddr {
-        match addr {
-            SocketAddr::V6(a) => match a.ip().to_ipv4_mapped() {
-                Some(v4) => SocketAddr::new(IpAddr::V4(v4), a.port()),
-                None => addr,
-            },
-            v4 => v4,
-        }
-    }
-
     /// The address as this socket sends to it.
     fn outgoing(&self, addr: SocketAddr) -> SocketAddr {
         match addr {
@@ -213,7 +202,7 @@ impl LinuxUdp {
                 &self.socket,
                 batch,
                 (self.gro, self.pktinfo),
-                Self::canonical,
+                plexsphere_wire::endpoint::canonical,
             ) {
                 Ok(n) => {
                     self.refused.arrived(batch);
@@ -337,7 +326,7 @@ impl LinuxUdp {
             timeout,
             |batch| match self.recv_one(batch.next_slot()) {
                 Ok((n, from, local)) => {
-                    batch.commit(n, Self::canonical(from));
+                    batch.commit(n, plexsphere_wire::endpoint::canonical(from));
                     batch.set_src(local);
                     self.refused.arrived(batch);
                     Ok(super::poll::Read::Done)
@@ -510,7 +499,9 @@ impl Udp for LinuxUdp {
     }
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.socket.local_addr().map(Self::canonical)
+        self.socket
+            .local_addr()
+            .map(plexsphere_wire::endpoint::canonical)
     }
 }
 

@@ -88,6 +88,20 @@ pub struct RelaySet {
 }
 
 impl RelaySet {
+    /// A TLS link whose relay no longer has a connection closes (`RelayOut::CloseTcp`).
+    fn close_tcp_without_a_connection(&mut self) {
+        let gone: Vec<String> = self
+            .over_tcp
+            .iter()
+            .filter(|name| !self.conns.contains_key(*name))
+            .cloned()
+            .collect();
+        for relay in gone {
+            self.over_tcp.remove(&relay);
+            self.out.push_back(RelayOut::CloseTcp { relay });
+        }
+    }
+
     pub fn new(secret: [u8; 32], tls_trust: bool) -> Self {
         Self {
             id: Identity::new(secret),
@@ -201,16 +215,7 @@ impl RelaySet {
         if changed {
             self.conns
                 .retain(|name, _| relays.iter().any(|r| r.spec.name == *name));
-            let gone: Vec<String> = self
-                .over_tcp
-                .iter()
-                .filter(|name| !self.conns.contains_key(*name))
-                .cloned()
-                .collect();
-            for relay in gone {
-                self.over_tcp.remove(&relay);
-                self.out.push_back(RelayOut::CloseTcp { relay });
-            }
+            self.close_tcp_without_a_connection();
             self.relays = relays;
             self.home = 0;
             self.out.push_back(RelayOut::Engine(Input::Relays(specs)));
@@ -322,16 +327,7 @@ impl RelaySet {
             self.conns.retain(|name, c| {
                 *name == home || now.saturating_duration_since(c.last_used) < RELAY_IDLE
             });
-            let gone: Vec<String> = self
-                .over_tcp
-                .iter()
-                .filter(|name| !self.conns.contains_key(*name))
-                .cloned()
-                .collect();
-            for relay in gone {
-                self.over_tcp.remove(&relay);
-                self.out.push_back(RelayOut::CloseTcp { relay });
-            }
+            self.close_tcp_without_a_connection();
         }
         let names: Vec<String> = self.conns.keys().cloned().collect();
         for name in names {

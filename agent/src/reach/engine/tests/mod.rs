@@ -199,38 +199,9 @@ fn a_removed_peer_is_forgotten() {
     );
 }
 
-/// Collects what the engine logs (a thread's own subscriber; nothing global).
-#[derive(Clone, Default)]
-struct Journal(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Journal {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if let Ok(mut b) = self.0.lock() {
-            b.extend_from_slice(buf);
-        }
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Journal {
-    type Writer = Journal;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
-}
-
 #[test]
 fn the_journal_says_each_path_change_once_with_the_hostname_and_why() {
-    let journal = Journal::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(journal.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .finish();
-    tracing::subscriber::with_default(subscriber, || {
+    let ((), text) = crate::reach::journal::capture(tracing::Level::INFO, || {
         let mut net = Net::new([true, true]);
         net.run(3 * SECOND);
         net.drop_direct = [false, false];
@@ -238,7 +209,6 @@ fn the_journal_says_each_path_change_once_with_the_hostname_and_why() {
         net.drop_direct = [true, true];
         net.run(10 * SECOND);
     });
-    let text = String::from_utf8(journal.0.lock().unwrap().clone()).unwrap();
     let lines: Vec<&str> = text.lines().filter(|l| l.contains("node-1: ")).collect();
     let want = [
         "node-1: none -> relay r1 over udp: the peer's home relay; no direct candidate answered yet",

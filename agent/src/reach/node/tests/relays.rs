@@ -371,13 +371,7 @@ fn a_new_connection_after_a_tcp_close_resumes_the_replay_floor() {
 
 #[test]
 fn a_relay_with_neither_address_is_skipped_with_a_single_warning() {
-    let journal = Journal::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(journal.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::WARN)
-        .finish();
-    let relays = tracing::subscriber::with_default(subscriber, || {
+    let (relays, text) = crate::reach::journal::capture(tracing::Level::WARN, || {
         // Neither address; and a TLS address on a node without TLS trust.
         let specs = vec![spec("a", 1, false, false), spec("b", 2, false, true)];
         let mut set = RelaySet::new(NODE_SECRET, false);
@@ -389,33 +383,9 @@ fn a_relay_with_neither_address_is_skipped_with_a_single_warning() {
         set.relays().len()
     });
     assert_eq!(relays, 0);
-    let text = String::from_utf8(journal.0.lock().unwrap().clone()).unwrap();
     assert_eq!(
         text.matches("has no UDP address").count(),
         1,
         "one warning: {text}"
     );
-}
-
-/// Collects what the set logs (a thread's own subscriber; nothing global).
-#[derive(Clone, Default)]
-struct Journal(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Journal {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if let Ok(mut b) = self.0.lock() {
-            b.extend_from_slice(buf);
-        }
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Journal {
-    type Writer = Journal;
-    fn make_writer(&'a self) -> Self::Writer {
-        self.clone()
-    }
 }
