@@ -29,7 +29,6 @@ pub mod mesh;
 pub mod node_api;
 pub mod path_report;
 pub mod paths;
-pub mod peer_key;
 pub mod reach;
 pub mod routes;
 pub mod tls;

@@ -16,13 +16,13 @@ use plexsphere_wire::node::PeerSpec;
 use uuid::Uuid;
 
 use super::endpoints::EndpointBook;
-pub use super::key::PeerKey;
 pub use crate::reach::io::{EndpointOwners, Owner};
+pub use plexsphere_wire::key::PublicKey;
 
 /// A peer as the live interface has it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveConfig {
-    pub key: PeerKey,
+    pub key: PublicKey,
     pub endpoint: Option<SocketAddr>,
     pub allowed_ips: Vec<IpNet>,
     /// Seconds; 0 is off.
@@ -35,10 +35,10 @@ pub struct LiveConfig {
 /// One operation on one peer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PeerOp {
-    Remove(PeerKey),
+    Remove(PublicKey),
     /// Creates the peer or changes what is `Some`.
     Set {
-        key: PeerKey,
+        key: PublicKey,
         endpoint: Option<SocketAddr>,
         /// Replaces the peer's allowed IPs.
         allowed_ips: Option<Vec<IpNet>>,
@@ -63,26 +63,26 @@ impl MeshUpdate {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MeshChange {
     Added {
-        key: PeerKey,
+        key: PublicKey,
         node_id: Uuid,
         endpoint: Option<SocketAddr>,
     },
     /// A live peer nobody wants (left, revoked, or added by hand).
     Removed {
-        key: PeerKey,
+        key: PublicKey,
     },
     EndpointChanged {
-        key: PeerKey,
+        key: PublicKey,
         from: Option<SocketAddr>,
         to: SocketAddr,
     },
     AllowedIpsChanged {
-        key: PeerKey,
+        key: PublicKey,
         from: Vec<IpNet>,
         to: Vec<IpNet>,
     },
     KeepaliveChanged {
-        key: PeerKey,
+        key: PublicKey,
         from: u16,
         to: u16,
     },
@@ -95,7 +95,7 @@ pub enum MeshChange {
 
 impl MeshChange {
     /// The peer the change is about (`None` for a skipped one, which has no usable key).
-    pub fn key(&self) -> Option<PeerKey> {
+    pub fn key(&self) -> Option<PublicKey> {
         match self {
             MeshChange::Added { key, .. }
             | MeshChange::Removed { key }
@@ -139,7 +139,7 @@ fn same_allowed(a: &[IpNet], b: &[IpNet]) -> bool {
 pub struct RotationOnly;
 
 impl EndpointOwners for RotationOnly {
-    fn owner(&self, _key: &PeerKey) -> Owner {
+    fn owner(&self, _key: &PublicKey) -> Owner {
         Owner::Rotation
     }
 }
@@ -165,12 +165,12 @@ pub fn diff_with(
     now: Instant,
     wall: SystemTime,
 ) -> PeerDiff {
-    let live_by_key: BTreeMap<PeerKey, &LiveConfig> = live.iter().map(|l| (l.key, l)).collect();
+    let live_by_key: BTreeMap<PublicKey, &LiveConfig> = live.iter().map(|l| (l.key, l)).collect();
     let mut out = PeerDiff::default();
-    let mut wanted: HashSet<PeerKey> = HashSet::with_capacity(desired.len());
+    let mut wanted: HashSet<PublicKey> = HashSet::with_capacity(desired.len());
     let mut sets = Vec::new();
     for spec in desired {
-        let Ok(key) = PeerKey::from_base64(&spec.public_key) else {
+        let Ok(key) = PublicKey::from_base64(&spec.public_key) else {
             out.changes.push(MeshChange::Skipped {
                 node_id: spec.node_id,
                 reason: "its public key is not base64 of 32 bytes".to_owned(),

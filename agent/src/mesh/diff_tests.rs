@@ -27,7 +27,7 @@ fn spec(n: u32) -> PeerSpec {
 /// The live peer that applying `s` produces, with a fresh handshake.
 fn live_of(s: &PeerSpec, wall: SystemTime) -> LiveConfig {
     LiveConfig {
-        key: PeerKey::from_base64(&s.public_key).unwrap(),
+        key: PublicKey::from_base64(&s.public_key).unwrap(),
         endpoint: s.endpoints.first().copied(),
         allowed_ips: s.allowed_ips.clone(),
         keepalive: s.persistent_keepalive_secs.unwrap_or(0),
@@ -37,8 +37,8 @@ fn live_of(s: &PeerSpec, wall: SystemTime) -> LiveConfig {
     }
 }
 
-fn key(s: &PeerSpec) -> PeerKey {
-    PeerKey::from_base64(&s.public_key).unwrap()
+fn key(s: &PeerSpec) -> PublicKey {
+    PublicKey::from_base64(&s.public_key).unwrap()
 }
 
 fn clock() -> (Instant, SystemTime) {
@@ -265,17 +265,17 @@ fn ten_thousand_peers() {
 
 #[test]
 fn keys_round_trip_and_print_as_base64() {
-    let k = PeerKey([9; 32]);
-    assert_eq!(PeerKey::from_base64(&k.to_base64()), Ok(k));
+    let k = PublicKey([9; 32]);
+    assert_eq!(PublicKey::from_base64(&k.to_base64()), Ok(k));
     assert_eq!(format!("{k:?}"), format!("PublicKey({k})"));
-    assert!(PeerKey::from_base64("AAAA").is_err());
+    assert!(PublicKey::from_base64("AAAA").is_err());
 }
 
 /// Reach owns the peers in the map (with where it carries them now); the rest rotate.
-struct ReachOwns(std::collections::HashMap<PeerKey, Option<SocketAddr>>);
+struct ReachOwns(std::collections::HashMap<PublicKey, Option<SocketAddr>>);
 
 impl EndpointOwners for ReachOwns {
-    fn owner(&self, key: &PeerKey) -> Owner {
+    fn owner(&self, key: &PublicKey) -> Owner {
         match self.0.get(key) {
             Some(endpoint) => Owner::Reach {
                 endpoint: *endpoint,

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::key::PeerKey;
+use plexsphere_wire::key::PublicKey;
 
 /// How long a candidate gets to complete a handshake before the next one is tried.
 pub const TRY_FOR: Duration = Duration::from_secs(15);
@@ -39,7 +39,7 @@ struct Rotation {
 /// The rotation state of every peer, by public key.
 #[derive(Debug, Clone, Default)]
 pub struct EndpointBook {
-    peers: HashMap<PeerKey, Rotation>,
+    peers: HashMap<PublicKey, Rotation>,
 }
 
 /// Whether `last_handshake` is recent enough to call the session working.
@@ -53,12 +53,12 @@ impl EndpointBook {
     }
 
     /// Forgets the peers that are no longer wanted.
-    pub fn retain(&mut self, keep: impl Fn(&PeerKey) -> bool) {
+    pub fn retain(&mut self, keep: impl Fn(&PublicKey) -> bool) {
         self.peers.retain(|k, _| keep(k));
     }
 
     /// Forgets one peer's rotation (reach took its endpoint over).
-    pub fn forget(&mut self, key: &PeerKey) {
+    pub fn forget(&mut self, key: &PublicKey) {
         self.peers.remove(key);
     }
 
@@ -73,7 +73,7 @@ impl EndpointBook {
     /// The endpoint to write for `key`, or `None` to leave the live one as it is.
     pub fn decide(
         &mut self,
-        key: PeerKey,
+        key: PublicKey,
         candidates: &[SocketAddr],
         live_endpoint: Option<SocketAddr>,
         last_handshake: Option<SystemTime>,
@@ -127,7 +127,7 @@ mod tests {
         SocketAddr::from(([192, 0, 2, last], 51820))
     }
 
-    const K: PeerKey = PeerKey([7; 32]);
+    const K: PublicKey = PublicKey([7; 32]);
 
     #[test]
     fn tries_each_candidate_for_fifteen_seconds_then_keeps_the_one_that_worked() {

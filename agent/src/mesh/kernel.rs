@@ -22,10 +22,10 @@ use plexsphere_wire::reach::MAX_DATAGRAM;
 
 use wireguard_control::{Backend, DeviceUpdate, Key, PeerConfigBuilder};
 
-use super::key::PeerKey;
 use super::shared_port::SharedPort;
 use crate::reach::forward::Underlay;
 use crate::reach::runtime::{Mode, PathControl, Runtime, RuntimeSetup};
+use plexsphere_wire::key::PublicKey;
 
 use super::link::setup_link;
 use super::netlink;
@@ -141,13 +141,13 @@ struct KernelEndpoints {
 }
 
 impl PathControl for KernelEndpoints {
-    fn set_endpoint(&self, peer: PeerKey, endpoint: SocketAddr) -> io::Result<()> {
+    fn set_endpoint(&self, peer: PublicKey, endpoint: SocketAddr) -> io::Result<()> {
         DeviceUpdate::new()
             .add_peer(PeerConfigBuilder::new(&Key(peer.0)).set_endpoint(endpoint))
             .apply(&self.ctl.iface, self.ctl.backend)
     }
 
-    fn handshakes(&self) -> io::Result<Vec<(PeerKey, Option<SystemTime>)>> {
+    fn handshakes(&self) -> io::Result<Vec<(PublicKey, Option<SystemTime>)>> {
         Ok(self
             .ctl
             .live()?

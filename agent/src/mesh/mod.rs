@@ -1,7 +1,8 @@
 //! The WireGuard mesh: the data plane behind the daemon's [`Mesh`] trait.
 //!
 //! - [`contract`]: what the daemon relies on ([`Mesh`], [`LivePeer`], [`MeshError`]) and the
-//!   `none` backend; [`key`]: the public key type the diff and the rotation share.
+//!   `none` backend. Peers are named by `plexsphere_wire::key::PublicKey` (one type with the
+//!   data plane and reach).
 //! - [`diff`]: the pure peer reconcile (desired peers vs the live interface -> the minimal
 //!   update and the journal's list of changes), with [`endpoints`] choosing each peer's
 //!   endpoint among its candidates.
@@ -20,7 +21,6 @@ pub mod diff;
 pub mod endpoints;
 #[cfg(target_os = "linux")]
 pub mod kernel;
-pub mod key;
 #[cfg(target_os = "linux")]
 pub mod link;
 #[cfg(target_os = "linux")]

@@ -24,7 +24,7 @@ use plexsphere_wire::reach::public_key;
 use plexsphere_wire::reach::relay::Frame;
 use plexsphere_wire::signed::SignedEnvelope;
 
-use super::diff::PeerKey;
+use super::diff::PublicKey;
 use super::worker::WgMesh;
 use super::*;
 use crate::config::WireguardConfig;
@@ -97,8 +97,8 @@ fn in_ns<T: Send + 'static>(ns: &'static str, f: impl FnOnce() -> T + Send + 'st
     .expect("the namespace thread panicked")
 }
 
-fn key(i: usize) -> PeerKey {
-    PeerKey(public_key(&SECRETS[i]))
+fn key(i: usize) -> PublicKey {
+    PublicKey(public_key(&SECRETS[i]))
 }
 
 fn spec(i: usize) -> PeerSpec {

@@ -23,7 +23,7 @@ use plexd_dataplane::{
     Device, DeviceUpdate, PeerUpdate, PolicyFilter, RawSender, SecretKey, UdpOffloadSwitch,
 };
 
-use super::diff::{LiveConfig, MeshUpdate, PeerKey, PeerOp};
+use super::diff::{LiveConfig, MeshUpdate, PeerOp, PublicKey};
 use super::link::setup_link;
 use super::netlink;
 use super::setup::{NodeSetup, OpenError};
@@ -147,7 +147,7 @@ impl Control for DirectControl {
             .peers
             .into_iter()
             .map(|p| LiveConfig {
-                key: PeerKey(p.public_key.0),
+                key: PublicKey(p.public_key.0),
                 endpoint: p.endpoint,
                 allowed_ips: p.allowed_ips,
                 keepalive: p.persistent_keepalive,
@@ -202,7 +202,7 @@ struct DeviceEndpoints {
 }
 
 impl PathControl for DeviceEndpoints {
-    fn set_endpoint(&self, peer: PeerKey, endpoint: std::net::SocketAddr) -> io::Result<()> {
+    fn set_endpoint(&self, peer: PublicKey, endpoint: std::net::SocketAddr) -> io::Result<()> {
         self.device
             .apply(DeviceUpdate {
                 peers: vec![PeerUpdate {
@@ -218,7 +218,7 @@ impl PathControl for DeviceEndpoints {
     fn relay_endpoint(
         &self,
         relay: std::net::SocketAddr,
-        peer: PeerKey,
+        peer: PublicKey,
     ) -> io::Result<Option<std::net::SocketAddr>> {
         self.device
             .relay_endpoint(relay, &peer)
@@ -230,11 +230,11 @@ impl PathControl for DeviceEndpoints {
         self.device.relays().set(relays).map_err(io::Error::other)
     }
 
-    fn handshakes(&self) -> io::Result<Vec<(PeerKey, Option<SystemTime>)>> {
+    fn handshakes(&self) -> io::Result<Vec<(PublicKey, Option<SystemTime>)>> {
         let s = self.device.snapshot(Instant::now(), SystemTime::now());
         Ok(s.peers
             .into_iter()
-            .map(|p| (PeerKey(p.public_key.0), p.last_handshake))
+            .map(|p| (PublicKey(p.public_key.0), p.last_handshake))
             .collect())
     }
 }

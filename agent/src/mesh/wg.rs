@@ -11,7 +11,7 @@ use ipnet::IpNet;
 use wireguard_control::PeerConfigBuilder;
 use wireguard_control::{AllowedIp, Backend, Device, DeviceUpdate, InterfaceName, Key};
 
-use super::diff::{LiveConfig, MeshUpdate, PeerKey, PeerOp};
+use super::diff::{LiveConfig, MeshUpdate, PeerOp, PublicKey};
 
 /// An interface and the backend that configures it.
 #[derive(Debug, Clone, Copy)]
@@ -115,7 +115,7 @@ impl WgControl {
             .peers
             .into_iter()
             .map(|p| LiveConfig {
-                key: PeerKey(p.config.public_key.0),
+                key: PublicKey(p.config.public_key.0),
                 endpoint: p.config.endpoint,
                 allowed_ips: p
                     .config
@@ -162,15 +162,15 @@ mod tests {
         let ep = "192.0.2.1:51820".parse().unwrap();
         let update = MeshUpdate {
             ops: vec![
-                PeerOp::Remove(PeerKey([1; 32])),
+                PeerOp::Remove(PublicKey([1; 32])),
                 PeerOp::Set {
-                    key: PeerKey([2; 32]),
+                    key: PublicKey([2; 32]),
                     endpoint: Some(ep),
                     allowed_ips: Some(vec!["10.64.0.2/32".parse().unwrap()]),
                     keepalive: Some(0),
                 },
                 PeerOp::Set {
-                    key: PeerKey([3; 32]),
+                    key: PublicKey([3; 32]),
                     endpoint: None,
                     allowed_ips: None,
                     keepalive: None,

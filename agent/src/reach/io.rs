@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use plexsphere_wire::node::{NatReport, RelaySpec};
 
-use crate::peer_key::PeerKey;
+use plexsphere_wire::key::PublicKey;
 
 /// How a relay connection is carried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -37,7 +37,7 @@ pub enum Path {
 /// One peer as the engine sees it: from the signed state and the event stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerReach {
-    pub key: PeerKey,
+    pub key: PublicKey,
     pub node_id: uuid::Uuid,
     pub hostname: String,
     /// Direct candidates, best first (local addresses, then reflexive).
@@ -60,7 +60,7 @@ pub enum Input {
     /// A disco datagram arrived through a relay, from the peer `src`.
     DiscoRelayed {
         relay: String,
-        src: PeerKey,
+        src: PublicKey,
         datagram: Vec<u8>,
     },
     /// A relay connection is registered and usable.
@@ -72,11 +72,11 @@ pub enum Input {
     /// A relay connection is lost or was refused.
     RelayDown { relay: String, why: String },
     /// The relay says `dst` is not registered with it.
-    PeerGone { relay: String, dst: PeerKey },
+    PeerGone { relay: String, dst: PublicKey },
     /// The runtime's home relay (the one this node registers with and reports).
     HomeRelay(Option<String>),
     /// The data plane's last handshake per peer (read every few seconds).
-    Handshakes(Vec<(PeerKey, Option<SystemTime>)>),
+    Handshakes(Vec<(PublicKey, Option<SystemTime>)>),
     /// A local address appeared or went away (roaming): probe everything again.
     NetworkChanged,
     /// What STUN measured: the reflexive addresses of the WireGuard socket and the NAT.
@@ -98,11 +98,11 @@ pub enum Effect {
     /// Send a datagram (disco) to `dst` through `relay` (the runtime connects on demand).
     SendRelayed {
         relay: String,
-        dst: PeerKey,
+        dst: PublicKey,
         datagram: Vec<u8>,
     },
     /// From now on, carry `peer`'s WireGuard traffic on `path`.
-    SetPath { peer: PeerKey, path: Path },
+    SetPath { peer: PublicKey, path: Path },
     /// Our own candidates changed: the next endpoint report should carry them.
     Candidates {
         reflexive: Vec<SocketAddr>,
@@ -187,5 +187,5 @@ pub enum Owner {
 
 /// Answers, per peer, who sets its endpoint; see [`Owner`].
 pub trait EndpointOwners {
-    fn owner(&self, key: &PeerKey) -> Owner;
+    fn owner(&self, key: &PublicKey) -> Owner;
 }

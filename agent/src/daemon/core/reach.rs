@@ -24,14 +24,14 @@ use super::schedule::Task;
 use super::status::PeerPath;
 use super::{Core, Effect, Now};
 use crate::mesh::LivePeer;
-use crate::mesh::key::PeerKey;
 use crate::reach::io::{OwnCandidates, PeerPathView, PeerReach};
+use plexsphere_wire::key::PublicKey;
 
 /// A wanted peer as the reach runtime takes it; `None` for a key that is not base64 of 32
 /// bytes (the mesh diff refuses that peer too).
 pub fn peer_reach(p: &PeerSpec) -> Option<PeerReach> {
     Some(PeerReach {
-        key: PeerKey::from_base64(&p.public_key).ok()?,
+        key: PublicKey::from_base64(&p.public_key).ok()?,
         node_id: p.node_id,
         hostname: p.hostname.clone(),
         endpoints: p.endpoints.clone(),

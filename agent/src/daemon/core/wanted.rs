@@ -9,7 +9,7 @@ use plexsphere_wire::node::{EventKind, NodeState, PeerSpec};
 use uuid::Uuid;
 
 use crate::mesh::diff::MeshChange;
-use crate::mesh::key::PeerKey;
+use plexsphere_wire::key::PublicKey;
 
 /// What an event asks of the daemon beyond the peer set.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,7 +99,7 @@ pub enum ChangeLine {
     /// `peer added`, `peer updated` or `peer removed`, for a peer plexd configured.
     Peer { verb: &'static str, peer: PeerSpec },
     /// A live peer no wanted set ever named (added by hand) was removed.
-    Stranger(PeerKey),
+    Stranger(PublicKey),
     /// A wanted peer that cannot be configured.
     Skipped { node_id: Uuid, reason: String },
 }
@@ -136,31 +136,31 @@ pub fn change_lines(
         return vec![];
     }
     // One pass over each set, for the few keys that changed (not a map of every peer).
-    let named: Vec<(String, PeerKey)> = changes
+    let named: Vec<(String, PublicKey)> = changes
         .iter()
         .filter_map(MeshChange::key)
         .map(|k| (k.to_base64(), k))
         .collect();
     // A few keys are looked for by a scan, many (a first state) through a map.
-    let many: HashMap<&str, PeerKey> = if named.len() > 8 {
+    let many: HashMap<&str, PublicKey> = if named.len() > 8 {
         named.iter().map(|(t, k)| (t.as_str(), *k)).collect()
     } else {
         HashMap::new()
     };
-    let lookup = |text: &str| -> Option<PeerKey> {
+    let lookup = |text: &str| -> Option<PublicKey> {
         if named.len() > 8 {
             many.get(text).copied()
         } else {
             named.iter().find(|(t, _)| t == text).map(|(_, k)| *k)
         }
     };
-    let by_key = |set: &[PeerSpec]| -> HashMap<PeerKey, PeerSpec> {
+    let by_key = |set: &[PeerSpec]| -> HashMap<PublicKey, PeerSpec> {
         set.iter()
             .filter_map(|p| Some((lookup(&p.public_key)?, p.clone())))
             .collect()
     };
     let (before, after) = (by_key(before), by_key(after));
-    let mut updated: Vec<PeerKey> = vec![];
+    let mut updated: Vec<PublicKey> = vec![];
     let mut out = vec![];
     for c in changes {
         match c {
@@ -311,7 +311,7 @@ mod tests {
                 peer_id(5)
             )
         );
-        let stranger = PeerKey([9; 32]);
+        let stranger = PublicKey([9; 32]);
         assert_eq!(
             change_lines(&[MeshChange::Removed { key: stranger }], &[], &[]),
             vec![ChangeLine::Stranger(stranger)]

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use super::peer::Peer;
 use super::{Engine, MISSED_PINGS, RELAY_FRESH, RTT_HYSTERESIS};
-use crate::peer_key::PeerKey;
 use crate::reach::io::{Effect, Path, Transport};
+use plexsphere_wire::key::PublicKey;
 
 fn ms(d: Duration) -> u128 {
     d.as_millis()
@@ -43,14 +43,14 @@ fn over(t: Transport) -> &'static str {
 impl Engine {
     /// Chooses every peer's path; answers a `SetPath` for each that changed.
     pub(super) fn choose_all(&mut self, now: Instant, out: &mut Vec<Effect>) {
-        let keys: Vec<PeerKey> = self.peers.keys().copied().collect();
+        let keys: Vec<PublicKey> = self.peers.keys().copied().collect();
         for key in keys {
             self.choose_peer(key, now, out);
         }
     }
 
     /// Chooses one peer's path (a disco message concerns only its sender).
-    pub(super) fn choose_peer(&mut self, key: PeerKey, now: Instant, out: &mut Vec<Effect>) {
+    pub(super) fn choose_peer(&mut self, key: PublicKey, now: Instant, out: &mut Vec<Effect>) {
         let Some(peer) = self.peers.get(&key) else {
             return;
         };

@@ -38,7 +38,7 @@ use std::net::SocketAddr;
 
 use self::peer::Peer;
 use super::io::{Effect, Input, Now, PeerPathView, Transport};
-use crate::peer_key::PeerKey;
+use plexsphere_wire::key::PublicKey;
 
 pub use self::bounds::*;
 
@@ -134,7 +134,7 @@ pub struct Engine {
     /// The Domain's mesh range: never a candidate (`plexsphere_wire::endpoint`).
     mesh: IpNet,
     sealer: Sealer,
-    peers: BTreeMap<PeerKey, Peer>,
+    peers: BTreeMap<PublicKey, Peer>,
     local: Local,
     counters: Counters,
     /// What the inputs decided, in order, until the runtime takes it ([`Engine::poll_effect`]).
@@ -207,9 +207,9 @@ impl Engine {
             .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
         // A disco message or a relay's "not registered" concerns one peer: only its path is
         // chosen again (the sender key is read unauthenticated, only to pick the peer).
-        let only: Option<Option<PeerKey>> = match &input {
+        let only: Option<Option<PublicKey>> = match &input {
             Input::DiscoDirect { datagram, .. } | Input::DiscoRelayed { datagram, .. } => {
-                Some(disco::sender(datagram).ok().map(PeerKey))
+                Some(disco::sender(datagram).ok().map(PublicKey))
             }
             Input::PeerGone { dst, .. } => Some(Some(*dst)),
             _ => None,
@@ -337,7 +337,7 @@ impl Engine {
     }
 
     /// The key `peer` and we seal our disco messages with.
-    fn pair_key(&self, peer: &PeerKey) -> disco::PairKey {
+    fn pair_key(&self, peer: &PublicKey) -> disco::PairKey {
         let shared = plexsphere_wire::reach::shared_secret(&self.secret, &peer.0);
         disco::PairKey::new(&shared)
     }
@@ -355,7 +355,7 @@ impl Engine {
 impl Engine {
     /// The wanted peer a datagram is from and what it says, once per stamp; anything else is
     /// dropped and counted. A relayed datagram must be sealed by the relay's source.
-    fn open(&mut self, src: Option<PeerKey>, datagram: &[u8]) -> Option<(PeerKey, Message)> {
+    fn open(&mut self, src: Option<PublicKey>, datagram: &[u8]) -> Option<(PublicKey, Message)> {
         let sender = match disco::sender(datagram) {
             Ok(sender) => sender,
             Err(DecodeError::Version(v)) => {
@@ -367,7 +367,7 @@ impl Engine {
                 return None;
             }
         };
-        let key = PeerKey(sender);
+        let key = PublicKey(sender);
         if src.is_some_and(|s| s != key) {
             self.counters.unauthentic += 1;
             return None;
@@ -400,7 +400,7 @@ impl Engine {
         else {
             return;
         };
-        let key = PeerKey(key);
+        let key = PublicKey(key);
         if let Some(peer) = self.peers.get_mut(&key)
             && !peer.warned_version
         {

@@ -18,8 +18,8 @@ use super::{
     Counters, DIRECT_PROBE_INTERVAL, Engine, HEARTBEAT_INTERVAL, MAX_PINGS_PER_SEC,
     MAX_PONGS_PER_SEC, PROBE_INTERVAL, RETRY_INTERVAL, Sealer,
 };
-use crate::peer_key::PeerKey;
 use crate::reach::io::{Effect, Path, PeerReach};
+use plexsphere_wire::key::PublicKey;
 
 /// Where sends go while one input is handled: the sealer and tx ids, the drop counters, the
 /// effects being answered, and the time.
@@ -47,7 +47,7 @@ impl<'a> Outbox<'a> {
 
     /// Seals `message` for `peer` and adds the effect that carries it to `dest`, if the
     /// peer's budget allows. A ping's tx id is remembered for its pong.
-    pub fn send(&mut self, key: PeerKey, peer: &mut Peer, dest: Dest, message: Message) {
+    pub fn send(&mut self, key: PublicKey, peer: &mut Peer, dest: Dest, message: Message) {
         let allowed = match message {
             Message::Pong { .. } => peer.pongs.take(self.now),
             Message::Ping { .. } | Message::CallMeMaybe { .. } => peer.pings.take(self.now),
@@ -75,7 +75,7 @@ impl<'a> Outbox<'a> {
     }
 
     /// A ping with a fresh tx id.
-    pub fn ping(&mut self, key: PeerKey, peer: &mut Peer, dest: Dest) {
+    pub fn ping(&mut self, key: PublicKey, peer: &mut Peer, dest: Dest) {
         let tx = self.sealer.tx();
         self.send(key, peer, dest, Message::Ping { tx });
     }
@@ -98,7 +98,7 @@ impl Engine {
 
     /// The whole wanted set: new peers are probed at once, changed ones too, gone ones forgotten.
     pub(super) fn set_peers(&mut self, peers: Vec<PeerReach>, now: Instant, out: &mut Vec<Effect>) {
-        let own = PeerKey(self.sealer.own);
+        let own = PublicKey(self.sealer.own);
         let wanted: Vec<PeerReach> = peers.into_iter().filter(|p| p.key != own).collect();
         self.peers
             .retain(|key, _| wanted.iter().any(|p| p.key == *key));
@@ -121,7 +121,7 @@ impl Engine {
     }
 
     pub(super) fn probe_all(&mut self, now: Instant, out: &mut Vec<Effect>) {
-        let keys: Vec<PeerKey> = self.peers.keys().copied().collect();
+        let keys: Vec<PublicKey> = self.peers.keys().copied().collect();
         for peer in self.peers.values_mut() {
             // Our addresses or network changed: new tuples, which no router holds yet.
             peer.reset_punches();
@@ -135,7 +135,7 @@ impl Engine {
     /// relays [`Self::probe_relays`] names; the candidates that do not answer (cold) wait for
     /// the punch the relay's pong starts (`punch`). Without a relay to ping through,
     /// cold candidates are pinged at once: nothing can time them.
-    pub(super) fn probe(&mut self, key: PeerKey, now: Instant, out: &mut Vec<Effect>) {
+    pub(super) fn probe(&mut self, key: PublicKey, now: Instant, out: &mut Vec<Effect>) {
         let Some(peer) = self.peers.get(&key) else {
             return;
         };
@@ -165,7 +165,7 @@ impl Engine {
     /// Every ping loop (probe round, call-me-maybe, due punch) goes through here.
     pub(super) fn ping_each(
         &mut self,
-        key: PeerKey,
+        key: PublicKey,
         dests: impl IntoIterator<Item = Dest>,
         now: Instant,
         out: &mut Vec<Effect>,
@@ -214,7 +214,7 @@ impl Engine {
     /// Time passed: expiry, the heartbeat on a direct path, scheduled probe rounds.
     pub(super) fn tick(&mut self, now: Instant, out: &mut Vec<Effect>) {
         self.fire_punches(now, out);
-        let keys: Vec<PeerKey> = self.peers.keys().copied().collect();
+        let keys: Vec<PublicKey> = self.peers.keys().copied().collect();
         for key in keys {
             let Some(peer) = self.peers.get_mut(&key) else {
                 continue;
@@ -301,7 +301,7 @@ impl Engine {
     pub(super) fn disco_relayed(
         &mut self,
         relay: &str,
-        src: PeerKey,
+        src: PublicKey,
         datagram: &[u8],
         now: Instant,
         out: &mut Vec<Effect>,
@@ -344,7 +344,13 @@ impl Engine {
     /// "Probe me now at these addresses": ping every distinct one peers may send to at once
     /// (the peer times its own pings to ours, `punch`), unless the pair's punches failed too
     /// often lately (the peer is told nothing; it counts the same call-me-maybes).
-    fn punch(&mut self, key: PeerKey, addrs: Vec<SocketAddr>, now: Instant, out: &mut Vec<Effect>) {
+    fn punch(
+        &mut self,
+        key: PublicKey,
+        addrs: Vec<SocketAddr>,
+        now: Instant,
+        out: &mut Vec<Effect>,
+    ) {
         let addrs = self.usable(addrs);
         let Some(peer) = self.peers.get_mut(&key) else {
             return;

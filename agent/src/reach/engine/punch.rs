@@ -47,8 +47,8 @@ use plexsphere_wire::reach::disco::Message;
 use super::Engine;
 use super::peer::Dest;
 use super::probe::Outbox;
-use crate::peer_key::PeerKey;
 use crate::reach::io::Effect;
+use plexsphere_wire::key::PublicKey;
 
 impl Engine {
     /// The earliest moment the engine wants an [`crate::reach::io::Input::Tick`] before the next
@@ -72,7 +72,7 @@ impl Engine {
     /// cold candidates `rtt / 2` from now, when its answering pings leave its NAT.
     pub(super) fn start_punch(
         &mut self,
-        key: PeerKey,
+        key: PublicKey,
         relay: &str,
         rtt: Duration,
         now: Instant,
@@ -99,7 +99,7 @@ impl Engine {
 
     /// Pings the cold candidates of every peer whose punch is due.
     pub(super) fn fire_punches(&mut self, now: Instant, out: &mut Vec<Effect>) {
-        let due: Vec<PeerKey> = self
+        let due: Vec<PublicKey> = self
             .peers
             .iter()
             .filter(|(_, p)| p.punch_at.is_some_and(|at| at <= now))

@@ -14,8 +14,8 @@ use plexsphere_wire::reach::disco::TxId;
 
 use super::Engine;
 use super::sim_nat::Router;
-use crate::peer_key::PeerKey;
 use crate::reach::io::{Effect, Input, Now, Path, PeerReach, TICK, Transport};
+use plexsphere_wire::key::PublicKey;
 
 /// One way over the direct link.
 pub const DIRECT_LATENCY: Duration = Duration::from_millis(2);
@@ -26,8 +26,8 @@ pub fn secret(n: u8) -> [u8; 32] {
     [n; 32]
 }
 
-pub fn key_of(n: u8) -> PeerKey {
-    PeerKey(plexsphere_wire::reach::public_key(&secret(n)))
+pub fn key_of(n: u8) -> PublicKey {
+    PublicKey(plexsphere_wire::reach::public_key(&secret(n)))
 }
 
 /// Tx ids counting up from a seed, so runs repeat exactly.
@@ -71,7 +71,7 @@ pub fn relay(name: &str, port: u16) -> RelaySpec {
 
 pub struct Node {
     pub engine: Engine,
-    pub key: PeerKey,
+    pub key: PublicKey,
     pub addr: SocketAddr,
     /// The last path the engine set for the other node.
     pub path: Path,

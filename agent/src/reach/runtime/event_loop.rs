@@ -16,13 +16,13 @@ use plexsphere_wire::reach::{Kind, classify};
 use rand_core::CryptoRngCore;
 
 use super::shared::{ADDRS_EVERY, Event, HANDSHAKES_EVERY, RuntimeSetup, STUN_EVERY, Shared, lock};
-use crate::peer_key::PeerKey;
 use crate::reach::engine::Engine;
 use crate::reach::forward::{ForwardLoop, Forwarder, Route};
 use crate::reach::io::{Effect, Input, Now, PeerReach, TICK};
 use crate::reach::node::relays::RelaySet;
 use crate::reach::relay_client::tcp::{TcpEvent, TcpLink};
 use crate::reach::stun::{self, Poll, StunProbe};
+use plexsphere_wire::key::PublicKey;
 
 pub(super) struct Fwd {
     pub(super) fwd: Arc<Forwarder>,
@@ -48,14 +48,14 @@ pub(crate) struct Loop {
     pub(super) links: HashMap<String, TcpLink>,
     /// The relay each relayed peer goes through (its forwarder's, or the data plane's relay
     /// endpoint's).
-    pub(super) relayed: HashMap<PeerKey, String>,
+    pub(super) relayed: HashMap<PublicKey, String>,
     /// The relays the data plane unwraps frames from, as last told (`PathControl::set_relays`).
     pub(super) plane_relays: Vec<SocketAddr>,
     pub(super) peers: Vec<PeerReach>,
     /// Each wanted peer by its key prefix (relays name the sender of a datagram by it); a
     /// prefix two peers share maps to neither.
-    pub(super) by_prefix: HashMap<KeyPrefix, Option<PeerKey>>,
-    pub(super) fwds: HashMap<PeerKey, Fwd>,
+    pub(super) by_prefix: HashMap<KeyPrefix, Option<PublicKey>>,
+    pub(super) fwds: HashMap<PublicKey, Fwd>,
     /// The one thread that carries every forwarder (started with the first).
     pub(super) forwards: Option<Arc<ForwardLoop>>,
     pub(super) probe: Option<StunProbe>,

@@ -39,7 +39,7 @@ pub use self::shared::{
 use self::shared::{Shared, lock, offer};
 use super::io::{Effect, Now, OwnCandidates, PeerPathView, PeerReach, ReachHandle};
 use super::io::{EndpointOwners, Owner};
-use crate::peer_key::PeerKey;
+use plexsphere_wire::key::PublicKey;
 
 mod event_loop;
 mod peers;
@@ -149,7 +149,7 @@ impl ReachHandle for Runtime {
 }
 
 impl EndpointOwners for Runtime {
-    fn owner(&self, key: &PeerKey) -> Owner {
+    fn owner(&self, key: &PublicKey) -> Owner {
         match self
             .shared
             .owners

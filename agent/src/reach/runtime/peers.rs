@@ -11,19 +11,19 @@ use std::sync::{Arc, PoisonError};
 use plexsphere_wire::reach::relay::{KeyPrefix, prefix};
 
 use super::event_loop::{Fwd, Loop};
-use crate::peer_key::PeerKey;
 use crate::reach::forward::{ForwardLoop, Forwarder};
 use crate::reach::io::{Input, Now, Path, PeerReach};
+use plexsphere_wire::key::PublicKey;
 
 impl Loop {
     /// The wanted peer whose key starts with `p`, unless two share it.
-    pub(super) fn key_of(&self, p: &KeyPrefix) -> Option<PeerKey> {
+    pub(super) fn key_of(&self, p: &KeyPrefix) -> Option<PublicKey> {
         self.by_prefix.get(p).copied().flatten()
     }
 
     pub(super) fn set_peers(&mut self, peers: Vec<PeerReach>, now: Now) {
         // Sets, not lists: a change at 10k peers must not cost 10k x 10k comparisons.
-        let wanted: HashSet<PeerKey> = peers.iter().map(|p| p.key).collect();
+        let wanted: HashSet<PublicKey> = peers.iter().map(|p| p.key).collect();
         self.fwds.retain(|k, _| wanted.contains(k));
         {
             let mut owners = self
@@ -45,7 +45,7 @@ impl Loop {
     }
 
     /// The peer's forwarder, opened (and made its endpoint) if it has none.
-    pub(super) fn forwarder(&mut self, peer: PeerKey) -> Option<Arc<Forwarder>> {
+    pub(super) fn forwarder(&mut self, peer: PublicKey) -> Option<Arc<Forwarder>> {
         if let Some(f) = self.fwds.get(&peer) {
             return Some(f.fwd.clone());
         }
@@ -77,7 +77,7 @@ impl Loop {
         Some(f)
     }
 
-    pub(super) fn set_endpoint(&mut self, peer: PeerKey, endpoint: SocketAddr) {
+    pub(super) fn set_endpoint(&mut self, peer: PublicKey, endpoint: SocketAddr) {
         if let Err(e) = self.setup.control.set_endpoint(peer, endpoint) {
             tracing::warn!(peer_key = %peer, %endpoint, "cannot set the peer's endpoint: {e}");
         }
@@ -88,7 +88,7 @@ impl Loop {
             .insert(peer, Some(endpoint));
     }
 
-    pub(super) fn set_path(&mut self, peer: PeerKey, path: Path, now: Now) {
+    pub(super) fn set_path(&mut self, peer: PublicKey, path: Path, now: Now) {
         match &path {
             Path::None => {}
             Path::Direct { endpoint } => {

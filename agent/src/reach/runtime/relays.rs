@@ -15,12 +15,12 @@ use plexsphere_wire::reach::{Kind, classify};
 
 use super::event_loop::Loop;
 use super::shared::{Mode, tcp_sink};
-use crate::peer_key::PeerKey;
 use crate::reach::forward::Route;
 use crate::reach::io::{Input, Now};
 use crate::reach::node::relays::RelayOut;
 use crate::reach::relay_client::tcp::{TcpEvent, TcpLink};
 use crate::reach::stun::StunProbe;
+use plexsphere_wire::key::PublicKey;
 
 impl Loop {
     pub(super) fn set_relays(&mut self, specs: Vec<RelaySpec>, stun: Vec<SocketAddr>, now: Now) {
@@ -136,7 +136,7 @@ impl Loop {
     }
 
     /// How a forwarder reaches `dst` through relay `name` now.
-    pub(super) fn relay_route(&self, name: &str, dst: PeerKey) -> Route {
+    pub(super) fn relay_route(&self, name: &str, dst: PublicKey) -> Route {
         if let Some(link) = self.links.get(name) {
             return Route::RelayTcp {
                 link: link.sender(),
@@ -151,7 +151,7 @@ impl Loop {
 
     /// Carries the peers relayed through relay `name` over its current transport.
     pub(super) fn reroute(&mut self, name: &str) {
-        let peers: Vec<PeerKey> = self
+        let peers: Vec<PublicKey> = self
             .relayed
             .iter()
             .filter(|(_, relay)| relay.as_str() == name)
@@ -165,7 +165,7 @@ impl Loop {
     /// Carries `peer` through relay `name`: over UDP with the userspace data plane, as the
     /// data plane's own relay endpoint (no forwarder); otherwise (TCP, the kernel, a data
     /// plane that cannot take one more relay) through the peer's forwarder.
-    pub(super) fn carry_relayed(&mut self, peer: PeerKey, name: &str) {
+    pub(super) fn carry_relayed(&mut self, peer: PublicKey, name: &str) {
         if self.setup.mode == Mode::Userspace
             && !self.links.contains_key(name)
             && let Some(udp) = self.relay_set.udp_of(name)

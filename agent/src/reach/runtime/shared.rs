@@ -14,10 +14,10 @@ use std::time::{Duration, SystemTime};
 use plexsphere_wire::node::RelaySpec;
 use plexsphere_wire::signed::SignedEnvelope;
 
-use crate::peer_key::PeerKey;
 use crate::reach::forward::Underlay;
 use crate::reach::io::{Effect, OwnCandidates, PeerPathView, PeerReach};
 use crate::reach::relay_client::tcp::TcpEvent;
+use plexsphere_wire::key::PublicKey;
 
 /// Datagrams (and wake-ups) waiting for the loop; more are dropped and counted.
 pub const EVENT_QUEUE: usize = 1024;
@@ -48,13 +48,13 @@ pub enum Mode {
 /// What the runtime needs of the data plane: write one peer's endpoint (nothing else of the
 /// peer), read the handshake times.
 pub trait PathControl: Send + 'static {
-    fn set_endpoint(&self, peer: PeerKey, endpoint: SocketAddr) -> io::Result<()>;
-    fn handshakes(&self) -> io::Result<Vec<(PeerKey, Option<SystemTime>)>>;
+    fn set_endpoint(&self, peer: PublicKey, endpoint: SocketAddr) -> io::Result<()>;
+    fn handshakes(&self) -> io::Result<Vec<(PublicKey, Option<SystemTime>)>>;
 
     /// The data plane's own endpoint "through the relay at `relay` (its UDP address) to
     /// `peer`", when the data plane frames for relays itself (the userspace one:
     /// `plexd_dataplane::relay`); `None`: a loopback forwarder carries the peer (kernel).
-    fn relay_endpoint(&self, relay: SocketAddr, peer: PeerKey) -> io::Result<Option<SocketAddr>> {
+    fn relay_endpoint(&self, relay: SocketAddr, peer: PublicKey) -> io::Result<Option<SocketAddr>> {
         let _ = (relay, peer);
         Ok(None)
     }
@@ -125,7 +125,7 @@ pub(crate) struct Shared {
     pub(crate) pending: Mutex<Pending>,
     pub(crate) view: Mutex<View>,
     /// Per peer whose endpoint is reach's: where reach carries it now.
-    pub(crate) owners: RwLock<HashMap<PeerKey, Option<SocketAddr>>>,
+    pub(crate) owners: RwLock<HashMap<PublicKey, Option<SocketAddr>>>,
     pub(crate) events: SyncSender<Event>,
     pub(crate) stop: AtomicBool,
     /// Relay TCP connections that ended (relay, why), for the loop's next turn: beside the

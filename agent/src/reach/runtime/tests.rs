@@ -15,15 +15,15 @@ use super::*;
 use crate::reach::io::{Path, Transport};
 
 /// Records the endpoints the runtime sets.
-struct Recorder(Arc<Mutex<Vec<(PeerKey, SocketAddr)>>>);
+struct Recorder(Arc<Mutex<Vec<(PublicKey, SocketAddr)>>>);
 
 impl PathControl for Recorder {
-    fn set_endpoint(&self, peer: PeerKey, endpoint: SocketAddr) -> io::Result<()> {
+    fn set_endpoint(&self, peer: PublicKey, endpoint: SocketAddr) -> io::Result<()> {
         lock(&self.0).push((peer, endpoint));
         Ok(())
     }
 
-    fn handshakes(&self) -> io::Result<Vec<(PeerKey, Option<SystemTime>)>> {
+    fn handshakes(&self) -> io::Result<Vec<(PublicKey, Option<SystemTime>)>> {
         Ok(vec![])
     }
 }
@@ -64,7 +64,7 @@ fn kernel_mode_makes_a_direct_path_the_kernel_peer_s_endpoint_and_relays_through
     })
     .unwrap();
     rt.set_relays(vec![relay_r1([0x66; 32], Some(relay_addr), None)], vec![]);
-    let peer = PeerKey([0x22; 32]);
+    let peer = PublicKey([0x22; 32]);
     rt.set_peers(vec![PeerReach {
         key: peer,
         node_id: uuid::Uuid::from_u128(2),
@@ -89,7 +89,7 @@ fn kernel_mode_makes_a_direct_path_the_kernel_peer_s_endpoint_and_relays_through
             endpoint: Some(remote_addr)
         }
     );
-    assert_eq!(rt.owner(&PeerKey([9; 32])), Owner::Rotation);
+    assert_eq!(rt.owner(&PublicKey([9; 32])), Owner::Rotation);
 
     // Relayed: the kernel cannot frame for a relay, so the endpoint is a loopback forwarder
     // whose datagrams reach the relay as a `send` to the peer, from the underlay socket.
@@ -249,8 +249,8 @@ fn relay_r1(relay_secret: [u8; 32], udp: Option<SocketAddr>, tls: Option<SocketA
 /// Wants the peer `[0x22; 32]` homed on "r1" and sets its path through "r1" over `transport`.
 /// A wanted peer, because relays name a datagram's sender by key prefix, which maps to wanted
 /// peers.
-fn relayed_peer(rt: &Runtime, transport: Transport) -> PeerKey {
-    let peer = PeerKey([0x22; 32]);
+fn relayed_peer(rt: &Runtime, transport: Transport) -> PublicKey {
+    let peer = PublicKey([0x22; 32]);
     rt.set_peers(vec![PeerReach {
         key: peer,
         node_id: uuid::Uuid::nil(),
@@ -347,7 +347,7 @@ fn relayed_over_tls(udp: Option<SocketAddr>) {
 
 /// Records what a data plane that frames for relays itself is told.
 struct PlaneRecorder {
-    endpoints: Arc<Mutex<Vec<(PeerKey, SocketAddr)>>>,
+    endpoints: Arc<Mutex<Vec<(PublicKey, SocketAddr)>>>,
     relays: Arc<Mutex<Vec<Vec<SocketAddr>>>>,
 }
 
@@ -355,16 +355,20 @@ struct PlaneRecorder {
 const RELAY_ENDPOINT: &str = "[100::2222:2222:2222:2222]:1";
 
 impl PathControl for PlaneRecorder {
-    fn set_endpoint(&self, peer: PeerKey, endpoint: SocketAddr) -> io::Result<()> {
+    fn set_endpoint(&self, peer: PublicKey, endpoint: SocketAddr) -> io::Result<()> {
         lock(&self.endpoints).push((peer, endpoint));
         Ok(())
     }
 
-    fn handshakes(&self) -> io::Result<Vec<(PeerKey, Option<SystemTime>)>> {
+    fn handshakes(&self) -> io::Result<Vec<(PublicKey, Option<SystemTime>)>> {
         Ok(vec![])
     }
 
-    fn relay_endpoint(&self, _relay: SocketAddr, _peer: PeerKey) -> io::Result<Option<SocketAddr>> {
+    fn relay_endpoint(
+        &self,
+        _relay: SocketAddr,
+        _peer: PublicKey,
+    ) -> io::Result<Option<SocketAddr>> {
         Ok(Some(RELAY_ENDPOINT.parse().unwrap()))
     }
 
