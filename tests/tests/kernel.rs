@@ -220,7 +220,7 @@ fn plexd_with_the_kernel_backend_in_a_guest_meshes_with_a_userspace_node() {
     let (mut lab, user, g) = guest_and_user(&[NatMode::None, NatMode::None], 0);
     let link = g.guest.run_ok("ip -d link show plexk0", CMD_BOUND).unwrap();
     assert!(link.contains("wireguard"), "{link}");
-    let transfer_ticks = mesh_with_guest(&lab, user, &g);
+    let (during, idle) = mesh_with_guest(&lab, user, &g);
     // Kernel to kernel: the kernel peer's endpoint is the userspace node's own address on the
     // underlay, not a loopback forwarder, and the interface itself listens on WireGuard's port.
     let endpoints = g
@@ -243,7 +243,7 @@ fn plexd_with_the_kernel_backend_in_a_guest_meshes_with_a_userspace_node() {
     // Not asserted (no speed in tests): what plexd itself spent while 4 MiB crossed the
     // kernel interface, for docs/benchmarks.md.
     eprintln!(
-        "plexd in the guest, direct path: {transfer_ticks} CPU ticks (1/100 s) while 4 MiB crossed"
+        "plexd in the guest, direct path: {during} CPU ticks (1/100 s) while 4 MiB crossed, {idle} in as long without traffic"
     );
     policy_in_guest(&mut lab, user, &g);
 }
@@ -476,7 +476,10 @@ fn guest_drops(g: &GuestNode, table: &str) -> u64 {
 const DROPPED_AFTER: Duration = Duration::from_secs(2);
 
 /// Pings both ways and a TCP transfer from the guest into the userspace node.
-fn mesh_with_guest(lab: &ReachLab, user: usize, g: &GuestNode) -> u64 {
+/// Meshes the guest with the userspace node and sends 4 MiB from the guest; answers plexd's CPU
+/// ticks in the guest during the transfer, and during as long a time with no transfer after it
+/// (what plexd spends anyway: its timers, reach's tick, heartbeats).
+fn mesh_with_guest(lab: &ReachLab, user: usize, g: &GuestNode) -> (u64, u64) {
     let user_ip = lab.mesh_ip(user).unwrap();
     let guest_ip: std::net::Ipv4Addr = g.host.identity().unwrap().1.parse().unwrap();
     wait_until(BOUND, "the guest pings the userspace node", || {
@@ -513,6 +516,7 @@ fn mesh_with_guest(lab: &ReachLab, user: usize, g: &GuestNode) -> u64 {
     });
     let port: u16 = rx.recv_timeout(BOUND).unwrap();
     let cpu_before = plexd_cpu_ticks(g);
+    let started = std::time::Instant::now();
     g.guest
         .run_ok(
             &format!("head -c {BYTES} /dev/zero | bash -c 'cat > /dev/tcp/{user_ip}/{port}'"),
@@ -521,7 +525,11 @@ fn mesh_with_guest(lab: &ReachLab, user: usize, g: &GuestNode) -> u64 {
         .unwrap();
     let got = sink.join().unwrap().unwrap();
     assert_eq!(got, BYTES, "the sink read every byte the guest sent");
-    plexd_cpu_ticks(g).saturating_sub(cpu_before)
+    let during = plexd_cpu_ticks(g).saturating_sub(cpu_before);
+    let took = started.elapsed();
+    let idle_before = plexd_cpu_ticks(g);
+    std::thread::sleep(took);
+    (during, plexd_cpu_ticks(g).saturating_sub(idle_before))
 }
 
 /// plexd's utime + stime in the guest, in clock ticks.
@@ -550,9 +558,9 @@ fn plexd_cpu_ticks(g: &GuestNode) -> u64 {
 fn plexd_with_the_kernel_backend_in_a_guest_meshes_through_a_relay() {
     let _one = one_guest();
     let (lab, user, g) = guest_and_user(&[NatMode::Edm, NatMode::Edm], 2);
-    let transfer_ticks = mesh_with_guest(&lab, user, &g);
+    let (during, idle) = mesh_with_guest(&lab, user, &g);
     eprintln!(
-        "plexd in the guest, through a relay: {transfer_ticks} CPU ticks (1/100 s) while 4 MiB crossed"
+        "plexd in the guest, through a relay: {during} CPU ticks (1/100 s) while 4 MiB crossed, {idle} in as long without traffic"
     );
     let guest_ip: std::net::Ipv4Addr = g.host.identity().unwrap().1.parse().unwrap();
     let status = lab.nodes[user].host.status().unwrap().unwrap();

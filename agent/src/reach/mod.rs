@@ -17,6 +17,8 @@
 
 pub mod engine;
 pub mod forward;
+#[cfg(test)]
+mod forward_tests;
 pub mod io;
 #[cfg(test)]
 pub mod journal;
