@@ -24,7 +24,7 @@ use wireguard_control::{Backend, DeviceUpdate, Key, PeerConfigBuilder};
 
 use super::shared_port::SharedPort;
 use crate::reach::forward::Underlay;
-use crate::reach::runtime::{Mode, PathControl, Runtime, RuntimeSetup};
+use crate::reach::runtime::{PathControl, Runtime, RuntimeSetup};
 use plexsphere_wire::key::PublicKey;
 
 use super::link::setup_link;
@@ -233,7 +233,6 @@ fn start_reach(
     let runtime = Runtime::start(RuntimeSetup {
         secret: node.private_key(),
         mesh: node.mesh_net(),
-        mode: Mode::Kernel,
         underlay: port.clone(),
         listen_port: Box::new(move || listen),
         wg_port: Box::new(move || listen),

@@ -30,7 +30,7 @@ use super::setup::{NodeSetup, OpenError};
 use super::wg::iface_name;
 use super::worker::{Control, Plane, WgMesh, WorkerError};
 use crate::config::WireguardConfig;
-use crate::reach::runtime::{Mode, PathControl, Runtime, RuntimeSetup};
+use crate::reach::runtime::{PathControl, Runtime, RuntimeSetup};
 
 /// How long the data plane may take to serve its UAPI socket.
 const START_BOUND: Duration = Duration::from_secs(10);
@@ -278,7 +278,6 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError
         let setup = RuntimeSetup {
             secret: node.private_key(),
             mesh: node.mesh_net(),
-            mode: Mode::Userspace,
             underlay: Arc::new(raw.clone()),
             listen_port: Box::new(port.clone()),
             wg_port: Box::new(port),

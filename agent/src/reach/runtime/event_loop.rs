@@ -98,7 +98,7 @@ impl Loop {
     }
 
     pub(crate) fn run(mut self, rx: &Receiver<Event>) {
-        tracing::debug!(mode = ?self.setup.mode, port = (self.setup.listen_port)(), "reach runtime started");
+        tracing::debug!(port = (self.setup.listen_port)(), "reach runtime started");
         while !self.shared.stop.load(Ordering::Relaxed) {
             // A punch the engine timed, a relay connection's retry or keepalive and a STUN
             // retry wake the loop before the tick (their `poll_timeout`).

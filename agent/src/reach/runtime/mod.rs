@@ -33,8 +33,8 @@ use plexsphere_wire::node::RelaySpec;
 use plexsphere_wire::signed::SignedEnvelope;
 
 pub use self::shared::{
-    ADDRS_EVERY, EVENT_QUEUE, Event, HANDSHAKES_EVERY, LocalAddrs, Mode, PathControl, PortFn,
-    RELAY_IDLE, RuntimeSetup, STUN_EVERY,
+    ADDRS_EVERY, EVENT_QUEUE, Event, HANDSHAKES_EVERY, LocalAddrs, PathControl, PortFn, RELAY_IDLE,
+    RuntimeSetup, STUN_EVERY,
 };
 use self::shared::{Shared, lock, offer};
 use super::io::{Effect, Now, OwnCandidates, PeerPathView, PeerReach, ReachHandle};

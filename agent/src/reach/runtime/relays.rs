@@ -14,7 +14,7 @@ use plexsphere_wire::node::RelaySpec;
 use plexsphere_wire::reach::{Kind, classify};
 
 use super::event_loop::Loop;
-use super::shared::{Mode, tcp_sink};
+use super::shared::tcp_sink;
 use crate::reach::forward::Route;
 use crate::reach::io::{Input, Now};
 use crate::reach::node::relays::RelayOut;
@@ -162,12 +162,11 @@ impl Loop {
         }
     }
 
-    /// Carries `peer` through relay `name`: over UDP with the userspace data plane, as the
-    /// data plane's own relay endpoint (no forwarder); otherwise (TCP, the kernel, a data
-    /// plane that cannot take one more relay) through the peer's forwarder.
+    /// Carries `peer` through relay `name`: over UDP, as the data plane's own relay endpoint
+    /// when it has one (userspace; no forwarder); otherwise (TCP, the kernel, a data plane
+    /// that cannot take one more relay) through the peer's forwarder.
     pub(super) fn carry_relayed(&mut self, peer: PublicKey, name: &str) {
-        if self.setup.mode == Mode::Userspace
-            && !self.links.contains_key(name)
+        if !self.links.contains_key(name)
             && let Some(udp) = self.relay_set.udp_of(name)
         {
             match self.setup.control.relay_endpoint(udp, peer) {
@@ -188,11 +187,9 @@ impl Loop {
     }
 
     /// Tells the data plane which relays' frames to unwrap: those with a connection over UDP
-    /// (registered, or registering). Only when that set changed.
+    /// (registered, or registering). Only when that set changed. (The kernel's `PathControl`
+    /// takes none: its default `set_relays`.)
     pub(super) fn sync_plane_relays(&mut self) {
-        if self.setup.mode != Mode::Userspace {
-            return;
-        }
         let relays = self.relay_set.plane_relays();
         if relays == self.plane_relays {
             return;

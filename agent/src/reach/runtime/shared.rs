@@ -31,22 +31,11 @@ pub const HANDSHAKES_EVERY: Duration = Duration::from_secs(2);
 /// the relay set, `reach::node::relays`).
 pub use crate::reach::node::relays::RELAY_IDLE;
 
-/// How the data plane is carried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// The embedded data plane: direct paths are the peer's endpoint itself, and so are
-    /// paths through a relay over UDP (the data plane frames them); only peers relayed over
-    /// TCP get a forwarder.
-    Userspace,
-    /// Kernel WireGuard: direct paths are the kernel peer's endpoint itself (kernel to
-    /// kernel); the kernel cannot frame for a relay, so every relayed peer gets a forwarder.
-    /// Reach's own datagrams go out of and come in through the shared port
-    /// (`mesh::shared_port`).
-    Kernel,
-}
-
 /// What the runtime needs of the data plane: write one peer's endpoint (nothing else of the
-/// peer), read the handshake times.
+/// peer), read the handshake times. A direct path is always the peer's endpoint itself (the
+/// data plane's or the kernel's); what differs between the backends is only whether the data
+/// plane frames for relays itself ([`Self::relay_endpoint`], [`Self::set_relays`]: the
+/// userspace one does, the kernel's answers the defaults and its relayed peers get forwarders).
 pub trait PathControl: Send + 'static {
     fn set_endpoint(&self, peer: PublicKey, endpoint: SocketAddr) -> io::Result<()>;
     fn handshakes(&self) -> io::Result<Vec<(PublicKey, Option<SystemTime>)>>;
@@ -78,8 +67,7 @@ pub struct RuntimeSetup {
     pub secret: [u8; 32],
     /// The Domain's mesh range (never a disco candidate).
     pub mesh: ipnet::IpNet,
-    pub mode: Mode,
-    /// Where reach's datagrams go out (the WireGuard socket, or the underlay socket).
+    /// Where reach's datagrams go out (the WireGuard socket, or the kernel's shared port).
     pub underlay: Arc<dyn Underlay>,
     /// The port peers reach (the WireGuard listen port; the underlay's with the kernel).
     pub listen_port: PortFn,

@@ -54,7 +54,6 @@ fn kernel_mode_makes_a_direct_path_the_kernel_peer_s_endpoint_and_relays_through
     let rt = Runtime::start(RuntimeSetup {
         secret: [0x11; 32],
         mesh: "10.64.0.0/16".parse().unwrap(),
-        mode: Mode::Kernel,
         underlay: underlay.clone(),
         listen_port: Box::new(move || kernel_port),
         wg_port: Box::new(move || kernel_port),
@@ -221,7 +220,6 @@ fn userspace_runtime(
     Runtime::start(RuntimeSetup {
         secret: [0x11; 32],
         mesh: "10.64.0.0/16".parse().unwrap(),
-        mode: Mode::Userspace,
         underlay,
         listen_port: Box::new(move || wg_port),
         wg_port: Box::new(move || wg_port),
