@@ -1,20 +1,19 @@
-//! The loopback forwarders: one UDP socket on 127.0.0.1 per peer whose WireGuard traffic does
-//! not go straight between the WireGuard sockets (a relayed peer; with the kernel backend,
-//! every peer). The peer's WireGuard endpoint is the forwarder's address:
+//! The loopback forwarders: one UDP socket on 127.0.0.1 per relayed peer whose data plane cannot
+//! frame for the relay itself (over TCP/TLS; with the kernel backend, every relayed peer). The
+//! peer's WireGuard endpoint is the forwarder's address:
 //!
 //! - what the data plane sends there (from its socket on 127.0.0.1, the only source a
-//!   forwarder takes) goes on along the forwarder's [`Route`]: to the peer's direct address
-//!   from the underlay socket (kernel backend), or wrapped in a relay `send` to the peer's key
-//!   and sent to the relay;
-//! - [`Forwarder::deliver`] hands a datagram that came from the peer (a relay `recv`, or a
-//!   direct datagram on the underlay) to the data plane from the forwarder's socket, so the
-//!   data plane authenticates it and keeps (or roams to) the forwarder as the endpoint.
+//!   forwarder takes) goes on along the forwarder's [`Route`]: wrapped in a relay `send` to the
+//!   peer's key and sent to the relay (from the WireGuard socket or the kernel's shared port),
+//!   or onto the relay's TCP connection;
+//! - [`Forwarder::deliver`] hands a datagram that came from the peer (a relay `recv`) to the
+//!   data plane from the forwarder's socket, so the data plane authenticates it and keeps (or
+//!   roams to) the forwarder as the endpoint.
 //!
 //! Nothing queues: a datagram without a route is dropped and counted, like a lost packet.
 //!
 //! All forwarders run in one [`ForwardLoop`]: one thread waits on every forwarder's socket
 //! with epoll and carries what is ready, so a thousand peers cost one thread, not a thousand.
-//! ([`Forwarder::spawn`], a thread for one forwarder, stays for tests of one forwarder.)
 
 use std::collections::HashMap;
 use std::io;
@@ -30,7 +29,7 @@ use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTime
 use plexsphere_wire::reach::MAX_DATAGRAM;
 use plexsphere_wire::reach::relay::{Frame, NodeKey};
 
-/// How long a forwarder's read (or the loop's wait) lasts before it looks at its stop flag.
+/// How long the loop's wait lasts before it looks at its stop flag.
 pub(crate) const POLL: Duration = Duration::from_millis(200);
 /// How many datagrams the loop takes from one ready forwarder before it turns to the next
 /// (the wait is level-triggered: what is left wakes it again at once).
@@ -39,7 +38,7 @@ const DRAIN: usize = 64;
 const EVENTS: usize = 64;
 
 /// The socket the reach runtime sends from: the WireGuard socket through the data plane's
-/// side channel (userspace), or plexd's own underlay socket (kernel).
+/// side channel (userspace), or the shared port (kernel, `mesh::shared_port`).
 pub trait Underlay: Send + Sync + 'static {
     fn send(&self, datagram: &[u8], to: SocketAddr) -> io::Result<()>;
 }
@@ -61,8 +60,6 @@ impl Underlay for UdpSocket {
 pub enum Route {
     /// Nowhere yet (no path): dropped and counted.
     Hold,
-    /// Straight to the peer, from the underlay socket.
-    Direct(SocketAddr),
     /// Through the relay at this UDP address, to the peer's key.
     Relay { relay: SocketAddr, dst: NodeKey },
     /// Through a relay's TCP connection (stream-framed `send`s into its queue; full = dropped).
@@ -93,7 +90,6 @@ pub struct Forwarder {
     /// The data plane's WireGuard socket as seen from loopback.
     wg: SocketAddr,
     route: RwLock<Route>,
-    stop: AtomicBool,
     pub counters: ForwardCounters,
 }
 
@@ -101,14 +97,12 @@ impl Forwarder {
     /// Binds 127.0.0.1:ephemeral for a data plane listening on `wg_port`.
     pub fn open(wg_port: u16) -> io::Result<Arc<Self>> {
         let socket = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))?;
-        socket.set_read_timeout(Some(POLL))?;
         let addr = socket.local_addr()?;
         Ok(Arc::new(Self {
             socket,
             addr,
             wg: SocketAddr::from((Ipv4Addr::LOCALHOST, wg_port)),
             route: RwLock::new(Route::Hold),
-            stop: AtomicBool::new(false),
             counters: ForwardCounters::default(),
         }))
     }
@@ -134,37 +128,6 @@ impl Forwarder {
         self.socket.send_to(datagram, self.wg)?;
         self.counters.delivered.fetch_add(1, Ordering::Relaxed);
         Ok(())
-    }
-
-    /// Stops the thread [`Self::spawn`] started (within [`POLL`]).
-    pub fn stop(&self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-
-    /// Starts the thread that carries the data plane's datagrams along the route.
-    pub fn spawn(self: &Arc<Self>, underlay: Arc<dyn Underlay>) -> io::Result<JoinHandle<()>> {
-        let me = self.clone();
-        thread::Builder::new()
-            .name("reach-forward".into())
-            .spawn(move || me.run(&*underlay))
-    }
-
-    fn run(&self, underlay: &dyn Underlay) {
-        let mut buf = vec![0u8; MAX_DATAGRAM];
-        let mut frame = Vec::with_capacity(MAX_DATAGRAM);
-        while !self.stop.load(Ordering::Relaxed) {
-            match self.socket.recv_from(&mut buf) {
-                Ok((n, from)) => self.carry(&buf[..n], from, underlay, &mut frame),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) => {}
-                Err(e) => {
-                    tracing::debug!(forwarder = %self.addr, error = %e, "forwarder read failed");
-                }
-            }
-        }
     }
 
     /// Takes up to [`DRAIN`] datagrams waiting on the (non-blocking) socket and carries them.
@@ -195,7 +158,6 @@ impl Forwarder {
         }
         let sent = match self.route() {
             Route::Hold => Err(io::Error::other("no path")),
-            Route::Direct(to) => underlay.send(datagram, to),
             Route::Relay { relay, dst } => {
                 frame.clear();
                 frame.extend_from_slice(&plexsphere_wire::reach::RELAY_MAGIC);

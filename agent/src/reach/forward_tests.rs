@@ -1,5 +1,5 @@
-//! The loopback forwarders against real sockets on loopback: one forwarder's own thread, and
-//! hundreds of them in one `ForwardLoop`.
+//! The loopback forwarders against real sockets on loopback, in a `ForwardLoop`: one, and
+//! hundreds on one thread.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
@@ -34,19 +34,12 @@ fn carries_the_data_plane_s_datagrams_along_the_route_and_delivers_the_peer_s() 
     let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
     let relay = UdpSocket::bind("127.0.0.1:0").unwrap();
     let f = Forwarder::open(wg.local_addr().unwrap().port()).unwrap();
-    let t = f.spawn(underlay.clone()).unwrap();
+    let forwarders = ForwardLoop::start(underlay.clone()).unwrap();
+    forwarders.add(&f).unwrap();
 
     // Held: dropped and counted.
     wg.send_to(&[4, 0, 0, 0, 1], f.addr()).unwrap();
     wait(|| f.counters.dropped.load(Ordering::Relaxed) == 1);
-
-    // Direct: out of the underlay socket to the peer.
-    f.set_route(Route::Direct(peer.local_addr().unwrap()));
-    wg.send_to(&[4, 0, 0, 0, 2], f.addr()).unwrap();
-    assert_eq!(
-        recv(&peer),
-        (vec![4, 0, 0, 0, 2], underlay.local_addr().unwrap())
-    );
 
     // Relay: wrapped in `send` to the peer's key, to the relay.
     f.set_route(Route::Relay {
@@ -71,10 +64,21 @@ fn carries_the_data_plane_s_datagrams_along_the_route_and_delivers_the_peer_s() 
     // From the peer to the data plane, from the forwarder's address.
     f.deliver(&[4, 0, 0, 0, 4]).unwrap();
     assert_eq!(recv(&wg), (vec![4, 0, 0, 0, 4], f.addr()));
-    assert_eq!(f.counters.out.load(Ordering::Relaxed), 2);
+    assert_eq!(f.counters.out.load(Ordering::Relaxed), 1);
+    forwarders.stop();
+}
 
-    f.stop();
-    t.join().unwrap();
+/// The relay `send` frame a forwarder made, and where it came from.
+fn recv_send(relay: &UdpSocket) -> (Frame, SocketAddr) {
+    let (d, from) = recv(relay);
+    (Frame::from_datagram(&d).expect("a relay frame"), from)
+}
+
+fn send_frame(payload: &[u8]) -> Frame {
+    Frame::Send {
+        dst: [7; 8],
+        payload: payload.to_vec(),
+    }
 }
 
 fn threads() -> usize {
@@ -86,13 +90,16 @@ fn one_loop_carries_hundreds_of_forwarders_on_one_thread_and_a_removed_one_stops
     const N: usize = 300;
     let wg = UdpSocket::bind("127.0.0.1:0").unwrap();
     let underlay = Arc::new(UdpSocket::bind("127.0.0.1:0").unwrap());
-    let peer = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let relay = UdpSocket::bind("127.0.0.1:0").unwrap();
     let before = threads();
     let forwarders = ForwardLoop::start(underlay.clone()).unwrap();
     let mut all = Vec::new();
     for _ in 0..N {
         let f = Forwarder::open(wg.local_addr().unwrap().port()).unwrap();
-        f.set_route(Route::Direct(peer.local_addr().unwrap()));
+        f.set_route(Route::Relay {
+            relay: relay.local_addr().unwrap(),
+            dst: [7; 32],
+        });
         let token = forwarders.add(&f).unwrap();
         all.push((f, token));
     }
@@ -104,16 +111,17 @@ fn one_loop_carries_hundreds_of_forwarders_on_one_thread_and_a_removed_one_stops
         threads() - before
     );
 
-    // In rounds of 50, so the peer's receive buffer (about 200 kB on loopback, some 300
+    // In rounds of 50, so the relay's receive buffer (about 200 kB on loopback, some 300
     // small datagrams) never overflows while the test is still sending.
     for round in all.chunks(50) {
         for (f, _) in round {
             wg.send_to(&[4, 0, 0, 0, 1], f.addr()).unwrap();
         }
         for _ in round {
-            let (d, from) = recv(&peer);
-            assert_eq!(from, underlay.local_addr().unwrap());
-            assert_eq!(d, [4, 0, 0, 0, 1]);
+            assert_eq!(
+                recv_send(&relay),
+                (send_frame(&[4, 0, 0, 0, 1]), underlay.local_addr().unwrap())
+            );
         }
     }
     assert!(
@@ -127,12 +135,12 @@ fn one_loop_carries_hundreds_of_forwarders_on_one_thread_and_a_removed_one_stops
     assert_eq!(forwarders.len(), N - 1);
     wg.send_to(&[4, 0, 0, 0, 1], gone.addr()).unwrap();
     wg.send_to(&[4, 0, 0, 0, 2], all[0].0.addr()).unwrap();
-    assert_eq!(recv(&peer).0, vec![4, 0, 0, 0, 2]);
+    assert_eq!(recv_send(&relay).0, send_frame(&[4, 0, 0, 0, 2]));
     thread::sleep(POLL);
     assert_eq!(gone.counters.out.load(Ordering::Relaxed), 1);
 
-    // Foreign sources are counted, not carried, as with a forwarder's own thread.
-    peer.send_to(&[4, 0, 0, 0, 9], all[1].0.addr()).unwrap();
+    // Foreign sources are counted, not carried.
+    relay.send_to(&[4, 0, 0, 0, 9], all[1].0.addr()).unwrap();
     wait(|| all[1].0.counters.foreign.load(Ordering::Relaxed) == 1);
     forwarders.stop();
 }
