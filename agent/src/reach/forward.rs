@@ -49,6 +49,9 @@ impl Underlay for plexd_dataplane::RawSender {
     }
 }
 
+/// A plain socket as the underlay: the tests' stand-in for the WireGuard socket or the shared
+/// port (no backend sends from a socket of its own any more).
+#[cfg(test)]
 impl Underlay for UdpSocket {
     fn send(&self, datagram: &[u8], to: SocketAddr) -> io::Result<()> {
         self.send_to(datagram, to).map(|_| ())

@@ -124,10 +124,12 @@ fn one_loop_carries_hundreds_of_forwarders_on_one_thread_and_a_removed_one_stops
             );
         }
     }
-    assert!(
+    // The loop counts a datagram after its send returns, so the last count may trail the
+    // relay's receipt by a moment.
+    wait(|| {
         all.iter()
             .all(|(f, _)| f.counters.out.load(Ordering::Relaxed) == 1)
-    );
+    });
 
     // Removed: its datagrams are no longer carried; the others still are.
     let (gone, token) = all.remove(0);
