@@ -183,8 +183,8 @@ impl ApiClient {
                 });
             }
         };
-        let server = plexsphere_wire::rotation::key_bytes(&challenge.server_public_key)
-            .ok_or_else(|| ApiClientError::BadAnswer {
+        let server = plexsphere_wire::key::PublicKey::from_base64(&challenge.server_public_key)
+            .map_err(|_| ApiClientError::BadAnswer {
                 url: self.base.to_string(),
                 status: 200,
                 reason: "the challenge's server_public_key is not base64 of 32 bytes".into(),

@@ -137,7 +137,7 @@ fn trusted_via_ca_file_registers_saves_identity_and_removes_token() {
     );
     // The registration proves the key over the challenge's nonce, bound to the token.
     assert_eq!(req.nonce.as_deref(), Some("4102444800.r.t"));
-    let public = plexsphere_wire::rotation::key_bytes(&req.wireguard_public_key).unwrap();
+    let public = plexsphere_wire::key::PublicKey::from_base64(&req.wireguard_public_key).unwrap();
     let token_id = plexsphere_wire::secret::BootstrapToken::parse(&token)
         .unwrap()
         .id;

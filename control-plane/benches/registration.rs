@@ -8,8 +8,6 @@
 
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use plexsphere::bus::InProcessBus;
 use plexsphere::keys::Keyring;
 use plexsphere::node::register::Registrar;
@@ -92,12 +90,12 @@ impl Bench {
                 .challenge(&ask, now)
                 .await
                 .map_err(|e| format!("challenge {}: {e}", self.registered))?;
-            let server = plexsphere_wire::rotation::key_bytes(&challenge.server_public_key)
-                .ok_or("the challenge's key is not 32 bytes")?;
+            let server = plexsphere_wire::key::PublicKey::from_base64(&challenge.server_public_key)
+                .map_err(|_| "the challenge's key is not 32 bytes")?;
             let token_id = plexsphere_wire::secret::BootstrapToken::parse(token)?.id;
             let req = RegisterRequest {
                 bootstrap_token: token.clone(),
-                wireguard_public_key: STANDARD.encode(key),
+                wireguard_public_key: key.to_base64(),
                 hostname: format!("node-{}", self.registered),
                 arch: "amd64".into(),
                 plexd_version: "0.1.0".into(),

@@ -31,8 +31,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use plexsphere_wire::node::NodeState;
 use plexsphere_wire::signed::{DomainVerifier, SignContext, SignedEnvelope};
 use rustls::pki_types::pem::PemObject as _;
@@ -274,15 +272,15 @@ async fn register_nodes(
                     .error_for_status()?
                     .json()
                     .await?;
-                let server = plexsphere_wire::rotation::key_bytes(&c.server_public_key)
-                    .ok_or("the challenge's key is not 32 bytes")?;
+                let server = plexsphere_wire::key::PublicKey::from_base64(&c.server_public_key)
+                    .map_err(|_| "the challenge's key is not 32 bytes")?;
                 let id = plexsphere_wire::secret::BootstrapToken::parse(token)?.id;
                 let proof = plexsphere_wire::proof::prove_register(&secret, &server, &id, &c.nonce);
                 let r: Value = http
                     .post(format!("{base}/v1/register"))
                     .json(&json!({
                         "bootstrap_token": token,
-                        "wireguard_public_key": STANDARD.encode(key),
+                        "wireguard_public_key": key.to_base64(),
                         "hostname": format!("pb-{i}"),
                         "arch": "amd64",
                         "plexd_version": "0.1.0",

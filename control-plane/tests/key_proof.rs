@@ -11,6 +11,7 @@ use base64::engine::general_purpose::STANDARD;
 use common::prove::{remember, wg_secret};
 use common::*;
 use plexsphere_wire::RegisterResponse;
+use plexsphere_wire::key::PublicKey;
 use plexsphere_wire::proof::{Challenge, prove_register};
 use plexsphere_wire::secret::BootstrapToken;
 use reqwest::StatusCode;
@@ -42,11 +43,7 @@ async fn challenge(srv: &TestServer, token: &str) -> Challenge {
 /// The attacker's registration of `key` with `token`, its proof made with `by` (its own key).
 async fn forged(srv: &TestServer, token: &str, key: &str, by: [u8; 32]) -> (StatusCode, Value) {
     let c = challenge(srv, token).await;
-    let server: [u8; 32] = STANDARD
-        .decode(&c.server_public_key)
-        .unwrap()
-        .try_into()
-        .unwrap();
+    let server = plexsphere_wire::key::PublicKey::from_base64(&c.server_public_key).unwrap();
     let id = BootstrapToken::parse(token).unwrap().id;
     let mut body = register_body(token, key);
     body["proof"] = prove_register(&by, &server, &id, &c.nonce).into();
@@ -331,7 +328,7 @@ async fn upgrading_computes_prefixes_and_keeps_clashing_rows(url: String) {
         let n = u32::try_from(i).unwrap() + 1;
         assert_eq!(
             prefix_of(n).await.as_deref(),
-            Some(plexsphere_wire::proof::key_prefix(k).as_str()),
+            Some(plexsphere_wire::proof::key_prefix(&PublicKey(*k)).as_str()),
             "key {i}: {}",
             STANDARD.encode(k)
         );
@@ -383,11 +380,7 @@ async fn a_challenge_from_before_a_domain_key_rotation_still_proves_after_it() {
         challenge(&srv, &token).await.server_public_key != before.server_public_key
     })
     .await;
-    let server: [u8; 32] = STANDARD
-        .decode(&before.server_public_key)
-        .unwrap()
-        .try_into()
-        .unwrap();
+    let server = plexsphere_wire::key::PublicKey::from_base64(&before.server_public_key).unwrap();
     let id = BootstrapToken::parse(&token).unwrap().id;
     let mut req = register_body(&token, &key);
     req["proof"] = prove_register(&secret, &server, &id, &before.nonce).into();

@@ -43,15 +43,11 @@ fn request(
     (old, old_by): ([u8; 32], [u8; 32]),
     (new, new_by): ([u8; 32], [u8; 32]),
 ) -> KeyRotation {
-    let server: [u8; 32] = STANDARD
-        .decode(&c.server_public_key)
-        .unwrap()
-        .try_into()
-        .unwrap();
+    let server = plexsphere_wire::key::PublicKey::from_base64(&c.server_public_key).unwrap();
     let (o, n) = (public_key(&old), public_key(&new));
     KeyRotation {
-        old_public_key: STANDARD.encode(o),
-        new_public_key: STANDARD.encode(n),
+        old_public_key: o.to_base64(),
+        new_public_key: n.to_base64(),
         nonce: c.nonce.clone(),
         old_proof: prove(&old_by, &server, reg.node_id, &o, &n, &c.nonce),
         new_proof: prove(&new_by, &server, reg.node_id, &o, &n, &c.nonce),
@@ -214,7 +210,7 @@ async fn a_rotation_to_a_key_sharing_a_live_nodes_prefix_is_409() {
     let a = enrol_with(&srv, sa).await;
     let b = srv.enrol(LAB_NODES).await;
     // B's key shares the first 8 bytes of A's next key (edited in: nobody makes such a pair).
-    let mut shared = public_key(&new).to_vec();
+    let mut shared = public_key(&new).0.to_vec();
     shared[8..].copy_from_slice(&[0x22; 24]);
     sqlx::query("UPDATE nodes SET wireguard_public_key = $1 WHERE id = $2")
         .bind(STANDARD.encode(&shared))
@@ -252,13 +248,9 @@ async fn a_rotation_to_a_key_sharing_a_live_nodes_prefix_is_409() {
 /// A credential rotation's body: the key of `secret` and its proof over a fresh challenge.
 async fn credential_body(srv: &TestServer, reg: &RegisterResponse, secret: [u8; 32]) -> Value {
     let c = challenge(srv, reg).await;
-    let server: [u8; 32] = STANDARD
-        .decode(&c.server_public_key)
-        .unwrap()
-        .try_into()
-        .unwrap();
+    let server = plexsphere_wire::key::PublicKey::from_base64(&c.server_public_key).unwrap();
     json!({
-        "public_key": STANDARD.encode(public_key(&secret)),
+        "public_key": public_key(&secret).to_base64(),
         "nonce": c.nonce,
         "proof": plexsphere_wire::proof::prove_credential(&secret, &server, reg.node_id, &c.nonce),
     })

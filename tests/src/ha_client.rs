@@ -68,8 +68,8 @@ pub async fn prove(
     let text = r.text().await.map_err(|e| e.to_string())?;
     let c: plexsphere_wire::proof::Challenge =
         serde_json::from_str(&text).map_err(|_| format!("challenge {status}: {text}"))?;
-    let server = plexsphere_wire::rotation::key_bytes(&c.server_public_key)
-        .ok_or_else(|| format!("the challenge's key is not 32 bytes: {text}"))?;
+    let server = plexsphere_wire::key::PublicKey::from_base64(&c.server_public_key)
+        .map_err(|_| format!("the challenge's key is not 32 bytes: {text}"))?;
     let id = plexsphere_wire::secret::BootstrapToken::parse(token)
         .map_err(|e| format!("the token: {e}"))?
         .id;
@@ -137,7 +137,6 @@ pub async fn register_once(
     secret: &[u8; 32],
     hostname: &str,
 ) -> Attempt {
-    use base64::Engine as _;
     let (nonce, proof) = match prove(http, base, token, secret).await {
         Ok(p) => p,
         Err(e) => return Attempt::NoAnswer(e),
@@ -145,7 +144,7 @@ pub async fn register_once(
     let key = plexsphere_wire::reach::public_key(secret);
     let body = json!({
         "bootstrap_token": token,
-        "wireguard_public_key": base64::engine::general_purpose::STANDARD.encode(key),
+        "wireguard_public_key": key.to_base64(),
         "hostname": hostname,
         "arch": "amd64",
         "plexd_version": "0.1.0",

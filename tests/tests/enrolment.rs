@@ -253,8 +253,7 @@ fn a_neighbour_with_the_groups_token_and_vs_public_key_cannot_take_over_v_after_
         .unwrap()
         .try_into()
         .unwrap();
-    let public = base64::engine::general_purpose::STANDARD
-        .encode(plexsphere_wire::reach::public_key(&secret));
+    let public = plexsphere_wire::reach::public_key(&secret).to_base64();
     let http = plexsphere_e2e::ha_client::client(&cp.ca_file()).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (status, body) = rt.block_on(async {

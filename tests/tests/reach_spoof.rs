@@ -12,10 +12,10 @@
 use std::net::{IpAddr, SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
 use plexsphere_e2e::nat::{
     NatMode, NodeSpec, PeerPath, ReachLab, flags, nat_mapped_port, send_spoofed,
 };
+use plexsphere_wire::key::PublicKey;
 use plexsphere_wire::reach::relay::{Frame, RefuseCode, prefix};
 
 const PATH_BOUND: Duration = Duration::from_secs(45);
@@ -62,17 +62,14 @@ fn relay_udp(lab: &ReachLab, name: &str) -> SocketAddrV4 {
 }
 
 /// Node `i`'s WireGuard public key.
-fn key_of(lab: &ReachLab, i: usize) -> [u8; 32] {
+fn key_of(lab: &ReachLab, i: usize) -> PublicKey {
     let id = lab.nodes[i].host.identity().unwrap().0;
     let out = lab
         .plexctl_ok(&["node", "get", &id, "--output", "json"])
         .unwrap();
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let b64 = v["wireguard_public_key"].as_str().unwrap();
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(b64)
-        .unwrap();
-    bytes.try_into().unwrap()
+    PublicKey::from_base64(b64).unwrap()
 }
 
 #[test]

@@ -18,6 +18,7 @@ use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::key::PublicKey;
 use crate::secret::{constant_time_eq, sha256};
 
 /// The HTTP path of the registration challenge.
@@ -76,7 +77,7 @@ fn digest(label: &[u8], shared: &[u8; 32], parts: &[&[u8]]) -> [u8; 32] {
     sha256(&buf)
 }
 
-fn prove(label: &[u8], secret: &[u8; 32], server: &[u8; 32], parts: &[&[u8]]) -> String {
+fn prove(label: &[u8], secret: &[u8; 32], server: &PublicKey, parts: &[&[u8]]) -> String {
     let shared = crate::reach::shared_secret(secret, server);
     STANDARD.encode(digest(label, &shared, parts))
 }
@@ -84,7 +85,7 @@ fn prove(label: &[u8], secret: &[u8; 32], server: &[u8; 32], parts: &[&[u8]]) ->
 fn verify(
     label: &[u8],
     server_secret: &[u8; 32],
-    claimed: &[u8; 32],
+    claimed: &PublicKey,
     parts: &[&[u8]],
     proof: &str,
 ) -> bool {
@@ -101,20 +102,25 @@ fn verify(
 
 /// The node's registration proof: its WireGuard private key `secret`, the challenge's
 /// `server` key, the bootstrap token's id (`pxbt_<env>_<id>_...`'s id part) and the nonce.
-pub fn prove_register(secret: &[u8; 32], server: &[u8; 32], token_id: &str, nonce: &str) -> String {
+pub fn prove_register(
+    secret: &[u8; 32],
+    server: &PublicKey,
+    token_id: &str,
+    nonce: &str,
+) -> String {
     let public = crate::reach::public_key(secret);
     prove(
         REGISTER_LABEL,
         secret,
         server,
-        &[token_id.as_bytes(), &public, nonce.as_bytes()],
+        &[token_id.as_bytes(), &public.0, nonce.as_bytes()],
     )
 }
 
 /// The server's check of a registration proof for the key `claimed`.
 pub fn verify_register(
     server_secret: &[u8; 32],
-    claimed: &[u8; 32],
+    claimed: &PublicKey,
     token_id: &str,
     nonce: &str,
     proof: &str,
@@ -123,7 +129,7 @@ pub fn verify_register(
         REGISTER_LABEL,
         server_secret,
         claimed,
-        &[token_id.as_bytes(), claimed, nonce.as_bytes()],
+        &[token_id.as_bytes(), &claimed.0, nonce.as_bytes()],
         proof,
     )
 }
@@ -131,7 +137,7 @@ pub fn verify_register(
 /// The node's credential rotation proof.
 pub fn prove_credential(
     secret: &[u8; 32],
-    server: &[u8; 32],
+    server: &PublicKey,
     node_id: Uuid,
     nonce: &str,
 ) -> String {
@@ -140,14 +146,14 @@ pub fn prove_credential(
         CREDENTIAL_LABEL,
         secret,
         server,
-        &[node_id.as_bytes(), &public, nonce.as_bytes()],
+        &[node_id.as_bytes(), &public.0, nonce.as_bytes()],
     )
 }
 
 /// The server's check of a credential rotation proof for the node's key `claimed`.
 pub fn verify_credential(
     server_secret: &[u8; 32],
-    claimed: &[u8; 32],
+    claimed: &PublicKey,
     node_id: Uuid,
     nonce: &str,
     proof: &str,
@@ -156,7 +162,7 @@ pub fn verify_credential(
         CREDENTIAL_LABEL,
         server_secret,
         claimed,
-        &[node_id.as_bytes(), claimed, nonce.as_bytes()],
+        &[node_id.as_bytes(), &claimed.0, nonce.as_bytes()],
         proof,
     )
 }
@@ -164,14 +170,14 @@ pub fn verify_credential(
 /// The key's first [`KEY_PREFIX_LEN`] bytes as the control plane stores them (standard base64
 /// without padding: 11 characters, which are the first 10 characters of the key's base64 and
 /// the 11th with its two low bits cleared, so SQL can compute it from the stored key too).
-pub fn key_prefix(key: &[u8; 32]) -> String {
-    STANDARD_NO_PAD.encode(&key[..KEY_PREFIX_LEN])
+pub fn key_prefix(key: &PublicKey) -> String {
+    STANDARD_NO_PAD.encode(&key.0[..KEY_PREFIX_LEN])
 }
 
 /// [`key_prefix`] of a key in standard base64 (as `wg pubkey` prints it); `None` for a text
 /// that is no key.
 pub fn key_prefix_of(key: &str) -> Option<String> {
-    crate::rotation::key_bytes(key).map(|k| key_prefix(&k))
+    PublicKey::from_base64(key).ok().map(|k| key_prefix(&k))
 }
 
 #[cfg(test)]
@@ -202,7 +208,7 @@ mod tests {
             "other nonce"
         );
         assert!(
-            !verify_register(&server, &[0; 32], "tok1", "n1", &p),
+            !verify_register(&server, &PublicKey([0; 32]), "tok1", "n1", &p),
             "low order"
         );
         assert!(!verify_register(&server, &node, "tok1", "n1", "%%"));
@@ -234,12 +240,12 @@ mod tests {
         let mut k = [0u8; 32];
         k[..8].copy_from_slice(&[0xff, 0xee, 0xdd, 0xcc, 0xbb, 0xaa, 0x99, 0x8f]);
         let full = STANDARD.encode(k);
-        let p = key_prefix(&k);
+        let p = key_prefix(&PublicKey(k));
         assert_eq!(p.len(), 11);
         assert_eq!(&p[..10], &full[..10]);
         // The 11th character: the key's with its two low bits (the 9th byte's) cleared.
         k[8] = 0xff;
-        assert_eq!(key_prefix(&k), p);
+        assert_eq!(key_prefix(&PublicKey(k)), p);
         assert_ne!(&STANDARD.encode(k)[10..11], &p[10..11]);
     }
 

@@ -23,6 +23,7 @@ use base64::engine::general_purpose::STANDARD;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::key::PublicKey;
 use crate::secret::{constant_time_eq, sha256};
 use crate::signed::SignedEnvelope;
 
@@ -87,11 +88,11 @@ impl std::fmt::Debug for CredentialRotated {
 }
 
 /// The bytes a proof hashes, after the shared secret.
-fn transcript(node_id: Uuid, old: &[u8; 32], new: &[u8; 32], nonce: &str) -> Vec<u8> {
+fn transcript(node_id: Uuid, old: &PublicKey, new: &PublicKey, nonce: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(16 + 64 + nonce.len());
     out.extend_from_slice(node_id.as_bytes());
-    out.extend_from_slice(old);
-    out.extend_from_slice(new);
+    out.extend_from_slice(&old.0);
+    out.extend_from_slice(&new.0);
     out.extend_from_slice(nonce.as_bytes());
     out
 }
@@ -107,10 +108,10 @@ fn digest(shared: &[u8; 32], transcript: &[u8]) -> [u8; 32] {
 /// The node's proof with one of its private keys (`secret`), base64.
 pub fn prove(
     secret: &[u8; 32],
-    server_public: &[u8; 32],
+    server_public: &PublicKey,
     node_id: Uuid,
-    old: &[u8; 32],
-    new: &[u8; 32],
+    old: &PublicKey,
+    new: &PublicKey,
     nonce: &str,
 ) -> String {
     let shared = crate::reach::shared_secret(secret, server_public);
@@ -120,10 +121,10 @@ pub fn prove(
 /// The server's check of a proof for the key `claimed` (one of `old`, `new`).
 pub fn verify(
     server_secret: &[u8; 32],
-    claimed: &[u8; 32],
+    claimed: &PublicKey,
     node_id: Uuid,
-    old: &[u8; 32],
-    new: &[u8; 32],
+    old: &PublicKey,
+    new: &PublicKey,
     nonce: &str,
     proof: &str,
 ) -> bool {
@@ -139,11 +140,6 @@ pub fn verify(
         &digest(&shared, &transcript(node_id, old, new, nonce)),
         &given,
     )
-}
-
-/// A 32-byte key in standard base64, or `None`.
-pub fn key_bytes(text: &str) -> Option<[u8; 32]> {
-    STANDARD.decode(text.trim()).ok()?.try_into().ok()
 }
 
 #[cfg(test)]
@@ -173,7 +169,7 @@ mod tests {
         );
         assert!(!verify(&server, &new, id, &new, &old, "n1", &p), "swapped");
         assert!(
-            !verify(&server, &[0; 32], id, &old, &new, "n1", &p),
+            !verify(&server, &PublicKey([0; 32]), id, &old, &new, "n1", &p),
             "low order"
         );
         assert!(!verify(&server, &new, id, &old, &new, "n1", "%%"));

@@ -168,14 +168,14 @@ fn lab() -> Lab {
     let relay = StandInRelay::start(
         socket,
         &[
-            (prefix(&a.public().0), a.addr()),
-            (prefix(&b.public().0), b.addr()),
+            (prefix(&a.public()), a.addr()),
+            (prefix(&b.public()), b.addr()),
         ],
     );
     let ea = add_relayed_peer(&b, &a, relay.addr, "10.64.0.1/32");
     let eb = add_relayed_peer(&a, &b, relay.addr, "10.64.0.2/32");
-    assert_eq!(decode(eb).map(|(_, p)| p), Some(prefix(&b.public().0)));
-    assert_eq!(decode(ea).map(|(_, p)| p), Some(prefix(&a.public().0)));
+    assert_eq!(decode(eb).map(|(_, p)| p), Some(prefix(&b.public())));
+    assert_eq!(decode(ea).map(|(_, p)| p), Some(prefix(&a.public())));
     Lab {
         a,
         b,
@@ -206,7 +206,7 @@ fn relayed_peers_carry_traffic_framed_by_the_data_plane_itself() {
     assert_eq!(endpoint_of(&l.a, &l.b), Some(eb));
     assert_eq!(
         endpoint_of(&l.b, &l.a).and_then(decode).map(|(_, p)| p),
-        Some(prefix(&l.a.public().0))
+        Some(prefix(&l.a.public()))
     );
 }
 

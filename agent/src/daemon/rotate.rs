@@ -2,6 +2,7 @@
 //! `core/rotation.rs`): the pending key file, the challenge and the rotation call, the
 //! promotion of the pending key; the credential call and the identity file.
 
+use plexsphere_wire::key::PublicKey;
 use plexsphere_wire::rotation::{self, KeyRotation};
 
 use super::core::io::KeyDone;
@@ -39,10 +40,16 @@ pub async fn rotate_key(api: NodeApi, paths: StatePaths) -> Result<KeyDone, Call
     })
     .await?;
     let challenge = api.key_challenge().await?;
-    let server = rotation::key_bytes(&challenge.server_public_key).ok_or_else(|| {
-        CallError::BadAnswer("the challenge's server_public_key is not base64 of 32 bytes".into())
-    })?;
-    let (old, new) = (current.public().to_bytes(), pending.public().to_bytes());
+    let server = plexsphere_wire::key::PublicKey::from_base64(&challenge.server_public_key)
+        .map_err(|_| {
+            CallError::BadAnswer(
+                "the challenge's server_public_key is not base64 of 32 bytes".into(),
+            )
+        })?;
+    let (old, new) = (
+        PublicKey(current.public().to_bytes()),
+        PublicKey(pending.public().to_bytes()),
+    );
     let node = api.node_id();
     let nonce = challenge.nonce;
     let prove =
@@ -113,9 +120,12 @@ pub async fn rotate_credential(api: NodeApi, paths: StatePaths) -> Result<(), Ca
     })
     .await?;
     let challenge = api.key_challenge().await?;
-    let server = rotation::key_bytes(&challenge.server_public_key).ok_or_else(|| {
-        CallError::BadAnswer("the challenge's server_public_key is not base64 of 32 bytes".into())
-    })?;
+    let server = plexsphere_wire::key::PublicKey::from_base64(&challenge.server_public_key)
+        .map_err(|_| {
+            CallError::BadAnswer(
+                "the challenge's server_public_key is not base64 of 32 bytes".into(),
+            )
+        })?;
     let proof = plexsphere_wire::proof::prove_credential(
         &current.secret().to_bytes(),
         &server,

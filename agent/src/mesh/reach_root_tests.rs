@@ -15,8 +15,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use nix::sched::{CloneFlags, setns};
 use plexd_dataplane::relay::is_relay_endpoint;
 use plexsphere_wire::node::{PeerSpec, RelaySpec};
@@ -98,7 +96,7 @@ fn in_ns<T: Send + 'static>(ns: &'static str, f: impl FnOnce() -> T + Send + 'st
 }
 
 fn key(i: usize) -> PublicKey {
-    PublicKey(public_key(&SECRETS[i]))
+    public_key(&SECRETS[i])
 }
 
 fn spec(i: usize) -> PeerSpec {
@@ -160,7 +158,7 @@ fn relay_stand_in(
         socket
             .set_read_timeout(Some(Duration::from_millis(50)))
             .unwrap();
-        let mut at: HashMap<[u8; 32], SocketAddr> = HashMap::new();
+        let mut at: HashMap<PublicKey, SocketAddr> = HashMap::new();
         let mut keys = HashMap::new();
         let mut counter = 0u64;
         let mut buf = vec![0u8; 65535];
@@ -252,7 +250,7 @@ fn a_ping_crosses_the_mesh_on_a_direct_path_and_then_through_a_relay() {
     // Relay: both nodes know r1 and hold a token; each side's path goes through it.
     let spec_r1 = RelaySpec {
         name: "r1".into(),
-        public_key: STANDARD.encode(public_key(&[0x77; 32])),
+        public_key: public_key(&[0x77; 32]).to_base64(),
         udp: Some(relay_addr),
         tls: None,
         tls_server_name: None,

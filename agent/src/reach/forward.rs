@@ -26,8 +26,9 @@ use std::time::Duration;
 
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 
+use plexsphere_wire::key::PublicKey;
 use plexsphere_wire::reach::MAX_DATAGRAM;
-use plexsphere_wire::reach::relay::{Frame, NodeKey};
+use plexsphere_wire::reach::relay::Frame;
 
 /// How long the loop's wait lasts before it looks at its stop flag.
 pub(crate) const POLL: Duration = Duration::from_millis(200);
@@ -64,11 +65,11 @@ pub enum Route {
     /// Nowhere yet (no path): dropped and counted.
     Hold,
     /// Through the relay at this UDP address, to the peer's key.
-    Relay { relay: SocketAddr, dst: NodeKey },
+    Relay { relay: SocketAddr, dst: PublicKey },
     /// Through a relay's TCP connection (stream-framed `send`s into its queue; full = dropped).
     RelayTcp {
         link: std::sync::mpsc::SyncSender<Vec<u8>>,
-        dst: NodeKey,
+        dst: PublicKey,
     },
 }
 

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use plexsphere_wire::key::PublicKey;
 use plexsphere_wire::reach::relay::Frame;
 
 use super::forward::*;
@@ -44,7 +45,7 @@ fn carries_the_data_plane_s_datagrams_along_the_route_and_delivers_the_peer_s() 
     // Relay: wrapped in `send` to the peer's key, to the relay.
     f.set_route(Route::Relay {
         relay: relay.local_addr().unwrap(),
-        dst: [7; 32],
+        dst: PublicKey([7; 32]),
     });
     wg.send_to(&[4, 0, 0, 0, 3], f.addr()).unwrap();
     let (d, from) = recv(&relay);
@@ -98,7 +99,7 @@ fn one_loop_carries_hundreds_of_forwarders_on_one_thread_and_a_removed_one_stops
         let f = Forwarder::open(wg.local_addr().unwrap().port()).unwrap();
         f.set_route(Route::Relay {
             relay: relay.local_addr().unwrap(),
-            dst: [7; 32],
+            dst: PublicKey([7; 32]),
         });
         let token = forwarders.add(&f).unwrap();
         all.push((f, token));

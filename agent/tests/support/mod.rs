@@ -186,10 +186,9 @@ pub const SERVER_PROOF_SECRET: [u8; 32] = [3; 32];
 /// The answer of a fake `POST /v1/register/challenge` (the key of [`SERVER_PROOF_SECRET`], a
 /// fixed nonce).
 pub fn challenge() -> String {
-    use base64::Engine as _;
     let server = plexsphere_wire::reach::public_key(&SERVER_PROOF_SECRET);
     serde_json::json!({
-        "server_public_key": base64::engine::general_purpose::STANDARD.encode(server),
+        "server_public_key": server.to_base64(),
         "nonce": "4102444800.r.t",
         "expires_at": 4_102_444_800_i64,
     })

@@ -14,8 +14,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use plexsphere_relay::{Limits, RelayConfig};
 use plexsphere_wire::reach::relay::{Frame, RelayToken};
 use plexsphere_wire::signed::{DomainSigner, SignContext};
@@ -38,8 +36,8 @@ fn register(sock: &UdpSocket, relay: SocketAddr, sk: [u8; 32], signer: &DomainSi
     let token = RelayToken {
         domain_id: uuid::Uuid::nil(),
         // One node id a key: relays keep one registration a node id.
-        node_id: uuid::Uuid::from_bytes(node[..16].try_into().unwrap()),
-        public_key: STANDARD.encode(node),
+        node_id: uuid::Uuid::from_bytes(node.0[..16].try_into().unwrap()),
+        public_key: node.to_base64(),
         expires_at: time::OffsetDateTime::now_utc().unix_timestamp() + 600,
         key_generation: 1,
     };

@@ -5,7 +5,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use plexsphere_wire::reach::relay::NodeKey;
+use plexsphere_wire::key::PublicKey;
 use ring::hmac;
 
 /// Seconds in one cookie epoch.
@@ -22,7 +22,7 @@ impl CookieKey {
         }
     }
 
-    fn message(from: SocketAddr, node: &NodeKey, epoch: u64) -> Vec<u8> {
+    fn message(from: SocketAddr, node: &PublicKey, epoch: u64) -> Vec<u8> {
         let mut msg = Vec::with_capacity(19 + 32 + 8);
         match from.ip() {
             IpAddr::V4(v4) => {
@@ -35,12 +35,12 @@ impl CookieKey {
             }
         }
         msg.extend_from_slice(&from.port().to_be_bytes());
-        msg.extend_from_slice(node);
+        msg.extend_from_slice(&node.0);
         msg.extend_from_slice(&epoch.to_be_bytes());
         msg
     }
 
-    fn at_epoch(&self, from: SocketAddr, node: &NodeKey, epoch: u64) -> [u8; 32] {
+    fn at_epoch(&self, from: SocketAddr, node: &PublicKey, epoch: u64) -> [u8; 32] {
         let tag = hmac::sign(&self.key, &Self::message(from, node, epoch));
         let mut out = [0u8; 32];
         out.copy_from_slice(tag.as_ref());
@@ -48,7 +48,7 @@ impl CookieKey {
     }
 
     /// The cookie for a `hello` from `from` at Unix time `now_unix`.
-    pub fn make(&self, from: SocketAddr, node: &NodeKey, now_unix: u64) -> [u8; 32] {
+    pub fn make(&self, from: SocketAddr, node: &PublicKey, now_unix: u64) -> [u8; 32] {
         self.at_epoch(from, node, now_unix / COOKIE_EPOCH_SECS)
     }
 
@@ -56,7 +56,7 @@ impl CookieKey {
     pub fn check(
         &self,
         from: SocketAddr,
-        node: &NodeKey,
+        node: &PublicKey,
         cookie: &[u8; 32],
         now_unix: u64,
     ) -> bool {
@@ -76,7 +76,7 @@ mod tests {
     fn accepted_for_two_epochs_then_stale() {
         let k = CookieKey::new(&[5; 32]);
         let a: SocketAddr = "192.0.2.1:51820".parse().unwrap();
-        let node = [1u8; 32];
+        let node = PublicKey([1u8; 32]);
         let t = 1_000_000u64;
         let c = k.make(a, &node, t);
         assert!(k.check(a, &node, &c, t));
@@ -89,9 +89,9 @@ mod tests {
         let k = CookieKey::new(&[5; 32]);
         let a: SocketAddr = "192.0.2.1:51820".parse().unwrap();
         let b: SocketAddr = "192.0.2.1:51821".parse().unwrap();
-        let c = k.make(a, &[1; 32], 60);
-        assert!(!k.check(b, &[1; 32], &c, 60));
-        assert!(!k.check(a, &[2; 32], &c, 60));
-        assert!(!CookieKey::new(&[6; 32]).check(a, &[1; 32], &c, 60));
+        let c = k.make(a, &PublicKey([1; 32]), 60);
+        assert!(!k.check(b, &PublicKey([1; 32]), &c, 60));
+        assert!(!k.check(a, &PublicKey([2; 32]), &c, 60));
+        assert!(!CookieKey::new(&[6; 32]).check(a, &PublicKey([1; 32]), &c, 60));
     }
 }

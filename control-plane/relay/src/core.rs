@@ -34,10 +34,9 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
+use plexsphere_wire::key::PublicKey;
 use plexsphere_wire::reach::relay::{
-    Frame, FrameKey, KeyPrefix, LEASE_SECS, NodeKey, RefuseCode, RelayToken, TOKEN_CLOCK_SKEW_SECS,
+    Frame, FrameKey, KeyPrefix, LEASE_SECS, RefuseCode, RelayToken, TOKEN_CLOCK_SKEW_SECS,
     TOKEN_TTL_SECS, prefix,
 };
 use plexsphere_wire::signed::{DomainVerifier, SignContext, SignedEnvelope};
@@ -77,7 +76,7 @@ pub struct Out {
 #[derive(Debug)]
 pub enum Forward {
     /// Deliver `recv{src, payload}` there.
-    Deliver { to: To, src: NodeKey },
+    Deliver { to: To, src: PublicKey },
     /// Answer the sender instead.
     Answer(Out),
     /// Drop it (counted).
@@ -131,15 +130,15 @@ pub struct Core {
     /// microseconds, so a restarted relay goes on above what it sent before.
     counter: u64,
     /// The registered key of each node id (one registration a node id).
-    by_id: HashMap<NodeId, NodeKey>,
+    by_id: HashMap<NodeId, PublicKey>,
     generations: HashMap<NodeId, Generation>,
     cookies: CookieKey,
     domains: Vec<DomainVerifier>,
     limits: Limits,
-    nodes: HashMap<NodeKey, Registration>,
-    by_peer: HashMap<Peer, NodeKey>,
+    nodes: HashMap<PublicKey, Registration>,
+    by_peer: HashMap<Peer, PublicKey>,
     /// The registered key of each key prefix (data frames name nodes by prefix).
-    by_prefix: HashMap<KeyPrefix, NodeKey>,
+    by_prefix: HashMap<KeyPrefix, PublicKey>,
     conns: HashMap<ConnId, TcpConn>,
     /// Open TCP connections per source address (IPv6: /64).
     per_source: HashMap<Prefix, usize>,
@@ -257,7 +256,7 @@ impl Core {
     }
 
     /// Drops `node`'s registration, its prefix, its node id and its peer's binding.
-    fn forget(&mut self, node: &NodeKey) {
+    fn forget(&mut self, node: &PublicKey) {
         if let Some(r) = self.nodes.remove(node) {
             if self.by_peer.get(&r.peer) == Some(node) {
                 self.by_peer.remove(&r.peer);
@@ -440,7 +439,7 @@ impl Core {
     fn register(
         &mut self,
         peer: Peer,
-        node: NodeKey,
+        node: PublicKey,
         cookie: &[u8; 32],
         proof: &[u8; 32],
         token: &[u8],
@@ -499,7 +498,7 @@ impl Core {
         }
         self.bind(peer, node, id, seal, token_end, now.at);
         self.counters.registrations.inc();
-        tracing::debug!(node = %STANDARD.encode(node), ?peer, "registered");
+        tracing::debug!(%node, ?peer, "registered");
         let registered = Frame::Registered {
             lease_secs: LEASE_SECS,
         };
@@ -528,7 +527,7 @@ impl Core {
 
     fn check_token(
         &self,
-        node: &NodeKey,
+        node: &PublicKey,
         token: &[u8],
         now_unix: u64,
     ) -> Result<RelayToken, (RefuseCode, &'static str)> {
@@ -546,7 +545,7 @@ impl Core {
                 RefuseCode::BadToken,
                 "the token is not signed by a Domain this relay trusts (--domain-key)",
             ))?;
-        if token.public_key != STANDARD.encode(node) {
+        if token.public_key != node.to_base64() {
             return Err((
                 RefuseCode::BadToken,
                 "the token was issued for another WireGuard key",
@@ -573,7 +572,7 @@ impl Core {
     fn bind(
         &mut self,
         peer: Peer,
-        node: NodeKey,
+        node: PublicKey,
         id: NodeId,
         seal: Option<FrameKey>,
         token_end: Instant,

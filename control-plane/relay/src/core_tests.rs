@@ -23,17 +23,22 @@ fn core(limits: Limits, t0: Instant) -> Core {
     )
 }
 
-fn token(node: &NodeKey, expires_at: i64) -> Vec<u8> {
+fn token(node: &PublicKey, expires_at: i64) -> Vec<u8> {
     // One node id a key, unless a test says otherwise.
-    let id = uuid::Uuid::from_bytes(node[..16].try_into().unwrap());
+    let id = uuid::Uuid::from_bytes(node.0[..16].try_into().unwrap());
     token_for(id, 1, node, expires_at)
 }
 
-fn token_for(node_id: uuid::Uuid, key_generation: i64, node: &NodeKey, expires_at: i64) -> Vec<u8> {
+fn token_for(
+    node_id: uuid::Uuid,
+    key_generation: i64,
+    node: &PublicKey,
+    expires_at: i64,
+) -> Vec<u8> {
     let t = RelayToken {
         domain_id: uuid::Uuid::nil(),
         node_id,
-        public_key: STANDARD.encode(node),
+        public_key: node.to_base64(),
         expires_at,
         key_generation,
     };
@@ -305,7 +310,9 @@ fn strangers_get_no_pong_and_answers_within_their_prefixs_bucket() {
     );
     assert_eq!(c.counters.dropped_unregistered.get(), 1);
     // Hellos from one /24 (whatever the port or the address within it): 3 challenges.
-    let hello = Frame::Hello { node: [7; 32] };
+    let hello = Frame::Hello {
+        node: PublicKey([7; 32]),
+    };
     let answered = (0..20u16)
         .filter(|p| {
             let from = Peer::Udp(SocketAddr::from(([192, 0, 2, (p % 5) as u8], 2000 + p)));

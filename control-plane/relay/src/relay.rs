@@ -5,8 +5,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
+use plexsphere_wire::key::PublicKey;
 use plexsphere_wire::node::RelaySpec;
 use plexsphere_wire::signed::DomainVerifier;
 use ring::rand::{SecureRandom as _, SystemRandom};
@@ -77,7 +76,7 @@ pub enum StartError {
 /// A running relay. Dropping it stops it too (without waiting).
 pub struct RelayHandle {
     pub name: String,
-    pub public_key: [u8; 32],
+    pub public_key: PublicKey,
     pub udp_addr: Option<SocketAddr>,
     pub tls_addr: Option<SocketAddr>,
     shared: Arc<Shared>,
@@ -90,7 +89,7 @@ pub struct RelayHandle {
 impl RelayHandle {
     /// The relay's public key, standard base64 (what a [`RelaySpec`] carries).
     pub fn public_key_b64(&self) -> String {
-        STANDARD.encode(self.public_key)
+        self.public_key.to_base64()
     }
 
     /// The counters now.
@@ -235,7 +234,7 @@ pub async fn start(config: RelayConfig) -> Result<RelayHandle, StartError> {
     let public_key = plexsphere_wire::reach::public_key(&config.secret_key);
     tracing::info!(
         relay = %config.name,
-        public_key = %STANDARD.encode(public_key),
+        %public_key,
         udp = ?udp_addr,
         udp_threads = udp_threads.len(),
         tls = ?tls_addr,

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use plexsphere_relay::Limits;
+use plexsphere_wire::key::PublicKey;
 use plexsphere_wire::reach::relay::{Frame, RefuseCode, prefix};
 use plexsphere_wire::signed::DomainSigner;
 
@@ -222,7 +223,7 @@ async fn peer_gone_for_an_unknown_destination() {
     let relay = relay(Limits::default(), &tls).await;
     let mut a = Node::new(1, Link::udp(&relay).await);
     a.register().await;
-    a.send_to(&[0xEE; 32], b"anyone?").await;
+    a.send_to(&PublicKey([0xEE; 32]), b"anyone?").await;
     assert_eq!(a.link.recv().await, Frame::PeerGone { dst: [0xEE; 8] });
 }
 

@@ -217,7 +217,7 @@ fn keygen(path: &Path) -> Result<(), Failure> {
         .with_context(|| format!("cannot write {}", path.display()))?;
     println!(
         "{}",
-        STANDARD.encode(plexsphere_wire::reach::public_key(&secret))
+        plexsphere_wire::reach::public_key(&secret).to_base64()
     );
     Ok(())
 }

@@ -12,8 +12,6 @@
 //! public key (every peer has it) no longer register that key, nor replay that node's
 //! registration.
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use plexsphere_wire::RegisterRequest;
 use plexsphere_wire::proof::{Challenge, verify_register};
 use plexsphere_wire::rotation::CHALLENGE_TTL_SECS;
@@ -124,9 +122,10 @@ pub(crate) fn check(
     let (Some(nonce), Some(proof)) = (req.nonce.as_deref(), req.proof.as_deref()) else {
         return Err(Error::ProofRequired(UPGRADE.into()));
     };
-    let key = plexsphere_wire::rotation::key_bytes(&req.wireguard_public_key).ok_or_else(|| {
-        Error::Invalid("wireguard_public_key must be the standard base64 of 32 bytes".into())
-    })?;
+    let key =
+        plexsphere_wire::key::PublicKey::from_base64(&req.wireguard_public_key).map_err(|_| {
+            Error::Invalid("wireguard_public_key must be the standard base64 of 32 bytes".into())
+        })?;
     // The nonce says which signer made it: its tag checks under that one only.
     let subject = token_subject(token_id);
     let Some(s) = signers
@@ -159,7 +158,7 @@ pub(crate) fn challenge(
         SecretPart::generate().map_err(|e| Error::Internal(format!("cannot draw a nonce: {e}")))?;
     let expires_at = now.saturating_add(CHALLENGE_TTL_SECS);
     Ok(Challenge {
-        server_public_key: STANDARD.encode(plexsphere_wire::reach::public_key(&s.x25519)),
+        server_public_key: plexsphere_wire::reach::public_key(&s.x25519).to_base64(),
         nonce: nonce(
             &s.nonce_key,
             &token_subject(token_id),

@@ -21,8 +21,6 @@ use plexsphere_wire::rotation::{self, CHALLENGE_TTL_SECS, KeyChallenge, KeyRotat
 use plexsphere_wire::secret::{NodeCredential, sha256};
 use plexsphere_wire::signed::{DomainSigner, SignContext};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use uuid::Uuid;
 
 use crate::error::Error;
@@ -88,7 +86,7 @@ impl NodeOps<'_> {
             .map_err(|e| Error::Internal(format!("cannot draw a nonce: {e}")))?;
         let expires_at = now.saturating_add(CHALLENGE_TTL_SECS);
         Ok(KeyChallenge {
-            server_public_key: STANDARD.encode(plexsphere_wire::reach::public_key(&s.x25519)),
+            server_public_key: plexsphere_wire::reach::public_key(&s.x25519).to_base64(),
             nonce: nonce(&s, node.id, expires_at, random.expose()),
             expires_at,
         })
@@ -106,8 +104,10 @@ impl NodeOps<'_> {
                 "{what} must be the standard base64 of 32 bytes, as `wg pubkey` prints it"
             ))
         };
-        let old = rotation::key_bytes(&req.old_public_key).ok_or_else(|| bad("old_public_key"))?;
-        let new = rotation::key_bytes(&req.new_public_key).ok_or_else(|| bad("new_public_key"))?;
+        let old = plexsphere_wire::key::PublicKey::from_base64(&req.old_public_key)
+            .map_err(|_| bad("old_public_key"))?;
+        let new = plexsphere_wire::key::PublicKey::from_base64(&req.new_public_key)
+            .map_err(|_| bad("new_public_key"))?;
         if old == new {
             return Err(Error::Invalid(
                 "new_public_key equals old_public_key; a rotation needs a new key".into(),
@@ -142,7 +142,7 @@ impl NodeOps<'_> {
                 "the proof of possession of the old and the new key does not match; the request was not made by the holder of both private keys".into(),
             ));
         }
-        let (old_b64, new_b64) = (STANDARD.encode(old), STANDARD.encode(new));
+        let (old_b64, new_b64) = (old.to_base64(), new.to_base64());
         let outcome = store::retry("key rotation", Error::is_lost_race, || {
             self.rotate_key_attempt(node.id, &old_b64, &new_b64, now)
         })
@@ -267,7 +267,7 @@ impl NodeOps<'_> {
                 node.wireguard_public_key
             )));
         }
-        let claimed = rotation::key_bytes(key).ok_or_else(|| {
+        let claimed = plexsphere_wire::key::PublicKey::from_base64(key).map_err(|_| {
             Error::Invalid("public_key must be the standard base64 of 32 bytes".into())
         })?;
         let s = secrets(&*self.signer_of(node).await?);

@@ -5,8 +5,6 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use plexsphere_wire::proof::{Challenge, REGISTER_CHALLENGE_PATH, prove_register};
 use plexsphere_wire::secret::BootstrapToken;
 use serde_json::Value;
@@ -18,7 +16,7 @@ fn known() -> &'static Mutex<HashMap<String, [u8; 32]>> {
 
 /// The public key (standard base64) of `secret`, remembered so a registration can prove it.
 pub fn remember(secret: [u8; 32]) -> String {
-    let public = STANDARD.encode(plexsphere_wire::reach::public_key(&secret));
+    let public = plexsphere_wire::reach::public_key(&secret).to_base64();
     known().lock().unwrap().insert(public.clone(), secret);
     public
 }
@@ -70,11 +68,7 @@ pub async fn prove_body(client: &reqwest::Client, base: &str, body: &Value) -> V
     let Ok(c) = r.json::<Challenge>().await else {
         return body.clone();
     };
-    let server: [u8; 32] = STANDARD
-        .decode(&c.server_public_key)
-        .unwrap()
-        .try_into()
-        .unwrap();
+    let server = plexsphere_wire::key::PublicKey::from_base64(&c.server_public_key).unwrap();
     let mut out = body.clone();
     out["proof"] = prove_register(&secret, &server, &parsed.id, &c.nonce).into();
     out["nonce"] = c.nonce.into();

@@ -33,6 +33,7 @@ use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, Nonce, UnboundKey};
 use ring::rand::{SecureRandom, SystemRandom};
 
 use super::{DISCO_MAGIC, DISCO_VERSION, DecodeError, MAX_DATAGRAM, Reader, put_addr};
+use crate::key::PublicKey;
 
 /// The most addresses a call-me-maybe carries (more are cut off when sealing).
 pub const MAX_CALL_ME_MAYBE: usize = 16;
@@ -90,7 +91,7 @@ impl PairKey {
 
     /// Seals `message` from `sender` (our public key) with `stamp` ([`next_stamp`]) into a
     /// datagram, under a nonce from the system's random source.
-    pub fn seal(&self, sender: &[u8; 32], stamp: u64, message: &Message) -> Vec<u8> {
+    pub fn seal(&self, sender: &PublicKey, stamp: u64, message: &Message) -> Vec<u8> {
         let mut nonce = [0u8; NONCE];
         // The system's random source does not fail on Linux; a zero nonce would still be
         // unique per message only by chance, so a failure is treated as fatal for this one.
@@ -105,7 +106,7 @@ impl PairKey {
     /// cryptographically secure generator, never from a counter or a fixed seed outside tests.
     pub fn seal_with_nonce(
         &self,
-        sender: &[u8; 32],
+        sender: &PublicKey,
         stamp: u64,
         message: &Message,
         nonce: [u8; NONCE],
@@ -134,7 +135,7 @@ impl PairKey {
         }
         let mut out = Vec::with_capacity(HEADER + plain.len() + TAG);
         out.extend_from_slice(&DISCO_MAGIC);
-        out.extend_from_slice(sender);
+        out.extend_from_slice(&sender.0);
         out.extend_from_slice(&nonce);
         let nonce = Nonce::assume_unique_for_key(nonce);
         if self
@@ -175,10 +176,10 @@ impl PairKey {
 
 /// The sender's public key of a disco datagram, read before anything is authenticated: it only
 /// selects the pair key to try. Another version of disco is [`DecodeError::Version`].
-pub fn sender(datagram: &[u8]) -> Result<[u8; 32], DecodeError> {
+pub fn sender(datagram: &[u8]) -> Result<PublicKey, DecodeError> {
     check_magic(datagram)?;
     let mut r = Reader::new(&datagram[4..]);
-    r.array::<32>()
+    r.array::<32>().map(PublicKey)
 }
 
 /// `pxd` and our version; `pxd` with another version byte is refused as that version.

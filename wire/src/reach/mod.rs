@@ -19,6 +19,8 @@ pub mod relay;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+use crate::key::PublicKey;
+
 /// The magic cookie of every STUN message (RFC 8489 §5).
 pub const STUN_COOKIE: [u8; 4] = [0x21, 0x12, 0xA4, 0x42];
 /// The disco version this node speaks ([`disco`] says what changed).
@@ -154,15 +156,15 @@ pub(crate) fn put_addr(out: &mut Vec<u8>, addr: SocketAddr) {
 /// The X25519 shared secret of two WireGuard-style keys (32 bytes each). Both sides of a pair
 /// compute the same value; it is only ever used through a key derivation ([`disco::PairKey`],
 /// [`relay::proof`]), never directly.
-pub fn shared_secret(own_secret: &[u8; 32], peer_public: &[u8; 32]) -> [u8; 32] {
+pub fn shared_secret(own_secret: &[u8; 32], peer_public: &PublicKey) -> [u8; 32] {
     let own = x25519_dalek::StaticSecret::from(*own_secret);
-    let peer = x25519_dalek::PublicKey::from(*peer_public);
+    let peer = x25519_dalek::PublicKey::from(peer_public.0);
     own.diffie_hellman(&peer).to_bytes()
 }
 
 /// The X25519 public key of a secret key.
-pub fn public_key(secret: &[u8; 32]) -> [u8; 32] {
-    x25519_dalek::PublicKey::from(&x25519_dalek::StaticSecret::from(*secret)).to_bytes()
+pub fn public_key(secret: &[u8; 32]) -> PublicKey {
+    PublicKey(x25519_dalek::PublicKey::from(&x25519_dalek::StaticSecret::from(*secret)).to_bytes())
 }
 
 /// HKDF-SHA256 of `secret` with a label: the one key derivation of the reach protocols.

@@ -49,6 +49,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::{DecodeError, MAX_DATAGRAM, RELAY_MAGIC, Reader};
+use crate::key::PublicKey;
 
 mod seal;
 pub use seal::{FrameKey, SEALED_TAG, sealed_proof, sealed_proof_matches};
@@ -91,7 +92,6 @@ pub const MAX_TOKEN: usize = 4096;
 /// The largest reason a `refused` carries, in bytes.
 pub const MAX_REASON: usize = 512;
 
-pub type NodeKey = [u8; 32];
 /// What data frames name a node by: the first 8 bytes of its key.
 pub type KeyPrefix = [u8; 8];
 /// The bytes before the datagram in a UDP `send` or `recv`: magic, type, key prefix.
@@ -128,22 +128,22 @@ pub fn parse_recv(datagram: &[u8]) -> Option<(KeyPrefix, &[u8])> {
 }
 
 /// A key's [`KeyPrefix`].
-pub fn prefix(key: &NodeKey) -> KeyPrefix {
+pub fn prefix(key: &PublicKey) -> KeyPrefix {
     let mut p = [0u8; 8];
-    p.copy_from_slice(&key[..8]);
+    p.copy_from_slice(&key.0[..8]);
     p
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Frame {
     Hello {
-        node: NodeKey,
+        node: PublicKey,
     },
     Challenge {
         cookie: [u8; 32],
     },
     Register {
-        node: NodeKey,
+        node: PublicKey,
         cookie: [u8; 32],
         proof: [u8; 32],
         token: Vec<u8>,
@@ -234,7 +234,7 @@ impl Frame {
         match self {
             Frame::Hello { node } => {
                 out.push(1);
-                out.extend_from_slice(node);
+                out.extend_from_slice(&node.0);
             }
             Frame::Challenge { cookie } => {
                 out.push(2);
@@ -247,7 +247,7 @@ impl Frame {
                 token,
             } => {
                 out.push(3);
-                out.extend_from_slice(node);
+                out.extend_from_slice(&node.0);
                 out.extend_from_slice(cookie);
                 out.extend_from_slice(proof);
                 out.extend_from_slice(&token[..token.len().min(MAX_TOKEN)]);
@@ -303,7 +303,9 @@ impl Frame {
         }
         let mut r = Reader::new(bytes);
         let frame = match r.u8()? {
-            1 => Frame::Hello { node: r.array()? },
+            1 => Frame::Hello {
+                node: PublicKey(r.array()?),
+            },
             2 => Frame::Challenge { cookie: r.array()? },
             3 => {
                 let (node, cookie, proof) = (r.array()?, r.array()?, r.array()?);
@@ -312,7 +314,7 @@ impl Frame {
                     return Err(DecodeError::Field("token longer than 4096 bytes"));
                 }
                 Frame::Register {
-                    node,
+                    node: PublicKey(node),
                     cookie,
                     proof,
                     token: token.to_vec(),
@@ -415,7 +417,7 @@ fn bounded_reason(bytes: &[u8]) -> String {
 /// The proof a node sends in `register`: shows it holds the private key of `node`. Both the
 /// node (with its private key and the relay's public key) and the relay (with its private key
 /// and the node's public key) compute the same shared secret; see [`super::shared_secret`].
-pub fn proof(shared: &[u8; 32], cookie: &[u8; 32], node: &NodeKey) -> [u8; 32] {
+pub fn proof(shared: &[u8; 32], cookie: &[u8; 32], node: &PublicKey) -> [u8; 32] {
     seal::labelled_proof(shared, cookie, node, b"register proof")
 }
 
@@ -423,7 +425,7 @@ pub fn proof(shared: &[u8; 32], cookie: &[u8; 32], node: &NodeKey) -> [u8; 32] {
 pub fn proof_matches(
     shared: &[u8; 32],
     cookie: &[u8; 32],
-    node: &NodeKey,
+    node: &PublicKey,
     given: &[u8; 32],
 ) -> bool {
     seal::same(&proof(shared, cookie, node), given)

@@ -6,7 +6,7 @@ use super::disco::{Message, Opened, PairKey, new_tx, next_stamp, sender};
 use super::relay::{Frame, MAX_REASON, RefuseCode, proof, proof_matches};
 use super::*;
 
-fn keypair(seed: u8) -> ([u8; 32], [u8; 32]) {
+fn keypair(seed: u8) -> ([u8; 32], PublicKey) {
     let secret = [seed; 32];
     (secret, public_key(&secret))
 }
@@ -143,10 +143,12 @@ fn a_disco_message_from_outside_the_pair_or_altered_is_refused() {
 #[test]
 fn relay_frames_round_trip_over_udp_and_tcp() {
     let frames = [
-        Frame::Hello { node: [1; 32] },
+        Frame::Hello {
+            node: PublicKey([1; 32]),
+        },
         Frame::Challenge { cookie: [2; 32] },
         Frame::Register {
-            node: [1; 32],
+            node: PublicKey([1; 32]),
             cookie: [2; 32],
             proof: [3; 32],
             token: b"{\"payload\":\"x\"}".to_vec(),
@@ -189,7 +191,10 @@ fn malformed_relay_frames_are_errors_not_panics() {
     assert!(Frame::decode(&[]).is_err());
     assert_eq!(Frame::decode(&[99]), Err(DecodeError::Type(99)));
     assert!(Frame::decode(&[1, 0, 0]).is_err());
-    let mut hello = Frame::Hello { node: [1; 32] }.encode();
+    let mut hello = Frame::Hello {
+        node: PublicKey([1; 32]),
+    }
+    .encode();
     hello.push(0);
     assert_eq!(
         Frame::decode(&hello),
@@ -224,7 +229,7 @@ fn a_relayed_datagram_of_a_1420_byte_tunnel_fits_a_1500_byte_ipv4_underlay() {
     // 1420 bytes of inner packet + 32 bytes of WireGuard data message = 1452.
     let wireguard = vec![4u8; 1452];
     let d = Frame::Send {
-        dst: relay::prefix(&[9; 32]),
+        dst: relay::prefix(&PublicKey([9; 32])),
         payload: wireguard.clone(),
     }
     .to_datagram();
@@ -232,7 +237,7 @@ fn a_relayed_datagram_of_a_1420_byte_tunnel_fits_a_1500_byte_ipv4_underlay() {
     // 1500 - 20 (IPv4) - 8 (UDP) = 1472 bytes of UDP payload without fragmentation.
     assert!(d.len() <= 1472, "{} bytes", d.len());
     let back = Frame::Recv {
-        src: relay::prefix(&[8; 32]),
+        src: relay::prefix(&PublicKey([8; 32])),
         payload: wireguard,
     }
     .to_datagram();

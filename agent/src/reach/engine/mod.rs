@@ -78,12 +78,10 @@ pub struct Counters {
 
 /// Seals and numbers what the engine sends.
 struct Sealer {
-    pub own: [u8; 32],
-    /// Disco nonces, and tx ids unless `new_tx` gives them. A nonce must never repeat under a
-    /// pair key both nodes seal with: a CSPRNG (`CryptoRngCore`), never a counter.
+    pub own: PublicKey,
+    /// Disco nonces and tx ids. A nonce must never repeat under a pair key both nodes seal
+    /// with: a CSPRNG (`CryptoRngCore`), never a counter.
     pub rng: Box<dyn CryptoRngCore + Send>,
-    /// Tx ids from a source of their own ([`Engine::with_tx_source`]).
-    pub new_tx: Option<Box<dyn FnMut() -> TxId + Send>>,
     /// The stamp of the last message sealed.
     pub last_stamp: u64,
     /// The wall clock of the input being handled, in microseconds since the Unix epoch.
@@ -99,10 +97,7 @@ impl Sealer {
 
     /// A fresh tx id.
     pub fn tx(&mut self) -> TxId {
-        match &mut self.new_tx {
-            Some(new_tx) => new_tx(),
-            None => disco::new_tx_from(&mut *self.rng),
-        }
+        disco::new_tx_from(&mut *self.rng)
     }
 
     /// `message` sealed under `pair` with the next stamp and a fresh nonce.
@@ -151,7 +146,20 @@ impl Engine {
     /// The same, with tx ids and disco nonces from `rng`. The bound is a CSPRNG's on purpose:
     /// both nodes of a pair seal under one key, so a nonce that repeats would break it.
     pub fn with_rng(secret: [u8; 32], mesh: IpNet, rng: Box<dyn CryptoRngCore + Send>) -> Self {
-        Self::build(secret, mesh, rng, None)
+        Self {
+            secret,
+            mesh,
+            sealer: Sealer {
+                own: plexsphere_wire::reach::public_key(&secret),
+                rng,
+                last_stamp: 0,
+                wall_micros: 0,
+            },
+            peers: BTreeMap::new(),
+            local: Local::default(),
+            counters: Counters::default(),
+            effects: VecDeque::new(),
+        }
     }
 
     /// The same from a seed: every tx id and nonce, and so every effect, repeats for the same
@@ -163,38 +171,6 @@ impl Engine {
             mesh,
             Box::new(crate::reach::seeded::SeededRng::new(seed)),
         )
-    }
-
-    /// The same, with tx ids from `new_tx` (tests make them predictable); nonces from the OS.
-    pub fn with_tx_source(
-        secret: [u8; 32],
-        mesh: IpNet,
-        new_tx: Box<dyn FnMut() -> TxId + Send>,
-    ) -> Self {
-        Self::build(secret, mesh, Box::new(rand_core::OsRng), Some(new_tx))
-    }
-
-    fn build(
-        secret: [u8; 32],
-        mesh: IpNet,
-        rng: Box<dyn CryptoRngCore + Send>,
-        new_tx: Option<Box<dyn FnMut() -> TxId + Send>>,
-    ) -> Self {
-        Self {
-            secret,
-            mesh,
-            sealer: Sealer {
-                own: plexsphere_wire::reach::public_key(&secret),
-                rng,
-                new_tx,
-                last_stamp: 0,
-                wall_micros: 0,
-            },
-            peers: BTreeMap::new(),
-            local: Local::default(),
-            counters: Counters::default(),
-            effects: VecDeque::new(),
-        }
     }
 
     /// Takes one input; what to do is queued for [`Self::poll_effect`].
@@ -209,7 +185,7 @@ impl Engine {
         // chosen again (the sender key is read unauthenticated, only to pick the peer).
         let only: Option<Option<PublicKey>> = match &input {
             Input::DiscoDirect { datagram, .. } | Input::DiscoRelayed { datagram, .. } => {
-                Some(disco::sender(datagram).ok().map(PublicKey))
+                Some(disco::sender(datagram).ok())
             }
             Input::PeerGone { dst, .. } => Some(Some(*dst)),
             _ => None,
@@ -338,7 +314,7 @@ impl Engine {
 
     /// The key `peer` and we seal our disco messages with.
     fn pair_key(&self, peer: &PublicKey) -> disco::PairKey {
-        let shared = plexsphere_wire::reach::shared_secret(&self.secret, &peer.0);
+        let shared = plexsphere_wire::reach::shared_secret(&self.secret, peer);
         disco::PairKey::new(&shared)
     }
 
@@ -367,7 +343,7 @@ impl Engine {
                 return None;
             }
         };
-        let key = PublicKey(sender);
+        let key = sender;
         if src.is_some_and(|s| s != key) {
             self.counters.unauthentic += 1;
             return None;

@@ -98,7 +98,7 @@ impl Engine {
 
     /// The whole wanted set: new peers are probed at once, changed ones too, gone ones forgotten.
     pub(super) fn set_peers(&mut self, peers: Vec<PeerReach>, now: Instant, out: &mut Vec<Effect>) {
-        let own = PublicKey(self.sealer.own);
+        let own = self.sealer.own;
         let wanted: Vec<PeerReach> = peers.into_iter().filter(|p| p.key != own).collect();
         self.peers
             .retain(|key, _| wanted.iter().any(|p| p.key == *key));

@@ -10,7 +10,6 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime};
 
 use plexsphere_wire::node::RelaySpec;
-use plexsphere_wire::reach::disco::TxId;
 
 use super::Engine;
 use super::sim_nat::Router;
@@ -27,18 +26,7 @@ pub fn secret(n: u8) -> [u8; 32] {
 }
 
 pub fn key_of(n: u8) -> PublicKey {
-    PublicKey(plexsphere_wire::reach::public_key(&secret(n)))
-}
-
-/// Tx ids counting up from a seed, so runs repeat exactly.
-pub fn counting_tx(seed: u8) -> Box<dyn FnMut() -> TxId + Send> {
-    let mut n: u64 = 0;
-    Box::new(move || {
-        n += 1;
-        let mut tx = [seed; 12];
-        tx[4..].copy_from_slice(&n.to_be_bytes());
-        tx
-    })
+    plexsphere_wire::reach::public_key(&secret(n))
 }
 
 /// The mesh range of the simulated Domain.
@@ -56,7 +44,7 @@ pub fn net_spec_with(endpoints: Vec<SocketAddr>) -> PeerReach {
 }
 
 pub fn engine(n: u8) -> Engine {
-    Engine::with_tx_source(secret(n), mesh(), counting_tx(n))
+    Engine::seeded(secret(n), mesh(), u64::from(n))
 }
 
 pub fn relay(name: &str, port: u16) -> RelaySpec {

@@ -12,9 +12,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
+use plexsphere_wire::key::PublicKey;
 use plexsphere_wire::node::RelaySpec;
-use plexsphere_wire::reach::relay::{Frame, KeyPrefix, NodeKey};
+use plexsphere_wire::reach::relay::{Frame, KeyPrefix};
 
 use crate::reach::io::{Input, Transport};
 use crate::reach::relay_client::{Identity, Note, RelayConn};
@@ -26,7 +26,7 @@ pub const RELAY_IDLE: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone)]
 pub struct Relay {
     pub spec: RelaySpec,
-    pub key: [u8; 32],
+    pub key: PublicKey,
     pub udp: Option<SocketAddr>,
     /// The TLS address and the name its certificate must carry.
     pub tls: Option<(SocketAddr, String)>,
@@ -181,11 +181,7 @@ impl RelaySet {
     pub fn handle_relays(&mut self, specs: Vec<RelaySpec>) -> bool {
         let mut relays = Vec::new();
         for spec in &specs {
-            let key = base64::engine::general_purpose::STANDARD
-                .decode(spec.public_key.trim())
-                .ok()
-                .and_then(|b| <[u8; 32]>::try_from(b).ok());
-            let Some(key) = key else {
+            let Ok(key) = PublicKey::from_base64(&spec.public_key) else {
                 tracing::warn!(relay = %spec.name, "relay {}: its public key is not base64 of 32 bytes; not used", spec.name);
                 continue;
             };
@@ -255,7 +251,7 @@ impl RelaySet {
     pub fn handle_send(
         &mut self,
         relay: &str,
-        dst: NodeKey,
+        dst: PublicKey,
         datagram: Vec<u8>,
         now: Instant,
     ) -> bool {

@@ -32,7 +32,8 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use plexsphere_wire::reach::relay::{self, Frame, KeyPrefix, NodeKey, REREGISTER_SECS, RefuseCode};
+use plexsphere_wire::key::PublicKey;
+use plexsphere_wire::reach::relay::{self, Frame, KeyPrefix, REREGISTER_SECS, RefuseCode};
 
 pub mod tcp;
 #[cfg(test)]
@@ -61,7 +62,7 @@ pub const UNAUTHENTIC_LOG_EVERY: Duration = Duration::from_secs(10);
 /// What the node proves and shows.
 #[derive(Clone)]
 pub struct Identity {
-    pub public: NodeKey,
+    pub public: PublicKey,
     secret: [u8; 32],
 }
 
@@ -120,7 +121,7 @@ pub enum Note {
 /// node's key is another): one X25519 per connection, not one per sealed frame or challenge.
 struct Keys {
     /// The node key they were derived for.
-    node: NodeKey,
+    node: PublicKey,
     /// The X25519 shared secret of the node key and the relay key (the sealed proof's key).
     shared: [u8; 32],
     /// What the relay seals its answers to this node with.
@@ -128,7 +129,7 @@ struct Keys {
 }
 
 impl Keys {
-    fn new(id: &Identity, relay_key: &[u8; 32]) -> Self {
+    fn new(id: &Identity, relay_key: &PublicKey) -> Self {
         let shared = plexsphere_wire::reach::shared_secret(&id.secret, relay_key);
         Self {
             node: id.public,
@@ -146,19 +147,20 @@ fn earliest<const N: usize>(deadlines: [Option<Instant>; N]) -> Option<Instant> 
 /// One relay connection; see the module docs.
 pub struct RelayConn {
     pub name: String,
-    relay_key: [u8; 32],
+    relay_key: PublicKey,
     /// Derived at the first frame that needs them ([`RelayConn::keys`]).
     keys: Option<Keys>,
     state: State,
     token: Option<Vec<u8>>,
     said_no_token: bool,
-    queue: VecDeque<(NodeKey, Vec<u8>)>,
+    queue: VecDeque<(PublicKey, Vec<u8>)>,
     ping: Option<([u8; 8], Instant)>,
     rtt: Option<Duration>,
     nonce: u64,
     /// When the re-registration `hello` of an up connection went out.
     rehello: Option<Instant>,
-    /// Last time something was sent or received through it (for closing idle ones).
+    /// Last time a datagram was relayed through it, either way (for closing idle ones; the
+    /// connection's own pings, pongs and registrations do not count).
     pub last_used: Instant,
     /// Last time a frame came from the relay.
     last_heard: Instant,
@@ -177,7 +179,7 @@ pub struct RelayConn {
 }
 
 impl RelayConn {
-    pub fn new(name: String, relay_key: [u8; 32], token: Option<Vec<u8>>, now: Instant) -> Self {
+    pub fn new(name: String, relay_key: PublicKey, token: Option<Vec<u8>>, now: Instant) -> Self {
         Self {
             name,
             relay_key,
@@ -248,7 +250,7 @@ impl RelayConn {
 
     /// A datagram for `dst` through this relay: the frame to send now, or queued until the
     /// registration completes (dropped beyond [`MAX_QUEUED`]).
-    pub fn send(&mut self, dst: NodeKey, payload: Vec<u8>, now: Instant) -> Option<Frame> {
+    pub fn send(&mut self, dst: PublicKey, payload: Vec<u8>, now: Instant) -> Option<Frame> {
         self.last_used = now;
         if self.is_up() {
             return Some(Frame::Send {
@@ -488,7 +490,8 @@ impl RelayConn {
     /// A frame that is authentic, or that needs not be (challenge, ping).
     fn authentic(&mut self, frame: Frame, id: &Identity, now: Instant) -> (Vec<Frame>, Vec<Note>) {
         let (mut out, mut notes) = (Vec::new(), Vec::new());
-        self.last_used = now;
+        // Answers keep the connection alive but are not use: `last_used` moves only with
+        // datagrams relayed either way, so a relay no peer needs closes when idle.
         if !matches!(frame, Frame::Challenge { .. } | Frame::Ping { .. }) {
             self.last_heard = now;
         }

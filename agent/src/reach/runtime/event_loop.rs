@@ -233,7 +233,7 @@ impl Loop {
                 dst,
                 datagram,
             } => {
-                if !self.relay_set.handle_send(&relay, dst.0, datagram, now.at) {
+                if !self.relay_set.handle_send(&relay, dst, datagram, now.at) {
                     tracing::debug!(relay = %relay, "no such relay in the state; disco dropped");
                     return;
                 }

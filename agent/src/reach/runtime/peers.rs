@@ -36,7 +36,7 @@ impl Loop {
         self.by_prefix.clear();
         for p in &peers {
             self.by_prefix
-                .entry(prefix(&p.key.0))
+                .entry(prefix(&p.key))
                 .and_modify(|k| *k = None)
                 .or_insert(Some(p.key));
         }

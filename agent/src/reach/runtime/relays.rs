@@ -140,11 +140,11 @@ impl Loop {
         if let Some(link) = self.links.get(name) {
             return Route::RelayTcp {
                 link: link.sender(),
-                dst: dst.0,
+                dst,
             };
         }
         match self.relay_set.udp_of(name) {
-            Some(relay) => Route::Relay { relay, dst: dst.0 },
+            Some(relay) => Route::Relay { relay, dst },
             None => Route::Hold,
         }
     }

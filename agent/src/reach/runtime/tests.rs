@@ -114,7 +114,7 @@ fn kernel_mode_makes_a_direct_path_the_kernel_peer_s_endpoint_and_relays_through
             break (dst, payload, from);
         }
     };
-    assert_eq!(dst, plexsphere_wire::reach::relay::prefix(&peer.0));
+    assert_eq!(dst, plexsphere_wire::reach::relay::prefix(&peer));
     assert_eq!(payload, vec![1, 0, 0, 0, 0xAA]);
     assert_eq!(from, underlay_addr);
 
@@ -233,11 +233,9 @@ fn userspace_runtime(
 /// The relay "r1" with the public key of `relay_secret`, at `udp` and/or over TLS at `tls`
 /// (certificate for `relay.test`).
 fn relay_r1(relay_secret: [u8; 32], udp: Option<SocketAddr>, tls: Option<SocketAddr>) -> RelaySpec {
-    use base64::Engine as _;
     RelaySpec {
         name: "r1".into(),
-        public_key: base64::engine::general_purpose::STANDARD
-            .encode(plexsphere_wire::reach::public_key(&relay_secret)),
+        public_key: plexsphere_wire::reach::public_key(&relay_secret).to_base64(),
         udp,
         tls,
         tls_server_name: tls.map(|_| "relay.test".into()),

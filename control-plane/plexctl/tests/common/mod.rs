@@ -136,7 +136,6 @@ impl Server {
     /// A registration `body` (its token set) with the key of `secret` and the proof of it over
     /// a fresh challenge (`POST /v1/register/challenge`).
     pub async fn proved(&self, mut body: Value, secret: [u8; 32]) -> Value {
-        use base64::Engine as _;
         let token = body["bootstrap_token"].as_str().unwrap().to_owned();
         let c: plexsphere_wire::proof::Challenge = self
             .client
@@ -148,12 +147,12 @@ impl Server {
             .json()
             .await
             .unwrap();
-        let server = plexsphere_wire::rotation::key_bytes(&c.server_public_key).unwrap();
+        let server = plexsphere_wire::key::PublicKey::from_base64(&c.server_public_key).unwrap();
         let id = plexsphere_wire::secret::BootstrapToken::parse(&token)
             .unwrap()
             .id;
         let key = plexsphere_wire::reach::public_key(&secret);
-        body["wireguard_public_key"] = base64::engine::general_purpose::STANDARD.encode(key).into();
+        body["wireguard_public_key"] = key.to_base64().into();
         body["proof"] =
             plexsphere_wire::proof::prove_register(&secret, &server, &id, &c.nonce).into();
         body["nonce"] = c.nonce.into();

@@ -7,10 +7,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use plexsphere_relay::{Limits, RelayConfig, RelayHandle, TlsListen};
-use plexsphere_wire::reach::relay::{Frame, NodeKey, RelayToken};
+use plexsphere_wire::key::PublicKey;
+use plexsphere_wire::reach::relay::{Frame, RelayToken};
 use plexsphere_wire::signed::{DomainSigner, SignContext};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -31,12 +30,12 @@ pub fn now_unix() -> i64 {
 }
 
 /// A relay token for `node`, signed by `signer`.
-pub fn token(signer: &DomainSigner, node: &NodeKey, expires_at: i64) -> Vec<u8> {
+pub fn token(signer: &DomainSigner, node: &PublicKey, expires_at: i64) -> Vec<u8> {
     let t = RelayToken {
         domain_id: uuid::Uuid::nil(),
         // One node id a key: relays keep one registration a node id.
-        node_id: uuid::Uuid::from_bytes(node[..16].try_into().unwrap()),
-        public_key: STANDARD.encode(node),
+        node_id: uuid::Uuid::from_bytes(node.0[..16].try_into().unwrap()),
+        public_key: node.to_base64(),
         expires_at,
         key_generation: 1,
     };
@@ -191,7 +190,7 @@ pub async fn closed_by_relay<S: tokio::io::AsyncRead + Unpin>(stream: &mut S, wh
 /// A node: a WireGuard-style key pair and a link to the relay.
 pub struct Node {
     pub sk: [u8; 32],
-    pub pk: NodeKey,
+    pub pk: PublicKey,
     pub link: Link,
 }
 
@@ -272,7 +271,7 @@ impl Node {
         }
     }
 
-    pub async fn send_to(&mut self, dst: &NodeKey, payload: &[u8]) {
+    pub async fn send_to(&mut self, dst: &PublicKey, payload: &[u8]) {
         self.link
             .send(&Frame::Send {
                 dst: plexsphere_wire::reach::relay::prefix(dst),

@@ -9,6 +9,8 @@
 //! This file holds the keys and tags; sealing and opening a [`super::Frame`] is in the parent
 //! (so that this file needs nothing of it).
 
+use crate::key::PublicKey;
+
 /// Bytes of a sealed frame's tag (HMAC-SHA256, truncated).
 pub const SEALED_TAG: usize = 16;
 
@@ -17,14 +19,14 @@ pub const SEALED_TAG: usize = 16;
 pub(super) fn labelled_proof(
     shared: &[u8; 32],
     cookie: &[u8; 32],
-    node: &[u8; 32],
+    node: &PublicKey,
     label: &[u8],
 ) -> [u8; 32] {
     let key = crate::reach::derive(shared, b"plexd relay v1", label);
     let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &key);
     let mut msg = Vec::with_capacity(64);
     msg.extend_from_slice(cookie);
-    msg.extend_from_slice(node);
+    msg.extend_from_slice(&node.0);
     let tag = ring::hmac::sign(&key, &msg);
     let mut out = [0u8; 32];
     out.copy_from_slice(tag.as_ref());
@@ -39,7 +41,7 @@ pub(super) fn same(a: &[u8], b: &[u8]) -> bool {
 /// The proof of a `register` that asks for sealed answers: like [`super::proof`], under its own
 /// label, so a relay tells which kind of answers the node understands from the proof itself
 /// (and a relay that predates sealing refuses it as a bad proof).
-pub fn sealed_proof(shared: &[u8; 32], cookie: &[u8; 32], node: &[u8; 32]) -> [u8; 32] {
+pub fn sealed_proof(shared: &[u8; 32], cookie: &[u8; 32], node: &PublicKey) -> [u8; 32] {
     labelled_proof(shared, cookie, node, b"register proof, sealed answers")
 }
 
@@ -47,7 +49,7 @@ pub fn sealed_proof(shared: &[u8; 32], cookie: &[u8; 32], node: &[u8; 32]) -> [u
 pub fn sealed_proof_matches(
     shared: &[u8; 32],
     cookie: &[u8; 32],
-    node: &[u8; 32],
+    node: &PublicKey,
     given: &[u8; 32],
 ) -> bool {
     same(&sealed_proof(shared, cookie, node), given)

@@ -52,7 +52,7 @@ impl Lone {
     /// `m` sealed by node 1 with its next stamp.
     pub fn seal(&mut self, m: &Message) -> Vec<u8> {
         self.stamp += 1;
-        self.pair.seal(&key_of(2).0, self.stamp, m)
+        self.pair.seal(&key_of(2), self.stamp, m)
     }
 
     /// `m` from node 1, arriving from `from`.
@@ -119,7 +119,7 @@ fn forged_and_altered_disco_changes_nothing() {
 
     // Not a wanted peer: sealed by node 3 for node 0.
     let stranger = PairKey::new(&shared_secret(&secret(3), &public_key(&secret(1))));
-    let datagram = stranger.seal(&key_of(3).0, 1, &pong);
+    let datagram = stranger.seal(&key_of(3), 1, &pong);
     let out = a.engine.step(
         Input::DiscoDirect {
             from: a.peer,
@@ -131,7 +131,7 @@ fn forged_and_altered_disco_changes_nothing() {
     assert_eq!(a.engine.counters().unknown_sender, 1);
 
     // Node 3 claiming to be node 1 (its sender key, node 3's pair key).
-    let mut datagram = stranger.seal(&key_of(3).0, 2, &pong);
+    let mut datagram = stranger.seal(&key_of(3), 2, &pong);
     datagram[4..36].copy_from_slice(&key_of(2).0);
     assert!(
         a.engine
@@ -427,7 +427,7 @@ fn a_forged_ping_from_a_new_address_adds_no_candidate() {
     // Sealed by node 3 under node 1's sender key, and a real ping with one bit flipped.
     let stranger = PairKey::new(&shared_secret(&secret(3), &public_key(&secret(1))));
     let ping = Message::Ping { tx: [5; 12] };
-    let mut forged = stranger.seal(&key_of(3).0, 1, &ping);
+    let mut forged = stranger.seal(&key_of(3), 1, &ping);
     forged[4..36].copy_from_slice(&key_of(2).0);
     let mut altered = a.seal(&ping);
     let last = altered.len() - 1;

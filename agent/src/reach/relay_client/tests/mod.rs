@@ -152,7 +152,10 @@ fn registers_with_proof_and_token_then_relays_and_measures_the_rtt() {
         Instant::now(),
     );
     // Queued before the registration, sent once it completes.
-    assert_eq!(conn.send([9; 32], b"early".to_vec(), Instant::now()), None);
+    assert_eq!(
+        conn.send(PublicKey([9; 32]), b"early".to_vec(), Instant::now()),
+        None
+    );
     let notes = drive(&mut conn, &id, &sock, relay, |_, n| {
         n.iter().any(|x| matches!(x, Note::Recv { .. }))
     });
@@ -223,7 +226,7 @@ fn a_silent_relay_is_down_after_give_up_and_retried_later_and_pings_are_answered
     assert_eq!(out, vec![Frame::Pong { nonce: [3; 8] }]);
     // An unregistered node's sends queue, bounded.
     for _ in 0..(MAX_QUEUED + 5) {
-        assert!(conn.send([1; 32], vec![1], t0).is_none());
+        assert!(conn.send(PublicKey([1; 32]), vec![1], t0).is_none());
     }
     assert_eq!(conn.queue.len(), MAX_QUEUED);
 }
