@@ -19,18 +19,21 @@ use crate::reach::forward::Route;
 use crate::reach::io::{Input, Now};
 use crate::reach::node::relays::RelayOut;
 use crate::reach::relay_client::tcp::{TcpEvent, TcpLink};
-use crate::reach::stun::StunProbe;
 use plexsphere_wire::key::PublicKey;
 
 impl Loop {
     pub(super) fn set_relays(&mut self, specs: Vec<RelaySpec>, stun: Vec<SocketAddr>, now: Now) {
-        let changed = self.relay_set.handle_relays(specs);
-        let stun_changed = stun != self.stun_servers;
-        self.stun_servers = stun;
-        self.carry_relay_outs(now);
-        if changed || stun_changed {
-            self.next_stun = now.at;
+        if self.relay_set.handle_relays(specs) {
+            let udp = self
+                .relay_set
+                .relays()
+                .iter()
+                .filter_map(|r| r.udp)
+                .collect();
+            self.schedule.handle_relays_changed(udp, now.at);
         }
+        self.schedule.handle_stun_servers(stun, now.at);
+        self.carry_relay_outs(now);
     }
 
     /// Carries out what the relay set asks for, until it asks nothing.
@@ -211,13 +214,6 @@ impl Loop {
             }
         }
         self.carry_relay_outs(now);
-    }
-
-    /// The earliest deadline of the relay connections and the running STUN probe: when
-    /// `relays_tick` or `stun` next has something to do before the tick.
-    pub(super) fn relays_due(&self) -> Option<std::time::Instant> {
-        let probe = self.probe.as_ref().and_then(StunProbe::poll_timeout);
-        self.relay_set.poll_timeout().into_iter().chain(probe).min()
     }
 
     pub(super) fn relays_tick(&mut self, now: Now) {
