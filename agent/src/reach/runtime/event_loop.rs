@@ -12,11 +12,10 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Instant;
 
 use super::shared::{Event, RuntimeSetup, Shared, lock};
-use crate::reach::engine::Engine;
 use crate::reach::forward::{ForwardLoop, Forwarder, Route};
 use crate::reach::io::{Effect, Input, Now, PeerReach, TICK};
-use crate::reach::node::relays::RelaySet;
-use crate::reach::node::schedule::{Due, Schedule};
+use crate::reach::node::Node;
+use crate::reach::node::schedule::Due;
 use crate::reach::relay_client::tcp::{TcpEvent, TcpLink};
 use plexsphere_wire::key::PublicKey;
 use plexsphere_wire::reach::relay::{Frame, KeyPrefix};
@@ -36,13 +35,12 @@ impl Drop for Fwd {
 }
 
 pub(crate) struct Loop {
-    pub(super) engine: Engine,
+    /// The engine, the relay set (the relays, their connections and the home relay, decided;
+    /// the links are below) and the schedule (when the pass runs and what it does: the
+    /// address and handshake reads, STUN, the tick).
+    pub(super) node: Node,
     pub(super) setup: RuntimeSetup,
     pub(super) shared: Arc<Shared>,
-    /// The relays, their connections and the home relay, decided (the links are below).
-    pub(super) relay_set: RelaySet,
-    /// When the pass runs and what it does: the address and handshake reads, STUN, the tick.
-    pub(super) schedule: Schedule,
     /// Relays whose connection runs over TCP with TLS: the links the relay set asked for.
     pub(super) links: HashMap<String, TcpLink>,
     /// The relay each relayed peer goes through (its forwarder's, or the data plane's relay
@@ -64,11 +62,15 @@ impl Loop {
     /// STUN at once.
     pub(crate) fn new(setup: RuntimeSetup, shared: Arc<Shared>, now: Now) -> Self {
         Self {
-            engine: Engine::new(setup.secret, setup.mesh),
-            relay_set: RelaySet::new(setup.secret, setup.tls.is_some()),
             // STUN transaction ids from the OS's CSPRNG: an id an off-path host could guess
             // would let it answer for a server.
-            schedule: Schedule::new(Box::new(rand_core::OsRng), now.at),
+            node: Node::new(
+                setup.secret,
+                setup.mesh,
+                setup.tls.is_some(),
+                Box::new(rand_core::OsRng),
+                now.at,
+            ),
             setup,
             shared,
             links: HashMap::new(),
@@ -88,14 +90,7 @@ impl Loop {
             // relay connection's retry or keepalive: whichever is first (their
             // `poll_timeout`). The schedule's pass is never further than TICK; the cap is a
             // guard.
-            let next = [
-                self.schedule.poll_timeout(),
-                self.engine.poll_timeout(),
-                self.relay_set.poll_timeout(),
-            ]
-            .into_iter()
-            .flatten()
-            .min();
+            let next = self.node.poll_timeout();
             let wait = next.map_or(TICK, |at| {
                 at.saturating_duration_since(Instant::now()).min(TICK)
             });
@@ -122,14 +117,14 @@ impl Loop {
             // (the reads, STUN, the tick, the published views) runs once per tick, and at once
             // after a daemon input. Otherwise only the machine that is due runs.
             if self.pending(now) {
-                self.schedule.handle_daemon_input(now.at);
+                self.node.schedule.handle_daemon_input(now.at);
             }
-            self.schedule.handle_timeout(now.at);
+            self.node.schedule.handle_timeout(now.at);
             if !self.carry_schedule(now) {
-                if self.engine.poll_timeout().is_some_and(|at| at <= now.at) {
+                if self.node.engine_due(now.at) {
                     self.input(Input::Tick, now);
                 }
-                if self.relay_set.poll_timeout().is_some_and(|at| at <= now.at) {
+                if self.node.relays_due(now.at) {
                     self.relays_tick(now);
                 }
             }
@@ -149,8 +144,8 @@ impl Loop {
     }
 
     pub(super) fn input(&mut self, input: Input, now: Now) {
-        self.engine.handle(input, now);
-        while let Some(e) = self.engine.poll_effect() {
+        self.node.engine.handle(input, now);
+        while let Some(e) = self.node.engine.poll_effect() {
             self.perform(e, now);
         }
     }
@@ -169,7 +164,7 @@ impl Loop {
         }
         if let Some(token) = p.token {
             match serde_json::to_vec(&token) {
-                Ok(bytes) => self.relay_set.handle_token(bytes),
+                Ok(bytes) => self.node.relays.handle_token(bytes),
                 Err(e) => tracing::warn!("cannot encode the relay token: {e}"),
             }
         }
@@ -193,8 +188,9 @@ impl Loop {
             "reach: the WireGuard key rotated; registering with the relays again and probing every path with the new key"
         );
         self.setup.secret = secret;
-        self.engine = Engine::new(secret, self.setup.mesh);
-        self.relay_set.handle_secret(secret);
+        // A new engine; the relay set registers again; the next pass hands the engine the
+        // local addresses again.
+        self.node.handle_secret(secret, now.at);
         self.links.clear();
         for (peer, _) in std::mem::take(&mut self.relayed) {
             if let Some(f) = self.fwds.get(&peer) {
@@ -203,8 +199,6 @@ impl Loop {
         }
         // The relays again, for the new engine.
         self.carry_relay_outs(now);
-        // The next pass hands the engine the local addresses again.
-        self.schedule.handle_rekey(now.at);
         let peers = self.peers.clone();
         self.input(Input::Peers(peers), now);
     }
@@ -221,7 +215,11 @@ impl Loop {
                 dst,
                 datagram,
             } => {
-                if !self.relay_set.handle_send(&relay, dst.0, datagram, now.at) {
+                if !self
+                    .node
+                    .relays
+                    .handle_send(&relay, dst.0, datagram, now.at)
+                {
                     tracing::debug!(relay = %relay, "no such relay in the state; disco dropped");
                     return;
                 }
@@ -244,7 +242,9 @@ impl Loop {
     fn datagram(&mut self, datagram: &[u8], from: SocketAddr, now: Now) {
         match classify(datagram) {
             Kind::Stun => {
-                self.schedule.handle_stun_datagram(datagram, from, now.at);
+                self.node
+                    .schedule
+                    .handle_stun_datagram(datagram, from, now.at);
                 self.carry_schedule(now);
             }
             Kind::Disco => self.input(
@@ -256,7 +256,7 @@ impl Loop {
             ),
             Kind::Relay => match Frame::from_datagram(datagram) {
                 Ok(f) => {
-                    self.relay_set.handle_udp_frame(f, from, now.at);
+                    self.node.relays.handle_udp_frame(f, from, now.at);
                     self.carry_relay_outs(now);
                 }
                 Err(e) => tracing::debug!(%from, "unreadable relay frame: {e}"),
@@ -271,12 +271,12 @@ impl Loop {
     /// included the tick.
     fn carry_schedule(&mut self, now: Now) -> bool {
         let mut ticked = false;
-        while let Some(due) = self.schedule.poll_out() {
+        while let Some(due) = self.node.schedule.poll_out() {
             match due {
                 Due::ReadAddrs => {
                     let local = (self.setup.local_addrs)();
                     let port = (self.setup.listen_port)();
-                    self.schedule.handle_local_addrs(local, port, now.at);
+                    self.node.schedule.handle_local_addrs(local, port, now.at);
                 }
                 Due::ReadHandshakes => match self.setup.control.handshakes() {
                     Ok(h) => self.input(Input::Handshakes(h), now),
@@ -287,7 +287,7 @@ impl Loop {
                         tracing::trace!(%to, "STUN send failed: {e}");
                     }
                 }
-                Due::UdpBlocked(blocked) => self.relay_set.handle_udp_blocked(blocked),
+                Due::UdpBlocked(blocked) => self.node.relays.handle_udp_blocked(blocked),
                 Due::Engine(input) => self.input(input, now),
                 Due::Tick => {
                     ticked = true;
@@ -301,7 +301,7 @@ impl Loop {
     }
 
     fn publish(&mut self) {
-        let paths = self.engine.paths();
+        let paths = self.node.engine.paths();
         lock(&self.shared.view).paths = paths;
     }
 }

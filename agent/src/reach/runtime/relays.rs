@@ -23,22 +23,13 @@ use plexsphere_wire::key::PublicKey;
 
 impl Loop {
     pub(super) fn set_relays(&mut self, specs: Vec<RelaySpec>, stun: Vec<SocketAddr>, now: Now) {
-        if self.relay_set.handle_relays(specs) {
-            let udp = self
-                .relay_set
-                .relays()
-                .iter()
-                .filter_map(|r| r.udp)
-                .collect();
-            self.schedule.handle_relays_changed(udp, now.at);
-        }
-        self.schedule.handle_stun_servers(stun, now.at);
+        self.node.handle_relays(specs, stun, now.at);
         self.carry_relay_outs(now);
     }
 
     /// Carries out what the relay set asks for, until it asks nothing.
     pub(super) fn carry_relay_outs(&mut self, now: Now) {
-        while let Some(out) = self.relay_set.poll_out() {
+        while let Some(out) = self.node.relays.poll_out() {
             self.carry_relay_out(out, now);
         }
     }
@@ -115,7 +106,7 @@ impl Loop {
             return;
         }
         let Some(tls) = self.setup.tls.clone() else {
-            self.relay_set.handle_tcp_closed(
+            self.node.relays.handle_tcp_closed(
                 &relay,
                 "this node has no TLS trust for relays",
                 now.at,
@@ -129,7 +120,7 @@ impl Loop {
             }
             Err(e) => {
                 tracing::warn!(relay, "cannot start a TCP connection to relay {relay}: {e}");
-                self.relay_set.handle_tcp_closed(
+                self.node.relays.handle_tcp_closed(
                     &relay,
                     &format!("it could not start: {e}"),
                     now.at,
@@ -146,7 +137,7 @@ impl Loop {
                 dst: dst.0,
             };
         }
-        match self.relay_set.udp_of(name) {
+        match self.node.relays.udp_of(name) {
             Some(relay) => Route::Relay { relay, dst: dst.0 },
             None => Route::Hold,
         }
@@ -170,7 +161,7 @@ impl Loop {
     /// that cannot take one more relay) through the peer's forwarder.
     pub(super) fn carry_relayed(&mut self, peer: PublicKey, name: &str) {
         if !self.links.contains_key(name)
-            && let Some(udp) = self.relay_set.udp_of(name)
+            && let Some(udp) = self.node.relays.udp_of(name)
         {
             match self.setup.control.relay_endpoint(udp, peer) {
                 Ok(Some(endpoint)) => {
@@ -193,7 +184,7 @@ impl Loop {
     /// (registered, or registering). Only when that set changed. (The kernel's `PathControl`
     /// takes none: its default `set_relays`.)
     pub(super) fn sync_plane_relays(&mut self) {
-        let relays = self.relay_set.plane_relays();
+        let relays = self.node.relays.plane_relays();
         if relays == self.plane_relays {
             return;
         }
@@ -207,17 +198,17 @@ impl Loop {
 
     pub(super) fn tcp(&mut self, relay: String, event: TcpEvent, now: Now) {
         match event {
-            TcpEvent::Frame(frame) => self.relay_set.handle_tcp_frame(&relay, frame, now.at),
+            TcpEvent::Frame(frame) => self.node.relays.handle_tcp_frame(&relay, frame, now.at),
             TcpEvent::Closed(why) => {
                 self.links.remove(&relay);
-                self.relay_set.handle_tcp_closed(&relay, &why, now.at);
+                self.node.relays.handle_tcp_closed(&relay, &why, now.at);
             }
         }
         self.carry_relay_outs(now);
     }
 
     pub(super) fn relays_tick(&mut self, now: Now) {
-        self.relay_set.handle_timeout(now.at);
+        self.node.relays.handle_timeout(now.at);
         self.carry_relay_outs(now);
     }
 }

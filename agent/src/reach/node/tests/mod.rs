@@ -1,4 +1,5 @@
 //! The node's machines driven directly, with a stepped clock.
 
+mod node;
 mod relays;
 mod schedule;
