@@ -1,28 +1,25 @@
 //! The runtime's loop: one thread, one queue, the engine's effects performed in order. See
 //! `mod.rs` for what comes in and goes out. Here: the loop's state and each turn of it (the
-//! queue, what the daemon's calls left, the engine's inputs and effects, the timers and STUN,
-//! a key rotation); the relay connections are in `relays.rs`, the peers, their forwarders
+//! queue, what the daemon's calls left, the engine's inputs and effects, what the schedule asks
+//! for, a key rotation); the relay connections are in `relays.rs`, the peers, their forwarders
 //! and paths in `peers.rs`, and the kernel backend's underlay socket in `underlay.rs`.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Instant;
 
-use plexsphere_wire::reach::relay::{Frame, KeyPrefix};
-use plexsphere_wire::reach::{Kind, classify};
-use rand_core::CryptoRngCore;
-
-use super::shared::{ADDRS_EVERY, Event, HANDSHAKES_EVERY, RuntimeSetup, STUN_EVERY, Shared, lock};
-use crate::reach::engine::Engine;
+use super::shared::{Event, RuntimeSetup, Shared, lock};
 use crate::reach::forward::{ForwardLoop, Forwarder, Route};
 use crate::reach::io::{Effect, Input, Now, PeerReach, TICK};
-use crate::reach::node::relays::RelaySet;
+use crate::reach::node::Node;
+use crate::reach::node::schedule::Due;
 use crate::reach::relay_client::tcp::{TcpEvent, TcpLink};
-use crate::reach::stun::{self, Poll, StunProbe};
 use plexsphere_wire::key::PublicKey;
+use plexsphere_wire::reach::relay::{Frame, KeyPrefix};
+use plexsphere_wire::reach::{Kind, classify};
 
 pub(super) struct Fwd {
     pub(super) fwd: Arc<Forwarder>,
@@ -38,12 +35,12 @@ impl Drop for Fwd {
 }
 
 pub(crate) struct Loop {
-    pub(super) engine: Engine,
+    /// The engine, the relay set (the relays, their connections and the home relay, decided;
+    /// the links are below) and the schedule (when the pass runs and what it does: the
+    /// address and handshake reads, STUN, the tick).
+    pub(super) node: Node,
     pub(super) setup: RuntimeSetup,
     pub(super) shared: Arc<Shared>,
-    /// The relays, their connections and the home relay, decided (the links are below).
-    pub(super) relay_set: RelaySet,
-    pub(super) stun_servers: Vec<SocketAddr>,
     /// Relays whose connection runs over TCP with TLS: the links the relay set asked for.
     pub(super) links: HashMap<String, TcpLink>,
     /// The relay each relayed peer goes through (its forwarder's, or the data plane's relay
@@ -58,28 +55,24 @@ pub(crate) struct Loop {
     pub(super) fwds: HashMap<PublicKey, Fwd>,
     /// The one thread that carries every forwarder (started with the first).
     pub(super) forwards: Option<Arc<ForwardLoop>>,
-    pub(super) probe: Option<StunProbe>,
-    pub(super) next_stun: Instant,
-    pub(super) local: Vec<IpAddr>,
-    pub(super) next_addrs: Instant,
-    pub(super) next_handshakes: Instant,
-    pub(super) next_tick: Instant,
-    /// STUN transaction ids (the OS's CSPRNG: an id an off-path host could guess would let
-    /// it answer for a server).
-    pub(super) rng: Box<dyn CryptoRngCore + Send>,
 }
 
 impl Loop {
     /// A loop that starts at `now`: its first turn reads the addresses, the handshakes and
     /// STUN at once.
     pub(crate) fn new(setup: RuntimeSetup, shared: Arc<Shared>, now: Now) -> Self {
-        let t = now.at;
         Self {
-            engine: Engine::new(setup.secret, setup.mesh),
-            relay_set: RelaySet::new(setup.secret, setup.tls.is_some()),
+            // STUN transaction ids from the OS's CSPRNG: an id an off-path host could guess
+            // would let it answer for a server.
+            node: Node::new(
+                setup.secret,
+                setup.mesh,
+                setup.tls.is_some(),
+                Box::new(rand_core::OsRng),
+                now.at,
+            ),
             setup,
             shared,
-            stun_servers: Vec::new(),
             links: HashMap::new(),
             relayed: HashMap::new(),
             plane_relays: Vec::new(),
@@ -87,25 +80,17 @@ impl Loop {
             by_prefix: HashMap::new(),
             fwds: HashMap::new(),
             forwards: None,
-            probe: None,
-            next_stun: t,
-            local: Vec::new(),
-            next_addrs: t,
-            next_handshakes: t,
-            next_tick: t,
-            rng: Box::new(rand_core::OsRng),
         }
     }
 
     pub(crate) fn run(mut self, rx: &Receiver<Event>) {
         tracing::debug!(port = (self.setup.listen_port)(), "reach runtime started");
         while !self.shared.stop.load(Ordering::Relaxed) {
-            // A punch the engine timed, a relay connection's retry or keepalive and a STUN
-            // retry wake the loop before the tick (their `poll_timeout`).
-            let next = [self.engine.poll_timeout(), self.relays_due()]
-                .into_iter()
-                .flatten()
-                .min();
+            // The schedule's next pass (the tick) or STUN retry, a punch the engine timed, a
+            // relay connection's retry or keepalive: whichever is first (their
+            // `poll_timeout`). The schedule's pass is never further than TICK; the cap is a
+            // guard.
+            let next = self.node.poll_timeout();
             let wait = next.map_or(TICK, |at| {
                 at.saturating_duration_since(Instant::now()).min(TICK)
             });
@@ -128,19 +113,18 @@ impl Loop {
             for (relay, why) in closed {
                 self.tcp(relay, TcpEvent::Closed(why), now);
             }
-            // Datagrams (relayed WireGuard among them) wake the loop often; the timers and the
-            // published views run once per tick.
-            let changed = self.pending(now);
-            if changed || now.at >= self.next_tick {
-                self.next_tick = now.at + TICK;
-                self.timers(now);
-                self.publish();
-            } else {
-                if self.engine.poll_timeout().is_some_and(|at| at <= now.at) {
+            // Datagrams (relayed WireGuard among them) wake the loop often; the schedule's pass
+            // (the reads, STUN, the tick, the published views) runs once per tick, and at once
+            // after a daemon input. Otherwise only the machine that is due runs.
+            if self.pending(now) {
+                self.node.schedule.handle_daemon_input(now.at);
+            }
+            self.node.schedule.handle_timeout(now.at);
+            if !self.carry_schedule(now) {
+                if self.node.engine_due(now.at) {
                     self.input(Input::Tick, now);
                 }
-                if self.relays_due().is_some_and(|at| at <= now.at) {
-                    self.stun(now);
+                if self.node.relays_due(now.at) {
                     self.relays_tick(now);
                 }
             }
@@ -160,8 +144,8 @@ impl Loop {
     }
 
     pub(super) fn input(&mut self, input: Input, now: Now) {
-        self.engine.handle(input, now);
-        while let Some(e) = self.engine.poll_effect() {
+        self.node.engine.handle(input, now);
+        while let Some(e) = self.node.engine.poll_effect() {
             self.perform(e, now);
         }
     }
@@ -180,7 +164,7 @@ impl Loop {
         }
         if let Some(token) = p.token {
             match serde_json::to_vec(&token) {
-                Ok(bytes) => self.relay_set.handle_token(bytes),
+                Ok(bytes) => self.node.relays.handle_token(bytes),
                 Err(e) => tracing::warn!("cannot encode the relay token: {e}"),
             }
         }
@@ -204,8 +188,9 @@ impl Loop {
             "reach: the WireGuard key rotated; registering with the relays again and probing every path with the new key"
         );
         self.setup.secret = secret;
-        self.engine = Engine::new(secret, self.setup.mesh);
-        self.relay_set.handle_secret(secret);
+        // A new engine; the relay set registers again; the next pass hands the engine the
+        // local addresses again.
+        self.node.handle_secret(secret, now.at);
         self.links.clear();
         for (peer, _) in std::mem::take(&mut self.relayed) {
             if let Some(f) = self.fwds.get(&peer) {
@@ -214,9 +199,6 @@ impl Loop {
         }
         // The relays again, for the new engine.
         self.carry_relay_outs(now);
-        // The next timer pass hands the engine the local addresses again.
-        self.local.clear();
-        self.next_addrs = now.at;
         let peers = self.peers.clone();
         self.input(Input::Peers(peers), now);
     }
@@ -233,7 +215,7 @@ impl Loop {
                 dst,
                 datagram,
             } => {
-                if !self.relay_set.handle_send(&relay, dst, datagram, now.at) {
+                if !self.node.relays.handle_send(&relay, dst, datagram, now.at) {
                     tracing::debug!(relay = %relay, "no such relay in the state; disco dropped");
                     return;
                 }
@@ -256,9 +238,10 @@ impl Loop {
     fn datagram(&mut self, datagram: &[u8], from: SocketAddr, now: Now) {
         match classify(datagram) {
             Kind::Stun => {
-                if let Some(p) = &mut self.probe {
-                    p.handle_datagram(datagram, from);
-                }
+                self.node
+                    .schedule
+                    .handle_stun_datagram(datagram, from, now.at);
+                self.carry_schedule(now);
             }
             Kind::Disco => self.input(
                 Input::DiscoDirect {
@@ -269,7 +252,7 @@ impl Loop {
             ),
             Kind::Relay => match Frame::from_datagram(datagram) {
                 Ok(f) => {
-                    self.relay_set.handle_udp_frame(f, from, now.at);
+                    self.node.relays.handle_udp_frame(f, from, now.at);
                     self.carry_relay_outs(now);
                 }
                 Err(e) => tracing::debug!(%from, "unreadable relay frame: {e}"),
@@ -280,82 +263,41 @@ impl Loop {
         }
     }
 
-    fn timers(&mut self, now: Now) {
-        let t = now.at;
-        if t >= self.next_addrs {
-            self.next_addrs = t + ADDRS_EVERY;
-            let mut local = (self.setup.local_addrs)();
-            local.sort();
-            local.dedup();
-            if local != self.local {
-                let first = self.local.is_empty();
-                self.local = local;
-                let port = (self.setup.listen_port)();
-                self.input(
-                    Input::LocalAddrs(
-                        self.local
-                            .iter()
-                            .map(|ip| SocketAddr::new(*ip, port))
-                            .collect(),
-                    ),
-                    now,
-                );
-                if !first {
-                    tracing::info!("the host's addresses changed; probing every path again");
-                    self.input(Input::NetworkChanged, now);
+    /// Carries out what the schedule asks for, until it asks nothing; answers whether that
+    /// included the tick.
+    fn carry_schedule(&mut self, now: Now) -> bool {
+        let mut ticked = false;
+        while let Some(due) = self.node.schedule.poll_out() {
+            match due {
+                Due::ReadAddrs => {
+                    let local = (self.setup.local_addrs)();
+                    let port = (self.setup.listen_port)();
+                    self.node.schedule.handle_local_addrs(local, port, now.at);
                 }
-                self.next_stun = t;
-            }
-        }
-        if t >= self.next_handshakes {
-            self.next_handshakes = t + HANDSHAKES_EVERY;
-            match self.setup.control.handshakes() {
-                Ok(h) => self.input(Input::Handshakes(h), now),
-                Err(e) => tracing::debug!("cannot read the handshakes: {e}"),
-            }
-        }
-        self.stun(now);
-        self.relays_tick(now);
-        self.input(Input::Tick, now);
-    }
-
-    fn stun(&mut self, now: Now) {
-        let t = now.at;
-        if self.probe.is_none() && t >= self.next_stun {
-            self.next_stun = t + STUN_EVERY;
-            let mut servers = self.stun_servers.clone();
-            servers.extend(self.relay_set.relays().iter().filter_map(|r| r.udp));
-            if !servers.is_empty() {
-                let rng = &mut self.rng;
-                self.probe = Some(StunProbe::new(&servers, t, || {
-                    let mut id = [0u8; 12];
-                    rng.fill_bytes(&mut id);
-                    id
-                }));
-            }
-        }
-        let Some(p) = &mut self.probe else { return };
-        match p.poll_probe(t) {
-            Poll::Send(out) => {
-                for (to, d) in out {
-                    if let Err(e) = self.setup.underlay.send(&d, to) {
+                Due::ReadHandshakes => match self.setup.control.handshakes() {
+                    Ok(h) => self.input(Input::Handshakes(h), now),
+                    Err(e) => tracing::debug!("cannot read the handshakes: {e}"),
+                },
+                Due::Send { to, datagram } => {
+                    if let Err(e) = self.setup.underlay.send(&datagram, to) {
                         tracing::trace!(%to, "STUN send failed: {e}");
                     }
                 }
-            }
-            Poll::Done(answers) => {
-                self.probe = None;
-                let (addrs, nat) =
-                    stun::nat_report(&answers, &self.local, (self.setup.listen_port)());
-                tracing::debug!(reflexive = ?addrs, nat = ?nat, "STUN done");
-                self.relay_set.handle_udp_blocked(nat.udp_blocked);
-                self.input(Input::Reflexive { addrs, nat }, now);
+                Due::UdpBlocked(blocked) => self.node.relays.handle_udp_blocked(blocked),
+                Due::Engine(input) => self.input(input, now),
+                Due::Tick => {
+                    ticked = true;
+                    self.relays_tick(now);
+                    self.input(Input::Tick, now);
+                    self.publish();
+                }
             }
         }
+        ticked
     }
 
     fn publish(&mut self) {
-        let paths = self.engine.paths();
+        let paths = self.node.engine.paths();
         lock(&self.shared.view).paths = paths;
     }
 }

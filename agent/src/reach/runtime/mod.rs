@@ -5,7 +5,8 @@
 //!   side channel, or the shared port with the kernel backend: `mesh::shared_port`, read by
 //!   the kernel backend and handed in with [`Runtime::offer`]) arrives as an
 //!   [`Event`] on one bounded queue ([`EVENT_QUEUE`]; full = dropped and counted). STUN answers
-//!   go to the running [`StunProbe`](super::stun::StunProbe), disco to the engine, relay frames
+//!   go to the schedule ([`Schedule`](super::node::schedule::Schedule), which runs the STUN
+//!   probe and reports a finished one as soon as its last answer arrives), disco to the engine, relay frames
 //!   to the relay set ([`RelaySet`](super::node::relays::RelaySet), which decides the relay
 //!   connections; the loop carries out what it asks: frames, TCP links, engine inputs).
 //! - Outbound: everything goes out of the same socket ([`Underlay`]), so the reflexive address
@@ -15,12 +16,14 @@
 //! - The mesh diff asks [`Runtime`] (as [`EndpointOwners`]) whose a peer's endpoint is: a
 //!   peer reach has a path for is reach's.
 //!
-//! The loop runs at least every [`TICK`]: the engine's tick, the STUN schedule
-//! ([`STUN_EVERY`], and at once on a network change), the host address poll
-//! ([`ADDRS_EVERY`]), the handshake read ([`HANDSHAKES_EVERY`]) and the relay connections;
-//! sooner when the engine, a relay connection or the STUN probe names an earlier deadline
-//! (their `poll_timeout`): then only that machine is polled. The loop reads the clock once per
-//! turn and hands that `Now` to everything the turn does.
+//! The schedule (a sans-IO machine, `reach::node::schedule`) decides when the loop's pass
+//! runs (every [`TICK`], and at once after a daemon input) and what it does: the host address
+//! read ([`ADDRS_EVERY`]), the handshake read ([`HANDSHAKES_EVERY`]), STUN ([`STUN_EVERY`],
+//! and at once on a network change or a change of the relays or STUN servers), then the relay
+//! connections' and the engine's tick and the published views. The loop wakes sooner when the
+//! engine, a relay connection or the STUN probe names an earlier deadline (their
+//! `poll_timeout`): then only that machine is polled. The loop reads the clock once per turn
+//! and hands that `Now` to everything the turn does.
 
 use std::io;
 use std::net::SocketAddr;

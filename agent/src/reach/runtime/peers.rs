@@ -99,7 +99,7 @@ impl Loop {
                 self.set_endpoint(peer, *endpoint);
             }
             Path::Relay { relay, transport } => {
-                if !self.relay_set.handle_path(relay, *transport, now.at) {
+                if !self.node.relays.handle_path(relay, *transport, now.at) {
                     tracing::warn!(peer_key = %peer, relay = %relay, "the path names a relay the state does not have; unchanged");
                     return;
                 }

@@ -19,23 +19,17 @@ use crate::reach::forward::Route;
 use crate::reach::io::{Input, Now};
 use crate::reach::node::relays::RelayOut;
 use crate::reach::relay_client::tcp::{TcpEvent, TcpLink};
-use crate::reach::stun::StunProbe;
 use plexsphere_wire::key::PublicKey;
 
 impl Loop {
     pub(super) fn set_relays(&mut self, specs: Vec<RelaySpec>, stun: Vec<SocketAddr>, now: Now) {
-        let changed = self.relay_set.handle_relays(specs);
-        let stun_changed = stun != self.stun_servers;
-        self.stun_servers = stun;
+        self.node.handle_relays(specs, stun, now.at);
         self.carry_relay_outs(now);
-        if changed || stun_changed {
-            self.next_stun = now.at;
-        }
     }
 
     /// Carries out what the relay set asks for, until it asks nothing.
     pub(super) fn carry_relay_outs(&mut self, now: Now) {
-        while let Some(out) = self.relay_set.poll_out() {
+        while let Some(out) = self.node.relays.poll_out() {
             self.carry_relay_out(out, now);
         }
     }
@@ -112,7 +106,7 @@ impl Loop {
             return;
         }
         let Some(tls) = self.setup.tls.clone() else {
-            self.relay_set.handle_tcp_closed(
+            self.node.relays.handle_tcp_closed(
                 &relay,
                 "this node has no TLS trust for relays",
                 now.at,
@@ -126,7 +120,7 @@ impl Loop {
             }
             Err(e) => {
                 tracing::warn!(relay, "cannot start a TCP connection to relay {relay}: {e}");
-                self.relay_set.handle_tcp_closed(
+                self.node.relays.handle_tcp_closed(
                     &relay,
                     &format!("it could not start: {e}"),
                     now.at,
@@ -143,7 +137,7 @@ impl Loop {
                 dst,
             };
         }
-        match self.relay_set.udp_of(name) {
+        match self.node.relays.udp_of(name) {
             Some(relay) => Route::Relay { relay, dst },
             None => Route::Hold,
         }
@@ -167,7 +161,7 @@ impl Loop {
     /// that cannot take one more relay) through the peer's forwarder.
     pub(super) fn carry_relayed(&mut self, peer: PublicKey, name: &str) {
         if !self.links.contains_key(name)
-            && let Some(udp) = self.relay_set.udp_of(name)
+            && let Some(udp) = self.node.relays.udp_of(name)
         {
             match self.setup.control.relay_endpoint(udp, peer) {
                 Ok(Some(endpoint)) => {
@@ -190,7 +184,7 @@ impl Loop {
     /// (registered, or registering). Only when that set changed. (The kernel's `PathControl`
     /// takes none: its default `set_relays`.)
     pub(super) fn sync_plane_relays(&mut self) {
-        let relays = self.relay_set.plane_relays();
+        let relays = self.node.relays.plane_relays();
         if relays == self.plane_relays {
             return;
         }
@@ -204,24 +198,17 @@ impl Loop {
 
     pub(super) fn tcp(&mut self, relay: String, event: TcpEvent, now: Now) {
         match event {
-            TcpEvent::Frame(frame) => self.relay_set.handle_tcp_frame(&relay, frame, now.at),
+            TcpEvent::Frame(frame) => self.node.relays.handle_tcp_frame(&relay, frame, now.at),
             TcpEvent::Closed(why) => {
                 self.links.remove(&relay);
-                self.relay_set.handle_tcp_closed(&relay, &why, now.at);
+                self.node.relays.handle_tcp_closed(&relay, &why, now.at);
             }
         }
         self.carry_relay_outs(now);
     }
 
-    /// The earliest deadline of the relay connections and the running STUN probe: when
-    /// `relays_tick` or `stun` next has something to do before the tick.
-    pub(super) fn relays_due(&self) -> Option<std::time::Instant> {
-        let probe = self.probe.as_ref().and_then(StunProbe::poll_timeout);
-        self.relay_set.poll_timeout().into_iter().chain(probe).min()
-    }
-
     pub(super) fn relays_tick(&mut self, now: Now) {
-        self.relay_set.handle_timeout(now.at);
+        self.node.relays.handle_timeout(now.at);
         self.carry_relay_outs(now);
     }
 }

@@ -9,7 +9,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use plexsphere_wire::node::RelaySpec;
 use plexsphere_wire::signed::SignedEnvelope;
@@ -21,15 +21,12 @@ use plexsphere_wire::key::PublicKey;
 
 /// Datagrams (and wake-ups) waiting for the loop; more are dropped and counted.
 pub const EVENT_QUEUE: usize = 1024;
-/// STUN runs again this often (and on every network change).
-pub const STUN_EVERY: Duration = Duration::from_secs(60);
-/// The host's addresses are read this often (a change is a network change).
-pub const ADDRS_EVERY: Duration = Duration::from_secs(5);
-/// The data plane's handshake times are read this often.
-pub const HANDSHAKES_EVERY: Duration = Duration::from_secs(2);
 /// A relay connection other than the home relay's closes after this long unused (decided in
 /// the relay set, `reach::node::relays`).
 pub use crate::reach::node::relays::RELAY_IDLE;
+/// How often STUN runs, the host's addresses and the data plane's handshakes are read (decided
+/// in the schedule, `reach::node::schedule`).
+pub use crate::reach::node::schedule::{ADDRS_EVERY, HANDSHAKES_EVERY, STUN_EVERY};
 
 /// What the runtime needs of the data plane: write one peer's endpoint (nothing else of the
 /// peer), read the handshake times. A direct path is always the peer's endpoint itself (the

@@ -1,4 +1,6 @@
 //! The node's machines driven directly, with a stepped clock.
 
+mod node;
 mod relays;
 mod rig;
+mod schedule;
