@@ -590,7 +590,7 @@ const MAX_THREADS: u64 = 16;
 /// connections, `nft`'s pipes), with room to spare.
 const FD_HEADROOM: u64 = 256;
 /// A generous bound on plexd's peak RSS with 1,000 peers in the guest (measured: about
-/// 36 MiB, debug build).
+/// 40 MiB, debug build).
 const MAX_HWM_KIB: u64 = 128 * 1024;
 /// Registrations the test keeps in flight at once.
 const REGISTERING_AT_ONCE: usize = 8;
