@@ -596,7 +596,7 @@ const MAX_HWM_KIB: u64 = 128 * 1024;
 const REGISTERING_AT_ONCE: usize = 8;
 /// How long the guest's plexd may take to program every peer after the last registration
 /// (TCG: the guest's CPU is emulated on a loaded host).
-const PROGRAM_BOUND: Duration = Duration::from_secs(300);
+const PROGRAM_BOUND: Duration = Duration::from_secs(600);
 
 /// plexd's Threads, VmRSS and VmHWM (KiB) in the guest, from /proc/<pid>/status.
 #[derive(Debug, Clone, Copy, Default)]
