@@ -19,6 +19,7 @@ pub mod diag;
 pub mod dns;
 pub mod echo;
 pub mod exit;
+pub mod fdlimit;
 pub mod fsutil;
 pub mod identity;
 pub mod install;

@@ -202,7 +202,11 @@ fn guest_node(lab: &mut ReachLab, r: usize) -> GuestNode {
 /// A lab with `relays` relays behind routers in `modes`: the guest's plexd behind router 0 and a
 /// userspace plexd running behind router 1.
 fn guest_and_user(modes: &[NatMode], relays: usize) -> (ReachLab, usize, GuestNode) {
-    let mut lab = ReachLab::start(modes, relays).unwrap();
+    guest_and_user_in(ReachLab::start(modes, relays).unwrap())
+}
+
+/// [`guest_and_user`] in a lab the caller started.
+fn guest_and_user_in(mut lab: ReachLab) -> (ReachLab, usize, GuestNode) {
     let user = lab
         .add_node(&NodeSpec {
             router: 1,
@@ -575,5 +579,297 @@ fn plexd_with_the_kernel_backend_in_a_guest_meshes_through_a_relay() {
     assert!(
         path.as_ref().is_some_and(|p| p.is_relayed_over("udp")),
         "the guest's kernel-backend plexd reports the relayed path: {path:?}"
+    );
+}
+
+/// How many nodes the thousand-peer test registers besides its two plexds.
+const BULK_NODES: usize = 1_000;
+/// Issue 26's goal: plexd with the kernel backend and 1,000 peers runs at most this many threads.
+const MAX_THREADS: u64 = 16;
+/// Descriptors plexd needs besides one per relayed peer (its sockets, netlink, the API's
+/// connections, `nft`'s pipes), with room to spare.
+const FD_HEADROOM: u64 = 256;
+/// A generous bound on plexd's peak RSS with 1,000 peers in the guest (measured: about
+/// 40 MiB, debug build).
+const MAX_HWM_KIB: u64 = 128 * 1024;
+/// Registrations the test keeps in flight at once.
+const REGISTERING_AT_ONCE: usize = 8;
+/// How long the guest's plexd may take to program every peer after the last registration
+/// (TCG: the guest's CPU is emulated on a loaded host).
+const PROGRAM_BOUND: Duration = Duration::from_secs(600);
+
+/// plexd's Threads, VmRSS and VmHWM (KiB) in the guest, from /proc/<pid>/status.
+#[derive(Debug, Clone, Copy, Default)]
+struct Usage {
+    threads: u64,
+    /// Open file descriptors.
+    fds: u64,
+    /// Peers whose kernel endpoint is a loopback forwarder (relayed).
+    forwarders: u64,
+    /// The soft open-file limit (`Max open files` in /proc/<pid>/limits).
+    fd_limit: u64,
+    rss_kib: u64,
+    hwm_kib: u64,
+}
+
+fn plexd_usage(g: &GuestNode) -> anyhow::Result<Usage> {
+    let status = g.guest.run_ok(
+        "p=$(pidof plexd); cat /proc/$p/status; echo Fds: $(ls /proc/$p/fd | wc -l); \
+         echo Forwarders: $(wg show plexk0 endpoints | grep -c 127.0.0.1); \
+         echo FdLimit: $(awk '/^Max open files/ {print $4}' /proc/$p/limits)",
+        CMD_BOUND,
+    )?;
+    let field = |name: &str| -> anyhow::Result<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+            .ok_or_else(|| anyhow::anyhow!("no {name} in plexd's status:\n{status}"))
+    };
+    Ok(Usage {
+        threads: field("Threads:")?,
+        fds: field("Fds:")?,
+        forwarders: field("Forwarders:")?,
+        fd_limit: field("FdLimit:")?,
+        rss_kib: field("VmRSS:")?,
+        hwm_kib: field("VmHWM:")?,
+    })
+}
+
+/// Registers `count` nodes with the lab's control plane through its API, as `plexd join`
+/// would (a challenge, then a registration proving a fresh WireGuard key), all with one
+/// bootstrap token of `count` uses; from the public segment, so from one client address.
+fn register_bulk(lab: &ReachLab, count: usize) {
+    let uses = count.to_string();
+    let token = plexsphere_e2e::control_plane::token_of(
+        &lab.plexctl_ok(&[
+            "bootstrap-token",
+            "issue",
+            "--project",
+            plexsphere_e2e::LAB_NODES_PROJECT,
+            "--kind",
+            "node",
+            "--env-prefix",
+            "lab",
+            "--ttl",
+            "1h",
+            "--uses",
+            &uses,
+            "--output",
+            "json",
+        ])
+        .unwrap(),
+    )
+    .unwrap();
+    let (base, ca) = (lab.cp.url.clone(), lab.cp.ca_file());
+    netns::on_thread_in(lab.topo.public_ns(), move || {
+        // One thread, in the public namespace: every socket is opened from it.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        rt.block_on(async move {
+            let http = plexsphere_e2e::ha_client::client(&ca)?;
+            let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let mut workers = tokio::task::JoinSet::new();
+            for _ in 0..REGISTERING_AT_ONCE {
+                let (http, base, token, next) =
+                    (http.clone(), base.clone(), token.clone(), next.clone());
+                workers.spawn(async move {
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if i >= count {
+                            return anyhow::Ok(());
+                        }
+                        let node = plexsphere_e2e::ha_client::register(
+                            &http,
+                            &base,
+                            &token,
+                            &format!("bulk-{i}"),
+                        )
+                        .await?;
+                        report_bulk_endpoint(&http, &base, &node, i).await?;
+                    }
+                });
+            }
+            while let Some(done) = workers.join_next().await {
+                done??;
+            }
+            anyhow::Ok(())
+        })
+    })
+    .join()
+    .unwrap()
+    .unwrap();
+}
+
+/// What a bulk node reports as its endpoints, as a plexd behind a NAT would: a local address
+/// nobody answers on (198.18.0.0/15, set aside for benchmarks) and the dev relay as its home
+/// relay, so the guest's reach has a relayed path for every bulk peer (a loopback forwarder
+/// each, in the one forwarder loop) while its direct probes go unanswered.
+async fn report_bulk_endpoint(
+    http: &reqwest::Client,
+    base: &str,
+    node: &plexsphere_e2e::ha_client::Node,
+    i: usize,
+) -> anyhow::Result<()> {
+    let [_, _, hi, lo] = u32::try_from(i)?.to_be_bytes();
+    let body = serde_json::json!({
+        "listen_port": WG_PORT,
+        "addresses": [format!("198.18.{hi}.{lo}")],
+        "home_relay": plexsphere_e2e::nat::flags::DEV_RELAY_NAME,
+    });
+    // A 5xx (SQLite busy under the registrations) is retried, as plexd does.
+    let mut last = String::new();
+    for _ in 0..REPORT_ATTEMPTS {
+        let r = http
+            .post(format!("{base}/v1/nodes/{}/endpoints", node.reg.node_id))
+            .bearer_auth(&node.reg.node_credential)
+            .json(&body)
+            .timeout(plexsphere_e2e::ha_client::REQUEST_TIMEOUT)
+            .send()
+            .await?;
+        let status = r.status();
+        if status.is_success() {
+            return Ok(());
+        }
+        last = format!("{status}: {}", r.text().await?);
+        anyhow::ensure!(
+            status.is_server_error(),
+            "bulk-{i}'s endpoint report answered {last}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    anyhow::bail!("bulk-{i}'s endpoint report never succeeded; last: {last}")
+}
+
+/// How often a bulk node's endpoint report is tried.
+const REPORT_ATTEMPTS: usize = 50;
+
+/// Issue 26: a kernel-backend plexd in the guest and a userspace plexd mesh, then 1,000 more
+/// nodes register with the control plane through its API (one bootstrap token of 1,000 uses,
+/// the most one token may make, and `--register-burst`, the operator's knob for a fleet that
+/// enrols from one address). The guest's plexd programs all 1,001 peers into its kernel
+/// interface with at most [`MAX_THREADS`] threads, and the userspace node still pings across
+/// both ways with a thousand other peers on the interface. plexd's RSS is printed for
+/// docs/benchmarks.md (§5).
+#[test]
+fn plexd_with_the_kernel_backend_in_a_guest_programs_a_thousand_peers_with_bounded_threads() {
+    let _one = one_guest();
+    let burst = (2 * BULK_NODES).to_string();
+    let lab = ReachLab::start_with(
+        &[NatMode::None, NatMode::None],
+        0,
+        &["--register-burst", &burst],
+    )
+    .unwrap();
+    let (lab, user, g) = guest_and_user_in(lab);
+    let user_ip = lab.mesh_ip(user).unwrap();
+    wait_until(BOUND, "the guest pings the userspace node", || {
+        Ok(g.ping(user_ip).then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n--- guest plexd:\n{}\n{}", g.output(), lab.dump()));
+    let before = plexd_usage(&g).unwrap();
+
+    let started = std::time::Instant::now();
+    register_bulk(&lab, BULK_NODES);
+    let registered = started.elapsed();
+    let want = BULK_NODES + 1;
+    let mut peak = before;
+    let mut last = 0usize;
+    wait_until(
+        PROGRAM_BOUND,
+        &format!("the guest's kernel interface lists {want} peers"),
+        || {
+            let usage = plexd_usage(&g)?;
+            peak.threads = peak.threads.max(usage.threads);
+            peak.fds = peak.fds.max(usage.fds);
+            last = g
+                .guest
+                .run_ok("wg show plexk0 peers | wc -l", CMD_BOUND)?
+                .trim()
+                .parse()?;
+            Ok((last >= want).then_some(()))
+        },
+    )
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e:#} (last {last})\n--- guest plexd:\n{}\n{}",
+            plexsphere_e2e::tail(&g.output(), 80),
+            lab.dump()
+        )
+    });
+    let programmed = started.elapsed();
+    // Every bulk peer's home relay gives it a relayed path at least once (the relay then says
+    // the peer is not there, and reach probes again): a loopback forwarder each, in one loop.
+    wait_until(
+        PROGRAM_BOUND,
+        &format!("{BULK_NODES} peers have a loopback forwarder"),
+        || {
+            let usage = plexd_usage(&g)?;
+            peak.threads = peak.threads.max(usage.threads);
+            peak.fds = peak.fds.max(usage.fds);
+            peak.forwarders = peak.forwarders.max(usage.forwarders);
+            Ok((usage.forwarders >= BULK_NODES as u64).then_some(()))
+        },
+    )
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e:#} ({peak:?})\n--- guest plexd:\n{}\n{}",
+            plexsphere_e2e::tail(&g.output(), 80),
+            lab.dump()
+        )
+    });
+    let relayed = started.elapsed();
+
+    // The mesh works with a thousand other peers on the interface.
+    let guest_ip: std::net::Ipv4Addr = g.host.identity().unwrap().1.parse().unwrap();
+    wait_until(BOUND, "the guest still pings the userspace node", || {
+        Ok(g.ping(user_ip).then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n--- guest plexd:\n{}\n{}", g.output(), lab.dump()));
+    let out = netns::exec(
+        &lab.nodes[user].ns,
+        "ping",
+        &["-c", "2", "-W", "2", &guest_ip.to_string()],
+    )
+    .unwrap();
+    assert!(out.status.success(), "the userspace node pings the guest");
+
+    let after = plexd_usage(&g).unwrap();
+    peak.threads = peak.threads.max(after.threads);
+    peak.fds = peak.fds.max(after.fds);
+    eprintln!(
+        "plexd in the guest (kernel backend): {want} peers programmed {:.0} s after the first of {BULK_NODES} registrations (registering took {:.0} s), {} with a forwarder after {:.0} s; threads {} before, {} after, at most {} seen; open files at most {} (soft limit {}); VmRSS {} KiB before, {} KiB after; VmHWM {} KiB",
+        programmed.as_secs_f64(),
+        registered.as_secs_f64(),
+        after.forwarders,
+        relayed.as_secs_f64(),
+        before.threads,
+        after.threads,
+        peak.threads,
+        peak.fds,
+        after.fd_limit,
+        before.rss_kib,
+        after.rss_kib,
+        after.hwm_kib,
+    );
+    assert!(
+        peak.threads <= MAX_THREADS,
+        "plexd ran {} threads with {want} peers (at most {MAX_THREADS})",
+        peak.threads
+    );
+    // A forwarder per relayed peer: plexd raised its soft open-file limit (the guest's init
+    // gives 1,024, as systemd does) to the hard one (4,096), leaving room for them and more.
+    assert!(
+        after.fd_limit >= BULK_NODES as u64 + FD_HEADROOM,
+        "plexd's open-file limit {} leaves no room for a forwarder per relayed peer ({} open with {} forwarders)",
+        after.fd_limit,
+        peak.fds,
+        after.forwarders
+    );
+    assert!(
+        after.hwm_kib < MAX_HWM_KIB,
+        "plexd's peak RSS {} KiB with {want} peers (bound {MAX_HWM_KIB} KiB)",
+        after.hwm_kib
     );
 }

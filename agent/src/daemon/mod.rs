@@ -70,6 +70,22 @@ const ANSWER_GRACE: Duration = Duration::from_secs(10);
 pub async fn run(settings: &JoinSettings, run_dir: PathBuf) -> Result<(), Failure> {
     let (tx, mut rx) = mpsc::channel::<Input>(INPUT_QUEUE);
     spawn_signals(tx.clone())?;
+    // A relayed kernel peer holds a descriptor (its forwarder): take the host's hard limit.
+    match crate::fdlimit::raise_open_files() {
+        Ok(r) if r.after > r.before => {
+            tracing::info!(
+                before = r.before,
+                after = r.after,
+                "raised the open-file limit from {} to {} (a relayed kernel peer holds one)",
+                r.before,
+                r.after
+            );
+        }
+        Ok(_) => {}
+        Err(e) => tracing::warn!(
+            "cannot raise the open-file limit to the hard limit ({e}); with the kernel backend each relayed peer holds one descriptor"
+        ),
+    }
     let identity = match join::join(settings).await? {
         Joined::Registered(id) | Joined::AlreadyEnrolled(id) => id,
     };

@@ -76,6 +76,12 @@ impl ReachLab {
     /// One router per entry of `modes`, the control plane and `relays` relays on the public
     /// segment; no node yet ([`ReachLab::add_node`]).
     pub fn start(modes: &[NatMode], relays: usize) -> Result<Self> {
+        Self::start_with(modes, relays, &[])
+    }
+
+    /// [`ReachLab::start`] with `cp_args` added to the control plane's command line (an
+    /// operator's knob, e.g. `--register-burst` for a fleet enrolling from one address).
+    pub fn start_with(modes: &[NatMode], relays: usize, cp_args: &[&str]) -> Result<Self> {
         let dir = tempfile::tempdir()?;
         let mut topo = Topology::new()?;
         for m in modes {
@@ -101,7 +107,7 @@ impl ReachLab {
                 proc: None,
             });
         }
-        let cp = start_control_plane(&topo, &dir.path().join("cp"), cp_addr, &infos)?;
+        let cp = start_control_plane(&topo, &dir.path().join("cp"), cp_addr, &infos, cp_args)?;
         let mut lab = Self {
             nodes: Vec::new(),
             relays: infos,
@@ -326,6 +332,7 @@ fn start_control_plane(
     data_dir: &Path,
     addr: Ipv4Addr,
     relays: &[RelayInfo],
+    extra: &[&str],
 ) -> Result<ControlPlane> {
     let mut cmd = Command::new(bin("plexsphere")?);
     cmd.env("PLEXSPHERE_NO_LOCAL_MACHINES", "1")
@@ -340,6 +347,7 @@ fn start_control_plane(
         // nodes have three STUN servers on three addresses without --stun-advertise.
         cmd.args(flags::cp_relay(&r.name, &r.public_key, r.udp(), r.tls()));
     }
+    cmd.args(extra);
     let proc = Proc::spawn(in_netns(topo.public_ns(), &cmd))?;
     let line = proc.wait_for_line(STARTUP_BOUND, |l| l.contains("listening on https://"))?;
     let url = line
