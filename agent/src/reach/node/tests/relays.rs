@@ -15,13 +15,7 @@ use super::rig::*;
 
 #[test]
 fn the_first_relay_registers_and_becomes_home_and_only_its_connection_opens() {
-    let mut rig = Rig::new(
-        vec![spec("r1", 1, true, false), spec("r2", 2, true, false)],
-        false,
-        &["r1", "r2"],
-    );
-    let t0 = rig.now;
-    rig.at(t0);
+    let (rig, _) = Rig::two_udp_relays(&["r1", "r2"]);
     assert_eq!(rig.events(), ["relays", "up r1 Udp", "home r1"]);
     assert_eq!(rig.set.connections(), ["r1"]);
     assert!(
@@ -34,13 +28,7 @@ fn the_first_relay_registers_and_becomes_home_and_only_its_connection_opens() {
 
 #[test]
 fn when_the_home_relay_goes_down_the_next_one_is_home_after_home_relay_none() {
-    let mut rig = Rig::new(
-        vec![spec("r1", 1, true, false), spec("r2", 2, true, false)],
-        false,
-        &["r1", "r2"],
-    );
-    let t0 = rig.now;
-    rig.at(t0);
+    let (mut rig, t0) = Rig::two_udp_relays(&["r1", "r2"]);
     rig.udp_alive.remove("r1");
     rig.run_until(t0 + 15 * SECOND);
     assert_eq!(
@@ -117,13 +105,7 @@ fn a_relay_that_answers_its_keepalives_still_closes_when_nothing_is_relayed_thro
     // Pings, pongs and re-registrations keep a connection alive; they are not use. Before,
     // every authentic answer counted as use, so a relay other than home that answered its
     // keepalives was never closed.
-    let mut rig = Rig::new(
-        vec![spec("r1", 1, true, false), spec("r2", 2, true, false)],
-        false,
-        &["r1", "r2"],
-    );
-    let t0 = rig.now;
-    rig.at(t0);
+    let (mut rig, t0) = Rig::two_udp_relays(&["r1", "r2"]);
     let t1 = t0 + SECOND;
     rig.now = t1;
     assert!(
@@ -154,13 +136,7 @@ fn a_relay_that_answers_its_keepalives_still_closes_when_nothing_is_relayed_thro
 
 #[test]
 fn a_relay_other_than_home_closes_after_exactly_relay_idle_and_home_never() {
-    let mut rig = Rig::new(
-        vec![spec("r1", 1, true, false), spec("r2", 2, true, false)],
-        false,
-        &["r1"],
-    );
-    let t0 = rig.now;
-    rig.at(t0);
+    let (mut rig, t0) = Rig::two_udp_relays(&["r1"]);
     let t1 = t0 + SECOND;
     rig.now = t1;
     assert!(

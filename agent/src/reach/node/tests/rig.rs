@@ -146,6 +146,19 @@ impl Rig {
         }
     }
 
+    /// Relays r1 and r2 over UDP (no TLS), those in `answer` answering, after the first
+    /// timeout at the start; with that start.
+    pub(super) fn two_udp_relays(answer: &[&str]) -> (Self, Instant) {
+        let mut rig = Self::new(
+            vec![spec("r1", 1, true, false), spec("r2", 2, true, false)],
+            false,
+            answer,
+        );
+        let t0 = rig.now;
+        rig.at(t0);
+        (rig, t0)
+    }
+
     /// Time is `t`: the set's timers run.
     pub(super) fn at(&mut self, t: Instant) {
         self.now = t;
