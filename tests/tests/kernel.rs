@@ -623,6 +623,15 @@ struct Usage {
     hwm_kib: u64,
 }
 
+impl Usage {
+    /// Keeps the highest threads, open files and forwarders of this and `sample`.
+    fn raise_to(&mut self, sample: &Usage) {
+        self.threads = self.threads.max(sample.threads);
+        self.fds = self.fds.max(sample.fds);
+        self.forwarders = self.forwarders.max(sample.forwarders);
+    }
+}
+
 fn plexd_usage(g: &GuestNode) -> anyhow::Result<Usage> {
     let status = g.guest.run_ok(
         "p=$(pidof plexd); cat /proc/$p/status; echo Fds: $(ls /proc/$p/fd | wc -l); \
@@ -652,26 +661,10 @@ fn plexd_usage(g: &GuestNode) -> anyhow::Result<Usage> {
 /// bootstrap token of `count` uses; from the public segment, so from one client address.
 fn register_bulk(lab: &ReachLab, count: usize) {
     let uses = count.to_string();
-    let token = plexsphere_e2e::control_plane::token_of(
-        &lab.plexctl_ok(&[
-            "bootstrap-token",
-            "issue",
-            "--project",
-            plexsphere_e2e::LAB_NODES_PROJECT,
-            "--kind",
-            "node",
-            "--env-prefix",
-            "lab",
-            "--ttl",
-            "1h",
-            "--uses",
-            &uses,
-            "--output",
-            "json",
-        ])
-        .unwrap(),
-    )
-    .unwrap();
+    let mut args =
+        plexsphere_e2e::control_plane::issue_token_args(plexsphere_e2e::LAB_NODES_PROJECT).to_vec();
+    args.extend(["--uses", &uses]);
+    let token = plexsphere_e2e::control_plane::token_of(&lab.plexctl_ok(&args).unwrap()).unwrap();
     let (base, ca) = (lab.cp.url.clone(), lab.cp.ca_file());
     netns::on_thread_in(lab.topo.public_ns(), move || {
         // One thread, in the public namespace: every socket is opened from it.
@@ -793,8 +786,7 @@ fn plexd_with_the_kernel_backend_in_a_guest_programs_a_thousand_peers_with_bound
         &format!("the guest's kernel interface lists {want} peers"),
         || {
             let usage = plexd_usage(&g)?;
-            peak.threads = peak.threads.max(usage.threads);
-            peak.fds = peak.fds.max(usage.fds);
+            peak.raise_to(&usage);
             last = g
                 .guest
                 .run_ok("wg show plexk0 peers | wc -l", CMD_BOUND)?
@@ -821,9 +813,7 @@ fn plexd_with_the_kernel_backend_in_a_guest_programs_a_thousand_peers_with_bound
         &format!("{enough} of {bulk} peers have a loopback forwarder"),
         || {
             let usage = plexd_usage(&g)?;
-            peak.threads = peak.threads.max(usage.threads);
-            peak.fds = peak.fds.max(usage.fds);
-            peak.forwarders = peak.forwarders.max(usage.forwarders);
+            peak.raise_to(&usage);
             Ok((usage.forwarders >= enough).then_some(()))
         },
     )
@@ -851,8 +841,7 @@ fn plexd_with_the_kernel_backend_in_a_guest_programs_a_thousand_peers_with_bound
     assert!(out.status.success(), "the userspace node pings the guest");
 
     let after = plexd_usage(&g).unwrap();
-    peak.threads = peak.threads.max(after.threads);
-    peak.fds = peak.fds.max(after.fds);
+    peak.raise_to(&after);
     eprintln!(
         "plexd in the guest (kernel backend): {want} peers programmed {:.0} s after the first of {bulk} registrations (registering took {:.0} s), {} with a forwarder after {:.0} s; threads {} before, {} after, at most {} seen; open files at most {} (soft limit {}); VmRSS {} KiB before, {} KiB after; VmHWM {} KiB",
         programmed.as_secs_f64(),

@@ -13,6 +13,15 @@ use crate::reach::relay_client::GIVE_UP;
 
 use super::rig::*;
 
+/// What a relay reached over TCP with TLS says, in order, from the start.
+const UP_OVER_TCP: [&str; 5] = [
+    "relays",
+    "open-tcp r1",
+    "reroute r1",
+    "up r1 Tcp",
+    "home r1",
+];
+
 #[test]
 fn the_first_relay_registers_and_becomes_home_and_only_its_connection_opens() {
     let (rig, _) = Rig::two_udp_relays(&["r1", "r2"]);
@@ -56,16 +65,7 @@ fn a_relay_unanswered_over_udp_for_give_up_moves_to_tcp_before_any_relay_down() 
     rig.run_until(t0 + GIVE_UP);
     assert_eq!(rig.events(), ["relays", "open-tcp r1", "reroute r1"]);
     rig.run_until(t0 + GIVE_UP + TICK);
-    assert_eq!(
-        rig.events(),
-        [
-            "relays",
-            "open-tcp r1",
-            "reroute r1",
-            "up r1 Tcp",
-            "home r1"
-        ]
-    );
+    assert_eq!(rig.events(), UP_OVER_TCP);
     assert!(rig.set.is_over_tcp("r1"));
     assert!(
         rig.set.plane_relays().is_empty(),
@@ -83,13 +83,7 @@ fn udp_blocked_or_no_udp_address_starts_over_tcp() {
         rig.run_until(t0 + TICK);
         assert_eq!(
             rig.events(),
-            [
-                "relays",
-                "open-tcp r1",
-                "reroute r1",
-                "up r1 Tcp",
-                "home r1"
-            ],
+            UP_OVER_TCP,
             "blocked {blocked}, UDP address {with_udp}"
         );
         assert!(
