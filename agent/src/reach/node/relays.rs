@@ -222,7 +222,7 @@ impl RelaySet {
     /// A new relay token (the JSON of its signed envelope), for every connection.
     pub fn handle_token(&mut self, token: Vec<u8>) {
         for c in self.conns.values_mut() {
-            c.set_token(token.clone());
+            c.handle_token(token.clone());
         }
         self.token = Some(token);
     }
@@ -258,9 +258,8 @@ impl RelaySet {
         let Some(conn) = self.conn(relay, now) else {
             return false;
         };
-        if let Some(frame) = conn.send(dst, datagram, now) {
-            self.send_frame(relay, frame);
-        }
+        conn.handle_send(dst, datagram, now);
+        self.drain(relay, now);
         true
     }
 
@@ -310,8 +309,8 @@ impl RelaySet {
             relay: relay.to_owned(),
         });
         if let Some(c) = self.conns.get_mut(relay) {
-            let notes = c.lost(format!("the TCP connection ended: {why}"), now);
-            self.notes(relay, notes, now);
+            c.handle_lost(format!("the TCP connection ended: {why}"), now);
+            self.drain(relay, now);
         }
     }
 
@@ -330,11 +329,8 @@ impl RelaySet {
             let Some(c) = self.conns.get_mut(&name) else {
                 continue;
             };
-            let (out, notes) = c.poll_frames(&self.id, now);
-            for f in out {
-                self.send_frame(&name, f);
-            }
-            self.notes(&name, notes, now);
+            c.handle_timeout(&self.id, now);
+            self.drain(&name, now);
         }
     }
 
@@ -401,11 +397,23 @@ impl RelaySet {
         let Some(conn) = self.conns.get_mut(name) else {
             return;
         };
-        let (out, notes) = conn.handle_frame(frame, &self.id, now);
+        conn.handle_frame(frame, &self.id, now);
         self.floors.insert(name.to_owned(), conn.counter());
-        for f in out {
-            self.send_frame(name, f);
+        self.drain(name, now);
+    }
+
+    /// Carries out what relay `name`'s connection queued for its last input: its frames, then
+    /// its notes (within one input the connection makes its frames before its notes). The
+    /// notes are taken first and then acted on, because a note can replace the connection (a
+    /// `Down` unanswered over UDP opens one over TCP) and the rest still count.
+    fn drain(&mut self, name: &str, now: Instant) {
+        while let Some(frame) = self.conns.get_mut(name).and_then(RelayConn::poll_transmit) {
+            self.send_frame(name, frame);
         }
+        let notes: Vec<Note> = match self.conns.get_mut(name) {
+            Some(c) => std::iter::from_fn(|| c.poll_note()).collect(),
+            None => Vec::new(),
+        };
         self.notes(name, notes, now);
     }
 

@@ -1,12 +1,27 @@
 //! The relay client: one connection to one `plexsphere relay`, as a sans-IO state machine over
-//! relay frames ([`plexsphere_wire::reach::relay::Frame`]). The runtime carries the frames
-//! (over UDP from the WireGuard socket) and calls [`RelayConn::poll_frames`] with the time;
-//! [`RelayConn::poll_timeout`] says when that next has something to do.
+//! relay frames ([`plexsphere_wire::reach::relay::Frame`]). It speaks the machines' vocabulary
+//! (docs/architecture.md, "The machines"):
+//!
+//! - inputs: [`RelayConn::handle_frame`] (a frame from the relay), [`RelayConn::handle_send`]
+//!   (a datagram to relay), [`RelayConn::handle_lost`] (the transport under it broke),
+//!   [`RelayConn::handle_token`] (a new relay token) and [`RelayConn::handle_timeout`] (time
+//!   passed); the input first, its context (the node's [`Identity`]), `now` last;
+//! - outputs: [`RelayConn::poll_transmit`] (frames to send to the relay) and
+//!   [`RelayConn::poll_note`] (what changed, for the runtime), queued inside the machine by the
+//!   inputs. The caller drains both after every input, frames first: within one input the
+//!   frames were always made before the notes (the flush and the ping before [`Note::Up`]), so
+//!   that order is the order they were made in;
+//! - [`RelayConn::poll_timeout`]: when [`RelayConn::handle_timeout`] next has something to do.
+//!
+//! Drained after every input, the queues hold at most one input's outputs: [`MAX_QUEUED`] sends
+//! and a ping on registering, one note. A caller that does not drain them loses what comes
+//! beyond [`MAX_OUTPUTS`] frames or notes (the newest are dropped, and counted in
+//! [`RelayConn::dropped_outputs`]).
 //!
 //! | state | on | does |
 //! |---|---|---|
-//! | idle | poll, with a token | `hello` -> hello sent |
-//! | idle | poll, no token | nothing (says so once) |
+//! | idle | a timeout, with a token | `hello` -> hello sent |
+//! | idle | a timeout, no token | nothing (says so once) |
 //! | hello sent | `challenge` | `register` (sealed proof, token) -> registering |
 //! | registering | `registered` | up (note [`Note::Up`]), queued sends flushed, `ping` |
 //! | hello sent / registering | no answer in [`ANSWER_WITHIN`] | `hello` again; after [`GIVE_UP`] without any answer: down |
@@ -14,7 +29,7 @@
 //! | up | [`KEEPALIVE`] since the last ping | `ping` |
 //! | up | nothing heard from the relay for [`SILENT_DOWN`] | down (a relay that died) |
 //! | up | no `registered` for a whole lease | down |
-//! | any | `refused` expired / bad token | down, waits for a new token ([`RelayConn::set_token`]) |
+//! | any | `refused` expired / bad token | down, waits for a new token ([`RelayConn::handle_token`]) |
 //! | any | `refused` not registered / bad proof | `hello` again |
 //! | any | `refused` busy | down, `hello` again after [`BUSY_BACKOFF`] |
 //! | any | an unsealed `refused` (any code) | a hint: `hello` again, at most once per [`HINT_EVERY`]; nothing else changes |
@@ -58,6 +73,10 @@ pub const MAX_QUEUED: usize = 32;
 pub const HINT_EVERY: Duration = Duration::from_secs(1);
 /// Dropped unauthentic frames are logged (with how many) at most this often.
 pub const UNAUTHENTIC_LOG_EVERY: Duration = Duration::from_secs(10);
+/// Frames, and apart from them notes, waiting for the caller's `poll_transmit` and
+/// `poll_note`; more are dropped (the newest). One input makes at most [`MAX_QUEUED`] + 1
+/// frames and one note, so a caller that drains after every input never comes near it.
+pub const MAX_OUTPUTS: usize = 64;
 
 /// What the node proves and shows.
 #[derive(Clone)]
@@ -153,7 +172,14 @@ pub struct RelayConn {
     state: State,
     token: Option<Vec<u8>>,
     said_no_token: bool,
+    /// Sends waiting for the registration ([`MAX_QUEUED`]).
     queue: VecDeque<(PublicKey, Vec<u8>)>,
+    /// Frames for the relay, until [`RelayConn::poll_transmit`] takes them ([`MAX_OUTPUTS`]).
+    transmits: VecDeque<Frame>,
+    /// What changed, until [`RelayConn::poll_note`] takes it ([`MAX_OUTPUTS`]).
+    notes: VecDeque<Note>,
+    /// Frames and notes dropped because the caller did not drain them ([`MAX_OUTPUTS`]).
+    pub dropped_outputs: u64,
     ping: Option<([u8; 8], Instant)>,
     rtt: Option<Duration>,
     nonce: u64,
@@ -188,6 +214,9 @@ impl RelayConn {
             token,
             said_no_token: false,
             queue: VecDeque::new(),
+            transmits: VecDeque::new(),
+            notes: VecDeque::new(),
+            dropped_outputs: 0,
             ping: None,
             rtt: None,
             nonce: 0,
@@ -235,8 +264,42 @@ impl RelayConn {
         self.rtt
     }
 
-    /// A new relay token (JSON of the signed envelope): a connection waiting for one retries.
-    pub fn set_token(&mut self, token: Vec<u8>) {
+    /// The next frame to send to the relay, in the order the inputs made them.
+    pub fn poll_transmit(&mut self) -> Option<Frame> {
+        self.transmits.pop_front()
+    }
+
+    /// The next thing that changed, in the order the inputs made them.
+    pub fn poll_note(&mut self) -> Option<Note> {
+        self.notes.pop_front()
+    }
+
+    /// Queues a frame for the relay (dropped beyond [`MAX_OUTPUTS`]).
+    fn transmit(&mut self, frame: Frame) {
+        if self.transmits.len() < MAX_OUTPUTS {
+            self.transmits.push_back(frame);
+        } else {
+            self.dropped_output();
+        }
+    }
+
+    /// Queues a note for the runtime (dropped beyond [`MAX_OUTPUTS`]).
+    fn note(&mut self, note: Note) {
+        if self.notes.len() < MAX_OUTPUTS {
+            self.notes.push_back(note);
+        } else {
+            self.dropped_output();
+        }
+    }
+
+    fn dropped_output(&mut self) {
+        self.dropped_outputs += 1;
+        tracing::debug!(relay = %self.name, dropped = self.dropped_outputs, "relay {}: an output dropped, {MAX_OUTPUTS} wait undrained", self.name);
+    }
+
+    /// A new relay token (JSON of the signed envelope): a connection waiting for one retries,
+    /// an up one registers again with it. Queues nothing; [`Self::poll_timeout`] says when.
+    pub fn handle_token(&mut self, token: Vec<u8>) {
         if self.token.as_ref() != Some(&token) && self.is_up() {
             // The relay ends a registration when its token expires: renew it now.
             self.renew = true;
@@ -248,61 +311,53 @@ impl RelayConn {
         }
     }
 
-    /// A datagram for `dst` through this relay: the frame to send now, or queued until the
-    /// registration completes (dropped beyond [`MAX_QUEUED`]).
-    pub fn send(&mut self, dst: PublicKey, payload: Vec<u8>, now: Instant) -> Option<Frame> {
+    /// A datagram for `dst` through this relay: its frame is queued at once, or the datagram
+    /// waits until the registration completes (dropped beyond [`MAX_QUEUED`]).
+    pub fn handle_send(&mut self, dst: PublicKey, payload: Vec<u8>, now: Instant) {
         self.last_used = now;
         if self.is_up() {
-            return Some(Frame::Send {
+            self.transmit(Frame::Send {
                 dst: relay::prefix(&dst),
                 payload,
             });
+            return;
         }
         if self.queue.len() < MAX_QUEUED {
             self.queue.push_back((dst, payload));
         }
-        None
     }
 
-    fn hello(&mut self, id: &Identity, now: Instant, since: Instant, out: &mut Vec<Frame>) {
-        out.push(Frame::Hello { node: id.public });
+    fn hello(&mut self, id: &Identity, now: Instant, since: Instant) {
+        self.transmit(Frame::Hello { node: id.public });
         self.state = State::Hello { since, sent: now };
     }
 
-    /// The transport under the connection broke: down, retried after [`RETRY_AFTER`].
-    pub fn lost(&mut self, why: String, now: Instant) -> Vec<Note> {
-        let mut notes = Vec::new();
-        self.down(why, Some(now + RETRY_AFTER), &mut notes);
-        notes
+    /// The transport under the connection broke: down (a [`Note::Down`]), retried after
+    /// [`RETRY_AFTER`].
+    pub fn handle_lost(&mut self, why: String, now: Instant) {
+        self.down(why, Some(now + RETRY_AFTER));
     }
 
-    fn down(&mut self, why: String, until: Option<Instant>, notes: &mut Vec<Note>) {
-        self.down_as(why, until, false, notes);
+    fn down(&mut self, why: String, until: Option<Instant>) {
+        self.down_as(why, until, false);
     }
 
-    fn down_as(
-        &mut self,
-        why: String,
-        until: Option<Instant>,
-        unanswered: bool,
-        notes: &mut Vec<Note>,
-    ) {
+    fn down_as(&mut self, why: String, until: Option<Instant>, unanswered: bool) {
         let was_up = self.is_up();
         self.state = State::Down { until };
         self.ping = None;
         if was_up || !self.queue.is_empty() || until.is_none() {
             self.queue.clear();
         }
-        notes.push(Note::Down { why, unanswered });
+        self.note(Note::Down { why, unanswered });
     }
 
-    /// Time passed: frames to send and what changed.
-    pub fn poll_frames(&mut self, id: &Identity, now: Instant) -> (Vec<Frame>, Vec<Note>) {
-        let (mut out, mut notes) = (Vec::new(), Vec::new());
+    /// Time passed: queues the frames and notes of the table's rows that are due.
+    pub fn handle_timeout(&mut self, id: &Identity, now: Instant) {
         match self.state {
             State::Idle => {
                 if self.token.is_some() {
-                    self.hello(id, now, now, &mut out);
+                    self.hello(id, now, now);
                 } else if !self.said_no_token {
                     self.said_no_token = true;
                     tracing::info!(relay = %self.name, "no relay token yet; registering with the relay once the control plane sends one");
@@ -318,10 +373,9 @@ impl RelayConn {
                         ),
                         Some(now + RETRY_AFTER),
                         true,
-                        &mut notes,
                     );
                 } else if now.saturating_duration_since(sent) >= ANSWER_WITHIN {
-                    self.hello(id, now, since, &mut out);
+                    self.hello(id, now, since);
                 }
             }
             State::Up { registered, lease } => {
@@ -335,13 +389,11 @@ impl RelayConn {
                             silent.as_secs()
                         ),
                         Some(now + RETRY_AFTER),
-                        &mut notes,
                     );
                 } else if age >= lease {
                     self.down(
                         format!("relay {} did not renew the registration", self.name),
                         Some(now),
-                        &mut notes,
                     );
                 } else if (age >= Duration::from_secs(REREGISTER_SECS) || self.renew)
                     && self.token.is_some()
@@ -350,27 +402,26 @@ impl RelayConn {
                         .is_none_or(|t| now.saturating_duration_since(t) >= ANSWER_WITHIN)
                 {
                     // Hello again while up; `registered` moves when the relay answers.
-                    out.push(Frame::Hello { node: id.public });
+                    self.transmit(Frame::Hello { node: id.public });
                     self.rehello = Some(now);
                     self.renew = false;
-                    self.ping = Some(self.next_ping(now, &mut out));
+                    self.send_ping(now);
                 } else if now.saturating_duration_since(self.last_ping) >= KEEPALIVE {
-                    self.ping = Some(self.next_ping(now, &mut out));
+                    self.send_ping(now);
                 }
             }
             State::Down { until: Some(t) } if now >= t => {
                 if self.token.is_some() {
-                    self.hello(id, now, now, &mut out);
+                    self.hello(id, now, now);
                 } else {
                     self.state = State::Idle;
                 }
             }
             State::Down { .. } => {}
         }
-        (out, notes)
     }
 
-    /// When [`Self::poll_frames`] next has something to do, from the table above: a retry,
+    /// When [`Self::handle_timeout`] next has something to do, from the table above: a retry,
     /// give-up, keepalive, re-registration, silence or lease end. `None` while only an input
     /// can move it (down waiting for a token, or idle with none that already said so). A
     /// moment already past means at once (idle with a token, a new token to register with).
@@ -405,29 +456,24 @@ impl RelayConn {
         }
     }
 
-    fn next_ping(&mut self, now: Instant, out: &mut Vec<Frame>) -> ([u8; 8], Instant) {
+    /// Queues a ping with the next nonce and waits for its pong (the RTT).
+    fn send_ping(&mut self, now: Instant) {
         self.nonce = self.nonce.wrapping_add(1);
         self.last_ping = now;
         let nonce = self.nonce.to_be_bytes();
-        out.push(Frame::Ping { nonce });
-        (nonce, now)
+        self.transmit(Frame::Ping { nonce });
+        self.ping = Some((nonce, now));
     }
 
-    /// A frame from the relay: frames to send back and what changed. Registered, refused,
-    /// peer gone and pong act only sealed (see the module docs).
-    pub fn handle_frame(
-        &mut self,
-        frame: Frame,
-        id: &Identity,
-        now: Instant,
-    ) -> (Vec<Frame>, Vec<Note>) {
-        let (mut out, mut notes) = (Vec::new(), Vec::new());
+    /// A frame from the relay: queues the frames to send back and what changed. Registered,
+    /// refused, peer gone and pong act only sealed (see the module docs).
+    pub fn handle_frame(&mut self, frame: Frame, id: &Identity, now: Instant) {
         match frame {
             Frame::Sealed { counter, body, tag } => {
                 match self.keys(id).frame.open(counter, &body, &tag) {
                     Ok(inner) if counter > self.counter => {
                         self.counter = counter;
-                        return self.authentic(inner, id, now);
+                        self.authentic(inner, id, now);
                     }
                     Ok(_) => {
                         self.unauthentic(now);
@@ -450,10 +496,10 @@ impl RelayConn {
                     self.last_hint = Some(now);
                     match self.state {
                         State::Hello { since, .. } | State::Registering { since, .. } => {
-                            self.hello(id, now, since, &mut out)
+                            self.hello(id, now, since)
                         }
                         State::Up { .. } => {
-                            out.push(Frame::Hello { node: id.public });
+                            self.transmit(Frame::Hello { node: id.public });
                             self.rehello = Some(now);
                         }
                         State::Idle | State::Down { .. } => {}
@@ -466,11 +512,10 @@ impl RelayConn {
             }
             Frame::Recv { src, payload } => {
                 self.last_used = now;
-                notes.push(Note::Recv { src, payload });
+                self.note(Note::Recv { src, payload });
             }
-            other => return self.authentic(other, id, now),
+            other => self.authentic(other, id, now),
         }
-        (out, notes)
     }
 
     /// Counts a dropped unauthentic frame; warns at most every [`UNAUTHENTIC_LOG_EVERY`].
@@ -488,8 +533,7 @@ impl RelayConn {
     }
 
     /// A frame that is authentic, or that needs not be (challenge, ping).
-    fn authentic(&mut self, frame: Frame, id: &Identity, now: Instant) -> (Vec<Frame>, Vec<Note>) {
-        let (mut out, mut notes) = (Vec::new(), Vec::new());
+    fn authentic(&mut self, frame: Frame, id: &Identity, now: Instant) {
         // Answers keep the connection alive but are not use: `last_used` moves only with
         // datagrams relayed either way, so a relay no peer needs closes when idle.
         if !matches!(frame, Frame::Challenge { .. } | Frame::Ping { .. }) {
@@ -498,15 +542,15 @@ impl RelayConn {
         match frame {
             Frame::Challenge { cookie } => {
                 let Some(token) = self.token.clone() else {
-                    return (out, notes);
+                    return;
                 };
                 let since = match self.state {
                     State::Hello { since, .. } | State::Registering { since, .. } => Some(since),
                     State::Up { .. } => None,
-                    _ => return (out, notes),
+                    _ => return,
                 };
                 let proof = relay::sealed_proof(&self.keys(id).shared, &cookie, &id.public);
-                out.push(Frame::Register {
+                self.transmit(Frame::Register {
                     node: id.public,
                     cookie,
                     proof,
@@ -526,14 +570,14 @@ impl RelayConn {
                     };
                     self.rehello = None;
                     if !was_up {
-                        for (dst, payload) in self.queue.drain(..) {
-                            out.push(Frame::Send {
+                        while let Some((dst, payload)) = self.queue.pop_front() {
+                            self.transmit(Frame::Send {
                                 dst: relay::prefix(&dst),
                                 payload,
                             });
                         }
-                        self.ping = Some(self.next_ping(now, &mut out));
-                        notes.push(Note::Up { rtt: self.rtt });
+                        self.send_ping(now);
+                        self.note(Note::Up { rtt: self.rtt });
                     }
                 }
             }
@@ -545,7 +589,6 @@ impl RelayConn {
                         self.down(
                             format!("relay {} refused the relay token ({reason}); waiting for a fresh token from the control plane", self.name),
                             None,
-                            &mut notes,
                         );
                     }
                     RefuseCode::NotRegistered | RefuseCode::BadProof => {
@@ -553,7 +596,6 @@ impl RelayConn {
                             self.down(
                                 format!("relay {} lost the registration ({reason})", self.name),
                                 Some(now),
-                                &mut notes,
                             );
                         } else {
                             let since = match self.state {
@@ -562,7 +604,7 @@ impl RelayConn {
                                 }
                                 _ => now,
                             };
-                            self.hello(id, now, since, &mut out);
+                            self.hello(id, now, since);
                         }
                     }
                     RefuseCode::Busy | RefuseCode::Other(_) => self.down(
@@ -572,13 +614,12 @@ impl RelayConn {
                             BUSY_BACKOFF.as_secs()
                         ),
                         Some(now + BUSY_BACKOFF),
-                        &mut notes,
                     ),
                 }
             }
-            Frame::Recv { src, payload } => notes.push(Note::Recv { src, payload }),
-            Frame::PeerGone { dst } => notes.push(Note::PeerGone { dst }),
-            Frame::Ping { nonce } => out.push(Frame::Pong { nonce }),
+            Frame::Recv { src, payload } => self.note(Note::Recv { src, payload }),
+            Frame::PeerGone { dst } => self.note(Note::PeerGone { dst }),
+            Frame::Ping { nonce } => self.transmit(Frame::Pong { nonce }),
             Frame::Pong { nonce } => {
                 if let Some((want, sent)) = self.ping
                     && want == nonce
@@ -593,6 +634,5 @@ impl RelayConn {
             | Frame::Send { .. }
             | Frame::Sealed { .. } => {}
         }
-        (out, notes)
     }
 }

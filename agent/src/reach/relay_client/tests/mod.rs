@@ -73,6 +73,30 @@ fn stand_in(token: Vec<u8>) -> (SocketAddr, Arc<AtomicBool>, thread::JoinHandle<
     (addr, stop, t)
 }
 
+/// Everything `conn` queued since the last drain: its frames, then its notes.
+fn drain(conn: &mut RelayConn) -> (Vec<Frame>, Vec<Note>) {
+    let out = std::iter::from_fn(|| conn.poll_transmit()).collect();
+    let notes = std::iter::from_fn(|| conn.poll_note()).collect();
+    (out, notes)
+}
+
+/// `conn.handle_timeout` at `now`, and what it queued.
+fn timeout(conn: &mut RelayConn, id: &Identity, now: Instant) -> (Vec<Frame>, Vec<Note>) {
+    conn.handle_timeout(id, now);
+    drain(conn)
+}
+
+/// `conn.handle_frame`, and what it queued.
+fn frame_in(
+    conn: &mut RelayConn,
+    frame: Frame,
+    id: &Identity,
+    now: Instant,
+) -> (Vec<Frame>, Vec<Note>) {
+    conn.handle_frame(frame, id, now);
+    drain(conn)
+}
+
 /// Drives `conn` over a real socket until `done` says so (bounded).
 fn drive(
     conn: &mut RelayConn,
@@ -87,14 +111,18 @@ fn drive(
     let mut all = Vec::new();
     let mut buf = [0u8; 4096];
     while Instant::now() < deadline {
-        let (out, notes) = conn.poll_frames(id, Instant::now());
+        let (out, notes) = timeout(conn, id, Instant::now());
         all.extend(notes);
         for f in out {
             sock.send_to(&f.to_datagram(), relay).unwrap();
         }
         if let Ok((n, _)) = sock.recv_from(&mut buf) {
-            let (out, notes) =
-                conn.handle_frame(Frame::from_datagram(&buf[..n]).unwrap(), id, Instant::now());
+            let (out, notes) = frame_in(
+                conn,
+                Frame::from_datagram(&buf[..n]).unwrap(),
+                id,
+                Instant::now(),
+            );
             all.extend(notes);
             for f in out {
                 sock.send_to(&f.to_datagram(), relay).unwrap();
@@ -121,8 +149,8 @@ fn with_token(t0: Instant) -> RelayConn {
 /// 60 s lease) at `t0`.
 fn up(id: &Identity, t0: Instant, counter: u64) -> RelayConn {
     let mut conn = with_token(t0);
-    conn.poll_frames(id, t0);
-    let (out, _) = conn.handle_frame(Frame::Challenge { cookie: [1; 32] }, id, t0);
+    timeout(&mut conn, id, t0);
+    let (out, _) = frame_in(&mut conn, Frame::Challenge { cookie: [1; 32] }, id, t0);
     match &out[..] {
         [Frame::Register { node, proof, .. }] => {
             let shared = shared_secret(&RELAY_SECRET, node);
@@ -130,7 +158,8 @@ fn up(id: &Identity, t0: Instant, counter: u64) -> RelayConn {
         }
         other => panic!("{other:?}"),
     }
-    let (_, notes) = conn.handle_frame(
+    let (_, notes) = frame_in(
+        &mut conn,
         sealed(counter, Frame::Registered { lease_secs: 60 }),
         id,
         t0,
@@ -152,10 +181,8 @@ fn registers_with_proof_and_token_then_relays_and_measures_the_rtt() {
         Instant::now(),
     );
     // Queued before the registration, sent once it completes.
-    assert_eq!(
-        conn.send(PublicKey([9; 32]), b"early".to_vec(), Instant::now()),
-        None
-    );
+    conn.handle_send(PublicKey([9; 32]), b"early".to_vec(), Instant::now());
+    assert_eq!(conn.poll_transmit(), None);
     let notes = drive(&mut conn, &id, &sock, relay, |_, n| {
         n.iter().any(|x| matches!(x, Note::Recv { .. }))
     });
@@ -189,9 +216,9 @@ fn an_expired_token_waits_for_a_fresh_one_and_then_registers() {
         other => panic!("{other:?}"),
     }
     // Down for good: polling sends nothing, however long.
-    let (out, _) = conn.poll_frames(&id, Instant::now() + Duration::from_secs(3600));
+    let (out, _) = timeout(&mut conn, &id, Instant::now() + Duration::from_secs(3600));
     assert!(out.is_empty());
-    conn.set_token(good);
+    conn.handle_token(good);
     let notes = drive(&mut conn, &id, &sock, relay, |_, n| !n.is_empty());
     assert!(matches!(notes[0], Note::Up { .. }), "{notes:?}");
     stop.store(true, Ordering::Relaxed);
@@ -203,12 +230,12 @@ fn a_silent_relay_is_down_after_give_up_and_retried_later_and_pings_are_answered
     let id = Identity::new(NODE_SECRET);
     let t0 = Instant::now();
     let mut conn = with_token(t0);
-    let (out, _) = conn.poll_frames(&id, t0);
+    let (out, _) = timeout(&mut conn, &id, t0);
     assert_eq!(out, vec![Frame::Hello { node: id.public }]);
     // Retried every ANSWER_WITHIN, down at GIVE_UP.
-    let (out, _) = conn.poll_frames(&id, t0 + ANSWER_WITHIN);
+    let (out, _) = timeout(&mut conn, &id, t0 + ANSWER_WITHIN);
     assert_eq!(out.len(), 1);
-    let (_, notes) = conn.poll_frames(&id, t0 + GIVE_UP);
+    let (_, notes) = timeout(&mut conn, &id, t0 + GIVE_UP);
     assert!(
         matches!(
             &notes[..],
@@ -220,13 +247,14 @@ fn a_silent_relay_is_down_after_give_up_and_retried_later_and_pings_are_answered
         "{notes:?}"
     );
     assert!(conn.is_down());
-    let (out, _) = conn.poll_frames(&id, t0 + GIVE_UP + RETRY_AFTER);
+    let (out, _) = timeout(&mut conn, &id, t0 + GIVE_UP + RETRY_AFTER);
     assert_eq!(out, vec![Frame::Hello { node: id.public }]);
-    let (out, _) = conn.handle_frame(Frame::Ping { nonce: [3; 8] }, &id, t0);
+    let (out, _) = frame_in(&mut conn, Frame::Ping { nonce: [3; 8] }, &id, t0);
     assert_eq!(out, vec![Frame::Pong { nonce: [3; 8] }]);
     // An unregistered node's sends queue, bounded.
     for _ in 0..(MAX_QUEUED + 5) {
-        assert!(conn.send(PublicKey([1; 32]), vec![1], t0).is_none());
+        conn.handle_send(PublicKey([1; 32]), vec![1], t0);
+        assert!(conn.poll_transmit().is_none());
     }
     assert_eq!(conn.queue.len(), MAX_QUEUED);
 }
@@ -237,21 +265,26 @@ fn an_up_relay_that_goes_silent_is_down_within_seconds_not_at_the_lease_end() {
     let t0 = Instant::now();
     let mut conn = up(&id, t0, 1);
     // Keepalive pings go out while it answers, and answers keep it up.
-    let (out, notes) = conn.poll_frames(&id, t0 + KEEPALIVE);
+    let (out, notes) = timeout(&mut conn, &id, t0 + KEEPALIVE);
     assert!(
         out.iter().any(|f| matches!(f, Frame::Ping { .. })),
         "{out:?}"
     );
     assert!(notes.is_empty());
-    conn.handle_frame(
+    frame_in(
+        &mut conn,
         sealed(2, Frame::Pong { nonce: [0; 8] }),
         &id,
         t0 + KEEPALIVE,
     );
-    let (_, notes) = conn.poll_frames(&id, t0 + KEEPALIVE + SILENT_DOWN - Duration::from_millis(1));
+    let (_, notes) = timeout(
+        &mut conn,
+        &id,
+        t0 + KEEPALIVE + SILENT_DOWN - Duration::from_millis(1),
+    );
     assert!(notes.is_empty(), "still heard recently: {notes:?}");
     // Then silence: down once nothing was heard for SILENT_DOWN, long before the lease ends.
-    let (_, notes) = conn.poll_frames(&id, t0 + KEEPALIVE + SILENT_DOWN);
+    let (_, notes) = timeout(&mut conn, &id, t0 + KEEPALIVE + SILENT_DOWN);
     match &notes[..] {
         [Note::Down { why, .. }] => assert!(why.contains("stopped answering"), "{why}"),
         other => panic!("{other:?}"),
@@ -260,16 +293,53 @@ fn an_up_relay_that_goes_silent_is_down_within_seconds_not_at_the_lease_end() {
     assert!(conn.is_down());
 }
 
+#[test]
+fn outputs_nobody_drains_stop_at_max_outputs_and_the_oldest_stay() {
+    let id = Identity::new(NODE_SECRET);
+    let t0 = Instant::now();
+    let mut conn = up(&id, t0, 1);
+    let dst = PublicKey([1; 32]);
+    for i in 0..(MAX_OUTPUTS + 10) {
+        conn.handle_send(dst, i.to_be_bytes().to_vec(), t0);
+        let recv = Frame::Recv {
+            src: [2; 8],
+            payload: i.to_be_bytes().to_vec(),
+        };
+        conn.handle_frame(recv, &id, t0);
+    }
+    let (out, notes) = drain(&mut conn);
+    assert_eq!((out.len(), notes.len()), (MAX_OUTPUTS, MAX_OUTPUTS));
+    assert_eq!(conn.dropped_outputs, 20);
+    let last = (MAX_OUTPUTS - 1).to_be_bytes().to_vec();
+    assert_eq!(
+        out.last(),
+        Some(&Frame::Send {
+            dst: relay::prefix(&dst),
+            payload: last.clone(),
+        })
+    );
+    assert_eq!(
+        notes.last(),
+        Some(&Note::Recv {
+            src: [2; 8],
+            payload: last,
+        })
+    );
+    // Drained, it queues again.
+    conn.handle_send(dst, vec![7], t0);
+    assert!(conn.poll_transmit().is_some());
+}
+
 /// Polls `conn` just before its next deadline (nothing happens) and at it (something does);
 /// answers that time and what the poll there gave.
 fn step(conn: &mut RelayConn, id: &Identity) -> (Instant, Vec<Frame>, Vec<Note>) {
     let at = conn.poll_timeout().expect("a deadline");
-    let (out, notes) = conn.poll_frames(id, at - Duration::from_millis(1));
+    let (out, notes) = timeout(conn, id, at - Duration::from_millis(1));
     assert!(
         out.is_empty() && notes.is_empty(),
         "early: {out:?} {notes:?}"
     );
-    let (out, notes) = conn.poll_frames(id, at);
+    let (out, notes) = timeout(conn, id, at);
     assert!(
         !(out.is_empty() && notes.is_empty()),
         "nothing at the deadline"
@@ -284,7 +354,7 @@ fn poll_timeout_names_every_retry_keepalive_and_give_up_and_nothing_is_due_befor
     let mut conn = with_token(t0);
     // Idle with a token: due at once.
     assert!(conn.poll_timeout().is_some_and(|at| at <= t0));
-    let (out, _) = conn.poll_frames(&id, t0);
+    let (out, _) = timeout(&mut conn, &id, t0);
     assert_eq!(out, vec![Frame::Hello { node: id.public }]);
     // A silent relay: a hello every ANSWER_WITHIN, down at GIVE_UP, a hello RETRY_AFTER later.
     let mut hellos = Vec::new();
@@ -302,8 +372,13 @@ fn poll_timeout_names_every_retry_keepalive_and_give_up_and_nothing_is_due_befor
     assert_eq!(at, t0 + GIVE_UP + RETRY_AFTER);
     assert_eq!(out, vec![Frame::Hello { node: id.public }]);
     // Up: a keepalive every KEEPALIVE, down once nothing was heard for SILENT_DOWN.
-    conn.handle_frame(Frame::Challenge { cookie: [1; 32] }, &id, at);
-    conn.handle_frame(sealed(1, Frame::Registered { lease_secs: 60 }), &id, at);
+    frame_in(&mut conn, Frame::Challenge { cookie: [1; 32] }, &id, at);
+    frame_in(
+        &mut conn,
+        sealed(1, Frame::Registered { lease_secs: 60 }),
+        &id,
+        at,
+    );
     assert!(conn.is_up());
     let up = at;
     let mut pings = Vec::new();
@@ -320,7 +395,7 @@ fn poll_timeout_names_every_retry_keepalive_and_give_up_and_nothing_is_due_befor
         code: RefuseCode::Expired,
         reason: "expired".into(),
     };
-    conn.handle_frame(sealed(2, expired), &id, up + SILENT_DOWN);
+    frame_in(&mut conn, sealed(2, expired), &id, up + SILENT_DOWN);
     assert!(conn.is_down());
     assert_eq!(conn.poll_timeout(), None);
 }
@@ -338,20 +413,26 @@ fn poll_timeout_of_an_up_connection_says_when_to_register_again() {
         if out.iter().any(|f| matches!(f, Frame::Hello { .. })) {
             break at;
         }
-        conn.handle_frame(sealed(counter, Frame::Pong { nonce: [0; 8] }), &id, at);
+        frame_in(
+            &mut conn,
+            sealed(counter, Frame::Pong { nonce: [0; 8] }),
+            &id,
+            at,
+        );
         counter += 1;
     };
     assert_eq!(at, t0 + Duration::from_secs(REREGISTER_SECS));
     // Registered again; a new token makes the next hello due at once.
-    conn.handle_frame(
+    frame_in(
+        &mut conn,
         sealed(counter, Frame::Registered { lease_secs: 60 }),
         &id,
         at,
     );
     assert!(conn.poll_timeout().is_some_and(|d| d > at));
-    conn.set_token(b"t2".to_vec());
+    conn.handle_token(b"t2".to_vec());
     assert!(conn.poll_timeout().is_some_and(|d| d <= at));
-    let (out, _) = conn.poll_frames(&id, at);
+    let (out, _) = timeout(&mut conn, &id, at);
     assert!(
         out.iter().any(|f| matches!(f, Frame::Hello { .. })),
         "{out:?}"
