@@ -1,6 +1,6 @@
 //! The relay client: one connection to one `plexsphere relay`, as a sans-IO state machine over
 //! relay frames ([`plexsphere_wire::reach::relay::Frame`]). It speaks the machines' vocabulary
-//! (docs/architecture.md, "The machines"):
+//! (docs/architecture.md, "One vocabulary for the sans-IO machines"):
 //!
 //! - inputs: [`RelayConn::handle_frame`] (a frame from the relay), [`RelayConn::handle_send`]
 //!   (a datagram to relay), [`RelayConn::handle_lost`] (the transport under it broke),
@@ -8,9 +8,9 @@
 //!   passed); the input first, its context (the node's [`Identity`]), `now` last;
 //! - outputs: [`RelayConn::poll_transmit`] (frames to send to the relay) and
 //!   [`RelayConn::poll_note`] (what changed, for the runtime), queued inside the machine by the
-//!   inputs. The caller drains both after every input, frames first: within one input the
-//!   frames were always made before the notes (the flush and the ping before [`Note::Up`]), so
-//!   that order is the order they were made in;
+//!   inputs. The caller drains both after every input, frames first: one input makes its
+//!   frames before its notes (the flushed sends and the ping before [`Note::Up`]), so that is
+//!   the order they were made in;
 //! - [`RelayConn::poll_timeout`]: when [`RelayConn::handle_timeout`] next has something to do.
 //!
 //! Drained after every input, the queues hold at most one input's outputs: [`MAX_QUEUED`] sends
@@ -73,7 +73,7 @@ pub const MAX_QUEUED: usize = 32;
 pub const HINT_EVERY: Duration = Duration::from_secs(1);
 /// Dropped unauthentic frames are logged (with how many) at most this often.
 pub const UNAUTHENTIC_LOG_EVERY: Duration = Duration::from_secs(10);
-/// Frames, and apart from them notes, waiting for the caller's `poll_transmit` and
+/// Frames waiting for the caller's `poll_transmit`, and apart from them notes waiting for its
 /// `poll_note`; more are dropped (the newest). One input makes at most [`MAX_QUEUED`] + 1
 /// frames and one note, so a caller that drains after every input never comes near it.
 pub const MAX_OUTPUTS: usize = 64;
