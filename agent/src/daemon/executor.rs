@@ -29,6 +29,10 @@ use crate::reach::io::ReachHandle;
 /// Inputs waiting for the loop: answers of calls, stream messages, mesh answers, socket
 /// requests and signals. Senders wait when it is full (the loop drains it between effects).
 pub const INPUT_QUEUE: usize = 256;
+/// At most this many inputs already waiting are fed to the core in one turn before its effects
+/// run: a burst of events (1,000 nodes registering) is settled once per turn, not once per event
+/// (`Core::poll_effect`), and a turn still ends after a bounded amount of work.
+pub const MAX_TURN_INPUTS: usize = INPUT_QUEUE;
 /// At exit, how long the loop waits for mesh jobs still running (the revocation's removal of
 /// every peer): the WireGuard worker's own bound plus a little.
 const MESH_DRAIN: Duration = Duration::from_secs(20);
@@ -81,6 +85,12 @@ impl Executor {
                 () = tokio::time::sleep_until(deadline) => Input::Core(io::Input::Tick),
             };
             self.feed(input);
+            for _ in 1..MAX_TURN_INPUTS {
+                match rx.try_recv() {
+                    Ok(input) => self.feed(input),
+                    Err(_) => break,
+                }
+            }
         };
         // What the mesh still does (the revocation's removal) is named in the journal.
         let until = tokio::time::Instant::now() + MESH_DRAIN;

@@ -107,7 +107,7 @@ impl Core {
                 }
                 match res {
                     Ok(StateAnswer::Body(body)) => {
-                        let floor = Some(self.floor());
+                        let floor = Some(self.state_floor);
                         let checked =
                             self.acceptor
                                 .state_json(&body, floor)
@@ -301,7 +301,10 @@ impl Core {
         }
     }
 
-    /// The highest state version or event seq this node applied: nothing older is accepted.
+    /// The highest state version or event seq this node applied: no event older is accepted.
+    /// A state may be older than the last event (`state_floor`): the control plane makes it at
+    /// its head when the pull arrives, and an event after that head can reach the node first
+    /// over the stream; every event newer than the state is held and applied again on top.
     pub(super) fn floor(&self) -> u64 {
         self.state_version.unwrap_or(0).max(self.last_seq)
     }
@@ -330,6 +333,10 @@ impl Core {
                 self.events = c.events;
                 self.last_seq = c.last_seq;
                 self.install_state(c.state, c.envelope, false, now);
+                // Whether a resync came after the cached state is not kept: after a restart
+                // the first state must be as new as the last event, as before (no event lost
+                // to a resync is then missing from the state).
+                self.state_floor = self.state_floor.max(c.last_seq);
             }
             Err(e) => tracing::warn!("{e}; starting without it"),
         }
@@ -338,6 +345,7 @@ impl Core {
     /// A verified state: replaces the wanted set; events newer than it are applied again.
     fn install_state(&mut self, state: NodeState, env: SignedEnvelope, save: bool, now: Now) {
         let version = state.version;
+        self.state_floor = version;
         self.wanted = DesiredPeers::from_state(&state);
         self.events.retain(|(e, _)| e.seq > version);
         for (e, _) in &self.events {
@@ -345,6 +353,18 @@ impl Core {
         }
         self.state_version = Some(version);
         self.take_policy(state.policy.clone());
+        // An event newer than this state names a peer outside its view (the peer registered
+        // after the control plane made this state, while the pull ran): pull again, one floor
+        // later, until a state's view names it; the event's seq then folds into the state.
+        if let Some(peer) = self
+            .events
+            .iter()
+            .find_map(|(e, _)| self.names_peer_outside_view(&e.kind))
+        {
+            tracing::info!(%peer, state_version = version, "the signed state version {version} predates a peer an event since named; pulling the state again");
+            let at = now.at + self.schedule.floor();
+            self.schedule.run_soon(Task::StatePoll, at);
+        }
         self.dns = state.dns.clone();
         self.envelope = Some(env);
         self.last_seq = self.last_seq.max(version);
@@ -386,6 +406,7 @@ impl Core {
     }
 
     pub(super) fn save_cache(&mut self) {
+        self.owed.save = false;
         let Some(env) = &self.envelope else { return };
         let write = CacheWrite {
             id: self.readiness.next_save(),

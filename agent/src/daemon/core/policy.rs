@@ -15,6 +15,9 @@ use super::policy_status::{FilterState, PolicyReport, PolicyStatus};
 use super::{Core, MeshOp, Now, Pending};
 use crate::mesh::MeshError;
 
+/// How many peers outside the view one apply's warning names (the rest are counted).
+const OUTSIDE_NAMED: usize = 3;
+
 impl Core {
     /// A new state's policy (kept for the next apply, which `install_state` asks for).
     pub(super) fn take_policy(&mut self, policy: Option<PolicyState>) {
@@ -50,13 +53,34 @@ impl Core {
         };
         // One set per apply: a scan of the view per peer was O(peers^2) on every apply.
         let named: HashSet<Uuid> = policy.view.peer_ids().collect();
+        let mut outside: Vec<String> = vec![];
         peers.retain(|p| {
             let known = named.contains(&p.node_id);
             if !known {
-                tracing::warn!(peer = %p.node_id, policy_version = policy.version, "peer {} ({}) is not in policy version {}'s view: not configured", p.hostname, p.node_id, policy.version);
+                tracing::debug!(peer = %p.node_id, policy_version = policy.version, "peer {} ({}) is not in policy version {}'s view: not configured", p.hostname, p.node_id, policy.version);
+                outside.push(format!("{} ({})", p.hostname, p.node_id));
             }
             known
         });
+        // One line per apply, not one per peer: while 1,000 nodes register, every apply
+        // would otherwise repeat a line for each peer not yet in the view.
+        if !outside.is_empty() {
+            let more = outside.len().saturating_sub(OUTSIDE_NAMED);
+            outside.truncate(OUTSIDE_NAMED);
+            let tail = if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            };
+            tracing::warn!(
+                policy_version = policy.version,
+                peers_outside_view = outside.len() + more,
+                "{} peer(s) not in policy version {}'s view, not configured: {}{tail} (they are configured once a signed state's view names them)",
+                outside.len() + more,
+                policy.version,
+                outside.join(", ")
+            );
+        }
         peers
     }
 

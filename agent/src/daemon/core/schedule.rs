@@ -79,6 +79,11 @@ impl Schedule {
         Duration::from_secs(u64::from(secs)).max(self.floor)
     }
 
+    /// The shortest interval of any task (`daemon.min_interval_secs`).
+    pub fn floor(&self) -> Duration {
+        self.floor
+    }
+
     pub fn intervals(&self) -> Intervals {
         self.intervals
     }

@@ -115,6 +115,8 @@ impl Core {
                 "the control plane asked for a resync ({reason}); pulling the full state"
             );
             self.last_seq = ev.seq;
+            // Events before the resync may be lost: only a state at least this new has them.
+            self.state_floor = self.state_floor.max(ev.seq);
             self.full_pull = true;
             self.schedule.run_soon(Task::StatePoll, now.at);
             return;
@@ -139,6 +141,7 @@ impl Core {
             }
             Delta::Revoked => return self.revoked(now),
             Delta::Resync(reason) => {
+                self.state_floor = self.state_floor.max(ev.seq);
                 tracing::info!(
                     seq = ev.seq,
                     "the control plane asked for a resync ({reason}); pulling the full state"
@@ -153,7 +156,7 @@ impl Core {
             Delta::Changed => {
                 let outside = self.names_peer_outside_view(&ev.kind);
                 self.events.push((ev, frame));
-                self.apply_mesh(now);
+                self.owed.apply = Some(now);
                 if let Some(peer) = outside {
                     tracing::info!(%peer, "the control plane sent a peer this node's policy view does not name yet (it registered after this node's last state); pulling the full state for the new view");
                     self.schedule.run_soon(Task::StatePoll, now.at);
@@ -164,6 +167,6 @@ impl Core {
         if self.events.len() > MAX_CACHED_EVENTS {
             self.schedule.run_soon(Task::StatePoll, now.at);
         }
-        self.save_cache();
+        self.owed.save = true;
     }
 }

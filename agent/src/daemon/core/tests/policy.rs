@@ -13,6 +13,7 @@ use crate::daemon::core::cache::Cached;
 use crate::daemon::core::mesh_apply::{InstalledPolicy, run_apply};
 use crate::daemon::core::policy_status::FilterState;
 use crate::daemon::core::protocol::{Answer, Request};
+use crate::daemon::core::schedule::Task;
 use crate::mesh::diff::MeshChange;
 use crate::mesh::{LivePeer, Mesh, MeshError};
 
@@ -305,4 +306,82 @@ fn a_peer_added_outside_the_view_pulls_the_state_for_the_new_view() {
         !calls(&e).iter().any(|c| matches!(c, Call::State { .. })),
         "no pull for a peer the view names: {e:?}"
     );
+}
+
+fn view_peer(n: u8) -> PeerView {
+    PeerView {
+        id: peer_id(n),
+        name: format!("node-{n}"),
+        addrs: vec![format!("10.64.1.{n}").parse().unwrap()],
+        inbound: None,
+        outbound: None,
+        routes_out: Vec::new(),
+        routes_in: Vec::new(),
+    }
+}
+
+/// Peers 3 and `more`, all named by the view, at `version`.
+fn state_naming(version: u64, more: &[u8]) -> NodeState {
+    let mut s = one_state(version, 1);
+    let mut p = policy(3);
+    for n in more {
+        s.peers.push(peer(*n));
+        p.view.peers.push(view_peer(*n));
+    }
+    s.policy = Some(p);
+    s
+}
+
+/// Two nodes register one after the other: the first one's `peer_added` starts a state pull,
+/// the second's arrives while it runs, and the pull answers a state made between the two. The
+/// node pulls again one floor later (not one state-poll interval, minutes), and stops once a
+/// state names both.
+#[test]
+fn a_peer_added_while_the_pull_for_the_view_runs_is_pulled_for_one_floor_later() {
+    let mut h = harness();
+    h.up(&state_naming(7, &[]));
+    let mut e = h.frame(1, 8, EventKind::PeerAdded { peer: peer(9) });
+    e.extend(h.wake());
+    assert!(calls(&e).iter().any(|c| matches!(c, Call::State { .. })));
+    // Peer 10 while the pull runs; the pull answers state 8, which names 9 but not 10.
+    h.frame(1, 9, EventKind::PeerAdded { peer: peer(10) });
+    let e = h.state_answer(&state_naming(8, &[9]));
+    assert_eq!(
+        applies(&e),
+        vec![2],
+        "3 and 9 configured, 10 not yet: {e:?}"
+    );
+    let asked = h.elapsed();
+    let floor = h.core.schedule.floor();
+    let mut pulled = false;
+    for _ in 0..100 {
+        if h.elapsed() >= asked + floor {
+            break;
+        }
+        if calls(&h.wake())
+            .iter()
+            .any(|c| matches!(c, Call::State { .. }))
+        {
+            pulled = true;
+            break;
+        }
+    }
+    assert!(pulled, "pulled again within the floor ({floor:?})");
+    assert_eq!(h.elapsed(), asked + floor, "one floor later, not at once");
+    // State 9 names 10: configured, and no further pull until the normal interval.
+    let e = h.state_answer(&state_naming(9, &[9, 10]));
+    assert_eq!(applies(&e), vec![3], "{e:?}");
+    let settled = h.elapsed();
+    let interval = h.core.schedule.interval(Task::StatePoll);
+    for _ in 0..1000 {
+        if h.elapsed() >= settled + interval / 2 {
+            break;
+        }
+        assert!(
+            !calls(&h.wake())
+                .iter()
+                .any(|c| matches!(c, Call::State { .. })),
+            "no pull once a state names every peer the events name"
+        );
+    }
 }

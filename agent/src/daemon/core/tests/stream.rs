@@ -254,3 +254,143 @@ fn a_revoked_event_ends_the_node_unless_it_is_leaving() {
     let e = l.stream(1, ended("the stream closed"));
     assert!(exits(&e).is_empty());
 }
+
+/// Feeds frames `seqs` (each adding peer `n`) without asking for effects in between, as the
+/// executor feeds the inputs already waiting in one turn.
+fn feed_frames(h: &mut Harness, frames: impl IntoIterator<Item = (u64, EventKind)>) {
+    for (seq, kind) in frames {
+        let data = event_data(seq, own(), kind);
+        let msg = StreamMsg::Frame {
+            id: Some(seq.to_string()),
+            event: "e".into(),
+            data,
+        };
+        h.core.handle(Input::Stream { conn: 1, msg }, h.now);
+    }
+}
+
+fn reach_peer_lists(effects: &[Effect]) -> Vec<usize> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Reach(crate::daemon::core::io::ReachOp::Peers(p)) => Some(p.len()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn cache_writes(effects: &[Effect]) -> Vec<(u64, usize)> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::SaveCache(w) => Some((w.last_seq, w.events.len())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_burst_of_events_in_one_turn_is_one_apply_one_reach_list_and_one_cache_write() {
+    let mut h = harness();
+    h.up(&one_state(4, 2));
+    // 241 peers join while the executor was busy: their frames wait and come in one turn.
+    feed_frames(
+        &mut h,
+        (10..=250u8).map(|n| (u64::from(n), EventKind::PeerAdded { peer: peer(n) })),
+    );
+    let e = h.step(Input::Tick);
+    assert_eq!(applies(&e), vec![243], "one apply of every peer: {e:?}");
+    assert_eq!(reach_peer_lists(&e), vec![243]);
+    assert_eq!(cache_writes(&e), vec![(250, 241)]);
+    // One event alone is applied and saved at once, as before.
+    let e = h.frame(
+        1,
+        251,
+        EventKind::PeerRemoved {
+            peer_node_id: peer_id(250),
+            public_key: "k".into(),
+        },
+    );
+    assert_eq!(applies(&e), vec![242]);
+    assert_eq!(cache_writes(&e), vec![(251, 242)]);
+}
+
+#[test]
+fn a_revocation_later_in_the_turn_wins_over_the_peers_added_before_it() {
+    let mut h = harness();
+    h.up(&one_state(4, 2));
+    feed_frames(
+        &mut h,
+        [
+            (5, EventKind::PeerAdded { peer: peer(9) }),
+            (6, EventKind::NodeRevoked),
+        ],
+    );
+    let e = h.step(Input::Tick);
+    assert_eq!(
+        applies(&e),
+        vec![0],
+        "only the removal of every peer: {e:?}"
+    );
+    assert!(
+        cache_writes(&e).is_empty(),
+        "a revoked node writes no cache"
+    );
+    assert_eq!(exits(&e).len(), 1);
+}
+
+/// The control plane makes a state at its head when the pull arrives; a node registering just
+/// after sends its `peer_added` over the stream, which can arrive before the pull's answer. The
+/// state is older than that event but not stale: it is installed and the event applied again on
+/// top (refused, as before, it left the state's own new peers off until the next poll).
+#[test]
+fn a_state_older_than_an_event_that_overtook_it_is_installed_with_the_event_on_top() {
+    let mut h = harness();
+    h.up(&one_state(4, 2)); // peers 3, 4
+    let mut pulled = false;
+    for _ in 0..1000 {
+        h.stream(1, StreamMsg::Activity); // the stream stays up
+        if calls(&h.after(Duration::from_secs(5)))
+            .iter()
+            .any(|c| matches!(c, Call::State { .. }))
+        {
+            pulled = true;
+            break;
+        }
+    }
+    assert!(pulled, "the next state pull");
+    h.frame(1, 6, EventKind::PeerAdded { peer: peer(10) });
+    let mut s = one_state(5, 2);
+    s.peers.push(peer(9)); // registered at seq 5, before the state was made
+    let e = h.state_answer(&s);
+    assert_eq!(
+        applies(&e),
+        vec![4],
+        "3, 4, 9 from the state, 10 from the event: {e:?}"
+    );
+    assert_eq!(h.core.state_version, Some(5));
+    assert_eq!(h.core.last_seq, 6);
+    // Older than the newest state installed stays refused.
+    let e = h.state_answer(&one_state(4, 2));
+    assert!(applies(&e).is_empty(), "{e:?}");
+    assert_eq!(h.core.state_version, Some(5));
+}
+
+/// After a resync at seq 8, events before it may be lost: a state made before it stays refused.
+#[test]
+fn a_state_older_than_a_resync_is_refused() {
+    let mut h = harness();
+    h.up(&one_state(4, 2));
+    h.frame(
+        1,
+        8,
+        EventKind::Resync {
+            reason: "trimmed".into(),
+        },
+    );
+    let e = h.state_answer(&one_state(7, 3));
+    assert!(applies(&e).is_empty(), "{e:?}");
+    assert_eq!(h.core.state_version, Some(4));
+    let e = h.state_answer(&one_state(8, 3));
+    assert_eq!(applies(&e), vec![3], "{e:?}");
+}
