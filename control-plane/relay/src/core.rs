@@ -1,6 +1,19 @@
 //! The relay's decisions, with no sockets and the time passed in: who is registered where,
-//! what a frame from a peer is answered with, where a `send` goes. The UDP thread and the TCP
+//! what a frame from a peer is answered with, where a `send` goes. The UDP threads and the TCP
 //! tasks share one [`Core`] behind a mutex and perform what it answers.
+//!
+//! It follows the machines' vocabulary (docs/architecture.md): inputs are `handle_*` (the
+//! input, then whom it came from, `now` last), outputs are polled. [`Core::handle_frame`] and
+//! [`Core::handle_send`] queue what they answer (at most one [`Transmit`] an input: an answer,
+//! or where a `send` goes on), and the shell takes it with [`Core::poll_transmit`] until that
+//! answers `None`, right after the input and under the same hold of the lock, so one thread
+//! never takes another's outputs. [`Core::handle_timeout`] sweeps ended leases and answers
+//! nothing; [`Core::poll_timeout`] says when the next sweep is due ([`SWEEP_EVERY`] after the
+//! last). A `send`'s forward is a [`Transmit::Forward`] naming the destination and the source
+//! key, not the bytes: the UDP thread rewrites the datagram it holds in place, so the hot path
+//! queues and takes one small value in a reused queue, with no allocation and no copy of the
+//! payload. Undrained, the queue stops at [`MAX_OUTPUTS`] (the newest dropped and counted in
+//! `dropped_outputs`).
 //!
 //! | frame from a peer | answer |
 //! |---|---|
@@ -30,7 +43,7 @@
 //! source a datagram names. A TCP peer has completed a handshake, so it is not charged; its
 //! connections are bounded per source instead ([`Core::handle_tcp_open`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -50,6 +63,16 @@ use crate::stats::Counters;
 
 /// One TCP connection's number, unique for the relay's life.
 pub type ConnId = u64;
+
+/// Outputs waiting in the core at most. The shells drain after every input, which queues at
+/// most one, so the queue holds one; past this (a shell that does not drain) the newest is
+/// dropped and counted in `dropped_outputs`.
+pub const MAX_OUTPUTS: usize = 64;
+
+/// How often ended leases are swept and idle answer buckets pruned: [`Core::poll_timeout`] is
+/// this long after the last sweep. An ended lease forwards nothing meanwhile (every decision
+/// checks the lease's end); the sweep only frees its room.
+pub const SWEEP_EVERY: Duration = Duration::from_millis(200);
 
 /// Where a frame came from or goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -72,15 +95,15 @@ pub struct Out {
     pub frame: Frame,
 }
 
-/// What to do with a `send` (the I/O layer builds the `recv` from the bytes it holds).
+/// What the core answered an input with, taken with [`Core::poll_transmit`]. A `send` that is
+/// dropped (counted) queues nothing.
 #[derive(Debug)]
-pub enum Forward {
-    /// Deliver `recv{src, payload}` there.
-    Deliver { to: To, src: PublicKey },
-    /// Answer the sender instead.
-    Answer(Out),
-    /// Drop it (counted).
-    Drop,
+pub enum Transmit {
+    /// Send this frame: an answer, or the `recv` a decoded `send` became.
+    Frame(Out),
+    /// Deliver the `send` just handled ([`Core::handle_send`]) as `recv{src, payload}` there;
+    /// the shell builds it from the bytes it holds.
+    Forward { to: To, src: PublicKey },
 }
 
 /// The time, both ways: the monotonic clock (`at`) for leases and budgets, the wall clock
@@ -148,6 +171,10 @@ pub struct Core {
     refusals: TokenBucket,
     logged: HashMap<Limit, (Instant, u64)>,
     counters: std::sync::Arc<Counters>,
+    /// What the inputs answered, until the shell polls it (at most [`MAX_OUTPUTS`]).
+    outputs: VecDeque<Transmit>,
+    /// When the next sweep is due ([`Core::poll_timeout`]).
+    next_sweep: Instant,
 }
 
 impl Core {
@@ -179,7 +206,30 @@ impl Core {
             refusals,
             logged: HashMap::new(),
             counters,
+            outputs: VecDeque::new(),
+            next_sweep: now + SWEEP_EVERY,
         }
+    }
+
+    /// The next output of the inputs handled so far, oldest first; `None` when all are taken.
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.outputs.pop_front()
+    }
+
+    /// When [`Core::handle_timeout`] has a sweep to do: [`SWEEP_EVERY`] after the last one (or
+    /// the core's start). Always some; O(1).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        Some(self.next_sweep)
+    }
+
+    /// Queues `out` for [`Core::poll_transmit`], or drops and counts it at [`MAX_OUTPUTS`].
+    fn push(&mut self, out: Option<Transmit>) {
+        let Some(out) = out else { return };
+        if self.outputs.len() >= MAX_OUTPUTS {
+            self.counters.dropped_outputs.inc();
+            return;
+        }
+        self.outputs.push_back(out);
     }
 
     /// Nodes with a registration (live or not yet swept).
@@ -233,8 +283,18 @@ impl Core {
         }
     }
 
-    /// Drops every registration whose lease (or token) ended, and prunes idle answer buckets.
+    /// At [`Core::poll_timeout`] (or later): drops every registration whose lease (or token)
+    /// ended, and prunes idle answer buckets; before it, nothing. Answers nothing.
     pub fn handle_timeout(&mut self, now: Instant) {
+        if now < self.next_sweep {
+            return;
+        }
+        self.next_sweep = now + SWEEP_EVERY;
+        self.sweep(now);
+    }
+
+    /// Drops every registration whose lease (or token) ended, and prunes idle answer buckets.
+    fn sweep(&mut self, now: Instant) {
         self.strangers.tick(now);
         let (by_peer, by_prefix, by_id) = (&mut self.by_peer, &mut self.by_prefix, &mut self.by_id);
         self.nodes.retain(|key, r| {
@@ -381,8 +441,16 @@ impl Core {
         })
     }
 
-    /// The answer to one frame from `peer` (a `send` goes through [`Core::handle_send`]).
-    pub fn handle_frame(&mut self, frame: Frame, peer: Peer, now: Now) -> Option<Out> {
+    /// One frame from `peer`; queues its answer, if any, for [`Core::poll_transmit`] (a
+    /// `send` becomes its `recv` here, or its answer: the UDP thread's undecoded `send`s go
+    /// through [`Core::handle_send`]).
+    pub fn handle_frame(&mut self, frame: Frame, peer: Peer, now: Now) {
+        let out = self.answer(frame, peer, now).map(Transmit::Frame);
+        self.push(out);
+    }
+
+    /// The frame that answers `frame` from `peer`, if any.
+    fn answer(&mut self, frame: Frame, peer: Peer, now: Now) -> Option<Out> {
         match frame {
             Frame::Hello { node } => {
                 if !self.may_answer(peer, now.at) {
@@ -410,19 +478,16 @@ impl Core {
                 self.counters.dropped_unregistered.inc();
                 None
             }
-            Frame::Send { dst, payload } => {
-                match self.handle_send(&dst, payload.len(), peer, now) {
-                    Forward::Deliver { to, src } => Some(Out {
-                        to,
-                        frame: Frame::Recv {
-                            src: prefix(&src),
-                            payload,
-                        },
-                    }),
-                    Forward::Answer(out) => Some(out),
-                    Forward::Drop => None,
-                }
-            }
+            Frame::Send { dst, payload } => match self.forward(&dst, payload.len(), peer, now)? {
+                Transmit::Forward { to, src } => Some(Out {
+                    to,
+                    frame: Frame::Recv {
+                        src: prefix(&src),
+                        payload,
+                    },
+                }),
+                Transmit::Frame(out) => Some(out),
+            },
             Frame::Pong { .. } => None,
             Frame::Challenge { .. }
             | Frame::Registered { .. }
@@ -473,7 +538,7 @@ impl Core {
         }
         let new_id = !self.nodes.contains_key(&node) && !self.by_id.contains_key(&id);
         if new_id && self.nodes.len() >= self.limits.max_nodes {
-            self.handle_timeout(now.at);
+            self.sweep(now.at);
             if self.nodes.len() >= self.limits.max_nodes {
                 self.hit(Limit::MaxNodes, now.at);
                 return self.refuse_proved(peer, seal, RefuseCode::Busy, "this relay has as many nodes registered as it takes (--max-nodes): use another relay", now);
@@ -634,8 +699,16 @@ impl Core {
         }
     }
 
-    /// Where a `send` of `len` payload bytes to `dst` from `peer` goes.
-    pub fn handle_send(&mut self, dst: &KeyPrefix, len: usize, peer: Peer, now: Now) -> Forward {
+    /// A `send` of `len` payload bytes to `dst` from `peer` (its bytes stay with the shell);
+    /// queues where it goes on ([`Transmit::Forward`]) or the answer to its sender, for
+    /// [`Core::poll_transmit`]. A dropped one (counted) queues nothing.
+    pub fn handle_send(&mut self, dst: &KeyPrefix, len: usize, peer: Peer, now: Now) {
+        let out = self.forward(dst, len, peer, now);
+        self.push(out);
+    }
+
+    /// Where a `send` goes on, or the answer to its sender; `None`: dropped (counted).
+    fn forward(&mut self, dst: &KeyPrefix, len: usize, peer: Peer, now: Now) -> Option<Transmit> {
         let Some(src) = self.by_peer.get(&peer).copied() else {
             return self.not_registered(peer, now.at);
         };
@@ -655,12 +728,12 @@ impl Core {
                         code: RefuseCode::Busy,
                         reason: "over this node's budget at this relay; frames are dropped".into(),
                     };
-                    Forward::Answer(Out {
+                    Some(Transmit::Frame(Out {
                         to,
                         frame: self.seal_for(peer, busy, now.unix_secs()),
-                    })
+                    }))
                 }
-                _ => Forward::Drop,
+                _ => None,
             };
         }
         let target = self
@@ -670,7 +743,7 @@ impl Core {
             .filter(|r| r.expires > now.at)
             .map(|r| r.peer);
         match target.and_then(|p| self.to(p)) {
-            Some(to) => Forward::Deliver { to, src },
+            Some(to) => Some(Transmit::Forward { to, src }),
             None => {
                 self.counters.peer_gone.inc();
                 let answer = self
@@ -678,26 +751,24 @@ impl Core {
                     .get_mut(&src)
                     .is_some_and(|r| r.answers.take(1, now.at));
                 match (answer, self.to(peer)) {
-                    (true, Some(to)) => Forward::Answer(Out {
+                    (true, Some(to)) => Some(Transmit::Frame(Out {
                         to,
                         frame: self.seal_for(peer, Frame::PeerGone { dst: *dst }, now.unix_secs()),
-                    }),
-                    _ => Forward::Drop,
+                    })),
+                    _ => None,
                 }
             }
         }
     }
 
-    fn not_registered(&mut self, peer: Peer, now: Instant) -> Forward {
-        match self.refuse(
+    fn not_registered(&mut self, peer: Peer, now: Instant) -> Option<Transmit> {
+        self.refuse(
             peer,
             RefuseCode::NotRegistered,
             "send from an address or connection with no registration: register first",
             now,
-        ) {
-            Some(out) => Forward::Answer(out),
-            None => Forward::Drop,
-        }
+        )
+        .map(Transmit::Frame)
     }
 }
 

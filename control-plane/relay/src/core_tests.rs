@@ -61,8 +61,7 @@ fn register_token(
     now: Now,
 ) -> Frame {
     let node = plexsphere_wire::reach::public_key(&sk);
-    let cookie = match core
-        .handle_frame(Frame::Hello { node }, peer, now)
+    let cookie = match handle_frame(core, Frame::Hello { node }, peer, now)
         .unwrap()
         .frame
     {
@@ -82,7 +81,29 @@ fn register_token(
         proof,
         token,
     };
-    core.handle_frame(frame, peer, now).unwrap().frame
+    handle_frame(core, frame, peer, now).unwrap().frame
+}
+
+/// Hands the core one frame and takes what it answered: at most one frame.
+fn handle_frame(core: &mut Core, frame: Frame, peer: Peer, now: Now) -> Option<Out> {
+    core.handle_frame(frame, peer, now);
+    match core.poll_transmit() {
+        Some(Transmit::Frame(out)) => Some(out),
+        None => None,
+        Some(t) => panic!("want a frame, got {t:?}"),
+    }
+}
+
+/// Hands the core one `send` and takes what it answered (`None`: dropped).
+fn handle_send(
+    core: &mut Core,
+    dst: &KeyPrefix,
+    len: usize,
+    peer: Peer,
+    now: Now,
+) -> Option<Transmit> {
+    core.handle_send(dst, len, peer, now);
+    core.poll_transmit()
 }
 
 fn at(t0: Instant, secs: u64) -> Now {
@@ -149,8 +170,8 @@ fn budget_cuts_a_flood_and_refills_with_time() {
     let delivered = (0..100)
         .filter(|_| {
             matches!(
-                c.handle_send(&dst, 100, udp(1), now),
-                Forward::Deliver { .. }
+                handle_send(&mut c, &dst, 100, udp(1), now),
+                Some(Transmit::Forward { .. })
             )
         })
         .count();
@@ -164,8 +185,8 @@ fn budget_cuts_a_flood_and_refills_with_time() {
     let delivered = (0..100)
         .filter(|_| {
             matches!(
-                c.handle_send(&dst, 100, udp(1), half),
-                Forward::Deliver { .. }
+                handle_send(&mut c, &dst, 100, udp(1), half),
+                Some(Transmit::Forward { .. })
             )
         })
         .count();
@@ -183,20 +204,20 @@ fn a_new_registration_moves_the_key_and_the_old_address_is_unregistered() {
     // Node 1 roams to port 9.
     register(&mut c, udp(9), [1; 32], now);
     assert!(matches!(
-        c.handle_send(&dst, 10, udp(9), now),
-        Forward::Deliver { .. }
+        handle_send(&mut c, &dst, 10, udp(9), now),
+        Some(Transmit::Forward { .. })
     ));
-    match c.handle_send(&dst, 10, udp(1), now) {
-        Forward::Answer(Out {
+    match handle_send(&mut c, &dst, 10, udp(1), now) {
+        Some(Transmit::Frame(Out {
             frame: Frame::Refused { code, .. },
             ..
-        }) => assert_eq!(code, RefuseCode::NotRegistered),
+        })) => assert_eq!(code, RefuseCode::NotRegistered),
         f => panic!("want not registered, got {f:?}"),
     }
     // Node 2 sees node 1 at its new address.
     let src = plexsphere_wire::reach::relay::prefix(&plexsphere_wire::reach::public_key(&[1; 32]));
-    match c.handle_send(&src, 10, udp(2), now) {
-        Forward::Deliver { to: To::Udp(a), .. } => assert_eq!(Peer::Udp(a), udp(9)),
+    match handle_send(&mut c, &src, 10, udp(2), now) {
+        Some(Transmit::Forward { to: To::Udp(a), .. }) => assert_eq!(Peer::Udp(a), udp(9)),
         f => panic!("want delivery, got {f:?}"),
     }
 }
@@ -216,13 +237,23 @@ fn peer_gone_and_refusals_are_rate_limited() {
     register(&mut c, udp(1), [1; 32], now);
     let nobody = [0xEE; 8];
     let gone = (0..50)
-        .filter(|_| matches!(c.handle_send(&nobody, 10, udp(1), now), Forward::Answer(_)))
+        .filter(|_| {
+            matches!(
+                handle_send(&mut c, &nobody, 10, udp(1), now),
+                Some(Transmit::Frame(_))
+            )
+        })
         .count();
     assert_eq!(gone, 3);
     assert_eq!(c.counters.peer_gone.get(), 50);
     // A stranger's sends: at most the global refusal rate is answered.
     let refused = (0..50)
-        .filter(|_| matches!(c.handle_send(&nobody, 10, udp(77), now), Forward::Answer(_)))
+        .filter(|_| {
+            matches!(
+                handle_send(&mut c, &nobody, 10, udp(77), now),
+                Some(Transmit::Frame(_))
+            )
+        })
         .count();
     assert_eq!(refused, 4);
 }
@@ -304,10 +335,7 @@ fn strangers_get_no_pong_and_answers_within_their_prefixs_bucket() {
     );
     let now = at(t0, 0);
     // A ping from nobody gets nothing.
-    assert!(
-        c.handle_frame(Frame::Ping { nonce: [1; 8] }, udp(5), now)
-            .is_none()
-    );
+    assert!(handle_frame(&mut c, Frame::Ping { nonce: [1; 8] }, udp(5), now).is_none());
     assert_eq!(c.counters.dropped_unregistered.get(), 1);
     // Hellos from one /24 (whatever the port or the address within it): 3 challenges.
     let hello = Frame::Hello {
@@ -316,25 +344,22 @@ fn strangers_get_no_pong_and_answers_within_their_prefixs_bucket() {
     let answered = (0..20u16)
         .filter(|p| {
             let from = Peer::Udp(SocketAddr::from(([192, 0, 2, (p % 5) as u8], 2000 + p)));
-            c.handle_frame(hello.clone(), from, now).is_some()
+            handle_frame(&mut c, hello.clone(), from, now).is_some()
         })
         .count();
     assert_eq!(answered, 3);
     assert_eq!(c.counters.dropped_prefix_rate.get(), 17);
     // The same /24's STUN and refusals draw on the same (empty) bucket.
     assert!(!c.may_answer(udp(9), now.at));
-    assert!(matches!(
-        c.handle_send(&[0; 8], 10, udp(9), now),
-        Forward::Drop
-    ));
+    assert!(handle_send(&mut c, &[0; 8], 10, udp(9), now).is_none());
     // Another /24 has its own; a TCP connection is never charged.
     let other = Peer::Udp(SocketAddr::from(([198, 51, 100, 1], 1)));
-    assert!(c.handle_frame(hello.clone(), other, now).is_some());
+    assert!(handle_frame(&mut c, hello.clone(), other, now).is_some());
     assert!(c.may_answer(Peer::Tcp(1), now.at));
     // A second later, one more for the first /24.
     let later = at(t0, 1);
-    assert!(c.handle_frame(hello.clone(), udp(3), later).is_some());
-    assert!(c.handle_frame(hello, udp(3), later).is_none());
+    assert!(handle_frame(&mut c, hello.clone(), udp(3), later).is_some());
+    assert!(handle_frame(&mut c, hello, udp(3), later).is_none());
 }
 
 #[test]
@@ -361,7 +386,7 @@ fn a_registered_address_is_answered_beyond_the_prefix_bucket() {
     for i in 0..10u8 {
         assert!(c.may_answer(udp(1), now.at));
         assert!(matches!(
-            c.handle_frame(Frame::Ping { nonce: [i; 8] }, udp(1), now)
+            handle_frame(&mut c, Frame::Ping { nonce: [i; 8] }, udp(1), now)
                 .unwrap()
                 .frame,
             Frame::Pong { .. }
@@ -394,6 +419,59 @@ fn one_source_always_leaves_a_slot() {
         c.handle_tcp_open(tx, "192.0.2.2:1".parse().unwrap(), t0)
             .is_some()
     );
+}
+
+#[test]
+fn the_sweep_is_due_at_poll_timeout_and_not_before() {
+    let t0 = Instant::now();
+    let mut c = core(Limits::default(), t0);
+    assert_eq!(c.poll_timeout(), Some(t0 + SWEEP_EVERY));
+    register(&mut c, udp(1), [1; 32], at(t0, 0));
+    let lease_end = t0 + Duration::from_secs(u64::from(LEASE_SECS));
+    // A sweep a moment before the lease ends keeps it, and sets the next deadline.
+    let before = lease_end - SWEEP_EVERY / 2;
+    c.handle_timeout(before);
+    assert_eq!(c.registered(), 1);
+    let due = before + SWEEP_EVERY;
+    assert_eq!(c.poll_timeout(), Some(due));
+    assert!(due > lease_end);
+    // The lease has ended, but the sweep is not due yet: nothing happens.
+    c.handle_timeout(due - Duration::from_nanos(1));
+    assert_eq!(c.registered(), 1, "swept before its deadline");
+    assert_eq!(c.poll_timeout(), Some(due));
+    // At the deadline the ended lease is swept.
+    c.handle_timeout(due);
+    assert_eq!(c.registered(), 0);
+    assert_eq!(c.poll_timeout(), Some(due + SWEEP_EVERY));
+    assert!(c.poll_transmit().is_none(), "a sweep answers nothing");
+}
+
+#[test]
+fn outputs_nobody_drains_stop_at_max_outputs_and_the_oldest_stay() {
+    let t0 = Instant::now();
+    let mut c = core(Limits::default(), t0);
+    let now = at(t0, 0);
+    register(&mut c, udp(1), [1; 32], now);
+    let extra = 10;
+    for i in 0..MAX_OUTPUTS + extra {
+        let nonce = [u8::try_from(i).unwrap(); 8];
+        c.handle_frame(Frame::Ping { nonce }, udp(1), now);
+    }
+    assert_eq!(c.counters.dropped_outputs.get(), extra as u64);
+    for i in 0..MAX_OUTPUTS {
+        match c.poll_transmit() {
+            Some(Transmit::Frame(Out {
+                frame: Frame::Pong { nonce },
+                ..
+            })) => assert_eq!(nonce, [u8::try_from(i).unwrap(); 8]),
+            t => panic!("want pong {i}, got {t:?}"),
+        }
+    }
+    assert!(c.poll_transmit().is_none());
+    // Drained, the queue takes outputs again.
+    c.handle_frame(Frame::Ping { nonce: [0; 8] }, udp(1), now);
+    assert!(c.poll_transmit().is_some());
+    assert_eq!(c.counters.dropped_outputs.get(), extra as u64);
 }
 
 #[path = "core_seal_tests.rs"]

@@ -1,5 +1,7 @@
 //! What the UDP threads and the TCP tasks share: the core behind its lock, the counters, a
-//! UDP socket, and how an answer of the core is delivered on either transport.
+//! UDP socket, and how an answer of the core is delivered on either transport. Whoever hands
+//! the core an input takes its outputs ([`Core::poll_transmit`](crate::core::Core::poll_transmit))
+//! before letting go of the lock.
 
 use std::net::UdpSocket;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -7,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use plexsphere_wire::reach::RELAY_MAGIC;
 use plexsphere_wire::reach::relay::Frame;
 
-use crate::core::{Core, Out, To};
+use crate::core::{Core, Out, To, Transmit};
 use crate::limits::MAX_STREAM_FRAME;
 use crate::stats::Counters;
 
@@ -47,6 +49,17 @@ pub(crate) fn push_tcp(
             shared.counters.dropped_queue_full.inc()
         }
         Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => {}
+    }
+}
+
+/// Sends an output of [`Core::handle_frame`](crate::core::Core::handle_frame) or
+/// [`Core::handle_timeout`](crate::core::Core::handle_timeout). Those make a decoded `send`'s
+/// `recv` themselves, so they queue no [`Transmit::Forward`]: only the caller of
+/// [`Core::handle_send`](crate::core::Core::handle_send) holds a forward's bytes, and takes it.
+pub(crate) fn transmit(shared: &Shared, t: Transmit) {
+    match t {
+        Transmit::Frame(out) => deliver(shared, out),
+        Transmit::Forward { .. } => {}
     }
 }
 

@@ -71,6 +71,9 @@ counters! {
     dropped_queue_full,
     /// `recv` frames too long for a TCP connection.
     dropped_too_long,
+    /// Outputs of the core dropped because [`crate::core::MAX_OUTPUTS`] waited undrained (a
+    /// shell that does not poll after every input; 0 in a working relay).
+    dropped_outputs,
     /// Times a limit was hit.
     limit_hits,
     /// TCP connections accepted, and closed for a TLS, framing or idle reason.

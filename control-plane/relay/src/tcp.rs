@@ -25,7 +25,7 @@ use crate::core::{Now, Peer};
 use crate::limits::{
     MAX_STREAM_FRAME, TCP_IDLE_TIMEOUT, TCP_QUEUE_FRAMES, TCP_WRITE_BATCH, TLS_HANDSHAKE_TIMEOUT,
 };
-use crate::shared::{Shared, deliver};
+use crate::shared::{Shared, transmit};
 
 /// What every connection gets: the TLS acceptor and the registration deadline.
 #[derive(Clone)]
@@ -193,6 +193,8 @@ async fn serve(
     };
     let reader = async {
         let mut buf = vec![0u8; MAX_STREAM_FRAME];
+        // The core's outputs for one frame, taken under its lock and sent after it (reused).
+        let mut outs = Vec::new();
         let mut registered = false;
         loop {
             // A read that finds its bytes waiting completes whatever the deadline says, so a
@@ -224,15 +226,15 @@ async fn serve(
                 shared.counters.dropped_unregistered.inc();
                 continue;
             }
-            let out = {
+            {
                 let mut core = shared.core();
-                let out = core.handle_frame(frame, Peer::Tcp(id), Now::system());
+                core.handle_frame(frame, Peer::Tcp(id), Now::system());
+                outs.extend(std::iter::from_fn(|| core.poll_transmit()));
                 // Registered (its answer may be sealed: the core knows, not the frame's type).
                 registered |= core.is_registered(Peer::Tcp(id));
-                out
-            };
-            if let Some(out) = out {
-                deliver(shared, out);
+            }
+            for out in outs.drain(..) {
+                transmit(shared, out);
             }
         }
     };

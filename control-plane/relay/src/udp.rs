@@ -3,7 +3,8 @@
 //! them, so one node's datagrams stay in order on one thread, and replies leave from the
 //! address the node sent to). Each thread owns its receive loop (no per-datagram task
 //! wake-up), and answers STUN, registers and forwards. It takes up to [`BATCH`] datagrams per
-//! `recvmmsg`, handles the whole batch under one lock of the core, and sends the forwards of a
+//! `recvmmsg`, handles the whole batch under one lock of the core (taking the core's outputs
+//! after each datagram, [`Core::poll_transmit`]), and sends the forwards of a
 //! batch together: runs to one node with one length as one UDP GSO send (the node's GRO, where
 //! it has it on, takes them as one), the rest with one `sendmmsg` (mmsg.rs). A `send` to a UDP node is rewritten in place into the `recv`
 //! (same length: the type byte and the key change), so forwarding copies nothing.
@@ -20,11 +21,12 @@ use plexsphere_wire::reach::{Kind, MAX_DATAGRAM, classify};
 
 use nix::sys::socket::{AddressFamily, SockFlag, SockType, SockaddrStorage, setsockopt, sockopt};
 
-use crate::core::{Core, Forward, Now, Peer, To};
+use crate::core::{Core, Now, Peer, To, Transmit};
 use crate::limits::MAX_UDP_THREADS;
-use crate::shared::{Shared, deliver, push_tcp};
+use crate::shared::{Shared, deliver, push_tcp, transmit};
 
-/// How often the loop looks at the stop flag and sweeps ended leases when idle.
+/// How often an idle loop looks at the stop flag (and thread 0 at the core's sweep deadline,
+/// [`Core::poll_timeout`]): the receive timeout.
 const POLL: Duration = Duration::from_millis(200);
 /// Type byte of `send` and `recv` (wire/src/reach/relay.rs).
 const SEND: u8 = 5;
@@ -67,7 +69,7 @@ fn reuse_port(addr: SocketAddr) -> io::Result<UdpSocket> {
 }
 
 /// Starts UDP thread `index` (`relay-udp-<index>`) on `socket`; thread 0 also sweeps ended
-/// leases every [`POLL`].
+/// leases when the core's [`Core::poll_timeout`] is due (at most [`POLL`] late).
 pub(crate) fn spawn(
     index: usize,
     socket: Arc<UdpSocket>,
@@ -85,7 +87,7 @@ fn run(sweeps: bool, socket: &UdpSocket, shared: &Shared, stop: &AtomicBool) {
     let mut received: Vec<(usize, SocketAddr)> = Vec::with_capacity(BATCH);
     let mut forwards: Vec<(usize, usize, SocketAddr)> = Vec::with_capacity(BATCH);
     let mut sender = crate::mmsg::Sender::new();
-    let mut last_sweep = Instant::now();
+    let mut sweep_at = shared.core().poll_timeout();
     while !stop.load(Ordering::Relaxed) {
         received.clear();
         forwards.clear();
@@ -112,9 +114,14 @@ fn run(sweeps: bool, socket: &UdpSocket, shared: &Shared, stop: &AtomicBool) {
             shared.counters.forwarded_frames.add(sent.frames);
             shared.counters.forwarded_bytes.add(sent.payload);
         }
-        if sweeps && last_sweep.elapsed() >= POLL {
-            last_sweep = Instant::now();
-            shared.core().handle_timeout(last_sweep);
+        if sweeps && sweep_at.is_some_and(|at| Instant::now() >= at) {
+            let mut core = shared.core();
+            core.handle_timeout(Instant::now());
+            // A sweep answers nothing today; whatever it would, is taken here.
+            while let Some(out) = core.poll_transmit() {
+                transmit(shared, out);
+            }
+            sweep_at = core.poll_timeout();
         }
     }
 }
@@ -144,9 +151,9 @@ fn datagram(
         }
         Kind::Relay => match Frame::from_datagram(buf) {
             Ok(frame) => {
-                let out = core.handle_frame(frame, Peer::Udp(from), now);
-                if let Some(out) = out {
-                    deliver(shared, out);
+                core.handle_frame(frame, Peer::Udp(from), now);
+                while let Some(out) = core.poll_transmit() {
+                    transmit(shared, out);
                 }
             }
             Err(_) => shared.counters.dropped_unknown.inc(),
@@ -172,25 +179,28 @@ fn send(
     }
     let mut dst = [0u8; 8];
     dst.copy_from_slice(&buf[5..HEAD]);
-    let verdict = core.handle_send(&dst, len, Peer::Udp(from), now);
-    match verdict {
-        Forward::Deliver { to, src } => {
-            buf[4] = RECV;
-            buf[5..HEAD].copy_from_slice(&plexsphere_wire::reach::relay::prefix(&src));
-            match to {
-                To::Udp(addr) => return Some(addr),
-                To::Tcp(tx) => {
-                    // The stream frame has no magic and a length in front.
-                    let frame = &buf[4..];
-                    let mut out = Vec::with_capacity(2 + frame.len());
-                    out.extend_from_slice(&(frame.len() as u16).to_be_bytes());
-                    out.extend_from_slice(frame);
-                    push_tcp(shared, &tx, out, len);
+    core.handle_send(&dst, len, Peer::Udp(from), now);
+    // One output at most: where the datagram goes on, or the answer to its sender.
+    let mut on_to = None;
+    while let Some(out) = core.poll_transmit() {
+        match out {
+            Transmit::Forward { to, src } => {
+                buf[4] = RECV;
+                buf[5..HEAD].copy_from_slice(&plexsphere_wire::reach::relay::prefix(&src));
+                match to {
+                    To::Udp(addr) => on_to = Some(addr),
+                    To::Tcp(tx) => {
+                        // The stream frame has no magic and a length in front.
+                        let frame = &buf[4..];
+                        let mut out = Vec::with_capacity(2 + frame.len());
+                        out.extend_from_slice(&(frame.len() as u16).to_be_bytes());
+                        out.extend_from_slice(frame);
+                        push_tcp(shared, &tx, out, len);
+                    }
                 }
             }
+            Transmit::Frame(out) => deliver(shared, out),
         }
-        Forward::Answer(out) => deliver(shared, out),
-        Forward::Drop => {}
     }
-    None
+    on_to
 }
