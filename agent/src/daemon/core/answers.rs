@@ -107,7 +107,7 @@ impl Core {
                 }
                 match res {
                     Ok(StateAnswer::Body(body)) => {
-                        let floor = Some(self.state_floor);
+                        let floor = Some(self.state_accept_floor());
                         let checked =
                             self.acceptor
                                 .state_json(&body, floor)
@@ -307,6 +307,17 @@ impl Core {
     /// over the stream; every event newer than the state is held and applied again on top.
     pub(super) fn floor(&self) -> u64 {
         self.state_version.unwrap_or(0).max(self.last_seq)
+    }
+
+    /// The oldest state version this node accepts: `state_floor`, and above it once an event
+    /// came since (a state made in that race is newer than the one installed; the installed
+    /// version served again then is a replay, refused and logged as one).
+    pub(super) fn state_accept_floor(&self) -> u64 {
+        if self.last_seq > self.state_floor {
+            self.state_floor + 1
+        } else {
+            self.state_floor
+        }
     }
 
     /// The cache read at start: apply it so the mesh works before the API answers.

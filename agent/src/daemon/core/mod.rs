@@ -182,8 +182,8 @@ pub struct Core {
     /// The next state pull is unconditional (no `If-None-Match`): after a resync, and once a
     /// state from the API is older than [`STATE_REFRESH`].
     full_pull: bool,
-    /// A state older than this is refused (`answers.rs`, `state_floor`): the newest state
-    /// installed, raised by a resync's seq, and at start the cache's last seq.
+    /// A state older than this is refused (`answers.rs`, `state_accept_floor`): the newest
+    /// state installed, raised by a resync's seq, and at start the cache's last seq.
     state_floor: u64,
     /// When the last signed state from the API was applied.
     last_api_state: Option<Instant>,
