@@ -320,7 +320,7 @@ fn handshake(c: &mut Criterion) {
 /// One peer's endpoint and allowed IPs replaced on a device with 10k peers.
 fn apply_one_change(c: &mut Criterion) {
     use plexd_dataplane::{Device, DeviceUpdate, PeerUpdate, PublicKey};
-    let device = Device::new();
+    let device = Device::new(plexsphere_wire::clock::Now::system());
     let peers: Vec<PeerUpdate> = (0..10_000u32)
         .map(|i| {
             let mut key = [0u8; 32];

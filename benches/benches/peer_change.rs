@@ -77,7 +77,7 @@ fn bench(c: &mut Criterion) {
         eprintln!("peer_change: skipped (the UAPI socket under /var/run/wireguard needs root)");
         return;
     }
-    let device = Arc::new(Device::new());
+    let device = Arc::new(Device::new(plexsphere_wire::clock::Now::system()));
     let shutdown = Shutdown::new();
     let net = MemoryNetwork::new();
     let (tun, _other) = tun_pair();

@@ -22,7 +22,7 @@ pub struct Pair {
 }
 
 fn device(sk: &SecretKey, port: u16, protocol: Protocol) -> Device {
-    let d = Device::with_protocol(protocol);
+    let d = Device::with_protocol(protocol, plexsphere_wire::clock::Now::system());
     d.apply(DeviceUpdate {
         private_key: Some(Some(sk.clone())),
         listen_port: Some(port),

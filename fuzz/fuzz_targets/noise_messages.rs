@@ -11,6 +11,7 @@ use boringtun::noise::rate_limiter::RateLimiter;
 use boringtun::x25519::{PublicKey, StaticSecret};
 use libfuzzer_sys::fuzz_target;
 use plexd_dataplane::noise::{Output, Tunnel};
+use plexsphere_wire::clock::Now;
 
 fn tunnel(own: u8, peer: u8, limit: u64) -> Tunnel {
     let sk = StaticSecret::from([own; 32]);
@@ -22,6 +23,8 @@ fn tunnel(own: u8, peer: u8, limit: u64) -> Tunnel {
         None,
         u32::from(own),
         Arc::new(RateLimiter::new(&pk, limit)),
+        Box::new(rand_core::OsRng),
+        Now::system(),
     )
 }
 

@@ -2,10 +2,30 @@
 //! (`crate::noise`), behind one small interface so the device's packet path is the same for
 //! both. Only plexd's own machine can hand a session's keys out of the peer's lock, which the
 //! crypto pool (`crate::pool`) needs; the device picks it with [`Protocol::Plexd`].
+//!
+//! The face speaks the vocabulary of the project's sans-IO machines (docs/architecture.md,
+//! "One vocabulary for the sans-IO machines"): inputs are `handle_*` with `now` last, and
+//! nothing here reads a clock or the OS's randomness: plexd's own machine is built with its
+//! random source and both clocks read once by the caller ([`Sources`]), and takes the
+//! monotonic `now: Instant` with each input (a bare `Instant`: half a `Now`'s size, and a
+//! packet needs no wall clock; see `crate::noise`). boringtun's `Tunn` reads its own clock and
+//! randomness inside the dependency.
+//!
+//! Outputs are written into the caller's `dst` and named by the returned [`Step`]: this is the
+//! packet path's form of `poll_*`. The device hands each input the output slot of its batch,
+//! so a sealed or opened packet is written once, where it is sent from, with no queue of owned
+//! outputs and no copy or allocation per packet. What is left after an input (packets queued
+//! before the session existed) is drained with [`Machine::poll_queued`]. There is no
+//! `poll_timeout`: boringtun's `Tunn` cannot say when its next timer is due, so the device
+//! calls [`Machine::handle_timeout`] on every peer at each tick (at least every 250 ms, as
+//! both machines want).
 
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
+
+use plexsphere_wire::clock::Now;
+use rand_core::CryptoRngCore;
 
 use boringtun::noise::errors::WireGuardError;
 use boringtun::noise::rate_limiter::RateLimiter;
@@ -67,6 +87,14 @@ pub(crate) enum Step {
     Rejected(Rejection),
 }
 
+/// What plexd's own machine is built with besides its keys: its random source (ephemeral keys,
+/// retry jitter) and both clocks read once, from which its initiations take their wall time.
+/// boringtun's `Tunn` is not handed these: it reads its own.
+pub(crate) struct Sources {
+    pub rng: Box<dyn CryptoRngCore + Send>,
+    pub clock: Now,
+}
+
 pub(crate) enum Machine {
     Boringtun(Box<Tunn>),
     Plexd(Box<Tunnel>),
@@ -103,6 +131,7 @@ impl Machine {
         psk: Option<[u8; 32]>,
         index: u32,
         rate_limiter: &Arc<RateLimiter>,
+        sources: Sources,
     ) -> Self {
         match protocol {
             Protocol::Boringtun => Machine::Boringtun(Box::new(Tunn::new(
@@ -119,26 +148,29 @@ impl Machine {
                 psk,
                 index,
                 rate_limiter.clone(),
+                sources.rng,
+                sources.clock,
             ))),
         }
     }
 
-    /// Encrypts `packet` (empty: a keepalive) into `dst`; without a session the packet is
-    /// queued and an initiation may go out instead.
-    pub(crate) fn encapsulate(&mut self, now: Instant, packet: &[u8], dst: &mut [u8]) -> Step {
+    /// A packet from the host: `packet` (empty: a keepalive) is sealed into `dst`; without a
+    /// session it is queued and an initiation may go into `dst` instead.
+    pub(crate) fn handle_packet(&mut self, packet: &[u8], dst: &mut [u8], now: Instant) -> Step {
         match self {
             Machine::Boringtun(t) => t.encapsulate(packet, dst).into(),
             Machine::Plexd(t) => t.encapsulate(now, packet, dst).into(),
         }
     }
 
-    /// Handles a datagram from `from`: plaintext, or an answer, into `dst`.
-    pub(crate) fn decapsulate(
+    /// A datagram from the peer at `from`: plaintext for the host, or an answer for the peer,
+    /// into `dst`.
+    pub(crate) fn handle_datagram(
         &mut self,
-        now: Instant,
-        from: IpAddr,
         datagram: &[u8],
+        from: IpAddr,
         dst: &mut [u8],
+        now: Instant,
     ) -> Step {
         match self {
             Machine::Boringtun(t) => t.decapsulate(Some(from), datagram, dst).into(),
@@ -146,19 +178,8 @@ impl Machine {
         }
     }
 
-    /// The next packet queued before the session existed, sealed into `dst`.
-    pub(crate) fn next_queued(&mut self, now: Instant, dst: &mut [u8]) -> Option<usize> {
-        match self {
-            Machine::Boringtun(t) => match t.decapsulate(None, &[], dst) {
-                TunnResult::WriteToNetwork(b) => Some(b.len()),
-                _ => None,
-            },
-            Machine::Plexd(t) => t.next_queued(now, dst),
-        }
-    }
-
-    /// Runs the timers; a message for the peer (a retry, a keepalive) goes into `dst`.
-    pub(crate) fn update_timers(&mut self, now: Instant, dst: &mut [u8]) -> Option<usize> {
+    /// The timers: a message for the peer (a retry, a rekey, a keepalive) goes into `dst`.
+    pub(crate) fn handle_timeout(&mut self, dst: &mut [u8], now: Instant) -> Option<usize> {
         let step: Step = match self {
             Machine::Boringtun(t) => t.update_timers(dst).into(),
             Machine::Plexd(t) => t.update_timers(now, dst).into(),
@@ -166,6 +187,18 @@ impl Machine {
         match step {
             Step::Network(n) => Some(n),
             _ => None,
+        }
+    }
+
+    /// The next packet queued before the session existed, sealed into `dst` (None: none left,
+    /// or no session yet).
+    pub(crate) fn poll_queued(&mut self, dst: &mut [u8], now: Instant) -> Option<usize> {
+        match self {
+            Machine::Boringtun(t) => match t.decapsulate(None, &[], dst) {
+                TunnResult::WriteToNetwork(b) => Some(b.len()),
+                _ => None,
+            },
+            Machine::Plexd(t) => t.next_queued(now, dst),
         }
     }
 

@@ -7,9 +7,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use boringtun::noise::rate_limiter::RateLimiter;
 use ipnet::IpNet;
+use plexsphere_wire::clock::Now;
 
 use crate::key::{PublicKey, SecretKey};
-use crate::machine::{Machine, Protocol};
+use crate::machine::{Machine, Protocol, Sources};
 use crate::source::Source;
 
 /// A peer of the device. The public key and index never change; the rest is in `PeerState`.
@@ -73,13 +74,16 @@ impl Peer {
     }
 
     /// The peer's Noise state machine, built the first time a packet, a datagram or a timer
-    /// needs it; None while the device has no private key.
+    /// needs it; None while the device has no private key. `clock`: both clocks as the
+    /// device's owner read them when it built the device (plexd's own machine takes its
+    /// handshakes' wall time from it); its random source is the OS's CSPRNG.
     pub(crate) fn machine<'a>(
         &self,
         p: &'a mut PeerState,
         private_key: Option<&SecretKey>,
         rate_limiter: &Arc<RateLimiter>,
         protocol: Protocol,
+        clock: Now,
     ) -> Option<&'a mut Machine> {
         if p.machine.is_none() {
             let sk = private_key?;
@@ -90,6 +94,11 @@ impl Peer {
                 p.preshared_key.as_ref().map(|k| *k.bytes()),
                 self.index,
                 rate_limiter,
+                Sources {
+                    // A unit struct: boxing it allocates nothing.
+                    rng: Box::new(rand_core::OsRng),
+                    clock,
+                },
             ));
         }
         p.machine.as_mut()
@@ -190,12 +199,12 @@ mod tests {
         let mut p = peer.lock();
         for protocol in [Protocol::Boringtun, Protocol::Plexd] {
             assert!(
-                peer.machine(&mut p, None, &rate_limiter, protocol)
+                peer.machine(&mut p, None, &rate_limiter, protocol, Now::system())
                     .is_none(),
                 "no key, no state machine"
             );
             assert!(
-                peer.machine(&mut p, Some(&sk), &rate_limiter, protocol)
+                peer.machine(&mut p, Some(&sk), &rate_limiter, protocol, Now::system())
                     .is_some()
             );
             assert!(p.machine.is_some(), "kept once built");

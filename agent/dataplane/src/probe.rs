@@ -233,6 +233,7 @@ impl Device {
                 state.private_key.as_ref(),
                 &state.rate_limiter,
                 state.protocol,
+                state.clock,
             )
             .ok_or(ProbeError::NoKey)?;
         if !machine.has_session(now) {
@@ -244,7 +245,7 @@ impl Device {
             if slot.len() < packet.len() + WG_OVERHEAD {
                 return Err(ProbeError::Size(packet.len()));
             }
-            match machine.encapsulate(now, packet, slot) {
+            match machine.handle_packet(packet, slot, now) {
                 Step::Network(n) => {
                     out.commit(n, endpoint);
                     out.set_src(src);

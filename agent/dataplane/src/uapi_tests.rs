@@ -21,7 +21,7 @@ fn set(device: &Device, text: &str) -> Result<(), UapiError> {
 
 #[test]
 fn set_then_get_round_trips() {
-    let device = Device::new();
+    let device = Device::new(plexsphere_wire::clock::Now::system());
     let text = format!(
         "set=1\nprivate_key={PRIV}\nlisten_port=51820\nreplace_peers=true\n\
          public_key={PEER}\npreshared_key={PSK}\nendpoint=[2001:db8::1]:51820\n\
@@ -50,14 +50,14 @@ fn set_then_get_round_trips() {
         }))
         .map(|l| format!("{l}\n"))
         .collect();
-    let copy = Device::new();
+    let copy = Device::new(plexsphere_wire::clock::Now::system());
     set(&copy, &replay).expect("get output is valid set input");
     assert_eq!(format_get(&copy.snapshot(now, SystemTime::now())), expected);
 }
 
 #[test]
 fn remove_update_only_and_replace_allowed_ips() {
-    let device = Device::new();
+    let device = Device::new(plexsphere_wire::clock::Now::system());
     set(
         &device,
         &format!("set=1\npublic_key={PEER}\nallowed_ip=10.0.0.1/32\n"),
@@ -88,7 +88,7 @@ fn remove_update_only_and_replace_allowed_ips() {
 
 #[test]
 fn last_handshake_is_reported_in_wall_clock_time() {
-    let device = Device::new();
+    let device = Device::new(plexsphere_wire::clock::Now::system());
     set(&device, &format!("set=1\npublic_key={PEER}\n")).expect("add");
     let key = PublicKey::from_hex(PEER).expect("key");
     let t0 = Instant::now();
@@ -164,7 +164,7 @@ proptest! {
         ],
         0..20,
     )) {
-        let device = Device::new();
+        let device = Device::new(plexsphere_wire::clock::Now::system());
         let text: Vec<&str> = std::iter::once("set=1").chain(lines.iter().map(String::as_str)).collect();
         if let Ok(Request::Set(update)) = parse_request(text.into_iter()) {
             prop_assert!(device.apply(update).is_ok());

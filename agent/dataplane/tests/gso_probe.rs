@@ -43,7 +43,7 @@ impl Drop for Plane {
 }
 
 fn start_plane(lab: &Lab) -> (Plane, Prober) {
-    let device = Arc::new(Device::new());
+    let device = Arc::new(Device::new(plexsphere_wire::clock::Now::system()));
     let raw = RawSender::new();
     let switch = Arc::new(UdpOffloadSwitch::new(true));
     let shutdown = Shutdown::new();

@@ -118,7 +118,7 @@ fn listen(lab: &Lab, port: u16) -> TcpListener {
 #[test]
 fn real_tcp_and_icmp_meet_the_filter_and_a_revocation_cuts_a_live_connection() {
     let mut lab = Lab::new('p');
-    let device = Arc::new(Device::new());
+    let device = Arc::new(Device::new(plexsphere_wire::clock::Now::system()));
     // Installed before the data plane reads its TUN or socket.
     device.set_policy(Some(filter(WEB_TO_DB, 1)));
     let plane = start_plane(&lab, device.clone());

@@ -95,7 +95,7 @@ struct Node {
 
 fn node(last: u8) -> Node {
     let sk = SecretKey::generate().expect("random");
-    let device = Device::new();
+    let device = Device::new(plexsphere_wire::clock::Now::system());
     device
         .apply(DeviceUpdate {
             private_key: Some(Some(sk.clone())),

@@ -48,7 +48,10 @@ fn pair(workers: usize, protocol: Protocol) -> (Node, Node) {
     let mesh = |i: usize| Ipv4Addr::new(10, 64, 0, 1 + i as u8);
     let mut nodes = (0..2).map(|i| {
         let other = 1 - i;
-        let device = Arc::new(Device::with_protocol(protocol));
+        let device = Arc::new(Device::with_protocol(
+            protocol,
+            plexsphere_wire::clock::Now::system(),
+        ));
         let mut peer = PeerUpdate::new(keys[other].public_key());
         peer.allowed_ips
             .push(format!("{}/32", mesh(other)).parse().expect("test setup"));

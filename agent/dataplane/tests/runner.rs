@@ -33,8 +33,15 @@ impl Node {
         };
         let binder = net.binder(IpAddr::from(ip));
         let s = shutdown.clone();
-        let thread =
-            std::thread::spawn(move || run(Arc::new(Device::new()), tun, binder, config, s));
+        let thread = std::thread::spawn(move || {
+            run(
+                Arc::new(Device::new(plexsphere_wire::clock::Now::system())),
+                tun,
+                binder,
+                config,
+                s,
+            )
+        });
         let deadline = Instant::now() + Duration::from_secs(10);
         while UnixStream::connect(&socket).is_err() {
             assert!(Instant::now() < deadline, "the UAPI socket never came up");

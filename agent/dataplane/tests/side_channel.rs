@@ -135,7 +135,15 @@ fn raw_sends_follow_a_listen_port_rebind() {
     };
     let shutdown = Shutdown::new();
     let (s, binder) = (shutdown.clone(), net.binder(IpAddr::from([192, 0, 2, 1])));
-    let thread = std::thread::spawn(move || run(Arc::new(Device::new()), tun, binder, config, s));
+    let thread = std::thread::spawn(move || {
+        run(
+            Arc::new(Device::new(plexsphere_wire::clock::Now::system())),
+            tun,
+            binder,
+            config,
+            s,
+        )
+    });
     wait(|| UnixStream::connect(&socket).is_ok(), "the UAPI socket");
     let first = raw.local_addr().expect("bound");
     let peer = net

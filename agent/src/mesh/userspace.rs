@@ -254,7 +254,7 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError
             e,
         )
     })?;
-    let device = Arc::new(Device::new());
+    let device = Arc::new(Device::new(plexsphere_wire::clock::Now::system()));
     device
         .apply(DeviceUpdate {
             private_key: Some(Some(SecretKey::from_bytes(node.private_key()))),

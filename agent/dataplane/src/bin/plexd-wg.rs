@@ -217,7 +217,10 @@ fn run_foreground(iface: &str) -> anyhow::Result<()> {
         nice: switch("PLEXD_WG_NICE").then_some(PACKET_THREAD_NICE),
         ..RunConfig::default()
     };
-    let device = std::sync::Arc::new(Device::with_protocol(protocol));
+    let device = std::sync::Arc::new(Device::with_protocol(
+        protocol,
+        plexsphere_wire::clock::Now::system(),
+    ));
     // A benchmark's access policy (wg-bench): the compiled view in DIR/<iface>.json, as a
     // signed state would carry it; no variable, no filter (plexd-wg filters nothing).
     if let Ok(dir) = std::env::var("PLEXD_WG_POLICY_VIEWS") {

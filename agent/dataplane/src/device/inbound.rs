@@ -176,6 +176,7 @@ impl Device {
             state.private_key.as_ref(),
             &state.rate_limiter,
             state.protocol,
+            state.clock,
         ) else {
             Counters::bump(&self.counters.no_key);
             return;
@@ -187,7 +188,7 @@ impl Device {
             return;
         }
         let mut answered = false;
-        match machine.decapsulate(now, from.ip(), datagram, slot) {
+        match machine.handle_datagram(datagram, from.ip(), slot, now) {
             Step::Tunnel(n, src) => {
                 self.deliver(state, &peer, &mut p, (src, n, now), from, to_tun);
             }
@@ -248,7 +249,7 @@ impl Device {
         };
         loop {
             let slot = to_network.next_slot();
-            let Some(n) = machine.next_queued(now, slot) else {
+            let Some(n) = machine.poll_queued(slot, now) else {
                 break;
             };
             to_network.commit(n, to);

@@ -3,7 +3,9 @@
 //! Inputs are `handle_tun_packets` (plaintext from the host), `handle_udp_datagrams`
 //! (WireGuard messages from the network) and `handle_timer(now)`; outputs are written into
 //! caller-owned batches: datagrams for the network (each with its destination) and packets for
-//! the TUN. Time is always a parameter, so tests step it. The device is `Sync`: the runner
+//! the TUN. Time is always a parameter, so tests step it: each input takes the monotonic
+//! `now: Instant`, and the wall clock, which only plexd's own protocol needs (its handshake
+//! timestamps), is read once by the device's owner and handed to [`Device::new`]. The device is `Sync`: the runner
 //! drives the two directions from two threads; they share the routing table under a read lock
 //! and meet only on a peer's own lock, so one flow is never reordered.
 
@@ -14,6 +16,7 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
 
 use boringtun::noise::rate_limiter::RateLimiter;
+use plexsphere_wire::clock::Now;
 
 use crate::machine::{Protocol, Step};
 use crate::noise::handshake::INITIATION_LEN;
@@ -86,6 +89,9 @@ pub(crate) struct State {
     pub fwmark: u32,
     pub protocol: Protocol,
     pub rate_limiter: Arc<RateLimiter>,
+    /// Both clocks as the owner read them when it built the device: plexd's own machines take
+    /// their handshakes' wall time from it (`crate::noise`).
+    pub clock: Now,
     pub peers: HashMap<PublicKey, Arc<Peer>>,
     pub by_index: HashMap<u32, Arc<Peer>>,
     pub routes: AllowedIps<Arc<Peer>>,
@@ -107,15 +113,12 @@ pub struct Device {
     relays: RelayTable,
 }
 
-impl Default for Device {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Device {
-    /// An empty device: no key, no peers, listen port 0. Configure it with `apply`.
-    pub fn new() -> Self {
+    /// An empty device: no key, no peers, listen port 0. Configure it with `apply`. `clock`:
+    /// both clocks read now by the caller (`Now::system()`, or a test's own); plexd's own
+    /// protocol takes its handshakes' wall time from it and the monotonic time since, so it
+    /// never goes backwards while the device lives.
+    pub fn new(clock: Now) -> Self {
         let rate_limiter = Arc::new(RateLimiter::new(
             &boringtun::x25519::PublicKey::from([0u8; 32]),
             HANDSHAKE_RATE_LIMIT,
@@ -128,6 +131,7 @@ impl Device {
                 fwmark: 0,
                 protocol: Protocol::default(),
                 rate_limiter,
+                clock,
                 peers: HashMap::new(),
                 by_index: HashMap::new(),
                 routes: AllowedIps::new(),
@@ -141,9 +145,9 @@ impl Device {
         }
     }
 
-    /// An empty device whose peers use `protocol`.
-    pub fn with_protocol(protocol: Protocol) -> Self {
-        let device = Self::new();
+    /// An empty device whose peers use `protocol`; `clock` as for [`Device::new`].
+    pub fn with_protocol(protocol: Protocol, clock: Now) -> Self {
+        let device = Self::new(clock);
         device.write().protocol = protocol;
         device
     }
@@ -254,6 +258,7 @@ impl Device {
                 state.private_key.as_ref(),
                 &state.rate_limiter,
                 state.protocol,
+                state.clock,
             ) else {
                 continue;
             };
@@ -264,12 +269,12 @@ impl Device {
                 Counters::bump(&self.counters.malformed);
                 return;
             }
-            if let Some(n) = machine.update_timers(now, slot) {
+            if let Some(n) = machine.handle_timeout(slot, now) {
                 sent = n;
             }
             if sent == 0 && keepalive_due && endpoint.is_some() {
                 // An empty packet is a keepalive; without a session it starts a handshake.
-                if let Step::Network(n) = machine.encapsulate(now, &[], slot) {
+                if let Step::Network(n) = machine.handle_packet(&[], slot, now) {
                     sent = n;
                 }
             }

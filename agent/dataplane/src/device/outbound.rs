@@ -95,6 +95,7 @@ impl Device {
             state.private_key.as_ref(),
             &state.rate_limiter,
             state.protocol,
+            state.clock,
         ) else {
             Counters::bump(&self.counters.no_key);
             return;
@@ -122,7 +123,7 @@ impl Device {
             out.set_src(p.source());
             return;
         }
-        let (sent, queued) = match machine.encapsulate(now, packet, slot) {
+        let (sent, queued) = match machine.handle_packet(packet, slot, now) {
             // Without a session the machine queues the packet and answers with an initiation.
             Step::Network(n) => (n, slot.first() == Some(&INITIATION)),
             Step::Rejected(e) => {

@@ -1,6 +1,7 @@
 //! The primitives of WireGuard's protocol (whitepaper section 5.4): BLAKE2s as HASH, MAC and
 //! HMAC, the HKDF-style KDF over it, ChaCha20-Poly1305 (ring) for the handshake's and the
-//! transport's AEAD, XChaCha20-Poly1305 for cookies, X25519 and TAI64N.
+//! transport's AEAD, XChaCha20-Poly1305 for cookies, X25519 and TAI64N. Pure functions: the
+//! randomness and the wall time come from the caller.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -10,6 +11,7 @@ use boringtun::x25519::{PublicKey, StaticSecret};
 use chacha20poly1305::aead::AeadInPlace;
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use hmac::SimpleHmac;
+use rand_core::CryptoRngCore;
 use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, Nonce, UnboundKey};
 
 /// The AEAD tag's length.
@@ -183,19 +185,19 @@ pub(crate) fn dh(private: &StaticSecret, public: &[u8; 32]) -> Option<[u8; 32]> 
     shared.was_contributory().then(|| shared.to_bytes())
 }
 
-/// A fresh ephemeral key pair.
-pub(crate) fn ephemeral() -> Option<(StaticSecret, [u8; 32])> {
-    let mut bytes = [0u8; 32];
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes).ok()?;
+/// A fresh ephemeral key pair from `rng`; None when the random source fails (no handshake
+/// rather than a weak key).
+pub(crate) fn ephemeral(rng: &mut dyn CryptoRngCore) -> Option<(StaticSecret, [u8; 32])> {
+    let bytes = random::<32>(rng)?;
     let secret = StaticSecret::from(bytes);
     let public = PublicKey::from(&secret).to_bytes();
     Some((secret, public))
 }
 
-/// Random bytes from the system.
-pub(crate) fn random<const N: usize>() -> Option<[u8; N]> {
+/// `N` random bytes from `rng`; None when it fails.
+pub(crate) fn random<const N: usize>(rng: &mut dyn CryptoRngCore) -> Option<[u8; N]> {
     let mut bytes = [0u8; N];
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes).ok()?;
+    rng.try_fill_bytes(&mut bytes).ok()?;
     Some(bytes)
 }
 
@@ -208,7 +210,7 @@ pub(crate) fn ct_eq(a: &[u8], b: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
-/// The TAI64N label of the wall clock now: seconds since 1970 plus 2^62 (big-endian), then
+/// The TAI64N label of the wall time `now`: seconds since 1970 plus 2^62 (big-endian), then
 /// nanoseconds (big-endian). Nanoseconds are rounded down to a multiple of 2^24 ns (about
 /// 16.8 ms), as the kernel does, so an initiation does not tell its sender's clock precisely.
 pub(crate) fn tai64n(now: SystemTime) -> [u8; 12] {
@@ -275,13 +277,22 @@ mod tests {
 
     #[test]
     fn a_low_order_point_gives_no_shared_secret() {
-        let (secret, public) = ephemeral().expect("random");
+        let mut rng = super::super::seeded::SeededRng::new(1);
+        let (secret, public) = ephemeral(&mut rng).expect("random");
         assert!(dh(&secret, &[0; 32]).is_none());
-        let (other, _) = ephemeral().expect("random");
+        let (other, _) = ephemeral(&mut rng).expect("random");
         assert_eq!(
             dh(&secret, &PublicKey::from(&other).to_bytes()),
             dh(&other, &public)
         );
+    }
+
+    /// A random source that fails, as the OS's may: no key at all, never a weak one.
+    #[test]
+    fn a_failing_random_source_gives_no_ephemeral_key() {
+        let mut rng = super::super::seeded::Failing;
+        assert!(ephemeral(&mut rng).is_none());
+        assert!(random::<2>(&mut rng).is_none());
     }
 
     #[test]

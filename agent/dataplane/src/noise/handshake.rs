@@ -1,8 +1,10 @@
 //! The Noise IKpsk2 handshake messages of WireGuard (whitepaper section 5.4.2-5.4.7): building
-//! and consuming initiations, responses and cookie replies. No state beyond one handshake and
-//! no clock: the state machine (`super::Tunnel`) decides when, this module only computes.
+//! and consuming initiations, responses and cookie replies. No state beyond one handshake, no
+//! clock and no random source of its own: the state machine (`super::Tunnel`) decides when and
+//! hands in the timestamp and its random source; this module only computes.
 
 use boringtun::x25519::{PublicKey, StaticSecret};
+use rand_core::CryptoRngCore;
 
 use super::crypto::{self, TAG};
 use super::session::Keys;
@@ -111,17 +113,18 @@ pub(crate) struct Initiation {
     pub mac1: [u8; 16],
 }
 
-/// Builds an initiation into `out` (148 bytes). None when the system has no randomness or the
-/// peer's key is a low-order point.
+/// Builds an initiation into `out` (148 bytes), its ephemeral key from `rng`. None when `rng`
+/// fails or the peer's key is a low-order point.
 pub(crate) fn initiate(
     s: &Statics,
+    rng: &mut dyn CryptoRngCore,
     local_index: u32,
     timestamp: [u8; 12],
     cookie: Option<&[u8; 16]>,
     out: &mut [u8; INITIATION_LEN],
 ) -> Option<Initiation> {
     let ss = s.static_static?;
-    let (e_priv, e_pub) = crypto::ephemeral()?;
+    let (e_priv, e_pub) = crypto::ephemeral(rng)?;
     out.fill(0);
     out[0] = INITIATION;
     out[4..8].copy_from_slice(&local_index.to_le_bytes());
@@ -183,14 +186,16 @@ pub(crate) fn consume_initiation(s: &Statics, msg: &[u8]) -> Option<Consumed> {
 }
 
 /// Builds the response to a consumed initiation into `out` (92 bytes) and answers the
-/// session's keys (the responder's: it receives with the first).
+/// session's keys (the responder's: it receives with the first). The ephemeral key is from
+/// `rng`; None when it fails.
 pub(crate) fn respond(
     s: &Statics,
+    rng: &mut dyn CryptoRngCore,
     init: &Consumed,
     local_index: u32,
     out: &mut [u8; RESPONSE_LEN],
 ) -> Option<Keys> {
-    let (e_priv, e_pub) = crypto::ephemeral()?;
+    let (e_priv, e_pub) = crypto::ephemeral(rng)?;
     out.fill(0);
     out[0] = RESPONSE;
     out[4..8].copy_from_slice(&local_index.to_le_bytes());
@@ -250,6 +255,7 @@ pub(crate) fn consume_cookie_reply(s: &Statics, init: &Initiation, msg: &[u8]) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::noise::seeded::SeededRng;
 
     fn pair() -> (Statics, Statics) {
         let a = StaticSecret::from([1u8; 32]);
@@ -268,13 +274,15 @@ mod tests {
     fn both_sides_derive_the_same_session() {
         let (a, b) = pair();
         let mut init = [0u8; INITIATION_LEN];
-        let pending = initiate(&a, 0x100, [5; 12], None, &mut init).expect("initiation");
+        let pending = initiate(&a, &mut SeededRng::new(1), 0x100, [5; 12], None, &mut init)
+            .expect("initiation");
         assert!(b.mac1_is_ours(&init, 116));
         assert!(!a.mac1_is_ours(&init, 116), "MAC1 names the responder");
         let consumed = consume_initiation(&b, &init).expect("consumed");
         assert_eq!((consumed.peer_index, consumed.timestamp), (0x100, [5; 12]));
         let mut resp = [0u8; RESPONSE_LEN];
-        let kb = respond(&b, &consumed, 0x200, &mut resp).expect("response");
+        let kb =
+            respond(&b, &mut SeededRng::new(2), &consumed, 0x200, &mut resp).expect("response");
         assert!(a.mac1_is_ours(&resp, 60));
         let ka = consume_response(&a, &pending, &resp).expect("keys");
         assert_eq!((ka.local_index, ka.remote_index), (0x100, 0x200));
@@ -291,17 +299,25 @@ mod tests {
     fn a_changed_byte_or_another_psk_breaks_the_handshake() {
         let (a, b) = pair();
         let mut init = [0u8; INITIATION_LEN];
-        initiate(&a, 1, [5; 12], None, &mut init).expect("initiation");
+        initiate(&a, &mut SeededRng::new(1), 1, [5; 12], None, &mut init).expect("initiation");
         for at in [8, 40, 87, 88, 115] {
             let mut bad = init;
             bad[at] ^= 0x80;
             assert!(consume_initiation(&b, &bad).is_none(), "byte {at}");
         }
         let other_a = Statics::new(StaticSecret::from([1u8; 32]), *a.peer(), None);
-        let pending = initiate(&other_a, 1, [5; 12], None, &mut init).expect("initiation");
+        let pending = initiate(
+            &other_a,
+            &mut SeededRng::new(1),
+            1,
+            [5; 12],
+            None,
+            &mut init,
+        )
+        .expect("initiation");
         let consumed = consume_initiation(&b, &init).expect("the psk is not in the initiation");
         let mut resp = [0u8; RESPONSE_LEN];
-        respond(&b, &consumed, 2, &mut resp).expect("response");
+        respond(&b, &mut SeededRng::new(2), &consumed, 2, &mut resp).expect("response");
         assert!(
             consume_response(&other_a, &pending, &resp).is_none(),
             "psk differs"
@@ -317,7 +333,15 @@ mod tests {
             None,
         );
         let mut init = [0u8; INITIATION_LEN];
-        initiate(&stranger, 1, [5; 12], None, &mut init).expect("initiation");
+        initiate(
+            &stranger,
+            &mut SeededRng::new(1),
+            1,
+            [5; 12],
+            None,
+            &mut init,
+        )
+        .expect("initiation");
         assert!(b.mac1_is_ours(&init, 116), "it is addressed to b");
         assert!(
             consume_initiation(&b, &init).is_none(),
@@ -329,9 +353,17 @@ mod tests {
     fn mac2_is_the_cookie_mac_of_the_message_up_to_it() {
         let (a, _) = pair();
         let mut init = [0u8; INITIATION_LEN];
-        initiate(&a, 1, [5; 12], Some(&[7; 16]), &mut init).expect("initiation");
+        initiate(
+            &a,
+            &mut SeededRng::new(1),
+            1,
+            [5; 12],
+            Some(&[7; 16]),
+            &mut init,
+        )
+        .expect("initiation");
         assert_eq!(&init[132..], &crypto::mac_cookie(&[7; 16], &init[..132]));
-        initiate(&a, 1, [5; 12], None, &mut init).expect("initiation");
+        initiate(&a, &mut SeededRng::new(1), 1, [5; 12], None, &mut init).expect("initiation");
         assert_eq!(&init[132..], &[0; 16]);
     }
 }

@@ -6,23 +6,42 @@
 //! reserves: [`Tunnel::reserve_send`] hands out a session's [`Keys`] and the next counter, and
 //! [`Tunnel::open_check`]/[`Tunnel::open_finish`] bracket a decryption done elsewhere; the
 //! crypto pool (`crate::pool`) seals and opens on any thread in between. [`Tunnel::encapsulate`]
-//! and [`Tunnel::decapsulate`] do the whole step inline. Time is a parameter, as in the device.
+//! and [`Tunnel::decapsulate`] do the whole step inline.
+//!
+//! Nothing here reads a clock or the OS's randomness. Time is a parameter, as in the device:
+//! each input takes the monotonic `now: Instant`. The wall clock is needed only for an
+//! initiation's TAI64N timestamp: the tunnel is built with both clocks read once by its
+//! caller (`plexsphere_wire::clock::Now`) and an initiation at `now` carries that wall time
+//! plus the monotonic time since, above the last one sent (a responder refuses an initiation
+//! no newer than the last it took from us), so a packet's input stays a bare `Instant` and the
+//! timestamps never go backwards within a run, whatever the wall clock does meanwhile.
+//! Randomness (ephemeral keys, retry jitter) comes from the source the tunnel is built with:
+//! the OS's CSPRNG in production, a seeded one in tests, which then write the same messages for
+//! the same inputs. When the source fails, no handshake message is made (`NoiseError::Crypto`),
+//! never one with a weak key.
+//!
+//! The inputs keep the protocol's words (`encapsulate`, `decapsulate`, `update_timers`):
+//! `crate::machine` gives them the vocabulary of the project's machines for the device.
 //!
 //! The load side of cookies (MAC2 checks, cookie replies) stays with boringtun's
 //! `RateLimiter`, which the device shares with every peer.
 
 pub(crate) mod crypto;
 pub(crate) mod handshake;
+#[cfg(test)]
+pub(crate) mod seeded;
 pub(crate) mod session;
 
 use std::collections::VecDeque;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use boringtun::noise::TunnResult;
 use boringtun::noise::rate_limiter::RateLimiter;
 use boringtun::x25519::StaticSecret;
+use plexsphere_wire::clock::Now;
+use rand_core::CryptoRngCore;
 
 use handshake::{
     COOKIE_REPLY, DATA, DATA_HEADER, DATA_MIN, INITIATION, INITIATION_LEN, Initiation, RESPONSE,
@@ -82,7 +101,7 @@ pub enum NoiseError {
     BadPacket,
     #[error("the output buffer is too small")]
     Buffer,
-    #[error("the system's random generator failed, or the peer's key is a low-order point")]
+    #[error("the random source failed, or the peer's key is a low-order point")]
     Crypto,
 }
 
@@ -110,12 +129,18 @@ pub struct Tunnel {
     index: u32,
     next_local: u8,
     rate_limiter: Arc<RateLimiter>,
+    /// Ephemeral keys and retry jitter come from here (see the module docs).
+    rng: Box<dyn CryptoRngCore + Send>,
+    /// Both clocks as the caller read them once: an initiation's wall time is `clock.wall`
+    /// plus the monotonic time since `clock.at` (see the module docs).
+    clock: Now,
     /// Our initiation in flight and when it left.
     handshake: Option<(Initiation, Instant)>,
     /// When the current round of initiations began (given up after REKEY_ATTEMPT_TIME).
     round_since: Option<Instant>,
     retry_jitter: Duration,
-    /// The last TAI64N label we sent (ours only grow, even within the clock's resolution).
+    /// The last TAI64N label we sent (ours only grow, even within the clock's resolution and
+    /// when inputs arrive with an earlier `now` than the last, from another thread).
     last_sent_timestamp: [u8; 12],
     cookie: Option<([u8; 16], Instant)>,
     /// The newest initiation consumed from the peer, and when.
@@ -139,18 +164,25 @@ pub struct Tunnel {
 }
 
 impl Tunnel {
+    /// A tunnel to `peer` with no session yet. `rng`: ephemeral keys and retry jitter (the
+    /// OS's CSPRNG, `rand_core::OsRng`, outside tests); `clock`: both clocks read once by the
+    /// caller, from which initiations take their wall time (see the module docs).
     pub fn new(
         private: StaticSecret,
         peer: [u8; 32],
         psk: Option<[u8; 32]>,
         index: u32,
         rate_limiter: Arc<RateLimiter>,
+        rng: Box<dyn CryptoRngCore + Send>,
+        clock: Now,
     ) -> Self {
         Self {
             statics: Statics::new(private, peer, psk),
             index: index & 0x00ff_ffff,
             next_local: 0,
             rate_limiter,
+            rng,
+            clock,
             handshake: None,
             round_since: None,
             retry_jitter: Duration::ZERO,
@@ -276,23 +308,40 @@ impl Tunnel {
             .filter(|(_, at)| now.saturating_duration_since(*at) < COOKIE_LIFETIME)
             .map(|(c, _)| c);
         let local = self.new_local_index();
-        let timestamp = self.next_timestamp();
-        let init = handshake::initiate(&self.statics, local, timestamp, cookie.as_ref(), out)
-            .ok_or(NoiseError::Crypto)?;
+        let timestamp = self.next_timestamp(now);
+        let init = handshake::initiate(
+            &self.statics,
+            &mut *self.rng,
+            local,
+            timestamp,
+            cookie.as_ref(),
+            out,
+        )
+        .ok_or(NoiseError::Crypto)?;
         self.handshake = Some((init, now));
         self.round_since.get_or_insert(now);
+        // No jitter when the source fails: the retry is only less spread, the key was fine.
         self.retry_jitter = Duration::from_millis(
-            crypto::random::<2>().map_or(0, |b| u64::from(u16::from_le_bytes(b)) % RETRY_JITTER_MS),
+            crypto::random::<2>(&mut *self.rng)
+                .map_or(0, |b| u64::from(u16::from_le_bytes(b)) % RETRY_JITTER_MS),
         );
         self.rekey_wanted = false;
         self.sent();
         Ok(Output::Network(INITIATION_LEN))
     }
 
-    /// TAI64N of the wall clock, but always above the last one we sent.
-    fn next_timestamp(&mut self) -> [u8; 12] {
+    /// TAI64N of the wall time at `now` (the caller's reading, `clock`, plus the monotonic
+    /// time since), but always above the last one we sent.
+    fn next_timestamp(&mut self, now: Instant) -> [u8; 12] {
         let last = self.last_sent_timestamp;
-        let mut t = crypto::tai64n(SystemTime::now());
+        let since = now.saturating_duration_since(self.clock.at);
+        // Past the end of SystemTime (never in a real run): the guard below still steps on.
+        let wall = self
+            .clock
+            .wall
+            .checked_add(since)
+            .unwrap_or(self.clock.wall);
+        let mut t = crypto::tai64n(wall);
         if t <= last {
             // One step of the label's resolution (2^24 ns) past the last, into the next
             // second when it runs over.
@@ -372,8 +421,8 @@ impl Tunnel {
             .and_then(|d| d.try_into().ok())
             .ok_or(NoiseError::Buffer)?;
         let local = self.new_local_index();
-        let keys =
-            handshake::respond(&self.statics, &consumed, local, out).ok_or(NoiseError::Crypto)?;
+        let keys = handshake::respond(&self.statics, &mut *self.rng, &consumed, local, out)
+            .ok_or(NoiseError::Crypto)?;
         self.last_timestamp = Some(consumed.timestamp);
         self.last_initiation_consumed = Some(now);
         self.next = Some(new_session(keys, now, false));

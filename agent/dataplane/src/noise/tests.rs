@@ -15,11 +15,23 @@ fn limiter(public: &[u8; 32], limit: u64) -> Arc<RateLimiter> {
     Arc::new(RateLimiter::new(&PublicKey::from(*public), limit))
 }
 
+/// A tunnel as the device builds one: the OS's random source and both clocks read now.
+fn tunnel(
+    private: StaticSecret,
+    peer: [u8; 32],
+    psk: Option<[u8; 32]>,
+    index: u32,
+    rate_limiter: Arc<RateLimiter>,
+) -> Tunnel {
+    let rng = Box::new(rand_core::OsRng);
+    Tunnel::new(private, peer, psk, index, rate_limiter, rng, Now::system())
+}
+
 /// Ours as `a` (index 1), and `b`'s keys.
 fn ours(psk: Option<[u8; 32]>) -> (Tunnel, StaticSecret, [u8; 32]) {
     let (sa, pa) = key(1);
     let (sb, pb) = key(2);
-    (Tunnel::new(sa, pb, psk, 1, limiter(&pa, 100)), sb, pa)
+    (tunnel(sa, pb, psk, 1, limiter(&pa, 100)), sb, pa)
 }
 
 fn ipv4(src: [u8; 4], payload: &[u8]) -> Vec<u8> {
@@ -116,7 +128,7 @@ fn boringtuns_initiator_and_our_responder_carry_packets_both_ways() {
         1,
         Some(limiter(&pa, 100)),
     );
-    let mut b = Tunnel::new(sb, pa, None, 2, limiter(&pb, 100));
+    let mut b = tunnel(sb, pa, None, 2, limiter(&pb, 100));
     let mut abuf = vec![0u8; 2048];
     let mut buf = vec![0u8; 2048];
     let TunnResult::WriteToNetwork(init) = a.format_handshake_initiation(&mut abuf, false) else {
@@ -164,7 +176,7 @@ fn boringtuns_initiator_and_our_responder_carry_packets_both_ways() {
 fn pair(now: Instant) -> (Tunnel, Tunnel) {
     let (mut a, sb, pa) = ours(None);
     let (_, pb) = key(2);
-    let mut b = Tunnel::new(sb, pa, None, 2, limiter(&pb, 100));
+    let mut b = tunnel(sb, pa, None, 2, limiter(&pb, 100));
     let mut buf = vec![0u8; 256];
     let init = net(a.encapsulate(now, &[], &mut buf), &buf);
     let resp = net(b.decapsulate(now, None, &init, &mut buf), &buf);
@@ -181,7 +193,7 @@ fn simultaneous_initiations_leave_both_sides_able_to_talk() {
     let now = Instant::now();
     let (mut a, sb, pa) = ours(None);
     let (_, pb) = key(2);
-    let mut b = Tunnel::new(sb, pa, None, 2, limiter(&pb, 100));
+    let mut b = tunnel(sb, pa, None, 2, limiter(&pb, 100));
     let mut buf = vec![0u8; 256];
     let init_a = net(
         a.encapsulate(now, &ipv4([10, 0, 0, 1], b"from a"), &mut buf),
@@ -551,8 +563,96 @@ fn garbage_of_every_length_and_type_is_refused_without_panic() {
 #[test]
 fn our_timestamps_grow_even_within_the_clocks_resolution() {
     let (mut a, _, _) = ours(None);
-    let t1 = a.next_timestamp();
-    let t2 = a.next_timestamp();
-    let t3 = a.next_timestamp();
+    let now = Instant::now();
+    let t1 = a.next_timestamp(now);
+    let t2 = a.next_timestamp(now);
+    let t3 = a.next_timestamp(now);
     assert!(t1 < t2 && t2 < t3);
+}
+
+/// A tunnel with a seeded random source and a given wall clock, as a test builds one.
+fn seeded(seed: u64, clock: Now) -> Tunnel {
+    let (sa, pa) = key(1);
+    let (_, pb) = key(2);
+    let rng = Box::new(seeded::SeededRng::new(seed));
+    Tunnel::new(sa, pb, None, 1, limiter(&pa, 100), rng, clock)
+}
+
+/// The random source is the one the tunnel was built with: the same seed and the same inputs
+/// give the same initiation byte for byte (ephemeral key, MACs and all), another seed another
+/// ephemeral key.
+#[test]
+fn a_seeded_random_source_gives_the_same_initiation() {
+    let clock = Now::new(
+        Instant::now(),
+        std::time::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
+    );
+    let initiation = |seed| {
+        let mut a = seeded(seed, clock);
+        let mut buf = vec![0u8; 256];
+        net(a.encapsulate(clock.at, &[], &mut buf), &buf)
+    };
+    let first = initiation(7);
+    assert_eq!(first[0], INITIATION);
+    assert_eq!(first, initiation(7));
+    let other = initiation(8);
+    assert_ne!(
+        first[8..40],
+        other[8..40],
+        "another seed, another ephemeral key"
+    );
+}
+
+/// A failing random source makes no initiation at all (never one with a weak key), and the
+/// packet waits in the queue as it would for a handshake in flight.
+#[test]
+fn a_failing_random_source_makes_no_initiation() {
+    let (sa, pa) = key(1);
+    let (_, pb) = key(2);
+    let rng = Box::new(seeded::Failing);
+    let mut a = Tunnel::new(sa, pb, None, 1, limiter(&pa, 100), rng, Now::system());
+    let mut buf = vec![0u8; 256];
+    let now = Instant::now();
+    assert_eq!(
+        a.encapsulate(now, &ipv4([10, 0, 0, 1], b"x"), &mut buf),
+        Err(NoiseError::Crypto)
+    );
+    assert!(a.handshake.is_none(), "nothing in flight");
+}
+
+/// The initiation carries the wall time the tunnel was handed plus the monotonic time since,
+/// as TAI64N, which the responder reads after decrypting it; a later input with an earlier
+/// `now` (another thread's) or within the label's resolution still gets a newer timestamp,
+/// which the responder takes.
+#[test]
+fn the_initiation_carries_the_given_wall_time_and_never_an_older_one() {
+    let t0 = Instant::now();
+    let wall = std::time::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let mut a = seeded(1, Now::new(t0, wall));
+    let (sb, pb) = key(2);
+    let (_, pa) = key(1);
+    let mut b = tunnel(sb, pa, None, 2, limiter(&pb, 100));
+    let mut buf = vec![0u8; 256];
+
+    let later = t0 + Duration::from_secs(7);
+    let init = net(a.encapsulate(later, &[], &mut buf), &buf);
+    net(b.decapsulate(later, None, &init, &mut buf), &buf);
+    let first = b.last_timestamp.expect("the responder took the initiation");
+    assert_eq!(first, crypto::tai64n(wall + Duration::from_secs(7)));
+
+    // Drop the initiation in flight (as a round given up does) so the next packet starts
+    // another at once; it arrives with an earlier `now` than the first, as from another
+    // thread.
+    a.handshake = None;
+    let earlier = t0 + Duration::from_secs(1);
+    let init = net(a.encapsulate(earlier, &[], &mut buf), &buf);
+    let at_b = later + MIN_INITIATION_INTERVAL;
+    net(b.decapsulate(at_b, None, &init, &mut buf), &buf);
+    let second = b
+        .last_timestamp
+        .expect("the responder took the second initiation");
+    assert!(
+        second > first,
+        "never an older timestamp than the last sent"
+    );
 }

@@ -29,7 +29,7 @@ impl Node {
     pub fn start(net: &MemoryNetwork, ip: [u8; 4], port: u16, side: Option<SideSink>) -> Node {
         let (host, tun) = tun_pair();
         let key = SecretKey::generate().expect("key");
-        let device = Arc::new(Device::new());
+        let device = Arc::new(Device::new(plexsphere_wire::clock::Now::system()));
         device
             .apply(DeviceUpdate {
                 private_key: Some(Some(key.clone())),

@@ -21,7 +21,7 @@ struct Node {
 
 fn node(last: u8) -> (Node, SecretKey) {
     let sk = SecretKey::generate().expect("random");
-    let device = Device::with_protocol(PROTOCOL);
+    let device = Device::with_protocol(PROTOCOL, plexsphere_wire::clock::Now::system());
     device
         .apply(DeviceUpdate {
             private_key: Some(Some(sk.clone())),
