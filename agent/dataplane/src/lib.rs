@@ -2,12 +2,15 @@
 //!
 //! Built on boringtun's `noise::Tunn` state machine (the default) or plexd's own
 //! (`noise`, which the ordered crypto pool in `pool` needs), with our own I/O: the core (`Device`,
-//! `AllowedIps`, the UAPI text protocol) has no sockets and reads no monotonic clock: the
-//! runner passes `now: Instant` in and feeds it from a TUN device and a UDP socket behind the
-//! small `Tun` and `Udp` traits, which have Linux and in-memory implementations. Two inputs are
-//! not passed in yet: plexd's own protocol (`noise`) reads the wall clock (`SystemTime::now`)
-//! for its handshake timestamps and the OS's randomness (`noise::crypto`) for ephemeral keys and
-//! retry jitter, as boringtun's `Tunn` does (docs/architecture.md).
+//! `AllowedIps`, the UAPI text protocol) has no sockets and reads no clock: the runner passes
+//! `now: Instant` in and feeds it from a TUN device and a UDP socket behind the small `Tun` and
+//! `Udp` traits, which have Linux and in-memory implementations. plexd's own protocol (`noise`)
+//! reads neither a clock nor the OS's randomness either: the device's owner reads both clocks
+//! once (`plexsphere_wire::clock::Now`, given to `Device::new`), from which a handshake
+//! initiation takes its wall time, and the device builds each peer's machine with a random
+//! source (the OS's CSPRNG, `rand_core::OsRng`; a seeded one in tests) for ephemeral keys and
+//! retry jitter. boringtun's `Tunn` still reads its own inside the dependency
+//! (docs/architecture.md, "One vocabulary for the sans-IO machines").
 //!
 //! `plexd-wg <iface>` serves the WireGuard UAPI socket like `wireguard-go -f <iface>`, so `wg`
 //! and `wireguard-control` configure it like any userspace WireGuard.

@@ -5,9 +5,9 @@
 //! caller-owned batches: datagrams for the network (each with its destination) and packets for
 //! the TUN. Time is always a parameter, so tests step it: each input takes the monotonic
 //! `now: Instant`, and the wall clock, which only plexd's own protocol needs (its handshake
-//! timestamps), is read once by the device's owner and handed to [`Device::new`]. The device is `Sync`: the runner
-//! drives the two directions from two threads; they share the routing table under a read lock
-//! and meet only on a peer's own lock, so one flow is never reordered.
+//! timestamps), is read once by the device's owner and handed to [`Device::new`]. The device
+//! is `Sync`: the runner drives the two directions from two threads; they share the routing
+//! table under a read lock and meet only on a peer's own lock, so one flow is never reordered.
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -116,8 +116,8 @@ pub struct Device {
 impl Device {
     /// An empty device: no key, no peers, listen port 0. Configure it with `apply`. `clock`:
     /// both clocks read now by the caller (`Now::system()`, or a test's own); plexd's own
-    /// protocol takes its handshakes' wall time from it and the monotonic time since, so it
-    /// never goes backwards while the device lives.
+    /// protocol takes its handshakes' wall time from it plus the monotonic time since, so a
+    /// wall clock set back meanwhile does not set them back.
     pub fn new(clock: Now) -> Self {
         let rate_limiter = Arc::new(RateLimiter::new(
             &boringtun::x25519::PublicKey::from([0u8; 32]),
