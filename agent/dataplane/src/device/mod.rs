@@ -287,3 +287,54 @@ impl Device {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::{Ipv4Addr, SocketAddr};
+    use std::time::{Duration, Instant, UNIX_EPOCH};
+
+    use super::*;
+    use crate::config::{DeviceUpdate, PeerUpdate};
+    use crate::noise::{crypto, handshake};
+
+    /// The `Now` the device is built with is where plexd's own machines take their handshakes'
+    /// wall time: the initiation a packet starts carries that wall time plus the monotonic time
+    /// since, as TAI64N (read here as the responder reads it, by decrypting the initiation).
+    #[test]
+    fn an_initiation_carries_the_wall_time_of_the_devices_clock() {
+        let t0 = Instant::now();
+        let wall = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let device = Device::with_protocol(Protocol::Plexd, Now::new(t0, wall));
+        let ours = SecretKey::from_bytes([1; 32]);
+        let theirs = SecretKey::from_bytes([2; 32]);
+        let mut peer = PeerUpdate::new(theirs.public_key());
+        peer.endpoint = Some(SocketAddr::from(([192, 0, 2, 2], 51820)));
+        peer.allowed_ips = vec!["10.0.0.0/24".parse().expect("a network")];
+        device
+            .apply(DeviceUpdate {
+                private_key: Some(Some(ours.clone())),
+                peers: vec![peer],
+                ..DeviceUpdate::default()
+            })
+            .expect("configured");
+
+        let packet = crate::packet::ipv4_udp(
+            Ipv4Addr::new(10, 0, 1, 1),
+            Ipv4Addr::new(10, 0, 0, 9),
+            b"hello",
+        );
+        let mut out = PacketBatch::for_datagrams(4);
+        device.handle_tun_packet(t0 + Duration::from_secs(3), &packet, &mut out);
+        assert_eq!(out.len(), 1, "no session: an initiation leaves");
+        let init = out.get(0);
+        assert_eq!(init.len(), INITIATION_LEN);
+
+        let responder = handshake::Statics::new(theirs.static_secret(), ours.public_key().0, None);
+        let consumed =
+            handshake::consume_initiation(&responder, init).expect("the initiation decrypts");
+        assert_eq!(
+            consumed.timestamp,
+            crypto::tai64n(wall + Duration::from_secs(3))
+        );
+    }
+}
