@@ -618,6 +618,7 @@ fn a_failing_random_source_makes_no_initiation() {
         Err(NoiseError::Crypto)
     );
     assert!(a.handshake.is_none(), "nothing in flight");
+    assert_eq!(a.queue.len(), 1, "the packet waits for a handshake");
 }
 
 /// The initiation carries the wall time the tunnel was handed plus the monotonic time since,
