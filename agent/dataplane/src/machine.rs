@@ -178,11 +178,16 @@ impl Machine {
         }
     }
 
-    /// The timers: a message for the peer (a retry, a rekey, a keepalive) goes into `dst`.
-    pub(crate) fn handle_timeout(&mut self, dst: &mut [u8], now: Instant) -> Option<usize> {
+    /// The timers: a message for the peer (a retry, a rekey, a keepalive) goes into `dst`. The
+    /// tick is not the packet path, so it carries both clocks (`Now`): plexd's own protocol
+    /// takes the wall clock's reading from it for later initiations.
+    pub(crate) fn handle_timeout(&mut self, dst: &mut [u8], now: Now) -> Option<usize> {
         let step: Step = match self {
             Machine::Boringtun(t) => t.update_timers(dst).into(),
-            Machine::Plexd(t) => t.update_timers(now, dst).into(),
+            Machine::Plexd(t) => {
+                t.handle_wall_clock(now);
+                t.update_timers(now.at, dst).into()
+            }
         };
         match step {
             Step::Network(n) => Some(n),

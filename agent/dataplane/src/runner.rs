@@ -13,6 +13,8 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
+use plexsphere_wire::clock::Now;
+
 use crate::batch::{DEFAULT_BATCH, PacketBatch};
 use crate::config::DeviceUpdate;
 use crate::device::Device;
@@ -376,7 +378,7 @@ fn timers<T: Tun, B: UdpBind>(s: &Shared<T, B>) -> Result<(), RunError> {
     let mut out = PacketBatch::new(TIMER_SLOT, s.config.batch);
     while !s.shutdown.wait_timeout(s.config.tick) {
         out.clear();
-        s.device.handle_timer(Instant::now(), &mut out);
+        s.device.handle_timer(Now::system(), &mut out);
         if !out.is_empty() {
             send_framed(s.device.relays(), &*s.udp(), &mut out).map_err(RunError::Udp)?;
         }

@@ -5,7 +5,8 @@
 //! caller-owned batches: datagrams for the network (each with its destination) and packets for
 //! the TUN. Time is always a parameter, so tests step it: each input takes the monotonic
 //! `now: Instant`, and the wall clock, which only plexd's own protocol needs (its handshake
-//! timestamps), is read once by the device's owner and handed to [`Device::new`]. The device
+//! timestamps), is read by the device's owner and handed to [`Device::new`], then with every
+//! tick (`handle_timer(now: Now)`), so a wall clock stepped later is followed. The device
 //! is `Sync`: the runner drives the two directions from two threads; they share the routing
 //! table under a read lock and meet only on a peer's own lock, so one flow is never reordered.
 
@@ -13,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::Instant;
+use std::time::Duration;
 
 use boringtun::noise::rate_limiter::RateLimiter;
 use plexsphere_wire::clock::Now;
@@ -82,6 +83,25 @@ impl Counters {
 }
 
 /// Device-wide configuration and the peer tables; written only by configuration changes.
+/// A wall clock more than this away from where the device's reading says it should be has been
+/// stepped (set by hand, or NTP's first sync on a host without a real-time clock): the device
+/// takes the timer's new reading (`Device::handle_timer`).
+pub const WALL_CLOCK_STEP: Duration = Duration::from_secs(1);
+
+/// Whether `now.wall` is more than [`WALL_CLOCK_STEP`] from `reading.wall` plus the monotonic
+/// time since `reading.at`.
+fn wall_clock_stepped(reading: Now, now: Now) -> bool {
+    let since = now.at.saturating_duration_since(reading.at);
+    let Some(expected) = reading.wall.checked_add(since) else {
+        return true;
+    };
+    let off = match now.wall.duration_since(expected) {
+        Ok(ahead) => ahead,
+        Err(behind) => behind.duration(),
+    };
+    off > WALL_CLOCK_STEP
+}
+
 pub(crate) struct State {
     pub private_key: Option<SecretKey>,
     pub public_key: Option<PublicKey>,
@@ -236,9 +256,18 @@ impl Device {
     }
 
     /// Drives every peer's timers: handshake retries, rekeys, keepalives. Call it at least
-    /// every 250 ms, and the rate limiter is reset from here too.
-    pub fn handle_timer(&self, now: Instant, to_network: &mut PacketBatch) {
-        let state = self.read();
+    /// every 250 ms, and the rate limiter is reset from here too. `now` carries both clocks, read
+    /// by the caller at the tick: plexd's own machines take the wall clock from it for their
+    /// next initiations, and when the wall clock stepped away from the device's reading by more
+    /// than [`WALL_CLOCK_STEP`] the device keeps the new reading for machines made later.
+    pub fn handle_timer(&self, now: Now, to_network: &mut PacketBatch) {
+        let mut state = self.read();
+        if wall_clock_stepped(state.clock, now) {
+            drop(state);
+            self.write().clock = now;
+            state = self.read();
+        }
+        let (clock, now) = (now, now.at);
         state.rate_limiter.reset_count();
         for peer in state.peers.values() {
             let mut p = peer.lock();
@@ -258,7 +287,7 @@ impl Device {
                 state.private_key.as_ref(),
                 &state.rate_limiter,
                 state.protocol,
-                state.clock,
+                clock,
             ) else {
                 continue;
             };
@@ -269,7 +298,7 @@ impl Device {
                 Counters::bump(&self.counters.malformed);
                 return;
             }
-            if let Some(n) = machine.handle_timeout(slot, now) {
+            if let Some(n) = machine.handle_timeout(slot, clock) {
                 sent = n;
             }
             if sent == 0 && keepalive_due && endpoint.is_some() {
@@ -300,41 +329,83 @@ mod tests {
     /// The `Now` the device is built with is where plexd's own machines take their handshakes'
     /// wall time: the initiation a packet starts carries that wall time plus the monotonic time
     /// since, as TAI64N (read here as the responder reads it, by decrypting the initiation).
-    #[test]
-    fn an_initiation_carries_the_wall_time_of_the_devices_clock() {
-        let t0 = Instant::now();
-        let wall = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
-        let device = Device::with_protocol(Protocol::Plexd, Now::new(t0, wall));
-        let ours = SecretKey::from_bytes([1; 32]);
-        let theirs = SecretKey::from_bytes([2; 32]);
-        let mut peer = PeerUpdate::new(theirs.public_key());
+    const OURS: [u8; 32] = [1; 32];
+    const THEIRS: [u8; 32] = [2; 32];
+
+    /// A device on plexd's own protocol with one peer (192.0.2.2, 10.0.0.0/24) and `clock`.
+    fn plexd_device(clock: Now) -> Device {
+        let device = Device::with_protocol(Protocol::Plexd, clock);
+        let mut peer = PeerUpdate::new(SecretKey::from_bytes(THEIRS).public_key());
         peer.endpoint = Some(SocketAddr::from(([192, 0, 2, 2], 51820)));
         peer.allowed_ips = vec!["10.0.0.0/24".parse().expect("a network")];
         device
             .apply(DeviceUpdate {
-                private_key: Some(Some(ours.clone())),
+                private_key: Some(Some(SecretKey::from_bytes(OURS))),
                 peers: vec![peer],
                 ..DeviceUpdate::default()
             })
             .expect("configured");
+        device
+    }
 
+    /// The TAI64N of the initiation a packet at `at` starts (no session yet), decrypted as the
+    /// responder does.
+    fn initiation_timestamp(device: &Device, at: Instant) -> [u8; 12] {
         let packet = crate::packet::ipv4_udp(
             Ipv4Addr::new(10, 0, 1, 1),
             Ipv4Addr::new(10, 0, 0, 9),
             b"hello",
         );
         let mut out = PacketBatch::for_datagrams(4);
-        device.handle_tun_packet(t0 + Duration::from_secs(3), &packet, &mut out);
+        device.handle_tun_packet(at, &packet, &mut out);
         assert_eq!(out.len(), 1, "no session: an initiation leaves");
         let init = out.get(0);
         assert_eq!(init.len(), INITIATION_LEN);
+        let ours = SecretKey::from_bytes(OURS).public_key();
+        let theirs = SecretKey::from_bytes(THEIRS);
+        let responder = handshake::Statics::new(theirs.static_secret(), ours.0, None);
+        handshake::consume_initiation(&responder, init)
+            .expect("the initiation decrypts")
+            .timestamp
+    }
 
-        let responder = handshake::Statics::new(theirs.static_secret(), ours.public_key().0, None);
-        let consumed =
-            handshake::consume_initiation(&responder, init).expect("the initiation decrypts");
+    #[test]
+    fn an_initiation_carries_the_wall_time_of_the_devices_clock() {
+        let t0 = Instant::now();
+        let wall = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let device = plexd_device(Now::new(t0, wall));
         assert_eq!(
-            consumed.timestamp,
+            initiation_timestamp(&device, t0 + Duration::from_secs(3)),
             crypto::tai64n(wall + Duration::from_secs(3))
+        );
+    }
+
+    /// A host without a real-time clock starts plexd at a wrong wall time and NTP steps it
+    /// later: the device follows at its next tick, so its initiations carry the real time (a
+    /// peer that saw the real time from an earlier run refuses older ones), and a drift under
+    /// the step bound keeps the device's reading.
+    #[test]
+    fn a_wall_clock_stepped_after_the_start_is_followed_from_the_next_tick() {
+        let t0 = Instant::now();
+        let booted = UNIX_EPOCH + Duration::from_secs(946_684_800); // 2000-01-01
+        let device = plexd_device(Now::new(t0, booted));
+        let mut out = PacketBatch::for_datagrams(4);
+        let t1 = t0 + Duration::from_secs(1);
+        device.handle_timer(
+            Now::new(t1, booted + Duration::from_millis(1_500)),
+            &mut out,
+        );
+        assert_eq!(
+            device.read().clock.wall,
+            booted,
+            "0.5 s of drift is no step"
+        );
+        let synced = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let t2 = t0 + Duration::from_secs(2);
+        device.handle_timer(Now::new(t2, synced), &mut out);
+        assert_eq!(
+            initiation_timestamp(&device, t2 + Duration::from_secs(3)),
+            crypto::tai64n(synced + Duration::from_secs(3))
         );
     }
 }

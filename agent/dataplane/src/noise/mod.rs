@@ -585,6 +585,14 @@ impl Tunnel {
     /// The timers of the whitepaper's section 6: handshake retries and giving up, rekeying,
     /// a handshake when data went unanswered, passive keepalives, and wiping old keys. At most
     /// one message goes into `dst`. Call at least every 250 ms.
+    /// Both clocks read again by the caller (the device's timer, every tick): later initiations
+    /// take their wall time from this reading, so a wall clock stepped after the tunnel was
+    /// built (NTP's first sync on a host without a real-time clock) is followed within a tick.
+    /// Timestamps still never go backwards (`next_timestamp`).
+    pub fn handle_wall_clock(&mut self, clock: Now) {
+        self.clock = clock;
+    }
+
     pub fn update_timers(&mut self, now: Instant, dst: &mut [u8]) -> Result<Output, NoiseError> {
         if self
             .last_handshake

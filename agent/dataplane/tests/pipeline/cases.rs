@@ -220,7 +220,9 @@ fn persistent_keepalives_follow_the_stepped_clock() {
     let mut wire = Wire::new();
     let tick = |n: &Node, at: Instant, wire: &mut Wire| {
         let mut out = PacketBatch::for_datagrams(4);
-        n.device.handle_timer(at, &mut out);
+        // The wall clock at `at`, as the device's own reading (taken at its start) expects it.
+        let wall = std::time::SystemTime::now() + at.saturating_duration_since(Instant::now());
+        n.device.handle_timer(plexsphere_wire::clock::Now::new(at, wall), &mut out);
         collect(n.addr, &out, wire);
     };
 
