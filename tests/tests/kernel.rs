@@ -803,6 +803,10 @@ fn plexd_with_the_kernel_backend_in_a_guest_programs_a_thousand_peers_with_bound
         )
     });
     let programmed = started.elapsed();
+    eprintln!(
+        "{want} peers programmed {:.0} s after the first registration",
+        programmed.as_secs_f64()
+    );
     // Every bulk peer's home relay gives it a relayed path at least once (the relay then says
     // the peer is not there, and reach probes again): a loopback forwarder each, in one loop.
     // At any moment a few are between a relayed path and none (one run saw 976 of 1,000 for
@@ -832,13 +836,16 @@ fn plexd_with_the_kernel_backend_in_a_guest_programs_a_thousand_peers_with_bound
         Ok(g.ping(user_ip).then_some(()))
     })
     .unwrap_or_else(|e| panic!("{e:#}\n--- guest plexd:\n{}\n{}", g.output(), lab.dump()));
-    let out = netns::exec(
-        &lab.nodes[user].ns,
-        "ping",
-        &["-c", "2", "-W", "2", &guest_ip.to_string()],
-    )
-    .unwrap();
-    assert!(out.status.success(), "the userspace node pings the guest");
+    // Retried like the other direction: one lost echo under TCG and two builds is not a failure.
+    wait_until(BOUND, "the userspace node pings the guest", || {
+        let out = netns::exec(
+            &lab.nodes[user].ns,
+            "ping",
+            &["-c", "2", "-W", "2", &guest_ip.to_string()],
+        )?;
+        Ok(out.status.success().then_some(()))
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n--- guest plexd:\n{}\n{}", g.output(), lab.dump()));
 
     let after = plexd_usage(&g).unwrap();
     peak.raise_to(&after);

@@ -43,6 +43,7 @@ pub mod cache;
 pub mod domain_keys;
 pub mod domain_keys_state;
 pub mod ingest;
+pub mod install;
 pub mod io;
 pub mod leave;
 pub mod mesh_apply;
@@ -114,19 +115,6 @@ pub const LEAVING_RETRY: Duration = Duration::from_secs(30);
 /// (a very long `daemon.stall_timeout_secs`).
 pub(crate) const IDLE_WAKE: Duration = Duration::from_secs(3600);
 
-/// The work a stream event owes, done once per batch of inputs instead of once per event: the
-/// executor feeds every input already waiting (up to its `MAX_TURN_INPUTS`) before it asks for
-/// effects, and the core settles what they owe when its effect queue runs out. A burst of
-/// 1,000 `peer_added` events is then one apply, one peer list for reach and one cache write,
-/// where it was 1,000 of each (every one of them as long as the peer list: O(n^2)).
-#[derive(Debug, Default)]
-struct Owed {
-    /// The wanted set changed: apply it (the time of the last change).
-    apply: Option<Now>,
-    /// The events or the position changed: write the cache.
-    save: bool,
-}
-
 /// A leave asked for on the socket: who waits for the answer, and the control plane's note
 /// once it deregistered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -159,8 +147,8 @@ pub struct Core {
     jitter: Jitter,
     effects: VecDeque<Effect>,
     exited: bool,
-    /// What the stream's events owe, done once when the effects run out (`settle_owed`).
-    owed: Owed,
+    /// What the stream's events owe, done once when the effects run out (`install.rs`).
+    owed: install::Owed,
 
     wanted: DesiredPeers,
     envelope: Option<SignedEnvelope>,
@@ -182,7 +170,7 @@ pub struct Core {
     /// The next state pull is unconditional (no `If-None-Match`): after a resync, and once a
     /// state from the API is older than [`STATE_REFRESH`].
     full_pull: bool,
-    /// A state older than this is refused (`answers.rs`, `state_accept_floor`): the newest
+    /// A state older than this is refused (`install.rs`, `state_accept_floor`): the newest
     /// state installed, raised by a resync's seq, and at start the cache's last seq.
     state_floor: u64,
     /// When the last signed state from the API was applied.
@@ -252,7 +240,7 @@ impl Core {
             jitter: s.jitter,
             effects: VecDeque::new(),
             exited: false,
-            owed: Owed::default(),
+            owed: install::Owed::default(),
             wanted: DesiredPeers::default(),
             envelope: None,
             state_version: None,
@@ -293,21 +281,6 @@ impl Core {
             self.settle_owed();
         }
         self.effects.pop_front()
-    }
-
-    /// Does what the inputs since the last settle owe (`Owed`), unless the core is ending
-    /// (a revoked or cloned node changes nothing more).
-    fn settle_owed(&mut self) {
-        if self.exited {
-            self.owed = Owed::default();
-            return;
-        }
-        if let Some(now) = self.owed.apply.take() {
-            self.apply_mesh(now);
-        }
-        if std::mem::take(&mut self.owed.save) {
-            self.save_cache();
-        }
     }
 
     /// Whether the core decided to end (an `Exit` was emitted); later inputs only finish
@@ -404,20 +377,6 @@ impl Core {
 
     fn read_live(&mut self, why: LiveFor, now: Now) {
         self.ask_mesh(MeshOp::ReadLive, Pending::Live(why), now);
-    }
-
-    /// Sends the wanted set to the mesh; with an apply still running, the latest set goes
-    /// when it answers (applies never queue up behind each other).
-    fn apply_mesh(&mut self, now: Now) {
-        self.owed.apply = None;
-        self.feed_reach_peers();
-        if self.mesh_jobs.apply_running() {
-            self.mesh_jobs.set_apply_again(true);
-        } else {
-            let set = Arc::new(self.in_view(self.wanted.list()));
-            self.ask_apply(set, now);
-        }
-        self.update_status();
     }
 
     fn error_observation(&mut self, message: String, now: Now) {
