@@ -1,7 +1,8 @@
 use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
-use plexsphere_wire::signed::DomainSigner;
+use plexsphere_wire::reach::relay::{LEASE_SECS, RefuseCode, RelayToken};
+use plexsphere_wire::signed::{DomainSigner, SignContext};
 
 use super::*;
 
