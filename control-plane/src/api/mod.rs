@@ -16,6 +16,8 @@ mod node;
 mod node_settings;
 mod observations;
 mod operator;
+mod operator_auth;
+mod operator_reach;
 mod paths;
 mod paths_shared;
 mod policy;
