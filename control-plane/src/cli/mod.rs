@@ -11,19 +11,21 @@ mod args;
 mod audit;
 mod backup;
 mod bus;
+mod dev;
 mod downloads;
 mod failure;
 mod keys;
+mod knobs;
 mod relay;
 mod serve;
 
 pub use args::{
-    BrokerArgs, Cli, Command, DataArgs, DevArgs, LimitArgs, LogFormat, NodeApiArgs,
-    OperatorTokenCommand, SeedCommand, ServeArgs,
+    Cli, Command, DataArgs, DevArgs, LogFormat, OperatorTokenCommand, SeedCommand, ServeArgs,
 };
 pub use bus::BusArgs;
 pub use downloads::DownloadArgs;
 pub(crate) use failure::Failure;
+pub use knobs::{BrokerArgs, LimitArgs, NodeApiArgs};
 
 /// The relays and STUN servers nodes are told of (`--relay`, `--stun-advertise`).
 mod reach;
@@ -99,7 +101,7 @@ fn init_logging(filter: &str, format: LogFormat) -> Result<(), String> {
 async fn dispatch(cmd: Command) -> Result<(), Failure> {
     match cmd {
         Command::Serve(args) => serve::serve(args).await,
-        Command::Dev(args) => serve::dev(args).await,
+        Command::Dev(args) => dev::dev(args).await,
         Command::Seed(SeedCommand::Apply { data, file }) => admin::seed_apply(&data, &file).await,
         Command::OperatorToken(OperatorTokenCommand::Create {
             data,
