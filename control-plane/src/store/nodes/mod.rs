@@ -1,7 +1,9 @@
 //! The `nodes` table: one row per registered node; its credential only as a SHA-256 digest.
 //! Its column groups have their own files: the reach columns ([`reach`]), the rotation
-//! columns ([`rotation`]) and the host a node is bound to ([`hosts`]). They import the store's
-//! error and column helpers, never this file.
+//! columns ([`rotation`]) and the host a node is bound to ([`hosts`]); what a node's calls and
+//! its operator change after registration has its own file too (`updates`). They import the
+//! store's error and column helpers, never this file (only the unit tests' fixture of a row,
+//! `test_row`, does).
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -18,6 +20,12 @@ pub use reach::{NodeReach, set_endpoints};
 use reach::{json_list, reach_from_row};
 pub(crate) mod rotation;
 pub use rotation::NodeRotation;
+#[cfg(test)]
+mod test_row;
+mod updates;
+use updates::sat_i64;
+pub(crate) use updates::{HeartbeatRecord, record_heartbeat, set_udp_offload};
+pub use updates::{delete, revoke, set_tags, touch_last_seen};
 
 #[derive(Clone, PartialEq, Eq)]
 pub struct NodeRow {
@@ -92,42 +100,6 @@ macro_rules! select_nodes {
             $tail
         )
     };
-}
-
-#[cfg(test)]
-impl NodeRow {
-    /// A node for unit tests: `n` names it (id, hostname `node-<n>`, key `key-<n>`), in Domain
-    /// 100 and Project 200, registered at 1, never seen, with one endpoint.
-    pub(crate) fn for_test(n: u128, mesh_ip: &str) -> Self {
-        NodeRow {
-            id: Uuid::from_u128(n),
-            domain_id: Uuid::from_u128(100),
-            project_id: Uuid::from_u128(200),
-            hostname: format!("node-{n}"),
-            arch: "amd64".into(),
-            plexd_version: "0.1.0".into(),
-            mesh_ip: match mesh_ip.parse() {
-                Ok(ip) => ip,
-                Err(e) => panic!("a test node's mesh IP {mesh_ip:?}: {e}"),
-            },
-            wireguard_public_key: format!("key-{n}"),
-            resource_handle: None,
-            credential_sha256: String::new(),
-            registered_at: 1,
-            last_seen_at: None,
-            revoked_at: None,
-            listen_port: None,
-            endpoints: vec![SocketAddr::from(([192, 0, 2, 1], 51820))],
-            report: NodeReport::default(),
-            reach: NodeReach::default(),
-            rotation: NodeRotation::default(),
-            host_fingerprint: None,
-            origin: NodeOrigin::default(),
-            udp_offload: None,
-            tags: Vec::new(),
-            dns_name: format!("node-{n}"),
-        }
-    }
 }
 
 impl std::fmt::Debug for NodeRow {
@@ -393,23 +365,6 @@ pub(crate) async fn replace_unused_credential(
     Ok(done.rows_affected() == 1)
 }
 
-/// Records that the node authenticated with its credential (ends the replay window). Writes
-/// only when the stored time is older, so a burst of calls in one second costs one write.
-pub async fn touch_last_seen(
-    conn: &mut AnyConnection,
-    id: Uuid,
-    now: i64,
-) -> Result<(), StoreError> {
-    sqlx::query(
-        "UPDATE nodes SET last_seen_at = $1 WHERE id = $2 AND (last_seen_at IS NULL OR last_seen_at < $1)",
-    )
-        .bind(now)
-        .bind(id.to_string())
-        .execute(&mut *conn)
-        .await?;
-    Ok(())
-}
-
 /// The live (not revoked) nodes of a Domain, oldest first.
 pub async fn live_in_domain(
     conn: &mut AnyConnection,
@@ -422,93 +377,4 @@ pub async fn live_in_domain(
     .fetch_all(&mut *conn)
     .await?;
     rows.iter().map(from_row).collect()
-}
-
-/// What a heartbeat records.
-#[derive(Debug, Clone)]
-pub(crate) struct HeartbeatRecord<'a> {
-    pub plexd_version: &'a str,
-    pub uptime_secs: u64,
-    pub applied_state_version: Option<u64>,
-    pub peers_configured: u32,
-    pub peers_connected: u32,
-    pub at: i64,
-}
-
-fn sat_i64(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-/// Records a heartbeat (and that the node was seen). Answers whether the node still exists.
-pub(crate) async fn record_heartbeat(
-    conn: &mut AnyConnection,
-    id: Uuid,
-    hb: &HeartbeatRecord<'_>,
-) -> Result<bool, StoreError> {
-    let done = sqlx::query(
-        "UPDATE nodes SET plexd_version = $1, uptime_secs = $2, applied_state_version = $3, \
-         peers_configured = $4, peers_connected = $5, last_heartbeat_at = $6, last_seen_at = $6 \
-         WHERE id = $7",
-    )
-    .bind(hb.plexd_version.to_owned())
-    .bind(sat_i64(hb.uptime_secs))
-    .bind(hb.applied_state_version.map(sat_i64))
-    .bind(i64::from(hb.peers_configured))
-    .bind(i64::from(hb.peers_connected))
-    .bind(hb.at)
-    .bind(id.to_string())
-    .execute(&mut *conn)
-    .await?;
-    Ok(done.rows_affected() == 1)
-}
-
-/// Marks a node revoked. Answers false when it was already revoked or does not exist.
-pub async fn revoke(conn: &mut AnyConnection, id: Uuid, now: i64) -> Result<bool, StoreError> {
-    let done = sqlx::query("UPDATE nodes SET revoked_at = $1 WHERE id = $2 AND revoked_at IS NULL")
-        .bind(now)
-        .bind(id.to_string())
-        .execute(&mut *conn)
-        .await?;
-    Ok(done.rows_affected() == 1)
-}
-
-/// Sets the operator's UDP GSO/GRO switch of a live node; answers whether the node is live.
-pub(crate) async fn set_udp_offload(
-    conn: &mut AnyConnection,
-    id: Uuid,
-    setting: Option<UdpOffload>,
-) -> Result<bool, StoreError> {
-    let done =
-        sqlx::query("UPDATE nodes SET udp_offload = $1 WHERE id = $2 AND revoked_at IS NULL")
-            .bind(setting.map(|s| s.as_str().to_owned()))
-            .bind(id.to_string())
-            .execute(&mut *conn)
-            .await?;
-    Ok(done.rows_affected() == 1)
-}
-
-/// Replaces the tags of a live node (checked names, `crate::tags::normalize`); answers
-/// whether the node is live.
-pub async fn set_tags(
-    conn: &mut AnyConnection,
-    id: Uuid,
-    tags: &[String],
-) -> Result<bool, StoreError> {
-    let done = sqlx::query("UPDATE nodes SET tags = $1 WHERE id = $2 AND revoked_at IS NULL")
-        .bind(crate::tags::join(tags))
-        .bind(id.to_string())
-        .execute(&mut *conn)
-        .await?;
-    Ok(done.rows_affected() == 1)
-}
-
-/// Deletes a node and the rows it owns (its observations); its mesh IP is free again.
-/// Answers whether a node row was deleted.
-pub async fn delete(conn: &mut AnyConnection, id: Uuid) -> Result<bool, StoreError> {
-    super::observations::delete_for_node(conn, id).await?;
-    let done = sqlx::query("DELETE FROM nodes WHERE id = $1")
-        .bind(id.to_string())
-        .execute(&mut *conn)
-        .await?;
-    Ok(done.rows_affected() == 1)
 }
