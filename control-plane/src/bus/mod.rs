@@ -13,6 +13,7 @@
 //! This folder owns the notices and nothing else: it may import the store (the poller reads
 //! the events table); everything that appends events imports it, it imports none of them.
 
+mod jetstream;
 pub mod nats;
 pub mod poll;
 
