@@ -8,6 +8,7 @@ pub mod auth;
 mod broker;
 mod console_events;
 pub mod error;
+mod event_ring;
 pub mod extract;
 pub mod fanout;
 pub(crate) mod health;

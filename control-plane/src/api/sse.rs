@@ -5,7 +5,7 @@
 //! by the bus) at its own pace and hands each frame to a bounded channel the response body
 //! drains. A node that asks for Domain envelopes (`plexsphere-event-envelopes: domain`) gets
 //! the event's one copy signed for the whole Domain, shared by every stream
-//! ([`super::fanout::Entry::shared_data`]); any other gets its own copy, signed for it. The key
+//! ([`super::event_ring::Entry::shared_data`]); any other gets its own copy, signed for it. The key
 //! that signs is looked up for every batch, so a rotation's new key signs on streams opened
 //! before its overlap ended. A cursor older than the ring (a resume) reads the gap
 //! from the store in bounded batches. A publisher never waits for a stream. A client that
@@ -28,8 +28,9 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use uuid::Uuid;
 
+use super::event_ring::{Entry, Take};
 use super::extract::NodeAuth;
-use super::fanout::{Entry, Hub, Member, Take};
+use super::fanout::{Hub, Member};
 use super::state::AppState;
 pub use super::streams::Streams;
 use crate::error::Error;
