@@ -17,6 +17,7 @@ use crate::client::Api;
 use crate::config::Settings;
 use crate::failure::Failure;
 use crate::names::node_id;
+use crate::node_output;
 use crate::observations;
 use crate::operator_tokens;
 use crate::output::{self, Format, render};
@@ -178,13 +179,13 @@ async fn nodes(cmd: &NodeCommand, format: Format, settings: &Settings) -> Result
             let query: Vec<(&str, &str)> =
                 project.iter().map(|p| ("project_id", p.as_str())).collect();
             let list: List<NodeView> = api.get(&["v1", "nodes"], &query).await?;
-            render(format, list.items.as_slice(), output::nodes)
+            render(format, list.items.as_slice(), node_output::nodes)
         }
         NodeCommand::Get { id } => {
             let api = &operator_api(settings)?;
             let id = node_id(api, id).await?;
             let node: NodeView = api.get(&["v1", "nodes", &id.to_string()], &[]).await?;
-            render(format, &node, output::node)
+            render(format, &node, node_output::node)
         }
         NodeCommand::Observations { id, limit, kind } => {
             let api = &operator_api(settings)?;
@@ -213,7 +214,7 @@ async fn nodes(cmd: &NodeCommand, format: Format, settings: &Settings) -> Result
             let node: NodeView = api
                 .post::<(), _>(&["v1", "nodes", &id.to_string(), "revoke"], None)
                 .await?;
-            render(format, &node, output::node)
+            render(format, &node, node_output::node)
         }
         NodeCommand::RotateKey { id } | NodeCommand::RotateCredential { id } => {
             let api = &operator_api(settings)?;
@@ -223,7 +224,7 @@ async fn nodes(cmd: &NodeCommand, format: Format, settings: &Settings) -> Result
                 _ => "rotate-credential",
             };
             let node: NodeView = api.post::<(), _>(&["v1", "nodes", &id, what], None).await?;
-            render(format, &node, output::node)
+            render(format, &node, node_output::node)
         }
         NodeCommand::Rename { id, name } => {
             plexsphere_wire::routes::check_label(name)
@@ -232,12 +233,12 @@ async fn nodes(cmd: &NodeCommand, format: Format, settings: &Settings) -> Result
             let id = node_id(api, id).await?.to_string();
             let body = plexsphere_wire::routes::RenameRequest { name: name.clone() };
             let node: NodeView = api.put(&["v1", "nodes", &id, "name"], &body).await?;
-            render(format, &node, output::node)
+            render(format, &node, node_output::node)
         }
         NodeCommand::Tag { id, tags } => {
             let change = crate::tags::TagChange::Add(tags);
             let node = crate::tags::tag_node(settings, id, change).await?;
-            render(format, &node, output::node)
+            render(format, &node, node_output::node)
         }
         NodeCommand::Untag { id, tags, all } => {
             let change = if *all {
@@ -246,7 +247,7 @@ async fn nodes(cmd: &NodeCommand, format: Format, settings: &Settings) -> Result
                 crate::tags::TagChange::Remove(tags)
             };
             let node = crate::tags::tag_node(settings, id, change).await?;
-            render(format, &node, output::node)
+            render(format, &node, node_output::node)
         }
         NodeCommand::Set { id, udp_offload } => {
             let api = &operator_api(settings)?;
@@ -256,7 +257,7 @@ async fn nodes(cmd: &NodeCommand, format: Format, settings: &Settings) -> Result
                 udp_offload: UdpOffload::parse(udp_offload),
             };
             let node: NodeView = api.put(&["v1", "nodes", &id, "udp-offload"], &body).await?;
-            render(format, &node, output::node)
+            render(format, &node, node_output::node)
         }
     }
 }

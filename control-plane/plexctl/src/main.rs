@@ -17,6 +17,7 @@ mod config;
 mod failure;
 mod login;
 mod names;
+mod node_output;
 mod observations;
 mod operator_tokens;
 mod output;
