@@ -25,6 +25,7 @@ pub mod secret;
 pub mod signed;
 pub mod signing_keys;
 pub mod signing_keys_admin;
+mod tokens_admin;
 pub mod version;
 
 pub use error::{ApiError, codes};
