@@ -9,22 +9,10 @@ use plexsphere_wire::signed::SignedEnvelope;
 
 use super::cache::{CacheError, Cached};
 use super::io::CacheWrite;
+use super::owed::Owed;
 use super::schedule::Task;
 use super::wanted::DesiredPeers;
 use super::{Core, Effect, Now};
-
-/// The work a stream event owes, done once per batch of inputs instead of once per event: the
-/// executor feeds every input already waiting (up to its `MAX_TURN_INPUTS`) before it asks for
-/// effects, and the core settles what they owe when its effect queue runs out. A burst of
-/// 1,000 `peer_added` events is then one apply, one peer list for reach and one cache write,
-/// where it was 1,000 of each (every one of them as long as the peer list: O(n^2)).
-#[derive(Debug, Default)]
-pub(super) struct Owed {
-    /// The wanted set changed: apply it (the time of the last change).
-    pub(super) apply: Option<Now>,
-    /// The events or the position changed: write the cache.
-    pub(super) save: bool,
-}
 
 impl Core {
     /// Does what the inputs since the last settle owe (`Owed`), unless the core is ending

@@ -49,6 +49,7 @@ pub mod leave;
 pub mod mesh_apply;
 mod mesh_jobs;
 pub mod names;
+pub mod owed;
 pub mod policy;
 pub mod policy_status;
 pub mod protocol;
@@ -148,7 +149,7 @@ pub struct Core {
     effects: VecDeque<Effect>,
     exited: bool,
     /// What the stream's events owe, done once when the effects run out (`install.rs`).
-    owed: install::Owed,
+    owed: owed::Owed,
 
     wanted: DesiredPeers,
     envelope: Option<SignedEnvelope>,
@@ -240,7 +241,7 @@ impl Core {
             jitter: s.jitter,
             effects: VecDeque::new(),
             exited: false,
-            owed: install::Owed::default(),
+            owed: owed::Owed::default(),
             wanted: DesiredPeers::default(),
             envelope: None,
             state_version: None,
