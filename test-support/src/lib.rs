@@ -5,10 +5,13 @@
 //! - [`machines`]: the machine tests' guards (a bridge removed on drop, a booted machine
 //!   destroyed on drop, the machines and bridge a test or a control plane left behind) and
 //!   their root preflight.
+//! - [`seeded`]: a random source from a seed, and one that always fails (plexd's reach tests and
+//!   the data plane's protocol tests).
 //! - [`eventually`]: poll a condition within a bound; [`is_root`]: whether the tests run as root.
 
 pub mod machines;
 pub mod metrics;
+pub mod seeded;
 
 use std::time::{Duration, Instant};
 

@@ -25,6 +25,4 @@ pub mod journal;
 pub mod node;
 pub mod relay_client;
 pub mod runtime;
-#[cfg(test)]
-pub mod seeded;
 pub mod stun;

@@ -277,7 +277,7 @@ mod tests {
 
     #[test]
     fn a_low_order_point_gives_no_shared_secret() {
-        let mut rng = super::super::seeded::SeededRng::new(1);
+        let mut rng = plexsphere_test_support::seeded::SeededRng::new(1);
         let (secret, public) = ephemeral(&mut rng).expect("random");
         assert!(dh(&secret, &[0; 32]).is_none());
         let (other, _) = ephemeral(&mut rng).expect("random");
@@ -290,7 +290,7 @@ mod tests {
     /// A random source that fails, as the OS's may: no key at all, never a weak one.
     #[test]
     fn a_failing_random_source_gives_no_ephemeral_key() {
-        let mut rng = super::super::seeded::Failing;
+        let mut rng = plexsphere_test_support::seeded::Failing;
         assert!(ephemeral(&mut rng).is_none());
         assert!(random::<2>(&mut rng).is_none());
     }

@@ -255,7 +255,7 @@ pub(crate) fn consume_cookie_reply(s: &Statics, init: &Initiation, msg: &[u8]) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::noise::seeded::SeededRng;
+    use plexsphere_test_support::seeded::SeededRng;
 
     fn pair() -> (Statics, Statics) {
         let a = StaticSecret::from([1u8; 32]);

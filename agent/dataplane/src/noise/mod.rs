@@ -28,8 +28,6 @@
 
 pub(crate) mod crypto;
 pub(crate) mod handshake;
-#[cfg(test)]
-pub(crate) mod seeded;
 pub(crate) mod session;
 
 use std::collections::VecDeque;

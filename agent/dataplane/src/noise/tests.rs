@@ -574,7 +574,7 @@ fn our_timestamps_grow_even_within_the_clocks_resolution() {
 fn seeded(seed: u64, clock: Now) -> Tunnel {
     let (sa, pa) = key(1);
     let (_, pb) = key(2);
-    let rng = Box::new(seeded::SeededRng::new(seed));
+    let rng = Box::new(plexsphere_test_support::seeded::SeededRng::new(seed));
     Tunnel::new(sa, pb, None, 1, limiter(&pa, 100), rng, clock)
 }
 
@@ -609,7 +609,7 @@ fn a_seeded_random_source_gives_the_same_initiation() {
 fn a_failing_random_source_makes_no_initiation() {
     let (sa, pa) = key(1);
     let (_, pb) = key(2);
-    let rng = Box::new(seeded::Failing);
+    let rng = Box::new(plexsphere_test_support::seeded::Failing);
     let mut a = Tunnel::new(sa, pb, None, 1, limiter(&pa, 100), rng, Now::system());
     let mut buf = vec![0u8; 256];
     let now = Instant::now();

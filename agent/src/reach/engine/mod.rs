@@ -169,7 +169,7 @@ impl Engine {
         Self::with_rng(
             secret,
             mesh,
-            Box::new(crate::reach::seeded::SeededRng::new(seed)),
+            Box::new(plexsphere_test_support::seeded::SeededRng::new(seed)),
         )
     }
 

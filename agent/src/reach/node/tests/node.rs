@@ -12,7 +12,7 @@ use crate::reach::io::{Input, Now, PeerReach, TICK};
 use crate::reach::node::Node;
 use crate::reach::node::relays::RelayOut;
 use crate::reach::node::schedule::Due;
-use crate::reach::seeded::SeededRng;
+use plexsphere_test_support::seeded::SeededRng;
 
 const NODE_SECRET: [u8; 32] = [0x4e; 32];
 const RELAY_SECRET: [u8; 32] = [0x52; 32];

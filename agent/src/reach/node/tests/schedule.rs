@@ -13,8 +13,8 @@ use stun_codec::{Message, MessageClass, MessageEncoder, TransactionId};
 
 use crate::reach::io::{Input, TICK};
 use crate::reach::node::schedule::{ADDRS_EVERY, Due, HANDSHAKES_EVERY, STUN_EVERY, Schedule};
-use crate::reach::seeded::SeededRng;
 use crate::reach::stun::{RETRY_AFTER, TRIES};
+use plexsphere_test_support::seeded::SeededRng;
 
 const PORT: u16 = 51820;
 /// What every STUN server sees of this node.
