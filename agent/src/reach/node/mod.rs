@@ -1,39 +1,111 @@
-//! Reach's decisions as sans-IO machines the runtime drives and only carries out (issue 26,
-//! "reach as one sans-IO node"; docs/reach.md "The runtime"). So far:
+//! Reach's decisions as sans-IO machines, and the node that routes between them (issue 26,
+//! "reach as one sans-IO node"; docs/reach.md "The runtime"):
 //!
 //! - [`relays`]: the relay set (the relays in use, their connections, the home relay, the
 //!   move to TCP with TLS, idle closes, replay floors, the relay token).
-//! - [`schedule`]: the schedule (when the runtime's pass runs, the host address and handshake
-//!   reads, STUN runs and the probe, the tick of the relays and the engine).
+//! - [`schedule`]: the schedule (when the pass runs, the host address and handshake reads,
+//!   STUN runs and the probe, the tick of the relays and the engine).
 //! - [`Node`] (here): the engine, the relay set and the schedule together, and the decisions
 //!   that span them: the one deadline the runtime sleeps until, which machine is due when no
-//!   pass runs, a change of the relays or STUN servers, a key rotation. The runtime still
-//!   feeds each machine and carries out each one's outputs itself (`engine`, `relays`,
-//!   `schedule` are its to drive until their outputs meet in the node).
+//!   pass runs, a change of the relays or STUN servers, a key rotation, and the routing
+//!   between the machines. The schedule's engine inputs and its tick reach the engine and the
+//!   relay set; the relay set's engine inputs (a relay up or down, the home relay, relayed
+//!   disco, a peer gone) reach the engine; the engine's relayed sends and relay paths reach
+//!   the relay set; relayed datagrams are named by the wanted peers' key prefixes (a prefix
+//!   two peers share names neither).
+//!
+//! The runtime hands the node what arrived (`handle_*`, the time last: a [`Now`], whose
+//! `at` the relay set and the schedule get) and then carries out the node's one output queue
+//! ([`Node::poll_out`], [`NodeOut`]) until it answers `None`: only what takes I/O or the
+//! runtime's shared state. A read the node asks for ([`NodeOut::ReadAddrs`],
+//! [`NodeOut::ReadHandshakes`]) is answered ([`Node::handle_local_addrs`],
+//! [`Node::handle_handshakes`]) while draining, and the pass goes on from there.
 
-use std::net::SocketAddr;
-use std::time::Instant;
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Instant, SystemTime};
 
 use ipnet::IpNet;
-use plexsphere_wire::node::RelaySpec;
+use plexsphere_wire::key::PublicKey;
+use plexsphere_wire::node::{NatReport, RelaySpec};
+use plexsphere_wire::reach::relay::{Frame, KeyPrefix, prefix};
+use plexsphere_wire::reach::{Kind, classify};
 use rand_core::CryptoRngCore;
 
 use crate::reach::engine::Engine;
+use crate::reach::io::{Effect, Input, Now, Path, PeerPathView, PeerReach};
 
 pub mod relays;
 pub mod schedule;
 #[cfg(test)]
 mod tests;
 
-use self::relays::RelaySet;
-use self::schedule::Schedule;
+use self::relays::{RelayOut, RelaySet};
+use self::schedule::{Due, Schedule};
+
+/// At most this many outputs wait in the node's queue. The runtime drains it after every
+/// input, so one input's outputs are what it holds (a pass to a few hundred peers and relays
+/// is well under this); should it ever be full, a new output is dropped and counted
+/// ([`Node::out_dropped`]), so an undrained node cannot grow without bound.
+pub const OUT_QUEUE: usize = 65_536;
+
+/// What the runtime carries out for the node, in order: only what takes I/O or the
+/// runtime's shared state (the machines' other outputs are routed inside the node).
+#[derive(Debug)]
+pub enum NodeOut {
+    /// A datagram to send from the WireGuard socket (disco direct, a STUN request).
+    Send { to: SocketAddr, datagram: Vec<u8> },
+    /// A frame to a relay's UDP address (from the WireGuard socket).
+    RelayUdp { to: SocketAddr, frame: Frame },
+    /// A frame on the relay's TCP connection.
+    RelayTcp { relay: String, frame: Frame },
+    /// Open a TCP connection with TLS to the relay (its certificate must name
+    /// `server_name`); one that cannot start is reported with [`Node::handle_tcp_closed`].
+    OpenTcp {
+        relay: String,
+        addr: SocketAddr,
+        server_name: String,
+    },
+    /// Close the relay's TCP connection (without reporting its end back).
+    CloseTcp { relay: String },
+    /// The relay's transport changed: carry the peers relayed through it anew.
+    Reroute { relay: String },
+    /// A WireGuard datagram `peer` sent through a relay, for its forwarder.
+    Recv { peer: PublicKey, datagram: Vec<u8> },
+    /// A datagram or frame from no known source was dropped (counted as an unknown source).
+    Dropped,
+    /// From now on, carry `peer`'s WireGuard traffic on `path` (its relay connection, if
+    /// any, is already asked for).
+    SetPath { peer: PublicKey, path: Path },
+    /// Our own candidates changed (for the published view and the endpoint report).
+    Candidates {
+        reflexive: Vec<SocketAddr>,
+        home_relay: Option<String>,
+        nat: NatReport,
+    },
+    /// Read the host's addresses and answer with [`Node::handle_local_addrs`].
+    ReadAddrs,
+    /// Read the data plane's handshake times and answer with [`Node::handle_handshakes`].
+    ReadHandshakes,
+    /// The pass ended: publish these path views.
+    Publish(Vec<PeerPathView>),
+}
 
 /// The node; see the module docs.
 pub struct Node {
-    pub engine: Engine,
-    pub relays: RelaySet,
-    pub schedule: Schedule,
+    engine: Engine,
+    relays: RelaySet,
+    schedule: Schedule,
     mesh: IpNet,
+    /// The wanted peers as last handed over (the new engine gets them after a key rotation).
+    peers: Vec<PeerReach>,
+    /// Each wanted peer by its key prefix (relays name the sender of a datagram by it); a
+    /// prefix two peers share maps to neither.
+    by_prefix: HashMap<KeyPrefix, Option<PublicKey>>,
+    /// The pass waits for the answer to a read it asked for.
+    awaiting_read: bool,
+    out: VecDeque<NodeOut>,
+    out_dropped: u64,
 }
 
 impl Node {
@@ -52,7 +124,22 @@ impl Node {
             relays: RelaySet::new(secret, tls_trust),
             schedule: Schedule::new(rng, now),
             mesh,
+            peers: Vec::new(),
+            by_prefix: HashMap::new(),
+            awaiting_read: false,
+            out: VecDeque::new(),
+            out_dropped: 0,
         }
+    }
+
+    /// The next thing to carry out.
+    pub fn poll_out(&mut self) -> Option<NodeOut> {
+        self.out.pop_front()
+    }
+
+    /// Outputs dropped because the queue was full ([`OUT_QUEUE`]).
+    pub fn out_dropped(&self) -> u64 {
+        self.out_dropped
     }
 
     /// The earliest deadline of the schedule (its next pass, the STUN probe), the engine (a
@@ -69,22 +156,167 @@ impl Node {
         .min()
     }
 
+    /// The relay's UDP address (how a peer relayed over UDP through it is carried).
+    pub fn relay_udp(&self, relay: &str) -> Option<SocketAddr> {
+        self.relays.udp_of(relay)
+    }
+
+    /// The UDP addresses of the relays with a connection over UDP: the ones whose frames the
+    /// data plane may unwrap. Sorted, without duplicates.
+    pub fn plane_relays(&self) -> Vec<SocketAddr> {
+        self.relays.plane_relays()
+    }
+
+    /// The peers' paths as the engine sees them now.
+    pub fn paths(&self) -> Vec<PeerPathView> {
+        self.engine.paths()
+    }
+
+    /// Time passed: the pass runs when it is due (its reads, STUN, then the relays' and the
+    /// engine's tick and the published views); otherwise only the machine that is due runs
+    /// (the STUN probe, the engine's timed punch, a relay connection's timers).
+    pub fn handle_timeout(&mut self, now: Now) {
+        // A read asked for and never answered does not hold the schedule up forever.
+        self.awaiting_read = false;
+        let pass = self.schedule.pass_due(now.at);
+        self.schedule.handle_timeout(now.at);
+        self.carry_schedule(now);
+        if pass {
+            return;
+        }
+        if self.engine_due(now.at) {
+            self.input(Input::Tick, now);
+        }
+        if self.relays_due(now.at) {
+            self.relays.handle_timeout(now.at);
+            self.carry_relays(now);
+        }
+    }
+
+    /// A daemon input arrived (peers, relays, a token, a key, a pinned path): the next pass
+    /// runs at once (with the next [`Self::handle_timeout`]).
+    pub fn handle_daemon_input(&mut self, now: Now) {
+        self.schedule.handle_daemon_input(now.at);
+    }
+
+    /// A datagram the WireGuard socket received that is not WireGuard's: STUN goes to the
+    /// schedule's probe, disco to the engine, a relay frame to the relay set; anything else
+    /// is dropped and counted.
+    pub fn handle_datagram(&mut self, datagram: &[u8], from: SocketAddr, now: Now) {
+        match classify(datagram) {
+            Kind::Stun => {
+                self.schedule.handle_stun_datagram(datagram, from, now.at);
+                self.carry_schedule(now);
+            }
+            Kind::Disco => self.input(
+                Input::DiscoDirect {
+                    from,
+                    datagram: datagram.to_vec(),
+                },
+                now,
+            ),
+            Kind::Relay => match Frame::from_datagram(datagram) {
+                Ok(f) => {
+                    self.relays.handle_udp_frame(f, from, now.at);
+                    self.carry_relays(now);
+                }
+                Err(e) => tracing::debug!(%from, "unreadable relay frame: {e}"),
+            },
+            Kind::WireGuard | Kind::Unknown => self.push(NodeOut::Dropped),
+        }
+    }
+
+    /// A relay frame that arrived on the relay's TCP connection.
+    pub fn handle_tcp_frame(&mut self, relay: &str, frame: Frame, now: Now) {
+        self.relays.handle_tcp_frame(relay, frame, now.at);
+        self.carry_relays(now);
+    }
+
+    /// The relay's TCP connection ended (or could not open): back to UDP, retried later.
+    pub fn handle_tcp_closed(&mut self, relay: &str, why: &str, now: Now) {
+        self.relays.handle_tcp_closed(relay, why, now.at);
+        self.carry_relays(now);
+    }
+
+    /// The wanted peers, for the engine (and their key prefixes, which name relayed senders).
+    pub fn handle_peers(&mut self, peers: Vec<PeerReach>, now: Now) {
+        self.by_prefix.clear();
+        for p in &peers {
+            self.by_prefix
+                .entry(prefix(&p.key))
+                .and_modify(|k| *k = None)
+                .or_insert(Some(p.key));
+        }
+        self.peers = peers.clone();
+        self.input(Input::Peers(peers), now);
+    }
+
+    /// A new relay token (the JSON of its signed envelope), for every connection.
+    pub fn handle_token(&mut self, token: Vec<u8>) {
+        self.relays.handle_token(token);
+    }
+
+    /// The state's relays and STUN servers: the relay set takes the relays (the engine gets
+    /// them when the usable set changed), and a change of the usable relays or of the STUN
+    /// servers starts a STUN run with the next pass.
+    pub fn handle_relays(&mut self, specs: Vec<RelaySpec>, stun: Vec<SocketAddr>, now: Now) {
+        self.set_relays(specs, stun, now.at);
+        self.carry_relays(now);
+    }
+
+    /// A key rotation: the disco keys and relay registrations derive from the WireGuard key,
+    /// so the engine starts over with the new one and gets the relays and the wanted peers
+    /// again, every relay connection registers again (its TLS links close), and the next pass
+    /// hands the engine the local addresses again.
+    pub fn handle_secret(&mut self, secret: [u8; 32], now: Now) {
+        self.rekey(secret, now.at);
+        self.carry_relays(now);
+        let peers = self.peers.clone();
+        self.input(Input::Peers(peers), now);
+    }
+
+    /// The host's addresses and the WireGuard port (the answer to [`NodeOut::ReadAddrs`]);
+    /// the pass goes on.
+    pub fn handle_local_addrs(&mut self, ips: Vec<IpAddr>, port: u16, now: Now) {
+        self.schedule.handle_local_addrs(ips, port, now.at);
+        self.awaiting_read = false;
+        self.carry_schedule(now);
+    }
+
+    /// The data plane's handshake times, or `None` when they could not be read (the answer
+    /// to [`NodeOut::ReadHandshakes`]); the pass goes on.
+    pub fn handle_handshakes(
+        &mut self,
+        handshakes: Option<Vec<(PublicKey, Option<SystemTime>)>>,
+        now: Now,
+    ) {
+        if let Some(h) = handshakes {
+            self.input(Input::Handshakes(h), now);
+        }
+        self.awaiting_read = false;
+        self.carry_schedule(now);
+    }
+
+    /// An effect the daemon asks for (a pinned path), carried out as the engine's are.
+    pub fn handle_effect(&mut self, effect: Effect, now: Now) {
+        self.perform(effect, now);
+    }
+
     /// Whether the engine's own deadline has come (it then gets `Input::Tick` even when no
     /// pass runs).
-    pub fn engine_due(&self, now: Instant) -> bool {
+    fn engine_due(&self, now: Instant) -> bool {
         self.engine.poll_timeout().is_some_and(|at| at <= now)
     }
 
     /// Whether a relay connection's deadline has come (the relay set's `handle_timeout` then
     /// runs even when no pass runs).
-    pub fn relays_due(&self, now: Instant) -> bool {
+    fn relays_due(&self, now: Instant) -> bool {
         self.relays.poll_timeout().is_some_and(|at| at <= now)
     }
 
-    /// The state's relays and STUN servers: the relay set takes the relays (its outputs, an
-    /// engine input among them, are in `relays.poll_out`), and a change of the usable relays or
-    /// of the STUN servers starts a STUN run with the next pass.
-    pub fn handle_relays(&mut self, specs: Vec<RelaySpec>, stun: Vec<SocketAddr>, now: Instant) {
+    /// The relay set and the schedule take the state's relays and STUN servers (the relay
+    /// set's outputs wait in it).
+    fn set_relays(&mut self, specs: Vec<RelaySpec>, stun: Vec<SocketAddr>, now: Instant) {
         if self.relays.handle_relays(specs) {
             let udp = self.relays.relays().iter().filter_map(|r| r.udp).collect();
             self.schedule.handle_relays_changed(udp, now);
@@ -92,14 +324,150 @@ impl Node {
         self.schedule.handle_stun_servers(stun, now);
     }
 
-    /// A key rotation: the disco keys and relay registrations derive from the WireGuard key,
-    /// so the engine starts over with the new one, every relay connection registers again
-    /// (the relay set's outputs close its TLS links and hand the new engine the relays), and
-    /// the next pass hands the engine the local addresses again. The wanted peers are the
-    /// runtime's to hand over again.
-    pub fn handle_secret(&mut self, secret: [u8; 32], now: Instant) {
+    /// A new engine, the relay set under the new key (its outputs wait in it), and the
+    /// schedule reads the addresses again.
+    fn rekey(&mut self, secret: [u8; 32], now: Instant) {
         self.engine = Engine::new(secret, self.mesh);
         self.relays.handle_secret(secret);
         self.schedule.handle_rekey(now);
+    }
+
+    fn push(&mut self, out: NodeOut) {
+        if self.out.len() >= OUT_QUEUE {
+            self.out_dropped += 1;
+            tracing::debug!(?out, "the node's output queue is full; output dropped");
+            return;
+        }
+        self.out.push_back(out);
+    }
+
+    /// The wanted peer whose key starts with `p`, unless two share it.
+    fn key_of(&self, p: &KeyPrefix) -> Option<PublicKey> {
+        self.by_prefix.get(p).copied().flatten()
+    }
+
+    /// The engine takes `input`; its effects are carried out in order.
+    fn input(&mut self, input: Input, now: Now) {
+        self.engine.handle(input, now);
+        while let Some(e) = self.engine.poll_effect() {
+            self.perform(e, now);
+        }
+    }
+
+    fn perform(&mut self, effect: Effect, now: Now) {
+        match effect {
+            Effect::SendDirect { to, datagram } => self.push(NodeOut::Send { to, datagram }),
+            Effect::SendRelayed {
+                relay,
+                dst,
+                datagram,
+            } => {
+                if !self.relays.handle_send(&relay, dst, datagram, now.at) {
+                    tracing::debug!(relay = %relay, "no such relay in the state; disco dropped");
+                    return;
+                }
+                self.carry_relays(now);
+            }
+            Effect::SetPath { peer, path } => {
+                if let Path::Relay { relay, transport } = &path {
+                    if !self.relays.handle_path(relay, *transport, now.at) {
+                        tracing::warn!(peer_key = %peer, relay = %relay, "the path names a relay the state does not have; unchanged");
+                        return;
+                    }
+                    self.carry_relays(now);
+                }
+                self.push(NodeOut::SetPath { peer, path });
+            }
+            Effect::Candidates {
+                reflexive,
+                home_relay,
+                nat,
+            } => self.push(NodeOut::Candidates {
+                reflexive,
+                home_relay,
+                nat,
+            }),
+        }
+    }
+
+    /// Routes what the relay set asks for, until it asks nothing: engine inputs to the
+    /// engine, relayed datagrams by their sender, the rest to the output queue.
+    fn carry_relays(&mut self, now: Now) {
+        while let Some(out) = self.relays.poll_out() {
+            match out {
+                RelayOut::Udp { to, frame } => self.push(NodeOut::RelayUdp { to, frame }),
+                RelayOut::Tcp { relay, frame } => self.push(NodeOut::RelayTcp { relay, frame }),
+                RelayOut::OpenTcp {
+                    relay,
+                    addr,
+                    server_name,
+                } => self.push(NodeOut::OpenTcp {
+                    relay,
+                    addr,
+                    server_name,
+                }),
+                RelayOut::CloseTcp { relay } => self.push(NodeOut::CloseTcp { relay }),
+                RelayOut::Reroute { relay } => self.push(NodeOut::Reroute { relay }),
+                RelayOut::Engine(input) => self.input(input, now),
+                RelayOut::Recv {
+                    relay,
+                    src,
+                    payload,
+                } => match (classify(&payload), self.key_of(&src)) {
+                    (Kind::WireGuard, Some(peer)) => self.push(NodeOut::Recv {
+                        peer,
+                        datagram: payload,
+                    }),
+                    (Kind::Disco, Some(src)) => self.input(
+                        Input::DiscoRelayed {
+                            relay,
+                            src,
+                            datagram: payload,
+                        },
+                        now,
+                    ),
+                    _ => self.push(NodeOut::Dropped),
+                },
+                RelayOut::PeerGone { relay, dst } => {
+                    if let Some(dst) = self.key_of(&dst) {
+                        self.input(Input::PeerGone { relay, dst }, now);
+                    }
+                }
+                RelayOut::Dropped => self.push(NodeOut::Dropped),
+            }
+        }
+    }
+
+    /// Routes what the schedule asks for, until it asks nothing or asks for a read (the pass
+    /// goes on with the answer): engine inputs to the engine, what STUN said about UDP to the
+    /// relay set, the tick to the relay set and the engine, the rest to the output queue.
+    fn carry_schedule(&mut self, now: Now) {
+        if self.awaiting_read {
+            return;
+        }
+        while let Some(due) = self.schedule.poll_out() {
+            match due {
+                Due::ReadAddrs => {
+                    self.awaiting_read = true;
+                    self.push(NodeOut::ReadAddrs);
+                    return;
+                }
+                Due::ReadHandshakes => {
+                    self.awaiting_read = true;
+                    self.push(NodeOut::ReadHandshakes);
+                    return;
+                }
+                Due::Send { to, datagram } => self.push(NodeOut::Send { to, datagram }),
+                Due::UdpBlocked(blocked) => self.relays.handle_udp_blocked(blocked),
+                Due::Engine(input) => self.input(input, now),
+                Due::Tick => {
+                    self.relays.handle_timeout(now.at);
+                    self.carry_relays(now);
+                    self.input(Input::Tick, now);
+                    let paths = self.engine.paths();
+                    self.push(NodeOut::Publish(paths));
+                }
+            }
+        }
     }
 }

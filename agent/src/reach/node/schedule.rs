@@ -147,6 +147,11 @@ impl Schedule {
         self.next_tick = self.next_tick.min(now);
     }
 
+    /// Whether [`Self::handle_timeout`] at `now` starts a pass.
+    pub fn pass_due(&self, now: Instant) -> bool {
+        now >= self.next_tick
+    }
+
     /// Time passed: the pass runs when it is due, and otherwise the STUN probe is polled when
     /// its retry or give-up is.
     pub fn handle_timeout(&mut self, now: Instant) {

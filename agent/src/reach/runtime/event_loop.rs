@@ -1,8 +1,9 @@
-//! The runtime's loop: one thread, one queue, the engine's effects performed in order. See
+//! The runtime's loop: one thread, one queue, the node's outputs carried out in order. See
 //! `mod.rs` for what comes in and goes out. Here: the loop's state and each turn of it (the
-//! queue, what the daemon's calls left, the engine's inputs and effects, what the schedule asks
-//! for, a key rotation); the relay connections are in `relays.rs`, the peers, their forwarders
-//! and paths in `peers.rs`, and the kernel backend's underlay socket in `underlay.rs`.
+//! queue, what the daemon's calls left, each handed to the node, then the node's one output
+//! queue drained); the relay links and how relayed peers are carried are in `relays.rs`, the
+//! peers' forwarders, endpoints and paths in `peers.rs`, and the kernel backend's underlay
+//! socket in `underlay.rs`.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -13,13 +14,10 @@ use std::time::Instant;
 
 use super::shared::{Event, RuntimeSetup, Shared, lock};
 use crate::reach::forward::{ForwardLoop, Forwarder, Route};
-use crate::reach::io::{Effect, Input, Now, PeerReach, TICK};
-use crate::reach::node::Node;
-use crate::reach::node::schedule::Due;
+use crate::reach::io::{Now, TICK};
+use crate::reach::node::{Node, NodeOut};
 use crate::reach::relay_client::tcp::{TcpEvent, TcpLink};
 use plexsphere_wire::key::PublicKey;
-use plexsphere_wire::reach::relay::{Frame, KeyPrefix};
-use plexsphere_wire::reach::{Kind, classify};
 
 pub(super) struct Fwd {
     pub(super) fwd: Arc<Forwarder>,
@@ -35,9 +33,8 @@ impl Drop for Fwd {
 }
 
 pub(crate) struct Loop {
-    /// The engine, the relay set (the relays, their connections and the home relay, decided;
-    /// the links are below) and the schedule (when the pass runs and what it does: the
-    /// address and handshake reads, STUN, the tick).
+    /// The engine, the relay set and the schedule, and the routing between them: the
+    /// decisions. The loop hands it what arrives and carries out its outputs.
     pub(super) node: Node,
     pub(super) setup: RuntimeSetup,
     pub(super) shared: Arc<Shared>,
@@ -48,10 +45,6 @@ pub(crate) struct Loop {
     pub(super) relayed: HashMap<PublicKey, String>,
     /// The relays the data plane unwraps frames from, as last told (`PathControl::set_relays`).
     pub(super) plane_relays: Vec<SocketAddr>,
-    pub(super) peers: Vec<PeerReach>,
-    /// Each wanted peer by its key prefix (relays name the sender of a datagram by it); a
-    /// prefix two peers share maps to neither.
-    pub(super) by_prefix: HashMap<KeyPrefix, Option<PublicKey>>,
     pub(super) fwds: HashMap<PublicKey, Fwd>,
     /// The one thread that carries every forwarder (started with the first).
     pub(super) forwards: Option<Arc<ForwardLoop>>,
@@ -76,8 +69,6 @@ impl Loop {
             links: HashMap::new(),
             relayed: HashMap::new(),
             plane_relays: Vec::new(),
-            peers: Vec::new(),
-            by_prefix: HashMap::new(),
             fwds: HashMap::new(),
             forwards: None,
         }
@@ -87,7 +78,7 @@ impl Loop {
         tracing::debug!(port = (self.setup.listen_port)(), "reach runtime started");
         while !self.shared.stop.load(Ordering::Relaxed) {
             // The schedule's next pass (the tick) or STUN retry, a punch the engine timed, a
-            // relay connection's retry or keepalive: whichever is first (their
+            // relay connection's retry or keepalive: whichever is first (the node's
             // `poll_timeout`). The schedule's pass is never further than TICK; the cap is a
             // guard.
             let next = self.node.poll_timeout();
@@ -113,21 +104,14 @@ impl Loop {
             for (relay, why) in closed {
                 self.tcp(relay, TcpEvent::Closed(why), now);
             }
-            // Datagrams (relayed WireGuard among them) wake the loop often; the schedule's pass
-            // (the reads, STUN, the tick, the published views) runs once per tick, and at once
-            // after a daemon input. Otherwise only the machine that is due runs.
+            // The node decides what runs now: its pass (the reads, STUN, the tick, the
+            // published views) once per tick and at once after a daemon input, otherwise only
+            // the machine that is due.
             if self.pending(now) {
-                self.node.schedule.handle_daemon_input(now.at);
+                self.node.handle_daemon_input(now);
             }
-            self.node.schedule.handle_timeout(now.at);
-            if !self.carry_schedule(now) {
-                if self.node.engine_due(now.at) {
-                    self.input(Input::Tick, now);
-                }
-                if self.node.relays_due(now.at) {
-                    self.relays_tick(now);
-                }
-            }
+            self.node.handle_timeout(now);
+            self.drain(now);
             self.sync_plane_relays();
         }
         self.fwds.clear();
@@ -137,20 +121,93 @@ impl Loop {
 
     fn event(&mut self, event: Event, now: Now) {
         match event {
-            Event::Datagram { datagram, from } => self.datagram(&datagram, from, now),
+            Event::Datagram { datagram, from } => {
+                self.node.handle_datagram(&datagram, from, now);
+                self.drain(now);
+            }
             Event::Tcp { relay, event } => self.tcp(relay, event, now),
             Event::Wake => {}
         }
     }
 
-    pub(super) fn input(&mut self, input: Input, now: Now) {
-        self.node.engine.handle(input, now);
-        while let Some(e) = self.node.engine.poll_effect() {
-            self.perform(e, now);
+    /// Carries out the node's outputs, in order, until it has none (a read it asks for is
+    /// answered on the spot, and its pass goes on).
+    pub(super) fn drain(&mut self, now: Now) {
+        while let Some(out) = self.node.poll_out() {
+            self.carry(out, now);
         }
     }
 
-    /// Takes what the daemon stored; answers whether there was anything.
+    fn carry(&mut self, out: NodeOut, now: Now) {
+        match out {
+            NodeOut::Send { to, datagram } => {
+                if let Err(e) = self.setup.underlay.send(&datagram, to) {
+                    tracing::trace!(%to, "send failed: {e}");
+                }
+            }
+            NodeOut::RelayUdp { to, frame } => {
+                if let Err(e) = self.setup.underlay.send(&frame.to_datagram(), to) {
+                    tracing::trace!(%to, "relay send failed: {e}");
+                }
+            }
+            NodeOut::RelayTcp { relay, frame } => {
+                if let Some(link) = self.links.get(&relay)
+                    && !link.send(&frame)
+                {
+                    tracing::debug!(relay, "the TCP connection's queue is full; frame dropped");
+                }
+            }
+            NodeOut::OpenTcp {
+                relay,
+                addr,
+                server_name,
+            } => self.open_link(relay, addr, server_name, now),
+            NodeOut::CloseTcp { relay } => {
+                self.links.remove(&relay);
+            }
+            NodeOut::Reroute { relay } => self.reroute(&relay),
+            NodeOut::Recv { peer, datagram } => match self.fwds.get(&peer) {
+                Some(f) => {
+                    if let Err(e) = f.fwd.deliver(&datagram) {
+                        tracing::trace!("forwarder delivery failed: {e}");
+                    }
+                }
+                None => {
+                    self.shared.unknown_src.fetch_add(1, Ordering::Relaxed);
+                }
+            },
+            NodeOut::Dropped => {
+                self.shared.unknown_src.fetch_add(1, Ordering::Relaxed);
+            }
+            NodeOut::SetPath { peer, path } => self.set_path(peer, path),
+            NodeOut::Candidates {
+                reflexive,
+                home_relay,
+                nat,
+            } => {
+                let mut v = lock(&self.shared.view);
+                v.own.reflexive = reflexive;
+                v.own.home_relay = home_relay;
+                v.own.nat = nat;
+            }
+            NodeOut::ReadAddrs => {
+                let local = (self.setup.local_addrs)();
+                let port = (self.setup.listen_port)();
+                self.node.handle_local_addrs(local, port, now);
+            }
+            NodeOut::ReadHandshakes => match self.setup.control.handshakes() {
+                Ok(h) => self.node.handle_handshakes(Some(h), now),
+                Err(e) => {
+                    tracing::debug!("cannot read the handshakes: {e}");
+                    self.node.handle_handshakes(None, now);
+                }
+            },
+            NodeOut::Publish(paths) => lock(&self.shared.view).paths = paths,
+        }
+    }
+
+    /// Takes what the daemon stored and hands it to the node; answers whether there was
+    /// anything.
     fn pending(&mut self, now: Now) -> bool {
         let p = std::mem::take(&mut *lock(&self.shared.pending));
         let any = p.peers.is_some()
@@ -164,140 +221,39 @@ impl Loop {
         }
         if let Some(token) = p.token {
             match serde_json::to_vec(&token) {
-                Ok(bytes) => self.node.relays.handle_token(bytes),
+                Ok(bytes) => self.node.handle_token(bytes),
                 Err(e) => tracing::warn!("cannot encode the relay token: {e}"),
             }
         }
         if let Some((relays, stun)) = p.relays {
-            self.set_relays(relays, stun, now);
+            self.node.handle_relays(relays, stun, now);
+            self.drain(now);
         }
         if let Some(peers) = p.peers {
             self.set_peers(peers, now);
         }
         for e in p.effects {
-            self.perform(e, now);
+            self.node.handle_effect(e, now);
+            self.drain(now);
         }
         any
     }
 
-    /// A key rotation: the disco keys and relay registrations derive from the WireGuard key,
-    /// so the engine starts over with the new one (its paths are probed again), every relay
-    /// connection registers again, and relayed peers hold until a path is chosen anew.
+    /// A key rotation: the node starts over with the new key (a new engine that gets the
+    /// relays and peers again, every relay connection registering again); the loop drops its
+    /// TLS links, and relayed peers hold until a path is chosen anew.
     fn rekey(&mut self, secret: [u8; 32], now: Now) {
         tracing::info!(
             "reach: the WireGuard key rotated; registering with the relays again and probing every path with the new key"
         );
         self.setup.secret = secret;
-        // A new engine; the relay set registers again; the next pass hands the engine the
-        // local addresses again.
-        self.node.handle_secret(secret, now.at);
         self.links.clear();
         for (peer, _) in std::mem::take(&mut self.relayed) {
             if let Some(f) = self.fwds.get(&peer) {
                 f.fwd.set_route(Route::Hold);
             }
         }
-        // The relays again, for the new engine.
-        self.carry_relay_outs(now);
-        let peers = self.peers.clone();
-        self.input(Input::Peers(peers), now);
-    }
-
-    fn perform(&mut self, effect: Effect, now: Now) {
-        match effect {
-            Effect::SendDirect { to, datagram } => {
-                if let Err(e) = self.setup.underlay.send(&datagram, to) {
-                    tracing::trace!(%to, "disco send failed: {e}");
-                }
-            }
-            Effect::SendRelayed {
-                relay,
-                dst,
-                datagram,
-            } => {
-                if !self.node.relays.handle_send(&relay, dst, datagram, now.at) {
-                    tracing::debug!(relay = %relay, "no such relay in the state; disco dropped");
-                    return;
-                }
-                self.carry_relay_outs(now);
-            }
-            Effect::SetPath { peer, path } => self.set_path(peer, path, now),
-            Effect::Candidates {
-                reflexive,
-                home_relay,
-                nat,
-            } => {
-                let mut v = lock(&self.shared.view);
-                v.own.reflexive = reflexive;
-                v.own.home_relay = home_relay;
-                v.own.nat = nat;
-            }
-        }
-    }
-
-    fn datagram(&mut self, datagram: &[u8], from: SocketAddr, now: Now) {
-        match classify(datagram) {
-            Kind::Stun => {
-                self.node
-                    .schedule
-                    .handle_stun_datagram(datagram, from, now.at);
-                self.carry_schedule(now);
-            }
-            Kind::Disco => self.input(
-                Input::DiscoDirect {
-                    from,
-                    datagram: datagram.to_vec(),
-                },
-                now,
-            ),
-            Kind::Relay => match Frame::from_datagram(datagram) {
-                Ok(f) => {
-                    self.node.relays.handle_udp_frame(f, from, now.at);
-                    self.carry_relay_outs(now);
-                }
-                Err(e) => tracing::debug!(%from, "unreadable relay frame: {e}"),
-            },
-            Kind::WireGuard | Kind::Unknown => {
-                self.shared.unknown_src.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-
-    /// Carries out what the schedule asks for, until it asks nothing; answers whether that
-    /// included the tick.
-    fn carry_schedule(&mut self, now: Now) -> bool {
-        let mut ticked = false;
-        while let Some(due) = self.node.schedule.poll_out() {
-            match due {
-                Due::ReadAddrs => {
-                    let local = (self.setup.local_addrs)();
-                    let port = (self.setup.listen_port)();
-                    self.node.schedule.handle_local_addrs(local, port, now.at);
-                }
-                Due::ReadHandshakes => match self.setup.control.handshakes() {
-                    Ok(h) => self.input(Input::Handshakes(h), now),
-                    Err(e) => tracing::debug!("cannot read the handshakes: {e}"),
-                },
-                Due::Send { to, datagram } => {
-                    if let Err(e) = self.setup.underlay.send(&datagram, to) {
-                        tracing::trace!(%to, "STUN send failed: {e}");
-                    }
-                }
-                Due::UdpBlocked(blocked) => self.node.relays.handle_udp_blocked(blocked),
-                Due::Engine(input) => self.input(input, now),
-                Due::Tick => {
-                    ticked = true;
-                    self.relays_tick(now);
-                    self.input(Input::Tick, now);
-                    self.publish();
-                }
-            }
-        }
-        ticked
-    }
-
-    fn publish(&mut self) {
-        let paths = self.node.engine.paths();
-        lock(&self.shared.view).paths = paths;
+        self.node.handle_secret(secret, now);
+        self.drain(now);
     }
 }

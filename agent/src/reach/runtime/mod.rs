@@ -4,11 +4,11 @@
 //! - Inbound: every datagram of the WireGuard socket that is not WireGuard (the data plane's
 //!   side channel, or the shared port with the kernel backend: `mesh::shared_port`, read by
 //!   the kernel backend and handed in with [`Runtime::offer`]) arrives as an
-//!   [`Event`] on one bounded queue ([`EVENT_QUEUE`]; full = dropped and counted). STUN answers
-//!   go to the schedule ([`Schedule`](super::node::schedule::Schedule), which runs the STUN
-//!   probe and reports a finished one as soon as its last answer arrives), disco to the engine, relay frames
-//!   to the relay set ([`RelaySet`](super::node::relays::RelaySet), which decides the relay
-//!   connections; the loop carries out what it asks: frames, TCP links, engine inputs).
+//!   [`Event`] on one bounded queue ([`EVENT_QUEUE`]; full = dropped and counted) and goes to
+//!   the [`Node`](super::node::Node), which routes it: STUN answers to its schedule, disco to
+//!   its engine, relay frames to its relay set. The loop carries out the node's one output
+//!   queue ([`NodeOut`](super::node::NodeOut): datagrams, relay frames, TCP links, paths,
+//!   candidates, the reads it asks for, the published views) after every input.
 //! - Outbound: everything goes out of the same socket ([`Underlay`]), so the reflexive address
 //!   STUN learns is the one peers reach.
 //! - The daemon's calls ([`ReachHandle`]) only store what they bring and wake the loop; the

@@ -1,26 +1,21 @@
-//! The loop's peers: the wanted peers as the daemon hands them (their key prefixes, for the
-//! relays' sender names), the loopback forwarders of peers relayed where the data plane cannot
-//! frame for the relay (over TCP, or any relay with the kernel backend), the endpoint the
-//! mesh is told for each (and who owns it, for the mesh diff), and the path the engine chose
-//! carried out.
+//! The loop's peers: the wanted peers as the daemon hands them (their forwarders and endpoint
+//! owners pruned; the node takes the peers themselves), the loopback forwarders of peers
+//! relayed where the data plane cannot frame for the relay (over TCP, or any relay with the
+//! kernel backend), the endpoint the mesh is told for each (and who owns it, for the mesh
+//! diff), and the path the node chose carried out.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::{Arc, PoisonError};
 
-use plexsphere_wire::reach::relay::{KeyPrefix, prefix};
-
 use super::event_loop::{Fwd, Loop};
 use crate::reach::forward::{ForwardLoop, Forwarder};
-use crate::reach::io::{Input, Now, Path, PeerReach};
+use crate::reach::io::{Now, Path, PeerReach};
 use plexsphere_wire::key::PublicKey;
 
 impl Loop {
-    /// The wanted peer whose key starts with `p`, unless two share it.
-    pub(super) fn key_of(&self, p: &KeyPrefix) -> Option<PublicKey> {
-        self.by_prefix.get(p).copied().flatten()
-    }
-
+    /// The wanted peers: forwarders and endpoint owners of peers no longer wanted go; the
+    /// node takes the peers.
     pub(super) fn set_peers(&mut self, peers: Vec<PeerReach>, now: Now) {
         // Sets, not lists: a change at 10k peers must not cost 10k x 10k comparisons.
         let wanted: HashSet<PublicKey> = peers.iter().map(|p| p.key).collect();
@@ -33,15 +28,8 @@ impl Loop {
                 .unwrap_or_else(PoisonError::into_inner);
             owners.retain(|k, _| wanted.contains(k));
         }
-        self.by_prefix.clear();
-        for p in &peers {
-            self.by_prefix
-                .entry(prefix(&p.key))
-                .and_modify(|k| *k = None)
-                .or_insert(Some(p.key));
-        }
-        self.peers = peers.clone();
-        self.input(Input::Peers(peers), now);
+        self.node.handle_peers(peers, now);
+        self.drain(now);
     }
 
     /// The peer's forwarder, opened (and made its endpoint) if it has none.
@@ -88,7 +76,9 @@ impl Loop {
             .insert(peer, Some(endpoint));
     }
 
-    pub(super) fn set_path(&mut self, peer: PublicKey, path: Path, now: Now) {
+    /// Carries `peer`'s traffic on the path the node chose (a relay path's connection is
+    /// already asked for).
+    pub(super) fn set_path(&mut self, peer: PublicKey, path: Path) {
         match &path {
             Path::None => {}
             Path::Direct { endpoint } => {
@@ -98,12 +88,7 @@ impl Loop {
                 self.fwds.remove(&peer);
                 self.set_endpoint(peer, *endpoint);
             }
-            Path::Relay { relay, transport } => {
-                if !self.node.relays.handle_path(relay, *transport, now.at) {
-                    tracing::warn!(peer_key = %peer, relay = %relay, "the path names a relay the state does not have; unchanged");
-                    return;
-                }
-                self.carry_relay_outs(now);
+            Path::Relay { relay, .. } => {
                 self.relayed.insert(peer, relay.clone());
                 self.carry_relayed(peer, relay);
             }

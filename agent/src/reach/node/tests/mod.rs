@@ -3,4 +3,5 @@
 mod node;
 mod relays;
 mod rig;
+mod routing;
 mod schedule;

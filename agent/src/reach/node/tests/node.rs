@@ -152,7 +152,7 @@ fn the_node_sleeps_until_the_earliest_deadline_of_its_machines() {
     // The first pass is due at once.
     assert_eq!(rig.node.poll_timeout(), Some(rig.start));
     rig.node
-        .handle_relays(vec![relay("r1", 1)], vec![stun_server()], rig.start);
+        .set_relays(vec![relay("r1", 1)], vec![stun_server()], rig.start);
     rig.relay_outs();
     assert!(rig.pass().contains(&"tick".to_owned()));
     // The home relay's connection said hello and waits for its answer; the next pass comes
@@ -174,7 +174,7 @@ fn the_node_sleeps_until_the_earliest_deadline_of_its_machines() {
 fn a_change_of_the_relays_or_the_stun_servers_starts_stun_with_the_next_pass() {
     let mut rig = Rig::new();
     rig.node
-        .handle_relays(vec![relay("r1", 1)], vec![stun_server()], rig.start);
+        .set_relays(vec![relay("r1", 1)], vec![stun_server()], rig.start);
     assert_eq!(rig.relay_outs(), ["relays 1"]);
     let first = rig.pass();
     assert!(
@@ -191,7 +191,7 @@ fn a_change_of_the_relays_or_the_stun_servers_starts_stun_with_the_next_pass() {
     // The same relays and servers: nothing new, and the next pass starts no run.
     let now = rig.now;
     rig.node
-        .handle_relays(vec![relay("r1", 1)], vec![stun_server()], now);
+        .set_relays(vec![relay("r1", 1)], vec![stun_server()], now);
     assert!(rig.relay_outs().is_empty());
     rig.node.schedule.handle_daemon_input(now);
     assert!(
@@ -201,7 +201,7 @@ fn a_change_of_the_relays_or_the_stun_servers_starts_stun_with_the_next_pass() {
     // Another relay: the engine gets the relays and the next pass asks it too.
     rig.now = rig.start + Duration::from_secs(4);
     let now = rig.now;
-    rig.node.handle_relays(
+    rig.node.set_relays(
         vec![relay("r1", 1), relay("r2", 2)],
         vec![stun_server()],
         now,
@@ -218,7 +218,7 @@ fn a_change_of_the_relays_or_the_stun_servers_starts_stun_with_the_next_pass() {
 fn a_key_rotation_starts_the_engine_over_registers_again_and_hands_over_the_addresses_again() {
     let mut rig = Rig::new();
     rig.node
-        .handle_relays(vec![relay("r1", 1)], vec![stun_server()], rig.start);
+        .set_relays(vec![relay("r1", 1)], vec![stun_server()], rig.start);
     rig.relay_outs();
     rig.input(Input::Peers(vec![PeerReach {
         key: public_key(&[0x50; 32]),
@@ -236,7 +236,7 @@ fn a_key_rotation_starts_the_engine_over_registers_again_and_hands_over_the_addr
 
     rig.now = rig.start + Duration::from_millis(1_100);
     let now = rig.now;
-    rig.node.handle_secret([0x61; 32], now);
+    rig.node.rekey([0x61; 32], now);
     // A new engine (it knows no peer until the runtime hands them over again), no
     // connection until the next pass, and the relays for the new engine.
     assert!(rig.node.engine.paths().is_empty());

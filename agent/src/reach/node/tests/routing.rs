@@ -1,0 +1,369 @@
+//! The routing the node owns between its machines, seen only through its inputs and its one
+//! output queue (as the runtime sees it): a scripted relay answers over UDP as a relay seals,
+//! the reads the node asks for are answered on the spot, and time is stepped, never slept.
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant, SystemTime};
+
+use plexsphere_wire::key::PublicKey;
+use plexsphere_wire::node::RelaySpec;
+use plexsphere_wire::reach::relay::{Frame, FrameKey, prefix};
+use plexsphere_wire::reach::{public_key, shared_secret};
+
+use crate::reach::engine::PROBE_INTERVAL;
+use crate::reach::io::{Effect, Now, Path, PeerReach, TICK, Transport};
+use crate::reach::node::{Node, NodeOut};
+use plexsphere_test_support::seeded::SeededRng;
+
+const NODE_SECRET: [u8; 32] = [0x4e; 32];
+const RELAY_SECRET: [u8; 32] = [0x52; 32];
+const PORT: u16 = 51820;
+
+fn mesh() -> ipnet::IpNet {
+    "100.64.0.0/10".parse().expect("a mesh range")
+}
+
+fn relay_udp() -> SocketAddr {
+    SocketAddr::from(([192, 0, 2, 1], 3478))
+}
+
+fn relay_r1() -> RelaySpec {
+    RelaySpec {
+        name: "r1".to_owned(),
+        public_key: public_key(&RELAY_SECRET).to_base64(),
+        udp: Some(relay_udp()),
+        tls: None,
+        tls_server_name: None,
+    }
+}
+
+fn peer(secret: u8, endpoints: Vec<SocketAddr>) -> PeerReach {
+    PeerReach {
+        key: public_key(&[secret; 32]),
+        node_id: uuid::Uuid::from_u128(u128::from(secret)),
+        hostname: format!("peer{secret}"),
+        endpoints,
+        home_relay: None,
+    }
+}
+
+fn frame_kind(frame: &Frame) -> &'static str {
+    match frame {
+        Frame::Hello { .. } => "hello",
+        Frame::Register { .. } => "register",
+        Frame::Ping { .. } => "ping",
+        Frame::Send { .. } => "send",
+        _ => "other",
+    }
+}
+
+/// The node, a relay r1 that answers over UDP while `relay_alive`, and a stepped clock.
+struct Rig {
+    node: Node,
+    start: Instant,
+    now: Instant,
+    relay_alive: bool,
+    relay_counter: u64,
+    /// Frames r1 sends right after the node registered (relayed datagrams).
+    relay_sends: Vec<Frame>,
+}
+
+impl Rig {
+    fn new() -> Self {
+        let start = Instant::now();
+        let mut node = Node::new(
+            NODE_SECRET,
+            mesh(),
+            false,
+            Box::new(SeededRng::new(1)),
+            start,
+        );
+        // Without a token a relay connection waits; with one it says hello.
+        node.handle_token(b"{\"token\":1}".to_vec());
+        Self {
+            node,
+            start,
+            now: start,
+            relay_alive: true,
+            relay_counter: 0,
+            relay_sends: Vec::new(),
+        }
+    }
+
+    fn now(&self) -> Now {
+        Now::new(
+            self.now,
+            SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
+        )
+    }
+
+    fn seal(&mut self, frame: Frame) -> Frame {
+        self.relay_counter += 1;
+        FrameKey::new(&shared_secret(&RELAY_SECRET, &public_key(&NODE_SECRET)))
+            .seal(self.relay_counter, &frame)
+    }
+
+    /// What r1 answers to a frame the node sent it.
+    fn answer(&mut self, frame: &Frame) -> Vec<Frame> {
+        match frame {
+            Frame::Hello { .. } => vec![Frame::Challenge { cookie: [0xC0; 32] }],
+            Frame::Register { .. } => {
+                let mut answers = vec![self.seal(Frame::Registered { lease_secs: 60 })];
+                // Relayed datagrams come unsealed, as a relay forwards them.
+                answers.extend(std::mem::take(&mut self.relay_sends));
+                answers
+            }
+            Frame::Ping { nonce } => vec![self.seal(Frame::Pong { nonce: *nonce })],
+            _ => Vec::new(),
+        }
+    }
+
+    /// Carries out the node's outputs as the runtime does (the reads answered, r1 answering
+    /// its frames), as short lines, in order.
+    fn drain(&mut self) -> Vec<String> {
+        let mut lines = Vec::new();
+        while let Some(out) = self.node.poll_out() {
+            let now = self.now();
+            lines.push(match out {
+                NodeOut::Send { to, .. } => format!("send {to}"),
+                NodeOut::RelayUdp { to, frame } => {
+                    let line = format!("relay-udp {to} {}", frame_kind(&frame));
+                    if to == relay_udp() && self.relay_alive {
+                        for a in self.answer(&frame) {
+                            self.node.handle_datagram(&a.to_datagram(), to, now);
+                        }
+                    }
+                    line
+                }
+                NodeOut::Recv { peer, .. } => format!("recv {}", short(&peer)),
+                NodeOut::SetPath { peer, path } => format!("set-path {} {path:?}", short(&peer)),
+                NodeOut::Candidates { home_relay, .. } => {
+                    format!(
+                        "candidates home={}",
+                        home_relay.as_deref().unwrap_or("none")
+                    )
+                }
+                NodeOut::ReadAddrs => {
+                    let ips: Vec<IpAddr> = vec!["10.0.0.1".parse().expect("an address")];
+                    self.node.handle_local_addrs(ips, PORT, now);
+                    "read-addrs".to_owned()
+                }
+                NodeOut::ReadHandshakes => {
+                    self.node.handle_handshakes(Some(Vec::new()), now);
+                    "read-handshakes".to_owned()
+                }
+                NodeOut::Publish(paths) => format!("publish {}", paths.len()),
+                other => format!("{other:?}"),
+            });
+        }
+        lines
+    }
+
+    /// Time is `at`: the node's timeout, then its outputs.
+    fn at(&mut self, at: Instant) -> Vec<String> {
+        self.now = at;
+        let now = self.now();
+        self.node.handle_timeout(now);
+        self.drain()
+    }
+
+    /// Wakes the node at each of its deadlines up to `end`, as the runtime does.
+    fn run_until(&mut self, end: Instant) -> Vec<String> {
+        let mut lines = Vec::new();
+        while let Some(at) = self.node.poll_timeout().filter(|at| *at <= end) {
+            lines.extend(self.at(at));
+        }
+        self.now = end;
+        lines
+    }
+}
+
+fn short(key: &PublicKey) -> String {
+    key.to_base64()[..4].to_owned()
+}
+
+/// Where the first line from `from` on that starts with `prefix` is.
+fn position_from(lines: &[String], from: usize, prefix: &str) -> usize {
+    lines
+        .iter()
+        .skip(from)
+        .position(|l| l.starts_with(prefix))
+        .map(|i| i + from)
+        .unwrap_or_else(|| panic!("no {prefix:?} from line {from} on in {lines:?}"))
+}
+
+fn position(lines: &[String], prefix: &str) -> usize {
+    position_from(lines, 0, prefix)
+}
+
+#[test]
+fn a_daemon_input_gives_a_pass_at_once_whose_tick_reaches_the_relays_and_the_engine() {
+    let mut rig = Rig::new();
+    let first = rig.at(rig.start);
+    assert!(position(&first, "read-addrs") < position(&first, "read-handshakes"));
+    assert_eq!(first.last().map(String::as_str), Some("publish 0"));
+
+    // A daemon input (the relays) off the pass's grid: the pass runs now, not at the next
+    // tick, and its tick opens the home relay's connection (after STUN asked the new relay).
+    rig.now = rig.start + Duration::from_millis(100);
+    let now = rig.now();
+    rig.node.handle_relays(vec![relay_r1()], Vec::new(), now);
+    assert!(rig.drain().is_empty());
+    assert_eq!(rig.node.poll_timeout(), Some(rig.start + TICK));
+    rig.node.handle_daemon_input(now);
+    assert_eq!(rig.node.poll_timeout(), Some(rig.now));
+    let pass = rig.at(rig.now);
+    let publish = position(&pass, "publish 0");
+    assert!(
+        position(&pass, "send 192.0.2.1:3478") < position(&pass, "relay-udp 192.0.2.1:3478 hello")
+            && position(&pass, "relay-udp 192.0.2.1:3478 hello") < publish,
+        "{pass:?}"
+    );
+    // r1 registered (after the pass, as it answered).
+    assert!(position_from(&pass, publish, "candidates home=r1") > publish);
+
+    // The STUN run gives up (nothing answers it) and the engine probes anew with what it
+    // said; then a peer, handed over with no daemon input (no pass): the engine probes it at
+    // once through r1, and its next probe round is due PROBE_INTERVAL later, between two
+    // passes.
+    rig.run_until(rig.start + Duration::from_secs(4));
+    rig.now = rig.start + Duration::from_millis(4_150);
+    let now = rig.now();
+    rig.node.handle_peers(vec![peer(0x50, Vec::new())], now);
+    let round = "relay-udp 192.0.2.1:3478 send";
+    let lines = rig.drain();
+    assert!(lines.iter().any(|l| l == round), "{lines:?}");
+    let due = rig.now + PROBE_INTERVAL;
+    let lines = rig.run_until(due + Duration::from_millis(10));
+    assert!(
+        !lines.iter().any(|l| l == round),
+        "no probe round before it is due: {lines:?}"
+    );
+    let next = rig.node.poll_timeout().expect("a next pass");
+    assert!(next > rig.now, "{next:?}");
+
+    // Another daemon input (a token): the pass runs now, and its tick reaches the engine,
+    // whose probe round is due, before the views are published (the new token makes r1's
+    // connection register again after that).
+    rig.node.handle_token(b"{\"token\":2}".to_vec());
+    assert!(!rig.node.schedule.pass_due(rig.now));
+    let now = rig.now();
+    rig.node.handle_daemon_input(now);
+    assert!(rig.node.schedule.pass_due(rig.now));
+    assert!(rig.node.poll_timeout() <= Some(rig.now));
+    let pass = rig.at(rig.now);
+    assert!(
+        position(&pass, round) < position(&pass, "publish 1"),
+        "{pass:?}"
+    );
+}
+
+#[test]
+fn an_engine_send_relayed_to_a_known_relay_is_a_relay_frame_and_to_an_unknown_one_nothing() {
+    let mut rig = Rig::new();
+    rig.relay_alive = false;
+    rig.at(rig.start);
+    let now = rig.now();
+    rig.node.handle_relays(vec![relay_r1()], Vec::new(), now);
+    rig.drain();
+    let dst = public_key(&[0x50; 32]);
+    rig.node.handle_effect(
+        Effect::SendRelayed {
+            relay: "r9".to_owned(),
+            dst,
+            datagram: vec![1, 2, 3],
+        },
+        now,
+    );
+    assert!(rig.drain().is_empty(), "no relay r9: nothing to send");
+    assert!(rig.node.relays.connections().is_empty());
+    rig.node.handle_effect(
+        Effect::SendRelayed {
+            relay: "r1".to_owned(),
+            dst,
+            datagram: vec![1, 2, 3],
+        },
+        now,
+    );
+    // The connection opens on demand; once r1 answers, the datagram goes to it over UDP.
+    assert!(rig.drain().is_empty());
+    assert_eq!(rig.node.relays.connections(), ["r1"]);
+    rig.relay_alive = true;
+    let lines = rig.run_until(rig.now + Duration::from_secs(1));
+    let register = position(&lines, "relay-udp 192.0.2.1:3478 register");
+    assert!(
+        position_from(&lines, register, "relay-udp 192.0.2.1:3478 send") > register,
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn a_relays_up_reaches_the_engine_and_a_relayed_datagram_its_sender_without_the_runtime() {
+    let mut rig = Rig::new();
+    let known = peer(0x50, Vec::new());
+    // Two peers whose keys share a prefix would name neither; one does not.
+    rig.node.handle_peers(vec![known.clone()], rig.now());
+    let wireguard = vec![4, 0, 0, 0, 9, 9, 9, 9];
+    rig.relay_sends.push(Frame::Recv {
+        src: prefix(&known.key),
+        payload: wireguard.clone(),
+    });
+    rig.relay_sends.push(Frame::Recv {
+        src: prefix(&public_key(&[0x51; 32])),
+        payload: wireguard,
+    });
+    let now = rig.now();
+    rig.node.handle_relays(vec![relay_r1()], Vec::new(), now);
+    let lines = rig.at(rig.start);
+    // r1 registers: the engine hears RelayUp (its relays changed: new candidates) and then
+    // that r1 is home; the relayed datagrams reach their sender, or are dropped.
+    let register = position(&lines, "relay-udp 192.0.2.1:3478 register");
+    let up = position_from(&lines, register, "candidates home=none");
+    let home = position_from(&lines, register, "candidates home=r1");
+    let recv = position_from(&lines, register, &format!("recv {}", short(&known.key)));
+    let dropped = position_from(&lines, register, "Dropped");
+    assert!(
+        register < up && up < home && home < recv && recv < dropped,
+        "{lines:?}"
+    );
+    assert_eq!(
+        rig.node.engine.own_candidates().home_relay.as_deref(),
+        Some("r1")
+    );
+}
+
+#[test]
+fn a_relay_path_opens_its_connection_before_it_is_carried_and_one_to_an_unknown_relay_is_ignored() {
+    let mut rig = Rig::new();
+    rig.relay_alive = false;
+    rig.at(rig.start);
+    let now = rig.now();
+    rig.node.handle_relays(vec![relay_r1()], Vec::new(), now);
+    rig.drain();
+    let peer = public_key(&[0x50; 32]);
+    let path = |relay: &str| Path::Relay {
+        relay: relay.to_owned(),
+        transport: Transport::Udp,
+    };
+    rig.node.handle_effect(
+        Effect::SetPath {
+            peer,
+            path: path("r9"),
+        },
+        now,
+    );
+    assert!(rig.drain().is_empty(), "a path through no relay is ignored");
+    assert!(rig.node.relays.connections().is_empty());
+    rig.node.handle_effect(
+        Effect::SetPath {
+            peer,
+            path: path("r1"),
+        },
+        now,
+    );
+    assert_eq!(
+        rig.drain(),
+        [format!("set-path {} {:?}", short(&peer), path("r1"))]
+    );
+    assert_eq!(rig.node.relays.connections(), ["r1"]);
+}
