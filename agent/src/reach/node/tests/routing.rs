@@ -12,7 +12,7 @@ use plexsphere_wire::reach::{public_key, shared_secret};
 
 use crate::reach::engine::PROBE_INTERVAL;
 use crate::reach::io::{Effect, Now, Path, PeerReach, TICK, Transport};
-use crate::reach::node::{Node, NodeOut};
+use crate::reach::node::{Node, NodeOut, OUT_QUEUE};
 use plexsphere_test_support::seeded::SeededRng;
 
 const NODE_SECRET: [u8; 32] = [0x4e; 32];
@@ -366,4 +366,45 @@ fn a_relay_path_opens_its_connection_before_it_is_carried_and_one_to_an_unknown_
         [format!("set-path {} {:?}", short(&peer), path("r1"))]
     );
     assert_eq!(rig.node.relays.connections(), ["r1"]);
+}
+
+#[test]
+fn a_relayed_datagram_from_a_key_prefix_two_peers_share_reaches_neither() {
+    let mut rig = Rig::new();
+    // Two wanted peers whose keys start alike (a relay names a sender by 8 bytes).
+    let mut first = peer(0x50, Vec::new());
+    let mut second = peer(0x51, Vec::new());
+    first.key = PublicKey([0x70; 32]);
+    let mut bytes = [0x70; 32];
+    bytes[31] = 0x71;
+    second.key = PublicKey(bytes);
+    rig.node
+        .handle_peers(vec![first.clone(), second], rig.now());
+    rig.relay_sends.push(Frame::Recv {
+        src: prefix(&first.key),
+        payload: vec![4, 0, 0, 0, 9, 9, 9, 9],
+    });
+    let now = rig.now();
+    rig.node.handle_relays(vec![relay_r1()], Vec::new(), now);
+    let lines = rig.at(rig.start);
+    let register = position(&lines, "relay-udp 192.0.2.1:3478 register");
+    assert!(position_from(&lines, register, "Dropped") > register);
+    assert!(!lines.iter().any(|l| l.starts_with("recv ")), "{lines:?}");
+}
+
+#[test]
+fn an_undrained_node_holds_at_most_out_queue_outputs_and_counts_the_rest() {
+    let mut rig = Rig::new();
+    let now = rig.now();
+    let from = SocketAddr::from(([198, 51, 100, 9], 4000));
+    // Each unknown datagram is one output (dropped, counted by the runtime).
+    for _ in 0..OUT_QUEUE + 3 {
+        rig.node.handle_datagram(&[0xEE; 8], from, now);
+    }
+    assert_eq!(rig.node.out_dropped(), 3);
+    let mut held = 0;
+    while rig.node.poll_out().is_some() {
+        held += 1;
+    }
+    assert_eq!(held, OUT_QUEUE);
 }
