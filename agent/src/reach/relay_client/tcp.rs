@@ -11,12 +11,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use plexsphere_wire::reach::relay::Frame;
 
 /// How long the TCP connect may take.
 pub const TCP_CONNECT: Duration = Duration::from_secs(5);
+/// How long the TLS handshake may take once connected.
+pub const TLS_HANDSHAKE: Duration = Duration::from_secs(10);
 /// Frames waiting to be written, per connection.
 pub const TCP_QUEUE: usize = 256;
 /// How long a read waits before the thread writes what queued and looks at its stop flag.
@@ -102,10 +104,37 @@ fn run(
     let tcp = TcpStream::connect_timeout(&addr, TCP_CONNECT)
         .map_err(|e| format!("cannot connect to {addr} over TCP ({e})"))?;
     tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+    let mut conn = rustls::ClientConnection::new(tls, name)
+        .map_err(|e| format!("cannot start TLS with {addr} ({e})"))?;
     tcp.set_read_timeout(Some(POLL))
         .map_err(|e| e.to_string())?;
-    let conn = rustls::ClientConnection::new(tls, name)
-        .map_err(|e| format!("cannot start TLS with {addr} ({e})"))?;
+    // The handshake first, within its own bound and looking at the stop flag: a frame written
+    // while it ran made rustls finish it inside the write, where the loop's short read timeout
+    // ended the link when the relay took longer than POLL to answer (a loaded host).
+    let mut tcp = tcp;
+    let give_up = Instant::now() + TLS_HANDSHAKE;
+    while conn.is_handshaking() {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        match conn.complete_io(&mut tcp) {
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                if Instant::now() >= give_up {
+                    return Err(format!(
+                        "the TLS handshake with {addr} took longer than {} s",
+                        TLS_HANDSHAKE.as_secs()
+                    ));
+                }
+            }
+            Err(e) => return Err(format!("TLS handshake with {addr} failed ({e})")),
+        }
+    }
     let mut stream = rustls::StreamOwned::new(conn, tcp);
     let mut pending: Vec<u8> = Vec::with_capacity(4096);
     let mut buf = vec![0u8; 16 * 1024];
@@ -152,4 +181,81 @@ fn run(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::TcpListener;
+
+    use super::*;
+
+    /// A TLS relay stand-in that waits `delay` before its side of the handshake, then answers
+    /// each ping with a pong.
+    fn slow_tls_echo(delay: Duration) -> (SocketAddr, Arc<rustls::ClientConfig>) {
+        let ck = rcgen::generate_simple_self_signed(vec!["relay.test".to_owned()]).unwrap();
+        let cert = ck.cert.der().clone();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(ck.signing_key.serialize_der().into());
+        let server = rustls::ServerConfig::builder_with_provider(plexsphere_tls_client::provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.clone()], key)
+            .unwrap();
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert).unwrap();
+        let client = rustls::ClientConfig::builder_with_provider(plexsphere_tls_client::provider())
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        thread::spawn(move || {
+            let (tcp, _) = listener.accept().unwrap();
+            thread::sleep(delay);
+            let conn = rustls::ServerConnection::new(Arc::new(server)).unwrap();
+            let mut s = rustls::StreamOwned::new(conn, tcp);
+            let mut pending = Vec::new();
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = s.read(&mut buf) {
+                if n == 0 {
+                    return;
+                }
+                pending.extend_from_slice(&buf[..n]);
+                while pending.len() >= 2 {
+                    let len = usize::from(u16::from_be_bytes([pending[0], pending[1]]));
+                    if pending.len() < 2 + len {
+                        break;
+                    }
+                    if let Ok(Frame::Ping { nonce }) = Frame::decode(&pending[2..2 + len]) {
+                        let _ = s.write_all(&Frame::Pong { nonce }.to_stream());
+                    }
+                    pending.drain(..2 + len);
+                }
+            }
+        });
+        (addr, Arc::new(client))
+    }
+
+    /// A frame queued at once, while a relay on a loaded host takes longer than the loop's
+    /// read timeout (20 ms) to answer the handshake, goes out once it is done; it used to end
+    /// the link ("TLS write failed: Resource temporarily unavailable").
+    #[test]
+    fn a_frame_queued_while_a_slow_relay_finishes_the_handshake_goes_out_after_it() {
+        let (addr, tls) = slow_tls_echo(Duration::from_millis(300));
+        let (tx, rx) = mpsc::channel();
+        let link = TcpLink::open(addr, "relay.test".into(), tls, move |e| {
+            let _ = tx.send(e);
+        })
+        .unwrap();
+        assert!(link.send(&Frame::Ping { nonce: [7; 8] }));
+        let until = Instant::now() + Duration::from_secs(10);
+        let event = rx
+            .recv_timeout(until.saturating_duration_since(Instant::now()))
+            .expect("an event from the link");
+        assert!(
+            matches!(event, TcpEvent::Frame(Frame::Pong { nonce }) if nonce == [7; 8]),
+            "{event:?}"
+        );
+    }
 }
