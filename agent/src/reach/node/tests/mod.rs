@@ -1,5 +1,6 @@
 //! The node's machines driven directly, with a stepped clock.
 
+mod base;
 mod node;
 mod relays;
 mod rig;

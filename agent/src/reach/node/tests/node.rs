@@ -3,34 +3,15 @@
 //! runtime drives it, with a stepped clock.
 
 use std::net::{IpAddr, SocketAddr};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use plexsphere_wire::node::RelaySpec;
 use plexsphere_wire::reach::public_key;
 
+use super::base::{PORT, node_with_token, now_at, relay};
 use crate::reach::io::{Input, Now, PeerReach, TICK};
 use crate::reach::node::Node;
 use crate::reach::node::relays::RelayOut;
 use crate::reach::node::schedule::Due;
-use plexsphere_test_support::seeded::SeededRng;
-
-const NODE_SECRET: [u8; 32] = [0x4e; 32];
-const RELAY_SECRET: [u8; 32] = [0x52; 32];
-const PORT: u16 = 51820;
-
-fn mesh() -> ipnet::IpNet {
-    "100.64.0.0/10".parse().expect("a mesh range")
-}
-
-fn relay(name: &str, n: u8) -> RelaySpec {
-    RelaySpec {
-        name: name.to_owned(),
-        public_key: public_key(&RELAY_SECRET).to_base64(),
-        udp: Some(SocketAddr::from(([192, 0, 2, n], 3478))),
-        tls: None,
-        tls_server_name: None,
-    }
-}
 
 fn stun_server() -> SocketAddr {
     SocketAddr::from(([198, 51, 100, 1], 3478))
@@ -50,15 +31,7 @@ struct Rig {
 impl Rig {
     fn new() -> Self {
         let start = Instant::now();
-        let mut node = Node::new(
-            NODE_SECRET,
-            mesh(),
-            false,
-            Box::new(SeededRng::new(1)),
-            start,
-        );
-        // Without a token a relay connection waits; with one it says hello.
-        node.relays.handle_token(b"{\"token\":1}".to_vec());
+        let node = node_with_token(start);
         Self {
             node,
             start,
@@ -67,10 +40,7 @@ impl Rig {
     }
 
     fn now(&self) -> Now {
-        Now::new(
-            self.now,
-            SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
-        )
+        now_at(self.now)
     }
 
     fn input(&mut self, input: Input) {

@@ -3,38 +3,24 @@
 //! the reads the node asks for are answered on the spot, and time is stepped, never slept.
 
 use std::net::{IpAddr, SocketAddr};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use plexsphere_wire::key::PublicKey;
 use plexsphere_wire::node::RelaySpec;
 use plexsphere_wire::reach::relay::{Frame, FrameKey, prefix};
 use plexsphere_wire::reach::{public_key, shared_secret};
 
+use super::base::{NODE_SECRET, PORT, RELAY_SECRET, node_with_token, now_at, relay};
 use crate::reach::engine::PROBE_INTERVAL;
 use crate::reach::io::{Effect, Now, Path, PeerReach, TICK, Transport};
 use crate::reach::node::{Node, NodeOut, OUT_QUEUE};
-use plexsphere_test_support::seeded::SeededRng;
-
-const NODE_SECRET: [u8; 32] = [0x4e; 32];
-const RELAY_SECRET: [u8; 32] = [0x52; 32];
-const PORT: u16 = 51820;
-
-fn mesh() -> ipnet::IpNet {
-    "100.64.0.0/10".parse().expect("a mesh range")
-}
 
 fn relay_udp() -> SocketAddr {
     SocketAddr::from(([192, 0, 2, 1], 3478))
 }
 
 fn relay_r1() -> RelaySpec {
-    RelaySpec {
-        name: "r1".to_owned(),
-        public_key: public_key(&RELAY_SECRET).to_base64(),
-        udp: Some(relay_udp()),
-        tls: None,
-        tls_server_name: None,
-    }
+    relay("r1", 1)
 }
 
 fn peer(secret: u8, endpoints: Vec<SocketAddr>) -> PeerReach {
@@ -71,15 +57,7 @@ struct Rig {
 impl Rig {
     fn new() -> Self {
         let start = Instant::now();
-        let mut node = Node::new(
-            NODE_SECRET,
-            mesh(),
-            false,
-            Box::new(SeededRng::new(1)),
-            start,
-        );
-        // Without a token a relay connection waits; with one it says hello.
-        node.handle_token(b"{\"token\":1}".to_vec());
+        let node = node_with_token(start);
         Self {
             node,
             start,
@@ -91,10 +69,18 @@ impl Rig {
     }
 
     fn now(&self) -> Now {
-        Now::new(
-            self.now,
-            SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
-        )
+        now_at(self.now)
+    }
+
+    /// The node told of relay r1, which does not answer yet, at the start.
+    fn with_silent_r1() -> Self {
+        let mut rig = Self::new();
+        rig.relay_alive = false;
+        rig.at(rig.start);
+        let now = rig.now();
+        rig.node.handle_relays(vec![relay_r1()], Vec::new(), now);
+        rig.drain();
+        rig
     }
 
     fn seal(&mut self, frame: Frame) -> Frame {
@@ -260,12 +246,8 @@ fn a_daemon_input_gives_a_pass_at_once_whose_tick_reaches_the_relays_and_the_eng
 
 #[test]
 fn an_engine_send_relayed_to_a_known_relay_is_a_relay_frame_and_to_an_unknown_one_nothing() {
-    let mut rig = Rig::new();
-    rig.relay_alive = false;
-    rig.at(rig.start);
+    let mut rig = Rig::with_silent_r1();
     let now = rig.now();
-    rig.node.handle_relays(vec![relay_r1()], Vec::new(), now);
-    rig.drain();
     let dst = public_key(&[0x50; 32]);
     rig.node.handle_effect(
         Effect::SendRelayed {
@@ -334,12 +316,8 @@ fn a_relays_up_reaches_the_engine_and_a_relayed_datagram_its_sender_without_the_
 
 #[test]
 fn a_relay_path_opens_its_connection_before_it_is_carried_and_one_to_an_unknown_relay_is_ignored() {
-    let mut rig = Rig::new();
-    rig.relay_alive = false;
-    rig.at(rig.start);
+    let mut rig = Rig::with_silent_r1();
     let now = rig.now();
-    rig.node.handle_relays(vec![relay_r1()], Vec::new(), now);
-    rig.drain();
     let peer = public_key(&[0x50; 32]);
     let path = |relay: &str| Path::Relay {
         relay: relay.to_owned(),
