@@ -35,6 +35,13 @@ impl Now {
         }
     }
 
+    /// The wall time at `at` as this reading projects it: `wall` plus the monotonic time since
+    /// `at` (an `at` before this reading counts as the reading itself). `None` past the end of
+    /// `SystemTime`.
+    pub fn wall_at(self, at: Instant) -> Option<SystemTime> {
+        self.wall.checked_add(at.saturating_duration_since(self.at))
+    }
+
     /// Unix seconds of the wall clock, signed as tokens carry them; 0 before 1970.
     pub fn unix(self) -> i64 {
         i64::try_from(self.unix_secs()).unwrap_or(i64::MAX)
@@ -62,6 +69,20 @@ mod tests {
         assert_eq!(t1.at - t0.at, Duration::from_secs(5));
         assert_eq!(t1.unix(), 1_800_000_005);
         assert_eq!(t1.unix_secs(), 1_800_000_005);
+    }
+
+    #[test]
+    fn wall_at_projects_the_reading_forward_and_never_back() {
+        let t0 = Now::new(
+            Instant::now(),
+            SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000),
+        );
+        let later = t0.at + Duration::from_secs(3);
+        assert_eq!(t0.wall_at(later), Some(t0.wall + Duration::from_secs(3)));
+        assert_eq!(
+            t0.plus(Duration::from_secs(5)).wall_at(later),
+            Some(t0.wall + Duration::from_secs(5))
+        );
     }
 
     #[test]

@@ -82,7 +82,6 @@ impl Counters {
     }
 }
 
-/// Device-wide configuration and the peer tables; written only by configuration changes.
 /// A wall clock more than this away from where the device's reading says it should be has been
 /// stepped (set by hand, or NTP's first sync on a host without a real-time clock): the device
 /// takes the timer's new reading (`Device::handle_timer`).
@@ -91,8 +90,7 @@ pub const WALL_CLOCK_STEP: Duration = Duration::from_secs(1);
 /// Whether `now.wall` is more than [`WALL_CLOCK_STEP`] from `reading.wall` plus the monotonic
 /// time since `reading.at`.
 fn wall_clock_stepped(reading: Now, now: Now) -> bool {
-    let since = now.at.saturating_duration_since(reading.at);
-    let Some(expected) = reading.wall.checked_add(since) else {
+    let Some(expected) = reading.wall_at(now.at) else {
         return true;
     };
     let off = match now.wall.duration_since(expected) {
@@ -102,6 +100,8 @@ fn wall_clock_stepped(reading: Now, now: Now) -> bool {
     off > WALL_CLOCK_STEP
 }
 
+/// Device-wide configuration and the peer tables; written only by configuration changes (and
+/// `clock` by the timer when the wall clock was stepped).
 pub(crate) struct State {
     pub private_key: Option<SecretKey>,
     pub public_key: Option<PublicKey>,
@@ -109,8 +109,9 @@ pub(crate) struct State {
     pub fwmark: u32,
     pub protocol: Protocol,
     pub rate_limiter: Arc<RateLimiter>,
-    /// Both clocks as the owner read them when it built the device: plexd's own machines take
-    /// their handshakes' wall time from it (`crate::noise`).
+    /// Both clocks as the owner read them when it built the device, or as the timer read them
+    /// when the wall clock was stepped since: plexd's machines made later take their
+    /// handshakes' wall time from it (`crate::noise`).
     pub clock: Now,
     pub peers: HashMap<PublicKey, Arc<Peer>>,
     pub by_index: HashMap<u32, Arc<Peer>>,
@@ -326,9 +327,6 @@ mod tests {
     use crate::config::{DeviceUpdate, PeerUpdate};
     use crate::noise::{crypto, handshake};
 
-    /// The `Now` the device is built with is where plexd's own machines take their handshakes'
-    /// wall time: the initiation a packet starts carries that wall time plus the monotonic time
-    /// since, as TAI64N (read here as the responder reads it, by decrypting the initiation).
     const OURS: [u8; 32] = [1; 32];
     const THEIRS: [u8; 32] = [2; 32];
 
@@ -369,6 +367,9 @@ mod tests {
             .timestamp
     }
 
+    /// The `Now` the device is built with is where plexd's own machines take their handshakes'
+    /// wall time: the initiation a packet starts carries that wall time plus the monotonic time
+    /// since, as TAI64N (read here as the responder reads it, by decrypting the initiation).
     #[test]
     fn an_initiation_carries_the_wall_time_of_the_devices_clock() {
         let t0 = Instant::now();

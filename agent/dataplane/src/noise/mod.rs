@@ -332,13 +332,8 @@ impl Tunnel {
     /// time since), but always above the last one we sent.
     fn next_timestamp(&mut self, now: Instant) -> [u8; 12] {
         let last = self.last_sent_timestamp;
-        let since = now.saturating_duration_since(self.clock.at);
         // Past the end of SystemTime (never in a real run): the guard below still steps on.
-        let wall = self
-            .clock
-            .wall
-            .checked_add(since)
-            .unwrap_or(self.clock.wall);
+        let wall = self.clock.wall_at(now).unwrap_or(self.clock.wall);
         let mut t = crypto::tai64n(wall);
         if t <= last {
             // One step of the label's resolution (2^24 ns) past the last, into the next

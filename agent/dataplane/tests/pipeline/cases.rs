@@ -221,7 +221,8 @@ fn persistent_keepalives_follow_the_stepped_clock() {
     let tick = |n: &Node, at: Instant, wire: &mut Wire| {
         let mut out = PacketBatch::for_datagrams(4);
         // The wall clock at `at`, as the device's own reading (taken at its start) expects it.
-        let wall = std::time::SystemTime::now() + at.saturating_duration_since(Instant::now());
+        let now = plexsphere_wire::clock::Now::system();
+        let wall = now.wall_at(at).expect("a wall time");
         n.device.handle_timer(plexsphere_wire::clock::Now::new(at, wall), &mut out);
         collect(n.addr, &out, wire);
     };
