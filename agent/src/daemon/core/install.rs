@@ -45,9 +45,9 @@ impl Core {
     }
 
     /// The highest state version or event seq this node applied: no event older is accepted.
-    /// A state may be older than the last event (`state_floor`): the control plane makes it at
-    /// its head when the pull arrives, and an event after that head can reach the node first
-    /// over the stream; every event newer than the state is held and applied again on top.
+    /// A state may be older than the last event (`state_accept_floor`): the control plane makes
+    /// it at its head when the pull arrives, and an event after that head can reach the node
+    /// first over the stream; every event newer than the state is held and applied again on top.
     pub(super) fn floor(&self) -> u64 {
         self.state_version.unwrap_or(0).max(self.last_seq)
     }

@@ -65,18 +65,17 @@ impl Core {
         // One line per apply, not one per peer: while 1,000 nodes register, every apply
         // would otherwise repeat a line for each peer not yet in the view.
         if !outside.is_empty() {
-            let more = outside.len().saturating_sub(OUTSIDE_NAMED);
+            let total = outside.len();
             outside.truncate(OUTSIDE_NAMED);
-            let tail = if more > 0 {
-                format!(" and {more} more")
+            let tail = if total > OUTSIDE_NAMED {
+                format!(" and {} more", total - OUTSIDE_NAMED)
             } else {
                 String::new()
             };
             tracing::warn!(
                 policy_version = policy.version,
-                peers_outside_view = outside.len() + more,
-                "{} peer(s) not in policy version {}'s view, not configured: {}{tail} (they are configured once a signed state's view names them)",
-                outside.len() + more,
+                peers_outside_view = total,
+                "{total} peer(s) not in policy version {}'s view, not configured: {}{tail} (they are configured once a signed state's view names them)",
                 policy.version,
                 outside.join(", ")
             );

@@ -184,15 +184,7 @@ impl Harness {
     }
 
     pub fn frame(&mut self, conn: u64, seq: u64, kind: EventKind) -> Vec<Effect> {
-        let data = event_data(seq, own(), kind);
-        self.stream(
-            conn,
-            StreamMsg::Frame {
-                id: Some(seq.to_string()),
-                event: "e".into(),
-                data,
-            },
-        )
+        self.stream(conn, frame_msg(seq, kind))
     }
 
     /// The state pull answered with `s`, signed.
@@ -210,6 +202,15 @@ impl Harness {
         out.extend(self.state_answer(s));
         out.extend(self.stream(1, StreamMsg::Connected));
         out
+    }
+}
+
+/// The stream frame of event `seq` for this node, signed as the control plane signs it.
+pub fn frame_msg(seq: u64, kind: EventKind) -> StreamMsg {
+    StreamMsg::Frame {
+        id: Some(seq.to_string()),
+        event: "e".into(),
+        data: event_data(seq, own(), kind),
     }
 }
 

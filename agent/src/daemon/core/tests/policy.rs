@@ -24,15 +24,7 @@ fn policy(version: u64) -> PolicyState {
             node: super::super::accept_fixtures::own(),
             addrs: vec!["10.64.1.2".parse().unwrap()],
             grants: vec![],
-            peers: vec![PeerView {
-                id: peer_id(3),
-                name: "node-3".into(),
-                addrs: vec!["10.64.1.3".parse().unwrap()],
-                inbound: None,
-                outbound: None,
-                routes_out: Vec::new(),
-                routes_in: Vec::new(),
-            }],
+            peers: vec![view_peer(3)],
         },
     }
 }
@@ -289,15 +281,7 @@ fn a_peer_added_outside_the_view_pulls_the_state_for_the_new_view() {
     let mut h = harness();
     let mut s = one_state(7, 1);
     let mut p = policy(3);
-    p.view.peers.push(PeerView {
-        id: peer_id(9),
-        name: "node-9".into(),
-        addrs: vec!["10.64.1.9".parse().unwrap()],
-        inbound: None,
-        outbound: None,
-        routes_out: Vec::new(),
-        routes_in: Vec::new(),
-    });
+    p.view.peers.push(view_peer(9));
     s.policy = Some(p);
     h.up(&s);
     let mut e = h.frame(1, 8, EventKind::PeerAdded { peer: peer(9) });
@@ -308,6 +292,7 @@ fn a_peer_added_outside_the_view_pulls_the_state_for_the_new_view() {
     );
 }
 
+/// Peer `n` as a view names it (`accept_fixtures::peer(n)`'s id, name and address).
 fn view_peer(n: u8) -> PeerView {
     PeerView {
         id: peer_id(n),

@@ -255,16 +255,11 @@ fn a_revoked_event_ends_the_node_unless_it_is_leaving() {
     assert!(exits(&e).is_empty());
 }
 
-/// Feeds frames `seqs` (each adding peer `n`) without asking for effects in between, as the
+/// Feeds the frames `(seq, event)` on stream 1 without asking for effects in between, as the
 /// executor feeds the inputs already waiting in one turn.
 fn feed_frames(h: &mut Harness, frames: impl IntoIterator<Item = (u64, EventKind)>) {
     for (seq, kind) in frames {
-        let data = event_data(seq, own(), kind);
-        let msg = StreamMsg::Frame {
-            id: Some(seq.to_string()),
-            event: "e".into(),
-            data,
-        };
+        let msg = frame_msg(seq, kind);
         h.core.handle(Input::Stream { conn: 1, msg }, h.now);
     }
 }
