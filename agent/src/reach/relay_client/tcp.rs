@@ -183,6 +183,30 @@ fn run(
     Ok(())
 }
 
+/// For tests of relay links: a server config with a self-signed certificate for `relay.test`,
+/// and a client config that trusts exactly that certificate.
+#[cfg(test)]
+pub(crate) fn relay_test_tls() -> (rustls::ServerConfig, rustls::ClientConfig) {
+    let ck = rcgen::generate_simple_self_signed(vec!["relay.test".to_owned()])
+        .expect("a self-signed certificate");
+    let cert = ck.cert.der().clone();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(ck.signing_key.serialize_der().into());
+    let server = rustls::ServerConfig::builder_with_provider(plexsphere_tls_client::provider())
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.clone()], key)
+        .expect("a server config");
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert).expect("a root");
+    let client = rustls::ClientConfig::builder_with_provider(plexsphere_tls_client::provider())
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    (server, client)
+}
+
 #[cfg(test)]
 mod tests {
     use std::net::TcpListener;
@@ -192,22 +216,7 @@ mod tests {
     /// A TLS relay stand-in that waits `delay` before its side of the handshake, then answers
     /// each ping with a pong.
     fn slow_tls_echo(delay: Duration) -> (SocketAddr, Arc<rustls::ClientConfig>) {
-        let ck = rcgen::generate_simple_self_signed(vec!["relay.test".to_owned()]).unwrap();
-        let cert = ck.cert.der().clone();
-        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(ck.signing_key.serialize_der().into());
-        let server = rustls::ServerConfig::builder_with_provider(plexsphere_tls_client::provider())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(vec![cert.clone()], key)
-            .unwrap();
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(cert).unwrap();
-        let client = rustls::ClientConfig::builder_with_provider(plexsphere_tls_client::provider())
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+        let (server, client) = relay_test_tls();
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         thread::spawn(move || {

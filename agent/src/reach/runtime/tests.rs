@@ -128,25 +128,11 @@ fn kernel_mode_makes_a_direct_path_the_kernel_peer_s_endpoint_and_relays_through
 
 /// A relay stand-in over TCP with TLS (a self-signed certificate for `relay.test`): answers
 /// the registration and echoes every `send` back as a `recv` from its destination. Reports
-/// whether a register with a good proof came.
-fn tls_relay(
-    relay_secret: [u8; 32],
-) -> (
-    SocketAddr,
-    rustls::pki_types::CertificateDer<'static>,
-    mpsc::Receiver<bool>,
-) {
+/// whether a register with a good proof came; with the client config that trusts it.
+fn tls_relay(relay_secret: [u8; 32]) -> (SocketAddr, rustls::ClientConfig, mpsc::Receiver<bool>) {
     use plexsphere_wire::reach::relay::{self, Frame};
     use std::io::{Read as _, Write as _};
-    let ck = rcgen::generate_simple_self_signed(vec!["relay.test".to_owned()]).unwrap();
-    let cert = ck.cert.der().clone();
-    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(ck.signing_key.serialize_der().into());
-    let config = rustls::ServerConfig::builder_with_provider(plexsphere_tls_client::provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![cert.clone()], key)
-        .unwrap();
+    let (config, client) = crate::reach::relay_client::tcp::relay_test_tls();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let (registered_tx, registered) = mpsc::channel();
@@ -206,7 +192,7 @@ fn tls_relay(
             }
         }
     });
-    (addr, cert, registered)
+    (addr, client, registered)
 }
 
 /// A userspace runtime on its own loopback underlay socket whose data plane listens on
@@ -278,14 +264,7 @@ fn a_relay_silent_over_udp_is_reached_over_tcp() {
 
 fn relayed_over_tls(udp: Option<SocketAddr>) {
     let relay_secret = [0x66; 32];
-    let (relay_addr, cert, registered) = tls_relay(relay_secret);
-    let mut roots = rustls::RootCertStore::empty();
-    roots.add(cert).unwrap();
-    let tls = rustls::ClientConfig::builder_with_provider(plexsphere_tls_client::provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+    let (relay_addr, tls, registered) = tls_relay(relay_secret);
     // The "data plane": a loopback socket the forwarder delivers to.
     let wg = UdpSocket::bind("127.0.0.1:0").unwrap();
     let wg_port = wg.local_addr().unwrap().port();
