@@ -28,6 +28,16 @@ pub fn free_port() -> Result<u16> {
     Ok(l.local_addr()?.port())
 }
 
+/// `n` distinct free TCP ports on 127.0.0.1: every listener is held until all are picked, so
+/// the kernel cannot hand the same port out twice (releasing each before picking the next
+/// could, and did: a NATS server's client and route ports came out equal).
+pub fn free_ports(n: usize) -> Result<Vec<u16>> {
+    let held = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").context("picking a free port"))
+        .collect::<Result<Vec<_>>>()?;
+    held.iter().map(|l| Ok(l.local_addr()?.port())).collect()
+}
+
 /// A free TCP port on `ip`.
 pub fn free_port_on(ip: std::net::Ipv4Addr) -> Result<u16> {
     let l = std::net::TcpListener::bind((ip, 0))
@@ -206,6 +216,11 @@ pub fn psql(url: &str, sql: &str) -> Result<String> {
 // ---------------------------------------------------------------------------------------
 // NATS
 
+/// How many times [`NatsCluster::start`] picks fresh ports after a server found one taken.
+const PORT_RACE_ATTEMPTS: u32 = 3;
+/// What the servers print when a port is taken.
+const ADDR_IN_USE: &str = "address already in use";
+
 /// One `nats-server -js` of the lab's cluster.
 pub struct NatsNode {
     pub name: String,
@@ -233,15 +248,35 @@ impl NatsCluster {
                 "nats-server is not installed; scripts/deps.sh installs it (Debian's nats-server)"
             );
         }
+        let mut attempt = 1;
+        loop {
+            match Self::start_once(root, n) {
+                // Another process may take a picked port between its release and the server's
+                // bind; fresh ports then, a bounded number of times.
+                Err(e)
+                    if attempt < PORT_RACE_ATTEMPTS && format!("{e:#}").contains(ADDR_IN_USE) =>
+                {
+                    eprintln!("nats: a picked port was taken meanwhile, starting again: {e:#}");
+                    attempt += 1;
+                }
+                done => return done,
+            }
+        }
+    }
+
+    fn start_once(root: &Path, n: usize) -> Result<Self> {
+        let ports = free_ports(2 * n)?;
         let mut nodes = Vec::with_capacity(n);
-        for i in 0..n {
+        for (i, pair) in ports.chunks_exact(2).enumerate() {
             let name = format!("ha1-nats-{}-{i}", std::process::id());
             let store_dir = root.join(&name);
+            // A retried start begins with an empty store, as the first did.
+            let _ = std::fs::remove_dir_all(&store_dir);
             std::fs::create_dir_all(&store_dir)?;
             nodes.push(NatsNode {
                 name,
-                port: free_port()?,
-                cluster_port: free_port()?,
+                port: pair[0],
+                cluster_port: pair[1],
                 store_dir,
                 proc: None,
             });
