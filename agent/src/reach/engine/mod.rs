@@ -137,14 +137,9 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// An engine for the node with this WireGuard private key, in a Domain with this mesh
-    /// range; its tx ids and disco nonces come from the OS's CSPRNG.
-    pub fn new(secret: [u8; 32], mesh: IpNet) -> Self {
-        Self::with_rng(secret, mesh, Box::new(rand_core::OsRng))
-    }
-
-    /// The same, with tx ids and disco nonces from `rng`. The bound is a CSPRNG's on purpose:
-    /// both nodes of a pair seal under one key, so a nonce that repeats would break it.
+    /// An engine for the node with this WireGuard private key in a Domain with this mesh range;
+    /// tx ids and disco nonces from `rng`, a CSPRNG on purpose (the OS's in production): both
+    /// nodes of a pair seal under one key, so a nonce that repeats would break it.
     pub fn with_rng(secret: [u8; 32], mesh: IpNet, rng: Box<dyn CryptoRngCore + Send>) -> Self {
         Self {
             secret,
@@ -160,6 +155,17 @@ impl Engine {
             counters: Counters::default(),
             effects: VecDeque::new(),
         }
+    }
+
+    /// A key rotation: all but the random source starts over, under the new key.
+    pub fn rekey(&mut self, secret: [u8; 32]) {
+        self.secret = secret;
+        self.sealer.own = plexsphere_wire::reach::public_key(&secret);
+        self.sealer.last_stamp = 0;
+        self.peers.clear();
+        self.local = Local::default();
+        self.counters = Counters::default();
+        self.effects.clear();
     }
 
     /// The same from a seed: every tx id and nonce, and so every effect, repeats for the same

@@ -97,7 +97,6 @@ pub struct Node {
     engine: Engine,
     relays: RelaySet,
     schedule: Schedule,
-    mesh: IpNet,
     /// The wanted peers as last handed over (the new engine gets them after a key rotation).
     peers: Vec<PeerReach>,
     /// Each wanted peer by its key prefix (relays name the sender of a datagram by it); a
@@ -111,20 +110,22 @@ pub struct Node {
 
 impl Node {
     /// A node with this WireGuard private key in a Domain with this mesh range, with or
-    /// without TLS trust for relays; STUN transaction ids come from `rng` (the engine's tx ids
-    /// and disco nonces from the OS's CSPRNG, `Engine::new`). Its first pass is due at `now`.
+    /// without TLS trust for relays; the engine's tx ids and disco nonces come from
+    /// `engine_rng` and STUN transaction ids from `stun_rng` (both the OS's CSPRNG in
+    /// production: the runtime hands them in, the node reads no randomness of its own). Its
+    /// first pass is due at `now`.
     pub fn new(
         secret: [u8; 32],
         mesh: IpNet,
         tls_trust: bool,
-        rng: Box<dyn CryptoRngCore + Send>,
+        engine_rng: Box<dyn CryptoRngCore + Send>,
+        stun_rng: Box<dyn CryptoRngCore + Send>,
         now: Instant,
     ) -> Self {
         Self {
-            engine: Engine::new(secret, mesh),
+            engine: Engine::with_rng(secret, mesh, engine_rng),
             relays: RelaySet::new(secret, tls_trust),
-            schedule: Schedule::new(rng, now),
-            mesh,
+            schedule: Schedule::new(stun_rng, now),
             peers: Vec::new(),
             by_prefix: HashMap::new(),
             awaiting_read: false,
@@ -328,7 +329,7 @@ impl Node {
     /// A new engine, the relay set under the new key (its outputs wait in it), and the
     /// schedule reads the addresses again.
     fn rekey(&mut self, secret: [u8; 32], now: Instant) {
-        self.engine = Engine::new(secret, self.mesh);
+        self.engine.rekey(secret);
         self.relays.handle_secret(secret);
         self.schedule.handle_rekey(now);
     }

@@ -55,12 +55,14 @@ impl Loop {
     /// STUN at once.
     pub(crate) fn new(setup: RuntimeSetup, shared: Arc<Shared>, now: Now) -> Self {
         Self {
-            // STUN transaction ids from the OS's CSPRNG: an id an off-path host could guess
-            // would let it answer for a server.
+            // The engine's tx ids and disco nonces, and STUN transaction ids, from the OS's
+            // CSPRNG: a nonce that repeats under a pair key would break it, and an id an
+            // off-path host could guess would let it answer for a server.
             node: Node::new(
                 setup.secret,
                 setup.mesh,
                 setup.tls.is_some(),
+                Box::new(rand_core::OsRng),
                 Box::new(rand_core::OsRng),
                 now.at,
             ),

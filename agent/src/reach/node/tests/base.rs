@@ -31,13 +31,14 @@ pub(super) fn relay(name: &str, n: u8) -> RelaySpec {
     }
 }
 
-/// The node with the tests' key and mesh, STUN ids from seed 1, its first pass due at `start`,
+/// The node with the tests' key and mesh, the engine's tx ids and nonces from seed 2, STUN ids from seed 1, its first pass due at `start`,
 /// and a relay token (without one a relay connection waits; with one it says hello).
 pub(super) fn node_with_token(start: Instant) -> Node {
     let mut node = Node::new(
         NODE_SECRET,
         mesh(),
         false,
+        Box::new(SeededRng::new(2)),
         Box::new(SeededRng::new(1)),
         start,
     );

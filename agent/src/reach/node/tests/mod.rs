@@ -5,4 +5,5 @@ mod node;
 mod relays;
 mod rig;
 mod routing;
+mod sans_io;
 mod schedule;
