@@ -2,8 +2,10 @@
 
 mod base;
 mod node;
+mod rekey;
 mod relays;
 mod rig;
 mod routing;
 mod sans_io;
 mod schedule;
+mod scripted;
