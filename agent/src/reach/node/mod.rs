@@ -17,7 +17,8 @@
 //! The runtime hands the node what arrived (`handle_*`, the time last: a [`Now`], whose
 //! `at` the relay set and the schedule get) and then carries out the node's one output queue
 //! ([`Node::poll_out`], [`NodeOut`]) until it answers `None`: only what takes I/O or the
-//! runtime's shared state. A read the node asks for ([`NodeOut::ReadAddrs`],
+//! runtime's shared state (among them the relays the data plane unwraps frames from,
+//! [`NodeOut::PlaneRelays`], when that set changed). A read the node asks for ([`NodeOut::ReadAddrs`],
 //! [`NodeOut::ReadHandshakes`]) is answered ([`Node::handle_local_addrs`],
 //! [`Node::handle_handshakes`]) while draining, and the pass goes on from there.
 
@@ -84,6 +85,10 @@ pub enum NodeOut {
         home_relay: Option<String>,
         nat: NatReport,
     },
+    /// Tell the data plane the relays whose frames it unwraps: the UDP addresses of the
+    /// relays with a connection over UDP (registered or registering), sorted. Only when that
+    /// set changed, at the end of a pass or of a timeout that ran no pass.
+    PlaneRelays(Vec<SocketAddr>),
     /// Read the host's addresses and answer with [`Node::handle_local_addrs`].
     ReadAddrs,
     /// Read the data plane's handshake times and answer with [`Node::handle_handshakes`].
@@ -102,6 +107,8 @@ pub struct Node {
     /// Each wanted peer by its key prefix (relays name the sender of a datagram by it); a
     /// prefix two peers share maps to neither.
     by_prefix: HashMap<KeyPrefix, Option<PublicKey>>,
+    /// The relays the data plane was last told to unwrap frames from ([`NodeOut::PlaneRelays`]).
+    plane_relays: Vec<SocketAddr>,
     /// The pass waits for the answer to a read it asked for.
     awaiting_read: bool,
     out: VecDeque<NodeOut>,
@@ -128,6 +135,7 @@ impl Node {
             schedule: Schedule::new(stun_rng, now),
             peers: Vec::new(),
             by_prefix: HashMap::new(),
+            plane_relays: Vec::new(),
             awaiting_read: false,
             out: VecDeque::new(),
             out_dropped: 0,
@@ -163,12 +171,6 @@ impl Node {
         self.relays.udp_of(relay)
     }
 
-    /// The UDP addresses of the relays with a connection over UDP: the ones whose frames the
-    /// data plane may unwrap. Sorted, without duplicates.
-    pub fn plane_relays(&self) -> Vec<SocketAddr> {
-        self.relays.plane_relays()
-    }
-
     /// The peers' paths as the engine sees them now.
     pub fn paths(&self) -> Vec<PeerPathView> {
         self.engine.paths()
@@ -193,6 +195,7 @@ impl Node {
             self.relays.handle_timeout(now.at);
             self.carry_relays(now);
         }
+        self.tell_plane_relays();
     }
 
     /// A daemon input arrived (peers, relays, a token, a key, a pinned path): the next pass

@@ -148,8 +148,20 @@ impl Node {
                     self.input(Input::Tick, now);
                     let paths = self.engine.paths();
                     self.push(NodeOut::Publish(paths));
+                    self.tell_plane_relays();
                 }
             }
+        }
+    }
+
+    /// Tells the data plane the relays whose frames it unwraps, when that set changed since
+    /// it was last told: once at the end of a pass or of a timeout that ran no pass, so a
+    /// change undone within them (a key rotation's connections opening again) is not told.
+    pub(super) fn tell_plane_relays(&mut self) {
+        let relays = self.relays.plane_relays();
+        if relays != self.plane_relays {
+            self.plane_relays = relays.clone();
+            self.push(NodeOut::PlaneRelays(relays));
         }
     }
 }

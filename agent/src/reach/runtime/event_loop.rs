@@ -6,7 +6,6 @@
 //! socket in `underlay.rs`.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -43,8 +42,6 @@ pub(crate) struct Loop {
     /// The relay each relayed peer goes through (its forwarder's, or the data plane's relay
     /// endpoint's).
     pub(super) relayed: HashMap<PublicKey, String>,
-    /// The relays the data plane unwraps frames from, as last told (`PathControl::set_relays`).
-    pub(super) plane_relays: Vec<SocketAddr>,
     pub(super) fwds: HashMap<PublicKey, Fwd>,
     /// The one thread that carries every forwarder (started with the first).
     pub(super) forwards: Option<Arc<ForwardLoop>>,
@@ -70,7 +67,6 @@ impl Loop {
             shared,
             links: HashMap::new(),
             relayed: HashMap::new(),
-            plane_relays: Vec::new(),
             fwds: HashMap::new(),
             forwards: None,
         }
@@ -114,7 +110,6 @@ impl Loop {
             }
             self.node.handle_timeout(now);
             self.drain(now);
-            self.sync_plane_relays();
         }
         self.fwds.clear();
         self.links.clear();
@@ -191,6 +186,14 @@ impl Loop {
                 v.own.reflexive = reflexive;
                 v.own.home_relay = home_relay;
                 v.own.nat = nat;
+            }
+            NodeOut::PlaneRelays(relays) => {
+                // The kernel's `PathControl` takes none: its default `set_relays`.
+                if let Err(e) = self.setup.control.set_relays(&relays) {
+                    tracing::warn!(
+                        "the data plane takes frames from only some relays ({e}); the others' peers use loopback forwarders"
+                    );
+                }
             }
             NodeOut::ReadAddrs => {
                 let local = (self.setup.local_addrs)();

@@ -8,7 +8,8 @@
 //!   the [`Node`](super::node::Node), which routes it: STUN answers to its schedule, disco to
 //!   its engine, relay frames to its relay set. The loop carries out the node's one output
 //!   queue ([`NodeOut`](super::node::NodeOut): datagrams, relay frames, TCP links, paths,
-//!   candidates, the reads it asks for, the published views) after every input.
+//!   candidates, the reads it asks for, the published views, the relays the data plane
+//!   unwraps frames from) after every input.
 //! - Outbound: everything goes out of the same socket ([`Underlay`]), so the reflexive address
 //!   STUN learns is the one peers reach.
 //! - The daemon's calls ([`ReachHandle`]) only store what they bring and wake the loop; the

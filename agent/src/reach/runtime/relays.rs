@@ -94,22 +94,6 @@ impl Loop {
         }
     }
 
-    /// Tells the data plane which relays' frames to unwrap: those with a connection over UDP
-    /// (registered, or registering). Only when that set changed. (The kernel's `PathControl`
-    /// takes none: its default `set_relays`.)
-    pub(super) fn sync_plane_relays(&mut self) {
-        let relays = self.node.plane_relays();
-        if relays == self.plane_relays {
-            return;
-        }
-        if let Err(e) = self.setup.control.set_relays(&relays) {
-            tracing::warn!(
-                "the data plane takes frames from only some relays ({e}); the others' peers use loopback forwarders"
-            );
-        }
-        self.plane_relays = relays;
-    }
-
     pub(super) fn tcp(&mut self, relay: String, event: TcpEvent, now: Now) {
         match event {
             TcpEvent::Frame(frame) => self.node.handle_tcp_frame(&relay, frame, now),

@@ -1,6 +1,7 @@
 //! The node's machines driven directly, with a stepped clock.
 
 mod base;
+mod carry;
 mod node;
 mod rekey;
 mod relays;

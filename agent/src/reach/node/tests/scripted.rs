@@ -151,6 +151,7 @@ impl Rig {
                     "read-handshakes".to_owned()
                 }
                 NodeOut::Publish(paths) => format!("publish {}", paths.len()),
+                NodeOut::PlaneRelays(relays) => format!("plane-relays {relays:?}"),
                 other => format!("{other:?}"),
             });
         }
