@@ -13,16 +13,23 @@
 //!   disco, a peer gone) reach the engine; the engine's relayed sends and relay paths reach
 //!   the relay set; relayed datagrams are named by the wanted peers' key prefixes (a prefix
 //!   two peers share names neither).
+//! - `carry` ([`Carry`], [`Via`]): how each peer's chosen path is carried: its endpoint direct,
+//!   the data plane's own relay endpoint (and, when the data plane refuses,
+//!   [`Node::handle_plane_refused`], a forwarder instead), a forwarder to the relay's UDP
+//!   address or on its TCP link, or held (a key rotation); a relay whose transport changed
+//!   has its peers carried anew.
 //!
 //! The runtime hands the node what arrived (`handle_*`, the time last: a [`Now`], whose
 //! `at` the relay set and the schedule get) and then carries out the node's one output queue
 //! ([`Node::poll_out`], [`NodeOut`]) until it answers `None`: only what takes I/O or the
-//! runtime's shared state (among them the relays the data plane unwraps frames from,
-//! [`NodeOut::PlaneRelays`], when that set changed). A read the node asks for ([`NodeOut::ReadAddrs`],
-//! [`NodeOut::ReadHandshakes`]) is answered ([`Node::handle_local_addrs`],
-//! [`Node::handle_handshakes`]) while draining, and the pass goes on from there.
+//! runtime's shared state (among them how to carry a peer, [`NodeOut::Carry`], and the
+//! relays the data plane unwraps frames from, [`NodeOut::PlaneRelays`], when that set
+//! changed): the runtime decides nothing of its own. A read the node asks for
+//! ([`NodeOut::ReadAddrs`], [`NodeOut::ReadHandshakes`]) is answered
+//! ([`Node::handle_local_addrs`], [`Node::handle_handshakes`]) while draining, and the pass
+//! goes on from there; so is a refused relay endpoint ([`Node::handle_plane_refused`]).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Instant, SystemTime};
 
@@ -34,8 +41,9 @@ use plexsphere_wire::reach::{Kind, classify};
 use rand_core::CryptoRngCore;
 
 use crate::reach::engine::Engine;
-use crate::reach::io::{Effect, Input, Now, Path, PeerPathView, PeerReach};
+use crate::reach::io::{Effect, Input, Now, PeerPathView, PeerReach};
 
+mod carry;
 pub mod relays;
 mod route;
 pub mod schedule;
@@ -70,15 +78,13 @@ pub enum NodeOut {
     },
     /// Close the relay's TCP connection (without reporting its end back).
     CloseTcp { relay: String },
-    /// The relay's transport changed: carry the peers relayed through it anew.
-    Reroute { relay: String },
     /// A WireGuard datagram `peer` sent through a relay, for its forwarder.
     Recv { peer: PublicKey, datagram: Vec<u8> },
     /// A datagram or frame from no known source was dropped (counted as an unknown source).
     Dropped,
-    /// From now on, carry `peer`'s WireGuard traffic on `path` (its relay connection, if
-    /// any, is already asked for).
-    SetPath { peer: PublicKey, path: Path },
+    /// From now on, carry `peer`'s WireGuard traffic this way (a relay's connection is
+    /// already asked for); see [`Carry`].
+    Carry { peer: PublicKey, how: Carry },
     /// Our own candidates changed (for the published view and the endpoint report).
     Candidates {
         reflexive: Vec<SocketAddr>,
@@ -97,6 +103,34 @@ pub enum NodeOut {
     Publish(Vec<PeerPathView>),
 }
 
+/// How the runtime carries a peer's WireGuard traffic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Carry {
+    /// Point the peer at its direct endpoint; a forwarder it had goes.
+    Direct(SocketAddr),
+    /// Point the peer at the data plane's own endpoint through the relay at `udp` (no
+    /// forwarder; one it had goes). When the data plane has none or refuses, answer
+    /// [`Node::handle_plane_refused`]: the node then picks the forwarder.
+    PlaneRelay { relay: String, udp: SocketAddr },
+    /// Carry the peer through its loopback forwarder (opened, and made its endpoint, when it
+    /// has none), which sends `via`.
+    Forward(Via),
+    /// The peer's forwarder, when it has one, holds its traffic (until its path is chosen
+    /// again).
+    Hold,
+}
+
+/// Where a peer's forwarder sends its traffic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Via {
+    /// Framed to the relay's UDP address (from the WireGuard socket).
+    Udp(SocketAddr),
+    /// On the relay's TCP link with TLS (named by the relay).
+    Tcp(String),
+    /// Nowhere yet: the relay has neither a UDP address nor a TCP link (held).
+    Nowhere,
+}
+
 /// The node; see the module docs.
 pub struct Node {
     engine: Engine,
@@ -107,6 +141,8 @@ pub struct Node {
     /// Each wanted peer by its key prefix (relays name the sender of a datagram by it); a
     /// prefix two peers share maps to neither.
     by_prefix: HashMap<KeyPrefix, Option<PublicKey>>,
+    /// The relay each relayed peer goes through (carried anew when its transport changes).
+    relayed: BTreeMap<PublicKey, String>,
     /// The relays the data plane was last told to unwrap frames from ([`NodeOut::PlaneRelays`]).
     plane_relays: Vec<SocketAddr>,
     /// The pass waits for the answer to a read it asked for.
@@ -135,6 +171,7 @@ impl Node {
             schedule: Schedule::new(stun_rng, now),
             peers: Vec::new(),
             by_prefix: HashMap::new(),
+            relayed: BTreeMap::new(),
             plane_relays: Vec::new(),
             awaiting_read: false,
             out: VecDeque::new(),
@@ -164,11 +201,6 @@ impl Node {
         .into_iter()
         .flatten()
         .min()
-    }
-
-    /// The relay's UDP address (how a peer relayed over UDP through it is carried).
-    pub fn relay_udp(&self, relay: &str) -> Option<SocketAddr> {
-        self.relays.udp_of(relay)
     }
 
     /// The peers' paths as the engine sees them now.
@@ -270,10 +302,12 @@ impl Node {
     }
 
     /// A key rotation: the disco keys and relay registrations derive from the WireGuard key,
-    /// so the engine starts over with the new one and gets the relays and the wanted peers
-    /// again, every relay connection registers again (its TLS links close), and the next pass
-    /// hands the engine the local addresses again.
+    /// so the relayed peers hold ([`Carry::Hold`]) until their paths are chosen again, the
+    /// engine starts over with the new key and gets the relays and the wanted peers again,
+    /// every relay connection registers again (its TLS links close), and the next pass hands
+    /// the engine the local addresses again.
     pub fn handle_secret(&mut self, secret: [u8; 32], now: Now) {
+        self.hold_relayed();
         self.rekey(secret, now.at);
         self.carry_relays(now);
         let peers = self.peers.clone();

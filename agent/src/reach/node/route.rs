@@ -58,7 +58,7 @@ impl Node {
                     }
                     self.carry_relays(now);
                 }
-                self.push(NodeOut::SetPath { peer, path });
+                self.carry_path(peer, &path);
             }
             Effect::Candidates {
                 reflexive,
@@ -89,7 +89,7 @@ impl Node {
                     server_name,
                 }),
                 RelayOut::CloseTcp { relay } => self.push(NodeOut::CloseTcp { relay }),
-                RelayOut::Reroute { relay } => self.push(NodeOut::Reroute { relay }),
+                RelayOut::Reroute { relay } => self.reroute(&relay),
                 RelayOut::Engine(input) => self.input(input, now),
                 RelayOut::Recv {
                     relay,

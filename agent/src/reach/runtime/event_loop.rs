@@ -1,9 +1,9 @@
 //! The runtime's loop: one thread, one queue, the node's outputs carried out in order. See
 //! `mod.rs` for what comes in and goes out. Here: the loop's state and each turn of it (the
 //! queue, what the daemon's calls left, each handed to the node, then the node's one output
-//! queue drained); the relay links and how relayed peers are carried are in `relays.rs`, the
-//! peers' forwarders, endpoints and paths in `peers.rs`, and the kernel backend's underlay
-//! socket in `underlay.rs`.
+//! queue drained); the relay links are in `relays.rs`, the peers' forwarders, endpoints and
+//! how each is carried in `peers.rs`, and the kernel backend's underlay socket in
+//! `underlay.rs`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Instant;
 
 use super::shared::{Event, RuntimeSetup, Shared, lock};
-use crate::reach::forward::{ForwardLoop, Forwarder, Route};
+use crate::reach::forward::{ForwardLoop, Forwarder};
 use crate::reach::io::{Now, TICK};
 use crate::reach::node::{Node, NodeOut};
 use crate::reach::relay_client::tcp::{TcpEvent, TcpLink};
@@ -39,9 +39,6 @@ pub(crate) struct Loop {
     pub(super) shared: Arc<Shared>,
     /// Relays whose connection runs over TCP with TLS: the links the relay set asked for.
     pub(super) links: HashMap<String, TcpLink>,
-    /// The relay each relayed peer goes through (its forwarder's, or the data plane's relay
-    /// endpoint's).
-    pub(super) relayed: HashMap<PublicKey, String>,
     pub(super) fwds: HashMap<PublicKey, Fwd>,
     /// The one thread that carries every forwarder (started with the first).
     pub(super) forwards: Option<Arc<ForwardLoop>>,
@@ -66,7 +63,6 @@ impl Loop {
             setup,
             shared,
             links: HashMap::new(),
-            relayed: HashMap::new(),
             fwds: HashMap::new(),
             forwards: None,
         }
@@ -162,7 +158,6 @@ impl Loop {
             NodeOut::CloseTcp { relay } => {
                 self.links.remove(&relay);
             }
-            NodeOut::Reroute { relay } => self.reroute(&relay),
             NodeOut::Recv { peer, datagram } => match self.fwds.get(&peer) {
                 Some(f) => {
                     if let Err(e) = f.fwd.deliver(&datagram) {
@@ -176,7 +171,7 @@ impl Loop {
             NodeOut::Dropped => {
                 self.shared.unknown_src.fetch_add(1, Ordering::Relaxed);
             }
-            NodeOut::SetPath { peer, path } => self.set_path(peer, path),
+            NodeOut::Carry { peer, how } => self.carry_peer(peer, how),
             NodeOut::Candidates {
                 reflexive,
                 home_relay,
@@ -244,20 +239,15 @@ impl Loop {
         any
     }
 
-    /// A key rotation: the node starts over with the new key (a new engine that gets the
-    /// relays and peers again, every relay connection registering again); the loop drops its
-    /// TLS links, and relayed peers hold until a path is chosen anew.
+    /// A key rotation: the node starts over with the new key (relayed peers hold until a
+    /// path is chosen anew, the engine gets the relays and peers again, every relay
+    /// connection registers again); the loop drops its TLS links.
     fn rekey(&mut self, secret: [u8; 32], now: Now) {
         tracing::info!(
             "reach: the WireGuard key rotated; registering with the relays again and probing every path with the new key"
         );
         self.setup.secret = secret;
         self.links.clear();
-        for (peer, _) in std::mem::take(&mut self.relayed) {
-            if let Some(f) = self.fwds.get(&peer) {
-                f.fwd.set_route(Route::Hold);
-            }
-        }
         self.node.handle_secret(secret, now);
         self.drain(now);
     }

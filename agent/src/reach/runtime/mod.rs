@@ -7,9 +7,12 @@
 //!   [`Event`] on one bounded queue ([`EVENT_QUEUE`]; full = dropped and counted) and goes to
 //!   the [`Node`](super::node::Node), which routes it: STUN answers to its schedule, disco to
 //!   its engine, relay frames to its relay set. The loop carries out the node's one output
-//!   queue ([`NodeOut`](super::node::NodeOut): datagrams, relay frames, TCP links, paths,
-//!   candidates, the reads it asks for, the published views, the relays the data plane
-//!   unwraps frames from) after every input.
+//!   queue ([`NodeOut`](super::node::NodeOut): datagrams, relay frames, TCP links, how each
+//!   peer is carried, candidates, the reads it asks for, the published views, the relays the
+//!   data plane unwraps frames from) after every input. The loop is thin: it moves bytes,
+//!   owns the sockets, the TLS links and the forwarders, and performs what the node decided;
+//!   where the data plane refuses a relay endpoint it says so to the node
+//!   (`Node::handle_plane_refused`), which picks the fallback.
 //! - Outbound: everything goes out of the same socket ([`Underlay`]), so the reflexive address
 //!   STUN learns is the one peers reach.
 //! - The daemon's calls ([`ReachHandle`]) only store what they bring and wake the loop; the

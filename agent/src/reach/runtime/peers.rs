@@ -2,15 +2,16 @@
 //! owners pruned; the node takes the peers themselves), the loopback forwarders of peers
 //! relayed where the data plane cannot frame for the relay (over TCP, or any relay with the
 //! kernel backend), the endpoint the mesh is told for each (and who owns it, for the mesh
-//! diff), and the path the node chose carried out.
+//! diff), and each peer carried the way the node decided (`NodeOut::Carry`).
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::{Arc, PoisonError};
 
 use super::event_loop::{Fwd, Loop};
-use crate::reach::forward::{ForwardLoop, Forwarder};
-use crate::reach::io::{Now, Path, PeerReach};
+use crate::reach::forward::{ForwardLoop, Forwarder, Route};
+use crate::reach::io::{Now, PeerReach};
+use crate::reach::node::{Carry, Via};
 use plexsphere_wire::key::PublicKey;
 
 impl Loop {
@@ -76,23 +77,50 @@ impl Loop {
             .insert(peer, Some(endpoint));
     }
 
-    /// Carries `peer`'s traffic on the path the node chose (a relay path's connection is
-    /// already asked for).
-    pub(super) fn set_path(&mut self, peer: PublicKey, path: Path) {
-        match &path {
-            Path::None => {}
-            Path::Direct { endpoint } => {
-                // Straight from WireGuard's socket (the data plane's, or the kernel's): no
-                // forwarder in the way.
-                self.relayed.remove(&peer);
+    /// Carries `peer`'s traffic the way the node decided: its endpoint direct, the data
+    /// plane's own relay endpoint (a refusal is answered to the node, which then picks the
+    /// forwarder), its forwarder's route (opened when it has none), or its forwarder held.
+    pub(super) fn carry_peer(&mut self, peer: PublicKey, how: Carry) {
+        match how {
+            Carry::Direct(endpoint) => {
                 self.fwds.remove(&peer);
-                self.set_endpoint(peer, *endpoint);
+                self.set_endpoint(peer, endpoint);
             }
-            Path::Relay { relay, .. } => {
-                self.relayed.insert(peer, relay.clone());
-                self.carry_relayed(peer, relay);
+            Carry::PlaneRelay { relay, udp } => {
+                match self.setup.control.relay_endpoint(udp, peer) {
+                    Ok(Some(endpoint)) => {
+                        self.fwds.remove(&peer);
+                        self.set_endpoint(peer, endpoint);
+                    }
+                    Ok(None) => self.node.handle_plane_refused(peer),
+                    Err(e) => {
+                        tracing::warn!(peer_key = %peer, relay, "the data plane cannot carry the peer through relay {relay} itself ({e}); using a loopback forwarder");
+                        self.node.handle_plane_refused(peer);
+                    }
+                }
+            }
+            Carry::Forward(via) => {
+                let route = match via {
+                    Via::Udp(relay) => Route::Relay { relay, dst: peer },
+                    Via::Tcp(relay) => match self.links.get(&relay) {
+                        Some(link) => Route::RelayTcp {
+                            link: link.sender(),
+                            dst: peer,
+                        },
+                        // Its link could not start; the node carries the peer anew.
+                        None => Route::Hold,
+                    },
+                    Via::Nowhere => Route::Hold,
+                };
+                if let Some(f) = self.forwarder(peer) {
+                    f.set_route(route);
+                }
+            }
+            Carry::Hold => {
+                if let Some(f) = self.fwds.get(&peer) {
+                    f.fwd.set_route(Route::Hold);
+                }
             }
         }
-        tracing::info!(peer_key = %peer, path = ?path, "reach: path set");
     }
 }

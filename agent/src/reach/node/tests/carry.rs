@@ -1,10 +1,144 @@
 //! How the node has the runtime carry what it decided, seen only through its inputs and its
-//! output queue on a stepped clock (`scripted.rs`): the relays whose frames the data plane
-//! unwraps.
+//! output queue on a stepped clock (`scripted.rs`): each peer's path (direct, the data
+//! plane's relay endpoint, a forwarder over UDP or a TCP link, held) and the relays whose
+//! frames the data plane unwraps.
 
-use crate::reach::io::TICK;
+use std::net::SocketAddr;
+use std::time::Duration;
 
-use super::scripted::{Rig, position, relay_r1};
+use plexsphere_test_support::seeded::SeededRng;
+use plexsphere_wire::key::PublicKey;
+use plexsphere_wire::reach::public_key;
+
+use super::base::{NODE_SECRET, mesh};
+use super::rig::spec;
+use super::scripted::{Rig, position, position_from, relay_r1, relay_udp, short};
+use crate::reach::io::{Effect, Path, TICK, Transport};
+use crate::reach::node::{Carry, Node, NodeOut, Via};
+
+fn set_path(rig: &mut Rig, peer: PublicKey, path: Path) -> Vec<String> {
+    let now = rig.now();
+    rig.node.handle_effect(Effect::SetPath { peer, path }, now);
+    rig.drain()
+}
+
+fn over(relay: &str, transport: Transport) -> Path {
+    Path::Relay {
+        relay: relay.to_owned(),
+        transport,
+    }
+}
+
+fn carry(peer: PublicKey, how: &Carry) -> String {
+    format!("carry {} {how:?}", short(&peer))
+}
+
+fn plane_r1() -> Carry {
+    Carry::PlaneRelay {
+        relay: "r1".to_owned(),
+        udp: relay_udp(),
+    }
+}
+
+#[test]
+fn a_direct_path_is_the_peer_s_endpoint_and_no_path_carries_nothing() {
+    let mut rig = Rig::with_silent_r1();
+    let peer = public_key(&[0x50; 32]);
+    let endpoint = SocketAddr::from(([198, 51, 100, 7], 51820));
+    assert_eq!(
+        set_path(&mut rig, peer, Path::Direct { endpoint }),
+        [carry(peer, &Carry::Direct(endpoint))]
+    );
+    assert!(set_path(&mut rig, peer, Path::None).is_empty());
+}
+
+#[test]
+fn a_relay_path_over_udp_is_the_data_plane_s_endpoint_and_a_refusal_a_forwarder_at_once() {
+    let mut rig = Rig::with_silent_r1();
+    let (a, b) = (public_key(&[0x50; 32]), public_key(&[0x51; 32]));
+    for peer in [a, b] {
+        let now = rig.now();
+        rig.node.handle_effect(
+            Effect::SetPath {
+                peer,
+                path: over("r1", Transport::Udp),
+            },
+            now,
+        );
+    }
+    // The data plane refuses a's relay endpoint (the kernel has none): a's forwarder to r1's
+    // UDP address is the very next output, ahead of b's.
+    let first = rig.node.poll_out();
+    assert!(
+        matches!(&first, Some(NodeOut::Carry { peer, how }) if *peer == a && *how == plane_r1()),
+        "{first:?}"
+    );
+    rig.node.handle_plane_refused(a);
+    assert_eq!(
+        rig.drain(),
+        [
+            carry(a, &Carry::Forward(Via::Udp(relay_udp()))),
+            carry(b, &plane_r1())
+        ]
+    );
+    // A peer the node does not relay has nothing to fall back to.
+    rig.node.handle_plane_refused(public_key(&[0x52; 32]));
+    assert!(rig.drain().is_empty());
+}
+
+#[test]
+fn a_relay_path_over_tcp_is_a_forwarder_on_its_link_and_the_link_s_end_carries_its_peers_anew() {
+    let mut rig = Rig::new();
+    rig.relay_alive = false;
+    rig.node = Node::new(
+        NODE_SECRET,
+        mesh(),
+        true,
+        Box::new(SeededRng::new(2)),
+        Box::new(SeededRng::new(1)),
+        rig.start,
+    );
+    rig.node.handle_token(b"{\"token\":1}".to_vec());
+    let (a, b) = (public_key(&[0x50; 32]), public_key(&[0x51; 32]));
+    let now = rig.now();
+    // r1 with a UDP address and TLS, r2 with TLS only.
+    rig.node.handle_relays(
+        vec![spec("r1", 1, true, true), spec("r2", 2, false, true)],
+        Vec::new(),
+        now,
+    );
+    rig.drain();
+    assert_eq!(
+        set_path(&mut rig, a, over("r1", Transport::Udp)),
+        [carry(a, &plane_r1())]
+    );
+    // r2 has no UDP address: its connection starts over TCP, and b's forwarder uses the link.
+    let lines = set_path(&mut rig, b, over("r2", Transport::Tcp));
+    let open = position(&lines, "OpenTcp { relay: \"r2\"");
+    let tcp = carry(b, &Carry::Forward(Via::Tcp("r2".to_owned())));
+    assert_eq!(lines[open + 1..], [tcp], "{lines:?}");
+
+    // r1 stays silent over UDP: its connection moves to TCP, and a is carried anew, through
+    // a forwarder on r1's link.
+    let lines = rig.run_until(rig.start + Duration::from_secs(10));
+    let open = position(&lines, "OpenTcp { relay: \"r1\"");
+    let on_link = carry(a, &Carry::Forward(Via::Tcp("r1".to_owned())));
+    assert!(position_from(&lines, open, &on_link) > open, "{lines:?}");
+
+    // The links end: r1's peer goes back to the data plane's endpoint through r1 over UDP,
+    // r2's has nowhere to go (its forwarder holds).
+    let now = rig.now();
+    rig.node.handle_tcp_closed("r1", "reset by peer", now);
+    let lines = rig.drain();
+    assert_eq!(lines.first(), Some(&carry(a, &plane_r1())), "{lines:?}");
+    rig.node.handle_tcp_closed("r2", "reset by peer", now);
+    let lines = rig.drain();
+    assert_eq!(
+        lines.first(),
+        Some(&carry(b, &Carry::Forward(Via::Nowhere))),
+        "{lines:?}"
+    );
+}
 
 const PLANE_R1: &str = "plane-relays [192.0.2.1:3478]";
 const PLANE_NONE: &str = "plane-relays []";

@@ -7,8 +7,9 @@ use std::time::Duration;
 use plexsphere_wire::reach::public_key;
 
 use super::base::NODE_SECRET;
-use super::scripted::{Rig, peer, position, position_from, relay_r1, short};
+use super::scripted::{Rig, peer, position, position_from, relay_r1, relay_udp, short};
 use crate::reach::io::{Path, Transport};
+use crate::reach::node::Carry;
 
 const NEW_SECRET: [u8; 32] = [0x61; 32];
 
@@ -25,7 +26,11 @@ fn a_key_rotation_holds_the_relayed_peers_registers_again_with_the_new_key_and_t
         relay: "r1".to_owned(),
         transport: Transport::Udp,
     };
-    let set_r1 = format!("set-path {} {r1:?}", short(&relayed.key));
+    let through_r1 = Carry::PlaneRelay {
+        relay: "r1".to_owned(),
+        udp: relay_udp(),
+    };
+    let set_r1 = format!("carry {} {through_r1:?}", short(&relayed.key));
     let lines = rig.at(rig.start);
     let register = position(&lines, "relay-udp 192.0.2.1:3478 register");
     assert!(
@@ -42,6 +47,7 @@ fn a_key_rotation_holds_the_relayed_peers_registers_again_with_the_new_key_and_t
     let now = rig.now();
     rig.node.handle_secret(NEW_SECRET, now);
     let lines = rig.drain();
+    assert_eq!(lines[0], format!("carry {} Hold", short(&relayed.key)));
     assert!(
         !lines
             .iter()

@@ -8,10 +8,10 @@ use plexsphere_wire::key::PublicKey;
 use plexsphere_wire::reach::public_key;
 use plexsphere_wire::reach::relay::{Frame, prefix};
 
-use super::scripted::{Rig, peer, position, position_from, relay_r1, short};
+use super::scripted::{Rig, peer, position, position_from, relay_r1, relay_udp, short};
 use crate::reach::engine::PROBE_INTERVAL;
 use crate::reach::io::{Effect, Path, TICK, Transport};
-use crate::reach::node::OUT_QUEUE;
+use crate::reach::node::{Carry, OUT_QUEUE};
 
 #[test]
 fn a_daemon_input_gives_a_pass_at_once_whose_tick_reaches_the_relays_and_the_engine() {
@@ -172,7 +172,14 @@ fn a_relay_path_opens_its_connection_before_it_is_carried_and_one_to_an_unknown_
     );
     assert_eq!(
         rig.drain(),
-        [format!("set-path {} {:?}", short(&peer), path("r1"))]
+        [format!(
+            "carry {} {:?}",
+            short(&peer),
+            Carry::PlaneRelay {
+                relay: "r1".to_owned(),
+                udp: relay_udp(),
+            }
+        )]
     );
     assert_eq!(rig.node.relays.connections(), ["r1"]);
 }

@@ -134,7 +134,7 @@ impl Rig {
                     line
                 }
                 NodeOut::Recv { peer, .. } => format!("recv {}", short(&peer)),
-                NodeOut::SetPath { peer, path } => format!("set-path {} {path:?}", short(&peer)),
+                NodeOut::Carry { peer, how } => format!("carry {} {how:?}", short(&peer)),
                 NodeOut::Candidates { home_relay, .. } => {
                     format!(
                         "candidates home={}",
