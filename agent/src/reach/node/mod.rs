@@ -29,7 +29,7 @@
 //! ([`Node::handle_local_addrs`], [`Node::handle_handshakes`]) while draining, and the pass
 //! goes on from there; so is a refused relay endpoint ([`Node::handle_plane_refused`]).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Instant, SystemTime};
 
@@ -275,7 +275,8 @@ impl Node {
         self.carry_relays(now);
     }
 
-    /// The wanted peers, for the engine (and their key prefixes, which name relayed senders).
+    /// The wanted peers, for the engine (and their key prefixes, which name relayed senders);
+    /// a peer no longer wanted is no longer carried through a relay.
     pub fn handle_peers(&mut self, peers: Vec<PeerReach>, now: Now) {
         self.by_prefix.clear();
         for p in &peers {
@@ -284,6 +285,9 @@ impl Node {
                 .and_modify(|k| *k = None)
                 .or_insert(Some(p.key));
         }
+        // A set, not a list: a change at 10k peers must not cost 10k x 10k comparisons.
+        let wanted: HashSet<PublicKey> = peers.iter().map(|p| p.key).collect();
+        self.relayed.retain(|k, _| wanted.contains(k));
         self.peers = peers.clone();
         self.input(Input::Peers(peers), now);
     }

@@ -12,7 +12,7 @@ use plexsphere_wire::reach::public_key;
 
 use super::base::{NODE_SECRET, mesh};
 use super::rig::spec;
-use super::scripted::{Rig, position, position_from, relay_r1, relay_udp, short};
+use super::scripted::{Rig, peer, position, position_from, relay_r1, relay_udp, short};
 use crate::reach::io::{Effect, Path, TICK, Transport};
 use crate::reach::node::{Carry, Node, NodeOut, Via};
 
@@ -182,4 +182,25 @@ fn the_data_plane_is_told_its_relays_once_at_the_end_of_the_pass_that_changed_th
     let lines = rig.at(rig.now);
     assert_eq!(count(&lines, PLANE_NONE), 1, "{lines:?}");
     assert_eq!(count(&lines, PLANE_R1), 0, "{lines:?}");
+}
+
+#[test]
+fn a_peer_no_longer_wanted_is_not_carried_when_its_relay_s_transport_changes() {
+    let mut rig = Rig::with_silent_r1();
+    let (gone, kept) = (public_key(&[0x50; 32]), public_key(&[0x51; 32]));
+    for peer in [gone, kept] {
+        set_path(&mut rig, peer, over("r1", Transport::Udp));
+    }
+    // Only `kept` is wanted now (the runtime dropped `gone`'s forwarder and endpoint owner).
+    let now = rig.now();
+    let mut wanted = peer(0x51, Vec::new());
+    wanted.key = kept;
+    rig.node.handle_peers(vec![wanted], now);
+    rig.drain();
+    // r1's transport changes: only `kept` is carried anew (before, `gone` was too, and the
+    // runtime opened a forwarder and claimed an endpoint for a peer it no longer has).
+    rig.node.handle_tcp_closed("r1", "reset by peer", now);
+    let lines = rig.drain();
+    let carried: Vec<&String> = lines.iter().filter(|l| l.starts_with("carry ")).collect();
+    assert_eq!(carried, [&carry(kept, &plane_r1())], "{lines:?}");
 }
