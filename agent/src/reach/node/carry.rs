@@ -5,11 +5,18 @@
 //! so ([`Node::handle_plane_refused`]) and the peer gets a loopback forwarder to the relay's
 //! UDP address. A path through a relay whose connection runs over TCP goes through a
 //! forwarder on that TLS link. When a relay's transport changes, its relayed peers are carried
-//! anew; a key rotation holds them until their paths are chosen again.
+//! anew; a key rotation holds them until their paths are chosen again. A relayed peer left with
+//! no path (its relay said it is gone, and no other relay carries it) is no longer carried by
+//! its relay's changes, and after [`FORWARDER_LINGER`] without a path it is released: its
+//! forwarder closes. A peer whose home relay keeps saying it is gone comes back to that relay
+//! every `GONE_HOLD` (30 s, shorter than the linger), so it keeps its one forwarder: coming
+//! back costs no new socket and no new kernel endpoint.
+
+use std::time::Instant;
 
 use plexsphere_wire::key::PublicKey;
 
-use super::{Carry, Node, NodeOut, OUT_QUEUE, Via};
+use super::{Carry, FORWARDER_LINGER, Node, NodeOut, OUT_QUEUE, Via};
 use crate::reach::io::Path;
 
 impl Node {
@@ -30,9 +37,21 @@ impl Node {
     }
 
     /// The engine chose `path` for `peer` (a relay path's connection is already asked for).
-    pub(super) fn carry_path(&mut self, peer: PublicKey, path: &Path) {
+    pub(super) fn carry_path(&mut self, peer: PublicKey, path: &Path, now: Instant) {
+        if !matches!(path, Path::None) {
+            self.lingering.remove(&peer);
+        }
         match path {
-            Path::None => {}
+            Path::None => {
+                // A relayed peer that lost its path (its relay said it is gone, or went away
+                // and no other relay carries it): its relay's transport changing carries it
+                // no more, and its forwarder closes once it stayed without a path for
+                // `FORWARDER_LINGER`. Until then the forwarder stays as it was: a peer back on
+                // that relay gets WireGuard's next handshake at once.
+                if self.relayed.remove(&peer).is_some() {
+                    self.lingering.insert(peer, now + FORWARDER_LINGER);
+                }
+            }
             Path::Direct { endpoint } => {
                 // Straight from WireGuard's socket (the data plane's, or the kernel's): no
                 // forwarder in the way.
@@ -60,6 +79,24 @@ impl Node {
             .collect();
         for peer in peers {
             self.carry_relayed(peer, relay);
+        }
+    }
+
+    /// Releases the peers that stayed without a path for [`FORWARDER_LINGER`]: their
+    /// forwarders close.
+    pub(super) fn release_lingering(&mut self, now: Instant) {
+        let due: Vec<PublicKey> = self
+            .lingering
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(peer, _)| *peer)
+            .collect();
+        for peer in due {
+            self.lingering.remove(&peer);
+            self.push(NodeOut::Carry {
+                peer,
+                how: Carry::Release,
+            });
         }
     }
 

@@ -16,8 +16,9 @@
 //! - `carry` ([`Carry`], [`Via`]): how each peer's chosen path is carried: its endpoint direct,
 //!   the data plane's own relay endpoint (and, when the data plane refuses,
 //!   [`Node::handle_plane_refused`], a forwarder instead), a forwarder to the relay's UDP
-//!   address or on its TCP link, or held (a key rotation); a relay whose transport changed
-//!   has its peers carried anew.
+//!   address or on its TCP link, held (a key rotation), or released (a relayed peer's
+//!   forwarder closes once it stayed without a path for [`FORWARDER_LINGER`]); a relay whose
+//!   transport changed has its peers carried anew (not those left without a path).
 //!
 //! The runtime hands the node what arrived (`handle_*`, the time last: a [`Now`], whose
 //! `at` the relay set and the schedule get) and then carries out the node's one output queue
@@ -31,7 +32,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::{IpAddr, SocketAddr};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use ipnet::IpNet;
 use plexsphere_wire::key::PublicKey;
@@ -58,6 +59,13 @@ use self::schedule::Schedule;
 /// is well under this); should it ever be full, a new output is dropped and counted
 /// ([`Node::out_dropped`]), so an undrained node cannot grow without bound.
 pub const OUT_QUEUE: usize = 65_536;
+
+/// How long a relayed peer left with no path keeps its forwarder before it is released
+/// ([`Carry::Release`]): a peer back within it (its relay restarted, the peer registered
+/// again, its home relay's "gone" expired) is carried again without a new socket and a new
+/// kernel endpoint; one without a path for longer (its relays left the state, or all are down)
+/// gives its descriptor back.
+pub const FORWARDER_LINGER: Duration = Duration::from_secs(60);
 
 /// What the runtime carries out for the node, in order: only what takes I/O or the
 /// runtime's shared state (the machines' other outputs are routed inside the node).
@@ -118,6 +126,11 @@ pub enum Carry {
     /// The peer's forwarder, when it has one, holds its traffic (until its path is chosen
     /// again).
     Hold,
+    /// The relayed peer stayed without a path for [`FORWARDER_LINGER`]: its forwarder,
+    /// when it has one, closes. Its endpoint is left as it is (a closed loopback port, or the
+    /// data plane's endpoint through the relay, which answers that the peer is gone) until a
+    /// path is chosen again.
+    Release,
 }
 
 /// Where a peer's forwarder sends its traffic.
@@ -143,6 +156,8 @@ pub struct Node {
     by_prefix: HashMap<KeyPrefix, Option<PublicKey>>,
     /// The relay each relayed peer goes through (carried anew when its transport changes).
     relayed: BTreeMap<PublicKey, String>,
+    /// The relayed peers left with no path, and when their forwarders are released.
+    lingering: BTreeMap<PublicKey, Instant>,
     /// The relays the data plane was last told to unwrap frames from ([`NodeOut::PlaneRelays`]).
     plane_relays: Vec<SocketAddr>,
     /// The pass waits for the answer to a read it asked for.
@@ -172,6 +187,7 @@ impl Node {
             peers: Vec::new(),
             by_prefix: HashMap::new(),
             relayed: BTreeMap::new(),
+            lingering: BTreeMap::new(),
             plane_relays: Vec::new(),
             awaiting_read: false,
             out: VecDeque::new(),
@@ -190,13 +206,15 @@ impl Node {
     }
 
     /// The earliest deadline of the schedule (its next pass, the STUN probe), the engine (a
-    /// timed punch) and the relay set (a connection's retry, keepalive, give-up, ...). Never
+    /// timed punch), the relay set (a connection's retry, keepalive, give-up, ...) and a
+    /// forwarder's release ([`FORWARDER_LINGER`]). Never
     /// `None`: the schedule always has its next pass.
     pub fn poll_timeout(&self) -> Option<Instant> {
         [
             self.schedule.poll_timeout(),
             self.engine.poll_timeout(),
             self.relays.poll_timeout(),
+            self.lingering.values().min().copied(),
         ]
         .into_iter()
         .flatten()
@@ -214,6 +232,7 @@ impl Node {
     pub fn handle_timeout(&mut self, now: Now) {
         // A read asked for and never answered does not hold the schedule up forever.
         self.awaiting_read = false;
+        self.release_lingering(now.at);
         let pass = self.schedule.pass_due(now.at);
         self.schedule.handle_timeout(now.at);
         self.carry_schedule(now);
@@ -288,6 +307,7 @@ impl Node {
         // A set, not a list: a change at 10k peers must not cost 10k x 10k comparisons.
         let wanted: HashSet<PublicKey> = peers.iter().map(|p| p.key).collect();
         self.relayed.retain(|k, _| wanted.contains(k));
+        self.lingering.retain(|k, _| wanted.contains(k));
         self.peers = peers.clone();
         self.input(Input::Peers(peers), now);
     }

@@ -58,7 +58,7 @@ impl Node {
                     }
                     self.carry_relays(now);
                 }
-                self.carry_path(peer, &path);
+                self.carry_path(peer, &path, now.at);
             }
             Effect::Candidates {
                 reflexive,

@@ -79,7 +79,8 @@ impl Loop {
 
     /// Carries `peer`'s traffic the way the node decided: its endpoint direct, the data
     /// plane's own relay endpoint (a refusal is answered to the node, which then picks the
-    /// forwarder), its forwarder's route (opened when it has none), or its forwarder held.
+    /// forwarder), its forwarder's route (opened when it has none), its forwarder held, or
+    /// closed (no path).
     pub(super) fn carry_peer(&mut self, peer: PublicKey, how: Carry) {
         match how {
             Carry::Direct(endpoint) => {
@@ -120,6 +121,9 @@ impl Loop {
                 if let Some(f) = self.fwds.get(&peer) {
                     f.fwd.set_route(Route::Hold);
                 }
+            }
+            Carry::Release => {
+                self.fwds.remove(&peer);
             }
         }
     }

@@ -9,12 +9,13 @@ use std::time::Duration;
 use plexsphere_test_support::seeded::SeededRng;
 use plexsphere_wire::key::PublicKey;
 use plexsphere_wire::reach::public_key;
+use plexsphere_wire::reach::relay::{Frame, prefix};
 
 use super::base::{NODE_SECRET, mesh};
 use super::rig::spec;
 use super::scripted::{Rig, peer, position, position_from, relay_r1, relay_udp, short};
 use crate::reach::io::{Effect, Path, TICK, Transport};
-use crate::reach::node::{Carry, Node, NodeOut, Via};
+use crate::reach::node::{Carry, FORWARDER_LINGER, Node, NodeOut, Via};
 
 fn set_path(rig: &mut Rig, peer: PublicKey, path: Path) -> Vec<String> {
     let now = rig.now();
@@ -203,4 +204,92 @@ fn a_peer_no_longer_wanted_is_not_carried_when_its_relay_s_transport_changes() {
     let lines = rig.drain();
     let carried: Vec<&String> = lines.iter().filter(|l| l.starts_with("carry ")).collect();
     assert_eq!(carried, [&carry(kept, &plane_r1())], "{lines:?}");
+}
+
+/// The `carry` lines of `lines`.
+fn carried(lines: &[String]) -> Vec<&String> {
+    lines.iter().filter(|l| l.starts_with("carry ")).collect()
+}
+
+/// A rig whose r1 registered and relays the peer `0x50` (its home relay) through the data
+/// plane's endpoint; answers the rig and the peer's key.
+fn relayed_through_r1() -> (Rig, PublicKey) {
+    let mut rig = Rig::new();
+    let mut relayed = peer(0x50, Vec::new());
+    relayed.home_relay = Some("r1".to_owned());
+    let now = rig.now();
+    rig.node.handle_peers(vec![relayed.clone()], now);
+    rig.node.handle_relays(vec![relay_r1()], Vec::new(), now);
+    let lines = rig.at(rig.start);
+    assert!(
+        lines.contains(&carry(relayed.key, &plane_r1())),
+        "{lines:?}"
+    );
+    (rig, relayed.key)
+}
+
+/// r1 says `peer` is gone (it left r1, and no other relay carries it).
+fn r1_says_gone(rig: &mut Rig, peer: PublicKey) -> Vec<String> {
+    let gone = rig.seal(Frame::PeerGone { dst: prefix(&peer) });
+    let now = rig.now();
+    rig.node
+        .handle_datagram(&gone.to_datagram(), relay_udp(), now);
+    rig.drain()
+}
+
+#[test]
+fn a_relayed_peer_the_relay_says_is_gone_is_not_carried_anew_by_its_relay_s_change_and_comes_back_on_it()
+ {
+    let (mut rig, peer) = relayed_through_r1();
+    // Its path ends; its forwarder stays as it is for now.
+    let lines = r1_says_gone(&mut rig, peer);
+    assert!(carried(&lines).is_empty(), "{lines:?}");
+    assert_eq!(rig.node.paths()[0].path, Path::None);
+
+    // r1's transport changes: the peer without a path is not carried through r1 again
+    // (before, it was: the runtime opened or re-pointed a forwarder for a peer r1 said is
+    // not there).
+    let now = rig.now();
+    rig.node.handle_tcp_closed("r1", "reset by peer", now);
+    let lines = rig.drain();
+    assert!(carried(&lines).is_empty(), "{lines:?}");
+
+    // r1's "gone" expires well within the linger: the peer is carried through its home
+    // relay again, and its forwarder is never released.
+    let lines = rig.run_until(rig.start + FORWARDER_LINGER * 3);
+    assert!(lines.contains(&carry(peer, &plane_r1())), "{lines:?}");
+    assert!(!lines.iter().any(|l| l.contains("Release")), "{lines:?}");
+}
+
+#[test]
+fn a_relayed_peer_without_a_path_for_the_linger_is_released_once() {
+    let mut rig = Rig::with_silent_r1();
+    let peer = public_key(&[0x50; 32]);
+    set_path(&mut rig, peer, over("r1", Transport::Udp));
+    let lines = set_path(&mut rig, peer, Path::None);
+    assert!(carried(&lines).is_empty(), "{lines:?}");
+    let since = rig.now;
+    let lines = rig.run_until(since + FORWARDER_LINGER - TICK);
+    assert!(!lines.iter().any(|l| l.contains("Release")), "{lines:?}");
+    let lines = rig.run_until(since + FORWARDER_LINGER + TICK);
+    assert_eq!(
+        carried(&lines),
+        [&carry(peer, &Carry::Release)],
+        "{lines:?}"
+    );
+    let lines = rig.run_until(since + 3 * FORWARDER_LINGER);
+    assert!(!lines.iter().any(|l| l.contains("Release")), "{lines:?}");
+}
+
+#[test]
+fn a_peer_relayed_again_within_the_linger_keeps_its_forwarder() {
+    let mut rig = Rig::with_silent_r1();
+    let peer = public_key(&[0x50; 32]);
+    set_path(&mut rig, peer, over("r1", Transport::Udp));
+    set_path(&mut rig, peer, Path::None);
+    rig.now += FORWARDER_LINGER / 2;
+    let lines = set_path(&mut rig, peer, over("r1", Transport::Udp));
+    assert_eq!(carried(&lines), [&carry(peer, &plane_r1())], "{lines:?}");
+    let lines = rig.run_until(rig.now + 3 * FORWARDER_LINGER);
+    assert!(!lines.iter().any(|l| l.contains("Release")), "{lines:?}");
 }
