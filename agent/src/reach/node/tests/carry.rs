@@ -214,12 +214,7 @@ fn carried(lines: &[String]) -> Vec<&String> {
 /// A rig whose r1 registered and relays the peer `0x50` (its home relay) through the data
 /// plane's endpoint; answers the rig and the peer's key.
 fn relayed_through_r1() -> (Rig, PublicKey) {
-    let mut rig = Rig::new();
-    let mut relayed = peer(0x50, Vec::new());
-    relayed.home_relay = Some("r1".to_owned());
-    let now = rig.now();
-    rig.node.handle_peers(vec![relayed.clone()], now);
-    rig.node.handle_relays(vec![relay_r1()], Vec::new(), now);
+    let (mut rig, relayed) = Rig::with_peer_homed_on_r1();
     let lines = rig.at(rig.start);
     assert!(
         lines.contains(&carry(relayed.key, &plane_r1())),

@@ -7,7 +7,7 @@ use std::time::Duration;
 use plexsphere_wire::reach::public_key;
 
 use super::base::NODE_SECRET;
-use super::scripted::{Rig, peer, position, position_from, relay_r1, relay_udp, short};
+use super::scripted::{Rig, position, position_from, relay_udp, short};
 use crate::reach::io::{Path, Transport};
 use crate::reach::node::Carry;
 
@@ -16,12 +16,7 @@ const NEW_SECRET: [u8; 32] = [0x61; 32];
 #[test]
 fn a_key_rotation_holds_the_relayed_peers_registers_again_with_the_new_key_and_the_same_paths_come_back()
  {
-    let mut rig = Rig::new();
-    let mut relayed = peer(0x50, Vec::new());
-    relayed.home_relay = Some("r1".to_owned());
-    let now = rig.now();
-    rig.node.handle_peers(vec![relayed.clone()], now);
-    rig.node.handle_relays(vec![relay_r1()], Vec::new(), now);
+    let (mut rig, relayed) = Rig::with_peer_homed_on_r1();
     let r1 = Path::Relay {
         relay: "r1".to_owned(),
         transport: Transport::Udp,

@@ -78,6 +78,18 @@ impl Rig {
         now_at(self.now)
     }
 
+    /// The node told of relay r1 (which answers) and of peer `0x50`, whose home relay r1 is;
+    /// nothing ran yet.
+    pub(super) fn with_peer_homed_on_r1() -> (Self, PeerReach) {
+        let mut rig = Self::new();
+        let mut homed = peer(0x50, Vec::new());
+        homed.home_relay = Some("r1".to_owned());
+        let now = rig.now();
+        rig.node.handle_peers(vec![homed.clone()], now);
+        rig.node.handle_relays(vec![relay_r1()], Vec::new(), now);
+        (rig, homed)
+    }
+
     /// The node told of relay r1, which does not answer yet, at the start.
     pub(super) fn with_silent_r1() -> Self {
         let mut rig = Self::new();
