@@ -13,7 +13,7 @@ use boringtun::x25519::{PublicKey, StaticSecret};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use plexd_dataplane::memory::{MemoryNetwork, tun_pair};
 use plexd_dataplane::pool::{CryptoPool, Job, Ordered};
-use plexd_dataplane::{AllowedIps, PacketBatch, Protocol, SecretKey, Tun, Udp};
+use plexd_dataplane::{AllowedIps, Crypto, PacketBatch, Protocol, SecretKey, Tun, Udp};
 use plexsphere_benches::{A_ADDR, B_ADDR, Pair, RawAead, packet};
 
 const SIZES: [usize; 3] = [64, 512, 1420];
@@ -64,8 +64,12 @@ fn decapsulate(c: &mut Criterion) {
                 |d| {
                     net.clear();
                     tun.clear();
-                    pair.b
-                        .handle_udp_datagram(Instant::now(), A_ADDR, d, &mut net, &mut tun);
+                    pair.b.handle_udp(
+                        Instant::now(),
+                        [(&d[..], A_ADDR, None)],
+                        &mut net,
+                        Crypto::Inline(&mut tun),
+                    );
                     assert_eq!(tun.len(), 1, "decrypted and routed");
                 },
                 BatchSize::SmallInput,
@@ -113,14 +117,21 @@ fn pipeline(c: &mut Criterion) {
             host_a.send(&inject).expect("inject");
             tun_a.recv(&mut read_a, Duration::ZERO).expect("tun a");
             out_a.clear();
-            pair.a
-                .handle_tun_packets(Instant::now(), &read_a, &mut out_a);
+            pair.a.handle_tun(
+                Instant::now(),
+                read_a.iter().map(|(p, _)| p),
+                Crypto::Inline(&mut out_a),
+            );
             udp_a.send(&out_a).expect("udp a");
             udp_b.recv(&mut read_b, Duration::ZERO).expect("udp b");
             net_b.clear();
             to_tun_b.clear();
-            pair.b
-                .handle_udp_datagrams(Instant::now(), &read_b, &mut net_b, &mut to_tun_b);
+            pair.b.handle_udp(
+                Instant::now(),
+                read_b.datagrams_to(),
+                &mut net_b,
+                Crypto::Inline(&mut to_tun_b),
+            );
             tun_b.send(&to_tun_b).expect("tun b");
             let n = host_b.recv(&mut got, Duration::ZERO).expect("host b");
             assert_eq!(n, N, "every packet crossed");
@@ -134,16 +145,21 @@ fn pipeline(c: &mut Criterion) {
             host_a.send(&inject).expect("inject");
             tun_a.recv(&mut read_a, Duration::ZERO).expect("tun a");
             out_a.clear();
-            policed
-                .a
-                .handle_tun_packets(Instant::now(), &read_a, &mut out_a);
+            policed.a.handle_tun(
+                Instant::now(),
+                read_a.iter().map(|(p, _)| p),
+                Crypto::Inline(&mut out_a),
+            );
             udp_a.send(&out_a).expect("udp a");
             udp_b.recv(&mut read_b, Duration::ZERO).expect("udp b");
             net_b.clear();
             to_tun_b.clear();
-            policed
-                .b
-                .handle_udp_datagrams(Instant::now(), &read_b, &mut net_b, &mut to_tun_b);
+            policed.b.handle_udp(
+                Instant::now(),
+                read_b.datagrams_to(),
+                &mut net_b,
+                Crypto::Inline(&mut to_tun_b),
+            );
             tun_b.send(&to_tun_b).expect("tun b");
             let n = host_b.recv(&mut got, Duration::ZERO).expect("host b");
             assert_eq!(n, N, "every packet crossed the filters");
@@ -205,8 +221,11 @@ fn crypto_pool(c: &mut Criterion) {
     g.bench_function("inline-seal", |b| {
         b.iter(|| {
             out.clear();
-            pair.a
-                .handle_tun_iter(Instant::now(), packets.iter().copied(), &mut out);
+            pair.a.handle_tun(
+                Instant::now(),
+                packets.iter().copied(),
+                Crypto::Inline(&mut out),
+            );
             assert_eq!(out.len(), N);
         })
     });
@@ -215,8 +234,11 @@ fn crypto_pool(c: &mut Criterion) {
         b.iter(|| {
             job.batch.clear();
             job.ops.clear();
-            pair.a
-                .handle_tun_iter_deferred(Instant::now(), packets.iter().copied(), &mut job);
+            pair.a.handle_tun(
+                Instant::now(),
+                packets.iter().copied(),
+                Crypto::Pool(&mut job),
+            );
             assert_eq!(job.ops.len(), N, "every packet deferred");
         })
     });
@@ -228,10 +250,10 @@ fn crypto_pool(c: &mut Criterion) {
                 let mut sealed = 0;
                 for chunk in packets.chunks(PER_JOB) {
                     let mut job = ordered.spare(|| PacketBatch::for_datagrams(PER_JOB));
-                    pair.a.handle_tun_iter_deferred(
+                    pair.a.handle_tun(
                         Instant::now(),
                         chunk.iter().copied(),
-                        &mut job,
+                        Crypto::Pool(&mut job),
                     );
                     ordered.submit(job);
                     while let Some(done) = ordered.next_done(ordered.is_full()) {

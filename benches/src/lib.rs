@@ -5,7 +5,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Instant;
 
 use plexd_dataplane::packet::ipv4_udp;
-use plexd_dataplane::{Device, DeviceUpdate, PacketBatch, PeerUpdate, Protocol, SecretKey};
+use plexd_dataplane::{Crypto, Device, DeviceUpdate, PacketBatch, PeerUpdate, Protocol, SecretKey};
 use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, Nonce, UnboundKey};
 
 pub const A_MESH: Ipv4Addr = Ipv4Addr::new(10, 64, 0, 1);
@@ -62,8 +62,11 @@ impl Pair {
         let pair = Pair { a, b };
         let now = Instant::now();
         let mut out = PacketBatch::for_datagrams(8);
-        pair.a
-            .handle_tun_packet(now, &ipv4_udp(A_MESH, B_MESH, b"hello"), &mut out);
+        pair.a.handle_tun(
+            now,
+            [&ipv4_udp(A_MESH, B_MESH, b"hello")[..]],
+            Crypto::Inline(&mut out),
+        );
         // Bounce messages until both sides are quiet: initiation, response, keepalive/data.
         let mut from_a = true;
         for _ in 0..8 {
@@ -78,7 +81,7 @@ impl Pair {
             let mut next = PacketBatch::for_datagrams(8);
             let mut tun = PacketBatch::for_packets(8);
             for (d, _) in out.iter() {
-                dev.handle_udp_datagram(now, from, d, &mut next, &mut tun);
+                dev.handle_udp(now, [(d, from, None)], &mut next, Crypto::Inline(&mut tun));
             }
             out = next;
             from_a = !from_a;
@@ -89,7 +92,8 @@ impl Pair {
     /// One datagram a would send b for `packet`.
     pub fn encrypt_a(&self, packet: &[u8], out: &mut PacketBatch) {
         out.clear();
-        self.a.handle_tun_packet(Instant::now(), packet, out);
+        self.a
+            .handle_tun(Instant::now(), [packet], Crypto::Inline(out));
     }
 }
 

@@ -162,9 +162,7 @@ impl PacketBatch {
     }
 
     /// Like `datagrams`, with each datagram's local address.
-    pub(crate) fn datagrams_to(
-        &self,
-    ) -> impl Iterator<Item = (&[u8], SocketAddr, Option<Source>)> + '_ {
+    pub fn datagrams_to(&self) -> impl Iterator<Item = (&[u8], SocketAddr, Option<Source>)> + '_ {
         (0..self.len()).flat_map(move |i| {
             let slot = self.get(i);
             let seg = match self.segments.get(i) {

@@ -1,11 +1,13 @@
 //! The thin loop around the core: a TUN, a UDP socket and a clock feeding one `Device`.
 //!
 //! Three threads, so both cores work without reordering a flow: one reads the TUN and
-//! encrypts to the network, one reads the network and decrypts to the TUN, one drives timers
-//! every `tick`. The two packet threads queue in front of the cipher so small packets go first
-//! and standing queues are dropped from (`RunConfig::queue`, see `crate::lane`). A fourth serves the UAPI socket when one is configured. Each direction keeps
-//! its own batches, so nothing is allocated per packet. `run` returns when `shutdown` fires or
-//! a device fails (the TUN interface removed, say), after stopping every thread.
+//! encrypts to the network, one reads the network and decrypts to the TUN (the one packet loop
+//! of each direction, `crate::loops`: a queue in front of the cipher so small packets go first
+//! and standing queues are dropped from, `RunConfig::queue`, and the crypto inline or on the
+//! ordered pool, `RunConfig::crypto_workers`), one drives timers every `tick`. A fourth serves
+//! the UAPI socket when one is configured. Each direction keeps its own batches, so nothing is
+//! allocated per packet. `run` returns when `shutdown` fires or a device fails (the TUN
+//! interface removed, say), after stopping every thread.
 
 use std::io;
 use std::path::PathBuf;
@@ -19,13 +21,13 @@ use crate::batch::{DEFAULT_BATCH, PacketBatch};
 use crate::config::DeviceUpdate;
 use crate::device::Device;
 use crate::io::{Tun, Udp, UdpBind};
+pub use crate::loops::QueueConfig;
+use crate::loops::{self, Loop, LoopError, LoopFn};
 use crate::machine::Protocol;
 use crate::pool::CryptoPool;
-pub use crate::queued::QueueConfig;
-use crate::queued::{self, Loop, LoopError, LoopFn};
 use crate::relay::send_framed;
 pub use crate::shutdown::Shutdown;
-use crate::side::{RawSender, SideSink, is_wireguard};
+use crate::side::{RawSender, SideSink};
 use crate::uapi::{self, EADDRINUSE, EINVAL, Request};
 
 /// The slot size of the timer thread's output (any handshake or keepalive message fits).
@@ -113,8 +115,8 @@ impl<T: Tun, B: UdpBind> Shared<T, B> {
             .clone()
     }
 
-    /// Runs a queued packet loop over this runner's devices.
-    fn queued(&self, job: LoopFn<T, B::Socket>) -> Result<(), RunError> {
+    /// Runs a packet loop over this runner's devices.
+    fn packets(&self, job: LoopFn<T, B::Socket>) -> Result<(), RunError> {
         let udp = || self.udp();
         let l = Loop {
             device: &self.device,
@@ -229,19 +231,11 @@ where
     });
 
     type Job<T, B> = fn(&Shared<T, B>) -> Result<(), RunError>;
-    let jobs: [(&str, Job<T, B>); 3] = if shared.config.queue.enabled {
-        [
-            ("wg-tun-rx", |s| s.queued(queued::tun_to_network)),
-            ("wg-udp-rx", |s| s.queued(queued::network_to_tun)),
-            ("wg-timers", timers),
-        ]
-    } else {
-        [
-            ("wg-tun-rx", tun_to_network),
-            ("wg-udp-rx", network_to_tun),
-            ("wg-timers", timers),
-        ]
-    };
+    let jobs: [(&str, Job<T, B>); 3] = [
+        ("wg-tun-rx", |s| s.packets(loops::tun_to_network)),
+        ("wg-udp-rx", |s| s.packets(loops::network_to_tun)),
+        ("wg-timers", timers),
+    ];
     let mut handles = Vec::new();
     for (name, job) in jobs {
         let s = shared.clone();
@@ -292,84 +286,6 @@ fn set_nice(nice: i32) {
 #[cfg(not(target_os = "linux"))]
 fn set_nice(nice: i32) {
     tracing::warn!(nice, "thread priorities are only set on Linux");
-}
-
-fn tun_to_network<T: Tun, B: UdpBind>(s: &Shared<T, B>) -> Result<(), RunError> {
-    let mut packets = PacketBatch::for_packets(s.config.batch);
-    let mut out = PacketBatch::for_datagrams(s.config.batch);
-    while !s.shutdown.is_triggered() {
-        if s.tun
-            .recv(&mut packets, s.config.poll)
-            .map_err(RunError::Tun)?
-            == 0
-        {
-            continue;
-        }
-        out.clear();
-        s.device
-            .handle_tun_packets(Instant::now(), &packets, &mut out);
-        if !out.is_empty() {
-            send_framed(s.device.relays(), &*s.udp(), &mut out).map_err(RunError::Udp)?;
-        }
-    }
-    Ok(())
-}
-
-fn network_to_tun<T: Tun, B: UdpBind>(s: &Shared<T, B>) -> Result<(), RunError> {
-    let mut datagrams = PacketBatch::for_datagrams(s.config.batch);
-    let mut to_network = PacketBatch::for_datagrams(8);
-    let mut to_tun = PacketBatch::for_packets(s.config.batch);
-    while !s.shutdown.is_triggered() {
-        let udp = s.udp();
-        if udp
-            .recv(&mut datagrams, s.config.poll)
-            .map_err(RunError::Udp)?
-            == 0
-        {
-            continue;
-        }
-        to_network.clear();
-        to_tun.clear();
-        let now = Instant::now();
-        match &s.config.side {
-            // One classification per datagram; a batch of WireGuard only (the usual case)
-            // goes to the device whole, as without a side channel.
-            Some(side) if !datagrams.datagrams().all(|(d, _)| is_wireguard(d)) => {
-                for (d, from, local) in datagrams.datagrams_to() {
-                    if is_wireguard(d) {
-                        s.device.handle_udp_datagram_at(
-                            now,
-                            (from, local),
-                            d,
-                            &mut to_network,
-                            &mut to_tun,
-                        );
-                    } else if let Some((inner, relay)) = s.device.relays().unwrap(d, from) {
-                        // Relayed WireGuard: the device sees the relay endpoint as its source.
-                        s.device.handle_udp_datagram_at(
-                            now,
-                            (relay, local),
-                            inner,
-                            &mut to_network,
-                            &mut to_tun,
-                        );
-                    } else if !side.offer(d, from) {
-                        s.device.count_side_dropped();
-                    }
-                }
-            }
-            _ => s
-                .device
-                .handle_udp_datagrams(now, &datagrams, &mut to_network, &mut to_tun),
-        }
-        if !to_tun.is_empty() {
-            s.tun.send(&to_tun).map_err(RunError::Tun)?;
-        }
-        if !to_network.is_empty() {
-            send_framed(s.device.relays(), &*udp, &mut to_network).map_err(RunError::Udp)?;
-        }
-    }
-    Ok(())
 }
 
 fn timers<T: Tun, B: UdpBind>(s: &Shared<T, B>) -> Result<(), RunError> {

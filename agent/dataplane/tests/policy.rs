@@ -9,7 +9,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Instant;
 
 use plexd_dataplane::{
-    Device, DeviceUpdate, PacketBatch, PeerUpdate, PolicyFilter, PublicKey, SecretKey,
+    Crypto, Device, DeviceUpdate, PacketBatch, PeerUpdate, PolicyFilter, PublicKey, SecretKey,
 };
 use plexsphere_policy::view::NodeView;
 use plexsphere_policy::{Compiled, Inventory, NodeInfo, ProjectInfo, parse};
@@ -113,8 +113,12 @@ fn pump(nodes: &mut [&mut Node], now: Instant, wire: &mut Wire) {
         };
         let mut net = PacketBatch::for_datagrams(4);
         let mut tun = PacketBatch::for_packets(4);
-        n.device
-            .handle_udp_datagram(now, from, &d, &mut net, &mut tun);
+        n.device.handle_udp(
+            now,
+            [(&d[..], from, None)],
+            &mut net,
+            Crypto::Inline(&mut tun),
+        );
         n.tun.extend(tun.iter().map(|(p, _)| p.to_vec()));
         for (d, to) in net.iter() {
             wire.push((n.addr, to, d.to_vec()));
@@ -164,7 +168,8 @@ fn ping(src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
 /// `from` sends `packet` into its TUN; the wire carries what comes out.
 fn send(from: &Node, now: Instant, packet: &[u8], wire: &mut Wire) {
     let mut net = PacketBatch::for_datagrams(4);
-    from.device.handle_tun_packet(now, packet, &mut net);
+    from.device
+        .handle_tun(now, [packet], Crypto::Inline(&mut net));
     for (d, to) in net.iter() {
         wire.push((from.addr, to, d.to_vec()));
     }

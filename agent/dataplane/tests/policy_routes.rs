@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use plexd_dataplane::{
-    Device, DeviceUpdate, PacketBatch, PeerUpdate, PolicyFilter, PublicKey, SecretKey,
+    Crypto, Device, DeviceUpdate, PacketBatch, PeerUpdate, PolicyFilter, PublicKey, SecretKey,
 };
 use plexsphere_policy::view::{NodeView, PeerView, RouteGrant};
 use plexsphere_policy::{Access, Grant, PortRange, PortSet};
@@ -140,8 +140,12 @@ fn pump(nodes: &mut [&mut Node], now: Instant, wire: &mut Wire) {
         };
         let mut net = PacketBatch::for_datagrams(4);
         let mut tun = PacketBatch::for_packets(4);
-        n.device
-            .handle_udp_datagram(now, from, &d, &mut net, &mut tun);
+        n.device.handle_udp(
+            now,
+            [(&d[..], from, None)],
+            &mut net,
+            Crypto::Inline(&mut tun),
+        );
         n.tun.extend(tun.iter().map(|(p, _)| p.to_vec()));
         for (d, to) in net.iter() {
             wire.push((n.addr, to, d.to_vec()));
@@ -192,7 +196,7 @@ fn reaches(a: &mut Node, b: &mut Node, now: Instant, packet: &[u8]) -> bool {
     let mut wire = Wire::new();
     b.tun.clear();
     let mut net = PacketBatch::for_datagrams(4);
-    a.device.handle_tun_packet(now, packet, &mut net);
+    a.device.handle_tun(now, [packet], Crypto::Inline(&mut net));
     for (d, to) in net.iter() {
         wire.push((a.addr, to, d.to_vec()));
     }

@@ -13,10 +13,12 @@ use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use memory_node::{Node, bounded_sink, wait};
+use memory_node::{Node, bounded_sink, wait, with_side};
+use plexd_dataplane::batch::NO_ADDR;
 use plexd_dataplane::memory::{MemoryNetwork, MemorySocket};
 use plexd_dataplane::packet::ipv4_udp;
 use plexd_dataplane::relay::decode;
+use plexd_dataplane::runner::{QueueConfig, RunConfig};
 use plexd_dataplane::{PacketBatch, Tun, Udp};
 use plexsphere_wire::reach::relay::{Frame, KeyPrefix, prefix};
 
@@ -157,11 +159,21 @@ struct Lab {
 type Side = mpsc::Receiver<(Vec<u8>, SocketAddr)>;
 
 fn lab() -> Lab {
+    lab_with(QueueConfig::default(), 0)
+}
+
+/// `lab` with the packet loops' queue configured by `queue` and `workers` crypto-pool threads.
+fn lab_with(queue: QueueConfig, workers: usize) -> Lab {
     let net = MemoryNetwork::new();
     let (sink_a, a_side) = bounded_sink(64);
     let (sink_b, b_side) = bounded_sink(64);
-    let a = Node::start(&net, [192, 0, 2, 1], 51820, Some(sink_a));
-    let b = Node::start(&net, [192, 0, 2, 2], 51820, Some(sink_b));
+    let config = |side| RunConfig {
+        queue,
+        crypto_workers: workers,
+        ..with_side(Some(side))
+    };
+    let a = Node::start(&net, [192, 0, 2, 1], 51820, config(sink_a));
+    let b = Node::start(&net, [192, 0, 2, 2], 51820, config(sink_b));
     let socket = net
         .bind("203.0.113.9:3478".parse().expect("addr"))
         .expect("bind the relay");
@@ -208,6 +220,70 @@ fn relayed_peers_carry_traffic_framed_by_the_data_plane_itself() {
         endpoint_of(&l.b, &l.a).and_then(decode).map(|(_, p)| p),
         Some(prefix(&l.a.public()))
     );
+}
+
+/// Relayed traffic through every configuration of the one packet loop (`crate::loops`: the
+/// queue on and off, the crypto inline and on the pool): a batch of bulk packets with small
+/// ones among them (those skip the queue, so both the urgent and the queued datagrams are
+/// unwrapped) crosses each way whole, each flow in order, every datagram framed and unwrapped.
+#[test]
+fn relayed_bulk_and_small_packets_cross_every_loop_in_order() {
+    const N: u32 = 64;
+    for (enabled, workers) in [(true, 0), (true, 2), (false, 0), (false, 2)] {
+        let queue = QueueConfig {
+            enabled,
+            // Its drops depend on timing; tests/queue.rs covers them.
+            aqm: false,
+            ..QueueConfig::default()
+        };
+        let l = lab_with(queue, workers);
+        let name = format!("queue {enabled}, {workers} pool workers");
+        carries(&l.a, &l.b, (MA, MB), b"the handshake first");
+        for (from, to, (src, dst)) in [(&l.a, &l.b, (MA, MB)), (&l.b, &l.a, (MB, MA))] {
+            let mut batch = PacketBatch::for_packets(N as usize);
+            for seq in 0..N {
+                let size = if seq % 4 == 3 { 60 } else { 1400 };
+                let mut payload = vec![0xB0; size - 28];
+                payload[1..5].copy_from_slice(&seq.to_be_bytes());
+                batch.push(&ipv4_udp(src, dst, &payload), NO_ADDR);
+            }
+            from.host.send(&batch).expect("test setup");
+            let (mut small, mut bulk) = (Vec::new(), Vec::new());
+            wait(
+                || {
+                    let n = to
+                        .host
+                        .recv(&mut batch, Duration::from_millis(20))
+                        .expect("host recv");
+                    for (p, _) in batch.iter().take(n) {
+                        if p.get(28) == Some(&0xB0) {
+                            let seq = u32::from_be_bytes(p[29..33].try_into().expect("seq"));
+                            let flow = if p.len() == 60 { &mut small } else { &mut bulk };
+                            flow.push(seq);
+                        }
+                    }
+                    small.len() + bulk.len() >= N as usize
+                },
+                "the batch through the relay",
+            );
+            let sent = |small: bool| (0..N).filter(|s| (s % 4 == 3) == small).collect::<Vec<_>>();
+            assert_eq!(small, sent(true), "{name}: the small packets, in order");
+            assert_eq!(bulk, sent(false), "{name}: the bulk packets, in order");
+        }
+        for n in [&l.a, &l.b] {
+            let c = &n.device.relays().counters;
+            assert!(
+                c.framed.load(Ordering::Relaxed) > u64::from(N),
+                "{name}: framed {c:?}"
+            );
+            assert!(
+                c.unwrapped.load(Ordering::Relaxed) > u64::from(N),
+                "{name}: unwrapped {c:?}"
+            );
+            let pooled = n.device.counters().pooled.load(Ordering::Relaxed);
+            assert_eq!(pooled > 0, workers > 0, "{name}: pooled {pooled}");
+        }
+    }
 }
 
 #[test]

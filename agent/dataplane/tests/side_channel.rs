@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use memory_node::{Node, bounded_sink, wait};
+use memory_node::{Node, bounded_sink, wait, with_side};
 use plexd_dataplane::memory::{MemoryNetwork, tun_pair};
 use plexd_dataplane::packet::ipv4_udp;
 use plexd_dataplane::runner::{RunConfig, Shutdown, run};
@@ -40,8 +40,8 @@ fn send_one(socket: &impl Udp, datagram: &[u8], to: SocketAddr) {
 fn other_datagrams_reach_the_sink_while_wireguard_flows_and_raw_sends_use_the_socket() {
     let net = MemoryNetwork::new();
     let (sink, side) = bounded_sink(16);
-    let a = Node::start(&net, [192, 0, 2, 1], 51820, Some(sink));
-    let b = Node::start(&net, [192, 0, 2, 2], 51820, None);
+    let a = Node::start(&net, [192, 0, 2, 1], 51820, with_side(Some(sink)));
+    let b = Node::start(&net, [192, 0, 2, 2], 51820, with_side(None));
     let (ea, eb): (SocketAddr, SocketAddr) = (
         "192.0.2.1:51820".parse().expect("addr"),
         "192.0.2.2:51820".parse().expect("addr"),
@@ -96,8 +96,8 @@ fn other_datagrams_reach_the_sink_while_wireguard_flows_and_raw_sends_use_the_so
 fn a_full_sink_drops_and_counts_and_no_sink_counts_malformed() {
     let net = MemoryNetwork::new();
     let (sink, side) = bounded_sink(2);
-    let a = Node::start(&net, [192, 0, 2, 1], 51820, Some(sink));
-    let b = Node::start(&net, [192, 0, 2, 2], 51820, None);
+    let a = Node::start(&net, [192, 0, 2, 1], 51820, with_side(Some(sink)));
+    let b = Node::start(&net, [192, 0, 2, 2], 51820, with_side(None));
     let stranger = net
         .bind("198.51.100.9:3478".parse().expect("addr"))
         .expect("bind");

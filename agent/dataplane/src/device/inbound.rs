@@ -20,7 +20,7 @@ use crate::key::PublicKey;
 use crate::peer::{Peer, PeerState};
 use crate::source::Source;
 
-use super::{Counters, Device, MIN_SLOT, State};
+use super::{Counters, Crypto, Device, MIN_SLOT, State};
 
 /// An authenticated data message or handshake of `len` bytes came from `from` to our `local`
 /// address: the peer follows it there (roaming) and is answered from where it sent to (sticky
@@ -40,57 +40,32 @@ pub(super) fn follow(
 }
 
 impl Device {
-    /// Decrypts datagrams from the network: plaintext into `to_tun`, handshake answers and
-    /// queued packets into `to_network`.
-    pub fn handle_udp_datagrams(
-        &self,
-        now: Instant,
-        datagrams: &PacketBatch,
-        to_network: &mut PacketBatch,
-        to_tun: &mut PacketBatch,
-    ) {
-        self.handle_udp_iter(now, datagrams.datagrams_to(), to_network, to_tun);
-    }
-
-    /// Decrypts datagrams from any source (a queue's chunk), under one lock; see
-    /// `handle_udp_datagrams`.
-    pub(crate) fn handle_udp_iter<'a>(
+    /// Opens datagrams from the network, each with its source and the local address it
+    /// arrived at (the reply leaves from there), under one read lock: handshake answers and
+    /// packets queued for a new session into `to_network`; the plaintext with
+    /// `Crypto::Inline(to_tun)` into `to_tun`, with `Crypto::Pool(job)` into the job's batch,
+    /// a data message on a session of plexd's own protocol only checked and laid out there
+    /// for the pool to open (`finish_opened` delivers it, in order).
+    pub fn handle_udp<'a>(
         &self,
         now: Instant,
         datagrams: impl IntoIterator<Item = (&'a [u8], SocketAddr, Option<Source>)>,
         to_network: &mut PacketBatch,
-        to_tun: &mut PacketBatch,
+        crypto: Crypto<'_>,
     ) {
         let state = self.read();
-        for (datagram, from, local) in datagrams {
-            self.datagram(&state, now, (from, local), datagram, to_network, to_tun);
+        match crypto {
+            Crypto::Inline(to_tun) => {
+                for (d, from, local) in datagrams {
+                    self.datagram(&state, now, (from, local), d, to_network, to_tun);
+                }
+            }
+            Crypto::Pool(job) => {
+                for (d, from, local) in datagrams {
+                    self.datagram_deferred(&state, now, (from, local), d, to_network, job);
+                }
+            }
         }
-    }
-
-    /// One datagram from `from`; see `handle_udp_datagrams`.
-    pub fn handle_udp_datagram(
-        &self,
-        now: Instant,
-        from: SocketAddr,
-        datagram: &[u8],
-        to_network: &mut PacketBatch,
-        to_tun: &mut PacketBatch,
-    ) {
-        self.handle_udp_datagram_at(now, (from, None), datagram, to_network, to_tun);
-    }
-
-    /// One datagram from `from` that arrived at the local address `local` (the reply leaves
-    /// from there); see `handle_udp_datagrams`.
-    pub(crate) fn handle_udp_datagram_at(
-        &self,
-        now: Instant,
-        (from, local): (SocketAddr, Option<Source>),
-        datagram: &[u8],
-        to_network: &mut PacketBatch,
-        to_tun: &mut PacketBatch,
-    ) {
-        let state = self.read();
-        self.datagram(&state, now, (from, local), datagram, to_network, to_tun);
     }
 
     fn find_peer(

@@ -1,14 +1,32 @@
 //! The data plane's core: peers, routing and the packet path, with no sockets and no clock.
 //!
-//! Inputs are `handle_tun_packets` (plaintext from the host), `handle_udp_datagrams`
-//! (WireGuard messages from the network) and `handle_timer(now)`; outputs are written into
-//! caller-owned batches: datagrams for the network (each with its destination) and packets for
-//! the TUN. Time is always a parameter, so tests step it: each input takes the monotonic
+//! Time is always a parameter, so tests step it: each input takes the monotonic
 //! `now: Instant`, and the wall clock, which only plexd's own protocol needs (its handshake
 //! timestamps), is read by the device's owner and handed to [`Device::new`], then with every
-//! tick (`handle_timer(now: Now)`), so a wall clock stepped later is followed. The device
-//! is `Sync`: the runner drives the two directions from two threads; they share the routing
-//! table under a read lock and meet only on a peer's own lock, so one flow is never reordered.
+//! tick (`handle_timer(now: Now)`), so a wall clock stepped later is followed. Outputs are
+//! written into caller-owned batches: datagrams for the network (each with its destination)
+//! and packets for the TUN. The device is `Sync`: the runner drives the two directions from
+//! two threads; they share the routing table under a read lock and meet only on a peer's own
+//! lock, so one flow is never reordered.
+//!
+//! # Entry points
+//!
+//! The packet path has four, one per input and the pool's finish, so every caller (the
+//! runner's one loop per direction, `crate::loops`, the tests, the benches) goes through the
+//! same code:
+//! - [`Device::handle_tun`]: plaintext packets from the host (a TUN read, a queue's chunk, one
+//!   packet), any iterator of them, under one read lock;
+//! - [`Device::handle_udp`]: datagrams from the network, each with its source and the local
+//!   address it arrived at, likewise;
+//! - [`Device::finish_opened`]: a pool job of openings, once worked, delivered in order;
+//! - [`Device::handle_timer`]: handshake retries, rekeys and keepalives.
+//!
+//! The two packet inputs take a [`Crypto`]: where the sealing or opening happens. `Inline`:
+//! the calling thread does it, into the batch given. `Pool`: a data message on a session of
+//! plexd's own protocol is only laid out in a [`Job`] for the ordered crypto pool
+//! (`crate::pool`), everything else (handshakes, boringtun's sessions) is done inline into the
+//! job's batch, in order; a sealed job is sent as it is, an opened one goes through
+//! `finish_opened`. One packet or datagram is an array of one (`[packet]`).
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
@@ -27,6 +45,7 @@ use crate::batch::PacketBatch;
 use crate::key::{PublicKey, SecretKey};
 use crate::peer::Peer;
 use crate::policy::{PolicyDrops, PolicyFilter};
+use crate::pool::Job;
 use crate::relay::{RelayError, RelayTable};
 
 // What the device does, each part adding to `impl Device`: the host's packets out to the
@@ -37,6 +56,16 @@ pub(crate) mod filter;
 mod inbound;
 mod outbound;
 mod pooled;
+
+/// Where the packet inputs seal or open; see the module docs.
+pub enum Crypto<'a> {
+    /// The calling thread seals (opens) each packet (datagram) into this batch: datagrams for
+    /// the network (`handle_tun`), packets for the host (`handle_udp`).
+    Inline(&'a mut PacketBatch),
+    /// Data messages on sessions of plexd's own protocol are laid out in this job for the
+    /// crypto pool; the rest is done inline into the job's batch, in order.
+    Pool(&'a mut Job),
+}
 
 /// Handshake messages per second the device takes before it asks for cookies (boringtun's
 /// device uses the same figure). Each initiation is verified twice (once to find its peer,
@@ -355,7 +384,7 @@ mod tests {
             b"hello",
         );
         let mut out = PacketBatch::for_datagrams(4);
-        device.handle_tun_packet(at, &packet, &mut out);
+        device.handle_tun(at, [&packet[..]], Crypto::Inline(&mut out));
         assert_eq!(out.len(), 1, "no session: an initiation leaves");
         let init = out.get(0);
         assert_eq!(init.len(), INITIATION_LEN);

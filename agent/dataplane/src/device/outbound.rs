@@ -12,57 +12,39 @@ use boringtun::noise::Tunn;
 use crate::machine::Step;
 use crate::noise::handshake::{DATA_HEADER, INITIATION};
 use crate::noise::write_data_header;
-use crate::pool::{Job, Op};
+use crate::pool::Op;
 
 use crate::batch::{PacketBatch, WG_OVERHEAD};
 use crate::key::PublicKey;
 use crate::peer::Peer;
 
-use super::{Counters, Device, MIN_SLOT, State};
+use super::{Counters, Crypto, Device, MIN_SLOT, State};
 
 impl Device {
-    /// Encrypts packets read from the TUN into `to_network`.
-    pub fn handle_tun_packets(
-        &self,
-        now: Instant,
-        packets: &PacketBatch,
-        to_network: &mut PacketBatch,
-    ) {
-        self.handle_tun_iter(now, packets.iter().map(|(p, _)| p), to_network);
-    }
-
-    /// Encrypts packets from any source (a queue's chunk) into `to_network`, under one lock.
-    pub fn handle_tun_iter<'a>(
+    /// Seals packets from the host (a TUN read, a queue's chunk, one packet) for the network,
+    /// under one read lock: with `Crypto::Inline(out)` into `out`; with `Crypto::Pool(job)` a
+    /// packet for a peer with a session of plexd's own protocol is only laid out in the job
+    /// (header, counter, plaintext) with an operation to seal it, which any thread may do
+    /// (`crate::pool`), the rest sealed inline into the job's batch, in order.
+    pub fn handle_tun<'a>(
         &self,
         now: Instant,
         packets: impl IntoIterator<Item = &'a [u8]>,
-        to_network: &mut PacketBatch,
+        crypto: Crypto<'_>,
     ) {
         let state = self.read();
-        for p in packets {
-            self.tun_packet(&state, now, p, to_network, None);
+        match crypto {
+            Crypto::Inline(out) => {
+                for p in packets {
+                    self.tun_packet(&state, now, p, out, None);
+                }
+            }
+            Crypto::Pool(job) => {
+                for p in packets {
+                    self.tun_packet(&state, now, p, &mut job.batch, Some(&mut job.ops));
+                }
+            }
         }
-    }
-
-    /// Like `handle_tun_iter`, for the crypto pool: a packet for a peer with a session of
-    /// plexd's own protocol is only laid out in `job` (header, counter, plaintext) with an
-    /// operation to seal it, which any thread may do (`crate::pool`); the rest as inline.
-    pub fn handle_tun_iter_deferred<'a>(
-        &self,
-        now: Instant,
-        packets: impl IntoIterator<Item = &'a [u8]>,
-        job: &mut Job,
-    ) {
-        let state = self.read();
-        for p in packets {
-            self.tun_packet(&state, now, p, &mut job.batch, Some(&mut job.ops));
-        }
-    }
-
-    /// One packet from the TUN; see `handle_tun_packets`.
-    pub fn handle_tun_packet(&self, now: Instant, packet: &[u8], to_network: &mut PacketBatch) {
-        let state = self.read();
-        self.tun_packet(&state, now, packet, to_network, None);
     }
 
     fn tun_packet(

@@ -19,28 +19,26 @@ use super::inbound::follow;
 use super::{Counters, Device, State};
 
 impl Device {
-    /// Like `handle_udp_iter`, for the crypto pool: a data message on a session of plexd's own
-    /// protocol is only checked and laid out in `job` with an operation to open it; the rest
-    /// (handshakes, other peers) as inline, into `job`'s batch and `to_network`. Once the
-    /// job is worked, `finish_opened` delivers it, in order.
-    pub(crate) fn handle_udp_iter_deferred<'a>(
+    /// One datagram of `handle_udp` with `Crypto::Pool(job)`: a data message on a session of
+    /// plexd's own protocol is only checked and laid out in `job` with an operation to open
+    /// it; the rest (handshakes, other peers) as inline, into `job`'s batch and `to_network`.
+    pub(super) fn datagram_deferred(
         &self,
+        state: &State,
         now: Instant,
-        datagrams: impl IntoIterator<Item = (&'a [u8], SocketAddr, Option<Source>)>,
+        (from, local): (SocketAddr, Option<Source>),
+        d: &[u8],
         to_network: &mut PacketBatch,
         job: &mut Job,
     ) {
-        let state = self.read();
-        for (d, from, local) in datagrams {
-            if state.protocol == Protocol::Plexd
-                && d.len() >= DATA_MIN
-                && d[0] == DATA
-                && self.defer_open(&state, now, (from, local), d, job)
-            {
-                continue;
-            }
-            self.datagram(&state, now, (from, local), d, to_network, &mut job.batch);
+        if state.protocol == Protocol::Plexd
+            && d.len() >= DATA_MIN
+            && d[0] == DATA
+            && self.defer_open(state, now, (from, local), d, job)
+        {
+            return;
         }
+        self.datagram(state, now, (from, local), d, to_network, &mut job.batch);
     }
 
     /// Lays a data message out for the pool; false when the inline path must take it.
@@ -101,7 +99,7 @@ impl Device {
     /// plaintext stays in the batch only if the peer may use its source address. Packets a
     /// new session lets out go to `to_network`. The batch is left with the packets for the
     /// host only.
-    pub(crate) fn finish_opened(&self, now: Instant, job: &mut Job, to_network: &mut PacketBatch) {
+    pub fn finish_opened(&self, now: Instant, job: &mut Job, to_network: &mut PacketBatch) {
         let state = self.read();
         for op in job.ops.drain(..) {
             let OpKind::Open(o) = &op.kind else { continue };

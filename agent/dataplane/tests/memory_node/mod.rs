@@ -1,5 +1,5 @@
 //! A node of the in-memory network for the integration tests that run the data plane's runner
-//! (`relay`, `side_channel`): a device with a fresh key, its runner on a thread bound through
+//! (`relay`, `side_channel`, `one_loop`): a device with a fresh key, its runner on a thread bound through
 //! the network's binder, a host end of its TUN, and a raw sender; stopped and joined on drop.
 
 use std::net::{IpAddr, SocketAddr};
@@ -24,9 +24,9 @@ pub struct Node {
 }
 
 impl Node {
-    /// Starts a node at `ip` listening on `port`; datagrams that are not WireGuard go to
-    /// `side`, if given. Returns once the runner has bound its socket.
-    pub fn start(net: &MemoryNetwork, ip: [u8; 4], port: u16, side: Option<SideSink>) -> Node {
+    /// Starts a node at `ip` listening on `port`, its runner configured by `config` (its `raw`
+    /// is the node's own). Returns once the runner has bound its socket.
+    pub fn start(net: &MemoryNetwork, ip: [u8; 4], port: u16, config: RunConfig) -> Node {
         let (host, tun) = tun_pair();
         let key = SecretKey::generate().expect("key");
         let device = Arc::new(Device::new(plexsphere_wire::clock::Now::system()));
@@ -39,9 +39,8 @@ impl Node {
         device.set_listen_port(port);
         let raw = RawSender::new();
         let config = RunConfig {
-            side,
             raw: Some(raw.clone()),
-            ..RunConfig::default()
+            ..config
         };
         let shutdown = Shutdown::new();
         let (d, s, binder) = (
@@ -92,6 +91,15 @@ impl Drop for Node {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+    }
+}
+
+/// The runner's default configuration, datagrams that are not WireGuard going to `side` if
+/// given.
+pub fn with_side(side: Option<SideSink>) -> RunConfig {
+    RunConfig {
+        side,
+        ..RunConfig::default()
     }
 }
 

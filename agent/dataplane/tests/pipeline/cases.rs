@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use plexd_dataplane::packet::ipv4_udp;
-use plexd_dataplane::{Device, DeviceUpdate, PublicKey, PacketBatch, PeerUpdate, SecretKey};
+use plexd_dataplane::{Crypto, Device, DeviceUpdate, PublicKey, PacketBatch, PeerUpdate, SecretKey};
 
 use super::PROTOCOL;
 
@@ -77,7 +77,7 @@ fn pump(nodes: &mut [&mut Node], now: Instant, wire: &mut Wire) -> usize {
         let mut net = PacketBatch::for_datagrams(4);
         let mut tun = PacketBatch::for_packets(4);
         n.device
-            .handle_udp_datagram(now, from, &d, &mut net, &mut tun);
+            .handle_udp(now, [(&d[..], from, None)], &mut net, Crypto::Inline(&mut tun));
         n.tun.extend(tun.iter().map(|(p, _)| p.to_vec()));
         collect(n.addr, &net, wire);
     }
@@ -87,7 +87,7 @@ fn pump(nodes: &mut [&mut Node], now: Instant, wire: &mut Wire) -> usize {
 fn send(n: &Node, now: Instant, dst: Ipv4Addr, payload: &[u8], wire: &mut Wire) {
     let mut net = PacketBatch::for_datagrams(4);
     n.device
-        .handle_tun_packet(now, &ipv4_udp(n.mesh, dst, payload), &mut net);
+        .handle_tun(now, [&ipv4_udp(n.mesh, dst, payload)[..]], Crypto::Inline(&mut net));
     collect(n.addr, &net, wire);
 }
 
@@ -179,7 +179,7 @@ fn unknown_destinations_forged_sources_and_corrupt_datagrams_are_dropped_and_cou
     let mut net = PacketBatch::for_datagrams(4);
     let mut tun = PacketBatch::for_packets(4);
     b.device
-        .handle_udp_datagram(now, from, &d, &mut net, &mut tun);
+        .handle_udp(now, [(&d[..], from, None)], &mut net, Crypto::Inline(&mut tun));
     assert!(net.is_empty() && tun.is_empty());
     assert_eq!(b.device.counters().rejected.load(Ordering::Relaxed), 1);
 
@@ -190,7 +190,7 @@ fn unknown_destinations_forged_sources_and_corrupt_datagrams_are_dropped_and_cou
             *t = (len % 5) as u8;
         }
         b.device
-            .handle_udp_datagram(now, from, &g, &mut net, &mut tun);
+            .handle_udp(now, [(&g[..], from, None)], &mut net, Crypto::Inline(&mut tun));
     }
     assert!(tun.is_empty(), "garbage never reaches the TUN");
     assert!(b.device.counters().malformed.load(Ordering::Relaxed) > 0);
@@ -198,7 +198,7 @@ fn unknown_destinations_forged_sources_and_corrupt_datagrams_are_dropped_and_cou
     // b may only send from its own mesh IP; a forged source is dropped by a.
     let mut out = PacketBatch::for_datagrams(4);
     let forged = ipv4_udp(Ipv4Addr::new(10, 64, 0, 99), a.mesh, b"forged");
-    b.device.handle_tun_packet(now, &forged, &mut out);
+    b.device.handle_tun(now, [&forged[..]], Crypto::Inline(&mut out));
     collect(b.addr, &out, &mut wire);
     pump(&mut [&mut a, &mut b], now, &mut wire);
     assert!(a.tun.is_empty());
@@ -303,7 +303,7 @@ fn a_loaded_device_answers_with_cookies_and_accepts_initiations_that_carry_one()
         let mut net = PacketBatch::for_datagrams(4);
         let mut tun = PacketBatch::for_packets(4);
         b.device
-            .handle_udp_datagram(now, from, &init, &mut net, &mut tun);
+            .handle_udp(now, [(&init[..], from, None)], &mut net, Crypto::Inline(&mut tun));
         if let Some((reply, to)) = net.iter().next()
             && reply[0] == 3
         {
@@ -329,7 +329,7 @@ fn a_loaded_device_answers_with_cookies_and_accepts_initiations_that_carry_one()
     // (plexd's own protocol, like the kernel's), whatever their cookies.
     let later = now + Duration::from_secs(1);
     b.device
-        .handle_udp_datagram(later, from, &init, &mut net, &mut tun);
+        .handle_udp(later, [(&init[..], from, None)], &mut net, Crypto::Inline(&mut tun));
     assert_eq!(net.len(), 1);
     assert_eq!(net.get(0)[0], 2, "a handshake response, despite the load");
     assert_eq!(
@@ -353,7 +353,7 @@ fn a_flow_keeps_its_order_across_the_first_handshake_on_the_responder_side() {
     let mut net = PacketBatch::for_datagrams(4);
     let mut tun = PacketBatch::for_packets(4);
     b.device
-        .handle_udp_datagram(now, from, &init, &mut net, &mut tun);
+        .handle_udp(now, [(&init[..], from, None)], &mut net, Crypto::Inline(&mut tun));
     collect(b.addr, &net, &mut wire);
     send(&b, now, a.mesh, b"b0", &mut wire);
     pump(&mut [&mut a, &mut b], now, &mut wire);
@@ -400,7 +400,7 @@ fn a_forged_cookie_reply_from_another_address_does_not_move_the_endpoint() {
         let mut net = PacketBatch::for_datagrams(4);
         let mut tun = PacketBatch::for_packets(4);
         a.device
-            .handle_udp_datagram(now, attacker, &cookie, &mut net, &mut tun);
+            .handle_udp(now, [(&cookie[..], attacker, None)], &mut net, Crypto::Inline(&mut tun));
         assert!(net.is_empty() && tun.is_empty());
         assert_eq!(
             a.device.peer(&b.key).expect("b").endpoint(),
