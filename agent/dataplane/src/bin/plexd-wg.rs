@@ -12,8 +12,8 @@
 //! `PLEXD_WG_USO=0` keeps the TCP offloads but does not ask the TUN for UDP segmentation
 //! offload, so the kernel cuts a `UDP_SEGMENT` sender's super-datagram before we read it;
 //! `PLEXD_WG_GSO=0` / `PLEXD_WG_GRO=0` turn off UDP segmentation / receive coalescing;
-//! `PLEXD_WG_QUEUE=0` processes each read batch whole, with no queue in front of the cipher
-//! (so no priority, no AQM, no byte bound); `PLEXD_WG_AQM=0` keeps the queue without CoDel;
+//! `PLEXD_WG_QUEUE=0` processes each read batch whole (with a crypto pool, as one job), with no
+//! queue in front of the cipher (so no priority, no AQM, no byte bound); `PLEXD_WG_AQM=0` keeps the queue without CoDel;
 //! `PLEXD_WG_PRIORITY=0` keeps it without small packets first (see the data plane's `lane.rs`);
 //! `PLEXD_WG_NICE=0` leaves the packet threads at the process's priority instead of -20.
 //! `PLEXD_WG_QUANTUM=<bytes>` sets the bytes encrypted or decrypted between two looks at the

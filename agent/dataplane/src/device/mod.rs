@@ -11,15 +11,20 @@
 //!
 //! # Entry points
 //!
-//! The packet path has four, one per input and the pool's finish, so every caller (the
-//! runner's one loop per direction, `crate::loops`, the tests, the benches) goes through the
-//! same code:
-//! - [`Device::handle_tun`]: plaintext packets from the host (a TUN read, a queue's chunk, one
-//!   packet), any iterator of them, under one read lock;
+//! Four: one per input (the host's packets, the network's datagrams, the timer's tick) and
+//! the pool's finish. Every caller (the runner's one loop per direction, `crate::loops`, the
+//! tests, the benches) goes through them, so there is one packet path to test and measure:
+//! - [`Device::handle_tun`]: plaintext packets from the host, any iterator of them (a TUN
+//!   read, a queue's chunk, one packet), under one read lock;
 //! - [`Device::handle_udp`]: datagrams from the network, each with its source and the local
 //!   address it arrived at, likewise;
-//! - [`Device::finish_opened`]: a pool job of openings, once worked, delivered in order;
+//! - [`Device::finish_opened`]: a pool job of openings, once worked, delivered in order; a
+//!   separate step because it runs later than the input, on the pool's result;
 //! - [`Device::handle_timer`]: handshake retries, rekeys and keepalives.
+//!
+//! An iterator serves a whole read, a chunk and a single packet alike, so there is no
+//! per-shape variant; where the crypto happens is an argument, not a second method, so the
+//! inline and the pool's paths are the same code up to the seal or open itself.
 //!
 //! The two packet inputs take a [`Crypto`]: where the sealing or opening happens. `Inline`:
 //! the calling thread does it, into the batch given. `Pool`: a data message on a session of
