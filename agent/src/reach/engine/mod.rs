@@ -51,7 +51,7 @@ mod punch;
 #[cfg(test)]
 mod sim;
 #[cfg(test)]
-mod sim_nat;
+pub(crate) mod sim_nat;
 #[cfg(test)]
 mod tests;
 

@@ -233,7 +233,10 @@ impl Net {
                 }
                 let inside = self.nodes[i].addr;
                 let src = match &mut self.nat[i] {
-                    Some(router) => router.outbound(inside, to, self.now),
+                    Some(router) => match router.outbound(inside, to, self.now) {
+                        Some(src) => src,
+                        None => return,
+                    },
                     None => inside,
                 };
                 let arrive = Event::Arrive {

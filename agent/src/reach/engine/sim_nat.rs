@@ -1,92 +1,173 @@
-//! A NAT router for the simulated network ([`super::sim`]), with Linux conntrack's
-//! rules for UDP as `masquerade` applies them: a host's flow towards a remote address keeps
-//! the host's port when that tuple is free (endpoint-independent mapping), else takes another;
-//! only a datagram from the exact remote address and port of a flow gets in
-//! (address-and-port-dependent filtering); entries live [`CONNTRACK_UDP`] past their last
-//! datagram. A router whose input accepts ([`Router::accept_input`]) keeps an entry of its own
-//! for a datagram that matched no flow, and that entry holds the tuple too (tests/src/nat
-//! builds the same routers with nftables for the reach tests).
+//! A NAT router for the simulators (the engine's, [`super::sim`], and the node's,
+//! `crate::reach::node::sim`), in every kind docs/reach.md's table has and the cones around
+//! them:
+//!
+//! - **mapping**, as Linux `masquerade` does it: a host's flow towards a remote address keeps
+//!   the host's port when that public tuple is free, else takes another (endpoint-independent,
+//!   [`Mapping::Independent`]); or every new flow takes a port of its own (`masquerade random`,
+//!   endpoint-dependent, [`Mapping::Dependent`]);
+//! - **filtering**: a datagram gets in when a flow on its public port was sent to its exact
+//!   source address and port ([`Filtering::AddressPort`], Linux conntrack), to its source
+//!   address ([`Filtering::Address`], a restricted cone), or anywhere
+//!   ([`Filtering::Endpoint`], a full cone);
+//! - **input accept** ([`Router::accept_input`]): a datagram that matched no flow keeps an entry
+//!   of the router's own, and that entry holds its tuple too, so the host's later flow to the
+//!   same remote takes another port ("EIM, input accept"); else it is dropped and leaves nothing;
+//! - **UDP dropped** ([`Router::drop_udp`]): no UDP leaves or enters (TCP passes);
+//! - **routed** ([`Router::routed`]): no NAT and no filter, the host's address is public.
+//!
+//! Entries live [`CONNTRACK_UDP`] past their last datagram either way (expiry is checked on
+//! lookup). Lookups go through hash maps that are never iterated, so a router holds hundreds of
+//! flows at no cost to the order of anything (tests/src/nat builds the same routers with
+//! nftables for the reach tests).
 
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 /// Linux's `nf_conntrack_udp_timeout`: an unreplied UDP entry lives this long.
 pub const CONNTRACK_UDP: Duration = Duration::from_secs(30);
-/// Where the router's other ports start when the host's own is taken.
+/// Where the router's other ports start when the host's own is taken (and where
+/// endpoint-dependent mappings start).
 const FIRST_OTHER_PORT: u16 = 20_000;
 
-#[derive(Debug, Clone)]
-struct Flow {
-    inside: SocketAddr,
-    remote: SocketAddr,
-    port: u16,
-    until: Instant,
+/// How a router picks the public port of a new flow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mapping {
+    /// The host's own port when the public tuple is free (`masquerade`).
+    Independent,
+    /// A port of its own for every flow (`masquerade random`).
+    Dependent,
 }
 
-/// One NAT router in front of one simulated node.
+/// Which datagrams a router lets in to a flow's public port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Filtering {
+    /// From anywhere (a full cone).
+    Endpoint,
+    /// From any port of an address the flow's host sent to (a restricted cone).
+    Address,
+    /// Only from the exact address and port the host sent to (Linux conntrack).
+    AddressPort,
+}
+
+/// One NAT router in front of one simulated node (or several).
 #[derive(Debug, Clone)]
 pub struct Router {
     pub wan: IpAddr,
+    pub mapping: Mapping,
+    pub filtering: Filtering,
     /// The router's own input accepts unsolicited datagrams ("EIM, input accept"): each keeps
     /// an entry that holds its tuple. Else they are dropped and leave nothing.
     pub accept_input: bool,
-    flows: Vec<Flow>,
-    /// The router's own entries: (remote, public port), until.
-    own: Vec<(SocketAddr, u16, Instant)>,
+    /// No UDP passes either way.
+    pub drop_udp: bool,
+    /// No NAT and no filter: the host's address is `wan` itself.
+    pub routed: bool,
+    /// (inside, remote) -> (public port, until).
+    flows: HashMap<(SocketAddr, SocketAddr), (u16, Instant)>,
+    /// (public port, remote) -> (the inside host, or `None` for an entry of the router's own;
+    /// until).
+    tuples: HashMap<(u16, SocketAddr), (Option<SocketAddr>, Instant)>,
+    /// (public port, remote address) -> (inside, until): restricted-cone filtering.
+    by_address: HashMap<(u16, IpAddr), (SocketAddr, Instant)>,
+    /// Public port -> (inside, until): full-cone filtering.
+    by_port: HashMap<u16, (SocketAddr, Instant)>,
     next_port: u16,
 }
 
 impl Router {
+    /// Linux `masquerade` (endpoint-independent mapping, address-and-port filtering), with or
+    /// without an input that accepts the unsolicited.
     pub fn new(wan: IpAddr, accept_input: bool) -> Self {
+        Self::with(
+            wan,
+            Mapping::Independent,
+            Filtering::AddressPort,
+            accept_input,
+        )
+    }
+
+    pub fn with(wan: IpAddr, mapping: Mapping, filtering: Filtering, accept_input: bool) -> Self {
         Self {
             wan,
+            mapping,
+            filtering,
             accept_input,
-            flows: Vec::new(),
-            own: Vec::new(),
+            drop_udp: false,
+            routed: false,
+            flows: HashMap::new(),
+            tuples: HashMap::new(),
+            by_address: HashMap::new(),
+            by_port: HashMap::new(),
             next_port: FIRST_OTHER_PORT,
         }
     }
 
-    fn expire(&mut self, now: Instant) {
-        self.flows.retain(|f| f.until > now);
-        self.own.retain(|(_, _, until)| *until > now);
+    /// No NAT, no filter: the host at `addr` is reached as it is.
+    pub fn routed(addr: IpAddr) -> Self {
+        let mut r = Self::new(addr, false);
+        r.routed = true;
+        r
     }
 
-    /// Whether the public tuple (`port`, `remote`) is held by a flow or an entry of its own.
-    fn taken(&self, port: u16, remote: SocketAddr) -> bool {
-        self.flows
-            .iter()
-            .any(|f| f.port == port && f.remote == remote)
-            || self.own.iter().any(|(r, p, _)| *p == port && *r == remote)
+    /// A router that drops every UDP datagram (TCP passes).
+    pub fn dropping_udp(wan: IpAddr) -> Self {
+        let mut r = Self::new(wan, false);
+        r.drop_udp = true;
+        r
     }
 
-    /// A datagram from the host at `inside` to `remote`: the public source it leaves with.
-    pub fn outbound(&mut self, inside: SocketAddr, remote: SocketAddr, now: Instant) -> SocketAddr {
-        self.expire(now);
-        if let Some(f) = self
-            .flows
-            .iter_mut()
-            .find(|f| f.inside == inside && f.remote == remote)
-        {
-            f.until = now + CONNTRACK_UDP;
-            return SocketAddr::new(self.wan, f.port);
+    /// Whether the public tuple (`port`, `remote`) is held by a live flow or entry.
+    fn taken(&self, port: u16, remote: SocketAddr, now: Instant) -> bool {
+        self.tuples
+            .get(&(port, remote))
+            .is_some_and(|(_, until)| *until > now)
+    }
+
+    fn other_port(&mut self) -> u16 {
+        let port = self.next_port;
+        self.next_port = self.next_port.wrapping_add(1).max(FIRST_OTHER_PORT);
+        port
+    }
+
+    /// A datagram from the host at `inside` to `remote`: the public source it leaves with, or
+    /// `None` when the router drops it.
+    pub fn outbound(
+        &mut self,
+        inside: SocketAddr,
+        remote: SocketAddr,
+        now: Instant,
+    ) -> Option<SocketAddr> {
+        if self.drop_udp {
+            return None;
         }
-        let mut port = inside.port();
-        while self.taken(port, remote) {
-            port = self.next_port;
-            self.next_port = self.next_port.wrapping_add(1).max(FIRST_OTHER_PORT);
+        if self.routed {
+            return Some(inside);
         }
-        self.flows.push(Flow {
-            inside,
-            remote,
-            port,
-            until: now + CONNTRACK_UDP,
-        });
-        SocketAddr::new(self.wan, port)
+        let until = now + CONNTRACK_UDP;
+        let port = match self.flows.get(&(inside, remote)) {
+            Some((port, live)) if *live > now => *port,
+            _ => {
+                let mut port = match self.mapping {
+                    Mapping::Independent => inside.port(),
+                    Mapping::Dependent => self.other_port(),
+                };
+                while self.taken(port, remote, now) {
+                    port = self.other_port();
+                }
+                port
+            }
+        };
+        self.flows.insert((inside, remote), (port, until));
+        self.tuples.insert((port, remote), (Some(inside), until));
+        self.by_address.insert((port, remote.ip()), (inside, until));
+        self.by_port.insert(port, (inside, until));
+        Some(SocketAddr::new(self.wan, port))
     }
 
-    /// A datagram from `src` to `dst` reaches the router: the inside host it is for, if a
-    /// flow lets it in. Else it ends at the router (and, with an accepting input, holds its
+    /// A datagram from `src` to `dst` reaches the router: the inside host it is for, if the
+    /// router lets it in. Else it ends at the router (and, with an accepting input, holds its
     /// tuple from now on).
     pub fn inbound(
         &mut self,
@@ -94,29 +175,46 @@ impl Router {
         dst: SocketAddr,
         now: Instant,
     ) -> Option<SocketAddr> {
-        self.expire(now);
-        if dst.ip() != self.wan {
+        if self.drop_udp || dst.ip() != self.wan {
             return None;
         }
-        if let Some(f) = self
-            .flows
-            .iter_mut()
-            .find(|f| f.remote == src && f.port == dst.port())
+        if self.routed {
+            return Some(dst);
+        }
+        let until = now + CONNTRACK_UDP;
+        let port = dst.port();
+        if let Some((Some(inside), live)) = self.tuples.get(&(port, src)).copied()
+            && live > now
         {
-            f.until = now + CONNTRACK_UDP;
-            return Some(f.inside);
+            self.refresh(inside, src, port, until);
+            return Some(inside);
+        }
+        let loose = match self.filtering {
+            Filtering::AddressPort => None,
+            Filtering::Address => self.by_address.get(&(port, src.ip())).copied(),
+            Filtering::Endpoint => self.by_port.get(&port).copied(),
+        };
+        if let Some((inside, live)) = loose
+            && live > now
+        {
+            return Some(inside);
         }
         if self.accept_input {
-            match self
-                .own
-                .iter_mut()
-                .find(|(r, p, _)| *r == src && *p == dst.port())
-            {
-                Some(entry) => entry.2 = now + CONNTRACK_UDP,
-                None => self.own.push((src, dst.port(), now + CONNTRACK_UDP)),
+            match self.tuples.get_mut(&(port, src)) {
+                Some(entry) if entry.1 > now => entry.1 = until,
+                _ => {
+                    self.tuples.insert((port, src), (None, until));
+                }
             }
         }
         None
+    }
+
+    /// A datagram of the flow from `inside` to `remote` on public `port` came back: the flow
+    /// lives on.
+    fn refresh(&mut self, inside: SocketAddr, remote: SocketAddr, port: u16, until: Instant) {
+        self.flows.insert((inside, remote), (port, until));
+        self.tuples.insert((port, remote), (Some(inside), until));
     }
 }
 
@@ -136,7 +234,9 @@ mod tests {
         for accept in [false, true] {
             let mut r = Router::new(public.ip(), accept);
             assert_eq!(r.inbound(peer, public, now), None, "nothing let it in");
-            let out = r.outbound(inside, peer, now);
+            let out = r
+                .outbound(inside, peer, now)
+                .expect("masquerade passes UDP");
             if accept {
                 assert_ne!(out, public, "the router's own entry holds the tuple");
                 assert_eq!(r.inbound(peer, public, now), None);
@@ -148,5 +248,51 @@ mod tests {
             let later = now + CONNTRACK_UDP;
             assert_eq!(r.inbound(peer, out, later), None, "expired");
         }
+    }
+
+    #[test]
+    fn each_kind_maps_and_filters_as_its_name_says() {
+        let now = Instant::now();
+        let inside = at("10.0.0.2:51820");
+        let (a, a_other_port, b) = (
+            at("198.51.100.2:3478"),
+            at("198.51.100.2:9"),
+            at("203.0.113.7:3478"),
+        );
+        let wan = at("192.0.2.1:0").ip();
+
+        let mut eim = Router::new(wan, false);
+        let to_a = eim.outbound(inside, a, now).expect("passes");
+        let to_b = eim.outbound(inside, b, now).expect("passes");
+        assert_eq!(to_a, to_b, "endpoint-independent: one mapping");
+        assert_eq!(eim.inbound(a_other_port, to_a, now), None, "port filtered");
+
+        let mut edm = Router::with(wan, Mapping::Dependent, Filtering::AddressPort, false);
+        let to_a = edm.outbound(inside, a, now).expect("passes");
+        let to_b = edm.outbound(inside, b, now).expect("passes");
+        assert_ne!(to_a, to_b, "endpoint-dependent: a port per remote");
+        assert_eq!(
+            edm.outbound(inside, a, now),
+            Some(to_a),
+            "a flow keeps its port"
+        );
+
+        let mut restricted = Router::with(wan, Mapping::Independent, Filtering::Address, false);
+        let out = restricted.outbound(inside, a, now).expect("passes");
+        assert_eq!(restricted.inbound(a_other_port, out, now), Some(inside));
+        assert_eq!(restricted.inbound(b, out, now), None, "address filtered");
+
+        let mut full = Router::with(wan, Mapping::Independent, Filtering::Endpoint, false);
+        let out = full.outbound(inside, a, now).expect("passes");
+        assert_eq!(full.inbound(b, out, now), Some(inside), "anyone gets in");
+
+        let mut dropping = Router::dropping_udp(wan);
+        assert_eq!(dropping.outbound(inside, a, now), None);
+        assert_eq!(dropping.inbound(a, at("192.0.2.1:51820"), now), None);
+
+        let public = at("192.0.2.9:51820");
+        let mut routed = Router::routed(public.ip());
+        assert_eq!(routed.outbound(public, a, now), Some(public));
+        assert_eq!(routed.inbound(b, public, now), Some(public), "no filter");
     }
 }

@@ -49,6 +49,8 @@ pub mod relays;
 mod route;
 pub mod schedule;
 #[cfg(test)]
+mod sim;
+#[cfg(test)]
 mod tests;
 
 use self::relays::RelaySet;

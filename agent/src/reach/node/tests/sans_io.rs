@@ -50,14 +50,18 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The children a `mod.rs` declares behind `#[cfg(test)]` (`#[cfg(test)] mod sim;`).
+/// The children a `mod.rs` declares behind `#[cfg(test)]` (`#[cfg(test)] mod sim;`, also
+/// `pub` or `pub(crate)`).
 fn test_only_children(module: &str) -> Vec<String> {
     let lines: Vec<&str> = module.lines().map(str::trim).collect();
     lines
         .windows(2)
         .filter(|w| w[0] == "#[cfg(test)]")
         .filter_map(|w| {
-            let rest = w[1].strip_prefix("pub ").unwrap_or(w[1]);
+            let rest = w[1]
+                .strip_prefix("pub(crate) ")
+                .or_else(|| w[1].strip_prefix("pub "))
+                .unwrap_or(w[1]);
             let name = rest.strip_prefix("mod ")?.strip_suffix(';')?;
             Some(name.to_owned())
         })
@@ -138,7 +142,12 @@ fn the_node_and_the_engine_read_no_clock_no_os_randomness_and_own_no_thread_or_s
             "{expected} not read: {names:?}"
         );
     }
-    for unexpected in ["engine/sim.rs", "engine/sim_nat.rs", "node/tests/base.rs"] {
+    for unexpected in [
+        "engine/sim.rs",
+        "engine/sim_nat.rs",
+        "node/tests/base.rs",
+        "node/sim/mod.rs",
+    ] {
         assert!(
             !names.iter().any(|n| n == unexpected),
             "{unexpected} is test code"
@@ -177,7 +186,9 @@ fn send(s: &std::net::UdpSocket) {}
         ["x.rs:4: Instant::now", "x.rs:16: UdpSocket"]
     );
     assert_eq!(
-        test_only_children("mod a;\n#[cfg(test)]\nmod sim;\n#[cfg(test)]\nmod tests;\n"),
-        ["sim", "tests"]
+        test_only_children(
+            "mod a;\n#[cfg(test)]\nmod sim;\n#[cfg(test)]\npub(crate) mod sim_nat;\n#[cfg(test)]\nmod tests;\n"
+        ),
+        ["sim", "sim_nat", "tests"]
     );
 }

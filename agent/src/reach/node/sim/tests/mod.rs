@@ -1,0 +1,6 @@
+//! The simulator's tests: every pair of NAT kinds ends on its expected path and a run repeats
+//! byte for byte from its seed (`pairs.rs`); a relay killed, a node roaming, 5 % loss
+//! (`faults.rs`).
+
+mod faults;
+mod pairs;

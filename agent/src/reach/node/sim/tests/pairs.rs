@@ -1,0 +1,67 @@
+//! Two nodes behind every pair of NAT kinds end on the path docs/reach.md's table gives
+//! ([`expected`], strict: the input-accepting pairs go direct, the relays' legs being even),
+//! carried as that path says; and a run repeats byte for byte from its seed.
+
+use super::super::net::NatKind;
+use super::super::{SECOND, World};
+
+/// Two nodes from boot to their paths: the slowest row (two input-accepting routers whose
+/// first punch lost the race) waits out the quiet, about 45 s (docs/reach.md).
+const PAIR_BOUND: u64 = 60 * SECOND;
+
+fn any_relay(_: &str) -> bool {
+    true
+}
+
+/// Two hosts of kinds `a` and `b`, booted, converged: when, or what did not.
+fn pair_run(seed: u64, a: NatKind, b: NatKind) -> Result<u64, Vec<String>> {
+    let mut w = World::new(seed, 2);
+    let x = w.add_host(a);
+    let y = w.add_host(b);
+    w.pair(x, y);
+    w.boot_all(SECOND);
+    w.converge(PAIR_BOUND, true, &any_relay)
+}
+
+#[test]
+fn every_pair_of_nat_kinds_ends_on_its_expected_path() {
+    let mut failed = Vec::new();
+    for (i, a) in NatKind::ALL.iter().enumerate() {
+        for b in &NatKind::ALL[i..] {
+            match pair_run(7, *a, *b) {
+                Ok(t) => eprintln!("{a:?} / {b:?}: {:.1} s", t as f64 / 1e9),
+                Err(lines) => failed.push(format!("{a:?} / {b:?}: {lines:?}")),
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{failed:#?}");
+}
+
+/// A world of one node of every kind, each wanting every other.
+fn every_kind(seed: u64) -> World {
+    let mut w = World::new(seed, 2);
+    let hosts: Vec<usize> = NatKind::ALL.iter().map(|k| w.add_host(*k)).collect();
+    for a in &hosts {
+        for b in &hosts {
+            w.pair(*a, *b);
+        }
+    }
+    w.boot_all(SECOND);
+    w
+}
+
+#[test]
+fn the_same_seed_gives_the_same_run_byte_for_byte() {
+    let run = |seed: u64| {
+        let mut w = every_kind(seed);
+        w.loss = 500;
+        w.run_until(30 * SECOND);
+        let registrations = w.relays[0].stats().registrations;
+        assert!(registrations > 0, "the relay's core registered the nodes");
+        (w.trace(), w.stats.datagrams)
+    };
+    let first = run(11);
+    assert_eq!(first, run(11), "same seed, same trace");
+    assert_ne!(first.0, run(12).0, "another seed, another trace");
+    assert!(first.1 > 1_000, "the run sent something: {first:?}");
+}
