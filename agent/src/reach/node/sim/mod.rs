@@ -149,10 +149,11 @@ enum Ev {
     Control,
 }
 
+/// A queued event; the event itself is boxed, so the heap moves 24 bytes, not a frame.
 struct Queued {
     t: u64,
     seq: u64,
-    ev: Ev,
+    ev: Box<Ev>,
 }
 
 impl PartialEq for Queued {
@@ -270,7 +271,7 @@ impl World {
         self.queue.push(Reverse(Queued {
             t,
             seq: self.seq,
-            ev,
+            ev: Box::new(ev),
         }));
     }
 
@@ -406,7 +407,7 @@ impl World {
             };
             self.now = q.t.max(self.now);
             self.stats.events += 1;
-            self.dispatch(q.ev);
+            self.dispatch(*q.ev);
         }
         self.now = end.max(self.now);
     }

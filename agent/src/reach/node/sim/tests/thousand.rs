@@ -1,0 +1,57 @@
+//! A thousand nodes, each wanting about 16 peers (a symmetric random graph from the seed),
+//! behind NAT kinds drawn from the seed over every kind, with two relays: every pair ends on
+//! its expected path within a simulated minute. The wall time is printed, not asserted.
+
+use plexsphere_test_support::seeded::SeededRng;
+use rand_core::RngCore;
+
+use super::super::net::NatKind;
+use super::super::{SECOND, World, mix};
+
+/// Every wanted pair holds by then (the slowest: an input-accepting pair waiting out a lost
+/// punch's quiet, about 45 s after the first punch).
+const THOUSAND_BOUND: u64 = 75 * SECOND;
+
+fn any_relay(_: &str) -> bool {
+    true
+}
+
+/// `nodes` nodes, each pairing with `per_node` others drawn from the seed (so about twice
+/// that many peers each), kinds from the seed.
+pub(super) fn random_world(seed: u64, nodes: usize, per_node: usize) -> World {
+    let mut w = World::new(seed, 2);
+    let mut rng = SeededRng::new(mix(seed, 0, 77));
+    for _ in 0..nodes {
+        let kind = NatKind::ALL[(rng.next_u32() as usize) % NatKind::ALL.len()];
+        w.add_host(kind);
+    }
+    for a in 0..nodes {
+        for _ in 0..per_node {
+            let b = (rng.next_u64() % nodes as u64) as usize;
+            w.pair(a, b);
+        }
+    }
+    w.boot_all(5 * SECOND);
+    w
+}
+
+#[test]
+fn a_thousand_nodes_end_on_their_expected_paths() {
+    let started = std::time::Instant::now();
+    let mut w = random_world(1_000, 1_000, 8);
+    let pairs: usize = w.hosts.iter().map(|h| h.wants.len()).sum::<usize>() / 2;
+    let result = w.converge(THOUSAND_BOUND, false, &any_relay);
+    eprintln!(
+        "1,000 nodes, {pairs} pairs: {:?} (simulated), {:?} wall, {:?}",
+        result.as_ref().map(|t| *t as f64 / 1e9),
+        started.elapsed(),
+        w.stats
+    );
+    if let Err(lines) = result {
+        panic!(
+            "{} unmet, first: {:#?}",
+            lines.len(),
+            &lines[..lines.len().min(20)]
+        );
+    }
+}
