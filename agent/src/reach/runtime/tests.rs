@@ -1,5 +1,20 @@
 //! The runtime over loopback sockets: sockets stand in for the data plane or the kernel
 //! interface, the underlay, remote peers and relays (over UDP, and over TCP with TLS).
+//!
+//! Every decision lives in the node (`crate::reach::node`), tested there and in the simulator
+//! (`node/sim/`); a test stays here for the sockets, threads and shared state it drives (issue
+//! 26, "the socket tests that stay are the ones that test sockets"). Each one, and where its
+//! decision is tested:
+//!
+//! | test | what of the shell it drives | its decision, tested in |
+//! |---|---|---|
+//! | `kernel_mode_makes_a_direct_path_the_kernel_peer_s_endpoint_and_relays_through_a_forwarder` | the kernel peer's endpoint through `PathControl`, a loopback forwarder's bytes framed to the relay from the underlay socket, its removal, the endpoint's owner | direct as the endpoint, relayed through a forwarder: `node/tests/carry.rs` |
+//! | `a_relay_with_only_a_tls_address_registers_and_carries_a_relayed_peer_over_tcp` | the TLS link (handshake, the proof it carries), frames both ways between forwarder and link | no UDP address starts over TCP: `node/tests/relays.rs` `udp_blocked_or_no_udp_address_starts_over_tcp`; a UDP-dropping node relayed over TCP: `node/sim/tests/pairs.rs` |
+//! | `a_relay_silent_over_udp_is_reached_over_tcp` | as the one above, after a silent UDP socket; a UDP frame for the TLS connection counted in the runtime's `unknown_src` (the node's `Dropped` mirrored) | the move to TCP: `node/tests/relays.rs` `a_relay_unanswered_over_udp_for_give_up_moves_to_tcp_before_any_relay_down`; the drop: `a_udp_frame_for_a_connection_over_tcp_is_dropped_and_counted` |
+//! | `userspace_relays_over_udp_inside_the_data_plane_without_a_forwarder` | the data plane's `relay_endpoint` and `set_relays` called, no forwarder opened | `node/tests/carry.rs` (the plane's endpoint, `PlaneRelays`) |
+//! | `a_full_queue_drops_a_relay_s_frames_but_never_the_end_of_its_connection` | the loop's bounded queue and the kept end of a TCP link | none (no decision) |
+//!
+//! None tests a decision only, so none was retired when the simulator came.
 
 use std::net::UdpSocket;
 use std::sync::atomic::Ordering;
