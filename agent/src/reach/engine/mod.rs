@@ -35,6 +35,7 @@ use plexsphere_wire::reach::disco::{self, Message, PairKey, TxId};
 use rand_core::CryptoRngCore;
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
+use std::time::Instant;
 
 use self::peer::Peer;
 use super::io::{Effect, Input, Now, PeerPathView, Transport};
@@ -118,6 +119,9 @@ struct Local {
     pub relays: Vec<RelaySpec>,
     /// Relays with a registered connection, and how.
     pub up: BTreeMap<String, Transport>,
+    /// When each relay of `up` last came up: a relayed ping sent before then waited in the
+    /// connection's queue for the registration, so its round trip counts from here.
+    pub up_since: BTreeMap<String, Instant>,
     /// Relays whose connection was lost or refused, and why (until they come up again).
     pub down: BTreeMap<String, String>,
 }
@@ -202,6 +206,7 @@ impl Engine {
                 self.local.relays = relays;
                 let names: Vec<String> = self.local.relays.iter().map(|r| r.name.clone()).collect();
                 self.local.up.retain(|r, _| names.contains(r));
+                self.local.up_since.retain(|r, _| names.contains(r));
                 self.local.down.retain(|r, _| names.contains(r));
             }
             Input::LocalAddrs(addrs) => {
@@ -238,6 +243,10 @@ impl Engine {
                 relay, transport, ..
             } => {
                 self.local.down.remove(&relay);
+                // A re-registration of a connection that stayed up is no new start.
+                if !self.local.up.contains_key(&relay) {
+                    self.local.up_since.insert(relay.clone(), t);
+                }
                 if self.local.up.insert(relay, transport) != Some(transport) {
                     out.push(self.candidates());
                 }
@@ -245,6 +254,7 @@ impl Engine {
             // A peer on that relay loses its path; `choose_all` probes it through the others.
             Input::RelayDown { relay, why } => {
                 self.local.up.remove(&relay);
+                self.local.up_since.remove(&relay);
                 self.local.down.insert(relay, why);
             }
             Input::PeerGone { relay, dst } => {

@@ -284,13 +284,23 @@ impl Peer {
     }
 
     /// The round trip of the ping this pong answers, if we sent `tx` to `dest` no longer than
-    /// [`TX_LIFETIME`] ago; the tx id is used up.
-    pub fn take_pong(&mut self, tx: &TxId, dest: &Dest, now: Instant) -> Option<Duration> {
+    /// [`TX_LIFETIME`] ago; the tx id is used up. A ping cannot have left before `not_before`
+    /// (a relayed one waits in the connection's queue until the relay registered it), so the
+    /// round trip counts from then when that is later: a punch timed by the queue's wait fires
+    /// late, after the peer's pings reached our router.
+    pub fn take_pong(
+        &mut self,
+        tx: &TxId,
+        dest: &Dest,
+        not_before: Option<Instant>,
+        now: Instant,
+    ) -> Option<Duration> {
         let i = self.sent.iter().position(|s| {
             s.tx == *tx && s.dest == *dest && now.saturating_duration_since(s.at) <= TX_LIFETIME
         })?;
         let sent = self.sent.remove(i)?;
-        let rtt = now.saturating_duration_since(sent.at);
+        let left = not_before.map_or(sent.at, |t| t.max(sent.at));
+        let rtt = now.saturating_duration_since(left);
         match dest {
             Dest::Direct(addr) => {
                 self.reset_punches();

@@ -289,7 +289,10 @@ impl Engine {
                 }
             }
             Message::Pong { tx, .. } => {
-                if peer.take_pong(&tx, &Dest::Direct(from), now).is_none() {
+                if peer
+                    .take_pong(&tx, &Dest::Direct(from), None, now)
+                    .is_none()
+                {
                     post.counters.stray_pongs += 1;
                 }
             }
@@ -309,6 +312,7 @@ impl Engine {
         let Some((key, message)) = self.open(Some(src), datagram) else {
             return;
         };
+        let up_since = self.local.up_since.get(relay).copied();
         let Some(peer) = self.peers.get_mut(&key) else {
             return;
         };
@@ -331,7 +335,7 @@ impl Engine {
                     post.ping(key, peer, dest);
                 }
             }
-            Message::Pong { tx, .. } => match peer.take_pong(&tx, &dest, now) {
+            Message::Pong { tx, .. } => match peer.take_pong(&tx, &dest, up_since, now) {
                 // The peer is there and knows us, and the round trip is measured: punch.
                 Some(rtt) if peer.punch_wanted => self.start_punch(key, relay, rtt, now, out),
                 Some(_) => {}

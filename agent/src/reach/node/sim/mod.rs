@@ -205,6 +205,8 @@ pub struct World {
     dirty: BTreeSet<usize>,
     control_due: bool,
     pub stats: Stats,
+    /// Print every datagram to and from a host (for a test being debugged).
+    pub verbose: bool,
 }
 
 impl World {
@@ -232,6 +234,7 @@ impl World {
             dirty: BTreeSet::new(),
             control_due: false,
             stats: Stats::default(),
+            verbose: false,
         };
         for (i, s) in w.stun.clone().into_iter().enumerate() {
             w.targets.insert(s.ip(), Target::Stun(i));
@@ -486,6 +489,9 @@ impl World {
         self.drain(h);
         let at = self.hosts[h].node.poll_timeout();
         let t = at.map_or(self.now + SECOND, |at| self.ns(at)).max(self.now);
+        if self.verbose {
+            eprintln!("{} ms h{h} wakes at {} ms", self.now / MS, t / MS);
+        }
         let host = &mut self.hosts[h];
         host.wake += 1;
         let wake = host.wake;
@@ -564,7 +570,15 @@ impl World {
         let host = &self.hosts[h];
         let (inside, site) = (host.inside, host.router);
         let at = self.at(self.now).at;
-        let Some(src) = self.sites[site].router.outbound(inside, to, at) else {
+        let src = self.sites[site].router.outbound(inside, to, at);
+        if self.verbose {
+            let kind = plexsphere_wire::reach::classify(&datagram);
+            eprintln!(
+                "{} ms h{h} {kind:?} {inside} -> {to} as {src:?}",
+                self.now / MS
+            );
+        }
+        let Some(src) = src else {
             return;
         };
         let latency = self.sites[site].latency;
@@ -600,7 +614,15 @@ impl World {
         match target {
             Target::Site(s) => {
                 let at = self.at(self.now).at;
-                let Some(inside) = self.sites[s].router.inbound(src, dst, at) else {
+                let inside = self.sites[s].router.inbound(src, dst, at);
+                if self.verbose {
+                    let kind = plexsphere_wire::reach::classify(datagram);
+                    eprintln!(
+                        "{} ms site {s} {kind:?} {src} -> {dst} in: {inside:?}",
+                        self.now / MS
+                    );
+                }
+                let Some(inside) = inside else {
                     return;
                 };
                 let host = self.sites[s]
