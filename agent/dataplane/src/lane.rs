@@ -18,7 +18,7 @@
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::ops::Range;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::batch::{PacketBatch, WG_OVERHEAD};
 use crate::codel::Codel;
@@ -192,6 +192,16 @@ impl Lane {
     /// True when the lane takes no more reads.
     pub(crate) fn is_full(&self) -> bool {
         self.bytes >= self.max_bytes || self.items >= self.max_items
+    }
+
+    /// How long the next read into the lane may wait: up to `poll` when the lane is empty
+    /// (nothing to work meanwhile), not at all when it holds work.
+    pub(crate) fn read_timeout(&self, poll: Duration) -> Duration {
+        if self.is_empty() {
+            poll
+        } else {
+            Duration::ZERO
+        }
     }
 
     #[cfg(test)]

@@ -220,11 +220,7 @@ fn drain_tun<T: Tun, U: Udp>(
 ) -> Result<(), LoopError> {
     while !lane.is_full() {
         let mut batch = lane.spare(|| PacketBatch::for_packets(s.batch));
-        let timeout = if lane.is_empty() {
-            s.poll
-        } else {
-            Duration::ZERO
-        };
+        let timeout = lane.read_timeout(s.poll);
         let n = s.tun.recv(&mut batch, timeout).map_err(LoopError::Tun)?;
         let more = n >= batch.max();
         if n == 0 {
@@ -317,11 +313,7 @@ fn drain_udp<T: Tun, U: Udp>(
 ) -> Result<(), LoopError> {
     while !lane.is_full() {
         let mut batch = lane.spare(|| PacketBatch::for_datagrams(s.batch));
-        let timeout = if lane.is_empty() {
-            s.poll
-        } else {
-            Duration::ZERO
-        };
+        let timeout = lane.read_timeout(s.poll);
         let n = udp.recv(&mut batch, timeout).map_err(LoopError::Udp)?;
         let more = n >= batch.max();
         if n == 0 {
