@@ -19,6 +19,8 @@
 //!   address or on its TCP link, held (a key rotation), or released (a relayed peer's
 //!   forwarder closes once it stayed without a path for [`FORWARDER_LINGER`]); a relay whose
 //!   transport changed has its peers carried anew (not those left without a path).
+//! - `sim` (tests only): a deterministic network of whole nodes behind routers of every NAT
+//!   kind, with STUN servers and the relay's own core (docs/reach.md "The simulator").
 //!
 //! The runtime hands the node what arrived (`handle_*`, the time last: a [`Now`], whose
 //! `at` the relay set and the schedule get) and then carries out the node's one output queue
