@@ -79,6 +79,8 @@ pub struct Host {
     reflexive: Vec<SocketAddr>,
     home_relay: Option<String>,
     wake: u64,
+    /// It started ([`World::boot_all`]): before, it is off and gets nothing.
+    booted: bool,
     /// Its TCP links, by relay.
     links: BTreeMap<usize, Link>,
     next_link: u64,
@@ -205,8 +207,8 @@ pub struct World {
     dirty: BTreeSet<usize>,
     control_due: bool,
     pub stats: Stats,
-    /// Print every datagram to and from a host (for a test being debugged).
-    pub verbose: bool,
+    /// Hosts whose datagrams and wakes are printed (for a test being debugged).
+    pub watch: Vec<usize>,
 }
 
 impl World {
@@ -234,7 +236,7 @@ impl World {
             dirty: BTreeSet::new(),
             control_due: false,
             stats: Stats::default(),
-            verbose: false,
+            watch: Vec::new(),
         };
         for (i, s) in w.stun.clone().into_iter().enumerate() {
             w.targets.insert(s.ip(), Target::Stun(i));
@@ -339,6 +341,7 @@ impl World {
             reflexive: Vec::new(),
             home_relay: None,
             wake: 0,
+            booted: false,
             links: BTreeMap::new(),
             next_link: 0,
         });
@@ -418,6 +421,7 @@ impl World {
     fn dispatch(&mut self, ev: Ev) {
         match ev {
             Ev::Boot { host } => {
+                self.hosts[host].booted = true;
                 let token = self.token(host);
                 let relays = self.relays.iter().map(|r| r.spec.clone()).collect();
                 let stun = self.stun.clone();
@@ -489,7 +493,7 @@ impl World {
         self.drain(h);
         let at = self.hosts[h].node.poll_timeout();
         let t = at.map_or(self.now + SECOND, |at| self.ns(at)).max(self.now);
-        if self.verbose {
+        if self.watch.contains(&h) {
             eprintln!("{} ms h{h} wakes at {} ms", self.now / MS, t / MS);
         }
         let host = &mut self.hosts[h];
@@ -552,6 +556,8 @@ impl World {
         for c in std::mem::take(&mut self.dirty) {
             affected.extend(self.hosts[c].wants.iter().copied());
         }
+        // A host that is not on yet gets its peers as they are when it starts.
+        affected.retain(|h| self.hosts[*h].booted);
         for h in affected {
             let peers = self.peers_of(h);
             self.input(h, move |n, now| {
@@ -571,11 +577,11 @@ impl World {
         let (inside, site) = (host.inside, host.router);
         let at = self.at(self.now).at;
         let src = self.sites[site].router.outbound(inside, to, at);
-        if self.verbose {
-            let kind = plexsphere_wire::reach::classify(&datagram);
+        if self.watch.contains(&h) {
             eprintln!(
-                "{} ms h{h} {kind:?} {inside} -> {to} as {src:?}",
-                self.now / MS
+                "{} ms h{h} {} {inside} -> {to} as {src:?}",
+                self.now / MS,
+                describe(&datagram)
             );
         }
         let Some(src) = src else {
@@ -615,11 +621,11 @@ impl World {
             Target::Site(s) => {
                 let at = self.at(self.now).at;
                 let inside = self.sites[s].router.inbound(src, dst, at);
-                if self.verbose {
-                    let kind = plexsphere_wire::reach::classify(datagram);
+                if self.sites[s].hosts.iter().any(|h| self.watch.contains(h)) {
                     eprintln!(
-                        "{} ms site {s} {kind:?} {src} -> {dst} in: {inside:?}",
-                        self.now / MS
+                        "{} ms site {s} {} {src} -> {dst} in: {inside:?}",
+                        self.now / MS,
+                        describe(datagram)
                     );
                 }
                 let Some(inside) = inside else {
@@ -630,7 +636,7 @@ impl World {
                     .iter()
                     .copied()
                     .find(|h| self.hosts[*h].inside == inside);
-                if let Some(h) = host {
+                if let Some(h) = host.filter(|h| self.hosts[*h].booted) {
                     self.input(h, |n, now| n.handle_datagram(datagram, src, now));
                 }
             }
@@ -865,6 +871,34 @@ impl World {
             }
             self.tcp_closed(h, r, "the host moved");
         }
+    }
+}
+
+/// A datagram in a line: its kind, and for a relay frame its type and whom it names.
+fn describe(datagram: &[u8]) -> String {
+    use plexsphere_wire::reach::{Kind, classify};
+    match classify(datagram) {
+        Kind::Relay => match Frame::from_datagram(datagram) {
+            Ok(Frame::Send { dst, payload }) => {
+                format!(
+                    "send to {:02x}{:02x} ({} bytes)",
+                    dst[0],
+                    dst[1],
+                    payload.len()
+                )
+            }
+            Ok(Frame::Recv { src, payload }) => {
+                format!(
+                    "recv from {:02x}{:02x} ({} bytes)",
+                    src[0],
+                    src[1],
+                    payload.len()
+                )
+            }
+            Ok(f) => format!("relay {f:?}").chars().take(40).collect(),
+            Err(_) => "relay ?".to_owned(),
+        },
+        kind => format!("{kind:?}"),
     }
 }
 
