@@ -55,3 +55,18 @@ fn a_thousand_nodes_end_on_their_expected_paths() {
         );
     }
 }
+
+/// Hundreds of nodes repeat byte for byte from their seed too: no order in the node, the relay's
+/// core or the world comes from a hash map's iteration (each map has a random state of its own).
+#[test]
+fn two_hundred_nodes_repeat_byte_for_byte() {
+    let run = || {
+        let mut w = random_world(5, 200, 8);
+        w.loss = 200;
+        w.run_until(10 * SECOND);
+        (w.trace(), w.stats.datagrams, w.stats.lost)
+    };
+    let first = run();
+    assert!(first.1 > 10_000, "the run sent something: {first:?}");
+    assert_eq!(first, run());
+}
