@@ -9,7 +9,7 @@
 //!
 //! | input | what the engine does |
 //! |---|---|
-//! | `Peers` | new peers: pair key, probe at once; changed endpoints: probe; gone peers: forgotten |
+//! | `Peers` | new peers: pair key, probe at once; changed endpoints: what relays said of the peer forgotten, probe; gone peers: forgotten |
 //! | `Relays` | the relays to fall back on, in the state's order |
 //! | `LocalAddrs`, `Reflexive`, `HomeRelay` | `Candidates` when they changed; probe every peer |
 //! | `NetworkChanged` | probe every peer |

@@ -171,6 +171,11 @@ impl Peer {
             reach.endpoints != self.reach.endpoints || reach.home_relay != self.reach.home_relay;
         if reach.endpoints != self.reach.endpoints {
             self.reset_punches();
+            // New endpoints: the peer runs (again) and reported them. What the relays said of
+            // it before (not registered: it had not started yet) is stale, and a probe through
+            // them times the punch; else its new candidates would be pinged untimed, before it
+            // sent to us (its input-accepting router would keep that ping's tuple).
+            self.gone.clear();
         }
         let mut next: Vec<Candidate> = Vec::new();
         for addr in reach.endpoints.iter().take(MAX_STATE_CANDIDATES) {

@@ -45,7 +45,8 @@ const SERVER_LATENCY: u64 = 5 * MS;
 /// seed.
 const ACCESS_LATENCY: u64 = 2 * MS;
 const ACCESS_SPREAD: u64 = 18 * MS;
-/// A node's reported candidates reach its peers' states this long after it reported them.
+/// A node's reported candidates reach its peers' states this long after it reported them (by
+/// default; [`World::control_delay`]).
 pub const CONTROL_DELAY: u64 = SECOND;
 /// A TCP connection to a dead relay fails after this long (`TCP_CONNECT`).
 const TCP_CONNECT: u64 = 5 * SECOND;
@@ -209,6 +210,8 @@ pub struct World {
     pub stats: Stats,
     /// Hosts whose datagrams and wakes are printed (for a test being debugged).
     pub watch: Vec<usize>,
+    /// How long the control plane takes to hand a node's new candidates to its peers.
+    pub control_delay: u64,
 }
 
 impl World {
@@ -237,6 +240,7 @@ impl World {
             control_due: false,
             stats: Stats::default(),
             watch: Vec::new(),
+            control_delay: CONTROL_DELAY,
         };
         for (i, s) in w.stun.clone().into_iter().enumerate() {
             w.targets.insert(s.ip(), Target::Stun(i));
@@ -362,6 +366,11 @@ impl World {
             let t = self.now + self.rng.next_u64() % spread.max(1);
             self.push(t, Ev::Boot { host: h });
         }
+    }
+
+    /// Host `h` starts at `t`.
+    pub fn boot_at(&mut self, h: usize, t: u64) {
+        self.push(t, Ev::Boot { host: h });
     }
 
     fn token(&self, h: usize) -> Vec<u8> {
@@ -534,7 +543,7 @@ impl World {
                         self.dirty.insert(h);
                         if !self.control_due {
                             self.control_due = true;
-                            self.push(self.now + CONTROL_DELAY, Ev::Control);
+                            self.push(self.now + self.control_delay, Ev::Control);
                         }
                     }
                 }

@@ -70,3 +70,19 @@ fn two_hundred_nodes_repeat_byte_for_byte() {
     assert!(first.1 > 10_000, "the run sent something: {first:?}");
     assert_eq!(first, run());
 }
+
+/// Two hundred nodes started over 5 s, the input-accepting pairs held to direct: every pair on
+/// its path well before a lost punch's quiet could end. Before a peer's new candidates cleared
+/// what the relays had said of it while it had not started, 6 such pairs were still relayed at
+/// 40 s (their first punch untimed).
+#[test]
+fn two_hundred_nodes_with_input_accepting_pairs_held_to_direct_end_on_their_paths() {
+    let mut w = random_world(1_000, 200, 8);
+    if let Err(lines) = w.converge(20 * SECOND, true, &any_relay) {
+        panic!(
+            "{} unmet: {:#?}",
+            lines.len(),
+            &lines[..lines.len().min(10)]
+        );
+    }
+}
