@@ -55,6 +55,11 @@ pub const RELAY_FRESH: Duration = Duration::from_secs(15);
 /// A relay that said a peer is not registered with it is not used for that peer this long
 /// (unless a pong comes through it).
 pub const GONE_HOLD: Duration = Duration::from_secs(30);
+/// How long a peer that every usable relay said is not registered (it has not started, or
+/// has not reached a relay yet) waits before its cold candidates are pinged untimed: a peer
+/// that starts within it reaches us through a relay first, and the punch is timed then
+/// (`punch`). A peer that runs but reaches no relay is pinged cold after it, as before.
+pub const GONE_WAIT: Duration = Duration::from_secs(10);
 /// Call-me-maybes a pair exchanges (either side's, each counted by both) without a direct
 /// candidate answering, after which neither pings the other's cold candidates for
 /// [`PUNCH_QUIET`] (`punch`): about two probe rounds of each side.

@@ -6,6 +6,7 @@
 //! service, mesh range, multicast or port 0), whether the state, a call-me-maybe or a ping's
 //! source names it.
 
+use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::time::Instant;
 
@@ -15,7 +16,7 @@ use plexsphere_wire::reach::disco::Message;
 use super::guard::Origin;
 use super::peer::{Dest, Peer};
 use super::{
-    Counters, DIRECT_PROBE_INTERVAL, Engine, HEARTBEAT_INTERVAL, MAX_PINGS_PER_SEC,
+    Counters, DIRECT_PROBE_INTERVAL, Engine, GONE_WAIT, HEARTBEAT_INTERVAL, MAX_PINGS_PER_SEC,
     MAX_PONGS_PER_SEC, PROBE_INTERVAL, RETRY_INTERVAL, Sealer,
 };
 use crate::reach::io::{Effect, Path, PeerReach};
@@ -100,8 +101,9 @@ impl Engine {
     pub(super) fn set_peers(&mut self, peers: Vec<PeerReach>, now: Instant, out: &mut Vec<Effect>) {
         let own = self.sealer.own;
         let wanted: Vec<PeerReach> = peers.into_iter().filter(|p| p.key != own).collect();
-        self.peers
-            .retain(|key, _| wanted.iter().any(|p| p.key == *key));
+        // A set, not the list: at 10k peers a change must not cost 10k x 10k comparisons.
+        let keys: HashSet<PublicKey> = wanted.iter().map(|p| p.key).collect();
+        self.peers.retain(|key, _| keys.contains(key));
         for mut reach in wanted {
             reach.endpoints = self.usable(std::mem::take(&mut reach.endpoints));
             let key = reach.key;
@@ -134,12 +136,14 @@ impl Engine {
     /// A probe round: a ping to every direct candidate that answers lately and through the
     /// relays [`Self::probe_relays`] names; the candidates that do not answer (cold) wait for
     /// the punch the relay's pong starts (`punch`). Without a relay to ping through,
-    /// cold candidates are pinged at once: nothing can time them.
+    /// cold candidates are pinged at once: nothing can time them; unless every relay said the
+    /// peer is not registered, within [`GONE_WAIT`] (`registering`).
     pub(super) fn probe(&mut self, key: PublicKey, now: Instant, out: &mut Vec<Effect>) {
         let Some(peer) = self.peers.get(&key) else {
             return;
         };
         let relays = self.probe_relays(peer);
+        let untimed = relays.is_empty() && !self.registering(peer, now);
         let Some(peer) = self.peers.get_mut(&key) else {
             return;
         };
@@ -147,7 +151,7 @@ impl Engine {
         let now_pinged: Vec<SocketAddr> = peer
             .candidates
             .iter()
-            .filter(|c| relays.is_empty() || c.alive(now))
+            .filter(|c| untimed || c.alive(now))
             .map(|c| c.addr)
             .collect();
         // Every round with a relay ends in a punch, cold candidates or not: its call-me-maybe
@@ -177,6 +181,22 @@ impl Engine {
         for dest in dests {
             post.ping(key, peer, dest);
         }
+    }
+
+    /// Whether a relay we could ping `peer` through said, within [`GONE_WAIT`], that the peer
+    /// is not registered: it has not started or not reached a relay yet. When it does, it comes
+    /// to us through a relay and the punch is timed then; until [`GONE_WAIT`] has passed its
+    /// cold candidates are not pinged untimed (found by the simulator: a peer whose candidates
+    /// reached us before it registered anywhere was pinged at once, and its input-accepting
+    /// router kept an entry of its own).
+    fn registering(&self, peer: &Peer, now: Instant) -> bool {
+        self.local.relays.iter().any(|s| {
+            !self.local.down.contains_key(&s.name)
+                && peer
+                    .gone
+                    .get(&s.name)
+                    .is_some_and(|at| now.saturating_duration_since(*at) < GONE_WAIT)
+        })
     }
 
     /// The relays a probe round goes through: the one the peer is on and its home relay when

@@ -28,7 +28,9 @@
 //! Without a relay to time through (none in the state, or all down or gone for the peer), cold
 //! candidates are pinged at once in the round, as nothing else can reach the peer. A peer that
 //! never answers through any relay (it does not know us yet) is not pinged cold at all until it
-//! does: an untimed ping is what poisons such routers.
+//! does: an untimed ping is what poisons such routers. Nor is a peer every relay said is not
+//! registered, for [`super::GONE_WAIT`] after the last said so (`Engine::registering`): it has
+//! not started, or not reached a relay yet, and when it does it comes to us through one.
 //!
 //! A punch that loses the race anyway (the direct path's one-way delay is shorter than the
 //! error of the timing) leaves such an entry, and every later punch would refresh it. So both

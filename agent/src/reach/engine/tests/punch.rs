@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::reach::engine::sim::{Net, is_direct, is_relay};
 use crate::reach::engine::sim_nat::{CONNTRACK_UDP, Router};
-use crate::reach::engine::{PROBE_INTERVAL, PUNCH_QUIET};
+use crate::reach::engine::{GONE_WAIT, PROBE_INTERVAL, PUNCH_QUIET};
 use crate::reach::io::{Effect, Path};
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -103,6 +103,57 @@ fn a_ping_from_a_moved_mapping_is_answered_where_it_came_from() {
     );
     let view = &net.nodes[1].engine.paths()[0];
     assert!(view.reason.starts_with("pong in"), "{view:?}");
+}
+
+/// Node 1 has not started: no relay knows it, and both say so (`PeerGone`). Its candidates
+/// are not pinged untimed within `GONE_WAIT` of the last such answer (found by the simulator:
+/// they were pinged at once, and node 1's accepting router kept an entry of its own, so the
+/// pair waited out the quiet once node 1 came up); when node 1 starts within it, the punch is
+/// timed through the relay and the pair goes direct on the mappings STUN saw. A peer that
+/// never registers is still pinged cold after `GONE_WAIT` (it may run and reach no relay).
+#[test]
+fn a_peer_no_relay_knows_yet_is_not_pinged_untimed_before_gone_wait() {
+    let direct_pings = |net: &Net, from: Duration, to: Duration| {
+        net.nodes[0]
+            .log
+            .iter()
+            .filter(|(at, e)| {
+                *at >= net.start + from
+                    && *at < net.start + to
+                    && matches!(e, Effect::SendDirect { .. })
+            })
+            .count()
+    };
+    let unstarted = || {
+        let mut net = Net::unintroduced([false, false], [accepting(0), accepting(1)]);
+        net.nodes[1].up.clear();
+        net.introduce(0);
+        net
+    };
+    // Node 1 starts 3 s in: registers at its home relay and learns of node 0.
+    let mut net = unstarted();
+    net.run(3 * SECOND);
+    assert_eq!(direct_pings(&net, Duration::ZERO, 3 * SECOND), 0);
+    net.connect(1, "r1");
+    net.introduce(1);
+    net.run_until(5 * SECOND, is_direct)
+        .expect("direct soon after node 1 started");
+    for i in 0..2 {
+        let want = net.public(1 - i).map(|endpoint| Path::Direct { endpoint });
+        assert_eq!(
+            Some(net.nodes[i].path.clone()),
+            want,
+            "node {i}: no mapping moved"
+        );
+    }
+    // Node 1 never starts: its candidates are pinged once GONE_WAIT has passed.
+    let mut net = unstarted();
+    net.run(GONE_WAIT + PROBE_INTERVAL + SECOND);
+    assert_eq!(direct_pings(&net, Duration::ZERO, GONE_WAIT), 0);
+    assert!(
+        direct_pings(&net, GONE_WAIT, GONE_WAIT + PROBE_INTERVAL + SECOND) > 0,
+        "pinged cold after GONE_WAIT"
+    );
 }
 
 /// Both behind accepting routers, and the routers in `poisoned` already hold an entry of their
