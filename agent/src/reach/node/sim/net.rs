@@ -86,9 +86,9 @@ impl Want {
 /// TCP (its peer over UDP); an endpoint-dependent mapping meets only a filter that lets in
 /// what its new port sends (a cone, or a routed host, which learns the port from the ping:
 /// peer-reflexive); everything else punches a direct path. `strict`: the input-accepting pairs
-/// of the table's last row go direct (the two-node simulations); else they may stay relayed
-/// for a quiet: in a large world a peer that started late can be pinged untimed once, while
-/// the relays still say it is gone (docs/reach.md "The simulator", still open).
+/// of the table's last row go direct (the two-node simulations, and the thousand nodes within
+/// a quiet's bound); else they may stay relayed, as a pair whose timed punch lost its race does
+/// until the quiet after it ends (docs/reach.md "The simulator").
 pub fn expected(own: NatKind, peer: NatKind, strict: bool) -> Want {
     use NatKind::*;
     if own == DropUdp {
