@@ -14,6 +14,19 @@ mod punch;
 
 const SECOND: Duration = Duration::from_secs(1);
 
+/// How many direct datagrams node `i` sent from `from` to `to` after the start.
+fn direct_pings(net: &Net, i: usize, from: Duration, to: Duration) -> usize {
+    net.nodes[i]
+        .log
+        .iter()
+        .filter(|(at, e)| {
+            *at >= net.start + from
+                && *at < net.start + to
+                && matches!(e, Effect::SendDirect { .. })
+        })
+        .count()
+}
+
 #[test]
 fn finds_the_direct_path_when_both_directions_pass() {
     let mut net = Net::new([false, false]);
@@ -46,17 +59,7 @@ fn stays_on_the_home_relay_when_direct_is_dropped_both_ways() {
         }
         // While relayed, the direct candidates are punched for on the schedule: two probe
         // rounds of each node, then the pair is quiet (`PUNCH_QUIET`), then it punches again.
-        let direct_pings = |from: Duration, to: Duration| {
-            net.nodes[0]
-                .log
-                .iter()
-                .filter(|(at, e)| {
-                    *at >= net.start + from
-                        && *at < net.start + to
-                        && matches!(e, Effect::SendDirect { .. })
-                })
-                .count()
-        };
+        let direct_pings = |from: Duration, to: Duration| direct_pings(&net, 0, from, to);
         assert!(
             direct_pings(Duration::ZERO, PROBE_INTERVAL + SECOND) >= 2,
             "{drops:?}"

@@ -7,6 +7,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
+use super::direct_pings;
 use crate::reach::engine::sim::{Net, is_direct, is_relay};
 use crate::reach::engine::sim_nat::{CONNTRACK_UDP, Router};
 use crate::reach::engine::{GONE_WAIT, PROBE_INTERVAL, PUNCH_QUIET};
@@ -19,6 +20,18 @@ const INTRODUCED_LATER: Duration = Duration::from_millis(300);
 
 fn wan(i: u8) -> IpAddr {
     IpAddr::from([203, 0, 113, 100 + i])
+}
+
+/// Both nodes direct to the address STUN saw for the other: no router moved a mapping.
+fn assert_direct_on_the_stun_mappings(net: &Net) {
+    for i in 0..2 {
+        let want = net.public(1 - i).map(|endpoint| Path::Direct { endpoint });
+        assert_eq!(
+            Some(net.nodes[i].path.clone()),
+            want,
+            "node {i}: no mapping moved"
+        );
+    }
 }
 
 fn accepting(i: u8) -> Option<Router> {
@@ -41,14 +54,7 @@ fn behind_two_input_accepting_routers_the_timed_punch_finds_the_direct_path() {
         .run_until(10 * SECOND, is_direct)
         .expect("direct within 10 s");
     assert!(took < SECOND, "the first punch passes: {took:?}");
-    for i in 0..2 {
-        let want = net.public(1 - i).map(|endpoint| Path::Direct { endpoint });
-        assert_eq!(
-            Some(net.nodes[i].path.clone()),
-            want,
-            "node {i}: no mapping moved"
-        );
-    }
+    assert_direct_on_the_stun_mappings(&net);
     // And it holds: heartbeats pass both routers.
     net.run(20 * SECOND);
     assert!(is_direct(&net.nodes[0].path) && is_direct(&net.nodes[1].path));
@@ -113,17 +119,7 @@ fn a_ping_from_a_moved_mapping_is_answered_where_it_came_from() {
 /// never registers is still pinged cold after `GONE_WAIT` (it may run and reach no relay).
 #[test]
 fn a_peer_no_relay_knows_yet_is_not_pinged_untimed_before_gone_wait() {
-    let direct_pings = |net: &Net, from: Duration, to: Duration| {
-        net.nodes[0]
-            .log
-            .iter()
-            .filter(|(at, e)| {
-                *at >= net.start + from
-                    && *at < net.start + to
-                    && matches!(e, Effect::SendDirect { .. })
-            })
-            .count()
-    };
+    let direct_pings = |net: &Net, from: Duration, to: Duration| direct_pings(net, 0, from, to);
     let unstarted = || {
         let mut net = Net::unintroduced([false, false], [accepting(0), accepting(1)]);
         net.nodes[1].up.clear();
@@ -138,14 +134,7 @@ fn a_peer_no_relay_knows_yet_is_not_pinged_untimed_before_gone_wait() {
     net.introduce(1);
     net.run_until(5 * SECOND, is_direct)
         .expect("direct soon after node 1 started");
-    for i in 0..2 {
-        let want = net.public(1 - i).map(|endpoint| Path::Direct { endpoint });
-        assert_eq!(
-            Some(net.nodes[i].path.clone()),
-            want,
-            "node {i}: no mapping moved"
-        );
-    }
+    assert_direct_on_the_stun_mappings(&net);
     // Node 1 never starts: its candidates are pinged once GONE_WAIT has passed.
     let mut net = unstarted();
     net.run(GONE_WAIT + PROBE_INTERVAL + SECOND);
