@@ -232,6 +232,7 @@ fn a_ping_crosses_the_mesh_on_a_direct_path_and_then_through_a_relay() {
             hostname: spec(other).hostname,
             endpoints: spec(other).endpoints,
             home_relay: Some("r1".into()),
+            routes: Vec::new(),
         }]);
         rt.perform(Effect::SetPath {
             peer: key(other),

@@ -44,6 +44,10 @@ pub struct PeerReach {
     pub endpoints: Vec<SocketAddr>,
     /// The relay the peer keeps a connection to, if it reported one.
     pub home_relay: Option<String>,
+    /// The subnet routes this node reaches through the peer (its allowed IPs beyond its mesh
+    /// addresses, without the exit's `/0`): an address inside one is reached through the
+    /// mesh, so it is no direct candidate of any peer (the engine's `routed`).
+    pub routes: Vec<ipnet::IpNet>,
 }
 
 #[derive(Debug, Clone)]

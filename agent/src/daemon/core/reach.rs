@@ -36,6 +36,14 @@ pub fn peer_reach(p: &PeerSpec) -> Option<PeerReach> {
         hostname: p.hostname.clone(),
         endpoints: p.endpoints.clone(),
         home_relay: p.home_relay.clone(),
+        // Not the mesh addresses (the mesh range is no candidate anyway) nor the exit's
+        // default routes (plexd's own datagrams are marked past the exit's table).
+        routes: p
+            .allowed_ips
+            .iter()
+            .filter(|n| n.prefix_len() > 0 && !n.contains(&p.mesh_ip))
+            .copied()
+            .collect(),
     })
 }
 

@@ -132,6 +132,11 @@ pub struct Engine {
     secret: [u8; 32],
     /// The Domain's mesh range: never a candidate (`plexsphere_wire::endpoint`).
     mesh: IpNet,
+    /// The subnet routes this node reaches through its peers (`PeerReach::routes`): an
+    /// address inside one would be reached through the mesh itself, so it is no candidate
+    /// (`Engine::may_send`), unless one of our own addresses is in it too (our own LAN, which
+    /// the kernel reaches directly: plexd leaves a connected route in place).
+    routed: Vec<IpNet>,
     sealer: Sealer,
     peers: BTreeMap<PublicKey, Peer>,
     local: Local,
@@ -148,6 +153,7 @@ impl Engine {
         Self {
             secret,
             mesh,
+            routed: Vec::new(),
             sealer: Sealer {
                 own: plexsphere_wire::reach::public_key(&secret),
                 rng,

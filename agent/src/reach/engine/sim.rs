@@ -180,6 +180,7 @@ impl Net {
                 _ => vec![self.nodes[i].addr, SocketAddr::from(([10, 9, 9, 9], 51820))],
             },
             home_relay: home.map(str::to_owned),
+            routes: Vec::new(),
         }
     }
 

@@ -85,6 +85,7 @@ fn kernel_mode_makes_a_direct_path_the_kernel_peer_s_endpoint_and_relays_through
         hostname: "peer".into(),
         endpoints: vec![],
         home_relay: None,
+        routes: Vec::new(),
     }]);
     let last = || lock(&set).last().copied();
 
@@ -254,6 +255,7 @@ fn relayed_peer(rt: &Runtime, transport: Transport) -> PublicKey {
         hostname: "peer".into(),
         endpoints: vec![],
         home_relay: Some("r1".into()),
+        routes: Vec::new(),
     }]);
     rt.perform(Effect::SetPath {
         peer,

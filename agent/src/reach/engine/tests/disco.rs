@@ -440,3 +440,61 @@ fn a_forged_ping_from_a_new_address_adds_no_candidate() {
     assert!(peer.candidate(spoofed).is_none(), "learned a forged source");
     assert_eq!(a.engine.counters().unauthentic, 2);
 }
+
+/// A peer's address inside a subnet route this node reaches through another peer would be a
+/// "direct" path through that router's tunnel (WireGuard inside WireGuard, gone with the
+/// router): it is neither pinged nor answered. With one of our own addresses in the route (our
+/// own LAN, which the kernel reaches directly) it is a candidate like any other.
+#[test]
+fn an_address_this_node_routes_through_the_mesh_is_no_candidate() {
+    let net = Net::new([false, false]);
+    let lan = SocketAddr::from(([10, 200, 2, 7], 51820));
+    let mut peer = net.spec(1, None);
+    let public = peer.endpoints[0];
+    peer.endpoints = vec![lan, public];
+    let mut router = peer.clone();
+    router.key = key_of(3);
+    router.node_id = uuid::Uuid::from_u128(3);
+    router.endpoints = vec![SocketAddr::from(([198, 51, 100, 3], 51820))];
+    router.routes = vec!["10.200.2.0/24".parse().expect("net")];
+    let sent_to = |out: &[Effect], to: SocketAddr| {
+        out.iter()
+            .filter(|e| matches!(e, Effect::SendDirect { to: t, .. } if *t == to))
+            .count()
+    };
+
+    let mut e = engine(1);
+    let now = net.at();
+    let out = e.step(Input::Peers(vec![peer.clone(), router.clone()]), now);
+    assert!(
+        sent_to(&out, public) > 0,
+        "the public candidate is pinged: {out:?}"
+    );
+    assert_eq!(sent_to(&out, lan), 0, "the routed one is not");
+    // Nor is a ping answered or learned from inside the route (the router's masquerade of
+    // the peer's own ping through its tunnel).
+    let pair = PairKey::new(&shared_secret(&secret(2), &public_key(&secret(1))));
+    let tunnelled = SocketAddr::from(([10, 200, 2, 10], 51820));
+    let ping = pair.seal(&key_of(2), 1, &Message::Ping { tx: [7; 12] });
+    let unusable = e.counters().unusable;
+    let out = e.step(
+        Input::DiscoDirect {
+            from: tunnelled,
+            datagram: ping,
+        },
+        now,
+    );
+    assert_eq!(
+        sent_to(&out, tunnelled),
+        0,
+        "answered through the tunnel: {out:?}"
+    );
+    assert_eq!(e.counters().unusable, unusable + 1);
+
+    // On that LAN ourselves: the peer's LAN address is reached directly.
+    let mut e = engine(1);
+    let own = SocketAddr::from(([10, 200, 2, 9], 51820));
+    e.step(Input::LocalAddrs(vec![own]), now);
+    let out = e.step(Input::Peers(vec![peer, router]), now);
+    assert!(sent_to(&out, lan) > 0, "{out:?}");
+}

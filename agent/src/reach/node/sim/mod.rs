@@ -400,6 +400,7 @@ impl World {
             hostname: format!("h{p}"),
             endpoints,
             home_relay: host.home_relay.clone(),
+            routes: Vec::new(),
         }
     }
 

@@ -196,6 +196,7 @@ fn a_key_rotation_starts_the_engine_over_registers_again_and_hands_over_the_addr
         hostname: "peer".into(),
         endpoints: vec![],
         home_relay: None,
+        routes: Vec::new(),
     }]));
     assert_eq!(
         rig.pass()[..2],

@@ -30,6 +30,7 @@ pub(super) fn peer(secret: u8, endpoints: Vec<SocketAddr>) -> PeerReach {
         hostname: format!("peer{secret}"),
         endpoints,
         home_relay: None,
+        routes: Vec::new(),
     }
 }
 
