@@ -3,8 +3,9 @@
 //! per-peer budget ([`MAX_PINGS_PER_SEC`], [`MAX_PONGS_PER_SEC`]); every answer to a message
 //! through its source's budget first (`guard`). An address is a candidate only when
 //! peers may send to it (`plexsphere_wire::endpoint`: no loopback, link-local, metadata
-//! service, mesh range, multicast or port 0), whether the state, a call-me-maybe or a ping's
-//! source names it.
+//! service, mesh range, multicast or port 0) and this node would not reach it through the
+//! mesh (a subnet route a peer serves, `Engine::may_send`), whether the state, a call-me-maybe
+//! or a ping's source names it.
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -305,7 +306,8 @@ impl Engine {
         let answers = !matches!(message, Message::Pong { .. });
         if answers && !self.may_send(from) {
             // Nothing is answered to, learned from or punched for an address peers may not
-            // send to (a spoofed 169.254.169.254, loopback, the mesh range).
+            // send to (a spoofed 169.254.169.254, loopback, the mesh range) or that this node
+            // reaches through the mesh (a router's masquerade of a ping it tunnelled).
             self.counters.unusable += 1;
             return;
         }
