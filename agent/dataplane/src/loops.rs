@@ -218,10 +218,36 @@ fn drain_tun<T: Tun, U: Udp>(
     lane: &mut Lane,
     out: &mut PacketBatch,
 ) -> Result<(), LoopError> {
+    drain(
+        s,
+        lane,
+        || PacketBatch::for_packets(s.batch),
+        |batch, timeout| s.tun.recv(batch, timeout).map_err(LoopError::Tun),
+        |batch, now| {
+            take_urgent(batch, is_urgent_packet, |p, _, _| {
+                s.device.handle_tun(now, [p], Crypto::Inline(&mut *out))
+            });
+            send(s, &*(s.udp)(), out)?;
+            out.clear();
+            Ok(())
+        },
+    )
+}
+
+/// The read loop both directions share: reads into a spare batch of the lane until the lane is
+/// full or a read comes back short (with the queue off: one read), waiting (up to the poll
+/// interval) only when the lane is empty; with priority, `urgent` handles each read's urgent
+/// packets before the batch joins the lane.
+fn drain<T: Tun, U: Udp>(
+    s: &Loop<'_, T, U>,
+    lane: &mut Lane,
+    fresh: impl Fn() -> PacketBatch,
+    mut read: impl FnMut(&mut PacketBatch, Duration) -> Result<usize, LoopError>,
+    mut urgent: impl FnMut(&mut PacketBatch, Instant) -> Result<(), LoopError>,
+) -> Result<(), LoopError> {
     while !lane.is_full() {
-        let mut batch = lane.spare(|| PacketBatch::for_packets(s.batch));
-        let timeout = lane.read_timeout(s.poll);
-        let n = s.tun.recv(&mut batch, timeout).map_err(LoopError::Tun)?;
+        let mut batch = lane.spare(&fresh);
+        let n = read(&mut batch, lane.read_timeout(s.poll))?;
         let more = n >= batch.max();
         if n == 0 {
             lane.give_back(batch);
@@ -229,11 +255,7 @@ fn drain_tun<T: Tun, U: Udp>(
         }
         let now = Instant::now();
         if s.queue.priority() {
-            take_urgent(&mut batch, is_urgent_packet, |p, _, _| {
-                s.device.handle_tun(now, [p], Crypto::Inline(&mut *out))
-            });
-            send(s, &*(s.udp)(), out)?;
-            out.clear();
+            urgent(&mut batch, now)?;
         }
         lane.push(batch, now);
         if !more || !s.queue.enabled {
@@ -311,18 +333,13 @@ fn drain_udp<T: Tun, U: Udp>(
     to_network: &mut PacketBatch,
     to_tun: &mut PacketBatch,
 ) -> Result<(), LoopError> {
-    while !lane.is_full() {
-        let mut batch = lane.spare(|| PacketBatch::for_datagrams(s.batch));
-        let timeout = lane.read_timeout(s.poll);
-        let n = udp.recv(&mut batch, timeout).map_err(LoopError::Udp)?;
-        let more = n >= batch.max();
-        if n == 0 {
-            lane.give_back(batch);
-            break;
-        }
-        let now = Instant::now();
-        if s.queue.priority() {
-            take_urgent(&mut batch, is_urgent_datagram, |d, from, local| {
+    drain(
+        s,
+        lane,
+        || PacketBatch::for_datagrams(s.batch),
+        |batch, timeout| udp.recv(batch, timeout).map_err(LoopError::Udp),
+        |batch, now| {
+            take_urgent(batch, is_urgent_datagram, |d, from, local| {
                 if let Some((d, from)) = wireguard(s, d, from) {
                     s.device.handle_udp(
                         now,
@@ -332,14 +349,9 @@ fn drain_udp<T: Tun, U: Udp>(
                     );
                 }
             });
-            flush(s, udp, to_network, to_tun)?;
-        }
-        lane.push(batch, now);
-        if !more || !s.queue.enabled {
-            break;
-        }
-    }
-    Ok(())
+            flush(s, udp, to_network, to_tun)
+        },
+    )
 }
 
 /// Reads the socket, opens, writes the TUN; see the module docs.
