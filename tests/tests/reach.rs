@@ -60,8 +60,9 @@ fn relayed_over(transport: &'static str) -> impl Fn(&PeerPath) -> bool {
     move |p| p.is_relayed_over(transport) && p.relay.is_some()
 }
 
-/// Node `from` carries its peer `to`, relayed over UDP, inside its userspace data plane: the
-/// peer's WireGuard endpoint is a relay endpoint, not a loopback forwarder (127.0.0.1).
+/// Node `from` carries its peer `to`, relayed (over UDP or on a relay's TCP/TLS link), inside
+/// its userspace data plane: the peer's WireGuard endpoint is a relay endpoint, not a loopback
+/// forwarder (127.0.0.1).
 /// Waits until each node's path to the other is relayed over UDP.
 fn wait_relayed_over_udp_both_ways(lab: &ReachLab) {
     for (from, to) in [(0, 1), (1, 0)] {
@@ -80,7 +81,7 @@ fn no_forwarder(lab: &ReachLab, from: usize, to: usize) {
     let p = lab.path(from, to).unwrap().unwrap();
     assert!(
         p.is_relayed_in_data_plane() && !p.wg_endpoint.is_some_and(|e| e.ip().is_loopback()),
-        "node {from}'s peer {to} relayed over UDP without a loopback forwarder: {p:?}"
+        "node {from}'s peer {to} relayed inside the data plane, without a loopback forwarder: {p:?}"
     );
 }
 
@@ -226,8 +227,9 @@ fn one_behind_a_udp_dropping_router_is_relayed_over_tcp() {
     lab.wait_path(1, 0, "relayed over UDP", PATH_BOUND, relayed_over("udp"))
         .unwrap();
     mesh_carries_traffic(&lab);
-    // Node 1's leg is UDP: inside its data plane. Node 0's is TCP: a forwarder carries it.
+    // Both legs inside the data planes: node 1's over UDP, node 0's on its TLS link.
     no_forwarder(&lab, 1, 0);
+    no_forwarder(&lab, 0, 1);
     let id = lab.nodes[0].host.identity().unwrap().0;
     let out = lab
         .plexctl_ok(&["node", "get", &id, "--output", "json"])

@@ -30,6 +30,7 @@ pub mod linux;
 pub mod pool;
 pub mod probe;
 pub mod relay;
+pub mod relay_link;
 pub mod runner;
 #[cfg(unix)]
 pub mod uapi_server;
@@ -75,6 +76,7 @@ pub use peer::{DeviceSnapshot, PeerSnapshot};
 pub use policy::{PolicyDrops, PolicyFilter, PolicyReader};
 pub use probe::{ProbeError, ProbeReport, Prober, Verdict};
 pub use relay::{RelayError, RelayTable};
+pub use relay_link::{LinkDoor, LinkInbox, LinkQueue};
 pub use side::{RawSender, SideSink};
 pub use source::Source;
 pub use udp_offload::{UdpOffloadState, UdpOffloadSwitch};

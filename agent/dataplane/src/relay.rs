@@ -22,8 +22,12 @@
 //!   endpoint of its source prefix as the source. The device answers there, so replies go back
 //!   through the same relay. Everything else (control frames, disco, frames from any other
 //!   address) goes to the side channel as before.
+//! - **Over TCP/TLS**: a slot may hold a relay link's queue instead of a UDP address; its
+//!   datagrams leave the batch into that queue and its `recv`s come in through the link's
+//!   reader (`crate::relay_link`).
 //! - **Trust**: the table holds only the relays the reach runtime put there (those it uses for
-//!   a relayed peer over UDP; [`RelayTable::retain`] drops the others). WireGuard authenticates
+//!   a relayed peer over UDP; [`RelayTable::retain`] drops the others; a link's slot is free
+//!   once the link closed). WireGuard authenticates
 //!   the inner datagram; the device also refuses one whose peer is not the one the `recv`
 //!   names (`Device::datagram`: counted in `Counters::relay_misnamed`), so a frame naming peer
 //!   A that carries peer B's datagram cannot move B's endpoint to the relay's A path.
@@ -33,12 +37,13 @@
 
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use plexsphere_wire::reach::relay::{KeyPrefix, UDP_DATA_HEAD, parse_recv, write_send_head};
 
 use crate::batch::PacketBatch;
 use crate::io::Udp;
+use crate::relay_link::LinkQueue;
 use crate::side::is_wireguard;
 
 /// The bytes a relay `send` or `recv` head puts in front of a WireGuard datagram over UDP.
@@ -58,6 +63,8 @@ pub enum RelayError {
     Full,
     #[error("{0} is a relay endpoint, not a relay's UDP address")]
     NotARelay(SocketAddr),
+    #[error("the relay link closed")]
+    Closed,
 }
 
 /// The relay endpoint for relay slot `slot` and node-key prefix `prefix`.
@@ -109,11 +116,39 @@ pub struct RelayCounters {
     pub gone: AtomicU64,
 }
 
+/// Where a relay slot's datagrams go.
+#[derive(Debug, Clone)]
+enum Slot {
+    /// To the relay's UDP address, from the data plane's socket.
+    Udp(SocketAddr),
+    /// Into the queue of the relay's TCP/TLS link (`crate::relay_link`).
+    Link(Arc<LinkQueue>),
+}
+
+impl Slot {
+    fn is_udp(&self, addr: SocketAddr) -> bool {
+        matches!(self, Slot::Udp(a) if *a == addr)
+    }
+
+    fn is_link(&self, link: &LinkQueue) -> bool {
+        matches!(self, Slot::Link(q) if std::ptr::eq(Arc::as_ptr(q), link))
+    }
+
+    /// A closed link's slot is as good as free.
+    fn is_free(slot: &Option<Slot>) -> bool {
+        match slot {
+            None => true,
+            Some(Slot::Link(q)) => q.is_closed(),
+            Some(Slot::Udp(_)) => false,
+        }
+    }
+}
+
 /// The relays the data plane frames for; see the module docs.
 #[derive(Debug, Default)]
 pub struct RelayTable {
     /// Slot = index; None: free (a relay the runtime no longer uses).
-    slots: RwLock<Vec<Option<SocketAddr>>>,
+    slots: RwLock<Vec<Option<Slot>>>,
     pub counters: RelayCounters,
 }
 
@@ -146,22 +181,57 @@ impl RelayTable {
         result
     }
 
+    /// The endpoint "through the relay link `link` (TCP/TLS) to the node whose key starts
+    /// with `prefix`"; the link gets a slot (kept if it has one). A closed link has none.
+    pub fn link_endpoint(
+        &self,
+        link: &Arc<LinkQueue>,
+        prefix: &KeyPrefix,
+    ) -> Result<SocketAddr, RelayError> {
+        if link.is_closed() {
+            return Err(RelayError::Closed);
+        }
+        let slot = self.slot(|s| s.is_link(link), || Slot::Link(link.clone()))?;
+        Ok(endpoint(slot, prefix))
+    }
+
+    /// The relay endpoint of a `recv` from `src` that came over `link`; None when the link
+    /// has no slot (its peers are not carried here).
+    pub(crate) fn link_source(&self, link: &LinkQueue, src: &KeyPrefix) -> Option<SocketAddr> {
+        let slot = self
+            .slots
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .position(|s| s.as_ref().is_some_and(|s| s.is_link(link)))?;
+        (!link.is_closed()).then(|| endpoint(slot as u16, src))
+    }
+
     /// The slot of `relay`, added if the table does not hold it.
     fn add(&self, relay: SocketAddr) -> Result<u16, RelayError> {
         let relay = plexsphere_wire::endpoint::canonical(relay);
         if is_relay_endpoint(relay) {
             return Err(RelayError::NotARelay(relay));
         }
+        self.slot(|s| s.is_udp(relay), || Slot::Udp(relay))
+    }
+
+    /// The slot `is` finds, else a free one given `make()`'s slot.
+    fn slot(
+        &self,
+        is: impl Fn(&Slot) -> bool,
+        make: impl FnOnce() -> Slot,
+    ) -> Result<u16, RelayError> {
         let mut slots = self.slots.write().unwrap_or_else(PoisonError::into_inner);
-        let slot = match slots.iter().position(|s| *s == Some(relay)) {
+        let slot = match slots.iter().position(|s| s.as_ref().is_some_and(&is)) {
             Some(i) => i,
-            None => match slots.iter().position(Option::is_none) {
+            None => match slots.iter().position(Slot::is_free) {
                 Some(i) => {
-                    slots[i] = Some(relay);
+                    slots[i] = Some(make());
                     i
                 }
                 None if slots.len() < MAX_RELAYS => {
-                    slots.push(Some(relay));
+                    slots.push(Some(make()));
                     slots.len() - 1
                 }
                 None => return Err(RelayError::Full),
@@ -171,12 +241,13 @@ impl RelayTable {
         Ok(slot as u16)
     }
 
-    /// Keeps only the relays in `keep`: frames from the others are no longer unwrapped, and
-    /// datagrams for their endpoints are dropped (counted in `gone`).
+    /// Keeps only the relays over UDP in `keep` (links stay until they close): frames from
+    /// the others are no longer unwrapped, and datagrams for their endpoints are dropped
+    /// (counted in `gone`).
     pub fn retain(&self, keep: &[SocketAddr]) {
         let mut slots = self.slots.write().unwrap_or_else(PoisonError::into_inner);
         for s in slots.iter_mut() {
-            if let Some(addr) = *s
+            if let Some(Slot::Udp(addr)) = *s
                 && !keep
                     .iter()
                     .any(|k| plexsphere_wire::endpoint::canonical(*k) == addr)
@@ -186,14 +257,16 @@ impl RelayTable {
         }
     }
 
-    /// The relays in the table.
+    /// The relays over UDP in the table.
     pub fn relays(&self) -> Vec<SocketAddr> {
         self.slots
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
-            .flatten()
-            .copied()
+            .filter_map(|s| match s {
+                Some(Slot::Udp(a)) => Some(*a),
+                _ => None,
+            })
             .collect()
     }
 
@@ -214,45 +287,50 @@ impl RelayTable {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
-            .position(|s| *s == Some(from))?;
+            .position(|s| s.as_ref().is_some_and(|s| s.is_udp(from)))?;
         self.counters.unwrapped.fetch_add(1, Ordering::Relaxed);
         Some((inner, endpoint(slot as u16, &src)))
     }
 
     /// Frames every datagram of `batch` addressed to a relay endpoint for its relay, in place
-    /// (see the module docs); one whose relay is gone, or whose slot has no room for the
-    /// head, is dropped. Call it on every batch of the device's output before it is sent.
+    /// (see the module docs); one for a relay link leaves the batch into the link's queue; one
+    /// whose relay is gone, or whose slot has no room for the head, is dropped. Call it on
+    /// every batch of the device's output before it is sent.
     pub fn frame(&self, batch: &mut PacketBatch) {
         if !(0..batch.len()).any(|i| is_relay_endpoint(batch.addr(i))) {
             return;
         }
-        let slots = self
-            .slots
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        let mut dropped = false;
+        let slots = self.slots.read().unwrap_or_else(PoisonError::into_inner);
+        let mut taken = false;
         for i in 0..batch.len() {
             let Some((slot, prefix)) = decode(batch.addr(i)) else {
                 continue;
             };
-            let relay = slots.get(usize::from(slot)).copied().flatten();
             let mut head = [0u8; RELAY_HEAD];
             write_send_head(&mut head, &prefix);
-            match relay {
-                // The device's output slots hold one datagram each (no GSO segments).
-                Some(relay) if batch.segment(i) == 0 && batch.prepend(i, &head) => {
-                    batch.set_addr(i, relay);
+            // The device's output slots hold one datagram each (no GSO segments).
+            let whole = batch.segment(i) == 0;
+            match slots.get(usize::from(slot)).and_then(Option::as_ref) {
+                Some(Slot::Udp(relay)) if whole && batch.prepend(i, &head) => {
+                    batch.set_addr(i, *relay);
                     self.counters.framed.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                Some(Slot::Link(link)) if whole && !link.is_closed() => {
+                    // Counted by the link's queue (queued or dropped when full).
+                    if link.push_send(&prefix, batch.get(i)) {
+                        self.counters.framed.fetch_add(1, Ordering::Relaxed);
+                    }
                 }
                 _ => {
-                    batch.truncate(i, 0);
                     self.counters.gone.fetch_add(1, Ordering::Relaxed);
-                    dropped = true;
                 }
             }
+            batch.truncate(i, 0);
+            taken = true;
         }
-        if dropped {
+        drop(slots);
+        if taken {
             batch.retain_nonempty();
         }
     }

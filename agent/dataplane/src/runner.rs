@@ -19,16 +19,18 @@ use plexsphere_wire::clock::Now;
 
 use crate::batch::{DEFAULT_BATCH, PacketBatch};
 use crate::config::DeviceUpdate;
-use crate::device::Device;
+use crate::device::{Crypto, Device};
 use crate::io::{Tun, Udp, UdpBind};
 pub use crate::loops::QueueConfig;
 use crate::loops::{self, Loop, LoopError, LoopFn};
 use crate::machine::Protocol;
 use crate::pool::CryptoPool;
 use crate::relay::send_framed;
+use crate::relay_link::{LinkDeliver, LinkDoor, LinkInbox, LinkQueue};
 pub use crate::shutdown::Shutdown;
 use crate::side::{RawSender, SideSink};
 use crate::uapi::{self, EADDRINUSE, EINVAL, Request};
+use plexsphere_wire::reach::relay::KeyPrefix;
 
 /// The slot size of the timer thread's output (any handshake or keepalive message fits).
 const TIMER_SLOT: usize = 256;
@@ -61,6 +63,9 @@ pub struct RunConfig {
     /// switches the device to plexd's own protocol implementation, whose keys can leave the
     /// peer's lock (`crate::machine::Protocol::Plexd`).
     pub crypto_workers: usize,
+    /// Set to this runner when it starts, so relay links' readers hand it what they read for
+    /// relayed peers (`crate::relay_link`).
+    pub links: Option<LinkDoor>,
 }
 
 impl Default for RunConfig {
@@ -75,6 +80,7 @@ impl Default for RunConfig {
             queue: QueueConfig::default(),
             nice: None,
             crypto_workers: 0,
+            links: None,
         }
     }
 }
@@ -172,6 +178,43 @@ impl<T: Tun, B: UdpBind> Shared<T, B> {
     }
 }
 
+impl<T: Tun, B: UdpBind> LinkDeliver for Shared<T, B> {
+    fn source(&self, link: &LinkQueue, src: &KeyPrefix) -> Option<std::net::SocketAddr> {
+        self.device.relays().link_source(link, src)
+    }
+
+    fn deliver(&self, inbox: &mut LinkInbox) {
+        if self.shutdown.is_triggered() {
+            return;
+        }
+        let LinkInbox {
+            datagrams,
+            to_network,
+            to_tun,
+        } = inbox;
+        to_network.clear();
+        to_tun.clear();
+        self.device.handle_udp(
+            Instant::now(),
+            datagrams.iter().map(|(d, from)| (d, from, None)),
+            to_network,
+            Crypto::Inline(to_tun),
+        );
+        // The packet threads notice a failing device and stop the runner; a relay link's
+        // reader only drops what it could not hand over.
+        if !to_tun.is_empty()
+            && let Err(e) = self.tun.send(to_tun)
+        {
+            tracing::debug!(error = %e, "cannot write relayed packets to the TUN");
+        }
+        if !to_network.is_empty()
+            && let Err(e) = send_framed(self.device.relays(), &*self.udp(), to_network)
+        {
+            tracing::debug!(error = %e, "cannot send the answers to relayed datagrams");
+        }
+    }
+}
+
 /// Runs the data plane until `shutdown` fires or a device fails; see the module docs.
 pub fn run<T, B>(
     device: Arc<Device>,
@@ -229,6 +272,11 @@ where
         config,
         shutdown: shutdown.clone(),
     });
+
+    if let Some(door) = &shared.config.links {
+        let plane: Arc<dyn LinkDeliver> = shared.clone();
+        door.set(Arc::downgrade(&plane));
+    }
 
     type Job<T, B> = fn(&Shared<T, B>) -> Result<(), RunError>;
     let jobs: [(&str, Job<T, B>); 3] = [

@@ -20,7 +20,8 @@ use plexd_dataplane::linux::{LinuxTun, LinuxUdpBinder, SwitchedBinder};
 use plexd_dataplane::runner::{self, RunConfig, Shutdown};
 use plexd_dataplane::uapi_server::socket_path;
 use plexd_dataplane::{
-    Device, DeviceUpdate, PeerUpdate, PolicyFilter, RawSender, SecretKey, UdpOffloadSwitch,
+    Device, DeviceUpdate, LinkDoor, LinkQueue, PeerUpdate, PolicyFilter, RawSender, SecretKey,
+    UdpOffloadSwitch,
 };
 
 use super::diff::{LiveConfig, MeshUpdate, PeerOp, PublicKey};
@@ -199,6 +200,8 @@ impl Control for DirectControl {
 /// it (`update_only`: a peer the diff has not added yet is not created).
 struct DeviceEndpoints {
     device: Arc<Device>,
+    /// The runner's door for relay links' readers (`plexd_dataplane::relay_link`).
+    door: LinkDoor,
 }
 
 impl PathControl for DeviceEndpoints {
@@ -228,6 +231,21 @@ impl PathControl for DeviceEndpoints {
 
     fn set_relays(&self, relays: &[std::net::SocketAddr]) -> io::Result<()> {
         self.device.relays().set(relays).map_err(io::Error::other)
+    }
+
+    fn link_endpoint(
+        &self,
+        link: &Arc<LinkQueue>,
+        peer: PublicKey,
+    ) -> io::Result<Option<std::net::SocketAddr>> {
+        self.device
+            .relay_link_endpoint(link, &peer)
+            .map(Some)
+            .map_err(io::Error::other)
+    }
+
+    fn link_door(&self) -> Option<LinkDoor> {
+        Some(self.door.clone())
     }
 
     fn handshakes(&self) -> io::Result<Vec<(PublicKey, Option<SystemTime>)>> {
@@ -270,6 +288,7 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError
     // The reach runtime first: the data plane hands it the socket's other datagrams from the
     // start, and its sends go out of the data plane's socket once that is bound.
     let raw = RawSender::new();
+    let door = LinkDoor::new();
     let reach = if cfg.reach.enabled {
         let port = {
             let d = device.clone();
@@ -283,6 +302,7 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError
             wg_port: Box::new(port),
             control: Box::new(DeviceEndpoints {
                 device: device.clone(),
+                door: door.clone(),
             }),
             local_addrs: node.local_addrs(),
             tls: node.relay_tls(),
@@ -306,6 +326,7 @@ pub fn open(cfg: &WireguardConfig, node: &NodeSetup) -> Result<WgMesh, OpenError
             uapi_socket: Some(socket),
             side: reach.as_ref().map(|r| r.side_sink()),
             raw: Some(raw.clone()),
+            links: Some(door),
             crypto_workers: usize::from(cfg.crypto_workers),
             ..RunConfig::default()
         };

@@ -68,7 +68,7 @@ pub enum Route {
     Relay { relay: SocketAddr, dst: PublicKey },
     /// Through a relay's TCP connection (stream-framed `send`s into its queue; full = dropped).
     RelayTcp {
-        link: std::sync::mpsc::SyncSender<Vec<u8>>,
+        link: Arc<plexd_dataplane::LinkQueue>,
         dst: PublicKey,
     },
 }
@@ -172,15 +172,13 @@ impl Forwarder {
                 .encode_into(frame);
                 underlay.send(frame, relay)
             }
-            Route::RelayTcp { link, dst } => link
-                .try_send(
-                    Frame::Send {
-                        dst: plexsphere_wire::reach::relay::prefix(&dst),
-                        payload: datagram.to_vec(),
-                    }
-                    .to_stream(),
-                )
-                .map_err(|_| io::Error::other("the relay connection's queue is full")),
+            Route::RelayTcp { link, dst } => {
+                if link.push_send(&plexsphere_wire::reach::relay::prefix(&dst), datagram) {
+                    Ok(())
+                } else {
+                    Err(io::Error::other("the relay connection's queue is full"))
+                }
+            }
         };
         let c = match sent {
             Ok(()) => &self.counters.out,

@@ -127,6 +127,39 @@ pub fn parse_recv(datagram: &[u8]) -> Option<(KeyPrefix, &[u8])> {
     Some((src, &datagram[UDP_DATA_HEAD..]))
 }
 
+/// The bytes a TCP stream `send` or `recv` puts before the datagram: length (big-endian u16),
+/// type, key prefix (a stream frame carries no magic).
+pub const STREAM_DATA_HEAD: usize = 2 + 1 + 8;
+
+/// Appends a stream `send` of `payload` to `dst` (length, type, prefix, payload) to `out`: the
+/// allocation-free form of [`Frame::Send`]'s [`Frame::to_stream`]. False (nothing appended)
+/// for a payload longer than [`MAX_PAYLOAD`], which a relay refuses.
+pub fn write_stream_send(out: &mut Vec<u8>, dst: &KeyPrefix, payload: &[u8]) -> bool {
+    if payload.len() > MAX_PAYLOAD {
+        return false;
+    }
+    // 1 + 8 + MAX_PAYLOAD is below u16::MAX.
+    let len = (1 + dst.len() + payload.len()) as u16;
+    out.extend_from_slice(&len.to_be_bytes());
+    out.push(SEND);
+    out.extend_from_slice(dst);
+    out.extend_from_slice(payload);
+    true
+}
+
+/// The source prefix and the datagram of a stream `recv` (`body`: the frame after its length
+/// prefix), borrowed; None for any other frame and for a payload longer than [`MAX_PAYLOAD`]
+/// (which [`Frame::decode`] refuses too).
+pub fn parse_stream_recv(body: &[u8]) -> Option<(KeyPrefix, &[u8])> {
+    const HEAD: usize = STREAM_DATA_HEAD - 2;
+    if body.len() < HEAD || body[0] != RECV || body.len() - HEAD > MAX_PAYLOAD {
+        return None;
+    }
+    let mut src = [0u8; 8];
+    src.copy_from_slice(&body[1..HEAD]);
+    Some((src, &body[HEAD..]))
+}
+
 /// A key's [`KeyPrefix`].
 pub fn prefix(key: &PublicKey) -> KeyPrefix {
     let mut p = [0u8; 8];

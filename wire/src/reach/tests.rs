@@ -358,3 +358,46 @@ fn send_heads_and_recv_parses_match_the_frame_codec() {
         "an empty recv parses as the codec decodes it"
     );
 }
+
+/// The stream forms agree with the frame codec byte for byte, and refuse what it refuses.
+#[test]
+fn stream_sends_and_recv_parses_match_the_frame_codec() {
+    use super::relay::{MAX_PAYLOAD, parse_stream_recv, write_stream_send};
+    let payload = vec![4u8, 0, 0, 0, 9, 9, 9];
+    let mut out = vec![0xAA];
+    assert!(write_stream_send(&mut out, &[7; 8], &payload));
+    let send = Frame::Send {
+        dst: [7; 8],
+        payload: payload.clone(),
+    };
+    assert_eq!(
+        out[1..],
+        send.to_stream()[..],
+        "appended after what was there"
+    );
+    let long = vec![0u8; MAX_PAYLOAD + 1];
+    let mut untouched = Vec::new();
+    assert!(!write_stream_send(&mut untouched, &[7; 8], &long));
+    assert!(untouched.is_empty());
+
+    let recv = Frame::Recv {
+        src: [3; 8],
+        payload: payload.clone(),
+    }
+    .to_stream();
+    assert_eq!(parse_stream_recv(&recv[2..]), Some(([3; 8], &payload[..])));
+    assert_eq!(
+        parse_stream_recv(&send.to_stream()[2..]),
+        None,
+        "a send is not a recv"
+    );
+    assert_eq!(parse_stream_recv(&recv[2..9]), None, "too short");
+    let mut too_long = vec![super::relay::RECV];
+    too_long.extend_from_slice(&[3; 8]);
+    too_long.extend_from_slice(&long);
+    assert_eq!(parse_stream_recv(&too_long), None);
+    assert!(
+        Frame::decode(&too_long).is_err(),
+        "the codec refuses it too"
+    );
+}

@@ -245,6 +245,19 @@ impl Device {
         self.relays.endpoint(relay, &prefix)
     }
 
+    /// The endpoint "through the relay link `link` (TCP/TLS) to `peer"`, to set as the peer's
+    /// endpoint; its datagrams go into the link's queue, and the link's reader hands what it
+    /// reads for us to the data plane (`crate::relay_link`).
+    pub fn relay_link_endpoint(
+        &self,
+        link: &Arc<crate::relay_link::LinkQueue>,
+        peer: &PublicKey,
+    ) -> Result<SocketAddr, RelayError> {
+        let mut prefix = [0u8; 8];
+        prefix.copy_from_slice(&peer.0[..8]);
+        self.relays.link_endpoint(link, &prefix)
+    }
+
     /// Whether a datagram from `from` may be `peer`'s: a relay endpoint names the peer by its
     /// key prefix, and a datagram that authenticates as another peer is not let move that
     /// peer's endpoint (counted, dropped).

@@ -2,6 +2,9 @@
 //! (`relay`, `side_channel`, `one_loop`): a device with a fresh key, its runner on a thread bound through
 //! the network's binder, a host end of its TUN, and a raw sender; stopped and joined on drop.
 
+// Each test crate that includes this module uses a part of it.
+#![allow(dead_code)]
+
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;

@@ -3,8 +3,8 @@
 //! over UDP is first the data plane's own relay endpoint (the userspace data plane frames for
 //! relays itself); when the data plane has none (the kernel) or refuses one, the runtime says
 //! so ([`Node::handle_plane_refused`]) and the peer gets a loopback forwarder to the relay's
-//! UDP address. A path through a relay whose connection runs over TCP goes through a
-//! forwarder on that TLS link. When a relay's transport changes, its relayed peers are carried
+//! UDP address. A path through a relay whose connection runs over TCP is the data plane's own
+//! endpoint on that TLS link, else (the kernel, or a refusal) a forwarder on the link. When a relay's transport changes, its relayed peers are carried
 //! anew; a key rotation holds them until their paths are chosen again. A relayed peer left with
 //! no path (its relay said it is gone, and no other relay carries it) is no longer carried by
 //! its relay's changes, and after [`FORWARDER_LINGER`] without a path it is released: its
@@ -110,15 +110,22 @@ impl Node {
         }
     }
 
-    /// Carries `peer` through relay `relay`: over UDP, the data plane's own relay endpoint
-    /// first; over TCP (or without a UDP address), through the peer's forwarder.
+    /// Carries `peer` through relay `relay`: the data plane's own relay endpoint first, over
+    /// its TCP link or its UDP address (a refusal falls back to the peer's forwarder); without
+    /// either, the peer's forwarder holds.
     fn carry_relayed(&mut self, peer: PublicKey, relay: &str) {
-        let how = match self.relays.udp_of(relay) {
-            Some(udp) if !self.relays.is_over_tcp(relay) => Carry::PlaneRelay {
+        let how = if self.relays.is_over_tcp(relay) {
+            Carry::PlaneLink {
                 relay: relay.to_owned(),
-                udp,
-            },
-            _ => Carry::Forward(self.via(relay)),
+            }
+        } else {
+            match self.relays.udp_of(relay) {
+                Some(udp) => Carry::PlaneRelay {
+                    relay: relay.to_owned(),
+                    udp,
+                },
+                None => Carry::Forward(Via::Nowhere),
+            }
         };
         self.push(NodeOut::Carry { peer, how });
     }

@@ -124,6 +124,11 @@ pub enum Carry {
     /// forwarder; one it had goes). When the data plane has none or refuses, answer
     /// [`Node::handle_plane_refused`]: the node then picks the forwarder.
     PlaneRelay { relay: String, udp: SocketAddr },
+    /// Point the peer at the data plane's own endpoint on the relay's TCP link with TLS (no
+    /// forwarder; one it had goes). When the data plane has none (the kernel), refuses, or
+    /// the link is not up, answer [`Node::handle_plane_refused`]: the node then picks the
+    /// forwarder on that link.
+    PlaneLink { relay: String },
     /// Carry the peer through its loopback forwarder (opened, and made its endpoint, when it
     /// has none), which sends `via`.
     Forward(Via),

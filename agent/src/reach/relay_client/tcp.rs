@@ -1,8 +1,12 @@
 //! A relay connection over TCP with TLS, for networks that drop UDP: per connection a writer
-//! thread sends the frames queued for it ([`TCP_QUEUE`]; full = dropped) as soon as they
-//! queue, every frame waiting in one TLS write (up to [`WRITE_BATCH`] bytes), and a reader
-//! thread hands every frame it reads to the runtime; the two share the TLS state, each only
-//! to encrypt or decrypt. Frames on the stream are
+//! thread sends the frames queued for it (one [`LinkQueue`], bounded by
+//! `plexd_dataplane::relay_link::LINK_QUEUE_BYTES`; full = dropped) as soon as they queue,
+//! everything waiting taken in one swap and sealed in full TLS records, and a reader thread
+//! hands every frame it reads to the runtime, except the `recv`s carrying WireGuard for peers
+//! the userspace data plane carries on this link: those go straight to the data plane through
+//! its [`LinkDoor`] (opened on the reader's thread, no hop through the runtime). The data
+//! plane queues its relayed datagrams on the same queue. The two threads share the TLS state,
+//! each only to encrypt or decrypt. Frames on the stream are
 //! length-prefixed (big-endian u16) and carry no magic. The certificate is checked against
 //! `RelaySpec.tls_server_name` with the node's TLS trust (the CA file or pinned CA the API
 //! uses).
@@ -12,24 +16,20 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use plexd_dataplane::relay_link::Taken;
+use plexd_dataplane::{LinkDoor, LinkInbox, LinkQueue};
 use plexsphere_wire::reach::relay::Frame;
 
 /// How long the TCP connect may take.
 pub const TCP_CONNECT: Duration = Duration::from_secs(5);
 /// How long the TLS handshake may take once connected.
 pub const TLS_HANDSHAKE: Duration = Duration::from_secs(10);
-/// Frames waiting to be written, per connection.
-pub const TCP_QUEUE: usize = 256;
 /// How long the reader's read and the writer's wait for the queue last before each looks at
 /// its stop flag (a dropped link ends within it).
 const POLL: Duration = Duration::from_millis(20);
-/// The most plaintext bytes the writer takes off the queue for one socket write: four full
-/// TLS records.
-const WRITE_BATCH: usize = 64 * 1024;
 /// The plaintext of one full TLS record.
 const TLS_RECORD: usize = 16 * 1024;
 /// The most bytes read and not yet a whole frame (a frame is at most 2 + 65535).
@@ -45,55 +45,72 @@ pub enum TcpEvent {
 
 /// One TCP+TLS connection to a relay; dropping it closes the connection.
 pub struct TcpLink {
-    tx: SyncSender<Vec<u8>>,
+    queue: Arc<LinkQueue>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
+/// Where the link's reader hands what it reads.
+struct Readers<'a> {
+    report: &'a dyn Fn(TcpEvent),
+    /// The userspace data plane's door, when it carries peers on links.
+    door: Option<LinkDoor>,
+    queue: &'a LinkQueue,
+}
+
 impl TcpLink {
-    /// Connects on a thread of its own; `report` gets every frame and the end.
+    /// Connects on a thread of its own; `report` gets every frame and the end, except the
+    /// WireGuard `recv`s `door` (the userspace data plane's, when there is one) takes.
     pub fn open(
         addr: SocketAddr,
         server_name: String,
         tls: Arc<rustls::ClientConfig>,
+        door: Option<LinkDoor>,
         report: impl Fn(TcpEvent) + Send + 'static,
     ) -> io::Result<Self> {
-        let (tx, rx) = mpsc::sync_channel(TCP_QUEUE);
+        let queue = LinkQueue::new();
         let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
+        let (s, q) = (stop.clone(), queue.clone());
         let thread = thread::Builder::new()
             .name("reach-relay-tcp".into())
             .spawn(move || {
-                let why = match run(addr, &server_name, tls, rx, &s, &report) {
+                let readers = Readers {
+                    report: &report,
+                    door,
+                    queue: &q,
+                };
+                let why = match run(addr, &server_name, tls, &readers, &s) {
                     Ok(()) => "closed".to_owned(),
                     Err(e) => e,
                 };
+                // Nothing more goes out: the data plane's endpoints on this link are gone.
+                q.close();
                 report(TcpEvent::Closed(why));
             })?;
         Ok(Self {
-            tx,
+            queue,
             stop,
             thread: Some(thread),
         })
     }
 
-    /// Queues a frame; `false` when the queue is full (the frame is dropped).
+    /// Queues a frame; `false` when the queue is full or the link ended (the frame is
+    /// dropped).
     pub fn send(&self, frame: &Frame) -> bool {
-        !matches!(
-            self.tx.try_send(frame.to_stream()),
-            Err(TrySendError::Full(_) | TrySendError::Disconnected(_))
-        )
+        self.queue.push(&frame.to_stream())
     }
 
-    /// A sender for forwarders (stream-framed bytes).
-    pub fn sender(&self) -> SyncSender<Vec<u8>> {
-        self.tx.clone()
+    /// The link's queue: for the data plane's relay endpoints on this link, and for
+    /// forwarders (stream-framed bytes).
+    pub fn queue(&self) -> &Arc<LinkQueue> {
+        &self.queue
     }
 }
 
 impl Drop for TcpLink {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        self.queue.close();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -104,10 +121,10 @@ fn run(
     addr: SocketAddr,
     server_name: &str,
     tls: Arc<rustls::ClientConfig>,
-    rx: Receiver<Vec<u8>>,
+    readers: &Readers<'_>,
     stop: &AtomicBool,
-    report: &dyn Fn(TcpEvent),
 ) -> Result<(), String> {
+    let queue = readers.queue;
     let name = rustls_pki_types::ServerName::try_from(server_name.to_owned())
         .map_err(|e| format!("`{server_name}` is not a TLS server name ({e})"))?;
     let tcp = TcpStream::connect_timeout(&addr, TCP_CONNECT)
@@ -157,12 +174,12 @@ fn run(
         let writer = thread::Builder::new()
             .name("reach-relay-tcp-w".into())
             .spawn_scoped(scope, move || {
-                let r = write_loop(addr, conn, writer_tcp, &rx, stop, ended);
+                let r = write_loop(addr, conn, writer_tcp, queue, stop, ended);
                 ended.store(true, Ordering::Relaxed);
                 r
             })
             .map_err(|e| format!("cannot start the link's writer ({e})"))?;
-        let read = read_loop(addr, conn, tcp, stop, ended, report);
+        let read = read_loop(addr, conn, tcp, stop, ended, readers);
         ended.store(true, Ordering::Relaxed);
         let wrote = writer
             .join()
@@ -172,34 +189,24 @@ fn run(
     })
 }
 
-/// Writes what the queue holds: every frame waiting (up to [`WRITE_BATCH`] bytes) as one
-/// plaintext write, so TLS makes records of up to 16 KiB and the socket gets one write, not a
-/// record and a system call per frame.
+/// Writes what the queue holds: every frame waiting, taken in one swap, as one plaintext
+/// write, so TLS makes records of up to 16 KiB and the socket gets one write, not a record
+/// and a system call per frame.
 fn write_loop(
     addr: SocketAddr,
     conn: &Mutex<rustls::ClientConnection>,
     mut tcp: TcpStream,
-    rx: &Receiver<Vec<u8>>,
+    queue: &LinkQueue,
     stop: &AtomicBool,
     ended: &AtomicBool,
 ) -> Result<(), String> {
-    let mut batch: Vec<u8> = Vec::with_capacity(WRITE_BATCH + 2 + 65_535);
-    let mut sealed: Vec<u8> = Vec::with_capacity(WRITE_BATCH + 4096);
+    let mut batch: Vec<u8> = Vec::with_capacity(64 * 1024);
+    let mut sealed: Vec<u8> = Vec::with_capacity(64 * 1024);
     while !stop.load(Ordering::Relaxed) && !ended.load(Ordering::Relaxed) {
-        batch.clear();
-        match rx.recv_timeout(POLL) {
-            Ok(first) => {
-                batch.extend_from_slice(&first);
-                while batch.len() < WRITE_BATCH {
-                    match rx.try_recv() {
-                        Ok(bytes) => batch.extend_from_slice(&bytes),
-                        Err(_) => break,
-                    }
-                }
-            }
-            Err(RecvTimeoutError::Timeout) => {}
+        // Idle: still send what the reader's side left (below).
+        if queue.take(&mut batch, POLL) == Taken::Closed {
             // The link was dropped: nothing more to write.
-            Err(RecvTimeoutError::Disconnected) => return Ok(()),
+            return Ok(());
         }
         sealed.clear();
         {
@@ -236,15 +243,17 @@ fn take_sealed(
     Ok(())
 }
 
-/// Reads what the relay sends, decrypts it and hands every whole frame to `report`.
+/// Reads what the relay sends, decrypts it and hands every whole frame to the data plane's
+/// door (the WireGuard `recv`s it takes, a batch per read) or to `report`.
 fn read_loop(
     addr: SocketAddr,
     conn: &Mutex<rustls::ClientConnection>,
     mut tcp: TcpStream,
     stop: &AtomicBool,
     ended: &AtomicBool,
-    report: &dyn Fn(TcpEvent),
+    readers: &Readers<'_>,
 ) -> Result<(), String> {
+    let mut inbox = LinkInbox::new();
     let mut pending: Vec<u8> = Vec::with_capacity(4096);
     let mut buf = vec![0u8; 16 * 1024];
     let mut plain = vec![0u8; 16 * 1024];
@@ -289,18 +298,29 @@ fn read_loop(
         if pending.len() > MAX_PENDING + plain.len() {
             return Err(format!("{addr} sent more than a frame's worth of garbage"));
         }
-        while pending.len() >= 2 {
-            let len = usize::from(u16::from_be_bytes([pending[0], pending[1]]));
-            if pending.len() < 2 + len {
+        let mut at = 0;
+        while pending.len() - at >= 2 {
+            let len = usize::from(u16::from_be_bytes([pending[at], pending[at + 1]]));
+            if pending.len() - at < 2 + len {
                 break;
             }
-            match Frame::decode(&pending[2..2 + len]) {
-                Ok(f) => report(TcpEvent::Frame(f)),
+            let body = &pending[at + 2..at + 2 + len];
+            at += 2 + len;
+            if let Some(door) = &readers.door
+                && door.offer(readers.queue, &mut inbox, body)
+            {
+                continue;
+            }
+            match Frame::decode(body) {
+                Ok(f) => (readers.report)(TcpEvent::Frame(f)),
                 Err(e) => {
                     tracing::debug!(relay = %addr, "unreadable relay frame over TCP: {e}")
                 }
             }
-            pending.drain(..2 + len);
+        }
+        pending.drain(..at);
+        if let Some(door) = &readers.door {
+            door.flush(&mut inbox);
         }
     }
     Ok(())
@@ -337,6 +357,7 @@ pub(crate) fn relay_test_tls() -> (rustls::ServerConfig, rustls::ClientConfig) {
 #[cfg(test)]
 mod tests {
     use std::net::TcpListener;
+    use std::sync::mpsc;
 
     use super::*;
 
@@ -380,7 +401,7 @@ mod tests {
     fn a_frame_queued_while_a_slow_relay_finishes_the_handshake_goes_out_after_it() {
         let (addr, tls) = slow_tls_echo(Duration::from_millis(300));
         let (tx, rx) = mpsc::channel();
-        let link = TcpLink::open(addr, "relay.test".into(), tls, move |e| {
+        let link = TcpLink::open(addr, "relay.test".into(), tls, None, move |e| {
             let _ = tx.send(e);
         })
         .unwrap();
@@ -403,7 +424,7 @@ mod tests {
         const FRAMES: u64 = 2_000;
         let (addr, tls) = slow_tls_echo(Duration::ZERO);
         let (tx, rx) = mpsc::channel();
-        let link = TcpLink::open(addr, "relay.test".into(), tls, move |e| {
+        let link = TcpLink::open(addr, "relay.test".into(), tls, None, move |e| {
             let _ = tx.send(e);
         })
         .unwrap();
@@ -445,7 +466,7 @@ mod tests {
     fn a_burst_larger_than_tls_s_send_buffer_goes_out_and_the_link_stays_up() {
         let (addr, tls) = slow_tls_echo(Duration::from_millis(300));
         let (tx, rx) = mpsc::channel();
-        let link = TcpLink::open(addr, "relay.test".into(), tls, move |e| {
+        let link = TcpLink::open(addr, "relay.test".into(), tls, None, move |e| {
             let _ = tx.send(e);
         })
         .unwrap();
@@ -455,7 +476,7 @@ mod tests {
         };
         // 200 x 1.4 kB: about 280 kB, four times the TLS send buffer.
         for _ in 0..200 {
-            assert!(link.send(&datagram), "the queue holds {TCP_QUEUE}");
+            assert!(link.send(&datagram), "the queue holds 1 MiB");
         }
         assert!(link.send(&Frame::Ping { nonce: [9; 8] }));
         let event = rx

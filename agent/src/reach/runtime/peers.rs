@@ -100,12 +100,31 @@ impl Loop {
                     }
                 }
             }
+            Carry::PlaneLink { relay } => {
+                let endpoint = match self.links.get(&relay) {
+                    Some(link) => self.setup.control.link_endpoint(link.queue(), peer),
+                    // Its link could not start: the forwarder holds until the node carries
+                    // the peer anew.
+                    None => Ok(None),
+                };
+                match endpoint {
+                    Ok(Some(endpoint)) => {
+                        self.fwds.remove(&peer);
+                        self.set_endpoint(peer, endpoint);
+                    }
+                    Ok(None) => self.node.handle_plane_refused(peer),
+                    Err(e) => {
+                        tracing::warn!(peer_key = %peer, relay, "the data plane cannot carry the peer on relay {relay}'s link itself ({e}); using a loopback forwarder");
+                        self.node.handle_plane_refused(peer);
+                    }
+                }
+            }
             Carry::Forward(via) => {
                 let route = match via {
                     Via::Udp(relay) => Route::Relay { relay, dst: peer },
                     Via::Tcp(relay) => match self.links.get(&relay) {
                         Some(link) => Route::RelayTcp {
-                            link: link.sender(),
+                            link: link.queue().clone(),
                             dst: peer,
                         },
                         // Its link could not start; the node carries the peer anew.

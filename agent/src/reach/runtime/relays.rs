@@ -28,7 +28,8 @@ impl Loop {
             return;
         };
         let sink = tcp_sink(self.shared.clone(), relay.clone());
-        match TcpLink::open(addr, server_name, tls, sink) {
+        let door = self.setup.control.link_door();
+        match TcpLink::open(addr, server_name, tls, door, sink) {
             Ok(link) => {
                 self.links.insert(relay, link);
             }

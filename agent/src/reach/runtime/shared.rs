@@ -17,6 +17,7 @@ use plexsphere_wire::signed::SignedEnvelope;
 use crate::reach::forward::Underlay;
 use crate::reach::io::{Effect, OwnCandidates, PeerPathView, PeerReach};
 use crate::reach::relay_client::tcp::TcpEvent;
+use plexd_dataplane::{LinkDoor, LinkQueue};
 use plexsphere_wire::key::PublicKey;
 
 /// Datagrams (and wake-ups) waiting for the loop; more are dropped and counted.
@@ -50,6 +51,24 @@ pub trait PathControl: Send + 'static {
     fn set_relays(&self, relays: &[SocketAddr]) -> io::Result<()> {
         let _ = relays;
         Ok(())
+    }
+
+    /// The data plane's own endpoint "on the relay link `link` (TCP/TLS) to `peer`", when the
+    /// data plane carries peers on links itself (the userspace one:
+    /// `plexd_dataplane::relay_link`); `None`: a loopback forwarder carries the peer (kernel).
+    fn link_endpoint(
+        &self,
+        link: &Arc<LinkQueue>,
+        peer: PublicKey,
+    ) -> io::Result<Option<SocketAddr>> {
+        let _ = (link, peer);
+        Ok(None)
+    }
+
+    /// Where relay links' readers hand the data plane the WireGuard `recv`s for the peers it
+    /// carries on links (`None`: every frame goes to the runtime).
+    fn link_door(&self) -> Option<LinkDoor> {
+        None
     }
 }
 

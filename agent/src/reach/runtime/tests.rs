@@ -12,6 +12,7 @@
 //! | `a_relay_with_only_a_tls_address_registers_and_carries_a_relayed_peer_over_tcp` | the TLS link (handshake, the proof it carries), frames both ways between forwarder and link | no UDP address starts over TCP: `node/tests/relays.rs` `udp_blocked_or_no_udp_address_starts_over_tcp`; a UDP-dropping node relayed over TCP: `node/sim/tests/pairs.rs` |
 //! | `a_relay_silent_over_udp_is_reached_over_tcp` | as the one above, after a silent UDP socket; a UDP frame for the TLS connection counted in the runtime's `unknown_src` (the node's `Dropped` mirrored) | the move to TCP: `node/tests/relays.rs` `a_relay_unanswered_over_udp_for_give_up_moves_to_tcp_before_any_relay_down`; the drop: `a_udp_frame_for_a_connection_over_tcp_is_dropped_and_counted` |
 //! | `userspace_relays_over_udp_inside_the_data_plane_without_a_forwarder` | the data plane's `relay_endpoint` and `set_relays` called, no forwarder opened | `node/tests/carry.rs` (the plane's endpoint, `PlaneRelays`) |
+//! | `userspace_relays_over_tcp_on_the_link_inside_the_data_plane_without_a_forwarder` | the data plane's `link_endpoint` called with the TLS link's queue, no forwarder opened, the queue closed with the link | `node/tests/carry.rs` (`PlaneLink`) |
 //! | `a_full_queue_drops_a_relay_s_frames_but_never_the_end_of_its_connection` | the loop's bounded queue and the kept end of a TCP link | none (no decision) |
 //!
 //! None tests a decision only, so none was retired when the simulator came.
@@ -338,9 +339,12 @@ fn relayed_over_tls(udp: Option<SocketAddr>) {
 }
 
 /// Records what a data plane that frames for relays itself is told.
+#[derive(Default, Clone)]
 struct PlaneRecorder {
     endpoints: Arc<Mutex<Vec<(PublicKey, SocketAddr)>>>,
     relays: Arc<Mutex<Vec<Vec<SocketAddr>>>>,
+    /// The relay links the data plane was asked for endpoints on.
+    links: Arc<Mutex<Vec<Arc<plexd_dataplane::LinkQueue>>>>,
 }
 
 /// What the stand-in data plane answers as the relay endpoint of any peer.
@@ -368,6 +372,47 @@ impl PathControl for PlaneRecorder {
         lock(&self.relays).push(relays.to_vec());
         Ok(())
     }
+
+    fn link_endpoint(
+        &self,
+        link: &Arc<plexd_dataplane::LinkQueue>,
+        _peer: PublicKey,
+    ) -> io::Result<Option<SocketAddr>> {
+        lock(&self.links).push(link.clone());
+        Ok(Some(RELAY_ENDPOINT.parse().unwrap()))
+    }
+}
+
+/// Userspace, a path through a relay whose connection runs over TCP/TLS: the peer's endpoint
+/// is the data plane's endpoint on that link's queue (no loopback forwarder); the link's end
+/// closes the queue, so the data plane's endpoints on it are gone.
+#[test]
+fn userspace_relays_over_tcp_on_the_link_inside_the_data_plane_without_a_forwarder() {
+    let relay_secret = [0x66; 32];
+    let (relay_addr, tls, registered) = tls_relay(relay_secret);
+    let control = PlaneRecorder::default();
+    let rt = userspace_runtime(51820, Box::new(control.clone()), Some(Arc::new(tls)));
+    rt.set_relays(vec![relay_r1(relay_secret, None, Some(relay_addr))], vec![]);
+    rt.set_relay_token(SignedEnvelope {
+        payload: "e30".into(),
+        signature: "sig".into(),
+    });
+    assert!(registered.recv_timeout(Duration::from_secs(10)).unwrap());
+    let peer = relayed_peer(&rt, Transport::Tcp);
+    let set = wait(|| lock(&control.endpoints).first().copied());
+    assert_eq!(set, (peer, RELAY_ENDPOINT.parse().unwrap()), "no forwarder");
+    let link = lock(&control.links)
+        .first()
+        .cloned()
+        .expect("asked on the link");
+    assert!(!link.is_closed());
+    rt.stop();
+    assert!(link.is_closed(), "the link's end closes its queue");
+    let endpoints = lock(&control.endpoints).clone();
+    assert!(
+        endpoints.iter().all(|(_, e)| *e == set.1),
+        "never a loopback forwarder: {endpoints:?}"
+    );
 }
 
 /// Userspace, a path through a relay over UDP: the peer's endpoint is the data plane's relay
@@ -383,6 +428,7 @@ fn userspace_relays_over_udp_inside_the_data_plane_without_a_forwarder() {
     let control = PlaneRecorder {
         endpoints: endpoints.clone(),
         relays: relays.clone(),
+        ..PlaneRecorder::default()
     };
     let rt = userspace_runtime(51820, Box::new(control), None);
     rt.set_relays(vec![relay_r1([0x66; 32], Some(relay_addr), None)], vec![]);

@@ -30,7 +30,7 @@ use self::net::{NatKind, PORT, Want};
 use self::relay::{RelaySent, SimRelay};
 use crate::reach::engine::sim_nat::Router;
 use crate::reach::io::{Now, Path, PeerReach, Transport};
-use crate::reach::node::{Carry, Node, NodeOut, Via};
+use crate::reach::node::{Carry, Node, NodeOut};
 
 pub mod net;
 pub mod relay;
@@ -913,7 +913,7 @@ fn describe(datagram: &[u8]) -> String {
 }
 
 /// Whether `carry` is how `path` is carried: its endpoint, the data plane's relay endpoint
-/// over UDP, a forwarder on the relay's TCP link.
+/// over UDP or on the relay's TCP link.
 fn carried_as(path: &Path, carry: Option<&Carry>) -> bool {
     match (path, carry) {
         (Path::None, _) => true,
@@ -930,7 +930,7 @@ fn carried_as(path: &Path, carry: Option<&Carry>) -> bool {
                 relay,
                 transport: Transport::Tcp,
             },
-            Some(Carry::Forward(Via::Tcp(r))),
+            Some(Carry::PlaneLink { relay: r }),
         ) => r == relay,
         _ => false,
     }

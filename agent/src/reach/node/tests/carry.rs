@@ -88,7 +88,8 @@ fn a_relay_path_over_udp_is_the_data_plane_s_endpoint_and_a_refusal_a_forwarder_
 }
 
 #[test]
-fn a_relay_path_over_tcp_is_a_forwarder_on_its_link_and_the_link_s_end_carries_its_peers_anew() {
+fn a_relay_path_over_tcp_is_the_plane_s_endpoint_on_its_link_and_the_link_s_end_carries_its_peers_anew()
+ {
     let mut rig = Rig::new();
     rig.relay_alive = false;
     rig.node = Node::new(
@@ -113,17 +114,33 @@ fn a_relay_path_over_tcp_is_a_forwarder_on_its_link_and_the_link_s_end_carries_i
         set_path(&mut rig, a, over("r1", Transport::Udp)),
         [carry(a, &plane_r1())]
     );
-    // r2 has no UDP address: its connection starts over TCP, and b's forwarder uses the link.
+    // r2 has no UDP address: its connection starts over TCP, and b is carried on the link by
+    // the data plane itself; a data plane that cannot (the kernel) gets a forwarder on it.
     let lines = set_path(&mut rig, b, over("r2", Transport::Tcp));
     let open = position(&lines, "OpenTcp { relay: \"r2\"");
-    let tcp = carry(b, &Carry::Forward(Via::Tcp("r2".to_owned())));
+    let tcp = carry(
+        b,
+        &Carry::PlaneLink {
+            relay: "r2".to_owned(),
+        },
+    );
     assert_eq!(lines[open + 1..], [tcp], "{lines:?}");
+    rig.node.handle_plane_refused(b);
+    assert_eq!(
+        rig.drain(),
+        [carry(b, &Carry::Forward(Via::Tcp("r2".to_owned())))]
+    );
 
-    // r1 stays silent over UDP: its connection moves to TCP, and a is carried anew, through
-    // a forwarder on r1's link.
+    // r1 stays silent over UDP: its connection moves to TCP, and a is carried anew, on r1's
+    // link.
     let lines = rig.run_until(rig.start + Duration::from_secs(10));
     let open = position(&lines, "OpenTcp { relay: \"r1\"");
-    let on_link = carry(a, &Carry::Forward(Via::Tcp("r1".to_owned())));
+    let on_link = carry(
+        a,
+        &Carry::PlaneLink {
+            relay: "r1".to_owned(),
+        },
+    );
     assert!(position_from(&lines, open, &on_link) > open, "{lines:?}");
 
     // The links end: r1's peer goes back to the data plane's endpoint through r1 over UDP,
