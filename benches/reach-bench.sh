@@ -7,10 +7,13 @@
 # TCP stream over the path each topology gives (direct, relay over UDP, relay over TCP) with
 # the relays' and the daemons' CPU-seconds per GB (/proc/<pid>/stat utime+stime).
 #
-#   sudo benches/reach-bench.sh [--secs S] [--debug]
+#   sudo benches/reach-bench.sh [--secs S] [--debug] [--only WORDS]
 #
 # --secs: the iperf3 stream's length (default 5). --debug: measure the debug binaries (the
-# default builds and measures release ones). Prints a Markdown table for docs/benchmarks.md
+# default builds and measures release ones). --only: only the topologies whose names contain
+# one of these comma-separated words (for example --only "routing,drops UDP").
+# The relays run with their default per-node budgets unless PLEXSPHERE_RELAY_NODE_FRAMES_PER_SEC
+# and PLEXSPHERE_RELAY_NODE_BYTES_PER_SEC say otherwise (0: no budget). Prints a Markdown table for docs/benchmarks.md
 # on stdout. A topology that cannot run (a piece not built yet, such as `plexsphere relay`)
 # gets a row saying why, and the script exits 1 after measuring the others.
 #
@@ -21,9 +24,10 @@ bench=reach-bench.sh
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
-secs=5 profile=release
+secs=5 profile=release only=
 while (($#)); do
   case $1 in
+    --only) only=${2:-}; shift $(($# > 1 ? 2 : 1)) ;;
     --secs) secs=${2:-}; shift $(($# > 1 ? 2 : 1)) ;;
     --debug) profile=debug; shift ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
@@ -36,7 +40,7 @@ bench_need ip nft conntrack iperf3 wg
 
 bench_build "$profile" -p plexd --bin plexd -p plexsphere --bin plexsphere \
   -p plexctl --bin plexctl -p plexd-dataplane --bin plexd-wg
-export REACH_BENCH_SECS=$secs
+export REACH_BENCH_SECS=$secs REACH_BENCH_ONLY=$only
 echo "reach-bench: running (binaries from $PLEXSPHERE_BIN_DIR)" >&2
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT

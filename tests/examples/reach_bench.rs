@@ -195,9 +195,21 @@ fn main() {
             true,
         ),
     ];
+    // REACH_BENCH_ONLY (benches/reach-bench.sh --only): the topologies whose names contain
+    // one of its comma-separated words; empty or unset: all.
+    let only: Vec<String> = std::env::var("REACH_BENCH_ONLY")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+        .map(str::to_owned)
+        .collect();
     let mut rows = Vec::new();
     let mut failed = Vec::new();
     for (name, modes, needs_relays) in topologies {
+        if !only.is_empty() && !only.iter().any(|w| name.contains(w.as_str())) {
+            continue;
+        }
         eprintln!("reach-bench: {name}");
         if needs_relays && relays == 0 {
             failed.push(format!(

@@ -272,7 +272,7 @@ mod tests {
         assert!(out.is_empty());
 
         // Up to the bound, then whole frames are dropped and counted.
-        let big = vec![4u8; 60_000];
+        let big = vec![4u8; 8_000];
         let mut n = 0;
         while q.push_send(&[1; 8], &big) {
             n += 1;
@@ -282,9 +282,10 @@ mod tests {
         assert_eq!(q.take(&mut out, Duration::ZERO), Taken::Bytes);
         assert_eq!(out.len(), n * (big.len() + 11), "only whole frames");
         assert!(
-            !q.push_send(&[1; 8], &vec![0; 70_000]),
-            "longer than a relay takes"
+            !q.push_send(&[1; 8], &[0; 8_184]),
+            "longer than a relay takes on a stream"
         );
+        assert_eq!(q.take(&mut out, Duration::ZERO), Taken::Idle);
     }
 
     #[test]

@@ -23,6 +23,7 @@ mod shared;
 pub mod stats;
 pub mod stun;
 mod tcp;
+mod tcp_in;
 mod udp;
 
 pub use limits::Limits;

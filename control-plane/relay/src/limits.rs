@@ -48,7 +48,7 @@ pub const DEFAULT_REFUSALS_PER_SEC: u64 = 100;
 /// `register` with the largest token, or a `send` of a 1452-byte WireGuard datagram, fit with
 /// room to spare. A longer frame from a node closes its connection; a longer `recv` for a
 /// TCP node is dropped and counted.
-pub const MAX_STREAM_FRAME: usize = 8192;
+pub const MAX_STREAM_FRAME: usize = plexsphere_wire::reach::relay::MAX_STREAM_FRAME;
 /// Frames waiting for one TCP connection's writer; past it frames are dropped and counted, so a
 /// slow reader costs at most this many x [`MAX_STREAM_FRAME`] bytes.
 pub const TCP_QUEUE_FRAMES: usize = 256;

@@ -1,5 +1,6 @@
 //! The TCP side, with TLS: the same frames as UDP, each after its big-endian u16 length. Per
-//! connection a reader (frames in, with the idle timeout) and a writer that drains a bounded
+//! connection a reader (frames in, with the idle timeout; every whole frame of a read handled
+//! at once and the `recv`s for UDP nodes sent in one batch, `crate::tcp_in`) and a writer that drains a bounded
 //! queue ([`TCP_QUEUE_FRAMES`]) into one buffer of up to [`TCP_WRITE_BATCH`] bytes a write; a
 //! frame for a full queue is dropped and counted, so a reader that does not keep up costs
 //! bounded memory and never slows the senders.
@@ -14,18 +15,17 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use plexsphere_wire::reach::relay::Frame;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
-use crate::core::{Now, Peer};
 use crate::limits::{
     MAX_STREAM_FRAME, TCP_IDLE_TIMEOUT, TCP_QUEUE_FRAMES, TCP_WRITE_BATCH, TLS_HANDSHAKE_TIMEOUT,
 };
-use crate::shared::{Shared, transmit};
+use crate::shared::Shared;
+use crate::tcp_in::Inbound;
 
 /// What every connection gets: the TLS acceptor and the registration deadline.
 #[derive(Clone)]
@@ -84,7 +84,7 @@ pub(crate) async fn accept_loop(
 }
 
 #[derive(Debug, thiserror::Error)]
-enum Closed {
+pub(crate) enum Closed {
     #[error("the node closed it")]
     Eof,
     #[error("no frame within the idle timeout (or the TLS handshake timeout)")]
@@ -192,50 +192,25 @@ async fn serve(
         Ok::<_, std::io::Error>(())
     };
     let reader = async {
-        let mut buf = vec![0u8; MAX_STREAM_FRAME];
-        // The core's outputs for one frame, taken under its lock and sent after it (reused).
-        let mut outs = Vec::new();
-        let mut registered = false;
+        // Every whole frame of a read at once (`crate::tcp_in`).
+        let mut inbound = Inbound::new();
         loop {
+            let registered = inbound.registered;
             // A read that finds its bytes waiting completes whatever the deadline says, so a
             // connection that never pauses is held to it here.
             if !registered && Instant::now() >= register_by {
                 return Err(Closed::Unregistered);
             }
-            let mut len = [0u8; 2];
-            match within(registered, register_by, rd.read_exact(&mut len)).await {
+            let n = match within(registered, register_by, rd.read(inbound.space())).await {
                 Err(why) => return Err(why),
+                Ok(Ok(0)) => return Ok(Closed::Eof),
                 Ok(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
                     return Ok(Closed::Eof);
                 }
                 Ok(Err(e)) => return Err(Closed::Io(e)),
-                Ok(Ok(_)) => {}
-            }
-            let len = usize::from(u16::from_be_bytes(len));
-            if len > MAX_STREAM_FRAME {
-                return Err(Closed::TooLong(len));
-            }
-            match within(registered, register_by, rd.read_exact(&mut buf[..len])).await {
-                Err(why) => return Err(why),
-                Ok(Err(e)) => return Err(Closed::Io(e)),
-                Ok(Ok(_)) => {}
-            }
-            let frame = Frame::decode(&buf[..len]).map_err(|_| Closed::Malformed)?;
-            if !registered && !matches!(frame, Frame::Hello { .. } | Frame::Register { .. }) {
-                // Before its registration a connection is answered nothing but the exchange.
-                shared.counters.dropped_unregistered.inc();
-                continue;
-            }
-            {
-                let mut core = shared.core();
-                core.handle_frame(frame, Peer::Tcp(id), Now::system());
-                outs.extend(std::iter::from_fn(|| core.poll_transmit()));
-                // Registered (its answer may be sealed: the core knows, not the frame's type).
-                registered |= core.is_registered(Peer::Tcp(id));
-            }
-            for out in outs.drain(..) {
-                transmit(shared, out);
-            }
+                Ok(Ok(n)) => n,
+            };
+            inbound.handle_read(n, shared, id)?;
         }
     };
     tokio::select! {

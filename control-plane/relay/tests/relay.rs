@@ -7,6 +7,8 @@ mod common;
 
 use std::time::Duration;
 
+use tokio::io::AsyncWriteExt as _;
+
 use common::*;
 use plexsphere_relay::Limits;
 use plexsphere_wire::key::PublicKey;
@@ -101,6 +103,77 @@ async fn a_burst_to_a_tcp_node_arrives_whole_and_in_order() {
             }
         );
     }
+}
+
+/// A TCP node's frames read together (many in one read, one cut across two writes with a
+/// pause between) are handled in order: the sends to a UDP node leave as one batch and arrive
+/// whole and in order, the ones to a TCP node and the answer to a ping interleaved as sent;
+/// every forward is counted.
+#[tokio::test]
+async fn a_burst_from_a_tcp_node_is_forwarded_whole_in_order_and_counted() {
+    let tls = tls();
+    let relay = relay(Limits::default(), &tls).await;
+    let mut a = Node::new(1, Link::tcp(&relay, &tls).await);
+    let mut b = Node::new(2, Link::udp(&relay).await);
+    let mut c = Node::new(3, Link::tcp(&relay, &tls).await);
+    a.register().await;
+    b.register().await;
+    c.register().await;
+    let payload = |i: u8, len: usize| {
+        let mut p = vec![0xAB; len];
+        p[0] = i;
+        p
+    };
+    let mut stream = Vec::new();
+    for i in 0..100u8 {
+        let dst = if i % 10 == 9 { &c.pk } else { &b.pk };
+        let send = Frame::Send {
+            dst: prefix(dst),
+            // Runs of one length (a GSO send) and others.
+            payload: payload(i, if i % 7 == 0 { 300 } else { 1452 }),
+        };
+        stream.extend_from_slice(&send.to_stream());
+        if i == 50 {
+            stream.extend_from_slice(&Frame::Ping { nonce: [8; 8] }.to_stream());
+        }
+    }
+    let Link::Tcp(s) = &mut a.link else {
+        unreachable!("a is over TCP")
+    };
+    // All but half of the last frame, then the rest.
+    let cut = stream.len() - 700;
+    s.write_all(&stream[..cut]).await.unwrap();
+    s.flush().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    s.write_all(&stream[cut..]).await.unwrap();
+    s.flush().await.unwrap();
+    for i in (0..100u8).filter(|i| i % 10 != 9) {
+        let want = payload(i, if i % 7 == 0 { 300 } else { 1452 });
+        assert_eq!(
+            b.link.recv().await,
+            Frame::Recv {
+                src: prefix(&a.pk),
+                payload: want
+            },
+            "frame {i} to b"
+        );
+    }
+    for i in (0..100u8).filter(|i| i % 10 == 9) {
+        let want = payload(i, if i % 7 == 0 { 300 } else { 1452 });
+        assert_eq!(
+            c.link.recv().await,
+            Frame::Recv {
+                src: prefix(&a.pk),
+                payload: want
+            },
+            "frame {i} to c"
+        );
+    }
+    assert_eq!(a.link.recv().await, Frame::Pong { nonce: [8; 8] });
+    until(&relay, "every forward counted", |s| {
+        s.forwarded_frames == 100
+    })
+    .await;
 }
 
 #[tokio::test]

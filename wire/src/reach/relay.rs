@@ -131,14 +131,20 @@ pub fn parse_recv(datagram: &[u8]) -> Option<(KeyPrefix, &[u8])> {
 /// type, key prefix (a stream frame carries no magic).
 pub const STREAM_DATA_HEAD: usize = 2 + 1 + 8;
 
+/// The longest frame (after its length prefix) a relay takes on a TCP stream; a longer one
+/// closes the connection.
+pub const MAX_STREAM_FRAME: usize = 8192;
+/// The longest datagram a stream `send` carries: [`MAX_STREAM_FRAME`] less type and prefix.
+pub const MAX_STREAM_PAYLOAD: usize = MAX_STREAM_FRAME - (STREAM_DATA_HEAD - 2);
+
 /// Appends a stream `send` of `payload` to `dst` (length, type, prefix, payload) to `out`: the
 /// allocation-free form of [`Frame::Send`]'s [`Frame::to_stream`]. False (nothing appended)
-/// for a payload longer than [`MAX_PAYLOAD`], which a relay refuses.
+/// for a payload longer than [`MAX_STREAM_PAYLOAD`], which would close the relay connection.
 pub fn write_stream_send(out: &mut Vec<u8>, dst: &KeyPrefix, payload: &[u8]) -> bool {
-    if payload.len() > MAX_PAYLOAD {
+    if payload.len() > MAX_STREAM_PAYLOAD {
         return false;
     }
-    // 1 + 8 + MAX_PAYLOAD is below u16::MAX.
+    // 1 + 8 + MAX_STREAM_PAYLOAD is below u16::MAX.
     let len = (1 + dst.len() + payload.len()) as u16;
     out.extend_from_slice(&len.to_be_bytes());
     out.push(SEND);

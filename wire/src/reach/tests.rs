@@ -362,7 +362,7 @@ fn send_heads_and_recv_parses_match_the_frame_codec() {
 /// The stream forms agree with the frame codec byte for byte, and refuse what it refuses.
 #[test]
 fn stream_sends_and_recv_parses_match_the_frame_codec() {
-    use super::relay::{MAX_PAYLOAD, parse_stream_recv, write_stream_send};
+    use super::relay::{MAX_PAYLOAD, MAX_STREAM_PAYLOAD, parse_stream_recv, write_stream_send};
     let payload = vec![4u8, 0, 0, 0, 9, 9, 9];
     let mut out = vec![0xAA];
     assert!(write_stream_send(&mut out, &[7; 8], &payload));
@@ -375,10 +375,21 @@ fn stream_sends_and_recv_parses_match_the_frame_codec() {
         send.to_stream()[..],
         "appended after what was there"
     );
-    let long = vec![0u8; MAX_PAYLOAD + 1];
     let mut untouched = Vec::new();
-    assert!(!write_stream_send(&mut untouched, &[7; 8], &long));
-    assert!(untouched.is_empty());
+    let longest = vec![0u8; MAX_STREAM_PAYLOAD];
+    assert!(write_stream_send(&mut untouched, &[7; 8], &longest));
+    assert_eq!(untouched.len() - 2, super::relay::MAX_STREAM_FRAME);
+    untouched.clear();
+    assert!(!write_stream_send(
+        &mut untouched,
+        &[7; 8],
+        &[0; MAX_STREAM_PAYLOAD + 1]
+    ));
+    assert!(
+        untouched.is_empty(),
+        "a relay would close the connection on it"
+    );
+    let long = vec![0u8; MAX_PAYLOAD + 1];
 
     let recv = Frame::Recv {
         src: [3; 8],

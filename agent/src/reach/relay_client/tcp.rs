@@ -30,6 +30,8 @@ pub const TLS_HANDSHAKE: Duration = Duration::from_secs(10);
 /// How long the reader's read and the writer's wait for the queue last before each looks at
 /// its stop flag (a dropped link ends within it).
 const POLL: Duration = Duration::from_millis(20);
+/// The most bytes one read of the socket takes.
+const READ_BATCH: usize = 64 * 1024;
 /// The plaintext of one full TLS record.
 const TLS_RECORD: usize = 16 * 1024;
 /// The most bytes read and not yet a whole frame (a frame is at most 2 + 65535).
@@ -255,8 +257,10 @@ fn read_loop(
 ) -> Result<(), String> {
     let mut inbox = LinkInbox::new();
     let mut pending: Vec<u8> = Vec::with_capacity(4096);
-    let mut buf = vec![0u8; 16 * 1024];
-    let mut plain = vec![0u8; 16 * 1024];
+    // Up to four TLS records a read: the data plane gets the recvs of one read in one
+    // hand-over (fewer, larger TUN writes).
+    let mut buf = vec![0u8; READ_BATCH];
+    let mut plain = vec![0u8; READ_BATCH];
     while !stop.load(Ordering::Relaxed) && !ended.load(Ordering::Relaxed) {
         let n = match tcp.read(&mut buf) {
             Ok(0) => return Err(format!("{addr} closed the connection")),
