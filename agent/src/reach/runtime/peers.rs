@@ -77,6 +77,28 @@ impl Loop {
             .insert(peer, Some(endpoint));
     }
 
+    /// The data plane's answer for `peer`'s endpoint through `relay` (over UDP or on its link):
+    /// made the endpoint (its forwarder goes), or, refused, told to the node, which then picks
+    /// the forwarder.
+    fn plane_endpoint(
+        &mut self,
+        peer: PublicKey,
+        relay: &str,
+        endpoint: std::io::Result<Option<SocketAddr>>,
+    ) {
+        match endpoint {
+            Ok(Some(endpoint)) => {
+                self.fwds.remove(&peer);
+                self.set_endpoint(peer, endpoint);
+            }
+            Ok(None) => self.node.handle_plane_refused(peer),
+            Err(e) => {
+                tracing::warn!(peer_key = %peer, relay, "the data plane cannot carry the peer through relay {relay} itself ({e}); using a loopback forwarder");
+                self.node.handle_plane_refused(peer);
+            }
+        }
+    }
+
     /// Carries `peer`'s traffic the way the node decided: its endpoint direct, the data
     /// plane's own relay endpoint (a refusal is answered to the node, which then picks the
     /// forwarder), its forwarder's route (opened when it has none), its forwarder held, or
@@ -88,17 +110,8 @@ impl Loop {
                 self.set_endpoint(peer, endpoint);
             }
             Carry::PlaneRelay { relay, udp } => {
-                match self.setup.control.relay_endpoint(udp, peer) {
-                    Ok(Some(endpoint)) => {
-                        self.fwds.remove(&peer);
-                        self.set_endpoint(peer, endpoint);
-                    }
-                    Ok(None) => self.node.handle_plane_refused(peer),
-                    Err(e) => {
-                        tracing::warn!(peer_key = %peer, relay, "the data plane cannot carry the peer through relay {relay} itself ({e}); using a loopback forwarder");
-                        self.node.handle_plane_refused(peer);
-                    }
-                }
+                let endpoint = self.setup.control.relay_endpoint(udp, peer);
+                self.plane_endpoint(peer, &relay, endpoint);
             }
             Carry::PlaneLink { relay } => {
                 let endpoint = match self.links.get(&relay) {
@@ -107,17 +120,7 @@ impl Loop {
                     // the peer anew.
                     None => Ok(None),
                 };
-                match endpoint {
-                    Ok(Some(endpoint)) => {
-                        self.fwds.remove(&peer);
-                        self.set_endpoint(peer, endpoint);
-                    }
-                    Ok(None) => self.node.handle_plane_refused(peer),
-                    Err(e) => {
-                        tracing::warn!(peer_key = %peer, relay, "the data plane cannot carry the peer on relay {relay}'s link itself ({e}); using a loopback forwarder");
-                        self.node.handle_plane_refused(peer);
-                    }
-                }
+                self.plane_endpoint(peer, &relay, endpoint);
             }
             Carry::Forward(via) => {
                 let route = match via {
