@@ -167,6 +167,41 @@ async fn a_burst_from_a_tcp_node_is_forwarded_whole_in_order_and_counted() {
     .await;
 }
 
+/// A read of many tiny frames (1,000 two-byte sends in one write, more than one hold of the
+/// core's lock takes and more than one batch of recvs) is handled whole.
+#[tokio::test]
+async fn a_read_of_many_tiny_frames_is_handled_whole_in_order() {
+    let tls = tls();
+    let relay = relay(Limits::default(), &tls).await;
+    let mut a = Node::new(1, Link::tcp(&relay, &tls).await);
+    let mut b = Node::new(2, Link::udp(&relay).await);
+    a.register().await;
+    b.register().await;
+    let mut stream = Vec::new();
+    for i in 0..1000u16 {
+        let send = Frame::Send {
+            dst: prefix(&b.pk),
+            payload: i.to_be_bytes().to_vec(),
+        };
+        stream.extend_from_slice(&send.to_stream());
+    }
+    let Link::Tcp(s) = &mut a.link else {
+        unreachable!("a is over TCP")
+    };
+    s.write_all(&stream).await.unwrap();
+    s.flush().await.unwrap();
+    // Every one forwarded (b's socket buffer may drop some of 1,000 datagrams that arrive at
+    // once; the relay's count is of what it sent), the first first.
+    until(&relay, "1,000 forwards", |s| s.forwarded_frames == 1000).await;
+    assert_eq!(
+        b.link.recv().await,
+        Frame::Recv {
+            src: prefix(&a.pk),
+            payload: vec![0, 0]
+        }
+    );
+}
+
 #[tokio::test]
 async fn a_newer_registration_wins_wherever_it_comes_from() {
     let tls = tls();
