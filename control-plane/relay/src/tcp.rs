@@ -25,7 +25,7 @@ use crate::limits::{
     MAX_STREAM_FRAME, TCP_IDLE_TIMEOUT, TCP_QUEUE_FRAMES, TCP_WRITE_BATCH, TLS_HANDSHAKE_TIMEOUT,
 };
 use crate::shared::Shared;
-use crate::tcp_in::Inbound;
+use crate::tcp_in::{BadFrame, Inbound};
 
 /// What every connection gets: the TLS acceptor and the registration deadline.
 #[derive(Clone)]
@@ -84,7 +84,7 @@ pub(crate) async fn accept_loop(
 }
 
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum Closed {
+enum Closed {
     #[error("the node closed it")]
     Eof,
     #[error("no frame within the idle timeout (or the TLS handshake timeout)")]
@@ -210,7 +210,12 @@ async fn serve(
                 Ok(Err(e)) => return Err(Closed::Io(e)),
                 Ok(Ok(n)) => n,
             };
-            inbound.handle_read(n, shared, id)?;
+            inbound
+                .handle_read(n, shared, id)
+                .map_err(|bad| match bad {
+                    BadFrame::TooLong(len) => Closed::TooLong(len),
+                    BadFrame::Malformed => Closed::Malformed,
+                })?;
         }
     };
     tokio::select! {

@@ -16,7 +16,6 @@ use plexsphere_wire::reach::relay::{Frame, RECV, SEND, prefix};
 use crate::core::{ConnId, Core, Now, Peer, To, Transmit};
 use crate::limits::MAX_STREAM_FRAME;
 use crate::shared::{Shared, push_tcp, transmit};
-use crate::tcp::Closed;
 
 /// The most bytes one read takes.
 const READ_CHUNK: usize = 64 * 1024;
@@ -28,6 +27,15 @@ const HEAD: usize = 1 + 8;
 /// Frames handled under one hold of the core's lock at most: a read of tiny frames (64 KiB
 /// of empty `send`s is some 6,000) lets the UDP threads in between.
 const FRAMES_PER_LOCK: usize = 256;
+
+/// A frame that ends the connection.
+#[derive(Debug)]
+pub(crate) enum BadFrame {
+    /// Longer than [`MAX_STREAM_FRAME`].
+    TooLong(usize),
+    /// It does not decode.
+    Malformed,
+}
 
 /// A connection reader's buffers; see the module docs.
 pub(crate) struct Inbound {
@@ -67,7 +75,7 @@ impl Inbound {
         n: usize,
         shared: &Shared,
         id: ConnId,
-    ) -> Result<(), Closed> {
+    ) -> Result<(), BadFrame> {
         self.have += n;
         let mut at = 0;
         loop {
@@ -85,7 +93,7 @@ impl Inbound {
     /// Handles whole frames from `at` under one hold of the lock until none is left (true), or
     /// the batch of `recv`s is full or [`FRAMES_PER_LOCK`] were handled (false); `at` moves
     /// past what was handled.
-    fn frames(&mut self, at: &mut usize, shared: &Shared, id: ConnId) -> Result<bool, Closed> {
+    fn frames(&mut self, at: &mut usize, shared: &Shared, id: ConnId) -> Result<bool, BadFrame> {
         let now = Now::system();
         let mut core = shared.core();
         for _ in 0..FRAMES_PER_LOCK {
@@ -98,7 +106,7 @@ impl Inbound {
             }
             let len = usize::from(u16::from_be_bytes([rest[0], rest[1]]));
             if len > MAX_STREAM_FRAME {
-                return Err(Closed::TooLong(len));
+                return Err(BadFrame::TooLong(len));
             }
             if rest.len() < 2 + len {
                 return Ok(true);
@@ -109,7 +117,7 @@ impl Inbound {
                 self.send(&mut core, shared, id, (start, end), now);
                 continue;
             }
-            let frame = Frame::decode(&self.buf[start..end]).map_err(|_| Closed::Malformed)?;
+            let frame = Frame::decode(&self.buf[start..end]).map_err(|_| BadFrame::Malformed)?;
             if !self.registered && !matches!(frame, Frame::Hello { .. } | Frame::Register { .. }) {
                 // Before its registration a connection is answered nothing but the exchange.
                 shared.counters.dropped_unregistered.inc();
