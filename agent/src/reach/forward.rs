@@ -1,5 +1,6 @@
 //! The loopback forwarders: one UDP socket on 127.0.0.1 per relayed peer whose data plane cannot
-//! frame for the relay itself (over TCP/TLS; with the kernel backend, every relayed peer). The
+//! frame for the relay itself (with the kernel backend, every relayed peer; with the userspace
+//! one, only a peer past the data plane's 64 relay slots). The
 //! peer's WireGuard endpoint is the forwarder's address:
 //!
 //! - what the data plane sends there (from its socket on 127.0.0.1, the only source a

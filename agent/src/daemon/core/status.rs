@@ -132,8 +132,8 @@ pub struct PeerStatus {
     pub public_key: String,
     pub mesh_ip: IpAddr,
     /// The data plane's endpoint for the peer (a relayed peer's is the data plane's relay
-    /// endpoint in `100::/64` over UDP, or a loopback forwarder over TCP or with the kernel
-    /// backend; docs/reach.md).
+    /// endpoint in `100::/64`, over UDP or on a relay's TLS link, or a loopback forwarder with
+    /// the kernel backend; docs/reach.md).
     pub endpoint: Option<SocketAddr>,
     /// The path its traffic takes (the reach runtime's choice).
     #[serde(default)]
