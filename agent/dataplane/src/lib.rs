@@ -53,6 +53,7 @@ mod config;
 mod io;
 mod key;
 mod lane;
+mod link_queue;
 mod loops;
 mod machine;
 #[cfg(test)]

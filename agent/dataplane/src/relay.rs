@@ -43,7 +43,7 @@ use plexsphere_wire::reach::relay::{KeyPrefix, UDP_DATA_HEAD, parse_recv, write_
 
 use crate::batch::PacketBatch;
 use crate::io::Udp;
-use crate::relay_link::LinkQueue;
+use crate::link_queue::LinkQueue;
 use crate::side::is_wireguard;
 
 /// The bytes a relay `send` or `recv` head puts in front of a WireGuard datagram over UDP.
@@ -134,6 +134,11 @@ impl Slot {
         matches!(self, Slot::Link(q) if std::ptr::eq(Arc::as_ptr(q), link))
     }
 
+    /// The index of the first slot `is` holds.
+    fn find(slots: &[Option<Slot>], is: impl Fn(&Slot) -> bool) -> Option<usize> {
+        slots.iter().position(|s| s.as_ref().is_some_and(&is))
+    }
+
     /// A closed link's slot is as good as free.
     fn is_free(slot: &Option<Slot>) -> bool {
         match slot {
@@ -195,16 +200,12 @@ impl RelayTable {
         Ok(endpoint(slot, prefix))
     }
 
-    /// The relay endpoint of a `recv` from `src` that came over `link`; None when the link
-    /// has no slot (its peers are not carried here).
-    pub(crate) fn link_source(&self, link: &LinkQueue, src: &KeyPrefix) -> Option<SocketAddr> {
-        let slot = self
-            .slots
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .position(|s| s.as_ref().is_some_and(|s| s.is_link(link)))?;
-        (!link.is_closed()).then(|| endpoint(slot as u16, src))
+    /// The slot of `link`; None when it has none (its peers are not carried here) or closed.
+    pub(crate) fn link_slot(&self, link: &LinkQueue) -> Option<u16> {
+        let slots = self.slots.read().unwrap_or_else(PoisonError::into_inner);
+        let slot = Slot::find(&slots, |s| s.is_link(link))?;
+        // MAX_RELAYS is far below u16::MAX.
+        (!link.is_closed()).then_some(slot as u16)
     }
 
     /// The slot of `relay`, added if the table does not hold it.
@@ -223,7 +224,7 @@ impl RelayTable {
         make: impl FnOnce() -> Slot,
     ) -> Result<u16, RelayError> {
         let mut slots = self.slots.write().unwrap_or_else(PoisonError::into_inner);
-        let slot = match slots.iter().position(|s| s.as_ref().is_some_and(&is)) {
+        let slot = match Slot::find(&slots, is) {
             Some(i) => i,
             None => match slots.iter().position(Slot::is_free) {
                 Some(i) => {
@@ -282,12 +283,8 @@ impl RelayTable {
             return None;
         }
         let from = plexsphere_wire::endpoint::canonical(from);
-        let slot = self
-            .slots
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .position(|s| s.as_ref().is_some_and(|s| s.is_udp(from)))?;
+        let slots = self.slots.read().unwrap_or_else(PoisonError::into_inner);
+        let slot = Slot::find(&slots, |s| s.is_udp(from))?;
         self.counters.unwrapped.fetch_add(1, Ordering::Relaxed);
         Some((inner, endpoint(slot as u16, &src)))
     }

@@ -30,7 +30,6 @@ use crate::relay_link::{LinkDeliver, LinkDoor, LinkInbox, LinkQueue};
 pub use crate::shutdown::Shutdown;
 use crate::side::{RawSender, SideSink};
 use crate::uapi::{self, EADDRINUSE, EINVAL, Request};
-use plexsphere_wire::reach::relay::KeyPrefix;
 
 /// The slot size of the timer thread's output (any handshake or keepalive message fits).
 const TIMER_SLOT: usize = 256;
@@ -179,8 +178,8 @@ impl<T: Tun, B: UdpBind> Shared<T, B> {
 }
 
 impl<T: Tun, B: UdpBind> LinkDeliver for Shared<T, B> {
-    fn source(&self, link: &LinkQueue, src: &KeyPrefix) -> Option<std::net::SocketAddr> {
-        self.device.relays().link_source(link, src)
+    fn slot(&self, link: &LinkQueue) -> Option<u16> {
+        self.device.relays().link_slot(link)
     }
 
     fn deliver(&self, inbox: &mut LinkInbox) {

@@ -135,13 +135,19 @@ fn lab() -> Lab {
                     } else {
                         *src
                     };
+                    let hand = door.hand(link);
                     for recv in recvs(&bytes, src) {
                         sends.fetch_add(1, Ordering::Relaxed);
-                        if !door.offer(link, &mut inbox, &recv[2..]) {
+                        if !hand
+                            .as_ref()
+                            .is_some_and(|h| h.offer(&mut inbox, &recv[2..]))
+                        {
                             let _ = kept_tx.send(recv);
                         }
                     }
-                    door.flush(&mut inbox);
+                    if let Some(hand) = &hand {
+                        hand.flush(&mut inbox);
+                    }
                 }
             }
         })
@@ -261,16 +267,25 @@ fn a_link_without_a_slot_keeps_its_frames_and_a_closed_link_is_gone() {
     }
     .to_stream();
     let mut inbox = LinkInbox::new();
-    assert!(!l.b.door.offer(&stranger, &mut inbox, &recv[2..]));
+    assert!(
+        l.b.door.hand(&stranger).is_none(),
+        "{recv:?} is the runtime's"
+    );
     // Disco or control frames on a link with a slot are the runtime's too.
+    let hand = l.b.door.hand(&l.b.link).expect("b's link has a slot");
     let ping = Frame::Ping { nonce: [1; 8] }.to_stream();
-    assert!(!l.b.door.offer(&l.b.link, &mut inbox, &ping[2..]));
+    assert!(!hand.offer(&mut inbox, &ping[2..]));
     let disco = Frame::Recv {
         src: prefix(&l.a.node.public()),
         payload: b"pxd\x02rest".to_vec(),
     }
     .to_stream();
-    assert!(!l.b.door.offer(&l.b.link, &mut inbox, &disco[2..]));
+    assert!(!hand.offer(&mut inbox, &disco[2..]));
+    assert!(
+        hand.offer(&mut inbox, &recv[2..]),
+        "a WireGuard recv is the data plane's"
+    );
+    drop(hand);
 
     // a's link closes: what a sends b now is gone, a closed link gets no endpoint, and its
     // slot goes to the next link.

@@ -168,6 +168,13 @@ pub struct Device {
     relays: RelayTable,
 }
 
+/// What relays name `peer` by: the first 8 bytes of its key.
+fn key_prefix(peer: &PublicKey) -> plexsphere_wire::reach::relay::KeyPrefix {
+    let mut prefix = [0u8; 8];
+    prefix.copy_from_slice(&peer.0[..8]);
+    prefix
+}
+
 impl Device {
     /// An empty device: no key, no peers, listen port 0. Configure it with `apply`. `clock`:
     /// both clocks read now by the caller (`Now::system()`, or a test's own); plexd's own
@@ -240,9 +247,7 @@ impl Device {
         relay: SocketAddr,
         peer: &PublicKey,
     ) -> Result<SocketAddr, RelayError> {
-        let mut prefix = [0u8; 8];
-        prefix.copy_from_slice(&peer.0[..8]);
-        self.relays.endpoint(relay, &prefix)
+        self.relays.endpoint(relay, &key_prefix(peer))
     }
 
     /// The endpoint "through the relay link `link` (TCP/TLS) to `peer"`, to set as the peer's
@@ -253,9 +258,7 @@ impl Device {
         link: &Arc<crate::relay_link::LinkQueue>,
         peer: &PublicKey,
     ) -> Result<SocketAddr, RelayError> {
-        let mut prefix = [0u8; 8];
-        prefix.copy_from_slice(&peer.0[..8]);
-        self.relays.link_endpoint(link, &prefix)
+        self.relays.link_endpoint(link, &key_prefix(peer))
     }
 
     /// Whether a datagram from `from` may be `peer`'s: a relay endpoint names the peer by its
@@ -263,7 +266,7 @@ impl Device {
     /// peer's endpoint (counted, dropped).
     fn relay_names(&self, peer: &Peer, from: SocketAddr) -> bool {
         match crate::relay::decode(from) {
-            Some((_, prefix)) if peer.public_key().0[..8] != prefix => {
+            Some((_, prefix)) if key_prefix(&peer.public_key()) != prefix => {
                 tracing::trace!(peer = %peer.public_key(), %from, "a relayed datagram names another peer than it authenticates as; dropped");
                 Counters::bump(&self.counters.relay_misnamed);
                 false

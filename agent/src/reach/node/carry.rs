@@ -4,8 +4,8 @@
 //! relays itself); when the data plane has none (the kernel) or refuses one, the runtime says
 //! so ([`Node::handle_plane_refused`]) and the peer gets a loopback forwarder to the relay's
 //! UDP address. A path through a relay whose connection runs over TCP is the data plane's own
-//! endpoint on that TLS link, else (the kernel, or a refusal) a forwarder on the link. When a relay's transport changes, its relayed peers are carried
-//! anew; a key rotation holds them until their paths are chosen again. A relayed peer left with
+//! endpoint on that TLS link, else (the kernel, or a refusal) a forwarder on the link. When a
+//! relay's transport changes, its relayed peers are carried anew; a key rotation holds them until their paths are chosen again. A relayed peer left with
 //! no path (its relay said it is gone, and no other relay carries it) is no longer carried by
 //! its relay's changes, and after [`FORWARDER_LINGER`] without a path it is released: its
 //! forwarder closes. A peer whose home relay keeps saying it is gone comes back to that relay
@@ -124,7 +124,7 @@ impl Node {
                     relay: relay.to_owned(),
                     udp,
                 },
-                None => Carry::Forward(Via::Nowhere),
+                None => Carry::Forward(self.via(relay)),
             }
         };
         self.push(NodeOut::Carry { peer, how });

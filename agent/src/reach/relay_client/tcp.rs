@@ -302,6 +302,8 @@ fn read_loop(
         if pending.len() > MAX_PENDING + plain.len() {
             return Err(format!("{addr} sent more than a frame's worth of garbage"));
         }
+        // The data plane's hand for this read's WireGuard recvs, when it carries peers here.
+        let hand = readers.door.as_ref().and_then(|d| d.hand(readers.queue));
         let mut at = 0;
         while pending.len() - at >= 2 {
             let len = usize::from(u16::from_be_bytes([pending[at], pending[at + 1]]));
@@ -310,8 +312,8 @@ fn read_loop(
             }
             let body = &pending[at + 2..at + 2 + len];
             at += 2 + len;
-            if let Some(door) = &readers.door
-                && door.offer(readers.queue, &mut inbox, body)
+            if let Some(hand) = &hand
+                && hand.offer(&mut inbox, body)
             {
                 continue;
             }
@@ -323,8 +325,8 @@ fn read_loop(
             }
         }
         pending.drain(..at);
-        if let Some(door) = &readers.door {
-            door.flush(&mut inbox);
+        if let Some(hand) = &hand {
+            hand.flush(&mut inbox);
         }
     }
     Ok(())
